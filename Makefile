@@ -1,0 +1,60 @@
+# mlcluster: the two commands are `make synth` and `make test`.
+# Both set up what they need: .venv (package + dev tools), node_modules (the
+# pinned CDK CLI) and, for tests, .venv-pcluster (ParallelCluster's own schema,
+# which pins CDK v1 and cannot share a venv with aws-cdk-lib v2).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PCLUSTER_VENV := .venv-pcluster
+CDK := node_modules/.bin/cdk
+SOURCES := mlcluster tests tools app.py
+
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_CLI_TELEMETRY := true
+
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(PCLUSTER_VENV)/.installed: requirements-pcluster.txt
+	$(PYTHON) -m venv $(PCLUSTER_VENV)
+	$(PCLUSTER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PCLUSTER_VENV)/bin/python -m pip install --quiet -r requirements-pcluster.txt
+	touch $@
+
+setup: $(VENV)/.installed node_modules/.installed
+
+## synth: every environment through the real `cdk synth` (ENV=dev,prod for a subset)
+synth: setup
+	$(PY) tools/synth_summary.py $(ENV)
+
+lint: setup
+	$(VENV)/bin/ruff check $(SOURCES)
+	$(VENV)/bin/ruff format --check $(SOURCES)
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+pytest: setup $(PCLUSTER_VENV)/.installed
+	$(VENV)/bin/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+
+## test: lint, types, and the whole pytest suite (nag, cfn-lint, snapshots, CLI, wheel)
+test: lint typecheck pytest
+
+snapshot-update: setup $(PCLUSTER_VENV)/.installed
+	$(VENV)/bin/pytest -n 2 --dist loadfile --snapshot-update tests/test_snapshots.py
+
+bench: setup $(PCLUSTER_VENV)/.installed
+	$(PY) tools/bench.py
+
+clean:
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

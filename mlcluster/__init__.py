@@ -1,0 +1,1 @@
+"""mlcluster: distributed-training environments on AWS as CDK constructs."""

@@ -1,0 +1,44 @@
+"""The mlcluster CDK app: one stage per file in ``environments/``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import aws_cdk as cdk
+
+from mlcluster.config import ConfigError, Environment, load_environments
+from mlcluster.stacks.stage import EnvironmentStage
+
+
+def selected_environments(app: cdk.App) -> list[str] | None:
+    """The ``-c env=a,b`` selection, or None for every environment."""
+    value = app.node.try_get_context("env")
+    if value is None or value == "":
+        return None
+    return [name.strip() for name in str(value).split(",")]
+
+
+def build_app(
+    environments_dir: Path, *, selected: list[str] | None = None, outdir: str | None = None
+) -> tuple[cdk.App, list[EnvironmentStage]]:
+    """Load and validate every selected environment, then compose one stage each.
+
+    All files are validated before any construct is made, so a bad file
+    synthesizes nothing.
+    """
+    app = cdk.App(outdir=outdir) if outdir is not None else cdk.App()
+    chosen = selected if selected is not None else selected_environments(app)
+    environments: list[Environment] = load_environments(environments_dir, chosen)
+    stages = [EnvironmentStage(app, env) for env in environments]
+    return app, stages
+
+
+def main() -> None:
+    """Entry point of ``app.py``: print config errors plainly and exit 1."""
+    try:
+        app, _ = build_app(Path("environments"))
+    except ConfigError as error:
+        print(f"mlcluster: configuration error\n{error}", file=sys.stderr)
+        sys.exit(1)
+    app.synth()

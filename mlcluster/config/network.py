@@ -1,0 +1,212 @@
+"""The ``network:`` section of an environment file."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from mlcluster.config.schema import Issues, section, setting
+
+AZ_NAME = r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]"
+AZ_ID = r"[a-z]{2,4}\d-az\d{1,2}"
+CIDR_HELP = "allowed: an IPv4 CIDR block such as '10.0.0.0/16'"
+VPC_ID = r"vpc-[0-9a-f]{8,17}"
+SUBNET_ID = r"subnet-[0-9a-f]{8,17}"
+SG_ID = r"sg-[0-9a-f]{8,17}"
+RTB_ID = r"rtb-[0-9a-f]{8,17}"
+ACCOUNT = r"\d{12}"
+REGION = r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d"
+
+#: The most availability zones one environment spreads its subnets over.
+MAX_ZONES = 4
+
+
+def parse_cidr(value: str) -> ipaddress.IPv4Network | None:
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError:
+        return None
+    return net if isinstance(net, ipaddress.IPv4Network) else None
+
+
+def _check_zone(issues: Issues, zone: str | None, zone_id: str | None, where: str = "") -> None:
+    prefix = f"{where}." if where else ""
+    if (zone is None) == (zone_id is None):
+        issues.add(
+            where or "availability_zone",
+            {"availability_zone": zone, "availability_zone_id": zone_id},
+            f"give exactly one of {prefix}availability_zone (a name like 'us-east-1a') "
+            f"or {prefix}availability_zone_id (an ID like 'use1-az4')",
+        )
+
+
+@section
+class Zone:
+    """An extra zone for private subnets (and public ones with per-zone NAT)."""
+
+    availability_zone: str | None = setting(
+        default=None, pattern=AZ_NAME, allowed="allowed: an AZ name such as 'us-east-1b'"
+    )
+    availability_zone_id: str | None = setting(
+        default=None, pattern=AZ_ID, allowed="allowed: an AZ ID such as 'use1-az6'"
+    )
+    private_subnet_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
+    public_subnet_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
+
+    def check(self, issues: Issues) -> None:
+        _check_zone(issues, self.availability_zone, self.availability_zone_id)
+        for key in ("private_subnet_cidr", "public_subnet_cidr"):
+            value = getattr(self, key)
+            if value is not None and parse_cidr(value) is None:
+                issues.add(key, value, CIDR_HELP)
+
+    @property
+    def label(self) -> str:
+        return self.availability_zone or self.availability_zone_id or ""
+
+
+@section
+class FlowLogs:
+    """VPC flow logs to CloudWatch Logs."""
+
+    traffic_type: Literal["ALL", "ACCEPT", "REJECT"] = "ALL"
+    max_aggregation_interval_seconds: int = setting(default=600, one_of=(60, 600))
+
+
+@section
+class Peering:
+    """Peering with an existing VPC (seed 003: reach a VPC that already holds tools or data)."""
+
+    peer_vpc_id: str = setting(pattern=VPC_ID, allowed="allowed: a VPC ID such as 'vpc-0abc1234'")
+    peer_cidr: str = setting(allowed=CIDR_HELP)
+    peer_route_table_ids: tuple[str, ...] = setting(
+        default=(), pattern=RTB_ID, allowed="allowed: route table IDs such as 'rtb-0abc1234'"
+    )
+    peer_owner_id: str | None = setting(default=None, pattern=ACCOUNT, allowed="allowed: a 12-digit account ID")
+    peer_region: str | None = setting(default=None, pattern=REGION, allowed="allowed: a region such as 'us-west-2'")
+    peer_role_arn: str | None = setting(
+        default=None,
+        pattern=r"arn:aws[a-z-]*:iam::\d{12}:role/.+",
+        allowed="allowed: an IAM role ARN in the peer account",
+    )
+
+    def check(self, issues: Issues) -> None:
+        if parse_cidr(self.peer_cidr) is None:
+            issues.add("peer_cidr", self.peer_cidr, CIDR_HELP)
+        if self.peer_owner_id is not None and self.peer_role_arn is None:
+            issues.add(
+                "peer_role_arn",
+                None,
+                "required with peer_owner_id: a role in the peer account that accepts the peering",
+            )
+        if self.peer_route_table_ids and (self.peer_owner_id is not None or self.peer_region is not None):
+            issues.add(
+                "peer_route_table_ids",
+                list(self.peer_route_table_ids),
+                "routes in the peer VPC can only be added when it is in the same account and region; "
+                "leave this empty and add the return routes in the peer account",
+            )
+
+
+@section
+class ExistingNetwork:
+    """Use a VPC, subnets and security group that already exist instead of creating them."""
+
+    vpc_id: str = setting(pattern=VPC_ID, allowed="allowed: a VPC ID such as 'vpc-0abc1234'")
+    vpc_cidr: str = setting(allowed=CIDR_HELP + " (the VPC's primary CIDR, used for NFS exports)")
+    public_subnet_id: str | None = setting(
+        default=None, pattern=SUBNET_ID, allowed="allowed: a subnet ID such as 'subnet-0abc1234'"
+    )
+    private_subnet_ids: tuple[str, ...] = setting(
+        pattern=SUBNET_ID, allowed="allowed: subnet IDs such as 'subnet-0abc1234'"
+    )
+    security_group_id: str = setting(pattern=SG_ID, allowed="allowed: a security group ID such as 'sg-0abc1234'")
+
+    def check(self, issues: Issues) -> None:
+        if parse_cidr(self.vpc_cidr) is None:
+            issues.add("vpc_cidr", self.vpc_cidr, CIDR_HELP)
+        if not self.private_subnet_ids:
+            issues.add(
+                "private_subnet_ids", [], "give at least one private subnet ID; the first holds FSx and the nodes"
+            )
+        if len(set(self.private_subnet_ids)) != len(self.private_subnet_ids):
+            issues.add("private_subnet_ids", list(self.private_subnet_ids), "subnet IDs must be unique")
+
+
+@section
+class NetworkConfig:
+    """Where the cluster lives.
+
+    The primary zone (``availability_zone`` or ``availability_zone_id``) holds
+    the public subnet, the first private subnet, FSx and the compute nodes.
+    """
+
+    availability_zone: str | None = setting(
+        default=None, pattern=AZ_NAME, allowed="allowed: an AZ name such as 'us-east-1a'"
+    )
+    availability_zone_id: str | None = setting(
+        default=None, pattern=AZ_ID, allowed="allowed: an AZ ID such as 'use1-az4'"
+    )
+    cidr: str = setting(default="10.0.0.0/16", allowed=CIDR_HELP)
+    secondary_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
+    public_subnet_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
+    private_subnet_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
+    extra_zones: tuple[Zone, ...] = ()
+    nat_gateways: Literal["one", "per_zone"] = "one"
+    dynamodb_endpoint: bool = False
+    flow_logs: FlowLogs = setting(default=FlowLogs())
+    peering: Peering | None = None
+    existing: ExistingNetwork | None = None
+
+    def check(self, issues: Issues) -> None:
+        _check_zone(issues, self.availability_zone, self.availability_zone_id)
+        primary = parse_cidr(self.cidr)
+        if primary is None:
+            issues.add("cidr", self.cidr, CIDR_HELP)
+        elif not 16 <= primary.prefixlen <= 24:
+            issues.add("cidr", self.cidr, "allowed: a block from /16 to /24 (the VPC limits)")
+        secondary = None
+        if self.secondary_cidr is not None:
+            secondary = parse_cidr(self.secondary_cidr)
+            if secondary is None:
+                issues.add("secondary_cidr", self.secondary_cidr, CIDR_HELP)
+            elif not 16 <= secondary.prefixlen <= 24:
+                issues.add("secondary_cidr", self.secondary_cidr, "allowed: a block from /16 to /24")
+            elif primary is not None and primary.overlaps(secondary):
+                issues.add("secondary_cidr", self.secondary_cidr, f"must not overlap cidr {self.cidr}")
+        if len(self.extra_zones) + 1 > MAX_ZONES:
+            issues.add("extra_zones", len(self.extra_zones), f"allowed: at most {MAX_ZONES - 1} extra zones")
+        labels = [self.availability_zone or self.availability_zone_id] + [z.label for z in self.extra_zones]
+        if len(set(labels)) != len(labels):
+            issues.add("extra_zones", labels, "each zone may appear once, and not repeat the primary zone")
+        named = [self.availability_zone is not None] + [z.availability_zone is not None for z in self.extra_zones]
+        if len(set(named)) > 1:
+            issues.add(
+                "extra_zones",
+                labels,
+                "name every zone the same way: all by availability_zone or all by availability_zone_id",
+            )
+        if self.peering is not None and primary is not None:
+            peer = parse_cidr(self.peering.peer_cidr)
+            if peer is not None and (peer.overlaps(primary) or (secondary is not None and peer.overlaps(secondary))):
+                issues.add("peering.peer_cidr", self.peering.peer_cidr, "must not overlap the VPC's CIDR blocks")
+        if self.existing is not None:
+            for key in ("secondary_cidr", "public_subnet_cidr", "private_subnet_cidr", "peering"):
+                if getattr(self, key) is not None:
+                    issues.add(key, getattr(self, key), "not used with network.existing; remove it")
+            if self.extra_zones:
+                issues.add(
+                    "extra_zones", len(self.extra_zones), "not used with network.existing; list the subnets there"
+                )
+        for key in ("public_subnet_cidr", "private_subnet_cidr"):
+            value = getattr(self, key)
+            if value is not None and parse_cidr(value) is None:
+                issues.add(key, value, CIDR_HELP)
+
+    @property
+    def primary_zone_label(self) -> str:
+        return self.availability_zone or self.availability_zone_id or ""
+
+    @property
+    def uses_zone_ids(self) -> bool:
+        return self.availability_zone_id is not None

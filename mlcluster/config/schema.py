@@ -1,0 +1,297 @@
+"""A small typed loader: YAML mappings into frozen dataclasses.
+
+Each config section is a frozen, keyword-only dataclass. Field types drive
+the structural checks (unknown keys, wrong types, enumerations via
+``Literal``); field metadata adds value checks (patterns, ranges); a
+section's ``check()`` method adds cross-field rules. All problems of a file
+are gathered in one pass and reported together, each naming the file, the
+key path, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+T = TypeVar("T")
+
+
+class ConfigError(Exception):
+    """One or more problems in environment files.
+
+    ``entries`` holds ``(source file, Problem)`` pairs; ``str(error)`` is one
+    line per problem: ``<file>: <key path>: <value> is not valid; <allowed>``.
+    """
+
+    def __init__(self, source: str, problems: list[Problem]) -> None:
+        self.entries = [(source, p) for p in problems]
+        super().__init__(self.render())
+
+    @classmethod
+    def combine(cls, errors: list[ConfigError]) -> ConfigError:
+        merged = cls("", [])
+        merged.entries = [entry for err in errors for entry in err.entries]
+        merged.args = (merged.render(),)
+        return merged
+
+    @property
+    def problems(self) -> list[Problem]:
+        return [p for _, p in self.entries]
+
+    def render(self) -> str:
+        return "\n".join(f"{source}: {p.render()}" for source, p in self.entries)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A single configuration problem at ``path``."""
+
+    path: str
+    value: Any
+    allowed: str
+
+    def render(self) -> str:
+        where = self.path or "(top level)"
+        return f"{where}: {self.value!r} is not valid; {self.allowed}"
+
+
+_MISSING = object()
+
+
+class Issues:
+    """Collects problems while one section is checked."""
+
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+
+    def add(self, path: str, value: Any, allowed: str) -> None:
+        self.items.append(Problem(path, value, allowed))
+
+    def __iter__(self) -> Iterator[Problem]:
+        return iter(self.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+
+def setting(
+    default: Any = _MISSING,
+    *,
+    pattern: str | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    allowed: str | None = None,
+    one_of: tuple[Any, ...] | None = None,
+) -> Any:
+    """Declare a config field with value checks.
+
+    ``pattern`` is a full-match regular expression for strings (and for each
+    item of a tuple of strings); ``minimum``/``maximum`` bound numbers (and
+    tuple lengths are not affected); ``one_of`` lists allowed values when a
+    ``Literal`` type is not practical (numbers); ``allowed`` is the text
+    shown to the user when a value check fails.
+    """
+    meta = {
+        "pattern": pattern,
+        "minimum": minimum,
+        "maximum": maximum,
+        "allowed": allowed,
+        "one_of": one_of,
+    }
+    if default is _MISSING:
+        return dataclasses.field(metadata=meta)
+    if isinstance(default, (list, set)):
+        raise TypeError("use a tuple for list defaults")
+    if isinstance(default, dict):
+        frozen = types.MappingProxyType(dict(default))
+        return dataclasses.field(default_factory=lambda: frozen, metadata=meta)
+    if dataclasses.is_dataclass(default) and not isinstance(default, type):
+        return dataclasses.field(default_factory=lambda: default, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@typing.dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(dataclasses.field, setting))
+def section(cls: type[T]) -> type[T]:
+    """Make ``cls`` a frozen keyword-only dataclass config section."""
+    return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if tp is str:
+        return "a string"
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "a whole number"
+    if tp is float:
+        return "a number"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in inner)
+    if origin is tuple:
+        return "a list"
+    if origin in (dict, Mapping):
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return str(tp)
+
+
+class _Loader:
+    def __init__(self) -> None:
+        self.issues = Issues()
+        self._hints: dict[type, dict[str, Any]] = {}
+
+    def hints(self, cls: type) -> dict[str, Any]:
+        if cls not in self._hints:
+            self._hints[cls] = typing.get_type_hints(cls, include_extras=False)
+        return self._hints[cls]
+
+    def build(self, cls: type[T], data: Any, path: str) -> T | None:
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            self.issues.add(path, data, "expected a mapping of settings")
+            return None
+        hints = self.hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        ok = True
+        for key in data:
+            if key not in fields:
+                known = ", ".join(sorted(fields))
+                self.issues.add(_join(path, str(key)), key, f"unknown key; allowed keys here: {known}")
+                ok = False
+        values: dict[str, Any] = {}
+        for name, fld in fields.items():
+            sub = _join(path, name)
+            if name not in data:
+                if fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
+                    self.issues.add(sub, None, f"this key is required ({_type_name(hints[name])})")
+                    ok = False
+                continue
+            converted, good = self.value(hints[name], data[name], sub, fld.metadata)
+            ok = ok and good
+            values[name] = converted
+        if not ok:
+            return None
+        try:
+            obj = cls(**values)
+        except (TypeError, ValueError) as exc:  # pragma: no cover - defensive
+            self.issues.add(path, data, str(exc))
+            return None
+        check = getattr(obj, "check", None)
+        if check is not None:
+            before = len(self.issues.items)
+            local = Issues()
+            check(local)
+            for p in local:
+                self.issues.add(_join(path, p.path) if p.path else path, p.value, p.allowed)
+            if len(self.issues.items) > before:
+                return None
+        return obj
+
+    def value(self, tp: Any, raw: Any, path: str, meta: Mapping[str, Any]) -> tuple[Any, bool]:
+        origin = get_origin(tp)
+        if origin in (Union, types.UnionType):
+            args = get_args(tp)
+            if raw is None and type(None) in args:
+                return None, True
+            inner = [a for a in args if a is not type(None)]
+            if len(inner) == 1:
+                return self.value(inner[0], raw, path, meta)
+            raise TypeError(f"unsupported union {tp}")  # pragma: no cover
+        if origin is Literal:
+            choices = get_args(tp)
+            if raw not in choices or type(raw) is not type(choices[0]):
+                self.issues.add(path, raw, "allowed: " + ", ".join(repr(c) for c in choices))
+                return None, False
+            return raw, True
+        if origin is tuple:
+            (item_tp, _ellipsis) = get_args(tp)
+            if not isinstance(raw, list):
+                self.issues.add(path, raw, "expected a list")
+                return None, False
+            items = []
+            ok = True
+            for i, item in enumerate(raw):
+                v, good = self.value(item_tp, item, _join(path, i), meta)
+                ok = ok and good
+                items.append(v)
+            return tuple(items), ok
+        if origin is dict:
+            key_tp, val_tp = get_args(tp)
+            if not isinstance(raw, Mapping):
+                self.issues.add(path, raw, "expected a mapping")
+                return None, False
+            out = {}
+            ok = True
+            for k, v in raw.items():
+                kk, good_k = self.value(key_tp, k, _join(path, str(k)), {})
+                vv, good_v = self.value(val_tp, v, _join(path, str(k)), {})
+                ok = ok and good_k and good_v
+                out[kk] = vv
+            return types.MappingProxyType(out), ok
+        if dataclasses.is_dataclass(tp):
+            obj = self.build(tp, raw, path)  # type: ignore[arg-type]
+            return obj, obj is not None
+        return self.scalar(tp, raw, path, meta)
+
+    def scalar(self, tp: Any, raw: Any, path: str, meta: Mapping[str, Any]) -> tuple[Any, bool]:
+        allowed = meta.get("allowed")
+        if tp is bool:
+            if not isinstance(raw, bool):
+                self.issues.add(path, raw, "expected true or false")
+                return None, False
+            return raw, True
+        if tp in (int, float):
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (tp is int and not isinstance(raw, int)):
+                self.issues.add(path, raw, f"expected {_type_name(tp)}" + (f"; {allowed}" if allowed else ""))
+                return None, False
+            lo, hi, one_of = meta.get("minimum"), meta.get("maximum"), meta.get("one_of")
+            if one_of is not None and raw not in one_of:
+                self.issues.add(path, raw, allowed or ("allowed: " + ", ".join(str(o) for o in one_of)))
+                return None, False
+            if (lo is not None and raw < lo) or (hi is not None and raw > hi):
+                rng = f"from {lo if lo is not None else '-inf'} to {hi if hi is not None else 'inf'}"
+                self.issues.add(path, raw, allowed or f"allowed: a number {rng}")
+                return None, False
+            return tp(raw), True
+        if tp is str:
+            if not isinstance(raw, str):
+                # YAML turns 123456789012 into an int; say how to quote it.
+                self.issues.add(
+                    path, raw, "expected a string" + (f"; {allowed}" if allowed else "") + " (quote it in YAML)"
+                )
+                return None, False
+            pattern = meta.get("pattern")
+            if pattern is not None and not re.fullmatch(pattern, raw):
+                self.issues.add(path, raw, allowed or f"must match {pattern}")
+                return None, False
+            one_of = meta.get("one_of")
+            if one_of is not None and raw not in one_of:
+                self.issues.add(path, raw, allowed or ("allowed: " + ", ".join(one_of)))
+                return None, False
+            return raw, True
+        raise TypeError(f"unsupported config type {tp!r} at {path}")  # pragma: no cover
+
+
+def load_section(cls: type[T], data: Any, source: str) -> T:
+    """Build ``cls`` from ``data`` or raise one ``ConfigError`` listing every problem."""
+    loader = _Loader()
+    obj = loader.build(cls, data, "")
+    if loader.issues or obj is None:
+        raise ConfigError(source, loader.issues.items)
+    return obj

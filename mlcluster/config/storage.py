@@ -1,0 +1,366 @@
+"""The ``storage:`` section: data bucket, FSx for Lustre with DRAs, optional OpenZFS /home.
+
+Service limits checked here are the ones the FSx and S3 APIs document. The
+rule helpers below are shared with the constructs in
+``mlcluster.constructs`` so a value the config accepts is one the construct
+accepts, and users who build the constructs directly get the same checks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+from mlcluster.config.schema import Issues, section, setting
+
+KMS_KEY_ARN = r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}|arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:alias/.+"
+KMS_HELP = "allowed: a KMS key ARN (arn:aws:kms:<region>:<account>:key/<uuid>) or alias ARN"
+BUCKET_NAME = (
+    r"(?!xn--)(?!sthree-)(?!amzn-s3-demo-)(?!.*\.\.)(?!.*-s3alias$)(?!.*--ol-s3$)(?!.*--x-s3$)"
+    r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+)
+BUCKET_HELP = (
+    "allowed: 3-63 characters of lowercase letters, digits, '.' and '-', starting and ending "
+    "with a letter or digit, no '..', not formatted as an IP address, no reserved prefix or suffix"
+)
+EVENTS = Literal["NEW", "CHANGED", "DELETED"]
+
+#: The file events a DRA can import or export automatically.
+DRA_EVENTS = ("NEW", "CHANGED", "DELETED")
+#: FSx for Lustre allows at most this many data repository associations per file system.
+MAX_DATA_REPOSITORY_ASSOCIATIONS = 8
+#: Throughput per unit of storage (MB/s/TiB) of SSD Lustre file systems, by deployment type.
+LUSTRE_THROUGHPUT_MBPS_PER_TIB: dict[str, tuple[int, ...]] = {
+    "PERSISTENT_2": (125, 250, 500, 1000),
+    "PERSISTENT_1": (50, 100, 200),
+}
+#: EFA-enabled PERSISTENT_2 file systems grow in these steps (GiB) per throughput tier.
+LUSTRE_EFA_CAPACITY_STEP_GIB: dict[int, int] = {1000: 4800, 500: 9600, 250: 19200, 125: 38400}
+METADATA_IOPS_HELP = "allowed: 1500, 3000, 6000, 12000, or a multiple of 12000 up to 192000"
+_OPENZFS_GEN1 = (64, 128, 256, 512, 1024, 2048, 3072, 4096)
+_OPENZFS_GEN2 = (160, 320, 640, 1280, 2560, 3840, 5120, 7680, 10240)
+#: Throughput capacity (MB/s) of FSx for OpenZFS, by deployment type (the *_1 types are the older generation).
+OPENZFS_THROUGHPUT_MBPS: dict[str, tuple[int, ...]] = {
+    "SINGLE_AZ_1": _OPENZFS_GEN1,
+    "SINGLE_AZ_HA_1": _OPENZFS_GEN1,
+    "SINGLE_AZ_2": _OPENZFS_GEN2,
+    "SINGLE_AZ_HA_2": _OPENZFS_GEN2,
+    "MULTI_AZ_1": _OPENZFS_GEN2,
+}
+S3_PATH_HELP = "allowed: an S3 URI such as 's3://my-bucket/prefix/' (a valid bucket name, then an optional prefix)"
+FS_PATH_HELP = "allowed: an absolute path such as '/data' or '/data/sets/' without '//', '.' or '..' parts"
+PREFIX_HELP = "allowed: a key prefix ending in '/', such as 'datasets/', not starting with '/' and without '//'"
+
+
+def _join(values: Sequence[int]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid general-purpose S3 bucket name, or None."""
+    parts = name.split(".")
+    looks_like_ip = len(parts) == 4 and all(p.isdigit() for p in parts)
+    if looks_like_ip or not re.fullmatch(BUCKET_NAME, name):
+        return BUCKET_HELP
+    return None
+
+
+def lustre_throughput_problem(deployment_type: str, throughput: int) -> str | None:
+    """Why ``throughput`` (MB/s/TiB) does not fit ``deployment_type``, or None."""
+    allowed = LUSTRE_THROUGHPUT_MBPS_PER_TIB.get(deployment_type)
+    if allowed is None or throughput in allowed:
+        return None
+    return f"allowed for {deployment_type}: {_join(allowed)} MB/s/TiB"
+
+
+def lustre_capacity_problem(
+    capacity_gib: int, *, deployment_type: str, throughput: int, efa_enabled: bool
+) -> str | None:
+    """Why ``capacity_gib`` is not a valid SSD Lustre capacity for these settings, or None."""
+    if efa_enabled and deployment_type == "PERSISTENT_2":
+        step = LUSTRE_EFA_CAPACITY_STEP_GIB.get(throughput)
+        if step is not None and (capacity_gib < step or capacity_gib % step):
+            return (
+                f"allowed with EFA at {throughput} MB/s/TiB: a multiple of {step} GiB "
+                f"(EFA steps: {', '.join(f'{s} GiB at {t}' for t, s in LUSTRE_EFA_CAPACITY_STEP_GIB.items())})"
+            )
+        return None
+    if capacity_gib in (1200, 2400) or (capacity_gib > 0 and capacity_gib % 2400 == 0):
+        return None
+    return f"allowed for {deployment_type} SSD: 1200, 2400, or a multiple of 2400 GiB"
+
+
+def metadata_iops_valid(iops: int) -> bool:
+    """True if ``iops`` is a Metadata IOPS value SSD Lustre file systems accept."""
+    return iops in (1500, 3000, 6000) or (iops % 12000 == 0 and 12000 <= iops <= 192000)
+
+
+def openzfs_throughput_problem(deployment_type: str, throughput: int) -> str | None:
+    """Why ``throughput`` (MB/s) does not fit the OpenZFS ``deployment_type``, or None."""
+    allowed = OPENZFS_THROUGHPUT_MBPS.get(deployment_type)
+    if allowed is None or throughput in allowed:
+        return None
+    return f"allowed for {deployment_type}: {_join(allowed)} MB/s"
+
+
+def file_system_path_problem(path: str) -> str | None:
+    """Why ``path`` is not a valid DRA file system path, or None."""
+    if not path.startswith("/") or len(path) > 4096 or "\0" in path:
+        return FS_PATH_HELP
+    parts = path.strip("/").split("/")
+    if path != "/" and any(part in ("", ".", "..") for part in parts):
+        return FS_PATH_HELP
+    return None
+
+
+def s3_path_problem(path: str) -> str | None:
+    """Why ``path`` is not a well-formed ``s3://bucket/prefix/`` URI, or None."""
+    match = re.fullmatch(r"s3://([^/]+)(/.*)?", path)
+    if match is None or len(path) > 4357:
+        return S3_PATH_HELP
+    if bucket_name_problem(match.group(1)) is not None:
+        return S3_PATH_HELP
+    prefix = (match.group(2) or "/")[1:]
+    if "//" in prefix or prefix.startswith("/") or "\0" in prefix:
+        return S3_PATH_HELP
+    return None
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """Why ``prefix`` is not a usable key prefix for a DRA into the data bucket, or None."""
+    if not prefix.endswith("/") or prefix.startswith("/") or "//" in prefix or "\0" in prefix:
+        return PREFIX_HELP
+    return None
+
+
+def _as_dir(path: str) -> str:
+    return path if path.endswith("/") else path + "/"
+
+
+def association_conflicts(
+    file_system_paths: Sequence[str], repository_paths: Sequence[str]
+) -> list[tuple[int, str, str, str]]:
+    """Conflicts between the DRAs of one file system, as ``(index, key, value, message)``.
+
+    A file system has at most 8 associations; ``/`` may only be the sole
+    file system path; file system paths must differ and not nest in each
+    other; S3 paths (with any prefix) must differ and not nest either.
+    ``repository_paths`` are compared as strings, so two paths into the same
+    bucket must spell the bucket the same way (the same token in CDK).
+    """
+    found: list[tuple[int, str, str, str]] = []
+    count = len(file_system_paths)
+    if count > MAX_DATA_REPOSITORY_ASSOCIATIONS:
+        found.append(
+            (
+                MAX_DATA_REPOSITORY_ASSOCIATIONS,
+                "",
+                f"{count} associations",
+                f"allowed: at most {MAX_DATA_REPOSITORY_ASSOCIATIONS} per file system; merge or remove some",
+            )
+        )
+    if "/" in file_system_paths and count > 1:
+        index = list(file_system_paths).index("/")
+        found.append(
+            (
+                index,
+                "file_system_path",
+                "/",
+                "'/' links the whole file system and must be the only association; use subdirectories instead",
+            )
+        )
+        return found
+    for key, paths in (("file_system_path", file_system_paths), ("data_repository_path", repository_paths)):
+        dirs = [_as_dir(p) for p in paths]
+        for j, later in enumerate(dirs):
+            for i, earlier in enumerate(dirs[:j]):
+                if later == earlier:
+                    found.append((j, key, paths[j], f"the same as association {i}; each association needs its own"))
+                elif later.startswith(earlier) or earlier.startswith(later):
+                    found.append(
+                        (
+                            j,
+                            key,
+                            paths[j],
+                            f"overlaps {paths[i]!r} of association {i}; paths must not be nested in each other",
+                        )
+                    )
+    return found
+
+
+@section
+class DataBucketConfig:
+    """The S3 bucket that holds datasets and checkpoints."""
+
+    name: str | None = setting(None, pattern=BUCKET_NAME, allowed=BUCKET_HELP)
+    encryption: Literal["s3", "kms"] = "s3"
+    kms_key_arn: str | None = setting(None, pattern=KMS_KEY_ARN, allowed=KMS_HELP)
+    abort_incomplete_multipart_upload_days: int = setting(7, minimum=1, maximum=365)
+    noncurrent_version_expiration_days: int | None = setting(None, minimum=1, maximum=36500)
+    access_log_retention_days: int = setting(365, minimum=1, maximum=36500)
+
+    def check(self, issues: Issues) -> None:
+        if self.kms_key_arn is not None and self.encryption != "kms":
+            issues.add("kms_key_arn", self.kms_key_arn, "only used with encryption: kms")
+        if self.name is not None and bucket_name_problem(self.name) is not None:
+            issues.add("name", self.name, BUCKET_HELP)
+
+
+@section
+class DataRepositoryAssociationConfig:
+    """A link between a Lustre path and an S3 prefix (a DRA)."""
+
+    file_system_path: str = setting("/data", pattern=r"/[^\0]{0,4095}", allowed=FS_PATH_HELP)
+    data_repository_path: str | None = setting(
+        None,
+        pattern=r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\0]*)?",
+        allowed="allowed: an S3 URI such as 's3://my-bucket/prefix/'; leave it out to use the data bucket",
+    )
+    data_bucket_prefix: str | None = setting(None, pattern=r"[^/\0][^\0]*/", allowed=PREFIX_HELP)
+    auto_import_events: tuple[EVENTS, ...] = ("NEW", "CHANGED", "DELETED")
+    auto_export_events: tuple[EVENTS, ...] = ("NEW", "CHANGED", "DELETED")
+    batch_import_metadata_on_create: bool = True
+    imported_file_chunk_size_mib: int = setting(1024, minimum=1, maximum=512000)
+
+    def check(self, issues: Issues) -> None:
+        if self.data_repository_path is not None and self.data_bucket_prefix is not None:
+            issues.add(
+                "data_bucket_prefix",
+                self.data_bucket_prefix,
+                "give data_repository_path or data_bucket_prefix, not both",
+            )
+        problem = file_system_path_problem(self.file_system_path)
+        if problem is not None:
+            issues.add("file_system_path", self.file_system_path, problem)
+        if self.data_repository_path is not None:
+            problem = s3_path_problem(self.data_repository_path)
+            if problem is not None:
+                issues.add("data_repository_path", self.data_repository_path, problem)
+        if self.data_bucket_prefix is not None:
+            problem = prefix_problem(self.data_bucket_prefix)
+            if problem is not None:
+                issues.add("data_bucket_prefix", self.data_bucket_prefix, problem)
+        for key in ("auto_import_events", "auto_export_events"):
+            events = getattr(self, key)
+            if len(set(events)) != len(events):
+                issues.add(key, list(events), "each event may appear once")
+
+
+@section
+class MetadataConfig:
+    """Lustre metadata performance (PERSISTENT_2 only).
+
+    ``mode`` left out means AUTOMATIC on PERSISTENT_2 and no metadata
+    configuration on PERSISTENT_1, which has none.
+    """
+
+    mode: Literal["AUTOMATIC", "USER_PROVISIONED"] | None = None
+    iops: int | None = None
+
+    def check(self, issues: Issues) -> None:
+        if self.mode != "USER_PROVISIONED" and self.iops is not None:
+            issues.add("iops", self.iops, "only used with mode: USER_PROVISIONED")
+        if self.mode == "USER_PROVISIONED":
+            if self.iops is None:
+                issues.add("iops", None, "required with mode: USER_PROVISIONED; " + METADATA_IOPS_HELP)
+            elif not metadata_iops_valid(self.iops):
+                issues.add("iops", self.iops, METADATA_IOPS_HELP)
+
+
+@section
+class LustreConfig:
+    """FSx for Lustre, mounted at /fsx on every node."""
+
+    deployment_type: Literal["PERSISTENT_2", "PERSISTENT_1"] = "PERSISTENT_2"
+    storage_capacity_gib: int = 1200
+    throughput_per_unit_storage_mib: int = 250
+    data_compression: Literal["LZ4", "NONE"] = "LZ4"
+    lustre_version: Literal["2.15", "2.12"] = "2.15"
+    metadata: MetadataConfig = setting(MetadataConfig())
+    efa_enabled: bool = False
+    kms_key_arn: str | None = setting(None, pattern=KMS_KEY_ARN, allowed=KMS_HELP)
+    automatic_backup_retention_days: int = setting(7, minimum=0, maximum=90)
+    daily_backup_start_time: str = setting(
+        "05:00", pattern=r"([01]\d|2[0-3]):[0-5]\d", allowed="allowed: HH:MM in UTC, such as '05:00'"
+    )
+    weekly_maintenance_start_time: str = setting(
+        "7:06:00", pattern=r"[1-7]:([01]\d|2[0-3]):[0-5]\d", allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'"
+    )
+    log_level: Literal["WARN_ERROR", "WARN_ONLY", "ERROR_ONLY", "DISABLED"] = "WARN_ERROR"
+    security_group: Literal["cluster", "dedicated"] = "cluster"
+    data_repository_associations: tuple[DataRepositoryAssociationConfig, ...] = (DataRepositoryAssociationConfig(),)
+
+    def check(self, issues: Issues) -> None:
+        deployment = self.deployment_type
+        throughput = self.throughput_per_unit_storage_mib
+        problem = lustre_throughput_problem(deployment, throughput)
+        if problem is not None:
+            issues.add("throughput_per_unit_storage_mib", throughput, problem)
+        problem = lustre_capacity_problem(
+            self.storage_capacity_gib, deployment_type=deployment, throughput=throughput, efa_enabled=self.efa_enabled
+        )
+        if problem is not None:
+            issues.add("storage_capacity_gib", self.storage_capacity_gib, problem)
+        if deployment == "PERSISTENT_2" and self.lustre_version != "2.15":
+            issues.add(
+                "lustre_version",
+                self.lustre_version,
+                "allowed with PERSISTENT_2: '2.15' (a metadata configuration, always set here, needs Lustre 2.15)",
+            )
+        if deployment == "PERSISTENT_1" and self.metadata.mode is not None:
+            issues.add("metadata.mode", self.metadata.mode, "PERSISTENT_1 has no metadata configuration; remove it")
+        if self.efa_enabled:
+            if deployment != "PERSISTENT_2":
+                issues.add("efa_enabled", True, "EFA needs deployment_type: PERSISTENT_2 (with Lustre 2.15)")
+            if self.security_group == "dedicated":
+                issues.add(
+                    "security_group",
+                    "dedicated",
+                    "EFA needs all traffic between the file system and its clients both ways; "
+                    "use security_group: cluster (the cluster group allows all traffic within itself)",
+                )
+
+
+@section
+class OpenZfsConfig:
+    """FSx for OpenZFS for /home, exported over NFS to the VPC only."""
+
+    deployment_type: Literal["SINGLE_AZ_1", "SINGLE_AZ_2", "SINGLE_AZ_HA_1", "SINGLE_AZ_HA_2", "MULTI_AZ_1"] = (
+        "SINGLE_AZ_HA_2"
+    )
+    storage_capacity_gib: int = setting(512, minimum=64, maximum=524288)
+    throughput_capacity_mbps: int = 320
+    data_compression: Literal["ZSTD", "LZ4", "NONE"] = "LZ4"
+    kms_key_arn: str | None = setting(None, pattern=KMS_KEY_ARN, allowed=KMS_HELP)
+    automatic_backup_retention_days: int = setting(7, minimum=0, maximum=90)
+    daily_backup_start_time: str = setting(
+        "05:00", pattern=r"([01]\d|2[0-3]):[0-5]\d", allowed="allowed: HH:MM in UTC, such as '05:00'"
+    )
+    weekly_maintenance_start_time: str = setting(
+        "7:06:00", pattern=r"[1-7]:([01]\d|2[0-3]):[0-5]\d", allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'"
+    )
+    security_group: Literal["cluster", "dedicated"] = "cluster"
+
+    def check(self, issues: Issues) -> None:
+        problem = openzfs_throughput_problem(self.deployment_type, self.throughput_capacity_mbps)
+        if problem is not None:
+            issues.add("throughput_capacity_mbps", self.throughput_capacity_mbps, problem)
+
+
+@section
+class StorageConfig:
+    """Data that outlives clusters: the bucket, Lustre and optional OpenZFS."""
+
+    data_bucket: DataBucketConfig = setting(DataBucketConfig())
+    lustre: LustreConfig = setting(LustreConfig())
+    openzfs: OpenZfsConfig | None = None
+
+    def check(self, issues: Issues) -> None:
+        associations = self.lustre.data_repository_associations
+        bucket = f"s3://{self.data_bucket.name or '<data bucket>'}/"
+        repository_paths = [a.data_repository_path or bucket + (a.data_bucket_prefix or "") for a in associations]
+        conflicts = association_conflicts([a.file_system_path for a in associations], repository_paths)
+        for index, key, value, message in conflicts:
+            where = "lustre.data_repository_associations" + (f"[{index}].{key}" if key else "")
+            issues.add(where, value, message)

@@ -1,0 +1,1 @@
+"""Reusable L3 constructs: one concept a module."""

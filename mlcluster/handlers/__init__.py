@@ -1,0 +1,1 @@
+"""Lambda handlers shipped as assets (custom resources)."""

@@ -1,0 +1,1 @@
+"""Per-environment composition: one cdk.Stage of stacks per environment file."""

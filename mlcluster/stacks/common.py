@@ -1,0 +1,26 @@
+"""Small helpers the environment stacks share."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_logs as logs
+
+from mlcluster.config import Environment
+from mlcluster.config.environment import LOG_RETENTION_DAYS
+
+
+def removal_policy(environment: Environment) -> cdk.RemovalPolicy:
+    """RETAIN unless the environment explicitly asks to destroy data on delete."""
+    return cdk.RemovalPolicy.RETAIN if environment.config.retention.keeps_data else cdk.RemovalPolicy.DESTROY
+
+
+def export_name(environment: Environment, name: str) -> str:
+    """The CloudFormation export name of an output: ``<environment>-<name>``."""
+    return f"{environment.name}-{name}"
+
+
+def log_retention(environment: Environment) -> logs.RetentionDays:
+    """The environment's log retention as the CDK enum (the config holds days)."""
+    days = environment.config.retention.log_retention_days
+    by_days = dict(zip(LOG_RETENTION_DAYS, [m for m in logs.RetentionDays if m.name != "INFINITE"], strict=True))
+    return by_days[days]

@@ -1,0 +1,67 @@
+"""The network stack of an environment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from mlcluster.config import Environment
+from mlcluster.constructs.network import ClusterNetwork, ImportedNetwork, NetworkRef
+from mlcluster.stacks.common import export_name, log_retention, removal_policy
+
+
+class NetworkStack(cdk.Stack):
+    """Creates (or imports) the environment's VPC, subnets and cluster security group.
+
+    Outputs are exported as ``<environment>-<Name>`` for tools outside CDK.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, **kwargs: Any) -> None:
+        """Build the network for ``environment``."""
+        super().__init__(scope, construct_id, **kwargs)
+        net = environment.config.network
+        self.network: NetworkRef
+        if net.existing is not None:
+            ex = net.existing
+            self.network = ImportedNetwork(
+                self,
+                "Network",
+                vpc_id=ex.vpc_id,
+                vpc_cidr=ex.vpc_cidr,
+                private_subnet_ids=ex.private_subnet_ids,
+                security_group_id=ex.security_group_id,
+                public_subnet_id=ex.public_subnet_id,
+                availability_zone=net.availability_zone,
+                availability_zone_id=net.availability_zone_id,
+            )
+        else:
+            self.network = ClusterNetwork(
+                self,
+                "Network",
+                availability_zone=net.availability_zone,
+                availability_zone_id=net.availability_zone_id,
+                cidr=net.cidr,
+                secondary_cidr=net.secondary_cidr,
+                public_subnet_cidr=net.public_subnet_cidr,
+                private_subnet_cidr=net.private_subnet_cidr,
+                extra_zones=net.extra_zones,
+                nat_gateways=net.nat_gateways,
+                dynamodb_endpoint=net.dynamodb_endpoint,
+                flow_log_traffic_type=net.flow_logs.traffic_type,
+                flow_log_max_aggregation_interval_seconds=net.flow_logs.max_aggregation_interval_seconds,
+                flow_log_retention=log_retention(environment),
+                flow_log_removal_policy=removal_policy(environment),
+                peering=net.peering,
+            )
+        ref = self.network
+        self._output(environment, "VpcId", ref.vpc.vpc_id, "The VPC")
+        for index, subnet in enumerate(ref.private_subnets):
+            self._output(environment, f"PrivateSubnet{index + 1}Id", subnet.subnet_id, f"Private subnet {index + 1}")
+        if ref.public_subnet is not None:
+            self._output(environment, "PublicSubnetId", ref.public_subnet.subnet_id, "Public subnet (primary zone)")
+        self._output(environment, "SecurityGroupId", ref.security_group.security_group_id, "Cluster security group")
+
+    def _output(self, environment: Environment, name: str, value: str, description: str) -> None:
+        cdk.CfnOutput(self, name, value=value, description=description, export_name=export_name(environment, name))

@@ -1,0 +1,82 @@
+"""One ``cdk.Stage`` per environment file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+import jsii
+from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NagPack, NIST80053R5Checks, PCIDSS321Checks
+from constructs import Construct
+
+from mlcluster.config import Environment
+from mlcluster.stacks.network import NetworkStack
+
+#: The cdk-nag packs an environment may add to AwsSolutions, by config name.
+EXTRA_PACKS: dict[str, type[NagPack]] = {
+    "nist-800-53-r5": NIST80053R5Checks,
+    "hipaa-security": HIPAASecurityChecks,
+    "pci-dss-3.2.1": PCIDSS321Checks,
+}
+
+
+class EnvironmentStage(cdk.Stage):
+    """Every stack of one environment, named after its file.
+
+    Stacks: ``Network``; later issues add ``Storage`` (data that outlives
+    clusters) and ``Cluster``. Tags from the environment go on everything;
+    cdk-nag's AwsSolutions pack, plus any packs the environment lists, checks
+    the stage at synth and fails it on any finding not acknowledged.
+    """
+
+    def __init__(self, scope: Construct, environment: Environment, **kwargs: Any) -> None:
+        """Compose the stacks of ``environment``."""
+        cfg = environment.config
+        env = cdk.Environment(account=cfg.account, region=cfg.region) if cfg.account or cfg.region else None
+        super().__init__(scope, environment.name, env=env, **kwargs)
+        self.environment = environment
+        description = f"mlcluster {environment.name}: " + (cfg.description or "distributed-training environment")
+        self.network_stack = NetworkStack(
+            self, "Network", environment=environment, description=f"{description} (network)"
+        )
+        tags = {"mlcluster:environment": environment.name, **cfg.tags}
+        for key, value in tags.items():
+            cdk.Tags.of(self).add(key, value)
+        packs: list[NagPack] = [AwsSolutionsChecks()]
+        packs += [EXTRA_PACKS[name]() for name in cfg.compliance.packs]
+        cdk.Validations.of(self).add_plugins(*(StageScopedPack(pack, self) for pack in packs))
+
+
+@jsii.implements(cdk.IPolicyValidationPlugin)
+class StageScopedPack:
+    """Runs a cdk-nag pack on one stage only.
+
+    cdk-nag 3.x packs walk the whole app from the validation context, so a
+    pack one environment lists would judge every environment. This adapter
+    hands the pack its own stage instead, so each environment is checked by
+    exactly the packs its file names.
+    """
+
+    def __init__(self, pack: NagPack, stage: cdk.Stage) -> None:
+        """Wrap ``pack`` to validate ``stage``."""
+        self._pack = pack
+        self._stage = stage
+
+    @property
+    def name(self) -> str:
+        """The pack's own name, so acknowledgements keep their usual ids."""
+        return str(self._pack.name)
+
+    @property
+    def version(self) -> str | None:
+        """The pack's version, if it reports one."""
+        return self._pack.version
+
+    @property
+    def rule_ids(self) -> list[str] | None:
+        """The pack's rule ids, if it reports them."""
+        return self._pack.rule_ids
+
+    def validate(self, context: cdk.IPolicyValidationContext) -> cdk.PolicyValidationPluginReport:
+        """Check this stage's constructs; ``context`` covers the whole app and is not used."""
+        return self._pack.validate_scope(self._stage)

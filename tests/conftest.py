@@ -1,0 +1,25 @@
+"""Pytest set-up shared by every test module."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mlcluster.config import Environment, load_environment
+from tests.support import write_env
+
+
+@pytest.fixture
+def make_env(tmp_path: Path) -> Callable[..., Environment]:
+    """Build a validated ``Environment`` from a mapping (per test)."""
+
+    def make(data: dict[str, object], name: str = "test") -> Environment:
+        return load_environment(write_env(tmp_path / "environments", name, data))
+
+    return make

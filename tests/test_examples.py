@@ -1,0 +1,140 @@
+"""Every example environment: synthesized once with cdk-nag on, then linted and snapshotted.
+
+One synthesis serves the whole module (it takes seconds); the checks are:
+cdk-nag passes with every acknowledgement carrying a reason, cfn-lint finds
+nothing, and each stack matches its snapshot with volatile values masked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from syrupy.assertion import SnapshotAssertion
+
+from mlcluster.app import build_app
+from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, stack_templates, synth_examples, write_env
+
+#: cfn-lint rules ignored everywhere, each with its reason. Empty: none needed.
+CFN_LINT_IGNORES: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cdk.out")
+    synth_examples(out)  # raises on any unacknowledged cdk-nag finding
+    return out
+
+
+@pytest.fixture(scope="module")
+def templates(outdir: Path) -> dict[str, dict[str, Any]]:
+    from aws_cdk import cx_api
+
+    return stack_templates(cx_api.CloudAssembly(str(outdir)))
+
+
+def test_every_example_has_its_stacks(templates: dict[str, dict[str, Any]]) -> None:
+    for name in EXAMPLES:
+        assert f"{name}/Network" in templates
+
+
+def test_acknowledgements_name_a_finding_and_a_reason(outdir: Path) -> None:
+    seen = 0
+    for metadata in outdir.glob("assembly-*/*.metadata.json"):
+        for entries in json.loads(metadata.read_text()).values():
+            for entry in entries:
+                if entry["type"] != "aws:cdk:acknowledged-rules":
+                    continue
+                for finding, reason in entry["data"].items():
+                    seen += 1
+                    assert re.fullmatch(r"(Annotation::)?[A-Za-z0-9.:@/-]+(\[[^\]]+\])?", finding), finding
+                    assert len(reason) > 40, f"{finding}: reason too short to be specific: {reason!r}"
+    assert seen > 0
+
+
+def test_unacknowledged_finding_fails_synth(tmp_path: Path) -> None:
+    write_env(tmp_path / "envs", "nagged", MINIMAL)
+    app, stages = build_app(tmp_path / "envs", outdir=str(tmp_path / "out"))
+    s3.CfnBucket(stages[0].network_stack, "Leaky")  # no logs, no TLS-only policy
+    with pytest.raises(RuntimeError, match=r"(?s)ValidationFailed: .*AwsSolutions-S1"):
+        app.synth()
+
+
+@pytest.mark.parametrize(("where", "fails"), [("plain", False), ("strict", True)])
+def test_extra_pack_judges_only_its_own_environment(tmp_path: Path, where: str, fails: bool) -> None:
+    write_env(tmp_path / "envs", "plain", MINIMAL)
+    write_env(tmp_path / "envs", "strict", {**MINIMAL, "compliance": {"packs": ["hipaa-security"]}})
+    app, stages = build_app(tmp_path / "envs", outdir=str(tmp_path / "out"))
+    stage = next(s for s in stages if s.environment.name == where)
+    # An unencrypted log group without retention breaks HIPAA rules, not AwsSolutions ones.
+    logs.CfnLogGroup(stage.network_stack, "Unencrypted")
+    if fails:
+        with pytest.raises(RuntimeError, match=r"HIPAA.Security-CloudWatchLogGroupEncrypted"):
+            app.synth()
+    else:
+        app.synth()
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_cfn_lint_clean(outdir: Path, name: str) -> None:
+    files = sorted(str(p) for p in (outdir / f"assembly-{name}").glob("*.template.json"))
+    assert files
+    ignore = ["--ignore-checks", *CFN_LINT_IGNORES] if CFN_LINT_IGNORES else []
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", *ignore, "--", *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+VOLATILE = [
+    (re.compile(r"[0-9a-f]{64}(\.zip|\.json)?"), "<asset-hash>"),
+    (re.compile(r"cdk-hnb659fds-[a-z-]+-\$\{AWS::AccountId\}-\$\{AWS::Region\}"), "<bootstrap-resource>"),
+]
+
+
+def mask(template: dict[str, Any]) -> dict[str, Any]:
+    """Drop CDK version data and the bootstrap rule; replace asset hashes."""
+    clean = json.loads(json.dumps(template))
+    clean.get("Resources", {}).pop("CDKMetadata", None)
+    clean.get("Conditions", {}).pop("CDKMetadataAvailable", None)
+    clean.get("Parameters", {}).pop("BootstrapVersion", None)
+    clean.get("Rules", {}).pop("CheckBootstrapVersion", None)
+    for key in ("Conditions", "Parameters", "Rules"):
+        if key in clean and not clean[key]:
+            del clean[key]
+    text = json.dumps(clean, indent=1, sort_keys=True)
+    for pattern, replacement in VOLATILE:
+        text = pattern.sub(replacement, text)
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_snapshot(templates: dict[str, dict[str, Any]], name: str, snapshot: SnapshotAssertion) -> None:
+    stacks = {path: mask(t) for path, t in sorted(templates.items()) if path.startswith(f"{name}/")}
+    assert stacks == snapshot
+
+
+def test_mask_removes_volatile_values() -> None:
+    raw = {
+        "Resources": {"CDKMetadata": {"Type": "AWS::CDK::Metadata"}, "A": {"Properties": {"Key": "ab" * 32 + ".zip"}}},
+        "Parameters": {"BootstrapVersion": {}},
+        "Rules": {"CheckBootstrapVersion": {}},
+    }
+    assert mask(raw) == {"Resources": {"A": {"Properties": {"Key": "<asset-hash>"}}}}
+
+
+def test_stage_names_follow_files() -> None:
+    app, stages = build_app(ENVIRONMENTS)
+    assert sorted(s.stage_name for s in stages) == EXAMPLES
+    assert isinstance(app, cdk.App)

@@ -1,0 +1,92 @@
+"""The real tools a user meets: the pinned CDK CLI, and the wheel in someone else's CDK app."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT
+
+CDK = ROOT / "node_modules" / ".bin" / "cdk"
+ENV = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+
+
+@pytest.mark.slow
+def test_pinned_cli_synthesizes_dev_with_nag(tmp_path: Path) -> None:
+    """A CLI/library schema mismatch, or a nag error in dev, fails here."""
+    version = subprocess.run([str(CDK), "--version"], capture_output=True, text=True, check=True, env=ENV)
+    pinned = json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+    assert version.stdout.startswith(pinned)
+    result = subprocess.run(
+        [str(CDK), "synth", "**", "--quiet", "--no-notices", "-c", "env=dev", "--output", str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (tmp_path / "out" / "assembly-dev" / "manifest.json").exists()
+    assert not (tmp_path / "out" / "assembly-prod").exists()
+
+
+EXTERNAL_APP = """
+import aws_cdk as cdk
+from mlcluster.constructs.network import ClusterNetwork
+
+app = cdk.App()
+stack = cdk.Stack(app, "Consumer")
+net = ClusterNetwork(stack, "Net", availability_zone_id="use1-az4", cidr="10.50.0.0/16")
+cdk.CfnOutput(stack, "Sg", value=net.security_group.security_group_id)
+app.synth()
+"""
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_works_in_an_external_app(tmp_path: Path) -> None:
+    """Our constructs are a library: build the wheel, install it elsewhere, synthesize with it."""
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist), str(ROOT)],
+        check=True,
+        capture_output=True,
+        env=ENV,
+    )
+    (wheel,) = dist.glob("mlcluster-*.whl")
+    target = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(target)
+    py = target / "bin" / "python"
+    install = subprocess.run(
+        [str(py), "-m", "pip", "install", "--quiet", str(wheel)], capture_output=True, text=True, env=ENV, check=False
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    app_dir = tmp_path / "consumer"
+    app_dir.mkdir()
+    (app_dir / "app.py").write_text(EXTERNAL_APP)
+    result = subprocess.run(
+        [str(py), "app.py"],
+        cwd=app_dir,
+        capture_output=True,
+        text=True,
+        env={**ENV, "CDK_OUTDIR": str(app_dir / "out")},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    template = json.loads((app_dir / "out" / "Consumer.template.json").read_text())
+    subnets = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"]
+    assert {s["Properties"]["AvailabilityZoneId"] for s in subnets} == {"use1-az4"}
+    # The module came from the wheel, not from this checkout.
+    where = subprocess.run(
+        [str(py), "-c", "import mlcluster; print(mlcluster.__file__)"],
+        cwd=app_dir,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert str(target) in where.stdout

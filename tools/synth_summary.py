@@ -1,0 +1,88 @@
+"""Synthesize through the pinned CDK CLI and print one line per stack.
+
+Usage: ``python tools/synth_summary.py [env,env...]``. Runs ``cdk synth`` (no
+AWS credentials needed), then reads the cloud assembly: resources, outputs
+and acknowledgements per stack, and the cdk-nag packs that checked it (the
+synth fails on any unacknowledged finding, so a printed line means they
+passed). Exits non-zero when the synth fails: a config error prints its one
+message, a nag finding prints cdk's report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from mlcluster.config import load_environment
+
+ROOT = Path(__file__).resolve().parent.parent
+CDK = ROOT / "node_modules" / ".bin" / "cdk"
+
+
+def synth(selection: str | None, outdir: Path) -> int:
+    """Run the pinned CLI on every stack of every stage (``**``); return its exit code.
+
+    Selecting ``**`` matters: the CLI only reports validation (cdk-nag)
+    failures for the stacks it selects, and the default selection of an app
+    made of stages is empty.
+    """
+    cmd = [str(CDK), "synth", "**", "--quiet", "--no-notices", "--output", str(outdir)]
+    if selection:
+        cmd += ["-c", f"env={selection}"]
+    env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    return subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
+
+
+def acknowledged_by_stack(stage_dir: Path) -> Counter[str]:
+    """How many findings each stack acknowledges, from its metadata file."""
+    counts: Counter[str] = Counter()
+    for metadata in stage_dir.glob("*.metadata.json"):
+        for entries in json.loads(metadata.read_text()).values():
+            for entry in entries:
+                if entry["type"] == "aws:cdk:acknowledged-rules":
+                    counts[metadata.name.removesuffix(".metadata.json")] += len(entry["data"])
+    return counts
+
+
+def summarize(outdir: Path) -> list[str]:
+    """Lines describing every stack in the cloud assembly at ``outdir``."""
+    lines = [f"{'stack':<22} {'resources':>9} {'outputs':>7}  {'acknowledgements':>16}  cdk-nag packs (all passed)"]
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    for name, artifact in sorted(manifest["artifacts"].items()):
+        if artifact["type"] != "cdk:cloud-assembly":
+            continue
+        stage = name.removeprefix("assembly-")
+        packs = ", ".join(
+            ["AwsSolutions", *load_environment(ROOT / "environments" / f"{stage}.yaml").config.compliance.packs]
+        )
+        stage_dir = outdir / artifact["properties"]["directoryName"]
+        acks = acknowledged_by_stack(stage_dir)
+        stage_manifest = json.loads((stage_dir / "manifest.json").read_text())
+        for artifact_id, stack in sorted(stage_manifest["artifacts"].items()):
+            if stack["type"] != "aws:cloudformation:stack":
+                continue
+            template = json.loads((stage_dir / stack["properties"]["templateFile"]).read_text())
+            path = stack.get("displayName", artifact_id)
+            resources = len(template.get("Resources", {}))
+            outputs = len(template.get("Outputs", {}))
+            lines.append(f"{path:<22} {resources:>9} {outputs:>7}  {acks[artifact_id]:>16}  {packs}")
+    return lines
+
+
+def main() -> int:
+    selection = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ENV") or None
+    outdir = ROOT / "cdk.out"
+    code = synth(selection, outdir)
+    if code != 0:
+        print(f"make synth: cdk synth failed (exit {code})", file=sys.stderr)
+        return code
+    print("\n".join(summarize(outdir)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
