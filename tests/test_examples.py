@@ -71,7 +71,8 @@ def test_unacknowledged_finding_fails_synth(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("where", "fails"), [("plain", False), ("strict", True)])
 def test_extra_pack_judges_only_its_own_environment(tmp_path: Path, where: str, fails: bool) -> None:
     write_env(tmp_path / "envs", "plain", MINIMAL)
-    write_env(tmp_path / "envs", "strict", {**MINIMAL, "compliance": {"packs": ["hipaa-security"]}})
+    strict = {**MINIMAL, "compliance": {"packs": ["hipaa-security"]}, "storage": {"data_bucket": {"encryption": "kms"}}}
+    write_env(tmp_path / "envs", "strict", strict)
     app, stages = build_app(tmp_path / "envs", outdir=str(tmp_path / "out"))
     stage = next(s for s in stages if s.environment.name == where)
     # An unencrypted log group without retention breaks HIPAA rules, not AwsSolutions ones.

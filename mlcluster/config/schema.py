@@ -79,8 +79,8 @@ class Issues:
 
 
 def setting(
-    default: Any = _MISSING,
     *,
+    default: Any = _MISSING,
     pattern: str | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
@@ -88,6 +88,9 @@ def setting(
     one_of: tuple[Any, ...] | None = None,
 ) -> Any:
     """Declare a config field with value checks.
+
+    ``default`` is keyword-only so that type checkers see it (PEP 681 field
+    specifiers); without it the field is required.
 
     ``pattern`` is a full-match regular expression for strings (and for each
     item of a tuple of strings); ``minimum``/``maximum`` bound numbers (and

@@ -193,12 +193,12 @@ def association_conflicts(
 class DataBucketConfig:
     """The S3 bucket that holds datasets and checkpoints."""
 
-    name: str | None = setting(None, pattern=BUCKET_NAME, allowed=BUCKET_HELP)
+    name: str | None = setting(default=None, pattern=BUCKET_NAME, allowed=BUCKET_HELP)
     encryption: Literal["s3", "kms"] = "s3"
-    kms_key_arn: str | None = setting(None, pattern=KMS_KEY_ARN, allowed=KMS_HELP)
-    abort_incomplete_multipart_upload_days: int = setting(7, minimum=1, maximum=365)
-    noncurrent_version_expiration_days: int | None = setting(None, minimum=1, maximum=36500)
-    access_log_retention_days: int = setting(365, minimum=1, maximum=36500)
+    kms_key_arn: str | None = setting(default=None, pattern=KMS_KEY_ARN, allowed=KMS_HELP)
+    abort_incomplete_multipart_upload_days: int = setting(default=7, minimum=1, maximum=365)
+    noncurrent_version_expiration_days: int | None = setting(default=None, minimum=1, maximum=36500)
+    access_log_retention_days: int = setting(default=365, minimum=1, maximum=36500)
 
     def check(self, issues: Issues) -> None:
         if self.kms_key_arn is not None and self.encryption != "kms":
@@ -211,17 +211,17 @@ class DataBucketConfig:
 class DataRepositoryAssociationConfig:
     """A link between a Lustre path and an S3 prefix (a DRA)."""
 
-    file_system_path: str = setting("/data", pattern=r"/[^\0]{0,4095}", allowed=FS_PATH_HELP)
+    file_system_path: str = setting(default="/data", pattern=r"/[^\0]{0,4095}", allowed=FS_PATH_HELP)
     data_repository_path: str | None = setting(
-        None,
+        default=None,
         pattern=r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\0]*)?",
         allowed="allowed: an S3 URI such as 's3://my-bucket/prefix/'; leave it out to use the data bucket",
     )
-    data_bucket_prefix: str | None = setting(None, pattern=r"[^/\0][^\0]*/", allowed=PREFIX_HELP)
+    data_bucket_prefix: str | None = setting(default=None, pattern=r"[^/\0][^\0]*/", allowed=PREFIX_HELP)
     auto_import_events: tuple[EVENTS, ...] = ("NEW", "CHANGED", "DELETED")
     auto_export_events: tuple[EVENTS, ...] = ("NEW", "CHANGED", "DELETED")
     batch_import_metadata_on_create: bool = True
-    imported_file_chunk_size_mib: int = setting(1024, minimum=1, maximum=512000)
+    imported_file_chunk_size_mib: int = setting(default=1024, minimum=1, maximum=512000)
 
     def check(self, issues: Issues) -> None:
         if self.data_repository_path is not None and self.data_bucket_prefix is not None:
@@ -277,15 +277,17 @@ class LustreConfig:
     throughput_per_unit_storage_mib: int = 250
     data_compression: Literal["LZ4", "NONE"] = "LZ4"
     lustre_version: Literal["2.15", "2.12"] = "2.15"
-    metadata: MetadataConfig = setting(MetadataConfig())
+    metadata: MetadataConfig = setting(default=MetadataConfig())
     efa_enabled: bool = False
-    kms_key_arn: str | None = setting(None, pattern=KMS_KEY_ARN, allowed=KMS_HELP)
-    automatic_backup_retention_days: int = setting(7, minimum=0, maximum=90)
+    kms_key_arn: str | None = setting(default=None, pattern=KMS_KEY_ARN, allowed=KMS_HELP)
+    automatic_backup_retention_days: int = setting(default=7, minimum=0, maximum=90)
     daily_backup_start_time: str = setting(
-        "05:00", pattern=r"([01]\d|2[0-3]):[0-5]\d", allowed="allowed: HH:MM in UTC, such as '05:00'"
+        default="05:00", pattern=r"([01]\d|2[0-3]):[0-5]\d", allowed="allowed: HH:MM in UTC, such as '05:00'"
     )
     weekly_maintenance_start_time: str = setting(
-        "7:06:00", pattern=r"[1-7]:([01]\d|2[0-3]):[0-5]\d", allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'"
+        default="7:06:00",
+        pattern=r"[1-7]:([01]\d|2[0-3]):[0-5]\d",
+        allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'",
     )
     log_level: Literal["WARN_ERROR", "WARN_ONLY", "ERROR_ONLY", "DISABLED"] = "WARN_ERROR"
     security_group: Literal["cluster", "dedicated"] = "cluster"
@@ -329,16 +331,18 @@ class OpenZfsConfig:
     deployment_type: Literal["SINGLE_AZ_1", "SINGLE_AZ_2", "SINGLE_AZ_HA_1", "SINGLE_AZ_HA_2", "MULTI_AZ_1"] = (
         "SINGLE_AZ_HA_2"
     )
-    storage_capacity_gib: int = setting(512, minimum=64, maximum=524288)
+    storage_capacity_gib: int = setting(default=512, minimum=64, maximum=524288)
     throughput_capacity_mbps: int = 320
     data_compression: Literal["ZSTD", "LZ4", "NONE"] = "LZ4"
-    kms_key_arn: str | None = setting(None, pattern=KMS_KEY_ARN, allowed=KMS_HELP)
-    automatic_backup_retention_days: int = setting(7, minimum=0, maximum=90)
+    kms_key_arn: str | None = setting(default=None, pattern=KMS_KEY_ARN, allowed=KMS_HELP)
+    automatic_backup_retention_days: int = setting(default=7, minimum=0, maximum=90)
     daily_backup_start_time: str = setting(
-        "05:00", pattern=r"([01]\d|2[0-3]):[0-5]\d", allowed="allowed: HH:MM in UTC, such as '05:00'"
+        default="05:00", pattern=r"([01]\d|2[0-3]):[0-5]\d", allowed="allowed: HH:MM in UTC, such as '05:00'"
     )
     weekly_maintenance_start_time: str = setting(
-        "7:06:00", pattern=r"[1-7]:([01]\d|2[0-3]):[0-5]\d", allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'"
+        default="7:06:00",
+        pattern=r"[1-7]:([01]\d|2[0-3]):[0-5]\d",
+        allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'",
     )
     security_group: Literal["cluster", "dedicated"] = "cluster"
 
@@ -352,8 +356,8 @@ class OpenZfsConfig:
 class StorageConfig:
     """Data that outlives clusters: the bucket, Lustre and optional OpenZFS."""
 
-    data_bucket: DataBucketConfig = setting(DataBucketConfig())
-    lustre: LustreConfig = setting(LustreConfig())
+    data_bucket: DataBucketConfig = setting(default=DataBucketConfig())
+    lustre: LustreConfig = setting(default=LustreConfig())
     openzfs: OpenZfsConfig | None = None
 
     def check(self, issues: Issues) -> None:

@@ -11,6 +11,7 @@ from constructs import Construct
 
 from mlcluster.config import Environment
 from mlcluster.stacks.network import NetworkStack
+from mlcluster.stacks.storage import StorageStack
 
 #: The cdk-nag packs an environment may add to AwsSolutions, by config name.
 EXTRA_PACKS: dict[str, type[NagPack]] = {
@@ -23,8 +24,8 @@ EXTRA_PACKS: dict[str, type[NagPack]] = {
 class EnvironmentStage(cdk.Stage):
     """Every stack of one environment, named after its file.
 
-    Stacks: ``Network``; later issues add ``Storage`` (data that outlives
-    clusters) and ``Cluster``. Tags from the environment go on everything;
+    Stacks: ``Network``, ``Storage`` (data that outlives clusters) and,
+    when the environment has a cluster backend, ``Cluster``. Tags from the environment go on everything;
     cdk-nag's AwsSolutions pack, plus any packs the environment lists, checks
     the stage at synth and fails it on any finding not acknowledged.
     """
@@ -38,6 +39,13 @@ class EnvironmentStage(cdk.Stage):
         description = f"mlcluster {environment.name}: " + (cfg.description or "distributed-training environment")
         self.network_stack = NetworkStack(
             self, "Network", environment=environment, description=f"{description} (network)"
+        )
+        self.storage_stack = StorageStack(
+            self,
+            "Storage",
+            environment=environment,
+            network=self.network_stack.network,
+            description=f"{description} (data: bucket, file systems; outlives clusters)",
         )
         tags = {"mlcluster:environment": environment.name, **cfg.tags}
         for key, value in tags.items():

@@ -1,0 +1,126 @@
+"""The storage stack of an environment: data that outlives clusters."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from mlcluster.config import Environment
+from mlcluster.constructs.data_bucket import DataBucket
+from mlcluster.constructs.lustre import DataRepositoryAssociationProps, LustreStorage
+from mlcluster.constructs.nag import acknowledge_compliance
+from mlcluster.constructs.network import NetworkRef
+from mlcluster.constructs.openzfs import OpenZfsHome
+from mlcluster.stacks.common import export_name, log_retention, removal_policy
+
+
+class StorageStack(cdk.Stack):
+    """The data bucket, FSx for Lustre linked to it by DRAs, and optional OpenZFS /home.
+
+    Lives apart from the cluster stack: a cluster can be destroyed and
+    recreated without touching anything here, and nothing here refers to the
+    cluster. With ``retention.on_delete: retain`` every data-holding resource
+    is retained when this stack is deleted or the resource is replaced.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, environment: Environment, network: NetworkRef, **kwargs: Any
+    ) -> None:
+        """Build the storage of ``environment`` in ``network``."""
+        super().__init__(scope, construct_id, **kwargs)
+        cfg = environment.config.storage
+        policy = removal_policy(environment)
+        bucket_cfg = cfg.data_bucket
+        bucket_key = (
+            kms.Key.from_key_arn(self, "DataBucketKey", bucket_cfg.kms_key_arn) if bucket_cfg.kms_key_arn else None
+        )
+        self.data_bucket = DataBucket(
+            self,
+            "DataBucket",
+            bucket_name=bucket_cfg.name,
+            encryption=bucket_cfg.encryption,
+            encryption_key=bucket_key,
+            abort_incomplete_multipart_upload_days=bucket_cfg.abort_incomplete_multipart_upload_days,
+            noncurrent_version_expiration_days=bucket_cfg.noncurrent_version_expiration_days,
+            access_log_retention_days=bucket_cfg.access_log_retention_days,
+            removal_policy=policy,
+        )
+        for bucket in (self.data_bucket.bucket, self.data_bucket.log_bucket):
+            acknowledge_compliance(
+                bucket,
+                "S3BucketReplicationEnabled",
+                "Cross-region replication of training data and its access logs is a disaster-recovery choice "
+                "per environment (it doubles storage cost); versioning and retain-on-delete protect the data here.",
+            )
+
+        lustre = cfg.lustre
+        subnet = network.private_subnets[0]
+        self.lustre = LustreStorage(
+            self,
+            "Lustre",
+            vpc=network.vpc,
+            subnet=subnet,
+            cluster_security_group=network.security_group,
+            dedicated_security_group=lustre.security_group == "dedicated",
+            deployment_type=lustre.deployment_type,
+            storage_capacity_gib=lustre.storage_capacity_gib,
+            throughput_mbps_per_tib=lustre.throughput_per_unit_storage_mib,
+            data_compression=lustre.data_compression,
+            lustre_version=lustre.lustre_version,
+            metadata_mode=lustre.metadata.mode,
+            metadata_iops=lustre.metadata.iops,
+            efa_enabled=lustre.efa_enabled,
+            kms_key=kms.Key.from_key_arn(self, "LustreKey", lustre.kms_key_arn) if lustre.kms_key_arn else None,
+            automatic_backup_retention_days=lustre.automatic_backup_retention_days,
+            daily_backup_start_time=lustre.daily_backup_start_time,
+            weekly_maintenance_start_time=lustre.weekly_maintenance_start_time,
+            log_level=lustre.log_level,
+            log_retention=log_retention(environment),
+            data_bucket=self.data_bucket.bucket,
+            data_repository_associations=[
+                DataRepositoryAssociationProps(**dataclasses.asdict(dra)) for dra in lustre.data_repository_associations
+            ],
+            removal_policy=policy,
+        )
+
+        self.openzfs: OpenZfsHome | None = None
+        if cfg.openzfs is not None:
+            zfs = cfg.openzfs
+            multi_az = zfs.deployment_type == "MULTI_AZ_1"
+            self.openzfs = OpenZfsHome(
+                self,
+                "OpenZfs",
+                vpc=network.vpc,
+                subnet=subnet,
+                cluster_security_group=network.security_group,
+                nfs_client_cidrs=network.vpc_cidr_blocks,
+                dedicated_security_group=zfs.security_group == "dedicated",
+                deployment_type=zfs.deployment_type,
+                standby_subnet=network.private_subnets[1] if multi_az and len(network.private_subnets) > 1 else None,
+                route_table_ids=[s.route_table.route_table_id for s in network.private_subnets] if multi_az else None,
+                storage_capacity_gib=zfs.storage_capacity_gib,
+                throughput_capacity_mbps=zfs.throughput_capacity_mbps,
+                data_compression=zfs.data_compression,
+                kms_key=kms.Key.from_key_arn(self, "OpenZfsKey", zfs.kms_key_arn) if zfs.kms_key_arn else None,
+                automatic_backup_retention_days=zfs.automatic_backup_retention_days,
+                daily_backup_start_time=zfs.daily_backup_start_time,
+                weekly_maintenance_start_time=zfs.weekly_maintenance_start_time,
+                removal_policy=policy,
+            )
+
+        outputs = {
+            "DataBucketName": (self.data_bucket.bucket.bucket_name, "S3 data bucket (datasets, checkpoints)"),
+            "LustreFileSystemId": (self.lustre.file_system_id, "FSx for Lustre file system, mounted at /fsx"),
+            "LustreDnsName": (self.lustre.dns_name, "FSx for Lustre DNS name"),
+            "LustreMountName": (self.lustre.mount_name, "FSx for Lustre mount name"),
+        }
+        if self.openzfs is not None:
+            outputs["OpenZfsFileSystemId"] = (self.openzfs.file_system_id, "FSx for OpenZFS file system (/home)")
+            outputs["OpenZfsDnsName"] = (self.openzfs.dns_name, "FSx for OpenZFS DNS name")
+            outputs["OpenZfsRootVolumeId"] = (self.openzfs.root_volume_id, "FSx for OpenZFS root volume (NFS export)")
+        for name, (value, description) in outputs.items():
+            cdk.CfnOutput(self, name, value=value, description=description, export_name=export_name(environment, name))

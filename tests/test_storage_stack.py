@@ -1,0 +1,136 @@
+"""The storage stack as composed per environment: data that outlives clusters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import cx_api
+
+from mlcluster.app import build_app
+from tests.support import MINIMAL, stack_templates, write_env
+
+DATA_TYPES = ("AWS::S3::Bucket", "AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation", "AWS::KMS::Key")
+
+KEEP: dict[str, Any] = {
+    **MINIMAL,
+    "storage": {
+        "data_bucket": {"encryption": "kms"},
+        "lustre": {
+            "data_repository_associations": [
+                {"file_system_path": "/data", "data_bucket_prefix": "datasets/"},
+                {"file_system_path": "/checkpoints", "data_bucket_prefix": "checkpoints/", "auto_import_events": []},
+            ]
+        },
+        "openzfs": {"deployment_type": "SINGLE_AZ_1", "throughput_capacity_mbps": 128},
+    },
+}
+DESTROY: dict[str, Any] = {**MINIMAL, "retention": {"on_delete": "destroy"}}
+
+
+@pytest.fixture(scope="module")
+def outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("storage")
+    write_env(tmp / "envs", "keep", KEEP)
+    write_env(tmp / "envs", "scratch", DESTROY)
+    app, _ = build_app(tmp / "envs", outdir=str(tmp / "out"))
+    app.synth()
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def stages(outdir: Path) -> dict[str, dict[str, Any]]:
+    return stack_templates(cx_api.CloudAssembly(str(outdir)))
+
+
+def of_type(template: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def test_bucket_lustre_and_dra_in_the_storage_stack(stages: dict[str, dict[str, Any]]) -> None:
+    storage = stages["keep/Storage"]
+    assert len(of_type(storage, "AWS::FSx::DataRepositoryAssociation")) == 2
+    (lustre,) = [
+        r for r in of_type(storage, "AWS::FSx::FileSystem").values() if r["Properties"]["FileSystemType"] == "LUSTRE"
+    ]
+    assert lustre["Properties"]["LustreConfiguration"]["DeploymentType"] == "PERSISTENT_2"
+    assert lustre["Properties"]["FileSystemTypeVersion"] == "2.15"
+    zfs = [
+        r for r in of_type(storage, "AWS::FSx::FileSystem").values() if r["Properties"]["FileSystemType"] == "OPENZFS"
+    ]
+    assert len(zfs) == 1
+    assert not of_type(stages["keep/Network"], "AWS::FSx::FileSystem")
+
+
+def test_file_systems_sit_in_the_network_stacks_private_subnet(stages: dict[str, dict[str, Any]]) -> None:
+    for fs in of_type(stages["keep/Storage"], "AWS::FSx::FileSystem").values():
+        (subnet,) = fs["Properties"]["SubnetIds"]
+        assert "Fn::ImportValue" in subnet
+        assert "PrivateSubnet1" in str(subnet["Fn::ImportValue"]) or "Private1Subnet" in str(subnet["Fn::ImportValue"])
+
+
+def test_dras_are_created_one_after_another(stages: dict[str, dict[str, Any]]) -> None:
+    dras = of_type(stages["keep/Storage"], "AWS::FSx::DataRepositoryAssociation")
+    ids = sorted(dras)
+    assert any(other in dras[ids[1]].get("DependsOn", []) for other in ids[:1]) or any(
+        other in dras[ids[0]].get("DependsOn", []) for other in ids[1:]
+    )
+
+
+@pytest.mark.parametrize("kind", DATA_TYPES)
+def test_data_is_retained_on_delete_and_replace(stages: dict[str, dict[str, Any]], kind: str) -> None:
+    found = of_type(stages["keep/Storage"], kind)
+    assert found, kind
+    for logical_id, resource in found.items():
+        assert resource.get("DeletionPolicy") == "Retain", logical_id
+        assert resource.get("UpdateReplacePolicy") == "Retain", logical_id
+
+
+def test_destroy_only_when_the_environment_asks(stages: dict[str, dict[str, Any]]) -> None:
+    for kind in ("AWS::S3::Bucket", "AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation"):
+        for logical_id, resource in of_type(stages["scratch/Storage"], kind).items():
+            assert resource.get("DeletionPolicy") == "Delete", logical_id
+
+
+def test_storage_depends_only_on_the_network(stages: dict[str, dict[str, Any]], outdir: Path) -> None:
+    assembly = cx_api.CloudAssembly(str(outdir))
+    (keep,) = [n.nested_assembly for n in assembly.nested_assemblies if n.nested_assembly.directory.endswith("keep")]
+    storage = next(s for s in keep.stacks if s.hierarchical_id == "keep/Storage")
+    ours = [d.id for d in storage.dependencies if d.id.startswith("keep") and not d.id.endswith(".assets")]
+    assert ours and all("Network" in d for d in ours), ours
+    imports = [v for v in _walk(stages["keep/Storage"]) if isinstance(v, dict) and "Fn::ImportValue" in v]
+    assert imports
+    assert all("Network" in str(i["Fn::ImportValue"]) for i in imports)
+
+
+def test_outputs_for_the_cluster_side(stages: dict[str, dict[str, Any]]) -> None:
+    outputs = stages["keep/Storage"]["Outputs"]
+    exports = {o["Export"]["Name"] for o in outputs.values()}
+    assert {
+        "keep-DataBucketName",
+        "keep-LustreFileSystemId",
+        "keep-LustreDnsName",
+        "keep-LustreMountName",
+        "keep-OpenZfsFileSystemId",
+        "keep-OpenZfsRootVolumeId",
+    } <= exports
+
+
+def _walk(value: Any) -> list[Any]:
+    out = [value]
+    if isinstance(value, dict):
+        for v in value.values():
+            out += _walk(v)
+    elif isinstance(value, list):
+        for v in value:
+            out += _walk(v)
+    return out
+
+
+def test_bad_storage_config_is_a_config_error(tmp_path: Path) -> None:
+    from mlcluster.config import ConfigError, load_environment
+
+    path = write_env(tmp_path, "bad", {**MINIMAL, "storage": {"lustre": {"storage_capacity_gib": 1000}}})
+    with pytest.raises(ConfigError, match=r"bad.yaml: storage.lustre.storage_capacity_gib: 1000 is not valid"):
+        load_environment(path)
