@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Step accounting (controller): Slurm accounting through slurmdbd, with either a local MariaDB
+# (database, user and a random password created once) or a remote MySQL-compatible database
+# whose username and password come from a Secrets Manager secret. Credentials never reach the
+# logs or a command line.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR/.. source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+load_node_env
+
+SLURMDBD_CONF="$SLURM_ETC/slurmdbd.conf"
+DATABASE=slurm_acct_db
+
+# The password of an earlier run's local database, so a re-run keeps database and config in step.
+local_password() {
+  if [[ -f $SLURMDBD_CONF ]] && grep -qx 'StorageHost=localhost' "$SLURMDBD_CONF"; then
+    sed -n 's/^StoragePass=//p' "$SLURMDBD_CONF"
+  fi
+}
+
+# create_database PASSWORD : the SQL goes through stdin, so the password is not in ps output.
+create_database() {
+  mysql --protocol=socket --user=root <<SQL
+CREATE DATABASE IF NOT EXISTS $DATABASE;
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$1';
+ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$1';
+GRANT ALL ON $DATABASE.* TO 'slurm'@'localhost';
+FLUSH PRIVILEGES;
+SQL
+}
+
+# write_slurmdbd_conf HOST PORT USER PASSWORD
+write_slurmdbd_conf() {
+  install_file "$SLURMDBD_CONF" 600 slurm:slurm <<CONF
+# Written by mlcluster (accounting step). Holds the database password: keep it mode 600.
+AuthType=auth/munge
+DbdHost=$(hostname -s)
+DbdPort=6819
+SlurmUser=slurm
+LogFile=/var/log/slurm/slurmdbd.log
+PidFile=/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=$1
+StoragePort=$2
+StorageUser=$3
+StoragePass=$4
+StorageLoc=$DATABASE
+CONF
+}
+
+local_database() {
+  local password
+  apt_install mariadb-server
+  converge_service mariadb
+  password=$(local_password)
+  if [[ -z $password ]]; then
+    password=$(plan password)
+    retry 5 "create the accounting database" create_database "$password"
+    log "created database $DATABASE and its user slurm"
+  fi
+  write_slurmdbd_conf localhost 3306 slurm "$password"
+}
+
+remote_database() {
+  local secret user password
+  secret=$(retry 5 "read the database secret $MLC_ACCOUNTING_SECRET_ARN" aws secretsmanager get-secret-value \
+    --region "$MLC_ACCOUNTING_SECRET_REGION" --secret-id "$MLC_ACCOUNTING_SECRET_ARN" \
+    --query SecretString --output text)
+  user=$(plan secret-field --key username <<<"$secret")
+  password=$(plan secret-field --key password <<<"$secret")
+  write_slurmdbd_conf "$MLC_ACCOUNTING_HOST" "$MLC_ACCOUNTING_PORT" "$user" "$password"
+}
+
+main() {
+  wait_for_slurm_conf
+  case $MLC_ACCOUNTING_MODE in
+    local) local_database ;;
+    remote) remote_database ;;
+    *) die "accounting mode '$MLC_ACCOUNTING_MODE' has nothing to set up; allowed here: local, remote" ;;
+  esac
+  install_file "$SLURM_ETC/accounting.conf" 644 <<CONF
+# Written by mlcluster (accounting step); included from slurm.conf.
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$MLC_CONTROLLER_ADDRESS
+AccountingStoragePort=6819
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+CONF
+  install_from "$SLURM_ETC/slurm.conf" keep "" \
+    plan slurm-conf --conf "$SLURM_ETC/slurm.conf" --include "$SLURM_ETC_REAL/accounting.conf"
+  converge_service slurmdbd "$SLURMDBD_CONF"
+}
+
+main "$@"

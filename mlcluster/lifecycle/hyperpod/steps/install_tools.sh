@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Step install_tools: keep a copy of the lifecycle scripts in /opt/mlcluster/lifecycle (HyperPod's
+# download folder is temporary), so a step can be re-run later with
+# `sudo bash /opt/mlcluster/lifecycle/on_create.sh STEP`, and install precheck.sh as
+# /usr/local/bin/mlcluster-precheck for `srun -N <n> mlcluster-precheck`.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR/.. source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+load_node_env
+
+TOOLS_DIR=/opt/mlcluster/lifecycle
+
+main() {
+  local file relative mode
+  while IFS= read -r -d '' file; do
+    relative=${file#"$MLC_LIFECYCLE_DIR"/}
+    mode=644
+    if [[ $file == *.sh ]]; then
+      mode=755
+    fi
+    install_file "$MLC_ROOT$TOOLS_DIR/$relative" "$mode" <"$file"
+  done < <(find "$MLC_LIFECYCLE_DIR" -type f ! -name '*.pyc' ! -name '*.mlcluster.*' -print0 | sort -z)
+  install_file "$MLC_ROOT/usr/local/bin/mlcluster-precheck" 755 <"$MLC_LIFECYCLE_DIR/precheck.sh"
+}
+
+main "$@"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Step mount_fsx: mount FSx for Lustre at /fsx (and in /etc/fstab for reboots), then wait until
+# it is writable, so no later step writes into an empty /fsx folder on the root volume.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR/.. source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+load_node_env
+
+SOURCE="$MLC_FSX_DNS_NAME@tcp:/$MLC_FSX_MOUNTNAME"
+
+fsx_writable() {
+  local probe
+  [[ $(mount_info "$FSX") == "$SOURCE lustre" ]] || return 1
+  probe="$FSX/.mlcluster-write-test.$(hostname -s).$$"
+  touch "$probe" 2>/dev/null && rm -f "$probe"
+}
+
+main() {
+  local info
+  if info=$(mount_info "$FSX"); then
+    [[ $info == "$SOURCE lustre" ]] || die "$FSX is already mounted from '$info', expected '$SOURCE lustre'"
+    log "$FSX is already mounted from $SOURCE"
+  else
+    command -v mount.lustre >/dev/null ||
+      die "the Lustre client is not installed (no mount.lustre); HyperPod's DLAMI ships it"
+    retry 10 "resolve $MLC_FSX_DNS_NAME" getent hosts "$MLC_FSX_DNS_NAME" >/dev/null
+    mkdir -p "$FSX"
+    retry 6 "mount $SOURCE at $FSX" mount -t lustre -o noatime,flock "$SOURCE" "$FSX"
+  fi
+  install_from "$MLC_ROOT/etc/fstab" keep "" plan fstab --fstab "$MLC_ROOT/etc/fstab" \
+    --entry "$SOURCE $FSX_MOUNT lustre defaults,noatime,flock,_netdev 0 0" --mountpoint "$FSX_MOUNT"
+  retry 20 "wait until $FSX is writable" fsx_writable || die "$FSX is mounted but not writable"
+  log "$FSX is mounted and writable"
+}
+
+main "$@"

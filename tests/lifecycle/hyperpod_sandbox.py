@@ -1,0 +1,445 @@
+"""A fake HyperPod node for the lifecycle script tests.
+
+``Sandbox`` builds a root folder (``MLC_ROOT``) that looks like a fresh HyperPod Ubuntu node,
+a copy of the lifecycle folder with the two generated JSON files, and stub commands that
+record the calls which change the system (one line per call in ``actions.log``) and keep a
+little state (services, packages, containers) so a second run can see what the first did.
+
+PATH holds only the stubs and links to a short list of harmless real tools: a command the
+scripts use without a stub fails with "command not found" instead of touching this machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+
+#: Real tools the scripts and stubs may use; nothing here changes the machine outside the sandbox.
+SAFE_TOOLS = (
+    *("awk", "basename", "bash", "cat", "chmod", "cmp", "cp", "cut", "date", "dirname", "env", "find", "flock"),
+    *("grep", "head", "id", "ln", "ls", "mkdir", "mktemp", "mv", "nproc", "readlink", "rm", "sed", "sha256sum"),
+    *("sleep", "sort", "stat", "tail", "tee", "timeout", "touch", "tr", "wc"),
+)
+
+CONTROLLER_IP = "10.1.0.10"
+WORKER_IP = "10.1.0.20"
+LOGIN_IP = "10.1.0.30"
+
+FEATURES: dict[str, object] = {
+    "users": [{"name": "alice", "uid": 2001}, {"name": "bob", "uid": 2002}],
+    "accounting": {"mode": "local", "endpoint": None, "secret_arn": None},
+    "docker": True,
+    "enroot_pyxis": True,
+    "home_on_fsx": True,
+    "observability": False,
+}
+
+PROVISIONING: dict[str, object] = {
+    "version": "1.0.0",
+    "workload_manager": "slurm",
+    "controller_group": "controller-machine",
+    "login_group": "login-group",
+    "worker_groups": [{"instance_group_name": "worker-group-1", "partition_name": "p5"}],
+    "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+    "fsx_mountname": "abcdefgh",
+}
+
+FSX_SOURCE = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
+
+
+def resource_config(controller_ip: str = CONTROLLER_IP) -> dict[str, object]:
+    """What HyperPod writes to /opt/ml/config/resource_config.json (the parts the scripts read)."""
+
+    def group(name: str, *ips: str) -> dict[str, object]:
+        return {
+            "Name": name,
+            "InstanceType": "ml.p5.48xlarge",
+            "Instances": [
+                {"InstanceName": f"{name}-{i}", "AgentIpAddress": f"172.16.0.{i}", "CustomerIpAddress": ip}
+                for i, ip in enumerate(ips, start=1)
+            ],
+        }
+
+    return {
+        "ClusterConfig": {"ClusterArn": "arn:aws:sagemaker:us-east-1:123456789012:cluster/abc", "ClusterName": "ml"},
+        "InstanceGroups": [
+            group("controller-machine", controller_ip),
+            group("login-group", LOGIN_IP),
+            group("worker-group-1", WORKER_IP, "10.1.0.21"),
+        ],
+    }
+
+
+PRELUDE = r"""#!/bin/bash
+set -u
+: "${MLC_ROOT:?the stubs only work inside a sandbox root}"
+name=${0##*/}
+act() { printf '%s\n' "$name $*" >>"$STUB_ACTIONS"; }
+if [[ " ${STUB_FAIL:-} " == *" $name "* ]]; then
+  echo "$name: simulated failure" >&2
+  exit 1
+fi
+"""
+
+#: Stub commands that are always on PATH.
+STUBS: dict[str, str] = {
+    "hostname": r"""
+case ${1:-} in
+  -I) echo "$STUB_IPS" ;;
+  *) echo "$STUB_HOSTNAME" ;;
+esac
+""",
+    "getent": r"""
+case $1 in
+  passwd | group)
+    awk -F: -v key="$2" '$1 == key || $3 == key { print; found = 1 } END { exit !found }' "$MLC_ROOT/etc/$1" ;;
+  hosts) echo "10.1.200.1 $2" ;;
+  *) exit 2 ;;
+esac
+""",
+    "mount": r"""
+act "$@"
+type="" opts=""
+while getopts t:o: opt; do
+  case $opt in t) type=$OPTARG ;; o) opts=$OPTARG ;; esac
+done
+shift $((OPTIND - 1))
+echo "$1 $2 $type $opts 0 0" >>"$MLC_ROOT/proc/mounts"
+""",
+    "mount.lustre": "exit 0\n",
+    "systemctl": r"""
+now=false args=()
+for a in "$@"; do
+  case $a in --quiet | -q) ;; --now) now=true ;; *) args+=("$a") ;; esac
+done
+unit=${args[1]:-}
+unit=${unit%.service}
+on() { mkdir -p "$STUB_STATE/systemd/$1"; touch "$STUB_STATE/systemd/$1/$unit"; }
+off() { rm -f "$STUB_STATE/systemd/$1/$unit"; }
+case ${args[0]} in
+  is-active) [[ -e $STUB_STATE/systemd/active/$unit ]] ;;
+  is-enabled) [[ -e $STUB_STATE/systemd/enabled/$unit ]] ;;
+  enable) act "$@"; on enabled; if $now; then on active; fi ;;
+  disable) act "$@"; off enabled; if $now; then off active; fi ;;
+  start | restart) act "$@"; on active ;;
+  daemon-reload) act "$@" ;;
+  *) echo "systemctl stub: unsupported: $*" >&2; exit 3 ;;
+esac
+""",
+    "apt-get": r"""
+act "$@"
+args=() skip=false
+for a in "$@"; do
+  if $skip; then skip=false; continue; fi
+  case $a in -o) skip=true ;; -*) ;; *) args+=("$a") ;; esac
+done
+provide() {
+  local cmd
+  for cmd in "${@:2}"; do
+    mkdir -p "$STUB_STATE/bin"
+    ln -sf "$STUB_PKGBIN/$cmd" "$STUB_STATE/bin/$cmd"
+  done
+}
+case ${args[0]} in
+  update) ;;
+  install)
+    for p in "${args[@]:1}"; do
+      if [[ $p == *.deb ]]; then
+        [[ -f $p ]] || { echo "apt-get stub: no file $p" >&2; exit 100; }
+        base=${p##*/}; base=${base%.deb}; pkg=${base%%_*}; version=${base#*_}; version=${version%_*}
+      else
+        pkg=${p%%=*}; version=1.0-stub
+      fi
+      mkdir -p "$STUB_STATE/dpkg"
+      echo "$version" >"$STUB_STATE/dpkg/$pkg"
+      case $pkg in
+        docker-ce) provide "$pkg" docker
+          grep -q '^docker:' "$MLC_ROOT/etc/group" || echo 'docker:x:998:' >>"$MLC_ROOT/etc/group" ;;
+        mariadb-server) provide "$pkg" mysql ;;
+        enroot) provide "$pkg" enroot ;;
+        nvidia-container-toolkit) provide "$pkg" nvidia-ctk nvidia-container-cli ;;
+      esac
+    done ;;
+  *) echo "apt-get stub: unsupported: $*" >&2; exit 100 ;;
+esac
+""",
+    "dpkg-query": r"""
+fmt="" pkg=""
+for a in "$@"; do
+  case $a in -f=*) fmt=${a#-f=} ;; -W) ;; *) pkg=$a ;; esac
+done
+[[ -f $STUB_STATE/dpkg/$pkg ]] || { echo "dpkg-query: no packages found matching $pkg" >&2; exit 1; }
+case $fmt in
+  *Version*) printf '%s' "$(cat "$STUB_STATE/dpkg/$pkg")" ;;
+  *Status*) printf 'install ok installed' ;;
+esac
+""",
+    "dpkg": r"""
+[[ $1 == --print-architecture ]] && echo amd64
+""",
+    "useradd": r"""
+act "$@"
+uid="" gid="" create=false shell=/bin/sh
+while (($# > 1)); do
+  case $1 in
+    --uid) uid=$2; shift 2 ;;
+    --gid) gid=$2; shift 2 ;;
+    --shell) shell=$2; shift 2 ;;
+    --create-home) create=true; shift ;;
+    *) echo "useradd stub: unsupported $1" >&2; exit 2 ;;
+  esac
+done
+echo "$1:x:$uid:$gid::/home/$1:$shell" >>"$MLC_ROOT/etc/passwd"
+if $create; then mkdir -p "$MLC_ROOT/home/$1"; cp -a "$MLC_ROOT/etc/skel/." "$MLC_ROOT/home/$1/"; fi
+""",
+    "groupadd": r"""
+act "$@"
+[[ $1 == --gid ]] || exit 2
+echo "$3:x:$2:" >>"$MLC_ROOT/etc/group"
+""",
+    "usermod": r"""
+act "$@"
+edit() { awk -F: -v OFS=: "$@" >"$file.new" && mv "$file.new" "$file"; }
+case $1 in
+  --home) file=$MLC_ROOT/etc/passwd; edit -v n="$3" -v h="$2" '$1 == n { $6 = h } { print }' "$file" ;;
+  --append) file=$MLC_ROOT/etc/group
+    edit -v g="$3" -v n="$4" '$1 == g { $4 = ($4 == "" ? n : $4 "," n) } { print }' "$file" ;;
+  *) exit 2 ;;
+esac
+""",
+    "chown": 'act "$@"\n',
+    "ssh-keygen": r"""
+act "$@"
+file="" comment=""
+while (($# > 0)); do
+  case $1 in -f) file=$2; shift 2 ;; -C) comment=$2; shift 2 ;; -t | -N) shift 2 ;; *) shift ;; esac
+done
+echo "FAKE PRIVATE KEY $comment" >"$file"
+echo "ssh-ed25519 AAAAfake $comment" >"$file.pub"
+""",
+    "curl": r"""
+act "$@"
+out="" url=""
+while (($# > 0)); do
+  case $1 in -o) out=$2; shift 2 ;; -*) shift ;; *) url=$1; shift ;; esac
+done
+echo "downloaded from $url" >"$out"
+""",
+    "git": r"""
+act "$@"
+dest=${*: -1}
+mkdir -p "$dest"
+echo "stub checkout" >"$dest/Makefile"
+""",
+    "make": r"""
+act "CPPFLAGS=${CPPFLAGS:-}" "$@"
+destdir="" install=false
+for a in "$@"; do
+  case $a in DESTDIR=*) destdir=${a#DESTDIR=} ;; install) install=true ;; esac
+done
+if $install; then mkdir -p "$destdir/usr/local/lib/slurm"; echo so >"$destdir/usr/local/lib/slurm/spank_pyxis.so"; fi
+""",
+    "aws": r"""
+[[ "$*" == *"secretsmanager get-secret-value"* ]] || exit 2
+printf '%s\n' "$STUB_SECRET"
+""",
+    "scontrol": r"""
+if [[ ${1:-} == ping && -e $STUB_STATE/systemd/active/slurmctld ]]; then
+  echo "Slurmctld(primary) at ip-10-1-0-10 is UP"
+else
+  echo "Slurmctld(primary) at ip-10-1-0-10 is DOWN"
+  exit 1
+fi
+""",
+}
+
+#: Commands that exist only once a package provides them (apt-get links them into STUB_STATE/bin).
+PACKAGE_STUBS: dict[str, str] = {
+    "docker": r"""
+case $1 in
+  info)
+    [[ -e $STUB_STATE/systemd/active/docker ]] || { echo "Cannot connect to the Docker daemon" >&2; exit 1; }
+    sed -n 's/.*"data-root": "\(.*\)".*/\1/p' "$MLC_ROOT/etc/docker/daemon.json" ;;
+  inspect) [[ -e $STUB_STATE/docker/$2 ]] ;;
+  pull) act "$@" ;;
+  run) act "$@"
+    while (($# > 0)); do [[ $1 == --name ]] && { mkdir -p "$STUB_STATE/docker"; touch "$STUB_STATE/docker/$2"; }; shift; done ;;
+  *) exit 2 ;;
+esac
+""",
+    "mysql": r"""
+act "$@"
+cat >>"$STUB_STATE/mysql.sql"
+""",
+    "enroot": "exit 0\n",
+    "nvidia-ctk": 'act "$@"\n',
+    "nvidia-container-cli": "exit 0\n",
+    "nvidia-smi": "exit 0\n",
+}
+
+SLURM_CONF = """# Written by the HyperPod cluster agent (test copy)
+ClusterName=ml
+SlurmctldHost=ip-10-1-0-10({controller})
+SlurmctldParameters=cloud_dns
+ProctrackType=proctrack/cgroup
+PartitionName=p5 Nodes=ALL Default=YES
+"""
+
+SLURMD_UNIT = """[Unit]
+Description=Slurm node daemon
+After=munge.service network-online.target remote-fs.target
+
+[Service]
+Type=simple
+ExecStart=/opt/slurm/sbin/slurmd -D -s $SLURMD_OPTIONS
+ExecReload=/bin/kill -HUP $MAINPID
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
+
+
+@dataclass
+class Sandbox:
+    """One fake node: run on_create.sh or precheck.sh in it and look at what changed."""
+
+    base: Path
+    ips: str
+    features: dict[str, object] = field(default_factory=lambda: dict(FEATURES))
+    controller_ip: str = CONTROLLER_IP
+    gpu: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root = self.base / "root"
+        self.lifecycle = self.base / "lifecycle"
+        self.bin = self.base / "bin"
+        self.pkgbin = self.base / "pkgbin"
+        self.state = self.base / "state"
+        self.actions_log = self.base / "actions.log"
+        self._build_root()
+        self._build_lifecycle()
+        self._build_bin()
+        self.actions_log.touch()
+
+    def _build_root(self) -> None:
+        r = self.root
+        _write(
+            r / "etc/passwd",
+            "root:x:0:0:root:/root:/bin/bash\nubuntu:x:1000:1000:Ubuntu:/home/ubuntu:/bin/bash\n"
+            "slurm:x:401:401::/var/lib/slurm:/usr/sbin/nologin\n",
+        )
+        _write(r / "etc/group", "root:x:0:\nubuntu:x:1000:\nslurm:x:401:\n")
+        _write(r / "etc/skel/.bashrc", "# skel bashrc\n")
+        _write(r / "home/ubuntu/.bashrc", "# ubuntu's bashrc\n")
+        _write(r / "etc/os-release", 'NAME="Ubuntu"\nVERSION_CODENAME=jammy\n')
+        _write(r / "etc/fstab", "LABEL=cloudimg-rootfs / ext4 discard,errors=remount-ro 0 1\n")
+        _write(r / "proc/mounts", f"/dev/root / ext4 rw 0 0\n/dev/md0 {r}/opt/dlami/nvme ext4 rw 0 0\n")
+        (r / "opt/dlami/nvme").mkdir(parents=True)
+        _write(r / "lib/systemd/system/dlami-nvme.service", "[Service]\nType=oneshot\n")
+        _write(r / "opt/ml/config/resource_config.json", json.dumps(resource_config(self.controller_ip)))
+        _write(r / "opt/slurm/etc/slurm.conf", SLURM_CONF.format(controller=self.controller_ip))
+        _write(r / "opt/slurm/etc/cgroup.conf", "CgroupPlugin=autodetect\n")
+        _write(r / "opt/slurm/include/slurm/spank.h", "/* header */\n")
+        _write(r / "etc/systemd/system/slurmd.service", SLURMD_UNIT)
+        _write(r / "etc/systemd/system/slurmctld.service", "[Service]\nExecStart=/opt/slurm/sbin/slurmctld -D\n")
+        (self.state / "systemd/active").mkdir(parents=True)
+        (self.state / "systemd/active/dlami-nvme").touch()
+
+    def _build_lifecycle(self) -> None:
+        shutil.copytree(HYPERPOD_DIR, self.lifecycle, ignore=shutil.ignore_patterns("__pycache__"))
+        _write(self.lifecycle / "mlcluster_features.json", json.dumps(self.features))
+        _write(self.lifecycle / "provisioning_parameters.json", json.dumps(PROVISIONING))
+
+    def _build_bin(self) -> None:
+        for folder, stubs in ((self.bin, STUBS), (self.pkgbin, PACKAGE_STUBS)):
+            folder.mkdir()
+            for name, body in stubs.items():
+                _write(folder / name, PRELUDE + body.lstrip("\n"), 0o755)
+        if self.gpu:
+            (self.bin / "nvidia-smi").symlink_to(self.pkgbin / "nvidia-smi")
+        self.safe = self.base / "safe"
+        self.safe.mkdir()
+        for tool in SAFE_TOOLS:
+            real = shutil.which(tool)
+            assert real, f"{tool} is needed by the lifecycle tests"
+            (self.safe / tool).symlink_to(real)
+        (self.safe / "python3").symlink_to(os.path.realpath(sys.executable))
+
+    def env(self) -> dict[str, str]:
+        """The whole environment of a run (nothing inherited from the test process)."""
+        return {
+            "PATH": f"{self.bin}:{self.state}/bin:{self.safe}",
+            "HOME": str(self.base),
+            "LANG": "C.UTF-8",
+            "MLC_ROOT": str(self.root),
+            "MLC_RETRY_DELAY": "0",
+            "MLC_MAX_ATTEMPTS": "3",
+            "STUB_STATE": str(self.state),
+            "STUB_PKGBIN": str(self.pkgbin),
+            "STUB_ACTIONS": str(self.actions_log),
+            "STUB_IPS": self.ips,
+            "STUB_HOSTNAME": "ip-" + self.ips.split()[0].replace(".", "-"),
+            **self.extra_env,
+        }
+
+    def run(self, script: str = "on_create.sh", *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """Run a script of the lifecycle copy with bash, the way HyperPod does (from its folder)."""
+        return subprocess.run(
+            ["bash", str(self.lifecycle / script), *args],
+            cwd=self.lifecycle,
+            env={**self.env(), **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def actions(self) -> list[str]:
+        """Every system-changing stub call so far, in order."""
+        return self.actions_log.read_text(encoding="utf-8").splitlines()
+
+    def step_order(self) -> list[str]:
+        """The steps on_create.sh started, in order, from its own log."""
+        log = (self.root / "var/log/provision/on_create.log").read_text(encoding="utf-8")
+        return [
+            line.split("step ", 1)[1].split(":")[0]
+            for line in log.splitlines()
+            if line.endswith(")") and ": start (" in line
+        ]
+
+    def snapshot(self) -> dict[str, str]:
+        """Content and mode of every file under the root and the stub state (logs left out)."""
+        out: dict[str, str] = {}
+        for top in (self.root, self.state):
+            for path in sorted(top.rglob("*")):
+                rel = str(path.relative_to(self.base))
+                if rel.startswith("root/var/log/provision"):
+                    continue
+                info = path.lstat()
+                if stat.S_ISLNK(info.st_mode):
+                    out[rel] = f"link:{path.readlink()}"
+                elif path.is_dir():
+                    out[rel] = f"dir:{stat.S_IMODE(info.st_mode):o}"
+                else:
+                    out[rel] = f"{stat.S_IMODE(info.st_mode):o}:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        return out
+
+    def read(self, real_path: str) -> str:
+        """A file of the fake node by its real path, e.g. ``/etc/fstab``."""
+        return (self.root / real_path.lstrip("/")).read_text(encoding="utf-8")

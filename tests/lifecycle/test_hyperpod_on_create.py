@@ -1,0 +1,273 @@
+"""on_create.sh on a fake controller and a fake GPU worker: step order, results, and a no-op second run."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from mlcluster.lifecycle.hyperpod import plan
+from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, FSX_SOURCE, WORKER_IP, Sandbox
+
+
+@dataclass
+class TwoRuns:
+    """A sandbox after on_create.sh ran twice, with what each run did."""
+
+    sandbox: Sandbox
+    first_actions: list[str]
+    second_actions: list[str]
+    first_files: dict[str, str]
+    second_files: dict[str, str]
+
+
+def run_twice(sandbox: Sandbox) -> TwoRuns:
+    first = sandbox.run()
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    first_actions, first_files = sandbox.actions(), sandbox.snapshot()
+    second = sandbox.run()
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    return TwoRuns(sandbox, first_actions, sandbox.actions()[len(first_actions) :], first_files, sandbox.snapshot())
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory: pytest.TempPathFactory) -> TwoRuns:
+    return run_twice(Sandbox(tmp_path_factory.mktemp("controller"), ips=f"{CONTROLLER_IP} 172.17.0.1"))
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoRuns]:
+    """A GPU worker with observability on; a real listening socket plays slurmctld."""
+    with socket.socket() as slurmctld:
+        slurmctld.bind(("127.0.0.1", 0))
+        slurmctld.listen(16)
+        sandbox = Sandbox(
+            tmp_path_factory.mktemp("worker"),
+            ips=WORKER_IP,
+            controller_ip="127.0.0.1",
+            gpu=True,
+            features={**FEATURES, "observability": True},
+            extra_env={"MLC_SLURMCTLD_PORT": str(slurmctld.getsockname()[1])},
+        )
+        yield run_twice(sandbox)
+
+
+def index(actions: list[str], prefix: str) -> int:
+    """Position of the first action starting with ``prefix`` (fails the test when absent)."""
+    found = [i for i, action in enumerate(actions) if action.startswith(prefix)]
+    assert found, f"no action starts with {prefix!r} in {actions}"
+    return found[0]
+
+
+# --- order ------------------------------------------------------------------------------------
+
+
+def test_controller_runs_its_steps_in_plan_order(controller: TwoRuns) -> None:
+    expected = [plan.IDENTIFY_STEP, *plan.plan_steps("controller", plan.parse_features(FEATURES))]
+    assert controller.sandbox.step_order() == expected * 2
+    assert expected == [
+        "identify_node",
+        "mount_fsx",
+        "add_users",
+        "docker",
+        "enroot_pyxis",
+        "home_on_fsx",
+        "ssh_keys",
+        "accounting",
+        "start_slurm",
+        "log_rotation",
+        "install_tools",
+    ]
+
+
+def test_worker_runs_its_steps_in_plan_order(worker: TwoRuns) -> None:
+    expected = [
+        plan.IDENTIFY_STEP,
+        *plan.plan_steps("worker", plan.parse_features({**FEATURES, "observability": True})),
+    ]
+    assert worker.sandbox.step_order() == expected * 2
+    assert expected.index("wait_controller") < expected.index("home_on_fsx") < expected.index("start_slurm")
+    assert "accounting" not in expected
+
+
+def test_every_step_writes_its_own_log(controller: TwoRuns) -> None:
+    logs = controller.sandbox.root / "var/log/provision"
+    for step in set(controller.sandbox.step_order()):
+        assert f"step {step}\n" in (logs / f"{step}.log").read_text()
+    assert "mlcluster lifecycle: all 10 steps done" in (logs / "on_create.log").read_text()
+
+
+def test_homes_move_only_after_fsx_is_mounted_and_before_slurmctld_starts(controller: TwoRuns) -> None:
+    actions = controller.first_actions
+    assert (
+        index(actions, "mount -t lustre")
+        < index(actions, "usermod --home")
+        < index(actions, "systemctl start slurmctld")
+    )
+    assert index(actions, "systemctl start slurmdbd") < index(actions, "systemctl start slurmctld")
+
+
+# --- second run -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["controller", "worker"])
+def test_a_second_run_changes_nothing(role: str, request: pytest.FixtureRequest) -> None:
+    runs: TwoRuns = request.getfixturevalue(role)
+    assert len(runs.first_actions) > 20
+    assert runs.second_actions == []
+    assert runs.second_files == runs.first_files
+
+
+# --- controller results -----------------------------------------------------------------------
+
+
+def test_controller_mounts_fsx_and_records_it_in_fstab(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    assert f"mount -t lustre -o noatime,flock {FSX_SOURCE} {sandbox.root}/fsx" in controller.first_actions
+    fstab = sandbox.read("/etc/fstab").splitlines()
+    assert fstab[-1] == f"{FSX_SOURCE} /fsx lustre defaults,noatime,flock,_netdev 0 0"
+    assert fstab[0].startswith("LABEL=cloudimg-rootfs /")
+
+
+def test_controller_creates_users_with_fixed_ids_and_homes_on_fsx(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    assert "groupadd --gid 2001 alice" in controller.first_actions
+    assert "useradd --uid 2001 --gid 2001 --create-home --shell /bin/bash alice" in controller.first_actions
+    passwd = sandbox.read("/etc/passwd")
+    assert "alice:x:2001:2001::/fsx/alice:/bin/bash" in passwd
+    assert "ubuntu:x:1000:1000:Ubuntu:/fsx/ubuntu:/bin/bash" in passwd
+    assert sandbox.read("/fsx/ubuntu/.bashrc") == "# ubuntu's bashrc\n"
+    assert "docker:x:998:ubuntu,alice,bob" in sandbox.read("/etc/group")
+
+
+def test_controller_shares_one_key_pair_per_user(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    for user in ("ubuntu", "alice", "bob"):
+        public = sandbox.read(f"/fsx/.mlcluster/ssh/{user}/id_ed25519.pub")
+        assert sandbox.read(f"/fsx/{user}/.ssh/id_ed25519.pub") == public
+        assert sandbox.read(f"/fsx/{user}/.ssh/authorized_keys") == public
+        assert (sandbox.root / f"fsx/{user}/.ssh/id_ed25519").stat().st_mode & 0o777 == 0o600
+
+
+def test_controller_sets_up_local_accounting(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    conf = sandbox.read("/opt/slurm/etc/slurmdbd.conf")
+    assert "StorageHost=localhost\nStoragePort=3306\nStorageUser=slurm\n" in conf
+    password = conf.split("StoragePass=")[1].split()[0]
+    sql = (sandbox.state / "mysql.sql").read_text()
+    assert sql.count(f"IDENTIFIED BY '{password}'") == 2
+    assert "CREATE DATABASE IF NOT EXISTS slurm_acct_db;" in sql
+    assert (sandbox.root / "opt/slurm/etc/slurmdbd.conf").stat().st_mode & 0o777 == 0o600
+    assert password not in "\n".join(controller.first_actions)
+    assert f"AccountingStorageHost={CONTROLLER_IP}\n" in sandbox.read("/opt/slurm/etc/accounting.conf")
+
+
+def test_controller_runs_slurmctld_in_configless_mode_and_not_slurmd(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    conf = sandbox.read("/opt/slurm/etc/slurm.conf")
+    assert "SlurmctldParameters=cloud_dns,enable_configless\n" in conf
+    assert "include /opt/slurm/etc/accounting.conf\n" in conf
+    assert "systemctl start slurmctld" in controller.first_actions
+    assert not any(
+        a.startswith("systemctl start slurmd ") or a == "systemctl start slurmd" for a in controller.first_actions
+    )
+    assert not (sandbox.root / "etc/systemd/system/slurmd.service").exists()
+    assert (sandbox.root / "etc/systemd/system/slurmd.service.mlcluster-disabled").exists()
+
+
+def test_container_data_goes_to_local_nvme(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    assert json.loads(sandbox.read("/etc/docker/daemon.json")) == {"data-root": "/opt/dlami/nvme/docker/data-root"}
+    assert 'DOCKER_TMPDIR=/opt/dlami/nvme/docker/tmp"' in sandbox.read(
+        "/etc/systemd/system/docker.service.d/mlcluster.conf"
+    )
+    enroot = sandbox.read("/etc/enroot/enroot.conf")
+    assert "ENROOT_RUNTIME_PATH        /opt/dlami/nvme/enroot/runtime/user-$(id -u)\n" in enroot
+    assert "ENROOT_DATA_PATH           /opt/dlami/nvme/enroot/data/user-$(id -u)\n" in enroot
+    assert (sandbox.root / "opt/dlami/nvme/enroot/tmp").stat().st_mode & 0o7777 == 0o1777
+
+
+def test_pyxis_is_built_against_hyperpods_slurm_and_registered(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    make = next(a for a in controller.first_actions if a.startswith("make "))
+    assert make.startswith(f"make CPPFLAGS=-I{sandbox.root}/opt/slurm/include ")
+    assert make.endswith(f"install DESTDIR={sandbox.root}")
+    assert "git clone --quiet --depth 1 --branch v0.20.0 https://github.com/NVIDIA/pyxis.git" in next(
+        a for a in controller.first_actions if a.startswith("git ")
+    )
+    assert sandbox.read("/opt/slurm/etc/plugstack.conf") == "include /opt/slurm/etc/plugstack.conf.d/pyxis.conf\n"
+    assert (
+        sandbox.read("/opt/slurm/etc/plugstack.conf.d/pyxis.conf") == "required /usr/local/lib/slurm/spank_pyxis.so\n"
+    )
+    assert "ConstrainDevices=yes" in sandbox.read("/opt/slurm/etc/cgroup.conf")
+
+
+def test_slurm_logs_are_rotated_and_tools_installed(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    assert "/var/log/slurm/*.log {" in sandbox.read("/etc/logrotate.d/mlcluster-slurm")
+    precheck = sandbox.root / "usr/local/bin/mlcluster-precheck"
+    assert precheck.read_text() == (sandbox.lifecycle / "precheck.sh").read_text()
+    assert precheck.stat().st_mode & 0o777 == 0o755
+    assert (sandbox.root / "opt/mlcluster/lifecycle/steps/mount_fsx.sh").exists()
+    assert sandbox.read("/opt/mlcluster/lifecycle/mlcluster_features.json") == json.dumps(FEATURES)
+
+
+# --- worker results ---------------------------------------------------------------------------
+
+
+def test_worker_runs_slurmd_against_the_controller(worker: TwoRuns) -> None:
+    sandbox = worker.sandbox
+    port = sandbox.extra_env["MLC_SLURMCTLD_PORT"]
+    assert f"ExecStart=/opt/slurm/sbin/slurmd -D -s --conf-server 127.0.0.1:{port}\n" in sandbox.read(
+        "/etc/systemd/system/slurmd.service"
+    )
+    assert index(worker.first_actions, "systemctl daemon-reload") < index(
+        worker.first_actions, "systemctl start slurmd"
+    )
+    assert (sandbox.root / "etc/systemd/system/slurmctld.service.mlcluster-disabled").exists()
+    assert not any("mariadb" in a or "slurmctld" in a for a in worker.first_actions)
+
+
+def test_gpu_worker_gets_the_nvidia_toolkit_and_exporters(worker: TwoRuns) -> None:
+    actions = worker.first_actions
+    assert index(actions, "apt-get") < index(actions, "nvidia-ctk runtime configure --runtime=docker")
+    assert any(a.endswith(" install nvidia-container-toolkit") for a in actions)
+    assert "systemctl start prometheus-node-exporter" in actions
+    run = next(a for a in actions if a.startswith("docker run"))
+    assert "--name mlcluster-dcgm-exporter" in run
+    assert run.endswith("nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.0-ubuntu22.04")
+
+
+def test_precheck_passes_on_a_provisioned_worker(worker: TwoRuns) -> None:
+    result = worker.sandbox.run("precheck.sh", "--user", "alice")
+    assert result.returncode == 0, result.stdout
+    lines = result.stdout.splitlines()
+    checks = [line.split()[2].rstrip(":") for line in lines[:-1]]
+    assert checks == [
+        "docker_installed",
+        "enroot_runtime_path",
+        "docker_data_root",
+        "fsx_mounted",
+        "pyxis_plugin",
+        "slurmd_running",
+        "home_on_fsx",
+        "nvidia_container_cli",
+    ]
+    assert all(line.split()[1] == "PASS" for line in lines[:-1])
+    assert lines[-1] == "ip-10-1-0-20: all checks passed"
+
+
+@pytest.mark.parametrize("role", ["controller", "worker"])
+def test_no_temporary_files_are_left_behind(role: str, request: pytest.FixtureRequest) -> None:
+    runs: TwoRuns = request.getfixturevalue(role)
+    leftovers = [
+        path
+        for path in runs.sandbox.root.rglob("*")
+        if ".mlcluster." in path.name
+        or path.name.startswith((".mlcluster-home-", ".mlcluster-write-test"))
+        or path.parent == runs.sandbox.root / "var/lib/mlcluster/tmp"
+    ]
+    assert leftovers == []
