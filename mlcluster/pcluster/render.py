@@ -1,0 +1,522 @@
+"""Render the ParallelCluster 3 cluster configuration.
+
+``render_cluster_config`` turns the ``cluster.pcluster:`` section and the
+deploy-time values (``DeployInputs``: subnet, security group, file system
+and bucket IDs, often CDK tokens) into the configuration as a Python dict,
+ready to be the ``ClusterConfiguration`` of a ``Custom::PclusterCluster``
+resource. Tokens pass through untouched; CloudFormation resolves them.
+
+What the renderer decides for you, and why:
+
+- IMDSv2 only (``Imds.ImdsSupport: v2.0``) and IMDS restricted to root on
+  the head node (``HeadNode.Imds.Secured``).
+- Every node role may read the node scripts (``Iam.S3Access`` on the
+  script prefix) and the S3 scripts of your own custom actions.
+- EFA follows the instance type unless set; the placement group is always
+  explicit (ParallelCluster requires that with EFA) and off for reserved
+  capacity, whose own placement a new group would contradict (seed 000).
+- Slurm ``Sockets``/``CoresPerSocket`` from the instance-type table (or
+  your override) go into the compute resource's ``CustomSlurmSettings``.
+- FSx for Lustre is mounted at /fsx, optional OpenZFS at /home, optional
+  EBS at /apps; root volumes are encrypted gp3.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlcluster.config.pcluster import (
+    ComputeResourceConfig,
+    CustomActionConfig,
+    PclusterConfig,
+    QueueConfig,
+)
+from mlcluster.lifecycle.pcluster import ENTRY_SCRIPT
+from mlcluster.pcluster.instance_types import lookup, socket_layout
+
+#: Log retention periods (days) ParallelCluster 3.16 accepts for ``RetentionInDays``.
+PCLUSTER_LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
+
+_TOKEN = re.compile(r"[$#]\{Token\[[^\]]+\]\}")
+_S3_URL = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<key>.+)")
+
+
+class RenderError(ValueError):
+    """A deploy-time input is missing or does not fit the configuration."""
+
+
+def is_token(value: str) -> bool:
+    """True when ``value`` holds an unresolved CDK token (a deploy-time value)."""
+    return _TOKEN.search(value) is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZoneSubnet:
+    """A private subnet and the zone label it is known by in the environment file.
+
+    ``zone`` is the availability zone name or ID as written in the
+    ``network:`` section (or the subnet ID itself for ``network.existing``).
+    """
+
+    zone: str
+    subnet_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployInputs:
+    """The deploy-time values a cluster configuration needs (strings may be CDK tokens).
+
+    :param region: the cluster's region (``Region`` in the configuration).
+    :param private_subnets: the private subnets, primary zone (the one with FSx for Lustre) first.
+    :param public_subnet_id: the primary zone's public subnet, for a head node or login nodes in ``public``.
+    :param security_group_ids: extra security groups for every node (the one FSx and EFA traffic use).
+    :param vpc_cidr: the VPC's CIDR: the default source allowed to reach SSH on the head and login nodes.
+    :param lustre_file_system_id: the FSx for Lustre file system mounted at /fsx.
+    :param node_script_bucket: the bucket holding the node scripts.
+    :param node_script_prefix: the key prefix of the node scripts, ending in ``/``.
+    :param openzfs_volume_id: the FSx for OpenZFS volume for /home, when ``home_on_openzfs``.
+    :param node_script_policy_arn: a managed policy that reads the node scripts; login nodes need it
+        because ParallelCluster offers no ``S3Access`` for them.
+    :param reservation_group_arns: capacity reservation group ARNs by group name.
+    :param partition: the AWS partition, for managed policy ARNs.
+    :param log_retention_days: CloudWatch log retention (rounded up to a value ParallelCluster accepts).
+    :param retain_logs: keep the cluster's log group when the cluster is deleted.
+    :param tags: tags for every cluster resource (the configuration's own tags win).
+    """
+
+    region: str
+    private_subnets: tuple[ZoneSubnet, ...]
+    public_subnet_id: str | None
+    security_group_ids: tuple[str, ...]
+    vpc_cidr: str
+    lustre_file_system_id: str
+    node_script_bucket: str
+    node_script_prefix: str = "pcluster/"
+    openzfs_volume_id: str | None = None
+    node_script_policy_arn: str | None = None
+    reservation_group_arns: Mapping[str, str] = field(default_factory=dict)
+    partition: str = "aws"
+    log_retention_days: int = 365
+    retain_logs: bool = True
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Reject inputs that cannot make a valid configuration, naming the input."""
+        if not self.private_subnets:
+            raise RenderError("private_subnets: give at least one private subnet (the primary zone's first)")
+        if not self.security_group_ids:
+            raise RenderError("security_group_ids: give the node security group")
+        prefix = self.node_script_prefix
+        if not is_token(prefix) and (prefix.startswith("/") or not prefix.endswith("/")):
+            raise RenderError(
+                f"node_script_prefix: {prefix!r} is not valid; allowed: a key prefix ending in '/', "
+                "not starting with '/', such as 'pcluster/'"
+            )
+        if self.log_retention_days < 1:
+            raise RenderError(f"log_retention_days: {self.log_retention_days} is not valid; allowed: 1 or more")
+
+    @property
+    def primary_zone(self) -> str:
+        """The zone label of the primary zone (where FSx for Lustre is)."""
+        return self.private_subnets[0].zone
+
+    def subnet_for(self, zone: str) -> str:
+        """The private subnet ID for ``zone`` (a zone label or a subnet ID)."""
+        for item in self.private_subnets:
+            if zone in (item.zone, item.subnet_id):
+                return item.subnet_id
+        known = ", ".join(s.zone for s in self.private_subnets)
+        raise RenderError(f"no private subnet in zone {zone!r}; zones with private subnets: {known}")
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def efa_enabled(cr: ComputeResourceConfig) -> bool:
+    """EFA as configured, else on when the instance type supports it (off for unknown types)."""
+    if cr.efa is not None:
+        return cr.efa
+    info = lookup(cr.instance_type)
+    return info is not None and info.efa
+
+
+def placement_group_enabled(queue: QueueConfig, cr: ComputeResourceConfig) -> bool:
+    """The placement group as configured, else on only for EFA on unreserved capacity in one zone.
+
+    Reserved capacity (a targeted ODCR, a reservation group, a capacity block)
+    comes with its own placement; a new placement group conflicts with it and
+    launches fail with insufficient capacity. Placement groups cannot span zones.
+    """
+    if cr.placement_group is not None:
+        return cr.placement_group
+    reserved = cr.reserved or queue.capacity_type == "CAPACITY_BLOCK"
+    return efa_enabled(cr) and not reserved and len(queue.zones) <= 1
+
+
+def socket_settings(cr: ComputeResourceConfig) -> dict[str, int]:
+    """Slurm ``Sockets``/``CoresPerSocket`` for ``cr``: the override, else the table, else none."""
+    if cr.sockets is not None and cr.cores_per_socket is not None:
+        return {"Sockets": cr.sockets, "CoresPerSocket": cr.cores_per_socket}
+    layout = socket_layout(cr.instance_type)
+    if layout is None:
+        return {}
+    return {"Sockets": layout[0], "CoresPerSocket": layout[1]}
+
+
+def head_node_steps(cfg: PclusterConfig) -> list[str]:
+    """The node-script steps the head node runs."""
+    return ["docker", "enroot_pyxis"] if cfg.node_scripts.docker_enroot_pyxis else []
+
+
+def login_node_steps(cfg: PclusterConfig) -> list[str]:
+    """The node-script steps login nodes run (containers are started from them too)."""
+    return ["docker", "enroot_pyxis"] if cfg.login_nodes is not None and cfg.node_scripts.docker_enroot_pyxis else []
+
+
+def queue_steps(cfg: PclusterConfig, queue: QueueConfig) -> list[str]:
+    """The node-script steps a queue's nodes run, chosen by their accelerators and EFA."""
+    steps = ["docker", "enroot_pyxis"] if cfg.node_scripts.docker_enroot_pyxis else []
+    pairs = [(cr, lookup(cr.instance_type)) for cr in queue.compute_resources]
+    if cfg.node_scripts.nccl_efa and any(
+        info is not None and info.accelerator == "nvidia" and efa_enabled(cr) for cr, info in pairs
+    ):
+        steps.append("nccl_efa")
+    if cfg.node_scripts.neuron and any(info is not None and info.accelerator == "neuron" for _, info in pairs):
+        steps.append("neuron")
+    return steps
+
+
+def log_retention(days: int) -> int:
+    """The shortest retention ParallelCluster accepts that keeps logs at least ``days`` days."""
+    for allowed in PCLUSTER_LOG_RETENTION_DAYS:
+        if allowed >= days:
+            return allowed
+    return PCLUSTER_LOG_RETENTION_DAYS[-1]
+
+
+# ---------------------------------------------------------------- pieces
+
+
+def _ssm_policy(inputs: DeployInputs) -> str:
+    return f"arn:{inputs.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+
+
+def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str]) -> dict[str, Any]:
+    source = f"s3://{inputs.node_script_bucket}/{inputs.node_script_prefix}"
+    return {"Script": f"{source}{ENTRY_SCRIPT}", "Args": ["--role", role, "--source", source, *steps]}
+
+
+def _user_action(action: CustomActionConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"Script": action.script}
+    if action.args:
+        out["Args"] = list(action.args)
+    return out
+
+
+def _custom_actions(
+    inputs: DeployInputs,
+    role: str,
+    steps: Sequence[str],
+    events: Mapping[str, Sequence[CustomActionConfig]],
+) -> dict[str, Any]:
+    """``CustomActions``: mlcluster's node scripts first in OnNodeConfigured, then your own actions."""
+    out: dict[str, Any] = {}
+    for event, actions in events.items():
+        sequence = [_node_action(inputs, role, steps)] if event == "OnNodeConfigured" and steps else []
+        sequence += [_user_action(a) for a in actions]
+        if sequence:
+            out[event] = {"Sequence": sequence}
+    return out
+
+
+def _s3_access(
+    inputs: DeployInputs, steps: Sequence[str], actions: Sequence[CustomActionConfig]
+) -> list[dict[str, Any]]:
+    """Read access to the node scripts (when the node runs any) and to S3 scripts of your actions."""
+    entries: list[dict[str, Any]] = []
+    if steps:
+        entries.append(
+            {
+                "BucketName": inputs.node_script_bucket,
+                "KeyName": f"{inputs.node_script_prefix}*",
+                "EnableWriteAccess": False,
+            }
+        )
+    for action in actions:
+        match = _S3_URL.fullmatch(action.script)
+        if match is None:
+            continue
+        entry = {"BucketName": match["bucket"], "KeyName": match["key"], "EnableWriteAccess": False}
+        if entry not in entries:
+            entries.append(entry)
+    return entries
+
+
+def _iam(s3_access: list[dict[str, Any]], policies: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if s3_access:
+        out["S3Access"] = s3_access
+    unique = list(dict.fromkeys(policies))
+    if unique:
+        out["AdditionalIamPolicies"] = [{"Policy": p} for p in unique]
+    return out
+
+
+def _root_volume(size: int) -> dict[str, Any]:
+    return {"RootVolume": {"Size": size, "VolumeType": "gp3", "Encrypted": True}}
+
+
+def _ssh_source(cfg: PclusterConfig, inputs: DeployInputs) -> str:
+    return cfg.head_node.ssh_allowed_cidr or inputs.vpc_cidr
+
+
+def _public_or_private(inputs: DeployInputs, subnet: str, what: str) -> str:
+    if subnet == "private":
+        return inputs.private_subnets[0].subnet_id
+    if inputs.public_subnet_id is None:
+        raise RenderError(f"public_subnet_id: {what} is in the public subnet, but no public subnet was given")
+    return inputs.public_subnet_id
+
+
+def _head_node(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
+    head = cfg.head_node
+    steps = head_node_steps(cfg)
+    actions = head.custom_actions
+    all_actions = [*actions.on_node_start, *actions.on_node_configured, *actions.on_node_updated]
+    policies = ([_ssm_policy(inputs)] if head.ssm else []) + list(head.additional_iam_policies)
+    ssh: dict[str, Any] = {"AllowedIps": _ssh_source(cfg, inputs)}
+    if head.key_name is not None:
+        ssh["KeyName"] = head.key_name
+    out: dict[str, Any] = {
+        "InstanceType": head.instance_type,
+        "Networking": {
+            "SubnetId": _public_or_private(inputs, head.subnet, "the head node"),
+            "AdditionalSecurityGroups": list(inputs.security_group_ids),
+        },
+        "Ssh": ssh,
+        "LocalStorage": _root_volume(head.root_volume_gib),
+        "Imds": {"Secured": True},
+    }
+    custom = _custom_actions(
+        inputs,
+        "head",
+        steps,
+        {
+            "OnNodeStart": actions.on_node_start,
+            "OnNodeConfigured": actions.on_node_configured,
+            "OnNodeUpdated": actions.on_node_updated,
+        },
+    )
+    if custom:
+        out["CustomActions"] = custom
+    iam = _iam(_s3_access(inputs, steps, all_actions), policies)
+    if iam:
+        out["Iam"] = iam
+    return out
+
+
+def _capacity_target(cr: ComputeResourceConfig, inputs: DeployInputs) -> dict[str, str] | None:
+    if cr.capacity_reservation_id is not None:
+        return {"CapacityReservationId": cr.capacity_reservation_id}
+    ref = cr.capacity_reservation_group
+    if ref is None:
+        return None
+    if ref.startswith("arn:"):
+        return {"CapacityReservationResourceGroupArn": ref}
+    arn = inputs.reservation_group_arns.get(ref)
+    if arn is None:
+        known = ", ".join(inputs.reservation_group_arns) or "none"
+        raise RenderError(
+            f"reservation_group_arns: no ARN for capacity reservation group {ref!r}; groups given: {known}"
+        )
+    return {"CapacityReservationResourceGroupArn": arn}
+
+
+def _compute_resource(queue: QueueConfig, cr: ComputeResourceConfig, inputs: DeployInputs) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "Name": cr.name,
+        "InstanceType": cr.instance_type,
+        "MinCount": cr.min_count,
+        "MaxCount": cr.max_count,
+        "Efa": {"Enabled": efa_enabled(cr)},
+        "Networking": {"PlacementGroup": {"Enabled": placement_group_enabled(queue, cr)}},
+    }
+    target = _capacity_target(cr, inputs)
+    if target is not None:
+        out["CapacityReservationTarget"] = target
+    slurm: dict[str, Any] = {**socket_settings(cr), **cr.custom_slurm_settings}
+    if slurm:
+        out["CustomSlurmSettings"] = slurm
+    return out
+
+
+def _queue(cfg: PclusterConfig, queue: QueueConfig, inputs: DeployInputs) -> dict[str, Any]:
+    zones = queue.zones or (inputs.primary_zone,)
+    steps = queue_steps(cfg, queue)
+    actions = queue.custom_actions
+    policies = ([_ssm_policy(inputs)] if queue.ssm else []) + list(queue.additional_iam_policies)
+    out: dict[str, Any] = {
+        "Name": queue.name,
+        "CapacityType": queue.capacity_type,
+        "Networking": {
+            "SubnetIds": [inputs.subnet_for(z) for z in zones],
+            "AdditionalSecurityGroups": list(inputs.security_group_ids),
+        },
+        "ComputeResources": [_compute_resource(queue, cr, inputs) for cr in queue.compute_resources],
+        "ComputeSettings": {"LocalStorage": _root_volume(queue.root_volume_gib)},
+        "JobExclusiveAllocation": queue.job_exclusive_allocation,
+    }
+    custom = _custom_actions(
+        inputs, "compute", steps, {"OnNodeStart": actions.on_node_start, "OnNodeConfigured": actions.on_node_configured}
+    )
+    if custom:
+        out["CustomActions"] = custom
+    iam = _iam(_s3_access(inputs, steps, [*actions.on_node_start, *actions.on_node_configured]), policies)
+    if iam:
+        out["Iam"] = iam
+    if queue.custom_ami is not None:
+        out["Image"] = {"CustomAmi": queue.custom_ami}
+    if queue.custom_slurm_settings:
+        out["CustomSlurmSettings"] = dict(queue.custom_slurm_settings)
+    return out
+
+
+def _slurm_settings(cfg: PclusterConfig) -> dict[str, Any]:
+    slurm = cfg.slurm
+    out: dict[str, Any] = {
+        "ScaledownIdletime": slurm.scaledown_idle_minutes,
+        "QueueUpdateStrategy": slurm.queue_update_strategy,
+    }
+    if slurm.custom_settings:
+        out["CustomSlurmSettings"] = [{key: value} for key, value in slurm.custom_settings.items()]
+    db = slurm.accounting
+    if db is not None:
+        database: dict[str, Any] = {
+            "Uri": db.uri,
+            "UserName": db.user_name,
+            "PasswordSecretArn": db.password_secret_arn,
+        }
+        if db.database_name is not None:
+            database["DatabaseName"] = db.database_name
+        out["Database"] = database
+    return out
+
+
+def _shared_storage(cfg: PclusterConfig, inputs: DeployInputs) -> list[dict[str, Any]]:
+    storage: list[dict[str, Any]] = [
+        {
+            "Name": "fsx",
+            "MountDir": "/fsx",
+            "StorageType": "FsxLustre",
+            "FsxLustreSettings": {"FileSystemId": inputs.lustre_file_system_id},
+        }
+    ]
+    if cfg.shared_storage.home_on_openzfs:
+        if inputs.openzfs_volume_id is None:
+            raise RenderError("openzfs_volume_id: shared_storage.home_on_openzfs needs the OpenZFS volume ID")
+        storage.append(
+            {
+                "Name": "home",
+                "MountDir": "/home",
+                "StorageType": "FsxOpenZfs",
+                "FsxOpenZfsSettings": {"VolumeId": inputs.openzfs_volume_id},
+            }
+        )
+    apps = cfg.shared_storage.apps
+    if apps is not None:
+        storage.append(
+            {
+                "Name": "apps",
+                "MountDir": "/apps",
+                "StorageType": "Ebs",
+                "EbsSettings": {
+                    "Size": apps.size_gib,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeletionPolicy": apps.deletion_policy,
+                },
+            }
+        )
+    return storage
+
+
+def _monitoring(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
+    mon = cfg.monitoring
+    return {
+        "DetailedMonitoring": mon.detailed_monitoring,
+        "Logs": {
+            "CloudWatch": {
+                "Enabled": mon.logs,
+                "RetentionInDays": log_retention(inputs.log_retention_days),
+                "DeletionPolicy": "Retain" if inputs.retain_logs else "Delete",
+            }
+        },
+        "Dashboards": {"CloudWatch": {"Enabled": mon.dashboards}},
+        "Alarms": {"Enabled": mon.alarms},
+    }
+
+
+def _login_nodes(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any] | None:
+    login = cfg.login_nodes
+    if login is None:
+        return None
+    steps = login_node_steps(cfg)
+    policies = [_ssm_policy(inputs)] if cfg.head_node.ssm else []
+    if steps:
+        if inputs.node_script_policy_arn is None:
+            raise RenderError(
+                "node_script_policy_arn: login nodes run node scripts from S3 and ParallelCluster has no "
+                "S3Access for login nodes; pass a managed policy that reads the node-script prefix"
+            )
+        policies.append(inputs.node_script_policy_arn)
+    pool: dict[str, Any] = {
+        "Name": "login",
+        "InstanceType": login.instance_type,
+        "Count": login.count,
+        "Networking": {
+            "SubnetIds": [_public_or_private(inputs, login.subnet or cfg.head_node.subnet, "the login nodes")],
+            "AdditionalSecurityGroups": list(inputs.security_group_ids),
+        },
+        "Ssh": {"AllowedIps": _ssh_source(cfg, inputs)},
+    }
+    if steps:
+        pool["CustomActions"] = {"OnNodeConfigured": {"Sequence": [_node_action(inputs, "login", steps)]}}
+    iam = _iam([], policies)
+    if iam:
+        pool["Iam"] = iam
+    return {"Pools": [pool]}
+
+
+def render_cluster_config(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
+    """The ParallelCluster 3 cluster configuration for ``cfg`` with ``inputs`` filled in.
+
+    Raises ``RenderError`` naming the input when one is missing (a public
+    subnet for a public head node, a zone without a private subnet, a
+    reservation group without an ARN, the OpenZFS volume for /home).
+    """
+    image: dict[str, Any] = {"Os": cfg.os}
+    if cfg.custom_ami is not None:
+        image["CustomAmi"] = cfg.custom_ami
+    config: dict[str, Any] = {
+        "Region": inputs.region,
+        "Image": image,
+        "Imds": {"ImdsSupport": "v2.0"},
+        "HeadNode": _head_node(cfg, inputs),
+        "Scheduling": {
+            "Scheduler": "slurm",
+            "SlurmSettings": _slurm_settings(cfg),
+            "SlurmQueues": [_queue(cfg, q, inputs) for q in cfg.queues],
+        },
+        "SharedStorage": _shared_storage(cfg, inputs),
+        "Monitoring": _monitoring(cfg, inputs),
+    }
+    login = _login_nodes(cfg, inputs)
+    if login is not None:
+        config["LoginNodes"] = login
+    tags = {**inputs.tags, **cfg.tags}
+    if tags:
+        config["Tags"] = [{"Key": key, "Value": value} for key, value in tags.items()]
+    return config

@@ -1,0 +1,376 @@
+"""The ParallelCluster node scripts, run against a scratch root with stub system commands.
+
+The stubs stand in for package managers, systemd, the AWS CLI, curl, git and
+friends: they log every call and keep just enough state (installed packages,
+enabled and running services) for the scripts' idempotency checks. Real
+coreutils, tar and make run as usual, so files land under the scratch root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR, STEPS
+from tests.support import ROOT
+
+SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
+ALL_STEPS = list(STEPS)
+
+LOG = 'printf "%s\\n" "$(basename "$0") $*" >>"$STUB_LOG"\n'
+
+STUBS: dict[str, str] = {
+    "rpm": '[[ "$1" == -q ]] && grep -qxF -- "$2" "$STUB_STATE/pkgs" 2>/dev/null\n',
+    "dpkg-query": 'name="${*: -1}"\ngrep -qxF -- "$name" "$STUB_STATE/pkgs" 2>/dev/null && echo "install ok installed"\n'
+    "exit 0\n",
+    "dpkg": "echo amd64\n",
+    "dnf": """skip=0
+for a in "$@"; do
+  if ((skip)); then skip=0; continue; fi
+  case "$a" in
+    -o) skip=1 ;;
+    -*|install|update) ;;
+    *)
+      name="$(basename "$a")"
+      case "$name" in *.rpm|*.deb) name="${name%.*}" ;; esac
+      if [[ -n "${STUB_FAIL_PACKAGE:-}" && "$name" == "$STUB_FAIL_PACKAGE" ]]; then
+        echo "stub: no package $name" >&2
+        exit 1
+      fi
+      echo "$name" >>"$STUB_STATE/pkgs"
+      ;;
+  esac
+done
+""",
+    "systemctl": """unit="${*: -1}"
+case "$1" in
+  is-enabled) grep -qxF "$unit" "$STUB_STATE/enabled" 2>/dev/null ;;
+  is-active) grep -qxF "$unit" "$STUB_STATE/active" 2>/dev/null ;;
+  enable) echo "$unit" >>"$STUB_STATE/enabled" ;;
+  start|restart) echo "$unit" >>"$STUB_STATE/active" ;;
+esac
+""",
+    "groupadd": 'echo "$1:x:990:" >>"$MLCLUSTER_ROOT/etc/group"\n',
+    "usermod": """group="$2" user="$3"
+sed -i -e "/^${group}:.*:$/ s/$/${user}/" -e "t" -e "/^${group}:/ s/$/,${user}/" "$MLCLUSTER_ROOT/etc/group"
+""",
+    "aws": 'cp "$STUB_S3_DIR/$(basename "${*: -2:1}")" "${*: -1}"\n',
+    "curl": """out="" url="${*: -1}"
+while (($#)); do [[ "$1" == -o ]] && out="$2"; shift; done
+[[ -n "${STUB_FAIL_URL:-}" && "$url" == *"$STUB_FAIL_URL"* ]] && exit 22
+if [[ -f "$STUB_DOWNLOADS/$(basename "$url")" ]]; then cp "$STUB_DOWNLOADS/$(basename "$url")" "$out"
+else echo "downloaded from $url" >"$out"; fi
+""",
+    "gpg": 'cp "${*: -1}" "${*: -2:1}"\n',
+    "git": """dir="${*: -1}"
+mkdir -p "$dir"
+printf 'all:\\n\\t@echo built pyxis\\ninstall:\\n\\tinstall -d $(DESTDIR)$(prefix)/lib/slurm\\n\\ttouch $(DESTDIR)$(prefix)/lib/slurm/spank_pyxis.so\\n' >"$dir/Makefile"
+""",
+    "scontrol": "",
+    "ldconfig": "",
+    "sleep": "",
+}
+STUBS["yum"] = STUBS["dnf"]
+STUBS["apt-get"] = STUBS["dnf"]
+
+
+class Node:
+    """A scratch root, stub commands and the environment to run the node scripts in."""
+
+    def __init__(self, base: Path, *, os_release: str, user: str, gpu: bool) -> None:
+        self.root = base / "root"
+        self.bin = base / "bin"
+        self.state = base / "state"
+        self.downloads = base / "downloads"
+        self.stub_log = base / "calls.log"
+        for folder in (self.root / "etc", self.bin, self.state, self.downloads):
+            folder.mkdir(parents=True, exist_ok=True)
+        (self.root / "etc" / "os-release").write_text(os_release)
+        (self.root / "etc" / "passwd").write_text(
+            f"root:x:0:0::/root:/bin/bash\n{user}:x:1000:1000::/home/{user}:/bin/bash\n"
+        )
+        (self.root / "etc" / "group").write_text(f"root:x:0:\n{user}:x:1000:\n")
+        stubs = dict(STUBS)
+        if gpu:
+            stubs["nvidia-smi"] = ""
+        for name, body in stubs.items():
+            path = self.bin / name
+            path.write_text("#!/usr/bin/env bash\n" + LOG + body)
+            path.chmod(0o755)
+        self.extra_env: dict[str, str] = {}
+
+    def add(self, relative: str, content: str = "", executable: bool = False) -> Path:
+        path = self.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+        if executable:
+            path.chmod(path.stat().st_mode | stat.S_IXUSR)
+        return path
+
+    def run(self, *args: str, source: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "HOME": str(self.root),
+            "MLCLUSTER_ROOT": str(self.root),
+            "MLCLUSTER_RETRY_ATTEMPTS": "2",
+            "MLCLUSTER_RETRY_DELAY": "0",
+            "STUB_LOG": str(self.stub_log),
+            "STUB_STATE": str(self.state),
+            "STUB_DOWNLOADS": str(self.downloads),
+            "STUB_S3_DIR": str(PCLUSTER_DIR),
+            **self.extra_env,
+        }
+        command = ["bash", str(PCLUSTER_DIR / "run.sh"), "--source", source or str(PCLUSTER_DIR), *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    def calls(self) -> list[str]:
+        return self.stub_log.read_text().splitlines() if self.stub_log.exists() else []
+
+    def text(self, relative: str) -> str:
+        return (self.root / relative).read_text()
+
+    def tree(self) -> dict[str, str]:
+        """Every file under the root (logs aside) with a hash of its content and its mode."""
+        out = {}
+        for path in sorted(self.root.rglob("*")):
+            relative = str(path.relative_to(self.root))
+            if path.is_file() and not relative.startswith("var/log/"):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                out[relative] = f"{digest} {oct(path.stat().st_mode)}"
+            elif path.is_dir():
+                out[relative + "/"] = oct(path.stat().st_mode)
+        return out
+
+    def started_steps(self) -> list[str]:
+        lines = self.text("var/log/mlcluster/run.log").splitlines()
+        return [line.split("step ")[1].split(":")[0] for line in lines if line.endswith(": starting")]
+
+
+AMAZON_LINUX = 'NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2023"\n'
+UBUNTU = 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n'
+
+MakeNode = Callable[..., Node]
+
+
+@pytest.fixture
+def make_node(tmp_path: Path) -> MakeNode:
+    def make(*, os_release: str = AMAZON_LINUX, user: str = "ec2-user", gpu: bool = True, ami: bool = True) -> Node:
+        node = Node(tmp_path, os_release=os_release, user=user, gpu=gpu)
+        (node.root / "scratch").mkdir()
+        if ami:  # what a ParallelCluster AMI brings: EFA, bundled aws-ofi-nccl, Pyxis
+            node.add("opt/amazon/efa/bin/fi_info", "#!/bin/sh\n", executable=True)
+            node.add("opt/amazon/efa/lib64/libfabric.so.1")
+            node.add("opt/amazon/ofi-nccl/lib/libnccl-net.so")
+            node.add("opt/slurm/lib/slurm/spank_pyxis.so")
+        return node
+
+    return make
+
+
+def test_shellcheck_clean() -> None:
+    scripts = sorted(p.name for p in PCLUSTER_DIR.glob("*.sh"))
+    assert scripts == sorted(NODE_SCRIPT_FILES)
+    proc = subprocess.run(
+        [str(SHELLCHECK), "-x", *scripts], cwd=PCLUSTER_DIR, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("script", sorted(NODE_SCRIPT_FILES))
+def test_bash_syntax(script: str) -> None:
+    proc = subprocess.run(["bash", "-n", str(PCLUSTER_DIR / script)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_steps_run_in_order_and_do_their_work(make_node: MakeNode) -> None:
+    node = make_node()
+    proc = node.run("--role", "compute", *reversed(ALL_STEPS))
+    assert proc.returncode == 0, proc.stderr
+    assert node.started_steps() == ALL_STEPS
+    assert "all steps done" in node.text("var/log/mlcluster/run.log")
+    for step in ALL_STEPS:
+        assert (node.root / f"var/log/mlcluster/{step}.log").exists()
+    # docker
+    daemon = node.text("etc/docker/daemon.json")
+    assert '"data-root": "/scratch/docker"' in daemon
+    assert '"nvidia": {"path": "nvidia-container-runtime"' in daemon
+    assert "docker:x:990:ec2-user" in node.text("etc/group")
+    installed = (node.state / "pkgs").read_text().split()
+    assert {"docker", "nvidia-container-toolkit", "enroot", "enroot+caps", "aws-neuronx-dkms"} <= set(installed)
+    assert (node.state / "active").read_text().split() == ["docker"]
+    # enroot and pyxis
+    enroot = node.text("etc/enroot/enroot.conf")
+    assert "ENROOT_DATA_PATH /scratch/enroot/user-$(id -u)/data" in enroot
+    assert "ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)" in enroot
+    assert oct((node.root / "run/pyxis").stat().st_mode)[-4:] == "1777"
+    assert not (node.root / "opt/slurm/etc/plugstack.conf").exists(), "only the head node writes the shared plugstack"
+    # nccl over efa
+    assert node.text("etc/ld.so.conf.d/mlcluster-nccl-efa.conf") == "/opt/amazon/ofi-nccl/lib\n/opt/amazon/efa/lib64\n"
+    assert "export FI_PROVIDER=efa" in node.text("etc/profile.d/mlcluster-nccl-efa.sh")
+    # neuron
+    assert "baseurl=https://yum.repos.neuron.amazonaws.com" in node.text("etc/yum.repos.d/neuron.repo")
+    assert "/opt/aws/neuron/bin" in node.text("etc/profile.d/mlcluster-neuron.sh")
+
+
+def test_second_run_changes_nothing(make_node: MakeNode) -> None:
+    node = make_node()
+    node.extra_env["MLCLUSTER_STEPS"] = ",".join(ALL_STEPS)
+    assert node.run("--role", "compute").returncode == 0
+    before = node.tree()
+    first_calls = len(node.calls())
+    proc = node.run("--role", "compute")
+    assert proc.returncode == 0, proc.stderr
+    assert node.tree() == before
+    again = node.calls()[first_calls:]
+    changing = [
+        c
+        for c in again
+        if c.split()[0] in {"dnf", "curl", "gpg", "git", "usermod", "groupadd", "ldconfig", "scontrol"}
+        or c.startswith(("systemctl enable", "systemctl start", "systemctl restart"))
+    ]
+    assert changing == []
+    assert again, "the second run still checks the state"
+
+
+def test_failing_step_stops_the_run_and_is_named(make_node: MakeNode) -> None:
+    node = make_node()
+    node.extra_env["STUB_FAIL_PACKAGE"] = "docker"
+    proc = node.run("--role", "compute", "docker", "enroot_pyxis", "nccl_efa")
+    assert proc.returncode == 1
+    assert "step 'docker' failed with exit code 1; see /var/log/mlcluster/docker.log" in proc.stderr
+    assert "giving up after 2 attempts" in proc.stderr  # the tail of the step's log
+    assert node.started_steps() == ["docker"]
+    assert not (node.root / "etc/enroot").exists()
+
+
+def test_head_node_enables_pyxis_in_the_shared_plugstack(make_node: MakeNode) -> None:
+    node = make_node(gpu=False)
+    (node.state / "active").write_text("slurmctld\n")
+    proc = node.run("--role", "head", "docker", "enroot_pyxis")
+    assert proc.returncode == 0, proc.stderr
+    assert "include /opt/slurm/etc/plugstack.conf.d/*" in node.text("opt/slurm/etc/plugstack.conf")
+    assert node.text("opt/slurm/etc/plugstack.conf.d/pyxis.conf") == (
+        "optional /opt/slurm/lib/slurm/spank_pyxis.so runtime_path=/run/pyxis\n"
+    )
+    assert "scontrol reconfigure" in node.calls()
+    assert '"runtimes"' not in node.text("etc/docker/daemon.json")
+    calls = len(node.calls())
+    assert node.run("--role", "head", "docker", "enroot_pyxis").returncode == 0
+    assert "scontrol reconfigure" not in node.calls()[calls:]
+    assert node.text("opt/slurm/etc/plugstack.conf").count("include") == 1
+
+
+def test_pyxis_is_built_when_the_ami_lacks_it(make_node: MakeNode) -> None:
+    node = make_node(ami=False)
+    node.add("opt/slurm/include/slurm/spank.h")
+    proc = node.run("--role", "head", "enroot_pyxis")
+    assert proc.returncode == 0, proc.stderr
+    assert (node.root / "usr/local/lib/slurm/spank_pyxis.so").exists()
+    assert "/usr/local/lib/slurm/spank_pyxis.so" in node.text("opt/slurm/etc/plugstack.conf.d/pyxis.conf")
+    assert any(c.startswith("git clone --quiet --depth 1 --branch v0.20.0 ") for c in node.calls())
+
+
+def test_pyxis_without_slurm_headers_fails_clearly(make_node: MakeNode) -> None:
+    node = make_node(ami=False)
+    proc = node.run("--role", "compute", "enroot_pyxis")
+    assert proc.returncode == 1
+    assert "step 'enroot_pyxis' failed" in proc.stderr
+    assert "Slurm headers (/opt/slurm/include)" in node.text("var/log/mlcluster/enroot_pyxis.log")
+
+
+def test_nccl_needs_efa(make_node: MakeNode) -> None:
+    node = make_node(ami=False)
+    proc = node.run("--role", "compute", "nccl_efa")
+    assert proc.returncode == 1
+    assert "step 'nccl_efa' failed" in proc.stderr
+    assert "the EFA software is not installed" in node.text("var/log/mlcluster/nccl_efa.log")
+
+
+def test_aws_ofi_nccl_is_built_when_missing(make_node: MakeNode, tmp_path: Path) -> None:
+    node = make_node(ami=False)
+    node.add("opt/amazon/efa/bin/fi_info", "#!/bin/sh\n", executable=True)
+    node.add("opt/amazon/efa/lib/libfabric.so.1")
+    (node.root / "usr/local/cuda").mkdir(parents=True)
+    source = tmp_path / "src" / "aws-ofi-nccl-1.13.0"
+    source.mkdir(parents=True)
+    (source / "configure").write_text('#!/bin/sh\necho configured "$@" > configured.txt\n')
+    (source / "configure").chmod(0o755)
+    (source / "Makefile").write_text(
+        "all:\n\t@echo built\ninstall:\n\tinstall -d $(DESTDIR)/opt/aws-ofi-nccl/lib\n"
+        "\ttouch $(DESTDIR)/opt/aws-ofi-nccl/lib/libnccl-net.so\n"
+    )
+    with tarfile.open(node.downloads / "aws-ofi-nccl-1.13.0.tar.gz", "w:gz") as tar:
+        tar.add(source, arcname=source.name)
+    proc = node.run("--role", "compute", "nccl_efa")
+    assert proc.returncode == 0, proc.stderr + node.text("var/log/mlcluster/nccl_efa.log")
+    assert node.text("etc/ld.so.conf.d/mlcluster-nccl-efa.conf") == "/opt/aws-ofi-nccl/lib\n/opt/amazon/efa/lib\n"
+    urls = [c.split()[-1] for c in node.calls() if c.startswith("curl ")]
+    assert urls == ["https://github.com/aws/aws-ofi-nccl/releases/download/v1.13.0-aws/aws-ofi-nccl-1.13.0.tar.gz"]
+
+
+def test_network_failures_are_retried_then_reported(make_node: MakeNode) -> None:
+    node = make_node(ami=False)
+    node.add("opt/amazon/efa/bin/fi_info", "#!/bin/sh\n", executable=True)
+    node.add("opt/amazon/efa/lib/libfabric.so.1")
+    (node.root / "usr/local/cuda").mkdir(parents=True)
+    node.extra_env["STUB_FAIL_URL"] = "aws-ofi-nccl"
+    proc = node.run("--role", "compute", "nccl_efa")
+    assert proc.returncode == 1
+    assert len([c for c in node.calls() if c.startswith("curl ")]) == 2
+    assert [c for c in node.calls() if c.startswith("sleep ")] == ["sleep 0"]
+
+
+def test_scripts_come_from_s3(make_node: MakeNode) -> None:
+    node = make_node(gpu=False)
+    node.extra_env["MLCLUSTER_STEPS"] = "docker"
+    proc = node.run("--role", "login", source="s3://node-scripts/pcluster/")
+    assert proc.returncode == 0, proc.stderr
+    copied = [c.split()[-2] for c in node.calls() if c.startswith("aws s3 cp")]
+    assert copied == ["s3://node-scripts/pcluster/lib.sh", "s3://node-scripts/pcluster/docker.sh"]
+    assert (node.root / "opt/mlcluster/node-scripts/docker.sh").read_text() == (PCLUSTER_DIR / "docker.sh").read_text()
+    assert node.started_steps() == ["docker"]
+
+
+def test_ubuntu(make_node: MakeNode) -> None:
+    node = make_node(os_release=UBUNTU, user="ubuntu", gpu=False)
+    proc = node.run("--role", "compute", "docker", "enroot_pyxis", "neuron")
+    assert proc.returncode == 0, proc.stderr
+    installed = set((node.state / "pkgs").read_text().split())
+    assert {"docker.io", "enroot", "enroot+caps", "aws-neuronx-runtime-lib", f"linux-headers-{os.uname().release}"} <= (
+        installed
+    )
+    assert node.text("etc/apt/sources.list.d/neuron.list") == (
+        "deb [signed-by=/etc/apt/keyrings/neuron.gpg] https://apt.repos.neuron.amazonaws.com jammy main\n"
+    )
+    assert (node.root / "etc/apt/keyrings/neuron.gpg").exists()
+    assert "docker:x:990:ubuntu" in node.text("etc/group")
+    assert any(c.startswith("apt-get -o DPkg::Lock::Timeout=600 -q update") for c in node.calls())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--role", "compute", "podman"], "unknown step 'podman'; allowed: docker enroot_pyxis nccl_efa neuron"),
+        (["--role", "worker", "docker"], "--role must be head, compute or login (got 'worker')"),
+    ],
+)
+def test_bad_arguments_are_named(make_node: MakeNode, args: list[str], message: str) -> None:
+    node = make_node()
+    proc = node.run(*args)
+    assert proc.returncode == 1
+    assert message in proc.stderr
+    assert node.calls() == []
+
+
+def test_unknown_operating_system(make_node: MakeNode) -> None:
+    node = make_node(os_release='ID="sles"\nVERSION_ID="15"\n')
+    proc = node.run("--role", "compute", "docker")
+    assert proc.returncode == 1
+    assert "unsupported operating system 'sles'" in node.text("var/log/mlcluster/docker.log")
