@@ -7,7 +7,9 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from mlcluster.config import ConfigError, Environment, load_environments
+from mlcluster.config import ConfigError, Environment, Problem, load_environments
+from mlcluster.config.schema import NOT_A_VALUE
+from mlcluster.pcluster.checks import check_environment
 from mlcluster.stacks.stage import EnvironmentStage
 
 
@@ -30,8 +32,29 @@ def build_app(
     app = cdk.App(outdir=outdir) if outdir is not None else cdk.App()
     chosen = selected if selected is not None else selected_environments(app)
     environments: list[Environment] = load_environments(environments_dir, chosen)
+    for warning in pre_deploy_checks(environments):
+        print(f"mlcluster: warning: {warning}", file=sys.stderr)
     stages = [EnvironmentStage(app, env) for env in environments]
     return app, stages
+
+
+def pre_deploy_checks(environments: list[Environment]) -> list[str]:
+    """Run the cluster backends' checks that need the whole environment; raise on any error.
+
+    Errors become one ``ConfigError`` naming file, key path, value and fix,
+    raised before any construct exists; warnings are returned as text.
+    """
+    problems: list[ConfigError] = []
+    warnings: list[str] = []
+    for env in environments:
+        findings = check_environment(env, stack_name=f"{env.name}-Cluster")
+        errors = [Problem(f.path, NOT_A_VALUE, f.message) for f in findings if f.level == "error"]
+        if errors:
+            problems.append(ConfigError(env.source, errors))
+        warnings += [f"{env.source}: {f.path}: {f.message}" for f in findings if f.level == "warning"]
+    if problems:
+        raise ConfigError.combine(problems)
+    return warnings
 
 
 def main() -> None:

@@ -21,6 +21,9 @@ from aws_cdk import aws_s3 as s3
 from syrupy.assertion import SnapshotAssertion
 
 from mlcluster.app import build_app
+from mlcluster.config import load_environment
+from mlcluster.pcluster.placeholders import check_ready_config
+from tests.pcluster.pcluster_support import run_schema_check
 from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, stack_templates, synth_examples, write_env
 
 #: cfn-lint rules ignored everywhere, each with its reason. Empty: none needed.
@@ -139,3 +142,43 @@ def test_stage_names_follow_files() -> None:
     app, stages = build_app(ENVIRONMENTS)
     assert sorted(s.stage_name for s in stages) == EXAMPLES
     assert isinstance(app, cdk.App)
+
+
+PCLUSTER_EXAMPLES = [
+    name for name in EXAMPLES if load_environment(ENVIRONMENTS / f"{name}.yaml").config.cluster.backend == "pcluster"
+]
+
+
+def test_pcluster_examples_exist() -> None:
+    assert {"p5", "p4de", "trn1"} <= set(PCLUSTER_EXAMPLES)
+
+
+@pytest.mark.parametrize("name", PCLUSTER_EXAMPLES)
+def test_pcluster_example_loads_in_parallelclusters_own_schema(
+    templates: dict[str, dict[str, Any]], name: str, tmp_path: Path
+) -> None:
+    """The configuration as deployed (tokens replaced by realistic ids) passes ParallelCluster 3.16.1's schema."""
+    (cluster,) = [
+        r for r in templates[f"{name}/Cluster"]["Resources"].values() if r["Type"] == "Custom::PclusterCluster"
+    ]
+    config = check_ready_config(cluster["Properties"]["ClusterConfiguration"])
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config))
+    result = run_schema_check([path], cluster_name=cluster["Properties"]["ClusterName"])
+    assert result[str(path)] == ["OK"], result
+
+
+def test_hyperpod_example_has_role_bucket_scripts_and_custom_resource(templates: dict[str, dict[str, Any]]) -> None:
+    resources = templates["hyperpod/Cluster"]["Resources"].values()
+    types = {r["Type"] for r in resources}
+    assert {"Custom::HyperPodCluster", "AWS::CloudFormation::WaitCondition", "Custom::CDKBucketDeployment"} <= types
+    (role,) = [
+        r
+        for r in resources
+        if r["Type"] == "AWS::IAM::Role"
+        and r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
+        == {"Service": "sagemaker.amazonaws.com"}
+    ]
+    assert role
+    (wait,) = [r for r in resources if r["Type"] == "AWS::CloudFormation::WaitCondition"]
+    assert wait["Properties"]["Timeout"] == "43200"

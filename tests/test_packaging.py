@@ -38,11 +38,37 @@ def test_pinned_cli_synthesizes_dev_with_nag(tmp_path: Path) -> None:
 
 EXTERNAL_APP = """
 import aws_cdk as cdk
+from mlcluster.config.pcluster import PclusterConfig
+from mlcluster.config.schema import load_section
+from mlcluster.constructs.data_bucket import DataBucket
+from mlcluster.constructs.lustre import LustreStorage
 from mlcluster.constructs.network import ClusterNetwork
+from mlcluster.constructs.pcluster_cluster import PclusterCluster
+from mlcluster.pcluster.render import DeployInputs, ZoneSubnet, render_cluster_config
 
 app = cdk.App()
 stack = cdk.Stack(app, "Consumer")
 net = ClusterNetwork(stack, "Net", availability_zone_id="use1-az4", cidr="10.50.0.0/16")
+data = DataBucket(stack, "Data")
+fsx = LustreStorage(
+    stack, "Fsx", vpc=net.vpc, subnet=net.private_subnets[0], cluster_security_group=net.security_group,
+    data_bucket=data.bucket,
+)
+settings = load_section(
+    PclusterConfig,
+    {"queues": [{"name": "gpu", "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge", "efa": False}]}]},
+    "inline",
+)
+inputs = DeployInputs(
+    region=stack.region,
+    private_subnets=(ZoneSubnet(zone="use1-az4", subnet_id=net.private_subnets[0].subnet_id),),
+    public_subnet_id=net.public_subnet.subnet_id,
+    security_group_ids=(net.security_group.security_group_id,),
+    vpc_cidr="10.50.0.0/16",
+    lustre_file_system_id=fsx.file_system_id,
+    node_script_bucket=data.bucket.bucket_name,
+)
+cluster = PclusterCluster(stack, "Cluster", cluster_name="external", cluster_configuration=render_cluster_config(settings, inputs))
 cdk.CfnOutput(stack, "Sg", value=net.security_group.security_group_id)
 app.synth()
 """
@@ -50,7 +76,7 @@ app.synth()
 
 @pytest.mark.slow
 def test_wheel_installs_and_works_in_an_external_app(tmp_path: Path) -> None:
-    """Our constructs are a library: build the wheel, install it elsewhere, synthesize with it."""
+    """Our constructs are a library: build the wheel, install it elsewhere, compose network, storage and a cluster."""
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist), str(ROOT)],
@@ -81,6 +107,11 @@ def test_wheel_installs_and_works_in_an_external_app(tmp_path: Path) -> None:
     template = json.loads((app_dir / "out" / "Consumer.template.json").read_text())
     subnets = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"]
     assert {s["Properties"]["AvailabilityZoneId"] for s in subnets} == {"use1-az4"}
+    kinds = {r["Type"] for r in template["Resources"].values()}
+    assert {"AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation", "Custom::PclusterCluster"} <= kinds
+    (cluster,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::PclusterCluster"]
+    (fsx,) = cluster["Properties"]["ClusterConfiguration"]["SharedStorage"][:1]
+    assert fsx["MountDir"] == "/fsx"
     # The module came from the wheel, not from this checkout.
     where = subprocess.run(
         [str(py), "-c", "import mlcluster; print(mlcluster.__file__)"],

@@ -56,7 +56,13 @@ class Problem:
 
     def render(self) -> str:
         where = self.path or "(top level)"
+        if self.value is NOT_A_VALUE:
+            return f"{where}: {self.allowed}"
         return f"{where}: {self.value!r} is not valid; {self.allowed}"
+
+
+#: ``Problem.value`` for a problem whose message already quotes the values involved.
+NOT_A_VALUE: Any = object()
 
 
 _MISSING = object()

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import aws_cdk as cdk
-from constructs import IConstruct
+import jsii
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import IConstruct, IValidation
 
 
 def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
@@ -29,3 +34,83 @@ def acknowledge_compliance(scope: IConstruct, rule: str, reason: str) -> None:
     """
     for prefix in COMPLIANCE_PACK_PREFIXES:
         acknowledge(scope, f"{prefix}-{rule}", reason)
+
+
+def acknowledge_wildcard_resource(scope: IConstruct, resource: str, reason: str) -> None:
+    """Acknowledge cdk-nag's ``AwsSolutions-IAM5[Resource::...]`` finding for ``resource`` on ``scope``.
+
+    The finding id holds the resource as cdk-nag prints it after synthesis,
+    which depends on where the resource lives: a bucket of another stack
+    shows as its export name, a stack with a concrete environment shows its
+    account and region. The id is therefore worked out when the app is
+    validated (after cross-stack references are resolved), not here.
+    """
+    if not reason.strip():
+        raise ValueError(f"acknowledging a wildcard resource needs a reason specific to {scope.node.path}")
+    scope.node.add_validation(_WildcardAcknowledgement(scope, resource, reason))
+
+
+@jsii.implements(IValidation)
+class _WildcardAcknowledgement:
+    """Adds the acknowledgement while the tree is validated; it reports no errors itself."""
+
+    def __init__(self, scope: IConstruct, resource: str, reason: str) -> None:
+        self._scope = scope
+        self._resource = resource
+        self._reason = reason
+
+    def validate(self) -> list[str]:
+        finding = f"AwsSolutions-IAM5[Resource::{nag_resource_id(self._scope, self._resource)}]"
+        acknowledge(self._scope, finding, self._reason)
+        return []
+
+
+#: The resources aws-cdk-lib makes depend on the role whose ARN they also read.
+ROLE_USERS = (lambda_.CfnFunction, sfn.CfnStateMachine)
+
+
+def quiet_redundant_role_dependency(scope: IConstruct) -> None:
+    """Tell cfn-lint to skip W3005 on the functions and state machines under ``scope``.
+
+    aws-cdk-lib makes a Lambda function or state machine depend on its role
+    (so the role exists first) and also reads the role's ARN, which cfn-lint
+    reports as a redundant dependency. The dependency is aws-cdk-lib's, so the
+    check is switched off on those resources only, by resource metadata.
+    """
+    for resource in scope.node.find_all():
+        if isinstance(resource, ROLE_USERS):
+            config = dict(resource.get_metadata("cfn-lint") or {}).get("config", {})
+            ignored = sorted({*config.get("ignore_checks", []), "W3005"})
+            resource.add_metadata("cfn-lint", {"config": {**config, "ignore_checks": ignored}})
+
+
+def nag_resource_id(scope: IConstruct, value: str) -> str:
+    """The text cdk-nag shows for the policy resource ``value`` in a finding id such as ``Resource::<text>``.
+
+    Mirrors cdk-nag's flattening of the resolved value: ``Ref`` becomes
+    ``<LogicalId>``, ``Fn::GetAtt`` ``<LogicalId.Attr>``, ``Fn::Join`` joins
+    its parts, ``Fn::ImportValue`` and ``Fn::Sub`` show their argument, and
+    ``${...}`` turns into ``<...>``. Acknowledging by this text keeps the id
+    exact when logical ids change.
+    """
+    return flatten_resource(cdk.Stack.of(scope).resolve(value))
+
+
+def flatten_resource(node: object) -> str:
+    """A resolved CloudFormation value as cdk-nag flattens it (see ``nag_resource_id``)."""
+    if isinstance(node, str):
+        return node.replace("${", "<").replace("}", ">")
+    if isinstance(node, dict):
+        if "Fn::Join" in node:
+            separator, parts = node["Fn::Join"]
+            return str(separator).join(flatten_resource(p) for p in parts)
+        if "Fn::Sub" in node:
+            return flatten_resource(node["Fn::Sub"])
+        if "Fn::GetAtt" in node:
+            resource, attribute = node["Fn::GetAtt"]
+            return f"<{flatten_resource(resource)}.{flatten_resource(attribute)}>"
+        if "Fn::ImportValue" in node:
+            return flatten_resource(node["Fn::ImportValue"])
+        if "Ref" in node:
+            return f"<{flatten_resource(node['Ref'])}>"
+    return json.dumps(node, separators=(",", ":"))

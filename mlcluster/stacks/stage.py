@@ -10,6 +10,7 @@ from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NagPack, NIST80053R
 from constructs import Construct
 
 from mlcluster.config import Environment
+from mlcluster.stacks.cluster import ClusterStack
 from mlcluster.stacks.network import NetworkStack
 from mlcluster.stacks.storage import StorageStack
 
@@ -47,6 +48,16 @@ class EnvironmentStage(cdk.Stage):
             network=self.network_stack.network,
             description=f"{description} (data: bucket, file systems; outlives clusters)",
         )
+        self.cluster_stack: ClusterStack | None = None
+        if cfg.cluster.backend != "none":
+            self.cluster_stack = ClusterStack(
+                self,
+                "Cluster",
+                environment=environment,
+                network=self.network_stack.network,
+                storage=self.storage_stack,
+                description=f"{description} ({cfg.cluster.backend} cluster {environment.cluster_name})",
+            )
         tags = {"mlcluster:environment": environment.name, **cfg.tags}
         for key, value in tags.items():
             cdk.Tags.of(self).add(key, value)

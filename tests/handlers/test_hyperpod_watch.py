@@ -50,7 +50,7 @@ def test_in_service_signals_success(world: World, signals: Signals, sagemaker_ca
         "Status": "SUCCESS",
         "UniqueId": "ml-cluster",
         "Reason": "HyperPod cluster 'ml-cluster' is InService.",
-        "Data": ARN,
+        "Data": "InService",
     }
     assert operations(sagemaker_calls) == ["DescribeCluster"]
 

@@ -338,7 +338,8 @@ def watch(event: Mapping[str, Any], context: object = None) -> dict[str, Any]:
         _fail(state, cluster, head, _failure_message(cluster))
         return state.output(True, status)
     if status == "InService" and not mismatch and now >= state.not_before:
-        body = signal_body("SUCCESS", name, str(cluster["ClusterArn"]), f"HyperPod cluster {name!r} is InService.")
+        # The data is the status: the stack outputs it (WaitCondition Data maps each cluster name to it).
+        body = signal_body("SUCCESS", name, "InService", f"HyperPod cluster {name!r} is InService.")
         send_signal(state.wait_handle_url, body)
         return state.output(True, status)
     if now >= state.deadline:

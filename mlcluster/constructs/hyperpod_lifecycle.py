@@ -1,0 +1,279 @@
+"""The HyperPod lifecycle bucket: node scripts plus the two generated input files, kept in sync by CDK.
+
+HyperPod downloads ``LifeCycleConfig.SourceS3Uri`` to every node and runs
+``OnCreate`` from it. Today people create a ``sagemaker-...`` bucket by hand,
+copy the scripts and edit ``provisioning_parameters.json`` with the file
+system's DNS and mount names. Here the bucket, the upload and both input
+files are part of the stack: the files are generated from the cluster's
+groups, the FSx attributes (deploy-time values of the storage stack) and the
+lifecycle features, and uploaded again whenever any of them changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_deployment as s3deploy
+from constructs import Construct
+
+from mlcluster.config.hyperpod import GROUP_NAME, LifecycleConfig
+from mlcluster.constructs.data_bucket import REMOVAL_POLICIES
+from mlcluster.constructs.hyperpod_role import PREFIX
+from mlcluster.constructs.script_bucket import ScriptBucket
+from mlcluster.lifecycle import LIFECYCLE_DIR
+
+#: HyperPod only accepts lifecycle buckets whose name starts with this.
+BUCKET_PREFIX = "sagemaker-mlc"
+#: What an environment name may hold: it becomes part of the bucket name.
+ENVIRONMENT_NAME = re.compile(r"[a-z][a-z0-9-]*")
+#: The lengths the bucket name is checked against when account or region are not known at synth time.
+ACCOUNT_LENGTH = 12
+#: The longest region code in use (``us-isof-south-1``).
+MAX_REGION_LENGTH = 15
+#: The script HyperPod runs on every node, at the root of the uploaded folder.
+ON_CREATE = "on_create.sh"
+PROVISIONING_FILE = "provisioning_parameters.json"
+FEATURES_FILE = "mlcluster_features.json"
+PROVISIONING_VERSION = "1.0.0"
+PARTITION_NAME = r"[A-Za-z0-9_-]{1,64}"
+#: Files of the scripts folder that are not uploaded.
+EXCLUDE = ["__pycache__", "*.pyc"]
+
+
+def lifecycle_bucket_name(environment_name: str) -> str:
+    """``sagemaker-mlc-<environment>-<account>-<region>`` with the account and region of the deploying stack."""
+    return cdk.Fn.join("-", [BUCKET_PREFIX, environment_name, cdk.Aws.ACCOUNT_ID, cdk.Aws.REGION])
+
+
+def features_document(features: LifecycleConfig) -> dict[str, Any]:
+    """The content of ``mlcluster_features.json`` (see the lifecycle scripts' README)."""
+    accounting: dict[str, str] = {"mode": features.accounting.mode}
+    if features.accounting.endpoint is not None:
+        accounting["endpoint"] = features.accounting.endpoint
+    if features.accounting.secret_arn is not None:
+        accounting["secret_arn"] = features.accounting.secret_arn
+    return {
+        "users": [{"name": u.name, "uid": u.uid} for u in features.users],
+        "accounting": accounting,
+        "docker": features.docker,
+        "enroot_pyxis": features.enroot_pyxis,
+        "home_on_fsx": features.home_on_fsx,
+        "observability": features.observability,
+    }
+
+
+class HyperPodLifecycle(Construct):
+    """The lifecycle scripts of a HyperPod Slurm cluster in their own S3 bucket.
+
+    Creates a bucket named ``sagemaker-mlc-<environment>-<account>-<region>``
+    (HyperPod and its execution role policy only read ``sagemaker-*``
+    buckets), secured like the data bucket (``DataBucket``: public access
+    blocked, TLS only, SSE-S3, versioned, server access logs to a log
+    bucket), and uploads under ``prefix``:
+
+    - every file of ``scripts_dir`` (``on_create.sh`` and what it runs);
+    - ``provisioning_parameters.json``: Slurm, the controller, login and
+      worker groups with their partitions, and the FSx for Lustre DNS and
+      mount names (deploy-time values are filled in at deployment);
+    - ``mlcluster_features.json``: users, accounting, Docker, Enroot/Pyxis,
+      homes on FSx, observability.
+
+    A change to any of them uploads the folder again; files no longer in it
+    are removed (prune). Nodes read the files when they are created, so a
+    running cluster is not touched; replaced and added nodes get the new ones.
+
+    Default settings: prefix ``lifecycle/``; the scripts shipped with
+    mlcluster; the default features; bucket and logs retained when the stack
+    is deleted; upload logs kept one year.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment_name: str,
+        controller_group: str,
+        worker_groups: Mapping[str, str],
+        fsx_dns_name: str,
+        fsx_mount_name: str,
+        login_group: str | None = None,
+        features: LifecycleConfig | None = None,
+        prefix: str = "lifecycle/",
+        scripts_dir: Path | None = None,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
+    ) -> None:
+        """Create the bucket and the upload.
+
+        :param environment_name: names the bucket: lowercase letters, digits and
+            ``-``, starting with a letter, short enough for a 63-character bucket
+            name (20 characters always fit).
+        :param controller_group: the controller's instance group name.
+        :param worker_groups: worker instance group name -> Slurm partition name, in order.
+        :param fsx_dns_name: the FSx for Lustre file system's DNS name.
+        :param fsx_mount_name: the FSx for Lustre file system's mount name.
+        :param login_group: the login nodes' instance group name. Default: none.
+        :param features: what the scripts set up. Default: ``LifecycleConfig()``.
+        :param prefix: the key prefix of the upload, ending in ``/``. Default: ``lifecycle/``.
+        :param scripts_dir: the folder to upload; must hold ``on_create.sh``.
+            Default: mlcluster's HyperPod scripts.
+        :param removal_policy: RETAIN or DESTROY the bucket (and its logs). Default: RETAIN.
+        :param log_retention: how long the upload function's logs are kept. Default: one year.
+        """
+        super().__init__(scope, construct_id)
+        folder = scripts_dir if scripts_dir is not None else LIFECYCLE_DIR / "hyperpod"
+        stack = cdk.Stack.of(self)
+        _check_props(
+            stack=stack,
+            environment_name=environment_name,
+            controller_group=controller_group,
+            worker_groups=worker_groups,
+            login_group=login_group,
+            fsx_dns_name=fsx_dns_name,
+            fsx_mount_name=fsx_mount_name,
+            prefix=prefix,
+            scripts_dir=folder,
+            removal_policy=removal_policy,
+        )
+        self.prefix = prefix
+        self.controller_group = controller_group
+        self.login_group = login_group
+        self.worker_groups = dict(worker_groups)
+        self.features = features if features is not None else LifecycleConfig()
+
+        provisioning: dict[str, Any] = {
+            "version": PROVISIONING_VERSION,
+            "workload_manager": "slurm",
+            "controller_group": controller_group,
+        }
+        if login_group is not None:
+            provisioning["login_group"] = login_group
+        provisioning["worker_groups"] = [
+            {"instance_group_name": name, "partition_name": partition} for name, partition in worker_groups.items()
+        ]
+        provisioning["fsx_dns_name"] = fsx_dns_name
+        provisioning["fsx_mountname"] = fsx_mount_name
+        self.scripts = ScriptBucket(
+            self,
+            "Resource",
+            bucket_name=lifecycle_bucket_name(environment_name),
+            prefix=prefix,
+            sources=[
+                s3deploy.Source.asset(str(folder), exclude=EXCLUDE),
+                s3deploy.Source.json_data(PROVISIONING_FILE, provisioning),
+                s3deploy.Source.json_data(FEATURES_FILE, features_document(self.features)),
+            ],
+            purpose="HyperPod lifecycle scripts and their generated inputs",
+            removal_policy=removal_policy,
+            log_retention=log_retention,
+        )
+        self.bucket: s3.IBucket = self.scripts.bucket
+        self.deployment = self.scripts.deployment
+
+    @property
+    def bucket_name(self) -> str:
+        """The lifecycle bucket's name."""
+        return self.bucket.bucket_name
+
+    @property
+    def source_s3_uri(self) -> str:
+        """``s3://<bucket>/<prefix>``: the instance groups' ``LifeCycleConfig.SourceS3Uri``."""
+        return f"s3://{self.bucket.bucket_name}/{self.prefix}"
+
+    @property
+    def on_create(self) -> str:
+        """The script HyperPod runs on every node (``LifeCycleConfig.OnCreate``)."""
+        return ON_CREATE
+
+    @property
+    def provisioning_parameters_key(self) -> str:
+        """The full S3 key of ``provisioning_parameters.json``."""
+        return f"{self.prefix}{PROVISIONING_FILE}"
+
+    @property
+    def features_key(self) -> str:
+        """The full S3 key of ``mlcluster_features.json``."""
+        return f"{self.prefix}{FEATURES_FILE}"
+
+
+def _check_props(
+    *,
+    stack: cdk.Stack,
+    environment_name: str,
+    controller_group: str,
+    worker_groups: Mapping[str, str],
+    login_group: str | None,
+    fsx_dns_name: str,
+    fsx_mount_name: str,
+    prefix: str,
+    scripts_dir: Path,
+    removal_policy: cdk.RemovalPolicy,
+) -> None:
+    """Check every prop at once and raise one ValueError listing all problems."""
+    problems: list[str] = []
+    # The pattern keeps the name within S3's rules (lowercase, digits, '-', no dots); only its length can fail.
+    if not ENVIRONMENT_NAME.fullmatch(environment_name):
+        problems.append(
+            f"environment_name: {environment_name!r} is not allowed; use lowercase letters, digits and '-', "
+            "starting with a letter (it becomes part of the S3 bucket name)"
+        )
+    else:
+        known_account = not cdk.Token.is_unresolved(stack.account)
+        known_region = not cdk.Token.is_unresolved(stack.region)
+        account = stack.account if known_account else "<account>"
+        region = stack.region if known_region else "<region>"
+        length = sum(
+            (
+                len(BUCKET_PREFIX) + 1 + len(environment_name) + 1,
+                len(stack.account) if known_account else ACCOUNT_LENGTH,
+                1,
+                len(stack.region) if known_region else MAX_REGION_LENGTH,
+            )
+        )
+        if length > 63:
+            problems.append(
+                f"environment_name: {environment_name!r} makes the lifecycle bucket name "
+                f"'{BUCKET_PREFIX}-{environment_name}-{account}-{region}' up to {length} characters long; S3 allows "
+                "63, so use a shorter environment name"
+            )
+    names = [controller_group, *([login_group] if login_group is not None else []), *worker_groups]
+    for label, name in (
+        ("controller_group", controller_group),
+        ("login_group", login_group),
+        *(("worker_groups", n) for n in worker_groups),
+    ):
+        if name is not None and not re.fullmatch(GROUP_NAME, name):
+            problems.append(
+                f"{label}: {name!r} is not an instance group name; use 1-63 letters, digits and hyphens, starting and "
+                "ending with a letter or digit"
+            )
+    if not worker_groups:
+        problems.append("worker_groups: {} is not allowed; give at least one worker group and its partition")
+    for name, partition in worker_groups.items():
+        if not re.fullmatch(PARTITION_NAME, partition):
+            problems.append(
+                f"worker_groups[{name!r}]: partition {partition!r} is not allowed; use 1-64 letters, digits, '_' or '-'"
+            )
+    if len(set(names)) != len(names):
+        problems.append(f"worker_groups: group names {names} repeat; controller, login and worker groups must differ")
+    for label, value in (("fsx_dns_name", fsx_dns_name), ("fsx_mount_name", fsx_mount_name)):
+        if not cdk.Token.is_unresolved(value) and not value.strip():
+            problems.append(f"{label}: {value!r} is empty; give the FSx for Lustre file system's {label[4:]}")
+    if not PREFIX.fullmatch(prefix):
+        problems.append(
+            f"prefix: {prefix!r} is not allowed; use a key prefix such as 'lifecycle/' (letters, digits, !_.*'()- "
+            "and '/', ending in '/', not starting with '/')"
+        )
+    if not (scripts_dir / ON_CREATE).is_file():
+        problems.append(f"scripts_dir: {str(scripts_dir)!r} has no {ON_CREATE}; HyperPod runs it on every node")
+    if removal_policy not in REMOVAL_POLICIES:
+        problems.append(f"removal_policy: {removal_policy} is not allowed; use RemovalPolicy.RETAIN or DESTROY")
+    if problems:
+        raise ValueError("HyperPodLifecycle: " + "; ".join(problems))

@@ -1,0 +1,196 @@
+"""Node scripts in their own secured bucket, uploaded by CDK on every deploy that changes them.
+
+Both cluster backends ship scripts that nodes fetch from S3 when they boot:
+HyperPod's lifecycle scripts (with their generated inputs) and
+ParallelCluster's OnNodeConfigured scripts. ``ScriptBucket`` is the bucket
+and the upload they share, including the acknowledgements of the findings on
+aws_s3_deployment's upload function, with reasons about that function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import aws_cdk as cdk
+import jsii
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_deployment as s3deploy
+from constructs import Construct, IConstruct, IValidation
+
+from mlcluster.constructs.data_bucket import DataBucket
+from mlcluster.constructs.nag import (
+    acknowledge,
+    acknowledge_compliance,
+    acknowledge_wildcard_resource,
+    flatten_resource,
+    quiet_redundant_role_dependency,
+)
+
+#: The id prefix of the Lambda function aws_s3_deployment shares between all deployments of a stack.
+DEPLOYMENT_HANDLER_PREFIX = "Custom::CDKBucketDeployment"
+#: What aws_s3_deployment grants its function on the CDK assets bucket (a read grant).
+ASSET_READ_ACTIONS = frozenset({"s3:GetObject*", "s3:GetBucket*", "s3:List*"})
+
+
+class ScriptBucket(Construct):
+    """A bucket of node scripts and the upload that keeps it in sync with the stack.
+
+    Creates a bucket secured like the data bucket (``DataBucket``: public
+    access blocked, TLS only, SSE-S3, versioned, server access logs) and an
+    ``aws_s3_deployment.BucketDeployment`` that uploads ``sources`` under
+    ``prefix`` whenever they change and removes files no longer in them.
+
+    Default settings: a CloudFormation-generated bucket name; bucket, access
+    logs and upload logs retained when the stack is deleted; upload logs kept
+    one year.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        prefix: str,
+        sources: Sequence[s3deploy.ISource],
+        purpose: str,
+        bucket_name: str | None = None,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
+    ) -> None:
+        """Create the bucket and the upload.
+
+        :param prefix: key prefix of the upload, ending in ``/``.
+        :param sources: what to upload (asset folders, generated JSON).
+        :param purpose: what the scripts are, for the acknowledgement reasons.
+        :param bucket_name: an explicit bucket name. Default: generated.
+        :param removal_policy: RETAIN (default) or DESTROY the bucket and logs.
+        :param log_retention: how long the upload function's logs are kept. Default: one year.
+        """
+        super().__init__(scope, construct_id)
+        if not prefix.endswith("/") or prefix.startswith("/"):
+            raise ValueError(f"prefix: {prefix!r} is not allowed; use a key prefix ending in '/', such as 'scripts/'")
+        if not sources:
+            raise ValueError("sources: give at least one source to upload")
+        self.prefix = prefix
+        self.data_bucket = DataBucket(self, "Resource", bucket_name=bucket_name, removal_policy=removal_policy)
+        self.bucket: s3.IBucket = self.data_bucket.bucket
+        log_group = logs.LogGroup(self, "UploadLogs", retention=log_retention, removal_policy=removal_policy)
+        self.deployment = s3deploy.BucketDeployment(
+            self,
+            "Upload",
+            destination_bucket=self.bucket,
+            destination_key_prefix=prefix,
+            sources=list(sources),
+            prune=True,
+            log_group=log_group,
+        )
+        self._acknowledge_upload_handler(purpose)
+        acknowledge_compliance(
+            self.data_bucket,
+            "S3BucketReplicationEnabled",
+            f"This bucket and its access logs hold {purpose}, which every deployment uploads again from the "
+            "stack; a replica would add a second bucket without protecting anything.",
+        )
+        acknowledge_compliance(
+            self.bucket,
+            "S3DefaultEncryptionKMS",
+            f"The bucket holds {purpose} and no secrets (passwords stay in Secrets Manager); SSE-S3 lets nodes "
+            "read them without a KMS grant to every node role.",
+        )
+        acknowledge_compliance(
+            log_group,
+            "CloudWatchLogGroupEncrypted",
+            f"The upload function logs object keys and copy results of {purpose} only; CloudWatch Logs encrypts "
+            "them at rest with service keys.",
+        )
+
+    def _acknowledge_upload_handler(self, purpose: str) -> None:
+        """Acknowledge the findings on aws_s3_deployment's upload function, with reasons about it.
+
+        The function is a stack-level singleton (``Custom::CDKBucketDeployment...``)
+        shared by the stack's deployments; it is found as the scope of this
+        deployment's handler role.
+        """
+        handler = self.deployment.handler_role.node.scope
+        if handler is None or not handler.node.id.startswith(DEPLOYMENT_HANDLER_PREFIX):
+            raise RuntimeError(f"{self.node.path}: cannot find the {DEPLOYMENT_HANDLER_PREFIX}* upload function")
+        acknowledge(
+            handler,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "aws_s3_deployment creates the upload function's role with the basic execution policy, which only lets "
+            "it write its own CloudWatch logs; the role is internal to that construct and not exposed to replace.",
+        )
+        acknowledge(
+            handler,
+            "AwsSolutions-L1",
+            "The upload function's runtime is fixed by aws_s3_deployment in aws-cdk-lib, which moves it to newer "
+            "Python versions with its releases; the function only copies files between buckets at deploy time.",
+        )
+        for action in ("s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*"):
+            acknowledge(
+                handler,
+                f"AwsSolutions-IAM5[Action::{action}]",
+                f"aws_s3_deployment grants its upload function {action} from the read/write grants of the asset and "
+                "script buckets: it reads the asset zip, lists and prunes the script prefix, and aborts failed "
+                "multipart uploads; the grants are limited to those buckets.",
+            )
+        for rule, reason in (
+            ("LambdaConcurrency", "it runs once per deployment that changes the files"),
+            ("LambdaDLQ", "CloudFormation invokes it synchronously as a custom resource and reports failures"),
+            ("LambdaInsideVPC", "it only copies objects between two S3 buckets through the S3 API"),
+            ("IAMNoInlinePolicy", "aws_s3_deployment writes its bucket grants as the role's default policy"),
+        ):
+            acknowledge_compliance(handler, rule, f"The aws_s3_deployment upload function: {reason}.")
+        acknowledge_wildcard_resource(
+            handler,
+            self.bucket.arn_for_objects("*"),
+            f"The upload function writes and prunes {purpose} in this bucket; aws_s3_deployment grants it the "
+            "bucket's objects, and it only touches keys under the upload prefix.",
+        )
+        handler.node.add_validation(_AssetsBucketAcknowledgement(handler))
+        quiet_redundant_role_dependency(handler)
+
+
+@jsii.implements(IValidation)
+class _AssetsBucketAcknowledgement:
+    """Acknowledges the upload function's read grant on the CDK assets bucket, once the app is validated.
+
+    The grant's resource is the bootstrap bucket of the stack's synthesizer
+    (``cdk-<qualifier>-assets-<account>-<region>``, with placeholders or
+    concrete values); it is read from the function's policy when the tree is
+    validated, so the acknowledged id is exactly what cdk-nag reports.
+    """
+
+    def __init__(self, handler: IConstruct) -> None:
+        self._handler = handler
+
+    def validate(self) -> list[str]:
+        role = self._handler.node.try_find_child("ServiceRole")
+        policy = role.node.try_find_child("DefaultPolicy") if role is not None else None
+        if policy is None or not isinstance(policy.node.default_child, iam.CfnPolicy):
+            return [f"{self._handler.node.path}: aws_s3_deployment's function has no ServiceRole/DefaultPolicy"]
+        document = cdk.Stack.of(policy).resolve(policy.node.default_child.policy_document)
+        for statement in document.get("Statement", []):
+            actions = set(_as_list(statement.get("Action")))
+            if statement.get("Effect") != "Allow" or not actions or not actions <= ASSET_READ_ACTIONS:
+                continue
+            for resource in _as_list(statement.get("Resource")):
+                text = flatten_resource(resource)
+                if "*" in text:
+                    acknowledge(
+                        self._handler,
+                        f"AwsSolutions-IAM5[Resource::{text}]",
+                        "The upload function reads the zipped scripts that `cdk deploy` publishes to the CDK "
+                        "bootstrap assets bucket; asset keys are content hashes, so the read grant covers the "
+                        "bucket's objects.",
+                    )
+        return []
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]

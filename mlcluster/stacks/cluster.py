@@ -1,0 +1,214 @@
+"""The cluster stack of an environment: ParallelCluster or SageMaker HyperPod.
+
+It only reads from the network and storage stacks (subnets, the security
+group, file system and bucket attributes); nothing there refers back, so the
+cluster can be destroyed and recreated without touching data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_deployment as s3deploy
+from constructs import Construct
+
+from mlcluster.config import Environment
+from mlcluster.config.hyperpod import HyperPodConfig
+from mlcluster.config.pcluster import PclusterConfig
+from mlcluster.constructs.capacity_reservation_group import CapacityReservationGroup
+from mlcluster.constructs.hyperpod_cluster import HyperPodCluster
+from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
+from mlcluster.constructs.hyperpod_role import HyperPodExecutionRole
+from mlcluster.constructs.nag import acknowledge, acknowledge_wildcard_resource
+from mlcluster.constructs.network import NetworkRef
+from mlcluster.constructs.pcluster_cluster import PclusterCluster
+from mlcluster.constructs.script_bucket import ScriptBucket
+from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
+from mlcluster.pcluster.checks import network_zone_labels
+from mlcluster.pcluster.render import DeployInputs, ZoneSubnet, render_cluster_config
+from mlcluster.stacks.common import export_name, log_retention, removal_policy
+from mlcluster.stacks.storage import StorageStack
+
+#: Where the ParallelCluster node scripts live in their bucket.
+NODE_SCRIPT_PREFIX = "pcluster/"
+
+
+class ClusterStack(cdk.Stack):
+    """The environment's cluster, built by the backend its file names.
+
+    ``pcluster``: node scripts uploaded to a secured bucket, capacity
+    reservation groups, and the cluster launched through ParallelCluster's
+    official custom resource with a configuration rendered from the file.
+    ``hyperpod``: the execution role, the ``sagemaker-`` lifecycle bucket
+    with scripts and generated inputs, and the custom resource that creates
+    the cluster and waits (up to 12 hours) for it to be InService.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        network: NetworkRef,
+        storage: StorageStack,
+        **kwargs: Any,
+    ) -> None:
+        """Build the cluster of ``environment`` on ``network`` and ``storage``."""
+        super().__init__(scope, construct_id, **kwargs)
+        self.settings = environment
+        cluster = environment.config.cluster
+        if cluster.backend == "pcluster" and cluster.pcluster is not None:
+            self._pcluster(cluster.pcluster, network, storage)
+        elif cluster.backend == "hyperpod" and cluster.hyperpod is not None:
+            self._hyperpod(cluster.hyperpod, network, storage)
+        else:  # pragma: no cover - the stage only builds this stack for a backend
+            raise ValueError(f"cluster.backend: {cluster.backend!r} has no cluster to build")
+
+    def _output(self, name: str, value: str, description: str) -> None:
+        cdk.CfnOutput(self, name, value=value, description=description, export_name=export_name(self.settings, name))
+
+    # -- ParallelCluster --------------------------------------------------
+
+    def _pcluster(self, cfg: PclusterConfig, network: NetworkRef, storage: StorageStack) -> None:
+        env = self.settings
+        keeps = env.config.retention.keeps_data
+        scripts = ScriptBucket(
+            self,
+            "NodeScripts",
+            prefix=NODE_SCRIPT_PREFIX,
+            sources=[s3deploy.Source.asset(str(PCLUSTER_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"])],
+            purpose="ParallelCluster node scripts (Docker, Enroot/Pyxis, NCCL/EFA, Neuron)",
+            removal_policy=removal_policy(env),
+            log_retention=log_retention(env),
+        )
+        reservation_groups = {
+            group.name: CapacityReservationGroup(
+                self,
+                f"Reservations-{group.name}",
+                group_name=f"{env.cluster_name}-{group.name}",
+                reservation_ids=group.reservation_ids,
+            ).group_arn
+            for group in cfg.capacity_reservation_groups
+        }
+        script_policy = None
+        if cfg.login_nodes is not None:
+            # ParallelCluster has no S3Access setting for login nodes: they read the scripts through this policy.
+            script_policy = iam.ManagedPolicy(
+                self,
+                "NodeScriptRead",
+                description="Read the ParallelCluster node scripts (login nodes)",
+                statements=[
+                    iam.PolicyStatement(
+                        actions=["s3:GetObject"], resources=[scripts.bucket.arn_for_objects(f"{NODE_SCRIPT_PREFIX}*")]
+                    )
+                ],
+            )
+            acknowledge_wildcard_resource(
+                script_policy,
+                scripts.bucket.arn_for_objects(f"{NODE_SCRIPT_PREFIX}*"),
+                "Login nodes read every node script under the pcluster/ prefix of this bucket; the scripts are "
+                "content the stack uploads, and the prefix holds nothing else.",
+            )
+        labels = network_zone_labels(env.config.network)
+        inputs = DeployInputs(
+            region=self.region,
+            partition=self.partition,
+            private_subnets=tuple(
+                ZoneSubnet(zone=label, subnet_id=subnet.subnet_id)
+                for label, subnet in zip(labels, network.private_subnets, strict=False)
+            ),
+            public_subnet_id=network.public_subnet.subnet_id if network.public_subnet is not None else None,
+            security_group_ids=(network.security_group.security_group_id,),
+            vpc_cidr=network.vpc_cidr_blocks[0],
+            lustre_file_system_id=storage.lustre.file_system_id,
+            openzfs_volume_id=storage.openzfs.root_volume_id if storage.openzfs is not None else None,
+            node_script_bucket=scripts.bucket.bucket_name,
+            node_script_prefix=NODE_SCRIPT_PREFIX,
+            node_script_policy_arn=script_policy.managed_policy_arn if script_policy is not None else None,
+            reservation_group_arns=reservation_groups,
+            log_retention_days=env.config.retention.log_retention_days,
+            retain_logs=keeps,
+            tags=dict(env.config.tags),
+        )
+        self.pcluster = PclusterCluster(
+            self,
+            "Cluster",
+            cluster_name=env.cluster_name,
+            cluster_configuration=render_cluster_config(cfg, inputs),
+            version=cfg.version,
+            deletion_policy="Retain" if keeps else "Delete",
+            slurm_accounting=cfg.slurm.accounting is not None,
+        )
+        # The cluster's nodes run the scripts on their first boot: upload them first.
+        self.pcluster.node.add_dependency(scripts.deployment)
+        self._output("ClusterName", env.cluster_name, "ParallelCluster cluster name")
+        self._output("HeadNodeInstanceId", self.pcluster.head_node_instance_id, "Head node EC2 instance")
+        self._output("HeadNodePrivateIp", self.pcluster.head_node_private_ip, "Head node private IP")
+        self._output("HeadNodeSsmCommand", self.pcluster.ssm_command, "Open a shell on the head node")
+        self._output("ValidationMessages", self.pcluster.validation_messages, "ParallelCluster validation messages")
+
+    # -- SageMaker HyperPod -----------------------------------------------
+
+    def _hyperpod(self, cfg: HyperPodConfig, network: NetworkRef, storage: StorageStack) -> None:
+        env = self.settings
+        workers = {w.instance_group_name: w.partition_name or w.instance_group_name for w in cfg.workers}
+        lifecycle = HyperPodLifecycle(
+            self,
+            "Lifecycle",
+            environment_name=env.name,
+            controller_group=cfg.controller.instance_group_name,
+            login_group=cfg.login.instance_group_name if cfg.login is not None else None,
+            worker_groups=workers,
+            fsx_dns_name=storage.lustre.dns_name,
+            fsx_mount_name=storage.lustre.mount_name,
+            features=cfg.lifecycle,
+            removal_policy=removal_policy(env),
+            log_retention=log_retention(env),
+        )
+        accounting = cfg.lifecycle.accounting
+        role = HyperPodExecutionRole(
+            self,
+            "ExecutionRole",
+            vpc=network.vpc,
+            subnets=network.private_subnets[:1],
+            security_groups=[network.security_group],
+            lifecycle_bucket=lifecycle.bucket,
+            lifecycle_prefix=lifecycle.prefix,
+            data_bucket=storage.data_bucket.bucket,
+            data_bucket_access=cfg.data_bucket_access,
+            secret_arns=[accounting.secret_arn] if accounting.secret_arn else [],
+        )
+        self.hyperpod = HyperPodCluster(
+            self,
+            "Cluster",
+            cluster_name=env.cluster_name,
+            controller=cfg.controller,
+            login=cfg.login,
+            workers=cfg.workers,
+            subnets=network.private_subnets[:1],
+            security_groups=[network.security_group],
+            execution_role=role.role,
+            lifecycle=lifecycle,
+            node_recovery=cfg.node_recovery,
+            create_timeout_hours=cfg.create_timeout_hours,
+            tags=dict(env.config.tags),
+            log_retention=log_retention(env),
+            log_removal_policy=removal_policy(env),
+        )
+        self._output("ClusterName", self.hyperpod.cluster_name, "HyperPod cluster name")
+        self._output("ClusterArn", self.hyperpod.cluster_arn, "HyperPod cluster ARN")
+        self._output(
+            "ClusterStatus",
+            cdk.Fn.to_json_string(self.hyperpod.wait_condition.attr_data),
+            "Status the watcher signalled for this cluster spec, as {cluster name: status}",
+        )
+        acknowledge(
+            self,
+            "CloudFormation-Validate::F6101",
+            "The ClusterStatus output wraps the WaitCondition's Data object in Fn::ToJsonString "
+            "(AWS::LanguageExtensions), which makes it a string; the validator only looks at the inner GetAtt.",
+        )
+        self._output("ControllerSsmCommand", self.hyperpod.ssm_session_command(), "Open a shell on the controller")

@@ -1,0 +1,241 @@
+"""HyperPodLifecycle on rendered CloudFormation and staged assets: bucket name, upload, generated files, errors.
+
+One app is synthesized once with cdk-nag's AwsSolutions pack on. The FSx DNS
+name is a deploy-time value (an import from the storage stack), so the
+generated provisioning parameters must carry a marker that the upload
+replaces at deployment; the staged files are parsed with the lifecycle
+scripts' own parsers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+from cdk_nag import AwsSolutionsChecks
+
+from mlcluster.config.hyperpod import AccountingConfig, LifecycleConfig, PosixUser
+from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle, features_document
+from mlcluster.constructs.nag import flatten_resource
+from mlcluster.lifecycle.hyperpod.plan import parse_features, parse_provisioning
+
+SECRET = "arn:aws:secretsmanager:us-east-1:111111111111:secret:slurm-db-AbCdEf"
+DNS_EXPORT = "storage-FsxDnsName"
+FEATURES = LifecycleConfig(
+    users=(PosixUser(name="alice", uid=2001), PosixUser(name="bob", uid=2002)),
+    accounting=AccountingConfig(mode="remote", endpoint="db.example.com:3306", secret_arn=SECRET),
+    observability=True,
+)
+
+
+class Built:
+    """The synthesized template, the output directory and the construct."""
+
+    def __init__(self, outdir: Path, template: dict[str, Any], lifecycle: HyperPodLifecycle) -> None:
+        self.outdir = outdir
+        self.template = template
+        self.lifecycle = lifecycle
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    out = tmp_path_factory.mktemp("cdk.out")
+    app = cdk.App(outdir=str(out))
+    stack = cdk.Stack(app, "Lifecycle")
+    lifecycle = HyperPodLifecycle(
+        stack,
+        "Lifecycle",
+        environment_name="dev",
+        controller_group="controller-machine",
+        login_group="login-nodes",
+        worker_groups={"gpu": "train", "cpu": "cpu"},
+        fsx_dns_name=cdk.Fn.import_value(DNS_EXPORT),
+        fsx_mount_name="abcdefgh",
+        features=FEATURES,
+    )
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()  # raises on any unacknowledged cdk-nag finding
+    return Built(out, Template.from_stack(stack).to_json(), lifecycle)
+
+
+def of_type(built: Built, kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in built.template["Resources"].items() if v["Type"] == kind}
+
+
+def lifecycle_bucket(built: Built) -> tuple[str, dict[str, Any]]:
+    ((name, bucket),) = [
+        (k, v) for k, v in of_type(built, "AWS::S3::Bucket").items() if "BucketName" in v["Properties"]
+    ]
+    return name, bucket
+
+
+def deployment(built: Built) -> dict[str, Any]:
+    (found,) = of_type(built, "Custom::CDKBucketDeployment").values()
+    return found["Properties"]
+
+
+def staged(built: Built, file_name: str) -> Path:
+    """The staged asset folder that holds ``file_name`` (json_data and the scripts are separate assets)."""
+    (folder,) = [p.parent for p in built.outdir.glob(f"asset.*/{file_name}")]
+    return folder
+
+
+def test_bucket_name_is_sagemaker_prefixed_and_unique_per_environment(built: Built) -> None:
+    _, bucket = lifecycle_bucket(built)
+    name = flatten_resource(bucket["Properties"]["BucketName"])
+    assert name == "sagemaker-mlc-dev-<AWS::AccountId>-<AWS::Region>"
+
+
+def test_bucket_is_secured_like_the_data_bucket(built: Built) -> None:
+    name, bucket = lifecycle_bucket(built)
+    props = bucket["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    (rule,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    assert all(props["PublicAccessBlockConfiguration"].values())
+    assert "DestinationBucketName" in props["LoggingConfiguration"]
+    assert bucket["DeletionPolicy"] == "Retain"
+    policies = [
+        p["Properties"]["PolicyDocument"]["Statement"]
+        for p in of_type(built, "AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": name}
+    ]
+    (statements,) = policies
+    assert any(s["Effect"] == "Deny" and "aws:SecureTransport" in json.dumps(s.get("Condition")) for s in statements)
+
+
+def test_upload_goes_under_the_prefix_and_prunes(built: Built) -> None:
+    name, _ = lifecycle_bucket(built)
+    props = deployment(built)
+    assert props["DestinationBucketName"] == {"Ref": name}
+    assert props["DestinationBucketKeyPrefix"] == "lifecycle/"
+    assert props["Prune"] is True
+    assert len(props["SourceObjectKeys"]) == 3
+
+
+def test_provisioning_parameters_carry_groups_and_the_deploy_time_fsx_name(built: Built) -> None:
+    text = (staged(built, "provisioning_parameters.json") / "provisioning_parameters.json").read_text()
+    (markers,) = [m for m in deployment(built)["SourceMarkers"] if m]
+    ((marker, value),) = markers.items()
+    # At deployment the marker becomes the JSON string of the storage stack's export.
+    assert value == {"Fn::Join": ["", ['"', {"Fn::ImportValue": DNS_EXPORT}, '"']]}
+    content = json.loads(text.replace(marker, json.dumps("fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com")))
+    assert content == {
+        "version": "1.0.0",
+        "workload_manager": "slurm",
+        "controller_group": "controller-machine",
+        "login_group": "login-nodes",
+        "worker_groups": [
+            {"instance_group_name": "gpu", "partition_name": "train"},
+            {"instance_group_name": "cpu", "partition_name": "cpu"},
+        ],
+        "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+        "fsx_mountname": "abcdefgh",
+    }
+    params = parse_provisioning(content)
+    assert [g.partition_name for g in params.worker_groups] == ["train", "cpu"]
+
+
+def test_features_file_is_what_the_scripts_parse(built: Built) -> None:
+    content = json.loads((staged(built, "mlcluster_features.json") / "mlcluster_features.json").read_text())
+    assert content == {
+        "users": [{"name": "alice", "uid": 2001}, {"name": "bob", "uid": 2002}],
+        "accounting": {"mode": "remote", "endpoint": "db.example.com:3306", "secret_arn": SECRET},
+        "docker": True,
+        "enroot_pyxis": True,
+        "home_on_fsx": True,
+        "observability": True,
+    }
+    features = parse_features(content)
+    assert features.accounting.secret_arn == SECRET and [u.name for u in features.users] == ["alice", "bob"]
+
+
+def test_default_features_leave_out_unused_accounting_keys() -> None:
+    assert features_document(LifecycleConfig())["accounting"] == {"mode": "local"}
+    parse_features(features_document(LifecycleConfig()))
+
+
+def test_scripts_are_uploaded_without_caches(built: Built) -> None:
+    folder = staged(built, "on_create.sh")
+    assert (folder / "plan.py").is_file()
+    assert (folder / "steps").is_dir()
+    assert not list(folder.rglob("__pycache__")) and not list(folder.rglob("*.pyc"))
+
+
+def test_attributes_for_the_cluster(built: Built) -> None:
+    lifecycle = built.lifecycle
+    stack = cdk.Stack.of(lifecycle)
+    name, _ = lifecycle_bucket(built)
+    assert stack.resolve(lifecycle.source_s3_uri) == {"Fn::Join": ["", ["s3://", {"Ref": name}, "/lifecycle/"]]}
+    assert lifecycle.on_create == "on_create.sh"
+    assert lifecycle.provisioning_parameters_key == "lifecycle/provisioning_parameters.json"
+    assert lifecycle.features_key == "lifecycle/mlcluster_features.json"
+    assert lifecycle.worker_groups == {"gpu": "train", "cpu": "cpu"}
+
+
+def test_upload_function_findings_are_acknowledged_on_it(built: Built) -> None:
+    acknowledged: dict[str, str] = {}
+    for entries in json.loads((built.outdir / "Lifecycle.metadata.json").read_text()).values():
+        for entry in entries:
+            if entry["type"] == "aws:cdk:acknowledged-rules":
+                acknowledged.update({k.removeprefix("Annotation::"): v for k, v in entry["data"].items()})
+    assets = (
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*]"
+    )
+    assert assets in acknowledged
+    assert "AwsSolutions-L1" in acknowledged
+    assert all(len(reason) > 40 for reason in acknowledged.values())
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+VALID: dict[str, Any] = {
+    "environment_name": "dev",
+    "controller_group": "controller-machine",
+    "worker_groups": {"gpu": "dev"},
+    "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+    "fsx_mount_name": "abcdefgh",
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"environment_name": "Dev"}, "environment_name: 'Dev' is not allowed"),
+        ({"environment_name": "e" * 21}, "up to 64 characters long; S3 allows 63"),
+        ({"controller_group": "-controller"}, "controller_group: '-controller' is not an instance group name"),
+        ({"login_group": "gpu"}, "group names ['controller-machine', 'gpu', 'gpu'] repeat"),
+        ({"worker_groups": {}}, "worker_groups: {} is not allowed"),
+        ({"worker_groups": {"gpu": "a b"}}, "worker_groups['gpu']: partition 'a b' is not allowed"),
+        ({"fsx_mount_name": " "}, "fsx_mount_name: ' ' is empty"),
+        ({"prefix": "lifecycle"}, "prefix: 'lifecycle' is not allowed"),
+        ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, "removal_policy:"),
+    ],
+)
+def test_bad_props_are_named(changes: dict[str, Any], message: str) -> None:
+    stack = cdk.Stack(cdk.App(), "Checks")
+    with pytest.raises(ValueError, match="HyperPodLifecycle: ") as caught:
+        HyperPodLifecycle(stack, "Lifecycle", **{**VALID, **changes})
+    assert message in str(caught.value)
+
+
+def test_known_account_and_region_allow_a_longer_environment_name() -> None:
+    env = cdk.Environment(account="111111111111", region="us-east-1")
+    stack = cdk.Stack(cdk.App(), "Known", env=env)
+    # 14 + 25 + 1 + 12 + 1 + 9 = 62 characters: fits once the region is known to be us-east-1.
+    lifecycle = HyperPodLifecycle(stack, "Lifecycle", **{**VALID, "environment_name": "e" * 25})
+    assert lifecycle.prefix == "lifecycle/"
+    with pytest.raises(ValueError, match="up to 65 characters long"):
+        HyperPodLifecycle(
+            cdk.Stack(cdk.App(), "Known", env=env), "Lifecycle", **{**VALID, "environment_name": "e" * 28}
+        )
+
+
+def test_scripts_dir_must_hold_on_create(tmp_path: Path) -> None:
+    stack = cdk.Stack(cdk.App(), "Checks")
+    with pytest.raises(ValueError, match=r"scripts_dir: '.*' has no on_create.sh"):
+        HyperPodLifecycle(stack, "Lifecycle", **VALID, scripts_dir=tmp_path)
