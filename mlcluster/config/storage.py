@@ -274,7 +274,7 @@ class LustreConfig:
 
     deployment_type: Literal["PERSISTENT_2", "PERSISTENT_1"] = "PERSISTENT_2"
     storage_capacity_gib: int = 1200
-    throughput_per_unit_storage_mib: int = 250
+    throughput_mbps_per_tib: int = 250
     data_compression: Literal["LZ4", "NONE"] = "LZ4"
     lustre_version: Literal["2.15", "2.12"] = "2.15"
     metadata: MetadataConfig = setting(default=MetadataConfig())
@@ -295,10 +295,10 @@ class LustreConfig:
 
     def check(self, issues: Issues) -> None:
         deployment = self.deployment_type
-        throughput = self.throughput_per_unit_storage_mib
+        throughput = self.throughput_mbps_per_tib
         problem = lustre_throughput_problem(deployment, throughput)
         if problem is not None:
-            issues.add("throughput_per_unit_storage_mib", throughput, problem)
+            issues.add("throughput_mbps_per_tib", throughput, problem)
         problem = lustre_capacity_problem(
             self.storage_capacity_gib, deployment_type=deployment, throughput=throughput, efa_enabled=self.efa_enabled
         )

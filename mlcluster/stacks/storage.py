@@ -68,7 +68,7 @@ class StorageStack(cdk.Stack):
             dedicated_security_group=lustre.security_group == "dedicated",
             deployment_type=lustre.deployment_type,
             storage_capacity_gib=lustre.storage_capacity_gib,
-            throughput_mbps_per_tib=lustre.throughput_per_unit_storage_mib,
+            throughput_mbps_per_tib=lustre.throughput_mbps_per_tib,
             data_compression=lustre.data_compression,
             lustre_version=lustre.lustre_version,
             metadata_mode=lustre.metadata.mode,

@@ -53,12 +53,12 @@ def test_defaults() -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        {"lustre": {"efa_enabled": True, "storage_capacity_gib": 4800, "throughput_per_unit_storage_mib": 1000}},
-        {"lustre": {"efa_enabled": True, "storage_capacity_gib": 38400, "throughput_per_unit_storage_mib": 125}},
+        {"lustre": {"efa_enabled": True, "storage_capacity_gib": 4800, "throughput_mbps_per_tib": 1000}},
+        {"lustre": {"efa_enabled": True, "storage_capacity_gib": 38400, "throughput_mbps_per_tib": 125}},
         {
             "lustre": {
                 "deployment_type": "PERSISTENT_1",
-                "throughput_per_unit_storage_mib": 50,
+                "throughput_mbps_per_tib": 50,
                 "lustre_version": "2.12",
             }
         },
@@ -81,13 +81,13 @@ def test_accepts(data: dict[str, Any]) -> None:
     ("data", "path", "allowed"),
     [
         (
-            {"lustre": {"throughput_per_unit_storage_mib": 300}},
-            "lustre.throughput_per_unit_storage_mib",
+            {"lustre": {"throughput_mbps_per_tib": 300}},
+            "lustre.throughput_mbps_per_tib",
             "allowed for PERSISTENT_2: 125, 250, 500, 1000 MB/s/TiB",
         ),
         (
             {"lustre": {"deployment_type": "PERSISTENT_1"}},
-            "lustre.throughput_per_unit_storage_mib",
+            "lustre.throughput_mbps_per_tib",
             "allowed for PERSISTENT_1: 50, 100, 200 MB/s/TiB",
         ),
         (
@@ -96,7 +96,7 @@ def test_accepts(data: dict[str, Any]) -> None:
             "allowed for PERSISTENT_2 SSD: 1200, 2400, or a multiple of 2400 GiB",
         ),
         (
-            {"lustre": {"efa_enabled": True, "storage_capacity_gib": 2400, "throughput_per_unit_storage_mib": 1000}},
+            {"lustre": {"efa_enabled": True, "storage_capacity_gib": 2400, "throughput_mbps_per_tib": 1000}},
             "lustre.storage_capacity_gib",
             "allowed with EFA at 1000 MB/s/TiB: a multiple of 4800 GiB",
         ),
@@ -105,7 +105,7 @@ def test_accepts(data: dict[str, Any]) -> None:
             {
                 "lustre": {
                     "deployment_type": "PERSISTENT_1",
-                    "throughput_per_unit_storage_mib": 50,
+                    "throughput_mbps_per_tib": 50,
                     "metadata": {"mode": "AUTOMATIC"},
                 }
             },
@@ -113,7 +113,7 @@ def test_accepts(data: dict[str, Any]) -> None:
             "PERSISTENT_1 has no metadata configuration; remove it",
         ),
         (
-            {"lustre": {"deployment_type": "PERSISTENT_1", "throughput_per_unit_storage_mib": 50, "efa_enabled": True}},
+            {"lustre": {"deployment_type": "PERSISTENT_1", "throughput_mbps_per_tib": 50, "efa_enabled": True}},
             "lustre.efa_enabled",
             "EFA needs deployment_type: PERSISTENT_2",
         ),
