@@ -64,4 +64,8 @@ def main() -> None:
     except ConfigError as error:
         print(f"mlcluster: configuration error\n{error}", file=sys.stderr)
         sys.exit(1)
+    except ValueError as error:
+        # The constructs check their props too; the config checks should catch everything first.
+        print(f"mlcluster: invalid settings\n{error}", file=sys.stderr)
+        sys.exit(1)
     app.synth()

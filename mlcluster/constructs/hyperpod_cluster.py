@@ -8,6 +8,14 @@ looks at the cluster once a minute and signals an
 ``AWS::CloudFormation::WaitCondition`` when it is InService or has failed.
 The wait condition (up to 12 hours) is what the stack waits on. Deletions fit
 in the hour and are waited for by the custom resource itself.
+
+The construct passes the base name; the handler names the cluster
+``<base>-<hash of the create-only fields>`` and decides, from the old and new
+properties, whether an update goes in place (instance counts, added or
+removed groups) or needs a new cluster (a create-only change such as an
+existing group's instance type), whose new name CloudFormation sees as a
+new physical id, so it deletes the old cluster afterwards. The cluster's
+name is therefore known at deploy time only (``cluster_name`` is a token).
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
 #: The newest Python runtime aws-cdk-lib knows, which is what cdk-nag's AwsSolutions-L1 asks for.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 WATCHER_ENV = "WATCHER_STATE_MACHINE_ARN"
-#: The longest base name: the cluster name adds ``-`` and a 6-character hash, and HyperPod allows 63.
+#: The longest base name: the handler adds ``-`` and a 6-character hash, and HyperPod allows 63.
 MAX_BASE_NAME = 56
 HASH_LENGTH = 6
 #: A WaitCondition waits at most 12 hours.
@@ -57,24 +65,6 @@ DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
 TRAINING_PLAN_ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-z0-9-]+")
 TAG_TEXT = re.compile(r"[\w\s.:/=+\-@]*")
 MAX_TAGS = 50
-
-
-def create_only_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a CreateCluster request HyperPod cannot change in place.
-
-    ``ClusterName`` and ``VpcConfig`` of the cluster, and of every group its
-    ``InstanceGroupName``, ``InstanceType``, ``ExecutionRole`` and
-    ``ThreadsPerCore`` (create-only in ``AWS::SageMaker::Cluster``).
-    """
-    groups = [
-        {key: group.get(key) for key in ("InstanceGroupName", "InstanceType", "ExecutionRole", "ThreadsPerCore")}
-        for group in spec["InstanceGroups"]
-    ]
-    return {
-        "ClusterName": spec["ClusterName"],
-        "VpcConfig": spec["VpcConfig"],
-        "InstanceGroups": sorted(groups, key=lambda g: str(g["InstanceGroupName"])),
-    }
 
 
 def digest(value: object, length: int) -> str:
@@ -97,11 +87,14 @@ class HyperPodCluster(Construct):
       a hash of the request and timeout, so every create and every update
       gets a fresh handle (a wait condition cannot be updated).
 
-    The cluster's name is ``<cluster_name>-<hash>``, the hash taken over the
-    fields HyperPod fixes at creation (see ``create_only_fields``). Changing
-    one, e.g. an instance type, or adding or removing a group, gives a new
-    name: CloudFormation creates the new cluster, then deletes the old one.
-    Instance counts, node recovery and tags change in place.
+    The custom resource's logical id and ``ClusterSpec.ClusterName`` (the
+    base name) stay the same across updates. The handler names the cluster
+    ``<cluster_name>-<hash>``, the hash taken over the fields HyperPod fixes
+    at creation. Changing one of an existing group (e.g. its instance type),
+    the subnets or security groups, or the base name gives a new cluster
+    under a new name; CloudFormation then deletes the old one. Instance
+    counts, added and removed worker groups, node recovery and tags change
+    in place.
 
     Default settings:
     - Node recovery ``Automatic``; the stack waits up to 12 hours for the
@@ -134,7 +127,7 @@ class HyperPodCluster(Construct):
         """Create the cluster resource, its provider, the watcher and the wait condition.
 
         :param cluster_name: the base of the cluster's name (1-56 letters, digits
-            and hyphens); a hash of the create-only fields is appended.
+            and hyphens); the handler appends a hash of the create-only fields.
         :param controller: the Slurm controller group (one instance).
         :param workers: the worker groups, each with its Slurm partition.
         :param subnets: private subnets for the nodes (1 to 16).
@@ -182,8 +175,6 @@ class HyperPodCluster(Construct):
         }
         if tags:
             spec["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
-        self.physical_name = f"{cluster_name}-{digest(stack.resolve(create_only_fields(spec)), HASH_LENGTH)}"
-        spec["ClusterName"] = self.physical_name
         timeout_seconds = create_timeout_hours * 3600
         change = digest([stack.resolve(spec), timeout_seconds], 8)
 
@@ -257,7 +248,7 @@ class HyperPodCluster(Construct):
 
     @property
     def cluster_name(self) -> str:
-        """The cluster's name (``<cluster_name>-<hash>``), from the custom resource."""
+        """The cluster's name (``<cluster_name>-<hash>``, chosen by the handler): the resource's ``ClusterName``."""
         return self.resource.get_att_string("ClusterName")
 
     @property

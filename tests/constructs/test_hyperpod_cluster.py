@@ -3,8 +3,8 @@
 One app holds the network, the lifecycle bucket, the execution role and the
 cluster; it is synthesized once with cdk-nag's AwsSolutions pack and the
 three compliance packs on (synth fails on any unacknowledged finding) and its
-template is linted by cfn-lint. Name and wait-handle hashes are compared on
-clusters that are only constructed, never synthesized.
+template is linted by cfn-lint. Names, logical ids and wait-handle hashes are
+compared on clusters that are only constructed, never synthesized.
 """
 
 from __future__ import annotations
@@ -145,11 +145,13 @@ def lifecycle_bucket(built: Built) -> str:
 # -- the CreateCluster request --------------------------------------------------------------------
 
 
-def test_spec_names_the_cluster_with_the_create_only_hash(built: Built) -> None:
-    spec = cluster_spec(built)
-    assert spec["ClusterName"] == built.cluster.physical_name
-    base, _, digest = spec["ClusterName"].rpartition("-")
-    assert base == "mlc-dev" and len(digest) == 6
+def test_spec_carries_the_base_name_and_the_name_comes_from_the_handler(built: Built) -> None:
+    """The handler appends the create-only hash; the construct only knows the name as an attribute."""
+    assert cluster_spec(built)["ClusterName"] == "mlc-dev"
+    name, _ = custom_resource(built)
+    stack = cdk.Stack.of(built.cluster)
+    assert stack.resolve(built.cluster.cluster_name) == {"Fn::GetAtt": [name, "ClusterName"]}
+    assert stack.resolve(built.cluster.cluster_arn) == {"Fn::GetAtt": [name, "ClusterArn"]}
 
 
 def test_groups_in_order_with_lifecycle_role_and_counts(built: Built) -> None:
@@ -434,50 +436,92 @@ def baseline(parts: dict[str, Any]) -> HyperPodCluster:
     return make(parts)
 
 
+def spec_of(cluster: HyperPodCluster) -> dict[str, Any]:
+    """The ClusterSpec property of an unsynthesized cluster, references flattened."""
+    resource = cluster.resource.node.default_child
+    assert isinstance(resource, cdk.CfnResource)
+    properties = cdk.Stack.of(cluster).resolve(resource._cfn_properties)
+    spec: dict[str, Any] = json.loads(joined(properties["ClusterSpec"]))
+    return spec
+
+
 @pytest.mark.parametrize(
     "changes",
     [
         {"workers": [replace(GPU, instance_type="ml.p5e.48xlarge"), CPU]},
         {"workers": [replace(GPU, threads_per_core=1), CPU]},
-        {"cluster_name": "mlc-prod"},
         {"subnets_from": 1},
-    ],
-    ids=["instance_type", "threads_per_core", "base_name", "vpc"],
-)
-def test_create_only_change_gives_a_new_name(
-    parts: dict[str, Any], baseline: HyperPodCluster, changes: dict[str, Any]
-) -> None:
-    if "subnets_from" in changes:
-        start = changes.pop("subnets_from")
-        changes["subnets"] = parts["subnets"][start : start + 1]
-    changed = make(parts, **changes)
-    assert changed.physical_name != baseline.physical_name
-    assert changed.wait_handle.node.id != baseline.wait_handle.node.id
-
-
-@pytest.mark.parametrize(
-    "changes",
-    [
         {"workers": [replace(GPU, instance_count=16), CPU]},
         {"node_recovery": "None"},
         {"tags": {"team": "research"}},
         {"create_timeout_hours": 3},
     ],
-    ids=["instance_count", "node_recovery", "tags", "timeout"],
+    ids=["instance_type", "threads_per_core", "vpc", "instance_count", "node_recovery", "tags", "timeout"],
 )
-def test_in_place_change_keeps_the_name_but_gets_a_new_wait_handle(
+def test_every_change_keeps_the_base_name_and_gets_a_new_wait_handle(
     parts: dict[str, Any], baseline: HyperPodCluster, changes: dict[str, Any]
 ) -> None:
+    """Whether a change replaces the cluster is the handler's call; the construct only renews the wait handle."""
+    if "subnets_from" in changes:
+        start = changes.pop("subnets_from")
+        changes["subnets"] = parts["subnets"][start : start + 1]
     changed = make(parts, **changes)
-    assert changed.physical_name == baseline.physical_name
+    assert spec_of(changed)["ClusterName"] == spec_of(baseline)["ClusterName"] == "mlc-dev"
+    assert spec_of(changed) != spec_of(baseline) or changes.keys() == {"create_timeout_hours"}
     assert changed.wait_handle.node.id != baseline.wait_handle.node.id
+    assert changed.wait_condition.node.id != baseline.wait_condition.node.id
 
 
 def test_the_same_props_give_the_same_ids(parts: dict[str, Any], baseline: HyperPodCluster) -> None:
     again = make(parts)
-    assert again.physical_name == baseline.physical_name
+    assert spec_of(again) == spec_of(baseline)
     assert again.wait_handle.node.id == baseline.wait_handle.node.id
     assert again.wait_condition.node.id == baseline.wait_condition.node.id
+
+
+def standalone(workers: list[WorkerGroupConfig]) -> tuple[str, dict[str, Any], str]:
+    """A cluster alone in its own stack: the custom resource's logical id, its spec, the wait condition's id."""
+    stack = cdk.Stack(cdk.App(), "Alone")
+    lifecycle = HyperPodLifecycle(
+        stack,
+        "Lifecycle",
+        environment_name="dev",
+        controller_group="controller-machine",
+        worker_groups={w.instance_group_name: w.partition_name or w.instance_group_name for w in workers},
+        fsx_dns_name=FSX_DNS,
+        fsx_mount_name="abcdefgh",
+    )
+    cluster = HyperPodCluster(
+        stack,
+        "Cluster",
+        cluster_name="mlc-dev",
+        controller=CONTROLLER,
+        workers=workers,
+        subnets=[ec2.Subnet.from_subnet_id(stack, "Subnet", "subnet-00000000000000001")],
+        security_groups=[ec2.SecurityGroup.from_security_group_id(stack, "Sg", "sg-00000000000000001")],
+        execution_role=iam.Role.from_role_arn(stack, "Role", "arn:aws:iam::111111111111:role/hyperpod-nodes"),
+        lifecycle=lifecycle,
+    )
+    resource = cluster.resource.node.default_child
+    assert isinstance(resource, cdk.CfnResource)
+    return stack.get_logical_id(resource), spec_of(cluster), stack.get_logical_id(cluster.wait_condition)
+
+
+def test_adding_a_worker_group_keeps_the_resource_and_its_name() -> None:
+    """The handler adds the group in place; a new logical id or name would make CloudFormation replace the cluster."""
+    before_id, before_spec, before_wait = standalone([GPU, CPU])
+    extra = WorkerGroupConfig(instance_group_name="cpu-b", instance_type="ml.c5.9xlarge", instance_count=3)
+    after_id, after_spec, after_wait = standalone([GPU, CPU, extra])
+
+    assert after_id == before_id
+    assert after_spec["ClusterName"] == before_spec["ClusterName"] == "mlc-dev"
+    assert [g["InstanceGroupName"] for g in after_spec["InstanceGroups"]] == [
+        "controller-machine",
+        "gpu",
+        "cpu",
+        "cpu-b",
+    ]
+    assert after_wait != before_wait
 
 
 # -- validation ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import hashlib
 import io
 import json
 import types
@@ -84,6 +85,28 @@ def group(name: str, instance_type: str, count: int | str, **extra: Any) -> dict
     }
 
 
+def expected_name(spec: dict[str, Any]) -> str:
+    """The physical name the handler must give ``spec``'s cluster, worked out here from the documented rule.
+
+    ``<ClusterName>-<first 6 hex digits of sha256>`` over the compact, key-sorted
+    JSON of VpcConfig and, per group (sorted by name), its name, instance
+    type, execution role and threads per core (an integer once coerced).
+    """
+    groups = [
+        {
+            "InstanceGroupName": g["InstanceGroupName"],
+            "InstanceType": g["InstanceType"],
+            "ExecutionRole": g["ExecutionRole"],
+            "ThreadsPerCore": int(g["ThreadsPerCore"]),
+        }
+        for g in sorted(spec["InstanceGroups"], key=lambda g: str(g["InstanceGroupName"]))
+    ]
+    fields = json.dumps(
+        {"InstanceGroups": groups, "VpcConfig": spec["VpcConfig"]}, sort_keys=True, separators=(",", ":")
+    )
+    return f"{spec['ClusterName']}-{hashlib.sha256(fields.encode()).hexdigest()[:6]}"
+
+
 @dataclasses.dataclass
 class World:
     """Ids of the moto resources and helpers to build resource properties."""
@@ -98,6 +121,11 @@ class World:
     sg_ingress_only: str
     sg_no_rules: str
     state_machine: str
+
+    @property
+    def name(self) -> str:
+        """The physical name of the cluster created from the default ``spec()``."""
+        return expected_name(self.spec())
 
     def spec(self, name: str = "ml-cluster", workers: int | str = 2, **changes: Any) -> dict[str, Any]:
         """A CreateCluster request: controller, login and one worker group."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.handlers.conftest import (
     World,
     client,
     create_event,
+    expected_name,
     handle_url,
     moto_cluster,
     operations,
@@ -41,10 +43,12 @@ def test_create_checks_creates_and_starts_the_watcher(world: World, sagemaker_ca
 
     result = app.on_event(create_event(world.props(spec)))
 
-    assert result["PhysicalResourceId"] == "ml-cluster"
+    name = expected_name(spec)
+    assert re.fullmatch(r"ml-cluster-[0-9a-f]{6}", name)
+    assert result["PhysicalResourceId"] == name
     assert result["Data"] == {
-        "ClusterName": "ml-cluster",
-        "ClusterArn": f"arn:aws:sagemaker:{REGION}:123456789012:cluster/ml-cluster",
+        "ClusterName": name,
+        "ClusterArn": f"arn:aws:sagemaker:{REGION}:123456789012:cluster/{name}",
         "ClusterStatus": "Creating",
     }
     assert operations(sagemaker_calls) == ["DescribeCluster", "CreateCluster"]
@@ -53,12 +57,13 @@ def test_create_checks_creates_and_starts_the_watcher(world: World, sagemaker_ca
     assert (workers["InstanceCount"], workers["ThreadsPerCore"]) == (2, 2)
     assert sent["VpcConfig"] == {"SecurityGroupIds": [world.sg], "Subnets": [world.private_subnet]}
     assert sent["Tags"] == [{"Key": "project", "Value": "mlcluster"}]
-    described = describe_cluster(app.clients().sagemaker, "ml-cluster")
+    assert sent["ClusterName"] == name
+    described = describe_cluster(app.clients().sagemaker, name)
     assert described is not None
     assert [g["InstanceGroupName"] for g in described["InstanceGroups"]] == ["controller-machine", "login", "workers"]
 
     (watcher,) = watcher_inputs(world)
-    assert watcher["ClusterName"] == "ml-cluster"
+    assert watcher["ClusterName"] == name
     assert watcher["WaitHandleUrl"] == handle_url("create")
     assert watcher["ExpectedGroups"] == {"controller-machine": 1, "login": 1, "workers": 2}
     assert started + 43200 - 300 - 1 <= watcher["Deadline"] <= time.time() + 43200 - 300
@@ -84,7 +89,7 @@ def test_duplicate_create_adopts_the_existing_cluster(world: World, sagemaker_ca
     first = app.on_event(create_event(props))
     second = app.on_event(create_event(props))
 
-    assert second["PhysicalResourceId"] == first["PhysicalResourceId"] == "ml-cluster"
+    assert second["PhysicalResourceId"] == first["PhysicalResourceId"] == world.name
     assert second["Data"]["ClusterStatus"] == "InService"  # moto's clusters are InService at once
     assert operations(sagemaker_calls).count("CreateCluster") == 1
     assert len(client("sagemaker").list_clusters()["ClusterSummaries"]) == 1
@@ -111,7 +116,7 @@ def test_create_cluster_rejected_by_the_service_is_a_clear_error(world: World, i
     intercept(app.clients().sagemaker, "CreateCluster", limit)
     with pytest.raises(
         RuntimeError,
-        match=r"CreateCluster for HyperPod cluster 'ml-cluster' failed: ResourceLimitExceeded: account limit",
+        match=rf"CreateCluster for HyperPod cluster '{world.name}' failed: ResourceLimitExceeded: account limit",
     ):
         app.on_event(create_event(world.props()))
     assert watcher_inputs(world) == []
@@ -119,8 +124,8 @@ def test_create_cluster_rejected_by_the_service_is_a_clear_error(world: World, i
 
 def test_create_of_a_cluster_being_deleted_fails_clearly(world: World) -> None:
     app.on_event(create_event(world.props()))
-    moto_cluster("ml-cluster").status = "Deleting"
-    with pytest.raises(RuntimeError, match=r"'ml-cluster' is being deleted; retry once it is gone"):
+    moto_cluster(world.name).status = "Deleting"
+    with pytest.raises(RuntimeError, match=rf"'{world.name}' is being deleted; retry once it is gone"):
         app.on_event(create_event(world.props()))
 
 
@@ -148,7 +153,7 @@ def test_missing_on_create_script_is_reported(world: World, sagemaker_calls: Cal
         "OnCreate script of group(s) controller-machine, login, workers: "
         f"s3://{BUCKET}/{PREFIX}on_create.sh does not exist; upload the lifecycle scripts before creating the cluster"
     ]
-    assert str(err).startswith("Pre-flight checks failed for HyperPod cluster 'ml-cluster':\n- OnCreate script")
+    assert str(err).startswith(f"Pre-flight checks failed for HyperPod cluster '{world.name}':\n- OnCreate script")
 
 
 def test_unreadable_lifecycle_objects_name_the_permissions(
@@ -219,7 +224,7 @@ def test_public_main_route_table_is_reported_for_a_subnet_without_association(
     props = world.props(spec)
     # Private while the main table has only the local route ...
     app.on_event(create_event(props))
-    app.on_event({"RequestType": "Delete", "PhysicalResourceId": "ml-cluster"})
+    app.on_event({"RequestType": "Delete", "PhysicalResourceId": expected_name(spec)})
     # ... public once the main table routes to the internet gateway.
     ec2.create_route(RouteTableId=world.main_table, DestinationCidrBlock="0.0.0.0/0", GatewayId=world.igw)
     sagemaker_calls.clear()
@@ -311,7 +316,11 @@ def test_bad_properties_are_refused_before_any_call(
     [
         (
             lambda s: s.update(ClusterName="bad_name"),
-            r"ClusterSpec.ClusterName: 'bad_name' is not valid; allowed: 1-63",
+            r"ClusterSpec.ClusterName: 'bad_name' is not valid; allowed: 1-56",
+        ),
+        (
+            lambda s: s.update(ClusterName="a" * 57),
+            r"ClusterSpec.ClusterName: 'a{57}' is not valid; allowed: 1-56 .* appends '-' and a 6-digit hash",
         ),
         (
             lambda s: s.update(InstanceGroups=[]),
@@ -353,11 +362,11 @@ def test_missing_watcher_state_machine_is_a_clear_error(world: World, monkeypatc
 
 def test_describe_cluster_helper(world: World) -> None:
     sagemaker = app.clients().sagemaker
-    assert describe_cluster(sagemaker, "ml-cluster") is None
+    assert describe_cluster(sagemaker, world.name) is None
     app.on_event(create_event(world.props()))
-    described = describe_cluster(sagemaker, "ml-cluster")
+    described = describe_cluster(sagemaker, world.name)
     assert described is not None
-    assert (described["ClusterName"], described["ClusterStatus"]) == ("ml-cluster", "InService")
+    assert (described["ClusterName"], described["ClusterStatus"]) == (world.name, "InService")
 
 
 def test_unknown_request_type_is_refused(world: World) -> None:

@@ -26,8 +26,8 @@ def test_delete_deletes_and_is_complete_confirms(world: World, sagemaker_calls: 
     app.on_event(create_event(props))
     sagemaker_calls.clear()
 
-    assert app.on_event(delete_event("ml-cluster", props)) == {"PhysicalResourceId": "ml-cluster"}
-    assert app.is_complete(delete_event("ml-cluster", props)) == {"IsComplete": True}
+    assert app.on_event(delete_event(world.name, props)) == {"PhysicalResourceId": world.name}
+    assert app.is_complete(delete_event(world.name, props)) == {"IsComplete": True}
 
     assert operations(sagemaker_calls) == ["DescribeCluster", "DeleteCluster", "DescribeCluster"]
     assert client("sagemaker").list_clusters()["ClusterSummaries"] == []
@@ -35,32 +35,32 @@ def test_delete_deletes_and_is_complete_confirms(world: World, sagemaker_calls: 
 
 def test_is_complete_waits_while_deleting(world: World, sagemaker_calls: Calls) -> None:
     app.on_event(create_event(world.props()))
-    moto_cluster("ml-cluster").status = "Deleting"
+    moto_cluster(world.name).status = "Deleting"
     sagemaker_calls.clear()
 
-    assert app.on_event(delete_event("ml-cluster")) == {"PhysicalResourceId": "ml-cluster"}
-    assert app.is_complete(delete_event("ml-cluster")) == {"IsComplete": False}
+    assert app.on_event(delete_event(world.name)) == {"PhysicalResourceId": world.name}
+    assert app.is_complete(delete_event(world.name)) == {"IsComplete": False}
     assert operations(sagemaker_calls) == ["DescribeCluster", "DescribeCluster"]  # no second DeleteCluster
 
 
 def test_is_complete_asks_again_when_the_cluster_is_not_deleting(world: World, sagemaker_calls: Calls) -> None:
     """The delete request not yet visible, or a deletion that fell back: ask again, keep waiting."""
     app.on_event(create_event(world.props()))
-    moto_cluster("ml-cluster").status = "Failed"
+    moto_cluster(world.name).status = "Failed"
     sagemaker_calls.clear()
 
-    assert app.is_complete(delete_event("ml-cluster")) == {"IsComplete": False}
+    assert app.is_complete(delete_event(world.name)) == {"IsComplete": False}
     assert operations(sagemaker_calls) == ["DescribeCluster", "DeleteCluster"]
-    assert app.is_complete(delete_event("ml-cluster")) == {"IsComplete": True}
+    assert app.is_complete(delete_event(world.name)) == {"IsComplete": True}
 
 
 def test_delete_of_a_cluster_deleted_out_of_band_succeeds(world: World, sagemaker_calls: Calls) -> None:
     app.on_event(create_event(world.props()))
-    client("sagemaker").delete_cluster(ClusterName="ml-cluster")
+    client("sagemaker").delete_cluster(ClusterName=world.name)
     sagemaker_calls.clear()
 
-    assert app.on_event(delete_event("ml-cluster")) == {"PhysicalResourceId": "ml-cluster"}
-    assert app.is_complete(delete_event("ml-cluster")) == {"IsComplete": True}
+    assert app.on_event(delete_event(world.name)) == {"PhysicalResourceId": world.name}
+    assert app.is_complete(delete_event(world.name)) == {"IsComplete": True}
     assert operations(sagemaker_calls) == ["DescribeCluster", "DescribeCluster"]
 
 
@@ -87,22 +87,22 @@ def test_failed_delete_request_is_a_clear_error(world: World, intercept: Any) ->
     intercept(app.clients().sagemaker, "DeleteCluster", service_error("AccessDeniedException", "not allowed"))
     with pytest.raises(
         RuntimeError,
-        match=r"DeleteCluster for HyperPod cluster 'ml-cluster' failed: AccessDeniedException: not allowed",
+        match=rf"DeleteCluster for HyperPod cluster '{world.name}' failed: AccessDeniedException: not allowed",
     ):
-        app.on_event(delete_event("ml-cluster"))
+        app.on_event(delete_event(world.name))
 
 
 def test_is_complete_keeps_waiting_through_a_conflict(world: World, sagemaker_calls: Calls, intercept: Any) -> None:
     """A cluster busy with another operation refuses DeleteCluster for a while: ask again on the next poll."""
     app.on_event(create_event(world.props()))
-    moto_cluster("ml-cluster").status = "Updating"
+    moto_cluster(world.name).status = "Updating"
     conflict = service_error("ConflictException", "cluster is Updating")
     intercept(app.clients().sagemaker, "DeleteCluster", conflict, times=1)
     sagemaker_calls.clear()
 
-    assert app.is_complete(delete_event("ml-cluster")) == {"IsComplete": False}  # refused
-    assert app.is_complete(delete_event("ml-cluster")) == {"IsComplete": False}  # accepted
-    assert app.is_complete(delete_event("ml-cluster")) == {"IsComplete": True}  # gone
+    assert app.is_complete(delete_event(world.name)) == {"IsComplete": False}  # refused
+    assert app.is_complete(delete_event(world.name)) == {"IsComplete": False}  # accepted
+    assert app.is_complete(delete_event(world.name)) == {"IsComplete": True}  # gone
     assert operations(sagemaker_calls) == ["DescribeCluster", "DeleteCluster"] * 2 + ["DescribeCluster"]
 
 
@@ -112,6 +112,6 @@ def test_is_complete_is_immediate_for_create_and_update(
 ) -> None:
     """The WaitCondition does the long wait; the Provider must not poll."""
     props = world.props()
-    event = create_event(props) if request_type == "Create" else update_event("ml-cluster", props, props)
-    assert app.is_complete({**event, "PhysicalResourceId": "ml-cluster"}) == {"IsComplete": True}
+    event = create_event(props) if request_type == "Create" else update_event(world.name, props, props)
+    assert app.is_complete({**event, "PhysicalResourceId": world.name}) == {"IsComplete": True}
     assert sagemaker_calls == []

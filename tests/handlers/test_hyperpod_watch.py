@@ -24,13 +24,17 @@ from tests.handlers.conftest import (
 Calls = list[tuple[str, dict[str, Any]]]
 CLUSTER_ID = "abcd1234efgh"
 ARN = f"arn:aws:sagemaker:us-east-1:123456789012:cluster/{CLUSTER_ID}"
-LOG_GROUP = f"/aws/sagemaker/Clusters/ml-cluster/{CLUSTER_ID}"
+
+
+def log_group(world: World) -> str:
+    """Where HyperPod writes the logs of the default cluster."""
+    return f"/aws/sagemaker/Clusters/{world.name}/{CLUSTER_ID}"
 
 
 def _watching(world: World, status: str = "Creating") -> dict[str, Any]:
     """Create the cluster, put it in ``status`` with a service-like ARN; the watcher's input, settled."""
     app.on_event(create_event(world.props()))
-    cluster = moto_cluster("ml-cluster")
+    cluster = moto_cluster(world.name)
     cluster.status, cluster.arn = status, ARN
     return {**watcher_inputs(world)[0], "NotBefore": 0}
 
@@ -48,8 +52,8 @@ def test_in_service_signals_success(world: World, signals: Signals, sagemaker_ca
     assert sent["content_type"] == ""  # part of the presigned URL's signature
     assert json.loads(sent["body"]) == {
         "Status": "SUCCESS",
-        "UniqueId": "ml-cluster",
-        "Reason": "HyperPod cluster 'ml-cluster' is InService.",
+        "UniqueId": world.name,
+        "Reason": f"HyperPod cluster '{world.name}' is InService.",
         "Data": "InService",
     }
     assert operations(sagemaker_calls) == ["DescribeCluster"]
@@ -65,7 +69,7 @@ def test_creating_is_not_done_and_carries_the_state(world: World, signals: Signa
     }
     assert signals.sent == []
     # The output is the next input: the loop keeps going until the cluster is ready.
-    moto_cluster("ml-cluster").status = "InService"
+    moto_cluster(world.name).status = "InService"
     assert app.watch(out)["done"] is True
     assert signals.bodies()[0]["Status"] == "SUCCESS"
 
@@ -88,7 +92,7 @@ def test_failed_cluster_signals_failure_with_message_nodes_and_logs(
     world: World, signals: Signals, sagemaker_calls: Calls
 ) -> None:
     state = _watching(world, "Failed")
-    cluster = moto_cluster("ml-cluster")
+    cluster = moto_cluster(world.name)
     cluster.failure_message = "Lifecycle scripts did not run successfully on nodes workers-1."
     cluster.nodes["workers-1"].status = "Failure"
     cluster.nodes["login-0"].status = "Pending"
@@ -99,12 +103,12 @@ def test_failed_cluster_signals_failure_with_message_nodes_and_logs(
     assert (out["done"], out["ClusterStatus"]) == (True, "Failed")
     (body,) = signals.bodies()
     assert body["Status"] == "FAILURE"
-    assert body["UniqueId"] == "ml-cluster"
+    assert body["UniqueId"] == world.name
     assert body["Data"] == ARN
     assert body["Reason"] == (
-        "HyperPod cluster 'ml-cluster' failed (status Failed). "
+        f"HyperPod cluster '{world.name}' failed (status Failed). "
         "FailureMessage: Lifecycle scripts did not run successfully on nodes workers-1. "
-        f"Logs: CloudWatch log group {LOG_GROUP}. Nodes not running: "
+        f"Logs: CloudWatch log group {log_group(world)}. Nodes not running: "
         "workers-1 (workers): Failure - message; login-0 (login): Pending - message"
     )
     assert operations(sagemaker_calls) == ["DescribeCluster", "ListClusterNodes"]
@@ -112,34 +116,34 @@ def test_failed_cluster_signals_failure_with_message_nodes_and_logs(
 
 def test_cluster_deleted_out_of_band_signals_failure(world: World, signals: Signals) -> None:
     state = _watching(world, "Creating")
-    client("sagemaker").delete_cluster(ClusterName="ml-cluster")
+    client("sagemaker").delete_cluster(ClusterName=world.name)
     out = app.watch(state)
     assert (out["done"], out["ClusterStatus"]) == (True, "NotFound")
     (body,) = signals.bodies()
     assert body["Status"] == "FAILURE"
     assert body["Reason"] == (
-        "HyperPod cluster 'ml-cluster' no longer exists: it was deleted while CloudFormation waited for it."
+        f"HyperPod cluster '{world.name}' no longer exists: it was deleted while CloudFormation waited for it."
     )
 
 
 def test_deleting_cluster_signals_failure(world: World, signals: Signals) -> None:
     state = _watching(world, "Deleting")
     assert app.watch(state)["done"] is True
-    assert signals.bodies()[0]["Reason"].startswith("HyperPod cluster 'ml-cluster' is being deleted")
+    assert signals.bodies()[0]["Reason"].startswith(f"HyperPod cluster '{world.name}' is being deleted")
 
 
 def test_rollback_that_ends_in_service_signals_failure(world: World, signals: Signals) -> None:
     state = _watching(world, "RollingBack")
     out = app.watch(state)
     assert (out["done"], out["SawRollingBack"]) == (False, True)
-    moto_cluster("ml-cluster").status = "InService"
+    moto_cluster(world.name).status = "InService"
     assert app.watch(out)["done"] is True
     (body,) = signals.bodies()
     assert body["Status"] == "FAILURE"
     assert body["Reason"].startswith(
-        "HyperPod cluster 'ml-cluster' rolled back the update and is InService with its previous configuration."
+        f"HyperPod cluster '{world.name}' rolled back the update and is InService with its previous configuration."
     )
-    assert f"Logs: CloudWatch log group {LOG_GROUP}." in body["Reason"]
+    assert f"Logs: CloudWatch log group {log_group(world)}." in body["Reason"]
 
 
 def test_deadline_passed_signals_timeout_with_last_status(world: World, signals: Signals) -> None:
@@ -151,9 +155,9 @@ def test_deadline_passed_signals_timeout_with_last_status(world: World, signals:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline))
     assert body["Status"] == "FAILURE"
     assert body["Reason"].startswith(
-        f"Timed out waiting for HyperPod cluster 'ml-cluster' to be InService (deadline {stamp}); last status Creating."
+        f"Timed out waiting for HyperPod cluster '{world.name}' to be InService (deadline {stamp}); last status Creating."
     )
-    assert LOG_GROUP in body["Reason"]
+    assert log_group(world) in body["Reason"]
 
 
 def test_timeout_names_the_groups_that_never_matched(world: World, signals: Signals) -> None:
@@ -175,7 +179,7 @@ def test_throttled_describe_is_retried_in_watch(world: World, signals: Signals, 
 
 def test_long_failure_reason_is_cut_to_fit(world: World, signals: Signals) -> None:
     state = _watching(world, "Failed")
-    cluster = moto_cluster("ml-cluster")
+    cluster = moto_cluster(world.name)
     cluster.failure_message = "Capacity error: " + "é" * 5000
     for node in cluster.nodes.values():
         node.status = "Failure"
@@ -185,8 +189,10 @@ def test_long_failure_reason_is_cut_to_fit(world: World, signals: Signals) -> No
     (sent,) = signals.sent
     assert len(sent["body"]) <= MAX_SIGNAL_BYTES
     reason = json.loads(sent["body"])["Reason"]
-    assert reason.startswith("HyperPod cluster 'ml-cluster' failed (status Failed). FailureMessage: Capacity error: éé")
-    assert f"... Logs: CloudWatch log group {LOG_GROUP}. Nodes not running: (+4 more)" in reason
+    assert reason.startswith(
+        f"HyperPod cluster '{world.name}' failed (status Failed). FailureMessage: Capacity error: éé"
+    )
+    assert f"... Logs: CloudWatch log group {log_group(world)}. Nodes not running: (+4 more)" in reason
 
 
 def test_signal_body_drops_nodes_before_the_message() -> None:
@@ -229,7 +235,7 @@ def test_signal_refused_by_s3_is_an_error(world: World, signals: Signals) -> Non
 @pytest.mark.parametrize(
     ("event", "message"),
     [
-        ({"ClusterName": "ml-cluster"}, r"watcher input lacks WaitHandleUrl, Deadline"),
+        ({"ClusterName": "ml-cluster-0a1b2c"}, r"watcher input lacks WaitHandleUrl, Deadline"),
         ({"ClusterName": "c", "WaitHandleUrl": "https://x", "Deadline": "tomorrow"}, r"watcher input is not valid"),
     ],
 )

@@ -2,16 +2,26 @@
 
 Resource properties (all set by the construct):
 
-- ``ClusterSpec``: JSON string of the CreateCluster request.
+- ``ClusterSpec``: JSON string of the CreateCluster request; its
+  ``ClusterName`` is the base name (at most 56 characters).
 - ``WaitHandleUrl``: Ref of the WaitConditionHandle that waits for this
   Create/Update; new whenever the cluster spec changes.
 - ``CreateTimeoutSeconds``: the WaitCondition's timeout.
 - ``ProvisioningParametersKey``: full S3 key of provisioning_parameters.json,
   under the groups' ``SourceS3Uri``.
 
-The physical id is the cluster name. A new ``ClusterName`` on Update means
-the construct decided a create-only field changed: a new cluster is created
-and CloudFormation deletes the old one afterwards.
+The physical id is the cluster's name, chosen here on Create:
+``<base>-<6 hex digits of sha256 over the create-only fields>`` (VpcConfig,
+Orchestrator, and every group's name, instance type, execution role and
+threads per core). It is deterministic, so a retried Create adopts the
+cluster the first attempt made. On Update the handler compares the old and
+new properties: a new base name, a new VpcConfig, or a create-only change to
+a group present in both means a new cluster (named from the new spec, with
+the same pre-flight checks as Create), whose name is returned as the new
+physical id so CloudFormation deletes the old cluster afterwards. Anything
+else (instance counts, node recovery, added and removed groups, tags) is
+applied in place with UpdateCluster to the cluster the physical id names.
+Data: ``ClusterName`` (the physical name), ``ClusterArn``, ``ClusterStatus``.
 
 The watcher state machine (ARN in ``WATCHER_STATE_MACHINE_ARN``) runs
 ``watch`` until it returns ``done``, feeding each output back as the next
@@ -35,7 +45,15 @@ from botocore.model import StructureShape
 
 from .aws import Clients, describe_cluster, error_code, error_text, is_cluster_not_found
 from .preflight import check_all
-from .spec import Properties, PropertyError, is_cluster_name, parse_properties, plan_update
+from .spec import (
+    Properties,
+    PropertyError,
+    is_cluster_name,
+    parse_properties,
+    physical_name,
+    plan_update,
+    replacement_reasons,
+)
 from .waitsignal import redact, send_signal, signal_body
 
 logger = logging.getLogger(__name__)
@@ -94,7 +112,8 @@ def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]
     logger.info("event: %s", json.dumps(_loggable(event), default=str))
     request_type = event.get("RequestType")
     if request_type == "Create":
-        return _create(_properties(event.get("ResourceProperties")))
+        props = _properties(event.get("ResourceProperties"))
+        return _create(physical_name(props.spec), props)
     if request_type == "Update":
         return _update(event)
     if request_type == "Delete":
@@ -134,15 +153,14 @@ def _data(name: str, arn: str, status: str) -> dict[str, str]:
     return {"ClusterName": name, "ClusterArn": arn, "ClusterStatus": status}
 
 
-def _create(props: Properties) -> dict[str, Any]:
-    """Pre-flight, then CreateCluster; a cluster of that name already there is adopted."""
+def _create(name: str, props: Properties) -> dict[str, Any]:
+    """Pre-flight, then CreateCluster named ``name``; a cluster of that name already there is adopted."""
     sagemaker = clients().sagemaker
-    name = props.cluster_name
     cluster = describe_cluster(sagemaker, name)
     if cluster is None:
-        check_all(clients().s3, clients().ec2, props)
+        check_all(clients().s3, clients().ec2, props, name=name)
         try:
-            arn = sagemaker.create_cluster(**props.spec)["ClusterArn"]
+            arn = sagemaker.create_cluster(**props.create_request(name))["ClusterArn"]
             status = "Creating"
             logger.info("CreateCluster %s: %s", name, arn)
         except ClientError as err:
@@ -159,30 +177,33 @@ def _create(props: Properties) -> dict[str, Any]:
         if status == "Deleting":
             raise RuntimeError(f"a HyperPod cluster named {name!r} is being deleted; retry once it is gone")
         logger.info("cluster %s exists already (%s): adopting it", name, status)
-    _start_watcher(props)
+    _start_watcher(name, props)
     return {"PhysicalResourceId": name, "Data": _data(name, arn, status)}
 
 
 def _update(event: Mapping[str, Any]) -> dict[str, Any]:
-    """A new ClusterName creates a new cluster; otherwise UpdateCluster in place."""
+    """A create-only change creates a new cluster under a new name; anything else is UpdateCluster in place."""
     new = _properties(event.get("ResourceProperties"))
     old = _properties(event.get("OldResourceProperties"), "OldResourceProperties")
-    if new.cluster_name != old.cluster_name:
+    name = str(event.get("PhysicalResourceId", ""))
+    reasons = replacement_reasons(new, old, _input_shape("UpdateCluster"))
+    if reasons:
+        replacement = physical_name(new.spec, avoid=name)
         logger.info(
-            "ClusterName %s -> %s: creating a new cluster; CloudFormation deletes the old one afterwards",
-            old.cluster_name,
-            new.cluster_name,
+            "%s: replacing cluster %s with %s; CloudFormation deletes the old one afterwards",
+            "; ".join(reasons),
+            name,
+            replacement,
         )
-        return _create(new)
+        return _create(replacement, new)
     sagemaker = clients().sagemaker
-    name = new.cluster_name
-    cluster = describe_cluster(sagemaker, name)
+    cluster = describe_cluster(sagemaker, name) if is_cluster_name(name) else None
     if cluster is None:
         raise RuntimeError(
-            f"HyperPod cluster {name!r} does not exist any more (deleted outside CloudFormation?); give the cluster "
-            "a new ClusterName to create a fresh one"
+            f"HyperPod cluster {name!r} does not exist any more (deleted outside CloudFormation?); change the "
+            "cluster's base name to create a fresh one"
         )
-    plan = plan_update(new, old, cluster, _input_shape("UpdateCluster"))
+    plan = plan_update(name, new, old, cluster, _input_shape("UpdateCluster"))
     status = str(cluster["ClusterStatus"])
     arn = str(cluster["ClusterArn"])
     if plan.request is not None:
@@ -192,7 +213,7 @@ def _update(event: Mapping[str, Any]) -> dict[str, Any]:
                 "(a stack stuck in UPDATE_ROLLBACK_FAILED can then continue its rollback)"
             )
         if plan.launches_nodes:
-            check_all(clients().s3, clients().ec2, new, network=False)
+            check_all(clients().s3, clients().ec2, new, name=name, network=False)
         try:
             sagemaker.update_cluster(**plan.request)
         except ClientError as err:
@@ -204,7 +225,7 @@ def _update(event: Mapping[str, Any]) -> dict[str, Any]:
     if plan.tags_to_add:
         sagemaker.add_tags(ResourceArn=arn, Tags=plan.tags_to_add)  # type: ignore[arg-type]
     if plan.request is not None or new.wait_handle_url != old.wait_handle_url:
-        _start_watcher(new)
+        _start_watcher(name, new)
     return {"PhysicalResourceId": name, "Data": _data(name, arn, status)}
 
 
@@ -234,8 +255,8 @@ def _request_delete(name: str, *, tolerate_conflict: bool) -> None:
         raise RuntimeError(f"DeleteCluster for HyperPod cluster {name!r} failed: {error_text(err)}") from err
 
 
-def _start_watcher(props: Properties) -> None:
-    """Start the watcher execution for this wait handle, at most once.
+def _start_watcher(name: str, props: Properties) -> None:
+    """Start the watcher of cluster ``name`` for this wait handle, at most once.
 
     The execution name is derived from the cluster and the handle, so a
     retried request does not start a second watcher, and a rollback that
@@ -246,22 +267,20 @@ def _start_watcher(props: Properties) -> None:
         raise RuntimeError(f"environment variable {WATCHER_ENV} is not set; it must hold the watcher state machine ARN")
     now = int(time.time())
     payload = {
-        "ClusterName": props.cluster_name,
+        "ClusterName": name,
         "WaitHandleUrl": props.wait_handle_url,
         "Deadline": now + props.create_timeout_seconds - DEADLINE_MARGIN_SECONDS,
         "NotBefore": now + SETTLE_SECONDS,
         "ExpectedGroups": props.expected_counts(),
     }
     digest = hashlib.sha256(props.wait_handle_url.encode()).hexdigest()[:16]
-    execution = f"{props.cluster_name}-{digest}"
+    execution = f"{name}-{digest}"
     try:
         clients().sfn.start_execution(stateMachineArn=state_machine, name=execution, input=json.dumps(payload))
         logger.info("watcher %s started for %s", execution, redact(props.wait_handle_url))
     except ClientError as err:
         if error_code(err) != "ExecutionAlreadyExists":
-            raise RuntimeError(
-                f"could not start the watcher for HyperPod cluster {props.cluster_name!r}: {error_text(err)}"
-            ) from err
+            raise RuntimeError(f"could not start the watcher for HyperPod cluster {name!r}: {error_text(err)}") from err
         logger.info("watcher %s exists already: not starting another", execution)
 
 

@@ -40,13 +40,13 @@ class PreflightError(RuntimeError):
         super().__init__(f"Pre-flight checks failed for HyperPod cluster {cluster_name!r}:\n{lines}")
 
 
-def check_all(s3: S3Client, ec2: EC2Client, props: Properties, *, network: bool = True) -> None:
-    """Run the lifecycle checks and (unless ``network`` is false) the network checks."""
+def check_all(s3: S3Client, ec2: EC2Client, props: Properties, *, name: str, network: bool = True) -> None:
+    """Run the lifecycle checks and (unless ``network`` is false) the network checks for cluster ``name``."""
     problems = check_lifecycle(s3, props)
     if network:
         problems += check_network(ec2, props.spec)
     if problems:
-        raise PreflightError(props.cluster_name, problems)
+        raise PreflightError(name, problems)
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:

@@ -5,13 +5,22 @@ and booleans into strings on the way; ``ClusterSpec`` is a JSON string whose
 values may have gone through the same treatment. This module turns the
 properties into typed values, coerces scalars to the types botocore's
 SageMaker model asks for, and validates the request against that model
-before any AWS call is made. It also works out what an in-place update has
-to send (``plan_update``) and refuses changes HyperPod cannot make in place.
+before any AWS call is made.
+
+It also names the cluster and tells replacements from in-place updates.
+``ClusterSpec.ClusterName`` is a base name; the cluster is called
+``<base>-<hash>`` (``physical_name``), the hash taken over the fields
+HyperPod fixes at creation (``create_only_fields``), so a retried Create
+finds the same cluster. On Update, ``replacement_reasons`` lists the
+changes that need a new cluster (base name, VpcConfig, a create-only field
+of a group kept in both specs); with none, ``plan_update`` works out the
+UpdateCluster request, which adds and removes whole groups in place.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -23,13 +32,17 @@ from botocore.model import Shape, StructureShape
 from botocore.validate import validate_parameters
 
 CLUSTER_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+#: The physical name adds ``-`` and this many hex digits to the base name.
+HASH_LENGTH = 6
+#: The longest base name, so the physical name fits HyperPod's 63 characters.
+MAX_BASE_NAME = 63 - 1 - HASH_LENGTH
 #: The WaitCondition allows 43200 s; under 600 s the watcher would have no
 #: time left after its five-minute safety margin.
 TIMEOUT_RANGE = (600, 43200)
 
 #: Fields HyperPod fixes at creation (AWS::SageMaker::Cluster marks them
-#: create-only). The construct gives the cluster a new name when one changes;
-#: an in-place update that changes one is refused.
+#: create-only). Changing one, for a group kept in both specs, needs a new
+#: cluster; adding or removing a whole group does not.
 CREATE_ONLY_CLUSTER_FIELDS = ("VpcConfig", "Orchestrator")
 CREATE_ONLY_GROUP_FIELDS = ("InstanceType", "ExecutionRole", "ThreadsPerCore")
 
@@ -49,8 +62,13 @@ class Properties:
     provisioning_parameters_key: str
 
     @property
-    def cluster_name(self) -> str:
+    def base_name(self) -> str:
+        """``ClusterSpec.ClusterName``: the physical name without its hash."""
         return str(self.spec["ClusterName"])
+
+    def create_request(self, name: str) -> dict[str, Any]:
+        """The CreateCluster request for the cluster called ``name``."""
+        return {**self.spec, "ClusterName": name}
 
     def groups(self) -> dict[str, dict[str, Any]]:
         """The instance group specifications by name."""
@@ -64,6 +82,43 @@ class Properties:
 def is_cluster_name(value: str) -> bool:
     """Whether ``value`` can be a HyperPod cluster name (and so a physical id of ours)."""
     return CLUSTER_NAME.fullmatch(value) is not None
+
+
+def create_only_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a CreateCluster request HyperPod cannot change in place.
+
+    ``VpcConfig`` (and ``Orchestrator`` if given) of the cluster and, of every
+    group, ``InstanceGroupName`` and the ``CREATE_ONLY_GROUP_FIELDS``; groups
+    sorted by name so their order does not matter.
+    """
+    fields: dict[str, Any] = {key: spec[key] for key in CREATE_ONLY_CLUSTER_FIELDS if key in spec}
+    groups = [
+        {key: group.get(key) for key in ("InstanceGroupName", *CREATE_ONLY_GROUP_FIELDS)}
+        for group in spec["InstanceGroups"]
+    ]
+    fields["InstanceGroups"] = sorted(groups, key=lambda g: str(g["InstanceGroupName"]))
+    return fields
+
+
+def physical_name(spec: Mapping[str, Any], avoid: str = "") -> str:
+    """``<ClusterName>-<first 6 hex digits of sha256 over create_only_fields(spec)>``.
+
+    Deterministic, so a retried Create adopts the cluster the first attempt
+    made. ``avoid`` is the name of the cluster being replaced: should the
+    hash come out the same (a spec that returns, through in-place updates,
+    to the create-only fields the old cluster was first named after), the
+    old name is mixed into the hash so the replacement gets a name of its own.
+    """
+    fields = create_only_fields(spec)
+    name = f"{spec['ClusterName']}-{_digest(fields)}"
+    if name == avoid:
+        name = f"{spec['ClusterName']}-{_digest([fields, avoid])}"
+    return name
+
+
+def _digest(value: object) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
 
 
 def parse_properties(props: Mapping[str, Any], create_shape: StructureShape) -> Properties:
@@ -136,10 +191,11 @@ def _check_spec(spec: dict[str, Any], create_shape: StructureShape) -> None:
     except ParamValidationError as err:
         raise PropertyError(f"ClusterSpec is not a valid CreateCluster request: {err.kwargs['report']}") from None
     name = spec["ClusterName"]
-    if not is_cluster_name(name):
+    if not is_cluster_name(name) or len(name) > MAX_BASE_NAME:
         raise PropertyError(
-            f"ClusterSpec.ClusterName: {name!r} is not valid; allowed: 1-63 letters, digits and hyphens, "
-            "starting and ending with a letter or digit"
+            f"ClusterSpec.ClusterName: {name!r} is not valid; allowed: 1-{MAX_BASE_NAME} letters, digits and "
+            f"hyphens, starting and ending with a letter or digit (the handler appends '-' and a {HASH_LENGTH}-digit "
+            "hash)"
         )
     groups = spec.get("InstanceGroups")
     if not groups:
@@ -205,17 +261,44 @@ class UpdatePlan:
     launches_nodes: bool
 
 
-def plan_update(
-    new: Properties, old: Properties, actual: Mapping[str, Any], update_shape: StructureShape
-) -> UpdatePlan:
-    """Plan the in-place update from ``old`` to ``new`` properties of the same cluster.
+def replacement_reasons(new: Properties, old: Properties, update_shape: StructureShape) -> list[str]:
+    """The changes from ``old`` to ``new`` that HyperPod cannot make in place; empty for an in-place update.
 
-    ``actual`` is the DescribeCluster answer: groups to delete are those the
-    old properties had, the new ones drop, and the cluster really has (so a
-    rollback after a half-applied update asks only for what is there).
-    Raises ``PropertyError`` for a change HyperPod cannot make in place.
+    A new base name, a changed ``VpcConfig`` or ``Orchestrator`` (or any other
+    cluster field UpdateCluster does not take, tags aside), and a changed
+    create-only field of a group present in both specs. Added and removed
+    groups are not among them: UpdateCluster adds and deletes groups.
     """
-    _refuse_create_only_changes(new, old, update_shape)
+    reasons: list[str] = []
+    if new.base_name != old.base_name:
+        reasons.append(f"ClusterName {old.base_name!r} -> {new.base_name!r}")
+    fixed = {*CREATE_ONLY_CLUSTER_FIELDS}
+    fixed |= {k for k in new.spec.keys() | old.spec.keys() if k not in update_shape.members and k != "Tags"}
+    fixed.discard("ClusterName")
+    reasons += [f"{key} changed" for key in sorted(fixed) if new.spec.get(key) != old.spec.get(key)]
+    old_groups = old.groups()
+    for name, group in new.groups().items():
+        before = old_groups.get(name)
+        if before is None:
+            continue
+        reasons += [
+            f"InstanceGroups[{name}].{key} {before.get(key)!r} -> {group.get(key)!r}"
+            for key in CREATE_ONLY_GROUP_FIELDS
+            if group.get(key) != before.get(key)
+        ]
+    return reasons
+
+
+def plan_update(
+    name: str, new: Properties, old: Properties, actual: Mapping[str, Any], update_shape: StructureShape
+) -> UpdatePlan:
+    """Plan the in-place update of cluster ``name`` from ``old`` to ``new`` properties.
+
+    Only for changes ``replacement_reasons`` finds none in. ``actual`` is the
+    DescribeCluster answer: groups to delete are those the old properties
+    had, the new ones drop, and the cluster really has (so a rollback after
+    a half-applied update asks only for what is there).
+    """
     new_groups, old_groups = new.groups(), old.groups()
     actual_counts = {
         str(g["InstanceGroupName"]): int(g.get("TargetCount", g.get("CurrentCount", 0)))
@@ -232,7 +315,7 @@ def plan_update(
     )
     request: dict[str, Any] | None = None
     if not unchanged:
-        request = {"ClusterName": new.cluster_name, "InstanceGroups": new.spec["InstanceGroups"]}
+        request = {"ClusterName": name, "InstanceGroups": new.spec["InstanceGroups"]}
         for key in update_shape.members:
             if key not in ("ClusterName", "InstanceGroups") and key in new.spec and new.spec[key] != old.spec.get(key):
                 request[key] = new.spec[key]
@@ -245,30 +328,6 @@ def plan_update(
         tag_keys_to_remove=sorted(set(old_tags) - set(new_tags)),
         launches_nodes=launches,
     )
-
-
-def _refuse_create_only_changes(new: Properties, old: Properties, update_shape: StructureShape) -> None:
-    fixed = [*CREATE_ONLY_CLUSTER_FIELDS]
-    fixed += [k for k in new.spec.keys() | old.spec.keys() if k not in update_shape.members and k != "Tags"]
-    for key in sorted(set(fixed)):
-        if new.spec.get(key) != old.spec.get(key):
-            raise PropertyError(
-                f"ClusterSpec.{key}: changing {old.spec.get(key)!r} to {new.spec.get(key)!r} needs a new cluster "
-                f"(HyperPod cannot change {key} in place); give the cluster a new ClusterName so CloudFormation "
-                "replaces it"
-            )
-    old_groups = old.groups()
-    for name, group in new.groups().items():
-        before = old_groups.get(name)
-        if before is None:
-            continue
-        for key in CREATE_ONLY_GROUP_FIELDS:
-            if group.get(key) != before.get(key):
-                raise PropertyError(
-                    f"ClusterSpec.InstanceGroups[{name}].{key}: changing {before.get(key)!r} to {group.get(key)!r} "
-                    f"needs a new cluster (HyperPod cannot change a group's {key} in place); give the cluster a new "
-                    "ClusterName, or the group a new InstanceGroupName"
-                )
 
 
 def _without_tags(spec: Mapping[str, Any]) -> dict[str, Any]:
