@@ -69,7 +69,7 @@ def test_outputs_read_describe_cluster_attributes(rendered: tuple[Template, Pclu
         ("9lives", False, None, "starting with a letter"),
         ("a_b", False, None, "starting with a letter"),
         ("a" * 61, False, None, "61 characters; at most 60"),
-        ("a" * 41, True, None, "at most 40 are allowed with Slurm accounting"),
+        ("a" * 41, True, None, "at most 40 allowed with Slurm accounting"),
         ("same", False, "same", "equals the CloudFormation stack name"),
     ],
 )

@@ -9,11 +9,11 @@ from typing import Any, Literal
 import aws_cdk as cdk
 from constructs import Construct
 
+from mlcluster.pcluster import checks
+
 #: The newest ParallelCluster 3 release this project is tested with (its schema
 #: package is pinned to the same version in requirements-pcluster.txt).
 DEFAULT_PCLUSTER_VERSION = "3.16.1"
-
-CLUSTER_NAME = re.compile(r"[a-zA-Z][a-zA-Z0-9-]*")
 
 
 def provider_template_url(version: str) -> str:
@@ -27,22 +27,17 @@ def provider_template_url(version: str) -> str:
 def check_cluster_name(name: str, *, stack_name: str | None, slurm_accounting: bool) -> None:
     """Raise ``ValueError`` unless ``name`` is a cluster name ParallelCluster accepts here.
 
-    The rules: letters, digits and hyphens starting with a letter; at most 60
-    characters, or 40 with Slurm accounting (the accounting database names
-    derive from it); different from the CloudFormation stack's name.
+    The rules are the pre-deploy checks' (``mlcluster.pcluster.checks``):
+    letters, digits and hyphens starting with a letter; at most 60
+    characters, or 40 with Slurm accounting; different from the
+    CloudFormation stack's name. Unresolved tokens are not checked.
     """
     if cdk.Token.is_unresolved(name):
         return
-    limit = 40 if slurm_accounting else 60
-    if not CLUSTER_NAME.fullmatch(name):
-        raise ValueError(f"cluster_name: {name!r} is not allowed; use letters, digits and '-', starting with a letter")
-    if len(name) > limit:
-        why = " with Slurm accounting" if slurm_accounting else ""
-        raise ValueError(f"cluster_name: {name!r} has {len(name)} characters; at most {limit} are allowed{why}")
-    if stack_name is not None and not cdk.Token.is_unresolved(stack_name) and name == stack_name:
-        raise ValueError(
-            f"cluster_name: {name!r} equals the CloudFormation stack name; ParallelCluster needs a different name"
-        )
+    known_stack = stack_name if stack_name is not None and not cdk.Token.is_unresolved(stack_name) else None
+    problems = checks.check_cluster_name(name, stack_name=known_stack, accounting=slurm_accounting)
+    if problems:
+        raise ValueError("cluster_name: " + "; ".join(p.message for p in problems))
 
 
 class PclusterCluster(Construct):

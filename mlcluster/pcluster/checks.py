@@ -72,7 +72,7 @@ def check_cluster_name(name: str, *, stack_name: str | None = None, accounting: 
             Finding(
                 "error",
                 "cluster.name",
-                f"{name!r} is also the CloudFormation stack's name; ParallelCluster creates its own stack "
+                f"{name!r} equals the CloudFormation stack name; ParallelCluster creates its own stack "
                 "under the cluster name, so the two must differ",
             )
         )
