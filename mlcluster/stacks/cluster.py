@@ -28,7 +28,7 @@ from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
 from mlcluster.pcluster.render import DeployInputs, ZoneSubnet, render_cluster_config
-from mlcluster.stacks.common import export_name, log_retention, removal_policy
+from mlcluster.stacks.common import export_output, log_retention, removal_policy
 from mlcluster.stacks.storage import StorageStack
 
 #: Where the ParallelCluster node scripts live in their bucket.
@@ -66,9 +66,6 @@ class ClusterStack(cdk.Stack):
             self._hyperpod(cluster.hyperpod, network, storage)
         else:  # pragma: no cover - the stage only builds this stack for a backend
             raise ValueError(f"cluster.backend: {cluster.backend!r} has no cluster to build")
-
-    def _output(self, name: str, value: str, description: str) -> None:
-        cdk.CfnOutput(self, name, value=value, description=description, export_name=export_name(self.settings, name))
 
     # -- ParallelCluster --------------------------------------------------
 
@@ -144,11 +141,13 @@ class ClusterStack(cdk.Stack):
         )
         # The cluster's nodes run the scripts on their first boot: upload them first.
         self.pcluster.node.add_dependency(scripts.deployment)
-        self._output("ClusterName", env.cluster_name, "ParallelCluster cluster name")
-        self._output("HeadNodeInstanceId", self.pcluster.head_node_instance_id, "Head node EC2 instance")
-        self._output("HeadNodePrivateIp", self.pcluster.head_node_private_ip, "Head node private IP")
-        self._output("HeadNodeSsmCommand", self.pcluster.ssm_command, "Open a shell on the head node")
-        self._output("ValidationMessages", self.pcluster.validation_messages, "ParallelCluster validation messages")
+        export_output(self, env, "ClusterName", env.cluster_name, "ParallelCluster cluster name")
+        export_output(self, env, "HeadNodeInstanceId", self.pcluster.head_node_instance_id, "Head node EC2 instance")
+        export_output(self, env, "HeadNodePrivateIp", self.pcluster.head_node_private_ip, "Head node private IP")
+        export_output(self, env, "HeadNodeSsmCommand", self.pcluster.ssm_command, "Open a shell on the head node")
+        export_output(
+            self, env, "ValidationMessages", self.pcluster.validation_messages, "ParallelCluster validation messages"
+        )
 
     # -- SageMaker HyperPod -----------------------------------------------
 
@@ -198,9 +197,11 @@ class ClusterStack(cdk.Stack):
             log_retention=log_retention(env),
             log_removal_policy=removal_policy(env),
         )
-        self._output("ClusterName", self.hyperpod.cluster_name, "HyperPod cluster name")
-        self._output("ClusterArn", self.hyperpod.cluster_arn, "HyperPod cluster ARN")
-        self._output(
+        export_output(self, env, "ClusterName", self.hyperpod.cluster_name, "HyperPod cluster name")
+        export_output(self, env, "ClusterArn", self.hyperpod.cluster_arn, "HyperPod cluster ARN")
+        export_output(
+            self,
+            env,
             "ClusterStatus",
             cdk.Fn.to_json_string(self.hyperpod.wait_condition.attr_data),
             "Status the watcher signalled for this cluster spec, as {cluster name: status}",
@@ -211,4 +212,6 @@ class ClusterStack(cdk.Stack):
             "The ClusterStatus output wraps the WaitCondition's Data object in Fn::ToJsonString "
             "(AWS::LanguageExtensions), which makes it a string; the validator only looks at the inner GetAtt.",
         )
-        self._output("ControllerSsmCommand", self.hyperpod.ssm_session_command(), "Open a shell on the controller")
+        export_output(
+            self, env, "ControllerSsmCommand", self.hyperpod.ssm_session_command(), "Open a shell on the controller"
+        )

@@ -14,9 +14,9 @@ def removal_policy(environment: Environment) -> cdk.RemovalPolicy:
     return cdk.RemovalPolicy.RETAIN if environment.config.retention.keeps_data else cdk.RemovalPolicy.DESTROY
 
 
-def export_name(environment: Environment, name: str) -> str:
-    """The CloudFormation export name of an output: ``<environment>-<name>``."""
-    return f"{environment.name}-{name}"
+def export_output(stack: cdk.Stack, environment: Environment, name: str, value: str, description: str) -> None:
+    """An output of ``stack`` exported as ``<environment>-<name>`` for tools outside CDK."""
+    cdk.CfnOutput(stack, name, value=value, description=description, export_name=f"{environment.name}-{name}")
 
 
 def log_retention(environment: Environment) -> logs.RetentionDays:

@@ -9,7 +9,7 @@ from constructs import Construct
 
 from mlcluster.config import Environment
 from mlcluster.constructs.network import ClusterNetwork, ImportedNetwork, NetworkRef
-from mlcluster.stacks.common import export_name, log_retention, removal_policy
+from mlcluster.stacks.common import export_output, log_retention, removal_policy
 
 
 class NetworkStack(cdk.Stack):
@@ -56,12 +56,15 @@ class NetworkStack(cdk.Stack):
                 peering=net.peering,
             )
         ref = self.network
-        self._output(environment, "VpcId", ref.vpc.vpc_id, "The VPC")
+        export_output(self, environment, "VpcId", ref.vpc.vpc_id, "The VPC")
         for index, subnet in enumerate(ref.private_subnets):
-            self._output(environment, f"PrivateSubnet{index + 1}Id", subnet.subnet_id, f"Private subnet {index + 1}")
+            export_output(
+                self, environment, f"PrivateSubnet{index + 1}Id", subnet.subnet_id, f"Private subnet {index + 1}"
+            )
         if ref.public_subnet is not None:
-            self._output(environment, "PublicSubnetId", ref.public_subnet.subnet_id, "Public subnet (primary zone)")
-        self._output(environment, "SecurityGroupId", ref.security_group.security_group_id, "Cluster security group")
-
-    def _output(self, environment: Environment, name: str, value: str, description: str) -> None:
-        cdk.CfnOutput(self, name, value=value, description=description, export_name=export_name(environment, name))
+            export_output(
+                self, environment, "PublicSubnetId", ref.public_subnet.subnet_id, "Public subnet (primary zone)"
+            )
+        export_output(
+            self, environment, "SecurityGroupId", ref.security_group.security_group_id, "Cluster security group"
+        )

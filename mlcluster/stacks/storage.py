@@ -15,7 +15,7 @@ from mlcluster.constructs.lustre import DataRepositoryAssociationProps, LustreSt
 from mlcluster.constructs.nag import acknowledge_compliance
 from mlcluster.constructs.network import NetworkRef
 from mlcluster.constructs.openzfs import OpenZfsHome
-from mlcluster.stacks.common import export_name, log_retention, removal_policy
+from mlcluster.stacks.common import export_output, log_retention, removal_policy
 
 
 class StorageStack(cdk.Stack):
@@ -123,4 +123,4 @@ class StorageStack(cdk.Stack):
             outputs["OpenZfsDnsName"] = (self.openzfs.dns_name, "FSx for OpenZFS DNS name")
             outputs["OpenZfsRootVolumeId"] = (self.openzfs.root_volume_id, "FSx for OpenZFS root volume (NFS export)")
         for name, (value, description) in outputs.items():
-            cdk.CfnOutput(self, name, value=value, description=description, export_name=export_name(environment, name))
+            export_output(self, environment, name, value, description)
