@@ -15,6 +15,7 @@ from typing import Literal
 
 from mlcluster.config.network import AZ_ID, AZ_NAME, SUBNET_ID, parse_cidr
 from mlcluster.config.schema import Issues, section, setting
+from mlcluster.pcluster.provider_iam import allowed_text, attachable
 
 EC2_INSTANCE = r"[a-z][a-z0-9-]*\.[a-z0-9]+"
 EC2_HELP = "allowed: an EC2 instance type such as 'p5.48xlarge'"
@@ -165,11 +166,23 @@ class HeadNodeConfig:
             )
         elif cidr is not None and parse_cidr(cidr) is None and not _is_prefix_list(cidr):
             issues.add("ssh_allowed_cidr", cidr, "allowed: an IPv4 CIDR block such as '10.0.0.0/16' or 'pl-0123abcd'")
+        _check_attachable(issues, self.additional_iam_policies)
 
     @property
     def ssh_from_internet(self) -> bool:
         """True when SSH is open to every IPv4 address."""
         return self.ssh_allowed_cidr == "0.0.0.0/0"
+
+
+def _check_attachable(issues: Issues, policies: tuple[str, ...]) -> None:
+    """Each policy must be one ParallelCluster's provider may attach (else the create fails at the node role)."""
+    for index, arn in enumerate(policies):
+        if re.fullmatch(POLICY_ARN, arn) and not attachable(arn):
+            issues.add(
+                f"additional_iam_policies[{index}]",
+                arn,
+                "ParallelCluster's provider cannot attach this policy to the node role; allowed: " + allowed_text(),
+            )
 
 
 def _is_prefix_list(value: str) -> bool:
@@ -270,6 +283,7 @@ class QueueConfig:
             issues.add("compute_resources", names, "compute resource names must be unique within a queue")
         if len(set(self.zones)) != len(self.zones):
             issues.add("zones", list(self.zones), "each zone may appear once")
+        _check_attachable(issues, self.additional_iam_policies)
         _check_slurm_settings(
             issues, "custom_slurm_settings", dict(self.custom_slurm_settings), DENIED_SLURM_SETTINGS["queue"]
         )

@@ -27,6 +27,7 @@ from mlcluster.constructs.pcluster_cluster import PclusterCluster
 from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
+from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
 from mlcluster.pcluster.render import DeployInputs, ZoneSubnet, render_cluster_config
 from mlcluster.stacks.common import export_output, log_retention, removal_policy
 from mlcluster.stacks.storage import StorageStack
@@ -93,9 +94,11 @@ class ClusterStack(cdk.Stack):
         script_policy = None
         if cfg.login_nodes is not None:
             # ParallelCluster has no S3Access setting for login nodes: they read the scripts through this policy.
+            # Under /parallelcluster/: ParallelCluster's provider may attach only such policies (provider_iam).
             script_policy = iam.ManagedPolicy(
                 self,
                 "NodeScriptRead",
+                path=NODE_POLICY_PATH,
                 description="Read the ParallelCluster node scripts (login nodes)",
                 statements=[
                     iam.PolicyStatement(

@@ -108,10 +108,13 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
     ),
     (
         "head extra policies without ssm",
-        one(P5, top="head_node: {ssm: false, additional_iam_policies: ['arn:aws:iam::aws:policy/ReadOnlyAccess']}"),
+        one(
+            P5,
+            top="head_node: {ssm: false, additional_iam_policies: ['arn:aws:iam::aws:policy/AmazonS3ReadOnlyAccess']}",
+        ),
         {},
         "HeadNode.Iam.AdditionalIamPolicies",
-        [{"Policy": "arn:aws:iam::aws:policy/ReadOnlyAccess"}],
+        [{"Policy": "arn:aws:iam::aws:policy/AmazonS3ReadOnlyAccess"}],
     ),
     ("head reads node scripts", one(P5), {}, "HeadNode.Iam.S3Access", [NODE_SCRIPTS_S3]),
     (
