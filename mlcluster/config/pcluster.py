@@ -135,7 +135,8 @@ class HeadNodeConfig:
 
     IMDSv2 is always required and IMDS is restricted to root on the head node
     (``Imds.Secured``); these are not settings. ``ssm`` lets Session Manager
-    reach the head and login nodes without SSH keys; ``ssh_allowed_cidr`` is
+    reach the head and login nodes without SSH keys (mlcluster's own policy:
+    registration and session channels, no ``ssm:GetParameter*``); ``ssh_allowed_cidr`` is
     where SSH may come from (the head node and the login nodes' load
     balancer), the VPC's CIDR by default. ``0.0.0.0/0`` (the whole internet)
     is refused unless ``allow_ssh_from_internet`` is true.
@@ -252,7 +253,10 @@ class QueueConfig:
     ``zones`` picks the private subnets the queue launches into, by the zone
     labels used in the ``network:`` section (or subnet IDs with
     ``network.existing``); empty means the primary zone, where FSx for Lustre is.
-    ``ssm`` lets Session Manager reach the nodes (AmazonSSMManagedInstanceCore).
+    ``ssm`` lets Session Manager reach the nodes (off by default: jobs on
+    compute nodes can read the instance profile, so every node policy is a
+    job's policy; mlcluster's Session Manager policy has no
+    ``ssm:GetParameter*``, unlike AmazonSSMManagedInstanceCore).
     """
 
     name: str = setting(pattern=NAME, allowed=NAME_HELP)
@@ -264,7 +268,7 @@ class QueueConfig:
         allowed="allowed: zone names or IDs from the network section (or subnet IDs with network.existing)",
     )
     job_exclusive_allocation: bool = False
-    ssm: bool = True
+    ssm: bool = False
     root_volume_gib: int = setting(default=200, minimum=40, maximum=16384)
     custom_ami: str | None = setting(default=None, pattern=AMI_ID, allowed=AMI_HELP)
     additional_iam_policies: tuple[str, ...] = setting(default=(), pattern=POLICY_ARN, allowed=POLICY_HELP)

@@ -15,6 +15,10 @@ What the renderer decides for you, and why:
   only then).
 - IMDSv2 only (``Imds.ImdsSupport: v2.0``) and IMDS restricted to root on
   the head node (``HeadNode.Imds.Secured``).
+- Session Manager through mlcluster's own node policy (no
+  ``ssm:GetParameter*``), on the head and login nodes by default and on a
+  queue only when it asks (compute nodes leave IMDS open to jobs); every
+  role ParallelCluster creates carries the permissions boundary.
 - Every node role may read the node scripts (``Iam.S3Access`` on the
   script prefix) and the S3 scripts of your own custom actions.
 - EFA follows the instance type unless set; the placement group is always
@@ -85,6 +89,10 @@ class DeployInputs:
     :param openzfs_volume_id: the FSx for OpenZFS volume for /home, when ``home_on_openzfs``.
     :param node_script_policy_arn: a managed policy that reads the node scripts; login nodes need it
         because ParallelCluster offers no ``S3Access`` for them.
+    :param session_manager_policy_arn: the node policy for Session Manager (no ``ssm:GetParameter*``),
+        attached to the head node and login nodes with ``head_node.ssm`` and to queues with ``ssm``.
+    :param permissions_boundary_arn: the permissions boundary of every role ParallelCluster creates
+        (``Iam.PermissionsBoundary``); the provider role may create roles only with it.
     :param reservation_group_arns: capacity reservation group ARNs by group name.
     :param partition: the AWS partition, for managed policy ARNs.
     :param log_retention_days: CloudWatch log retention (rounded up to a value ParallelCluster accepts).
@@ -102,6 +110,8 @@ class DeployInputs:
     node_script_prefix: str = "pcluster/"
     openzfs_volume_id: str | None = None
     node_script_policy_arn: str | None = None
+    session_manager_policy_arn: str | None = None
+    permissions_boundary_arn: str | None = None
     reservation_group_arns: Mapping[str, str] = field(default_factory=dict)
     partition: str = "aws"
     log_retention_days: int = 365
@@ -211,7 +221,12 @@ def log_retention(days: int) -> int:
 
 
 def _ssm_policy(inputs: DeployInputs) -> str:
-    return f"arn:{inputs.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+    if inputs.session_manager_policy_arn is None:
+        raise RenderError(
+            "session_manager_policy_arn: Session Manager (ssm) is on for some nodes; pass the node policy "
+            "for Session Manager (AmazonSSMManagedInstanceCore is not used: it reads every SSM parameter)"
+        )
+    return inputs.session_manager_policy_arn
 
 
 def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str]) -> dict[str, Any]:
@@ -528,6 +543,8 @@ def render_cluster_config(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str
         "SharedStorage": _shared_storage(cfg, inputs),
         "Monitoring": _monitoring(cfg, inputs),
     }
+    if inputs.permissions_boundary_arn is not None:
+        config["Iam"] = {"PermissionsBoundary": inputs.permissions_boundary_arn}
     login = _login_nodes(cfg, inputs)
     if login is not None:
         config["LoginNodes"] = login
@@ -535,3 +552,30 @@ def render_cluster_config(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str
     if tags:
         config["Tags"] = [{"Key": key, "Value": value} for key, value in tags.items()]
     return config
+
+
+def attached_policy_arns(config: Mapping[str, Any], partition: str) -> list[str]:
+    """Every ``AdditionalIamPolicies`` ARN of a rendered configuration, plus the one ParallelCluster adds itself.
+
+    ParallelCluster 3.16 attaches CloudWatchAgentServerPolicy to each node role
+    when CloudWatch logs are on (``_add_node_role`` in its cluster templates).
+    """
+    groups = [config["HeadNode"], *config["Scheduling"]["SlurmQueues"], *config.get("LoginNodes", {}).get("Pools", [])]
+    arns = [entry["Policy"] for group in groups for entry in group.get("Iam", {}).get("AdditionalIamPolicies", [])]
+    if config.get("Monitoring", {}).get("Logs", {}).get("CloudWatch", {}).get("Enabled", True):
+        arns.append(f"arn:{partition}:iam::aws:policy/CloudWatchAgentServerPolicy")
+    return list(dict.fromkeys(arns))
+
+
+def user_script_objects(cfg: PclusterConfig, partition: str = "aws") -> list[str]:
+    """The S3 object ARNs of your own custom-action scripts (ParallelCluster's validators read them)."""
+    head = cfg.head_node.custom_actions
+    actions = [*head.on_node_start, *head.on_node_configured, *head.on_node_updated]
+    for queue in cfg.queues:
+        actions += [*queue.custom_actions.on_node_start, *queue.custom_actions.on_node_configured]
+    arns = []
+    for action in actions:
+        match = _S3_URL.fullmatch(action.script)
+        if match is not None:
+            arns.append(f"arn:{partition}:s3:::{match['bucket']}/{match['key']}")
+    return list(dict.fromkeys(arns))

@@ -125,6 +125,8 @@ FSX = "fs-0ddddddddddddddd1"
 ZFS_VOLUME = "fsvol-0eeeeeeeeeeeeeee1"
 BUCKET = "mlcluster-dev-node-scripts"
 SCRIPT_POLICY = "arn:aws:iam::123456789012:policy/parallelcluster/mlcluster-node-scripts"
+SESSION_POLICY = "arn:aws:iam::123456789012:policy/parallelcluster/mlcluster-session-manager"
+BOUNDARY = "arn:aws:iam::123456789012:policy/parallelcluster/mlcluster-node-boundary"
 GROUP_ARN = "arn:aws:resource-groups:us-east-1:123456789012:group/p4de-train-p4de-pool"
 
 
@@ -143,6 +145,8 @@ def inputs(**overrides: Any) -> DeployInputs:
         "node_script_bucket": BUCKET,
         "openzfs_volume_id": ZFS_VOLUME,
         "node_script_policy_arn": SCRIPT_POLICY,
+        "session_manager_policy_arn": SESSION_POLICY,
+        "permissions_boundary_arn": BOUNDARY,
         "reservation_group_arns": {"p4de-pool": GROUP_ARN},
     }
     values.update(overrides)

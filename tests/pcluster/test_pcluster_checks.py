@@ -353,7 +353,7 @@ def test_access_summary(extra: str, expected: list[str]) -> None:
     assert lines[: len(expected)] == expected
     assert lines[len(expected) :] == [
         "queue train: private subnets behind NAT, no public IP; reachable only from the cluster's nodes; "
-        "Session Manager"
+        "no Session Manager"
     ]
 
 

@@ -13,6 +13,7 @@ from mlcluster.pcluster.render import (
     render_cluster_config,
 )
 from tests.pcluster.pcluster_support import (
+    BOUNDARY,
     BUCKET,
     FSX,
     GROUP_ARN,
@@ -20,6 +21,7 @@ from tests.pcluster.pcluster_support import (
     PRIVATE_B,
     PUBLIC,
     SCRIPT_POLICY,
+    SESSION_POLICY,
     SG,
     ZFS_VOLUME,
     archetype,
@@ -28,7 +30,7 @@ from tests.pcluster.pcluster_support import (
     pcluster,
 )
 
-SSM = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+SSM = SESSION_POLICY
 NODE_SCRIPTS_S3 = {"BucketName": BUCKET, "KeyName": "pcluster/*", "EnableWriteAccess": False}
 CR0 = "Scheduling.SlurmQueues[0].ComputeResources[0]"
 Q0 = "Scheduling.SlurmQueues[0]"
@@ -100,12 +102,20 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
     ),
     ("head ssm policy", one(P5), {}, "HeadNode.Iam.AdditionalIamPolicies", [{"Policy": SSM}]),
     (
-        "head ssm in another partition",
+        "queues without ssm by default",
         one(P5),
-        {"partition": "aws-us-gov"},
-        "HeadNode.Iam.AdditionalIamPolicies[0].Policy",
-        "arn:aws-us-gov:iam::aws:policy/AmazonSSMManagedInstanceCore",
+        {},
+        f"{Q0}.Iam",
+        {"S3Access": [NODE_SCRIPTS_S3]},
     ),
+    (
+        "queue ssm when asked",
+        one(P5, queue="ssm: true"),
+        {},
+        f"{Q0}.Iam.AdditionalIamPolicies",
+        [{"Policy": SSM}],
+    ),
+    ("permissions boundary", one(P5), {}, "Iam", {"PermissionsBoundary": BOUNDARY}),
     (
         "head extra policies without ssm",
         one(
@@ -572,6 +582,12 @@ def test_archetype_trn1_with_neuron() -> None:
 
 ERRORS = [
     # (id, pcluster YAML, overrides, fragment of the error)
+    (
+        "ssm without the session manager policy",
+        one(P5),
+        {"session_manager_policy_arn": None},
+        "session_manager_policy_arn: Session Manager (ssm) is on",
+    ),
     (
         "public head without public subnet",
         one(P5, top="head_node: {subnet: public}"),
