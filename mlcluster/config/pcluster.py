@@ -194,6 +194,10 @@ def _is_prefix_list(value: str) -> bool:
 class ComputeResourceConfig:
     """One instance type in a queue (a ParallelCluster compute resource).
 
+    ``sockets``, ``cores_per_socket`` and ``threads_per_core`` override the
+    Slurm layout of the instance-type table (threads default to the table's);
+    their product must equal the instance's vCPUs.
+
     ``efa`` and ``placement_group`` left out are decided for you: EFA is on
     when the instance type supports it; a placement group is used for EFA
     instances unless the capacity comes from a reservation or capacity block,
@@ -216,6 +220,7 @@ class ComputeResourceConfig:
     )
     sockets: int | None = setting(default=None, minimum=1, maximum=16)
     cores_per_socket: int | None = setting(default=None, minimum=1, maximum=512)
+    threads_per_core: int | None = setting(default=None, minimum=1, maximum=2)
     custom_slurm_settings: dict[str, str] = setting(default={})
 
     def check(self, issues: Issues) -> None:
@@ -229,15 +234,17 @@ class ComputeResourceConfig:
             )
         if (self.sockets is None) != (self.cores_per_socket is None):
             issues.add("sockets", self.sockets, "give sockets and cores_per_socket together")
+        if self.threads_per_core is not None and self.sockets is None:
+            issues.add("threads_per_core", self.threads_per_core, "give it with sockets and cores_per_socket")
         _check_slurm_settings(
             issues, "custom_slurm_settings", dict(self.custom_slurm_settings), DENIED_SLURM_SETTINGS["compute_resource"]
         )
-        overridden = {k.lower() for k in self.custom_slurm_settings} & {"sockets", "corespersocket"}
+        overridden = {k.lower() for k in self.custom_slurm_settings} & {"sockets", "corespersocket", "threadspercore"}
         if overridden:
             issues.add(
                 "custom_slurm_settings",
                 sorted(overridden),
-                "set sockets and cores_per_socket with their own keys, not in custom_slurm_settings",
+                "set sockets, cores_per_socket and threads_per_core with their own keys, not in custom_slurm_settings",
             )
 
     @property

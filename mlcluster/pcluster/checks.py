@@ -133,6 +133,15 @@ def check_instance_types(cfg: PclusterConfig) -> list[Finding]:
     for qi, queue in enumerate(cfg.queues):
         for ci, cr in enumerate(queue.compute_resources):
             info = lookup(cr.instance_type)
+            if info is None and cr.sockets is not None and cr.threads_per_core is None:
+                found.append(
+                    Finding(
+                        "error",
+                        _cr_path(qi, ci, "threads_per_core"),
+                        f"{cr.instance_type} is not in mlcluster's instance-type table; give threads_per_core with "
+                        "sockets and cores_per_socket (Slurm sets CPUs to their product)",
+                    )
+                )
             if info is None:
                 if cr.efa is None:
                     found.append(
@@ -151,15 +160,17 @@ def check_instance_types(cfg: PclusterConfig) -> list[Finding]:
                     )
                 )
             if cr.sockets is not None and cr.cores_per_socket is not None:
-                cores = cr.sockets * cr.cores_per_socket
-                if cores != info.cores:
+                threads = cr.threads_per_core or info.threads_per_core
+                cpus = cr.sockets * cr.cores_per_socket * threads
+                if cpus != info.vcpus:
                     found.append(
                         Finding(
                             "error",
                             _cr_path(qi, ci, "sockets"),
-                            f"sockets x cores_per_socket = {cr.sockets} x {cr.cores_per_socket} = {cores}, but "
-                            f"{cr.instance_type} has {info.cores} physical cores; Slurm would reject the node "
-                            "(measure the layout with slurmd -C)",
+                            f"sockets x cores_per_socket x threads_per_core = {cr.sockets} x {cr.cores_per_socket} x "
+                            f"{threads} = {cpus}, but {cr.instance_type} has {info.vcpus} vCPUs "
+                            f"({info.cores} cores x {info.threads_per_core} threads); Slurm would set the node's "
+                            "CPUs to the product or reject the node (measure the layout with slurmd -C)",
                         )
                     )
     return found

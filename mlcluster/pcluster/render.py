@@ -24,8 +24,9 @@ What the renderer decides for you, and why:
 - EFA follows the instance type unless set; the placement group is always
   explicit (ParallelCluster requires that with EFA) and off for reserved
   capacity, whose own placement a new group would contradict (seed 000).
-- Slurm ``Sockets``/``CoresPerSocket`` from the instance-type table (or
-  your override) go into the compute resource's ``CustomSlurmSettings``.
+- Slurm ``Sockets``/``CoresPerSocket``/``ThreadsPerCore`` from the
+  instance-type table (or your override), always all three, go into the
+  compute resource's ``CustomSlurmSettings``.
 - FSx for Lustre is mounted at /fsx, optional OpenZFS at /home, optional
   EBS at /apps; root volumes are encrypted gp3.
 """
@@ -44,7 +45,7 @@ from mlcluster.config.pcluster import (
     QueueConfig,
 )
 from mlcluster.lifecycle.pcluster import ENTRY_SCRIPT
-from mlcluster.pcluster.instance_types import lookup, socket_layout
+from mlcluster.pcluster.instance_types import SlurmLayout, lookup, slurm_layout
 
 #: Log retention periods (days) ParallelCluster 3.16 accepts for ``RetentionInDays``.
 PCLUSTER_LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
@@ -172,13 +173,22 @@ def placement_group_enabled(queue: QueueConfig, cr: ComputeResourceConfig) -> bo
 
 
 def socket_settings(cr: ComputeResourceConfig) -> dict[str, int]:
-    """Slurm ``Sockets``/``CoresPerSocket`` for ``cr``: the override, else the table, else none."""
+    """Slurm ``Sockets``/``CoresPerSocket``/``ThreadsPerCore`` for ``cr``: the override, else the table, else none.
+
+    All three or none: with sockets and cores but no threads, Slurm resets the
+    node's CPUs to sockets x cores, half the vCPUs when SMT is on.
+    """
+    layout = slurm_layout(cr.instance_type)
     if cr.sockets is not None and cr.cores_per_socket is not None:
-        return {"Sockets": cr.sockets, "CoresPerSocket": cr.cores_per_socket}
-    layout = socket_layout(cr.instance_type)
-    if layout is None:
-        return {}
-    return {"Sockets": layout[0], "CoresPerSocket": layout[1]}
+        info = lookup(cr.instance_type)
+        threads = cr.threads_per_core or (info.threads_per_core if info is not None else None)
+        if threads is None:
+            raise RenderError(
+                f"threads_per_core: {cr.instance_type} is not in the instance-type table; give threads_per_core "
+                "with sockets and cores_per_socket"
+            )
+        return SlurmLayout(cr.sockets, cr.cores_per_socket, threads).settings()
+    return layout.settings() if layout is not None else {}
 
 
 def login_subnet(cfg: PclusterConfig) -> str:

@@ -123,7 +123,23 @@ FAILING: list[tuple[str, str, dict[str, Any], str, str, str]] = [
         {},
         "error",
         f"{CR0}.sockets",
-        "has 96 physical cores",
+        "2 x 96 x 2 = 384, but p5.48xlarge has 192 vCPUs",
+    ),
+    (
+        "socket layout that forgets SMT",
+        queue_yaml(P5 + "\n        sockets: 2\n        cores_per_socket: 48\n        threads_per_core: 1"),
+        {},
+        "error",
+        f"{CR0}.sockets",
+        "2 x 48 x 1 = 96, but p5.48xlarge has 192 vCPUs",
+    ),
+    (
+        "unknown type layout without threads",
+        queue_yaml("instance_type: x9z.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48"),
+        {},
+        "error",
+        f"{CR0}.threads_per_core",
+        "give threads_per_core",
     ),
     (
         "queue away from lustre",
@@ -298,6 +314,18 @@ def test_check_fails(text: str, options: dict[str, Any], level: str, path: str, 
 
 def test_clean_configuration_has_no_findings() -> None:
     assert run(queue_yaml(P5)) == []
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "sockets: 2\n        cores_per_socket: 48",  # threads from the table
+        "sockets: 4\n        cores_per_socket: 24\n        threads_per_core: 2",  # another split, same total
+        "sockets: 1\n        cores_per_socket: 96\n        threads_per_core: 2",
+    ],
+)
+def test_layouts_that_add_up_pass(layout: str) -> None:
+    assert run(queue_yaml(P5 + "\n        " + layout)) == []
 
 
 @pytest.mark.parametrize(

@@ -132,6 +132,24 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "refuses it here",
     ),
     (
+        "threads without sockets",
+        cr(threads_per_core=2),
+        "cluster.pcluster.queues[0].compute_resources[0].threads_per_core",
+        "with sockets and cores_per_socket",
+    ),
+    (
+        "three threads per core",
+        cr(sockets=2, cores_per_socket=32, threads_per_core=3),
+        "cluster.pcluster.queues[0].compute_resources[0].threads_per_core",
+        "to 2",
+    ),
+    (
+        "threads via custom settings",
+        cr(custom_slurm_settings={"ThreadsPerCore": "2"}),
+        "cluster.pcluster.queues[0].compute_resources[0].custom_slurm_settings",
+        "threads_per_core with their own keys",
+    ),
+    (
         "sockets via custom settings",
         cr(custom_slurm_settings={"Sockets": "2"}),
         "cluster.pcluster.queues[0].compute_resources[0].custom_slurm_settings",

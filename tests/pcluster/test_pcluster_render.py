@@ -291,34 +291,58 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         {"CapacityReservationResourceGroupArn": "arn:aws:resource-groups:us-east-1:123456789012:group/shared"},
     ),
     # sockets
-    ("p5 sockets", one(P5), {}, f"{CR0}.CustomSlurmSettings", {"Sockets": 2, "CoresPerSocket": 48}),
+    (
+        "p5 sockets",
+        one(P5),
+        {},
+        f"{CR0}.CustomSlurmSettings",
+        {"Sockets": 2, "CoresPerSocket": 48, "ThreadsPerCore": 2},
+    ),
     (
         "p4de sockets",
         one("instance_type: p4de.24xlarge"),
         {},
         f"{CR0}.CustomSlurmSettings",
-        {"Sockets": 2, "CoresPerSocket": 24},
+        {"Sockets": 2, "CoresPerSocket": 24, "ThreadsPerCore": 2},
     ),
     (
         "p4d sockets",
         one("instance_type: p4d.24xlarge"),
         {},
         f"{CR0}.CustomSlurmSettings",
-        {"Sockets": 2, "CoresPerSocket": 24},
+        {"Sockets": 2, "CoresPerSocket": 24, "ThreadsPerCore": 2},
     ),
     (
         "sockets override",
         one("instance_type: trn1.32xlarge\n        sockets: 2\n        cores_per_socket: 32"),
         {},
         f"{CR0}.CustomSlurmSettings",
-        {"Sockets": 2, "CoresPerSocket": 32},
+        {"Sockets": 2, "CoresPerSocket": 32, "ThreadsPerCore": 2},
+    ),
+    (
+        "threads override without smt",
+        one(
+            "instance_type: hpc7a.96xlarge\n        sockets: 2\n        cores_per_socket: 96\n        threads_per_core: 1"
+        ),
+        {},
+        f"{CR0}.CustomSlurmSettings",
+        {"Sockets": 2, "CoresPerSocket": 96, "ThreadsPerCore": 1},
+    ),
+    (
+        "unknown type with the whole layout",
+        one(
+            "instance_type: x9z.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48\n        threads_per_core: 2"
+        ),
+        {},
+        f"{CR0}.CustomSlurmSettings",
+        {"Sockets": 2, "CoresPerSocket": 48, "ThreadsPerCore": 2},
     ),
     (
         "sockets with custom settings",
         one(P5 + "\n        custom_slurm_settings: {RealMemory: '1900000'}"),
         {},
         f"{CR0}.CustomSlurmSettings",
-        {"Sockets": 2, "CoresPerSocket": 48, "RealMemory": "1900000"},
+        {"Sockets": 2, "CoresPerSocket": 48, "ThreadsPerCore": 2, "RealMemory": "1900000"},
     ),
     # node scripts per queue
     (
@@ -503,7 +527,7 @@ ABSENT = [
     # (id, pcluster YAML, overrides, path that must not exist)
     ("no key pair", one(P5), {}, "HeadNode.Ssh.KeyName"),
     ("no reservation", one(P5), {}, f"{CR0}.CapacityReservationTarget"),
-    ("no sockets for g5", one("instance_type: g5.12xlarge"), {}, f"{CR0}.CustomSlurmSettings"),
+    ("no layout for a type without accelerators", one("instance_type: c5n.18xlarge"), {}, f"{CR0}.CustomSlurmSettings"),
     ("no database", one(P5), {}, "Scheduling.SlurmSettings.Database"),
     ("no login nodes", one(P5), {}, "LoginNodes"),
     ("no tags", one(P5), {}, "Tags"),
@@ -554,7 +578,16 @@ def test_archetype_p4de_training_and_g5_inference() -> None:
     assert train["ComputeResources"][0]["CapacityReservationTarget"] == {
         "CapacityReservationResourceGroupArn": GROUP_ARN
     }
-    assert train["ComputeResources"][0]["CustomSlurmSettings"] == {"Sockets": 2, "CoresPerSocket": 24}
+    assert train["ComputeResources"][0]["CustomSlurmSettings"] == {
+        "Sockets": 2,
+        "CoresPerSocket": 24,
+        "ThreadsPerCore": 2,
+    }
+    assert infer["ComputeResources"][0]["CustomSlurmSettings"] == {
+        "Sockets": 1,
+        "CoresPerSocket": 24,
+        "ThreadsPerCore": 2,
+    }
     assert train["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"][-1] == "nccl_efa"
     g5 = infer["ComputeResources"][0]
     assert (g5["MinCount"], g5["MaxCount"], g5["Efa"], g5["Networking"]["PlacementGroup"]) == (
@@ -582,6 +615,12 @@ def test_archetype_trn1_with_neuron() -> None:
 
 ERRORS = [
     # (id, pcluster YAML, overrides, fragment of the error)
+    (
+        "unknown type without threads",
+        one("instance_type: x9z.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48"),
+        {},
+        "threads_per_core: x9z.48xlarge is not in the instance-type table",
+    ),
     (
         "ssm without the session manager policy",
         one(P5),
