@@ -73,6 +73,9 @@ DENIED_SLURM_SETTINGS = {
     "compute_resource": ("cpus", "gres", "nodeaddr", "nodehostname", "nodename", "state", "weight"),
 }
 
+#: Operating systems ParallelCluster supports but publishes no image for: they need ``custom_ami``.
+OS_WITHOUT_IMAGES = ("rocky8", "rocky9")
+
 #: ParallelCluster limits (3.16 ``constants.py``).
 MAX_QUEUES = 50
 MAX_COMPUTE_RESOURCES = 50
@@ -202,6 +205,9 @@ class ComputeResourceConfig:
     when the instance type supports it; a placement group is used for EFA
     instances unless the capacity comes from a reservation or capacity block,
     whose own placement would conflict with a new group.
+    ``placement_group_name`` names a cluster placement group you own (for
+    example the one your capacity reservation was made in); the nodes launch
+    into it instead of a group ParallelCluster makes.
     """
 
     name: str = setting(pattern=NAME, allowed=NAME_HELP)
@@ -210,6 +216,11 @@ class ComputeResourceConfig:
     max_count: int = setting(default=1, minimum=1, maximum=5000)
     efa: bool | None = None
     placement_group: bool | None = None
+    placement_group_name: str | None = setting(
+        default=None,
+        pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}",
+        allowed="allowed: the name of a cluster placement group you created (1-255 letters, digits, '.', '_', '-')",
+    )
     capacity_reservation_id: str | None = setting(
         default=None, pattern=CR_ID, allowed="allowed: an ID such as 'cr-0123456789abcdef0'"
     )
@@ -231,6 +242,13 @@ class ComputeResourceConfig:
                 "capacity_reservation_group",
                 self.capacity_reservation_group,
                 "give capacity_reservation_id or capacity_reservation_group, not both",
+            )
+        if self.placement_group_name is not None and self.placement_group is False:
+            issues.add(
+                "placement_group",
+                False,
+                f"placement_group_name ({self.placement_group_name}) launches into that group; remove "
+                "placement_group or set it to true",
             )
         if (self.sockets is None) != (self.cores_per_socket is None):
             issues.add("sockets", self.sockets, "give sockets and cores_per_socket together")
@@ -467,6 +485,14 @@ class PclusterConfig:
         total = sum(len(q.compute_resources) for q in self.queues)
         if total > MAX_COMPUTE_RESOURCES:
             issues.add("queues", total, f"allowed: at most {MAX_COMPUTE_RESOURCES} compute resources in all queues")
+        if self.os in OS_WITHOUT_IMAGES and self.custom_ami is None:
+            issues.add(
+                "os",
+                self.os,
+                "ParallelCluster publishes no image for this operating system; give custom_ami (an image built "
+                "with pcluster build-image from a Rocky Linux AMI) or choose one of: "
+                + ", ".join(o for o in ("alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9")),
+            )
         if self.os == "alinux2" and parse_version(self.version) >= ALINUX2_DROPPED_IN:
             issues.add(
                 "os",

@@ -87,17 +87,17 @@ def check_placement(cfg: PclusterConfig) -> list[Finding]:
         for ci, cr in enumerate(queue.compute_resources):
             reserved = cr.reserved or queue.capacity_type == "CAPACITY_BLOCK"
             what = "a capacity block" if queue.capacity_type == "CAPACITY_BLOCK" else "a targeted capacity reservation"
-            if cr.placement_group is True and reserved:
+            if cr.placement_group is True and cr.placement_group_name is None and reserved:
                 found.append(
                     Finding(
                         "error",
                         _cr_path(qi, ci, "placement_group"),
                         f"{cr.name} launches into {what}, which brings its own placement; a new placement group "
                         "conflicts with it and launches fail with insufficient capacity. Set placement_group: false "
-                        "(or leave it out)",
+                        "(or leave it out), or name the group the reservation was made in with placement_group_name",
                     )
                 )
-            if multi_zone and cr.placement_group is True:
+            if multi_zone and (cr.placement_group is True or cr.placement_group_name is not None):
                 found.append(
                     Finding(
                         "error",

@@ -166,6 +166,8 @@ def placement_group_enabled(queue: QueueConfig, cr: ComputeResourceConfig) -> bo
     comes with its own placement; a new placement group conflicts with it and
     launches fail with insufficient capacity. Placement groups cannot span zones.
     """
+    if cr.placement_group_name is not None:
+        return True
     if cr.placement_group is not None:
         return cr.placement_group
     reserved = cr.reserved or queue.capacity_type == "CAPACITY_BLOCK"
@@ -357,6 +359,12 @@ def _head_node(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
     return out
 
 
+def _placement_group(queue: QueueConfig, cr: ComputeResourceConfig) -> dict[str, Any]:
+    if cr.placement_group_name is not None:
+        return {"Enabled": True, "Name": cr.placement_group_name}
+    return {"Enabled": placement_group_enabled(queue, cr)}
+
+
 def _capacity_target(cr: ComputeResourceConfig, inputs: DeployInputs) -> dict[str, str] | None:
     if cr.capacity_reservation_id is not None:
         return {"CapacityReservationId": cr.capacity_reservation_id}
@@ -381,7 +389,7 @@ def _compute_resource(queue: QueueConfig, cr: ComputeResourceConfig, inputs: Dep
         "MinCount": cr.min_count,
         "MaxCount": cr.max_count,
         "Efa": {"Enabled": efa_enabled(cr)},
-        "Networking": {"PlacementGroup": {"Enabled": placement_group_enabled(queue, cr)}},
+        "Networking": {"PlacementGroup": _placement_group(queue, cr)},
     }
     target = _capacity_target(cr, inputs)
     if target is not None:

@@ -86,6 +86,16 @@ FAILING: list[tuple[str, str, dict[str, Any], str, str, str]] = [
         "spans 2 zones",
     ),
     (
+        "named placement group across zones",
+        queue_yaml(
+            "instance_type: g5.xlarge\n        placement_group_name: mine", queue="zones: [us-east-1a, us-east-1b]"
+        ),
+        {},
+        "error",
+        f"{CR0}.placement_group",
+        "spans 2 zones",
+    ),
+    (
         "efa across zones",
         queue_yaml(P5, queue="zones: [us-east-1a, us-east-1b]"),
         {},
@@ -314,6 +324,22 @@ def test_check_fails(text: str, options: dict[str, Any], level: str, path: str, 
 
 def test_clean_configuration_has_no_findings() -> None:
     assert run(queue_yaml(P5)) == []
+
+
+def test_own_placement_group_with_its_targeted_reservation_passes() -> None:
+    """The seed's other pattern: a reservation made in your own cluster placement group, named."""
+    text = queue_yaml(
+        P5 + "\n        capacity_reservation_id: cr-0123456789abcdef0\n        placement_group_name: p5-odcr-pg"
+    )
+    assert run(text) == []
+
+
+def test_own_placement_group_with_placement_group_true_and_a_reservation_passes() -> None:
+    text = queue_yaml(
+        P5 + "\n        capacity_reservation_id: cr-0123456789abcdef0\n        placement_group: true"
+        "\n        placement_group_name: p5-odcr-pg"
+    )
+    assert run(text) == []
 
 
 @pytest.mark.parametrize(

@@ -320,6 +320,20 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         {"Sockets": 2, "CoresPerSocket": 32, "ThreadsPerCore": 2},
     ),
     (
+        "own placement group with its reservation",
+        one(P5 + "\n        capacity_reservation_id: cr-0123456789abcdef0\n        placement_group_name: p5-odcr-pg"),
+        {},
+        f"{CR0}.Networking.PlacementGroup",
+        {"Enabled": True, "Name": "p5-odcr-pg"},
+    ),
+    (
+        "rocky9 with its image",
+        one(P5, top="os: rocky9\ncustom_ami: ami-0123456789abcdef0"),
+        {},
+        "Image",
+        {"Os": "rocky9", "CustomAmi": "ami-0123456789abcdef0"},
+    ),
+    (
         "threads override without smt",
         one(
             "instance_type: hpc7a.96xlarge\n        sockets: 2\n        cores_per_socket: 96\n        threads_per_core: 1"
