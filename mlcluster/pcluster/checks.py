@@ -314,6 +314,15 @@ def check_access(cfg: PclusterConfig, *, existing_network: bool = False, public_
                 "(ssh_allowed_cidr is not set); set head_node.ssh_allowed_cidr to your network's CIDR",
             )
         )
+    if head.key_name is not None and cfg.os.startswith("ubuntu"):
+        found.append(
+            Finding(
+                "warning",
+                f"{BASE}.head_node.key_name",
+                f"{cfg.os} accepts only ed25519 key pairs; ParallelCluster refuses the cluster if {head.key_name} "
+                "is an RSA key",
+            )
+        )
     if not public_subnet:
         for key, public in (
             ("head_node.subnet", head.subnet == "public"),

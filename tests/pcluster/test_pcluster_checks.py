@@ -278,6 +278,14 @@ queues:
         "must map public IPs on launch",
     ),
     (
+        "key pair on ubuntu",
+        queue_yaml(P5) + "os: ubuntu2204\nhead_node: {key_name: ops}",
+        {},
+        "warning",
+        "cluster.pcluster.head_node.key_name",
+        "accepts only ed25519 key pairs",
+    ),
+    (
         "public head node without a public subnet",
         queue_yaml(P5) + "head_node: {subnet: public}",
         {"public_subnet": False},
@@ -358,6 +366,7 @@ def test_layouts_that_add_up_pass(layout: str) -> None:
     "extra",
     [
         "head_node: {subnet: public}",
+        "head_node: {key_name: ops}",  # alinux2023 takes RSA and ed25519 keys
         "head_node: {ssh_allowed_cidr: 0.0.0.0/0, allow_ssh_from_internet: true}",  # private nodes: not exposed
         "login_nodes: {}",
         "login_nodes: {internet_facing: true}\nhead_node: {ssh_allowed_cidr: 192.0.2.0/24}",
