@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 from typing import Literal
 
+from mlcluster.config import awsdata
 from mlcluster.config.schema import Issues, section, setting
 
 AZ_NAME = r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]"
@@ -83,7 +85,9 @@ class Peering:
         default=(), pattern=RTB_ID, allowed="allowed: route table IDs such as 'rtb-0abc1234'"
     )
     peer_owner_id: str | None = setting(default=None, pattern=ACCOUNT, allowed="allowed: a 12-digit account ID")
-    peer_region: str | None = setting(default=None, pattern=REGION, allowed="allowed: a region such as 'us-west-2'")
+    peer_region: str | None = setting(
+        default=None, choices=awsdata.REGIONS, doc="the peer VPC's region, when it differs from this one"
+    )
     peer_role_arn: str | None = setting(
         default=None,
         pattern=r"arn:aws[a-z-]*:iam::\d{12}:role/.+",
@@ -210,3 +214,86 @@ class NetworkConfig:
     @property
     def uses_zone_ids(self) -> bool:
         return self.availability_zone_id is not None
+
+
+def _zone_region(name: str) -> str:
+    """``us-east-1a`` -> ``us-east-1`` (a zone name is its region's name and a letter)."""
+    return name[:-1]
+
+
+def _az_id_code(zone_id: str) -> str:
+    """``use1-az4`` -> ``use1``."""
+    return zone_id.split("-az", 1)[0]
+
+
+def _closest(value: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(value, candidates, n=3, cutoff=0.6)
+    return "; closest: " + ", ".join(repr(c) for c in close) if close else ""
+
+
+def check_zones(issues: Issues, network: NetworkConfig, region: str | None, prefix: str = "network") -> None:
+    """Every zone of ``network`` in ``region`` (or, without one, in one region botocore knows).
+
+    A zone name is its region's name plus a letter; an AZ ID starts with
+    the region's code (``use1-az4`` is in ``us-east-1``). Paths are reported
+    under ``prefix``.
+    """
+    zones = [(f"{prefix}.", network.availability_zone, network.availability_zone_id)]
+    zones += [
+        (f"{prefix}.extra_zones[{i}].", z.availability_zone, z.availability_zone_id)
+        for i, z in enumerate(network.extra_zones)
+    ]
+    known = awsdata.regions()
+    codes = awsdata.az_id_codes()
+    first: tuple[str, str] | None = None  # (region, zone) of the first zone
+    for where, name, zone_id in zones:
+        zone_region: str | None = None
+        if name is not None:
+            zone_region = _zone_region(name)
+            if region is not None and zone_region != region:
+                issues.add(
+                    f"{where}availability_zone",
+                    name,
+                    f"the zone is in region {zone_region}, not in region {region}; "
+                    f"allowed: a zone of {region} such as '{region}a'",
+                )
+                continue
+            if zone_region not in known:
+                issues.add(
+                    f"{where}availability_zone",
+                    name,
+                    f"{zone_region} is not an AWS region ({awsdata.REGIONS.source()}); allowed: a region name "
+                    "and a letter such as 'us-east-1a'" + _closest(zone_region, sorted(known)),
+                )
+                continue
+        elif zone_id is not None:
+            code = _az_id_code(zone_id)
+            expected = awsdata.az_id_code(region) if region is not None else None
+            if region is not None and expected is not None and code != expected:
+                owner = f" (the zone ID of {codes[code]})" if code in codes else ""
+                issues.add(
+                    f"{where}availability_zone_id",
+                    zone_id,
+                    f"not a zone ID of region {region}{owner}; allowed: {expected}-az<n> such as '{expected}-az1'",
+                )
+                continue
+            if region is None and code not in codes:
+                issues.add(
+                    f"{where}availability_zone_id",
+                    zone_id,
+                    f"{code} is not the zone ID code of an AWS region; allowed: '<code>-az<n>' with a code such as "
+                    "'use1' (us-east-1) or 'usw2' (us-west-2)" + _closest(code, sorted(codes)),
+                )
+                continue
+            zone_region = region or codes.get(code)
+        if zone_region is None:
+            continue
+        if first is None:
+            first = (zone_region, name or zone_id or "")
+        elif zone_region != first[0]:
+            key = "availability_zone" if name is not None else "availability_zone_id"
+            issues.add(
+                f"{where}{key}",
+                name or zone_id,
+                f"the zone is in {zone_region} but {first[1]} is in {first[0]}; allowed: zones of one region",
+            )
