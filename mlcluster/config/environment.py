@@ -133,7 +133,7 @@ class EnvironmentConfig:
     tags: dict[str, str] = setting(default={}, doc="tags on every resource, plus `mlcluster:environment: <name>`")
     compliance: ComplianceConfig = setting(default=ComplianceConfig())
     retention: RetentionConfig = setting(default=RetentionConfig())
-    network: NetworkConfig = setting(allowed="a network section")
+    network: NetworkConfig = setting(allowed="a network section", doc="the VPC, its subnets and zones (`network:` below)")
     storage: StorageConfig = setting(default=StorageConfig())
     cluster: ClusterConfig = setting(default=ClusterConfig())
 
@@ -162,6 +162,10 @@ class Environment:
 def load_environment(path: Path) -> Environment:
     """Read and validate one environment file; raise ``ConfigError`` on any problem."""
     source = str(path)
+    if path.suffix.lower() not in SUFFIXES:
+        raise ConfigError(
+            source, [Problem("(file name)", path.name, "allowed: an environment file named <name>.yaml or <name>.yml")]
+        )
     if not re.fullmatch(ENV_NAME, path.stem):
         raise ConfigError(
             source,

@@ -94,7 +94,7 @@ def collisions(environments: Sequence[Environment]) -> list[tuple[Environment, P
                         NOT_A_VALUE,
                         f"{later.namespace} {later.name!r} is also taken by {other.source} ({earlier.path}); "
                         f"it must be unique {where}: rename one"
-                        + (", or give both files their account and region" if later.scope == "region" else ""),
+                        + (", or set different account or region in the two files" if later.scope == "region" else ""),
                     ),
                 )
             )

@@ -71,8 +71,10 @@ class Zone:
 class FlowLogs:
     """VPC flow logs to CloudWatch Logs."""
 
-    traffic_type: Literal["ALL", "ACCEPT", "REJECT"] = "ALL"
-    max_aggregation_interval_seconds: int = setting(default=600, one_of=(60, 600))
+    traffic_type: Literal["ALL", "ACCEPT", "REJECT"] = setting(default="ALL", doc="which traffic is logged")
+    max_aggregation_interval_seconds: int = setting(
+        default=600, one_of=(60, 600), doc="how long flows are gathered before a record is written"
+    )
 
 
 @section
@@ -141,26 +143,56 @@ class ExistingNetwork:
 class NetworkConfig:
     """Where the cluster lives.
 
-    The primary zone (``availability_zone`` or ``availability_zone_id``) holds
-    the public subnet, the first private subnet, FSx and the compute nodes.
+    The primary zone (``availability_zone`` or ``availability_zone_id``, one
+    of them required) holds the public subnet, the first private subnet, FSx
+    and the compute nodes. Every zone must be in ``region`` when it is given.
+
+    Subnet carving: public subnets take one sixteenth of ``cidr`` each from
+    its first quarter (a /20 of a /16); private subnets take a quarter each,
+    from ``secondary_cidr`` when given, otherwise the remaining three
+    quarters of ``cidr``.
     """
 
     availability_zone: str | None = setting(
-        default=None, pattern=AZ_NAME, allowed="allowed: an AZ name such as 'us-east-1a'"
+        default=None,
+        pattern=AZ_NAME,
+        allowed="allowed: an AZ name such as 'us-east-1a'",
+        doc="the primary zone by name (`us-east-1a`, the ParallelCluster habit)",
     )
     availability_zone_id: str | None = setting(
-        default=None, pattern=AZ_ID, allowed="allowed: an AZ ID such as 'use1-az4'"
+        default=None,
+        pattern=AZ_ID,
+        allowed="allowed: an AZ ID such as 'use1-az4'",
+        doc="the primary zone by ID (`use1-az4`, the HyperPod habit: capacity is promised per AZ ID)",
     )
-    cidr: str = setting(default="10.0.0.0/16", allowed=CIDR_HELP)
-    secondary_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
-    public_subnet_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
-    private_subnet_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
-    extra_zones: tuple[Zone, ...] = ()
-    nat_gateways: Literal["one", "per_zone"] = "one"
-    dynamodb_endpoint: bool = False
+    cidr: str = setting(default="10.0.0.0/16", allowed=CIDR_HELP, doc="the VPC's primary block, /16 to /24")
+    secondary_cidr: str | None = setting(
+        default=None, allowed=CIDR_HELP, doc="a second block; the private subnets are carved from it"
+    )
+    public_subnet_cidr: str | None = setting(
+        default=None, allowed=CIDR_HELP, doc="the primary zone's public subnet (default: carved)"
+    )
+    private_subnet_cidr: str | None = setting(
+        default=None, allowed=CIDR_HELP, doc="the primary zone's private subnet (default: carved)"
+    )
+    extra_zones: tuple[Zone, ...] = setting(
+        default=(), doc="up to 3 more zones for private subnets; name all zones the same way (names or IDs)"
+    )
+    nat_gateways: Literal["one", "per_zone"] = setting(
+        default="one", doc="`per_zone` adds a public subnet and NAT gateway in every zone"
+    )
+    dynamodb_endpoint: bool = setting(default=False, doc="a DynamoDB gateway endpoint next to the S3 one (always on)")
     flow_logs: FlowLogs = setting(default=FlowLogs())
-    peering: Peering | None = None
-    existing: ExistingNetwork | None = None
+    peering: Peering | None = setting(
+        default=None,
+        doc="routes to the peer from every route table, and back from the listed peer route tables "
+        "(same account and region only)",
+    )
+    existing: ExistingNetwork | None = setting(
+        default=None,
+        doc="use this VPC, subnets and security group instead of creating a network; the zone keys still name "
+        "the first private subnet's zone",
+    )
 
     def check(self, issues: Issues) -> None:
         _check_zone(issues, self.availability_zone, self.availability_zone_id)

@@ -33,7 +33,7 @@ MAX_BYTES = 256 * 1024
 #: Nesting deeper than this is not a configuration (the deepest key path of the schema is 7).
 MAX_DEPTH = 32
 #: Values after alias expansion; the largest sensible environment has a few hundred.
-MAX_NODES = 20_000
+MAX_NODES = 100_000
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -119,7 +119,7 @@ def _check_shape(source: str, text: str) -> None:
             total += count
             if stack:
                 stack[-1][1] += count
-                stack[-1][2] = max(stack[-1][2], height)
+                stack[-1][2] = max(stack[-1][2], height + 1)
             if len(stack) + height > MAX_DEPTH:
                 raise _fail(
                     source, _line(event.start_mark), f"nesting deeper than {MAX_DEPTH} levels (through an alias)"
@@ -143,12 +143,12 @@ def _check_shape(source: str, text: str) -> None:
             if stack:
                 stack[-1][1] += 1
         if total > MAX_NODES:
-            raise _fail(
-                source,
-                _line(event.start_mark),
-                f"expands to more than {MAX_NODES} values (anchors and aliases repeat whole structures); "
-                "write the settings out or use fewer aliases",
+            why = (
+                " (anchors and aliases repeat whole structures); write the settings out or use fewer aliases"
+                if sizes
+                else "; an environment file holds settings, not data"
             )
+            raise _fail(source, _line(event.start_mark), f"expands to more than {MAX_NODES} values{why}")
 
 
 _OCTAL = re.compile(r"[-+]?0[0-7_]+")
