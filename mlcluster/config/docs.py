@@ -87,7 +87,7 @@ class _SchemaBuilder:
         props: dict[str, Any] = {}
         required: list[str] = []
         hints = _hints(cls)
-        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for field in dataclasses.fields(cls):
             props[field.name] = self.field(hints[field.name], field)
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 required.append(field.name)
@@ -129,8 +129,7 @@ class _SchemaBuilder:
     def _value(self, tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
         origin = get_origin(tp)
         if origin is Literal:
-            choices = list(get_args(tp))
-            return {"type": "string", "enum": choices}
+            return {"type": "string", "enum": list(get_args(tp))}
         if origin is tuple:
             item_tp = get_args(tp)[0]
             return {"type": "array", "items": self.value(item_tp, meta)}
@@ -165,6 +164,9 @@ class _SchemaBuilder:
 
 
 def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    kinds = schema.get("type")
+    if kinds == "null" or (isinstance(kinds, list) and "null" in kinds):
+        return schema
     if "type" in schema and "enum" not in schema:
         kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         return {**schema, "type": [*kinds, "null"]}
@@ -229,7 +231,7 @@ def _kind(tp: Any, meta: Mapping[str, Any]) -> str:
 
 def _rows(cls: type, prefix: str) -> Iterator[_Row]:
     hints = _hints(cls)
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for field in dataclasses.fields(cls):
         path = f"{prefix}{field.name}"
         tp = hints[field.name]
         meta = field.metadata
@@ -248,13 +250,15 @@ def _rows(cls: type, prefix: str) -> Iterator[_Row]:
             shown = "defaults"
         description = meta.get("doc") or (meta.get("allowed") or "").removeprefix("allowed: ")
         item = get_args(inner)[0] if get_origin(inner) is tuple else None
-        section_cls = inner if dataclasses.is_dataclass(inner) else item if dataclasses.is_dataclass(item) else None
+        section_cls: Any = (
+            inner if dataclasses.is_dataclass(inner) else item if dataclasses.is_dataclass(item) else None
+        )
         if section_cls is not None:
             description = description or _doc(section_cls).split("\n\n")[0].replace("\n", " ")
         if section_cls is None or get_origin(inner) is tuple or _optional or required or meta.get("doc"):
             yield _Row(path, _kind(tp, meta), shown, description.replace("|", "\\|"))
         if section_cls is not None:
-            yield from _rows(section_cls, f"{path}[]." if item is not None else f"{path}.")  # type: ignore[arg-type]
+            yield from _rows(section_cls, f"{path}[]." if item is not None else f"{path}.")
 
 
 #: README tables: (title, key path prefix, the section class whose docstring introduces the table).

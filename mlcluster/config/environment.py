@@ -133,7 +133,9 @@ class EnvironmentConfig:
     tags: dict[str, str] = setting(default={}, doc="tags on every resource, plus `mlcluster:environment: <name>`")
     compliance: ComplianceConfig = setting(default=ComplianceConfig())
     retention: RetentionConfig = setting(default=RetentionConfig())
-    network: NetworkConfig = setting(allowed="a network section", doc="the VPC, its subnets and zones (`network:` below)")
+    network: NetworkConfig = setting(
+        allowed="a network section", doc="the VPC, its subnets and zones (`network:` below)"
+    )
     storage: StorageConfig = setting(default=StorageConfig())
     cluster: ClusterConfig = setting(default=ClusterConfig())
 

@@ -172,7 +172,7 @@ def _advice(text: str, value: Any) -> str:
         became = f"a date ({value.isoformat()})"
     else:
         became = f"a {type(value).__name__}"
-    return f"YAML read the unquoted {text} as {became}; write it in quotes: {quoted}"
+    return f"YAML read the unquoted {text} as {became}; quote it: {quoted}"
 
 
 class _Builder:

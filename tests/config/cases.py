@@ -75,8 +75,10 @@ CASES = [
     Case(
         "duplicate top-level key",
         {"dev.yaml": "description: a\n" + NET + "description: b\n"},
-        ["{d}/dev.yaml: description: 'description' is not valid; written twice in one mapping (line 1 and line 3); "
-         "keep one"],
+        [
+            "{d}/dev.yaml: description: 'description' is not valid; written twice in one mapping (line 1 and line 3); "
+            "keep one"
+        ],
     ),
     Case(
         "not utf-8",
@@ -127,17 +129,14 @@ CASES = [
     Case(
         "two documents",
         {"dev.yaml": NET + "---\n" + NET},
-        [
-            "{d}/dev.yaml: line 2, column 1: 'YAML' is not valid; cannot be parsed: "
-            "but found another document"
-        ],
+        ["{d}/dev.yaml: line 2, column 1: 'YAML' is not valid; cannot be parsed: but found another document"],
     ),
     Case(
         "octal account",
         {"dev.yaml": "account: 012345670123\n" + NET},
         [
             "{d}/dev.yaml: account: 1402433619 is not valid; expected a string; allowed: a 12-digit AWS account ID, "
-            'quoted; YAML read the unquoted 012345670123 as the octal number 1402433619; write it in quotes: '
+            "quoted; YAML read the unquoted 012345670123 as the octal number 1402433619; quote it: "
             '"012345670123"'
         ],
         schema=True,
@@ -147,7 +146,7 @@ CASES = [
         {"dev.yaml": "description: no\n" + NET},
         [
             "{d}/dev.yaml: description: False is not valid; expected a string; YAML read the unquoted no as the "
-            'boolean false; write it in quotes: "no"'
+            'boolean false; quote it: "no"'
         ],
         schema=True,
     ),
@@ -156,7 +155,7 @@ CASES = [
         {"dev.yaml": "tags: {Backup: on}\n" + NET},
         [
             "{d}/dev.yaml: tags.Backup: True is not valid; expected a string; YAML read the unquoted on as the "
-            'boolean true; write it in quotes: "on"'
+            'boolean true; quote it: "on"'
         ],
         schema=True,
     ),
@@ -165,7 +164,7 @@ CASES = [
         {"dev.yaml": pcluster().replace("    queues:\n", "    version: 3.10\n    queues:\n")},
         [
             "{d}/dev.yaml: cluster.pcluster.version: 3.1 is not valid; expected a string; allowed: a ParallelCluster "
-            "3 version such as '3.16.1'; YAML read the unquoted 3.10 as the number 3.1; write it in quotes: "
+            "3 version such as '3.16.1'; YAML read the unquoted 3.10 as the number 3.1; quote it: "
             '"3.10"'
         ],
         schema=True,
@@ -175,7 +174,7 @@ CASES = [
         {"dev.yaml": NET + "storage: {lustre: {lustre_version: 2.10}}\n"},
         [
             "{d}/dev.yaml: storage.lustre.lustre_version: 2.1 is not valid; allowed: '2.15', '2.12'; YAML read the "
-            'unquoted 2.10 as the number 2.1; write it in quotes: "2.10"'
+            'unquoted 2.10 as the number 2.1; quote it: "2.10"'
         ],
         schema=True,
     ),
@@ -185,7 +184,7 @@ CASES = [
         [
             "{d}/dev.yaml: storage.lustre.weekly_maintenance_start_time: 25560 is not valid; expected a string; "
             "allowed: D:HH:MM (1 = Monday), such as '7:06:00'; YAML read the unquoted 7:06:00 as the base-60 "
-            'number 25560; write it in quotes: "7:06:00"'
+            'number 25560; quote it: "7:06:00"'
         ],
         schema=True,
     ),
@@ -414,8 +413,7 @@ GOOD: dict[str, dict[str, str]] = {
     "hyperpod instance type": {"dev.yaml": hyperpod("ml.g5.8xlarge")},
     "same cluster name in different regions": {
         "a.yaml": "region: us-east-1\n" + pcluster(name="train"),
-        "b.yaml": "region: us-west-2\n"
-        + pcluster(name="train").replace("us-east-1a", "us-west-2a"),
+        "b.yaml": "region: us-west-2\n" + pcluster(name="train").replace("us-east-1a", "us-west-2a"),
     },
     "same cluster name in different accounts": {
         "a.yaml": 'account: "111111111111"\n' + pcluster(name="train"),
