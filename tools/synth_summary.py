@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from mlcluster.config import load_environment
+from mlcluster.config.environment import environment_files
 
 ROOT = Path(__file__).resolve().parent.parent
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
@@ -52,13 +53,12 @@ def summarize(outdir: Path) -> list[str]:
     """Lines describing every stack in the cloud assembly at ``outdir``."""
     lines = [f"{'stack':<22} {'resources':>9} {'outputs':>7}  {'acknowledgements':>16}  cdk-nag packs (all passed)"]
     manifest = json.loads((outdir / "manifest.json").read_text())
+    files = {p.stem: p for p in environment_files(ROOT / "environments")}
     for name, artifact in sorted(manifest["artifacts"].items()):
         if artifact["type"] != "cdk:cloud-assembly":
             continue
         stage = name.removeprefix("assembly-")
-        packs = ", ".join(
-            ["AwsSolutions", *load_environment(ROOT / "environments" / f"{stage}.yaml").config.compliance.packs]
-        )
+        packs = ", ".join(["AwsSolutions", *load_environment(files[stage]).config.compliance.packs])
         stage_dir = outdir / artifact["properties"]["directoryName"]
         acks = acknowledged_by_stack(stage_dir)
         stage_manifest = json.loads((stage_dir / "manifest.json").read_text())
