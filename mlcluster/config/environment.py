@@ -188,7 +188,8 @@ def environment_files(directory: Path) -> list[Path]:
     """Every ``*.yaml`` and ``*.yml`` file in ``directory`` (any case), sorted by name."""
     if not directory.is_dir():
         raise ConfigError(str(directory), [Problem("(directory)", str(directory), "no such directory")])
-    return sorted(p for p in directory.iterdir() if p.suffix.lower() in SUFFIXES and p.is_file())
+    # Not filtered on is_file(): a directory or dangling link named like an environment is reported, not skipped.
+    return sorted(p for p in directory.iterdir() if p.suffix.lower() in SUFFIXES)
 
 
 def load_files(files: Sequence[Path]) -> list[Environment]:

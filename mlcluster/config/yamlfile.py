@@ -95,6 +95,11 @@ def read_yaml(path: Path) -> Document:
             data = builder.document(node)
         finally:
             loader.dispose()
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        raise _fail(
+            source, f"line {line}", f"cannot be parsed: {exc.reason} (character #x{exc.character:04x})"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"

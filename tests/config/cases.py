@@ -132,6 +132,45 @@ CASES = [
         ["{d}/dev.yaml: line 2, column 1: 'YAML' is not valid; cannot be parsed: but found another document"],
     ),
     Case(
+        "control character",
+        {"dev.yaml": NET + 'description: "a\x01b"\n'},
+        ["{d}/dev.yaml: line 2: cannot be parsed: control characters are not allowed (character #x0001)"],
+    ),
+    Case(
+        "binary tag",
+        {"dev.yaml": NET + "description: !!binary aGVsbG8=\n"},
+        [
+            "{d}/dev.yaml: line 2: the tag tag:yaml.org,2002:binary is not allowed; "
+            "environment files hold plain strings, numbers, booleans, lists and mappings"
+        ],
+    ),
+    Case(
+        "complex key",
+        {"dev.yaml": NET + "? [a]\n: b\n"},
+        ["{d}/dev.yaml: line 2: a mapping key must be a plain value, not a list or mapping"],
+    ),
+    Case(
+        "empty file",
+        {"dev.yaml": "# nothing yet\n"},
+        ["{d}/dev.yaml: (top level): None is not valid; expected a mapping of settings"],
+        schema=True,
+    ),
+    Case(
+        "a list, not a mapping",
+        {"dev.yaml": "- network\n"},
+        ["{d}/dev.yaml: (top level): ['network'] is not valid; expected a mapping of settings"],
+        schema=True,
+    ),
+    Case(
+        "date where a string is expected",
+        {"dev.yaml": NET + "description: 2024-01-01\n"},
+        [
+            "{d}/dev.yaml: description: datetime.date(2024, 1, 1) is not valid; expected a string; YAML read the "
+            'unquoted 2024-01-01 as a date (2024-01-01); quote it: "2024-01-01"'
+        ],
+        schema=False,
+    ),
+    Case(
         "octal account",
         {"dev.yaml": "account: 012345670123\n" + NET},
         [

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from mlcluster.config.awsdata import botocore_version
+from mlcluster.config.awsdata import botocore_version, ec2_instance_types, hyperpod_instance_types, regions
 from mlcluster.config.project import check_environments
 from mlcluster.config.schema import ConfigError
 from mlcluster.config.yamlfile import MAX_DEPTH, read_yaml
@@ -20,9 +20,18 @@ from tests.config.cases import CASES, GOOD, Case
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "schema" / "environment.schema.json").read_text(encoding="utf-8"))
 
-#: Every file of the table is refused within this many seconds and this much traced memory.
+#: Every file of the table is refused within this much CPU time (not wall time: the test machine is shared)
+#: and this much traced memory.
 SECONDS = 2.0
 PEAK_BYTES = 64 * 1024 * 1024
+
+
+@pytest.fixture(scope="module", autouse=True)
+def botocore_lists_loaded() -> None:
+    """Read botocore's lists once up front: the bounds are about the files, not that one-time cost."""
+    ec2_instance_types()
+    hyperpod_instance_types()
+    regions()
 
 
 def write(directory: Path, files: dict[str, str | bytes]) -> Path:
@@ -44,11 +53,11 @@ def expected(case: Case, directory: Path) -> str:
 def test_bad_file_gives_the_exact_message_quickly(tmp_path: Path, case: Case) -> None:
     directory = write(tmp_path / "environments", case.files)
     tracemalloc.start()
-    started = time.perf_counter()
+    started = time.process_time()
     try:
         with pytest.raises(ConfigError) as caught:
             check_environments(directory)
-        elapsed = time.perf_counter() - started
+        elapsed = time.process_time() - started
         _current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -112,10 +121,10 @@ def test_quadratic_aliases_are_bounded(tmp_path: Path) -> None:
     lines += [f"k{i}: [" + ", ".join(["*b"] * 100) + "]" for i in range(200)]
     bad = tmp_path / "bad.yaml"
     bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(ConfigError, match="expands to more than"):
         read_yaml(bad)
-    assert time.perf_counter() - started < SECONDS
+    assert time.process_time() - started < SECONDS
 
 
 def test_largest_allowed_file_reads_quickly(tmp_path: Path) -> None:
@@ -124,9 +133,20 @@ def test_largest_allowed_file_reads_quickly(tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     path.write_text(body, encoding="utf-8")
     assert path.stat().st_size < 256 * 1024
-    started = time.perf_counter()
+    started = time.process_time()
     assert len(read_yaml(path).data) == 18_000
-    assert time.perf_counter() - started < SECONDS
+    assert time.process_time() - started < SECONDS
+
+
+def test_a_directory_named_like_an_environment_is_reported(tmp_path: Path) -> None:
+    directory = write(tmp_path / "environments", {"dev.yaml": "network: {availability_zone: us-east-1a}\n"})
+    (directory / "old.yml").mkdir()
+    with pytest.raises(ConfigError) as caught:
+        check_environments(directory)
+    assert (
+        str(caught.value)
+        == f"{directory}/old.yml: (file): '{directory}/old.yml' is not valid; cannot be read: Is a directory"
+    )
 
 
 def test_other_suffixes_in_the_directory_are_not_environments(tmp_path: Path) -> None:
