@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.config.cases import NET
@@ -32,10 +32,16 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def test_examples_are_valid_without_cdk_in_well_under_a_second_each() -> None:
-    started = time.perf_counter()
+    # CPU time of the child (interpreter start included), not wall time: the test machine is shared.
+    started = cpu_seconds()
     result = run("validate", *map(str, EXAMPLES))
-    elapsed = time.perf_counter() - started
+    elapsed = cpu_seconds() - started
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
         f"mlcluster: {len(EXAMPLES)} environment file(s) valid: " + ", ".join(p.stem for p in EXAMPLES) + "\n"
