@@ -99,6 +99,8 @@ class _SchemaBuilder:
         }
         if required:
             out["required"] = required
+        # Rules across keys of one section that JSON Schema can say (``SCHEMA_RULES`` on the class).
+        out.update(getattr(cls, "SCHEMA_RULES", {}))
         return out
 
     def field(self, tp: Any, field: dataclasses.Field[Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from mlcluster.config import awsdata
 from mlcluster.config.hyperpod import HyperPodConfig
@@ -85,6 +85,17 @@ class RetentionConfig:
 @section
 class ClusterConfig:
     """Which cluster runs on the network and storage, if any."""
+
+    #: JSON Schema form of "the backend's section is required" (see ``docs``).
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = {
+        "allOf": [
+            {
+                "if": {"required": ["backend"], "properties": {"backend": {"const": name}}},
+                "then": {"required": [name], "properties": {name: {"type": "object"}}},
+            }
+            for name in ("pcluster", "hyperpod")
+        ]
+    }
 
     backend: Literal["none", "pcluster", "hyperpod"] = setting(
         default="none", doc="the cluster on top of network and storage, with its section of the same name"

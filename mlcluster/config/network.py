@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from mlcluster.config import awsdata
 from mlcluster.config.schema import Issues, section, setting
@@ -18,6 +18,14 @@ SG_ID = r"sg-[0-9a-f]{8,17}"
 RTB_ID = r"rtb-[0-9a-f]{8,17}"
 ACCOUNT = r"\d{12}"
 REGION = r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d"
+
+#: JSON Schema form of "give exactly one of availability_zone or availability_zone_id" (see ``docs``).
+ONE_ZONE_RULE: dict[str, Any] = {
+    "oneOf": [
+        {"required": ["availability_zone"], "not": {"required": ["availability_zone_id"]}},
+        {"required": ["availability_zone_id"], "not": {"required": ["availability_zone"]}},
+    ]
+}
 
 #: The most availability zones one environment spreads its subnets over.
 MAX_ZONES = 4
@@ -45,6 +53,8 @@ def _check_zone(issues: Issues, zone: str | None, zone_id: str | None, where: st
 @section
 class Zone:
     """An extra zone for private subnets (and public ones with per-zone NAT)."""
+
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = ONE_ZONE_RULE
 
     availability_zone: str | None = setting(
         default=None, pattern=AZ_NAME, allowed="allowed: an AZ name such as 'us-east-1b'"
@@ -152,6 +162,8 @@ class NetworkConfig:
     from ``secondary_cidr`` when given, otherwise the remaining three
     quarters of ``cidr``.
     """
+
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = ONE_ZONE_RULE
 
     availability_zone: str | None = setting(
         default=None,

@@ -423,6 +423,32 @@ CASES = [
         schema=True,
     ),
     Case(
+        "both zone forms",
+        {"dev.yaml": "network: {availability_zone: us-east-1a, availability_zone_id: use1-az4}\n"},
+        [
+            "{d}/dev.yaml: network.availability_zone: {{'availability_zone': 'us-east-1a', 'availability_zone_id': "
+            "'use1-az4'}} is not valid; give exactly one of availability_zone (a name like 'us-east-1a') or "
+            "availability_zone_id (an ID like 'use1-az4')"
+        ],
+        schema=True,
+    ),
+    Case(
+        "no zone",
+        {"dev.yaml": "network: {cidr: 10.0.0.0/16}\n"},
+        [
+            "{d}/dev.yaml: network.availability_zone: {{'availability_zone': None, 'availability_zone_id': None}} is "
+            "not valid; give exactly one of availability_zone (a name like 'us-east-1a') or availability_zone_id "
+            "(an ID like 'use1-az4')"
+        ],
+        schema=True,
+    ),
+    Case(
+        "backend without its section",
+        {"dev.yaml": NET + "cluster: {backend: hyperpod}\n"},
+        ["{d}/dev.yaml: cluster.hyperpod: None is not valid; required with backend: hyperpod"],
+        schema=True,
+    ),
+    Case(
         "pattern",
         {"dev.yaml": "network: {availability_zone: east}\n"},
         ["{d}/dev.yaml: network.availability_zone: 'east' is not valid; allowed: an AZ name such as 'us-east-1a'"],
