@@ -73,7 +73,8 @@ def read_yaml(path: Path) -> Document:
         raise _fail(
             source,
             "(file)",
-            f"is {len(raw)} bytes; an environment file is at most {MAX_BYTES // 1024} KiB (settings, not data)",
+            f"the file has {len(raw)} bytes; an environment file has at most {MAX_BYTES // 1024} KiB "
+            "(settings, not data)",
         )
     try:
         text = raw.decode("utf-8-sig")
@@ -116,7 +117,7 @@ def _check_shape(source: str, text: str) -> None:
     kept for later aliases. Linear in the number of events.
     """
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, height)
-    stack: list[list[Any]] = []  # [anchor, values, height, mark]
+    stack: list[list[Any]] = []  # [anchor, values, height] of each open collection
     total = 0
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent):
@@ -132,10 +133,10 @@ def _check_shape(source: str, text: str) -> None:
         elif isinstance(event, yaml.CollectionStartEvent):
             if len(stack) >= MAX_DEPTH:
                 raise _fail(source, _line(event.start_mark), f"nesting deeper than {MAX_DEPTH} levels")
-            stack.append([event.anchor, 1, 1, event.start_mark])
+            stack.append([event.anchor, 1, 1])
             total += 1
         elif isinstance(event, yaml.CollectionEndEvent):
-            anchor, count, height, _mark = stack.pop()
+            anchor, count, height = stack.pop()
             if anchor is not None:
                 sizes[anchor] = (count, height)
             if stack:

@@ -123,7 +123,8 @@ CASES = [
         "too large",
         {"dev.yaml": NET + "description: " + "x" * 300_000 + "\n"},
         [
-            "{d}/dev.yaml: (file): is 300055 bytes; an environment file is at most 256 KiB (settings, not data)",
+            "{d}/dev.yaml: (file): the file has 300055 bytes; an environment file has at most 256 KiB "
+            "(settings, not data)",
         ],
     ),
     Case(
