@@ -54,6 +54,7 @@ class NetworkStack(cdk.Stack):
                 flow_log_retention=log_retention(environment),
                 flow_log_removal_policy=removal_policy(environment),
                 peering=net.peering,
+                public_ip_on_launch=_login_nodes_internet_facing(environment),
             )
         ref = self.network
         export_output(self, environment, "VpcId", ref.vpc.vpc_id, "The VPC")
@@ -68,3 +69,14 @@ class NetworkStack(cdk.Stack):
         export_output(
             self, environment, "SecurityGroupId", ref.security_group.security_group_id, "Cluster security group"
         )
+
+
+def _login_nodes_internet_facing(environment: Environment) -> bool:
+    """True when ParallelCluster login nodes sit in the public subnet (they need public IPs there)."""
+    pcluster = environment.config.cluster.pcluster
+    return (
+        environment.config.cluster.backend == "pcluster"
+        and pcluster is not None
+        and pcluster.login_nodes is not None
+        and pcluster.login_nodes.internet_facing
+    )
