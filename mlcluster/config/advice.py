@@ -36,36 +36,17 @@ def _public_ranges(env: Environment) -> list[str]:
 
 
 def _unreachable(env: Environment) -> list[str]:
+    # The pcluster pre-deploy checks warn about a private head node without Session Manager; this is the
+    # case they do not cover: no Session Manager and no SSH key, so nobody can log in from anywhere.
     cfg = env.config.cluster.pcluster
     if env.config.cluster.backend != "pcluster" or cfg is None or cfg.head_node.ssm:
         return []
-    head = cfg.head_node
-    if head.key_name is None:
-        return [
-            "cluster.pcluster.head_node: ssm is false and there is no key_name, so no operator can reach the "
-            "cluster (no Session Manager, no SSH key); set ssm: true or give a key pair"
-        ]
-    network = env.config.network
-    if head.ssh_allowed_cidr is None and network.peering is None and network.existing is None:
-        return [
-            "cluster.pcluster.head_node: ssm is false and SSH is allowed from the new VPC only "
-            "(ssh_allowed_cidr unset), so only machines inside that VPC can reach the cluster; set ssm: true "
-            "or ssh_allowed_cidr"
-        ]
-    return []
-
-
-def _open_ssh(env: Environment) -> list[str]:
-    cfg = env.config.cluster.pcluster
-    if env.config.cluster.backend != "pcluster" or cfg is None:
+    if cfg.head_node.key_name is not None:
         return []
-    cidr = parse_cidr(cfg.head_node.ssh_allowed_cidr or "")
-    if cidr is not None and cidr.prefixlen == 0:
-        return [
-            "cluster.pcluster.head_node.ssh_allowed_cidr: 0.0.0.0/0 opens SSH on the head node to the whole "
-            "internet; use your network's range, a prefix list, or Session Manager (ssm: true)"
-        ]
-    return []
+    return [
+        "cluster.pcluster.head_node: ssm is false and there is no key_name, so no operator can log in to the "
+        "cluster from anywhere (no Session Manager, no SSH key); set ssm: true or give a key pair"
+    ]
 
 
 def _destroy_with_compliance(env: Environment) -> list[str]:
@@ -110,7 +91,6 @@ def _unused_cluster_name(env: Environment) -> list[str]:
 RULES: tuple[Rule, ...] = (
     _public_ranges,
     _unreachable,
-    _open_ssh,
     _destroy_with_compliance,
     _sagemaker_bucket,
     _single_nat,

@@ -10,8 +10,6 @@ import mlcluster.app
 from mlcluster.config.project import check_environments
 from tests.config.cases import NET, pcluster
 
-PC_HEAD = "{{subnet: private, ssm: false{extra}}}"
-
 WARN = [
     (
         "public vpc range",
@@ -27,21 +25,9 @@ WARN = [
     ),
     (
         "no way in",
-        pcluster(head="{ssm: false}"),
-        "cluster.pcluster.head_node: ssm is false and there is no key_name, so no operator can reach the "
-        "cluster (no Session Manager, no SSH key); set ssm: true or give a key pair",
-    ),
-    (
-        "ssh from the vpc only",
-        pcluster(head="{ssm: false, key_name: ops}"),
-        "cluster.pcluster.head_node: ssm is false and SSH is allowed from the new VPC only (ssh_allowed_cidr "
-        "unset), so only machines inside that VPC can reach the cluster; set ssm: true or ssh_allowed_cidr",
-    ),
-    (
-        "ssh open to the internet",
-        pcluster(head="{ssh_allowed_cidr: 0.0.0.0/0}"),
-        "cluster.pcluster.head_node.ssh_allowed_cidr: 0.0.0.0/0 opens SSH on the head node to the whole internet; "
-        "use your network's range, a prefix list, or Session Manager (ssm: true)",
+        pcluster(head="{subnet: public, ssm: false}"),
+        "cluster.pcluster.head_node: ssm is false and there is no key_name, so no operator can log in to the "
+        "cluster from anywhere (no Session Manager, no SSH key); set ssm: true or give a key pair",
     ),
     (
         "destroy with a compliance pack",
@@ -72,7 +58,9 @@ WARN = [
 QUIET = {
     "private ranges at the edge": "network: {availability_zone: us-east-1a, cidr: 172.31.0.0/16, "
     "secondary_cidr: 192.168.0.0/16}\n",
-    "ssm off with an SSH range": pcluster(head="{ssm: false, key_name: ops, ssh_allowed_cidr: 203.0.113.0/24}"),
+    "ssm off with a key pair": pcluster(
+        head="{subnet: public, ssm: false, key_name: ops, ssh_allowed_cidr: 203.0.113.0/24}"
+    ),
     "destroy without packs": NET + "retention: {on_delete: destroy}\n",
     "retain with packs": NET + "compliance: {packs: [hipaa-security]}\n",
     "per-zone nat gateways": "network: {availability_zone: us-east-1a, nat_gateways: per_zone, "
@@ -109,12 +97,12 @@ def test_synth_prints_each_warning_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     directory = write(tmp_path, WARN[0][1], "a")
-    write(tmp_path, WARN[5][1], "b")
+    write(tmp_path, WARN[4][1], "b")
     built: list[str] = []
     monkeypatch.setattr(mlcluster.app, "EnvironmentStage", lambda app, env: built.append(env.name))
     mlcluster.app.build_app(directory, outdir=str(tmp_path / "out"))
     err = capsys.readouterr().err
     assert built == ["a", "b"]
-    for name, message in (("a", WARN[0][2]), ("b", WARN[5][2])):
+    for name, message in (("a", WARN[0][2]), ("b", WARN[4][2])):
         assert err.count(f"mlcluster: warning: {directory}/{name}.yaml: {message}\n") == 1
     assert err.count("mlcluster: warning:") == 2
