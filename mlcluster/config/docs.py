@@ -263,7 +263,7 @@ def _rows(cls: type, prefix: str) -> Iterator[_Row]:
             yield from _rows(section_cls, f"{path}[]." if item is not None else f"{path}.")
 
 
-#: README tables: (title, key path prefix, the section class whose docstring introduces the table).
+#: README tables: (title, key path prefix); the docstring of the section at that prefix introduces each.
 _GROUPS = (
     ("Top level", ""),
     ("`network:`", "network."),
