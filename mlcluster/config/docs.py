@@ -117,8 +117,11 @@ class _SchemaBuilder:
                 }
             )
         has_default, default = _default(field)
+        preset = _section_default(field)
         if has_default and default is not None:
             schema["default"] = default
+        elif preset is not None:
+            schema["default"] = _plain(preset)
         return schema
 
     def value(self, tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -231,7 +234,21 @@ def _kind(tp: Any, meta: Mapping[str, Any]) -> str:
     return "string"
 
 
-def _rows(cls: type, prefix: str) -> Iterator[_Row]:
+def _section_default(field: dataclasses.Field[Any]) -> Any:
+    """The section a field defaults to, when that default fills keys the section itself requires."""
+    if field.default_factory is dataclasses.MISSING:
+        return None
+    value = field.default_factory()
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return None
+    fields = dataclasses.fields(value)
+    if all(f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING for f in fields):
+        return None
+    return value
+
+
+def _rows(cls: type, prefix: str, preset: Any = None) -> Iterator[_Row]:
+    """Rows for ``cls``'s keys; ``preset`` is the section's own default when it fills required keys."""
     hints = _hints(cls)
     for field in dataclasses.fields(cls):
         path = f"{prefix}{field.name}"
@@ -240,7 +257,9 @@ def _rows(cls: type, prefix: str) -> Iterator[_Row]:
         inner, _optional = _split_optional(tp)
         required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         has_default, default = _default(field)
-        if required:
+        if required and preset is not None:
+            shown = f"`{getattr(preset, field.name)}`; **required** when the section is written"
+        elif required:
             shown = "**required**"
         elif has_default and isinstance(default, list) and default and isinstance(default[0], dict):
             shown = f"{len(default)} with the defaults below"
@@ -260,7 +279,7 @@ def _rows(cls: type, prefix: str) -> Iterator[_Row]:
         if section_cls is None or get_origin(inner) is tuple or _optional or required or meta.get("doc"):
             yield _Row(path, _kind(tp, meta), shown, description.replace("|", "\\|"))
         if section_cls is not None:
-            yield from _rows(section_cls, f"{path}[]." if item is not None else f"{path}.")
+            yield from _rows(section_cls, f"{path}[]." if item is not None else f"{path}.", _section_default(field))
 
 
 #: README tables: (title, key path prefix); the docstring of the section at that prefix introduces each.
