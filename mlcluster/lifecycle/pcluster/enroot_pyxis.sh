@@ -62,18 +62,18 @@ install_pyxis() {
 
 configure_enroot() {
   local storage="$1" root
-  # /run/pyxis: Pyxis makes it 0755 and the per-user folders in it itself (as root).
-  put_file /etc/tmpfiles.d/mlcluster-enroot.conf 0644 <<'EOF'
-# Written by mlcluster: root-owned runtime roots for Enroot and Pyxis, recreated at boot.
-d /run/enroot 0755 root root -
-d /run/pyxis 0755 root root -
-EOF
   ensure_root_dir /run/enroot 0755
   ensure_root_dir /run/pyxis 0755
   ensure_root_dir "${storage}/enroot" 0755
   for root in cache data tmp; do
     ensure_root_dir "${storage}/enroot/${root}" 0755
   done
+  # /run/pyxis: Pyxis makes it 0755 and the per-user folders in it itself (as root).
+  put_file /etc/tmpfiles.d/mlcluster-enroot.conf 0644 <<'EOF'
+# Written by mlcluster: root-owned runtime roots for Enroot and Pyxis, recreated at boot.
+d /run/enroot 0755 root root -
+d /run/pyxis 0755 root root -
+EOF
   # The $(id -u) below is expanded by enroot for each user.
   put_file /etc/enroot/enroot.conf 0644 <<EOF
 # Written by mlcluster: per-user folders (made 0700 by mlcluster-user-dirs) on local storage.
