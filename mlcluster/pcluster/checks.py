@@ -206,6 +206,15 @@ def check_zones(cfg: PclusterConfig, *, zone_labels: Sequence[str], lustre_zone:
 def check_node_scripts(cfg: PclusterConfig) -> list[Finding]:
     """Accelerator queues that miss their software, and queues mixing accelerators."""
     found: list[Finding] = []
+    if cfg.node_scripts.docker_group:
+        found.append(
+            Finding(
+                "warning",
+                f"{BASE}.node_scripts.docker_group",
+                "adds the default user to the docker group on every node; docker group members are root there "
+                "(they can mount / into a container); users can build images with rootless Podman instead",
+            )
+        )
     for qi, queue in enumerate(cfg.queues):
         kinds = {info.accelerator for cr in queue.compute_resources if (info := lookup(cr.instance_type))}
         if "neuron" in kinds and not cfg.node_scripts.neuron and queue.custom_ami is None and cfg.custom_ami is None:
