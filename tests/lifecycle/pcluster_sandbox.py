@@ -53,7 +53,9 @@ case "$*" in
 esac
 """,
     "dpkg": "echo amd64\n",
-    "dnf": """skip=0
+    "apt-cache": '[[ " ${STUB_UNAVAILABLE:-} " != *" ${*: -1} "* ]]\n',
+    "dnf": """if [[ " $* " == *" list "* ]]; then [[ " ${STUB_UNAVAILABLE:-} " != *" ${*: -1} "* ]]; exit; fi
+skip=0
 for a in "$@"; do
   if ((skip)); then skip=0; continue; fi
   case "$a" in

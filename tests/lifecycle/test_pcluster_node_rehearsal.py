@@ -260,3 +260,27 @@ def test_rhel_docker_ce_and_nvidia_keys_are_verified(make_node: MakeNode) -> Non
         and "gpgkey=file:///etc/pki/rpm-gpg/mlcluster-nvidia-container-toolkit.asc" in toolkit
     )
     assert all("http" not in line for line in toolkit.splitlines() if line.startswith("gpgkey"))
+
+
+@pytest.mark.parametrize(
+    ("os_release", "unavailable"),
+    [('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2"\n', ""), (None, "spal-release")],
+    ids=["alinux2", "alinux2023-without-spal"],
+)
+def test_no_rootless_podman_package_is_said_not_failed(
+    make_node: MakeNode, os_release: str | None, unavailable: str
+) -> None:
+    node = make_node(gpu=False, **({"os_release": os_release} if os_release else {}))
+    node.extra_env["STUB_UNAVAILABLE"] = unavailable
+    proc = node.run("compute", "docker")
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING: rootless Podman is not packaged for Amazon Linux" in node.log("docker")
+    assert "podman" not in (node.state / "pkgs").read_text().split()
+    assert not (node.root / "etc/containers/storage.conf").exists()
+
+
+def test_alinux2023_gets_podman_from_spal(make_node: MakeNode) -> None:
+    node = make_node(gpu=False)
+    assert node.run("compute", "docker").returncode == 0
+    installed = (node.state / "pkgs").read_text().split()
+    assert installed.index("spal-release") < installed.index("podman")

@@ -78,13 +78,23 @@ daemon_json() {
 }
 
 # install_podman STORAGE: rootless Podman with each user's image storage under STORAGE/containers.
+# Amazon Linux 2023 ships Podman in SPAL (Supplementary Packages for Amazon
+# Linux, enabled by the spal-release package of its core repository);
+# Amazon Linux 2 has none, so users there build images off the cluster.
 install_podman() {
   local storage="$1"
-  if [[ "$(os_family)" == ubuntu ]]; then
-    pkg_install podman uidmap slirp4netns fuse-overlayfs
-  else
-    pkg_install podman shadow-utils slirp4netns fuse-overlayfs
-  fi
+  case "$(os_family)" in
+    ubuntu) pkg_install podman uidmap slirp4netns fuse-overlayfs ;;
+    rhel) pkg_install podman shadow-utils slirp4netns fuse-overlayfs ;;
+    amzn)
+      if [[ "$(pkg_manager)" == yum ]] || ! { pkg_is_installed spal-release || pkg_available spal-release; }; then
+        warn "rootless Podman is not packaged for Amazon Linux $(os_release VERSION_ID) (no SPAL repository); users build images elsewhere and run them with Enroot"
+        return 0
+      fi
+      pkg_install spal-release
+      pkg_install podman shadow-utils
+      ;;
+  esac
   ensure_root_dir "${storage}/containers" 0755
   # $UID in rootless_storage_path is expanded by Podman for each user; root keeps the defaults.
   put_file /etc/containers/storage.conf 0644 <<EOF

@@ -88,6 +88,15 @@ pkg_is_installed() {
   fi
 }
 
+# pkg_available NAME: true when a configured repository offers the package NAME.
+pkg_available() {
+  if [[ "$(pkg_manager)" == apt ]]; then
+    apt-cache show "$1" >/dev/null 2>&1
+  else
+    "$(pkg_manager)" -q list --available "$1" >/dev/null 2>&1
+  fi
+}
+
 # pkg_install NAME...: install the packages that are missing, with retries.
 pkg_install() {
   local missing=() name manager
