@@ -80,6 +80,13 @@ def test_compute_node_is_ready_for_a_container_job(make_node: MakeNode) -> None:
     assert peek.returncode != 0 and "Permission denied" in peek.stderr
 
     # EFA and NCCL settings reach NCCL in any process, every container, SSH sessions and login shells.
+    # A non-login shell of an SSH session gets /etc/environment from pam_env; a container gets
+    # environ.d/*.env from enroot: both are plain NAME=VALUE lines, read here the same way.
+    for source in ("etc/environment", "etc/enroot/environ.d/50-mlcluster-efa.env"):
+        shell = node.as_user(
+            ALICE, f'set -a; . "$ROOT/{source}"; set +a; exec bash --norc --noprofile -c "echo $FI_PROVIDER"'
+        )
+        assert shell.stdout.strip() == "efa", (source, shell.stderr)
     assert "FI_PROVIDER=efa" in node.text("etc/nccl.conf").splitlines()
     assert "FI_PROVIDER=efa" in node.text("etc/environment").splitlines()
     assert node.text("etc/enroot/environ.d/50-mlcluster-efa.env") == "FI_PROVIDER=efa\n"
@@ -247,6 +254,10 @@ def test_neuron_sdk_at_pinned_versions_with_a_verified_key(
     else:
         assert "gpgkey=file:///etc/pki/rpm-gpg/mlcluster-neuron.asc" in repo and "gpgcheck=1" in repo
         assert node.text("etc/pki/rpm-gpg/mlcluster-neuron.asc").startswith("-----BEGIN PGP PUBLIC KEY BLOCK")
+    # Again: the installed key still has the pinned fingerprint, so nothing is fetched or installed.
+    calls = len(node.calls())
+    assert node.run("compute", "neuron").returncode == 0
+    assert [c for c in node.calls()[calls:] if c.startswith(("curl", "dnf", "apt-get"))] == []
 
 
 def test_rhel_docker_ce_and_nvidia_keys_are_verified(make_node: MakeNode) -> None:
