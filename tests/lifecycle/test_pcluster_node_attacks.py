@@ -249,3 +249,20 @@ def test_no_pin_means_no_download(make_node: MakeNode) -> None:
     assert proc.returncode == 1
     assert "aws-ofi-nccl 1.19.0: no pinned SHA-256 for https://" in node.log("nccl_efa")
     assert not any(c.startswith("curl") for c in node.calls())
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "no user: give a user name or uid, or run from a Slurm prolog or pam_exec"),
+        ({"SLURM_JOB_UID": "4242"}, "unknown user '4242'"),
+        ({"PAM_USER": "mallory"}, "unknown user 'mallory'"),
+    ],
+)
+def test_the_folder_helper_needs_a_known_user(make_node: MakeNode, env: dict[str, str], message: str) -> None:
+    node = make_node()
+    assert node.run("compute", "enroot_pyxis").returncode == 0
+    result = node.run_root("bash", str(node.root / "opt/mlcluster/bin/mlcluster-user-dirs"), **env)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert sorted(p.name for p in (node.root / "run/enroot").iterdir()) == []
