@@ -10,6 +10,7 @@ what was wrong; nothing is adopted, chowned, chmodded or leaked.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ from tests.lifecycle.pcluster_sandbox import (
     make_key,
     sandbox_base,
 )
+
+#: The fake node needs real ownership: root runs the steps, ``setpriv`` drops to the users.
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real chown, setpriv and root-owned folders")
 
 MakeNode = Callable[..., PclusterNode]
 SECRET = "root:$6$secret-hash:19000:0:99999:7:::\n"

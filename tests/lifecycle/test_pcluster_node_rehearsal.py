@@ -7,6 +7,7 @@ multi-node job needs from it, as a user would find it.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +18,9 @@ from mlcluster.lifecycle.pcluster import NCCL_TESTS_ALL_REDUCE
 from tests.lifecycle.pcluster_sandbox import ALICE, BOB, ROCKY, UBUNTU, PclusterNode, SigningKey, make_key, sandbox_base
 
 GPU_STEPS = ("docker", "enroot_pyxis", "nccl_efa")
+#: The fake node needs real ownership: root runs the steps, ``setpriv`` drops to the users.
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real chown, setpriv and root-owned folders")
+
 MakeNode = Callable[..., PclusterNode]
 
 
