@@ -96,7 +96,11 @@ if [[ -n "${STUB_CURL_HOOK:-}" ]]; then "$STUB_CURL_HOOK" "$out"; fi
 """,
     "git": """if [[ "$1" == -C && "$3" == rev-parse ]]; then echo "$STUB_GIT_HEAD"; exit 0; fi
 dir="${*: -1}"
+[[ -e "$dir" ]] && { echo "fatal: destination path '$dir' already exists" >&2; exit 128; }
 mkdir -p "$dir"
+if [[ -n "${STUB_GIT_FAIL_ONCE:-}" && ! -e "$STUB_STATE/git-failed" ]]; then
+  touch "$STUB_STATE/git-failed"; echo "fatal: early EOF" >&2; exit 128
+fi
 echo "stub pyxis checkout" >"$dir/README"
 """,
     "make": """dir="." destdir="" install=0 mpi=0

@@ -200,7 +200,7 @@ def test_every_download_is_pinned(tree: str, path: Path) -> None:
 def test_the_walk_sees_the_downloads_it_must_check() -> None:
     tree = TREES["pcluster"][1]
     sites = [line for line in tree.lines if DOWNLOAD.search(line.text) or CLONE.search(line.text)]
-    assert {line.function for line in sites} == {"download", "clone_verified"}
+    assert {line.function for line in sites} == {"download", "clone_fresh"}
     calls = {line.function for line in tree.callers("download")}
     assert calls == {"fetch_verified", "fetch_key"}
     assert len(tree.callers("fetch_verified")) == 2 and len(tree.callers("fetch_key")) >= 5

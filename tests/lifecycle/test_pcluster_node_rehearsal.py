@@ -202,6 +202,7 @@ def test_enroot_missing_from_the_ami_is_not_downloaded(make_node: MakeNode) -> N
 def test_pyxis_is_built_from_its_pinned_commit(make_node: MakeNode) -> None:
     node = make_node(gpu=False)
     (node.root / "opt/slurm/lib/slurm/spank_pyxis.so").unlink()
+    node.extra_env["STUB_GIT_FAIL_ONCE"] = "1"  # a broken first clone leaves a partial folder behind
     proc = node.run("head", "enroot_pyxis")
     assert proc.returncode == 0, proc.stderr + node.log("enroot_pyxis")
     assert "/usr/local/lib/slurm/spank_pyxis.so" in node.text("opt/slurm/etc/plugstack.conf.d/pyxis.conf")
@@ -210,6 +211,7 @@ def test_pyxis_is_built_from_its_pinned_commit(make_node: MakeNode) -> None:
         for c in node.calls()
     )
     assert f"is the pinned commit {node.pinned('PYXIS_COMMIT')}" in node.log("enroot_pyxis")
+    assert len([c for c in node.calls() if c.startswith("git clone")]) == 2
 
 
 def test_aws_ofi_nccl_is_built_from_the_verified_release(make_node: MakeNode) -> None:

@@ -183,12 +183,18 @@ fetch_key() {
   CHANGED=1
 }
 
+# clone_fresh URL TAG DIR: one attempt at a shallow clone of TAG into an empty DIR.
+clone_fresh() {
+  rm -rf "$3"
+  git clone --quiet --depth 1 --branch "$2" "$1" "$3"
+}
+
 # clone_verified NAME URL TAG COMMIT DIR: clone TAG of the git repository URL
 # into DIR and stop the step unless the tag is the pinned commit.
 clone_verified() {
   local name="$1" url="$2" tag="$3" want="$4" dir="$5" got
   [[ "${want}" =~ ^[0-9a-f]{40}$ ]] || die "${name}: no pinned commit for ${url} ${tag} (got '${want}')"
-  retry git clone --quiet --depth 1 --branch "${tag}" "${url}" "${dir}" || die "${name}: cannot clone ${url} ${tag}"
+  retry clone_fresh "${url}" "${tag}" "${dir}" || die "${name}: cannot clone ${url} ${tag}"
   got="$(git -C "${dir}" rev-parse HEAD)"
   [[ "${got}" == "${want}" ]] || die "${name}: ${url} tag ${tag} is commit ${got}, expected ${want}; not built"
   log "${name}: ${url} ${tag} is the pinned commit ${want}"
