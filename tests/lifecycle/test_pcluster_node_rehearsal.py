@@ -301,3 +301,18 @@ def test_alinux2023_gets_podman_from_spal(make_node: MakeNode) -> None:
     assert node.run("compute", "docker").returncode == 0
     installed = (node.state / "pkgs").read_text().split()
     assert installed.index("spal-release") < installed.index("podman")
+
+
+@pytest.mark.parametrize("os_release", [UBUNTU, ROCKY], ids=["ubuntu2204", "rocky9"])
+def test_other_operating_systems_run_every_step_once(make_node: MakeNode, os_release: str) -> None:
+    node = make_node(os_release=os_release)
+    proc = node.run("compute", *GPU_STEPS, "neuron")
+    assert proc.returncode == 0, proc.stderr
+    assert node.user_dirs(ALICE).returncode == 0
+    assert node.owner_mode(f"scratch/enroot/tmp/user-{ALICE}") == (ALICE, "0o700")
+    assert node.owner_mode(NCCL_TESTS_ALL_REDUCE.lstrip("/")) == (0, "0o755")
+    before = node.tree()
+    calls = len(node.calls())
+    assert node.run("compute", *GPU_STEPS, "neuron").returncode == 0
+    assert node.tree() == before
+    assert [c for c in node.calls()[calls:] if c.startswith(("curl", "dnf", "apt-get", "make", "git"))] == []
