@@ -231,7 +231,23 @@ def test_nccl_is_installed_when_the_node_has_none(make_node: MakeNode) -> None:
     proc = node.run("compute", "nccl_efa")
     assert proc.returncode == 1  # the stub package manager installs no files: the step says so
     assert "libnccl-devel" in (node.state / "pkgs").read_text()
-    assert "NCCL (nccl.h and libnccl.so) not found under /opt/nccl/build /usr/local/cuda /usr" in node.log("nccl_efa")
+    assert (
+        "libnccl-devel installed but NCCL (nccl.h and libnccl.so) is not under /opt/nccl/build /usr/local/cuda /usr"
+        in (node.log("nccl_efa"))
+    )
+
+
+def test_no_nccl_anywhere_skips_nccl_tests_with_a_warning(make_node: MakeNode) -> None:
+    node = make_node()
+    (node.root / "usr/local/cuda/include/nccl.h").unlink()
+    node.extra_env["STUB_UNAVAILABLE"] = "libnccl-devel"
+    proc = node.run("compute", "nccl_efa")
+    assert proc.returncode == 0, proc.stderr
+    assert "no repository offers libnccl-devel; nccl-tests not installed at /opt/mlcluster/nccl-tests/bin" in (
+        node.log("nccl_efa")
+    )
+    assert not (node.root / "opt/mlcluster/nccl-tests").exists()
+    assert "FI_PROVIDER=efa" in node.text("etc/nccl.conf")  # the plugin and environment are still set up
 
 
 @pytest.mark.parametrize(

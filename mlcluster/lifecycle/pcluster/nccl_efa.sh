@@ -84,9 +84,15 @@ install_nccl_tests() {
   [[ -x "${ROOT}${CUDA_HOME}/bin/nvcc" ]] || die "nccl-tests needs CUDA (${CUDA_HOME}/bin/nvcc), which is not installed"
   [[ -x "${ROOT}${MPI_HOME}/bin/mpicc" ]] || die "nccl-tests needs MPI (${MPI_HOME}, from the EFA installer), which is not installed"
   if ! nccl="$(nccl_home)"; then
-    # ParallelCluster AMIs have NVIDIA's CUDA repository; NCCL's development package comes from there.
-    if [[ "$(os_family)" == ubuntu ]]; then pkg_install libnccl-dev; else pkg_install libnccl-devel; fi
-    nccl="$(nccl_home)" || die "NCCL (nccl.h and libnccl.so) not found under ${NCCL_CANDIDATES[*]}"
+    # ParallelCluster configures NVIDIA's CUDA repository, which carries NCCL's development package.
+    local package=libnccl-devel
+    [[ "$(os_family)" == ubuntu ]] && package=libnccl-dev
+    if ! pkg_available "${package}"; then
+      warn "no NCCL on this node (nccl.h and libnccl.so under ${NCCL_CANDIDATES[*]}) and no repository offers ${package}; nccl-tests not installed at ${NCCL_TESTS_PREFIX}/bin"
+      return 0
+    fi
+    pkg_install "${package}"
+    nccl="$(nccl_home)" || die "${package} installed but NCCL (nccl.h and libnccl.so) is not under ${NCCL_CANDIDATES[*]}"
   fi
   build_info="nccl-tests ${NCCL_TESTS_VERSION} ${NCCL_TESTS_SHA256} CUDA_HOME=${CUDA_HOME} NCCL_HOME=${nccl} MPI_HOME=${MPI_HOME}"
   if [[ -x "${ROOT}${NCCL_TESTS_PREFIX}/bin/all_reduce_perf" ]] \
