@@ -127,8 +127,13 @@ class Tree:
 
     def site_ok(self, line: Line, kind: str, verified: bool = False, depth: int = 0) -> bool:
         """A download or clone site is pinned: a function on the way in verifies, and every way in carries a pin."""
-        if line.function is None or depth > 4:
+        if depth > 4:
             return False
+        if line.function is None:  # top level: verified and pinned right there in the script
+            top = [other for other in self.lines if other.file == line.file and other.function is None]
+            return any(VERIFIES[kind].search(o.text) for o in top) and any(self.pinned(o.text, kind) for o in top)
+        if self.verifies(line.function, kind) and any(self.pinned(o.text, kind) for o in self.body(line.function)):
+            return True  # checked inline against a pin
         verified = verified or self.verifies(line.function, kind)
         callers = [call for call in self.callers(line.function) if call.function != line.function]
         if not callers:
@@ -222,6 +227,7 @@ HELPERS = """get() {
         ("curl -fsSL -o /x https://example.com/x\n", "download without a pinned"),
         (HELPERS + 'get https://example.com/x "$UNPINNED" /x\n', "download without a pinned"),
         ("wget -q https://example.com/x\nsha256sum /x\n", "download without a pinned"),
+        ('f() {\n  curl -fsSL -o /x "$1"\n  sha256sum /x\n}\nf https://e/x\n', "download without a pinned"),
         ("git clone --depth 1 https://example.com/r.git /r\n", "git clone without a pinned commit"),
         ("DCGM_IMAGE=nvcr.io/nvidia/dcgm-exporter:3.3.5\n", "is not pinned by digest"),
         ("docker run --rm nvcr.io/nvidia/cuda:12.4\n", "image used without a digest"),
@@ -249,6 +255,9 @@ def test_the_checker_catches(tmp_path: Path, script: str, message: str) -> None:
         'fetch_key() {\n  curl -fsS -o /k "$1"\n  gpg --show-keys /k\n}\nfetch_key https://k "$KEY_FPR"\n'
         'echo "deb [signed-by=/k.gpg] https://r stable main" >/l\n',
         "apt_install ca-certificates curl\n",
+        'install_x() {\n  curl -fsSL -o /x https://e/x\n  echo "$GOOD_SHA  /x" | sha256sum -c -\n}\n'
+        "main() {\n  install_x\n}\nmain\n",
+        'curl -fsSL -o /x https://e/x\necho "' + "e" * 64 + '  /x" | sha256sum -c -\n',
     ],
 )
 def test_the_checker_accepts_pinned_forms(tmp_path: Path, script: str) -> None:
