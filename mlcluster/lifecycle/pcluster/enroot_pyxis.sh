@@ -3,7 +3,7 @@
 #
 # ParallelCluster AMIs (3.11 and later, and custom AMIs built from them) ship
 # Enroot and Pyxis but leave Pyxis disabled. Enroot is never downloaded here
-# (NVIDIA publishes no checksums for its packages); Pyxis is built from its
+# (we found no published checksum to pin its packages to); Pyxis is built from its
 # pinned commit only when the AMI lacks it. Every node gets:
 #
 # - an enroot.conf whose runtime, cache, data and temporary folders are
