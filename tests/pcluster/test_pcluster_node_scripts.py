@@ -304,3 +304,19 @@ def test_docker_group_must_be_a_boolean() -> None:
     with pytest.raises(ConfigError) as caught:
         pcluster(DOCKER_GROUP_QUEUES + "node_scripts: {docker_group: sometimes}\n")
     assert "node_scripts.docker_group" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "warned"),
+    [
+        ("version: 3.10.1\n", True),
+        ("version: 3.11.0\n", False),
+        ("version: 3.10.1\nnode_scripts: {docker_enroot_pyxis: false}\n", False),
+        ("version: 3.10.1\ncustom_ami: ami-0123456789abcdef0\n", False),
+    ],
+)
+def test_enroot_needs_a_parallelcluster_311_ami(settings: str, warned: bool) -> None:
+    found = [f for f in check_node_scripts(pcluster(DOCKER_GROUP_QUEUES + settings)) if f.path.endswith(".version")]
+    assert bool(found) == warned
+    if warned:
+        assert found[0].level == "warning" and "AMIs carry no Enroot (it ships from 3.11)" in found[0].message
