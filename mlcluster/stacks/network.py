@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from mlcluster.config import Environment
@@ -35,6 +37,24 @@ class NetworkStack(cdk.Stack):
                 public_subnet_id=ex.public_subnet_id,
                 availability_zone=net.availability_zone,
                 availability_zone_id=net.availability_zone_id,
+            )
+            # CloudFormation refuses a template without resources, and an imported
+            # network creates none: record what was imported, for people and tools.
+            ssm.StringParameter(
+                self,
+                "ImportedNetworkIds",
+                parameter_name=f"/mlcluster/{environment.name}/imported-network",
+                description=f"The existing network that mlcluster environment {environment.name} uses",
+                string_value=json.dumps(
+                    {
+                        "vpc_id": ex.vpc_id,
+                        "vpc_cidr": ex.vpc_cidr,
+                        "private_subnet_ids": list(ex.private_subnet_ids),
+                        "public_subnet_id": ex.public_subnet_id,
+                        "security_group_id": ex.security_group_id,
+                    },
+                    sort_keys=True,
+                ),
             )
         else:
             self.network = ClusterNetwork(
