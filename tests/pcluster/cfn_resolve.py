@@ -2,7 +2,8 @@
 
 The rendered ParallelCluster configuration inside ``Custom::PclusterCluster``
 refers to resources of its own stack and of the network and storage stacks
-(``Ref``, ``Fn::GetAtt``, ``Fn::ImportValue``, ``Fn::Join``, ``Fn::Sub``).
+(``Ref``, ``Fn::GetAtt``, ``Fn::ImportValue``, ``Fn::GetStackOutput``,
+``Fn::Join``, ``Fn::Sub``).
 ``Resolver`` follows each reference across the cloud assembly to the
 resource it names and asks ``physical`` for that resource's deploy-time
 value, so tests can judge the configuration exactly as CloudFormation hands
@@ -46,6 +47,13 @@ class Resolver:
                     return self.resolve(stack, output["Value"])
         raise KeyError(f"no stack exports {name!r}")
 
+    def output(self, stack_name: str, output_name: str) -> Any:
+        """An output of another stack, by CloudFormation stack name (``<stage>-<stack>``)."""
+        for stack, template in self.templates.items():
+            if stack.replace("/", "-") == stack_name:
+                return self.resolve(stack, template["Outputs"][output_name]["Value"])
+        raise KeyError(f"no stack named {stack_name!r}")
+
     def ref(self, stack: str, name: str, attribute: str | None = None) -> Any:
         if attribute is None and (value := self.pseudo(name)) is not None:
             return value
@@ -69,6 +77,8 @@ class Resolver:
                 return self.ref(stack, logical, attribute)
             if key == "Fn::ImportValue":
                 return self.export(self.resolve(stack, arg))
+            if key == "Fn::GetStackOutput":  # a weak cross-stack reference
+                return self.output(self.resolve(stack, arg["StackName"]), self.resolve(stack, arg["OutputName"]))
             if key == "Fn::Join":
                 sep, items = arg
                 return sep.join(str(self.resolve(stack, i)) for i in self.resolve(stack, items))

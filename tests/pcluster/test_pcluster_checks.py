@@ -145,7 +145,7 @@ FAILING: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ),
     (
         "unknown type layout without threads",
-        queue_yaml("instance_type: x9z.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48"),
+        queue_yaml("instance_type: c6a.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48"),
         {},
         "error",
         f"{CR0}.threads_per_core",

@@ -345,7 +345,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
     (
         "unknown type with the whole layout",
         one(
-            "instance_type: x9z.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48\n        threads_per_core: 2"
+            "instance_type: c6a.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48\n        threads_per_core: 2"
         ),
         {},
         f"{CR0}.CustomSlurmSettings",
@@ -631,9 +631,9 @@ ERRORS = [
     # (id, pcluster YAML, overrides, fragment of the error)
     (
         "unknown type without threads",
-        one("instance_type: x9z.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48"),
+        one("instance_type: c6a.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48"),
         {},
-        "threads_per_core: x9z.48xlarge is not in the instance-type table",
+        "threads_per_core: c6a.48xlarge is not in the instance-type table",
     ),
     (
         "ssm without the session manager policy",
