@@ -290,7 +290,8 @@ class LustreConfig:
         allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'",
     )
     log_level: Literal["WARN_ERROR", "WARN_ONLY", "ERROR_ONLY", "DISABLED"] = "WARN_ERROR"
-    security_group: Literal["cluster", "dedicated"] = "cluster"
+    #: Kept so old files load: every file system now has its own group; only ``dedicated`` is accepted.
+    security_group: Literal["cluster", "dedicated"] = "dedicated"
     data_repository_associations: tuple[DataRepositoryAssociationConfig, ...] = (DataRepositoryAssociationConfig(),)
 
     def check(self, issues: Issues) -> None:
@@ -312,21 +313,25 @@ class LustreConfig:
             )
         if deployment == "PERSISTENT_1" and self.metadata.mode is not None:
             issues.add("metadata.mode", self.metadata.mode, "PERSISTENT_1 has no metadata configuration; remove it")
-        if self.efa_enabled:
-            if deployment != "PERSISTENT_2":
-                issues.add("efa_enabled", True, "EFA needs deployment_type: PERSISTENT_2 (with Lustre 2.15)")
-            if self.security_group == "dedicated":
-                issues.add(
-                    "security_group",
-                    "dedicated",
-                    "EFA needs all traffic between the file system and its clients both ways; "
-                    "use security_group: cluster (the cluster group allows all traffic within itself)",
-                )
+        if self.efa_enabled and deployment != "PERSISTENT_2":
+            issues.add("efa_enabled", True, "EFA needs deployment_type: PERSISTENT_2 (with Lustre 2.15)")
+        security_group_problem(self.security_group, issues)
+
+
+def security_group_problem(value: str, issues: Issues) -> None:
+    """``security_group: cluster`` (file system in the nodes' all-traffic group) is no longer offered."""
+    if value == "cluster":
+        issues.add(
+            "security_group",
+            value,
+            "allowed: 'dedicated' (or leave the key out): each file system now has its own security group that "
+            "admits only its protocol from the cluster nodes, so the nodes' all-traffic group no longer reaches it",
+        )
 
 
 @section
 class OpenZfsConfig:
-    """FSx for OpenZFS for /home, exported over NFS to the VPC only."""
+    """FSx for OpenZFS for /home, exported over NFS to the cluster nodes' subnets only."""
 
     deployment_type: Literal["SINGLE_AZ_1", "SINGLE_AZ_2", "SINGLE_AZ_HA_1", "SINGLE_AZ_HA_2", "MULTI_AZ_1"] = (
         "SINGLE_AZ_HA_2"
@@ -344,9 +349,10 @@ class OpenZfsConfig:
         pattern=r"[1-7]:([01]\d|2[0-3]):[0-5]\d",
         allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'",
     )
-    security_group: Literal["cluster", "dedicated"] = "cluster"
+    security_group: Literal["cluster", "dedicated"] = "dedicated"
 
     def check(self, issues: Issues) -> None:
+        security_group_problem(self.security_group, issues)
         problem = openzfs_throughput_problem(self.deployment_type, self.throughput_capacity_mbps)
         if problem is not None:
             issues.add("throughput_capacity_mbps", self.throughput_capacity_mbps, problem)

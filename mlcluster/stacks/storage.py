@@ -18,6 +18,18 @@ from mlcluster.constructs.openzfs import OpenZfsHome
 from mlcluster.stacks.common import export_output, log_retention, removal_policy
 
 
+def _public_nodes(environment: Environment) -> bool:
+    """Whether the environment's cluster puts a head or login node in the public subnet (it mounts /home)."""
+    cluster = environment.config.cluster
+    pcluster = cluster.pcluster if cluster.backend == "pcluster" else None
+    if pcluster is None:
+        return False
+    login = pcluster.login_nodes
+    return pcluster.head_node.subnet == "public" or (
+        login is not None and (login.subnet or pcluster.head_node.subnet) == "public"
+    )
+
+
 class StorageStack(cdk.Stack):
     """The data bucket, FSx for Lustre linked to it by DRAs, and optional OpenZFS /home.
 
@@ -65,7 +77,6 @@ class StorageStack(cdk.Stack):
             vpc=network.vpc,
             subnet=subnet,
             cluster_security_group=network.security_group,
-            dedicated_security_group=lustre.security_group == "dedicated",
             deployment_type=lustre.deployment_type,
             storage_capacity_gib=lustre.storage_capacity_gib,
             throughput_mbps_per_tib=lustre.throughput_mbps_per_tib,
@@ -97,8 +108,7 @@ class StorageStack(cdk.Stack):
                 vpc=network.vpc,
                 subnet=subnet,
                 cluster_security_group=network.security_group,
-                nfs_client_cidrs=network.vpc_cidr_blocks,
-                dedicated_security_group=zfs.security_group == "dedicated",
+                nfs_client_cidrs=network.node_subnet_cidrs(include_public=_public_nodes(environment)),
                 deployment_type=zfs.deployment_type,
                 standby_subnet=network.private_subnets[1] if multi_az and len(network.private_subnets) > 1 else None,
                 route_table_ids=[s.route_table.route_table_id for s in network.private_subnets] if multi_az else None,
