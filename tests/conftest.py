@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlcluster.config import Environment, load_environment
-from tests.support import write_env
+from tests.support import synth_examples, write_env
 
 
 @pytest.fixture
@@ -23,3 +23,11 @@ def make_env(tmp_path: Path) -> Callable[..., Environment]:
         return load_environment(write_env(tmp_path / "environments", name, data))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def examples_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every example environment synthesized once per test session, with cdk-nag on (raises on a finding)."""
+    out = tmp_path_factory.mktemp("examples.cdk.out")
+    synth_examples(out)
+    return out

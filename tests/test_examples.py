@@ -24,17 +24,15 @@ from mlcluster.app import build_app
 from mlcluster.config import load_environment
 from mlcluster.pcluster.placeholders import check_ready_config
 from tests.pcluster.pcluster_support import run_schema_check
-from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, stack_templates, synth_examples, write_env
+from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, stack_templates, write_env
 
 #: cfn-lint rules ignored everywhere, each with its reason. Empty: none needed.
 CFN_LINT_IGNORES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
-def outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("cdk.out")
-    synth_examples(out)  # raises on any unacknowledged cdk-nag finding
-    return out
+def outdir(examples_outdir: Path) -> Path:
+    return examples_outdir  # one synthesis per session (tests/conftest.py); raises on any cdk-nag finding
 
 
 @pytest.fixture(scope="module")
