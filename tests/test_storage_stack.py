@@ -70,6 +70,34 @@ def test_file_systems_sit_in_the_network_stacks_private_subnet(stages: dict[str,
         assert "PrivateSubnet1" in str(subnet["Fn::ImportValue"]) or "Private1Subnet" in str(subnet["Fn::ImportValue"])
 
 
+def test_openzfs_exports_home_to_the_node_subnets_only(stages: dict[str, dict[str, Any]]) -> None:
+    """Not the whole VPC: no cluster puts nodes in the public subnet here, so only the private subnet."""
+    network = stages["keep/Network"]
+    private = [
+        r["Properties"]["CidrBlock"]
+        for k, r in of_type(network, "AWS::EC2::Subnet").items()
+        if k.startswith("NetworkPrivate")
+    ]
+    vpc = next(iter(of_type(network, "AWS::EC2::VPC").values()))["Properties"]["CidrBlock"]
+    (zfs,) = [
+        r
+        for r in of_type(stages["keep/Storage"], "AWS::FSx::FileSystem").values()
+        if r["Properties"]["FileSystemType"] == "OPENZFS"
+    ]
+    (export,) = zfs["Properties"]["OpenZFSConfiguration"]["RootVolumeConfiguration"]["NfsExports"]
+    clients = [c["Clients"] for c in export["ClientConfigurations"]]
+    assert clients == private
+    assert vpc not in clients
+
+
+def test_file_systems_have_their_own_security_groups(stages: dict[str, dict[str, Any]]) -> None:
+    for fs in of_type(stages["keep/Storage"], "AWS::FSx::FileSystem").values():
+        (group,) = fs["Properties"]["SecurityGroupIds"]
+        assert "Fn::GetAtt" in group  # a group of the storage stack, not the nodes' imported one
+    groups = of_type(stages["keep/Storage"], "AWS::EC2::SecurityGroup")
+    assert len(groups) == 2
+
+
 def test_dras_are_created_one_after_another(stages: dict[str, dict[str, Any]]) -> None:
     dras = of_type(stages["keep/Storage"], "AWS::FSx::DataRepositoryAssociation")
     ids = sorted(dras)

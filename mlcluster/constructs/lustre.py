@@ -313,6 +313,7 @@ class LustreStorage(Construct):
                 else "mlcluster FSx for Lustre: Lustre (TCP 988, 1018-1023) with cluster nodes and itself"
             ),
             allow_all_outbound=False,
+            disable_inline_rules=True,
         )
         ports = [ec2.Port.all_traffic()] if efa else [_port(low, high) for low, high in LUSTRE_PORTS]
         what = "EFA Lustre" if efa else "Lustre"
@@ -339,6 +340,7 @@ class LustreStorage(Construct):
                     "The source is the EFA-enabled Lustre file system's own security group, not an address "
                     "range; the FSx for Lustre guide requires all traffic from it to the client group.",
                 )
+        deny_default_egress(group)
         if efa:
             acknowledge_compliance(
                 group,
@@ -387,6 +389,30 @@ class LustreStorage(Construct):
                 association.node.add_dependency(dependency)
             created.append(association)
         return created
+
+
+def deny_default_egress(group: ec2.SecurityGroup) -> None:
+    """Keep EC2's default allow-all egress off a group whose egress rules are all separate resources.
+
+    EC2 removes the default rule only when the group's own ``SecurityGroupEgress``
+    lists a rule, and CDK drops its placeholder as soon as any egress rule is
+    added, even one it writes as a separate resource (self references, other
+    stacks). The placeholder below matches no traffic.
+    """
+    resource = group.node.default_child
+    assert isinstance(resource, ec2.CfnSecurityGroup)
+    resource.add_property_override(
+        "SecurityGroupEgress",
+        [
+            {
+                "CidrIp": "255.255.255.255/32",
+                "Description": "Disallow all traffic",
+                "IpProtocol": "icmp",
+                "FromPort": 252,
+                "ToPort": 86,
+            }
+        ],
+    )
 
 
 def _port(low: int, high: int) -> ec2.Port:

@@ -15,7 +15,7 @@ from constructs import Construct
 
 from mlcluster.config.storage import OPENZFS_THROUGHPUT_MBPS, openzfs_throughput_problem
 from mlcluster.constructs.data_bucket import REMOVAL_POLICIES
-from mlcluster.constructs.lustre import DAILY_TIME, WEEKLY_TIME
+from mlcluster.constructs.lustre import DAILY_TIME, WEEKLY_TIME, deny_default_egress
 
 #: NFS ports FSx for OpenZFS serves on, over TCP and UDP (portmapper, nfsd, mountd/lockd/statd).
 NFS_PORTS = ((111, 111), (2049, 2049), (20001, 20003))
@@ -194,11 +194,13 @@ def _nfs_security_group(
         vpc=vpc,
         description="mlcluster FSx for OpenZFS /home: NFS from cluster nodes only",
         allow_all_outbound=False,
+        disable_inline_rules=True,
     )
     for low, high in NFS_PORTS:
         for port in (ec2.Port.tcp_range(low, high), ec2.Port.udp_range(low, high)):
             group.add_ingress_rule(cluster_security_group, port, "NFS from cluster nodes")
     group.add_egress_rule(cluster_security_group, ec2.Port.all_traffic(), "NFS replies and callbacks to cluster nodes")
+    deny_default_egress(group)
     return group
 
 

@@ -43,7 +43,7 @@ def test_defaults() -> None:
     assert config.lustre.deployment_type == "PERSISTENT_2"
     assert config.lustre.metadata.mode is None
     assert config.lustre.lustre_version == "2.15"
-    assert config.lustre.security_group == "cluster"
+    assert config.lustre.security_group == "dedicated"
     (dra,) = config.lustre.data_repository_associations
     assert dra.file_system_path == "/data"
     assert dra.data_repository_path is None
@@ -54,6 +54,13 @@ def test_defaults() -> None:
     "data",
     [
         {"lustre": {"efa_enabled": True, "storage_capacity_gib": 4800, "throughput_mbps_per_tib": 1000}},
+        {
+            "lustre": {
+                "efa_enabled": True,
+                "storage_capacity_gib": 19200,
+                "security_group": "dedicated",
+            }
+        },
         {"lustre": {"efa_enabled": True, "storage_capacity_gib": 38400, "throughput_mbps_per_tib": 125}},
         {
             "lustre": {
@@ -118,9 +125,14 @@ def test_accepts(data: dict[str, Any]) -> None:
             "EFA needs deployment_type: PERSISTENT_2",
         ),
         (
-            {"lustre": {"efa_enabled": True, "storage_capacity_gib": 19200, "security_group": "dedicated"}},
+            {"lustre": {"security_group": "cluster"}},
             "lustre.security_group",
-            "use security_group: cluster",
+            "allowed: 'dedicated' (or leave the key out): each file system now has its own security group",
+        ),
+        (
+            {"openzfs": {"security_group": "cluster"}},
+            "openzfs.security_group",
+            "allowed: 'dedicated' (or leave the key out)",
         ),
         ({"lustre": {"metadata": {"mode": "USER_PROVISIONED", "iops": 5000}}}, "lustre.metadata.iops", "12000"),
         ({"lustre": {"metadata": {"mode": "USER_PROVISIONED"}}}, "lustre.metadata.iops", "required with mode"),
