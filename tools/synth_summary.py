@@ -4,7 +4,8 @@ Usage: ``python tools/synth_summary.py [env,env...]``. Runs ``cdk synth`` (no
 AWS credentials needed), then reads the cloud assembly: resources, outputs
 and acknowledgements per stack, and the cdk-nag packs that checked it (the
 synth fails on any unacknowledged finding, so a printed line means they
-passed). Exits non-zero when the synth fails: a config error prints its one
+passed), then one line per node group with its way to the internet and to
+S3 (mlcluster/analysis/reachability.py). Exits non-zero when the synth fails: a config error prints its one
 message, a nag finding prints cdk's report.
 """
 
@@ -17,6 +18,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from mlcluster.analysis.assembly import load_assembly
+from mlcluster.analysis.reachability import check_assembly
 from mlcluster.config import load_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +76,18 @@ def summarize(outdir: Path) -> list[str]:
     return lines
 
 
+def reachability(outdir: Path) -> list[str]:
+    """One line per node group: how it reaches the internet and S3, and how many gaps the proof found."""
+    lines = [f"{'node group':<44} {'internet':<17} {'S3':<17} gaps"]
+    for report in check_assembly(load_assembly(outdir)):
+        for group in report.groups:
+            name = f"{report.environment}: {group.name}"
+            path = report.paths.get(group.name, {})
+            gaps = sum(1 for p in report.problems if p.startswith(f"{name}:"))
+            lines.append(f"{name:<44} {path.get('internet', 'none'):<17} {path.get('s3', 'none'):<17} {gaps}")
+    return lines
+
+
 def main() -> int:
     selection = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ENV") or None
     outdir = ROOT / "cdk.out"
@@ -81,6 +96,8 @@ def main() -> int:
         print(f"make synth: cdk synth failed (exit {code})", file=sys.stderr)
         return code
     print("\n".join(summarize(outdir)))
+    print()
+    print("\n".join(reachability(outdir)))
     return 0
 
 

@@ -14,7 +14,9 @@ security groups are matched against the file systems' groups:
   ``AssignPublicIp``);
 - **S3**: an S3 gateway endpoint on the subnet's route table, or the internet;
 - **Lustre**: TCP 988 and 1018-1023 out of one of the node's groups to the
-  file system and into one of the file system's groups from the node, and the
+  file system and into one of the file system's groups from the node (and out
+  of them to the node: ParallelCluster's ``ExistingFsxNetworkingValidator``
+  checks both directions), and the
   file system's group admitting those ports from itself (an EFA-enabled file
   system: all traffic both ways and within its group, as the FSx for Lustre
   guide's "EFA-enabled security groups" asks); the node's subnets in the file
@@ -423,6 +425,9 @@ def _file_system_problems(net: _Network, group: NodeGroup, fs: FileSystem, where
             problems.append(f"{where}: no egress rule of its security groups allows {label} to {name}")
         if not net.allows(net.ingress, fs.security_groups, port, node_groups_, node_cidrs):
             problems.append(f"{where}: {name}'s security groups admit no {label} from the node's groups or subnets")
+        if not net.allows(net.egress, fs.security_groups, port, node_groups_, node_cidrs):
+            # ParallelCluster's ExistingFsxNetworkingValidator wants the file system's groups open both ways.
+            problems.append(f"{where}: {name}'s security groups send no {label} to the node's groups or subnets")
         if fs.kind == "LUSTRE" and not net.allows(net.ingress, fs.security_groups, port, fs.security_groups, []):
             problems.append(f"{where}: {name}'s security groups do not admit {label} from themselves (self rule)")
         if fs.efa and not net.allows(net.egress, fs.security_groups, port, [*fs.security_groups, *node_groups_], []):

@@ -290,7 +290,8 @@ class LustreConfig:
         allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'",
     )
     log_level: Literal["WARN_ERROR", "WARN_ONLY", "ERROR_ONLY", "DISABLED"] = "WARN_ERROR"
-    #: Kept so old files load: every file system now has its own group; only ``dedicated`` is accepted.
+    #: ``dedicated``: the file system's own group. ``cluster``: the nodes' group, for a file system created
+    #: before ``dedicated`` became the default (changing it replaces the file system); synth warns.
     security_group: Literal["cluster", "dedicated"] = "dedicated"
     data_repository_associations: tuple[DataRepositoryAssociationConfig, ...] = (DataRepositoryAssociationConfig(),)
 
@@ -315,18 +316,6 @@ class LustreConfig:
             issues.add("metadata.mode", self.metadata.mode, "PERSISTENT_1 has no metadata configuration; remove it")
         if self.efa_enabled and deployment != "PERSISTENT_2":
             issues.add("efa_enabled", True, "EFA needs deployment_type: PERSISTENT_2 (with Lustre 2.15)")
-        security_group_problem(self.security_group, issues)
-
-
-def security_group_problem(value: str, issues: Issues) -> None:
-    """``security_group: cluster`` (file system in the nodes' all-traffic group) is no longer offered."""
-    if value == "cluster":
-        issues.add(
-            "security_group",
-            value,
-            "allowed: 'dedicated' (or leave the key out): each file system now has its own security group that "
-            "admits only its protocol from the cluster nodes, so the nodes' all-traffic group no longer reaches it",
-        )
 
 
 @section
@@ -352,7 +341,6 @@ class OpenZfsConfig:
     security_group: Literal["cluster", "dedicated"] = "dedicated"
 
     def check(self, issues: Issues) -> None:
-        security_group_problem(self.security_group, issues)
         problem = openzfs_throughput_problem(self.deployment_type, self.throughput_capacity_mbps)
         if problem is not None:
             issues.add("throughput_capacity_mbps", self.throughput_capacity_mbps, problem)

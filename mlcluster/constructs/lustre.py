@@ -118,6 +118,7 @@ class LustreStorage(Construct):
         vpc: ec2.IVpc,
         subnet: ec2.ISubnet,
         cluster_security_group: ec2.ISecurityGroup,
+        dedicated_security_group: bool = True,
         deployment_type: Literal["PERSISTENT_2", "PERSISTENT_1"] = "PERSISTENT_2",
         storage_capacity_gib: int = 1200,
         throughput_mbps_per_tib: int = 250,
@@ -143,6 +144,11 @@ class LustreStorage(Construct):
         :param subnet: the private subnet for the file system; clients should share its zone.
         :param cluster_security_group: the group cluster nodes (the clients) use; the
             file system's group admits Lustre from it, and it gets Lustre from the file system.
+        :param dedicated_security_group: give the file system its own group (default). ``False``
+            keeps it in ``cluster_security_group``, as before this default changed: the nodes'
+            all-traffic group then reaches it. A file system's groups cannot change without
+            replacing it (``SecurityGroupIds`` is create-only), so ``False`` is how an existing
+            file system stays in place; a warning says so. Default: true.
         :param deployment_type: PERSISTENT_2 or PERSISTENT_1. Default: PERSISTENT_2.
         :param storage_capacity_gib: 1200, 2400 or a multiple of 2400 (with EFA:
             a multiple of 4800/9600/19200/38400 at 1000/500/250/125 MB/s/TiB). Default: 1200.
@@ -207,7 +213,11 @@ class LustreStorage(Construct):
         if problems:
             raise ValueError("LustreStorage: " + "; ".join(problems))
 
-        self.security_group = self._security_group(vpc, cluster_security_group, efa=efa_enabled)
+        self.security_group: ec2.ISecurityGroup = cluster_security_group
+        if dedicated_security_group:
+            self.security_group = self._security_group(vpc, cluster_security_group, efa=efa_enabled)
+        else:
+            warn_shared_group(self, "FSx for Lustre")
         self.security_groups: list[ec2.ISecurityGroup] = [self.security_group]
         self.connections = ec2.Connections(
             security_groups=self.security_groups, default_port=ec2.Port.tcp(LUSTRE_PORTS[0][0])
@@ -389,6 +399,16 @@ class LustreStorage(Construct):
                 association.node.add_dependency(dependency)
             created.append(association)
         return created
+
+
+def warn_shared_group(scope: Construct, what: str) -> None:
+    """The synth warning for a file system left in the nodes' all-traffic group."""
+    cdk.Annotations.of(scope).add_warning_v2(
+        "mlcluster:file-system-in-node-group",
+        f"{what} is in the cluster nodes' security group (security_group: cluster): anything that joins that "
+        "group reaches it on every port. Use security_group: dedicated; for a file system that exists, that "
+        "replaces it (SecurityGroupIds cannot change in place): back it up or export its data first.",
+    )
 
 
 def deny_default_egress(group: ec2.SecurityGroup) -> None:

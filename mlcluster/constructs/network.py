@@ -428,7 +428,11 @@ class ClusterNetwork(Construct):
 
 
 class ClusterSecurityGroup(Construct):
-    """The security group that cluster nodes and FSx share.
+    """The cluster nodes' security group (file systems have groups of their own that admit it).
+
+    Its description still names file systems: a group's description cannot
+    change without replacing the group, which every deployed environment
+    exports to its other stacks.
 
     All traffic in from itself and out to itself: EFA requires both on every
     group attached to an EFA interface, or node creation fails its health

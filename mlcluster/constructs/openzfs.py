@@ -15,7 +15,7 @@ from constructs import Construct
 
 from mlcluster.config.storage import OPENZFS_THROUGHPUT_MBPS, openzfs_throughput_problem
 from mlcluster.constructs.data_bucket import REMOVAL_POLICIES
-from mlcluster.constructs.lustre import DAILY_TIME, WEEKLY_TIME, deny_default_egress
+from mlcluster.constructs.lustre import DAILY_TIME, WEEKLY_TIME, deny_default_egress, warn_shared_group
 
 #: NFS ports FSx for OpenZFS serves on, over TCP and UDP (portmapper, nfsd, mountd/lockd/statd).
 NFS_PORTS = ((111, 111), (2049, 2049), (20001, 20003))
@@ -62,6 +62,7 @@ class OpenZfsHome(Construct):
         subnet: ec2.ISubnet,
         cluster_security_group: ec2.ISecurityGroup,
         nfs_client_cidrs: Sequence[str],
+        dedicated_security_group: bool = True,
         deployment_type: Literal[
             "SINGLE_AZ_HA_2", "SINGLE_AZ_HA_1", "SINGLE_AZ_2", "SINGLE_AZ_1", "MULTI_AZ_1"
         ] = "SINGLE_AZ_HA_2",
@@ -84,6 +85,9 @@ class OpenZfsHome(Construct):
         :param cluster_security_group: the group cluster nodes use; the only source NFS is admitted from.
         :param nfs_client_cidrs: IPv4 CIDR blocks that may mount /home (1 to 25): the
             cluster nodes' subnets.
+        :param dedicated_security_group: give the file system its own group admitting NFS from
+            ``cluster_security_group`` only (default). ``False`` keeps it in that group, as before
+            this default changed, so an existing file system is not replaced; a warning says so.
         :param deployment_type: SINGLE_AZ_HA_2, SINGLE_AZ_HA_1, SINGLE_AZ_2,
             SINGLE_AZ_1 or MULTI_AZ_1. Default: SINGLE_AZ_HA_2.
         :param standby_subnet: MULTI_AZ_1 only: the standby file server's subnet
@@ -124,7 +128,11 @@ class OpenZfsHome(Construct):
         if problems:
             raise ValueError("OpenZfsHome: " + "; ".join(problems))
 
-        self.security_group = _nfs_security_group(self, vpc, cluster_security_group)
+        self.security_group: ec2.ISecurityGroup = cluster_security_group
+        if dedicated_security_group:
+            self.security_group = _nfs_security_group(self, vpc, cluster_security_group)
+        else:
+            warn_shared_group(self, "FSx for OpenZFS (/home)")
         self.security_groups: list[ec2.ISecurityGroup] = [self.security_group]
         self.connections = ec2.Connections(security_groups=self.security_groups, default_port=ec2.Port.tcp(2049))
 

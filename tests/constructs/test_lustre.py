@@ -22,7 +22,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import cx_api
-from aws_cdk.assertions import Match, Template
+from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
 
 from mlcluster.constructs.data_bucket import DataBucket
@@ -93,6 +93,7 @@ VARIANTS: dict[str, Callable[[cdk.Stack], LustreStorage]] = {
     "Efa": lambda st: LustreStorage(
         st, "Lustre", **network(st), efa_enabled=True, storage_capacity_gib=4800, throughput_mbps_per_tib=1000
     ),
+    "SharedGroup": lambda st: LustreStorage(st, "Lustre", **network(st), dedicated_security_group=False),
     "Options": lambda st: LustreStorage(
         st,
         "Lustre",
@@ -316,6 +317,19 @@ def test_own_security_group_admits_lustre_only(built: Built, variant: str) -> No
     lustre = built.lustre[variant]
     assert lustre.security_group.node.id == "SecurityGroup"
     assert lustre.security_groups == [lustre.security_group]
+
+
+def test_shared_group_keeps_an_existing_file_system_in_place_and_warns(built: Built) -> None:
+    """security_group: cluster: no group of its own (SecurityGroupIds is create-only), with a warning."""
+    t = built.templates["SharedGroup"]
+    t.resource_count_is("AWS::EC2::SecurityGroup", 0)
+    t.resource_count_is("AWS::EC2::SecurityGroupIngress", 0)
+    assert file_system(t)["Properties"]["SecurityGroupIds"] == [CLUSTER_SG]
+    assert built.lustre["SharedGroup"].security_group.security_group_id == CLUSTER_SG
+    warnings = Annotations.from_stack(built.stacks["SharedGroup"]).find_warning(
+        "*", Match.string_like_regexp("FSx for Lustre is in the cluster nodes' security group")
+    )
+    assert len(warnings) == 1
 
 
 def test_efa_security_group_allows_all_traffic_with_itself_and_the_clients(built: Built) -> None:

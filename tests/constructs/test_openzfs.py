@@ -18,7 +18,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
 
 from mlcluster.constructs.openzfs import OpenZfsHome
@@ -76,6 +76,7 @@ VARIANTS: dict[str, Callable[[cdk.Stack], OpenZfsHome]] = {
         automatic_backup_retention_days=0,
         kms_key=kms.Key(st, "HomeKey", enable_key_rotation=True),
     ),
+    "SharedGroup": lambda st: home(st, dedicated_security_group=False),
     "MultiAz": lambda st: home(st, deployment_type="MULTI_AZ_1", standby_subnet=standby(st)),
     "MultiAzRoutes": lambda st: home(
         st, deployment_type="MULTI_AZ_1", standby_subnet=standby(st), route_table_ids=["rtb-0fedcba9876543210"]
@@ -218,6 +219,16 @@ def test_own_security_group_admits_nfs_from_the_nodes_only(built: Built) -> None
     assert egress["Properties"]["IpProtocol"] == "-1"
     assert file_system(t)["Properties"]["SecurityGroupIds"] == [me]
     assert built.homes["Default"].security_group.node.id == "SecurityGroup"
+
+
+def test_shared_group_keeps_an_existing_file_system_in_place_and_warns(built: Built) -> None:
+    t = built.templates["SharedGroup"]
+    t.resource_count_is("AWS::EC2::SecurityGroup", 0)
+    assert file_system(t)["Properties"]["SecurityGroupIds"] == [CLUSTER_SG]
+    warnings = Annotations.from_stack(built.stacks["SharedGroup"]).find_warning(
+        "*", Match.string_like_regexp("FSx for OpenZFS \\(/home\\) is in the cluster nodes' security group")
+    )
+    assert len(warnings) == 1
 
 
 def test_multi_az_uses_both_subnets_and_their_route_tables(built: Built) -> None:

@@ -61,6 +61,8 @@ def test_defaults() -> None:
                 "security_group": "dedicated",
             }
         },
+        # The old placement, kept for file systems created before "dedicated" became the default.
+        {"lustre": {"security_group": "cluster"}, "openzfs": {"security_group": "cluster"}},
         {"lustre": {"efa_enabled": True, "storage_capacity_gib": 38400, "throughput_mbps_per_tib": 125}},
         {
             "lustre": {
@@ -123,16 +125,6 @@ def test_accepts(data: dict[str, Any]) -> None:
             {"lustre": {"deployment_type": "PERSISTENT_1", "throughput_mbps_per_tib": 50, "efa_enabled": True}},
             "lustre.efa_enabled",
             "EFA needs deployment_type: PERSISTENT_2",
-        ),
-        (
-            {"lustre": {"security_group": "cluster"}},
-            "lustre.security_group",
-            "allowed: 'dedicated' (or leave the key out): each file system now has its own security group",
-        ),
-        (
-            {"openzfs": {"security_group": "cluster"}},
-            "openzfs.security_group",
-            "allowed: 'dedicated' (or leave the key out)",
         ),
         ({"lustre": {"metadata": {"mode": "USER_PROVISIONED", "iops": 5000}}}, "lustre.metadata.iops", "12000"),
         ({"lustre": {"metadata": {"mode": "USER_PROVISIONED"}}}, "lustre.metadata.iops", "required with mode"),

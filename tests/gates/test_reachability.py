@@ -217,6 +217,12 @@ BREAKS: list[tuple[str, str, Change, str]] = [
         "admit no TCP 1018-1023 from the node's groups",
     ),
     (
+        "Lustre group sending nothing to the nodes",
+        "hyperpod",
+        lustre_rule("hyperpod", "Egress", "nodes", 988),
+        "send no TCP 988 to the node's groups",
+    ),
+    (
         "Lustre group without self rule",
         "hyperpod",
         lustre_rule("hyperpod", "Ingress", "self", 988),
