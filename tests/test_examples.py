@@ -24,7 +24,7 @@ from mlcluster.app import build_app
 from mlcluster.config import load_environment
 from mlcluster.pcluster.placeholders import check_ready_config
 from tests.pcluster.pcluster_support import run_schema_check
-from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, stack_templates, write_env
+from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
 
 #: cfn-lint rules ignored everywhere, each with its reason. Empty: none needed.
 CFN_LINT_IGNORES: dict[str, str] = {}
@@ -32,14 +32,12 @@ CFN_LINT_IGNORES: dict[str, str] = {}
 
 @pytest.fixture(scope="module")
 def outdir(examples_outdir: Path) -> Path:
-    return examples_outdir  # one synthesis per session (tests/conftest.py); raises on any cdk-nag finding
+    return examples_outdir
 
 
 @pytest.fixture(scope="module")
-def templates(outdir: Path) -> dict[str, dict[str, Any]]:
-    from aws_cdk import cx_api
-
-    return stack_templates(cx_api.CloudAssembly(str(outdir)))
+def templates(example_templates: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return example_templates
 
 
 def test_every_example_has_its_stacks(templates: dict[str, dict[str, Any]]) -> None:
