@@ -40,10 +40,21 @@ class Resource:
 class Assembly:
     """Stack templates by display name (``dev/Network``); an environment is the part before ``/``."""
 
-    def __init__(self, templates: Mapping[str, Mapping[str, Any]], assets: Path | None = None) -> None:
-        """Index ``templates``; ``assets`` is the cloud assembly folder holding ``asset.<hash>`` folders."""
+    def __init__(
+        self,
+        templates: Mapping[str, Mapping[str, Any]],
+        assets: Path | None = None,
+        stack_names: Mapping[str, str] | None = None,
+    ) -> None:
+        """Index ``templates``; ``assets`` is the cloud assembly folder holding ``asset.<hash>`` folders.
+
+        ``stack_names`` maps CloudFormation stack names to display names; by
+        default a stage's stack ``dev/Network`` is named ``dev-Network``.
+        """
         self.templates = dict(templates)
         self.assets = assets
+        self.stack_names = {stack.replace("/", "-"): stack for stack in self.templates}
+        self.stack_names.update(stack_names or {})
         self._exports: dict[str, tuple[str, Any]] = {}
         for stack, template in self.templates.items():
             for output in template.get("Outputs", {}).values():
@@ -107,6 +118,13 @@ class Assembly:
                 source, exported = self._exports[name]
                 return self.render(source, exported)
             return f"${{import:{name}}}"
+        if key == "Fn::GetStackOutput":
+            # A weak reference to another stack's output (CDK's recommended flags): render that output.
+            target = self.stack_names.get(self.text(stack, arg.get("StackName")), "")
+            output = self.templates.get(target, {}).get("Outputs", {}).get(self.text(stack, arg.get("OutputName")))
+            if output is not None:
+                return self.render(target, output["Value"])
+            return f"${{output:{json.dumps(self.render(stack, arg), sort_keys=True)}}}"
         if key == "Fn::Join":
             separator, parts = arg
             rendered = self.render(stack, parts)
@@ -152,6 +170,7 @@ class Assembly:
 def load_assembly(outdir: Path) -> Assembly:
     """Read every stack of every stage from a cloud assembly folder (``cdk.out``)."""
     templates: dict[str, dict[str, Any]] = {}
+    names: dict[str, str] = {}
     manifests = [outdir / "manifest.json", *sorted(outdir.glob("assembly-*/manifest.json"))]
     for manifest in manifests:
         if not manifest.is_file():
@@ -160,5 +179,7 @@ def load_assembly(outdir: Path) -> Assembly:
             if artifact.get("type") != "aws:cloudformation:stack":
                 continue
             template = manifest.parent / artifact["properties"]["templateFile"]
-            templates[artifact.get("displayName", template.stem)] = json.loads(template.read_text())
-    return Assembly(templates, assets=outdir)
+            display = artifact.get("displayName", template.stem)
+            templates[display] = json.loads(template.read_text())
+            names[artifact["properties"].get("stackName", display)] = display
+    return Assembly(templates, assets=outdir, stack_names=names)

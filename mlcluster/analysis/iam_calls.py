@@ -337,12 +337,18 @@ def _wildcard(pattern: str, value: str) -> bool:
     return re.fullmatch(regex, value, re.I if ":" in pattern and "/" not in pattern else 0) is not None
 
 
+def _partition(arn: str) -> str:
+    """One spelling of the partition: templates write it literally where account and region are known."""
+    return re.sub(r"^arn:aws(-[a-z-]+)?:", "arn:${AWS::Partition}:", arn)
+
+
 def allowed(statements: Sequence[Statement], action: str, resource: str) -> bool:
     """Explicit deny wins; otherwise some Allow statement must match the action and the resource."""
+    resource = _partition(resource)
 
     def matches(s: Statement) -> bool:
         action_ok = any(_wildcard(a.lower(), action.lower()) for a in s.actions)
-        return action_ok and any(_wildcard(r, resource) for r in s.resources)
+        return action_ok and any(_wildcard(_partition(r), resource) for r in s.resources)
 
     if any(s.effect == "Deny" and matches(s) for s in statements):
         return False
