@@ -7,15 +7,20 @@ fail the proof with a message naming what broke.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.reachability import NFS_PORTS, check_environment, node_groups
+from mlcluster.analysis.assembly import Assembly, load_assembly
+from mlcluster.analysis.reachability import NFS_PORTS, check_environment, file_systems, node_groups
+from mlcluster.app import build_app
 from tests.gates.gate_support import Templates, one, resources
-from tests.support import EXAMPLES
+from tests.support import ENVIRONMENTS, EXAMPLES, write_env
 
 Change = Callable[[Templates], object]
 
@@ -296,3 +301,38 @@ def test_every_cluster_example_has_node_groups_of_its_backend(examples: Assembly
 
 def test_nfs_ports_cover_tcp_and_udp() -> None:
     assert {(p, low) for p, low, _ in NFS_PORTS} == {(p, n) for p in ("tcp", "udp") for n in (111, 2049, 20001)}
+
+
+@pytest.fixture(scope="module")
+def efa_assembly(tmp_path_factory: pytest.TempPathFactory) -> Assembly:
+    """The HyperPod example with an EFA-enabled Lustre file system, synthesized with cdk-nag on."""
+    tmp = tmp_path_factory.mktemp("efa")
+    data = yaml.safe_load((ENVIRONMENTS / "hyperpod.yaml").read_text())
+    data.setdefault("storage", {})["lustre"] = {
+        **data.get("storage", {}).get("lustre", {}),
+        "efa_enabled": True,
+        "storage_capacity_gib": 4800,
+        "throughput_mbps_per_tib": 1000,
+    }
+    write_env(tmp / "envs", "hyperpod", data)
+    app, _ = build_app(tmp / "envs", outdir=str(tmp / "out"))
+    app.synth()  # cdk-nag: the all-traffic rules EFA needs are acknowledged with their reason
+    return load_assembly(tmp / "out")
+
+
+def test_efa_enabled_lustre_rules_satisfy_the_proof(efa_assembly: Assembly) -> None:
+    (fs,) = [f for f in file_systems(efa_assembly, "hyperpod") if f.kind == "LUSTRE"]
+    assert fs.efa
+    assert check_environment(efa_assembly, "hyperpod").problems == []
+
+
+def test_efa_enabled_lustre_templates_are_cfn_lint_clean(efa_assembly: Assembly) -> None:
+    assert efa_assembly.assets is not None
+    files = sorted(str(p) for p in (efa_assembly.assets / "assembly-hyperpod").glob("*.template.json"))
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", "--", *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
