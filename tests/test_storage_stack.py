@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,8 @@ import pytest
 from aws_cdk import cx_api
 
 from mlcluster.app import build_app
+from mlcluster.config import Environment
+from mlcluster.stacks.storage import nodes_in_public_subnet
 from tests.support import MINIMAL, stack_templates, write_env
 
 DATA_TYPES = ("AWS::S3::Bucket", "AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation", "AWS::KMS::Key")
@@ -162,3 +165,28 @@ def test_bad_storage_config_is_a_config_error(tmp_path: Path) -> None:
     path = write_env(tmp_path, "bad", {**MINIMAL, "storage": {"lustre": {"storage_capacity_gib": 1000}}})
     with pytest.raises(ConfigError, match=r"bad.yaml: storage.lustre.storage_capacity_gib: 1000 is not valid"):
         load_environment(path)
+
+
+PCLUSTER_GPU: dict[str, Any] = {
+    "backend": "pcluster",
+    "pcluster": {
+        "queues": [{"name": "gpu", "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge", "efa": False}]}]
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("cluster", "public"),
+    [
+        ({}, False),
+        (PCLUSTER_GPU, False),
+        ({**PCLUSTER_GPU, "pcluster": {**PCLUSTER_GPU["pcluster"], "head_node": {"subnet": "public"}}}, True),
+        ({**PCLUSTER_GPU, "pcluster": {**PCLUSTER_GPU["pcluster"], "login_nodes": {"internet_facing": True}}}, True),
+        ({**PCLUSTER_GPU, "pcluster": {**PCLUSTER_GPU["pcluster"], "login_nodes": {}}}, False),
+    ],
+)
+def test_public_subnet_is_exported_only_when_a_node_sits_there(
+    make_env: Callable[..., Environment], cluster: dict[str, Any], public: bool
+) -> None:
+    env = make_env({**MINIMAL, **({"cluster": cluster} if cluster else {})})
+    assert nodes_in_public_subnet(env) is public
