@@ -99,9 +99,10 @@ class World:
         self.region = region
         self.spec = spec
         self.ids: dict[str, str] = {}
-        self.ec2 = boto3.client("ec2", region_name=region)
-        self.s3 = boto3.client("s3", region_name=region)
-        self.iam = boto3.client("iam", region_name=region)
+        # Typed loosely: this runs in .venv-pcluster, whose boto3 has no stubs; requests mirror the templates.
+        self.ec2: Any = boto3.client("ec2", region_name=region)
+        self.s3: Any = boto3.client("s3", region_name=region)
+        self.iam: Any = boto3.client("iam", region_name=region)
         self.file_systems: dict[str, dict[str, Any]] = {}
         self.volumes: dict[str, dict[str, Any]] = {}
         self.reservations: dict[str, dict[str, Any]] = {}
@@ -259,7 +260,7 @@ class World:
                 else {}
             ),
         }
-        return cr_id
+        return str(cr_id)
 
     def _file_system(self, fs: dict[str, Any]) -> None:
         """An FSx file system (and OpenZFS root volume) with network interfaces moto creates in its subnet."""
