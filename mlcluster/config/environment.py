@@ -86,13 +86,8 @@ class ClusterConfig:
     pcluster: PclusterConfig | None = None
 
     def check(self, issues: Issues) -> None:
-        if self.backend == "hyperpod" and self.name is not None and (len(self.name) > 56 or self.name.endswith("-")):
-            issues.add(
-                "name",
-                self.name,
-                "HyperPod cluster names take a 7-character suffix: use at most 56 letters, digits and hyphens, "
-                "not ending in '-'",
-            )
+        if self.backend == "hyperpod" and self.name is not None and self.name.endswith("-"):
+            issues.add("name", self.name, "HyperPod cluster names end in a letter or digit")
         for backend in ("hyperpod", "pcluster"):
             section_value = getattr(self, backend)
             if self.backend == backend and section_value is None:

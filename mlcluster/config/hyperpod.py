@@ -10,23 +10,59 @@ GROUP_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 GROUP_HELP = "allowed: 1-63 letters, digits and hyphens, starting and ending with a letter or digit"
 ML_INSTANCE = r"ml\.[a-z0-9-]+\.[a-z0-9]+"
 ML_HELP = "allowed: a SageMaker instance type such as 'ml.p5.48xlarge'"
+KMS_KEY = r"[a-zA-Z0-9:/_-]{1,2048}"
+KMS_HELP = "allowed: a KMS key ID or ARN (letters, digits and :/_-)"
+#: HyperPod's CronScheduleExpression, e.g. ``cron(0 3 ? * SUN *)``.
+CRON = r"cron\([^()]{1,250}\)"
+DeepHealthCheck = Literal["InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation"]
+
+
+@section
+class PatchScheduleConfig:
+    """When HyperPod patches a group's nodes (the group's ``ScheduledUpdateConfig``), and how many at a time."""
+
+    #: When the update starts, a HyperPod cron expression such as ``cron(0 3 ? * SUN *)`` (UTC).
+    schedule_expression: str = setting(pattern=CRON, allowed="allowed: a cron expression such as 'cron(0 3 ? * SUN *)'")
+    #: The share of the group's nodes updated at once (``RollingUpdatePolicy.MaximumBatchSize``, percent). Unset: the service's default.
+    max_batch_percent: int | None = setting(default=None, minimum=1, maximum=100)
+    #: Seconds to wait between batches (``WaitIntervalInSeconds``). Unset: the service's default.
+    wait_interval_seconds: int | None = setting(default=None, minimum=0, maximum=3600)
 
 
 @section
 class InstanceGroupConfig:
-    """One HyperPod instance group."""
+    """One HyperPod instance group (one ``InstanceGroups`` entry of CreateCluster)."""
 
     instance_group_name: str = setting(pattern=GROUP_NAME, allowed=GROUP_HELP)
     instance_type: str = setting(pattern=ML_INSTANCE, allowed=ML_HELP)
     instance_count: int = setting(default=1, minimum=0, maximum=6758)
+    #: 1 turns simultaneous multithreading off, 2 on (``ThreadsPerCore``).
     threads_per_core: int = setting(default=1, one_of=(1, 2))
+    #: Size of the secondary EBS volume each node gets at /opt/sagemaker. The root volume's size is set by
+    #: HyperPod and cannot be chosen (the API refuses ``VolumeSizeInGB`` on the root volume).
     ebs_volume_size_gib: int = setting(default=500, minimum=1, maximum=16384)
-    deep_health_checks: tuple[Literal["InstanceStress", "InstanceConnectivity"], ...] = ()
+    #: KMS key that encrypts the secondary EBS volume. Unset: an AWS owned key.
+    ebs_volume_kms_key_id: str | None = setting(default=None, pattern=KMS_KEY, allowed=KMS_HELP)
+    #: KMS key that encrypts the root volume (``RootVolume: true``). Unset: an AWS owned key.
+    root_volume_kms_key_id: str | None = setting(default=None, pattern=KMS_KEY, allowed=KMS_HELP)
+    #: Deep health checks run on every node the group launches before it joins the cluster.
+    deep_health_checks: tuple[DeepHealthCheck, ...] = ()
     training_plan_arn: str | None = setting(
         default=None,
         pattern=r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-z0-9-]+",
         allowed="allowed: a SageMaker training plan ARN",
     )
+    #: Zones (as named in ``network:``) whose private subnets this group uses instead of the cluster's
+    #: (``OverrideVpcConfig``, the same security group). Empty: the cluster's subnet in the primary zone.
+    zones: tuple[str, ...] = ()
+    #: When and how HyperPod patches this group's nodes (``ScheduledUpdateConfig``). Unset: no schedule.
+    patch_schedule: PatchScheduleConfig | None = None
+
+    def check(self, issues: Issues) -> None:
+        if len(set(self.deep_health_checks)) != len(self.deep_health_checks):
+            issues.add("deep_health_checks", list(self.deep_health_checks), "name each check at most once")
+        if len(set(self.zones)) != len(self.zones):
+            issues.add("zones", list(self.zones), "name each zone at most once")
 
 
 @section
@@ -103,10 +139,14 @@ class HyperPodConfig:
     )
     login: InstanceGroupConfig | None = None
     workers: tuple[WorkerGroupConfig, ...] = setting(allowed="at least one worker group")
+    #: ``Automatic``: HyperPod replaces or reboots faulty nodes; ``None``: it only labels them.
     node_recovery: Literal["Automatic", "None"] = "Automatic"
-    data_bucket_access: Literal["none", "read", "read_write"] = "read_write"
+    #: What every group's role may do in the data bucket; ``read_write`` only as an explicit choice.
+    data_bucket_access: Literal["none", "read", "read_write"] = "read"
+    #: HyperPod's own Slurm configuration management (``Orchestrator.Slurm.SlurmConfigStrategy``) with each
+    #: group's ``SlurmConfig`` (node type, partition). Unset: the lifecycle scripts configure Slurm alone.
+    slurm_config_strategy: Literal["Managed", "Overwrite", "Merge"] | None = None
     lifecycle: LifecycleConfig = setting(default=LifecycleConfig())
-    create_timeout_hours: int = setting(default=12, minimum=1, maximum=12)
 
     def check(self, issues: Issues) -> None:
         if not self.workers:
