@@ -12,9 +12,16 @@ ML_INSTANCE = r"ml\.[a-z0-9-]+\.[a-z0-9]+"
 ML_HELP = "allowed: a SageMaker instance type such as 'ml.p5.48xlarge'"
 KMS_KEY = r"[a-zA-Z0-9:/_-]{1,2048}"
 KMS_HELP = "allowed: a KMS key ID or ARN (letters, digits and :/_-)"
-#: HyperPod's CronScheduleExpression, e.g. ``cron(0 3 ? * SUN *)``.
-CRON = r"cron\([^()]{1,250}\)"
-DeepHealthCheck = Literal["InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation"]
+#: The ScheduleExpression AWS::SageMaker::Cluster accepts (its resource schema's pattern):
+#: ``cron(minute hour day-of-month month day-of-week year)``, e.g. ``cron(0 3 ? * SUN *)``, in UTC.
+CRON = (
+    r"cron\((?:[0-5][0-9]|[0-9]|) (?:[01][0-9]|2[0-3]|[0-9]) (?:[1-9]|0[1-9]|[12][0-9]|3[01]|\?) "
+    r"(?:[1-9]|0[1-9]|1[0-2]|\*|\*/(?:[1-9]|1[0-2])|) "
+    r"(?:MON|TUE|WED|THU|FRI|SAT|SUN|[1-7]|\?|L|(?:[1-7]#[1-5])|(?:[1-7]L)) (?:20[2-9][0-9]|\*|)\)"
+)
+#: The deep health checks AWS::SageMaker::Cluster takes. botocore also knows ``MultiNodeTrainingValidation``,
+#: but CloudFormation's resource schema (as bundled in cfn-lint 1.58) does not, so it cannot be asked for here.
+DeepHealthCheck = Literal["InstanceStress", "InstanceConnectivity"]
 
 
 @section

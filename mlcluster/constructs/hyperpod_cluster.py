@@ -60,7 +60,8 @@ HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 #: The checks wait (bounded) inside one invocation: Lambda's longest timeout.
 CHECK_TIMEOUT = cdk.Duration.minutes(15)
-DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation")
+#: What AWS::SageMaker::Cluster's schema takes (botocore's third, MultiNodeTrainingValidation, it does not).
+DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
 TRAINING_PLAN_ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-z0-9-]+")
 KMS_KEY = re.compile(r"[a-zA-Z0-9:/_-]{1,2048}")
 TAG_TEXT = re.compile(r"[\w\s.:/=+\-@]*")
