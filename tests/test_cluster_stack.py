@@ -188,3 +188,14 @@ def test_app_reports_pre_deploy_error_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "environments/long.yaml: cluster.name:" in result.stderr
+
+
+def test_hyperpod_zone_not_in_the_network_is_a_config_error(tmp_path: Path) -> None:
+    workers = [{"instance_group_name": "workers", "instance_type": "ml.g5.8xlarge", "zones": ["use1-az9"]}]
+    bad = {**HYPERPOD, "cluster": {"backend": "hyperpod", "hyperpod": {"workers": workers}}}
+    write_env(tmp_path / "envs", "hz", bad)
+    with pytest.raises(ConfigError) as caught:
+        build_app(tmp_path / "envs", outdir=str(tmp_path / "out"))
+    assert "hz.yaml: cluster.hyperpod.workers[0].zones: ['use1-az9'] is not valid; allowed: zones of network:" in str(
+        caught.value
+    )
