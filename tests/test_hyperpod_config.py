@@ -44,7 +44,7 @@ def test_every_new_field_at_its_edge(tmp_path: Path) -> None:
             "zones": ["use1-az4"],
             "patch_schedule": {
                 "schedule_expression": "cron(59 23 31 12 ? 2099)",
-                "max_batch_percent": 100,
+                "max_batch_size": 6758,
                 "wait_interval_seconds": 0,
             },
         },
@@ -52,7 +52,7 @@ def test_every_new_field_at_its_edge(tmp_path: Path) -> None:
         slurm_config_strategy="Merge",
     )
     worker = cfg.workers[0]
-    assert worker.patch_schedule.max_batch_percent == 100
+    assert worker.patch_schedule.max_batch_size == 6758
     assert (cfg.data_bucket_access, cfg.slurm_config_strategy) == ("read_write", "Merge")
 
 
@@ -68,9 +68,9 @@ def test_every_new_field_at_its_edge(tmp_path: Path) -> None:
         ({"root_volume_kms_key_id": "key with spaces"}, {}, "cluster.hyperpod.workers[0].root_volume_kms_key_id"),
         ({"patch_schedule": {"schedule_expression": "rate(1 day)"}}, {}, "patch_schedule.schedule_expression"),
         (
-            {"patch_schedule": {"schedule_expression": "cron(0 3 ? * SUN *)", "max_batch_percent": 0}},
+            {"patch_schedule": {"schedule_expression": "cron(0 3 ? * SUN *)", "max_batch_size": 0}},
             {},
-            "patch_schedule.max_batch_percent",
+            "patch_schedule.max_batch_size",
         ),
         ({"zones": ["use1-az4", "use1-az4"]}, {}, "name each zone at most once"),
         ({"root_volume_size_gib": 200}, {}, "root_volume_size_gib"),

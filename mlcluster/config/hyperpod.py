@@ -30,8 +30,9 @@ class PatchScheduleConfig:
 
     #: When the update starts, a HyperPod cron expression such as ``cron(0 3 ? * SUN *)`` (UTC).
     schedule_expression: str = setting(pattern=CRON, allowed="allowed: a cron expression such as 'cron(0 3 ? * SUN *)'")
-    #: The share of the group's nodes updated at once (``RollingUpdatePolicy.MaximumBatchSize``, percent). Unset: the service's default.
-    max_batch_percent: int | None = setting(default=None, minimum=1, maximum=100)
+    #: How many of the group's nodes are updated at once (``RollingUpdatePolicy.MaximumBatchSize`` of type
+    #: ``INSTANCE_COUNT``). Unset: the service's default.
+    max_batch_size: int | None = setting(default=None, minimum=1, maximum=6758)
     #: Seconds to wait between batches (``WaitIntervalInSeconds``). Unset: the service's default.
     wait_interval_seconds: int | None = setting(default=None, minimum=0, maximum=3600)
 

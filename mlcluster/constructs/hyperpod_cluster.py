@@ -39,7 +39,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import custom_resources as cr
 from botocore.exceptions import ParamValidationError
-from botocore.model import Shape
+from botocore.model import Shape, StringShape
 from botocore.validate import validate_parameters
 from constructs import Construct
 
@@ -317,9 +317,9 @@ class HyperPodCluster(Construct):
             schedule = group.patch_schedule
             update: dict[str, Any] = {"ScheduleExpression": schedule.schedule_expression}
             deployment: dict[str, Any] = {}
-            if schedule.max_batch_percent is not None:
+            if schedule.max_batch_size is not None:
                 deployment["RollingUpdatePolicy"] = {
-                    "MaximumBatchSize": {"Type": "CAPACITY_PERCENTAGE", "Value": schedule.max_batch_percent}
+                    "MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": schedule.max_batch_size}
                 }
             if schedule.wait_interval_seconds is not None:
                 deployment["WaitIntervalInSeconds"] = schedule.wait_interval_seconds
@@ -473,11 +473,37 @@ def check_against_botocore(spec: Mapping[str, Any]) -> None:
             validate_parameters(_stand_in_tokens(request, shape), shape)
         except ParamValidationError as err:
             problems.append(f"{name}: {err.kwargs['report']}")
+        # botocore's validator does not look at enumerations; the service refuses a value outside them.
+        problems += [f"{name}: {problem}" for problem in _enum_problems(request, shape, "")]
     if problems:
         raise ValueError(
             f"HyperPodCluster: the installed botocore {botocore.__version__} does not take this request: "
             + "; ".join(problems)
         )
+
+
+def _enum_problems(value: Any, shape: Shape, path: str) -> list[str]:
+    """Every string of ``value`` that is not one of its field's enumeration, named by its path."""
+    if shape.type_name == "string" and isinstance(value, str):
+        allowed = shape.enum if isinstance(shape, StringShape) else []
+        if allowed and not cdk.Token.is_unresolved(value) and value not in allowed:
+            return [f"{path or 'value'}: {value!r} is not one of {', '.join(allowed)}"]
+        return []
+    if shape.type_name == "structure" and isinstance(value, dict):
+        members = shape.members  # type: ignore[attr-defined]
+        return [
+            problem
+            for k, v in value.items()
+            if k in members
+            for problem in _enum_problems(v, members[k], f"{path}.{k}" if path else k)
+        ]
+    if shape.type_name == "list" and isinstance(value, list):
+        return [
+            problem
+            for i, item in enumerate(value)
+            for problem in _enum_problems(item, shape.member, f"{path}[{i}]")  # type: ignore[attr-defined]
+        ]
+    return []
 
 
 def _stand_in_tokens(value: Any, shape: Shape) -> Any:

@@ -48,7 +48,7 @@ GPU = WorkerGroupConfig(
     training_plan_arn=PLAN,
     partition_name="train",
     patch_schedule=PatchScheduleConfig(
-        schedule_expression="cron(0 3 ? * SUN *)", max_batch_percent=25, wait_interval_seconds=300
+        schedule_expression="cron(0 3 ? * SUN *)", max_batch_size=2, wait_interval_seconds=300
     ),
 )
 CPU = WorkerGroupConfig(instance_group_name="cpu", instance_type="ml.c5.4xlarge", instance_count=2)
@@ -177,7 +177,7 @@ def test_group_fields_a_hyperpod_user_expects(built: Built) -> None:
     assert gpu["ScheduledUpdateConfig"] == {
         "ScheduleExpression": "cron(0 3 ? * SUN *)",
         "DeploymentConfig": {
-            "RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "CAPACITY_PERCENTAGE", "Value": 25}},
+            "RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 2}},
             "WaitIntervalInSeconds": 300,
         },
     }
@@ -340,6 +340,20 @@ def test_a_field_botocore_does_not_know_is_refused_by_name() -> None:
     assert 'CreateCluster: Unknown parameter in InstanceGroups[0]: "WarmPoolSize"' in message
     assert "UpdateCluster: Unknown parameter in InstanceGroups[0]" in message
     assert "the installed botocore 1." in message
+
+
+def test_a_value_outside_botocores_enumeration_is_refused_by_path() -> None:
+    """botocore's own validator skips enumerations; the service would refuse the value at deploy time."""
+    schedule = {
+        "ScheduleExpression": "cron(0 3 ? * SUN *)",
+        "DeploymentConfig": {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "PERCENT", "Value": 25}}},
+    }
+    with pytest.raises(ValueError) as caught:
+        check_against_botocore({**_request(ScheduledUpdateConfig=schedule), "NodeRecovery": "Automatic"})
+    assert (
+        "CreateCluster: InstanceGroups[0].ScheduledUpdateConfig.DeploymentConfig.RollingUpdatePolicy.MaximumBatchSize"
+        ".Type: 'PERCENT' is not one of INSTANCE_COUNT, CAPACITY_PERCENTAGE"
+    ) in str(caught.value)
 
 
 def test_a_field_only_creation_takes_is_not_checked_against_update() -> None:

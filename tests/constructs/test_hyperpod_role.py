@@ -26,7 +26,7 @@ from mlcluster.constructs.nag import flatten_resource
 from mlcluster.constructs.network import ClusterNetwork
 
 SECRET = "arn:aws:secretsmanager:us-east-1:111111111111:secret:slurm-db-AbCdEf"
-LIFECYCLE_BUCKET = "sagemaker-mlc-test-111111111111-us-east-1"
+LIFECYCLE_BUCKET = "mlc-lifecycle-test-111111111111-us-east-1"
 LOG_GROUPS = "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Clusters/*"
 EC2 = "arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>"
 
