@@ -83,3 +83,13 @@ def test_bad_values_name_the_key(
     tmp_path: Path, worker: dict[str, Any], hyperpod: dict[str, Any], message: str
 ) -> None:
     assert message in refused(tmp_path, worker, **hyperpod)
+
+
+def test_cluster_name_is_used_as_is_up_to_60_characters(tmp_path: Path) -> None:
+    """The native resource takes cluster.name verbatim (no hash suffix any more): 60 characters fit HyperPod's 63."""
+    cluster = {"backend": "hyperpod", "name": "a" * 60, "hyperpod": {"workers": [WORKER]}}
+    env = load_environment(write_env(tmp_path, "hp", {**MINIMAL, "cluster": cluster}))
+    assert env.cluster_name == "a" * 60
+    cluster["name"] = "ml-cluster-"
+    with pytest.raises(ConfigError, match=r"cluster.name: 'ml-cluster-' is not valid; HyperPod cluster names end in"):
+        load_environment(write_env(tmp_path, "hp", {**MINIMAL, "cluster": cluster}))
