@@ -400,14 +400,17 @@ class CapacityReservationGroupConfig:
 class NodeScriptsConfig:
     """Which mlcluster node scripts run (OnNodeConfigured).
 
-    Each applies where it fits: Docker, Enroot and Pyxis on every node; NCCL
-    with aws-ofi-nccl on queues with NVIDIA GPUs and EFA; the Neuron SDK on
-    queues with Trainium or Inferentia.
+    Each applies where it fits: Docker (root only), rootless Podman, Enroot
+    and Pyxis on every node; NCCL with aws-ofi-nccl and nccl-tests on queues
+    with NVIDIA GPUs and EFA; the Neuron SDK on queues with Trainium or
+    Inferentia. ``docker_group`` adds the OS's default user to the ``docker``
+    group on every node, which makes that user root there: off unless asked.
     """
 
     docker_enroot_pyxis: bool = True
     nccl_efa: bool = True
     neuron: bool = True
+    docker_group: bool = False
 
 
 @section
