@@ -93,3 +93,17 @@ def test_cluster_name_is_used_as_is_up_to_60_characters(tmp_path: Path) -> None:
     cluster["name"] = "ml-cluster-"
     with pytest.raises(ConfigError, match=r"cluster.name: 'ml-cluster-' is not valid; HyperPod cluster names end in"):
         load_environment(write_env(tmp_path, "hp", {**MINIMAL, "cluster": cluster}))
+
+
+@pytest.mark.parametrize("backend", ["hyperpod", "pcluster"])
+def test_environment_named_sagemaker_with_a_cluster_is_refused(tmp_path: Path, backend: str) -> None:
+    """Issue 17 item 1: script bucket names carry the environment's name; 'sagemaker' there invites managed writes."""
+    queue = {"name": "gpu", "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge"}]}
+    section = {"workers": [WORKER]} if backend == "hyperpod" else {"queues": [queue]}
+    path = write_env(tmp_path, "sagemaker-dev", {**MINIMAL, "cluster": {"backend": backend, backend: section}})
+    with pytest.raises(ConfigError, match=r"sagemaker-dev.yaml: \(file name\): 'sagemaker-dev' is not valid"):
+        load_environment(path)
+
+
+def test_environment_named_sagemaker_without_a_cluster_is_accepted(tmp_path: Path) -> None:
+    assert load_environment(write_env(tmp_path, "sagemaker-data", MINIMAL)).name == "sagemaker-data"

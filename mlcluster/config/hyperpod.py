@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from mlcluster.config.awsdata import HYPERPOD_INSTANCE_TYPES
 from mlcluster.config.schema import Issues, section, setting
 
 GROUP_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
@@ -28,13 +29,20 @@ DeepHealthCheck = Literal["InstanceStress", "InstanceConnectivity"]
 class PatchScheduleConfig:
     """When HyperPod patches a group's nodes (the group's ``ScheduledUpdateConfig``), and how many at a time."""
 
-    #: When the update starts, a HyperPod cron expression such as ``cron(0 3 ? * SUN *)`` (UTC).
-    schedule_expression: str = setting(pattern=CRON, allowed="allowed: a cron expression such as 'cron(0 3 ? * SUN *)'")
-    #: How many of the group's nodes are updated at once (``RollingUpdatePolicy.MaximumBatchSize`` of type
-    #: ``INSTANCE_COUNT``). Unset: the service's default.
-    max_batch_size: int | None = setting(default=None, minimum=1, maximum=6758)
-    #: Seconds to wait between batches (``WaitIntervalInSeconds``). Unset: the service's default.
-    wait_interval_seconds: int | None = setting(default=None, minimum=0, maximum=3600)
+    schedule_expression: str = setting(
+        pattern=CRON,
+        allowed="allowed: a cron expression such as 'cron(0 3 ? * SUN *)'",
+        doc="when the update starts (UTC): cron(minute hour day-of-month month day-of-week year)",
+    )
+    max_batch_size: int | None = setting(
+        default=None,
+        minimum=1,
+        maximum=6758,
+        doc="nodes updated at once (RollingUpdatePolicy.MaximumBatchSize, INSTANCE_COUNT); unset: the service's",
+    )
+    wait_interval_seconds: int | None = setting(
+        default=None, minimum=0, maximum=3600, doc="seconds between batches; unset: the service's default"
+    )
 
 
 @section
@@ -42,29 +50,40 @@ class InstanceGroupConfig:
     """One HyperPod instance group (one ``InstanceGroups`` entry of CreateCluster)."""
 
     instance_group_name: str = setting(pattern=GROUP_NAME, allowed=GROUP_HELP)
-    instance_type: str = setting(pattern=ML_INSTANCE, allowed=ML_HELP)
+    instance_type: str = setting(pattern=ML_INSTANCE, allowed=ML_HELP, choices=HYPERPOD_INSTANCE_TYPES)
     instance_count: int = setting(default=1, minimum=0, maximum=6758)
-    #: 1 turns simultaneous multithreading off, 2 on (``ThreadsPerCore``).
-    threads_per_core: int = setting(default=1, one_of=(1, 2))
-    #: Size of the secondary EBS volume each node gets at /opt/sagemaker. The root volume's size is set by
-    #: HyperPod and cannot be chosen (the API refuses ``VolumeSizeInGB`` on the root volume).
-    ebs_volume_size_gib: int = setting(default=500, minimum=1, maximum=16384)
-    #: KMS key that encrypts the secondary EBS volume. Unset: an AWS owned key.
-    ebs_volume_kms_key_id: str | None = setting(default=None, pattern=KMS_KEY, allowed=KMS_HELP)
-    #: KMS key that encrypts the root volume (``RootVolume: true``). Unset: an AWS owned key.
-    root_volume_kms_key_id: str | None = setting(default=None, pattern=KMS_KEY, allowed=KMS_HELP)
-    #: Deep health checks run on every node the group launches before it joins the cluster.
-    deep_health_checks: tuple[DeepHealthCheck, ...] = ()
+    threads_per_core: int = setting(
+        default=1, one_of=(1, 2), doc="1 turns simultaneous multithreading off, 2 on (ThreadsPerCore)"
+    )
+    ebs_volume_size_gib: int = setting(
+        default=500,
+        minimum=1,
+        maximum=16384,
+        doc="the secondary EBS volume at /opt/sagemaker; the root volume's size is the service's (not settable)",
+    )
+    ebs_volume_kms_key_id: str | None = setting(
+        default=None, pattern=KMS_KEY, allowed=KMS_HELP, doc="KMS key of the secondary volume; unset: an AWS owned key"
+    )
+    root_volume_kms_key_id: str | None = setting(
+        default=None, pattern=KMS_KEY, allowed=KMS_HELP, doc="KMS key of the root volume; unset: an AWS owned key"
+    )
+    deep_health_checks: tuple[DeepHealthCheck, ...] = setting(
+        default=(),
+        doc="checks every new node passes before it joins (not MultiNodeTrainingValidation: CloudFormation lacks it)",
+    )
     training_plan_arn: str | None = setting(
         default=None,
         pattern=r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-z0-9-]+",
         allowed="allowed: a SageMaker training plan ARN",
     )
-    #: Zones (as named in ``network:``) whose private subnets this group uses instead of the cluster's
-    #: (``OverrideVpcConfig``, the same security group). Empty: the cluster's subnet in the primary zone.
-    zones: tuple[str, ...] = ()
-    #: When and how HyperPod patches this group's nodes (``ScheduledUpdateConfig``). Unset: no schedule.
-    patch_schedule: PatchScheduleConfig | None = None
+    zones: tuple[str, ...] = setting(
+        default=(),
+        doc="zones as named in network: whose private subnets this group uses (OverrideVpcConfig); "
+        "empty: the primary zone's",
+    )
+    patch_schedule: PatchScheduleConfig | None = setting(
+        default=None, doc="when and how HyperPod patches this group's nodes (ScheduledUpdateConfig); unset: never"
+    )
 
     def check(self, issues: Issues) -> None:
         if len(set(self.deep_health_checks)) != len(self.deep_health_checks):
@@ -147,13 +166,17 @@ class HyperPodConfig:
     )
     login: InstanceGroupConfig | None = None
     workers: tuple[WorkerGroupConfig, ...] = setting(allowed="at least one worker group")
-    #: ``Automatic``: HyperPod replaces or reboots faulty nodes; ``None``: it only labels them.
-    node_recovery: Literal["Automatic", "None"] = "Automatic"
-    #: What every group's role may do in the data bucket; ``read_write`` only as an explicit choice.
-    data_bucket_access: Literal["none", "read", "read_write"] = "read"
-    #: HyperPod's own Slurm configuration management (``Orchestrator.Slurm.SlurmConfigStrategy``) with each
-    #: group's ``SlurmConfig`` (node type, partition). Unset: the lifecycle scripts configure Slurm alone.
-    slurm_config_strategy: Literal["Managed", "Overwrite", "Merge"] | None = None
+    node_recovery: Literal["Automatic", "None"] = setting(
+        default="Automatic", doc="Automatic: HyperPod replaces or reboots faulty nodes; None: it only labels them"
+    )
+    data_bucket_access: Literal["none", "read", "read_write"] = setting(
+        default="read", doc="what every group's role may do in the data bucket; read_write only when asked"
+    )
+    slurm_config_strategy: Literal["Managed", "Overwrite", "Merge"] | None = setting(
+        default=None,
+        doc="HyperPod's own Slurm configuration (Orchestrator.Slurm) with each group's node type and partition; "
+        "unset: the lifecycle scripts configure Slurm",
+    )
     lifecycle: LifecycleConfig = setting(default=LifecycleConfig())
 
     def check(self, issues: Issues) -> None:
