@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 
@@ -21,6 +23,21 @@ def selected_environments(app: cdk.App) -> list[str] | None:
     return [name.strip() for name in str(value).split(",")]
 
 
+#: The CDK CLI's project file. Its ``context`` (feature flags such as
+#: ``@aws-cdk/core:defaultCrossStackReferences``) reaches the app from the CLI
+#: through the environment; ``build_app`` reads it too, so in-process
+#: synthesis (tests, tools) builds the same templates as ``cdk synth``.
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+
+
+def project_context(cdk_json: Path = CDK_JSON) -> dict[str, Any]:
+    """The ``context`` of ``cdk_json``; empty when the file is absent (an installed wheel)."""
+    if not cdk_json.is_file():
+        return {}
+    context = json.loads(cdk_json.read_text(encoding="utf-8")).get("context", {})
+    return dict(context)
+
+
 def build_app(
     environments_dir: Path, *, selected: list[str] | None = None, outdir: str | None = None
 ) -> tuple[cdk.App, list[EnvironmentStage]]:
@@ -29,7 +46,8 @@ def build_app(
     All files are validated before any construct is made, so a bad file
     synthesizes nothing.
     """
-    app = cdk.App(outdir=outdir) if outdir is not None else cdk.App()
+    context = project_context()
+    app = cdk.App(outdir=outdir, context=context) if outdir is not None else cdk.App(context=context)
     chosen = selected if selected is not None else selected_environments(app)
     environments: list[Environment] = load_environments(environments_dir, chosen)
     for warning in pre_deploy_checks(environments):
