@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import cx_api
 
 from mlcluster.config import ConfigError, Environment, Problem, load_environments
 from mlcluster.config.schema import NOT_A_VALUE
+from mlcluster.lockfile import guard
 from mlcluster.pcluster.checks import check_environment
+from mlcluster.replacement import snapshot_from_assembly
 from mlcluster.stacks.stage import EnvironmentStage
 
 
@@ -75,10 +78,28 @@ def pre_deploy_checks(environments: list[Environment]) -> list[str]:
     return warnings
 
 
+def synth_guarded(app: cdk.App, stages: list[EnvironmentStage]) -> cx_api.CloudAssembly:
+    """Synthesize, then refuse replacements of data-bearing resources the lock files do not expect.
+
+    Raises ``ConfigError`` (see ``mlcluster.lockfile.guard``) naming every
+    refused replacement of every environment.
+    """
+    assembly = app.synth()
+    refused: list[ConfigError] = []
+    for stage in stages:
+        try:
+            guard(stage.environment, snapshot_from_assembly(Path(assembly.directory), stage.stage_name))
+        except ConfigError as error:
+            refused.append(error)
+    if refused:
+        raise ConfigError.combine(refused)
+    return assembly
+
+
 def main() -> None:
     """Entry point of ``app.py``: print config errors plainly and exit 1."""
     try:
-        app, _ = build_app(Path("environments"))
+        app, stages = build_app(Path("environments"))
     except ConfigError as error:
         print(f"mlcluster: configuration error\n{error}", file=sys.stderr)
         sys.exit(1)
@@ -86,4 +107,10 @@ def main() -> None:
         # The constructs check their props too; the config checks should catch everything first.
         print(f"mlcluster: invalid settings\n{error}", file=sys.stderr)
         sys.exit(1)
-    app.synth()
+    try:
+        synth_guarded(app, stages)
+    except ConfigError as error:
+        print(
+            f"mlcluster: replacement refused (the templates are written, do not deploy them)\n{error}", file=sys.stderr
+        )
+        sys.exit(1)

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from mlcluster.cli import diff
 from mlcluster.cli.errors import CliError
 
 
@@ -18,6 +19,10 @@ def cli() -> None:
     on each command); stacks, outputs, region and account come from the
     environment file and CloudFormation.
     """
+
+
+for command in (diff.diff, diff.lock, diff.protect):
+    cli.add_command(command)
 
 
 def main() -> None:

@@ -67,6 +67,15 @@ class RetentionConfig:
         default=365, one_of=LOG_RETENTION_DAYS, allowed="allowed: " + ", ".join(str(d) for d in LOG_RETENTION_DAYS)
     )
 
+    #: Construct paths (below the environment) of data-bearing resources this
+    #: file explicitly lets the next deploy replace, e.g. ``Storage/Lustre``.
+    #: The synth-time guard (``mlcluster.lockfile``) refuses every other replacement.
+    allow_replacement: tuple[str, ...] = setting(
+        default=(),
+        pattern=r"(Storage|DataRepository|Cluster|Network)(/[A-Za-z0-9_.-]+)*",
+        allowed="allowed: construct paths below the environment, e.g. 'Storage/Lustre' or 'Cluster/Cluster'",
+    )
+
     @property
     def keeps_data(self) -> bool:
         return self.on_delete == "retain"
