@@ -142,7 +142,8 @@ def refusals(environment: Environment, changes: Sequence[Change]) -> list[Proble
                 + (f": {'; '.join(change.reasons)}" if change.reasons else "")
                 + f". {SAFE_WAYS.get(change.type, 'data in it is lost')}. "
                 f"To allow it, add '{head}' to retention.allow_replacement in this file (and remove it, "
-                f"then run 'mlcluster lock {environment.name}', after the deploy).",
+                f"then run 'mlcluster lock {environment.name}', after the deploy). If the environment is not "
+                f"deployed, or runs these templates already, refresh the lock: 'mlcluster lock {environment.name}'.",
             )
         )
     return problems
