@@ -48,9 +48,10 @@ def of_type(template: dict[str, Any], kind: str) -> dict[str, Any]:
     return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
 
 
-def test_bucket_lustre_and_dra_in_the_storage_stack(stages: dict[str, dict[str, Any]]) -> None:
+def test_bucket_and_lustre_in_the_storage_stack_dras_in_their_own(stages: dict[str, dict[str, Any]]) -> None:
     storage = stages["keep/Storage"]
-    assert len(of_type(storage, "AWS::FSx::DataRepositoryAssociation")) == 2
+    assert not of_type(storage, "AWS::FSx::DataRepositoryAssociation")
+    assert len(of_type(stages["keep/DataRepository"], "AWS::FSx::DataRepositoryAssociation")) == 2
     (lustre,) = [
         r for r in of_type(storage, "AWS::FSx::FileSystem").values() if r["Properties"]["FileSystemType"] == "LUSTRE"
     ]
@@ -66,12 +67,12 @@ def test_bucket_lustre_and_dra_in_the_storage_stack(stages: dict[str, dict[str, 
 def test_file_systems_sit_in_the_network_stacks_private_subnet(stages: dict[str, dict[str, Any]]) -> None:
     for fs in of_type(stages["keep/Storage"], "AWS::FSx::FileSystem").values():
         (subnet,) = fs["Properties"]["SubnetIds"]
-        assert "Fn::ImportValue" in subnet
-        assert "PrivateSubnet1" in str(subnet["Fn::ImportValue"]) or "Private1Subnet" in str(subnet["Fn::ImportValue"])
+        assert subnet["Fn::GetStackOutput"]["StackName"] == "keep-Network"
+        assert "Private1Subnet" in subnet["Fn::GetStackOutput"]["OutputName"]
 
 
 def test_dras_are_created_one_after_another(stages: dict[str, dict[str, Any]]) -> None:
-    dras = of_type(stages["keep/Storage"], "AWS::FSx::DataRepositoryAssociation")
+    dras = of_type(stages["keep/DataRepository"], "AWS::FSx::DataRepositoryAssociation")
     ids = sorted(dras)
     assert any(other in dras[ids[1]].get("DependsOn", []) for other in ids[:1]) or any(
         other in dras[ids[0]].get("DependsOn", []) for other in ids[1:]
@@ -80,7 +81,7 @@ def test_dras_are_created_one_after_another(stages: dict[str, dict[str, Any]]) -
 
 @pytest.mark.parametrize("kind", DATA_TYPES)
 def test_data_is_retained_on_delete_and_replace(stages: dict[str, dict[str, Any]], kind: str) -> None:
-    found = of_type(stages["keep/Storage"], kind)
+    found = of_type(stages["keep/Storage"], kind) | of_type(stages["keep/DataRepository"], kind)
     assert found, kind
     for logical_id, resource in found.items():
         assert resource.get("DeletionPolicy") == "Retain", logical_id
@@ -89,7 +90,8 @@ def test_data_is_retained_on_delete_and_replace(stages: dict[str, dict[str, Any]
 
 def test_destroy_only_when_the_environment_asks(stages: dict[str, dict[str, Any]]) -> None:
     for kind in ("AWS::S3::Bucket", "AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation"):
-        for logical_id, resource in of_type(stages["scratch/Storage"], kind).items():
+        found = of_type(stages["scratch/Storage"], kind) | of_type(stages["scratch/DataRepository"], kind)
+        for logical_id, resource in found.items():
             assert resource.get("DeletionPolicy") == "Delete", logical_id
 
 
@@ -99,9 +101,9 @@ def test_storage_depends_only_on_the_network(stages: dict[str, dict[str, Any]], 
     storage = next(s for s in keep.stacks if s.hierarchical_id == "keep/Storage")
     ours = [d.id for d in storage.dependencies if d.id.startswith("keep") and not d.id.endswith(".assets")]
     assert ours and all("Network" in d for d in ours), ours
-    imports = [v for v in _walk(stages["keep/Storage"]) if isinstance(v, dict) and "Fn::ImportValue" in v]
-    assert imports
-    assert all("Network" in str(i["Fn::ImportValue"]) for i in imports)
+    reads = [v for v in _walk(stages["keep/Storage"]) if isinstance(v, dict) and "Fn::GetStackOutput" in v]
+    assert reads
+    assert all(r["Fn::GetStackOutput"]["StackName"] == "keep-Network" for r in reads)
 
 
 def test_outputs_for_the_cluster_side(stages: dict[str, dict[str, Any]]) -> None:
