@@ -40,27 +40,27 @@ CONFIG_KEYS = (
 #: How to make each kind of replacement without losing data.
 SAFE_WAYS = {
     "AWS::FSx::FileSystem": (
-        "a replacement is a new, empty file system (the old one is retained or deleted with the stack's policy). "
+        "A replacement is a new, empty file system (the old one is retained or deleted with the stack's policy). "
         "Safe way: export what is not yet in S3 (a data repository export task, or the DRA's auto-export), take a "
         "backup, deploy with the allowance, then let the DRAs re-import (or restore from the backup) and remount "
         "on the cluster nodes"
     ),
     "AWS::FSx::DataRepositoryAssociation": (
-        "a replaced DRA is deleted and created again: files not exported yet stay only on the file system and the "
+        "A replaced DRA is deleted and created again: files not exported yet stay only on the file system and the "
         "bucket's metadata is imported again (hours for large buckets). Safe way: run a data repository export "
         "task for the path first, then deploy with the allowance"
     ),
     "AWS::S3::Bucket": (
-        "a new bucket name is a new, empty bucket; the old one and its objects are not moved. Safe way: keep the "
+        "A new bucket name is a new, empty bucket; the old one and its objects are not moved. Safe way: keep the "
         "name; or create the new bucket, copy the objects (S3 Batch Operations or 'aws s3 sync'), then deploy "
         "with the allowance"
     ),
     "AWS::KMS::Key": (
-        "data encrypted under the old key needs that key: keep it enabled until everything is re-encrypted, "
+        "Data encrypted under the old key needs that key: keep it enabled until everything is re-encrypted, "
         "then deploy with the allowance"
     ),
     "Custom::PclusterCluster": (
-        "a new cluster name is a new cluster: running jobs and the head node's local state are lost. Safe way: "
+        "A new cluster name is a new cluster: running jobs and the head node's local state are lost. Safe way: "
         "drain the queues (no running jobs), then deploy with the allowance"
     ),
     "Custom::HyperPodCluster": (
@@ -140,7 +140,7 @@ def refusals(environment: Environment, changes: Sequence[Change]) -> list[Proble
                 f"this edit {'deletes' if change.action == 'remove' else 'replaces'} {change.stack}/{change.path} "
                 f"({change.type}, logical id {change.logical_id})"
                 + (f": {'; '.join(change.reasons)}" if change.reasons else "")
-                + f". {SAFE_WAYS.get(change.type, 'data in it is lost')}. "
+                + f". {SAFE_WAYS.get(change.type, 'Data in it is lost')}. "
                 f"To allow it, add '{head}' to retention.allow_replacement in this file (and remove it, "
                 f"then run 'mlcluster lock {environment.name}', after the deploy). If the environment is not "
                 f"deployed, or runs these templates already, refresh the lock: 'mlcluster lock {environment.name}'.",

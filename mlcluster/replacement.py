@@ -361,7 +361,16 @@ def compare(before: Snapshot, after: Snapshot) -> list[Change]:
                 elif old.digest != new.digest:
                     changes[stack, lid] = Change(stack, lid, new.type, new.path, "update")
     _cascade(after, changes)
-    return sorted(changes.values(), key=lambda c: (not c.dangerous, c.action != "replace", c.stack, c.path))
+    return sorted(
+        changes.values(),
+        key=lambda c: (
+            not c.dangerous,
+            c.action != "replace",
+            c.reasons[0].startswith("refers to") if c.reasons else False,
+            c.stack,
+            c.path,
+        ),
+    )
 
 
 def _cascade(after: Snapshot, changes: dict[tuple[str, str], Change]) -> None:

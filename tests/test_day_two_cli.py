@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -366,3 +368,30 @@ def test_protect_access_denied_is_reported(cfn: tuple[Any, Stubber], tmp_path: P
         apply_protection(client, env, ())
     assert raised.value.exit_code == EXIT_AWS
     assert "SetStackPolicy on p5-Network" in raised.value.message
+
+
+def test_the_command_does_not_import_aws_cdk_lib() -> None:
+    code = "import sys, mlcluster.cli.main; print(any(m.startswith('aws_cdk') for m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_lock_synthesizes_in_a_subprocess_and_writes_the_lock(tmp_path: Path) -> None:
+    envs = tmp_path / "environments"
+    write_env(envs, "small", MINIMAL)
+    result = CliRunner().invoke(cli, ["lock", "small", "--environments", str(envs)], standalone_mode=False)
+    assert result.exception is None, result.output
+    lock = json.loads((envs / "small.lock.json").read_text(encoding="utf-8"))
+    assert lock["format"] == 1 and lock["environment"] == "small"
+    assert set(lock["stacks"]) == {"small-Network", "small-Storage", "small-DataRepository"}
+    lustre = lock["stacks"]["small-Storage"]["resources"]
+    assert any(r["path"] == "Storage/Lustre/Resource" for r in lustre.values())
+
+
+def test_synthesis_failure_is_reported(tmp_path: Path) -> None:
+    envs = tmp_path / "environments"
+    write_env(envs, "bad", {"network": {"availability_zone": "us-east-1a"}, "storage": {"lustre": {"nope": 1}}})
+    with pytest.raises(CliError, match="configuration error"):
+        diff_module.load_one(envs, "bad")
+    with pytest.raises(CliError, match="synthesizing bad failed"):
+        diff_module.synthesize(envs, "bad", tmp_path / "out")
