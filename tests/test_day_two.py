@@ -174,6 +174,13 @@ EDITS = [
     edit("remove a DRA", "pcluster", {f"{DRAS}.1": _DELETE}),
     edit("bucket SSE-S3 -> SSE-KMS", "pcluster", {"storage.data_bucket.encryption": "kms"}),
     edit(
+        "bucket SSE-KMS -> SSE-S3 (the created key goes)",
+        "data-only",
+        {"storage.data_bucket.encryption": "s3"},
+        refused={"Storage/DataBucket/Key/Resource"},
+        safe_way="keep the key until every object is re-encrypted (S3 Batch Operations copy), then allow",
+    ),
+    edit(
         "bucket name set",
         "pcluster",
         {"storage.data_bucket.name": "dt-training-data-123"},
