@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from mlcluster.config import load_environment
+from mlcluster.config.environment import environment_files
 from mlcluster.pcluster.checks import access_summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,11 +55,12 @@ def summarize(outdir: Path) -> list[str]:
     """Lines describing every stack in the cloud assembly at ``outdir``."""
     lines = [f"{'stack':<22} {'resources':>9} {'outputs':>7}  {'acknowledgements':>16}  cdk-nag packs (all passed)"]
     manifest = json.loads((outdir / "manifest.json").read_text())
+    files = {p.stem: p for p in environment_files(ROOT / "environments")}
     for name, artifact in sorted(manifest["artifacts"].items()):
         if artifact["type"] != "cdk:cloud-assembly":
             continue
         stage = name.removeprefix("assembly-")
-        config = load_environment(ROOT / "environments" / f"{stage}.yaml").config
+        config = load_environment(files[stage]).config
         packs = ", ".join(["AwsSolutions", *config.compliance.packs])
         stage_dir = outdir / artifact["properties"]["directoryName"]
         acks = acknowledged_by_stack(stage_dir)

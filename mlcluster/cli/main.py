@@ -8,6 +8,7 @@ import click
 
 from mlcluster.cli import diff
 from mlcluster.cli.errors import CliError
+from mlcluster.cli.validate import validate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,6 +22,7 @@ def cli() -> None:
     """
 
 
+cli.add_command(validate)
 for command in (diff.diff, diff.lock, diff.protect):
     cli.add_command(command)
 
