@@ -152,9 +152,9 @@ EDITS = [
         safe_way="as deployment type",
     ),
     edit(
-        "Lustre dedicated security group",
+        "Lustre security group dedicated -> cluster",
         "pcluster",
-        {"storage.lustre.security_group": "dedicated"},
+        {"storage.lustre.security_group": "cluster"},
         refused={LUSTRE, DATA, CKPT},
         safe_way="as deployment type (SecurityGroupIds is create-only)",
     ),
