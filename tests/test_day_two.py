@@ -149,6 +149,7 @@ EDITS = [
             "storage.lustre.throughput_mbps_per_tib": 1000,
         },
         refused={LUSTRE, DATA, CKPT},
+        also_replaced={"Storage/Lustre/ClientIngress1", "Storage/Lustre/SecurityGroup/Resource"},
         safe_way="as deployment type",
     ),
     edit(
@@ -213,7 +214,7 @@ EDITS = [
         "pcluster",
         {"network.cidr": "10.20.0.0/16"},
         refused={LUSTRE, OPENZFS, DATA, CKPT},
-        also_replaced={"Network/*"},
+        also_replaced={"Network/*", "Storage/*"},
         safe_way="new network is new storage: build a second environment and copy",
     ),
     edit("extra zone added", "pcluster", {"network.extra_zones": [{"availability_zone": "us-east-2b"}]}),
