@@ -63,8 +63,8 @@ SAFE_WAYS = {
         "A new cluster name is a new cluster: running jobs and the head node's local state are lost. Safe way: "
         "drain the queues (no running jobs), then deploy with the allowance"
     ),
-    "Custom::HyperPodCluster": (
-        "HyperPod makes a new cluster and deletes the old one: running jobs are lost. Safe way: drain the "
+    "AWS::SageMaker::Cluster": (
+        "A new HyperPod cluster replaces the old one: running jobs are lost. Safe way: drain the "
         "partitions, or add a new instance group instead of changing one in place, then deploy with the allowance"
     ),
 }

@@ -9,10 +9,12 @@ applies our custom resources' documented rules:
 
 - ``Custom::PclusterCluster``: ParallelCluster cannot rename a cluster, so a
   new ``ClusterName`` is a new cluster.
-- ``Custom::HyperPodCluster``: the handler's own rule
-  (``mlcluster.handlers.hyperpod_cluster.spec.replacement_reasons``): a new
-  base name, ``VpcConfig``, ``Orchestrator``, or a create-only field of an
-  instance group kept in both specs.
+- ``AWS::SageMaker::Cluster`` (HyperPod): besides the schema's
+  ``ClusterName``, ``VpcConfig`` and ``Orchestrator``, an instance group's
+  ``InstanceType``, ``ExecutionRole`` and ``ThreadsPerCore`` are fixed when
+  the group is created (SageMaker's UpdateCluster cannot change them), so a
+  change to one, for a group kept in both templates, counts as a
+  replacement; adding or removing a whole group does not.
 
 A resource is also replaced when a create-only property refers (``Ref``,
 ``Fn::GetAtt``, or ``Fn::GetStackOutput`` across stacks) to a resource that
@@ -39,7 +41,7 @@ DATA_BEARING_TYPES = frozenset(
         "AWS::FSx::DataRepositoryAssociation",
         "AWS::KMS::Key",
         "Custom::PclusterCluster",
-        "Custom::HyperPodCluster",
+        "AWS::SageMaker::Cluster",
     }
 )
 #: S3 buckets are data-bearing in the storage stack (the data bucket and its access logs).
@@ -68,7 +70,11 @@ SCHEMA_SUPPLEMENT: dict[str, tuple[str, ...]] = {
 }
 #: Our custom resources' create-only properties (see the module docstring).
 CUSTOM_CREATE_ONLY: dict[str, tuple[str, ...]] = {"Custom::PclusterCluster": ("/properties/ClusterName",)}
-HYPERPOD_TYPE = "Custom::HyperPodCluster"
+HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
+#: Fields of a HyperPod instance group fixed at the group's creation.
+HYPERPOD_GROUP_FIELDS = ("InstanceType", "ExecutionRole", "ThreadsPerCore")
+#: Create-only keys of kept instance groups: ``InstanceGroups[<name>].<field>``.
+GROUP_KEY = "InstanceGroups["
 
 Action = Literal["add", "remove", "replace", "update"]
 
@@ -183,32 +189,17 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def decode_json_string(value: Any) -> Any:
-    """The object behind CDK's ``Stack.toJsonString`` (an ``Fn::Join`` of text and intrinsics).
-
-    Each intrinsic becomes the text ``${<its JSON>}``, so the same reference
-    reads the same before and after, and references stay visible for the
-    cascade. A plain string or object is returned parsed or as is.
-    """
-    if isinstance(value, dict) and "Fn::Join" in value:
-        separator, parts = value["Fn::Join"]
-        text = str(separator).join(
-            p if isinstance(p, str) else "${" + json.dumps(p, sort_keys=True).replace('"', "'") + "}" for p in parts
-        )
-        return json.loads(text)
-    if isinstance(value, str):
-        return json.loads(value)
-    return value
-
-
 def _create_only_values(resource_type: str, properties: Mapping[str, Any]) -> dict[str, Any]:
-    if resource_type == HYPERPOD_TYPE:
-        return {"ClusterSpec": decode_json_string(properties.get("ClusterSpec", "{}"))}
     values: dict[str, Any] = {}
     for pointer in create_only_paths(resource_type):
         found = _lookup(dict(properties), pointer.split("/")[2:])
         if found is not _ABSENT:
             values[pointer.removeprefix("/properties/")] = found
+    if resource_type == HYPERPOD_TYPE:
+        for group in properties.get("InstanceGroups", []):
+            for field in HYPERPOD_GROUP_FIELDS:
+                if isinstance(group, dict) and field in group:
+                    values[f"{GROUP_KEY}{group.get('InstanceGroupName')}].{field}"] = group[field]
     return values
 
 
@@ -228,13 +219,6 @@ def _refs(value: Any) -> Iterator[tuple[str | None, str]]:
     elif isinstance(value, list):
         for item in value:
             yield from _refs(item)
-    elif isinstance(value, str) and "${{" in value:
-        # A reference inside a decoded toJsonString: ${{'Ref': 'X'}}.
-        for chunk in value.split("${")[1:]:
-            try:
-                yield from _refs(json.loads(chunk[: chunk.rindex("}")].replace("'", '"')))
-            except ValueError:
-                continue
 
 
 def stack_state(template: Mapping[str, Any], paths: Mapping[str, str]) -> StackState:
@@ -310,36 +294,14 @@ def _format(value: Any) -> str:
 def _own_reasons(old: ResourceState, new: ResourceState) -> list[str]:
     if new.type != old.type:
         return [f"type {old.type} -> {new.type}"]
-    if new.type == HYPERPOD_TYPE:
-        return hyperpod_reasons(old.create_only.get("ClusterSpec", {}), new.create_only.get("ClusterSpec", {}))
     keys = sorted(old.create_only.keys() | new.create_only.keys())
+    # A group added or removed is not a replacement: compare the groups both sides keep.
+    keys = [k for k in keys if not k.startswith(GROUP_KEY) or (k in old.create_only and k in new.create_only)]
     return [
         f"{key.replace('/', '.')} {_format(old.create_only.get(key))} -> {_format(new.create_only.get(key))}"
         for key in keys
         if old.create_only.get(key) != new.create_only.get(key)
     ]
-
-
-def hyperpod_reasons(old_spec: Mapping[str, Any], new_spec: Mapping[str, Any]) -> list[str]:
-    """The HyperPod handler's own replacement rule, applied to two decoded ``ClusterSpec`` objects."""
-    import botocore.session  # the model loads only when a HyperPod cluster is compared
-    from botocore.model import StructureShape
-
-    from mlcluster.handlers.hyperpod_cluster.spec import Properties, replacement_reasons
-
-    shape = botocore.session.get_session().get_service_model("sagemaker").operation_model("UpdateCluster").input_shape
-    if not isinstance(shape, StructureShape):  # pragma: no cover - botocore's model always has one
-        raise TypeError("botocore's sagemaker UpdateCluster has no input shape")
-
-    def props(spec: Mapping[str, Any]) -> Properties:
-        return Properties(
-            spec={"InstanceGroups": [], **spec},
-            wait_handle_url="",
-            create_timeout_seconds=0,
-            provisioning_parameters_key="",
-        )
-
-    return replacement_reasons(props(new_spec), props(old_spec), shape)
 
 
 def compare(before: Snapshot, after: Snapshot) -> list[Change]:

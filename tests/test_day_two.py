@@ -69,7 +69,6 @@ HYPERPOD: dict[str, Any] = {
                 {"instance_group_name": "gpu-b", "instance_type": "ml.p5.48xlarge", "instance_count": 1},
             ],
             "lifecycle": {"users": [{"name": "alice", "uid": 2001}]},
-            "create_timeout_hours": 6,
         },
     },
 }
@@ -83,7 +82,7 @@ BASES = {"pcluster": PCLUSTER, "hyperpod": HYPERPOD, "data-only": DATA_ONLY}
 LUSTRE = "Storage/Lustre/Resource"
 OPENZFS = "Storage/OpenZfs/Resource"
 PCLUSTER_CLUSTER = "Cluster/Cluster/Resource"
-HYPERPOD_CLUSTER = "Cluster/Cluster/Resource/Default"
+HYPERPOD_CLUSTER = "Cluster/Cluster/Resource"
 DATA = "DataRepository/Lustre/AssociationData"
 CKPT = "DataRepository/Lustre/AssociationCkpt"
 PC = "cluster.pcluster"
@@ -285,7 +284,7 @@ EDITS = [
         safe_way="add a new group with the new type, move work, remove the old group",
     ),
     edit("HyperPod user added", "hyperpod", {f"{HP}.lifecycle.users.1": {"name": "bob", "uid": 2002}}),
-    edit("HyperPod create timeout", "hyperpod", {f"{HP}.create_timeout_hours": 12}),
+    edit("HyperPod node recovery Automatic -> None", "hyperpod", {f"{HP}.node_recovery": "None"}),
     edit(
         "HyperPod cluster name",
         "hyperpod",

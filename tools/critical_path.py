@@ -40,14 +40,10 @@ DURATIONS: dict[str, tuple[int, str]] = {
         "ParallelCluster waits up to NODE_BOOTSTRAP_TIMEOUT = 2100 s for the head node (pcluster/constants.py "
         "3.16); the custom resource polls every 2 min; the bound is used",
     ),
-    "Custom::HyperPodCluster": (
-        5 * MINUTE,
-        "the handler returns once CreateCluster is accepted; the wait is the WaitCondition below",
-    ),
-    "AWS::CloudFormation::WaitCondition": (
+    "AWS::SageMaker::Cluster": (
         60 * MINUTE,
-        "HyperPod InService with lifecycle scripts and deep health checks: 1 h assumed (the configured "
-        "create_timeout_hours is the bound)",
+        "HyperPod InService with lifecycle scripts and deep health checks: 1 h assumed (the resource's "
+        "create handler allows 720 min, its schema's timeoutInMinutes)",
     ),
     "AWS::EC2::NatGateway": (3 * MINUTE, "a NAT gateway becomes available in a few minutes; 3 min assumed"),
     "AWS::CloudFormation::Stack": (3 * MINUTE, "ParallelCluster's provider stack (Lambda, roles): 3 min assumed"),
