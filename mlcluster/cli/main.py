@@ -7,9 +7,28 @@ import sys
 import click
 
 from mlcluster.cli.errors import CliError
+from mlcluster.cli.patch import patch
+from mlcluster.cli.smoke import smoke
+from mlcluster.cli.ssh import ssh, ssh_config
+from mlcluster.cli.status import status
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CliGroup(click.Group):
+    """A click group that reports a :class:`CliError` plainly (no traceback) and exits with its code.
+
+    Handling it here rather than only in :func:`main` makes the behaviour the same under
+    ``CliRunner`` and in the console script.
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except CliError as error:
+            click.echo(f"mlcluster: {error.message}", err=True)
+            ctx.exit(error.exit_code)
+
+
+@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="mlcluster", prog_name="mlcluster")
 def cli() -> None:
     """Operate mlcluster environments after `cdk deploy`: reach, inspect, prove and patch clusters.
@@ -20,8 +39,15 @@ def cli() -> None:
     """
 
 
+cli.add_command(ssh)
+cli.add_command(ssh_config)
+cli.add_command(status)
+cli.add_command(smoke)
+cli.add_command(patch)
+
+
 def main() -> None:
-    """Run the command; print a :class:`CliError` plainly and exit with its code."""
+    """Run the command: click's errors and Ctrl-C without a traceback (:class:`CliGroup` handles ``CliError``)."""
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -29,9 +55,6 @@ def main() -> None:
         sys.exit(130)
     except click.ClickException as error:
         error.show()
-        sys.exit(error.exit_code)
-    except CliError as error:
-        click.echo(f"mlcluster: {error.message}", err=True)
         sys.exit(error.exit_code)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
