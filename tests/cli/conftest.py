@@ -29,7 +29,7 @@ from mlcluster.cli.main import cli
 
 ACCOUNT = "123456789012"
 REPO = Path(__file__).resolve().parents[2]
-RECORDED = Path(__file__).parent / "recorded"
+TRANSCRIPTS = Path(__file__).parent / "transcripts"
 
 Answer = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -67,7 +67,7 @@ class Aws:
             validate_parameters(params, model.input_shape)  # raises ParamValidationError on a bad request
             self.calls.append((service, model.name, dict(params)))
 
-        def respond(model: Any, params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        def respond(model: Any, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
             key = (service, model.name)
             if self.answers.get(key):
                 answer = self.answers[key].pop(0)
@@ -75,7 +75,7 @@ class Aws:
                 answer = self.sticky[key]
             else:
                 return None
-            response = answer(params.get("body", params)) if callable(answer) else answer
+            response = answer(self.calls[-1][2]) if callable(answer) else answer  # the request validate() saw
             if "Error" in response:
                 status = response["ResponseMetadata"]["HTTPStatusCode"]
                 return AWSResponse("https://stub", status, {}, None), response  # type: ignore[arg-type]
@@ -158,7 +158,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
 @pytest.fixture
 def node(aws: Aws) -> FakeNode:
     """The head node or controller, answering SSM Run Command through ListCommandInvocations."""
-    from moto.core.exceptions import RESTError
+    from moto.ssm.exceptions import SSMException
     from moto.ssm.models import ssm_backends
 
     fake = FakeNode()
@@ -169,7 +169,7 @@ def node(aws: Aws) -> FakeNode:
             backend = ssm_backends[ACCOUNT][region]
             try:
                 command = backend.get_command_by_id(command_id)
-            except RESTError:  # not in this region
+            except SSMException:  # not in this region
                 continue
             status, code, output = fake.reply(command.parameters["commands"][0])
             return {
@@ -198,8 +198,8 @@ def node(aws: Aws) -> FakeNode:
     return fake
 
 
-def recorded(name: str) -> str:
-    return (RECORDED / name).read_text(encoding="utf-8")
+def transcript(name: str) -> str:
+    return (TRANSCRIPTS / name).read_text(encoding="utf-8")
 
 
 @dataclass
