@@ -28,7 +28,7 @@ class CliGroup(click.Group):
             ctx.exit(error.exit_code)
 
 
-@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="mlcluster", cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="mlcluster", prog_name="mlcluster")
 def cli() -> None:
     """Operate mlcluster environments after `cdk deploy`: reach, inspect, prove and patch clusters.

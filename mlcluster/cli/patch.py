@@ -183,7 +183,7 @@ def patch(
     """
     target = Target.load(env, environments, region, profile)
     target.require_backend("hyperpod")
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     name = cluster_name(target)
     state = PatchState(target, name)
     stored = state.load()

@@ -366,7 +366,7 @@ def smoke(
             EXIT_FAILED,
         )
     node = controller(target)
-    console = Console(stderr=True, force_terminal=False if as_json else None)
+    console = Console(stderr=True, soft_wrap=True)
     smoke_run = Smoke(target, node, console, nodes, chosen)
     short = min(step_timeout, 120)
     plan: list[Callable[[], Step]] = [

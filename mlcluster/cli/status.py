@@ -22,9 +22,9 @@ from mlcluster.cli.context import STACK_SUFFIXES, Target, echo_json, environment
 from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
 from mlcluster.cli.nodes import describe_hyperpod, hyperpod_nodes, pcluster_nodes
 
-#: Outputs worth showing, per stack, in this order.
+#: Outputs worth showing, per stack, in this order (the SSM command outputs are `mlcluster ssh`'s job).
 USEFUL_OUTPUTS = {
-    "Cluster": ("ClusterName", "ControllerSsmCommand", "HeadNodeSsmCommand", "HeadNodePrivateIp", "ValidationMessages"),
+    "Cluster": ("ClusterName", "HeadNodePrivateIp", "ValidationMessages"),
     "Storage": ("DataBucketName", "LustreFileSystemId", "LustreDnsName", "LustreMountName", "OpenZfsDnsName"),
     "Network": ("VpcId", "SecurityGroupId"),
 }
@@ -190,7 +190,7 @@ def _lustre(target: Target) -> dict[str, Any] | None:
         "throughput_mbps_per_tib": per_tib,
         "throughput_mbps": int(capacity / 1000 * per_tib) if per_tib else None,  # FSx counts 1200 GiB as 1.2 TiB
         "dns_name": fs.get("DNSName", ""),
-        "mount_name": lustre.get("MountName", ""),
+        "mount_name": lustre.get("MountName") or target.outputs("Storage").get("LustreMountName", ""),
         "dras": dras,
     }
 

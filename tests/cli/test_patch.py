@@ -108,7 +108,9 @@ def test_patch_backup_failure_stops_before_update(
 ) -> None:
     cluster = Cluster(hyperpod, aws)
     monkeypatch.setattr(patch_module.time, "sleep", cluster.sleep)
-    tool.on("mlcluster-backup backup", "upload failed: An error occurred (AccessDenied) when calling PutObject\n", code=1)
+    tool.on(
+        "mlcluster-backup backup", "upload failed: An error occurred (AccessDenied) when calling PutObject\n", code=1
+    )
     result = hyperpod.run("patch", "hyperpod", "--yes")
     assert result.exit_code == 1
     assert "backup to s3://hyperpod-data-123456789012/mlcluster/patch/ml-hyperpod-k3x9q2a/" in result.stderr
@@ -137,7 +139,10 @@ def test_patch_update_conflict_keeps_the_backup(hyperpod: World, tool: FakeNode,
     aws.answer("sagemaker", "UpdateClusterSoftware", error("ConflictException", "Cluster is being updated"))
     result = hyperpod.run("patch", "hyperpod", "--yes")
     assert result.exit_code == 3
-    assert "UpdateClusterSoftware for ml-hyperpod-k3x9q2a failed: ConflictException: Cluster is being updated" in result.stderr
+    assert (
+        "UpdateClusterSoftware for ml-hyperpod-k3x9q2a failed: ConflictException: Cluster is being updated"
+        in result.stderr
+    )
     assert list(state(hyperpod)["steps"]) == ["backup"]
 
 

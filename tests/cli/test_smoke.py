@@ -105,8 +105,7 @@ def test_smoke_drained_node_fails_sinfo(hyperpod: World, node: FakeNode) -> None
     result = hyperpod.run("smoke", "hyperpod")
     assert result.exit_code == 1
     assert (
-        "FAIL sinfo: partition p5: 1 of 2 nodes usable, 2 needed; not usable: 1 drain (ip-10-1-5-138)"
-        in result.stdout
+        "FAIL sinfo: partition p5: 1 of 2 nodes usable, 2 needed; not usable: 1 drain (ip-10-1-5-138)" in result.stdout
     )
 
 
@@ -132,7 +131,9 @@ def test_smoke_single_node_skips_nccl(hyperpod: World, node: FakeNode) -> None:
 
 
 def test_smoke_send_command_denied(hyperpod: World, node: FakeNode, aws: Aws) -> None:
-    aws.answer("ssm", "SendCommand", error("AccessDeniedException", "User is not authorized to perform: ssm:SendCommand"))
+    aws.answer(
+        "ssm", "SendCommand", error("AccessDeniedException", "User is not authorized to perform: ssm:SendCommand")
+    )
     result = hyperpod.run("smoke", "hyperpod")
     assert result.exit_code == 3
     assert f"SendCommand (AWS-RunShellScript) to {CONTROLLER} failed: AccessDeniedException" in result.stderr
@@ -148,7 +149,9 @@ def test_smoke_unknown_partition(hyperpod: World) -> None:
 def test_smoke_needs_a_cluster(tmp_path: Path) -> None:
     folder = tmp_path / "environments"
     folder.mkdir()
-    (folder / "dev.yaml").write_text(yaml.safe_dump({"region": "us-east-1", "network": {"availability_zone": "us-east-1a"}}))
+    (folder / "dev.yaml").write_text(
+        yaml.safe_dump({"region": "us-east-1", "network": {"availability_zone": "us-east-1a"}})
+    )
     result = invoke("smoke", "dev", "--environments", str(folder))
     assert result.exit_code == 1
     assert "environment dev has cluster.backend 'none'; this command needs 'pcluster' or 'hyperpod'" in result.stderr

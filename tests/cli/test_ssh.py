@@ -32,7 +32,10 @@ def test_ssh_group_and_node_pick_other_nodes(hyperpod: World) -> None:
     assert "sudo su - alice" in by_group.stdout
     by_node = hyperpod.run("ssh", "hyperpod", "--node", "i-0e1d2c3b4a5968704", "--print", "--user", "ssm-user")
     assert by_node.exit_code == 0, by_node.output
-    assert shlex.split(by_node.stdout)[-2:] == ["--target", "sagemaker-cluster:k3x9q2a1b2c3_worker-group-1-i-0e1d2c3b4a5968704"]
+    assert shlex.split(by_node.stdout)[-2:] == [
+        "--target",
+        "sagemaker-cluster:k3x9q2a1b2c3_worker-group-1-i-0e1d2c3b4a5968704",
+    ]
 
 
 def test_ssh_unknown_node_lists_the_nodes(hyperpod: World) -> None:
