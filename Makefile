@@ -50,8 +50,9 @@ pytest: setup $(PCLUSTER_VENV)/.installed
 ## test: lint, types, and the whole pytest suite (nag, cfn-lint, snapshots, CLI, wheel)
 test: lint typecheck pytest
 
+## snapshot-update: accept intended template/help changes in every test module that takes snapshots
 snapshot-update: setup $(PCLUSTER_VENV)/.installed
-	$(VENV)/bin/pytest -n 2 --dist loadfile --snapshot-update tests/test_snapshots.py
+	$(VENV)/bin/pytest -q --snapshot-update $$(grep -rl --include='test_*.py' SnapshotAssertion tests)
 
 bench: setup $(PCLUSTER_VENV)/.installed
 	$(PY) tools/bench.py
