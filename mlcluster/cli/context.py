@@ -192,8 +192,3 @@ class Target:
                 + " or ".join(repr(b) for b in backends),
                 EXIT_FAILED,
             )
-
-
-def load_target(env: str, environments: Path, region: str | None, profile: str | None) -> Target:
-    """Shorthand for :meth:`Target.load`."""
-    return Target.load(env, environments, region, profile)

@@ -21,15 +21,17 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, EXIT_TIMEOUT, CliError, aws_errors
 from mlcluster.cli.nodes import cluster_name, controller, describe_hyperpod, hyperpod_nodes
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 BACKUP_TOOL = "/usr/local/sbin/mlcluster-backup"
 #: Seconds between DescribeCluster polls while the update runs.
@@ -181,6 +183,8 @@ def patch(
     in s3://<data bucket>/mlcluster/patch/<cluster>/state.json, so running the
     command again after an interruption resumes where it stopped.
     """
+    from rich.console import Console
+
     target = Target.load(env, environments, region, profile)
     target.require_backend("hyperpod")
     console = Console(stderr=True, soft_wrap=True)

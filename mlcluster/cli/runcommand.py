@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from mlcluster.cli.context import Target
 from mlcluster.cli.errors import aws_errors
 from mlcluster.cli.nodes import Node
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: Seconds between polls of the command's status.
 POLL_SECONDS = 5.0

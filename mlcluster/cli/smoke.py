@@ -11,11 +11,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
@@ -24,6 +22,9 @@ from mlcluster.cli.expectations import SOURCE, expectation
 from mlcluster.cli.nodes import Node, cluster_name, controller
 from mlcluster.cli.parsers import parse_all_reduce, parse_hostnames, parse_precheck, parse_sinfo
 from mlcluster.pcluster.instance_types import INSTANCE_TYPES
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 NCCL_BINARY = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"
 PRECHECK = "mlcluster-precheck"
@@ -356,6 +357,9 @@ def smoke(
     is compared with the instance type's network line rate.
     Exit code 0 when no step failed, 1 otherwise.
     """
+    from rich.console import Console
+    from rich.markup import escape
+
     target = Target.load(env, environments, region, profile)
     target.require_backend("pcluster", "hyperpod")
     known = partitions(target)

@@ -10,17 +10,18 @@ import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
 from mlcluster.cli.context import STACK_SUFFIXES, Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
 from mlcluster.cli.nodes import describe_hyperpod, hyperpod_nodes, pcluster_nodes
+
+if TYPE_CHECKING:  # rich is imported when a table is drawn, not when the command starts
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
 
 #: Outputs worth showing, per stack, in this order (the SSM command outputs are `mlcluster ssh`'s job).
 USEFUL_OUTPUTS = {
@@ -235,10 +236,14 @@ def _when(value: Any) -> str:
 
 
 def _state(text: str, good: set[str]) -> Text:
+    from rich.text import Text
+
     return Text(text, style="green" if text in good else "bold red" if "FAIL" in text.upper() else "yellow")
 
 
 def _table(title: str, *columns: str, header: bool = True) -> Table:
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left", show_header=header)
     for column in columns:
         table.add_column(column, overflow="fold")
@@ -247,6 +252,9 @@ def _table(title: str, *columns: str, header: bool = True) -> Table:
 
 def render(data: dict[str, Any]) -> Group:
     """The status as rich tables."""
+    from rich.console import Group
+    from rich.text import Text
+
     parts: list[Any] = [Text(f"{data['environment']} ({data['region']}, backend {data['backend']})", style="bold")]
     stacks = _table("Stacks", "stack", "status", "last change", "reason")
     for s in data["stacks"]:
@@ -325,6 +333,9 @@ def status(
     (a stack not complete, the cluster not in service, a failing node, a file
     system or DRA not AVAILABLE). With --watch --json, one JSON document per line.
     """
+    from rich.console import Console
+    from rich.live import Live
+
     target = Target.load(env, environments, region, profile)
     console = Console(highlight=False)
     if not watch:

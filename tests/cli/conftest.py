@@ -322,7 +322,11 @@ def hyperpod(aws: Aws, tmp_path: Path) -> World:
         {
             "ClusterName": name,
             "ClusterArn": arn,
-            "ControllerSsmCommand": f"mlcluster ssh {env}",
+            "ControllerSsmCommand": (
+                f'aws ssm start-session --region {region} --target "sagemaker-cluster:k3x9q2a1b2c3_controller-machine-'
+                f"$(aws sagemaker list-cluster-nodes --region {region} --cluster-name {name} --query "
+                '"ClusterNodeSummaries[?InstanceGroupName==\'controller-machine\'].InstanceId | [0]" --output text)"'
+            ),
         },
     )
     return World(folder, env, region, name, bucket, fs_id, arn)
@@ -367,7 +371,7 @@ def pcluster(aws: Aws, tmp_path: Path) -> World:
             "ClusterName": name,
             "HeadNodeInstanceId": head,
             "HeadNodePrivateIp": "10.0.0.10",
-            "HeadNodeSsmCommand": f"mlcluster ssh {env}",
+            "HeadNodeSsmCommand": f"aws ssm start-session --region {region} --target {head}",
             "ValidationMessages": "[]",
         },
     )

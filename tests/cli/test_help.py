@@ -21,10 +21,10 @@ def test_help(command: list[str], snapshot: SnapshotAssertion, monkeypatch: pyte
     assert result.output == snapshot
 
 
-def test_start_up_imports_neither_cdk_nor_boto3() -> None:
+def test_start_up_imports_neither_cdk_nor_boto3_nor_rich() -> None:
     code = (
         "import sys; from mlcluster.cli.main import cli; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'aws_cdk', 'jsii', 'constructs', 'boto3', 'botocore'})); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'aws_cdk', 'jsii', 'constructs', 'boto3', 'botocore', 'rich'})); "
         "print(sorted(m for m in sys.modules if m.startswith(('mlcluster.constructs', 'mlcluster.stacks'))))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
