@@ -76,6 +76,7 @@ class Target:
 
     environment: Environment
     session: boto3.Session
+    profile: str | None = None
     _clients: dict[str, Any] = field(default_factory=dict)
     _outputs: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -101,7 +102,7 @@ class Target:
             session = boto3.Session(profile_name=profile, region_name=region or environment.config.region)
         except ProfileNotFound as error:
             raise CliError(f"{error}\n  what to do: name a profile from ~/.aws/config", EXIT_FAILED) from None
-        return cls(environment=environment, session=session)
+        return cls(environment=environment, session=session, profile=profile)
 
     @property
     def name(self) -> str:

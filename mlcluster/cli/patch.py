@@ -179,7 +179,9 @@ def patch(
     """Patch a HyperPod cluster: back up, UpdateClusterSoftware, wait, restore, report.
 
     The controller's Slurm state is backed up to the data bucket with
-    mlcluster-backup before the update and restored after it. Progress is kept
+    mlcluster-backup (run as root in a non-interactive Session Manager session;
+    needs the AWS CLI and its Session Manager plugin) before the update and
+    restored after it. Progress is kept
     in s3://<data bucket>/mlcluster/patch/<cluster>/state.json, so running the
     command again after an interruption resumes where it stopped.
     """
@@ -224,11 +226,12 @@ def patch(
         if not result.ok:
             raise CliError(
                 f"backup to {backup_uri} failed ({result.status}, exit {result.exit_code}): "
-                f"{result.stdout.strip()[-500:]}\n  what to do: `aws ssm list-command-invocations --command-id "
-                f"{result.command_id} --details`; nothing was updated, run again once it is fixed",
+                f"{result.stdout.strip()[-500:]} {result.stderr}\n  what to do: fix what the output says (by hand: "
+                f"`mlcluster ssh {env}`, then `sudo {BACKUP_TOOL} backup {backup_uri}`); nothing was updated, "
+                "run again once it is fixed",
                 EXIT_FAILED,
             )
-        state.mark("backup", command_id=result.command_id, uri=backup_uri)
+        state.mark("backup", uri=backup_uri)
         console.print(f"backed up the controller's state to {backup_uri}")
     if not state.done("update"):
         with aws_errors(f"UpdateClusterSoftware for {name}"):
@@ -244,11 +247,12 @@ def patch(
         if not result.ok:
             raise CliError(
                 f"restore from {backup_uri} failed ({result.status}, exit {result.exit_code}): "
-                f"{result.stdout.strip()[-500:]}\n  what to do: `aws ssm list-command-invocations --command-id "
-                f"{result.command_id} --details`; run `mlcluster patch {env}` again to retry the restore",
+                f"{result.stdout.strip()[-500:]} {result.stderr}\n  what to do: fix what the output says (by hand: "
+                f"`mlcluster ssh {env}`, then `sudo {BACKUP_TOOL} restore {backup_uri}`); run `mlcluster patch {env}` "
+                "again to retry the restore",
                 EXIT_FAILED,
             )
-        state.mark("restore", command_id=result.command_id)
+        state.mark("restore")
         console.print(f"restored the controller's state from {backup_uri}")
     state.data["complete"] = _now()
     state.save()

@@ -1,8 +1,8 @@
 """``mlcluster smoke``: prove a new cluster works, step by step, from its head node or controller.
 
-Every step is one SSM Run Command script run as the cluster's default user,
-with its own time bound, and ends in one PASS, FAIL or SKIP line that says
-where to look when it fails.
+Every step is one script run through Systems Manager (:mod:`mlcluster.cli.runcommand`)
+as the cluster's default user, with its own time bound, and ends in one PASS,
+FAIL or SKIP line that says where to look when it fails.
 """
 
 from __future__ import annotations
@@ -101,10 +101,7 @@ class Smoke:
         )
 
     def look(self, result: runcommand.Result, then: str) -> str:
-        return (
-            f"`aws ssm list-command-invocations --region {self.target.region} --command-id {result.command_id} "
-            f"--details`; {then}"
-        )
+        return f"{runcommand.where_to_look(self.target, self.node, result)}; {then}"
 
     def failed_run(self, name: str, result: runcommand.Result, then: str) -> Step | None:
         if result.status == "TimedOut":
@@ -349,8 +346,10 @@ def smoke(
 ) -> None:
     """Prove a cluster works: sinfo, srun, a Pyxis container, the pre-check, NCCL over EFA.
 
-    Each step runs on the head node / controller through SSM Run Command
-    (AWS-RunShellScript) as the cluster's default user, bounded by
+    Each step runs on the head node / controller as the cluster's default user
+    (ParallelCluster: SSM Run Command AWS-RunShellScript; HyperPod, whose nodes
+    Run Command cannot target: a non-interactive Session Manager session, which
+    needs the AWS CLI and its Session Manager plugin), bounded by
     --step-timeout, and prints one PASS/FAIL/SKIP line saying where to look.
     On HyperPod the runtime pre-check runs on every node of the partition.
     NCCL all_reduce_perf runs across --nodes nodes and its peak bus bandwidth

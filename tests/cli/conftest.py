@@ -2,10 +2,11 @@
 
 moto serves CloudFormation, SageMaker clusters and nodes, EC2, FSx file systems,
 SSM SendCommand and S3. What it does not serve (FSx DRAs and data repository
-tasks, SSM ListCommandInvocations and CancelCommand, SageMaker
+tasks, SSM CancelCommand, SageMaker
 UpdateClusterSoftware) is answered by :meth:`Aws.answer` with responses that
 are validated against the operation's output shape, as botocore's Stubber does.
-A :class:`FakeNode` says what the head node prints for each script.
+A :class:`FakeNode` says what the head node prints for each script, behind
+moto's Run Command or a stand-in for ``aws ssm start-session``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class FakeNode:
 
     replies: list[tuple[str, tuple[str, int, str]]] = field(default_factory=list)
     scripts: list[str] = field(default_factory=list)
+    sessions: list[list[str]] = field(default_factory=list)
 
     def on(self, fragment: str, output: str, code: int = 0, status: str | None = None) -> None:
         """Reply to the first script containing ``fragment`` (later registrations win)."""
@@ -156,45 +158,46 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
 
 
 @pytest.fixture
-def node(aws: Aws) -> FakeNode:
-    """The head node or controller, answering SSM Run Command through ListCommandInvocations."""
-    from moto.ssm.exceptions import SSMException
-    from moto.ssm.models import ssm_backends
+def node(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> FakeNode:
+    """The head node or controller: answers moto's Run Command (EC2 ids) and Session Manager sessions (HyperPod).
+
+    For Run Command, moto records SendCommand and serves GetCommandInvocation; the fake node fills in the
+    output. For HyperPod, ``aws ssm start-session`` is replaced by a fake process that decodes the script
+    from the parameters file, as the node's shell would, and prints what the node would print.
+    """
+    import base64
+    import subprocess
+
+    from moto.ssm import models as ssm_models
+
+    from mlcluster.cli import runcommand
 
     fake = FakeNode()
+    invocation = ssm_models.Command.invocation_response
 
-    def invocations(params: dict[str, Any]) -> dict[str, Any]:
-        command_id = params["CommandId"]
-        for region in ("us-west-2", "us-east-2"):
-            backend = ssm_backends[ACCOUNT][region]
-            try:
-                command = backend.get_command_by_id(command_id)
-            except SSMException:  # not in this region
-                continue
-            status, code, output = fake.reply(command.parameters["commands"][0])
-            return {
-                "CommandInvocations": [
-                    {
-                        "CommandId": command_id,
-                        "InstanceId": command.instance_ids[0],
-                        "DocumentName": "AWS-RunShellScript",
-                        "Status": status,
-                        "StatusDetails": status,
-                        "CommandPlugins": [
-                            {
-                                "Name": "aws:runShellScript",
-                                "Status": status,
-                                "ResponseCode": code,
-                                "Output": output[:2500],
-                            }
-                        ],
-                    }
-                ]
-            }
-        raise AssertionError(f"no such command {command_id}")
+    def run_command_output(self: Any, instance_id: str, plugin_name: str) -> dict[str, Any]:
+        answer = invocation(self, instance_id, plugin_name)
+        status, code, output = fake.reply(self.parameters["commands"][0])
+        answer.update(Status=status, StatusDetails=status, ResponseCode=code, StandardOutputContent=output)
+        return answer
 
-    aws.answer("ssm", "ListCommandInvocations", always=invocations)
-    aws.answer("ssm", "CancelCommand", always={})
+    def session(argv: list[str], timeout: float, **_: Any) -> subprocess.CompletedProcess[str]:
+        fake.sessions.append(argv)
+        aws.calls.append(("session", "start-session", {"target": argv[argv.index("--target") + 1]}))
+        parameters = json.loads(Path(argv[argv.index("--parameters") + 1].removeprefix("file://")).read_text())
+        encoded = parameters["command"][0].split("echo ", 1)[1].split(" |", 1)[0]
+        script = base64.b64decode(encoded).decode()
+        status, code, output = fake.reply(script)
+        if status == "InProgress":
+            raise subprocess.TimeoutExpired(argv, timeout)
+        stdout = f"\r\nStarting session with SessionId: ops-0a1b2c3d4e5f6\r\n{output}MLCLUSTER_EXIT={code}\r\n\r\n"
+        stdout += "\r\nExiting session with sessionId: ops-0a1b2c3d4e5f6.\r\n\r\n"
+        return subprocess.CompletedProcess(argv, 0, stdout, "")
+
+    monkeypatch.setattr(ssm_models.Command, "invocation_response", run_command_output)
+    monkeypatch.setattr(runcommand.subprocess, "run", session)
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/local/bin/{name}")
+    aws.answer("ssm", "CancelCommand", always={})  # moto does not serve CancelCommand
     return fake
 
 

@@ -70,12 +70,14 @@ def test_patch_backs_up_updates_waits_restores(
     assert list(saved["steps"]) == ["backup", "update", "wait", "restore"]
     assert saved["complete"]
     assert result.stdout.splitlines()[0] == f"patched ml-hyperpod-k3x9q2a (run {run}); backup kept at {uri}"
-    backup, restore = (p["Parameters"]["commands"][0] for p in aws.params("SendCommand"))
+    backup, restore = tool.scripts
     assert f"/usr/local/sbin/mlcluster-backup backup {uri}" in backup
     assert f"/usr/local/sbin/mlcluster-backup restore {uri}" in restore
-    assert "sudo -iu" not in backup  # the tool runs as root
-    ops = [op for op in aws.operations() if op in {"SendCommand", "UpdateClusterSoftware"}]
-    assert ops == ["SendCommand", "UpdateClusterSoftware", "SendCommand"]
+    assert "sudo -iu" not in backup  # the tool runs as root (a non-interactive session's user)
+    controller = "sagemaker-cluster:k3x9q2a1b2c3_controller-machine-i-0c0a1b2c3d4e5f601"
+    assert [argv[argv.index("--target") + 1] for argv in tool.sessions] == [controller, controller]
+    ops = [op for op in aws.operations() if op in {"start-session", "UpdateClusterSoftware"}]
+    assert ops == ["start-session", "UpdateClusterSoftware", "start-session"]
     assert aws.params("UpdateClusterSoftware") == [{"ClusterName": "ml-hyperpod-k3x9q2a"}]
 
 
@@ -153,14 +155,14 @@ def test_patch_needs_an_in_service_cluster(hyperpod: World, aws: Aws) -> None:
     result = hyperpod.run("patch", "hyperpod", "--yes")
     assert result.exit_code == 1
     assert "cluster ml-hyperpod-k3x9q2a is Updating; patching starts from InService" in result.stderr
-    assert "SendCommand" not in aws.operations()
+    assert "start-session" not in aws.operations()
 
 
 def test_patch_asks_first(hyperpod: World, tool: FakeNode, aws: Aws) -> None:
     result = hyperpod.run("patch", "hyperpod", input="n\n")
     assert result.exit_code == 1
     assert "replaces the root volumes of every node of ml-hyperpod-k3x9q2a; continue?" in result.output
-    assert aws.params("SendCommand") == []
+    assert tool.sessions == []
 
 
 def test_patch_is_hyperpod_only(pcluster: World) -> None:

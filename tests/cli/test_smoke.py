@@ -39,18 +39,23 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
         "PASS nccl: peak busbw 362.4 GB/s at 8 GiB across 2 x ml.p5.48xlarge over efa "
         "(line rate 400 GB/s, pass >= 200 GB/s)"
     )
-    sent = aws.params("SendCommand")
-    assert len(sent) == 5
-    for params in sent:
-        assert params["DocumentName"] == "AWS-RunShellScript"
-        assert params["Targets"] == [{"Key": "InstanceIds", "Values": [CONTROLLER]}]
-        assert params["Parameters"]["commands"][0].startswith("sudo -iu ubuntu bash -s <<'MLCLUSTER_SCRIPT'\n")
-    nccl = sent[4]["Parameters"]["commands"][0]
-    assert "srun -N 2 -p p5 --ntasks-per-node=8 --mpi=pmix /opt/mlcluster/nccl-tests/bin/all_reduce_perf" in nccl
+    # HyperPod targets take no Run Command: every step is a non-interactive Session Manager session.
+    assert aws.operations("ssm") == []
+    assert len(node.sessions) == 5
+    for argv in node.sessions:
+        assert argv[:5] == ["/usr/local/bin/aws", "ssm", "start-session", "--region", "us-west-2"]
+        assert argv[argv.index("--target") + 1] == CONTROLLER
+        assert argv[argv.index("--document-name") + 1] == "AWS-StartNonInteractiveCommand"
+    for script in node.scripts:
+        assert script.startswith("sudo -iu ubuntu bash -s <<'MLCLUSTER_SCRIPT'\nset -o pipefail\n")
+        assert script.endswith('echo "MLCLUSTER_EXIT=$?"\n')
+    nccl = node.scripts[4]
+    assert (
+        "timeout 900 srun -N 2 -p p5 --ntasks-per-node=8 --mpi=pmix /opt/mlcluster/nccl-tests/bin/all_reduce_perf"
+        in nccl
+    )
     assert "export FI_PROVIDER=efa NCCL_DEBUG=INFO" in nccl
-    assert sent[4]["Parameters"]["executionTimeout"] == ["900"]
-    assert "srun -N 2 -p p5 --ntasks-per-node=1 mlcluster-precheck" in sent[3]["Parameters"]["commands"][0]
-    assert set(aws.operations("ssm")) == {"SendCommand", "ListCommandInvocations"}
+    assert "srun -N 2 -p p5 --ntasks-per-node=1 mlcluster-precheck" in node.scripts[3]
 
 
 def test_smoke_json(hyperpod: World, node: FakeNode) -> None:
@@ -79,12 +84,19 @@ def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNo
     assert "SKIP precheck: the runtime pre-check is a HyperPod lifecycle tool" in out
     assert "FAIL nccl: peak busbw 2.8 GB/s at 4 GiB across 2 x p5.48xlarge over socket" in out
     assert "NCCL used socket, not EFA; below 200 GB/s" in out
-    assert "look at: `aws ssm list-command-invocations --region us-east-2 --command-id" in out
+    assert "look at: `aws ssm get-command-invocation --region us-east-2 --command-id" in out
+    assert f"--instance-id {pcluster.head_node}`" in out
     assert "NET/OFI Selected provider is efa" in out
     assert "smoke test failed: nccl" in result.stderr
-    for params in aws.params("SendCommand"):
+    sent = aws.params("SendCommand")
+    assert len(sent) == 4  # the pre-check is skipped
+    for params in sent:
         assert params["InstanceIds"] == [pcluster.head_node]
-        assert "sudo -iu ec2-user" in params["Parameters"]["commands"][0]
+        assert params["DocumentName"] == "AWS-RunShellScript"
+        assert params["Parameters"]["commands"][0].startswith("sudo -iu ec2-user bash -s <<'MLCLUSTER_SCRIPT'\n")
+    assert sent[3]["Parameters"]["executionTimeout"] == ["900"]
+    assert {p["InstanceId"] for p in aws.params("GetCommandInvocation")} == {pcluster.head_node}
+    assert node.sessions == []
 
 
 def test_smoke_precheck_failure_names_hosts_and_checks(hyperpod: World, node: FakeNode) -> None:
@@ -109,17 +121,41 @@ def test_smoke_drained_node_fails_sinfo(hyperpod: World, node: FakeNode) -> None
     )
 
 
-def test_smoke_step_that_times_out_is_cancelled(
-    hyperpod: World, node: FakeNode, aws: Aws, monkeypatch: pytest.MonkeyPatch
+def test_smoke_run_command_that_times_out_is_cancelled(
+    pcluster: World, node: FakeNode, aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    healthy_hyperpod(node)
-    node.on("all_reduce_perf", "", code=-1, status="InProgress")
+    node.on("sinfo", transcript("sinfo_pcluster.txt"))
+    node.on(" hostname", "compute-gpu-st-p5-1\ncompute-gpu-st-p5-2\n")
+    node.on("--container-image", "", code=-1, status="InProgress")
+    node.on("all_reduce_perf", transcript("all_reduce_p5.txt"))
     clock = itertools.count(0, 20)
     monkeypatch.setattr(runcommand.time, "monotonic", lambda: float(next(clock)))
+    result = pcluster.run("smoke", "p5", "--step-timeout", "60")
+    assert result.exit_code == 1
+    assert "FAIL container: timed out (no result after 120 s; cancelled)" in result.stdout
+    assert "PASS nccl:" in result.stdout  # later steps still run
+    assert len(aws.params("CancelCommand")) == 1
+
+
+def test_smoke_session_that_times_out_is_stopped(hyperpod: World, node: FakeNode) -> None:
+    healthy_hyperpod(node)
+    node.on("all_reduce_perf", "", code=-1, status="InProgress")
     result = hyperpod.run("smoke", "hyperpod", "--step-timeout", "60")
     assert result.exit_code == 1
-    assert "FAIL nccl: timed out (no result after 120 s; cancelled)" in result.stdout
-    assert len(aws.params("CancelCommand")) == 1
+    assert "FAIL nccl: timed out (no result after 120 s; session stopped)" in result.stdout
+    assert "look at: `mlcluster ssh hyperpod` and run the step by hand" in result.stdout
+
+
+def test_smoke_hyperpod_needs_the_session_manager_plugin(
+    hyperpod: World, node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/aws" if name == "aws" else None)
+    result = hyperpod.run("smoke", "hyperpod")
+    assert result.exit_code == 4
+    assert "the Session Manager plugin is not installed" in result.stderr
+    assert node.sessions == []
 
 
 def test_smoke_single_node_skips_nccl(hyperpod: World, node: FakeNode) -> None:
@@ -130,13 +166,13 @@ def test_smoke_single_node_skips_nccl(hyperpod: World, node: FakeNode) -> None:
     assert "SKIP nccl: all_reduce across nodes needs --nodes 2 or more" in result.stdout
 
 
-def test_smoke_send_command_denied(hyperpod: World, node: FakeNode, aws: Aws) -> None:
+def test_smoke_send_command_denied(pcluster: World, node: FakeNode, aws: Aws) -> None:
     aws.answer(
         "ssm", "SendCommand", error("AccessDeniedException", "User is not authorized to perform: ssm:SendCommand")
     )
-    result = hyperpod.run("smoke", "hyperpod")
+    result = pcluster.run("smoke", "p5")
     assert result.exit_code == 3
-    assert f"SendCommand (AWS-RunShellScript) to {CONTROLLER} failed: AccessDeniedException" in result.stderr
+    assert f"SendCommand (AWS-RunShellScript) to {pcluster.head_node} failed: AccessDeniedException" in result.stderr
     assert "lack this permission" in result.stderr
 
 
