@@ -78,3 +78,17 @@ def test_aws_errors_maps_botocore_failures() -> None:
         raise EndpointConnectionError(endpoint_url="https://cloudformation.us-west-2.amazonaws.com")
     assert offline.value.exit_code == 3
     assert "check the network" in offline.value.message
+
+
+def test_the_harness_validates_requests_and_recorded_responses(aws: Aws, hyperpod: World) -> None:
+    """Requests that break botocore's model fail the test; so do recorded answers that break the output shape."""
+    from botocore.exceptions import ParamValidationError
+
+    from mlcluster.cli.context import Target
+
+    target = Target.load("hyperpod", hyperpod.environments, None, None)
+    with pytest.raises(ParamValidationError):
+        target.client("sagemaker").list_cluster_nodes(ClusterName=hyperpod.cluster, MaxResults=0)
+    aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": [{"TaskId": 7}]})
+    with pytest.raises(ParamValidationError):
+        target.client("fsx").describe_data_repository_tasks()
