@@ -11,6 +11,7 @@ from mlcluster.cli.patch import patch
 from mlcluster.cli.smoke import smoke
 from mlcluster.cli.ssh import ssh, ssh_config
 from mlcluster.cli.status import status
+from mlcluster.cli.validate import validate
 
 
 class CliGroup(click.Group):
@@ -44,6 +45,7 @@ cli.add_command(ssh_config)
 cli.add_command(status)
 cli.add_command(smoke)
 cli.add_command(patch)
+cli.add_command(validate)
 
 
 def main() -> None:

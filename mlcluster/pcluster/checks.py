@@ -27,6 +27,8 @@ CLUSTER_NAME = re.compile(r"[a-zA-Z][a-zA-Z0-9-]*")
 #: ParallelCluster's cluster name limits (3.16 ``constants.py``).
 MAX_CLUSTER_NAME = 60
 MAX_CLUSTER_NAME_WITH_ACCOUNTING = 40
+#: ParallelCluster's AMIs ship Enroot and Pyxis from 3.11 (the cookbook's enroot resource and install_pyxis recipe).
+MIN_ENROOT_MINOR = 11
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,26 @@ def check_zones(cfg: PclusterConfig, *, zone_labels: Sequence[str], lustre_zone:
 def check_node_scripts(cfg: PclusterConfig) -> list[Finding]:
     """Accelerator queues that miss their software, and queues mixing accelerators."""
     found: list[Finding] = []
+    minor = int(cfg.version.split(".")[1])
+    if cfg.node_scripts.docker_enroot_pyxis and minor < MIN_ENROOT_MINOR and cfg.custom_ami is None:
+        found.append(
+            Finding(
+                "warning",
+                f"{BASE}.version",
+                f"ParallelCluster {cfg.version} AMIs carry no Enroot (it ships from 3.{MIN_ENROOT_MINOR}); the "
+                "enroot_pyxis node script, which installs no unverified packages, fails on every node: use 3.11 "
+                "or later, a custom AMI with Enroot, or node_scripts.docker_enroot_pyxis: false",
+            )
+        )
+    if cfg.node_scripts.docker_group:
+        found.append(
+            Finding(
+                "warning",
+                f"{BASE}.node_scripts.docker_group",
+                "adds the default user to the docker group on every node; docker group members are root there "
+                "(they can mount / into a container); users can build images with rootless Podman instead",
+            )
+        )
     for qi, queue in enumerate(cfg.queues):
         kinds = {info.accelerator for cr in queue.compute_resources if (info := lookup(cr.instance_type))}
         if "neuron" in kinds and not cfg.node_scripts.neuron and queue.custom_ami is None and cfg.custom_ami is None:

@@ -176,19 +176,26 @@ def login_subnet(cfg: PclusterConfig) -> str:
     return "public" if cfg.login_nodes is not None and cfg.login_nodes.internet_facing else "private"
 
 
+def _container_steps(cfg: PclusterConfig) -> list[str]:
+    """Container steps every node runs; ``docker_group`` only when the file asks for it."""
+    if not cfg.node_scripts.docker_enroot_pyxis:
+        return []
+    return ["docker", "docker_group", "enroot_pyxis"] if cfg.node_scripts.docker_group else ["docker", "enroot_pyxis"]
+
+
 def head_node_steps(cfg: PclusterConfig) -> list[str]:
     """The node-script steps the head node runs."""
-    return ["docker", "enroot_pyxis"] if cfg.node_scripts.docker_enroot_pyxis else []
+    return _container_steps(cfg)
 
 
 def login_node_steps(cfg: PclusterConfig) -> list[str]:
     """The node-script steps login nodes run (containers are started from them too)."""
-    return ["docker", "enroot_pyxis"] if cfg.login_nodes is not None and cfg.node_scripts.docker_enroot_pyxis else []
+    return _container_steps(cfg) if cfg.login_nodes is not None else []
 
 
 def queue_steps(cfg: PclusterConfig, queue: QueueConfig) -> list[str]:
     """The node-script steps a queue's nodes run, chosen by their accelerators and EFA."""
-    steps = ["docker", "enroot_pyxis"] if cfg.node_scripts.docker_enroot_pyxis else []
+    steps = _container_steps(cfg)
     pairs = [(cr, lookup(cr.instance_type)) for cr in queue.compute_resources]
     if cfg.node_scripts.nccl_efa and any(
         info is not None and info.accelerator == "nvidia" and efa_enabled(cr) for cr, info in pairs
