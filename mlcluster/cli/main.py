@@ -51,7 +51,7 @@ cli.add_command(validate)
 def main() -> None:
     """Run the command: click's errors and Ctrl-C without a traceback (:class:`CliGroup` handles ``CliError``)."""
     try:
-        cli.main(standalone_mode=False)
+        result = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("mlcluster: aborted", err=True)
         sys.exit(130)
@@ -60,3 +60,6 @@ def main() -> None:
         sys.exit(error.exit_code)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+    # Without standalone mode, click returns the code of a ``ctx.exit`` (how CliGroup reports a CliError).
+    if isinstance(result, int):
+        sys.exit(result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from syrupy.assertion import SnapshotAssertion
@@ -29,3 +30,18 @@ def test_start_up_imports_neither_cdk_nor_boto3_nor_rich() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert result.stdout.splitlines() == ["[]", "[]"]
+
+
+def test_console_script_exits_with_the_error_code(tmp_path: Path) -> None:
+    """``main()`` (the console script) carries a CliError's exit code out, not only CliRunner."""
+    (tmp_path / "environments").mkdir()
+    code = "import sys; from mlcluster.cli.main import main; sys.argv = ['mlcluster', *sys.argv[1:]]; main()"
+    result = subprocess.run(
+        [sys.executable, "-c", code, "status", "qa", "--environments", str(tmp_path / "environments")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("mlcluster: no environment 'qa'")
