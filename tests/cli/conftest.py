@@ -286,7 +286,7 @@ def hyperpod(aws: Aws, tmp_path: Path) -> World:
     import boto3
     from moto.sagemaker.models import sagemaker_backends
 
-    region, env, name = "us-west-2", "hyperpod", "ml-hyperpod-k3x9q2a"
+    region, env, name = "us-west-2", "hyperpod", "ml-hyperpod"
     folder = _copy_env(tmp_path, env, region)
     subnet, group = _network(region)
     _stack(region, f"{env}-Network", {"VpcId": "vpc-1", "SecurityGroupId": group})

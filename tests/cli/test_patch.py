@@ -12,7 +12,7 @@ import pytest
 from mlcluster.cli import patch as patch_module
 from tests.cli.conftest import ACCOUNT, Aws, FakeNode, World, error
 
-STATE_KEY = "mlcluster/patch/ml-hyperpod-k3x9q2a/state.json"
+STATE_KEY = "mlcluster/patch/ml-hyperpod/state.json"
 
 
 class Cluster:
@@ -65,11 +65,11 @@ def test_patch_backs_up_updates_waits_restores(
     assert result.exit_code == 0, result.output
     saved = state(hyperpod)
     run = saved["run"]
-    uri = f"s3://{hyperpod.bucket}/mlcluster/patch/ml-hyperpod-k3x9q2a/{run}/"
+    uri = f"s3://{hyperpod.bucket}/mlcluster/patch/ml-hyperpod/{run}/"
     assert saved["backup_uri"] == uri
     assert list(saved["steps"]) == ["backup", "update", "wait", "restore"]
     assert saved["complete"]
-    assert result.stdout.splitlines()[0] == f"patched ml-hyperpod-k3x9q2a (run {run}); backup kept at {uri}"
+    assert result.stdout.splitlines()[0] == f"patched ml-hyperpod (run {run}); backup kept at {uri}"
     backup, restore = tool.scripts
     assert f"/usr/local/sbin/mlcluster-backup backup {uri}" in backup
     assert f"/usr/local/sbin/mlcluster-backup restore {uri}" in restore
@@ -78,7 +78,7 @@ def test_patch_backs_up_updates_waits_restores(
     assert [argv[argv.index("--target") + 1] for argv in tool.sessions] == [controller, controller]
     ops = [op for op in aws.operations() if op in {"start-session", "UpdateClusterSoftware"}]
     assert ops == ["start-session", "UpdateClusterSoftware", "start-session"]
-    assert aws.params("UpdateClusterSoftware") == [{"ClusterName": "ml-hyperpod-k3x9q2a"}]
+    assert aws.params("UpdateClusterSoftware") == [{"ClusterName": "ml-hyperpod"}]
 
 
 def test_patch_resumes_after_the_wait_ran_out(
@@ -115,7 +115,7 @@ def test_patch_backup_failure_stops_before_update(
     )
     result = hyperpod.run("patch", "hyperpod", "--yes")
     assert result.exit_code == 1
-    assert "backup to s3://hyperpod-data-123456789012/mlcluster/patch/ml-hyperpod-k3x9q2a/" in result.stderr
+    assert "backup to s3://hyperpod-data-123456789012/mlcluster/patch/ml-hyperpod/" in result.stderr
     assert "AccessDenied" in result.stderr
     assert "nothing was updated" in result.stderr
     assert aws.params("UpdateClusterSoftware") == []
@@ -132,7 +132,7 @@ def test_patch_update_failed(hyperpod: World, tool: FakeNode, aws: Aws, monkeypa
     monkeypatch.setattr(patch_module.time, "sleep", cluster.sleep)
     result = hyperpod.run("patch", "hyperpod", "--yes")
     assert result.exit_code == 1
-    assert "cluster ml-hyperpod-k3x9q2a is Failed: Software update failed on 1 node" in result.stderr
+    assert "cluster ml-hyperpod is Failed: Software update failed on 1 node" in result.stderr
     assert "the backup stays at s3://" in result.stderr
     assert list(state(hyperpod)["steps"]) == ["backup", "update"]
 
@@ -142,7 +142,7 @@ def test_patch_update_conflict_keeps_the_backup(hyperpod: World, tool: FakeNode,
     result = hyperpod.run("patch", "hyperpod", "--yes")
     assert result.exit_code == 3
     assert (
-        "UpdateClusterSoftware for ml-hyperpod-k3x9q2a failed: ConflictException: Cluster is being updated"
+        "UpdateClusterSoftware for ml-hyperpod failed: ConflictException: Cluster is being updated"
         in result.stderr
     )
     assert list(state(hyperpod)["steps"]) == ["backup"]
@@ -154,14 +154,14 @@ def test_patch_needs_an_in_service_cluster(hyperpod: World, aws: Aws) -> None:
     sagemaker_backends[ACCOUNT][hyperpod.region].clusters[hyperpod.cluster].status = "Updating"
     result = hyperpod.run("patch", "hyperpod", "--yes")
     assert result.exit_code == 1
-    assert "cluster ml-hyperpod-k3x9q2a is Updating; patching starts from InService" in result.stderr
+    assert "cluster ml-hyperpod is Updating; patching starts from InService" in result.stderr
     assert "start-session" not in aws.operations()
 
 
 def test_patch_asks_first(hyperpod: World, tool: FakeNode, aws: Aws) -> None:
     result = hyperpod.run("patch", "hyperpod", input="n\n")
     assert result.exit_code == 1
-    assert "replaces the root volumes of every node of ml-hyperpod-k3x9q2a; continue?" in result.output
+    assert "replaces the root volumes of every node of ml-hyperpod; continue?" in result.output
     assert tool.sessions == []
 
 

@@ -22,7 +22,7 @@ def test_ssh_print_hyperpod_controller(hyperpod: World, aws: Aws) -> None:
     assert command[command.index("--target") + 1] == CONTROLLER
     assert command[command.index("--document-name") + 1] == "AWS-StartInteractiveCommand"
     assert json.loads(command[command.index("--parameters") + 1]) == {"command": ["sudo su - ubuntu"]}
-    assert aws.params("ListClusterNodes") == [{"ClusterName": "ml-hyperpod-k3x9q2a"}]
+    assert aws.params("ListClusterNodes") == [{"ClusterName": "ml-hyperpod"}]
 
 
 def test_ssh_group_and_node_pick_other_nodes(hyperpod: World) -> None:
@@ -41,7 +41,7 @@ def test_ssh_group_and_node_pick_other_nodes(hyperpod: World) -> None:
 def test_ssh_unknown_node_lists_the_nodes(hyperpod: World) -> None:
     result = hyperpod.run("ssh", "hyperpod", "--node", "i-0000000000000000a", "--print")
     assert result.exit_code == 1
-    assert "no node matches --node i-0000000000000000a in ml-hyperpod-k3x9q2a" in result.stderr
+    assert "no node matches --node i-0000000000000000a in ml-hyperpod" in result.stderr
     assert "worker-group-1/i-0f1e2d3c4b5a69803" in result.stderr
 
 

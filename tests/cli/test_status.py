@@ -80,11 +80,11 @@ def test_status_shows_stacks_cluster_nodes_lustre_dras_and_outputs(
         "hyperpod-Storage",
         "hyperpod-Cluster",
         "CREATE_COMPLETE",
-        "Cluster ml-hyperpod-k3x9q2a: InService",
+        "Cluster ml-hyperpod: InService",
         "worker-group-1",
         "ml.p5.48xlarge",
         "2 Running",
-        "/aws/sagemaker/Clusters/ml-hyperpod-k3x9q2a/k3x9q2a1b2c3",
+        "/aws/sagemaker/Clusters/ml-hyperpod/k3x9q2a1b2c3",
         f"FSx for Lustre {hyperpod.file_system}",
         "600 MB/s (250 MB/s/TiB)",
         "2400 GiB",
@@ -108,7 +108,7 @@ def test_status_shows_stacks_cluster_nodes_lustre_dras_and_outputs(
     assert aws.params("DescribeDataRepositoryTasks") == [
         {"Filters": [{"Name": "file-system-id", "Values": [hyperpod.file_system]}]}
     ]
-    assert aws.params("DescribeCluster") == [{"ClusterName": "ml-hyperpod-k3x9q2a"}]
+    assert aws.params("DescribeCluster") == [{"ClusterName": "ml-hyperpod"}]
 
 
 def test_status_json_is_the_same_data(hyperpod: World, fsx_answers: None) -> None:
@@ -146,7 +146,7 @@ def test_status_failing_node_names_message_and_log_group(hyperpod: World, fsx_an
         f"node {failing.instance_id} (worker-group-1) is Failure: Node failed deep health check "
         "InstanceConnectivity: EFA loopback test failed" in result.stderr
     )
-    assert "/aws/sagemaker/Clusters/ml-hyperpod-k3x9q2a/k3x9q2a1b2c3" in result.output
+    assert "/aws/sagemaker/Clusters/ml-hyperpod/k3x9q2a1b2c3" in result.output
 
 
 def test_status_dra_not_available_needs_attention(aws: Aws, hyperpod: World) -> None:
@@ -209,6 +209,6 @@ def test_status_throttled_reports_call_and_advice(aws: Aws, hyperpod: World) -> 
     aws.answer("sagemaker", "DescribeCluster", error("ThrottlingException", "Rate exceeded"))
     result = hyperpod.run("status", "hyperpod")
     assert result.exit_code == 3
-    assert "DescribeCluster for ml-hyperpod-k3x9q2a failed: ThrottlingException: Rate exceeded" in result.stderr
+    assert "DescribeCluster for ml-hyperpod failed: ThrottlingException: Rate exceeded" in result.stderr
     assert "wait a minute" in result.stderr
     assert "Traceback" not in result.output + result.stderr
