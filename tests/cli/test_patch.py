@@ -141,10 +141,7 @@ def test_patch_update_conflict_keeps_the_backup(hyperpod: World, tool: FakeNode,
     aws.answer("sagemaker", "UpdateClusterSoftware", error("ConflictException", "Cluster is being updated"))
     result = hyperpod.run("patch", "hyperpod", "--yes")
     assert result.exit_code == 3
-    assert (
-        "UpdateClusterSoftware for ml-hyperpod failed: ConflictException: Cluster is being updated"
-        in result.stderr
-    )
+    assert "UpdateClusterSoftware for ml-hyperpod failed: ConflictException: Cluster is being updated" in result.stderr
     assert list(state(hyperpod)["steps"]) == ["backup"]
 
 
