@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from mlcluster.cli import diff
 from mlcluster.cli.errors import CliError
 from mlcluster.cli.patch import patch
 from mlcluster.cli.smoke import smoke
@@ -46,6 +47,8 @@ cli.add_command(status)
 cli.add_command(smoke)
 cli.add_command(patch)
 cli.add_command(validate)
+for command in (diff.diff, diff.lock, diff.protect):
+    cli.add_command(command)
 
 
 def main() -> None:
