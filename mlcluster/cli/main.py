@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -16,16 +18,32 @@ from mlcluster.cli.validate import validate
 
 
 class CliGroup(click.Group):
-    """A click group that reports a :class:`CliError` plainly (no traceback) and exits with its code.
+    """A click group that, run standalone (``CliRunner``, click's own entry), reports a :class:`CliError`.
 
-    Handling it here rather than only in :func:`main` makes the behaviour the same under
-    ``CliRunner`` and in the console script.
+    It prints the message without a traceback and exits with the error's code. Run with
+    ``standalone_mode=False`` (what :func:`main` does, and tests that inspect the exception),
+    it lets the ``CliError`` propagate to the caller.
     """
+
+    standalone = True
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        self.standalone = standalone_mode
+        return super().main(args, prog_name, complete_var, standalone_mode, **extra)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except CliError as error:
+            if not self.standalone:
+                raise
             click.echo(f"mlcluster: {error.message}", err=True)
             ctx.exit(error.exit_code)
 
@@ -52,7 +70,7 @@ for command in (diff.diff, diff.lock, diff.protect):
 
 
 def main() -> None:
-    """Run the command: click's errors and Ctrl-C without a traceback (:class:`CliGroup` handles ``CliError``)."""
+    """Run the command; print a :class:`CliError`, click's errors and Ctrl-C plainly and exit with their codes."""
     try:
         result = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -61,8 +79,11 @@ def main() -> None:
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
+    except CliError as error:
+        click.echo(f"mlcluster: {error.message}", err=True)
+        sys.exit(error.exit_code)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
-    # Without standalone mode, click returns the code of a ``ctx.exit`` (how CliGroup reports a CliError).
+    # Without standalone mode, click returns the code of a ``ctx.exit(code)`` instead of exiting.
     if isinstance(result, int):
         sys.exit(result)
