@@ -82,8 +82,16 @@ class LifecycleConfig:
     enroot_pyxis: bool = True
     home_on_fsx: bool = True
     observability: bool = False
+    #: Members of the docker group are root on the node: only when asked for, with a synth warning.
+    docker_group: bool = False
+    #: Rootless Podman for every cluster user, to build images without root.
+    rootless_podman: bool = True
+    #: How long workers and login nodes wait for slurmctld (at most the create timeout).
+    controller_wait_minutes: int = setting(default=720, minimum=1, maximum=720)
 
     def check(self, issues: Issues) -> None:
+        if self.docker_group and not self.docker:
+            issues.add("docker_group", True, "the docker group needs docker: true")
         names = [u.name for u in self.users]
         uids = [u.uid for u in self.users]
         if len(set(names)) != len(names):
@@ -111,6 +119,13 @@ class HyperPodConfig:
     def check(self, issues: Issues) -> None:
         if not self.workers:
             issues.add("workers", [], "give at least one worker group")
+        if self.lifecycle.controller_wait_minutes > self.create_timeout_hours * 60:
+            issues.add(
+                "lifecycle.controller_wait_minutes",
+                self.lifecycle.controller_wait_minutes,
+                f"allowed: at most create_timeout_hours x 60 = {self.create_timeout_hours * 60} "
+                "(the stack stops waiting for the cluster then)",
+            )
         if self.controller.instance_count != 1:
             issues.add("controller.instance_count", self.controller.instance_count, "allowed: 1 (one Slurm controller)")
         groups = [self.controller] + ([self.login] if self.login else []) + list(self.workers)

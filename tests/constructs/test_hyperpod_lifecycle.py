@@ -114,7 +114,7 @@ def test_upload_goes_under_the_prefix_and_prunes(built: Built) -> None:
     assert props["DestinationBucketName"] == {"Ref": name}
     assert props["DestinationBucketKeyPrefix"] == "lifecycle/"
     assert props["Prune"] is True
-    assert len(props["SourceObjectKeys"]) == 3
+    assert len(props["SourceObjectKeys"]) == 4  # scripts, rendered on_create.sh, two JSON files
 
 
 def test_provisioning_parameters_carry_groups_and_the_deploy_time_fsx_name(built: Built) -> None:

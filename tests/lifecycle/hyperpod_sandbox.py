@@ -1,5 +1,9 @@
 """A fake HyperPod node for the lifecycle script tests.
 
+The tests run as root: ``chown`` and ``setpriv`` are the real tools, so files get real owners and
+the steps' work as a user (``setpriv``) really runs with that user's uid. ``as_user`` lets a test
+plant links and folders as an unprivileged user before a run.
+
 ``Sandbox`` builds a root folder (``MLC_ROOT``) that looks like a fresh HyperPod Ubuntu node,
 a copy of the lifecycle folder with the two generated JSON files, and stub commands that
 record the calls which change the system (one line per call in ``actions.log``) and keep a
@@ -18,16 +22,19 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+from mlcluster.lifecycle.hyperpod import ENTRYPOINT, HYPERPOD_DIR, render_on_create
 
 #: Real tools the scripts and stubs may use; nothing here changes the machine outside the sandbox.
 SAFE_TOOLS = (
     *("awk", "basename", "bash", "cat", "chmod", "cmp", "cp", "cut", "date", "dirname", "env", "find", "flock"),
     *("grep", "head", "id", "ln", "ls", "mkdir", "mktemp", "mv", "nproc", "readlink", "rm", "sed", "sha256sum"),
-    *("sleep", "sort", "stat", "tail", "tee", "timeout", "touch", "tr", "wc"),
+    *("sleep", "sort", "stat", "tail", "tee", "timeout", "touch", "tr", "wc", "chown", "setpriv", "rmdir"),
+    *("tar", "gzip", "printf"),
 )
 
 CONTROLLER_IP = "10.1.0.10"
@@ -188,17 +195,19 @@ esac
 """,
     "useradd": r"""
 act "$@"
-uid="" gid="" create=false shell=/bin/sh
+uid="" gid="" create=false shell=/bin/sh home=""
 while (($# > 1)); do
   case $1 in
     --uid) uid=$2; shift 2 ;;
     --gid) gid=$2; shift 2 ;;
     --shell) shell=$2; shift 2 ;;
     --create-home) create=true; shift ;;
+    --no-create-home) shift ;;
+    --home-dir) home=$2; shift 2 ;;
     *) echo "useradd stub: unsupported $1" >&2; exit 2 ;;
   esac
 done
-echo "$1:x:$uid:$gid::/home/$1:$shell" >>"$MLC_ROOT/etc/passwd"
+echo "$1:x:$uid:$gid::${home:-/home/$1}:$shell" >>"$MLC_ROOT/etc/passwd"
 if $create; then mkdir -p "$MLC_ROOT/home/$1"; cp -a "$MLC_ROOT/etc/skel/." "$MLC_ROOT/home/$1/"; fi
 """,
     "groupadd": r"""
@@ -216,7 +225,26 @@ case $1 in
   *) exit 2 ;;
 esac
 """,
-    "chown": 'act "$@"\n',
+    "gpasswd": r"""
+act "$@"
+[[ $1 == --delete ]] || exit 2
+file=$MLC_ROOT/etc/group
+awk -F: -v OFS=: -v g="$3" -v n="$2" '$1 == g { split($4, m, ","); out = ""
+  for (i in m) if (m[i] != n && m[i] != "") out = (out == "" ? m[i] : out "," m[i]); $4 = out } { print }' \
+  "$file" >"$file.new" && mv "$file.new" "$file"
+""",
+    "iptables": r"""
+rules=$STUB_STATE/iptables.rules
+touch "$rules"
+args=()
+for a in "$@"; do [[ $a == --wait ]] || args+=("$a"); done
+rule="${args[*]:1}"
+case ${args[0]} in
+  --check) grep -qxF -- "$rule" "$rules" ;;
+  --insert) act "$@"; echo "$rule" >>"$rules" ;;
+  *) exit 2 ;;
+esac
+""",
     "ssh-keygen": r"""
 act "$@"
 file="" comment=""
@@ -324,8 +352,14 @@ class Sandbox:
     controller_ip: str = CONTROLLER_IP
     gpu: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    provisioning: dict[str, object] = field(default_factory=lambda: dict(PROVISIONING))
 
     def __post_init__(self) -> None:
+        # pytest keeps its temporary folders 0700, which the users the steps switch to cannot pass:
+        # the node lives in a folder of its own under /tmp, removed when the sandbox is collected.
+        self.base = Path(tempfile.mkdtemp(prefix=f"mlc-{self.base.name}-", dir="/tmp"))
+        self.base.chmod(0o711)
+        weakref.finalize(self, shutil.rmtree, str(self.base), True)
         self.root = self.base / "root"
         self.lifecycle = self.base / "lifecycle"
         self.bin = self.base / "bin"
@@ -362,9 +396,11 @@ class Sandbox:
         (self.state / "systemd/active/dlami-nvme").touch()
 
     def _build_lifecycle(self) -> None:
-        shutil.copytree(HYPERPOD_DIR, self.lifecycle, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(HYPERPOD_DIR, self.lifecycle, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        # What HyperPodLifecycle uploads: on_create.sh with the checksums of the other files in it.
+        _write(self.lifecycle / ENTRYPOINT, render_on_create(HYPERPOD_DIR), 0o755)
         _write(self.lifecycle / "mlcluster_features.json", json.dumps(self.features))
-        _write(self.lifecycle / "provisioning_parameters.json", json.dumps(PROVISIONING))
+        _write(self.lifecycle / "provisioning_parameters.json", json.dumps(self.provisioning))
 
     def _build_bin(self) -> None:
         for folder, stubs in ((self.bin, STUBS), (self.pkgbin, PACKAGE_STUBS)):
@@ -407,6 +443,17 @@ class Sandbox:
             capture_output=True,
             text=True,
             timeout=120,
+            check=False,
+        )
+
+    def as_user(self, uid: int, *command: str) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` as an unprivileged uid (gid = uid, no groups), the way a cluster user would."""
+        return subprocess.run(
+            ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *command],
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=30,
             check=False,
         )
 

@@ -31,7 +31,7 @@ SQL
 
 # write_slurmdbd_conf HOST PORT USER PASSWORD
 write_slurmdbd_conf() {
-  install_file "$SLURMDBD_CONF" 600 slurm:slurm <<CONF
+  install_file "$SLURMDBD_CONF" 600 "$(ids_of slurm)" <<CONF
 # Written by mlcluster (accounting step). Holds the database password: keep it mode 600.
 AuthType=auth/munge
 DbdHost=$(hostname -s)

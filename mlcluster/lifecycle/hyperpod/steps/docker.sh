@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step docker: install Docker (from Docker's apt repository, unless the AMI has it), put its data
 # root and temp folder on local NVMe so images cannot fill the root volume, add the NVIDIA
-# container toolkit on GPU nodes, and let the cluster users run docker.
+# container toolkit on GPU nodes. Users get rootless Podman to build images; the docker group
+# (root-equivalent) only when docker_group is true.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -74,18 +75,58 @@ in_group() {
   [[ ,$members, == *",$1,"* ]]
 }
 
-add_docker_users() {
+# The docker group is root on this node (a member can mount / into a container): users join it only
+# when docker_group is true, and leave it when it is false (a re-run after the setting changed).
+docker_group() {
   local user
   if ! getent group docker >/dev/null; then
-    warn "there is no docker group; only root can run docker"
     return 0
   fi
   for user in $(cluster_users); do
-    if ! in_group "$user" docker; then
+    if is_true "$MLC_DOCKER_GROUP" && ! in_group "$user" docker; then
       usermod --append --groups docker "$user"
-      log "added $user to the docker group"
+      warn "added $user to the docker group (docker_group: true), which is root-equivalent on this node"
+    elif ! is_true "$MLC_DOCKER_GROUP" && in_group "$user" docker; then
+      gpasswd --delete "$user" docker
+      log "removed $user from the docker group (docker_group: false)"
     fi
   done
+}
+
+# next_subid FILE : the first subordinate ID after every range already in FILE (at least 100000).
+next_subid() {
+  awk -F: 'BEGIN { next_id = 100000 } NF == 3 && $2 + $3 > next_id { next_id = $2 + $3 } END { print next_id }' "$1"
+}
+
+# Rootless Podman for building images as oneself: subordinate IDs for each user, and image storage
+# on local NVMe in a per-user 0700 folder under a root-owned parent.
+rootless_podman() {
+  local root user file start
+  apt_install podman uidmap slirp4netns fuse-overlayfs
+  for file in "$MLC_ROOT/etc/subuid" "$MLC_ROOT/etc/subgid"; do
+    [[ -f $file ]] || install_file "$file" 644 </dev/null
+    for user in $(cluster_users); do
+      if ! grep -q "^$user:" "$file"; then
+        start=$(next_subid "$file")
+        install_file "$file" 644 < <(cat "$file" && printf '%s:%s:65536\n' "$user" "$start")
+        log "$user: subordinate IDs $start-$((start + 65535)) in ${file#"$MLC_ROOT"}"
+      fi
+    done
+  done
+  root=$(local_root)
+  mkdir -p "$MLC_ROOT$root"
+  ensure_root_dir "$MLC_ROOT$root/containers" 755
+  for user in $(cluster_users); do
+    MLC_FORCE_MODE=true ensure_user_dir "$user" "$MLC_ROOT$root/containers/user-$(id_of "$user")" 700
+  done
+  install_file "$MLC_ROOT/etc/containers/storage.conf" 644 <<EOF_CONF
+# Written by mlcluster (docker step): rootless Podman keeps each user's images on local NVMe.
+[storage]
+driver = "overlay"
+
+[storage.options]
+rootless_storage_path = "$root/containers/user-\$UID"
+EOF_CONF
 }
 
 main() {
@@ -95,7 +136,10 @@ main() {
   fi
   configure_data_root
   converge_service docker "$DAEMON_JSON" "$DROP_IN"
-  add_docker_users
+  docker_group
+  if is_true "$MLC_ROOTLESS_PODMAN"; then
+    rootless_podman
+  fi
 }
 
 main "$@"

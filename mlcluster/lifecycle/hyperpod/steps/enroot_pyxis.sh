@@ -33,26 +33,43 @@ install_enroot() {
   rm -rf "$download"
 }
 
+# Enroot's runtime, cache, data and temp folders: one 0700 folder per user, owned by the user, under
+# root-owned 0755 roots, so no user can pre-create or link another user's folder. A tmpfiles.d
+# rule makes them again at boot (local NVMe is empty after a stop and start).
+ENROOT_FOLDERS=(runtime cache data tmp)
+
 configure_enroot() {
-  local root folder
+  local root folder user uid gid tmpfiles
   root=$(local_root)
   # Quoted $(id -u) and ${HOME} are expanded by enroot for each user, not here.
   install_file "$MLC_ROOT/etc/enroot/enroot.conf" 644 <<EOF
-# Written by mlcluster (enroot_pyxis step): container data lives on $root, not the root volume.
+# Written by mlcluster (enroot_pyxis step): container data lives on $root, not the root volume,
+# in per-user folders the lifecycle creates (0700, owned by the user).
 ENROOT_RUNTIME_PATH        $root/enroot/runtime/user-\$(id -u)
 ENROOT_CACHE_PATH          $root/enroot/cache/user-\$(id -u)
 ENROOT_DATA_PATH           $root/enroot/data/user-\$(id -u)
-ENROOT_TEMP_PATH           $root/enroot/tmp
+ENROOT_TEMP_PATH           $root/enroot/tmp/user-\$(id -u)
 ENROOT_CONFIG_PATH         \${HOME}/.config/enroot
 ENROOT_SQUASH_OPTIONS      -comp lzo -noI -noD -noF -noX -no-duplicates
 ENROOT_ROOTFS_WRITABLE     yes
 ENROOT_MOUNT_HOME          no
 ENROOT_RESTRICT_DEV        no
 EOF
-  for folder in runtime cache data tmp; do
-    mkdir -p "$MLC_ROOT$root/enroot/$folder"
-    chmod 1777 "$MLC_ROOT$root/enroot/$folder"
+  mkdir -p "$MLC_ROOT$root"
+  ensure_root_dir "$MLC_ROOT$root/enroot" 755
+  tmpfiles="# Written by mlcluster (enroot_pyxis step): per-user Enroot folders, made again at boot."
+  tmpfiles+=$'\n'"d $root/enroot 0755 root root -"
+  for folder in "${ENROOT_FOLDERS[@]}"; do
+    ensure_root_dir "$MLC_ROOT$root/enroot/$folder" 755
+    tmpfiles+=$'\n'"d $root/enroot/$folder 0755 root root -"
+    for user in $(cluster_users); do
+      uid=$(id_of "$user")
+      gid=$(getent passwd "$user" | cut -d: -f4)
+      MLC_FORCE_MODE=true ensure_user_dir "$user" "$MLC_ROOT$root/enroot/$folder/user-$uid" 700
+      tmpfiles+=$'\n'"d $root/enroot/$folder/user-$uid 0700 $uid $gid -"
+    done
   done
+  install_file "$MLC_ROOT/etc/tmpfiles.d/mlcluster-enroot.conf" 644 <<<"$tmpfiles"
 }
 
 clone_pyxis() {
