@@ -34,7 +34,7 @@ SAFE_TOOLS = (
     *("awk", "basename", "bash", "cat", "chmod", "cmp", "cp", "cut", "date", "dirname", "env", "find", "flock"),
     *("grep", "head", "id", "ln", "ls", "mkdir", "mktemp", "mv", "nproc", "readlink", "rm", "sed", "sha256sum"),
     *("sleep", "sort", "stat", "tail", "tee", "timeout", "touch", "tr", "wc", "chown", "setpriv", "rmdir"),
-    *("tar", "gzip", "printf"),
+    *("tar", "gzip", "gunzip", "printf"),
 )
 
 CONTROLLER_IP = "10.1.0.10"
@@ -138,6 +138,7 @@ case ${args[0]} in
   enable) act "$@"; on enabled; if $now; then on active; fi ;;
   disable) act "$@"; off enabled; if $now; then off active; fi ;;
   start | restart) act "$@"; on active ;;
+  stop) act "$@"; off active ;;
   daemon-reload) act "$@" ;;
   *) echo "systemctl stub: unsupported: $*" >&2; exit 3 ;;
 esac
@@ -171,7 +172,9 @@ case ${args[0]} in
       case $pkg in
         docker-ce) provide "$pkg" docker
           grep -q '^docker:' "$MLC_ROOT/etc/group" || echo 'docker:x:998:' >>"$MLC_ROOT/etc/group" ;;
-        mariadb-server) provide "$pkg" mysql ;;
+        mariadb-server) provide "$pkg" mysql mysqldump
+          grep -q '^mysql:' "$MLC_ROOT/etc/passwd" || echo 'mysql:x:402:402::/nonexistent:/bin/false' >>"$MLC_ROOT/etc/passwd"
+          mkdir -p "$MLC_ROOT/var/lib/mysql" && echo ibdata >"$MLC_ROOT/var/lib/mysql/ibdata1" ;;
         enroot) provide "$pkg" enroot ;;
         nvidia-container-toolkit) provide "$pkg" nvidia-ctk nvidia-container-cli ;;
       esac
@@ -277,8 +280,21 @@ done
 if $install; then mkdir -p "$destdir/usr/local/lib/slurm"; echo so >"$destdir/usr/local/lib/slurm/spank_pyxis.so"; fi
 """,
     "aws": r"""
-[[ "$*" == *"secretsmanager get-secret-value"* ]] || exit 2
-printf '%s\n' "$STUB_SECRET"
+if [[ "$*" == *"secretsmanager get-secret-value"* ]]; then
+  printf '%s\n' "$STUB_SECRET"
+  exit 0
+fi
+[[ $1 == s3 && $2 == cp ]] || exit 2
+act "$@"
+src=${*: -2:1} dst=${*: -1}
+local_path() { printf '%s/s3/%s' "$STUB_STATE" "${1#s3://}"; }
+if [[ $src == s3://* ]]; then
+  [[ -f $(local_path "$src") ]] || { echo "fatal error: An error occurred (404) when calling the HeadObject operation" >&2; exit 1; }
+  cp "$(local_path "$src")" "$dst"
+else
+  mkdir -p "$(dirname "$(local_path "$dst")")"
+  cp "$src" "$(local_path "$dst")"
+fi
 """,
     "scontrol": r"""
 if [[ ${1:-} == ping && -e $STUB_STATE/systemd/active/slurmctld ]]; then
@@ -307,6 +323,11 @@ esac
     "mysql": r"""
 act "$@"
 cat >>"$STUB_STATE/mysql.sql"
+""",
+    "mysqldump": r"""
+act "$@"
+echo "-- dump of slurm_acct_db"
+echo "CREATE DATABASE /*!32312 IF NOT EXISTS*/ slurm_acct_db;"
 """,
     "enroot": "exit 0\n",
     "nvidia-ctk": 'act "$@"\n',
@@ -383,8 +404,13 @@ class Sandbox:
         _write(r / "home/ubuntu/.bashrc", "# ubuntu's bashrc\n")
         _write(r / "etc/os-release", 'NAME="Ubuntu"\nVERSION_CODENAME=jammy\n')
         _write(r / "etc/fstab", "LABEL=cloudimg-rootfs / ext4 discard,errors=remount-ro 0 1\n")
-        _write(r / "proc/mounts", f"/dev/root / ext4 rw 0 0\n/dev/md0 {r}/opt/dlami/nvme ext4 rw 0 0\n")
+        _write(
+            r / "proc/mounts",
+            f"/dev/root / ext4 rw 0 0\n/dev/md0 {r}/opt/dlami/nvme ext4 rw 0 0\n"
+            f"/dev/nvme1n1 {r}/opt/sagemaker ext4 rw 0 0\n",
+        )
         (r / "opt/dlami/nvme").mkdir(parents=True)
+        (r / "opt/sagemaker").mkdir(parents=True)
         _write(r / "lib/systemd/system/dlami-nvme.service", "[Service]\nType=oneshot\n")
         _write(r / "opt/ml/config/resource_config.json", json.dumps(resource_config(self.controller_ip)))
         _write(r / "opt/slurm/etc/slurm.conf", SLURM_CONF.format(controller=self.controller_ip))

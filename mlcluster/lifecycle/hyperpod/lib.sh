@@ -382,3 +382,29 @@ id_of() {
 ids_of() {
   getent passwd "$1" | cut -d: -f3,4
 }
+
+# controller_data_dir : print (and make, root 0755) the controller's folder for what must outlive
+# its root volume (slurmctld state, the accounting database): on HyperPod's secondary EBS volume
+# (/opt/sagemaker) when it is mounted, else on FSx for Lustre. Patching replaces the root volume.
+controller_data_dir() {
+  local dir
+  if mount_info "$MLC_ROOT/opt/sagemaker" >/dev/null; then
+    dir=/opt/sagemaker/mlcluster
+  else
+    ensure_root_dir "$FSX/.mlcluster" 755
+    dir=$FSX_MOUNT/.mlcluster/controller
+  fi
+  ensure_root_dir "$MLC_ROOT$dir" 755
+  printf '%s\n' "$dir"
+}
+
+# move_contents FROM TO : copy FROM's files into TO once, when TO is still empty (a daemon's data
+# moving off the root volume; FROM and TO belong to a service account, not a cluster user).
+move_contents() {
+  if [[ -d $1 && ! -L $1 && -z $(find "$2" -mindepth 1 -maxdepth 1 -print -quit) ]] &&
+    [[ -n $(find "$1" -mindepth 1 -maxdepth 1 -print -quit) ]]; then
+    # Each entry, not "$1/.": the target folder keeps its own owner and mode.
+    find "$1" -mindepth 1 -maxdepth 1 -exec cp -a -t "$2" -- {} +
+    log "copied ${1#"$MLC_ROOT"} to ${2#"$MLC_ROOT"}"
+  fi
+}
