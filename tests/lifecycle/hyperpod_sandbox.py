@@ -60,6 +60,9 @@ PROVISIONING: dict[str, object] = {
     "fsx_mountname": "abcdefgh",
 }
 
+#: Test data: the real ``git ls-tree -r`` listings of the pinned Pyxis and nccl-tests commits.
+DATA = Path(__file__).parent / "data"
+
 FSX_SOURCE = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
 
 
@@ -166,6 +169,7 @@ case ${args[0]} in
         base=${p##*/}; base=${base%.deb}; pkg=${base%%_*}; version=${base#*_}; version=${version%_*}
       else
         pkg=${p%%=*}; version=1.0-stub
+        if [[ $p == *=* ]]; then version=${p#*=}; fi
       fi
       mkdir -p "$STUB_STATE/dpkg"
       echo "$version" >"$STUB_STATE/dpkg/$pkg"
@@ -263,20 +267,47 @@ out="" url=""
 while (($# > 0)); do
   case $1 in -o) out=$2; shift 2 ;; -*) shift ;; *) url=$1; shift ;; esac
 done
-echo "downloaded from $url" >"$out"
+if [[ -f $STUB_SERVE/${url##*/} ]]; then
+  cp "$STUB_SERVE/${url##*/}" "$out"
+else
+  echo "downloaded from $url" >"$out"
+fi
 """,
     "git": r"""
 act "$@"
-dest=${*: -1}
-mkdir -p "$dest"
-echo "stub checkout" >"$dest/Makefile"
+case $1 in
+  clone)
+    url=${*: -2:1} dest=${*: -1} name=${url##*/}
+    mkdir -p "$dest"
+    echo "stub checkout" >"$dest/Makefile"
+    cp "$STUB_GIT_DATA/${name%.git}.ls-tree" "$dest/.stub-tree" ;;
+  -C)
+    dir=$2
+    case $3 in
+      checkout) echo "${*: -1}" >"$dir/.stub-head" ;;
+      rev-parse) echo "${STUB_GIT_HEAD:-$(cat "$dir/.stub-head")}" ;;
+      ls-tree) cat "$dir/.stub-tree" ;;
+      *) exit 2 ;;
+    esac ;;
+  *) exit 2 ;;
+esac
+""",
+    "gpg": r"""
+# The stub key files hold one line FPR=<fingerprint>.
+fpr=$(sed -n 's/^FPR=//p' "${*: -1}")
+[[ -n $fpr ]] || exit 2
+printf 'pub:-:4096:1:ABCDEF:1:::-:::scESC::::::23::0:\nfpr:::::::::%s:\n' "$fpr"
 """,
     "make": r"""
 act "CPPFLAGS=${CPPFLAGS:-}" "$@"
-destdir="" install=false
+destdir="" install=false builddir=""
 for a in "$@"; do
-  case $a in DESTDIR=*) destdir=${a#DESTDIR=} ;; install) install=true ;; esac
+  case $a in DESTDIR=*) destdir=${a#DESTDIR=} ;; install) install=true ;; BUILDDIR=*) builddir=${a#BUILDDIR=} ;; esac
 done
+if [[ -n $builddir ]]; then
+  mkdir -p "$builddir/verifiable"
+  for t in all_reduce_perf all_gather_perf; do printf '#!/bin/sh\n' >"$builddir/$t"; chmod 755 "$builddir/$t"; done
+fi
 if $install; then mkdir -p "$destdir/usr/local/lib/slurm"; echo so >"$destdir/usr/local/lib/slurm/spank_pyxis.so"; fi
 """,
     "aws": r"""
@@ -391,6 +422,10 @@ class Sandbox:
         self._build_lifecycle()
         self._build_bin()
         self.actions_log.touch()
+        # What the download servers answer: the repository keys with their real fingerprints.
+        self.serve = self.base / "serve"
+        _write(self.serve / "gpg", "FPR=9DC858229FC7DD38854AE2D88D81803C0EBFCD88\n")
+        _write(self.serve / "gpgkey", "FPR=C95B321B61E88C1809C4F759DDCAE044F796ECB0\n")
 
     def _build_root(self) -> None:
         r = self.root
@@ -435,6 +470,8 @@ class Sandbox:
                 _write(folder / name, PRELUDE + body.lstrip("\n"), 0o755)
         if self.gpu:
             (self.bin / "nvidia-smi").symlink_to(self.pkgbin / "nvidia-smi")
+            _write(self.root / "opt/nccl/build/include/nccl.h", "/* nccl */\n")
+            (self.root / "opt/amazon/openmpi/bin").mkdir(parents=True)
         self.safe = self.base / "safe"
         self.safe.mkdir()
         for tool in SAFE_TOOLS:
@@ -455,6 +492,8 @@ class Sandbox:
             "STUB_STATE": str(self.state),
             "STUB_PKGBIN": str(self.pkgbin),
             "STUB_ACTIONS": str(self.actions_log),
+            "STUB_SERVE": str(self.serve),
+            "STUB_GIT_DATA": str(DATA),
             "STUB_IPS": self.ips,
             "STUB_HOSTNAME": "ip-" + self.ips.split()[0].replace(".", "-"),
             **self.extra_env,

@@ -263,9 +263,15 @@ def test_pyxis_is_built_against_hyperpods_slurm_and_registered(controller: TwoRu
     make = next(a for a in controller.first_actions if a.startswith("make "))
     assert make.startswith(f"make CPPFLAGS=-I{sandbox.root}/opt/slurm/include ")
     assert make.endswith(f"install DESTDIR={sandbox.root}")
-    assert "git clone --quiet --depth 1 --branch v0.20.0 https://github.com/NVIDIA/pyxis.git" in next(
-        a for a in controller.first_actions if a.startswith("git ")
+    assert next(a for a in controller.first_actions if a.startswith("git clone")).startswith(
+        "git clone --quiet --no-checkout https://github.com/NVIDIA/pyxis.git "
     )
+    assert any(
+        a.endswith("checkout --quiet --detach 424563865a491f2d8f3c396a095d18db81f1fb07")
+        for a in controller.first_actions
+    )
+    log = sandbox.read("/var/log/provision/enroot_pyxis.log")
+    assert "pyxis v0.20.0 verified at 424563865a491f2d8f3c396a095d18db81f1fb07 (tree sha256 22ce2d38" in log
     assert sandbox.read("/opt/slurm/etc/plugstack.conf") == "include /opt/slurm/etc/plugstack.conf.d/pyxis.conf\n"
     assert (
         sandbox.read("/opt/slurm/etc/plugstack.conf.d/pyxis.conf") == "required /usr/local/lib/slurm/spank_pyxis.so\n"
@@ -302,11 +308,29 @@ def test_worker_runs_slurmd_against_the_controller(worker: TwoRuns) -> None:
 def test_gpu_worker_gets_the_nvidia_toolkit_and_exporters(worker: TwoRuns) -> None:
     actions = worker.first_actions
     assert index(actions, "apt-get") < index(actions, "nvidia-ctk runtime configure --runtime=docker")
-    assert any(a.endswith(" install nvidia-container-toolkit") for a in actions)
+    # The toolkit is pinned, and its repository key checked by fingerprint.
+    assert any(
+        "install --allow-downgrades nvidia-container-toolkit=1.17.8-1 nvidia-container-toolkit-base=1.17.8-1" in a
+        for a in actions
+    )
+    log = worker.sandbox.read("/var/log/provision/docker.log")
+    assert "nvidia-container-toolkit apt key verified: C95B321B61E88C1809C4F759DDCAE044F796ECB0" in log
+    assert "docker apt key verified: 9DC858229FC7DD38854AE2D88D81803C0EBFCD88" in log
     assert "systemctl start prometheus-node-exporter" in actions
     run = next(a for a in actions if a.startswith("docker run"))
     assert "--name mlcluster-dcgm-exporter" in run
     assert run.endswith("nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.0-ubuntu22.04")
+
+
+def test_gpu_worker_has_the_pinned_nccl_tests_where_the_smoke_test_looks(worker: TwoRuns) -> None:
+    sandbox = worker.sandbox
+    binary = sandbox.root / "opt/mlcluster/nccl-tests/bin/all_reduce_perf"
+    assert binary.stat().st_mode & 0o111
+    make = next(a for a in worker.first_actions if a.startswith("make ") and "BUILDDIR=" in a)
+    assert "MPI=1 MPI_HOME=/opt/amazon/openmpi CUDA_HOME=/usr/local/cuda NCCL_HOME=/opt/nccl/build" in make
+    assert "nccl-tests v2.17.10 verified at c379e19a711e011f2086b0001deb3d590e4b46f4" in sandbox.read(
+        "/var/log/provision/nccl_tests.log"
+    )
 
 
 def test_precheck_passes_on_a_provisioned_worker(worker: TwoRuns) -> None:

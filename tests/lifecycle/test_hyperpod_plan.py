@@ -205,6 +205,7 @@ def test_worker_and_login_wait_for_the_controller_before_touching_shared_homes()
         "add_users",
         "docker",
         "enroot_pyxis",
+        "nccl_tests",
         "wait_controller",
         "homes",
         "ssh_keys",
@@ -214,8 +215,8 @@ def test_worker_and_login_wait_for_the_controller_before_touching_shared_homes()
         "install_tools",
     )
     assert p.plan_steps("worker", ALL_ON) == expected
-    # Login nodes also keep IMDS for root only: users work there, jobs run on workers.
-    login = list(expected)
+    # Login nodes keep IMDS for root only (users work there) and build no nccl-tests.
+    login = [step for step in expected if step != "nccl_tests"]
     login.insert(2, "imds")
     assert p.plan_steps("login", ALL_ON) == tuple(login)
 

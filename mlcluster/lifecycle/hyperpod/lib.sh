@@ -373,14 +373,21 @@ user_install() {
   fi
 }
 
+# passwd_field USER FIELDS : cut FIELDS of USER's passwd entry; fails with a message when there is none.
+passwd_field() {
+  local entry
+  entry=$(getent passwd "$1") || die "there is no user $1 (the add_users step creates the cluster users)"
+  cut -d: -f"$2" <<<"$entry"
+}
+
 # id_of USER : USER's uid.
 id_of() {
-  getent passwd "$1" | cut -d: -f3
+  passwd_field "$1" 3
 }
 
 # ids_of USER : "uid:gid" of USER (numbers, so chown never depends on name lookups).
 ids_of() {
-  getent passwd "$1" | cut -d: -f3,4
+  passwd_field "$1" 3,4
 }
 
 # controller_data_dir : print (and make, root 0755) the controller's folder for what must outlive
@@ -407,4 +414,52 @@ move_contents() {
     find "$1" -mindepth 1 -maxdepth 1 -exec cp -a -t "$2" -- {} +
     log "copied ${1#"$MLC_ROOT"} to ${2#"$MLC_ROOT"}"
   fi
+}
+
+# ---- Downloads: every one pinned and verified before use ------------------------------------
+
+# apt_key NAME URL FINGERPRINT : install the repository key for NAME at /etc/apt/keyrings/NAME.asc,
+# only when the key's primary fingerprint is FINGERPRINT. A mismatch stops the step, naming the key.
+apt_key() {
+  local name=$1 url=$2 want=$3 key="$MLC_ROOT/etc/apt/keyrings/$1.asc" download got
+  if [[ -s $key ]] && [[ $(key_fingerprint "$key") == "$want" ]]; then
+    return 0
+  fi
+  apt_install ca-certificates curl gnupg
+  mkdir -p "$MLC_ROOT/etc/apt/keyrings"
+  download=$(mktemp "$TMP_DIR/key.XXXXXX")
+  retry 5 "download the $name apt key" curl -fsSL -o "$download" "$url"
+  got=$(key_fingerprint "$download")
+  if [[ $got != "$want" ]]; then
+    rm -f "$download"
+    die "the $name apt key from $url has fingerprint '${got:-none}', expected $want; refusing to trust it"
+  fi
+  install_file "$key" 644 <"$download"
+  rm -f "$download"
+  log "$name apt key verified: $want"
+}
+
+# key_fingerprint FILE : the primary key fingerprint of an OpenPGP key file.
+key_fingerprint() {
+  local home
+  home=$(mktemp -d "$TMP_DIR/gnupg.XXXXXX")
+  GNUPGHOME=$home gpg --batch --show-keys --with-colons "$1" 2>/dev/null |
+    awk -F: '$1 == "pub" { primary = 1; next } $1 == "fpr" && primary { print $10; exit }'
+  rm -rf "$home"
+}
+
+# git_pinned NAME URL COMMIT TREE_SHA256 DEST : clone URL into DEST at COMMIT and check it: HEAD is
+# COMMIT and the SHA-256 of `git ls-tree -r --full-tree HEAD` (every path with its content hash) is
+# TREE_SHA256. A mismatch stops the step, naming NAME.
+git_pinned() {
+  local name=$1 url=$2 commit=$3 tree=$4 dest=$5 head digest
+  rm -rf "$dest"
+  retry 5 "clone $name" git clone --quiet --no-checkout "$url" "$dest"
+  git -C "$dest" checkout --quiet --detach "$commit" || die "$name: commit $commit is not in $url"
+  head=$(git -C "$dest" rev-parse HEAD)
+  digest=$(git -C "$dest" ls-tree -r --full-tree HEAD | sha256sum | cut -d' ' -f1)
+  if [[ $head != "$commit" || $digest != "$tree" ]]; then
+    die "$name from $url does not match its pin (commit $head, tree sha256 $digest; expected $commit, $tree); refusing to build it"
+  fi
+  log "$name verified at $commit (tree sha256 $tree)"
 }

@@ -420,6 +420,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "enroot_pyxis", "install Enroot and the Pyxis Slurm plugin, data on local NVMe", when=lambda f: f.enroot_pyxis
     ),
+    Step("nccl_tests", "build the pinned nccl-tests on GPU nodes", roles=frozenset({"worker"})),
     Step("wait_controller", "wait until slurmctld answers on the controller", roles=frozenset({"worker", "login"})),
     Step("homes", "give every cluster user a home on the shared file system, created safely"),
     Step("ssh_keys", "give every user one SSH key pair shared by all nodes"),

@@ -12,18 +12,17 @@ DAEMON_JSON="$MLC_ROOT/etc/docker/daemon.json"
 DROP_IN="$SYSTEMD_DIR/docker.service.d/mlcluster.conf"
 KEYRINGS=/etc/apt/keyrings
 
-# add_apt_source NAME KEY_URL LINE : the repository's key (armored, as apt reads .asc keys) and
-# its sources.list line, written only when missing or different.
+# Repository keys, by fingerprint (a mismatch stops the step), and the toolkit's pinned version.
+DOCKER_KEY_URL=https://download.docker.com/linux/ubuntu/gpg
+DOCKER_KEY_FINGERPRINT=9DC858229FC7DD38854AE2D88D81803C0EBFCD88
+NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
+NVIDIA_KEY_FINGERPRINT=C95B321B61E88C1809C4F759DDCAE044F796ECB0
+NVIDIA_TOOLKIT_VERSION=1.17.8-1
+
+# add_apt_source NAME KEY_URL FINGERPRINT LINE : the repository's verified key and its sources.list line.
 add_apt_source() {
-  local name=$1 key_url=$2 line=$3 key="$MLC_ROOT$KEYRINGS/$1.asc"
-  mkdir -p "$MLC_ROOT$KEYRINGS"
-  if [[ ! -s $key ]]; then
-    apt_install ca-certificates curl
-    retry 5 "download the $name apt key" curl -fsSL -o "$key.download" "$key_url"
-    chmod 644 "$key.download"
-    mv -f "$key.download" "$key"
-  fi
-  install_file "$MLC_ROOT/etc/apt/sources.list.d/$name.list" 644 <<<"$line"
+  apt_key "$1" "$2" "$3"
+  install_file "$MLC_ROOT/etc/apt/sources.list.d/$1.list" 644 <<<"$4"
   if [[ $FILE_CHANGED == true ]]; then
     APT_UPDATED=false
   fi
@@ -37,20 +36,26 @@ install_docker() {
   local codename arch
   codename=$(sed -n 's/^VERSION_CODENAME=//p' "$MLC_ROOT/etc/os-release" | tr -d '"')
   arch=$(dpkg --print-architecture)
-  add_apt_source docker https://download.docker.com/linux/ubuntu/gpg \
+  add_apt_source docker "$DOCKER_KEY_URL" "$DOCKER_KEY_FINGERPRINT" \
     "deb [arch=$arch signed-by=$KEYRINGS/docker.asc] https://download.docker.com/linux/ubuntu $codename stable"
   apt_install docker-ce docker-ce-cli containerd.io
 }
 
 install_nvidia_toolkit() {
-  if command -v nvidia-container-cli >/dev/null 2>&1; then
-    log "the NVIDIA container toolkit is installed"
+  local have
+  # shellcheck disable=SC2016  # ${Version} is a dpkg-query field
+  have=$(dpkg-query -W -f='${Version}' nvidia-container-toolkit 2>/dev/null) || have=""
+  if [[ $have == "$NVIDIA_TOOLKIT_VERSION" ]]; then
+    log "the NVIDIA container toolkit $have is installed"
     return 0
   fi
-  # shellcheck disable=SC2016  # $(ARCH) is expanded by apt, not the shell
-  add_apt_source nvidia-container-toolkit https://nvidia.github.io/libnvidia-container/gpgkey \
+  add_apt_source nvidia-container-toolkit "$NVIDIA_KEY_URL" "$NVIDIA_KEY_FINGERPRINT" \
     "deb [signed-by=$KEYRINGS/nvidia-container-toolkit.asc] https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /"
-  apt_install nvidia-container-toolkit
+  apt_update
+  retry 5 "install nvidia-container-toolkit $NVIDIA_TOOLKIT_VERSION" apt-get "${APT_OPTIONS[@]}" install \
+    --allow-downgrades "nvidia-container-toolkit=$NVIDIA_TOOLKIT_VERSION" \
+    "nvidia-container-toolkit-base=$NVIDIA_TOOLKIT_VERSION" "libnvidia-container-tools=${NVIDIA_TOOLKIT_VERSION}" \
+    "libnvidia-container1=${NVIDIA_TOOLKIT_VERSION}"
   nvidia-ctk runtime configure --runtime=docker
 }
 

@@ -9,6 +9,10 @@ load_node_env
 
 ENROOT_VERSION=3.5.0
 PYXIS_VERSION=v0.20.0
+# Pyxis is built from source pinned by commit and by the SHA-256 of its file list with content hashes.
+PYXIS_URL=https://github.com/NVIDIA/pyxis.git
+PYXIS_COMMIT=424563865a491f2d8f3c396a095d18db81f1fb07
+PYXIS_TREE_SHA256=22ce2d3878bc580531b327aae2ec2163c36018a5cde5da4eb02cc4ae7d052133
 PYXIS_SO=/usr/local/lib/slurm/spank_pyxis.so
 PYXIS_CONF_REAL=$SLURM_ETC_REAL/plugstack.conf.d/pyxis.conf
 
@@ -64,16 +68,12 @@ EOF
     tmpfiles+=$'\n'"d $root/enroot/$folder 0755 root root -"
     for user in $(cluster_users); do
       uid=$(id_of "$user")
-      gid=$(getent passwd "$user" | cut -d: -f4)
+      gid=$(passwd_field "$user" 4)
       MLC_FORCE_MODE=true ensure_user_dir "$user" "$MLC_ROOT$root/enroot/$folder/user-$uid" 700
       tmpfiles+=$'\n'"d $root/enroot/$folder/user-$uid 0700 $uid $gid -"
     done
   done
   install_file "$MLC_ROOT/etc/tmpfiles.d/mlcluster-enroot.conf" 644 <<<"$tmpfiles"
-}
-
-clone_pyxis() {
-  rm -rf "$1" && git clone --quiet --depth 1 --branch "$PYXIS_VERSION" https://github.com/NVIDIA/pyxis.git "$1"
 }
 
 install_pyxis() {
@@ -84,7 +84,7 @@ install_pyxis() {
   fi
   apt_install git make gcc
   build=$(mktemp -d "$TMP_DIR/pyxis.XXXXXX")
-  retry 5 "clone pyxis $PYXIS_VERSION" clone_pyxis "$build/pyxis"
+  git_pinned "pyxis $PYXIS_VERSION" "$PYXIS_URL" "$PYXIS_COMMIT" "$PYXIS_TREE_SHA256" "$build/pyxis"
   # CPPFLAGS from the environment (not the command line): the Makefile appends it to its own flags.
   CPPFLAGS="-I$MLC_ROOT/opt/slurm/include" make -C "$build/pyxis" -j "$(nproc)" install DESTDIR="$MLC_ROOT"
   rm -rf "$build"
