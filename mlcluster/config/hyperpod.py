@@ -86,8 +86,8 @@ class LifecycleConfig:
     docker_group: bool = False
     #: Rootless Podman for every cluster user, to build images without root.
     rootless_podman: bool = True
-    #: How long workers and login nodes wait for slurmctld (at most the create timeout).
-    controller_wait_minutes: int = setting(default=720, minimum=1, maximum=720)
+    #: How long workers and login nodes wait for slurmctld; unset: 720, the longest a creation can take.
+    controller_wait_minutes: int | None = setting(default=None, minimum=1, maximum=720)
 
     def check(self, issues: Issues) -> None:
         if self.docker_group and not self.docker:
@@ -119,7 +119,8 @@ class HyperPodConfig:
     def check(self, issues: Issues) -> None:
         if not self.workers:
             issues.add("workers", [], "give at least one worker group")
-        if self.lifecycle.controller_wait_minutes > self.create_timeout_hours * 60:
+        wait = self.lifecycle.controller_wait_minutes
+        if wait is not None and wait > self.create_timeout_hours * 60:
             issues.add(
                 "lifecycle.controller_wait_minutes",
                 self.lifecycle.controller_wait_minutes,

@@ -61,7 +61,7 @@ def features_document(features: LifecycleConfig) -> dict[str, Any]:
         accounting["endpoint"] = features.accounting.endpoint
     if features.accounting.secret_arn is not None:
         accounting["secret_arn"] = features.accounting.secret_arn
-    return {
+    document: dict[str, Any] = {
         "users": [{"name": u.name, "uid": u.uid} for u in features.users],
         "accounting": accounting,
         "docker": features.docker,
@@ -70,8 +70,10 @@ def features_document(features: LifecycleConfig) -> dict[str, Any]:
         "observability": features.observability,
         "docker_group": features.docker_group,
         "rootless_podman": features.rootless_podman,
-        "controller_wait_minutes": features.controller_wait_minutes,
     }
+    if features.controller_wait_minutes is not None:
+        document["controller_wait_minutes"] = features.controller_wait_minutes
+    return document
 
 
 class HyperPodLifecycle(Construct):
