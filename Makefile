@@ -13,7 +13,7 @@ SOURCES := mlcluster tests tools app.py
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,11 +50,16 @@ pytest: setup $(PCLUSTER_VENV)/.installed
 ## test: lint, types, and the whole pytest suite (nag, cfn-lint, snapshots, CLI, wheel)
 test: lint typecheck pytest
 
+## snapshot-update: accept intended template/help changes in every test module that takes snapshots
 snapshot-update: setup $(PCLUSTER_VENV)/.installed
-	$(VENV)/bin/pytest -n 2 --dist loadfile --snapshot-update tests/test_snapshots.py
+	$(VENV)/bin/pytest -q --snapshot-update $$(grep -rl --include='test_*.py' SnapshotAssertion tests)
 
 bench: setup $(PCLUSTER_VENV)/.installed
 	$(PY) tools/bench.py
+
+## config-docs: regenerate schema/environment.schema.json and the README's configuration reference
+config-docs: setup
+	$(PY) tools/gen_config_docs.py
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import os
-
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-
-from collections.abc import Callable
 from pathlib import Path
 
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+# The CDK CLI hands cdk.json's context (the feature flags) to the app in this
+# variable; set it before aws-cdk-lib's jsii runtime starts, so every app the
+# tests build in-process synthesizes exactly what `cdk synth` does.
+os.environ["CDK_CONTEXT_JSON"] = json.dumps(
+    json.loads((Path(__file__).resolve().parent.parent / "cdk.json").read_text())["context"]
+)
+
+from collections.abc import Callable
+from typing import Any
+
 import pytest
+from filelock import FileLock
 
 from mlcluster.config import Environment, load_environment
-from tests.support import write_env
+from tests.support import stack_templates, synth_examples, write_env
 
 
 @pytest.fixture
@@ -23,3 +32,30 @@ def make_env(tmp_path: Path) -> Callable[..., Environment]:
         return load_environment(write_env(tmp_path / "environments", name, data))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def examples_outdir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The cloud assembly of every example environment, synthesized once per test run with cdk-nag on.
+
+    Under pytest-xdist every worker asks for it; the first one synthesizes
+    into a folder all workers share (under a file lock) and the others read
+    it. Tests must treat it as read-only. Synthesis raises on any
+    unacknowledged cdk-nag finding, so every worker that asks sees the failure.
+    """
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent
+    out = shared / "examples-cdk.out"
+    with FileLock(str(shared / "examples-cdk.out.lock")):
+        if not (out / "manifest.json").exists():
+            synth_examples(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def example_templates(examples_outdir: Path) -> dict[str, dict[str, Any]]:
+    """Every example stack's template by display name (``p5/Cluster``), from :func:`examples_outdir`."""
+    from aws_cdk import cx_api
+
+    return stack_templates(cx_api.CloudAssembly(str(examples_outdir)))

@@ -68,7 +68,7 @@ def test_pcluster_stack(templates: dict[str, dict[str, Any]]) -> None:
     assert props["DeletionPolicy"] == "Delete"  # the environment destroys on delete
     config = props["ClusterConfiguration"]
     (fsx,) = [s for s in config["SharedStorage"] if s["StorageType"] == "FsxLustre"]
-    assert "Fn::ImportValue" in fsx["FsxLustreSettings"]["FileSystemId"]
+    assert fsx["FsxLustreSettings"]["FileSystemId"]["Fn::GetStackOutput"]["StackName"] == "pc-Storage"
     assert config["Imds"]["ImdsSupport"] == "v2.0"
     # Nodes run the uploaded scripts on first boot: the cluster waits for the upload.
     (upload_id,) = of_type(t, "Custom::CDKBucketDeployment")

@@ -24,24 +24,20 @@ from mlcluster.app import build_app
 from mlcluster.config import load_environment
 from mlcluster.pcluster.placeholders import check_ready_config
 from tests.pcluster.pcluster_support import run_schema_check
-from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, stack_templates, synth_examples, write_env
+from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
 
 #: cfn-lint rules ignored everywhere, each with its reason. Empty: none needed.
 CFN_LINT_IGNORES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
-def outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("cdk.out")
-    synth_examples(out)  # raises on any unacknowledged cdk-nag finding
-    return out
+def outdir(examples_outdir: Path) -> Path:
+    return examples_outdir
 
 
 @pytest.fixture(scope="module")
-def templates(outdir: Path) -> dict[str, dict[str, Any]]:
-    from aws_cdk import cx_api
-
-    return stack_templates(cx_api.CloudAssembly(str(outdir)))
+def templates(example_templates: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return example_templates
 
 
 def test_every_example_has_its_stacks(templates: dict[str, dict[str, Any]]) -> None:

@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,27 @@ def test_pinned_cli_synthesizes_dev_with_nag(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "assembly-dev" / "manifest.json").exists()
     assert not (tmp_path / "out" / "assembly-prod").exists()
 
+
+#: Run in the consumer's venv: every requirement the wheel declares is met there.
+REQUIREMENTS_MET = """
+import sys
+from importlib.metadata import requires, version
+from packaging.requirements import Requirement
+unmet = []
+for text in requires("mlcluster") or []:
+    req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    try:
+        found = version(req.name)
+    except Exception:
+        unmet.append(f"{req}: not installed")
+        continue
+    if not req.specifier.contains(found, prereleases=True):
+        unmet.append(f"{req}: {found} installed")
+print("\\n".join(unmet))
+sys.exit(1 if unmet else 0)
+"""
 
 EXTERNAL_APP = """
 import aws_cdk as cdk
@@ -76,22 +99,48 @@ app.synth()
 
 @pytest.mark.slow
 def test_wheel_installs_and_works_in_an_external_app(tmp_path: Path) -> None:
-    """Our constructs are a library: build the wheel, install it elsewhere, compose network, storage and a cluster."""
+    """Our constructs are a library: build the wheel, install it elsewhere, compose network, storage and a cluster.
+
+    The consumer's virtualenv gets only our wheel; its dependencies come from
+    this checkout's environment through a ``.pth`` file (installing
+    aws-cdk-lib again would prove nothing about our package and take a
+    minute). The wheel's declared requirements are then checked against
+    those installed versions, and the app must import mlcluster from the
+    wheel, never from this checkout.
+    """
     dist = tmp_path / "dist"
+    build = ["wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist), str(ROOT)]
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist), str(ROOT)],
+        [sys.executable, "-m", "pip", *build],
         check=True,
         capture_output=True,
         env=ENV,
     )
     (wheel,) = dist.glob("mlcluster-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    for shipped in (
+        "mlcluster/py.typed",
+        "mlcluster/lifecycle/hyperpod/on_create.sh",
+        "mlcluster/handlers/hyperpod_cluster/app.py",
+    ):
+        assert shipped in names, f"the wheel lacks {shipped}"
+    assert not any(name.startswith(("tests/", "tools/", "environments/")) for name in names)
     target = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(target)
+    venv.EnvBuilder(with_pip=False).create(target)
     py = target / "bin" / "python"
     install = subprocess.run(
-        [str(py), "-m", "pip", "install", "--quiet", str(wheel)], capture_output=True, text=True, env=ENV, check=False
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "--quiet", "--no-deps", str(wheel)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        check=False,
     )
     assert install.returncode == 0, install.stderr[-3000:]
+    (site_packages,) = (target / "lib").glob("python3*/site-packages")
+    (site_packages / "checkout-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    unmet = subprocess.run([str(py), "-c", REQUIREMENTS_MET], capture_output=True, text=True, check=False)
+    assert unmet.returncode == 0, unmet.stdout + unmet.stderr
     app_dir = tmp_path / "consumer"
     app_dir.mkdir()
     (app_dir / "app.py").write_text(EXTERNAL_APP)

@@ -66,8 +66,8 @@ def test_bucket_lustre_and_dra_in_the_storage_stack(stages: dict[str, dict[str, 
 def test_file_systems_sit_in_the_network_stacks_private_subnet(stages: dict[str, dict[str, Any]]) -> None:
     for fs in of_type(stages["keep/Storage"], "AWS::FSx::FileSystem").values():
         (subnet,) = fs["Properties"]["SubnetIds"]
-        assert "Fn::ImportValue" in subnet
-        assert "PrivateSubnet1" in str(subnet["Fn::ImportValue"]) or "Private1Subnet" in str(subnet["Fn::ImportValue"])
+        assert subnet["Fn::GetStackOutput"]["StackName"] == "keep-Network"
+        assert "Private1Subnet" in subnet["Fn::GetStackOutput"]["OutputName"]
 
 
 def test_dras_are_created_one_after_another(stages: dict[str, dict[str, Any]]) -> None:
@@ -99,9 +99,9 @@ def test_storage_depends_only_on_the_network(stages: dict[str, dict[str, Any]], 
     storage = next(s for s in keep.stacks if s.hierarchical_id == "keep/Storage")
     ours = [d.id for d in storage.dependencies if d.id.startswith("keep") and not d.id.endswith(".assets")]
     assert ours and all("Network" in d for d in ours), ours
-    imports = [v for v in _walk(stages["keep/Storage"]) if isinstance(v, dict) and "Fn::ImportValue" in v]
-    assert imports
-    assert all("Network" in str(i["Fn::ImportValue"]) for i in imports)
+    reads = [v for v in _walk(stages["keep/Storage"]) if isinstance(v, dict) and "Fn::GetStackOutput" in v]
+    assert reads
+    assert all(r["Fn::GetStackOutput"]["StackName"] == "keep-Network" for r in reads)
 
 
 def test_outputs_for_the_cluster_side(stages: dict[str, dict[str, Any]]) -> None:

@@ -2,7 +2,8 @@
 
 Usage: ``python tools/synth_summary.py [env,env...]``. Runs ``cdk synth`` (no
 AWS credentials needed), then reads the cloud assembly: resources, outputs
-and acknowledgements per stack, and the cdk-nag packs that checked it (the
+and acknowledgements per stack, which ParallelCluster nodes are reachable from
+where, and the cdk-nag packs that checked it (the
 synth fails on any unacknowledged finding, so a printed line means they
 passed). Exits non-zero when the synth fails: a config error prints its one
 message, a nag finding prints cdk's report.
@@ -18,6 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 from mlcluster.config import load_environment
+from mlcluster.config.environment import environment_files
+from mlcluster.pcluster.checks import access_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
@@ -52,13 +55,13 @@ def summarize(outdir: Path) -> list[str]:
     """Lines describing every stack in the cloud assembly at ``outdir``."""
     lines = [f"{'stack':<22} {'resources':>9} {'outputs':>7}  {'acknowledgements':>16}  cdk-nag packs (all passed)"]
     manifest = json.loads((outdir / "manifest.json").read_text())
+    files = {p.stem: p for p in environment_files(ROOT / "environments")}
     for name, artifact in sorted(manifest["artifacts"].items()):
         if artifact["type"] != "cdk:cloud-assembly":
             continue
         stage = name.removeprefix("assembly-")
-        packs = ", ".join(
-            ["AwsSolutions", *load_environment(ROOT / "environments" / f"{stage}.yaml").config.compliance.packs]
-        )
+        config = load_environment(files[stage]).config
+        packs = ", ".join(["AwsSolutions", *config.compliance.packs])
         stage_dir = outdir / artifact["properties"]["directoryName"]
         acks = acknowledged_by_stack(stage_dir)
         stage_manifest = json.loads((stage_dir / "manifest.json").read_text())
@@ -70,6 +73,8 @@ def summarize(outdir: Path) -> list[str]:
             resources = len(template.get("Resources", {}))
             outputs = len(template.get("Outputs", {}))
             lines.append(f"{path:<22} {resources:>9} {outputs:>7}  {acks[artifact_id]:>16}  {packs}")
+        if config.cluster.backend == "pcluster" and config.cluster.pcluster is not None:
+            lines += [f"  {stage} reachable: {line}" for line in access_summary(config.cluster.pcluster)]
     return lines
 
 

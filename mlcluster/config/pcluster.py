@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from mlcluster.config.awsdata import EC2_INSTANCE_TYPES
 from mlcluster.config.network import AZ_ID, AZ_NAME, SUBNET_ID, parse_cidr
 from mlcluster.config.schema import Issues, section, setting
 
@@ -117,19 +118,33 @@ class HeadNodeCustomActionsConfig(CustomActionsConfig):
     on_node_updated: tuple[CustomActionConfig, ...] = ()
 
 
+#: SSH sources that mean "the whole internet"; refused unless the file says so (``allow_ssh_from_internet``).
+WORLD_CIDRS = ("0.0.0.0/0", "::/0")
+
+
 @section
 class HeadNodeConfig:
     """The head node: Slurm controller and the default login host.
 
+    ``subnet: private`` (the default) puts it in the primary zone's private
+    subnet: it reaches the internet through the NAT gateway, has no public
+    IP, and you reach it with Session Manager (``ssm``) or SSH from inside the
+    VPC. ``subnet: public`` puts it in the public subnet with an Elastic IP
+    (``HeadNode.Networking.ElasticIp``), the only way a node there gets out,
+    since mlcluster's public subnets map no public IPs on launch.
+
     IMDSv2 is always required and IMDS is restricted to root on the head node
-    (``Imds.Secured``); these are not settings. ``ssm`` attaches
-    AmazonSSMManagedInstanceCore (to login nodes too) so Session Manager can
-    reach them without SSH keys; ``ssh_allowed_cidr`` is where SSH may come
-    from, the VPC by default.
+    (``Imds.Secured``); these are not settings. ``ssm`` lets Session Manager
+    reach the head and login nodes without SSH keys; ``ssh_allowed_cidr`` is
+    where SSH may come from (the head node and the login nodes' load
+    balancer), the VPC's CIDR by default. ``0.0.0.0/0`` (the whole internet)
+    is refused unless ``allow_ssh_from_internet`` is true.
     """
 
-    instance_type: str = setting(default="m5.8xlarge", pattern=EC2_INSTANCE, allowed=EC2_HELP)
-    subnet: Literal["public", "private"] = "public"
+    instance_type: str = setting(
+        default="m5.8xlarge", pattern=EC2_INSTANCE, allowed=EC2_HELP, choices=EC2_INSTANCE_TYPES
+    )
+    subnet: Literal["public", "private"] = "private"
     ssm: bool = True
     key_name: str | None = setting(
         default=None, pattern=r"[\x20-\x7e]{1,255}", allowed="allowed: the name of an existing EC2 key pair"
@@ -137,14 +152,27 @@ class HeadNodeConfig:
     ssh_allowed_cidr: str | None = setting(
         default=None, allowed="allowed: an IPv4 CIDR block or a prefix list ID (default: the VPC's CIDR)"
     )
+    allow_ssh_from_internet: bool = False
     root_volume_gib: int = setting(default=200, minimum=40, maximum=16384)
     additional_iam_policies: tuple[str, ...] = setting(default=(), pattern=POLICY_ARN, allowed=POLICY_HELP)
     custom_actions: HeadNodeCustomActionsConfig = setting(default=HeadNodeCustomActionsConfig())
 
     def check(self, issues: Issues) -> None:
         cidr = self.ssh_allowed_cidr
-        if cidr is not None and parse_cidr(cidr) is None and not _is_prefix_list(cidr):
+        if cidr in WORLD_CIDRS and not self.allow_ssh_from_internet:
+            issues.add(
+                "ssh_allowed_cidr",
+                cidr,
+                "opens SSH to the whole internet; give your network's CIDR or a prefix list, use Session Manager "
+                "(ssm), or set head_node.allow_ssh_from_internet: true to mean it",
+            )
+        elif cidr is not None and parse_cidr(cidr) is None and not _is_prefix_list(cidr):
             issues.add("ssh_allowed_cidr", cidr, "allowed: an IPv4 CIDR block such as '10.0.0.0/16' or 'pl-0123abcd'")
+
+    @property
+    def ssh_from_internet(self) -> bool:
+        """True when SSH is open to every IPv4 address."""
+        return self.ssh_allowed_cidr == "0.0.0.0/0"
 
 
 def _is_prefix_list(value: str) -> bool:
@@ -162,7 +190,7 @@ class ComputeResourceConfig:
     """
 
     name: str = setting(pattern=NAME, allowed=NAME_HELP)
-    instance_type: str = setting(pattern=EC2_INSTANCE, allowed=EC2_HELP)
+    instance_type: str = setting(pattern=EC2_INSTANCE, allowed=EC2_HELP, choices=EC2_INSTANCE_TYPES)
     min_count: int = setting(default=0, minimum=0, maximum=5000)
     max_count: int = setting(default=1, minimum=1, maximum=5000)
     efa: bool | None = None
@@ -337,11 +365,22 @@ class MonitoringConfig:
 
 @section
 class LoginNodesConfig:
-    """A pool of login nodes behind a load balancer (ParallelCluster 3.7+)."""
+    """A pool of login nodes behind a Network Load Balancer (ParallelCluster 3.7+).
 
-    instance_type: str = setting(default="m5.2xlarge", pattern=EC2_INSTANCE, allowed=EC2_HELP)
+    By default the pool sits in the primary zone's private subnet behind NAT,
+    and its load balancer is internal: reachable from the VPC (and peered
+    networks), plus Session Manager when ``head_node.ssm`` is on.
+    ``internet_facing: true`` puts the pool in the public subnet, where
+    ParallelCluster makes the load balancer internet-facing; the nodes then
+    get public IPs on launch (their only way out there), and SSH is admitted
+    from ``head_node.ssh_allowed_cidr``.
+    """
+
+    instance_type: str = setting(
+        default="m5.2xlarge", pattern=EC2_INSTANCE, allowed=EC2_HELP, choices=EC2_INSTANCE_TYPES
+    )
     count: int = setting(default=1, minimum=1, maximum=100)
-    subnet: Literal["public", "private"] | None = None
+    internet_facing: bool = False
 
 
 @section
@@ -366,14 +405,17 @@ class CapacityReservationGroupConfig:
 class NodeScriptsConfig:
     """Which mlcluster node scripts run (OnNodeConfigured).
 
-    Each applies where it fits: Docker, Enroot and Pyxis on every node; NCCL
-    with aws-ofi-nccl on queues with NVIDIA GPUs and EFA; the Neuron SDK on
-    queues with Trainium or Inferentia.
+    Each applies where it fits: Docker (root only), rootless Podman, Enroot
+    and Pyxis on every node; NCCL with aws-ofi-nccl and nccl-tests on queues
+    with NVIDIA GPUs and EFA; the Neuron SDK on queues with Trainium or
+    Inferentia. ``docker_group`` adds the OS's default user to the ``docker``
+    group on every node, which makes that user root there: off unless asked.
     """
 
     docker_enroot_pyxis: bool = True
     nccl_efa: bool = True
     neuron: bool = True
+    docker_group: bool = False
 
 
 @section

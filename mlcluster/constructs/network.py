@@ -96,6 +96,7 @@ class ClusterNetwork(Construct):
         flow_log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
         flow_log_removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         peering: Peering | None = None,
+        public_ip_on_launch: bool = False,
     ) -> None:
         """Create the network.
 
@@ -115,8 +116,12 @@ class ClusterNetwork(Construct):
         :param flow_log_retention: how long flow logs are kept. Default: one year.
         :param flow_log_removal_policy: what happens to the log group on delete. Default: RETAIN.
         :param peering: peer with an existing VPC, routes both ways. Default: none.
+        :param public_ip_on_launch: the public subnets map public IPs on launch; only for
+            ParallelCluster login nodes behind an internet-facing load balancer, whose
+            launch template asks for none and which have no other way out. Default: false.
         """
         super().__init__(scope, construct_id)
+        self._public_ip_on_launch = public_ip_on_launch
         primary = Zone(
             availability_zone=availability_zone,
             availability_zone_id=availability_zone_id,
@@ -173,8 +178,9 @@ class ClusterNetwork(Construct):
             acknowledge_compliance(
                 route,
                 "VPCNoUnrestrictedRouteToIGW",
-                "The public subnet's default route is how its NAT gateway reaches the internet; no instance here "
-                "gets a public IP on launch, and nodes sit in the private subnets behind NAT.",
+                "The public subnet's default route is how its NAT gateway reaches the internet (and a public head "
+                "node's Elastic IP, or internet-facing login nodes' public IPs, when the file asks for them); "
+                "nodes sit in the private subnets behind NAT by default.",
             )
             eip = ec2.CfnEIP(self, f"Public{index + 1}NatIp", domain="vpc")
             nat = ec2.CfnNatGateway(
@@ -277,9 +283,17 @@ class ClusterNetwork(Construct):
             cidr_block=block,
             availability_zone=zone.availability_zone,
             availability_zone_id=zone.availability_zone_id,
-            map_public_ip_on_launch=False,
+            map_public_ip_on_launch=public and self._public_ip_on_launch,
             tags=[cdk.CfnTag(key="mlcluster:subnet-type", value="public" if public else "private")],
         )
+        if public and self._public_ip_on_launch:
+            acknowledge_compliance(
+                subnet,
+                "VPCSubnetAutoAssignPublicIpDisabled",
+                "The file asks for internet-facing ParallelCluster login nodes: they sit in this subnet behind an "
+                "internet-facing load balancer, and ParallelCluster's launch template gives them no public IP, "
+                "their only way out here. The private subnets map none.",
+            )
         if zone.availability_zone is not None:
             # cfn-lint W3010 (hard-coded zone) is the design here, as the reason below says.
             subnet.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})

@@ -27,6 +27,8 @@ CLUSTER_NAME = re.compile(r"[a-zA-Z][a-zA-Z0-9-]*")
 #: ParallelCluster's cluster name limits (3.16 ``constants.py``).
 MAX_CLUSTER_NAME = 60
 MAX_CLUSTER_NAME_WITH_ACCOUNTING = 40
+#: ParallelCluster's AMIs ship Enroot and Pyxis from 3.11 (the cookbook's enroot resource and install_pyxis recipe).
+MIN_ENROOT_MINOR = 11
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,26 @@ def check_zones(cfg: PclusterConfig, *, zone_labels: Sequence[str], lustre_zone:
 def check_node_scripts(cfg: PclusterConfig) -> list[Finding]:
     """Accelerator queues that miss their software, and queues mixing accelerators."""
     found: list[Finding] = []
+    minor = int(cfg.version.split(".")[1])
+    if cfg.node_scripts.docker_enroot_pyxis and minor < MIN_ENROOT_MINOR and cfg.custom_ami is None:
+        found.append(
+            Finding(
+                "warning",
+                f"{BASE}.version",
+                f"ParallelCluster {cfg.version} AMIs carry no Enroot (it ships from 3.{MIN_ENROOT_MINOR}); the "
+                "enroot_pyxis node script, which installs no unverified packages, fails on every node: use 3.11 "
+                "or later, a custom AMI with Enroot, or node_scripts.docker_enroot_pyxis: false",
+            )
+        )
+    if cfg.node_scripts.docker_group:
+        found.append(
+            Finding(
+                "warning",
+                f"{BASE}.node_scripts.docker_group",
+                "adds the default user to the docker group on every node; docker group members are root there "
+                "(they can mount / into a container); users can build images with rootless Podman instead",
+            )
+        )
     for qi, queue in enumerate(cfg.queues):
         kinds = {info.accelerator for cr in queue.compute_resources if (info := lookup(cr.instance_type))}
         if "neuron" in kinds and not cfg.node_scripts.neuron and queue.custom_ami is None and cfg.custom_ami is None:
@@ -229,11 +251,47 @@ def check_node_scripts(cfg: PclusterConfig) -> list[Finding]:
     return found
 
 
-def check_access(cfg: PclusterConfig) -> list[Finding]:
-    """A head node nobody can reach, or one open to the whole internet."""
+def ssh_source(cfg: PclusterConfig) -> str:
+    """Where SSH to the head and login nodes may come from, in words."""
+    cidr = cfg.head_node.ssh_allowed_cidr
+    if cidr is None:
+        return "the VPC's CIDR"
+    return "the whole internet (0.0.0.0/0)" if cidr == "0.0.0.0/0" else cidr
+
+
+def access_summary(cfg: PclusterConfig) -> list[str]:
+    """Which nodes are reachable from where, one line per node group (printed before deploying)."""
     head = cfg.head_node
+    ssm = "; Session Manager" if head.ssm else "; no Session Manager"
+    public = head.subnet == "public"
+    where = "public subnet with an Elastic IP" if public else "private subnet behind NAT, no public IP"
+    lines = [f"head node: {where}; SSH from {ssh_source(cfg)}{ssm}"]
+    login = cfg.login_nodes
+    if login is not None:
+        if login.internet_facing:
+            where = "public subnet with public IPs, internet-facing load balancer"
+        else:
+            where = "private subnet behind NAT, internal load balancer (VPC and peered networks)"
+        lines.append(f"login nodes ({login.count}): {where}; SSH from {ssh_source(cfg)}{ssm}")
+    for queue in cfg.queues:
+        qssm = "Session Manager" if queue.ssm else "no Session Manager"
+        lines.append(
+            f"queue {queue.name}: private subnets behind NAT, no public IP; reachable only from the cluster's "
+            f"nodes; {qssm}"
+        )
+    return lines
+
+
+def check_access(cfg: PclusterConfig, *, existing_network: bool = False, public_subnet: bool = True) -> list[Finding]:
+    """Nodes nobody can reach, nodes the internet can reach, and nodes that cannot get out.
+
+    ``existing_network``: the subnets are the user's (``network.existing``);
+    ``public_subnet``: the network has a public subnet in the primary zone.
+    """
+    head = cfg.head_node
+    login = cfg.login_nodes
     found: list[Finding] = []
-    if head.subnet == "private" and not head.ssm and cfg.login_nodes is None:
+    if head.subnet == "private" and not head.ssm and login is None:
         found.append(
             Finding(
                 "warning",
@@ -242,12 +300,53 @@ def check_access(cfg: PclusterConfig) -> list[Finding]:
                 "it is reachable only from inside the VPC (peering or a bastion)",
             )
         )
-    if head.ssh_allowed_cidr == "0.0.0.0/0":
+    exposed = [
+        name
+        for name, public in (
+            ("the head node", head.subnet == "public"),
+            ("the login nodes' load balancer", login is not None and login.internet_facing),
+        )
+        if public
+    ]
+    if head.ssh_from_internet and exposed:
         found.append(
             Finding(
                 "warning",
                 f"{BASE}.head_node.ssh_allowed_cidr",
-                "SSH is open to the whole internet; prefer your network's CIDR, a prefix list or Session Manager",
+                "SSH is open to the whole internet (allow_ssh_from_internet: true) on " + " and ".join(exposed),
+            )
+        )
+    if login is not None and login.internet_facing and head.ssh_allowed_cidr is None:
+        found.append(
+            Finding(
+                "warning",
+                f"{BASE}.login_nodes.internet_facing",
+                "the login nodes' load balancer faces the internet but admits SSH only from the VPC's CIDR "
+                "(ssh_allowed_cidr is not set); set head_node.ssh_allowed_cidr to your network's CIDR",
+            )
+        )
+    if not public_subnet:
+        for key, public in (
+            ("head_node.subnet", head.subnet == "public"),
+            ("login_nodes.internet_facing", login is not None and login.internet_facing),
+        ):
+            if public:
+                found.append(
+                    Finding(
+                        "error",
+                        f"{BASE}.{key}",
+                        "needs a public subnet, and the network has none (network.existing.public_subnet_id); "
+                        "give one or keep these nodes in the private subnet",
+                    )
+                )
+    if login is not None and login.internet_facing and existing_network:
+        found.append(
+            Finding(
+                "warning",
+                f"{BASE}.login_nodes.internet_facing",
+                "login nodes go into network.existing.public_subnet_id, whose route to the internet gateway makes "
+                "their load balancer internet-facing; that subnet must map public IPs on launch "
+                "(MapPublicIpOnLaunch), or the nodes cannot get out and the cluster creation fails",
             )
         )
     return found
@@ -289,6 +388,8 @@ def check_cluster(
     stack_name: str | None = None,
     openzfs_available: bool = False,
     extra_tags: Mapping[str, str] | None = None,
+    existing_network: bool = False,
+    public_subnet: bool = True,
 ) -> list[Finding]:
     """Every pre-deploy check, errors first."""
     found = [
@@ -297,7 +398,7 @@ def check_cluster(
         *check_instance_types(cfg),
         *check_zones(cfg, zone_labels=zone_labels, lustre_zone=lustre_zone),
         *check_node_scripts(cfg),
-        *check_access(cfg),
+        *check_access(cfg, existing_network=existing_network, public_subnet=public_subnet),
         *check_storage(cfg, openzfs_available=openzfs_available),
         *check_tags(cfg, extra_tags or {}),
     ]
@@ -329,6 +430,8 @@ def check_environment(env: Environment, *, stack_name: str | None = None) -> lis
         stack_name=stack_name,
         openzfs_available=env.config.storage.openzfs is not None,
         extra_tags=env.config.tags,
+        existing_network=env.config.network.existing is not None,
+        public_subnet=env.config.network.existing is None or env.config.network.existing.public_subnet_id is not None,
     )
 
 

@@ -8,6 +8,11 @@ resource. Tokens pass through untouched; CloudFormation resolves them.
 
 What the renderer decides for you, and why:
 
+- The head node and login nodes sit in the private subnet behind NAT
+  unless the file asks for ``public``: a public head node gets an Elastic
+  IP, a public (``internet_facing``) login pool an internet-facing load
+  balancer, and its nodes public IPs from the subnet (the network maps them
+  only then).
 - IMDSv2 only (``Imds.ImdsSupport: v2.0``) and IMDS restricted to root on
   the head node (``HeadNode.Imds.Secured``).
 - Every node role may read the node scripts (``Iam.S3Access`` on the
@@ -166,19 +171,31 @@ def socket_settings(cr: ComputeResourceConfig) -> dict[str, int]:
     return {"Sockets": layout[0], "CoresPerSocket": layout[1]}
 
 
+def login_subnet(cfg: PclusterConfig) -> str:
+    """``public`` when the login pool (and its load balancer) faces the internet, else ``private``."""
+    return "public" if cfg.login_nodes is not None and cfg.login_nodes.internet_facing else "private"
+
+
+def _container_steps(cfg: PclusterConfig) -> list[str]:
+    """Container steps every node runs; ``docker_group`` only when the file asks for it."""
+    if not cfg.node_scripts.docker_enroot_pyxis:
+        return []
+    return ["docker", "docker_group", "enroot_pyxis"] if cfg.node_scripts.docker_group else ["docker", "enroot_pyxis"]
+
+
 def head_node_steps(cfg: PclusterConfig) -> list[str]:
     """The node-script steps the head node runs."""
-    return ["docker", "enroot_pyxis"] if cfg.node_scripts.docker_enroot_pyxis else []
+    return _container_steps(cfg)
 
 
 def login_node_steps(cfg: PclusterConfig) -> list[str]:
     """The node-script steps login nodes run (containers are started from them too)."""
-    return ["docker", "enroot_pyxis"] if cfg.login_nodes is not None and cfg.node_scripts.docker_enroot_pyxis else []
+    return _container_steps(cfg) if cfg.login_nodes is not None else []
 
 
 def queue_steps(cfg: PclusterConfig, queue: QueueConfig) -> list[str]:
     """The node-script steps a queue's nodes run, chosen by their accelerators and EFA."""
-    steps = ["docker", "enroot_pyxis"] if cfg.node_scripts.docker_enroot_pyxis else []
+    steps = _container_steps(cfg)
     pairs = [(cr, lookup(cr.instance_type)) for cr in queue.compute_resources]
     if cfg.node_scripts.nccl_efa and any(
         info is not None and info.accelerator == "nvidia" and efa_enabled(cr) for cr, info in pairs
@@ -290,12 +307,16 @@ def _head_node(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
     ssh: dict[str, Any] = {"AllowedIps": _ssh_source(cfg, inputs)}
     if head.key_name is not None:
         ssh["KeyName"] = head.key_name
+    networking: dict[str, Any] = {
+        "SubnetId": _public_or_private(inputs, head.subnet, "the head node"),
+        "AdditionalSecurityGroups": list(inputs.security_group_ids),
+    }
+    if head.subnet == "public":
+        # The only way out of a public subnet that maps no public IPs: ParallelCluster adds an Elastic IP.
+        networking["ElasticIp"] = True
     out: dict[str, Any] = {
         "InstanceType": head.instance_type,
-        "Networking": {
-            "SubnetId": _public_or_private(inputs, head.subnet, "the head node"),
-            "AdditionalSecurityGroups": list(inputs.security_group_ids),
-        },
+        "Networking": networking,
         "Ssh": ssh,
         "LocalStorage": _root_volume(head.root_volume_gib),
         "Imds": {"Secured": True},
@@ -477,7 +498,8 @@ def _login_nodes(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any] | 
         "InstanceType": login.instance_type,
         "Count": login.count,
         "Networking": {
-            "SubnetIds": [_public_or_private(inputs, login.subnet or cfg.head_node.subnet, "the login nodes")],
+            # ParallelCluster puts the load balancer in this subnet, internet-facing when it routes to an IGW.
+            "SubnetIds": [_public_or_private(inputs, login_subnet(cfg), "the login nodes")],
             "AdditionalSecurityGroups": list(inputs.security_group_ids),
         },
         "Ssh": {"AllowedIps": _ssh_source(cfg, inputs)},

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from mlcluster.config import Environment
@@ -36,6 +38,24 @@ class NetworkStack(cdk.Stack):
                 availability_zone=net.availability_zone,
                 availability_zone_id=net.availability_zone_id,
             )
+            # CloudFormation refuses a template without resources, and an imported
+            # network creates none: record what was imported, for people and tools.
+            ssm.StringParameter(
+                self,
+                "ImportedNetworkIds",
+                parameter_name=f"/mlcluster/{environment.name}/imported-network",
+                description=f"The existing network that mlcluster environment {environment.name} uses",
+                string_value=json.dumps(
+                    {
+                        "vpc_id": ex.vpc_id,
+                        "vpc_cidr": ex.vpc_cidr,
+                        "private_subnet_ids": list(ex.private_subnet_ids),
+                        "public_subnet_id": ex.public_subnet_id,
+                        "security_group_id": ex.security_group_id,
+                    },
+                    sort_keys=True,
+                ),
+            )
         else:
             self.network = ClusterNetwork(
                 self,
@@ -54,6 +74,7 @@ class NetworkStack(cdk.Stack):
                 flow_log_retention=log_retention(environment),
                 flow_log_removal_policy=removal_policy(environment),
                 peering=net.peering,
+                public_ip_on_launch=_login_nodes_internet_facing(environment),
             )
         ref = self.network
         export_output(self, environment, "VpcId", ref.vpc.vpc_id, "The VPC")
@@ -68,3 +89,14 @@ class NetworkStack(cdk.Stack):
         export_output(
             self, environment, "SecurityGroupId", ref.security_group.security_group_id, "Cluster security group"
         )
+
+
+def _login_nodes_internet_facing(environment: Environment) -> bool:
+    """True when ParallelCluster login nodes sit in the public subnet (they need public IPs there)."""
+    pcluster = environment.config.cluster.pcluster
+    return (
+        environment.config.cluster.backend == "pcluster"
+        and pcluster is not None
+        and pcluster.login_nodes is not None
+        and pcluster.login_nodes.internet_facing
+    )

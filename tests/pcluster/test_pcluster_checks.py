@@ -12,6 +12,7 @@ from mlcluster.config import Environment
 from mlcluster.pcluster.checks import (
     Finding,
     PreDeployError,
+    access_summary,
     check_cluster,
     check_cluster_name,
     check_environment,
@@ -110,7 +111,7 @@ FAILING: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ),
     (
         "unknown instance type",
-        queue_yaml("instance_type: x9z.large"),
+        queue_yaml("instance_type: m7a.large"),
         {},
         "warning",
         f"{CR0}.instance_type",
@@ -217,12 +218,54 @@ queues:
         "reachable only from inside the VPC",
     ),
     (
-        "ssh from anywhere",
-        queue_yaml(P5) + "head_node: {ssh_allowed_cidr: 0.0.0.0/0}",
+        "ssh from anywhere on a public head node",
+        queue_yaml(P5) + "head_node: {subnet: public, ssh_allowed_cidr: 0.0.0.0/0, allow_ssh_from_internet: true}",
         {},
         "warning",
         "cluster.pcluster.head_node.ssh_allowed_cidr",
-        "open to the whole internet",
+        "open to the whole internet (allow_ssh_from_internet: true) on the head node",
+    ),
+    (
+        "ssh from anywhere on internet-facing login nodes",
+        queue_yaml(P5)
+        + "head_node: {ssh_allowed_cidr: 0.0.0.0/0, allow_ssh_from_internet: true}\n"
+        + "login_nodes: {internet_facing: true}",
+        {},
+        "warning",
+        "cluster.pcluster.head_node.ssh_allowed_cidr",
+        "on the login nodes' load balancer",
+    ),
+    (
+        "internet-facing login nodes that admit only the VPC",
+        queue_yaml(P5) + "login_nodes: {internet_facing: true}",
+        {},
+        "warning",
+        "cluster.pcluster.login_nodes.internet_facing",
+        "admits SSH only from the VPC's CIDR",
+    ),
+    (
+        "internet-facing login nodes in an existing network",
+        queue_yaml(P5) + "login_nodes: {internet_facing: true}\nhead_node: {ssh_allowed_cidr: 192.0.2.0/24}",
+        {"existing_network": True},
+        "warning",
+        "cluster.pcluster.login_nodes.internet_facing",
+        "must map public IPs on launch",
+    ),
+    (
+        "public head node without a public subnet",
+        queue_yaml(P5) + "head_node: {subnet: public}",
+        {"public_subnet": False},
+        "error",
+        "cluster.pcluster.head_node.subnet",
+        "needs a public subnet",
+    ),
+    (
+        "internet-facing login nodes without a public subnet",
+        queue_yaml(P5) + "login_nodes: {internet_facing: true}",
+        {"public_subnet": False},
+        "error",
+        "cluster.pcluster.login_nodes.internet_facing",
+        "needs a public subnet",
     ),
     (
         "home without openzfs",
@@ -257,9 +300,66 @@ def test_clean_configuration_has_no_findings() -> None:
     assert run(queue_yaml(P5)) == []
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "head_node: {subnet: public}",
+        "head_node: {ssh_allowed_cidr: 0.0.0.0/0, allow_ssh_from_internet: true}",  # private nodes: not exposed
+        "login_nodes: {}",
+        "login_nodes: {internet_facing: true}\nhead_node: {ssh_allowed_cidr: 192.0.2.0/24}",
+    ],
+)
+def test_access_edges_pass(extra: str) -> None:
+    """Each access choice at its edge: chosen on purpose, no finding."""
+    assert run(queue_yaml(P5) + extra, public_subnet=True) == []
+
+
+def test_private_nodes_need_no_public_subnet() -> None:
+    assert run(queue_yaml(P5) + "login_nodes: {}", public_subnet=False) == []
+
+
+ACCESS = [
+    (
+        "defaults",
+        "",
+        ["head node: private subnet behind NAT, no public IP; SSH from the VPC's CIDR; Session Manager"],
+    ),
+    (
+        "public head, internal login",
+        "head_node: {subnet: public, ssh_allowed_cidr: 192.0.2.0/24}\nlogin_nodes: {count: 2}",
+        [
+            "head node: public subnet with an Elastic IP; SSH from 192.0.2.0/24; Session Manager",
+            "login nodes (2): private subnet behind NAT, internal load balancer (VPC and peered networks); "
+            "SSH from 192.0.2.0/24; Session Manager",
+        ],
+    ),
+    (
+        "internet login from anywhere",
+        "head_node: {ssh_allowed_cidr: 0.0.0.0/0, allow_ssh_from_internet: true, ssm: false}\n"
+        "login_nodes: {internet_facing: true}",
+        [
+            "head node: private subnet behind NAT, no public IP; SSH from the whole internet (0.0.0.0/0); "
+            "no Session Manager",
+            "login nodes (1): public subnet with public IPs, internet-facing load balancer; "
+            "SSH from the whole internet (0.0.0.0/0); no Session Manager",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "expected"), [c[1:] for c in ACCESS], ids=[c[0] for c in ACCESS])
+def test_access_summary(extra: str, expected: list[str]) -> None:
+    lines = access_summary(pcluster(queue_yaml(P5) + extra))
+    assert lines[: len(expected)] == expected
+    assert lines[len(expected) :] == [
+        "queue train: private subnets behind NAT, no public IP; reachable only from the cluster's nodes; "
+        "Session Manager"
+    ]
+
+
 def test_errors_come_first_and_raise() -> None:
     findings = run(
-        queue_yaml("instance_type: x9z.large\n        efa: false", queue="zones: [us-east-1b]"),
+        queue_yaml("instance_type: m7a.large\n        efa: false", queue="zones: [us-east-1b]"),
         cluster_name="c" * 70,
     )
     assert [f.level for f in findings] == sorted((f.level for f in findings), key=lambda level: level != "error")
@@ -271,7 +371,7 @@ def test_errors_come_first_and_raise() -> None:
 
 
 def test_warnings_alone_do_not_raise() -> None:
-    findings = run(queue_yaml("instance_type: x9z.large"))
+    findings = run(queue_yaml("instance_type: m7a.large"))
     assert [f.level for f in findings] == ["warning"]
     assert raise_for_errors(findings) == findings
 

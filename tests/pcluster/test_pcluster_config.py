@@ -49,6 +49,30 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "CIDR block",
     ),
     (
+        "ssh from the whole internet",
+        {"queues": [queue()], "head_node": {"ssh_allowed_cidr": "0.0.0.0/0"}},
+        "cluster.pcluster.head_node.ssh_allowed_cidr",
+        "allow_ssh_from_internet: true",
+    ),
+    (
+        "ssh from the whole IPv6 internet",
+        {"queues": [queue()], "head_node": {"ssh_allowed_cidr": "::/0"}},
+        "cluster.pcluster.head_node.ssh_allowed_cidr",
+        "opens SSH to the whole internet",
+    ),
+    (
+        "ipv6 with the internet allowed",
+        {"queues": [queue()], "head_node": {"ssh_allowed_cidr": "::/0", "allow_ssh_from_internet": True}},
+        "cluster.pcluster.head_node.ssh_allowed_cidr",
+        "IPv4 CIDR block",
+    ),
+    (
+        "login subnet key is gone",
+        {"queues": [queue()], "login_nodes": {"subnet": "public"}},
+        "cluster.pcluster.login_nodes.subnet",
+        "unknown key",
+    ),
+    (
         "head node root volume",
         {"queues": [queue()], "head_node": {"root_volume_gib": 10}},
         "cluster.pcluster.head_node.root_volume_gib",
@@ -292,12 +316,23 @@ def test_bad_value_names_key_path(make_env: MakeEnv, pcluster: dict[str, Any], p
     assert f"{path}:" in str(err.value)
 
 
+@pytest.mark.parametrize("cidr", ["0.0.0.0/0", "0.0.0.0/1", "192.0.2.0/24", "pl-0123abcd"])
+def test_ssh_sources_accepted_at_the_edge(make_env: MakeEnv, cidr: str) -> None:
+    """The whole internet with the explicit setting; anything narrower without it."""
+    allow = cidr == "0.0.0.0/0"
+    head = {"ssh_allowed_cidr": cidr, "allow_ssh_from_internet": allow}
+    env = make_env(env_with({"queues": [queue()], "head_node": head}))
+    assert env.config.cluster.pcluster is not None
+    assert env.config.cluster.pcluster.head_node.ssh_allowed_cidr == cidr
+
+
 def test_defaults() -> None:
     cfg = archetype("p5-odcr")
     assert cfg.version == "3.16.1"
     assert cfg.os == "alinux2023"
     assert cfg.head_node.instance_type == "m5.8xlarge"
-    assert cfg.head_node.subnet == "public"
+    assert cfg.head_node.subnet == "private"
+    assert cfg.head_node.allow_ssh_from_internet is False
     assert cfg.head_node.ssm is True
     assert cfg.slurm.queue_update_strategy == "DRAIN"
     assert cfg.slurm.scaledown_idle_minutes == 10

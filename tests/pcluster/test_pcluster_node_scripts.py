@@ -9,20 +9,21 @@ coreutils, tar and make run as usual, so files land under the scratch root.
 from __future__ import annotations
 
 import hashlib
-import os
 import stat
 import subprocess
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR, STEPS
+from mlcluster.config.schema import ConfigError
+from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR
+from mlcluster.pcluster.checks import check_node_scripts
+from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
+from tests.pcluster.pcluster_support import pcluster
 from tests.support import ROOT
 
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
-ALL_STEPS = list(STEPS)
 
 LOG = 'printf "%s\\n" "$(basename "$0") $*" >>"$STUB_LOG"\n'
 
@@ -189,56 +190,6 @@ def test_bash_syntax(script: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_steps_run_in_order_and_do_their_work(make_node: MakeNode) -> None:
-    node = make_node()
-    proc = node.run("--role", "compute", *reversed(ALL_STEPS))
-    assert proc.returncode == 0, proc.stderr
-    assert node.started_steps() == ALL_STEPS
-    assert "all steps done" in node.text("var/log/mlcluster/run.log")
-    for step in ALL_STEPS:
-        assert (node.root / f"var/log/mlcluster/{step}.log").exists()
-    # docker
-    daemon = node.text("etc/docker/daemon.json")
-    assert '"data-root": "/scratch/docker"' in daemon
-    assert '"nvidia": {"path": "nvidia-container-runtime"' in daemon
-    assert "docker:x:990:ec2-user" in node.text("etc/group")
-    installed = (node.state / "pkgs").read_text().split()
-    assert {"docker", "nvidia-container-toolkit", "enroot", "enroot+caps", "aws-neuronx-dkms"} <= set(installed)
-    assert (node.state / "active").read_text().split() == ["docker"]
-    # enroot and pyxis
-    enroot = node.text("etc/enroot/enroot.conf")
-    assert "ENROOT_DATA_PATH /scratch/enroot/user-$(id -u)/data" in enroot
-    assert "ENROOT_RUNTIME_PATH /run/enroot/user-$(id -u)" in enroot
-    assert oct((node.root / "run/pyxis").stat().st_mode)[-4:] == "1777"
-    assert not (node.root / "opt/slurm/etc/plugstack.conf").exists(), "only the head node writes the shared plugstack"
-    # nccl over efa
-    assert node.text("etc/ld.so.conf.d/mlcluster-nccl-efa.conf") == "/opt/amazon/ofi-nccl/lib\n/opt/amazon/efa/lib64\n"
-    assert "export FI_PROVIDER=efa" in node.text("etc/profile.d/mlcluster-nccl-efa.sh")
-    # neuron
-    assert "baseurl=https://yum.repos.neuron.amazonaws.com" in node.text("etc/yum.repos.d/neuron.repo")
-    assert "/opt/aws/neuron/bin" in node.text("etc/profile.d/mlcluster-neuron.sh")
-
-
-def test_second_run_changes_nothing(make_node: MakeNode) -> None:
-    node = make_node()
-    node.extra_env["MLCLUSTER_STEPS"] = ",".join(ALL_STEPS)
-    assert node.run("--role", "compute").returncode == 0
-    before = node.tree()
-    first_calls = len(node.calls())
-    proc = node.run("--role", "compute")
-    assert proc.returncode == 0, proc.stderr
-    assert node.tree() == before
-    again = node.calls()[first_calls:]
-    changing = [
-        c
-        for c in again
-        if c.split()[0] in {"dnf", "curl", "gpg", "git", "usermod", "groupadd", "ldconfig", "scontrol"}
-        or c.startswith(("systemctl enable", "systemctl start", "systemctl restart"))
-    ]
-    assert changing == []
-    assert again, "the second run still checks the state"
-
-
 def test_failing_step_stops_the_run_and_is_named(make_node: MakeNode) -> None:
     node = make_node()
     node.extra_env["STUB_FAIL_PACKAGE"] = "docker"
@@ -250,35 +201,9 @@ def test_failing_step_stops_the_run_and_is_named(make_node: MakeNode) -> None:
     assert not (node.root / "etc/enroot").exists()
 
 
-def test_head_node_enables_pyxis_in_the_shared_plugstack(make_node: MakeNode) -> None:
-    node = make_node(gpu=False)
-    (node.state / "active").write_text("slurmctld\n")
-    proc = node.run("--role", "head", "docker", "enroot_pyxis")
-    assert proc.returncode == 0, proc.stderr
-    assert "include /opt/slurm/etc/plugstack.conf.d/*" in node.text("opt/slurm/etc/plugstack.conf")
-    assert node.text("opt/slurm/etc/plugstack.conf.d/pyxis.conf") == (
-        "optional /opt/slurm/lib/slurm/spank_pyxis.so runtime_path=/run/pyxis\n"
-    )
-    assert "scontrol reconfigure" in node.calls()
-    assert '"runtimes"' not in node.text("etc/docker/daemon.json")
-    calls = len(node.calls())
-    assert node.run("--role", "head", "docker", "enroot_pyxis").returncode == 0
-    assert "scontrol reconfigure" not in node.calls()[calls:]
-    assert node.text("opt/slurm/etc/plugstack.conf").count("include") == 1
-
-
-def test_pyxis_is_built_when_the_ami_lacks_it(make_node: MakeNode) -> None:
-    node = make_node(ami=False)
-    node.add("opt/slurm/include/slurm/spank.h")
-    proc = node.run("--role", "head", "enroot_pyxis")
-    assert proc.returncode == 0, proc.stderr
-    assert (node.root / "usr/local/lib/slurm/spank_pyxis.so").exists()
-    assert "/usr/local/lib/slurm/spank_pyxis.so" in node.text("opt/slurm/etc/plugstack.conf.d/pyxis.conf")
-    assert any(c.startswith("git clone --quiet --depth 1 --branch v0.20.0 ") for c in node.calls())
-
-
 def test_pyxis_without_slurm_headers_fails_clearly(make_node: MakeNode) -> None:
     node = make_node(ami=False)
+    (node.state / "pkgs").write_text("enroot\n")
     proc = node.run("--role", "compute", "enroot_pyxis")
     assert proc.returncode == 1
     assert "step 'enroot_pyxis' failed" in proc.stderr
@@ -291,28 +216,6 @@ def test_nccl_needs_efa(make_node: MakeNode) -> None:
     assert proc.returncode == 1
     assert "step 'nccl_efa' failed" in proc.stderr
     assert "the EFA software is not installed" in node.text("var/log/mlcluster/nccl_efa.log")
-
-
-def test_aws_ofi_nccl_is_built_when_missing(make_node: MakeNode, tmp_path: Path) -> None:
-    node = make_node(ami=False)
-    node.add("opt/amazon/efa/bin/fi_info", "#!/bin/sh\n", executable=True)
-    node.add("opt/amazon/efa/lib/libfabric.so.1")
-    (node.root / "usr/local/cuda").mkdir(parents=True)
-    source = tmp_path / "src" / "aws-ofi-nccl-1.13.0"
-    source.mkdir(parents=True)
-    (source / "configure").write_text('#!/bin/sh\necho configured "$@" > configured.txt\n')
-    (source / "configure").chmod(0o755)
-    (source / "Makefile").write_text(
-        "all:\n\t@echo built\ninstall:\n\tinstall -d $(DESTDIR)/opt/aws-ofi-nccl/lib\n"
-        "\ttouch $(DESTDIR)/opt/aws-ofi-nccl/lib/libnccl-net.so\n"
-    )
-    with tarfile.open(node.downloads / "aws-ofi-nccl-1.13.0.tar.gz", "w:gz") as tar:
-        tar.add(source, arcname=source.name)
-    proc = node.run("--role", "compute", "nccl_efa")
-    assert proc.returncode == 0, proc.stderr + node.text("var/log/mlcluster/nccl_efa.log")
-    assert node.text("etc/ld.so.conf.d/mlcluster-nccl-efa.conf") == "/opt/aws-ofi-nccl/lib\n/opt/amazon/efa/lib\n"
-    urls = [c.split()[-1] for c in node.calls() if c.startswith("curl ")]
-    assert urls == ["https://github.com/aws/aws-ofi-nccl/releases/download/v1.13.0-aws/aws-ofi-nccl-1.13.0.tar.gz"]
 
 
 def test_network_failures_are_retried_then_reported(make_node: MakeNode) -> None:
@@ -333,31 +236,20 @@ def test_scripts_come_from_s3(make_node: MakeNode) -> None:
     proc = node.run("--role", "login", source="s3://node-scripts/pcluster/")
     assert proc.returncode == 0, proc.stderr
     copied = [c.split()[-2] for c in node.calls() if c.startswith("aws s3 cp")]
-    assert copied == ["s3://node-scripts/pcluster/lib.sh", "s3://node-scripts/pcluster/docker.sh"]
+    assert copied == [
+        f"s3://node-scripts/pcluster/{name}" for name in ("lib.sh", "pins.sh", "user_dirs.sh", "docker.sh")
+    ]
     assert (node.root / "opt/mlcluster/node-scripts/docker.sh").read_text() == (PCLUSTER_DIR / "docker.sh").read_text()
     assert node.started_steps() == ["docker"]
-
-
-def test_ubuntu(make_node: MakeNode) -> None:
-    node = make_node(os_release=UBUNTU, user="ubuntu", gpu=False)
-    proc = node.run("--role", "compute", "docker", "enroot_pyxis", "neuron")
-    assert proc.returncode == 0, proc.stderr
-    installed = set((node.state / "pkgs").read_text().split())
-    assert {"docker.io", "enroot", "enroot+caps", "aws-neuronx-runtime-lib", f"linux-headers-{os.uname().release}"} <= (
-        installed
-    )
-    assert node.text("etc/apt/sources.list.d/neuron.list") == (
-        "deb [signed-by=/etc/apt/keyrings/neuron.gpg] https://apt.repos.neuron.amazonaws.com jammy main\n"
-    )
-    assert (node.root / "etc/apt/keyrings/neuron.gpg").exists()
-    assert "docker:x:990:ubuntu" in node.text("etc/group")
-    assert any(c.startswith("apt-get -o DPkg::Lock::Timeout=600 -q update") for c in node.calls())
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--role", "compute", "podman"], "unknown step 'podman'; allowed: docker enroot_pyxis nccl_efa neuron"),
+        (
+            ["--role", "compute", "podman"],
+            "unknown step 'podman'; allowed: docker docker_group enroot_pyxis nccl_efa neuron",
+        ),
         (["--role", "worker", "docker"], "--role must be head, compute or login (got 'worker')"),
     ],
 )
@@ -374,3 +266,57 @@ def test_unknown_operating_system(make_node: MakeNode) -> None:
     proc = node.run("--role", "compute", "docker")
     assert proc.returncode == 1
     assert "unsupported operating system 'sles'" in node.text("var/log/mlcluster/docker.log")
+
+
+DOCKER_GROUP_QUEUES = """
+queues:
+  - name: train
+    compute_resources:
+      - name: gpu
+        instance_type: p5.48xlarge
+login_nodes: {}
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("", ["docker", "enroot_pyxis"]),
+        ("docker_group: false", ["docker", "enroot_pyxis"]),
+        ("docker_group: true", ["docker", "docker_group", "enroot_pyxis"]),
+    ],
+)
+def test_docker_group_step_only_when_the_file_asks(setting: str, expected: list[str]) -> None:
+    cfg = pcluster(DOCKER_GROUP_QUEUES + f"node_scripts: {{{setting}}}\n")
+    assert head_node_steps(cfg) == expected
+    assert login_node_steps(cfg) == expected
+    assert queue_steps(cfg, cfg.queues[0]) == [*expected, "nccl_efa"]
+
+
+def test_docker_group_is_announced_as_root_equivalent() -> None:
+    on = [f for f in check_node_scripts(pcluster(DOCKER_GROUP_QUEUES + "node_scripts: {docker_group: true}\n"))]
+    assert [(f.level, f.path) for f in on] == [("warning", "cluster.pcluster.node_scripts.docker_group")]
+    assert "docker group members are root there" in on[0].message
+    assert check_node_scripts(pcluster(DOCKER_GROUP_QUEUES)) == []
+
+
+def test_docker_group_must_be_a_boolean() -> None:
+    with pytest.raises(ConfigError) as caught:
+        pcluster(DOCKER_GROUP_QUEUES + "node_scripts: {docker_group: sometimes}\n")
+    assert "node_scripts.docker_group" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "warned"),
+    [
+        ("version: 3.10.1\n", True),
+        ("version: 3.11.0\n", False),
+        ("version: 3.10.1\nnode_scripts: {docker_enroot_pyxis: false}\n", False),
+        ("version: 3.10.1\ncustom_ami: ami-0123456789abcdef0\n", False),
+    ],
+)
+def test_enroot_needs_a_parallelcluster_311_ami(settings: str, warned: bool) -> None:
+    found = [f for f in check_node_scripts(pcluster(DOCKER_GROUP_QUEUES + settings)) if f.path.endswith(".version")]
+    assert bool(found) == warned
+    if warned:
+        assert found[0].level == "warning" and "AMIs carry no Enroot (it ships from 3.11)" in found[0].message

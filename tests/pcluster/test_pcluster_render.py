@@ -66,8 +66,21 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
     ("imds v2 only", one(P5), {}, "Imds", {"ImdsSupport": "v2.0"}),
     # head node
     ("head instance type", one(P5), {}, "HeadNode.InstanceType", "m5.8xlarge"),
-    ("head public subnet", one(P5), {}, "HeadNode.Networking.SubnetId", PUBLIC),
-    ("head private subnet", one(P5, top="head_node: {subnet: private}"), {}, "HeadNode.Networking.SubnetId", PRIVATE_A),
+    ("head private by default", one(P5), {}, "HeadNode.Networking.SubnetId", PRIVATE_A),
+    (
+        "head public subnet with elastic ip",
+        one(P5, top="head_node: {subnet: public}"),
+        {},
+        "HeadNode.Networking",
+        {"SubnetId": PUBLIC, "AdditionalSecurityGroups": [SG], "ElasticIp": True},
+    ),
+    (
+        "head private subnet without elastic ip",
+        one(P5, top="head_node: {subnet: private}"),
+        {},
+        "HeadNode.Networking",
+        {"SubnetId": PRIVATE_A, "AdditionalSecurityGroups": [SG]},
+    ),
     ("head security group", one(P5), {}, "HeadNode.Networking.AdditionalSecurityGroups", [SG]),
     ("head imds secured", one(P5), {}, "HeadNode.Imds", {"Secured": True}),
     ("head ssh from vpc", one(P5), {}, "HeadNode.Ssh", {"AllowedIps": "10.0.0.0/16"}),
@@ -199,7 +212,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
     ("efa follows p5", one(P5), {}, f"{CR0}.Efa", {"Enabled": True}),
     ("no efa on g5.xlarge", one("instance_type: g5.xlarge"), {}, f"{CR0}.Efa", {"Enabled": False}),
     ("efa off", one(P5 + "\n        efa: false"), {}, f"{CR0}.Efa", {"Enabled": False}),
-    ("efa off for unknown type", one("instance_type: x9z.large"), {}, f"{CR0}.Efa", {"Enabled": False}),
+    ("efa off for unknown type", one("instance_type: m7a.large"), {}, f"{CR0}.Efa", {"Enabled": False}),
     ("placement group for efa", one(P5), {}, f"{CR0}.Networking.PlacementGroup", {"Enabled": True}),
     (
         "no placement group without efa",
@@ -436,7 +449,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
                     "Name": "login",
                     "InstanceType": "c5.2xlarge",
                     "Count": 2,
-                    "Networking": {"SubnetIds": [PUBLIC], "AdditionalSecurityGroups": [SG]},
+                    "Networking": {"SubnetIds": [PRIVATE_A], "AdditionalSecurityGroups": [SG]},
                     "Ssh": {"AllowedIps": "10.0.0.0/16"},
                     "CustomActions": {
                         "OnNodeConfigured": {"Sequence": [node_action("login", "docker", "enroot_pyxis")]}
@@ -447,11 +460,11 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         },
     ),
     (
-        "private login nodes",
-        one(P5, top="login_nodes: {subnet: private}"),
+        "internet-facing login nodes",
+        one(P5, top="login_nodes: {internet_facing: true}"),
         {},
         "LoginNodes.Pools[0].Networking.SubnetIds",
-        [PRIVATE_A],
+        [PUBLIC],
     ),
     # tags
     (
@@ -556,7 +569,18 @@ def test_archetype_trn1_with_neuron() -> None:
 
 ERRORS = [
     # (id, pcluster YAML, overrides, fragment of the error)
-    ("public head without public subnet", one(P5), {"public_subnet_id": None}, "public_subnet_id: the head node"),
+    (
+        "public head without public subnet",
+        one(P5, top="head_node: {subnet: public}"),
+        {"public_subnet_id": None},
+        "public_subnet_id: the head node",
+    ),
+    (
+        "internet-facing login without public subnet",
+        one(P5, top="login_nodes: {internet_facing: true}"),
+        {"public_subnet_id": None},
+        "public_subnet_id: the login nodes",
+    ),
     ("zone without subnet", one(P5, queue="zones: [us-east-1c]"), {}, "no private subnet in zone 'us-east-1c'"),
     (
         "group without arn",
@@ -601,3 +625,35 @@ def test_zone_labels_by_id() -> None:
 @pytest.mark.parametrize(("days", "kept"), [(1, 1), (2, 3), (365, 365), (366, 400), (2192, 3653), (9999, 3653)])
 def test_log_retention_rounds_up(days: int, kept: int) -> None:
     assert log_retention(days) == kept
+
+
+HEAD_CHOICES = {"private": "", "public": "head_node: {subnet: public}"}
+LOGIN_CHOICES = {"none": "", "internal": "login_nodes: {}", "internet": "login_nodes: {internet_facing: true}"}
+
+
+@pytest.mark.parametrize("login", sorted(LOGIN_CHOICES))
+@pytest.mark.parametrize("head", sorted(HEAD_CHOICES))
+def test_every_access_combination_has_a_way_out(head: str, login: str) -> None:
+    """Each head-node subnet x login-pool choice: private nodes sit behind NAT, public ones get a public address.
+
+    A node in the public subnet reaches nothing without a public address (the
+    subnet maps none unless login nodes face the internet), so the head node
+    there must carry ``ElasticIp``; login nodes go public only when asked,
+    which is what makes ParallelCluster's load balancer internet-facing.
+    """
+    text = one(P5, top="\n".join(t for t in (HEAD_CHOICES[head], LOGIN_CHOICES[login]) if t))
+    config = render_cluster_config(pcluster(text), inputs())
+    networking = config["HeadNode"]["Networking"]
+    if head == "public":
+        assert networking["SubnetId"] == PUBLIC
+        assert networking["ElasticIp"] is True
+    else:
+        assert networking["SubnetId"] == PRIVATE_A
+        assert "ElasticIp" not in networking
+    if login == "none":
+        assert "LoginNodes" not in config
+    else:
+        (pool,) = config["LoginNodes"]["Pools"]
+        assert pool["Networking"]["SubnetIds"] == [PUBLIC if login == "internet" else PRIVATE_A]
+    for queue in config["Scheduling"]["SlurmQueues"]:
+        assert PUBLIC not in queue["Networking"]["SubnetIds"]

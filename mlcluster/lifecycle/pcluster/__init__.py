@@ -2,7 +2,8 @@
 
 Upload ``NODE_SCRIPT_FILES`` under one S3 prefix; the rendered cluster
 configuration runs ``run.sh`` from there with the node's role and steps, and
-``run.sh`` fetches ``lib.sh`` and the step scripts from the same prefix.
+``run.sh`` fetches ``SUPPORT_FILES`` and the step scripts from the same prefix.
+``pins.sh`` holds every pinned version, checksum, commit and key fingerprint.
 """
 
 from pathlib import Path
@@ -14,7 +15,13 @@ PCLUSTER_DIR = Path(__file__).parent
 ENTRY_SCRIPT = "run.sh"
 
 #: Every step, in the order ``run.sh`` runs them.
-STEPS = ("docker", "enroot_pyxis", "nccl_efa", "neuron")
+STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron")
+
+#: Files every step needs: helpers, pins, and the per-user folder helper the steps install.
+SUPPORT_FILES = ("lib.sh", "pins.sh", "user_dirs.sh")
+
+#: Where nccl_efa installs ``all_reduce_perf`` (the operator command's smoke test runs it there).
+NCCL_TESTS_ALL_REDUCE = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"
 
 #: The files to upload to the node-script prefix.
-NODE_SCRIPT_FILES = (ENTRY_SCRIPT, "lib.sh", *(f"{step}.sh" for step in STEPS))
+NODE_SCRIPT_FILES = (ENTRY_SCRIPT, *SUPPORT_FILES, *(f"{step}.sh" for step in STEPS))

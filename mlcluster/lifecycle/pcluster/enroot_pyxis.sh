@@ -1,43 +1,36 @@
 #!/usr/bin/env bash
 # Enroot and Pyxis: `srun --container-image=...` for containerized Slurm jobs.
 #
-# ParallelCluster 3.11+ AMIs ship both but leave Pyxis disabled; older or
-# custom AMIs get Enroot from its release packages and Pyxis built against
-# the cluster's Slurm headers. Every node gets an enroot.conf that keeps
-# container layers and root file systems on local storage (NVMe /scratch when
-# present) and runtime state in /run. /opt/slurm is shared from the head
-# node, so only the head node writes the Slurm plugin stack (Pyxis as an
-# optional plugin, so a node without it still runs plain jobs).
+# ParallelCluster AMIs (3.11 and later, and custom AMIs built from them) ship
+# Enroot and Pyxis but leave Pyxis disabled. Enroot is never downloaded here
+# (we found no published checksum to pin its packages to); Pyxis is built from its
+# pinned commit only when the AMI lacks it. Every node gets:
+#
+# - an enroot.conf whose runtime, cache, data and temporary folders are
+#   per-user folders under root-owned 0755 roots (/run/enroot, and
+#   <local>/enroot/{cache,data,tmp} on NVMe /scratch when present), made 0700
+#   for the user by mlcluster-user-dirs before the job (Slurm prolog, compute
+#   nodes) or session (pam_exec at SSH login, head and login nodes) starts;
+#   enroot itself never creates ENROOT_TEMP_PATH.
+# - ENROOT_RESTRICT_DEV n: with y, containers see only a minimal /dev and lose
+#   the EFA devices (/dev/infiniband), so NCCL falls back to TCP.
+# - Enroot's Slurm PMI and PyTorch hooks (shipped in /usr/share/enroot/hooks.d,
+#   off by default), so MPI and torch.distributed find their ranks in a container.
+#
+# /opt/slurm is shared from the head node, so only the head node writes the
+# Slurm plugin stack (Pyxis as an optional plugin, so a node without it still
+# runs plain jobs) and the prolog.
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ENROOT_VERSION="${MLCLUSTER_ENROOT_VERSION:-3.5.0}"
-PYXIS_VERSION="${MLCLUSTER_PYXIS_VERSION:-0.20.0}"
 ROLE="${MLCLUSTER_NODE_ROLE:?MLCLUSTER_NODE_ROLE must be head, compute or login}"
 PYXIS_CANDIDATES=(/opt/slurm/lib/slurm/spank_pyxis.so /usr/local/lib/slurm/spank_pyxis.so)
+ENROOT_HOOKS=(50-slurm-pmi.sh 50-slurm-pytorch.sh)
 
-install_enroot() {
-  if pkg_is_installed enroot; then
-    return 0
-  fi
-  local tmp arch base="https://github.com/NVIDIA/enroot/releases/download/v${ENROOT_VERSION}"
-  tmp="$(mktemp -d)"
-  if [[ "$(os_family)" == ubuntu ]]; then
-    pkg_install squashfs-tools jq
-    arch="$(dpkg --print-architecture)"
-    fetch "${base}/enroot_${ENROOT_VERSION}-1_${arch}.deb" "${tmp}/enroot.deb"
-    fetch "${base}/enroot+caps_${ENROOT_VERSION}-1_${arch}.deb" "${tmp}/enroot+caps.deb"
-    pkg_install_files "${tmp}/enroot.deb" "${tmp}/enroot+caps.deb"
-  else
-    pkg_install squashfs-tools jq
-    arch="$(uname -m)"
-    fetch "${base}/enroot-${ENROOT_VERSION}-1.el8.${arch}.rpm" "${tmp}/enroot.rpm"
-    fetch "${base}/enroot+caps-${ENROOT_VERSION}-1.el8.${arch}.rpm" "${tmp}/enroot+caps.rpm"
-    pkg_install_files "${tmp}/enroot.rpm" "${tmp}/enroot+caps.rpm"
-  fi
-  rm -rf "${tmp}"
-  pkg_is_installed enroot || die "enroot ${ENROOT_VERSION} did not install"
+require_enroot() {
+  command -v enroot >/dev/null 2>&1 || pkg_is_installed enroot \
+    || die "Enroot is not installed: use a ParallelCluster 3.11+ AMI or a custom AMI built from one (they ship Enroot); mlcluster does not install packages it cannot verify"
 }
 
 pyxis_path() {
@@ -57,8 +50,8 @@ install_pyxis() {
     || die "Pyxis is not installed and the Slurm headers (/opt/slurm/include) to build it are missing"
   pkg_install git gcc make
   local tmp
-  tmp="$(mktemp -d)"
-  retry git clone --quiet --depth 1 --branch "v${PYXIS_VERSION}" https://github.com/NVIDIA/pyxis.git "${tmp}/pyxis"
+  tmp="$(work_dir)"
+  clone_verified "Pyxis ${PYXIS_VERSION}" "${PYXIS_GIT_URL}" "v${PYXIS_VERSION}" "${PYXIS_COMMIT}" "${tmp}/pyxis"
   make -C "${tmp}/pyxis" CPPFLAGS="-I ${ROOT}/opt/slurm/include" prefix=/usr/local
   make -C "${tmp}/pyxis" install prefix=/usr/local DESTDIR="${ROOT}"
   rm -rf "${tmp}"
@@ -68,43 +61,59 @@ install_pyxis() {
 }
 
 configure_enroot() {
-  local storage
-  storage="$(local_storage)"
-  ensure_dir /run/enroot 1777
-  ensure_dir /run/pyxis 1777
-  ensure_dir "${storage}/enroot" 1777
+  local storage="$1" root
+  ensure_root_dir /run/enroot 0755
+  ensure_root_dir /run/pyxis 0755
+  ensure_root_dir "${storage}/enroot" 0755
+  for root in cache data tmp; do
+    ensure_root_dir "${storage}/enroot/${root}" 0755
+  done
+  # /run/pyxis: Pyxis makes it 0755 and the per-user folders in it itself (as root).
   put_file /etc/tmpfiles.d/mlcluster-enroot.conf 0644 <<'EOF'
-# Written by mlcluster: runtime folders for Enroot and Pyxis, recreated at boot.
-d /run/enroot 1777 root root -
-d /run/pyxis 1777 root root -
+# Written by mlcluster: root-owned runtime roots for Enroot and Pyxis, recreated at boot.
+d /run/enroot 0755 root root -
+d /run/pyxis 0755 root root -
 EOF
-  # The $(id -u) and $(id -g) below are expanded by enroot for each user.
+  # The $(id -u) below is expanded by enroot for each user.
   put_file /etc/enroot/enroot.conf 0644 <<EOF
-# Written by mlcluster: container layers and root file systems on local storage.
+# Written by mlcluster: per-user folders (made 0700 by mlcluster-user-dirs) on local storage.
 ENROOT_RUNTIME_PATH /run/enroot/user-\$(id -u)
-ENROOT_CACHE_PATH ${storage}/enroot/group-\$(id -g)/cache
-ENROOT_DATA_PATH ${storage}/enroot/user-\$(id -u)/data
-ENROOT_TEMP_PATH ${storage}/enroot/user-\$(id -u)/tmp
+ENROOT_CACHE_PATH ${storage}/enroot/cache/user-\$(id -u)
+ENROOT_DATA_PATH ${storage}/enroot/data/user-\$(id -u)
+ENROOT_TEMP_PATH ${storage}/enroot/tmp/user-\$(id -u)
 ENROOT_SQUASH_OPTIONS -noI -noD -noF -noX -no-duplicates
 ENROOT_MOUNT_HOME y
-ENROOT_RESTRICT_DEV y
+# n: containers keep the host's /dev, including the EFA devices in /dev/infiniband.
+ENROOT_RESTRICT_DEV n
 ENROOT_ROOTFS_WRITABLE y
 EOF
+  ensure_root_dir /etc/enroot/environ.d 0755
+  ensure_root_dir /etc/enroot/hooks.d 0755
+  local hook
+  for hook in "${ENROOT_HOOKS[@]}"; do
+    if [[ -f "${ROOT}/usr/share/enroot/hooks.d/${hook}" ]]; then
+      put_file "/etc/enroot/hooks.d/${hook}" 0755 <"${ROOT}/usr/share/enroot/hooks.d/${hook}"
+    else
+      warn "Enroot's ${hook} hook is not in /usr/share/enroot/hooks.d; containers will not see Slurm's PMI/PyTorch settings"
+    fi
+  done
 }
 
-configure_plugstack() {
+configure_slurm() {
   local so="$1"
   ensure_line "include /opt/slurm/etc/plugstack.conf.d/*" /opt/slurm/etc/plugstack.conf
   put_file /opt/slurm/etc/plugstack.conf.d/pyxis.conf 0644 <<<"optional ${so} runtime_path=/run/pyxis"
 }
 
 CHANGED=0
-install_enroot
+require_enroot
 install_pyxis
-configure_enroot
+storage="$(local_storage)"
+configure_enroot "${storage}"
+register_user_dirs enroot /run/enroot "${storage}/enroot/cache" "${storage}/enroot/data" "${storage}/enroot/tmp"
 so="$(pyxis_path)"
 if [[ "${ROLE}" == head ]]; then
-  configure_plugstack "${so}"
+  configure_slurm "${so}"
   if ((CHANGED)) && service_active slurmctld; then
     scontrol reconfigure
     log "Slurm reconfigured with Pyxis"

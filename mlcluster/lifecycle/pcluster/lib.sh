@@ -9,6 +9,11 @@
 
 ROOT="${MLCLUSTER_ROOT:-}"
 CHANGED=0
+# Downloads and builds happen in fresh folders under here: root-only, unlike /tmp.
+WORK_DIR="${ROOT}/var/lib/mlcluster/work"
+
+# shellcheck source=pins.sh
+. "$(dirname "${BASH_SOURCE[0]}")/pins.sh"
 
 # log MESSAGE...: a timestamped line on stderr (run.sh appends it to the step log).
 log() {
@@ -64,7 +69,7 @@ pkg_manager() {
   esac
 }
 
-# default_user: the OS's default login user, which gets the docker group.
+# default_user: the OS's default login user (the docker_group step's member).
 default_user() {
   case "$(os_release ID)" in
     ubuntu) echo ubuntu ;;
@@ -80,6 +85,15 @@ pkg_is_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
   else
     rpm -q "$1" >/dev/null 2>&1
+  fi
+}
+
+# pkg_available NAME: true when a configured repository offers the package NAME.
+pkg_available() {
+  if [[ "$(pkg_manager)" == apt ]]; then
+    apt-cache show "$1" >/dev/null 2>&1
+  else
+    "$(pkg_manager)" -q list --available "$1" >/dev/null 2>&1
   fi
 }
 
@@ -102,22 +116,88 @@ pkg_install() {
   CHANGED=1
 }
 
-# pkg_install_files FILE...: install local .rpm/.deb files with the package manager.
-pkg_install_files() {
-  local manager
-  manager="$(pkg_manager)"
-  log "installing $*"
-  if [[ "${manager}" == apt ]]; then
-    retry env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -q install -y "$@"
-  else
-    retry "${manager}" -q install -y "$@"
+# warn MESSAGE...: log a warning and go on.
+warn() {
+  log "WARNING: $*"
+}
+
+# work_dir: a new empty folder only root can enter, for one download or build.
+work_dir() {
+  install -d -m 0700 "${WORK_DIR}"
+  mktemp -d "${WORK_DIR}/XXXXXX"
+}
+
+# download URL FILE: fetch URL (HTTPS only) to FILE, with retries. Callers verify what they got.
+download() {
+  retry curl -fsSL --proto '=https' --connect-timeout 20 -o "$2" "$1"
+}
+
+# fetch_verified NAME URL SHA256 FILE: download URL to FILE and stop the step
+# unless its SHA-256 is the pinned one.
+fetch_verified() {
+  local name="$1" url="$2" want="$3" file="$4" got
+  [[ "${want}" =~ ^[0-9a-f]{64}$ ]] || die "${name}: no pinned SHA-256 for ${url} (got '${want}'); not downloaded"
+  download "${url}" "${file}" || die "${name}: cannot download ${url}"
+  got="$(sha256sum "${file}" | cut -d' ' -f1)"
+  if [[ "${got}" != "${want}" ]]; then
+    rm -f "${file}"
+    die "${name}: SHA-256 mismatch for ${url}: expected ${want}, got ${got}; not installed"
   fi
+  log "${name}: ${url} has the pinned SHA-256 ${want}"
+}
+
+# key_fingerprints FILE: the fingerprint of each primary key in the OpenPGP key FILE, one a line.
+key_fingerprints() {
+  local home
+  home="$(work_dir)"
+  GNUPGHOME="${home}" gpg --batch --quiet --with-colons --show-keys "$1" 2>/dev/null \
+    | awk -F: '$1 == "pub" { primary = 1; next } $1 == "fpr" && primary { print $10; primary = 0 }' || true
+  rm -rf "${home}"
+}
+
+# fetch_key NAME URL FINGERPRINT PATH [binary]: install a package repository's
+# signing key at PATH (under ROOT), armored or, with "binary", dearmored for
+# apt's signed-by. The key is used only when it is exactly one key with the
+# pinned fingerprint; an installed key that still matches is kept as is.
+fetch_key() {
+  local name="$1" url="$2" want="$3" path="$4" format="${5:-armored}" tmp got
+  [[ "${want}" =~ ^[0-9A-F]{40}$ ]] || die "${name}: no pinned key fingerprint for ${url} (got '${want}')"
+  if [[ -f "${ROOT}${path}" && ! -L "${ROOT}${path}" && "$(key_fingerprints "${ROOT}${path}")" == "${want}" ]]; then
+    return 0
+  fi
+  tmp="$(work_dir)"
+  download "${url}" "${tmp}/key" || die "${name}: cannot download the repository key ${url}"
+  got="$(key_fingerprints "${tmp}/key" | paste -sd, -)"
+  if [[ "${got}" != "${want}" ]]; then
+    rm -rf "${tmp}"
+    die "${name}: repository key fingerprint mismatch for ${url}: expected ${want}, got ${got:-no key}; repository not added"
+  fi
+  if [[ "${format}" == binary ]]; then
+    gpg --batch --yes --dearmor -o "${tmp}/key.gpg" "${tmp}/key"
+    mv -f "${tmp}/key.gpg" "${tmp}/key"
+  fi
+  mkdir -p "$(dirname "${ROOT}${path}")"
+  install -m 0644 "${tmp}/key" "${ROOT}${path}"
+  rm -rf "${tmp}"
+  log "${name}: installed repository key ${want} at ${path}"
   CHANGED=1
 }
 
-# fetch URL FILE: download URL to the local path FILE, with retries.
-fetch() {
-  retry curl -fsSL --connect-timeout 20 -o "$2" "$1"
+# clone_fresh URL TAG DIR: one attempt at a shallow clone of TAG into an empty DIR.
+clone_fresh() {
+  rm -rf "$3"
+  git clone --quiet --depth 1 --branch "$2" "$1" "$3"
+}
+
+# clone_verified NAME URL TAG COMMIT DIR: clone TAG of the git repository URL
+# into DIR and stop the step unless the tag is the pinned commit.
+clone_verified() {
+  local name="$1" url="$2" tag="$3" want="$4" dir="$5" got
+  [[ "${want}" =~ ^[0-9a-f]{40}$ ]] || die "${name}: no pinned commit for ${url} ${tag} (got '${want}')"
+  retry clone_fresh "${url}" "${tag}" "${dir}" || die "${name}: cannot clone ${url} ${tag}"
+  got="$(git -C "${dir}" rev-parse HEAD)"
+  [[ "${got}" == "${want}" ]] || die "${name}: ${url} tag ${tag} is commit ${got}, expected ${want}; not built"
+  log "${name}: ${url} ${tag} is the pinned commit ${want}"
 }
 
 # put_file PATH MODE < content: write PATH (under ROOT) when its content differs.
@@ -148,9 +228,31 @@ ensure_line() {
   CHANGED=1
 }
 
-# ensure_dir PATH MODE: create PATH (under ROOT) with MODE.
-ensure_dir() {
-  install -d -m "$2" "${ROOT}$1"
+# ensure_root_dir PATH MODE: PATH (under ROOT) as a folder owned by root with
+# MODE. An existing PATH that is a link, not a folder or not root's was made
+# by someone else (a user, under a world-writable parent such as /scratch):
+# the step stops rather than adopt it.
+ensure_root_dir() {
+  local path="${ROOT}$1" mode="$2" owner
+  if [[ -L "${path}" ]] || { [[ -e "${path}" ]] && [[ ! -d "${path}" ]]; }; then
+    die "$1 is a link or not a folder; someone else made it: remove it (and check what it points to), then run again"
+  fi
+  if [[ -d "${path}" ]]; then
+    owner="$(stat -c %u "${path}")"
+    if [[ "${owner}" != "$(id -u)" ]]; then
+      die "$1 is owned by uid ${owner}, not root; someone made it before this step: remove it (and check what it holds), then run again"
+    fi
+    if [[ "$(stat -c %a "${path}")" != "${mode#0}" ]]; then
+      chmod "${mode}" "${path}"
+      log "set $1 to mode ${mode}"
+      CHANGED=1
+    fi
+    return 0
+  fi
+  mkdir -p "$(dirname "${path}")"
+  mkdir -m "${mode}" "${path}"
+  log "created $1 (root, ${mode})"
+  CHANGED=1
 }
 
 # service_active NAME: true when the systemd unit NAME is running.
@@ -166,4 +268,35 @@ has_nvidia_gpu() {
 # local_storage: /scratch when ParallelCluster mounted instance-store NVMe there, else /var/tmp.
 local_storage() {
   if [[ -d "${ROOT}/scratch" ]]; then echo /scratch; else echo /var/tmp; fi
+}
+
+# register_user_dirs NAME ROOT...: have mlcluster-user-dirs make each user's
+# 0700 folder under every ROOT (root-owned, made by the caller) before the
+# user's job (Slurm prolog, written by the head node into the shared
+# /opt/slurm) or SSH session (pam_exec, head and login nodes) starts.
+register_user_dirs() {
+  local name="$1" helper=/opt/mlcluster/bin/mlcluster-user-dirs
+  shift
+  put_file "/etc/mlcluster/user-dirs.d/${name}.conf" 0644 < <(printf '%s\n' "$@")
+  put_file "${helper}" 0755 <"$(dirname "${BASH_SOURCE[0]}")/user_dirs.sh"
+  case "${MLCLUSTER_NODE_ROLE:-}" in
+    head)
+      # ParallelCluster's slurm.conf runs every script in prolog.d as root before each job.
+      put_file /opt/slurm/etc/scripts/prolog.d/50_mlcluster_user_dirs 0755 <<EOF
+#!/bin/bash
+# Written by mlcluster: the job user's container folders, made by root before the job starts.
+[ -x ${helper} ] || exit 0
+exec ${helper} "\${SLURM_JOB_UID}"
+EOF
+      ;;
+  esac
+  case "${MLCLUSTER_NODE_ROLE:-}" in
+    head | login)
+      if [[ -f "${ROOT}/etc/pam.d/sshd" ]]; then
+        ensure_line "session optional pam_exec.so quiet ${helper}" /etc/pam.d/sshd
+      else
+        warn "/etc/pam.d/sshd is missing; users get their ${name} folders here only from a job"
+      fi
+      ;;
+  esac
 }

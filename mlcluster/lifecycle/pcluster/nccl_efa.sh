@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# NCCL over EFA: the aws-ofi-nccl plugin and the environment that selects it.
+# NCCL over EFA: the aws-ofi-nccl plugin, the environment that selects EFA, and nccl-tests.
 #
-# ParallelCluster AMIs carry the EFA software (libfabric in /opt/amazon/efa);
-# recent EFA installers also bundle aws-ofi-nccl in /opt/amazon/ofi-nccl.
-# Without it, the pinned aws-ofi-nccl release is built against libfabric and
-# CUDA into /opt/aws-ofi-nccl. The libraries go on the loader path of every
-# process (ld.so.conf.d), and login shells get FI_PROVIDER=efa.
+# ParallelCluster AMIs carry the EFA software (libfabric and Open MPI under
+# /opt/amazon) and bundle aws-ofi-nccl in /opt/amazon/ofi-nccl. Without it,
+# the pinned aws-ofi-nccl release (pins.sh, SHA-256 checked) is built against
+# libfabric and CUDA into /opt/aws-ofi-nccl. The libraries go on the loader
+# path of every process (ld.so.conf.d). FI_PROVIDER=efa reaches:
+#   - every NCCL process, batch or interactive (/etc/nccl.conf, read by NCCL at init),
+#   - every container Enroot or Pyxis starts (/etc/enroot/environ.d),
+#   - SSH sessions, login or not (/etc/environment, read by pam_env),
+#   - login shells (/etc/profile.d).
+# nccl-tests (pinned, SHA-256 checked) is built against this node's CUDA,
+# NCCL and MPI into /opt/mlcluster/nccl-tests/bin, so a first job can prove
+# the fabric with /opt/mlcluster/nccl-tests/bin/all_reduce_perf.
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-OFI_NCCL_VERSION="${MLCLUSTER_OFI_NCCL_VERSION:-1.13.0}"
 OFI_NCCL_PREFIX=/opt/aws-ofi-nccl
 OFI_CANDIDATES=(/opt/amazon/ofi-nccl "${OFI_NCCL_PREFIX}")
+CUDA_HOME=/usr/local/cuda
+MPI_HOME=/opt/amazon/openmpi
+NCCL_CANDIDATES=(/opt/nccl/build /usr/local/cuda /usr)
+NCCL_TESTS_PREFIX=/opt/mlcluster/nccl-tests
+EFA_ENV=(FI_PROVIDER=efa)
 
-# lib_dir PREFIX PATTERN: PREFIX/lib64 or PREFIX/lib, whichever holds a file matching PATTERN.
+# lib_dir PREFIX PATTERN: PREFIX/lib64, PREFIX/lib or PREFIX/lib/<multiarch>, whichever holds a file matching PATTERN.
 lib_dir() {
   local dir
-  for dir in "$1/lib64" "$1/lib"; do
+  for dir in "$1/lib64" "$1/lib" "$1/lib/$(uname -m)-linux-gnu"; do
     if compgen -G "${ROOT}${dir}/$2" >/dev/null; then
       echo "${dir}"
       return 0
@@ -35,26 +46,71 @@ ofi_lib_dir() {
 }
 
 build_ofi_nccl() {
-  [[ -d "${ROOT}/usr/local/cuda" ]] || die "aws-ofi-nccl is missing and CUDA (/usr/local/cuda) to build it is not installed"
+  [[ -d "${ROOT}${CUDA_HOME}" ]] || die "aws-ofi-nccl is missing and CUDA (${CUDA_HOME}) to build it is not installed"
   if [[ "$(os_family)" == ubuntu ]]; then
-    pkg_install gcc make libhwloc-dev
+    pkg_install gcc g++ make libhwloc-dev
   else
-    pkg_install gcc make hwloc-devel
+    pkg_install gcc gcc-c++ make hwloc-devel
   fi
   local tmp
-  tmp="$(mktemp -d)"
-  fetch "https://github.com/aws/aws-ofi-nccl/releases/download/v${OFI_NCCL_VERSION}-aws/aws-ofi-nccl-${OFI_NCCL_VERSION}.tar.gz" \
-    "${tmp}/aws-ofi-nccl.tar.gz"
+  tmp="$(work_dir)"
+  fetch_verified "aws-ofi-nccl ${OFI_NCCL_VERSION}" "${OFI_NCCL_URL}" "${OFI_NCCL_SHA256}" "${tmp}/aws-ofi-nccl.tar.gz"
   tar -xzf "${tmp}/aws-ofi-nccl.tar.gz" -C "${tmp}"
   (
     cd "${tmp}/aws-ofi-nccl-${OFI_NCCL_VERSION}"
-    ./configure --prefix="${OFI_NCCL_PREFIX}" --with-libfabric=/opt/amazon/efa --with-cuda=/usr/local/cuda \
+    ./configure --prefix="${OFI_NCCL_PREFIX}" --with-libfabric=/opt/amazon/efa --with-cuda="${CUDA_HOME}" \
       --enable-platform-aws
     make -j "$(nproc)"
     make install DESTDIR="${ROOT}"
   )
   rm -rf "${tmp}"
   log "built aws-ofi-nccl ${OFI_NCCL_VERSION} into ${OFI_NCCL_PREFIX}"
+}
+
+# nccl_home: the first NCCL installation with both its header and its library.
+nccl_home() {
+  local prefix
+  for prefix in "${NCCL_CANDIDATES[@]}"; do
+    if [[ -f "${ROOT}${prefix}/include/nccl.h" ]] && lib_dir "${prefix}" "libnccl.so*" >/dev/null; then
+      echo "${prefix}"
+      return 0
+    fi
+  done
+  return 1
+}
+
+install_nccl_tests() {
+  local nccl build_info tmp
+  [[ -x "${ROOT}${CUDA_HOME}/bin/nvcc" ]] || die "nccl-tests needs CUDA (${CUDA_HOME}/bin/nvcc), which is not installed"
+  [[ -x "${ROOT}${MPI_HOME}/bin/mpicc" ]] || die "nccl-tests needs MPI (${MPI_HOME}, from the EFA installer), which is not installed"
+  if ! nccl="$(nccl_home)"; then
+    # ParallelCluster configures NVIDIA's CUDA repository, which carries NCCL's development package.
+    local package=libnccl-devel
+    [[ "$(os_family)" == ubuntu ]] && package=libnccl-dev
+    if ! pkg_available "${package}"; then
+      warn "no NCCL on this node (nccl.h and libnccl.so under ${NCCL_CANDIDATES[*]}) and no repository offers ${package}; nccl-tests not installed at ${NCCL_TESTS_PREFIX}/bin"
+      return 0
+    fi
+    pkg_install "${package}"
+    nccl="$(nccl_home)" || die "${package} installed but NCCL (nccl.h and libnccl.so) is not under ${NCCL_CANDIDATES[*]}"
+  fi
+  build_info="nccl-tests ${NCCL_TESTS_VERSION} ${NCCL_TESTS_SHA256} CUDA_HOME=${CUDA_HOME} NCCL_HOME=${nccl} MPI_HOME=${MPI_HOME}"
+  if [[ -x "${ROOT}${NCCL_TESTS_PREFIX}/bin/all_reduce_perf" ]] \
+    && [[ "$(cat "${ROOT}${NCCL_TESTS_PREFIX}/BUILD_INFO" 2>/dev/null)" == "${build_info}" ]]; then
+    return 0
+  fi
+  tmp="$(work_dir)"
+  fetch_verified "nccl-tests ${NCCL_TESTS_VERSION}" "${NCCL_TESTS_URL}" "${NCCL_TESTS_SHA256}" "${tmp}/nccl-tests.tar.gz"
+  tar -xzf "${tmp}/nccl-tests.tar.gz" -C "${tmp}"
+  make -C "${tmp}/nccl-tests-${NCCL_TESTS_VERSION}" -j "$(nproc)" MPI=1 MPI_HOME="${ROOT}${MPI_HOME}" \
+    CUDA_HOME="${ROOT}${CUDA_HOME}" NCCL_HOME="${ROOT}${nccl}"
+  [[ -x "${tmp}/nccl-tests-${NCCL_TESTS_VERSION}/build/all_reduce_perf" ]] \
+    || die "nccl-tests ${NCCL_TESTS_VERSION} built but build/all_reduce_perf is missing"
+  install -d -m 0755 "${ROOT}${NCCL_TESTS_PREFIX}/bin"
+  install -m 0755 "${tmp}/nccl-tests-${NCCL_TESTS_VERSION}/build/"*_perf "${ROOT}${NCCL_TESTS_PREFIX}/bin/"
+  rm -rf "${tmp}"
+  put_file "${NCCL_TESTS_PREFIX}/BUILD_INFO" 0644 <<<"${build_info}"
+  log "installed nccl-tests ${NCCL_TESTS_VERSION} in ${NCCL_TESTS_PREFIX}/bin (NCCL ${nccl}, MPI ${MPI_HOME})"
 }
 
 [[ -x "${ROOT}/opt/amazon/efa/bin/fi_info" ]] \
@@ -74,8 +130,14 @@ EOF
 if ((CHANGED)); then
   ldconfig
 fi
-put_file /etc/profile.d/mlcluster-nccl-efa.sh 0644 <<'EOF'
-# Written by mlcluster: NCCL uses EFA through libfabric and the aws-ofi-nccl plugin.
-export FI_PROVIDER=efa
-EOF
-log "NCCL EFA plugin ready (${ofi_lib}, libfabric ${efa_lib})"
+put_file /etc/enroot/environ.d/50-mlcluster-efa.env 0644 < <(printf '%s\n' "${EFA_ENV[@]}")
+put_file /etc/profile.d/mlcluster-nccl-efa.sh 0644 < <(
+  echo "# Written by mlcluster: NCCL uses EFA through libfabric and the aws-ofi-nccl plugin."
+  printf 'export %s\n' "${EFA_ENV[@]}"
+)
+for setting in "${EFA_ENV[@]}"; do
+  ensure_line "${setting}" /etc/nccl.conf
+  ensure_line "${setting}" /etc/environment
+done
+install_nccl_tests
+log "NCCL EFA plugin ready (${ofi_lib}, libfabric ${efa_lib}); nccl-tests in ${NCCL_TESTS_PREFIX}/bin"

@@ -1,0 +1,84 @@
+"""Every `make` target the README tells users to run exists and points at files that exist.
+
+`make snapshot-update` once ran a test file that had been renamed away; the
+README still named it and nothing noticed. Running `make test` or `make bench`
+inside the suite would recurse or take minutes, so each target is dry-run
+(`make -n`, which fails on a missing target or prerequisite) and every
+repository path its recipe names must exist; pytest paths must collect tests.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT
+
+README_TARGETS = sorted(set(re.findall(r"\bmake ([a-z][a-z-]*)", (ROOT / "README.md").read_text())))
+PATH_TOKEN = re.compile(r"(?<![\w/.-])((?:tests|tools|mlcluster|\.ci|schema)/[\w./*-]+)")
+
+
+def dry_run(target: str) -> str:
+    result = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, f"make -n {target}: {result.stderr}"
+    return result.stdout
+
+
+def test_readme_names_the_two_commands() -> None:
+    assert {"synth", "test"} <= set(README_TARGETS)
+
+
+@pytest.mark.parametrize("target", README_TARGETS)
+def test_target_exists_and_its_files_exist(target: str) -> None:
+    recipe = dry_run(target)
+    for token in PATH_TOKEN.findall(recipe):
+        if "*" in token:
+            assert list(ROOT.glob(token)), f"make {target}: nothing matches {token}"
+        else:
+            assert (ROOT / token).exists(), f"make {target} runs {token}, which does not exist"
+
+
+@pytest.mark.parametrize("target", [t for t in README_TARGETS if "pytest" in dry_run(t)])
+def test_pytest_targets_collect_tests(target: str) -> None:
+    """A pytest run that collects nothing passes silently in some setups; here it must find tests."""
+    for line in dry_run(target).splitlines():
+        if "pytest" not in line:
+            continue
+        paths = [t for t in PATH_TOKEN.findall(line) if t.startswith("tests/")]
+        for command in re.findall(r"\$\((grep [^)]*)\)", line):  # a file list the shell computes
+            listed = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, check=False)
+            assert listed.stdout.split(), f"make {target}: `{command}` lists no test file"
+            paths += listed.stdout.split()
+        if not paths:
+            continue
+        collected = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:syrupy",
+                *paths,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert collected.returncode == 0, collected.stdout[-2000:]
+        assert re.search(r"\d+ tests? collected", collected.stdout), collected.stdout[-2000:]
+
+
+def test_a_missing_file_in_a_recipe_is_caught(tmp_path: Path) -> None:
+    """The check above would have caught the old snapshot-update recipe."""
+    recipe = ".venv/bin/pytest -n 2 --dist loadfile --snapshot-update tests/test_snapshots.py"
+    missing = [t for t in PATH_TOKEN.findall(recipe) if not (ROOT / t).exists()]
+    assert missing == ["tests/test_snapshots.py"]
