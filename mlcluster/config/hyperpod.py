@@ -146,11 +146,16 @@ class LifecycleConfig:
     home_on_fsx: bool = True
     observability: bool = False
     #: Members of the docker group are root on the node: only when asked for, with a synth warning.
-    docker_group: bool = False
+    docker_group: bool = setting(
+        default=False, doc="the cluster users join the docker group: root-equivalent on every node (synth warns)"
+    )
     #: Rootless Podman for every cluster user, to build images without root.
-    rootless_podman: bool = True
-    #: How long workers and login nodes wait for slurmctld; unset: 720, the longest a creation can take.
-    controller_wait_minutes: int | None = setting(default=None, minimum=1, maximum=720)
+    rootless_podman: bool = setting(default=True, doc="rootless Podman for every cluster user, to build images")
+    #: How long workers and login nodes wait for slurmctld; unset: 720, as long as CloudFormation waits
+    #: for an AWS::SageMaker::Cluster to be created.
+    controller_wait_minutes: int | None = setting(
+        default=None, minimum=1, maximum=720, doc="how long workers and login nodes wait for slurmctld; unset: 720"
+    )
 
     def check(self, issues: Issues) -> None:
         if self.docker_group and not self.docker:
@@ -190,14 +195,6 @@ class HyperPodConfig:
     def check(self, issues: Issues) -> None:
         if not self.workers:
             issues.add("workers", [], "give at least one worker group")
-        wait = self.lifecycle.controller_wait_minutes
-        if wait is not None and wait > self.create_timeout_hours * 60:
-            issues.add(
-                "lifecycle.controller_wait_minutes",
-                self.lifecycle.controller_wait_minutes,
-                f"allowed: at most create_timeout_hours x 60 = {self.create_timeout_hours * 60} "
-                "(the stack stops waiting for the cluster then)",
-            )
         if self.controller.instance_count != 1:
             issues.add("controller.instance_count", self.controller.instance_count, "allowed: 1 (one Slurm controller)")
         groups = [self.controller] + ([self.login] if self.login else []) + list(self.workers)

@@ -11,14 +11,13 @@ from mlcluster.config import ConfigError, load_environment
 from tests.support import write_env
 
 
-def hyperpod(lifecycle: dict[str, Any], timeout_hours: int = 3) -> dict[str, Any]:
+def hyperpod(lifecycle: dict[str, Any]) -> dict[str, Any]:
     return {
         "network": {"availability_zone_id": "use1-az4"},
         "cluster": {
             "backend": "hyperpod",
             "hyperpod": {
                 "workers": [{"instance_group_name": "workers", "instance_type": "ml.g5.8xlarge"}],
-                "create_timeout_hours": timeout_hours,
                 "lifecycle": lifecycle,
             },
         },
@@ -29,11 +28,11 @@ def hyperpod(lifecycle: dict[str, Any], timeout_hours: int = 3) -> dict[str, Any
     ("lifecycle", "path", "allowed"),
     [
         ({"docker": False, "enroot_pyxis": False, "docker_group": True}, "docker_group", "needs docker: true"),
-        ({"controller_wait_minutes": 181}, "lifecycle.controller_wait_minutes", "at most create_timeout_hours x 60"),
+        ({"controller_wait_minutes": 721}, "controller_wait_minutes", "720"),
         ({"controller_wait_minutes": 0}, "controller_wait_minutes", "1"),
         ({"rootless_podman": "yes"}, "rootless_podman", "true or false"),
     ],
-    ids=["docker-group-without-docker", "wait-past-the-timeout", "wait-zero", "podman-not-a-flag"],
+    ids=["docker-group-without-docker", "wait-past-720", "wait-zero", "podman-not-a-flag"],
 )
 def test_bad_lifecycle_settings_are_named(tmp_path: Path, lifecycle: dict[str, Any], path: str, allowed: str) -> None:
     file = write_env(tmp_path, "bad", hyperpod(lifecycle))
@@ -47,10 +46,10 @@ def test_bad_lifecycle_settings_are_named(tmp_path: Path, lifecycle: dict[str, A
 
 def test_the_edges_load(tmp_path: Path) -> None:
     env = load_environment(
-        write_env(tmp_path, "edge", hyperpod({"controller_wait_minutes": 180, "docker_group": True}, timeout_hours=3))
+        write_env(tmp_path, "edge", hyperpod({"controller_wait_minutes": 720, "docker_group": True}))
     )
     lifecycle = env.config.cluster.hyperpod.lifecycle  # type: ignore[union-attr]
-    assert lifecycle.controller_wait_minutes == 180
+    assert lifecycle.controller_wait_minutes == 720
     assert lifecycle.docker_group is True
 
 

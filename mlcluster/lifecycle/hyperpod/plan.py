@@ -44,8 +44,8 @@ USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 ENDPOINT = re.compile(r"(?P<host>[A-Za-z0-9.-]+)(:(?P<port>\d{1,5}))?")
 SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:(?P<region>[a-z0-9-]+):\d{12}:secret:.+")
 DEFAULT_DB_PORT = 3306
-#: How long workers and login nodes wait for slurmctld: the longest mlcluster waits for a cluster to
-#: be created (``create_timeout_hours`` is at most 12), so a worker never gives up before the stack does.
+#: How long workers and login nodes wait for slurmctld: as long as CloudFormation waits for an
+#: ``AWS::SageMaker::Cluster`` to be created (720 minutes), so a worker never gives up before the stack does.
 DEFAULT_CONTROLLER_WAIT_MINUTES = 720
 MAX_CONTROLLER_WAIT_MINUTES = 720
 PASSWORD_CHARS = string.ascii_letters + string.digits
