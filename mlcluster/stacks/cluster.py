@@ -205,6 +205,8 @@ class ClusterStack(cdk.Stack):
             worker_groups=workers,
             fsx_dns_name=storage.lustre.dns_name,
             fsx_mount_name=storage.lustre.mount_name,
+            # Every node mounts the environment's OpenZFS volume (homes live there when it is declared).
+            openzfs_dns_name=storage.openzfs.dns_name if storage.openzfs is not None else None,
             features=cfg.lifecycle,
             removal_policy=removal_policy(env),
             log_retention=log_retention(env),
