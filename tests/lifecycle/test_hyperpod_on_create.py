@@ -319,7 +319,10 @@ def test_gpu_worker_gets_the_nvidia_toolkit_and_exporters(worker: TwoRuns) -> No
     assert "systemctl start prometheus-node-exporter" in actions
     run = next(a for a in actions if a.startswith("docker run"))
     assert "--name mlcluster-dcgm-exporter" in run
-    assert run.endswith("nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.0-ubuntu22.04")
+    assert run.endswith(
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-ubuntu22.04"
+        "@sha256:a7ad6547d4546eaf4dd5d6b4c0b4db4101e63ef7dc3cdff7f42b767d2c60b706"
+    )
 
 
 def test_gpu_worker_has_the_pinned_nccl_tests_where_the_smoke_test_looks(worker: TwoRuns) -> None:
