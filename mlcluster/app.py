@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -22,19 +23,26 @@ def selected_environments(app: cdk.App) -> list[str] | None:
 
 
 def build_app(
-    environments_dir: Path, *, selected: list[str] | None = None, outdir: str | None = None
+    environments_dir: Path,
+    *,
+    selected: list[str] | None = None,
+    outdir: str | None = None,
+    extra_packs: Sequence[str] = (),
 ) -> tuple[cdk.App, list[EnvironmentStage]]:
     """Load and validate every selected environment, then compose one stage each.
 
     All files are validated before any construct is made, so a bad file
-    synthesizes nothing.
+    synthesizes nothing. ``extra_packs`` (names from ``EXTRA_PACKS``) run on
+    every environment in addition to the packs its file lists: the tests and
+    the compliance report use it to judge every environment under every pack
+    in one synthesis.
     """
     app = cdk.App(outdir=outdir) if outdir is not None else cdk.App()
     chosen = selected if selected is not None else selected_environments(app)
     environments: list[Environment] = load_environments(environments_dir, chosen)
     for warning in pre_deploy_checks(environments):
         print(f"mlcluster: warning: {warning}", file=sys.stderr)
-    stages = [EnvironmentStage(app, env) for env in environments]
+    stages = [EnvironmentStage(app, env, extra_packs=extra_packs) for env in environments]
     return app, stages
 
 

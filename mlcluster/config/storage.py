@@ -189,6 +189,19 @@ def association_conflicts(
     return found
 
 
+#: An AWS Backup schedule: a cron expression in UTC, as the BackupPlan rule takes it.
+BACKUP_SCHEDULE = r"cron\([^()\s]+( [^()\s]+){5}\)"
+BACKUP_SCHEDULE_HELP = "allowed: an AWS Backup cron expression in UTC, such as 'cron(0 5 * * ? *)' (daily at 05:00)"
+
+
+@section
+class DataBucketBackupConfig:
+    """An AWS Backup plan for the data bucket: scheduled recovery points in a vault under the environment key."""
+
+    schedule: str = setting(default="cron(0 5 * * ? *)", pattern=BACKUP_SCHEDULE, allowed=BACKUP_SCHEDULE_HELP)
+    retention_days: int = setting(default=35, minimum=1, maximum=36500)
+
+
 @section
 class DataBucketConfig:
     """The S3 bucket that holds datasets and checkpoints."""
@@ -199,6 +212,7 @@ class DataBucketConfig:
     abort_incomplete_multipart_upload_days: int = setting(default=7, minimum=1, maximum=365)
     noncurrent_version_expiration_days: int | None = setting(default=None, minimum=1, maximum=36500)
     access_log_retention_days: int = setting(default=365, minimum=1, maximum=36500)
+    backup: DataBucketBackupConfig | None = None
 
     def check(self, issues: Issues) -> None:
         if self.kms_key_arn is not None and self.encryption != "kms":

@@ -16,7 +16,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from mlcluster.config.storage import bucket_name_problem
-from mlcluster.constructs.nag import acknowledge, acknowledge_compliance
+from mlcluster.constructs.nag import KMS_KEY, LAMBDA, acknowledge, acknowledge_compliance, skip_checkov
 
 #: Path and name prefix of the role FSx for Lustre creates for each file system it links to S3.
 FSX_S3_ROLE_PREFIX = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_"
@@ -28,6 +28,16 @@ LOG_NONCURRENT_DAYS = 30
 SERVER_ACCESS_LOGS_USE_BUCKET_POLICY = "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"
 #: Where CDK puts the shared provider behind ``auto_delete_objects`` in a stack.
 AUTO_DELETE_PROVIDER = "Custom::S3AutoDeleteObjectsCustomResourceProvider"
+#: Why CDK's auto-delete-objects function (environments that destroy data on delete) keeps checkov's Lambda defaults.
+AUTO_DELETE_CHECKOV_REASONS = {
+    "CKV_AWS_115": "aws-cdk-lib's auto-delete-objects function runs once, when its bucket is deleted with the stack; "
+    "reserving concurrency would take capacity from the account's unreserved pool for no protection.",
+    "CKV_AWS_116": "CloudFormation invokes aws-cdk-lib's auto-delete-objects function asynchronously, and it reports "
+    "every failure to the custom resource's response URL itself, which fails the stack deletion; a dead-letter "
+    "queue would only keep events CloudFormation has already failed, which nobody replays.",
+    "CKV_AWS_117": "aws-cdk-lib's auto-delete-objects function only lists and deletes objects through the S3 API; "
+    "running it in the VPC would add interfaces and a dependency on the NAT without reaching anything there.",
+}
 #: The only removal policies a bucket (and the file systems) accept here.
 REMOVAL_POLICIES = (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY)
 
@@ -82,7 +92,18 @@ def grant_fsx_data_repository_access(
             "StringLike": {"kms:EncryptionContext:aws:s3:arn": [bucket_arn, f"{bucket_arn}/*"]},
         },
     )
-    return bool(key.add_to_resource_policy(statement, allow_no_op=True).statement_added)
+    added = bool(key.add_to_resource_policy(statement, allow_no_op=True).statement_added)
+    if added:
+        skip_checkov(
+            key,
+            "CKV_AWS_33",
+            "The only statement with a wildcard principal is the one FSx for Lustre documents for SSE-KMS buckets: "
+            "aws:PrincipalArn limits it to the FSx service-linked role of one file system (KMS refuses a key policy "
+            "naming a role that does not exist yet), kms:ViaService to S3 in this region, kms:CallerAccount to this "
+            "account, and the encryption context to the data bucket's objects.",
+            KMS_KEY,
+        )
+    return added
 
 
 class DataBucket(Construct):
@@ -266,6 +287,8 @@ def _quiet_auto_delete_provider(stack: cdk.Stack) -> None:
         config = dict(handler.get_metadata("cfn-lint") or {}).get("config", {})
         ignored = sorted({*config.get("ignore_checks", []), "W3005"})
         handler.add_metadata("cfn-lint", {"config": {**config, "ignore_checks": ignored}})
+        for check_id, reason in AUTO_DELETE_CHECKOV_REASONS.items():
+            skip_checkov(handler, check_id, reason, LAMBDA)
 
 
 def _check_props(

@@ -42,10 +42,12 @@ from mlcluster.config.hyperpod import GROUP_NAME, ML_INSTANCE, InstanceGroupConf
 from mlcluster.constructs.data_bucket import REMOVAL_POLICIES
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.constructs.nag import (
+    LAMBDA,
     acknowledge,
     acknowledge_compliance,
     acknowledge_wildcard_resource,
     quiet_redundant_role_dependency,
+    skip_checkov,
 )
 
 #: The folder shipped as the Lambda asset: ``hyperpod_cluster`` sits at its root.
@@ -344,14 +346,16 @@ class HyperPodCluster(Construct):
             environment=dict(environment or {}),
         )
         function.node.add_dependency(policy)
+        if environment:
+            skip_checkov(
+                function,
+                "CKV_AWS_173",
+                f"The {handler} function's environment variables ({', '.join(sorted(environment))}) hold resource "
+                "ARNs, no secrets; Lambda encrypts them at rest with its AWS managed key.",
+                LAMBDA,
+            )
         quiet_redundant_role_dependency(function)
         _acknowledge_handler_compliance(function, f"{handler} ({description.lower()})")
-        acknowledge_compliance(
-            log_group,
-            "CloudWatchLogGroupEncrypted",
-            f"The {handler} logs hold cluster names, statuses and API errors, never the presigned wait handle URL "
-            "(the handler redacts it); CloudWatch Logs encrypts them at rest with service keys.",
-        )
         acknowledge_wildcard_resource(
             policy,
             _cluster_arns(cdk.Stack.of(self)),
@@ -485,12 +489,6 @@ class HyperPodCluster(Construct):
             "aws-cdk-lib writes the watcher role's grants (invoke the watch function, deliver logs and traces) as "
             "its default policy; the role belongs to this state machine alone.",
         )
-        acknowledge_compliance(
-            log_group,
-            "CloudWatchLogGroupEncrypted",
-            "The watcher logs state transitions without execution data, so no presigned wait handle URL reaches "
-            "them; CloudWatch Logs encrypts them at rest with service keys.",
-        )
         acknowledge_wildcard_resource(
             machine,
             f"{watch_fn.function_arn}:*",
@@ -538,20 +536,22 @@ class HyperPodCluster(Construct):
             "aws-cdk-lib's Provider offers no tracing option for it, and its logs (level ALL) record every step.",
         )
         quiet_redundant_role_dependency(provider)
-        _acknowledge_handler_compliance(provider, "the custom resource framework's functions")
+        _acknowledge_handler_compliance(
+            provider, "The custom resource framework's functions", dlq_reason=FRAMEWORK_DLQ_REASON
+        )
         acknowledge_compliance(
             provider,
             "IAMNoInlinePolicy",
             "aws-cdk-lib's Provider writes its framework functions' and waiter's grants (invoke the handlers, "
             "deliver logs) as default policies of roles that belong to the framework alone.",
         )
-        for group in (log_group, waiter_logs):
-            acknowledge_compliance(
-                group,
-                "CloudWatchLogGroupEncrypted",
-                "The custom resource framework logs request types, resource ids and handler results, without "
-                "execution data; CloudWatch Logs encrypts them at rest with service keys.",
-            )
+        skip_checkov(
+            provider,
+            "CKV_AWS_173",
+            "The framework functions' environment variables hold the ARNs of the handler functions and the waiter "
+            "state machine they call, no secrets; Lambda encrypts them at rest with its AWS managed key.",
+            LAMBDA,
+        )
         invoked = [on_event_fn, is_complete_fn] + [
             child
             for child in provider.node.children
@@ -567,8 +567,22 @@ class HyperPodCluster(Construct):
         return provider
 
 
-def _acknowledge_handler_compliance(scope: Construct, what: str) -> None:
-    """The compliance packs' Lambda rules, for functions CloudFormation and Step Functions call synchronously."""
+#: Why our handlers need no dead-letter queue: nothing invokes them asynchronously.
+HANDLER_DLQ_REASON = (
+    "{what} are invoked synchronously, by aws-cdk-lib's provider framework or by Step Functions, which retry and "
+    "report failures themselves; a dead-letter queue only receives events of asynchronous invocations."
+)
+#: Why the provider framework's own functions need none: the one invoked asynchronously reports failures itself.
+FRAMEWORK_DLQ_REASON = (
+    "{what}: CloudFormation invokes the onEvent function asynchronously, and it reports every failure to the "
+    "custom resource's response URL itself, which fails the stack operation; the waiter state machine invokes "
+    "isComplete and onTimeout synchronously. A dead-letter queue would only keep events CloudFormation has "
+    "already failed, which nobody replays."
+)
+
+
+def _acknowledge_handler_compliance(scope: Construct, what: str, dlq_reason: str = HANDLER_DLQ_REASON) -> None:
+    """The compliance packs' Lambda rules for our handlers or (with ``FRAMEWORK_DLQ_REASON``) the framework's."""
     acknowledge_compliance(
         scope,
         "LambdaConcurrency",
@@ -578,8 +592,7 @@ def _acknowledge_handler_compliance(scope: Construct, what: str) -> None:
     acknowledge_compliance(
         scope,
         "LambdaDLQ",
-        f"{what} are invoked synchronously by CloudFormation's provider framework or Step Functions, which retry "
-        "and report failures themselves; a dead-letter queue only applies to asynchronous invocations.",
+        dlq_reason.format(what=what),
     )
     acknowledge_compliance(
         scope,

@@ -33,7 +33,6 @@ from mlcluster.config.storage import (
     s3_path_problem,
 )
 from mlcluster.constructs.data_bucket import REMOVAL_POLICIES, grant_fsx_data_repository_access
-from mlcluster.constructs.nag import acknowledge_compliance
 
 #: The ports Lustre clients and file servers talk on (LNet on 988, the client's 1018-1023 source ports).
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
@@ -218,12 +217,6 @@ class LustreStorage(Construct):
             name = log_group_name or f"{LOG_GROUP_PREFIX}lustre/{cdk.Names.unique_id(self)}"
             self.log_group = logs.LogGroup(
                 self, "LogGroup", log_group_name=name, retention=log_retention, removal_policy=removal_policy
-            )
-            acknowledge_compliance(
-                self.log_group,
-                "CloudWatchLogGroupEncrypted",
-                "Lustre logs hold file system events and error codes, not file data; CloudWatch Logs encrypts "
-                "them at rest with service keys, and FSx writes them with its service-linked role.",
             )
             # FSx wants the log group ARN without the ':*' suffix the L2 adds.
             destination = cdk.Stack.of(self).format_arn(
