@@ -13,7 +13,7 @@ SOURCES := mlcluster tests tools app.py
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,10 @@ snapshot-update: setup $(PCLUSTER_VENV)/.installed
 
 bench: setup $(PCLUSTER_VENV)/.installed
 	$(PY) tools/bench.py
+
+## config-docs: regenerate schema/environment.schema.json and the README's configuration reference
+config-docs: setup
+	$(PY) tools/gen_config_docs.py
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

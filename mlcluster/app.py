@@ -8,9 +8,8 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from mlcluster.config import ConfigError, Environment, Problem, load_environments
-from mlcluster.config.schema import NOT_A_VALUE
-from mlcluster.pcluster.checks import check_environment
+from mlcluster.config import ConfigError
+from mlcluster.config.project import check_environments
 from mlcluster.stacks.stage import EnvironmentStage
 
 
@@ -32,37 +31,19 @@ def build_app(
     """Load and validate every selected environment, then compose one stage each.
 
     All files are validated before any construct is made, so a bad file
-    synthesizes nothing. ``extra_packs`` (names from ``EXTRA_PACKS``) run on
-    every environment in addition to the packs its file lists: the tests and
-    the compliance report use it to judge every environment under every pack
-    in one synthesis.
+    synthesizes nothing; the checks are the ones ``mlcluster validate`` runs
+    (:func:`mlcluster.config.project.check_environments`), and each warning
+    is printed once. ``extra_packs`` (names from ``EXTRA_PACKS``) run on
+    every environment in addition to the packs its file lists: the tests use
+    it to judge every environment under every pack in one synthesis.
     """
     app = cdk.App(outdir=outdir) if outdir is not None else cdk.App()
     chosen = selected if selected is not None else selected_environments(app)
-    environments: list[Environment] = load_environments(environments_dir, chosen)
-    for warning in pre_deploy_checks(environments):
+    checked = check_environments(environments_dir, chosen)
+    for warning in checked.warnings:
         print(f"mlcluster: warning: {warning}", file=sys.stderr)
-    stages = [EnvironmentStage(app, env, extra_packs=extra_packs) for env in environments]
+    stages = [EnvironmentStage(app, env, extra_packs=extra_packs) for env in checked.environments]
     return app, stages
-
-
-def pre_deploy_checks(environments: list[Environment]) -> list[str]:
-    """Run the cluster backends' checks that need the whole environment; raise on any error.
-
-    Errors become one ``ConfigError`` naming file, key path, value and fix,
-    raised before any construct exists; warnings are returned as text.
-    """
-    problems: list[ConfigError] = []
-    warnings: list[str] = []
-    for env in environments:
-        findings = check_environment(env, stack_name=f"{env.name}-Cluster")
-        errors = [Problem(f.path, NOT_A_VALUE, f.message) for f in findings if f.level == "error"]
-        if errors:
-            problems.append(ConfigError(env.source, errors))
-        warnings += [f"{env.source}: {f.path}: {f.message}" for f in findings if f.level == "warning"]
-    if problems:
-        raise ConfigError.combine(problems)
-    return warnings
 
 
 def main() -> None:

@@ -114,9 +114,9 @@ BAD = [
         "network.secondary_cidr",
         "not used with network.existing",
     ),
-    ("account as number", {**MINIMAL, "account": 123456789012}, "account", "quote it in YAML"),
+    ("account as number", {**MINIMAL, "account": 123456789012}, "account", 'quote it: "123456789012"'),
     ("bad account", {**MINIMAL, "account": "1234"}, "account", "a 12-digit AWS account ID"),
-    ("bad region", {**MINIMAL, "region": "mars-1"}, "region", "a region such as"),
+    ("bad region", {**MINIMAL, "region": "mars-1"}, "region", "allowed: an AWS region"),
     ("bad retention", {**MINIMAL, "retention": {"on_delete": "keep"}}, "retention.on_delete", "'retain', 'destroy'"),
     (
         "bad log days",

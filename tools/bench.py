@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mlcluster.config.environment import environment_files
+
 ROOT = Path(__file__).resolve().parent.parent
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
 ENV = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_CLI_TELEMETRY": "true"}
@@ -43,7 +45,7 @@ def timed(cmd: list[str], cwd: Path) -> float:
 
 
 def main() -> int:
-    envs = sorted(p.stem for p in (ROOT / "environments").glob("*.yaml"))
+    envs = sorted(p.stem for p in environment_files(ROOT / "environments"))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         floor_dir = out / "floor"

@@ -7,6 +7,7 @@ import sys
 import click
 
 from mlcluster.cli.errors import CliError
+from mlcluster.cli.validate import validate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,6 +19,9 @@ def cli() -> None:
     on each command); stacks, outputs, region and account come from the
     environment file and CloudFormation.
     """
+
+
+cli.add_command(validate)
 
 
 def main() -> None:

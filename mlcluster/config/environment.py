@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-import yaml
-
+from mlcluster.config import awsdata
 from mlcluster.config.hyperpod import HyperPodConfig
-from mlcluster.config.network import ACCOUNT, REGION, NetworkConfig
+from mlcluster.config.network import ACCOUNT, NetworkConfig, check_zones
 from mlcluster.config.pcluster import PclusterConfig
 from mlcluster.config.schema import ConfigError, Issues, Problem, load_section, section, setting
 from mlcluster.config.storage import StorageConfig
+from mlcluster.config.yamlfile import read_yaml
 
 #: Retention periods CloudWatch Logs accepts, in days.
 LOG_RETENTION_DAYS = (
@@ -45,13 +45,17 @@ LOG_RETENTION_DAYS = (
 COMPLIANCE_PACKS = ("nist-800-53-r5", "hipaa-security", "pci-dss-3.2.1")
 
 ENV_NAME = r"[a-z][a-z0-9-]{0,19}"
+#: File name endings read as environment files (compared case-insensitively).
+SUFFIXES = (".yaml", ".yml")
 
 
 @section
 class ComplianceConfig:
     """cdk-nag packs that run on this environment in addition to AwsSolutions."""
 
-    packs: tuple[Literal["nist-800-53-r5", "hipaa-security", "pci-dss-3.2.1"], ...] = ()
+    packs: tuple[Literal["nist-800-53-r5", "hipaa-security", "pci-dss-3.2.1"], ...] = setting(
+        default=(), doc="cdk-nag packs checked at synth in addition to AwsSolutions"
+    )
 
     def check(self, issues: Issues) -> None:
         if len(set(self.packs)) != len(self.packs):
@@ -62,9 +66,15 @@ class ComplianceConfig:
 class RetentionConfig:
     """What happens to data and logs when stacks are deleted."""
 
-    on_delete: Literal["retain", "destroy"] = "retain"
+    on_delete: Literal["retain", "destroy"] = setting(
+        default="retain",
+        doc="`destroy` only for throw-away environments: the data bucket, file systems and logs go with the stacks",
+    )
     log_retention_days: int = setting(
-        default=365, one_of=LOG_RETENTION_DAYS, allowed="allowed: " + ", ".join(str(d) for d in LOG_RETENTION_DAYS)
+        default=365,
+        one_of=LOG_RETENTION_DAYS,
+        allowed="allowed: " + ", ".join(str(d) for d in LOG_RETENTION_DAYS),
+        doc="days CloudWatch Logs keeps the environment's logs",
     )
 
     @property
@@ -76,14 +86,28 @@ class RetentionConfig:
 class ClusterConfig:
     """Which cluster runs on the network and storage, if any."""
 
-    backend: Literal["none", "pcluster", "hyperpod"] = "none"
+    #: JSON Schema form of "the backend's section is required" (see ``docs``).
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = {
+        "allOf": [
+            {
+                "if": {"required": ["backend"], "properties": {"backend": {"const": name}}},
+                "then": {"required": [name], "properties": {name: {"type": "object"}}},
+            }
+            for name in ("pcluster", "hyperpod")
+        ]
+    }
+
+    backend: Literal["none", "pcluster", "hyperpod"] = setting(
+        default="none", doc="the cluster on top of network and storage, with its section of the same name"
+    )
     name: str | None = setting(
         default=None,
         pattern=r"[a-zA-Z][a-zA-Z0-9-]{0,59}",
         allowed="allowed: 1-60 letters, digits and hyphens starting with a letter (default: mlcluster-<environment>)",
+        doc="the cluster's name (default: mlcluster-<environment>); unique per account and region",
     )
-    hyperpod: HyperPodConfig | None = None
-    pcluster: PclusterConfig | None = None
+    hyperpod: HyperPodConfig | None = setting(default=None, doc="required with backend: hyperpod")
+    pcluster: PclusterConfig | None = setting(default=None, doc="required with backend: pcluster")
 
     def check(self, issues: Issues) -> None:
         if self.backend == "hyperpod" and self.name is not None and (len(self.name) > 56 or self.name.endswith("-")):
@@ -105,17 +129,29 @@ class ClusterConfig:
 class EnvironmentConfig:
     """One deployable environment: network, storage and an optional cluster."""
 
-    description: str = ""
-    account: str | None = setting(default=None, pattern=ACCOUNT, allowed="allowed: a 12-digit AWS account ID, quoted")
-    region: str | None = setting(default=None, pattern=REGION, allowed="allowed: a region such as 'us-east-1'")
-    tags: dict[str, str] = setting(default={})
+    description: str = setting(default="", doc="shown in the stacks' descriptions")
+    account: str | None = setting(
+        default=None,
+        pattern=ACCOUNT,
+        allowed="allowed: a 12-digit AWS account ID, quoted",
+        doc='the account to deploy to, quoted (`"012345678901"`); unset: the credentials\' account',
+    )
+    region: str | None = setting(
+        default=None,
+        choices=awsdata.REGIONS,
+        doc="the region to deploy to; unset: the CLI's region (the zones must then be in it)",
+    )
+    tags: dict[str, str] = setting(default={}, doc="tags on every resource, plus `mlcluster:environment: <name>`")
     compliance: ComplianceConfig = setting(default=ComplianceConfig())
     retention: RetentionConfig = setting(default=RetentionConfig())
-    network: NetworkConfig = setting(allowed="a network section")
+    network: NetworkConfig = setting(
+        allowed="a network section", doc="the VPC, its subnets and zones (`network:` below)"
+    )
     storage: StorageConfig = setting(default=StorageConfig())
     cluster: ClusterConfig = setting(default=ClusterConfig())
 
     def check(self, issues: Issues) -> None:
+        check_zones(issues, self.network, self.region)
         for key, value in self.tags.items():
             if not 1 <= len(key) <= 128 or key.lower().startswith("aws:"):
                 issues.add(f"tags.{key}", key, "allowed: tag keys of 1-128 characters not starting with 'aws:'")
@@ -139,6 +175,10 @@ class Environment:
 def load_environment(path: Path) -> Environment:
     """Read and validate one environment file; raise ``ConfigError`` on any problem."""
     source = str(path)
+    if path.suffix.lower() not in SUFFIXES:
+        raise ConfigError(
+            source, [Problem("(file name)", path.name, "allowed: an environment file named <name>.yaml or <name>.yml")]
+        )
     if not re.fullmatch(ENV_NAME, path.stem):
         raise ConfigError(
             source,
@@ -148,53 +188,66 @@ def load_environment(path: Path) -> Environment:
                 )
             ],
         )
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(source, [Problem("(file)", str(path), f"cannot be read: {exc.strerror}")]) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, [Problem(where, "YAML", f"cannot be parsed: {reason}")]) from None
-    if not isinstance(data, Mapping):
-        raise ConfigError(source, [Problem("(top level)", data, "expected a mapping of settings")])
-    config = load_section(EnvironmentConfig, data, source)
+    document = read_yaml(path)
+    if not isinstance(document.data, Mapping):
+        raise ConfigError(source, [Problem("(top level)", document.data, "expected a mapping of settings")])
+    config = load_section(EnvironmentConfig, document.data, source, document.hints)
     return Environment(name=path.stem, source=source, config=config)
 
 
-def load_environments(directory: Path, selected: Iterable[str] | None = None) -> list[Environment]:
-    """Load every ``*.yaml`` in ``directory``, or only the ``selected`` names.
+def environment_files(directory: Path) -> list[Path]:
+    """Every ``*.yaml`` and ``*.yml`` file in ``directory`` (any case), sorted by name."""
+    if not directory.is_dir():
+        raise ConfigError(str(directory), [Problem("(directory)", str(directory), "no such directory")])
+    # Not filtered on is_file(): a directory or dangling link named like an environment is reported, not skipped.
+    return sorted(p for p in directory.iterdir() if p.suffix.lower() in SUFFIXES)
 
-    Raises ``ConfigError`` naming an unknown selection or the problems of
-    every file that fails (all files are checked before any is used).
+
+def load_files(files: Sequence[Path]) -> list[Environment]:
+    """Load ``files``, report every problem of every file together, then the names they share.
+
+    Raises ``ConfigError`` listing each file's problems, or the names two
+    files would both claim (see :mod:`mlcluster.config.names`).
     """
-    files = {p.stem: p for p in sorted(directory.glob("*.yaml"))}
-    if selected is not None:
-        wanted = [s for s in selected if s]
-        unknown = [s for s in wanted if s not in files]
-        if unknown:
-            raise ConfigError(
-                str(directory),
-                [
-                    Problem(
-                        "-c env", ",".join(unknown), "allowed: " + (", ".join(files) or "no environment files found")
-                    )
-                ],
-            )
-        files = {name: files[name] for name in wanted}
-    if not files:
-        raise ConfigError(str(directory), [Problem("(directory)", str(directory), "add at least one <name>.yaml")])
+    from mlcluster.config.names import check_unique
+
     loaded: list[Environment] = []
     failures: list[ConfigError] = []
-    for path in files.values():
+    for path in files:
         try:
             loaded.append(load_environment(path))
         except ConfigError as exc:
             failures.append(exc)
     if failures:
         raise ConfigError.combine(failures)
+    check_unique(loaded)
     return loaded
+
+
+def load_environments(directory: Path, selected: Iterable[str] | None = None) -> list[Environment]:
+    """Load every ``*.yaml`` and ``*.yml`` in ``directory``, or only the ``selected`` names.
+
+    Raises ``ConfigError`` naming an unknown selection or the problems of
+    every file that fails (all files are checked before any is used).
+    """
+    paths = environment_files(directory)
+    if selected is not None:
+        wanted = [s for s in selected if s]
+        stems = sorted({p.stem for p in paths})
+        unknown = [s for s in wanted if s not in stems]
+        if unknown:
+            raise ConfigError(
+                str(directory),
+                [
+                    Problem(
+                        "-c env", ",".join(unknown), "allowed: " + (", ".join(stems) or "no environment files found")
+                    )
+                ],
+            )
+        paths = [p for p in paths if p.stem in wanted]
+    if not paths:
+        raise ConfigError(str(directory), [Problem("(directory)", str(directory), "add at least one <name>.yaml")])
+    return load_files(paths)
 
 
 __all__ = [
@@ -206,6 +259,8 @@ __all__ = [
     "HyperPodConfig",
     "PclusterConfig",
     "RetentionConfig",
+    "environment_files",
     "load_environment",
     "load_environments",
+    "load_files",
 ]

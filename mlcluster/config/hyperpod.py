@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from mlcluster.config.awsdata import HYPERPOD_INSTANCE_TYPES
 from mlcluster.config.schema import Issues, section, setting
 
 GROUP_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
@@ -17,7 +18,7 @@ class InstanceGroupConfig:
     """One HyperPod instance group."""
 
     instance_group_name: str = setting(pattern=GROUP_NAME, allowed=GROUP_HELP)
-    instance_type: str = setting(pattern=ML_INSTANCE, allowed=ML_HELP)
+    instance_type: str = setting(pattern=ML_INSTANCE, allowed=ML_HELP, choices=HYPERPOD_INSTANCE_TYPES)
     instance_count: int = setting(default=1, minimum=0, maximum=6758)
     threads_per_core: int = setting(default=1, one_of=(1, 2))
     ebs_volume_size_gib: int = setting(default=500, minimum=1, maximum=16384)

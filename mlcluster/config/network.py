@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
+from mlcluster.config import awsdata
 from mlcluster.config.schema import Issues, section, setting
 
 AZ_NAME = r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]"
@@ -16,6 +18,14 @@ SG_ID = r"sg-[0-9a-f]{8,17}"
 RTB_ID = r"rtb-[0-9a-f]{8,17}"
 ACCOUNT = r"\d{12}"
 REGION = r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d"
+
+#: JSON Schema form of "give exactly one of availability_zone or availability_zone_id" (see ``docs``).
+ONE_ZONE_RULE: dict[str, Any] = {
+    "oneOf": [
+        {"required": ["availability_zone"], "not": {"required": ["availability_zone_id"]}},
+        {"required": ["availability_zone_id"], "not": {"required": ["availability_zone"]}},
+    ]
+}
 
 #: The most availability zones one environment spreads its subnets over.
 MAX_ZONES = 4
@@ -44,6 +54,8 @@ def _check_zone(issues: Issues, zone: str | None, zone_id: str | None, where: st
 class Zone:
     """An extra zone for private subnets (and public ones with per-zone NAT)."""
 
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = ONE_ZONE_RULE
+
     availability_zone: str | None = setting(
         default=None, pattern=AZ_NAME, allowed="allowed: an AZ name such as 'us-east-1b'"
     )
@@ -69,8 +81,10 @@ class Zone:
 class FlowLogs:
     """VPC flow logs to CloudWatch Logs."""
 
-    traffic_type: Literal["ALL", "ACCEPT", "REJECT"] = "ALL"
-    max_aggregation_interval_seconds: int = setting(default=600, one_of=(60, 600))
+    traffic_type: Literal["ALL", "ACCEPT", "REJECT"] = setting(default="ALL", doc="which traffic is logged")
+    max_aggregation_interval_seconds: int = setting(
+        default=600, one_of=(60, 600), doc="how long flows are gathered before a record is written"
+    )
 
 
 @section
@@ -83,7 +97,9 @@ class Peering:
         default=(), pattern=RTB_ID, allowed="allowed: route table IDs such as 'rtb-0abc1234'"
     )
     peer_owner_id: str | None = setting(default=None, pattern=ACCOUNT, allowed="allowed: a 12-digit account ID")
-    peer_region: str | None = setting(default=None, pattern=REGION, allowed="allowed: a region such as 'us-west-2'")
+    peer_region: str | None = setting(
+        default=None, choices=awsdata.REGIONS, doc="the peer VPC's region, when it differs from this one"
+    )
     peer_role_arn: str | None = setting(
         default=None,
         pattern=r"arn:aws[a-z-]*:iam::\d{12}:role/.+",
@@ -137,26 +153,58 @@ class ExistingNetwork:
 class NetworkConfig:
     """Where the cluster lives.
 
-    The primary zone (``availability_zone`` or ``availability_zone_id``) holds
-    the public subnet, the first private subnet, FSx and the compute nodes.
+    The primary zone (``availability_zone`` or ``availability_zone_id``, one
+    of them required) holds the public subnet, the first private subnet, FSx
+    and the compute nodes. Every zone must be in ``region`` when it is given.
+
+    Subnet carving: public subnets take one sixteenth of ``cidr`` each from
+    its first quarter (a /20 of a /16); private subnets take a quarter each,
+    from ``secondary_cidr`` when given, otherwise the remaining three
+    quarters of ``cidr``.
     """
 
+    SCHEMA_RULES: ClassVar[dict[str, Any]] = ONE_ZONE_RULE
+
     availability_zone: str | None = setting(
-        default=None, pattern=AZ_NAME, allowed="allowed: an AZ name such as 'us-east-1a'"
+        default=None,
+        pattern=AZ_NAME,
+        allowed="allowed: an AZ name such as 'us-east-1a'",
+        doc="the primary zone by name (`us-east-1a`, the ParallelCluster habit)",
     )
     availability_zone_id: str | None = setting(
-        default=None, pattern=AZ_ID, allowed="allowed: an AZ ID such as 'use1-az4'"
+        default=None,
+        pattern=AZ_ID,
+        allowed="allowed: an AZ ID such as 'use1-az4'",
+        doc="the primary zone by ID (`use1-az4`, the HyperPod habit: capacity is promised per AZ ID)",
     )
-    cidr: str = setting(default="10.0.0.0/16", allowed=CIDR_HELP)
-    secondary_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
-    public_subnet_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
-    private_subnet_cidr: str | None = setting(default=None, allowed=CIDR_HELP)
-    extra_zones: tuple[Zone, ...] = ()
-    nat_gateways: Literal["one", "per_zone"] = "one"
-    dynamodb_endpoint: bool = False
+    cidr: str = setting(default="10.0.0.0/16", allowed=CIDR_HELP, doc="the VPC's primary block, /16 to /24")
+    secondary_cidr: str | None = setting(
+        default=None, allowed=CIDR_HELP, doc="a second block; the private subnets are carved from it"
+    )
+    public_subnet_cidr: str | None = setting(
+        default=None, allowed=CIDR_HELP, doc="the primary zone's public subnet (default: carved)"
+    )
+    private_subnet_cidr: str | None = setting(
+        default=None, allowed=CIDR_HELP, doc="the primary zone's private subnet (default: carved)"
+    )
+    extra_zones: tuple[Zone, ...] = setting(
+        default=(), doc="up to 3 more zones for private subnets; name all zones the same way (names or IDs)"
+    )
+    nat_gateways: Literal["one", "per_zone"] = setting(
+        default="one", doc="`per_zone` adds a public subnet and NAT gateway in every zone"
+    )
+    dynamodb_endpoint: bool = setting(default=False, doc="a DynamoDB gateway endpoint next to the S3 one (always on)")
     flow_logs: FlowLogs = setting(default=FlowLogs())
-    peering: Peering | None = None
-    existing: ExistingNetwork | None = None
+    peering: Peering | None = setting(
+        default=None,
+        doc="routes to the peer from every route table, and back from the listed peer route tables "
+        "(same account and region only)",
+    )
+    existing: ExistingNetwork | None = setting(
+        default=None,
+        doc="use this VPC, subnets and security group instead of creating a network; the zone keys still name "
+        "the first private subnet's zone",
+    )
 
     def check(self, issues: Issues) -> None:
         _check_zone(issues, self.availability_zone, self.availability_zone_id)
@@ -210,3 +258,86 @@ class NetworkConfig:
     @property
     def uses_zone_ids(self) -> bool:
         return self.availability_zone_id is not None
+
+
+def _zone_region(name: str) -> str:
+    """``us-east-1a`` -> ``us-east-1`` (a zone name is its region's name and a letter)."""
+    return name[:-1]
+
+
+def _az_id_code(zone_id: str) -> str:
+    """``use1-az4`` -> ``use1``."""
+    return zone_id.split("-az", 1)[0]
+
+
+def _closest(value: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(value, candidates, n=3, cutoff=0.6)
+    return "; closest: " + ", ".join(repr(c) for c in close) if close else ""
+
+
+def check_zones(issues: Issues, network: NetworkConfig, region: str | None, prefix: str = "network") -> None:
+    """Every zone of ``network`` in ``region`` (or, without one, in one region botocore knows).
+
+    A zone name is its region's name plus a letter; an AZ ID starts with
+    the region's code (``use1-az4`` is in ``us-east-1``). Paths are reported
+    under ``prefix``.
+    """
+    zones = [(f"{prefix}.", network.availability_zone, network.availability_zone_id)]
+    zones += [
+        (f"{prefix}.extra_zones[{i}].", z.availability_zone, z.availability_zone_id)
+        for i, z in enumerate(network.extra_zones)
+    ]
+    known = awsdata.regions()
+    codes = awsdata.az_id_codes()
+    first: tuple[str, str] | None = None  # (region, zone) of the first zone
+    for where, name, zone_id in zones:
+        zone_region: str | None = None
+        if name is not None:
+            zone_region = _zone_region(name)
+            if region is not None and zone_region != region:
+                issues.add(
+                    f"{where}availability_zone",
+                    name,
+                    f"the zone is in region {zone_region}, not in region {region}; "
+                    f"allowed: a zone of {region} such as '{region}a'",
+                )
+                continue
+            if zone_region not in known:
+                issues.add(
+                    f"{where}availability_zone",
+                    name,
+                    f"{zone_region} is not an AWS region ({awsdata.REGIONS.source()}); allowed: a region name "
+                    "and a letter such as 'us-east-1a'" + _closest(zone_region, sorted(known)),
+                )
+                continue
+        elif zone_id is not None:
+            code = _az_id_code(zone_id)
+            expected = awsdata.az_id_code(region) if region is not None else None
+            if region is not None and expected is not None and code != expected:
+                owner = f" (the zone ID of {codes[code]})" if code in codes else ""
+                issues.add(
+                    f"{where}availability_zone_id",
+                    zone_id,
+                    f"not a zone ID of region {region}{owner}; allowed: {expected}-az<n> such as '{expected}-az1'",
+                )
+                continue
+            if region is None and code not in codes:
+                issues.add(
+                    f"{where}availability_zone_id",
+                    zone_id,
+                    f"{code} is not the zone ID code of an AWS region; allowed: '<code>-az<n>' with a code such as "
+                    "'use1' (us-east-1) or 'usw2' (us-west-2)" + _closest(code, sorted(codes)),
+                )
+                continue
+            zone_region = region or codes.get(code)
+        if zone_region is None:
+            continue
+        if first is None:
+            first = (zone_region, name or zone_id or "")
+        elif zone_region != first[0]:
+            key = "availability_zone" if name is not None else "availability_zone_id"
+            issues.add(
+                f"{where}{key}",
+                name or zone_id,
+                f"the zone is in {zone_region} but {first[1]} is in {first[0]}; allowed: zones of one region",
+            )

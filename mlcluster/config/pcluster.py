@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from mlcluster.config.awsdata import EC2_INSTANCE_TYPES
 from mlcluster.config.network import AZ_ID, AZ_NAME, SUBNET_ID, parse_cidr
 from mlcluster.config.schema import Issues, section, setting
 
@@ -140,7 +141,9 @@ class HeadNodeConfig:
     is refused unless ``allow_ssh_from_internet`` is true.
     """
 
-    instance_type: str = setting(default="m5.8xlarge", pattern=EC2_INSTANCE, allowed=EC2_HELP)
+    instance_type: str = setting(
+        default="m5.8xlarge", pattern=EC2_INSTANCE, allowed=EC2_HELP, choices=EC2_INSTANCE_TYPES
+    )
     subnet: Literal["public", "private"] = "private"
     ssm: bool = True
     key_name: str | None = setting(
@@ -187,7 +190,7 @@ class ComputeResourceConfig:
     """
 
     name: str = setting(pattern=NAME, allowed=NAME_HELP)
-    instance_type: str = setting(pattern=EC2_INSTANCE, allowed=EC2_HELP)
+    instance_type: str = setting(pattern=EC2_INSTANCE, allowed=EC2_HELP, choices=EC2_INSTANCE_TYPES)
     min_count: int = setting(default=0, minimum=0, maximum=5000)
     max_count: int = setting(default=1, minimum=1, maximum=5000)
     efa: bool | None = None
@@ -373,7 +376,9 @@ class LoginNodesConfig:
     from ``head_node.ssh_allowed_cidr``.
     """
 
-    instance_type: str = setting(default="m5.2xlarge", pattern=EC2_INSTANCE, allowed=EC2_HELP)
+    instance_type: str = setting(
+        default="m5.2xlarge", pattern=EC2_INSTANCE, allowed=EC2_HELP, choices=EC2_INSTANCE_TYPES
+    )
     count: int = setting(default=1, minimum=1, maximum=100)
     internet_facing: bool = False
 

@@ -11,10 +11,11 @@ key path, the bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 T = TypeVar("T")
@@ -84,6 +85,29 @@ class Issues:
         return bool(self.items)
 
 
+@dataclasses.dataclass(frozen=True)
+class Choices:
+    """A long list of allowed strings, loaded on first use (e.g. from botocore's service models).
+
+    ``what`` names a member (``"an EC2 instance type"``); ``source`` says where
+    the list comes from; ``name`` is the JSON Schema definition it becomes.
+    """
+
+    name: str
+    what: str
+    source: Callable[[], str]
+    values: Callable[[], Collection[str]]
+
+    def problem(self, value: str) -> str | None:
+        """None if ``value`` is allowed, else what is allowed with the closest names."""
+        values = self.values()
+        if value in values:
+            return None
+        close = difflib.get_close_matches(value, sorted(values), n=3, cutoff=0.6)
+        hint = "; closest: " + ", ".join(repr(c) for c in close) if close else ""
+        return f"allowed: {self.what} ({self.source()}){hint}"
+
+
 def setting(
     *,
     default: Any = _MISSING,
@@ -92,6 +116,8 @@ def setting(
     maximum: float | None = None,
     allowed: str | None = None,
     one_of: tuple[Any, ...] | None = None,
+    choices: Choices | None = None,
+    doc: str | None = None,
 ) -> Any:
     """Declare a config field with value checks.
 
@@ -102,7 +128,10 @@ def setting(
     item of a tuple of strings); ``minimum``/``maximum`` bound numbers (and
     tuple lengths are not affected); ``one_of`` lists allowed values when a
     ``Literal`` type is not practical (numbers); ``allowed`` is the text
-    shown to the user when a value check fails.
+    shown to the user when a value check fails; ``choices`` is a long list
+    of allowed strings checked after ``pattern`` (a typo gets the closest
+    names); ``doc`` says what the key does (the JSON Schema's and the
+    README's description).
     """
     meta = {
         "pattern": pattern,
@@ -110,6 +139,8 @@ def setting(
         "maximum": maximum,
         "allowed": allowed,
         "one_of": one_of,
+        "choices": choices,
+        "doc": doc,
     }
     if default is _MISSING:
         return dataclasses.field(metadata=meta)
@@ -160,9 +191,15 @@ def _type_name(tp: Any) -> str:
 
 
 class _Loader:
-    def __init__(self) -> None:
+    def __init__(self, yaml_hints: Mapping[str, str] | None = None) -> None:
         self.issues = Issues()
         self._hints: dict[type, dict[str, Any]] = {}
+        #: ``key path -> advice`` for unquoted YAML scalars read as non-strings (see ``yamlfile``).
+        self.yaml_hints: Mapping[str, str] = yaml_hints or {}
+
+    def _quote_hint(self, path: str) -> str:
+        hint = self.yaml_hints.get(path)
+        return f"; {hint}" if hint else ""
 
     def hints(self, cls: type) -> dict[str, Any]:
         if cls not in self._hints:
@@ -225,7 +262,7 @@ class _Loader:
         if origin is Literal:
             choices = get_args(tp)
             if raw not in choices or type(raw) is not type(choices[0]):
-                self.issues.add(path, raw, "allowed: " + ", ".join(repr(c) for c in choices))
+                self.issues.add(path, raw, "allowed: " + ", ".join(repr(c) for c in choices) + self._quote_hint(path))
                 return None, False
             return raw, True
         if origin is tuple:
@@ -262,7 +299,7 @@ class _Loader:
         allowed = meta.get("allowed")
         if tp is bool:
             if not isinstance(raw, bool):
-                self.issues.add(path, raw, "expected true or false")
+                self.issues.add(path, raw, "expected true or false (unquoted)")
                 return None, False
             return raw, True
         if tp in (int, float):
@@ -280,15 +317,22 @@ class _Loader:
             return tp(raw), True
         if tp is str:
             if not isinstance(raw, str):
-                # YAML turns 123456789012 into an int; say how to quote it.
-                self.issues.add(
-                    path, raw, "expected a string" + (f"; {allowed}" if allowed else "") + " (quote it in YAML)"
-                )
+                # YAML turns 123456789012 into an int and no into false; say how to quote it.
+                hint = self._quote_hint(path) or " (quote it in YAML)"
+                self.issues.add(path, raw, "expected a string" + (f"; {allowed}" if allowed else "") + hint)
                 return None, False
             pattern = meta.get("pattern")
+            choices: Choices | None = meta.get("choices")
             if pattern is not None and not re.fullmatch(pattern, raw):
-                self.issues.add(path, raw, allowed or f"must match {pattern}")
+                self.issues.add(
+                    path, raw, (choices.problem(raw) if choices else None) or allowed or f"must match {pattern}"
+                )
                 return None, False
+            if choices is not None:
+                problem = choices.problem(raw)
+                if problem is not None:
+                    self.issues.add(path, raw, problem)
+                    return None, False
             one_of = meta.get("one_of")
             if one_of is not None and raw not in one_of:
                 self.issues.add(path, raw, allowed or ("allowed: " + ", ".join(one_of)))
@@ -297,9 +341,13 @@ class _Loader:
         raise TypeError(f"unsupported config type {tp!r} at {path}")  # pragma: no cover
 
 
-def load_section(cls: type[T], data: Any, source: str) -> T:
-    """Build ``cls`` from ``data`` or raise one ``ConfigError`` listing every problem."""
-    loader = _Loader()
+def load_section(cls: type[T], data: Any, source: str, yaml_hints: Mapping[str, str] | None = None) -> T:
+    """Build ``cls`` from ``data`` or raise one ``ConfigError`` listing every problem.
+
+    ``yaml_hints`` (from :func:`mlcluster.config.yamlfile.read_yaml`) turn
+    "expected a string" into advice on quoting the value.
+    """
+    loader = _Loader(yaml_hints)
     obj = loader.build(cls, data, "")
     if loader.issues or obj is None:
         raise ConfigError(source, loader.issues.items)

@@ -111,7 +111,7 @@ FAILING: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ),
     (
         "unknown instance type",
-        queue_yaml("instance_type: x9z.large"),
+        queue_yaml("instance_type: m7a.large"),
         {},
         "warning",
         f"{CR0}.instance_type",
@@ -359,7 +359,7 @@ def test_access_summary(extra: str, expected: list[str]) -> None:
 
 def test_errors_come_first_and_raise() -> None:
     findings = run(
-        queue_yaml("instance_type: x9z.large\n        efa: false", queue="zones: [us-east-1b]"),
+        queue_yaml("instance_type: m7a.large\n        efa: false", queue="zones: [us-east-1b]"),
         cluster_name="c" * 70,
     )
     assert [f.level for f in findings] == sorted((f.level for f in findings), key=lambda level: level != "error")
@@ -371,7 +371,7 @@ def test_errors_come_first_and_raise() -> None:
 
 
 def test_warnings_alone_do_not_raise() -> None:
-    findings = run(queue_yaml("instance_type: x9z.large"))
+    findings = run(queue_yaml("instance_type: m7a.large"))
     assert [f.level for f in findings] == ["warning"]
     assert raise_for_errors(findings) == findings
 

@@ -212,7 +212,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
     ("efa follows p5", one(P5), {}, f"{CR0}.Efa", {"Enabled": True}),
     ("no efa on g5.xlarge", one("instance_type: g5.xlarge"), {}, f"{CR0}.Efa", {"Enabled": False}),
     ("efa off", one(P5 + "\n        efa: false"), {}, f"{CR0}.Efa", {"Enabled": False}),
-    ("efa off for unknown type", one("instance_type: x9z.large"), {}, f"{CR0}.Efa", {"Enabled": False}),
+    ("efa off for unknown type", one("instance_type: m7a.large"), {}, f"{CR0}.Efa", {"Enabled": False}),
     ("placement group for efa", one(P5), {}, f"{CR0}.Networking.PlacementGroup", {"Enabled": True}),
     (
         "no placement group without efa",

@@ -1,0 +1,108 @@
+"""Warnings for legal but unwise settings: each rule fires on its file, not at the edge, and prints once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import mlcluster.app
+from mlcluster.config.project import check_environments
+from tests.config.cases import NET, pcluster
+
+WARN = [
+    (
+        "public vpc range",
+        "network: {availability_zone: us-east-1a, cidr: 11.0.0.0/16}\n",
+        "network.cidr: 11.0.0.0/16 is outside the private address space (10.0.0.0/8, 172.16.0.0/12, "
+        "192.168.0.0/16); the VPC then hides the public addresses in it from every node",
+    ),
+    (
+        "public secondary range",
+        "network: {availability_zone: us-east-1a, secondary_cidr: 100.64.0.0/16}\n",
+        "network.secondary_cidr: 100.64.0.0/16 is outside the private address space (10.0.0.0/8, 172.16.0.0/12, "
+        "192.168.0.0/16); the VPC then hides the public addresses in it from every node",
+    ),
+    (
+        "no way in",
+        pcluster(head="{subnet: public, ssm: false}"),
+        "cluster.pcluster.head_node: ssm is false and there is no key_name, so no operator can log in to the "
+        "cluster from anywhere (no Session Manager, no SSH key); set ssm: true or give a key pair",
+    ),
+    (
+        "destroy with a compliance pack",
+        NET + "retention: {on_delete: destroy}\ncompliance: {packs: [hipaa-security]}\n",
+        "retention.on_delete: destroy deletes the data bucket, file systems and logs with the stacks, while "
+        "compliance.packs (hipaa-security) asks for an audited environment; use retain",
+    ),
+    (
+        "sagemaker in the bucket name",
+        NET + "storage: {data_bucket: {name: team-sagemaker-data}}\n",
+        "storage.data_bucket.name: 'team-sagemaker-data' contains 'sagemaker'; AWS managed policies such as "
+        "AmazonSageMakerFullAccess grant s3:PutObject on every such bucket, so roles outside this environment "
+        "could write to it; choose a name without it",
+    ),
+    (
+        "one nat gateway for two zones",
+        "network: {availability_zone: us-east-1a, extra_zones: [{availability_zone: us-east-1b}]}\n",
+        "network.nat_gateways: one NAT gateway serves private subnets in 2 zones; traffic from the others crosses "
+        "zones (charged) and stops when the primary zone fails; use per_zone",
+    ),
+    (
+        "cluster name without a cluster",
+        NET + "cluster: {name: train}\n",
+        "cluster.name: 'train' is set but cluster.backend is none, so nothing uses it",
+    ),
+]
+
+QUIET = {
+    "private ranges at the edge": "network: {availability_zone: us-east-1a, cidr: 172.31.0.0/16, "
+    "secondary_cidr: 192.168.0.0/16}\n",
+    "ssm off with a key pair": pcluster(
+        head="{subnet: public, ssm: false, key_name: ops, ssh_allowed_cidr: 203.0.113.0/24}"
+    ),
+    "destroy without packs": NET + "retention: {on_delete: destroy}\n",
+    "retain with packs": NET + "compliance: {packs: [hipaa-security]}\n",
+    "per-zone nat gateways": "network: {availability_zone: us-east-1a, nat_gateways: per_zone, "
+    "extra_zones: [{availability_zone: us-east-1b}]}\n",
+    "bucket name without the word": NET + "storage: {data_bucket: {name: team-sage-data}}\n",
+}
+
+
+def write(tmp_path: Path, text: str, name: str = "dev") -> Path:
+    directory = tmp_path / "environments"
+    directory.mkdir(exist_ok=True)
+    (directory / f"{name}.yaml").write_text(text, encoding="utf-8")
+    return directory
+
+
+@pytest.mark.parametrize(("text", "message"), [w[1:] for w in WARN], ids=[w[0] for w in WARN])
+def test_warning(tmp_path: Path, text: str, message: str) -> None:
+    directory = write(tmp_path, text)
+    warnings = check_environments(directory).warnings
+    assert f"{directory}/dev.yaml: {message}" in warnings
+
+
+@pytest.mark.parametrize("text", list(QUIET.values()), ids=list(QUIET))
+def test_no_warning_at_the_edge(tmp_path: Path, text: str) -> None:
+    assert check_environments(write(tmp_path, text)).warnings == []
+
+
+def test_examples_are_quiet() -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert check_environments(root / "environments").warnings == []
+
+
+def test_synth_prints_each_warning_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = write(tmp_path, WARN[0][1], "a")
+    write(tmp_path, WARN[4][1], "b")
+    built: list[str] = []
+    monkeypatch.setattr(mlcluster.app, "EnvironmentStage", lambda app, env: built.append(env.name))
+    mlcluster.app.build_app(directory, outdir=str(tmp_path / "out"))
+    err = capsys.readouterr().err
+    assert built == ["a", "b"]
+    for name, message in (("a", WARN[0][2]), ("b", WARN[4][2])):
+        assert err.count(f"mlcluster: warning: {directory}/{name}.yaml: {message}\n") == 1
+    assert err.count("mlcluster: warning:") == 2
