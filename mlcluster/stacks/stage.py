@@ -15,7 +15,7 @@ from mlcluster.constructs.log_key import EncryptLogGroups
 from mlcluster.stacks.cluster import ClusterStack
 from mlcluster.stacks.common import log_retention, removal_policy
 from mlcluster.stacks.network import NetworkStack
-from mlcluster.stacks.storage import StorageStack
+from mlcluster.stacks.storage import DataRepositoryStack, StorageStack
 
 #: The cdk-nag packs an environment may add to AwsSolutions, by config name.
 EXTRA_PACKS: dict[str, type[NagPack]] = {
@@ -28,8 +28,11 @@ EXTRA_PACKS: dict[str, type[NagPack]] = {
 class EnvironmentStage(cdk.Stage):
     """Every stack of one environment, named after its file.
 
-    Stacks: ``Network``, ``Storage`` (data that outlives clusters) and,
-    when the environment has a cluster backend, ``Cluster``. Tags from the environment go on everything;
+    Stacks: ``Network``, ``Storage`` (data that outlives clusters),
+    ``DataRepository`` (the DRAs, when there are any: the cluster does not
+    wait for their imports) and, when the environment has a cluster backend,
+    ``Cluster``. Stacks holding data, and the network under it, have
+    termination protection when the environment retains data. Tags from the environment go on everything;
     cdk-nag's AwsSolutions pack, plus any packs the environment lists, checks
     the stage at synth and fails it on any finding not acknowledged.
     """
@@ -43,8 +46,19 @@ class EnvironmentStage(cdk.Stage):
         super().__init__(scope, environment.name, env=env, **kwargs)
         self.environment = environment
         description = f"mlcluster {environment.name}: " + (cfg.description or "distributed-training environment")
+        protect = cfg.retention.keeps_data
         self.network_stack = NetworkStack(
-            self, "Network", environment=environment, description=f"{description} (network)"
+            self,
+            "Network",
+            environment=environment,
+            description=f"{description} (network)",
+            termination_protection=protect,
+        )
+        data_repository = DataRepositoryStack(
+            self,
+            "DataRepository",
+            description=f"{description} (FSx for Lustre data repository associations)",
+            termination_protection=protect,
         )
         self.storage_stack = StorageStack(
             self,
@@ -52,8 +66,14 @@ class EnvironmentStage(cdk.Stage):
             environment=environment,
             network=self.network_stack.network,
             environment_key=self.network_stack.environment_key.key,
+            association_scope=data_repository.lustre_scope,
             description=f"{description} (data: bucket, file systems; outlives clusters)",
+            termination_protection=protect,
         )
+        self.data_repository_stack: DataRepositoryStack | None = data_repository
+        if not self.storage_stack.lustre.data_repository_associations:
+            self.node.try_remove_child(data_repository.node.id)
+            self.data_repository_stack = None
         self.cluster_stack: ClusterStack | None = None
         if cfg.cluster.backend != "none":
             self.cluster_stack = ClusterStack(

@@ -219,11 +219,12 @@ def test_remote_accounting_secret_must_be_granted(examples: Assembly, tmp_path: 
         finding,
     ), finding
     templates = json.loads(json.dumps(assembly.templates))
-    (role,) = [
-        r
-        for r in resources(templates, "hyperpod/Cluster", "AWS::IAM::Role").values()
-        if "sagemaker.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
+    # Each instance group has its own role; the secret is the controller's to read.
+    (cluster,) = resources(templates, "hyperpod/Cluster", "AWS::SageMaker::Cluster").values()
+    (controller,) = [
+        g for g in cluster["Properties"]["InstanceGroups"] if g["InstanceGroupName"] == "controller-machine"
     ]
+    role = resources(templates, "hyperpod/Cluster", "AWS::IAM::Role")[controller["ExecutionRole"]["Fn::GetAtt"][0]]
     role["Properties"]["Policies"] = [
         {
             "PolicyName": "db",
