@@ -27,6 +27,12 @@ CHECKOV_COUNTERPARTS: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
     "LambdaInsideVPC": (("CKV_AWS_117", LAMBDA),),
     "AwsSolutions-S1": (("CKV_AWS_18", BUCKET),),
     "AwsSolutions-IAM5[Resource::*]": (("CKV_AWS_111", IAM_POLICY),),
+    # A statement allowing service:* actions is write access without constraints to checkov.
+    "IAMPolicyNoStatementsWithFullAccess": (("CKV_AWS_111", IAM_POLICY),),
+    # A statement allowing * on * fails each of checkov's IAM exposure and escalation checks.
+    "IAMPolicyNoStatementsWithAdminAccess": tuple(
+        (check, IAM_POLICY) for check in ("CKV_AWS_107", "CKV_AWS_108", "CKV_AWS_109", "CKV_AWS_110", "CKV_AWS_111")
+    ),
 }
 
 
