@@ -13,7 +13,7 @@ SOURCES := mlcluster tests tools app.py
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ typecheck: setup
 
 pytest: setup $(PCLUSTER_VENV)/.installed
 	$(VENV)/bin/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+
+## compliance: per environment and pack, every cdk-nag rule's status (and checkov's, if installed) in cdk.out/compliance/ (ENV=dev,prod for a subset)
+compliance: setup
+	$(PY) tools/compliance_report.py $(ENV)
 
 ## test: lint, types, and the whole pytest suite (nag, cfn-lint, snapshots, CLI, wheel)
 test: lint typecheck pytest

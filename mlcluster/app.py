@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +42,20 @@ def project_context(cdk_json: Path = CDK_JSON) -> dict[str, Any]:
 
 
 def build_app(
-    environments_dir: Path, *, selected: list[str] | None = None, outdir: str | None = None
+    environments_dir: Path,
+    *,
+    selected: list[str] | None = None,
+    outdir: str | None = None,
+    extra_packs: Sequence[str] = (),
 ) -> tuple[cdk.App, list[EnvironmentStage]]:
     """Load and validate every selected environment, then compose one stage each.
 
     All files are validated before any construct is made, so a bad file
     synthesizes nothing; the checks are the ones ``mlcluster validate`` runs
     (:func:`mlcluster.config.project.check_environments`), and each warning
-    is printed once.
+    is printed once. ``extra_packs`` (names from ``EXTRA_PACKS``) run on
+    every environment in addition to the packs its file lists: the tests use
+    it to judge every environment under every pack in one synthesis.
     """
     context = project_context()
     app = cdk.App(outdir=outdir, context=context) if outdir is not None else cdk.App(context=context)
@@ -56,7 +63,7 @@ def build_app(
     checked = check_environments(environments_dir, chosen)
     for warning in checked.warnings:
         print(f"mlcluster: warning: {warning}", file=sys.stderr)
-    stages = [EnvironmentStage(app, env) for env in checked.environments]
+    stages = [EnvironmentStage(app, env, extra_packs=extra_packs) for env in checked.environments]
     return app, stages
 
 

@@ -341,8 +341,13 @@ def test_existing_network_creates_nothing(make_env: MakeEnv) -> None:
             },
         },
     )
-    # Only the record of what was imported: CloudFormation refuses a template without resources.
-    resources_made = {k: v for k, v in t.to_json()["Resources"].items() if v["Type"] != "AWS::CDK::Metadata"}
+    # Only the record of what was imported (CloudFormation refuses a template without resources) and the
+    # environment's log key, which every environment has.
+    resources_made = {
+        k: v
+        for k, v in t.to_json()["Resources"].items()
+        if v["Type"] != "AWS::CDK::Metadata" and not k.startswith("EnvironmentKey")
+    }
     (record,) = resources_made.values()
     assert record["Type"] == "AWS::SSM::Parameter"
     assert json.loads(record["Properties"]["Value"])["vpc_id"] == "vpc-0abc1234"

@@ -189,6 +189,26 @@ def association_conflicts(
     return found
 
 
+#: An AWS Backup schedule: a cron expression in UTC, as the BackupPlan rule takes it.
+BACKUP_SCHEDULE = r"cron\([^()\s]+( [^()\s]+){5}\)"
+BACKUP_SCHEDULE_HELP = "allowed: an AWS Backup cron expression in UTC, such as 'cron(0 5 * * ? *)' (daily at 05:00)"
+
+
+@section
+class DataBucketBackupConfig:
+    """An AWS Backup plan for the data bucket: scheduled recovery points in a vault under the environment key."""
+
+    schedule: str = setting(
+        default="cron(0 5 * * ? *)",
+        pattern=BACKUP_SCHEDULE,
+        allowed=BACKUP_SCHEDULE_HELP,
+        doc="when AWS Backup takes a recovery point of the data bucket (cron, UTC)",
+    )
+    retention_days: int = setting(
+        default=35, minimum=1, maximum=36500, doc="days each recovery point is kept before AWS Backup deletes it"
+    )
+
+
 @section
 class DataBucketConfig:
     """The S3 bucket that holds datasets and checkpoints."""
@@ -212,6 +232,7 @@ class DataBucketConfig:
     access_log_retention_days: int = setting(
         default=365, minimum=1, maximum=36500, doc="days the bucket's access logs are kept"
     )
+    backup: DataBucketBackupConfig | None = None
 
     def check(self, issues: Issues) -> None:
         if self.kms_key_arn is not None and self.encryption != "kms":

@@ -16,7 +16,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from mlcluster.config.storage import bucket_name_problem
-from mlcluster.constructs.nag import acknowledge, acknowledge_compliance
+from mlcluster.constructs.nag import KMS_KEY, acknowledge, acknowledge_compliance, skip_checkov
 
 #: Path and name prefix of the role FSx for Lustre creates for each file system it links to S3.
 FSX_S3_ROLE_PREFIX = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_"
@@ -28,6 +28,17 @@ LOG_NONCURRENT_DAYS = 30
 SERVER_ACCESS_LOGS_USE_BUCKET_POLICY = "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"
 #: Where CDK puts the shared provider behind ``auto_delete_objects`` in a stack.
 AUTO_DELETE_PROVIDER = "Custom::S3AutoDeleteObjectsCustomResourceProvider"
+#: Why CDK's auto-delete-objects function (environments that destroy data on delete) keeps the Lambda defaults
+#: the compliance packs and checkov flag, by the packs' rule name (checkov's counterparts get the same reason).
+AUTO_DELETE_REASONS = {
+    "LambdaConcurrency": "aws-cdk-lib's auto-delete-objects function runs once, when its bucket is deleted with the "
+    "stack; reserving concurrency would take capacity from the account's unreserved pool for no protection.",
+    "LambdaDLQ": "CloudFormation invokes aws-cdk-lib's auto-delete-objects function asynchronously, and it reports "
+    "every failure to the custom resource's response URL itself, which fails the stack deletion; a dead-letter "
+    "queue would only keep events CloudFormation has already failed, which nobody replays.",
+    "LambdaInsideVPC": "aws-cdk-lib's auto-delete-objects function only lists and deletes objects through the S3 "
+    "API; running it in the VPC would add interfaces and a dependency on the NAT without reaching anything there.",
+}
 #: The only removal policies a bucket (and the file systems) accept here.
 REMOVAL_POLICIES = (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY)
 
@@ -82,7 +93,18 @@ def grant_fsx_data_repository_access(
             "StringLike": {"kms:EncryptionContext:aws:s3:arn": [bucket_arn, f"{bucket_arn}/*"]},
         },
     )
-    return bool(key.add_to_resource_policy(statement, allow_no_op=True).statement_added)
+    added = bool(key.add_to_resource_policy(statement, allow_no_op=True).statement_added)
+    if added:
+        skip_checkov(
+            key,
+            "CKV_AWS_33",
+            "The only statement with a wildcard principal is the one FSx for Lustre documents for SSE-KMS buckets: "
+            "aws:PrincipalArn limits it to the FSx service-linked role of one file system (KMS refuses a key policy "
+            "naming a role that does not exist yet), kms:ViaService to S3 in this region, kms:CallerAccount to this "
+            "account, and the encryption context to the data bucket's objects.",
+            KMS_KEY,
+        )
+    return added
 
 
 class DataBucket(Construct):
@@ -254,7 +276,7 @@ class DataBucket(Construct):
 
 
 def _quiet_auto_delete_provider(stack: cdk.Stack) -> None:
-    """Tell cfn-lint to skip W3005 on CDK's auto-delete-objects handler.
+    """Tell cfn-lint to skip W3005 on CDK's auto-delete-objects handler, and give the scanners its reasons.
 
     CDK's shared provider (made once per stack for ``auto_delete_objects``)
     lists its role in DependsOn and also reads the role's ARN, which cfn-lint
@@ -266,6 +288,17 @@ def _quiet_auto_delete_provider(stack: cdk.Stack) -> None:
         config = dict(handler.get_metadata("cfn-lint") or {}).get("config", {})
         ignored = sorted({*config.get("ignore_checks", []), "W3005"})
         handler.add_metadata("cfn-lint", {"config": {**config, "ignore_checks": ignored}})
+    if provider is not None:
+        # cdk-nag's packs pass over the provider's raw CfnResources at synthesis, but checkov and the
+        # compliance report judge them as template resources; these acknowledgements give the reasons there.
+        for rule, reason in AUTO_DELETE_REASONS.items():
+            acknowledge_compliance(provider, rule, reason)
+        acknowledge(
+            provider,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "aws-cdk-lib gives its auto-delete-objects function's role the basic execution policy, which only lets "
+            "it write its CloudWatch logs; the role is internal to aws-cdk-lib and belongs to that function alone.",
+        )
 
 
 def _check_props(

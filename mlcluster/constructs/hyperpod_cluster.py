@@ -48,10 +48,12 @@ from mlcluster.config.hyperpod import GROUP_NAME, ML_INSTANCE, InstanceGroupConf
 from mlcluster.constructs.data_bucket import REMOVAL_POLICIES
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.constructs.nag import (
+    LAMBDA,
     acknowledge,
     acknowledge_compliance,
     acknowledge_wildcard_resource,
     quiet_redundant_role_dependency,
+    skip_checkov,
 )
 
 #: The folder shipped as the Lambda asset: ``hyperpod_cluster`` sits at its root.
@@ -392,12 +394,6 @@ class HyperPodCluster(Construct):
         function.node.add_dependency(policy)
         quiet_redundant_role_dependency(function)
         _acknowledge_handler_compliance(function, "The HyperPod check function")
-        acknowledge_compliance(
-            log_group,
-            "CloudWatchLogGroupEncrypted",
-            "The check function logs request types, cluster names, statuses and API errors, no secrets; "
-            "CloudWatch Logs encrypts them at rest with service keys.",
-        )
         acknowledge_wildcard_resource(
             policy,
             clusters,
@@ -430,18 +426,21 @@ class HyperPodCluster(Construct):
             "Provider; it only lets it write its CloudWatch logs.",
         )
         quiet_redundant_role_dependency(provider)
-        _acknowledge_handler_compliance(provider, "The custom resource framework's function")
+        _acknowledge_handler_compliance(
+            provider, "The custom resource framework's onEvent function", dlq_reason=FRAMEWORK_DLQ_REASON
+        )
+        skip_checkov(
+            provider,
+            "CKV_AWS_173",
+            "The framework function's environment variable holds the ARN of the check function it calls, no "
+            "secret; Lambda encrypts it at rest with its AWS managed key.",
+            LAMBDA,
+        )
         acknowledge_compliance(
             provider,
             "IAMNoInlinePolicy",
             "aws-cdk-lib's Provider writes its framework function's grant (invoke the check function) as the "
             "default policy of a role that belongs to the framework alone.",
-        )
-        acknowledge_compliance(
-            log_group,
-            "CloudWatchLogGroupEncrypted",
-            "The custom resource framework logs request types, resource ids and results (no secrets); CloudWatch "
-            "Logs encrypts them at rest with service keys.",
         )
         acknowledge_wildcard_resource(
             provider,
@@ -518,8 +517,21 @@ def _stand_in_tokens(value: Any, shape: Shape) -> Any:
     return value
 
 
-def _acknowledge_handler_compliance(scope: Construct, what: str) -> None:
-    """The compliance packs' Lambda rules, for functions CloudFormation's provider framework calls synchronously."""
+#: Why the check function needs no dead-letter queue: only the provider framework invokes it, synchronously.
+HANDLER_DLQ_REASON = (
+    "{what} is invoked synchronously by aws-cdk-lib's provider framework, which reports its failures to the stack "
+    "itself; a dead-letter queue only receives events of asynchronous invocations."
+)
+#: Why the framework's own function needs none: CloudFormation invokes it asynchronously, and it reports failures.
+FRAMEWORK_DLQ_REASON = (
+    "{what} is invoked asynchronously by CloudFormation, and it reports every failure to the custom resource's "
+    "response URL itself, which fails the stack operation; a dead-letter queue would only keep events "
+    "CloudFormation has already failed, which nobody replays."
+)
+
+
+def _acknowledge_handler_compliance(scope: Construct, what: str, dlq_reason: str = HANDLER_DLQ_REASON) -> None:
+    """The compliance packs' Lambda rules for the check function or (``FRAMEWORK_DLQ_REASON``) the framework's."""
     acknowledge_compliance(
         scope,
         "LambdaConcurrency",
@@ -529,8 +541,7 @@ def _acknowledge_handler_compliance(scope: Construct, what: str) -> None:
     acknowledge_compliance(
         scope,
         "LambdaDLQ",
-        f"{what} is invoked synchronously through CloudFormation's provider framework, which reports failures to "
-        "the stack itself; a dead-letter queue only applies to asynchronous invocations.",
+        dlq_reason.format(what=what),
     )
     acknowledge_compliance(
         scope,

@@ -234,12 +234,6 @@ class LustreStorage(Construct):
             self.log_group = logs.LogGroup(
                 self, "LogGroup", log_group_name=name, retention=log_retention, removal_policy=removal_policy
             )
-            acknowledge_compliance(
-                self.log_group,
-                "CloudWatchLogGroupEncrypted",
-                "Lustre logs hold file system events and error codes, not file data; CloudWatch Logs encrypts "
-                "them at rest with service keys, and FSx writes them with its service-linked role.",
-            )
             # FSx wants the log group ARN without the ':*' suffix the L2 adds.
             destination = cdk.Stack.of(self).format_arn(
                 service="logs",

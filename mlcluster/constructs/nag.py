@@ -10,20 +10,80 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import IConstruct, IValidation
 
+#: Prefixes of the compliance packs an environment may add (see ``EXTRA_PACKS``).
+COMPLIANCE_PACK_PREFIXES = ("NIST.800.53.R5", "HIPAA.Security", "PCI.DSS.321")
+
+LAMBDA = frozenset({"AWS::Lambda::Function"})
+BUCKET = frozenset({"AWS::S3::Bucket"})
+IAM_POLICY = frozenset({"AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::Role"})
+KMS_KEY = frozenset({"AWS::KMS::Key"})
+
+#: checkov's counterparts of cdk-nag rules: the check id and the resource types it judges, by the
+#: finding id or by the rule name the compliance packs share. An acknowledgement of such a finding
+#: also skips the checkov check on those resources with the same reason, so the two cannot drift.
+CHECKOV_COUNTERPARTS: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
+    "LambdaDLQ": (("CKV_AWS_116", LAMBDA),),
+    "LambdaConcurrency": (("CKV_AWS_115", LAMBDA),),
+    "LambdaInsideVPC": (("CKV_AWS_117", LAMBDA),),
+    "AwsSolutions-S1": (("CKV_AWS_18", BUCKET),),
+    "AwsSolutions-IAM5[Resource::*]": (("CKV_AWS_111", IAM_POLICY),),
+    # A statement allowing service:* actions is write access without constraints to checkov.
+    "IAMPolicyNoStatementsWithFullAccess": (("CKV_AWS_111", IAM_POLICY),),
+    # A statement allowing * on * fails each of checkov's IAM exposure and escalation checks.
+    "IAMPolicyNoStatementsWithAdminAccess": tuple(
+        (check, IAM_POLICY) for check in ("CKV_AWS_107", "CKV_AWS_108", "CKV_AWS_109", "CKV_AWS_110", "CKV_AWS_111")
+    ),
+}
+
 
 def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
     """Acknowledge ``finding`` on ``scope`` and its children with a specific ``reason``.
 
     ``finding`` is the exact id the validation report prints, e.g.
     ``AwsSolutions-IAM5[Action::s3:*]`` or ``CloudFormation-Validate::W3010``.
+    When checkov has a counterpart (``CHECKOV_COUNTERPARTS``), its check is
+    skipped with the same reason on the resources under ``scope`` it judges.
     """
     if not reason.strip():
         raise ValueError(f"acknowledging {finding} needs a reason specific to {scope.node.path}")
     cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=finding, reason=reason))
+    rule = finding.split("-", 1)[1] if finding.startswith(COMPLIANCE_PACK_PREFIXES) else None
+    for check_id, types in CHECKOV_COUNTERPARTS.get(finding, ()) + CHECKOV_COUNTERPARTS.get(rule or "", ()):
+        skip_checkov(scope, check_id, reason, types)
 
 
-#: Prefixes of the compliance packs an environment may add (see ``EXTRA_PACKS``).
-COMPLIANCE_PACK_PREFIXES = ("NIST.800.53.R5", "HIPAA.Security", "PCI.DSS.321")
+def skip_checkov(scope: IConstruct, check_id: str, reason: str, resource_types: frozenset[str]) -> None:
+    """Skip checkov's ``check_id`` with ``reason`` on every resource of ``resource_types`` under ``scope``.
+
+    Writes ``Metadata.checkov.skip`` entries (``{id, comment}``), the form
+    checkov reads from CloudFormation templates. Use it alone only for a
+    checkov check no cdk-nag pack has; otherwise acknowledge the cdk-nag
+    finding, which writes this too. The resources are found when the app
+    is validated, so children made after this call are covered.
+    """
+    if not reason.strip():
+        raise ValueError(f"skipping {check_id} needs a reason specific to {scope.node.path}")
+    scope.node.add_validation(_CheckovSkip(scope, check_id, reason, resource_types))
+
+
+@jsii.implements(IValidation)
+class _CheckovSkip:
+    """Writes one checkov skip while the tree is validated; it reports no errors itself."""
+
+    def __init__(self, scope: IConstruct, check_id: str, reason: str, resource_types: frozenset[str]) -> None:
+        self._scope = scope
+        self._check_id = check_id
+        self._reason = reason
+        self._types = resource_types
+
+    def validate(self) -> list[str]:
+        for node in self._scope.node.find_all():
+            if isinstance(node, cdk.CfnResource) and node.cfn_resource_type in self._types:
+                skips = list(dict(node.get_metadata("checkov") or {}).get("skip", []))
+                if all(entry["id"] != self._check_id for entry in skips):
+                    skips.append({"id": self._check_id, "comment": self._reason})
+                    node.add_metadata("checkov", {"skip": skips})
+        return []
 
 
 def acknowledge_compliance(scope: IConstruct, rule: str, reason: str) -> None:

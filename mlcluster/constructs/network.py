@@ -363,12 +363,6 @@ class ClusterNetwork(Construct):
             max_aggregation_interval=interval,
         )
         flow_log.node.add_dependency(policy)
-        acknowledge_compliance(
-            group,
-            "CloudWatchLogGroupEncrypted",
-            "Flow log records hold addresses, ports and byte counts only; CloudWatch Logs encrypts them at rest "
-            "with service keys, and a customer key would add key-policy coupling to every environment.",
-        )
         return group
 
     def _peer(self, peering: Peering) -> ec2.CfnVPCPeeringConnection:

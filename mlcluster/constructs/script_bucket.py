@@ -22,11 +22,13 @@ from constructs import Construct, IConstruct, IValidation
 
 from mlcluster.constructs.data_bucket import AUTO_DELETE_PROVIDER, DataBucket
 from mlcluster.constructs.nag import (
+    LAMBDA,
     acknowledge,
     acknowledge_compliance,
     acknowledge_wildcard_resource,
     flatten_resource,
     quiet_redundant_role_dependency,
+    skip_checkov,
 )
 
 #: The id prefix of the Lambda function aws_s3_deployment shares between all deployments of a stack.
@@ -138,12 +140,6 @@ class ScriptBucket(Construct):
             f"The bucket holds {purpose} and no secrets (passwords stay in Secrets Manager); SSE-S3 lets nodes "
             "read them without a KMS grant to every node role.",
         )
-        acknowledge_compliance(
-            log_group,
-            "CloudWatchLogGroupEncrypted",
-            f"The upload function logs object keys and copy results of {purpose} only; CloudWatch Logs encrypts "
-            "them at rest with service keys.",
-        )
 
     def _deny_object_changes(self, stack: cdk.Stack, removal_policy: cdk.RemovalPolicy) -> None:
         """Deny every object change to all principals but the roles of the deploy that upload and empty it."""
@@ -196,9 +192,21 @@ class ScriptBucket(Construct):
                 "script buckets: it reads the asset zip, lists and prunes the script prefix, and aborts failed "
                 "multipart uploads; the grants are limited to those buckets.",
             )
+        skip_checkov(
+            handler,
+            "CKV_AWS_173",
+            "The upload function's only environment variable is AWS_CA_BUNDLE, the path of a certificate bundle "
+            "inside aws_s3_deployment's layer; Lambda encrypts it at rest with its AWS managed key.",
+            LAMBDA,
+        )
         for rule, reason in (
             ("LambdaConcurrency", "it runs once per deployment that changes the files"),
-            ("LambdaDLQ", "CloudFormation invokes it synchronously as a custom resource and reports failures"),
+            (
+                "LambdaDLQ",
+                "CloudFormation invokes it asynchronously as a custom resource, and it reports every failure to the "
+                "custom resource's response URL itself, which fails the deployment; a dead-letter queue would only "
+                "keep events CloudFormation has already failed, which nobody replays",
+            ),
             ("LambdaInsideVPC", "it only copies objects between two S3 buckets through the S3 API"),
             ("IAMNoInlinePolicy", "aws_s3_deployment writes its bucket grants as the role's default policy"),
         ):

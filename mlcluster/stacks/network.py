@@ -10,6 +10,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from mlcluster.config import Environment
+from mlcluster.constructs.log_key import EnvironmentKey
 from mlcluster.constructs.network import ClusterNetwork, ImportedNetwork, NetworkRef
 from mlcluster.stacks.common import export_output, log_retention, removal_policy
 
@@ -24,6 +25,11 @@ class NetworkStack(cdk.Stack):
         """Build the network for ``environment``."""
         super().__init__(scope, construct_id, **kwargs)
         net = environment.config.network
+        # The environment's key lives here: the first stack, which every other stack already depends on
+        # and which outlives clusters, so the storage and cluster stacks' log groups can use it.
+        self.environment_key = EnvironmentKey(
+            self, "EnvironmentKey", environment_name=environment.name, removal_policy=removal_policy(environment)
+        )
         self.network: NetworkRef
         if net.existing is not None:
             ex = net.existing

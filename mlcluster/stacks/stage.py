@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import aws_cdk as cdk
@@ -10,7 +11,9 @@ from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NagPack, NIST80053R
 from constructs import Construct
 
 from mlcluster.config import Environment
+from mlcluster.constructs.log_key import EncryptLogGroups
 from mlcluster.stacks.cluster import ClusterStack
+from mlcluster.stacks.common import log_retention, removal_policy
 from mlcluster.stacks.network import NetworkStack
 from mlcluster.stacks.storage import DataRepositoryStack, StorageStack
 
@@ -34,8 +37,10 @@ class EnvironmentStage(cdk.Stage):
     the stage at synth and fails it on any finding not acknowledged.
     """
 
-    def __init__(self, scope: Construct, environment: Environment, **kwargs: Any) -> None:
-        """Compose the stacks of ``environment``."""
+    def __init__(
+        self, scope: Construct, environment: Environment, *, extra_packs: Sequence[str] = (), **kwargs: Any
+    ) -> None:
+        """Compose the stacks of ``environment``; ``extra_packs`` run in addition to the file's packs."""
         cfg = environment.config
         env = cdk.Environment(account=cfg.account, region=cfg.region) if cfg.account or cfg.region else None
         super().__init__(scope, environment.name, env=env, **kwargs)
@@ -60,6 +65,7 @@ class EnvironmentStage(cdk.Stage):
             "Storage",
             environment=environment,
             network=self.network_stack.network,
+            environment_key=self.network_stack.environment_key.key,
             association_scope=data_repository.lustre_scope,
             description=f"{description} (data: bucket, file systems; outlives clusters)",
             termination_protection=protect,
@@ -81,8 +87,19 @@ class EnvironmentStage(cdk.Stage):
         tags = {"mlcluster:environment": environment.name, **cfg.tags}
         for key, value in tags.items():
             cdk.Tags.of(self).add(key, value)
+        cdk.Aspects.of(self).add(
+            EncryptLogGroups(
+                self.network_stack.environment_key.key,
+                retention=log_retention(environment),
+                removal_policy=removal_policy(environment),
+            )
+        )
         packs: list[NagPack] = [AwsSolutionsChecks()]
-        packs += [EXTRA_PACKS[name]() for name in cfg.compliance.packs]
+        unknown = sorted(set(extra_packs) - set(EXTRA_PACKS))
+        if unknown:
+            raise ValueError(f"extra_packs: {unknown} unknown; use names from {sorted(EXTRA_PACKS)}")
+        names = list(dict.fromkeys([*cfg.compliance.packs, *extra_packs]))
+        packs += [EXTRA_PACKS[name]() for name in names]
         cdk.Validations.of(self).add_plugins(*(StageScopedPack(pack, self) for pack in packs))
 
 

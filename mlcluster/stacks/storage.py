@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -10,6 +11,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from mlcluster.config import Environment
+from mlcluster.constructs.data_backup import DataBucketBackup
 from mlcluster.constructs.data_bucket import DataBucket
 from mlcluster.constructs.lustre import DataRepositoryAssociationProps, LustreStorage
 from mlcluster.constructs.nag import acknowledge_compliance
@@ -44,10 +46,14 @@ class StorageStack(cdk.Stack):
         *,
         environment: Environment,
         network: NetworkRef,
+        environment_key: kms.IKey,
         association_scope: Construct | None = None,
         **kwargs: Any,
     ) -> None:
-        """Build the storage of ``environment`` in ``network``; DRAs go to ``association_scope`` if given."""
+        """Build the storage of ``environment`` in ``network``; DRAs go to ``association_scope`` if given.
+
+        ``environment_key`` encrypts the data bucket's backup vault.
+        """
         super().__init__(scope, construct_id, **kwargs)
         cfg = environment.config.storage
         policy = removal_policy(environment)
@@ -66,12 +72,38 @@ class StorageStack(cdk.Stack):
             access_log_retention_days=bucket_cfg.access_log_retention_days,
             removal_policy=policy,
         )
+        if bucket_cfg.encryption == "s3":
+            acknowledge_compliance(
+                self.data_bucket.bucket,
+                "S3DefaultEncryptionKMS",
+                f"{Path(environment.source).name} sets storage.data_bucket.encryption: s3, so S3 encrypts the data at "
+                "rest with S3-managed keys (SSE-S3) and nodes and FSx read it without KMS requests or key grants; "
+                "set encryption: kms for a KMS key whose use CloudTrail records.",
+            )
+        self.backup: DataBucketBackup | None = None
+        if bucket_cfg.backup is not None:
+            self.backup = DataBucketBackup(
+                self,
+                "DataBucketBackup",
+                bucket=self.data_bucket.bucket,
+                plan_name=f"mlcluster-{environment.name}-data-bucket",
+                vault_key=environment_key,
+                schedule=bucket_cfg.backup.schedule,
+                retention_days=bucket_cfg.backup.retention_days,
+                removal_policy=policy,
+            )
+        protection = (
+            "an AWS Backup plan keeps recovery points of the data bucket in a vault under the environment's key"
+            if self.backup is not None
+            else f"{Path(environment.source).name} has no storage.data_bucket.backup, so versioning and the removal "
+            "policy are the protection here"
+        )
         for bucket in (self.data_bucket.bucket, self.data_bucket.log_bucket):
             acknowledge_compliance(
                 bucket,
                 "S3BucketReplicationEnabled",
                 "Cross-region replication of training data and its access logs is a disaster-recovery choice "
-                "per environment (it doubles storage cost); versioning and retain-on-delete protect the data here.",
+                f"per environment (it doubles storage cost); {protection}.",
             )
 
         lustre = cfg.lustre

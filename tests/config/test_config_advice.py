@@ -99,7 +99,7 @@ def test_synth_prints_each_warning_once(
     directory = write(tmp_path, WARN[0][1], "a")
     write(tmp_path, WARN[4][1], "b")
     built: list[str] = []
-    monkeypatch.setattr(mlcluster.app, "EnvironmentStage", lambda app, env: built.append(env.name))
+    monkeypatch.setattr(mlcluster.app, "EnvironmentStage", lambda app, env, **_: built.append(env.name))
     mlcluster.app.build_app(directory, outdir=str(tmp_path / "out"))
     err = capsys.readouterr().err
     assert built == ["a", "b"]

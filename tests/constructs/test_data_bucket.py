@@ -340,9 +340,18 @@ def test_acknowledgements_are_specific_to_the_log_bucket(built: Built) -> None:
                     acknowledged.setdefault(path, {}).update(entry["data"])
     assert acknowledged
     for path, findings in acknowledged.items():
+        assert all(len(reason) > 40 for reason in findings.values())
+        if path.endswith("/Custom::S3AutoDeleteObjectsCustomResourceProvider"):
+            # aws-cdk-lib's auto-delete-objects function, judged as a template resource by checkov and the report.
+            ids = [f.removeprefix("Annotation::") for f in findings]
+            assert {f.split("-", 1)[1] for f in ids if not f.startswith("AwsSolutions")} == {
+                "LambdaConcurrency",
+                "LambdaDLQ",
+                "LambdaInsideVPC",
+            }
+            continue
         assert path.endswith("/Data/AccessLogs"), path
         assert any("AwsSolutions-S1" in f for f in findings)
-        assert all(len(reason) > 40 for reason in findings.values())
 
 
 def test_cfn_lint_clean(built: Built) -> None:

@@ -20,6 +20,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NIST80053R5Checks, PCIDSS321Checks
 
 from mlcluster.config.hyperpod import InstanceGroupConfig, PatchScheduleConfig, WorkerGroupConfig
@@ -27,6 +28,7 @@ from mlcluster.config.network import Zone
 from mlcluster.constructs.hyperpod_cluster import HyperPodCluster, check_against_botocore
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.constructs.hyperpod_role import HyperPodExecutionRole
+from mlcluster.constructs.log_key import EncryptLogGroups, EnvironmentKey
 from mlcluster.constructs.nag import flatten_resource
 from mlcluster.constructs.network import ClusterNetwork
 
@@ -112,6 +114,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
         tags={"team": "ml", "cost-center": "1234"},
     )
     cdk.CfnOutput(stack, "ControllerSession", value=cluster.ssm_session_command())
+    # As the environment stage does: every log group under a rotated customer-managed key.
+    log_key = EnvironmentKey(stack, "LogKey", environment_name="dev", removal_policy=cdk.RemovalPolicy.DESTROY)
+    cdk.Aspects.of(app).add(
+        EncryptLogGroups(log_key.key, retention=logs.RetentionDays.ONE_YEAR, removal_policy=cdk.RemovalPolicy.DESTROY)
+    )
     packs = (AwsSolutionsChecks(app), NIST80053R5Checks(app), HIPAASecurityChecks(app), PCIDSS321Checks(app))
     cdk.Validations.of(app).add_plugins(*packs)
     app.synth()  # raises on any unacknowledged cdk-nag finding of any pack
