@@ -10,8 +10,10 @@ from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NagPack, NIST80053R
 from constructs import Construct
 
 from mlcluster.config import Environment
+from mlcluster.config.observability import observability_enabled
 from mlcluster.stacks.cluster import ClusterStack
 from mlcluster.stacks.network import NetworkStack
+from mlcluster.stacks.observability import ObservabilityStack
 from mlcluster.stacks.storage import StorageStack
 
 #: The cdk-nag packs an environment may add to AwsSolutions, by config name.
@@ -25,8 +27,9 @@ EXTRA_PACKS: dict[str, type[NagPack]] = {
 class EnvironmentStage(cdk.Stage):
     """Every stack of one environment, named after its file.
 
-    Stacks: ``Network``, ``Storage`` (data that outlives clusters) and,
-    when the environment has a cluster backend, ``Cluster``. Tags from the environment go on everything;
+    Stacks: ``Network``, ``Storage`` (data that outlives clusters),
+    ``Observability`` (dashboard and alarms, when on) and, when the
+    environment has a cluster backend, ``Cluster``. Tags from the environment go on everything;
     cdk-nag's AwsSolutions pack, plus any packs the environment lists, checks
     the stage at synth and fails it on any finding not acknowledged.
     """
@@ -48,6 +51,15 @@ class EnvironmentStage(cdk.Stage):
             network=self.network_stack.network,
             description=f"{description} (data: bucket, file systems; outlives clusters)",
         )
+        self.observability_stack: ObservabilityStack | None = None
+        if observability_enabled(cfg):
+            self.observability_stack = ObservabilityStack(
+                self,
+                "Observability",
+                environment=environment,
+                storage=self.storage_stack,
+                description=f"{description} (dashboard and alarms; outlives clusters)",
+            )
         self.cluster_stack: ClusterStack | None = None
         if cfg.cluster.backend != "none":
             self.cluster_stack = ClusterStack(
