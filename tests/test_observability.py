@@ -302,7 +302,7 @@ def test_head_node_alarm_of_parallelcluster_is_forwarded(observability: dict[str
     assert pattern["detail-type"] == ["CloudWatch Alarm State Change"]
     (arn,) = pattern["resources"]
     assert flatten(arn).endswith(":alarm:p5-train-HeadNode-Health")
-    assert rule["Targets"][0]["Arn"] == {"Ref": next(iter(sns_topics(observability["p5"])))}
+    assert rule["EventPattern"]["source"] == ["aws.cloudwatch"]
 
 
 def test_hyperpod_health_events_are_forwarded(observability: dict[str, dict[str, Any]]) -> None:
@@ -327,15 +327,46 @@ def test_topic_is_encrypted_and_every_alarm_notifies_it(observability: dict[str,
         key = template["Resources"][key_id]["Properties"]
         assert key["EnableKeyRotation"] is True
         (publishers,) = [s for s in key["KeyPolicy"]["Statement"] if s.get("Sid") == "AlarmPublishers"]
-        assert publishers["Principal"]["Service"] == ["cloudwatch.amazonaws.com", "events.amazonaws.com"]
+        assert publishers["Principal"]["Service"] == "cloudwatch.amazonaws.com"
         assert publishers["Action"] == ["kms:Decrypt", "kms:GenerateDataKey*"]
         assert publishers["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
         for alarm in resources(template, "AWS::CloudWatch::Alarm"):
             assert alarm["AlarmActions"] == [{"Ref": topic_id}], name
             assert alarm["OKActions"] == [{"Ref": topic_id}], name
         (policy,) = resources(template, "AWS::SNS::TopicPolicy")
-        denies = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
-        assert denies and denies[0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        (deny,) = policy["PolicyDocument"]["Statement"]  # no service principal is admitted by the topic policy
+        assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": "false"}})
+        # Only the key's account root and CloudWatch appear in the key policy.
+        principals = [s["Principal"] for s in key["KeyPolicy"]["Statement"]]
+        assert len(principals) == 2
+
+
+def test_event_rules_publish_through_a_role_limited_to_the_topic(observability: dict[str, dict[str, Any]]) -> None:
+    for name, template in observability.items():
+        rules = resources(template, "AWS::Events::Rule")
+        roles = {k: r["Properties"] for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
+        if not rules:
+            continue
+        ((role_id, role),) = roles.items()
+        (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "events.amazonaws.com"}
+        assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+        ((topic_id, _),) = sns_topics(template).items()
+        for rule in rules:
+            (target,) = rule["Targets"]
+            assert (target["Arn"], target["RoleArn"]) == ({"Ref": topic_id}, {"Fn::GetAtt": [role_id, "Arn"]})
+        (policy,) = resources(template, "AWS::IAM::ManagedPolicy")
+        assert policy["Roles"] == [{"Ref": role_id}]
+        key_id = sns_topics(template)[topic_id]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+        assert policy["PolicyDocument"]["Statement"] == [
+            {"Action": "sns:Publish", "Effect": "Allow", "Resource": {"Ref": topic_id}},
+            {
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Effect": "Allow",
+                "Resource": {"Fn::GetAtt": [key_id, "Arn"]},
+            },
+        ]
+        assert not resources(template, "AWS::IAM::Policy"), name  # no inline grants
 
 
 def test_alarm_emails_subscribe(observability: dict[str, dict[str, Any]]) -> None:

@@ -14,14 +14,15 @@ from typing import Any
 from urllib.parse import quote
 
 import aws_cdk as cdk
+import jsii
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
+from aws_cdk.interfaces.aws_events import IRuleRef
 from constructs import Construct
 
 from mlcluster.config import Environment
@@ -60,6 +61,20 @@ def log_groups_url(prefix: str) -> str:
     """A console link listing the log groups whose names start with ``prefix``."""
     encoded = quote(quote(prefix, safe=""), safe="").replace("%", "$")
     return console_url(f"logsV2:log-groups$3FlogGroupNameFilter$3D{encoded}")
+
+
+@jsii.implements(events.IRuleTarget)
+class TopicThroughRole:
+    """An EventBridge target: the topic, published to with ``role`` (no topic-policy grant, no inline policy)."""
+
+    def __init__(self, topic: sns.ITopic, role: iam.IRole) -> None:
+        """Send the rule's events to ``topic`` as ``role``."""
+        self._topic = topic
+        self._role = role
+
+    def bind(self, rule: IRuleRef, id: str | None = None) -> events.RuleTargetConfig:  # jsii names it `id`
+        """The target as the rule renders it."""
+        return events.RuleTargetConfig(arn=self._topic.topic_arn, role=self._role)
 
 
 class ObservabilityStack(cdk.Stack):
@@ -126,26 +141,48 @@ class ObservabilityStack(cdk.Stack):
             enable_key_rotation=True,
             removal_policy=policy,
         )
-        # CloudWatch alarms and EventBridge rules publish to an encrypted topic only if the key lets them.
+        # CloudWatch alarms publish to an encrypted topic only if the key lets them (EventBridge uses a role).
         key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AlarmPublishers",
-                principals=[
-                    iam.ServicePrincipal("cloudwatch.amazonaws.com"),
-                    iam.ServicePrincipal("events.amazonaws.com"),
-                ],
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],
                 conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}},
             )
         )
-        return sns.Topic(
+        topic = sns.Topic(
             self,
             "AlarmTopic",
             display_name=f"mlcluster {self.settings.name} alarms",
             master_key=key,
             enforce_ssl=True,
         )
+        # EventBridge rules of this account forward through a role that may only publish to this topic
+        # (and use its key for that), so the topic policy admits no service principal.
+        self.forwarder = iam.Role(
+            self,
+            "EventForwarder",
+            description=f"mlcluster {self.settings.name}: EventBridge rules publish alarms to the alarm topic",
+            assumed_by=iam.ServicePrincipal(
+                "events.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}}
+            ),
+        )
+        iam.ManagedPolicy(
+            self,
+            "EventForwarderPolicy",
+            description="Publish to the mlcluster alarm topic, encrypted with its key",
+            roles=[self.forwarder],
+            statements=[
+                iam.PolicyStatement(actions=["sns:Publish"], resources=[topic.topic_arn]),
+                iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[key.key_arn]),
+            ],
+        )
+        return topic
+
+    def _forward(self, rule: events.Rule) -> events.Rule:
+        rule.add_target(TopicThroughRole(self.topic, self.forwarder))
+        return rule
 
     def _alarm(self, alarm: cw.Alarm) -> cw.Alarm:
         alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
@@ -230,8 +267,7 @@ class ObservabilityStack(cdk.Stack):
                 detail={"state": {"value": ["ALARM", "OK"]}},
             ),
         )
-        rule.add_target(targets.SnsTopic(self.topic))
-        return rule
+        return self._forward(rule)
 
     def _hyperpod_rules(self) -> list[events.Rule]:
         nodes = events.Rule(
@@ -257,9 +293,7 @@ class ObservabilityStack(cdk.Stack):
                 detail={"ClusterName": [self.cluster_name], "ClusterStatus": ["Failed", "RollingBack"]},
             ),
         )
-        for rule in (nodes, cluster):
-            rule.add_target(targets.SnsTopic(self.topic))
-        return [nodes, cluster]
+        return [self._forward(nodes), self._forward(cluster)]
 
     # -- dashboard --------------------------------------------------------
 
