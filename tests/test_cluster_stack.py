@@ -28,13 +28,22 @@ PCLUSTER: dict[str, Any] = {
         },
     },
 }
+SECRET = "arn:aws:secretsmanager:us-east-1:111111111111:secret:slurmdb-AbCdEf"
 HYPERPOD: dict[str, Any] = {
-    "network": {"availability_zone_id": "use1-az4"},
+    "network": {
+        "availability_zone_id": "use1-az4",
+        "extra_zones": [{"availability_zone_id": "use1-az6"}],
+    },
     "cluster": {
         "backend": "hyperpod",
         "hyperpod": {
-            "workers": [{"instance_group_name": "workers", "instance_type": "ml.g5.8xlarge", "instance_count": 2}],
-            "create_timeout_hours": 3,
+            "workers": [
+                {"instance_group_name": "workers", "instance_type": "ml.g5.8xlarge", "instance_count": 2},
+                {"instance_group_name": "spill", "instance_type": "ml.g5.8xlarge", "zones": ["use1-az6"]},
+            ],
+            "lifecycle": {
+                "accounting": {"mode": "remote", "endpoint": "db.example.internal:3306", "secret_arn": SECRET}
+            },
         },
     },
 }
@@ -81,18 +90,53 @@ def test_pcluster_stack(templates: dict[str, dict[str, Any]]) -> None:
 
 def test_hyperpod_stack(templates: dict[str, dict[str, Any]]) -> None:
     t = templates["hp/Cluster"]
-    (wait,) = of_type(t, "AWS::CloudFormation::WaitCondition").values()
-    assert wait["Properties"]["Timeout"] == str(3 * 3600)
-    (cluster_id,) = of_type(t, "Custom::HyperPodCluster")
-    assert cluster_id in wait["DependsOn"]
+    ((cluster_id, cluster),) = of_type(t, "AWS::SageMaker::Cluster").items()
+    assert cluster["Properties"]["ClusterName"] == "mlcluster-hp"
+    (preflight_id,) = of_type(t, "Custom::HyperPodPreflight")
+    assert cluster["DependsOn"] == [preflight_id]
+    assert not of_type(t, "AWS::CloudFormation::WaitCondition")
     outputs = t["Outputs"]
     assert {"ClusterName", "ClusterArn", "ClusterStatus", "ControllerSsmCommand"} <= set(outputs)
-    assert outputs["ClusterStatus"]["Value"] == {
-        "Fn::ToJsonString": {"Fn::GetAtt": [next(iter(of_type(t, "AWS::CloudFormation::WaitCondition"))), "Data"]}
-    }
-    assert "AWS::LanguageExtensions" in str(t.get("Transform"))
+    assert outputs["ClusterStatus"]["Value"] == {"Fn::GetAtt": [cluster_id, "ClusterStatus"]}
     names = [b["Properties"].get("BucketName") for b in of_type(t, "AWS::S3::Bucket").values()]
-    assert {"Fn::Join": ["-", ["sagemaker-mlc-hp", {"Ref": "AWS::AccountId"}, {"Ref": "AWS::Region"}]]} in names
+    assert {"Fn::Join": ["-", ["mlc-lifecycle-hp", {"Ref": "AWS::AccountId"}, {"Ref": "AWS::Region"}]]} in names
+    # The group that names a zone uses that zone's private subnet (OverrideVpcConfig); the others the cluster's.
+    by_name = {g["InstanceGroupName"]: g for g in cluster["Properties"]["InstanceGroups"]}
+    assert "OverrideVpcConfig" not in by_name["workers"]
+    (spill_subnet,) = by_name["spill"]["OverrideVpcConfig"]["Subnets"]
+    assert spill_subnet != cluster["Properties"]["VpcConfig"]["Subnets"][0]
+
+
+def test_hyperpod_one_role_per_group_and_only_the_controller_reads_the_secret(
+    templates: dict[str, dict[str, Any]],
+) -> None:
+    """Issue 17 item 6: one execution role per group; workers hold neither the secret nor lifecycle writes."""
+    t = templates["hp/Cluster"]
+    ((_, cluster),) = of_type(t, "AWS::SageMaker::Cluster").items()
+    roles = {
+        g["InstanceGroupName"]: g["ExecutionRole"]["Fn::GetAtt"][0] for g in cluster["Properties"]["InstanceGroups"]
+    }
+    assert len(set(roles.values())) == len(roles) == 3
+
+    def actions_of(role_id: str) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for policy in of_type(t, "AWS::IAM::ManagedPolicy").values():
+            if {"Ref": role_id} not in policy["Properties"].get("Roles", []):
+                continue
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                listed = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                found.setdefault(statement.get("Sid", ""), set()).update(listed)
+        return found
+
+    controller = actions_of(roles["controller-machine"])
+    assert controller["ReadSecrets"] == {"secretsmanager:GetSecretValue"}
+    for worker in ("workers", "spill"):
+        granted = actions_of(roles[worker])
+        every = set().union(*granted.values())
+        assert "ReadSecrets" not in granted and not {a for a in every if a.startswith("secretsmanager:")}
+        # Data bucket: read by default; nothing that writes or deletes objects anywhere.
+        assert granted["DataObjects"] == {"s3:GetObject"}
+        assert not {a for a in every if a.startswith(("s3:Put", "s3:Delete"))}
 
 
 def test_cluster_stacks_do_not_touch_storage(templates: dict[str, dict[str, Any]]) -> None:
@@ -144,3 +188,14 @@ def test_app_reports_pre_deploy_error_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "environments/long.yaml: cluster.name:" in result.stderr
+
+
+def test_hyperpod_zone_not_in_the_network_is_a_config_error(tmp_path: Path) -> None:
+    workers = [{"instance_group_name": "workers", "instance_type": "ml.g5.8xlarge", "zones": ["use1-az9"]}]
+    bad = {**HYPERPOD, "cluster": {"backend": "hyperpod", "hyperpod": {"workers": workers}}}
+    write_env(tmp_path / "envs", "hz", bad)
+    with pytest.raises(ConfigError) as caught:
+        build_app(tmp_path / "envs", outdir=str(tmp_path / "out"))
+    assert "hz.yaml: cluster.hyperpod.workers[0].zones: ['use1-az9'] is not valid; allowed: zones of network:" in str(
+        caught.value
+    )

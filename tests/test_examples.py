@@ -164,17 +164,17 @@ def test_pcluster_example_loads_in_parallelclusters_own_schema(
     assert result[str(path)] == ["OK"], result
 
 
-def test_hyperpod_example_has_role_bucket_scripts_and_custom_resource(templates: dict[str, dict[str, Any]]) -> None:
+def test_hyperpod_example_has_roles_bucket_scripts_and_native_cluster(templates: dict[str, dict[str, Any]]) -> None:
     resources = templates["hyperpod/Cluster"]["Resources"].values()
     types = {r["Type"] for r in resources}
-    assert {"Custom::HyperPodCluster", "AWS::CloudFormation::WaitCondition", "Custom::CDKBucketDeployment"} <= types
-    (role,) = [
+    assert {"AWS::SageMaker::Cluster", "Custom::HyperPodPreflight", "Custom::HyperPodNodesReady"} <= types
+    assert "Custom::CDKBucketDeployment" in types
+    assert not {t for t in types if t.startswith(("AWS::CloudFormation::Wait", "AWS::StepFunctions"))}
+    roles = [
         r
         for r in resources
         if r["Type"] == "AWS::IAM::Role"
         and r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
         == {"Service": "sagemaker.amazonaws.com"}
     ]
-    assert role
-    (wait,) = [r for r in resources if r["Type"] == "AWS::CloudFormation::WaitCondition"]
-    assert wait["Properties"]["Timeout"] == "43200"
+    assert len(roles) == 3  # controller, login, one worker group

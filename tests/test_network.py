@@ -81,6 +81,88 @@ def test_s3_gateway_endpoint_on_every_route_table(default: Template) -> None:
     assert {r["Ref"] for r in props["RouteTableIds"]} == tables
 
 
+def _endpoint_allows(policy: dict[str, Any], action: str, bucket_account: str) -> bool:
+    """Evaluate the endpoint policy for one request (this account is 111111111111)."""
+    for statement in policy["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if not any(a == action or (a.endswith("*") and action.startswith(a[:-1])) for a in actions):
+            continue
+        condition = statement.get("Condition", {}).get("StringEquals", {}).get("aws:ResourceAccount")
+        if condition is None or (condition == {"Ref": "AWS::AccountId"} and bucket_account == "111111111111"):
+            return True
+    return False
+
+
+def test_s3_endpoint_policy_statements(default: Template) -> None:
+    (endpoint,) = resources(default, "AWS::EC2::VPCEndpoint").values()
+    assert endpoint["Properties"]["PolicyDocument"] == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ReadAnyBucket",
+                "Effect": "Allow",
+                "Principal": {"AWS": "*"},
+                "Action": [
+                    "s3:GetObject",
+                    "s3:GetObjectVersion",
+                    "s3:GetBucketLocation",
+                    "s3:ListBucket",
+                    "s3:ListAllMyBuckets",
+                ],
+                "Resource": "*",
+            },
+            {
+                "Sid": "AnythingOnThisAccountsBuckets",
+                "Effect": "Allow",
+                "Principal": {"AWS": "*"},
+                "Action": "s3:*",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:ResourceAccount": {"Ref": "AWS::AccountId"}}},
+            },
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("action", "account", "allowed"),
+    [
+        ("s3:GetObject", "999999999999", True),  # package repositories, ECR layers, ParallelCluster's buckets
+        ("s3:ListBucket", "999999999999", True),
+        ("s3:GetBucketLocation", "999999999999", True),
+        ("s3:PutObject", "999999999999", False),
+        ("s3:DeleteObject", "999999999999", False),
+        ("s3:AbortMultipartUpload", "999999999999", False),
+        ("s3:PutObjectAcl", "999999999999", False),
+        ("s3:PutBucketPolicy", "999999999999", False),
+        ("s3:PutObject", "111111111111", True),
+        ("s3:DeleteObject", "111111111111", True),
+        ("s3:PutObjectTagging", "111111111111", True),
+    ],
+)
+def test_s3_endpoint_writes_only_to_this_accounts_buckets(
+    default: Template, action: str, account: str, allowed: bool
+) -> None:
+    (endpoint,) = resources(default, "AWS::EC2::VPCEndpoint").values()
+    assert _endpoint_allows(endpoint["Properties"]["PolicyDocument"], action, account) is allowed
+
+
+def test_node_subnet_cidrs() -> None:
+    stack = cdk.Stack(cdk.App(), "Net")
+    net = ClusterNetwork(stack, "Net", availability_zone="us-east-1a", secondary_cidr="10.1.0.0/16")
+    assert net.node_subnet_cidrs(include_public=False) == ["10.1.0.0/18"]
+    assert net.node_subnet_cidrs(include_public=True) == ["10.1.0.0/18", "10.0.0.0/20"]
+    imported = ImportedNetwork(
+        stack,
+        "Imported",
+        vpc_id="vpc-0abc1234",
+        vpc_cidr="10.20.0.0/16",
+        private_subnet_ids=["subnet-0abc1234"],
+        security_group_id="sg-0abc1234",
+        availability_zone="us-east-1a",
+    )
+    assert imported.node_subnet_cidrs(include_public=True) == ["10.20.0.0/16"]
+
+
 def test_flow_logs_wired_to_their_log_group(default: Template) -> None:
     groups = resources(default, "AWS::Logs::LogGroup")
     assert len(groups) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,8 @@ import pytest
 from aws_cdk import cx_api
 
 from mlcluster.app import build_app
+from mlcluster.config import Environment
+from mlcluster.stacks.storage import nodes_in_public_subnet
 from tests.support import MINIMAL, stack_templates, write_env
 
 DATA_TYPES = ("AWS::S3::Bucket", "AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation", "AWS::KMS::Key")
@@ -68,6 +71,34 @@ def test_file_systems_sit_in_the_network_stacks_private_subnet(stages: dict[str,
         (subnet,) = fs["Properties"]["SubnetIds"]
         assert subnet["Fn::GetStackOutput"]["StackName"] == "keep-Network"
         assert "Private1Subnet" in subnet["Fn::GetStackOutput"]["OutputName"]
+
+
+def test_openzfs_exports_home_to_the_node_subnets_only(stages: dict[str, dict[str, Any]]) -> None:
+    """Not the whole VPC: no cluster puts nodes in the public subnet here, so only the private subnet."""
+    network = stages["keep/Network"]
+    private = [
+        r["Properties"]["CidrBlock"]
+        for k, r in of_type(network, "AWS::EC2::Subnet").items()
+        if k.startswith("NetworkPrivate")
+    ]
+    vpc = next(iter(of_type(network, "AWS::EC2::VPC").values()))["Properties"]["CidrBlock"]
+    (zfs,) = [
+        r
+        for r in of_type(stages["keep/Storage"], "AWS::FSx::FileSystem").values()
+        if r["Properties"]["FileSystemType"] == "OPENZFS"
+    ]
+    (export,) = zfs["Properties"]["OpenZFSConfiguration"]["RootVolumeConfiguration"]["NfsExports"]
+    clients = [c["Clients"] for c in export["ClientConfigurations"]]
+    assert clients == private
+    assert vpc not in clients
+
+
+def test_file_systems_have_their_own_security_groups(stages: dict[str, dict[str, Any]]) -> None:
+    for fs in of_type(stages["keep/Storage"], "AWS::FSx::FileSystem").values():
+        (group,) = fs["Properties"]["SecurityGroupIds"]
+        assert "Fn::GetAtt" in group  # a group of the storage stack, not the nodes' imported one
+    groups = of_type(stages["keep/Storage"], "AWS::EC2::SecurityGroup")
+    assert len(groups) == 2
 
 
 def test_dras_are_created_one_after_another(stages: dict[str, dict[str, Any]]) -> None:
@@ -134,3 +165,28 @@ def test_bad_storage_config_is_a_config_error(tmp_path: Path) -> None:
     path = write_env(tmp_path, "bad", {**MINIMAL, "storage": {"lustre": {"storage_capacity_gib": 1000}}})
     with pytest.raises(ConfigError, match=r"bad.yaml: storage.lustre.storage_capacity_gib: 1000 is not valid"):
         load_environment(path)
+
+
+PCLUSTER_GPU: dict[str, Any] = {
+    "backend": "pcluster",
+    "pcluster": {
+        "queues": [{"name": "gpu", "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge", "efa": False}]}]
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("cluster", "public"),
+    [
+        ({}, False),
+        (PCLUSTER_GPU, False),
+        ({**PCLUSTER_GPU, "pcluster": {**PCLUSTER_GPU["pcluster"], "head_node": {"subnet": "public"}}}, True),
+        ({**PCLUSTER_GPU, "pcluster": {**PCLUSTER_GPU["pcluster"], "login_nodes": {"internet_facing": True}}}, True),
+        ({**PCLUSTER_GPU, "pcluster": {**PCLUSTER_GPU["pcluster"], "login_nodes": {}}}, False),
+    ],
+)
+def test_public_subnet_is_exported_only_when_a_node_sits_there(
+    make_env: Callable[..., Environment], cluster: dict[str, Any], public: bool
+) -> None:
+    env = make_env({**MINIMAL, **({"cluster": cluster} if cluster else {})})
+    assert nodes_in_public_subnet(env) is public

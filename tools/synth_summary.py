@@ -5,8 +5,10 @@ AWS credentials needed), then reads the cloud assembly: resources, outputs
 and acknowledgements per stack, which ParallelCluster nodes are reachable from
 where, and the cdk-nag packs that checked it (the
 synth fails on any unacknowledged finding, so a printed line means they
-passed). Exits non-zero when the synth fails: a config error prints its one
-message, a nag finding prints cdk's report.
+passed), then one line per node group with its way out to the internet and
+to S3 (mlcluster/analysis/reachability.py). Exits non-zero when the synth
+fails: a config error prints its one message, a nag finding prints cdk's
+report.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from mlcluster.analysis.assembly import load_assembly
+from mlcluster.analysis.reachability import check_assembly
 from mlcluster.config import load_environment
 from mlcluster.config.environment import environment_files
 from mlcluster.pcluster.checks import access_summary
@@ -78,6 +82,18 @@ def summarize(outdir: Path) -> list[str]:
     return lines
 
 
+def reachability(outdir: Path) -> list[str]:
+    """One line per node group: how it reaches the internet and S3, and how many gaps the proof found."""
+    lines = [f"{'node group':<44} {'internet':<17} {'S3':<17} gaps"]
+    for report in check_assembly(load_assembly(outdir)):
+        for group in report.groups:
+            name = f"{report.environment}: {group.name}"
+            path = report.paths.get(group.name, {})
+            gaps = sum(1 for p in report.problems if p.startswith(f"{name}:"))
+            lines.append(f"{name:<44} {path.get('internet', 'none'):<17} {path.get('s3', 'none'):<17} {gaps}")
+    return lines
+
+
 def main() -> int:
     selection = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ENV") or None
     outdir = ROOT / "cdk.out"
@@ -86,6 +102,8 @@ def main() -> int:
         print(f"make synth: cdk synth failed (exit {code})", file=sys.stderr)
         return code
     print("\n".join(summarize(outdir)))
+    print()
+    print("\n".join(reachability(outdir)))
     return 0
 
 

@@ -111,13 +111,8 @@ class ClusterConfig:
     pcluster: PclusterConfig | None = setting(default=None, doc="required with backend: pcluster")
 
     def check(self, issues: Issues) -> None:
-        if self.backend == "hyperpod" and self.name is not None and (len(self.name) > 56 or self.name.endswith("-")):
-            issues.add(
-                "name",
-                self.name,
-                "HyperPod cluster names take a 7-character suffix: use at most 56 letters, digits and hyphens, "
-                "not ending in '-'",
-            )
+        if self.backend == "hyperpod" and self.name is not None and self.name.endswith("-"):
+            issues.add("name", self.name, "HyperPod cluster names end in a letter or digit")
         for backend in ("hyperpod", "pcluster"):
             section_value = getattr(self, backend)
             if self.backend == backend and section_value is None:
@@ -197,6 +192,20 @@ def load_environment(path: Path) -> Environment:
     if not isinstance(document.data, Mapping):
         raise ConfigError(source, [Problem("(top level)", document.data, "expected a mapping of settings")])
     config = load_section(EnvironmentConfig, document.data, source, document.hints)
+    if config.cluster.backend != "none" and "sagemaker" in path.stem:
+        # The cluster stack's script buckets are named after the environment; AWS managed policies grant
+        # object writes on every bucket whose name contains "sagemaker", and those scripts run as root on nodes.
+        raise ConfigError(
+            source,
+            [
+                Problem(
+                    "(file name)",
+                    path.stem,
+                    "allowed: a name without 'sagemaker' for an environment with a cluster (its node-script bucket "
+                    "names carry it, and AWS managed policies grant writes to buckets named so)",
+                )
+            ],
+        )
     return Environment(name=path.stem, source=source, config=config)
 
 

@@ -11,23 +11,85 @@ GROUP_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 GROUP_HELP = "allowed: 1-63 letters, digits and hyphens, starting and ending with a letter or digit"
 ML_INSTANCE = r"ml\.[a-z0-9-]+\.[a-z0-9]+"
 ML_HELP = "allowed: a SageMaker instance type such as 'ml.p5.48xlarge'"
+KMS_KEY = r"[a-zA-Z0-9:/_-]{1,2048}"
+KMS_HELP = "allowed: a KMS key ID or ARN (letters, digits and :/_-)"
+#: The ScheduleExpression AWS::SageMaker::Cluster accepts (its resource schema's pattern):
+#: ``cron(minute hour day-of-month month day-of-week year)``, e.g. ``cron(0 3 ? * SUN *)``, in UTC.
+CRON = (
+    r"cron\((?:[0-5][0-9]|[0-9]|) (?:[01][0-9]|2[0-3]|[0-9]) (?:[1-9]|0[1-9]|[12][0-9]|3[01]|\?) "
+    r"(?:[1-9]|0[1-9]|1[0-2]|\*|\*/(?:[1-9]|1[0-2])|) "
+    r"(?:MON|TUE|WED|THU|FRI|SAT|SUN|[1-7]|\?|L|(?:[1-7]#[1-5])|(?:[1-7]L)) (?:20[2-9][0-9]|\*|)\)"
+)
+#: The deep health checks AWS::SageMaker::Cluster takes. botocore also knows ``MultiNodeTrainingValidation``,
+#: but CloudFormation's resource schema (as bundled in cfn-lint 1.58) does not, so it cannot be asked for here.
+DeepHealthCheck = Literal["InstanceStress", "InstanceConnectivity"]
+
+
+@section
+class PatchScheduleConfig:
+    """When HyperPod patches a group's nodes (the group's ``ScheduledUpdateConfig``), and how many at a time."""
+
+    schedule_expression: str = setting(
+        pattern=CRON,
+        allowed="allowed: a cron expression such as 'cron(0 3 ? * SUN *)'",
+        doc="when the update starts (UTC): cron(minute hour day-of-month month day-of-week year)",
+    )
+    max_batch_size: int | None = setting(
+        default=None,
+        minimum=1,
+        maximum=6758,
+        doc="nodes updated at once (RollingUpdatePolicy.MaximumBatchSize, INSTANCE_COUNT); unset: the service's",
+    )
+    wait_interval_seconds: int | None = setting(
+        default=None, minimum=0, maximum=3600, doc="seconds between batches; unset: the service's default"
+    )
 
 
 @section
 class InstanceGroupConfig:
-    """One HyperPod instance group."""
+    """One HyperPod instance group (one ``InstanceGroups`` entry of CreateCluster)."""
 
     instance_group_name: str = setting(pattern=GROUP_NAME, allowed=GROUP_HELP)
     instance_type: str = setting(pattern=ML_INSTANCE, allowed=ML_HELP, choices=HYPERPOD_INSTANCE_TYPES)
     instance_count: int = setting(default=1, minimum=0, maximum=6758)
-    threads_per_core: int = setting(default=1, one_of=(1, 2))
-    ebs_volume_size_gib: int = setting(default=500, minimum=1, maximum=16384)
-    deep_health_checks: tuple[Literal["InstanceStress", "InstanceConnectivity"], ...] = ()
+    threads_per_core: int = setting(
+        default=1, one_of=(1, 2), doc="1 turns simultaneous multithreading off, 2 on (ThreadsPerCore)"
+    )
+    ebs_volume_size_gib: int = setting(
+        default=500,
+        minimum=1,
+        maximum=16384,
+        doc="the secondary EBS volume at /opt/sagemaker; the root volume's size is the service's (not settable)",
+    )
+    ebs_volume_kms_key_id: str | None = setting(
+        default=None, pattern=KMS_KEY, allowed=KMS_HELP, doc="KMS key of the secondary volume; unset: an AWS owned key"
+    )
+    root_volume_kms_key_id: str | None = setting(
+        default=None, pattern=KMS_KEY, allowed=KMS_HELP, doc="KMS key of the root volume; unset: an AWS owned key"
+    )
+    deep_health_checks: tuple[DeepHealthCheck, ...] = setting(
+        default=(),
+        doc="checks every new node passes before it joins (not MultiNodeTrainingValidation: CloudFormation lacks it)",
+    )
     training_plan_arn: str | None = setting(
         default=None,
         pattern=r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-z0-9-]+",
         allowed="allowed: a SageMaker training plan ARN",
     )
+    zones: tuple[str, ...] = setting(
+        default=(),
+        doc="zones as named in network: whose private subnets this group uses (OverrideVpcConfig); "
+        "empty: the primary zone's",
+    )
+    patch_schedule: PatchScheduleConfig | None = setting(
+        default=None, doc="when and how HyperPod patches this group's nodes (ScheduledUpdateConfig); unset: never"
+    )
+
+    def check(self, issues: Issues) -> None:
+        if len(set(self.deep_health_checks)) != len(self.deep_health_checks):
+            issues.add("deep_health_checks", list(self.deep_health_checks), "name each check at most once")
+        if len(set(self.zones)) != len(self.zones):
+            issues.add("zones", list(self.zones), "name each zone at most once")
 
 
 @section
@@ -104,10 +166,18 @@ class HyperPodConfig:
     )
     login: InstanceGroupConfig | None = None
     workers: tuple[WorkerGroupConfig, ...] = setting(allowed="at least one worker group")
-    node_recovery: Literal["Automatic", "None"] = "Automatic"
-    data_bucket_access: Literal["none", "read", "read_write"] = "read_write"
+    node_recovery: Literal["Automatic", "None"] = setting(
+        default="Automatic", doc="Automatic: HyperPod replaces or reboots faulty nodes; None: it only labels them"
+    )
+    data_bucket_access: Literal["none", "read", "read_write"] = setting(
+        default="read", doc="what every group's role may do in the data bucket; read_write only when asked"
+    )
+    slurm_config_strategy: Literal["Managed", "Overwrite", "Merge"] | None = setting(
+        default=None,
+        doc="HyperPod's own Slurm configuration (Orchestrator.Slurm) with each group's node type and partition; "
+        "unset: the lifecycle scripts configure Slurm",
+    )
     lifecycle: LifecycleConfig = setting(default=LifecycleConfig())
-    create_timeout_hours: int = setting(default=12, minimum=1, maximum=12)
 
     def check(self, issues: Issues) -> None:
         if not self.workers:

@@ -21,8 +21,8 @@ from typing import Literal
 from mlcluster.config.environment import Environment
 from mlcluster.config.schema import NOT_A_VALUE, ConfigError, Problem
 
-#: The HyperPod lifecycle bucket, ``sagemaker-mlc-<environment>-<account>-<region>`` (see the lifecycle construct).
-LIFECYCLE_BUCKET_PREFIX = "sagemaker-mlc"
+#: The HyperPod lifecycle bucket, ``mlc-lifecycle-<environment>-<account>-<region>`` (see the lifecycle construct).
+LIFECYCLE_BUCKET_PREFIX = "mlc-lifecycle"
 #: The stacks every environment deploys, named ``<environment>-<stack>``.
 STACKS = ("Network", "Storage", "Cluster")
 

@@ -330,7 +330,9 @@ class LustreConfig:
         default="WARN_ERROR", doc="what the file system logs to CloudWatch Logs"
     )
     security_group: Literal["cluster", "dedicated"] = setting(
-        default="cluster", doc="share the cluster's security group, or a group of its own (not with EFA)"
+        default="dedicated",
+        doc="a group of its own admitting Lustre from the nodes; cluster: the nodes' group (only to keep a file "
+        "system created before this default; changing it replaces the file system)",
     )
     data_repository_associations: tuple[DataRepositoryAssociationConfig, ...] = setting(
         default=(DataRepositoryAssociationConfig(),), doc="links to S3 (default: /data to the data bucket)"
@@ -355,21 +357,13 @@ class LustreConfig:
             )
         if deployment == "PERSISTENT_1" and self.metadata.mode is not None:
             issues.add("metadata.mode", self.metadata.mode, "PERSISTENT_1 has no metadata configuration; remove it")
-        if self.efa_enabled:
-            if deployment != "PERSISTENT_2":
-                issues.add("efa_enabled", True, "EFA needs deployment_type: PERSISTENT_2 (with Lustre 2.15)")
-            if self.security_group == "dedicated":
-                issues.add(
-                    "security_group",
-                    "dedicated",
-                    "EFA needs all traffic between the file system and its clients both ways; "
-                    "use security_group: cluster (the cluster group allows all traffic within itself)",
-                )
+        if self.efa_enabled and deployment != "PERSISTENT_2":
+            issues.add("efa_enabled", True, "EFA needs deployment_type: PERSISTENT_2 (with Lustre 2.15)")
 
 
 @section
 class OpenZfsConfig:
-    """FSx for OpenZFS for /home, exported over NFS to the VPC only."""
+    """FSx for OpenZFS for /home, exported over NFS to the cluster nodes' subnets only."""
 
     deployment_type: Literal["SINGLE_AZ_1", "SINGLE_AZ_2", "SINGLE_AZ_HA_1", "SINGLE_AZ_HA_2", "MULTI_AZ_1"] = setting(
         default="SINGLE_AZ_HA_2", doc="the *_1 types are the older generation, not offered in every region"
@@ -394,7 +388,9 @@ class OpenZfsConfig:
         allowed="allowed: D:HH:MM (1 = Monday), such as '7:06:00'",
     )
     security_group: Literal["cluster", "dedicated"] = setting(
-        default="cluster", doc="share the cluster's security group, or a group of its own"
+        default="dedicated",
+        doc="a group of its own admitting NFS from the nodes; cluster: the nodes' group (only to keep a file "
+        "system created before this default; changing it replaces the file system)",
     )
 
     def check(self, issues: Issues) -> None:

@@ -1,21 +1,24 @@
-"""A SageMaker HyperPod (Slurm) cluster as a CloudFormation custom resource that can wait up to 12 hours.
+"""A SageMaker HyperPod (Slurm) cluster: CloudFormation's native resource, between two read-only checks.
 
-A custom resource gets at most an hour, and creating a HyperPod cluster can
-take far longer. The cluster resource therefore only starts the work: its
-handler (``mlcluster/handlers/hyperpod_cluster``) checks the inputs and calls
-CreateCluster or UpdateCluster, then starts a Step Functions watcher that
-looks at the cluster once a minute and signals an
-``AWS::CloudFormation::WaitCondition`` when it is InService or has failed.
-The wait condition (up to 12 hours) is what the stack waits on. Deletions fit
-in the hour and are waited for by the custom resource itself.
+CloudFormation's ``AWS::SageMaker::Cluster`` (aws-cdk-lib ``CfnCluster``)
+owns the cluster: its handlers call CreateCluster, UpdateCluster and
+DeleteCluster, wait up to 720 minutes for each, roll a failed update back
+with the old properties and delete what a failed create made. mlcluster adds
+only what that handler does not do, as two custom resources that never
+change a cluster (their functions may only describe clusters and list nodes):
 
-The construct passes the base name; the handler names the cluster
-``<base>-<hash of the create-only fields>`` and decides, from the old and new
-properties, whether an update goes in place (instance counts, added or
-removed groups) or needs a new cluster (a create-only change such as an
-existing group's instance type), whose new name CloudFormation sees as a
-new physical id, so it deletes the old cluster afterwards. The cluster's
-name is therefore known at deploy time only (``cluster_name`` is a token).
+- ``Preflight`` (before the cluster): the lifecycle files are uploaded and
+  name this cluster's groups, subnets are private, security groups carry
+  the self-referencing rules, a new name is free, a rename does not need a
+  training plan's capacity twice, and an existing cluster is not busy
+  (waited for, bounded) or gone.
+- ``NodesReady`` (after the cluster): every group has as many Running nodes
+  as it asks for; InService alone does not promise that.
+
+The request is built once in the CreateCluster shape, checked at synth time
+against the installed botocore's CreateCluster and UpdateCluster shapes (an
+unknown field is refused by name), and rendered as the resource's
+properties, whose names are the API's.
 """
 
 from __future__ import annotations
@@ -28,13 +31,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import aws_cdk as cdk
+import botocore.session
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import aws_stepfunctions_tasks as tasks
+from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import custom_resources as cr
+from botocore.exceptions import ParamValidationError
+from botocore.model import Shape, StringShape
+from botocore.validate import validate_parameters
 from constructs import Construct
 
 import mlcluster.handlers
@@ -52,19 +58,15 @@ from mlcluster.constructs.nag import (
 HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
 #: The newest Python runtime aws-cdk-lib knows, which is what cdk-nag's AwsSolutions-L1 asks for.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
-WATCHER_ENV = "WATCHER_STATE_MACHINE_ARN"
-#: The longest base name: the handler adds ``-`` and a 6-character hash, and HyperPod allows 63.
-MAX_BASE_NAME = 56
-HASH_LENGTH = 6
-#: A WaitCondition waits at most 12 hours.
-MAX_CREATE_TIMEOUT_HOURS = 12
-#: How often the watcher looks at the cluster, and how long it runs past the wait condition's timeout.
-WATCH_INTERVAL = cdk.Duration.seconds(60)
-WATCHER_MARGIN_SECONDS = 600
+#: The checks wait (bounded) inside one invocation: Lambda's longest timeout.
+CHECK_TIMEOUT = cdk.Duration.minutes(15)
+#: What AWS::SageMaker::Cluster's schema takes (botocore's third, MultiNodeTrainingValidation, it does not).
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
 TRAINING_PLAN_ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-z0-9-]+")
+KMS_KEY = re.compile(r"[a-zA-Z0-9:/_-]{1,2048}")
 TAG_TEXT = re.compile(r"[\w\s.:/=+\-@]*")
 MAX_TAGS = 50
+SlurmStrategy = Literal["Managed", "Overwrite", "Merge"]
 
 
 def digest(value: object, length: int) -> str:
@@ -74,35 +76,25 @@ def digest(value: object, length: int) -> str:
 
 
 class HyperPodCluster(Construct):
-    """A HyperPod cluster with Slurm, created, updated and deleted by CloudFormation.
+    """A HyperPod cluster with Slurm, created, updated and deleted by CloudFormation itself.
 
     Creates:
 
-    - ``Resource``: a ``Custom::HyperPodCluster`` whose ``ClusterSpec``
-      property is the CreateCluster request (JSON), backed by a CDK Provider
-      with an ``on_event`` and an ``is_complete`` Lambda function.
-    - ``Watcher``: a standard Step Functions state machine that runs the
-      ``watch`` function once a minute until it has signalled the outcome.
-    - A ``WaitConditionHandle`` and ``WaitCondition`` whose logical ids carry
-      a hash of the request and timeout, so every create and every update
-      gets a fresh handle (a wait condition cannot be updated).
+    - ``Resource``: an ``AWS::SageMaker::Cluster`` named ``cluster_name``.
+      Its name and VPC are create-only: CloudFormation refuses a change to
+      the VPC of a named resource instead of replacing it, and a new name
+      replaces the cluster (the new one is created before the old one is
+      deleted). Instance counts, groups added or removed, node recovery,
+      patch schedules and tags change in place.
+    - ``Preflight`` and ``NodesReady``: ``Custom::HyperPodPreflight`` and
+      ``Custom::HyperPodNodesReady`` backed by one CDK Provider and one
+      read-only function (``mlcluster/handlers/hyperpod_cluster``).
 
-    The custom resource's logical id and ``ClusterSpec.ClusterName`` (the
-    base name) stay the same across updates. The handler names the cluster
-    ``<cluster_name>-<hash>``, the hash taken over the fields HyperPod fixes
-    at creation. Changing one of an existing group (e.g. its instance type),
-    the subnets or security groups, or the base name gives a new cluster
-    under a new name; CloudFormation then deletes the old one. Instance
-    counts, added and removed worker groups, node recovery and tags change
-    in place.
-
-    Default settings:
-    - Node recovery ``Automatic``; the stack waits up to 12 hours for the
-      cluster to be InService.
-    - Lambda and state machine logs kept one year, retained when the stack is
-      deleted; the state machine logs ALL events (without execution data,
-      which holds the presigned wait handle URL) and is traced with X-Ray.
-    - Deleting the stack deletes the cluster.
+    Default settings: node recovery ``Automatic``; the cluster's subnets and
+    security groups for every group; HyperPod's Slurm configuration
+    management off (the lifecycle scripts configure Slurm); the checks'
+    logs kept one year and retained when the stack is deleted. Deleting the
+    stack deletes the cluster.
     """
 
     def __init__(
@@ -115,36 +107,43 @@ class HyperPodCluster(Construct):
         workers: Sequence[WorkerGroupConfig],
         subnets: Sequence[ec2.ISubnet],
         security_groups: Sequence[ec2.ISecurityGroup],
-        execution_role: iam.IRole,
+        execution_roles: Mapping[str, iam.IRole],
         lifecycle: HyperPodLifecycle,
         login: InstanceGroupConfig | None = None,
+        group_subnets: Mapping[str, Sequence[ec2.ISubnet]] | None = None,
         node_recovery: Literal["Automatic", "None"] = "Automatic",
-        create_timeout_hours: int = MAX_CREATE_TIMEOUT_HOURS,
+        slurm_config_strategy: SlurmStrategy | None = None,
         tags: Mapping[str, str] | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
         log_removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
     ) -> None:
-        """Create the cluster resource, its provider, the watcher and the wait condition.
+        """Create the checks and the cluster resource.
 
-        :param cluster_name: the base of the cluster's name (1-56 letters, digits
-            and hyphens); the handler appends a hash of the create-only fields.
+        :param cluster_name: the cluster's name, 1-63 letters, digits and hyphens.
         :param controller: the Slurm controller group (one instance).
         :param workers: the worker groups, each with its Slurm partition.
-        :param subnets: private subnets for the nodes (1 to 16).
+        :param subnets: private subnets for the nodes (1 to 16): the cluster's ``VpcConfig``.
         :param security_groups: the nodes' security groups (1 to 5), with
             all-traffic self ingress and egress for EFA.
-        :param execution_role: the role the nodes run as (``HyperPodExecutionRole``).
+        :param execution_roles: instance group name -> the role its nodes run as
+            (``HyperPodExecutionRole``), one entry per group.
         :param lifecycle: the lifecycle scripts; their groups must be this cluster's.
         :param login: the login group. Default: none.
+        :param group_subnets: instance group name -> subnets that group uses
+            instead of ``subnets`` (``OverrideVpcConfig``, same security groups).
+            Default: none.
         :param node_recovery: ``Automatic`` or ``None``. Default: ``Automatic``.
-        :param create_timeout_hours: how long the stack waits for the cluster to
-            be InService after a create or update, 1 to 12. Default: 12.
-        :param tags: tags on the cluster (and its nodes). Default: none.
-        :param log_retention: how long the functions' and the watcher's logs are kept. Default: one year.
+        :param slurm_config_strategy: ``Managed``, ``Overwrite`` or ``Merge`` turns on
+            HyperPod's Slurm configuration (``Orchestrator.Slurm``) with each group's
+            node type and partition. Default: off.
+        :param tags: tags on the cluster. Default: none.
+        :param log_retention: how long the check function's logs are kept. Default: one year.
         :param log_removal_policy: RETAIN or DESTROY those logs with the stack. Default: RETAIN.
         """
         super().__init__(scope, construct_id)
         tags = dict(tags or {})
+        overrides = {name: list(group) for name, group in (group_subnets or {}).items()}
+        groups = [controller, *([login] if login is not None else []), *workers]
         _check_props(
             cluster_name=cluster_name,
             controller=controller,
@@ -152,9 +151,11 @@ class HyperPodCluster(Construct):
             workers=workers,
             subnets=subnets,
             security_groups=security_groups,
+            execution_roles=execution_roles,
+            group_subnets=overrides,
             lifecycle=lifecycle,
             node_recovery=node_recovery,
-            create_timeout_hours=create_timeout_hours,
+            slurm_config_strategy=slurm_config_strategy,
             tags=tags,
             log_removal_policy=log_removal_policy,
         )
@@ -162,99 +163,98 @@ class HyperPodCluster(Construct):
         self._log_retention = log_retention
         self._log_removal_policy = log_removal_policy
         self.controller_group = controller.instance_group_name
-        groups = [controller, *([login] if login is not None else []), *workers]
-
-        spec: dict[str, Any] = {
+        self.cluster_name = cluster_name
+        security_group_ids = [g.security_group_id for g in security_groups]
+        node_types = {controller.instance_group_name: "Controller"}
+        if login is not None:
+            node_types[login.instance_group_name] = "Login"
+        instance_groups = [
+            self._group(
+                group,
+                execution_roles[group.instance_group_name],
+                lifecycle,
+                overrides.get(group.instance_group_name),
+                security_group_ids,
+                node_types.get(group.instance_group_name, "Compute") if slurm_config_strategy else None,
+            )
+            for group in groups
+        ]
+        #: The CreateCluster request the resource is rendered from (deploy-time values as tokens).
+        self.spec: dict[str, Any] = {
             "ClusterName": cluster_name,
-            "InstanceGroups": [self._group(g, execution_role, lifecycle) for g in groups],
-            "VpcConfig": {
-                "SecurityGroupIds": [g.security_group_id for g in security_groups],
-                "Subnets": [s.subnet_id for s in subnets],
-            },
+            "InstanceGroups": instance_groups,
+            "VpcConfig": {"SecurityGroupIds": security_group_ids, "Subnets": [s.subnet_id for s in subnets]},
             "NodeRecovery": node_recovery,
         }
+        if slurm_config_strategy is not None:
+            self.spec["Orchestrator"] = {"Slurm": {"SlurmConfigStrategy": slurm_config_strategy}}
         if tags:
-            spec["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
-        timeout_seconds = create_timeout_hours * 3600
-        change = digest([stack.resolve(spec), timeout_seconds], 8)
+            self.spec["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+        check_against_botocore(self.spec)
 
         code = lambda_.Code.from_asset(str(HANDLERS_DIR), exclude=["__pycache__", "*.pyc"])
-        watch_fn = self._function(
-            "WatchFunction",
-            code,
-            "hyperpod_cluster.app.watch",
-            cdk.Duration.minutes(3),
-            "Looks at a HyperPod cluster and signals its wait condition when the create or update is done",
-            [
-                iam.PolicyStatement(
-                    sid="WatchCluster",
-                    actions=["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes"],
-                    resources=[_cluster_arns(stack)],
-                )
-            ],
-        )
-        self.watcher = self._watcher(watch_fn, timeout_seconds)
-        training_plans = sorted({g.training_plan_arn for g in groups if g.training_plan_arn})
-        on_event_fn = self._function(
-            "OnEventFunction",
-            code,
-            "hyperpod_cluster.app.on_event",
-            cdk.Duration.minutes(5),
-            "Creates, updates and deletes a HyperPod cluster and starts its watcher",
-            self._on_event_statements(stack, execution_role, lifecycle, training_plans),
-            environment={WATCHER_ENV: self.watcher.state_machine_arn},
-        )
-        self._acknowledge_on_event(on_event_fn, lifecycle)
-        is_complete_fn = self._function(
-            "IsCompleteFunction",
-            code,
-            "hyperpod_cluster.app.is_complete",
-            cdk.Duration.minutes(2),
-            "Reports whether a HyperPod cluster being deleted is gone",
-            [
-                iam.PolicyStatement(
-                    sid="FinishDeletion",
-                    actions=["sagemaker:DescribeCluster", "sagemaker:DeleteCluster"],
-                    resources=[_cluster_arns(stack)],
-                )
-            ],
-        )
-        self.provider = self._provider(on_event_fn, is_complete_fn)
+        check_fn = self._function(code, stack, lifecycle)
+        self.provider = self._provider(check_fn)
 
-        self.wait_handle = cdk.CfnWaitConditionHandle(self, f"WaitHandle{change}")
-        self.resource = cdk.CustomResource(
+        self.preflight = cdk.CustomResource(
             self,
-            "Resource",
+            "Preflight",
             service_token=self.provider.service_token,
-            resource_type="Custom::HyperPodCluster",
+            resource_type="Custom::HyperPodPreflight",
             properties={
-                "ClusterSpec": stack.to_json_string(spec),
-                "WaitHandleUrl": self.wait_handle.ref,
-                "CreateTimeoutSeconds": timeout_seconds,
+                "ClusterSpec": stack.to_json_string(self.spec),
                 "ProvisioningParametersKey": lifecycle.provisioning_parameters_key,
             },
         )
-        # The lifecycle files must be uploaded, and the nodes' role must hold its policies, before nodes boot.
-        self.resource.node.add_dependency(lifecycle.deployment)
-        for policy in execution_role.node.find_all():
-            if isinstance(policy, (iam.CfnManagedPolicy, iam.CfnPolicy)):
-                self.resource.node.add_dependency(policy)
-        self.wait_condition = cdk.CfnWaitCondition(
-            self, f"WaitCondition{change}", handle=self.wait_handle.ref, timeout=str(timeout_seconds), count=1
+        # The pre-flight reads the uploaded lifecycle files; nodes need their roles' policies before they boot.
+        self.preflight.node.add_dependency(lifecycle.deployment)
+        for role in execution_roles.values():
+            for policy in role.node.find_all():
+                if isinstance(policy, (iam.CfnManagedPolicy, iam.CfnPolicy)):
+                    self.preflight.node.add_dependency(policy)
+
+        self.resource = sagemaker.CfnCluster(
+            self,
+            "Resource",
+            cluster_name=cluster_name,
+            node_recovery=node_recovery,
+            vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
+                security_group_ids=self.spec["VpcConfig"]["SecurityGroupIds"],
+                subnets=self.spec["VpcConfig"]["Subnets"],
+            ),
+            tags=[cdk.CfnTag(key=k, value=v) for k, v in sorted(tags.items())] or None,
         )
-        self.wait_condition.node.add_dependency(self.resource)
+        # The groups and the orchestrator are rendered verbatim from the request checked above: the resource's
+        # property names are the API's.
+        self.resource.add_property_override("InstanceGroups", instance_groups)
+        if "Orchestrator" in self.spec:
+            self.resource.add_property_override("Orchestrator", self.spec["Orchestrator"])
+        self.resource.node.add_dependency(self.preflight)
+
+        self.nodes_ready = cdk.CustomResource(
+            self,
+            "NodesReady",
+            service_token=self.provider.service_token,
+            resource_type="Custom::HyperPodNodesReady",
+            properties={
+                # A resolved attribute: the check looks at the cluster CloudFormation made, never at a name alone.
+                "ClusterArn": self.resource.attr_cluster_arn,
+                "ExpectedCounts": json.dumps({g.instance_group_name: g.instance_count for g in groups}),
+                "SpecDigest": digest(stack.resolve(self.spec), 16),
+            },
+        )
 
     # -- attributes ------------------------------------------------------
 
     @property
-    def cluster_name(self) -> str:
-        """The cluster's name (``<cluster_name>-<hash>``, chosen by the handler): the resource's ``ClusterName``."""
-        return self.resource.get_att_string("ClusterName")
+    def cluster_arn(self) -> str:
+        """The cluster's ARN."""
+        return self.resource.attr_cluster_arn
 
     @property
-    def cluster_arn(self) -> str:
-        """The cluster's ARN, from the custom resource."""
-        return self.resource.get_att_string("ClusterArn")
+    def cluster_status(self) -> str:
+        """The cluster's status as CloudFormation last read it."""
+        return self.resource.attr_cluster_status
 
     @property
     def cluster_id(self) -> str:
@@ -280,7 +280,21 @@ class HyperPodCluster(Construct):
     # -- building blocks ------------------------------------------------
 
     @staticmethod
-    def _group(group: InstanceGroupConfig, role: iam.IRole, lifecycle: HyperPodLifecycle) -> dict[str, Any]:
+    def _group(
+        group: InstanceGroupConfig,
+        role: iam.IRole,
+        lifecycle: HyperPodLifecycle,
+        subnets: Sequence[ec2.ISubnet] | None,
+        security_group_ids: list[str],
+        slurm_node_type: str | None,
+    ) -> dict[str, Any]:
+        secondary: dict[str, Any] = {"VolumeSizeInGB": group.ebs_volume_size_gib}
+        if group.ebs_volume_kms_key_id:
+            secondary["VolumeKmsKeyId"] = group.ebs_volume_kms_key_id
+        storage: list[dict[str, Any]] = [{"EbsVolumeConfig": secondary}]
+        if group.root_volume_kms_key_id:
+            # The service sizes the root volume itself: with RootVolume true it refuses VolumeSizeInGB.
+            storage.append({"EbsVolumeConfig": {"RootVolume": True, "VolumeKmsKeyId": group.root_volume_kms_key_id}})
         spec: dict[str, Any] = {
             "InstanceGroupName": group.instance_group_name,
             "InstanceType": group.instance_type,
@@ -288,304 +302,241 @@ class HyperPodCluster(Construct):
             "LifeCycleConfig": {"SourceS3Uri": lifecycle.source_s3_uri, "OnCreate": lifecycle.on_create},
             "ExecutionRole": role.role_arn,
             "ThreadsPerCore": group.threads_per_core,
-            "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": group.ebs_volume_size_gib}}],
+            "InstanceStorageConfigs": storage,
         }
         if group.deep_health_checks:
             spec["OnStartDeepHealthChecks"] = list(group.deep_health_checks)
         if group.training_plan_arn:
             spec["TrainingPlanArn"] = group.training_plan_arn
+        if subnets:
+            spec["OverrideVpcConfig"] = {
+                "SecurityGroupIds": security_group_ids,
+                "Subnets": [s.subnet_id for s in subnets],
+            }
+        if group.patch_schedule is not None:
+            schedule = group.patch_schedule
+            update: dict[str, Any] = {"ScheduleExpression": schedule.schedule_expression}
+            deployment: dict[str, Any] = {}
+            if schedule.max_batch_size is not None:
+                deployment["RollingUpdatePolicy"] = {
+                    "MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": schedule.max_batch_size}
+                }
+            if schedule.wait_interval_seconds is not None:
+                deployment["WaitIntervalInSeconds"] = schedule.wait_interval_seconds
+            if deployment:
+                update["DeploymentConfig"] = deployment
+            spec["ScheduledUpdateConfig"] = update
+        if slurm_node_type is not None:
+            spec["SlurmConfig"] = {"NodeType": slurm_node_type}
+            if isinstance(group, WorkerGroupConfig):
+                spec["SlurmConfig"]["PartitionNames"] = [group.partition_name or group.instance_group_name]
         return spec
 
-    def _function(
-        self,
-        name: str,
-        code: lambda_.Code,
-        handler: str,
-        timeout: cdk.Duration,
-        description: str,
-        statements: list[iam.PolicyStatement],
-        environment: Mapping[str, str] | None = None,
-    ) -> lambda_.Function:
-        """A handler function with its own log group and a role limited to that group and ``statements``."""
+    def _function(self, code: lambda_.Code, stack: cdk.Stack, lifecycle: HyperPodLifecycle) -> lambda_.Function:
+        """The check function, with its own log group and a role that can only read."""
         log_group = logs.LogGroup(
-            self, f"{name}Logs", retention=self._log_retention, removal_policy=self._log_removal_policy
+            self, "CheckLogs", retention=self._log_retention, removal_policy=self._log_removal_policy
         )
         role = iam.Role(
             self,
-            f"{name}Role",
-            description=f"{description} (mlcluster HyperPod handler)",
+            "CheckRole",
+            description="Read-only checks before and after a HyperPod cluster resource (mlcluster)",
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
         )
+        clusters = _cluster_arns(stack)
+        lifecycle_files = lifecycle.bucket.arn_for_objects(f"{lifecycle.prefix}*")
         policy = iam.ManagedPolicy(
             role,
             "Policy",
-            description=f"What {handler} needs, and its own log group",
+            description="Describe HyperPod clusters and their nodes, read the lifecycle files and the network",
             statements=[
                 iam.PolicyStatement(
                     sid="OwnLogs",
                     actions=["logs:CreateLogStream", "logs:PutLogEvents"],
                     resources=[log_group.log_group_arn],
                 ),
-                *statements,
+                iam.PolicyStatement(
+                    sid="LookAtClusters",
+                    actions=["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes"],
+                    resources=[clusters],
+                ),
+                iam.PolicyStatement(sid="ReadLifecycleFiles", actions=["s3:GetObject"], resources=[lifecycle_files]),
+                iam.PolicyStatement(
+                    # S3 answers HeadObject on a missing key with 404 only to callers that may list the bucket
+                    # (403 otherwise), and a HeadObject carries no s3:prefix to condition on; the lifecycle
+                    # bucket holds nothing but the lifecycle files.
+                    sid="ListLifecycleFiles",
+                    actions=["s3:ListBucket"],
+                    resources=[lifecycle.bucket.bucket_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="CheckNetwork",
+                    actions=["ec2:DescribeSubnets", "ec2:DescribeRouteTables", "ec2:DescribeSecurityGroups"],
+                    resources=["*"],
+                ),
             ],
             roles=[role],
         )
         function = lambda_.Function(
             self,
-            name,
+            "CheckFunction",
             runtime=RUNTIME,
             code=code,
-            handler=handler,
-            timeout=timeout,
+            handler="hyperpod_cluster.app.on_event",
+            timeout=CHECK_TIMEOUT,
             memory_size=256,
-            description=description,
+            description="Read-only checks before and after a HyperPod cluster resource",
             role=role,
             log_group=log_group,
-            environment=dict(environment or {}),
         )
         function.node.add_dependency(policy)
         quiet_redundant_role_dependency(function)
-        _acknowledge_handler_compliance(function, f"{handler} ({description.lower()})")
+        _acknowledge_handler_compliance(function, "The HyperPod check function")
         acknowledge_compliance(
             log_group,
             "CloudWatchLogGroupEncrypted",
-            f"The {handler} logs hold cluster names, statuses and API errors, never the presigned wait handle URL "
-            "(the handler redacts it); CloudWatch Logs encrypts them at rest with service keys.",
+            "The check function logs request types, cluster names, statuses and API errors, no secrets; "
+            "CloudWatch Logs encrypts them at rest with service keys.",
         )
         acknowledge_wildcard_resource(
             policy,
-            _cluster_arns(cdk.Stack.of(self)),
-            "HyperPod cluster ARNs end in an id the service assigns at creation (not the name), so the cluster "
-            "this handler manages cannot be named in advance; the scope is HyperPod clusters of this account "
-            "and region.",
+            clusters,
+            "HyperPod cluster ARNs end in an id the service assigns at creation, so the cluster cannot be named in "
+            "advance; the grant is DescribeCluster and ListClusterNodes only, which change nothing.",
         )
-        return function
-
-    def _on_event_statements(
-        self,
-        stack: cdk.Stack,
-        execution_role: iam.IRole,
-        lifecycle: HyperPodLifecycle,
-        training_plans: Sequence[str],
-    ) -> list[iam.PolicyStatement]:
-        statements = [
-            iam.PolicyStatement(
-                sid="ManageCluster",
-                actions=[
-                    "sagemaker:CreateCluster",
-                    "sagemaker:UpdateCluster",
-                    "sagemaker:DeleteCluster",
-                    "sagemaker:DescribeCluster",
-                    "sagemaker:ListClusterNodes",
-                    "sagemaker:AddTags",
-                    "sagemaker:DeleteTags",
-                ],
-                resources=[_cluster_arns(stack)],
-            ),
-            iam.PolicyStatement(
-                sid="PassExecutionRole",
-                actions=["iam:PassRole"],
-                resources=[execution_role.role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-            ),
-            iam.PolicyStatement(
-                sid="ReadLifecycleFiles",
-                actions=["s3:GetObject"],
-                resources=[lifecycle.bucket.arn_for_objects(f"{lifecycle.prefix}*")],
-            ),
-            iam.PolicyStatement(
-                # S3 answers HeadObject on a missing key with 404 only to callers that may list the bucket
-                # (403 otherwise), and a HeadObject carries no s3:prefix to condition on; the lifecycle
-                # bucket holds nothing but the lifecycle files.
-                sid="ListLifecycleFiles",
-                actions=["s3:ListBucket"],
-                resources=[lifecycle.bucket.bucket_arn],
-            ),
-            iam.PolicyStatement(
-                sid="CheckNetwork",
-                actions=["ec2:DescribeSubnets", "ec2:DescribeRouteTables", "ec2:DescribeSecurityGroups"],
-                resources=["*"],
-            ),
-            iam.PolicyStatement(
-                sid="StartWatcher", actions=["states:StartExecution"], resources=[self.watcher.state_machine_arn]
-            ),
-        ]
-        if training_plans:
-            statements.append(
-                iam.PolicyStatement(
-                    sid="UseTrainingPlans",
-                    actions=["sagemaker:CreateCluster", "sagemaker:UpdateCluster", "sagemaker:DescribeTrainingPlan"],
-                    resources=list(training_plans),
-                )
-            )
-        return statements
-
-    def _acknowledge_on_event(self, function: lambda_.Function, lifecycle: HyperPodLifecycle) -> None:
-        role = function.role
-        if role is None:
-            raise RuntimeError(f"{function.node.path} has no role")
-        policy = role.node.find_child("Policy")
         acknowledge_wildcard_resource(
             policy,
-            lifecycle.bucket.arn_for_objects(f"{lifecycle.prefix}*"),
-            "Before CreateCluster the handler checks that the OnCreate script and provisioning_parameters.json "
-            "exist under the lifecycle prefix and reads the latter; the grant is limited to that prefix.",
+            lifecycle_files,
+            "The pre-flight checks that the OnCreate script and provisioning_parameters.json exist under the "
+            "lifecycle prefix and reads the latter; the grant is read-only and limited to that prefix.",
         )
         acknowledge(
             policy,
             "AwsSolutions-IAM5[Resource::*]",
             "ec2:DescribeSubnets, DescribeRouteTables and DescribeSecurityGroups have no resource-level permissions; "
-            "the handler uses them read-only to check that the subnets are private and the groups self-referencing.",
+            "the check uses them read-only to see that the subnets are private and the groups self-referencing.",
         )
+        return function
 
-    def _watcher(self, watch_fn: lambda_.Function, timeout_seconds: int) -> sfn.StateMachine:
-        """Watch -> done? -> wait a minute -> watch, until the outcome is signalled or the timeout passes."""
-        watch = tasks.LambdaInvoke(
-            self,
-            "Watch",
-            lambda_function=watch_fn,
-            payload_response_only=True,
-            retry_on_service_exceptions=True,
-        )
-        watch.add_retry(
-            errors=["States.TaskFailed"],
-            interval=cdk.Duration.seconds(30),
-            max_attempts=3,
-            backoff_rate=2,
-        )
-        wait = sfn.Wait(self, "WaitOneMinute", time=sfn.WaitTime.duration(WATCH_INTERVAL))
-        done = sfn.Choice(self, "Signalled").when(
-            sfn.Condition.boolean_equals("$.done", True), sfn.Succeed(self, "Done")
-        )
-        done.otherwise(wait)
-        wait.next(watch)
+    def _provider(self, check_fn: lambda_.Function) -> cr.Provider:
         log_group = logs.LogGroup(
-            self, "WatcherLogs", retention=self._log_retention, removal_policy=self._log_removal_policy
+            self, "ProviderLogs", retention=self._log_retention, removal_policy=self._log_removal_policy
         )
-        machine = sfn.StateMachine(
-            self,
-            "Watcher",
-            comment="Waits for a HyperPod cluster to be InService or failed, then signals its wait condition",
-            definition_body=sfn.DefinitionBody.from_chainable(watch.next(done)),
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            timeout=cdk.Duration.seconds(timeout_seconds + WATCHER_MARGIN_SECONDS),
-            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=False),
-            tracing_enabled=True,
-        )
+        provider = cr.Provider(self, "Provider", on_event_handler=check_fn, log_group=log_group)
         acknowledge(
-            machine,
-            "AwsSolutions-IAM5[Resource::*]",
-            "Step Functions delivers logs and X-Ray traces through logs:*LogDelivery and xray:Put* actions that have "
-            "no resource-level permissions; the role is only assumable by this state machine.",
+            provider,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "The custom resource framework's onEvent function gets the basic execution policy from aws-cdk-lib's "
+            "Provider; it only lets it write its CloudWatch logs.",
         )
-        quiet_redundant_role_dependency(machine)
+        quiet_redundant_role_dependency(provider)
+        _acknowledge_handler_compliance(provider, "The custom resource framework's function")
         acknowledge_compliance(
-            machine,
+            provider,
             "IAMNoInlinePolicy",
-            "aws-cdk-lib writes the watcher role's grants (invoke the watch function, deliver logs and traces) as "
-            "its default policy; the role belongs to this state machine alone.",
+            "aws-cdk-lib's Provider writes its framework function's grant (invoke the check function) as the "
+            "default policy of a role that belongs to the framework alone.",
         )
         acknowledge_compliance(
             log_group,
             "CloudWatchLogGroupEncrypted",
-            "The watcher logs state transitions without execution data, so no presigned wait handle URL reaches "
-            "them; CloudWatch Logs encrypts them at rest with service keys.",
+            "The custom resource framework logs request types, resource ids and results (no secrets); CloudWatch "
+            "Logs encrypts them at rest with service keys.",
         )
         acknowledge_wildcard_resource(
-            machine,
-            f"{watch_fn.function_arn}:*",
-            "The watcher invokes its watch function by ARN; the :* suffix only adds that one function's versions "
-            "and aliases.",
-        )
-        return machine
-
-    def _provider(self, on_event_fn: lambda_.Function, is_complete_fn: lambda_.Function) -> cr.Provider:
-        log_group = logs.LogGroup(
-            self, "ProviderLogs", retention=self._log_retention, removal_policy=self._log_removal_policy
-        )
-        waiter_logs = logs.LogGroup(
-            self, "ProviderWaiterLogs", retention=self._log_retention, removal_policy=self._log_removal_policy
-        )
-        provider = cr.Provider(
-            self,
-            "Provider",
-            on_event_handler=on_event_fn,
-            is_complete_handler=is_complete_fn,
-            query_interval=cdk.Duration.seconds(30),
-            total_timeout=cdk.Duration.hours(1),
-            log_group=log_group,
-            disable_waiter_state_machine_logging=False,
-            waiter_state_machine_log_options=cr.LogOptions(
-                destination=waiter_logs, level=sfn.LogLevel.ALL, include_execution_data=False
-            ),
-        )
-        acknowledge(
             provider,
-            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
-            "The custom resource framework's own functions (onEvent, isComplete, onTimeout) get the basic execution "
-            "policy from aws-cdk-lib's Provider; it only lets them write their CloudWatch logs.",
+            f"{check_fn.function_arn}:*",
+            "The provider framework invokes the check function by ARN; the :* suffix only adds that one function's "
+            "versions and aliases.",
         )
-        acknowledge(
-            provider,
-            "AwsSolutions-IAM5[Resource::*]",
-            "The framework's waiter state machine delivers its logs through logs:*LogDelivery and related actions, "
-            "which have no resource-level permissions; only that state machine's role holds them.",
-        )
-        acknowledge(
-            provider,
-            "AwsSolutions-SF2",
-            "The framework's waiter state machine only polls the is_complete function while a cluster is deleted; "
-            "aws-cdk-lib's Provider offers no tracing option for it, and its logs (level ALL) record every step.",
-        )
-        quiet_redundant_role_dependency(provider)
-        _acknowledge_handler_compliance(provider, "the custom resource framework's functions")
-        acknowledge_compliance(
-            provider,
-            "IAMNoInlinePolicy",
-            "aws-cdk-lib's Provider writes its framework functions' and waiter's grants (invoke the handlers, "
-            "deliver logs) as default policies of roles that belong to the framework alone.",
-        )
-        for group in (log_group, waiter_logs):
-            acknowledge_compliance(
-                group,
-                "CloudWatchLogGroupEncrypted",
-                "The custom resource framework logs request types, resource ids and handler results, without "
-                "execution data; CloudWatch Logs encrypts them at rest with service keys.",
-            )
-        invoked = [on_event_fn, is_complete_fn] + [
-            child
-            for child in provider.node.children
-            if isinstance(child, lambda_.Function) and child.node.id in ("framework-isComplete", "framework-onTimeout")
-        ]
-        for function in invoked:
-            acknowledge_wildcard_resource(
-                provider,
-                f"{function.function_arn}:*",
-                f"The provider framework invokes {function.node.id} by ARN; the :* suffix only adds that one "
-                "function's versions and aliases.",
-            )
         return provider
 
 
+def check_against_botocore(spec: Mapping[str, Any]) -> None:
+    """Refuse, naming the field, a request the installed botocore's CreateCluster or UpdateCluster does not take.
+
+    CreateCluster validates the whole request; UpdateCluster the fields it
+    shares with it (CloudFormation updates them in place). A deploy-time value
+    (a token) stands in as a string of the length its field asks for.
+    """
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    create = model.operation_model("CreateCluster").input_shape
+    update = model.operation_model("UpdateCluster").input_shape
+    problems: list[str] = []
+    for name, shape, request in (
+        ("CreateCluster", create, dict(spec)),
+        ("UpdateCluster", update, {k: v for k, v in spec.items() if update is not None and k in update.members}),
+    ):
+        if shape is None:  # pragma: no cover - both operations have inputs
+            raise RuntimeError(f"botocore's SageMaker model has no input for {name}")
+        try:
+            validate_parameters(_stand_in_tokens(request, shape), shape)
+        except ParamValidationError as err:
+            problems.append(f"{name}: {err.kwargs['report']}")
+        # botocore's validator does not look at enumerations; the service refuses a value outside them.
+        problems += [f"{name}: {problem}" for problem in _enum_problems(request, shape, "")]
+    if problems:
+        raise ValueError(
+            f"HyperPodCluster: the installed botocore {botocore.__version__} does not take this request: "
+            + "; ".join(problems)
+        )
+
+
+def _enum_problems(value: Any, shape: Shape, path: str) -> list[str]:
+    """Every string of ``value`` that is not one of its field's enumeration, named by its path."""
+    if shape.type_name == "string" and isinstance(value, str):
+        allowed = shape.enum if isinstance(shape, StringShape) else []
+        if allowed and not cdk.Token.is_unresolved(value) and value not in allowed:
+            return [f"{path or 'value'}: {value!r} is not one of {', '.join(allowed)}"]
+        return []
+    if shape.type_name == "structure" and isinstance(value, dict):
+        members = shape.members  # type: ignore[attr-defined]
+        return [
+            problem
+            for k, v in value.items()
+            if k in members
+            for problem in _enum_problems(v, members[k], f"{path}.{k}" if path else k)
+        ]
+    if shape.type_name == "list" and isinstance(value, list):
+        return [
+            problem
+            for i, item in enumerate(value)
+            for problem in _enum_problems(item, shape.member, f"{path}[{i}]")  # type: ignore[attr-defined]
+        ]
+    return []
+
+
+def _stand_in_tokens(value: Any, shape: Shape) -> Any:
+    """``value`` with every unresolved token replaced by a string as long as ``shape`` asks (at least 1)."""
+    if isinstance(value, str) and cdk.Token.is_unresolved(value):
+        return "x" * max(int(shape.metadata.get("min", 1)), 1)
+    if shape.type_name == "structure" and isinstance(value, dict):
+        members = shape.members  # type: ignore[attr-defined]
+        return {k: _stand_in_tokens(v, members[k]) if k in members else v for k, v in value.items()}
+    if shape.type_name == "list" and isinstance(value, list):
+        return [_stand_in_tokens(item, shape.member) for item in value]  # type: ignore[attr-defined]
+    return value
+
+
 def _acknowledge_handler_compliance(scope: Construct, what: str) -> None:
-    """The compliance packs' Lambda rules, for functions CloudFormation and Step Functions call synchronously."""
+    """The compliance packs' Lambda rules, for functions CloudFormation's provider framework calls synchronously."""
     acknowledge_compliance(
         scope,
         "LambdaConcurrency",
-        f"{what} run a few times per stack operation; reserving concurrency would take capacity from the "
+        f"{what} runs a few times per stack operation; reserving concurrency would take capacity from the "
         "account's unreserved pool (and fails in accounts with the default low limit) for no protection.",
     )
     acknowledge_compliance(
         scope,
         "LambdaDLQ",
-        f"{what} are invoked synchronously by CloudFormation's provider framework or Step Functions, which retry "
-        "and report failures themselves; a dead-letter queue only applies to asynchronous invocations.",
+        f"{what} is invoked synchronously through CloudFormation's provider framework, which reports failures to "
+        "the stack itself; a dead-letter queue only applies to asynchronous invocations.",
     )
     acknowledge_compliance(
         scope,
         "LambdaInsideVPC",
-        f"{what} only call AWS APIs (SageMaker, S3, EC2, Step Functions) and the CloudFormation wait handle URL; "
-        "running them in the VPC would add interfaces and a dependency on its NAT without reaching anything there.",
+        f"{what} only calls AWS APIs (SageMaker, S3, EC2, Lambda); running it in the VPC would add interfaces and a "
+        "dependency on its NAT without reaching anything there.",
     )
 
 
@@ -617,6 +568,10 @@ def _check_group(label: str, group: InstanceGroupConfig, problems: list[str]) ->
         )
     if group.training_plan_arn is not None and not TRAINING_PLAN_ARN.fullmatch(group.training_plan_arn):
         problems.append(f"{label}.training_plan_arn: {group.training_plan_arn!r} is not a SageMaker training plan ARN")
+    for field in ("ebs_volume_kms_key_id", "root_volume_kms_key_id"):
+        key = getattr(group, field)
+        if key is not None and not KMS_KEY.fullmatch(key):
+            problems.append(f"{label}.{field}: {key!r} is not a KMS key ID or ARN")
 
 
 def _check_props(
@@ -627,18 +582,20 @@ def _check_props(
     workers: Sequence[WorkerGroupConfig],
     subnets: Sequence[ec2.ISubnet],
     security_groups: Sequence[ec2.ISecurityGroup],
+    execution_roles: Mapping[str, iam.IRole],
+    group_subnets: Mapping[str, Sequence[ec2.ISubnet]],
     lifecycle: HyperPodLifecycle,
     node_recovery: str,
-    create_timeout_hours: int,
+    slurm_config_strategy: str | None,
     tags: Mapping[str, str],
     log_removal_policy: cdk.RemovalPolicy,
 ) -> None:
     """Check every prop at once and raise one ValueError listing all problems."""
     problems: list[str] = []
-    if not re.fullmatch(GROUP_NAME, cluster_name) or len(cluster_name) > MAX_BASE_NAME:
+    if not re.fullmatch(GROUP_NAME, cluster_name):
         problems.append(
-            f"cluster_name: {cluster_name!r} is not allowed; use 1-{MAX_BASE_NAME} letters, digits and hyphens, "
-            f"starting and ending with a letter or digit (a '-' and a {HASH_LENGTH}-character hash are appended)"
+            f"cluster_name: {cluster_name!r} is not allowed; use 1-63 letters, digits and hyphens, starting and "
+            "ending with a letter or digit"
         )
     _check_group("controller", controller, problems)
     if controller.instance_count != 1:
@@ -653,6 +610,22 @@ def _check_props(
     names = [g.instance_group_name for g in groups]
     if len(set(names)) != len(names):
         problems.append(f"workers: group names {names} repeat; controller, login and worker groups must differ")
+    if sorted(execution_roles) != sorted(set(names)):
+        problems.append(
+            f"execution_roles: given for {sorted(execution_roles)}, but the groups are {sorted(set(names))}; give "
+            "each instance group its own role"
+        )
+    unknown = sorted(set(group_subnets) - set(names))
+    if unknown:
+        problems.append(f"group_subnets: {unknown} are not instance groups of this cluster ({names})")
+    for name, chosen in group_subnets.items():
+        if not 1 <= len(chosen) <= 16:
+            problems.append(f"group_subnets[{name!r}]: {len(chosen)} given; HyperPod allows 1 to 16 (private subnets)")
+    if slurm_config_strategy not in (None, "Managed", "Overwrite", "Merge"):
+        problems.append(
+            f"slurm_config_strategy: {slurm_config_strategy!r} is not allowed; use 'Managed', 'Overwrite', 'Merge' "
+            "or leave it unset"
+        )
     expected_workers = {w.instance_group_name: w.partition_name or w.instance_group_name for w in workers}
     planned = (lifecycle.controller_group, lifecycle.login_group, lifecycle.worker_groups)
     wanted = (controller.instance_group_name, login.instance_group_name if login else None, expected_workers)
@@ -668,15 +641,6 @@ def _check_props(
         problems.append(f"security_groups: {len(security_groups)} given; HyperPod allows 1 to 5")
     if node_recovery not in ("Automatic", "None"):
         problems.append(f"node_recovery: {node_recovery!r} is not allowed; use 'Automatic' or 'None'")
-    if (
-        isinstance(create_timeout_hours, bool)
-        or not isinstance(create_timeout_hours, int)
-        or not 1 <= create_timeout_hours <= MAX_CREATE_TIMEOUT_HOURS
-    ):
-        problems.append(
-            f"create_timeout_hours: {create_timeout_hours!r} is not allowed; use a whole number of hours from 1 to "
-            f"{MAX_CREATE_TIMEOUT_HOURS} (a wait condition waits at most 12 hours)"
-        )
     if len(tags) > MAX_TAGS:
         problems.append(f"tags: {len(tags)} given; HyperPod allows at most {MAX_TAGS}")
     for key, value in tags.items():

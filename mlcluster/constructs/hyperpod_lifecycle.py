@@ -28,8 +28,12 @@ from mlcluster.constructs.hyperpod_role import PREFIX
 from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle import LIFECYCLE_DIR
 
-#: HyperPod only accepts lifecycle buckets whose name starts with this.
-BUCKET_PREFIX = "sagemaker-mlc"
+#: The lifecycle bucket's name starts with this. Not ``sagemaker-``: AWS managed policies grant object
+#: writes on every bucket whose name contains "sagemaker" (any case), and HyperPod itself takes any bucket
+#: its execution role can read (botocore's SourceS3Uri pattern is ``(https|s3)://([^/]+)/?(.*)``; the
+#: API reference asks for ``s3://sagemaker-`` only because the managed instance-role policy reads just
+#: those buckets, and our roles read this one by explicit grant).
+BUCKET_PREFIX = "mlc-lifecycle"
 #: What an environment name may hold: it becomes part of the bucket name.
 ENVIRONMENT_NAME = re.compile(r"[a-z][a-z0-9-]*")
 #: The lengths the bucket name is checked against when account or region are not known at synth time.
@@ -47,7 +51,7 @@ EXCLUDE = ["__pycache__", "*.pyc"]
 
 
 def lifecycle_bucket_name(environment_name: str) -> str:
-    """``sagemaker-mlc-<environment>-<account>-<region>`` with the account and region of the deploying stack."""
+    """``mlc-lifecycle-<environment>-<account>-<region>`` with the account and region of the deploying stack."""
     return cdk.Fn.join("-", [BUCKET_PREFIX, environment_name, cdk.Aws.ACCOUNT_ID, cdk.Aws.REGION])
 
 
@@ -71,11 +75,11 @@ def features_document(features: LifecycleConfig) -> dict[str, Any]:
 class HyperPodLifecycle(Construct):
     """The lifecycle scripts of a HyperPod Slurm cluster in their own S3 bucket.
 
-    Creates a bucket named ``sagemaker-mlc-<environment>-<account>-<region>``
-    (HyperPod and its execution role policy only read ``sagemaker-*``
-    buckets), secured like the data bucket (``DataBucket``: public access
-    blocked, TLS only, SSE-S3, versioned, server access logs to a log
-    bucket), and uploads under ``prefix``:
+    Creates a ``ScriptBucket`` named ``mlc-lifecycle-<environment>-<account>-<region>``
+    (no ``sagemaker`` in it, so no AWS managed policy grants writes to it;
+    its policy denies object changes to all but the upload), secured like
+    the data bucket (public access blocked, TLS only, SSE-S3, versioned,
+    server access logs to a log bucket), and uploads under ``prefix``:
 
     - every file of ``scripts_dir`` (``on_create.sh`` and what it runs);
     - ``provisioning_parameters.json``: Slurm, the controller, login and
@@ -219,10 +223,11 @@ def _check_props(
     """Check every prop at once and raise one ValueError listing all problems."""
     problems: list[str] = []
     # The pattern keeps the name within S3's rules (lowercase, digits, '-', no dots); only its length can fail.
-    if not ENVIRONMENT_NAME.fullmatch(environment_name):
+    if not ENVIRONMENT_NAME.fullmatch(environment_name) or "sagemaker" in environment_name:
         problems.append(
             f"environment_name: {environment_name!r} is not allowed; use lowercase letters, digits and '-', "
-            "starting with a letter (it becomes part of the S3 bucket name)"
+            "starting with a letter, without 'sagemaker' (it becomes part of the S3 bucket name, and AWS managed "
+            "policies grant writes to buckets whose name contains 'sagemaker')"
         )
     else:
         known_account = not cdk.Token.is_unresolved(stack.account)

@@ -36,8 +36,10 @@ SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret
 class HyperPodExecutionRole(Construct):
     """The role SageMaker HyperPod gives the nodes of a cluster.
 
-    Trusted by ``sagemaker.amazonaws.com`` only on behalf of this account's
-    HyperPod clusters (``aws:SourceAccount`` and ``aws:SourceArn`` conditions).
+    Trusted by ``sagemaker.amazonaws.com`` with the trust policy the SageMaker
+    Developer Guide documents for HyperPod execution roles (no conditions).
+    Give each instance group its own role, so that worker nodes hold neither
+    the accounting secret nor anything the controller alone needs.
     Its permissions sit in customer managed policies attached to the role (no
     inline and no AWS managed policies), each a child of the role so anything
     that depends on the role also waits for its permissions:
@@ -61,7 +63,7 @@ class HyperPodExecutionRole(Construct):
       the Slurm accounting database credentials.
 
     Default settings: no data bucket access unless a data bucket is given
-    (then read and write); no secrets; lifecycle prefix ``lifecycle/``.
+    (then read only); no secrets; lifecycle prefix ``lifecycle/``.
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class HyperPodExecutionRole(Construct):
         data_bucket: s3.IBucket | None = None,
         data_bucket_access: DataAccess | None = None,
         secret_arns: Sequence[str] = (),
+        description: str = "SageMaker HyperPod cluster nodes: logs, metrics, SSM, lifecycle scripts, VPC interfaces",
     ) -> None:
         """Create the role and its policies.
 
@@ -87,12 +90,13 @@ class HyperPodExecutionRole(Construct):
         :param lifecycle_prefix: the scripts' key prefix, ending in ``/``. Default: ``lifecycle/``.
         :param data_bucket: the data bucket the nodes use. Default: none.
         :param data_bucket_access: ``none``, ``read`` or ``read_write``. Default:
-            ``read_write`` when ``data_bucket`` is given, else ``none``.
+            ``read`` when ``data_bucket`` is given, else ``none``.
         :param secret_arns: full ARNs of Secrets Manager secrets the nodes read
             (the Slurm accounting database's credentials). Default: none.
+        :param description: the role's description, e.g. naming its instance group.
         """
         super().__init__(scope, construct_id)
-        access: DataAccess = data_bucket_access or ("read_write" if data_bucket is not None else "none")
+        access: DataAccess = data_bucket_access or ("read" if data_bucket is not None else "none")
         _check_props(
             subnets=subnets,
             security_groups=security_groups,
@@ -102,17 +106,18 @@ class HyperPodExecutionRole(Construct):
             secret_arns=secret_arns,
         )
         stack = cdk.Stack.of(self)
+        # The trust policy is the one the SageMaker Developer Guide gives for the HyperPod execution role
+        # ("IAM role for SageMaker HyperPod", https://docs.aws.amazon.com/sagemaker/latest/dg/
+        # sagemaker-hyperpod-prerequisites-iam.html#sagemaker-hyperpod-prerequisites-iam-role-for-hyperpod):
+        # sagemaker.amazonaws.com, sts:AssumeRole, no conditions. The guide does not say which aws:SourceArn or
+        # aws:SourceAccount SageMaker sends when it assumes the role for cluster instances, and a condition on a
+        # key the service does not send fails every node's launch, so there is none. Only principals of this
+        # account with iam:PassRole on this role can hand it to a cluster.
         self.role = iam.Role(
             self,
             "Resource",
-            description="SageMaker HyperPod cluster nodes: logs, metrics, SSM, lifecycle scripts, VPC interfaces",
-            assumed_by=iam.ServicePrincipal(
-                "sagemaker.amazonaws.com",
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnLike": {"aws:SourceArn": stack.format_arn(service="sagemaker", resource="cluster/*")},
-                },
-            ),
+            description=description,
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
         )
         self._telemetry(stack)
         self._session_manager()

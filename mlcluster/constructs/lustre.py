@@ -80,11 +80,14 @@ class LustreStorage(Construct):
       Sunday 06:00 UTC.
     - Lustre errors and warnings logged to a log group
       ``/aws/fsx/lustre/<unique id>`` kept one year.
-    - The file system joins ``cluster_security_group``, which must allow all
-      traffic within itself (as ``ClusterSecurityGroup`` does; EFA requires
-      it). ``dedicated_security_group=True`` creates a group of its own that
-      allows only Lustre (TCP 988 and 1018-1023) with itself and the cluster
-      group.
+    - The file system has a security group of its own, so membership of the
+      nodes' all-traffic group never reaches it. Without EFA the group admits
+      Lustre only (TCP 988 and 1018-1023) from itself and from
+      ``cluster_security_group`` (the clients) and sends Lustre only to both;
+      the client group gets the matching ingress from the file system's
+      group. With EFA the group allows all traffic to and from itself and the
+      client group, and the client group all traffic from it, as the FSx for
+      Lustre guide ("EFA-enabled security groups") requires.
     - One DRA, ``/data`` to the whole ``data_bucket`` (when given), importing
       and exporting new, changed and deleted files. Several DRAs are created
       one after another. For an SSE-KMS data bucket the key policy gets the
@@ -115,7 +118,7 @@ class LustreStorage(Construct):
         vpc: ec2.IVpc,
         subnet: ec2.ISubnet,
         cluster_security_group: ec2.ISecurityGroup,
-        dedicated_security_group: bool = False,
+        dedicated_security_group: bool = True,
         deployment_type: Literal["PERSISTENT_2", "PERSISTENT_1"] = "PERSISTENT_2",
         storage_capacity_gib: int = 1200,
         throughput_mbps_per_tib: int = 250,
@@ -135,13 +138,17 @@ class LustreStorage(Construct):
         data_repository_associations: Sequence[DataRepositoryAssociationProps] | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
     ) -> None:
-        """Create the file system, its security group (if dedicated), log group and DRAs.
+        """Create the file system, its security group, log group and DRAs.
 
-        :param vpc: the VPC of ``subnet`` (the dedicated security group lives there).
+        :param vpc: the VPC of ``subnet`` (the file system's security group lives there).
         :param subnet: the private subnet for the file system; clients should share its zone.
-        :param cluster_security_group: the group cluster nodes use.
-        :param dedicated_security_group: give the file system its own group with
-            Lustre ports only. Default: false (join ``cluster_security_group``).
+        :param cluster_security_group: the group cluster nodes (the clients) use; the
+            file system's group admits Lustre from it, and it gets Lustre from the file system.
+        :param dedicated_security_group: give the file system its own group (default). ``False``
+            keeps it in ``cluster_security_group``, as before this default changed: the nodes'
+            all-traffic group then reaches it. A file system's groups cannot change without
+            replacing it (``SecurityGroupIds`` is create-only), so ``False`` is how an existing
+            file system stays in place; a warning says so. Default: true.
         :param deployment_type: PERSISTENT_2 or PERSISTENT_1. Default: PERSISTENT_2.
         :param storage_capacity_gib: 1200, 2400 or a multiple of 2400 (with EFA:
             a multiple of 4800/9600/19200/38400 at 1000/500/250/125 MB/s/TiB). Default: 1200.
@@ -155,7 +162,8 @@ class LustreStorage(Construct):
         :param metadata_iops: Metadata IOPS with USER_PROVISIONED: 1500, 3000,
             6000, or a multiple of 12000 up to 192000. Default: none.
         :param efa_enabled: EFA and GPUDirect Storage support (PERSISTENT_2,
-            cluster security group, fixed at creation). Default: false.
+            fixed at creation; the security groups then allow all traffic
+            between the file system and its clients). Default: false.
         :param kms_key: the key that encrypts the file system. Default: the FSx service key.
         :param automatic_backup_retention_days: 0 (off) to 90. Default: 7.
         :param daily_backup_start_time: HH:MM UTC. Default: 05:00.
@@ -183,7 +191,6 @@ class LustreStorage(Construct):
             metadata_mode=mode,
             metadata_iops=metadata_iops,
             efa_enabled=efa_enabled,
-            dedicated_security_group=dedicated_security_group,
             automatic_backup_retention_days=automatic_backup_retention_days,
             daily_backup_start_time=daily_backup_start_time,
             weekly_maintenance_start_time=weekly_maintenance_start_time,
@@ -206,7 +213,11 @@ class LustreStorage(Construct):
         if problems:
             raise ValueError("LustreStorage: " + "; ".join(problems))
 
-        self.security_group = self._security_group(vpc, cluster_security_group, dedicated=dedicated_security_group)
+        self.security_group: ec2.ISecurityGroup = cluster_security_group
+        if dedicated_security_group:
+            self.security_group = self._security_group(vpc, cluster_security_group, efa=efa_enabled)
+        else:
+            warn_shared_group(self, "FSx for Lustre")
         self.security_groups: list[ec2.ISecurityGroup] = [self.security_group]
         self.connections = ec2.Connections(
             security_groups=self.security_groups, default_port=ec2.Port.tcp(LUSTRE_PORTS[0][0])
@@ -296,24 +307,57 @@ class LustreStorage(Construct):
         """The Lustre mount name (``mount -t lustre <dns_name>@tcp:/<mount_name> /fsx``)."""
         return self.resource.attr_lustre_mount_name
 
-    def _security_group(
-        self, vpc: ec2.IVpc, cluster_security_group: ec2.ISecurityGroup, *, dedicated: bool
-    ) -> ec2.ISecurityGroup:
-        if not dedicated:
-            return cluster_security_group
+    def _security_group(self, vpc: ec2.IVpc, client_group: ec2.ISecurityGroup, *, efa: bool) -> ec2.SecurityGroup:
+        """The file system's own group, and the client group's ingress from it.
+
+        The client-side rule is a resource of this construct (not of the client
+        group's stack), so the network stack never refers to storage.
+        """
         group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
             vpc=vpc,
-            description="mlcluster FSx for Lustre: Lustre (TCP 988, 1018-1023) with cluster nodes and itself",
+            description=(
+                "mlcluster FSx for Lustre (EFA): all traffic with cluster nodes and itself"
+                if efa
+                else "mlcluster FSx for Lustre: Lustre (TCP 988, 1018-1023) with cluster nodes and itself"
+            ),
             allow_all_outbound=False,
+            disable_inline_rules=True,
         )
-        for low, high in LUSTRE_PORTS:
-            port = ec2.Port.tcp_range(low, high) if low != high else ec2.Port.tcp(low)
-            group.add_ingress_rule(group, port, "Lustre between the file servers")
-            group.add_ingress_rule(cluster_security_group, port, "Lustre from cluster nodes")
-            group.add_egress_rule(group, port, "Lustre between the file servers")
-            group.add_egress_rule(cluster_security_group, port, "Lustre to cluster nodes")
+        ports = [ec2.Port.all_traffic()] if efa else [_port(low, high) for low, high in LUSTRE_PORTS]
+        what = "EFA Lustre" if efa else "Lustre"
+        for index, port in enumerate(ports):
+            group.add_ingress_rule(group, port, f"{what} between the file servers")
+            group.add_ingress_rule(client_group, port, f"{what} from cluster nodes")
+            group.add_egress_rule(group, port, f"{what} between the file servers")
+            group.add_egress_rule(client_group, port, f"{what} to cluster nodes")
+            rule_json = port.to_rule_json()
+            rule = ec2.CfnSecurityGroupIngress(
+                self,
+                f"ClientIngress{index + 1}",
+                group_id=client_group.security_group_id,
+                source_security_group_id=group.security_group_id,
+                description=f"{what} from the file system to cluster nodes",
+                ip_protocol=str(rule_json["ipProtocol"]),
+                from_port=rule_json.get("fromPort"),
+                to_port=rule_json.get("toPort"),
+            )
+            if efa:
+                acknowledge_compliance(
+                    rule,
+                    "EC2RestrictedCommonPorts",
+                    "The source is the EFA-enabled Lustre file system's own security group, not an address "
+                    "range; the FSx for Lustre guide requires all traffic from it to the client group.",
+                )
+        deny_default_egress(group)
+        if efa:
+            acknowledge_compliance(
+                group,
+                "EC2RestrictedCommonPorts",
+                "The sources are this file system's group and the cluster nodes' group, not address ranges; the "
+                "FSx for Lustre guide requires all traffic between them for EFA.",
+            )
         return group
 
     def _associations(
@@ -355,6 +399,44 @@ class LustreStorage(Construct):
                 association.node.add_dependency(dependency)
             created.append(association)
         return created
+
+
+def warn_shared_group(scope: Construct, what: str) -> None:
+    """The synth warning for a file system left in the nodes' all-traffic group."""
+    cdk.Annotations.of(scope).add_warning_v2(
+        "mlcluster:file-system-in-node-group",
+        f"{what} is in the cluster nodes' security group (security_group: cluster): anything that joins that "
+        "group reaches it on every port. Use security_group: dedicated; for a file system that exists, that "
+        "replaces it (SecurityGroupIds cannot change in place): back it up or export its data first.",
+    )
+
+
+def deny_default_egress(group: ec2.SecurityGroup) -> None:
+    """Keep EC2's default allow-all egress off a group whose egress rules are all separate resources.
+
+    EC2 removes the default rule only when the group's own ``SecurityGroupEgress``
+    lists a rule, and CDK drops its placeholder as soon as any egress rule is
+    added, even one it writes as a separate resource (self references, other
+    stacks). The placeholder below matches no traffic.
+    """
+    resource = group.node.default_child
+    assert isinstance(resource, ec2.CfnSecurityGroup)
+    resource.add_property_override(
+        "SecurityGroupEgress",
+        [
+            {
+                "CidrIp": "255.255.255.255/32",
+                "Description": "Disallow all traffic",
+                "IpProtocol": "icmp",
+                "FromPort": 252,
+                "ToPort": 86,
+            }
+        ],
+    )
+
+
+def _port(low: int, high: int) -> ec2.Port:
+    return ec2.Port.tcp(low) if low == high else ec2.Port.tcp_range(low, high)
 
 
 def association_label(file_system_path: str) -> str:
@@ -452,7 +534,6 @@ def _check_file_system(
     metadata_mode: str | None,
     metadata_iops: int | None,
     efa_enabled: bool,
-    dedicated_security_group: bool,
     automatic_backup_retention_days: int,
     daily_backup_start_time: str,
     weekly_maintenance_start_time: str,
@@ -493,13 +574,6 @@ def _check_file_system(
         bad("metadata_iops", metadata_iops, "only used with metadata_mode='USER_PROVISIONED'")
     if efa_enabled and not persistent_2:
         bad("efa_enabled", True, "EFA needs deployment_type 'PERSISTENT_2' with a metadata configuration")
-    if efa_enabled and dedicated_security_group:
-        bad(
-            "dedicated_security_group",
-            True,
-            "EFA needs all traffic between the file system and its clients both ways and within its own group; "
-            "leave it false so the file system joins the cluster security group",
-        )
     if not 0 <= automatic_backup_retention_days <= 90:
         bad("automatic_backup_retention_days", automatic_backup_retention_days, "use 0 (off) to 90 days")
     if not re.fullmatch(DAILY_TIME, daily_backup_start_time):

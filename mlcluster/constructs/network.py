@@ -42,6 +42,8 @@ class NetworkRef(Protocol):
     @property
     def security_group(self) -> ec2.ISecurityGroup: ...
 
+    def node_subnet_cidrs(self, *, include_public: bool) -> list[str]: ...
+
 
 def _net(value: str, what: str) -> ipaddress.IPv4Network:
     try:
@@ -58,9 +60,10 @@ class ClusterNetwork(Construct):
 
     Creates a VPC with a public and a private subnet in the primary zone (and
     private subnets in any extra zones), an internet gateway, NAT gateways, an
-    S3 gateway endpoint on every route table (optionally DynamoDB too), VPC
-    flow logs to a CloudWatch log group, optional peering with an existing
-    VPC, and the cluster security group that nodes and FSx share.
+    S3 gateway endpoint on every route table (optionally DynamoDB too) whose
+    policy lets writes reach only this account's buckets, VPC flow logs to a
+    CloudWatch log group, optional peering with an existing VPC, and the
+    cluster nodes' security group (file systems have groups of their own).
 
     Default settings:
     - VPC ``10.0.0.0/16`` with DNS support and hostnames.
@@ -209,13 +212,14 @@ class ClusterNetwork(Construct):
             private_tables.append(table)
 
         route_table_ids = [t.ref for t in self._route_tables]
-        ec2.CfnVPCEndpoint(
+        self.s3_endpoint = ec2.CfnVPCEndpoint(
             self,
             "S3Endpoint",
             vpc_id=self.resource.ref,
             service_name=cdk.Fn.sub("com.amazonaws.${AWS::Region}.s3"),
             vpc_endpoint_type="Gateway",
             route_table_ids=route_table_ids,
+            policy_document=s3_endpoint_policy().to_json(),
         )
         if dynamodb_endpoint:
             ec2.CfnVPCEndpoint(
@@ -255,6 +259,7 @@ class ClusterNetwork(Construct):
                 subnet_id=s.ref,
                 availability_zone=s.attr_availability_zone,
                 route_table_id=public_tables[i].ref,
+                ipv4_cidr_block=s.cidr_block,
             )
             for i, s in enumerate(public_subnets)
         ]
@@ -265,6 +270,7 @@ class ClusterNetwork(Construct):
                 subnet_id=s.ref,
                 availability_zone=s.attr_availability_zone,
                 route_table_id=private_tables[i].ref,
+                ipv4_cidr_block=s.cidr_block,
             )
             for i, s in enumerate(private_subnets)
         ]
@@ -425,12 +431,22 @@ class ClusterNetwork(Construct):
 
     @property
     def security_group(self) -> ec2.ISecurityGroup:
-        """The cluster security group shared by nodes and file systems."""
+        """The cluster nodes' security group (file systems have groups of their own)."""
         return self._security_group.security_group
+
+    def node_subnet_cidrs(self, *, include_public: bool) -> list[str]:
+        """The CIDR blocks of the subnets cluster nodes may use: every private subnet, and the primary
+        zone's public subnet when ``include_public`` (a head or login node placed there)."""
+        subnets = self._private + (self._public[:1] if include_public else [])
+        return [s.ipv4_cidr_block for s in subnets]
 
 
 class ClusterSecurityGroup(Construct):
-    """The security group that cluster nodes and FSx share.
+    """The cluster nodes' security group (file systems have groups of their own that admit it).
+
+    Its description still names file systems: a group's description cannot
+    change without replacing the group, which every deployed environment
+    exports to its other stacks.
 
     All traffic in from itself and out to itself: EFA requires both on every
     group attached to an EFA interface, or node creation fails its health
@@ -573,6 +589,49 @@ class ImportedNetwork(Construct):
     def security_group(self) -> ec2.ISecurityGroup:
         """The existing cluster security group."""
         return self._security_group
+
+    def node_subnet_cidrs(self, *, include_public: bool) -> list[str]:
+        """The VPC's CIDR: an existing network's subnet blocks are not given, so this is the narrowest known."""
+        return [self._cidr]
+
+
+#: S3 actions that only read; through the endpoint they reach any bucket (packages, ECR layers,
+#: ParallelCluster's and the region's public buckets).
+S3_READ_ACTIONS = (
+    "s3:GetObject",
+    "s3:GetObjectVersion",
+    "s3:GetBucketLocation",
+    "s3:ListBucket",
+    "s3:ListAllMyBuckets",
+)
+
+
+def s3_endpoint_policy() -> iam.PolicyDocument:
+    """The S3 gateway endpoint's policy: reads of any bucket, everything else only on this account's buckets.
+
+    A process on a node (any job) can then not copy data out to a bucket of
+    another account through the endpoint: writes, deletes, multipart
+    uploads, ACL and policy changes need ``aws:ResourceAccount`` to be this
+    account. The endpoint policy does not grant anything by itself; the
+    caller's IAM policy still has to allow the request.
+    """
+    return iam.PolicyDocument(
+        statements=[
+            iam.PolicyStatement(
+                sid="ReadAnyBucket",
+                principals=[iam.AnyPrincipal()],
+                actions=list(S3_READ_ACTIONS),
+                resources=["*"],
+            ),
+            iam.PolicyStatement(
+                sid="AnythingOnThisAccountsBuckets",
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:*"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:ResourceAccount": cdk.Aws.ACCOUNT_ID}},
+            ),
+        ]
+    )
 
 
 class _Layout:

@@ -15,7 +15,7 @@ from constructs import Construct
 
 from mlcluster.config.storage import OPENZFS_THROUGHPUT_MBPS, openzfs_throughput_problem
 from mlcluster.constructs.data_bucket import REMOVAL_POLICIES
-from mlcluster.constructs.lustre import DAILY_TIME, WEEKLY_TIME
+from mlcluster.constructs.lustre import DAILY_TIME, WEEKLY_TIME, deny_default_egress, warn_shared_group
 
 #: NFS ports FSx for OpenZFS serves on, over TCP and UDP (portmapper, nfsd, mountd/lockd/statd).
 NFS_PORTS = ((111, 111), (2049, 2049), (20001, 20003))
@@ -36,15 +36,15 @@ class OpenZfsHome(Construct):
       more regions than SINGLE_AZ_HA_1), 512 GiB SSD, 320 MB/s, LZ4
       compression on the root volume.
     - The root volume is exported over NFS only to ``nfs_client_cidrs`` (the
-      VPC's CIDR blocks), read-write with ``crossmnt`` and ``no_root_squash``;
-      never to ``*``.
+      CIDR blocks of the subnets the cluster's nodes use, not the whole VPC),
+      read-write with ``crossmnt`` and ``no_root_squash``; never to ``*``.
     - Encrypted at rest with the FSx service key; ``kms_key`` for your own.
     - Daily automatic backups at 05:00 UTC kept 7 days, tags copied to
       backups and volumes; weekly maintenance Sunday 06:00 UTC.
-    - The file system joins ``cluster_security_group`` (which must allow NFS
-      within itself, as ``ClusterSecurityGroup`` does);
-      ``dedicated_security_group=True`` creates a group that admits NFS (TCP
-      and UDP 111, 2049, 20001-20003) from the cluster group only.
+    - The file system has a security group of its own that admits NFS (TCP
+      and UDP 111, 2049, 20001-20003) from ``cluster_security_group`` only and
+      sends only to it, so root on any other instance in the VPC neither
+      reaches the export by address nor by joining the nodes' group.
     - Removal policy RETAIN. With DESTROY the file system is deleted even
       if users made child volumes or snapshots.
 
@@ -62,7 +62,7 @@ class OpenZfsHome(Construct):
         subnet: ec2.ISubnet,
         cluster_security_group: ec2.ISecurityGroup,
         nfs_client_cidrs: Sequence[str],
-        dedicated_security_group: bool = False,
+        dedicated_security_group: bool = True,
         deployment_type: Literal[
             "SINGLE_AZ_HA_2", "SINGLE_AZ_HA_1", "SINGLE_AZ_2", "SINGLE_AZ_1", "MULTI_AZ_1"
         ] = "SINGLE_AZ_HA_2",
@@ -78,14 +78,16 @@ class OpenZfsHome(Construct):
         weekly_maintenance_start_time: str = "7:06:00",
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
     ) -> None:
-        """Create the file system (and its security group if dedicated).
+        """Create the file system and its security group.
 
-        :param vpc: the VPC of ``subnet`` (the dedicated security group lives there).
+        :param vpc: the VPC of ``subnet`` (the file system's security group lives there).
         :param subnet: the private subnet of the (preferred) file server.
-        :param cluster_security_group: the group cluster nodes use.
-        :param nfs_client_cidrs: IPv4 CIDR blocks that may mount /home (1 to 25), e.g. the VPC's.
-        :param dedicated_security_group: give the file system its own group admitting NFS
-            from ``cluster_security_group`` only. Default: false.
+        :param cluster_security_group: the group cluster nodes use; the only source NFS is admitted from.
+        :param nfs_client_cidrs: IPv4 CIDR blocks that may mount /home (1 to 25): the
+            cluster nodes' subnets.
+        :param dedicated_security_group: give the file system its own group admitting NFS from
+            ``cluster_security_group`` only (default). ``False`` keeps it in that group, as before
+            this default changed, so an existing file system is not replaced; a warning says so.
         :param deployment_type: SINGLE_AZ_HA_2, SINGLE_AZ_HA_1, SINGLE_AZ_2,
             SINGLE_AZ_1 or MULTI_AZ_1. Default: SINGLE_AZ_HA_2.
         :param standby_subnet: MULTI_AZ_1 only: the standby file server's subnet
@@ -126,9 +128,11 @@ class OpenZfsHome(Construct):
         if problems:
             raise ValueError("OpenZfsHome: " + "; ".join(problems))
 
-        self.security_group = cluster_security_group
+        self.security_group: ec2.ISecurityGroup = cluster_security_group
         if dedicated_security_group:
             self.security_group = _nfs_security_group(self, vpc, cluster_security_group)
+        else:
+            warn_shared_group(self, "FSx for OpenZFS (/home)")
         self.security_groups: list[ec2.ISecurityGroup] = [self.security_group]
         self.connections = ec2.Connections(security_groups=self.security_groups, default_port=ec2.Port.tcp(2049))
 
@@ -198,11 +202,13 @@ def _nfs_security_group(
         vpc=vpc,
         description="mlcluster FSx for OpenZFS /home: NFS from cluster nodes only",
         allow_all_outbound=False,
+        disable_inline_rules=True,
     )
     for low, high in NFS_PORTS:
         for port in (ec2.Port.tcp_range(low, high), ec2.Port.udp_range(low, high)):
             group.add_ingress_rule(cluster_security_group, port, "NFS from cluster nodes")
     group.add_egress_rule(cluster_security_group, ec2.Port.all_traffic(), "NFS replies and callbacks to cluster nodes")
+    deny_default_egress(group)
     return group
 
 
@@ -239,7 +245,7 @@ def _check_props(
     if not multi_az and route_table_ids is not None:
         bad("route_table_ids", list(route_table_ids), f"only used with MULTI_AZ_1, not {deployment_type}; drop them")
     if not 1 <= len(nfs_client_cidrs) <= MAX_NFS_CLIENTS:
-        bad("nfs_client_cidrs", list(nfs_client_cidrs), f"give 1 to {MAX_NFS_CLIENTS} CIDR blocks, e.g. the VPC's")
+        bad("nfs_client_cidrs", list(nfs_client_cidrs), f"give 1 to {MAX_NFS_CLIENTS} CIDR blocks: the nodes' subnets")
     for cidr in nfs_client_cidrs:
         if cdk.Token.is_unresolved(cidr):
             continue
@@ -249,7 +255,7 @@ def _check_props(
             bad("nfs_client_cidrs", cidr, "use IPv4 CIDR blocks such as '10.0.0.0/16' (never '*')")
             continue
         if network.prefixlen == 0:
-            bad("nfs_client_cidrs", cidr, "exporting /home to every address is not allowed; use the VPC's CIDR")
+            bad("nfs_client_cidrs", cidr, "exporting /home to every address is not allowed; use the nodes' subnets")
     if not 64 <= storage_capacity_gib <= 524288:
         bad("storage_capacity_gib", storage_capacity_gib, "use 64 to 524288 GiB")
     if data_compression not in COMPRESSIONS:

@@ -20,7 +20,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct, IConstruct, IValidation
 
-from mlcluster.constructs.data_bucket import DataBucket
+from mlcluster.constructs.data_bucket import AUTO_DELETE_PROVIDER, DataBucket
 from mlcluster.constructs.nag import (
     acknowledge,
     acknowledge_compliance,
@@ -33,6 +33,24 @@ from mlcluster.constructs.nag import (
 DEPLOYMENT_HANDLER_PREFIX = "Custom::CDKBucketDeployment"
 #: What aws_s3_deployment grants its function on the CDK assets bucket (a read grant).
 ASSET_READ_ACTIONS = frozenset({"s3:GetObject*", "s3:GetBucket*", "s3:List*"})
+#: Every action that writes, overwrites, deletes or re-labels an object (or one of its versions).
+OBJECT_CHANGE_ACTIONS = (
+    "s3:PutObject",
+    "s3:PutObjectAcl",
+    "s3:PutObjectVersionAcl",
+    "s3:PutObjectTagging",
+    "s3:PutObjectVersionTagging",
+    "s3:DeleteObject",
+    "s3:DeleteObjectVersion",
+    "s3:DeleteObjectTagging",
+    "s3:DeleteObjectVersionTagging",
+    "s3:RestoreObject",
+    "s3:PutObjectRetention",
+    "s3:PutObjectLegalHold",
+)
+#: AWS managed policies grant object writes on every bucket whose name contains this, in any case
+#: (AmazonSageMakerFullAccess, AmazonSageMakerFeatureStoreAccess): a script bucket's name must not.
+MANAGED_POLICY_BUCKET_WORD = "sagemaker"
 
 
 class ScriptBucket(Construct):
@@ -42,6 +60,16 @@ class ScriptBucket(Construct):
     access blocked, TLS only, SSE-S3, versioned, server access logs) and an
     ``aws_s3_deployment.BucketDeployment`` that uploads ``sources`` under
     ``prefix`` whenever they change and removes files no longer in them.
+
+    What is in the bucket runs as root on every node, so its policy denies
+    every object write, delete and re-label (``OBJECT_CHANGE_ACTIONS``) to
+    every principal but the upload function's role (and, when the bucket is
+    destroyed with the stack, the role of CDK's function that empties it):
+    an explicit deny beats any identity policy's allow, administrators' and
+    AWS managed policies' included. Nodes read it by explicit grants in
+    their own roles. The bucket's name (given, or generated from the stack
+    name) must not contain ``sagemaker`` in any case, which AWS managed
+    policies match to grant writes.
 
     Default settings: a CloudFormation-generated bucket name; bucket, access
     logs and upload logs retained when the stack is deleted; upload logs kept
@@ -74,6 +102,15 @@ class ScriptBucket(Construct):
             raise ValueError(f"prefix: {prefix!r} is not allowed; use a key prefix ending in '/', such as 'scripts/'")
         if not sources:
             raise ValueError("sources: give at least one source to upload")
+        stack = cdk.Stack.of(self)
+        named_by = bucket_name if bucket_name is not None else stack.stack_name
+        if not cdk.Token.is_unresolved(named_by) and MANAGED_POLICY_BUCKET_WORD in named_by.lower():
+            what = f"bucket_name {bucket_name!r}" if bucket_name is not None else f"stack name {named_by!r}"
+            raise ValueError(
+                f"{what} contains {MANAGED_POLICY_BUCKET_WORD!r}: AWS managed policies (AmazonSageMakerFullAccess, "
+                "AmazonSageMakerFeatureStoreAccess) let their holders write to any bucket whose name contains it, and "
+                "this bucket holds scripts that run as root on the nodes; choose a name without it"
+            )
         self.prefix = prefix
         self.data_bucket = DataBucket(self, "Resource", bucket_name=bucket_name, removal_policy=removal_policy)
         self.bucket: s3.IBucket = self.data_bucket.bucket
@@ -88,6 +125,7 @@ class ScriptBucket(Construct):
             log_group=log_group,
         )
         self._acknowledge_upload_handler(purpose)
+        self._deny_object_changes(stack, removal_policy)
         acknowledge_compliance(
             self.data_bucket,
             "S3BucketReplicationEnabled",
@@ -105,6 +143,27 @@ class ScriptBucket(Construct):
             "CloudWatchLogGroupEncrypted",
             f"The upload function logs object keys and copy results of {purpose} only; CloudWatch Logs encrypts "
             "them at rest with service keys.",
+        )
+
+    def _deny_object_changes(self, stack: cdk.Stack, removal_policy: cdk.RemovalPolicy) -> None:
+        """Deny every object change to all principals but the roles of the deploy that upload and empty it."""
+        writers = [self.deployment.handler_role.role_arn]
+        if removal_policy == cdk.RemovalPolicy.DESTROY:
+            provider = stack.node.try_find_child(AUTO_DELETE_PROVIDER)
+            role = provider.node.try_find_child("Role") if provider is not None else None
+            if role is None or not isinstance(role, cdk.CfnResource):
+                raise RuntimeError(f"{self.node.path}: cannot find the role of {AUTO_DELETE_PROVIDER}")
+            writers.append(role.get_att("Arn").to_string())
+        self.writer_role_arns = writers
+        self.bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlyTheDeployChangesObjects",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=list(OBJECT_CHANGE_ACTIONS),
+                resources=[self.bucket.arn_for_objects("*")],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": writers}},
+            )
         )
 
     def _acknowledge_upload_handler(self, purpose: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct
@@ -17,11 +18,12 @@ from constructs import Construct
 from mlcluster.config import Environment
 from mlcluster.config.hyperpod import HyperPodConfig
 from mlcluster.config.pcluster import PclusterConfig
+from mlcluster.config.schema import ConfigError, Problem
 from mlcluster.constructs.capacity_reservation_group import CapacityReservationGroup
 from mlcluster.constructs.hyperpod_cluster import HyperPodCluster
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.constructs.hyperpod_role import HyperPodExecutionRole
-from mlcluster.constructs.nag import acknowledge, acknowledge_wildcard_resource
+from mlcluster.constructs.nag import acknowledge_wildcard_resource
 from mlcluster.constructs.network import NetworkRef
 from mlcluster.constructs.pcluster_cluster import PclusterCluster
 from mlcluster.constructs.script_bucket import ScriptBucket
@@ -41,9 +43,9 @@ class ClusterStack(cdk.Stack):
     ``pcluster``: node scripts uploaded to a secured bucket, capacity
     reservation groups, and the cluster launched through ParallelCluster's
     official custom resource with a configuration rendered from the file.
-    ``hyperpod``: the execution role, the ``sagemaker-`` lifecycle bucket
-    with scripts and generated inputs, and the custom resource that creates
-    the cluster and waits (up to 12 hours) for it to be InService.
+    ``hyperpod``: one execution role per instance group, the lifecycle
+    bucket with scripts and generated inputs, and CloudFormation's native
+    cluster resource between a pre-flight check and a node check.
     """
 
     def __init__(
@@ -168,18 +170,45 @@ class ClusterStack(cdk.Stack):
             log_retention=log_retention(env),
         )
         accounting = cfg.lifecycle.accounting
-        role = HyperPodExecutionRole(
-            self,
-            "ExecutionRole",
-            vpc=network.vpc,
-            subnets=network.private_subnets[:1],
-            security_groups=[network.security_group],
-            lifecycle_bucket=lifecycle.bucket,
-            lifecycle_prefix=lifecycle.prefix,
-            data_bucket=storage.data_bucket.bucket,
-            data_bucket_access=cfg.data_bucket_access,
-            secret_arns=[accounting.secret_arn] if accounting.secret_arn else [],
-        )
+        labels = network_zone_labels(env.config.network)
+        subnet_of = dict(zip(labels, network.private_subnets, strict=False))
+        groups = [cfg.controller, *([cfg.login] if cfg.login is not None else []), *cfg.workers]
+        paths = [
+            "controller",
+            *(["login"] if cfg.login is not None else []),
+            *(f"workers[{i}]" for i in range(len(cfg.workers))),
+        ]
+        group_subnets: dict[str, list[ec2.ISubnet]] = {}
+        problems = []
+        for path, group in zip(paths, groups, strict=True):
+            unknown = [zone for zone in group.zones if zone not in subnet_of]
+            if unknown:
+                problems.append(
+                    Problem(f"cluster.hyperpod.{path}.zones", list(group.zones), f"allowed: zones of network: {labels}")
+                )
+            elif group.zones:
+                group_subnets[group.instance_group_name] = [subnet_of[zone] for zone in group.zones]
+        if problems:
+            raise ConfigError(env.source, problems)
+        override_subnets = [subnet for chosen in group_subnets.values() for subnet in chosen]
+        node_subnets = list(dict.fromkeys([network.private_subnets[0], *override_subnets]))
+        roles: dict[str, iam.IRole] = {}
+        for group in groups:
+            is_controller = group is cfg.controller
+            roles[group.instance_group_name] = HyperPodExecutionRole(
+                self,
+                f"Role-{group.instance_group_name}",
+                vpc=network.vpc,
+                subnets=node_subnets,
+                security_groups=[network.security_group],
+                lifecycle_bucket=lifecycle.bucket,
+                lifecycle_prefix=lifecycle.prefix,
+                data_bucket=storage.data_bucket.bucket,
+                data_bucket_access=cfg.data_bucket_access,
+                # Only the controller runs slurmdbd, so only its role reads the accounting database's secret.
+                secret_arns=[accounting.secret_arn] if accounting.secret_arn and is_controller else [],
+                description=f"SageMaker HyperPod instance group {group.instance_group_name} of {env.cluster_name}",
+            ).role
         self.hyperpod = HyperPodCluster(
             self,
             "Cluster",
@@ -189,29 +218,18 @@ class ClusterStack(cdk.Stack):
             workers=cfg.workers,
             subnets=network.private_subnets[:1],
             security_groups=[network.security_group],
-            execution_role=role.role,
+            execution_roles=roles,
             lifecycle=lifecycle,
+            group_subnets=group_subnets,
             node_recovery=cfg.node_recovery,
-            create_timeout_hours=cfg.create_timeout_hours,
+            slurm_config_strategy=cfg.slurm_config_strategy,
             tags=dict(env.config.tags),
             log_retention=log_retention(env),
             log_removal_policy=removal_policy(env),
         )
         export_output(self, env, "ClusterName", self.hyperpod.cluster_name, "HyperPod cluster name")
         export_output(self, env, "ClusterArn", self.hyperpod.cluster_arn, "HyperPod cluster ARN")
-        export_output(
-            self,
-            env,
-            "ClusterStatus",
-            cdk.Fn.to_json_string(self.hyperpod.wait_condition.attr_data),
-            "Status the watcher signalled for this cluster spec, as {cluster name: status}",
-        )
-        acknowledge(
-            self,
-            "CloudFormation-Validate::F6101",
-            "The ClusterStatus output wraps the WaitCondition's Data object in Fn::ToJsonString "
-            "(AWS::LanguageExtensions), which makes it a string; the validator only looks at the inner GetAtt.",
-        )
+        export_output(self, env, "ClusterStatus", self.hyperpod.cluster_status, "HyperPod cluster status")
         export_output(
             self, env, "ControllerSsmCommand", self.hyperpod.ssm_session_command(), "Open a shell on the controller"
         )

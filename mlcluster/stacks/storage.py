@@ -18,6 +18,16 @@ from mlcluster.constructs.openzfs import OpenZfsHome
 from mlcluster.stacks.common import export_output, log_retention, removal_policy
 
 
+def nodes_in_public_subnet(environment: Environment) -> bool:
+    """Whether the environment's cluster puts a head or login node in the public subnet (it mounts /home)."""
+    cluster = environment.config.cluster
+    pcluster = cluster.pcluster if cluster.backend == "pcluster" else None
+    if pcluster is None:
+        return False
+    login = pcluster.login_nodes
+    return pcluster.head_node.subnet == "public" or (login is not None and login.internet_facing)
+
+
 class StorageStack(cdk.Stack):
     """The data bucket, FSx for Lustre linked to it by DRAs, and optional OpenZFS /home.
 
@@ -97,7 +107,7 @@ class StorageStack(cdk.Stack):
                 vpc=network.vpc,
                 subnet=subnet,
                 cluster_security_group=network.security_group,
-                nfs_client_cidrs=network.vpc_cidr_blocks,
+                nfs_client_cidrs=network.node_subnet_cidrs(include_public=nodes_in_public_subnet(environment)),
                 dedicated_security_group=zfs.security_group == "dedicated",
                 deployment_type=zfs.deployment_type,
                 standby_subnet=network.private_subnets[1] if multi_az and len(network.private_subnets) > 1 else None,

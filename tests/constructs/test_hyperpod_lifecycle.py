@@ -84,10 +84,29 @@ def staged(built: Built, file_name: str) -> Path:
     return folder
 
 
-def test_bucket_name_is_sagemaker_prefixed_and_unique_per_environment(built: Built) -> None:
+def test_bucket_name_is_unique_per_environment_and_matches_no_managed_policy(built: Built) -> None:
+    """Issue 17 item 1: no 'sagemaker' in the name in any case (AWS managed policies grant writes by that word)."""
     _, bucket = lifecycle_bucket(built)
     name = flatten_resource(bucket["Properties"]["BucketName"])
-    assert name == "sagemaker-mlc-dev-<AWS::AccountId>-<AWS::Region>"
+    assert name == "mlc-lifecycle-dev-<AWS::AccountId>-<AWS::Region>"
+    assert "sagemaker" not in name.lower()
+
+
+def test_bucket_policy_denies_object_changes_to_all_but_the_upload(built: Built) -> None:
+    """Issue 17 item 1: an explicit deny for every principal but the upload function's role beats any allow."""
+    name, _ = lifecycle_bucket(built)
+    (policy,) = [
+        p for p in of_type(built, "AWS::S3::BucketPolicy").values() if p["Properties"]["Bucket"] == {"Ref": name}
+    ]
+    (deny,) = [
+        s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s.get("Sid") == "OnlyTheDeployChangesObjects"
+    ]
+    assert deny["Effect"] == "Deny" and deny["Principal"] == {"AWS": "*"}
+    assert {"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObjectAcl"} <= set(deny["Action"])
+    assert flatten_resource(deny["Resource"]) == f"<{name}.Arn>/*"
+    (writer,) = deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]
+    (upload_role,) = [k for k in of_type(built, "AWS::IAM::Role") if k.startswith("CustomCDKBucketDeployment")]
+    assert writer == {"Fn::GetAtt": [upload_role, "Arn"]}
 
 
 def test_bucket_is_secured_like_the_data_bucket(built: Built) -> None:
@@ -206,6 +225,7 @@ VALID: dict[str, Any] = {
     ("changes", "message"),
     [
         ({"environment_name": "Dev"}, "environment_name: 'Dev' is not allowed"),
+        ({"environment_name": "sagemaker-dev"}, "environment_name: 'sagemaker-dev' is not allowed"),
         ({"environment_name": "e" * 21}, "up to 64 characters long; S3 allows 63"),
         ({"controller_group": "-controller"}, "controller_group: '-controller' is not an instance group name"),
         ({"login_group": "gpu"}, "group names ['controller-machine', 'gpu', 'gpu'] repeat"),

@@ -26,8 +26,7 @@ from mlcluster.constructs.nag import flatten_resource
 from mlcluster.constructs.network import ClusterNetwork
 
 SECRET = "arn:aws:secretsmanager:us-east-1:111111111111:secret:slurm-db-AbCdEf"
-LIFECYCLE_BUCKET = "sagemaker-mlc-test-111111111111-us-east-1"
-CLUSTERS = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:cluster/*"
+LIFECYCLE_BUCKET = "mlc-lifecycle-test-111111111111-us-east-1"
 LOG_GROUPS = "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Clusters/*"
 EC2 = "arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>"
 
@@ -55,8 +54,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
         "security_groups": [net.security_group],
         "lifecycle_bucket": lifecycle_bucket,
     }
-    HyperPodExecutionRole(stack, "Full", **common, data_bucket=data.bucket, secret_arns=[SECRET])
-    HyperPodExecutionRole(stack, "ReadOnly", **common, data_bucket=data.bucket, data_bucket_access="read")
+    HyperPodExecutionRole(
+        stack, "Full", **common, data_bucket=data.bucket, data_bucket_access="read_write", secret_arns=[SECRET]
+    )
+    HyperPodExecutionRole(stack, "ReadOnly", **common, data_bucket=data.bucket)
     HyperPodExecutionRole(stack, "Minimal", **common)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()  # raises on any unacknowledged cdk-nag finding
@@ -88,12 +89,10 @@ def texts(value: Any) -> list[str]:
     return [flatten_resource(v) for v in (value if isinstance(value, list) else [value])]
 
 
-def test_trust_is_sagemaker_for_this_accounts_clusters_only(built: Built) -> None:
+def test_trust_is_the_documented_hyperpod_trust_policy(built: Built) -> None:
+    """Issue 10 path 9: the SageMaker guide's trust policy, without conditions on keys it does not say it sends."""
     (trust,) = role(built, "Full")["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-    assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
-    assert trust["Action"] == "sts:AssumeRole"
-    assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
-    assert texts(trust["Condition"]["ArnLike"]["aws:SourceArn"]) == [CLUSTERS]
+    assert trust == {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}}
 
 
 def test_no_inline_or_aws_managed_policies(built: Built) -> None:

@@ -21,7 +21,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import cx_api
-from aws_cdk.assertions import Match, Template
+from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
 
 from mlcluster.constructs.data_bucket import DataBucket
@@ -92,7 +92,7 @@ VARIANTS: dict[str, Callable[[cdk.Stack], LustreStorage]] = {
     "Efa": lambda st: LustreStorage(
         st, "Lustre", **network(st), efa_enabled=True, storage_capacity_gib=4800, throughput_mbps_per_tib=1000
     ),
-    "Dedicated": lambda st: LustreStorage(st, "Lustre", **network(st), dedicated_security_group=True),
+    "SharedGroup": lambda st: LustreStorage(st, "Lustre", **network(st), dedicated_security_group=False),
     "Options": lambda st: LustreStorage(
         st,
         "Lustre",
@@ -202,7 +202,7 @@ def test_default_file_system(built: Built) -> None:
     assert props["StorageType"] == "SSD"
     assert props["StorageCapacity"] == 1200
     assert props["SubnetIds"] == [SUBNET]
-    assert props["SecurityGroupIds"] == [CLUSTER_SG]
+    assert CLUSTER_SG not in str(props["SecurityGroupIds"])  # its own group, not the nodes'
     assert "KmsKeyId" not in props
     config = props["LustreConfiguration"]
     assert config["DeploymentType"] == "PERSISTENT_2"
@@ -228,15 +228,6 @@ def test_logs_to_an_fsx_log_group(built: Built) -> None:
         "Destination": f"arn:aws:logs:us-east-1:111111111111:log-group:{name}",
     }
     assert group_id in fs["DependsOn"]
-
-
-def test_joins_the_cluster_security_group(built: Built) -> None:
-    t = built.templates["Default"]
-    t.resource_count_is("AWS::EC2::SecurityGroup", 0)
-    t.resource_count_is("AWS::EC2::SecurityGroupIngress", 0)
-    lustre = built.lustre["Default"]
-    assert lustre.security_group.security_group_id == CLUSTER_SG
-    assert lustre.security_groups == [lustre.security_group]
 
 
 def test_attributes(built: Built) -> None:
@@ -275,15 +266,11 @@ def test_efa(built: Built) -> None:
     assert props["LustreConfiguration"]["MetadataConfiguration"] == {"Mode": "AUTOMATIC"}
     assert props["FileSystemTypeVersion"] == "2.15"
     assert props["StorageCapacity"] == 4800
-    assert props["SecurityGroupIds"] == [CLUSTER_SG]
 
 
-def test_dedicated_security_group(built: Built) -> None:
-    t = built.templates["Dedicated"]
+def security_rules(t: Template) -> tuple[str, set[tuple[str, str, str, int, int]]]:
+    """The file system's group and every rule as (direction, group, peer, from, to); ``fs`` names its group."""
     group_id = logical_id(t, "AWS::EC2::SecurityGroup", "LustreSecurityGroup")
-    group = t.find_resources("AWS::EC2::SecurityGroup")[group_id]["Properties"]
-    # No inline egress (no allow-all): only the separate rules below let traffic out.
-    assert "SecurityGroupEgress" not in group
     me = {"Fn::GetAtt": [group_id, "GroupId"]}
     rules = set()
     for kind, peer_key in (
@@ -292,18 +279,68 @@ def test_dedicated_security_group(built: Built) -> None:
     ):
         for rule in t.find_resources(kind).values():
             p = rule["Properties"]
-            assert p["GroupId"] == me
-            assert p["IpProtocol"] == "tcp"
-            peer = "self" if p[peer_key] == me else p[peer_key]
-            rules.add((kind.rsplit(":", 1)[1], peer, p["FromPort"], p["ToPort"]))
+            assert p["IpProtocol"] in ("tcp", "-1")
+            group, peer = ("fs" if ref == me else ref for ref in (p["GroupId"], p[peer_key]))
+            rules.add((kind.rsplit(":", 1)[1], group, peer, p.get("FromPort", -1), p.get("ToPort", -1)))
+    return group_id, rules
+
+
+@pytest.mark.parametrize("variant", ["Default", "Persistent1"])
+def test_own_security_group_admits_lustre_only(built: Built, variant: str) -> None:
+    t = built.templates[variant]
+    group_id, rules = security_rules(t)
+    group = t.find_resources("AWS::EC2::SecurityGroup")[group_id]["Properties"]
+    # allow_all_outbound=False: CDK's placeholder egress only, so the rules below are all that is allowed.
+    assert group["SecurityGroupEgress"] == [
+        {
+            "CidrIp": "255.255.255.255/32",
+            "Description": "Disallow all traffic",
+            "FromPort": 252,
+            "IpProtocol": "icmp",
+            "ToPort": 86,
+        }
+    ]
+    ports = ((988, 988), (1018, 1023))
     assert rules == {
-        (direction, peer, low, high)
-        for direction in ("SecurityGroupIngress", "SecurityGroupEgress")
-        for peer in ("self", CLUSTER_SG)
-        for low, high in ((988, 988), (1018, 1023))
+        *(
+            (d, "fs", peer, lo, hi)
+            for d in ("SecurityGroupIngress", "SecurityGroupEgress")
+            for peer in ("fs", CLUSTER_SG)
+            for lo, hi in ports
+        ),
+        # The client group admits Lustre from the file system (the rule lives with the file system).
+        *(("SecurityGroupIngress", CLUSTER_SG, "fs", lo, hi) for lo, hi in ports),
     }
-    assert file_system(t)["Properties"]["SecurityGroupIds"] == [me]
-    assert built.lustre["Dedicated"].security_group.node.id == "SecurityGroup"
+    assert file_system(t)["Properties"]["SecurityGroupIds"] == [{"Fn::GetAtt": [group_id, "GroupId"]}]
+    lustre = built.lustre[variant]
+    assert lustre.security_group.node.id == "SecurityGroup"
+    assert lustre.security_groups == [lustre.security_group]
+
+
+def test_shared_group_keeps_an_existing_file_system_in_place_and_warns(built: Built) -> None:
+    """security_group: cluster: no group of its own (SecurityGroupIds is create-only), with a warning."""
+    t = built.templates["SharedGroup"]
+    t.resource_count_is("AWS::EC2::SecurityGroup", 0)
+    t.resource_count_is("AWS::EC2::SecurityGroupIngress", 0)
+    assert file_system(t)["Properties"]["SecurityGroupIds"] == [CLUSTER_SG]
+    assert built.lustre["SharedGroup"].security_group.security_group_id == CLUSTER_SG
+    warnings = Annotations.from_stack(built.stacks["SharedGroup"]).find_warning(
+        "*", Match.string_like_regexp("FSx for Lustre is in the cluster nodes' security group")
+    )
+    assert len(warnings) == 1
+
+
+def test_efa_security_group_allows_all_traffic_with_itself_and_the_clients(built: Built) -> None:
+    """The FSx for Lustre guide: an EFA-enabled file system's group allows all traffic in and out with
+    itself and with the clients' group."""
+    _, rules = security_rules(built.templates["Efa"])
+    assert rules == {
+        ("SecurityGroupIngress", "fs", "fs", -1, -1),
+        ("SecurityGroupIngress", "fs", CLUSTER_SG, -1, -1),
+        ("SecurityGroupEgress", "fs", "fs", -1, -1),
+        ("SecurityGroupEgress", "fs", CLUSTER_SG, -1, -1),
+        ("SecurityGroupIngress", CLUSTER_SG, "fs", -1, -1),
+    }
 
 
 def test_options(built: Built) -> None:
@@ -491,10 +528,6 @@ def paths(*fs_paths: str) -> list[DataRepositoryAssociationProps]:
         (
             {"efa_enabled": True, "deployment_type": "PERSISTENT_1", "throughput_mbps_per_tib": 50},
             r"efa_enabled: True .*EFA needs deployment_type 'PERSISTENT_2'",
-        ),
-        (
-            {"efa_enabled": True, "storage_capacity_gib": 19200, "dedicated_security_group": True},
-            r"dedicated_security_group: True .*EFA needs all traffic",
         ),
         ({"lustre_version": "2.10"}, r"lustre_version: '2.10' .*use '2.15' or '2.12'"),
         (

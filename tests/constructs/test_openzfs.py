@@ -18,7 +18,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
 
 from mlcluster.constructs.openzfs import OpenZfsHome
@@ -76,7 +76,7 @@ VARIANTS: dict[str, Callable[[cdk.Stack], OpenZfsHome]] = {
         automatic_backup_retention_days=0,
         kms_key=kms.Key(st, "HomeKey", enable_key_rotation=True),
     ),
-    "Dedicated": lambda st: home(st, dedicated_security_group=True),
+    "SharedGroup": lambda st: home(st, dedicated_security_group=False),
     "MultiAz": lambda st: home(st, deployment_type="MULTI_AZ_1", standby_subnet=standby(st)),
     "MultiAzRoutes": lambda st: home(
         st, deployment_type="MULTI_AZ_1", standby_subnet=standby(st), route_table_ids=["rtb-0fedcba9876543210"]
@@ -125,7 +125,7 @@ def test_default_file_system(built: Built) -> None:
     assert props["StorageType"] == "SSD"
     assert props["StorageCapacity"] == 512
     assert props["SubnetIds"] == [SUBNETS[0]]
-    assert props["SecurityGroupIds"] == [CLUSTER_SG]
+    assert CLUSTER_SG not in str(props["SecurityGroupIds"])  # its own group, not the nodes'
     assert "KmsKeyId" not in props
     config = props["OpenZFSConfiguration"]
     assert config["DeploymentType"] == "SINGLE_AZ_HA_2"
@@ -139,19 +139,13 @@ def test_default_file_system(built: Built) -> None:
         assert key not in config
 
 
-def test_root_volume_exported_to_the_vpc_only(built: Built) -> None:
+def test_root_volume_exported_to_the_given_cidrs_only(built: Built) -> None:
     root = zfs(built.templates["Default"])["RootVolumeConfiguration"]
     assert root["DataCompressionType"] == "LZ4"
     assert root["CopyTagsToSnapshots"] is True
     assert root["NfsExports"] == [
         {"ClientConfigurations": [{"Clients": VPC_CIDR, "Options": ["rw", "crossmnt", "no_root_squash"]}]}
     ]
-
-
-def test_joins_the_cluster_security_group(built: Built) -> None:
-    t = built.templates["Default"]
-    t.resource_count_is("AWS::EC2::SecurityGroup", 0)
-    assert built.homes["Default"].security_group.security_group_id == CLUSTER_SG
 
 
 def test_attributes(built: Built) -> None:
@@ -196,10 +190,19 @@ def test_first_generation_with_own_key_and_no_backups(built: Built) -> None:
     assert config["RootVolumeConfiguration"]["DataCompressionType"] == "ZSTD"
 
 
-def test_dedicated_security_group(built: Built) -> None:
-    t = built.templates["Dedicated"]
+def test_own_security_group_admits_nfs_from_the_nodes_only(built: Built) -> None:
+    t = built.templates["Default"]
     ((group_id, group),) = t.find_resources("AWS::EC2::SecurityGroup").items()
-    assert "SecurityGroupEgress" not in group["Properties"]
+    # Only the placeholder inline: EC2's default allow-all egress is off, the rules below are all there is.
+    assert group["Properties"]["SecurityGroupEgress"] == [
+        {
+            "CidrIp": "255.255.255.255/32",
+            "Description": "Disallow all traffic",
+            "FromPort": 252,
+            "IpProtocol": "icmp",
+            "ToPort": 86,
+        }
+    ]
     me = {"Fn::GetAtt": [group_id, "GroupId"]}
     ingress = {
         (r["Properties"]["IpProtocol"], r["Properties"]["FromPort"], r["Properties"]["ToPort"])
@@ -215,6 +218,17 @@ def test_dedicated_security_group(built: Built) -> None:
     assert egress["Properties"]["DestinationSecurityGroupId"] == CLUSTER_SG
     assert egress["Properties"]["IpProtocol"] == "-1"
     assert file_system(t)["Properties"]["SecurityGroupIds"] == [me]
+    assert built.homes["Default"].security_group.node.id == "SecurityGroup"
+
+
+def test_shared_group_keeps_an_existing_file_system_in_place_and_warns(built: Built) -> None:
+    t = built.templates["SharedGroup"]
+    t.resource_count_is("AWS::EC2::SecurityGroup", 0)
+    assert file_system(t)["Properties"]["SecurityGroupIds"] == [CLUSTER_SG]
+    warnings = Annotations.from_stack(built.stacks["SharedGroup"]).find_warning(
+        "*", Match.string_like_regexp("FSx for OpenZFS \\(/home\\) is in the cluster nodes' security group")
+    )
+    assert len(warnings) == 1
 
 
 def test_multi_az_uses_both_subnets_and_their_route_tables(built: Built) -> None:

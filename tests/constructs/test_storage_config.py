@@ -43,7 +43,7 @@ def test_defaults() -> None:
     assert config.lustre.deployment_type == "PERSISTENT_2"
     assert config.lustre.metadata.mode is None
     assert config.lustre.lustre_version == "2.15"
-    assert config.lustre.security_group == "cluster"
+    assert config.lustre.security_group == "dedicated"
     (dra,) = config.lustre.data_repository_associations
     assert dra.file_system_path == "/data"
     assert dra.data_repository_path is None
@@ -54,6 +54,15 @@ def test_defaults() -> None:
     "data",
     [
         {"lustre": {"efa_enabled": True, "storage_capacity_gib": 4800, "throughput_mbps_per_tib": 1000}},
+        {
+            "lustre": {
+                "efa_enabled": True,
+                "storage_capacity_gib": 19200,
+                "security_group": "dedicated",
+            }
+        },
+        # The old placement, kept for file systems created before "dedicated" became the default.
+        {"lustre": {"security_group": "cluster"}, "openzfs": {"security_group": "cluster"}},
         {"lustre": {"efa_enabled": True, "storage_capacity_gib": 38400, "throughput_mbps_per_tib": 125}},
         {
             "lustre": {
@@ -116,11 +125,6 @@ def test_accepts(data: dict[str, Any]) -> None:
             {"lustre": {"deployment_type": "PERSISTENT_1", "throughput_mbps_per_tib": 50, "efa_enabled": True}},
             "lustre.efa_enabled",
             "EFA needs deployment_type: PERSISTENT_2",
-        ),
-        (
-            {"lustre": {"efa_enabled": True, "storage_capacity_gib": 19200, "security_group": "dedicated"}},
-            "lustre.security_group",
-            "use security_group: cluster",
         ),
         ({"lustre": {"metadata": {"mode": "USER_PROVISIONED", "iops": 5000}}}, "lustre.metadata.iops", "12000"),
         ({"lustre": {"metadata": {"mode": "USER_PROVISIONED"}}}, "lustre.metadata.iops", "required with mode"),

@@ -1,13 +1,14 @@
-"""Fixtures for the HyperPod cluster handler tests: a moto world and request recording.
+"""Fixtures for the HyperPod check tests: a moto world and a stateful fake of SageMaker.
 
-``world`` builds, in moto, what a real deployment has before the custom
-resource runs: a VPC with a public and a private subnet (NAT), node security
-groups, the lifecycle bucket with its scripts, and the watcher state
-machine. ``sagemaker_calls`` records every request the handler sends to
-SageMaker and, at teardown, validates each against botocore's model.
-moto has no UpdateCluster: ``world`` answers it with a botocore
-``before-call`` hook that applies the request to moto's cluster (as
-botocore's Stubber does, but leaving the other operations to moto).
+``world`` builds, in moto, what a real deployment has before the checks run:
+a VPC with a public and a private subnet (NAT), node security groups and the
+lifecycle bucket with its scripts. ``fake`` stands in for SageMaker's
+DescribeCluster and ListClusterNodes (moto's clusters cannot be busy, and
+moto refuses lifecycle buckets not named ``sagemaker-``, which the service
+does not): clusters move through the statuses the service reports, one step
+per poll, and calls can be answered with the service's error codes. Every
+request is validated against botocore's model. ``clock`` replaces the
+handler's sleep and clock so bounded waits are walked without sleeping.
 """
 
 from __future__ import annotations
@@ -15,12 +16,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import hashlib
-import io
 import json
 import types
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,17 +29,15 @@ from botocore.validate import validate_parameters
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.core.botocore_stubber import MockRawResponse
-from moto.sagemaker.models import ClusterNode, sagemaker_backends
 
-from mlcluster.handlers.hyperpod_cluster import app, waitsignal
+from mlcluster.handlers.hyperpod_cluster import app
 from mlcluster.handlers.hyperpod_cluster.aws import Clients
 
 REGION = "us-east-1"
-BUCKET = "sagemaker-mlcluster-lifecycle-test"
+BUCKET = "mlc-lifecycle-test"
 PREFIX = "lifecycle/v1/"
 PARAMS_KEY = PREFIX + "provisioning_parameters.json"
 ROLE = f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/hyperpod-exec"
-HANDLE = "https://cloudformation-waitcondition-us-east-1.s3.amazonaws.com/arn%3Aaws%3Acloudformation/{}?X-Amz-Signature=secret"
 
 
 #: One session for the whole run: moto resets boto3's default session on every
@@ -66,11 +61,6 @@ def handler_clients() -> Clients:
     return Clients(SESSION)
 
 
-def handle_url(tag: str) -> str:
-    """A presigned-looking wait handle URL, distinct per ``tag``."""
-    return HANDLE.format(tag)
-
-
 def group(name: str, instance_type: str, count: int | str, **extra: Any) -> dict[str, Any]:
     """One CreateCluster instance group as the construct writes it."""
     return {
@@ -83,28 +73,6 @@ def group(name: str, instance_type: str, count: int | str, **extra: Any) -> dict
         "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}],
         **extra,
     }
-
-
-def expected_name(spec: dict[str, Any]) -> str:
-    """The physical name the handler must give ``spec``'s cluster, worked out here from the documented rule.
-
-    ``<ClusterName>-<first 6 hex digits of sha256>`` over the compact, key-sorted
-    JSON of VpcConfig and, per group (sorted by name), its name, instance
-    type, execution role and threads per core (an integer once coerced).
-    """
-    groups = [
-        {
-            "InstanceGroupName": g["InstanceGroupName"],
-            "InstanceType": g["InstanceType"],
-            "ExecutionRole": g["ExecutionRole"],
-            "ThreadsPerCore": int(g["ThreadsPerCore"]),
-        }
-        for g in sorted(spec["InstanceGroups"], key=lambda g: str(g["InstanceGroupName"]))
-    ]
-    fields = json.dumps(
-        {"InstanceGroups": groups, "VpcConfig": spec["VpcConfig"]}, sort_keys=True, separators=(",", ":")
-    )
-    return f"{spec['ClusterName']}-{hashlib.sha256(fields.encode()).hexdigest()[:6]}"
 
 
 @dataclasses.dataclass
@@ -120,12 +88,11 @@ class World:
     sg: str
     sg_ingress_only: str
     sg_no_rules: str
-    state_machine: str
 
     @property
     def name(self) -> str:
-        """The physical name of the cluster created from the default ``spec()``."""
-        return expected_name(self.spec())
+        """The name of the cluster of the default ``spec()``."""
+        return str(self.spec()["ClusterName"])
 
     def spec(self, name: str = "ml-cluster", workers: int | str = 2, **changes: Any) -> dict[str, Any]:
         """A CreateCluster request: controller, login and one worker group."""
@@ -143,13 +110,11 @@ class World:
         spec.update(changes)
         return spec
 
-    def props(self, spec: dict[str, Any] | None = None, handle: str = "create", **changes: Any) -> dict[str, Any]:
-        """ResourceProperties as CloudFormation delivers them (numbers as strings)."""
+    def props(self, spec: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
+        """The pre-flight's ResourceProperties as CloudFormation delivers them."""
         props: dict[str, Any] = {
             "ServiceToken": f"arn:aws:lambda:{REGION}:{DEFAULT_ACCOUNT_ID}:function:provider",
             "ClusterSpec": json.dumps(spec if spec is not None else self.spec()),
-            "WaitHandleUrl": handle_url(handle),
-            "CreateTimeoutSeconds": "43200",
             "ProvisioningParametersKey": PARAMS_KEY,
         }
         props.update(changes)
@@ -174,11 +139,6 @@ def provisioning_parameters(*workers: str, login: str | None = "login") -> dict[
 def put_parameters(params: dict[str, Any]) -> None:
     """Upload provisioning_parameters.json to the lifecycle prefix."""
     client("s3").put_object(Bucket=BUCKET, Key=PARAMS_KEY, Body=json.dumps(params).encode())
-
-
-def moto_cluster(name: str) -> Any:
-    """moto's cluster object, to move it between states as the service would."""
-    return sagemaker_backends[DEFAULT_ACCOUNT_ID][REGION].clusters[name]
 
 
 def _self_rule(sg: str) -> list[dict[str, Any]]:
@@ -217,12 +177,6 @@ def _build_world() -> World:
     s3.create_bucket(Bucket=BUCKET)
     s3.put_object(Bucket=BUCKET, Key=PREFIX + "on_create.sh", Body=b"#!/bin/bash\n")
     put_parameters(provisioning_parameters())
-    sfn = client("stepfunctions")
-    machine = sfn.create_state_machine(
-        name="hyperpod-watcher",
-        definition=json.dumps({"StartAt": "Watch", "States": {"Watch": {"Type": "Pass", "End": True}}}),
-        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/watcher",
-    )["stateMachineArn"]
     return World(
         vpc=vpc,
         public_subnet=public,
@@ -233,47 +187,12 @@ def _build_world() -> World:
         sg=security_group("nodes", ingress=True, egress=True),
         sg_ingress_only=security_group("ingress-only", ingress=True, egress=False),
         sg_no_rules=security_group("no-rules", ingress=False, egress=False),
-        state_machine=machine,
     )
-
-
-def _emulate_update_cluster(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
-    """Apply an UpdateCluster request to moto's cluster, as the service would accept it."""
-    request = json.loads(params["body"])
-    backend = sagemaker_backends[DEFAULT_ACCOUNT_ID][REGION]
-    cluster = backend.clusters.get(request["ClusterName"])
-    if cluster is None:
-        return service_error("ResourceNotFound", f"Cluster {request['ClusterName']} not found.")
-    groups = {g["InstanceGroupName"]: g for g in cluster.instance_groups}
-    unknown = sorted(set(request.get("InstanceGroupsToDelete", [])) - set(groups))
-    if unknown:
-        return service_error("ValidationException", f"Instance groups {unknown} do not exist.")
-    for spec in request.get("InstanceGroups", []):
-        name, count = spec["InstanceGroupName"], spec["InstanceCount"]
-        stored = {k: v for k, v in spec.items() if k != "InstanceCount"}
-        groups[name] = {**groups.get(name, {}), **stored, "TargetCount": count, "CurrentCount": count}
-        nodes = sorted(n for n, node in cluster.nodes.items() if node.instance_group_name == name)
-        for node_id in nodes[count:]:
-            del cluster.nodes[node_id]
-        for i in range(len(nodes), count):
-            node_id = f"{name}-{i}"
-            cluster.nodes[node_id] = ClusterNode(
-                REGION, DEFAULT_ACCOUNT_ID, cluster.cluster_name, name, spec["InstanceType"],
-                spec["LifeCycleConfig"], spec["ExecutionRole"], node_id, spec.get("ThreadsPerCore"),
-            )  # fmt: skip
-    for name in request.get("InstanceGroupsToDelete", []):
-        del groups[name]
-        for node_id in [n for n, node in cluster.nodes.items() if node.instance_group_name == name]:
-            del cluster.nodes[node_id]
-    cluster.instance_groups = list(groups.values())
-    cluster.status = "Updating"
-    parsed = {"ClusterArn": cluster.arn, "ResponseMetadata": {"HTTPStatusCode": 200}}
-    return AWSResponse("https://stub.invalid/", 200, {}, None), parsed  # type: ignore[arg-type]
 
 
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    """A moto account with the network, lifecycle bucket and watcher state machine."""
+    """A moto account with the network and the lifecycle bucket."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
@@ -281,13 +200,8 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     monkeypatch.setattr(app, "clients", handler_clients)
-    events = handler_clients().sagemaker.meta.events
     with mock_aws():
-        built = _build_world()
-        monkeypatch.setenv(app.WATCHER_ENV, built.state_machine)
-        events.register("before-call.sagemaker.UpdateCluster", _emulate_update_cluster, unique_id="emulate-update")
-        yield built
-        events.unregister("before-call.sagemaker.UpdateCluster", unique_id="emulate-update")
+        yield _build_world()
 
 
 @pytest.fixture
@@ -322,49 +236,6 @@ def operations(calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
 def requests_of(calls: list[tuple[str, dict[str, Any]]], operation: str) -> list[dict[str, Any]]:
     """The params of every call to ``operation``."""
     return [params for op, params in calls if op == operation]
-
-
-@dataclasses.dataclass
-class Signals:
-    """PUTs sent to wait handle URLs, and failures to inject into them."""
-
-    sent: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    #: HTTP status codes to answer with, one per attempt, before answering 200.
-    errors: list[int] = dataclasses.field(default_factory=list)
-    #: Back-off pauses between attempts (not slept).
-    pauses: list[float] = dataclasses.field(default_factory=list)
-
-    def bodies(self) -> list[dict[str, Any]]:
-        return [json.loads(s["body"]) for s in self.sent]
-
-
-class _Response(io.BytesIO):
-    status = 200
-
-
-@pytest.fixture
-def signals(monkeypatch: pytest.MonkeyPatch) -> Signals:
-    """Capture the handler's PUTs to the wait handle instead of sending them."""
-    captured = Signals()
-
-    def urlopen(request: urllib.request.Request, timeout: float = 0) -> _Response:
-        captured.sent.append(
-            {
-                "url": request.full_url,
-                "method": request.get_method(),
-                "content_type": request.get_header("Content-type"),
-                "body": request.data,
-                "timeout": timeout,
-            }
-        )
-        if captured.errors:
-            code = captured.errors.pop(0)
-            raise urllib.error.HTTPError(request.full_url, code, "injected", {}, None)  # type: ignore[arg-type]
-        return _Response()
-
-    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
-    monkeypatch.setattr(waitsignal, "time", types.SimpleNamespace(sleep=captured.pauses.append))
-    return captured
 
 
 @pytest.fixture
@@ -438,30 +309,24 @@ def intercept(world: World) -> Iterator[Callable[..., None]]:
         service_client.meta.events.unregister(event, unique_id=unique)
 
 
-def watcher_inputs(world: World) -> list[dict[str, Any]]:
-    """Inputs of the watcher executions started so far, oldest first."""
-    sfn = client("stepfunctions")
-    executions = sfn.list_executions(stateMachineArn=world.state_machine)["executions"]
-    ordered = sorted(executions, key=lambda e: e["startDate"])
-    return [json.loads(sfn.describe_execution(executionArn=e["executionArn"])["input"]) for e in ordered]
-
-
-def create_event(props: dict[str, Any]) -> dict[str, Any]:
+def create_event(props: dict[str, Any], resource_type: str = app.PREFLIGHT) -> dict[str, Any]:
     """A Provider-framework Create event."""
     return {
         "RequestType": "Create",
         "RequestId": "req-1",
         "StackId": f"arn:aws:cloudformation:{REGION}:{DEFAULT_ACCOUNT_ID}:stack/dev/1",
-        "LogicalResourceId": "Cluster",
-        "ResourceType": "Custom::HyperPodCluster",
+        "LogicalResourceId": "ClusterPreflight" if resource_type == app.PREFLIGHT else "ClusterNodesReady",
+        "ResourceType": resource_type,
         "ResourceProperties": props,
     }
 
 
-def update_event(physical_id: str, props: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
-    """A Provider-framework Update event."""
+def update_event(
+    physical_id: str, props: dict[str, Any], old: dict[str, Any], resource_type: str = app.PREFLIGHT
+) -> dict[str, Any]:
+    """A Provider-framework Update event (a rollback is one with the old properties as the new)."""
     return {
-        **create_event(props),
+        **create_event(props, resource_type),
         "RequestType": "Update",
         "PhysicalResourceId": physical_id,
         "OldResourceProperties": old,
@@ -471,3 +336,166 @@ def update_event(physical_id: str, props: dict[str, Any], old: dict[str, Any]) -
 def delete_event(physical_id: str, props: dict[str, Any] | None = None) -> dict[str, Any]:
     """A Provider-framework Delete event."""
     return {**create_event(props or {}), "RequestType": "Delete", "PhysicalResourceId": physical_id}
+
+
+def nodes_event(
+    arn: str, counts: dict[str, int], request: str = "Create", old: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """An event for the node check, as CloudFormation sends it after the cluster resource."""
+    props = {"ClusterArn": arn, "ExpectedCounts": json.dumps(counts), "SpecDigest": json.dumps(counts)}
+    if request == "Create":
+        return create_event(props, app.NODES_READY)
+    assert old is not None
+    old_props = {**props, "ExpectedCounts": json.dumps(old), "SpecDigest": json.dumps(old)}
+    return update_event("ml-cluster-nodes", props, old_props, app.NODES_READY)
+
+
+@dataclasses.dataclass
+class FakeNode:
+    """One node as ListClusterNodes reports it."""
+
+    instance_id: str
+    group: str
+    status: str = "Running"
+
+
+@dataclasses.dataclass
+class FakeCluster:
+    """One cluster as DescribeCluster reports it, with the statuses it will show at the next polls."""
+
+    name: str
+    status: str
+    targets: dict[str, int]
+    nodes: list[FakeNode]
+    #: Status per future poll (one entry is used per sleep of the handler); the last one stays.
+    upcoming: list[str] = dataclasses.field(default_factory=list)
+    #: Node changes per future poll: ``{instance id: status}``.
+    node_changes: list[dict[str, str]] = dataclasses.field(default_factory=list)
+
+    @property
+    def arn(self) -> str:
+        return f"arn:aws:sagemaker:{REGION}:{DEFAULT_ACCOUNT_ID}:cluster/{self.name[:12].lower():0<12}"
+
+    def describe(self) -> dict[str, Any]:
+        groups = []
+        for group, target in self.targets.items():
+            current = sum(1 for n in self.nodes if n.group == group and n.status != "ShuttingDown")
+            groups.append({"InstanceGroupName": group, "TargetCount": target, "CurrentCount": current})
+        return {
+            "ClusterArn": self.arn,
+            "ClusterName": self.name,
+            "ClusterStatus": self.status,
+            "InstanceGroups": groups,
+            "VpcConfig": {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]},
+        }
+
+    def tick(self) -> None:
+        if self.upcoming:
+            self.status = self.upcoming.pop(0)
+        if self.node_changes:
+            for node_id, status in self.node_changes.pop(0).items():
+                found = [n for n in self.nodes if n.instance_id == node_id]
+                if found:
+                    found[0].status = status
+                else:
+                    group = node_id.rsplit("-", 1)[0]
+                    self.nodes.append(FakeNode(node_id, group, status))
+
+
+class FakeSageMaker:
+    """DescribeCluster and ListClusterNodes answered from clusters that change as the service's do.
+
+    Installed as a ``before-call`` hook on the handler's SageMaker client, after
+    botocore built (and validated) the request. Any other SageMaker operation is
+    refused: the checks must never change a cluster.
+    """
+
+    def __init__(self) -> None:
+        self.clusters: dict[str, FakeCluster] = {}
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        #: Errors to answer per operation, oldest first: ``(code, message)``.
+        self.errors: dict[str, list[tuple[str, str]]] = {}
+
+    def add(
+        self, name: str, counts: dict[str, int], status: str = "InService", node_status: str = "Running"
+    ) -> FakeCluster:
+        nodes = [FakeNode(f"{g}-{i}", g, node_status) for g, n in counts.items() for i in range(n)]
+        cluster = FakeCluster(name, status, dict(counts), nodes)
+        self.clusters[name] = cluster
+        return cluster
+
+    def find(self, name_or_arn: str) -> FakeCluster | None:
+        for cluster in self.clusters.values():
+            if name_or_arn in (cluster.name, cluster.arn):
+                return cluster
+        return None
+
+    def tick(self) -> None:
+        for cluster in self.clusters.values():
+            cluster.tick()
+
+    def answer(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        operation = model.name
+        params = json.loads(params["body"])
+        self.calls.append((operation, copy.deepcopy(params)))
+        queued = self.errors.get(operation)
+        if queued:
+            code, message = queued.pop(0)
+            return service_error(code, message)
+        if operation not in ("DescribeCluster", "ListClusterNodes"):
+            return service_error("AccessDeniedException", f"the checks may not call {operation}", status=403)
+        cluster = self.find(params["ClusterName"])
+        if cluster is None:
+            return service_error("ResourceNotFound", f"Cluster {params['ClusterName']} not found.")
+        if operation == "DescribeCluster":
+            parsed = cluster.describe()
+        else:
+            parsed = {
+                "ClusterNodeSummaries": [
+                    {
+                        "InstanceGroupName": n.group,
+                        "InstanceId": n.instance_id,
+                        "InstanceType": "ml.p5.48xlarge",
+                        "LaunchTime": 0,
+                        "InstanceStatus": {"Status": n.status},
+                    }
+                    for n in cluster.nodes
+                ]
+            }
+        parsed["ResponseMetadata"] = {"HTTPStatusCode": 200}
+        return AWSResponse("https://stub.invalid/", 200, {}, None), parsed  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def fake(world: World) -> Iterator[FakeSageMaker]:
+    """The stateful SageMaker; every request it saw is validated against botocore's model at teardown."""
+    service = FakeSageMaker()
+    events = app.clients().sagemaker.meta.events
+    events.register_first("before-call.sagemaker", service.answer, unique_id="fake-sagemaker")
+    yield service
+    events.unregister("before-call.sagemaker", unique_id="fake-sagemaker")
+    model = app.clients().sagemaker.meta.service_model
+    for operation, params in service.calls:
+        validate_parameters(params, model.operation_model(operation).input_shape)
+
+
+@dataclasses.dataclass
+class Clock:
+    """The handler's clock: ``sleep`` moves time on and lets the fake service take one step."""
+
+    now: float = 0.0
+    sleeps: list[float] = dataclasses.field(default_factory=list)
+
+
+@pytest.fixture
+def clock(fake: FakeSageMaker, monkeypatch: pytest.MonkeyPatch) -> Clock:
+    state = Clock()
+
+    def sleep(seconds: float) -> None:
+        state.sleeps.append(seconds)
+        state.now += seconds
+        fake.tick()
+
+    monkeypatch.setattr(app, "sleep", sleep)
+    monkeypatch.setattr(app, "clock", lambda: state.now)
+    return state

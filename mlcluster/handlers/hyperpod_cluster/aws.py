@@ -41,7 +41,7 @@ _NOT_FOUND_WORDS = ("could not find", "not found", "does not exist")
 class Clients:
     """The clients the handlers use, each created on first use.
 
-    One instance lives as long as the Lambda container; ``watch`` never
+    One instance lives as long as the Lambda container; the node check never
     builds the EC2 and S3 clients it does not need (the EC2 model is large).
     """
 
@@ -60,11 +60,6 @@ class Clients:
     @functools.cached_property
     def ec2(self) -> EC2Client:
         return self._session.client("ec2", config=CLIENT_CONFIG)
-
-    @functools.cached_property
-    def sfn(self) -> Any:
-        """Step Functions; typed loosely because no type stubs for it are installed here."""
-        return self._session.client("stepfunctions", config=CLIENT_CONFIG)
 
 
 def error_code(err: ClientError) -> str:

@@ -1,4 +1,4 @@
-"""Pre-flight checks run before CreateCluster (and before updates that launch nodes).
+"""Pre-flight checks run before CloudFormation creates or updates the cluster.
 
 A HyperPod creation that fails on a missing lifecycle script, a group the
 lifecycle scripts do not know, a public subnet or a security group without
@@ -52,7 +52,7 @@ def check_all(s3: S3Client, ec2: EC2Client, props: Properties, *, name: str, net
 def split_s3_uri(uri: str) -> tuple[str, str]:
     """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix/")`` (prefix '' at the bucket root)."""
     if not uri.startswith("s3://") or len(uri) <= len("s3://"):
-        raise ValueError(f"{uri!r} is not an S3 URI such as 's3://sagemaker-bucket/prefix/'")
+        raise ValueError(f"{uri!r} is not an S3 URI such as 's3://bucket/prefix/'")
     bucket, _, prefix = uri[len("s3://") :].partition("/")
     if prefix and not prefix.endswith("/"):
         prefix += "/"

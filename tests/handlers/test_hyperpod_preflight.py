@@ -1,148 +1,42 @@
-"""Create: property parsing, pre-flight checks, CreateCluster, adoption and the watcher start."""
+"""The pre-flight's input checks: property parsing, lifecycle objects, provisioning parameters, network."""
 
 from __future__ import annotations
 
 import json
-import re
-import time
 from typing import Any
 
 import pytest
 
 from mlcluster.handlers.hyperpod_cluster import app
-from mlcluster.handlers.hyperpod_cluster.aws import describe_cluster
 from mlcluster.handlers.hyperpod_cluster.preflight import PreflightError
 from mlcluster.handlers.hyperpod_cluster.spec import PropertyError
 from tests.handlers.conftest import (
     BUCKET,
     PARAMS_KEY,
     PREFIX,
-    REGION,
+    FakeSageMaker,
     World,
     client,
     create_event,
-    expected_name,
-    handle_url,
-    moto_cluster,
-    operations,
     provisioning_parameters,
     put_parameters,
-    requests_of,
     service_error,
-    watcher_inputs,
 )
 
 Calls = list[tuple[str, dict[str, Any]]]
 
 
-def test_create_checks_creates_and_starts_the_watcher(world: World, sagemaker_calls: Calls) -> None:
-    """Numbers arrive as strings; the request sent is the spec with real integers."""
-    spec = world.spec(workers="2")
-    spec["InstanceGroups"][2]["ThreadsPerCore"] = "2"
-    started = time.time()
-
-    result = app.on_event(create_event(world.props(spec)))
-
-    name = expected_name(spec)
-    assert re.fullmatch(r"ml-cluster-[0-9a-f]{6}", name)
-    assert result["PhysicalResourceId"] == name
-    assert result["Data"] == {
-        "ClusterName": name,
-        "ClusterArn": f"arn:aws:sagemaker:{REGION}:123456789012:cluster/{name}",
-        "ClusterStatus": "Creating",
-    }
-    assert operations(sagemaker_calls) == ["DescribeCluster", "CreateCluster"]
-    (sent,) = requests_of(sagemaker_calls, "CreateCluster")
-    workers = sent["InstanceGroups"][2]
-    assert (workers["InstanceCount"], workers["ThreadsPerCore"]) == (2, 2)
-    assert sent["VpcConfig"] == {"SecurityGroupIds": [world.sg], "Subnets": [world.private_subnet]}
-    assert sent["Tags"] == [{"Key": "project", "Value": "mlcluster"}]
-    assert sent["ClusterName"] == name
-    described = describe_cluster(app.clients().sagemaker, name)
-    assert described is not None
-    assert [g["InstanceGroupName"] for g in described["InstanceGroups"]] == ["controller-machine", "login", "workers"]
-
-    (watcher,) = watcher_inputs(world)
-    assert watcher["ClusterName"] == name
-    assert watcher["WaitHandleUrl"] == handle_url("create")
-    assert watcher["ExpectedGroups"] == {"controller-machine": 1, "login": 1, "workers": 2}
-    assert started + 43200 - 300 - 1 <= watcher["Deadline"] <= time.time() + 43200 - 300
-    assert started + app.SETTLE_SECONDS - 1 <= watcher["NotBefore"] <= time.time() + app.SETTLE_SECONDS
-
-
-def test_training_plan_and_deep_health_checks_pass_through(world: World, sagemaker_calls: Calls) -> None:
-    plan = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/p5-plan"
-    spec = world.spec()
-    spec["InstanceGroups"][2]["TrainingPlanArn"] = plan
-    spec["InstanceGroups"][2]["OnStartDeepHealthChecks"] = ["InstanceStress", "InstanceConnectivity"]
-
-    app.on_event(create_event(world.props(spec)))
-
-    (sent,) = requests_of(sagemaker_calls, "CreateCluster")
-    assert sent["InstanceGroups"][2]["TrainingPlanArn"] == plan
-    assert sent["InstanceGroups"][2]["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
-
-
-def test_duplicate_create_adopts_the_existing_cluster(world: World, sagemaker_calls: Calls) -> None:
-    """A retried Create finds the cluster and does not create a second one or a second watcher."""
-    props = world.props()
-    first = app.on_event(create_event(props))
-    second = app.on_event(create_event(props))
-
-    assert second["PhysicalResourceId"] == first["PhysicalResourceId"] == world.name
-    assert second["Data"]["ClusterStatus"] == "InService"  # moto's clusters are InService at once
-    assert operations(sagemaker_calls).count("CreateCluster") == 1
-    assert len(client("sagemaker").list_clusters()["ClusterSummaries"]) == 1
-    assert len(watcher_inputs(world)) == 1
-
-
-def test_create_adopts_when_create_cluster_reports_the_name_in_use(
-    world: World, sagemaker_calls: Calls, intercept: Any
-) -> None:
-    """A cluster created between our DescribeCluster and CreateCluster (a racing retry) is adopted."""
-    app.on_event(create_event(world.props()))
-    sagemaker_calls.clear()
-    intercept(app.clients().sagemaker, "DescribeCluster", service_error("ResourceNotFound", "not found"), times=1)
-
-    result = app.on_event(create_event(world.props()))
-
-    assert operations(sagemaker_calls) == ["DescribeCluster", "CreateCluster", "DescribeCluster"]
-    assert result["Data"]["ClusterStatus"] == "InService"
-    assert len(client("sagemaker").list_clusters()["ClusterSummaries"]) == 1
-
-
-def test_create_cluster_rejected_by_the_service_is_a_clear_error(world: World, intercept: Any) -> None:
-    limit = service_error("ResourceLimitExceeded", "account limit for ml.p5.48xlarge cluster usage is 0")
-    intercept(app.clients().sagemaker, "CreateCluster", limit)
-    with pytest.raises(
-        RuntimeError,
-        match=rf"CreateCluster for HyperPod cluster '{world.name}' failed: ResourceLimitExceeded: account limit",
-    ):
-        app.on_event(create_event(world.props()))
-    assert watcher_inputs(world) == []
-
-
-def test_create_of_a_cluster_being_deleted_fails_clearly(world: World) -> None:
-    app.on_event(create_event(world.props()))
-    moto_cluster(world.name).status = "Deleting"
-    with pytest.raises(RuntimeError, match=rf"'{world.name}' is being deleted; retry once it is gone"):
-        app.on_event(create_event(world.props()))
-
-
-def test_throttled_describe_is_retried_then_succeeds(world: World, sagemaker_calls: Calls, throttle: Any) -> None:
-    delays = throttle("DescribeCluster", 2)
-    result = app.on_event(create_event(world.props()))
-    assert result["Data"]["ClusterStatus"] == "Creating"
-    assert len(delays) == 2  # two back-offs, then the third attempt went through
-    assert operations(sagemaker_calls) == ["DescribeCluster", "CreateCluster"]
+def test_good_inputs_pass_and_only_describe_is_called(world: World, fake: FakeSageMaker) -> None:
+    """Numbers arrive as strings; the check coerces them, passes, and only looks (DescribeCluster)."""
+    result = app.on_event(create_event(world.props(world.spec(workers="2"))))
+    assert result == {"PhysicalResourceId": f"{world.name}-preflight", "Data": {"ClusterName": world.name}}
+    assert [op for op, _ in fake.calls] == ["DescribeCluster"]
 
 
 def _fails_preflight(world: World, calls: Calls, props: dict[str, Any]) -> PreflightError:
-    watchers = len(watcher_inputs(world))
     with pytest.raises(PreflightError) as caught:
         app.on_event(create_event(props))
-    assert "CreateCluster" not in operations(calls)
-    assert len(watcher_inputs(world)) == watchers
+    assert {op for op, _ in calls} <= {"DescribeCluster"}
     return caught.value
 
 
@@ -224,7 +118,6 @@ def test_public_main_route_table_is_reported_for_a_subnet_without_association(
     props = world.props(spec)
     # Private while the main table has only the local route ...
     app.on_event(create_event(props))
-    app.on_event({"RequestType": "Delete", "PhysicalResourceId": expected_name(spec)})
     # ... public once the main table routes to the internet gateway.
     ec2.create_route(RouteTableId=world.main_table, DestinationCidrBlock="0.0.0.0/0", GatewayId=world.igw)
     sagemaker_calls.clear()
@@ -250,7 +143,7 @@ def test_source_uri_that_is_not_s3_is_reported(world: World, sagemaker_calls: Ca
     err = _fails_preflight(world, sagemaker_calls, world.props(spec))
     assert err.problems == [
         "LifeCycleConfig.SourceS3Uri of group(s) controller-machine, login: 'https://example.com/scripts/' is not an "
-        "S3 URI such as 's3://sagemaker-bucket/prefix/'"
+        "S3 URI such as 's3://bucket/prefix/'"
     ]
 
 
@@ -291,15 +184,6 @@ def test_every_failed_check_is_reported_at_once(world: World, sagemaker_calls: C
     [
         ({"ClusterSpec": "{not json"}, r"ClusterSpec: not valid JSON"),
         ({"ClusterSpec": "[]"}, r"ClusterSpec: \[\] is not valid; expected a JSON object"),
-        ({"CreateTimeoutSeconds": "soon"}, r"CreateTimeoutSeconds: 'soon' is not valid; expected a whole number"),
-        (
-            {"CreateTimeoutSeconds": "86400"},
-            r"CreateTimeoutSeconds: '86400' is not valid; allowed: whole seconds from 600 to 43200",
-        ),
-        (
-            {"WaitHandleUrl": "http://example.com/x?sig=1"},
-            r"WaitHandleUrl: 'http://example.com/x' is not valid; expected the https URL",
-        ),
         ({"ProvisioningParametersKey": ""}, r"ProvisioningParametersKey: '' is not valid; expected a non-empty string"),
     ],
 )
@@ -316,12 +200,9 @@ def test_bad_properties_are_refused_before_any_call(
     [
         (
             lambda s: s.update(ClusterName="bad_name"),
-            r"ClusterSpec.ClusterName: 'bad_name' is not valid; allowed: 1-56",
+            r"ClusterSpec.ClusterName: 'bad_name' is not valid; allowed: 1-63",
         ),
-        (
-            lambda s: s.update(ClusterName="a" * 57),
-            r"ClusterSpec.ClusterName: 'a{57}' is not valid; allowed: 1-56 .* appends '-' and a 6-digit hash",
-        ),
+        (lambda s: s.update(ClusterName="a" * 64), r"ClusterSpec.ClusterName: .a{64}. is not valid; allowed: 1-63"),
         (
             lambda s: s.update(InstanceGroups=[]),
             r"Invalid length for parameter InstanceGroups, value: 0, valid min length: 1",
@@ -354,29 +235,18 @@ def test_bad_cluster_specs_name_the_key(world: World, sagemaker_calls: Calls, ed
     assert sagemaker_calls == []
 
 
-def test_missing_watcher_state_machine_is_a_clear_error(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(app.WATCHER_ENV)
-    with pytest.raises(RuntimeError, match="WATCHER_STATE_MACHINE_ARN is not set"):
-        app.on_event(create_event(world.props()))
-
-
-def test_describe_cluster_helper(world: World) -> None:
-    sagemaker = app.clients().sagemaker
-    assert describe_cluster(sagemaker, world.name) is None
-    app.on_event(create_event(world.props()))
-    described = describe_cluster(sagemaker, world.name)
-    assert described is not None
-    assert (described["ClusterName"], described["ClusterStatus"]) == (world.name, "InService")
-
-
 def test_unknown_request_type_is_refused(world: World) -> None:
-    with pytest.raises(ValueError, match=r"RequestType: 'Rename' is not valid; expected Create, Update or Delete"):
+    with pytest.raises(ValueError, match=r"RequestType 'Rename' is not one of Create, Update, Delete"):
         app.on_event({"RequestType": "Rename"})
 
 
-def test_logged_event_hides_the_presigned_urls(world: World, caplog: pytest.LogCaptureFixture) -> None:
-    event = {**create_event(world.props()), "ResponseURL": "https://cfn-response.example/?sig=secret"}
-    app.on_event(event)
-    logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert "secret" not in logged
-    assert json.dumps(handle_url("create").split("?")[0])[1:-1] in logged
+def test_unknown_resource_type_is_refused(world: World) -> None:
+    with pytest.raises(ValueError, match=r"ResourceType 'Custom::HyperPodCluster' is not"):
+        app.on_event(create_event(world.props(), "Custom::HyperPodCluster"))
+
+
+def test_s3_throttling_or_denial_is_not_read_as_success(world: World, fake: FakeSageMaker, intercept: Any) -> None:
+    intercept(app.clients().s3, "GetObject", service_error("SlowDown", "Please reduce your request rate.", 503))
+    with pytest.raises(PreflightError, match=r"cannot read s3://.*provisioning_parameters.json \(SlowDown"):
+        app.on_event(create_event(world.props()))
+    assert json.loads(world.props()["ClusterSpec"])["ClusterName"] == world.name

@@ -1,0 +1,1 @@
+"""Checks over synthesized cloud assemblies: network reachability and node IAM sufficiency."""

@@ -1,0 +1,58 @@
+"""Canonical rendering of intrinsic functions across the stacks of one environment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mlcluster.analysis.assembly import Assembly
+
+TEMPLATES: dict[str, dict[str, Any]] = {
+    "env/Network": {
+        "Resources": {
+            "Subnet": {"Type": "AWS::EC2::Subnet", "Properties": {"CidrBlock": "10.0.0.0/20"}},
+            "Group": {"Type": "AWS::EC2::SecurityGroup", "Properties": {}},
+        },
+        "Outputs": {
+            "Strong": {"Value": {"Ref": "Subnet"}, "Export": {"Name": "env-Network:Subnet"}},
+            "Weak": {"Value": {"Fn::GetAtt": ["Group", "GroupId"]}},
+        },
+    },
+    "env/Cluster": {
+        "Resources": {"Bucket": {"Type": "AWS::S3::Bucket", "Properties": {}}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("stack", "value", "expected"),
+    [
+        ("env/Network", {"Ref": "Subnet"}, "${env/Network|Subnet}"),
+        ("env/Network", {"Ref": "AWS::Region"}, "${AWS::Region}"),
+        ("env/Cluster", {"Fn::ImportValue": "env-Network:Subnet"}, "${env/Network|Subnet}"),
+        (
+            "env/Cluster",
+            {"Fn::GetStackOutput": {"StackName": "env-Network", "OutputName": "Weak"}},
+            "${env/Network|Group.GroupId}",
+        ),
+        ("env/Cluster", {"Fn::GetAtt": ["Bucket", "Arn"]}, "arn:${AWS::Partition}:s3:::${env/Cluster|Bucket}"),
+        ("env/Cluster", {"Fn::Join": ["", ["s3://", {"Ref": "Bucket"}, "/p/"]]}, "s3://${env/Cluster|Bucket}/p/"),
+        ("env/Cluster", {"Fn::Sub": "com.amazonaws.${AWS::Region}.s3"}, "com.amazonaws.${AWS::Region}.s3"),
+        ("env/Cluster", {"Fn::Sub": ["${B}/x", {"B": {"Ref": "Bucket"}}]}, "${env/Cluster|Bucket}/x"),
+        ("env/Cluster", {"Fn::Select": [1, ["a", {"Ref": "Bucket"}]]}, "${env/Cluster|Bucket}"),
+        ("env/Cluster", {"Fn::ImportValue": "missing"}, "${import:missing}"),
+    ],
+)
+def test_render(stack: str, value: Any, expected: str) -> None:
+    assert Assembly(TEMPLATES).render(stack, value) == expected
+
+
+def test_identity_names_a_resource_by_any_of_its_references() -> None:
+    assembly = Assembly(TEMPLATES)
+    assert assembly.identity("${env/Network|Group.GroupId}") == "${env/Network|Group}"
+    assert assembly.identity("sg-0123") == "sg-0123"
+    subnet = assembly.resource("${env/Network|Subnet}")
+    assert subnet is not None and subnet.type == "AWS::EC2::Subnet"
+    assert assembly.environments == ["env"]
+    assert [r.logical_id for r in assembly.resources("env", "AWS::EC2::SecurityGroup")] == ["Group"]
