@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mlcluster.app import build_app
 from mlcluster.config import ConfigError, Environment, load_environment
 from mlcluster.config.observability import is_accelerated, observability_enabled
-from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL
+from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
 
 #: Metrics the dashboard and alarms may use: (namespace, metric) -> dimension names -> allowed fixed values.
 #: AWS/FSx: FSx for Lustre guide, "Amazon FSx for Lustre metrics and dimensions"
@@ -411,3 +413,23 @@ def storage_references(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in storage_references(v)]
     return []
+
+
+@pytest.mark.parametrize(
+    ("observability", "cluster", "built"),
+    [
+        ({}, None, False),
+        ({"enabled": True}, None, True),
+        ({}, pcluster("p5.48xlarge"), True),
+        ({"enabled": False}, pcluster("p5.48xlarge"), False),
+    ],
+)
+def test_stage_builds_the_stack_only_when_on(
+    tmp_path: Path, observability: dict[str, object], cluster: dict[str, object] | None, built: bool
+) -> None:
+    data: dict[str, object] = {**MINIMAL, "observability": observability, **({"cluster": cluster} if cluster else {})}
+    write_env(tmp_path / "envs", "solo", data)
+    _, (stage,) = build_app(tmp_path / "envs", outdir=str(tmp_path / "out"))
+    assert (stage.observability_stack is not None) is built
+    names = [c.node.id for c in stage.node.children]
+    assert ("Observability" in names) is built
