@@ -408,7 +408,8 @@ class ObservabilityStack(cdk.Stack):
         if self.backend == "pcluster":
             prefix = f"/aws/parallelcluster/{self.cluster_name}-"
             lines.append(
-                f"* [Node logs (head node, compute nodes, lifecycle scripts): {prefix}*]({log_groups_url(prefix)})"
+                f"* [Node logs (head node, compute nodes, lifecycle scripts): groups named {prefix}...]"
+                f"({log_groups_url(prefix)})"
             )
             lines.append(
                 "* ParallelCluster's own dashboard (head node, EBS, logs): "
@@ -418,7 +419,7 @@ class ObservabilityStack(cdk.Stack):
             )
         elif self.backend == "hyperpod":
             prefix = f"/aws/sagemaker/Clusters/{self.cluster_name}/"
-            lines.append(f"* [Node and lifecycle-script logs: {prefix}*]({log_groups_url(prefix)})")
+            lines.append(f"* [Node and lifecycle-script logs: groups named {prefix}...]({log_groups_url(prefix)})")
             lines.append(
                 "* HyperPod publishes no node-count metric to CloudWatch; node-health and cluster-state events "
                 "reach the alarm topic through EventBridge."
