@@ -347,7 +347,8 @@ def test_event_rules_publish_through_a_role_limited_to_the_topic(observability: 
     for name, template in observability.items():
         rules = resources(template, "AWS::Events::Rule")
         roles = {k: r["Properties"] for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
-        if not rules:
+        if not rules:  # no forwarder without a rule to use it
+            assert not roles and not resources(template, "AWS::IAM::ManagedPolicy"), name
             continue
         ((role_id, role),) = roles.items()
         (trust,) = role["AssumeRolePolicyDocument"]["Statement"]

@@ -158,9 +158,19 @@ class ObservabilityStack(cdk.Stack):
             master_key=key,
             enforce_ssl=True,
         )
-        # EventBridge rules of this account forward through a role that may only publish to this topic
-        # (and use its key for that), so the topic policy admits no service principal.
-        self.forwarder = iam.Role(
+        self.topic_key = key
+        return topic
+
+    def _forwarder(self) -> iam.Role:
+        """The role EventBridge rules publish with, made with the first rule.
+
+        It may only publish to the alarm topic (and use its key for that), so
+        the topic policy admits no service principal.
+        """
+        existing = self.node.try_find_child("EventForwarder")
+        if isinstance(existing, iam.Role):
+            return existing
+        role = iam.Role(
             self,
             "EventForwarder",
             description=f"mlcluster {self.settings.name}: EventBridge rules publish alarms to the alarm topic",
@@ -172,16 +182,16 @@ class ObservabilityStack(cdk.Stack):
             self,
             "EventForwarderPolicy",
             description="Publish to the mlcluster alarm topic, encrypted with its key",
-            roles=[self.forwarder],
+            roles=[role],
             statements=[
-                iam.PolicyStatement(actions=["sns:Publish"], resources=[topic.topic_arn]),
-                iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[key.key_arn]),
+                iam.PolicyStatement(actions=["sns:Publish"], resources=[self.topic.topic_arn]),
+                iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[self.topic_key.key_arn]),
             ],
         )
-        return topic
+        return role
 
     def _forward(self, rule: events.Rule) -> events.Rule:
-        rule.add_target(TopicThroughRole(self.topic, self.forwarder))
+        rule.add_target(TopicThroughRole(self.topic, self._forwarder()))
         return rule
 
     def _alarm(self, alarm: cw.Alarm) -> cw.Alarm:
