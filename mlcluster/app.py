@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import cx_api
 
 from mlcluster.config import ConfigError
 from mlcluster.config.project import check_environments
+from mlcluster.lockfile import guard
+from mlcluster.replacement import snapshot_from_assembly
 from mlcluster.stacks.stage import EnvironmentStage
 
 
@@ -18,6 +23,21 @@ def selected_environments(app: cdk.App) -> list[str] | None:
     if value is None or value == "":
         return None
     return [name.strip() for name in str(value).split(",")]
+
+
+#: The CDK CLI's project file. Its ``context`` (feature flags such as
+#: ``@aws-cdk/core:defaultCrossStackReferences``) reaches the app from the CLI
+#: through the environment; ``build_app`` reads it too, so in-process
+#: synthesis (tests, tools) builds the same templates as ``cdk synth``.
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+
+
+def project_context(cdk_json: Path = CDK_JSON) -> dict[str, Any]:
+    """The ``context`` of ``cdk_json``; empty when the file is absent (an installed wheel)."""
+    if not cdk_json.is_file():
+        return {}
+    context = json.loads(cdk_json.read_text(encoding="utf-8")).get("context", {})
+    return dict(context)
 
 
 def build_app(
@@ -30,7 +50,8 @@ def build_app(
     (:func:`mlcluster.config.project.check_environments`), and each warning
     is printed once.
     """
-    app = cdk.App(outdir=outdir) if outdir is not None else cdk.App()
+    context = project_context()
+    app = cdk.App(outdir=outdir, context=context) if outdir is not None else cdk.App(context=context)
     chosen = selected if selected is not None else selected_environments(app)
     checked = check_environments(environments_dir, chosen)
     for warning in checked.warnings:
@@ -39,10 +60,28 @@ def build_app(
     return app, stages
 
 
+def synth_guarded(app: cdk.App, stages: list[EnvironmentStage]) -> cx_api.CloudAssembly:
+    """Synthesize, then refuse replacements of data-bearing resources the lock files do not expect.
+
+    Raises ``ConfigError`` (see ``mlcluster.lockfile.guard``) naming every
+    refused replacement of every environment.
+    """
+    assembly = app.synth()
+    refused: list[ConfigError] = []
+    for stage in stages:
+        try:
+            guard(stage.environment, snapshot_from_assembly(Path(assembly.directory), stage.stage_name))
+        except ConfigError as error:
+            refused.append(error)
+    if refused:
+        raise ConfigError.combine(refused)
+    return assembly
+
+
 def main() -> None:
     """Entry point of ``app.py``: print config errors plainly and exit 1."""
     try:
-        app, _ = build_app(Path("environments"))
+        app, stages = build_app(Path("environments"))
     except ConfigError as error:
         print(f"mlcluster: configuration error\n{error}", file=sys.stderr)
         sys.exit(1)
@@ -50,4 +89,10 @@ def main() -> None:
         # The constructs check their props too; the config checks should catch everything first.
         print(f"mlcluster: invalid settings\n{error}", file=sys.stderr)
         sys.exit(1)
-    app.synth()
+    try:
+        synth_guarded(app, stages)
+    except ConfigError as error:
+        print(
+            f"mlcluster: replacement refused (the templates are written, do not deploy them)\n{error}", file=sys.stderr
+        )
+        sys.exit(1)

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from mlcluster.cli import diff
 from mlcluster.cli.errors import CliError
 from mlcluster.cli.validate import validate
 
@@ -22,6 +23,8 @@ def cli() -> None:
 
 
 cli.add_command(validate)
+for command in (diff.diff, diff.lock, diff.protect):
+    cli.add_command(command)
 
 
 def main() -> None:

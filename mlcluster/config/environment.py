@@ -78,6 +78,17 @@ class RetentionConfig:
         doc="days CloudWatch Logs keeps the environment's logs",
     )
 
+    #: Construct paths (below the environment) of data-bearing resources this
+    #: file explicitly lets the next deploy replace, e.g. ``Storage/Lustre``.
+    #: The synth-time guard (``mlcluster.lockfile``) refuses every other replacement.
+    allow_replacement: tuple[str, ...] = setting(
+        default=(),
+        pattern=r"(Storage|DataRepository|Cluster|Network)(/[A-Za-z0-9_.-]+)*",
+        allowed="allowed: construct paths below the environment, e.g. 'Storage/Lustre' or 'Cluster/Cluster'",
+        doc="construct paths (`Storage/Lustre`, `DataRepository/Lustre`, `Cluster/Cluster`, ...) whose replacement "
+        "the next deploy may make; the synth-time guard refuses every other replacement of data (see Day two)",
+    )
+
     @property
     def keeps_data(self) -> bool:
         return self.on_delete == "retain"

@@ -16,6 +16,7 @@ from typing import Literal
 from mlcluster.config.awsdata import EC2_INSTANCE_TYPES
 from mlcluster.config.network import AZ_ID, AZ_NAME, SUBNET_ID, parse_cidr
 from mlcluster.config.schema import Issues, section, setting
+from mlcluster.pcluster.provider_iam import allowed_text, attachable
 
 EC2_INSTANCE = r"[a-z][a-z0-9-]*\.[a-z0-9]+"
 EC2_HELP = "allowed: an EC2 instance type such as 'p5.48xlarge'"
@@ -72,6 +73,9 @@ DENIED_SLURM_SETTINGS = {
     "queue": ("nodes", "partitionname", "resumetimeout", "state", "suspendtime", "oversubscribe"),
     "compute_resource": ("cpus", "gres", "nodeaddr", "nodehostname", "nodename", "state", "weight"),
 }
+
+#: Operating systems ParallelCluster supports but publishes no image for: they need ``custom_ami``.
+OS_WITHOUT_IMAGES = ("rocky8", "rocky9")
 
 #: ParallelCluster limits (3.16 ``constants.py``).
 MAX_QUEUES = 50
@@ -135,7 +139,8 @@ class HeadNodeConfig:
 
     IMDSv2 is always required and IMDS is restricted to root on the head node
     (``Imds.Secured``); these are not settings. ``ssm`` lets Session Manager
-    reach the head and login nodes without SSH keys; ``ssh_allowed_cidr`` is
+    reach the head and login nodes without SSH keys (mlcluster's own policy:
+    registration and session channels, no ``ssm:GetParameter*``); ``ssh_allowed_cidr`` is
     where SSH may come from (the head node and the login nodes' load
     balancer), the VPC's CIDR by default. ``0.0.0.0/0`` (the whole internet)
     is refused unless ``allow_ssh_from_internet`` is true.
@@ -168,11 +173,23 @@ class HeadNodeConfig:
             )
         elif cidr is not None and parse_cidr(cidr) is None and not _is_prefix_list(cidr):
             issues.add("ssh_allowed_cidr", cidr, "allowed: an IPv4 CIDR block such as '10.0.0.0/16' or 'pl-0123abcd'")
+        _check_attachable(issues, self.additional_iam_policies)
 
     @property
     def ssh_from_internet(self) -> bool:
         """True when SSH is open to every IPv4 address."""
         return self.ssh_allowed_cidr == "0.0.0.0/0"
+
+
+def _check_attachable(issues: Issues, policies: tuple[str, ...]) -> None:
+    """Each policy must be one ParallelCluster's provider may attach (else the create fails at the node role)."""
+    for index, arn in enumerate(policies):
+        if re.fullmatch(POLICY_ARN, arn) and not attachable(arn):
+            issues.add(
+                f"additional_iam_policies[{index}]",
+                arn,
+                "ParallelCluster's provider cannot attach this policy to the node role; allowed: " + allowed_text(),
+            )
 
 
 def _is_prefix_list(value: str) -> bool:
@@ -183,10 +200,17 @@ def _is_prefix_list(value: str) -> bool:
 class ComputeResourceConfig:
     """One instance type in a queue (a ParallelCluster compute resource).
 
+    ``sockets``, ``cores_per_socket`` and ``threads_per_core`` override the
+    Slurm layout of the instance-type table (threads default to the table's);
+    their product must equal the instance's vCPUs.
+
     ``efa`` and ``placement_group`` left out are decided for you: EFA is on
     when the instance type supports it; a placement group is used for EFA
     instances unless the capacity comes from a reservation or capacity block,
     whose own placement would conflict with a new group.
+    ``placement_group_name`` names a cluster placement group you own (for
+    example the one your capacity reservation was made in); the nodes launch
+    into it instead of a group ParallelCluster makes.
     """
 
     name: str = setting(pattern=NAME, allowed=NAME_HELP)
@@ -195,6 +219,11 @@ class ComputeResourceConfig:
     max_count: int = setting(default=1, minimum=1, maximum=5000)
     efa: bool | None = None
     placement_group: bool | None = None
+    placement_group_name: str | None = setting(
+        default=None,
+        pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}",
+        allowed="allowed: the name of a cluster placement group you created (1-255 letters, digits, '.', '_', '-')",
+    )
     capacity_reservation_id: str | None = setting(
         default=None, pattern=CR_ID, allowed="allowed: an ID such as 'cr-0123456789abcdef0'"
     )
@@ -205,6 +234,7 @@ class ComputeResourceConfig:
     )
     sockets: int | None = setting(default=None, minimum=1, maximum=16)
     cores_per_socket: int | None = setting(default=None, minimum=1, maximum=512)
+    threads_per_core: int | None = setting(default=None, minimum=1, maximum=2)
     custom_slurm_settings: dict[str, str] = setting(default={})
 
     def check(self, issues: Issues) -> None:
@@ -216,17 +246,26 @@ class ComputeResourceConfig:
                 self.capacity_reservation_group,
                 "give capacity_reservation_id or capacity_reservation_group, not both",
             )
+        if self.placement_group_name is not None and self.placement_group is False:
+            issues.add(
+                "placement_group",
+                False,
+                f"placement_group_name ({self.placement_group_name}) launches into that group; remove "
+                "placement_group or set it to true",
+            )
         if (self.sockets is None) != (self.cores_per_socket is None):
             issues.add("sockets", self.sockets, "give sockets and cores_per_socket together")
+        if self.threads_per_core is not None and self.sockets is None:
+            issues.add("threads_per_core", self.threads_per_core, "give it with sockets and cores_per_socket")
         _check_slurm_settings(
             issues, "custom_slurm_settings", dict(self.custom_slurm_settings), DENIED_SLURM_SETTINGS["compute_resource"]
         )
-        overridden = {k.lower() for k in self.custom_slurm_settings} & {"sockets", "corespersocket"}
+        overridden = {k.lower() for k in self.custom_slurm_settings} & {"sockets", "corespersocket", "threadspercore"}
         if overridden:
             issues.add(
                 "custom_slurm_settings",
                 sorted(overridden),
-                "set sockets and cores_per_socket with their own keys, not in custom_slurm_settings",
+                "set sockets, cores_per_socket and threads_per_core with their own keys, not in custom_slurm_settings",
             )
 
     @property
@@ -242,7 +281,10 @@ class QueueConfig:
     ``zones`` picks the private subnets the queue launches into, by the zone
     labels used in the ``network:`` section (or subnet IDs with
     ``network.existing``); empty means the primary zone, where FSx for Lustre is.
-    ``ssm`` lets Session Manager reach the nodes (AmazonSSMManagedInstanceCore).
+    ``ssm`` lets Session Manager reach the nodes (off by default: jobs on
+    compute nodes can read the instance profile, so every node policy is a
+    job's policy; mlcluster's Session Manager policy has no
+    ``ssm:GetParameter*``, unlike AmazonSSMManagedInstanceCore).
     """
 
     name: str = setting(pattern=NAME, allowed=NAME_HELP)
@@ -254,7 +296,7 @@ class QueueConfig:
         allowed="allowed: zone names or IDs from the network section (or subnet IDs with network.existing)",
     )
     job_exclusive_allocation: bool = False
-    ssm: bool = True
+    ssm: bool = False
     root_volume_gib: int = setting(default=200, minimum=40, maximum=16384)
     custom_ami: str | None = setting(default=None, pattern=AMI_ID, allowed=AMI_HELP)
     additional_iam_policies: tuple[str, ...] = setting(default=(), pattern=POLICY_ARN, allowed=POLICY_HELP)
@@ -273,6 +315,7 @@ class QueueConfig:
             issues.add("compute_resources", names, "compute resource names must be unique within a queue")
         if len(set(self.zones)) != len(self.zones):
             issues.add("zones", list(self.zones), "each zone may appear once")
+        _check_attachable(issues, self.additional_iam_policies)
         _check_slurm_settings(
             issues, "custom_slurm_settings", dict(self.custom_slurm_settings), DENIED_SLURM_SETTINGS["queue"]
         )
@@ -450,6 +493,14 @@ class PclusterConfig:
         total = sum(len(q.compute_resources) for q in self.queues)
         if total > MAX_COMPUTE_RESOURCES:
             issues.add("queues", total, f"allowed: at most {MAX_COMPUTE_RESOURCES} compute resources in all queues")
+        if self.os in OS_WITHOUT_IMAGES and self.custom_ami is None:
+            issues.add(
+                "os",
+                self.os,
+                "ParallelCluster publishes no image for this operating system; give custom_ami (an image built "
+                "with pcluster build-image from a Rocky Linux AMI) or choose one of: "
+                + ", ".join(o for o in ("alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9")),
+            )
         if self.os == "alinux2" and parse_version(self.version) >= ALINUX2_DROPPED_IN:
             issues.add(
                 "os",

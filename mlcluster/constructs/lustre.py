@@ -136,6 +136,7 @@ class LustreStorage(Construct):
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
         data_bucket: s3.IBucket | None = None,
         data_repository_associations: Sequence[DataRepositoryAssociationProps] | None = None,
+        association_scope: Construct | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
     ) -> None:
         """Create the file system, its security group, log group and DRAs.
@@ -175,6 +176,9 @@ class LustreStorage(Construct):
         :param data_bucket: the bucket DRAs link to by default. Default: none.
         :param data_repository_associations: the DRAs, at most 8. Default: one
             at ``/data`` to ``data_bucket`` if given, else none.
+        :param association_scope: where the DRAs are made, e.g. a construct in a
+            stack of their own, so that what needs only the file system does not
+            wait for their (possibly hours-long) batch imports. Default: this construct.
         :param removal_policy: RETAIN or DESTROY. Default: RETAIN.
         """
         super().__init__(scope, construct_id)
@@ -290,7 +294,9 @@ class LustreStorage(Construct):
                     "statement FSx documents for SSE-KMS buckets (principal AWSServiceRoleForFSxS3Access_<file "
                     "system id>) to that key's policy, or the DRAs cannot read or write objects.",
                 )
-        self.data_repository_associations = self._associations(associations, repository_paths, removal_policy, after)
+        self.data_repository_associations = self._associations(
+            association_scope or self, associations, repository_paths, removal_policy, after
+        )
 
     @property
     def file_system_id(self) -> str:
@@ -362,6 +368,7 @@ class LustreStorage(Construct):
 
     def _associations(
         self,
+        scope: Construct,
         associations: list[DataRepositoryAssociationProps],
         repository_paths: list[str],
         removal_policy: cdk.RemovalPolicy,
@@ -385,7 +392,7 @@ class LustreStorage(Construct):
                     ),
                 )
             association = fsx.CfnDataRepositoryAssociation(
-                self,
+                scope,
                 "Association" + association_label(spec.file_system_path),
                 file_system_id=self.resource.ref,
                 file_system_path=spec.file_system_path,

@@ -89,17 +89,17 @@ def check_placement(cfg: PclusterConfig) -> list[Finding]:
         for ci, cr in enumerate(queue.compute_resources):
             reserved = cr.reserved or queue.capacity_type == "CAPACITY_BLOCK"
             what = "a capacity block" if queue.capacity_type == "CAPACITY_BLOCK" else "a targeted capacity reservation"
-            if cr.placement_group is True and reserved:
+            if cr.placement_group is True and cr.placement_group_name is None and reserved:
                 found.append(
                     Finding(
                         "error",
                         _cr_path(qi, ci, "placement_group"),
                         f"{cr.name} launches into {what}, which brings its own placement; a new placement group "
                         "conflicts with it and launches fail with insufficient capacity. Set placement_group: false "
-                        "(or leave it out)",
+                        "(or leave it out), or name the group the reservation was made in with placement_group_name",
                     )
                 )
-            if multi_zone and cr.placement_group is True:
+            if multi_zone and (cr.placement_group is True or cr.placement_group_name is not None):
                 found.append(
                     Finding(
                         "error",
@@ -135,6 +135,15 @@ def check_instance_types(cfg: PclusterConfig) -> list[Finding]:
     for qi, queue in enumerate(cfg.queues):
         for ci, cr in enumerate(queue.compute_resources):
             info = lookup(cr.instance_type)
+            if info is None and cr.sockets is not None and cr.threads_per_core is None:
+                found.append(
+                    Finding(
+                        "error",
+                        _cr_path(qi, ci, "threads_per_core"),
+                        f"{cr.instance_type} is not in mlcluster's instance-type table; give threads_per_core with "
+                        "sockets and cores_per_socket (Slurm sets CPUs to their product)",
+                    )
+                )
             if info is None:
                 if cr.efa is None:
                     found.append(
@@ -153,15 +162,17 @@ def check_instance_types(cfg: PclusterConfig) -> list[Finding]:
                     )
                 )
             if cr.sockets is not None and cr.cores_per_socket is not None:
-                cores = cr.sockets * cr.cores_per_socket
-                if cores != info.cores:
+                threads = cr.threads_per_core or info.threads_per_core
+                cpus = cr.sockets * cr.cores_per_socket * threads
+                if cpus != info.vcpus:
                     found.append(
                         Finding(
                             "error",
                             _cr_path(qi, ci, "sockets"),
-                            f"sockets x cores_per_socket = {cr.sockets} x {cr.cores_per_socket} = {cores}, but "
-                            f"{cr.instance_type} has {info.cores} physical cores; Slurm would reject the node "
-                            "(measure the layout with slurmd -C)",
+                            f"sockets x cores_per_socket x threads_per_core = {cr.sockets} x {cr.cores_per_socket} x "
+                            f"{threads} = {cpus}, but {cr.instance_type} has {info.vcpus} vCPUs "
+                            f"({info.cores} cores x {info.threads_per_core} threads); Slurm would set the node's "
+                            "CPUs to the product or reject the node (measure the layout with slurmd -C)",
                         )
                     )
     return found
@@ -323,6 +334,15 @@ def check_access(cfg: PclusterConfig, *, existing_network: bool = False, public_
                 f"{BASE}.login_nodes.internet_facing",
                 "the login nodes' load balancer faces the internet but admits SSH only from the VPC's CIDR "
                 "(ssh_allowed_cidr is not set); set head_node.ssh_allowed_cidr to your network's CIDR",
+            )
+        )
+    if head.key_name is not None and cfg.os.startswith("ubuntu"):
+        found.append(
+            Finding(
+                "warning",
+                f"{BASE}.head_node.key_name",
+                f"{cfg.os} accepts only ed25519 key pairs; ParallelCluster refuses the cluster if {head.key_name} "
+                "is an RSA key",
             )
         )
     if not public_subnet:

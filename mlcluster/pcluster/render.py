@@ -15,13 +15,18 @@ What the renderer decides for you, and why:
   only then).
 - IMDSv2 only (``Imds.ImdsSupport: v2.0``) and IMDS restricted to root on
   the head node (``HeadNode.Imds.Secured``).
+- Session Manager through mlcluster's own node policy (no
+  ``ssm:GetParameter*``), on the head and login nodes by default and on a
+  queue only when it asks (compute nodes leave IMDS open to jobs); every
+  role ParallelCluster creates carries the permissions boundary.
 - Every node role may read the node scripts (``Iam.S3Access`` on the
   script prefix) and the S3 scripts of your own custom actions.
 - EFA follows the instance type unless set; the placement group is always
   explicit (ParallelCluster requires that with EFA) and off for reserved
   capacity, whose own placement a new group would contradict (seed 000).
-- Slurm ``Sockets``/``CoresPerSocket`` from the instance-type table (or
-  your override) go into the compute resource's ``CustomSlurmSettings``.
+- Slurm ``Sockets``/``CoresPerSocket``/``ThreadsPerCore`` from the
+  instance-type table (or your override), always all three, go into the
+  compute resource's ``CustomSlurmSettings``.
 - FSx for Lustre is mounted at /fsx, optional OpenZFS at /home, optional
   EBS at /apps; root volumes are encrypted gp3.
 """
@@ -40,7 +45,7 @@ from mlcluster.config.pcluster import (
     QueueConfig,
 )
 from mlcluster.lifecycle.pcluster import ENTRY_SCRIPT
-from mlcluster.pcluster.instance_types import lookup, socket_layout
+from mlcluster.pcluster.instance_types import SlurmLayout, lookup, slurm_layout
 
 #: Log retention periods (days) ParallelCluster 3.16 accepts for ``RetentionInDays``.
 PCLUSTER_LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
@@ -85,6 +90,10 @@ class DeployInputs:
     :param openzfs_volume_id: the FSx for OpenZFS volume for /home, when ``home_on_openzfs``.
     :param node_script_policy_arn: a managed policy that reads the node scripts; login nodes need it
         because ParallelCluster offers no ``S3Access`` for them.
+    :param session_manager_policy_arn: the node policy for Session Manager (no ``ssm:GetParameter*``),
+        attached to the head node and login nodes with ``head_node.ssm`` and to queues with ``ssm``.
+    :param permissions_boundary_arn: the permissions boundary of every role ParallelCluster creates
+        (``Iam.PermissionsBoundary``); the provider role may create roles only with it.
     :param reservation_group_arns: capacity reservation group ARNs by group name.
     :param partition: the AWS partition, for managed policy ARNs.
     :param log_retention_days: CloudWatch log retention (rounded up to a value ParallelCluster accepts).
@@ -102,6 +111,8 @@ class DeployInputs:
     node_script_prefix: str = "pcluster/"
     openzfs_volume_id: str | None = None
     node_script_policy_arn: str | None = None
+    session_manager_policy_arn: str | None = None
+    permissions_boundary_arn: str | None = None
     reservation_group_arns: Mapping[str, str] = field(default_factory=dict)
     partition: str = "aws"
     log_retention_days: int = 365
@@ -155,6 +166,8 @@ def placement_group_enabled(queue: QueueConfig, cr: ComputeResourceConfig) -> bo
     comes with its own placement; a new placement group conflicts with it and
     launches fail with insufficient capacity. Placement groups cannot span zones.
     """
+    if cr.placement_group_name is not None:
+        return True
     if cr.placement_group is not None:
         return cr.placement_group
     reserved = cr.reserved or queue.capacity_type == "CAPACITY_BLOCK"
@@ -162,13 +175,22 @@ def placement_group_enabled(queue: QueueConfig, cr: ComputeResourceConfig) -> bo
 
 
 def socket_settings(cr: ComputeResourceConfig) -> dict[str, int]:
-    """Slurm ``Sockets``/``CoresPerSocket`` for ``cr``: the override, else the table, else none."""
+    """Slurm ``Sockets``/``CoresPerSocket``/``ThreadsPerCore`` for ``cr``: the override, else the table, else none.
+
+    All three or none: with sockets and cores but no threads, Slurm resets the
+    node's CPUs to sockets x cores, half the vCPUs when SMT is on.
+    """
+    layout = slurm_layout(cr.instance_type)
     if cr.sockets is not None and cr.cores_per_socket is not None:
-        return {"Sockets": cr.sockets, "CoresPerSocket": cr.cores_per_socket}
-    layout = socket_layout(cr.instance_type)
-    if layout is None:
-        return {}
-    return {"Sockets": layout[0], "CoresPerSocket": layout[1]}
+        info = lookup(cr.instance_type)
+        threads = cr.threads_per_core or (info.threads_per_core if info is not None else None)
+        if threads is None:
+            raise RenderError(
+                f"threads_per_core: {cr.instance_type} is not in the instance-type table; give threads_per_core "
+                "with sockets and cores_per_socket"
+            )
+        return SlurmLayout(cr.sockets, cr.cores_per_socket, threads).settings()
+    return layout.settings() if layout is not None else {}
 
 
 def login_subnet(cfg: PclusterConfig) -> str:
@@ -218,7 +240,12 @@ def log_retention(days: int) -> int:
 
 
 def _ssm_policy(inputs: DeployInputs) -> str:
-    return f"arn:{inputs.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+    if inputs.session_manager_policy_arn is None:
+        raise RenderError(
+            "session_manager_policy_arn: Session Manager (ssm) is on for some nodes; pass the node policy "
+            "for Session Manager (AmazonSSMManagedInstanceCore is not used: it reads every SSM parameter)"
+        )
+    return inputs.session_manager_policy_arn
 
 
 def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str]) -> dict[str, Any]:
@@ -339,6 +366,12 @@ def _head_node(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
     return out
 
 
+def _placement_group(queue: QueueConfig, cr: ComputeResourceConfig) -> dict[str, Any]:
+    if cr.placement_group_name is not None:
+        return {"Enabled": True, "Name": cr.placement_group_name}
+    return {"Enabled": placement_group_enabled(queue, cr)}
+
+
 def _capacity_target(cr: ComputeResourceConfig, inputs: DeployInputs) -> dict[str, str] | None:
     if cr.capacity_reservation_id is not None:
         return {"CapacityReservationId": cr.capacity_reservation_id}
@@ -363,7 +396,7 @@ def _compute_resource(queue: QueueConfig, cr: ComputeResourceConfig, inputs: Dep
         "MinCount": cr.min_count,
         "MaxCount": cr.max_count,
         "Efa": {"Enabled": efa_enabled(cr)},
-        "Networking": {"PlacementGroup": {"Enabled": placement_group_enabled(queue, cr)}},
+        "Networking": {"PlacementGroup": _placement_group(queue, cr)},
     }
     target = _capacity_target(cr, inputs)
     if target is not None:
@@ -535,6 +568,8 @@ def render_cluster_config(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str
         "SharedStorage": _shared_storage(cfg, inputs),
         "Monitoring": _monitoring(cfg, inputs),
     }
+    if inputs.permissions_boundary_arn is not None:
+        config["Iam"] = {"PermissionsBoundary": inputs.permissions_boundary_arn}
     login = _login_nodes(cfg, inputs)
     if login is not None:
         config["LoginNodes"] = login
@@ -542,3 +577,30 @@ def render_cluster_config(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str
     if tags:
         config["Tags"] = [{"Key": key, "Value": value} for key, value in tags.items()]
     return config
+
+
+def attached_policy_arns(config: Mapping[str, Any], partition: str) -> list[str]:
+    """Every ``AdditionalIamPolicies`` ARN of a rendered configuration, plus the one ParallelCluster adds itself.
+
+    ParallelCluster 3.16 attaches CloudWatchAgentServerPolicy to each node role
+    when CloudWatch logs are on (``_add_node_role`` in its cluster templates).
+    """
+    groups = [config["HeadNode"], *config["Scheduling"]["SlurmQueues"], *config.get("LoginNodes", {}).get("Pools", [])]
+    arns = [entry["Policy"] for group in groups for entry in group.get("Iam", {}).get("AdditionalIamPolicies", [])]
+    if config.get("Monitoring", {}).get("Logs", {}).get("CloudWatch", {}).get("Enabled", True):
+        arns.append(f"arn:{partition}:iam::aws:policy/CloudWatchAgentServerPolicy")
+    return list(dict.fromkeys(arns))
+
+
+def user_script_objects(cfg: PclusterConfig, partition: str = "aws") -> list[str]:
+    """The S3 object ARNs of your own custom-action scripts (ParallelCluster's validators read them)."""
+    head = cfg.head_node.custom_actions
+    actions = [*head.on_node_start, *head.on_node_configured, *head.on_node_updated]
+    for queue in cfg.queues:
+        actions += [*queue.custom_actions.on_node_start, *queue.custom_actions.on_node_configured]
+    arns = []
+    for action in actions:
+        match = _S3_URL.fullmatch(action.script)
+        if match is not None:
+            arns.append(f"arn:{partition}:s3:::{match['bucket']}/{match['key']}")
+    return list(dict.fromkeys(arns))

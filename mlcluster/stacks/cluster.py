@@ -25,11 +25,23 @@ from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.constructs.hyperpod_role import HyperPodExecutionRole
 from mlcluster.constructs.nag import acknowledge_wildcard_resource
 from mlcluster.constructs.network import NetworkRef
-from mlcluster.constructs.pcluster_cluster import PclusterCluster
+from mlcluster.constructs.pcluster_cluster import (
+    PclusterCluster,
+    PclusterProviderRole,
+    permissions_boundary,
+    session_manager_policy,
+)
 from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
-from mlcluster.pcluster.render import DeployInputs, ZoneSubnet, render_cluster_config
+from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
+from mlcluster.pcluster.render import (
+    DeployInputs,
+    ZoneSubnet,
+    attached_policy_arns,
+    render_cluster_config,
+    user_script_objects,
+)
 from mlcluster.stacks.common import export_output, log_retention, removal_policy
 from mlcluster.stacks.storage import StorageStack
 
@@ -95,9 +107,11 @@ class ClusterStack(cdk.Stack):
         script_policy = None
         if cfg.login_nodes is not None:
             # ParallelCluster has no S3Access setting for login nodes: they read the scripts through this policy.
+            # Under /parallelcluster/: ParallelCluster's provider may attach only such policies (provider_iam).
             script_policy = iam.ManagedPolicy(
                 self,
                 "NodeScriptRead",
+                path=NODE_POLICY_PATH,
                 description="Read the ParallelCluster node scripts (login nodes)",
                 statements=[
                     iam.PolicyStatement(
@@ -111,6 +125,10 @@ class ClusterStack(cdk.Stack):
                 "Login nodes read every node script under the pcluster/ prefix of this bucket; the scripts are "
                 "content the stack uploads, and the prefix holds nothing else.",
             )
+        session_policy = None
+        if cfg.head_node.ssm or any(q.ssm for q in cfg.queues):
+            session_policy = session_manager_policy(self, "SessionManager")
+        boundary = permissions_boundary(self, "NodeRoleBoundary", cluster_name=env.cluster_name)
         labels = network_zone_labels(env.config.network)
         inputs = DeployInputs(
             region=self.region,
@@ -127,16 +145,32 @@ class ClusterStack(cdk.Stack):
             node_script_bucket=scripts.bucket.bucket_name,
             node_script_prefix=NODE_SCRIPT_PREFIX,
             node_script_policy_arn=script_policy.managed_policy_arn if script_policy is not None else None,
+            session_manager_policy_arn=session_policy.managed_policy_arn if session_policy is not None else None,
+            permissions_boundary_arn=boundary.managed_policy_arn,
             reservation_group_arns=reservation_groups,
             log_retention_days=env.config.retention.log_retention_days,
             retain_logs=keeps,
             tags=dict(env.config.tags),
         )
+        cluster_config = render_cluster_config(cfg, inputs)
+        provider = PclusterProviderRole(
+            self,
+            "Provider",
+            cluster_name=env.cluster_name,
+            boundary=boundary,
+            attachable_policy_arns=attached_policy_arns(cluster_config, self.partition),
+            readable_objects=[
+                scripts.bucket.arn_for_objects(f"{NODE_SCRIPT_PREFIX}*"),
+                *user_script_objects(cfg, self.partition),
+            ],
+            secret_arns=[cfg.slurm.accounting.password_secret_arn] if cfg.slurm.accounting is not None else [],
+        )
         self.pcluster = PclusterCluster(
             self,
             "Cluster",
             cluster_name=env.cluster_name,
-            cluster_configuration=render_cluster_config(cfg, inputs),
+            provider_role=provider.role,
+            cluster_configuration=cluster_config,
             version=cfg.version,
             deletion_policy="Retain" if keeps else "Delete",
             slurm_accounting=cfg.slurm.accounting is not None,

@@ -14,7 +14,7 @@ from mlcluster.config.observability import observability_enabled
 from mlcluster.stacks.cluster import ClusterStack
 from mlcluster.stacks.network import NetworkStack
 from mlcluster.stacks.observability import ObservabilityStack
-from mlcluster.stacks.storage import StorageStack
+from mlcluster.stacks.storage import DataRepositoryStack, StorageStack
 
 #: The cdk-nag packs an environment may add to AwsSolutions, by config name.
 EXTRA_PACKS: dict[str, type[NagPack]] = {
@@ -28,8 +28,11 @@ class EnvironmentStage(cdk.Stage):
     """Every stack of one environment, named after its file.
 
     Stacks: ``Network``, ``Storage`` (data that outlives clusters),
-    ``Observability`` (dashboard and alarms, when on) and, when the
-    environment has a cluster backend, ``Cluster``. Tags from the environment go on everything;
+    ``DataRepository`` (the DRAs, when there are any: the cluster does not
+    wait for their imports), ``Observability`` (dashboard and alarms, when
+    on) and, when the environment has a cluster backend,
+    ``Cluster``. Stacks holding data, and the network under it, have
+    termination protection when the environment retains data. Tags from the environment go on everything;
     cdk-nag's AwsSolutions pack, plus any packs the environment lists, checks
     the stage at synth and fails it on any finding not acknowledged.
     """
@@ -41,16 +44,33 @@ class EnvironmentStage(cdk.Stage):
         super().__init__(scope, environment.name, env=env, **kwargs)
         self.environment = environment
         description = f"mlcluster {environment.name}: " + (cfg.description or "distributed-training environment")
+        protect = cfg.retention.keeps_data
         self.network_stack = NetworkStack(
-            self, "Network", environment=environment, description=f"{description} (network)"
+            self,
+            "Network",
+            environment=environment,
+            description=f"{description} (network)",
+            termination_protection=protect,
+        )
+        data_repository = DataRepositoryStack(
+            self,
+            "DataRepository",
+            description=f"{description} (FSx for Lustre data repository associations)",
+            termination_protection=protect,
         )
         self.storage_stack = StorageStack(
             self,
             "Storage",
             environment=environment,
             network=self.network_stack.network,
+            association_scope=data_repository.lustre_scope,
             description=f"{description} (data: bucket, file systems; outlives clusters)",
+            termination_protection=protect,
         )
+        self.data_repository_stack: DataRepositoryStack | None = data_repository
+        if not self.storage_stack.lustre.data_repository_associations:
+            self.node.try_remove_child(data_repository.node.id)
+            self.data_repository_stack = None
         self.observability_stack: ObservabilityStack | None = None
         if observability_enabled(cfg):
             self.observability_stack = ObservabilityStack(

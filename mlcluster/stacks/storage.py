@@ -38,9 +38,16 @@ class StorageStack(cdk.Stack):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, environment: Environment, network: NetworkRef, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        network: NetworkRef,
+        association_scope: Construct | None = None,
+        **kwargs: Any,
     ) -> None:
-        """Build the storage of ``environment`` in ``network``."""
+        """Build the storage of ``environment`` in ``network``; DRAs go to ``association_scope`` if given."""
         super().__init__(scope, construct_id, **kwargs)
         cfg = environment.config.storage
         policy = removal_policy(environment)
@@ -94,6 +101,7 @@ class StorageStack(cdk.Stack):
             data_repository_associations=[
                 DataRepositoryAssociationProps(**dataclasses.asdict(dra)) for dra in lustre.data_repository_associations
             ],
+            association_scope=association_scope,
             removal_policy=policy,
         )
 
@@ -134,3 +142,20 @@ class StorageStack(cdk.Stack):
             outputs["OpenZfsRootVolumeId"] = (self.openzfs.root_volume_id, "FSx for OpenZFS root volume (NFS export)")
         for name, (value, description) in outputs.items():
             export_output(self, environment, name, value, description)
+
+
+class DataRepositoryStack(cdk.Stack):
+    """The Lustre file system's data repository associations (DRAs), in a stack of their own.
+
+    A DRA that batch-imports the metadata of a large bucket can take hours,
+    and CloudFormation starts a stack only when every stack it depends on is
+    complete. Here the cluster stack depends on the storage stack (the file
+    system) alone, so the cluster is created while the imports run. The DRAs
+    are made under the ``Lustre`` construct of this stack, keeping their ids
+    (``Lustre/Association<Path>``).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
+        """An empty stack; ``StorageStack`` puts the DRAs into ``lustre_scope``."""
+        super().__init__(scope, construct_id, **kwargs)
+        self.lustre_scope = Construct(self, "Lustre")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +124,9 @@ SG = "sg-0ccccccccccccccc1"
 FSX = "fs-0ddddddddddddddd1"
 ZFS_VOLUME = "fsvol-0eeeeeeeeeeeeeee1"
 BUCKET = "mlcluster-dev-node-scripts"
-SCRIPT_POLICY = "arn:aws:iam::123456789012:policy/mlcluster-node-scripts"
+SCRIPT_POLICY = "arn:aws:iam::123456789012:policy/parallelcluster/mlcluster-node-scripts"
+SESSION_POLICY = "arn:aws:iam::123456789012:policy/parallelcluster/mlcluster-session-manager"
+BOUNDARY = "arn:aws:iam::123456789012:policy/parallelcluster/mlcluster-node-boundary"
 GROUP_ARN = "arn:aws:resource-groups:us-east-1:123456789012:group/p4de-train-p4de-pool"
 
 
@@ -141,6 +145,8 @@ def inputs(**overrides: Any) -> DeployInputs:
         "node_script_bucket": BUCKET,
         "openzfs_volume_id": ZFS_VOLUME,
         "node_script_policy_arn": SCRIPT_POLICY,
+        "session_manager_policy_arn": SESSION_POLICY,
+        "permissions_boundary_arn": BOUNDARY,
         "reservation_group_arns": {"p4de-pool": GROUP_ARN},
     }
     values.update(overrides)
@@ -176,3 +182,23 @@ def run_schema_check(files: list[Path], *, cluster_name: str = "mlcluster-test")
     result["__returncode__"] = [str(proc.returncode)]
     result["__stderr__"] = [proc.stderr]
     return result
+
+
+#: The example environments whose cluster backend is ParallelCluster.
+PCLUSTER_EXAMPLES = ("p4de", "p5", "trn1")
+
+
+@functools.cache
+def pcluster_example_templates() -> dict[str, dict[str, Any]]:
+    """Every stack template of the ParallelCluster examples, synthesized once per test process (cdk-nag on)."""
+    from tests.support import stack_templates, synth_examples
+
+    with tempfile.TemporaryDirectory() as outdir:
+        return stack_templates(synth_examples(Path(outdir), list(PCLUSTER_EXAMPLES)))
+
+
+def cluster_resource(templates: dict[str, dict[str, Any]], example: str) -> tuple[str, dict[str, Any]]:
+    """The ``Custom::PclusterCluster`` of an example, and the display name of its stack."""
+    stack = f"{example}/Cluster"
+    (resource,) = [r for r in templates[stack]["Resources"].values() if r["Type"] == "Custom::PclusterCluster"]
+    return stack, resource

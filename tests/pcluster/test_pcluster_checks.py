@@ -86,6 +86,16 @@ FAILING: list[tuple[str, str, dict[str, Any], str, str, str]] = [
         "spans 2 zones",
     ),
     (
+        "named placement group across zones",
+        queue_yaml(
+            "instance_type: g5.xlarge\n        placement_group_name: mine", queue="zones: [us-east-1a, us-east-1b]"
+        ),
+        {},
+        "error",
+        f"{CR0}.placement_group",
+        "spans 2 zones",
+    ),
+    (
         "efa across zones",
         queue_yaml(P5, queue="zones: [us-east-1a, us-east-1b]"),
         {},
@@ -123,7 +133,23 @@ FAILING: list[tuple[str, str, dict[str, Any], str, str, str]] = [
         {},
         "error",
         f"{CR0}.sockets",
-        "has 96 physical cores",
+        "2 x 96 x 2 = 384, but p5.48xlarge has 192 vCPUs",
+    ),
+    (
+        "socket layout that forgets SMT",
+        queue_yaml(P5 + "\n        sockets: 2\n        cores_per_socket: 48\n        threads_per_core: 1"),
+        {},
+        "error",
+        f"{CR0}.sockets",
+        "2 x 48 x 1 = 96, but p5.48xlarge has 192 vCPUs",
+    ),
+    (
+        "unknown type layout without threads",
+        queue_yaml("instance_type: c6a.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48"),
+        {},
+        "error",
+        f"{CR0}.threads_per_core",
+        "give threads_per_core",
     ),
     (
         "queue away from lustre",
@@ -252,6 +278,14 @@ queues:
         "must map public IPs on launch",
     ),
     (
+        "key pair on ubuntu",
+        queue_yaml(P5) + "os: ubuntu2204\nhead_node: {key_name: ops}",
+        {},
+        "warning",
+        "cluster.pcluster.head_node.key_name",
+        "accepts only ed25519 key pairs",
+    ),
+    (
         "public head node without a public subnet",
         queue_yaml(P5) + "head_node: {subnet: public}",
         {"public_subnet": False},
@@ -300,10 +334,39 @@ def test_clean_configuration_has_no_findings() -> None:
     assert run(queue_yaml(P5)) == []
 
 
+def test_own_placement_group_with_its_targeted_reservation_passes() -> None:
+    """The seed's other pattern: a reservation made in your own cluster placement group, named."""
+    text = queue_yaml(
+        P5 + "\n        capacity_reservation_id: cr-0123456789abcdef0\n        placement_group_name: p5-odcr-pg"
+    )
+    assert run(text) == []
+
+
+def test_own_placement_group_with_placement_group_true_and_a_reservation_passes() -> None:
+    text = queue_yaml(
+        P5 + "\n        capacity_reservation_id: cr-0123456789abcdef0\n        placement_group: true"
+        "\n        placement_group_name: p5-odcr-pg"
+    )
+    assert run(text) == []
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "sockets: 2\n        cores_per_socket: 48",  # threads from the table
+        "sockets: 4\n        cores_per_socket: 24\n        threads_per_core: 2",  # another split, same total
+        "sockets: 1\n        cores_per_socket: 96\n        threads_per_core: 2",
+    ],
+)
+def test_layouts_that_add_up_pass(layout: str) -> None:
+    assert run(queue_yaml(P5 + "\n        " + layout)) == []
+
+
 @pytest.mark.parametrize(
     "extra",
     [
         "head_node: {subnet: public}",
+        "head_node: {key_name: ops}",  # alinux2023 takes RSA and ed25519 keys
         "head_node: {ssh_allowed_cidr: 0.0.0.0/0, allow_ssh_from_internet: true}",  # private nodes: not exposed
         "login_nodes: {}",
         "login_nodes: {internet_facing: true}\nhead_node: {ssh_allowed_cidr: 192.0.2.0/24}",
@@ -353,7 +416,7 @@ def test_access_summary(extra: str, expected: list[str]) -> None:
     assert lines[: len(expected)] == expected
     assert lines[len(expected) :] == [
         "queue train: private subnets behind NAT, no public IP; reachable only from the cluster's nodes; "
-        "Session Manager"
+        "no Session Manager"
     ]
 
 

@@ -124,12 +124,49 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "cluster.pcluster.queues[0].compute_resources[0].capacity_reservation_group",
         "no such group",
     ),
+    ("rocky8 without an image", {"queues": [queue()], "os": "rocky8"}, "cluster.pcluster.os", "publishes no image"),
+    (
+        "rocky9 with only a queue image",
+        {"queues": [queue(custom_ami="ami-0123456789abcdef0")], "os": "rocky9"},
+        "cluster.pcluster.os",
+        "give custom_ami",
+    ),
+    (
+        "named group with placement off",
+        cr(placement_group=False, placement_group_name="p5-odcr-group"),
+        "cluster.pcluster.queues[0].compute_resources[0].placement_group",
+        "launches into that group",
+    ),
+    (
+        "placement group name",
+        cr(placement_group_name="bad name!"),
+        "cluster.pcluster.queues[0].compute_resources[0].placement_group_name",
+        "placement group you created",
+    ),
     ("sockets alone", cr(sockets=2), "cluster.pcluster.queues[0].compute_resources[0].sockets", "together"),
     (
         "denied compute resource slurm setting",
         cr(custom_slurm_settings={"Weight": "10"}),
         "cluster.pcluster.queues[0].compute_resources[0].custom_slurm_settings.Weight",
         "refuses it here",
+    ),
+    (
+        "threads without sockets",
+        cr(threads_per_core=2),
+        "cluster.pcluster.queues[0].compute_resources[0].threads_per_core",
+        "with sockets and cores_per_socket",
+    ),
+    (
+        "three threads per core",
+        cr(sockets=2, cores_per_socket=32, threads_per_core=3),
+        "cluster.pcluster.queues[0].compute_resources[0].threads_per_core",
+        "to 2",
+    ),
+    (
+        "threads via custom settings",
+        cr(custom_slurm_settings={"ThreadsPerCore": "2"}),
+        "cluster.pcluster.queues[0].compute_resources[0].custom_slurm_settings",
+        "threads_per_core with their own keys",
     ),
     (
         "sockets via custom settings",
@@ -324,6 +361,12 @@ def test_ssh_sources_accepted_at_the_edge(make_env: MakeEnv, cidr: str) -> None:
     env = make_env(env_with({"queues": [queue()], "head_node": head}))
     assert env.config.cluster.pcluster is not None
     assert env.config.cluster.pcluster.head_node.ssh_allowed_cidr == cidr
+
+
+@pytest.mark.parametrize("os_name", ["rocky8", "rocky9"])
+def test_rocky_with_a_custom_image_is_accepted(make_env: MakeEnv, os_name: str) -> None:
+    env = make_env(env_with({"queues": [queue()], "os": os_name, "custom_ami": "ami-0123456789abcdef0"}))
+    assert env.config.cluster.pcluster is not None and env.config.cluster.pcluster.os == os_name
 
 
 def test_defaults() -> None:

@@ -13,6 +13,7 @@ from mlcluster.pcluster.render import (
     render_cluster_config,
 )
 from tests.pcluster.pcluster_support import (
+    BOUNDARY,
     BUCKET,
     FSX,
     GROUP_ARN,
@@ -20,6 +21,7 @@ from tests.pcluster.pcluster_support import (
     PRIVATE_B,
     PUBLIC,
     SCRIPT_POLICY,
+    SESSION_POLICY,
     SG,
     ZFS_VOLUME,
     archetype,
@@ -28,7 +30,7 @@ from tests.pcluster.pcluster_support import (
     pcluster,
 )
 
-SSM = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+SSM = SESSION_POLICY
 NODE_SCRIPTS_S3 = {"BucketName": BUCKET, "KeyName": "pcluster/*", "EnableWriteAccess": False}
 CR0 = "Scheduling.SlurmQueues[0].ComputeResources[0]"
 Q0 = "Scheduling.SlurmQueues[0]"
@@ -100,18 +102,29 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
     ),
     ("head ssm policy", one(P5), {}, "HeadNode.Iam.AdditionalIamPolicies", [{"Policy": SSM}]),
     (
-        "head ssm in another partition",
+        "queues without ssm by default",
         one(P5),
-        {"partition": "aws-us-gov"},
-        "HeadNode.Iam.AdditionalIamPolicies[0].Policy",
-        "arn:aws-us-gov:iam::aws:policy/AmazonSSMManagedInstanceCore",
+        {},
+        f"{Q0}.Iam",
+        {"S3Access": [NODE_SCRIPTS_S3]},
     ),
     (
+        "queue ssm when asked",
+        one(P5, queue="ssm: true"),
+        {},
+        f"{Q0}.Iam.AdditionalIamPolicies",
+        [{"Policy": SSM}],
+    ),
+    ("permissions boundary", one(P5), {}, "Iam", {"PermissionsBoundary": BOUNDARY}),
+    (
         "head extra policies without ssm",
-        one(P5, top="head_node: {ssm: false, additional_iam_policies: ['arn:aws:iam::aws:policy/ReadOnlyAccess']}"),
+        one(
+            P5,
+            top="head_node: {ssm: false, additional_iam_policies: ['arn:aws:iam::aws:policy/AmazonS3ReadOnlyAccess']}",
+        ),
         {},
         "HeadNode.Iam.AdditionalIamPolicies",
-        [{"Policy": "arn:aws:iam::aws:policy/ReadOnlyAccess"}],
+        [{"Policy": "arn:aws:iam::aws:policy/AmazonS3ReadOnlyAccess"}],
     ),
     ("head reads node scripts", one(P5), {}, "HeadNode.Iam.S3Access", [NODE_SCRIPTS_S3]),
     (
@@ -278,34 +291,72 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         {"CapacityReservationResourceGroupArn": "arn:aws:resource-groups:us-east-1:123456789012:group/shared"},
     ),
     # sockets
-    ("p5 sockets", one(P5), {}, f"{CR0}.CustomSlurmSettings", {"Sockets": 2, "CoresPerSocket": 48}),
+    (
+        "p5 sockets",
+        one(P5),
+        {},
+        f"{CR0}.CustomSlurmSettings",
+        {"Sockets": 2, "CoresPerSocket": 48, "ThreadsPerCore": 2},
+    ),
     (
         "p4de sockets",
         one("instance_type: p4de.24xlarge"),
         {},
         f"{CR0}.CustomSlurmSettings",
-        {"Sockets": 2, "CoresPerSocket": 24},
+        {"Sockets": 2, "CoresPerSocket": 24, "ThreadsPerCore": 2},
     ),
     (
         "p4d sockets",
         one("instance_type: p4d.24xlarge"),
         {},
         f"{CR0}.CustomSlurmSettings",
-        {"Sockets": 2, "CoresPerSocket": 24},
+        {"Sockets": 2, "CoresPerSocket": 24, "ThreadsPerCore": 2},
     ),
     (
         "sockets override",
         one("instance_type: trn1.32xlarge\n        sockets: 2\n        cores_per_socket: 32"),
         {},
         f"{CR0}.CustomSlurmSettings",
-        {"Sockets": 2, "CoresPerSocket": 32},
+        {"Sockets": 2, "CoresPerSocket": 32, "ThreadsPerCore": 2},
+    ),
+    (
+        "own placement group with its reservation",
+        one(P5 + "\n        capacity_reservation_id: cr-0123456789abcdef0\n        placement_group_name: p5-odcr-pg"),
+        {},
+        f"{CR0}.Networking.PlacementGroup",
+        {"Enabled": True, "Name": "p5-odcr-pg"},
+    ),
+    (
+        "rocky9 with its image",
+        one(P5, top="os: rocky9\ncustom_ami: ami-0123456789abcdef0"),
+        {},
+        "Image",
+        {"Os": "rocky9", "CustomAmi": "ami-0123456789abcdef0"},
+    ),
+    (
+        "threads override without smt",
+        one(
+            "instance_type: hpc7a.96xlarge\n        sockets: 2\n        cores_per_socket: 96\n        threads_per_core: 1"
+        ),
+        {},
+        f"{CR0}.CustomSlurmSettings",
+        {"Sockets": 2, "CoresPerSocket": 96, "ThreadsPerCore": 1},
+    ),
+    (
+        "unknown type with the whole layout",
+        one(
+            "instance_type: c6a.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48\n        threads_per_core: 2"
+        ),
+        {},
+        f"{CR0}.CustomSlurmSettings",
+        {"Sockets": 2, "CoresPerSocket": 48, "ThreadsPerCore": 2},
     ),
     (
         "sockets with custom settings",
         one(P5 + "\n        custom_slurm_settings: {RealMemory: '1900000'}"),
         {},
         f"{CR0}.CustomSlurmSettings",
-        {"Sockets": 2, "CoresPerSocket": 48, "RealMemory": "1900000"},
+        {"Sockets": 2, "CoresPerSocket": 48, "ThreadsPerCore": 2, "RealMemory": "1900000"},
     ),
     # node scripts per queue
     (
@@ -490,7 +541,7 @@ ABSENT = [
     # (id, pcluster YAML, overrides, path that must not exist)
     ("no key pair", one(P5), {}, "HeadNode.Ssh.KeyName"),
     ("no reservation", one(P5), {}, f"{CR0}.CapacityReservationTarget"),
-    ("no sockets for g5", one("instance_type: g5.12xlarge"), {}, f"{CR0}.CustomSlurmSettings"),
+    ("no layout for a type without accelerators", one("instance_type: c5n.18xlarge"), {}, f"{CR0}.CustomSlurmSettings"),
     ("no database", one(P5), {}, "Scheduling.SlurmSettings.Database"),
     ("no login nodes", one(P5), {}, "LoginNodes"),
     ("no tags", one(P5), {}, "Tags"),
@@ -541,7 +592,16 @@ def test_archetype_p4de_training_and_g5_inference() -> None:
     assert train["ComputeResources"][0]["CapacityReservationTarget"] == {
         "CapacityReservationResourceGroupArn": GROUP_ARN
     }
-    assert train["ComputeResources"][0]["CustomSlurmSettings"] == {"Sockets": 2, "CoresPerSocket": 24}
+    assert train["ComputeResources"][0]["CustomSlurmSettings"] == {
+        "Sockets": 2,
+        "CoresPerSocket": 24,
+        "ThreadsPerCore": 2,
+    }
+    assert infer["ComputeResources"][0]["CustomSlurmSettings"] == {
+        "Sockets": 1,
+        "CoresPerSocket": 24,
+        "ThreadsPerCore": 2,
+    }
     assert train["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"][-1] == "nccl_efa"
     g5 = infer["ComputeResources"][0]
     assert (g5["MinCount"], g5["MaxCount"], g5["Efa"], g5["Networking"]["PlacementGroup"]) == (
@@ -569,6 +629,18 @@ def test_archetype_trn1_with_neuron() -> None:
 
 ERRORS = [
     # (id, pcluster YAML, overrides, fragment of the error)
+    (
+        "unknown type without threads",
+        one("instance_type: c6a.48xlarge\n        efa: false\n        sockets: 2\n        cores_per_socket: 48"),
+        {},
+        "threads_per_core: c6a.48xlarge is not in the instance-type table",
+    ),
+    (
+        "ssm without the session manager policy",
+        one(P5),
+        {"session_manager_policy_arn": None},
+        "session_manager_policy_arn: Session Manager (ssm) is on",
+    ),
     (
         "public head without public subnet",
         one(P5, top="head_node: {subnet: public}"),

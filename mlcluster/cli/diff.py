@@ -1,0 +1,351 @@
+"""``mlcluster diff``, ``lock`` and ``protect``: day-two changes known before, and guarded during, a deploy.
+
+``diff ENV`` synthesizes the environment in a subprocess (aws-cdk-lib is
+never imported by the command itself), creates one CloudFormation change
+set per deployed stack without executing it, reads AWS's own
+``Replacement`` verdict for every resource, prints data-bearing
+replacements and deletions first, deletes the change sets, and exits 2 when
+there is such a replacement.
+
+``lock ENV`` writes ``environments/<ENV>.lock.json`` from the synthesized
+templates (run it after each deploy and commit it): the synth-time guard
+compares the next synth with it.
+
+``protect ENV`` sets a stack policy on every deployed stack of the
+environment that denies ``Update:Replace`` and ``Update:Delete`` on its
+data-bearing resources (``cdk deploy`` cannot set stack policies).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mlcluster.cli.errors import EXIT_FAILED, EXIT_USAGE, CliError, aws_errors
+from mlcluster.config import ConfigError, Environment, load_environments
+from mlcluster.lockfile import write_lock
+from mlcluster.replacement import is_data_bearing, snapshot_from_assembly
+
+#: Templates above this size must go through S3 (CloudFormation's TemplateBody limit).
+TEMPLATE_BODY_LIMIT = 51_200
+#: CloudFormation's StatusReason for a change set with nothing to do.
+NO_CHANGES = ("didn't contain changes", "No updates are to be performed")
+CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
+
+_SYNTH = (
+    "import sys; from pathlib import Path; from mlcluster.app import build_app; "
+    "app, _ = build_app(Path(sys.argv[1]), selected=[sys.argv[2]], outdir=sys.argv[3]); app.synth()"
+)
+
+
+def load_one(environments: Path, name: str) -> Environment:
+    """The environment ``name`` from ``environments``; a config error becomes a :class:`CliError`."""
+    try:
+        (environment,) = load_environments(environments, [name])
+    except ConfigError as error:
+        raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
+    return environment
+
+
+def synthesize(environments: Path, name: str, outdir: Path) -> Path:
+    """Synthesize one environment in a fresh Python process into ``outdir``; returns ``outdir``."""
+    # Our own interpreter and fixed code; the arguments are paths and a name.
+    done = subprocess.run(
+        [sys.executable, "-c", _SYNTH, str(environments), name, str(outdir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise CliError(f"synthesizing {name} failed:\n{tail}", EXIT_FAILED)
+    return outdir
+
+
+@dataclass(frozen=True)
+class StackArtifact:
+    """One synthesized stack: its name, template file and the template's S3 location for large templates."""
+
+    name: str
+    template_file: Path
+    template_s3_url: str | None
+    paths: dict[str, str]
+
+
+def stack_artifacts(assembly: Path, stage: str) -> list[StackArtifact]:
+    """The stage's stacks in dependency order (the manifest lists producers first)."""
+    nested = assembly / f"assembly-{stage}"
+    manifest = json.loads((nested / "manifest.json").read_text(encoding="utf-8"))
+    snapshot = snapshot_from_assembly(assembly, stage)
+    stacks: list[StackArtifact] = []
+    for artifact_id, artifact in manifest["artifacts"].items():
+        if artifact.get("type") != "aws:cloudformation:stack":
+            continue
+        props = artifact["properties"]
+        name = str(props.get("stackName", artifact_id))
+        stacks.append(
+            StackArtifact(
+                name=name,
+                template_file=nested / props["templateFile"],
+                template_s3_url=props.get("stackTemplateAssetObjectUrl"),
+                paths={lid: r.path for lid, r in snapshot[name].resources.items()},
+            )
+        )
+    return stacks
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """AWS's verdict on one resource of one stack's change set."""
+
+    stack: str
+    logical_id: str
+    type: str
+    path: str
+    action: str
+    replacement: str
+
+    @property
+    def dangerous(self) -> bool:
+        """A data-bearing resource that AWS will (or may) replace, or remove."""
+        if not is_data_bearing(self.type, self.path):
+            return False
+        return self.replacement in ("True", "Conditional") or self.action == "Remove"
+
+    def line(self) -> str:
+        return (
+            f"{self.stack}: {self.action:<7} {self.logical_id} ({self.type}) replacement={self.replacement or '-'} "
+            f"{self.path}"
+        )
+
+
+def _template_argument(cfn_s3: Any, stack: StackArtifact, account: Callable[[], str], region: str) -> dict[str, str]:
+    """``TemplateBody``, or for a large template ``TemplateURL`` after uploading it where ``cdk deploy`` would."""
+    body = stack.template_file.read_text(encoding="utf-8")
+    if len(body.encode()) <= TEMPLATE_BODY_LIMIT:
+        return {"TemplateBody": body}
+    if not stack.template_s3_url:
+        raise CliError(f"{stack.name}: the template is over {TEMPLATE_BODY_LIMIT} bytes and has no S3 location")
+    url = stack.template_s3_url.replace("${AWS::AccountId}", account()).replace("${AWS::Region}", region)
+    bucket, key = url.removeprefix("s3://").split("/", 1)
+    with aws_errors(f"PutObject s3://{bucket}/{key}"):
+        cfn_s3.put_object(Bucket=bucket, Key=key, Body=body.encode())
+    return {"TemplateURL": f"https://{bucket}.s3.{region}.amazonaws.com/{key}"}
+
+
+def change_set_verdicts(
+    cfn: Any,
+    s3: Any,
+    stack: StackArtifact,
+    *,
+    region: str,
+    account: Callable[[], str],
+    sleep: Callable[[float], None] = time.sleep,
+    poll_seconds: float = 5.0,
+    max_polls: int = 120,
+) -> list[Verdict] | None:
+    """Create, read and delete a change set for ``stack``; None when the stack is not deployed."""
+    from botocore.exceptions import ClientError
+
+    try:
+        cfn.describe_stacks(StackName=stack.name)
+    except ClientError as error:
+        if "does not exist" in str(error.response.get("Error", {}).get("Message", "")):
+            return None
+        with aws_errors(f"DescribeStacks for {stack.name}"):
+            raise
+    name = f"mlcluster-diff-{int(time.time())}"
+    with aws_errors(f"CreateChangeSet for {stack.name}"):
+        cfn.create_change_set(
+            StackName=stack.name,
+            ChangeSetName=name,
+            ChangeSetType="UPDATE",
+            Capabilities=CAPABILITIES,
+            Description="mlcluster diff: never executed, deleted after reading",
+            **_template_argument(s3, stack, account, region),
+        )
+    try:
+        return _read_change_set(cfn, stack, name, sleep=sleep, poll_seconds=poll_seconds, max_polls=max_polls)
+    finally:
+        with aws_errors(f"DeleteChangeSet {name} of {stack.name}"):
+            cfn.delete_change_set(StackName=stack.name, ChangeSetName=name)
+
+
+def _read_change_set(
+    cfn: Any, stack: StackArtifact, name: str, *, sleep: Callable[[float], None], poll_seconds: float, max_polls: int
+) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    token: str | None = None
+    for _ in range(max_polls):
+        with aws_errors(f"DescribeChangeSet {name} of {stack.name}"):
+            page = cfn.describe_change_set(
+                StackName=stack.name, ChangeSetName=name, **({"NextToken": token} if token else {})
+            )
+        status = page.get("Status")
+        if status in ("CREATE_PENDING", "CREATE_IN_PROGRESS"):
+            sleep(poll_seconds)
+            continue
+        if status == "FAILED":
+            reason = str(page.get("StatusReason", ""))
+            if any(text in reason for text in NO_CHANGES):
+                return []
+            raise CliError(f"change set for {stack.name} failed: {reason}", EXIT_FAILED)
+        for change in page.get("Changes", []):
+            rc = change.get("ResourceChange", {})
+            lid = str(rc.get("LogicalResourceId", ""))
+            verdicts.append(
+                Verdict(
+                    stack=stack.name,
+                    logical_id=lid,
+                    type=str(rc.get("ResourceType", "")),
+                    path=stack.paths.get(lid, lid),
+                    action=str(rc.get("Action", "")),
+                    replacement=str(rc.get("Replacement", "")),
+                )
+            )
+        token = page.get("NextToken")
+        if not token:
+            return verdicts
+    raise CliError(f"change set {name} of {stack.name} was not ready after {max_polls} polls", EXIT_FAILED)
+
+
+def _region(environment: Environment) -> str | None:
+    return environment.config.region
+
+
+def _clients(environment: Environment) -> tuple[Any, Any, Callable[[], str], str]:
+    import boto3
+
+    with aws_errors("creating the AWS session"):
+        session = boto3.session.Session(region_name=_region(environment))
+        region = session.region_name
+        if region is None:
+            raise CliError("no region: set `region:` in the environment file or AWS_REGION", EXIT_FAILED)
+        cfn = session.client("cloudformation")
+        s3 = session.client("s3")
+        sts = session.client("sts")
+
+    def account() -> str:
+        with aws_errors("GetCallerIdentity"):
+            return str(sts.get_caller_identity()["Account"])
+
+    return cfn, s3, account, region
+
+
+@click.command("diff")
+@click.argument("environment")
+@click.option("--environments", type=click.Path(file_okay=False, path_type=Path), default=Path("environments"))
+def diff(environment: str, environments: Path) -> None:
+    """Show what AWS would replace on the next deploy of ENVIRONMENT; exit 2 if data-bearing resources are."""
+    env = load_one(environments, environment)
+    cfn, s3, account, region = _clients(env)
+    with tempfile.TemporaryDirectory(prefix="mlcluster-diff-") as tmp:
+        assembly = synthesize(environments, env.name, Path(tmp))
+        verdicts: list[Verdict] = []
+        for stack in stack_artifacts(assembly, env.name):
+            found = change_set_verdicts(cfn, s3, stack, region=region, account=account)
+            if found is None:
+                click.echo(f"{stack.name}: not deployed (every resource would be created)")
+                continue
+            if not found:
+                click.echo(f"{stack.name}: no changes")
+            verdicts += found
+    report(verdicts)
+
+
+def report(verdicts: list[Verdict]) -> None:
+    """Print data-bearing replacements first; exit 2 when there is one."""
+    dangerous = [v for v in verdicts if v.dangerous]
+    if dangerous:
+        click.echo("DATA-BEARING resources AWS would replace or delete:")
+        for verdict in dangerous:
+            click.echo(f"  {verdict.line()}")
+    others = [v for v in verdicts if not v.dangerous]
+    if others:
+        click.echo("Other changes:")
+        for verdict in sorted(others, key=lambda v: (v.replacement != "True", v.stack, v.logical_id)):
+            click.echo(f"  {verdict.line()}")
+    if dangerous:
+        raise CliError(
+            f"{len(dangerous)} data-bearing resource(s) would be replaced or deleted; see the README "
+            "(day two) for the safe way, and retention.allow_replacement to allow it deliberately",
+            EXIT_USAGE,
+        )
+
+
+@click.command("lock")
+@click.argument("environment")
+@click.option("--environments", type=click.Path(file_okay=False, path_type=Path), default=Path("environments"))
+def lock(environment: str, environments: Path) -> None:
+    """Write ENVIRONMENT's lock file from its synthesized templates (after a deploy; commit it)."""
+    env = load_one(environments, environment)
+    with tempfile.TemporaryDirectory(prefix="mlcluster-lock-") as tmp:
+        snapshot = snapshot_from_assembly(synthesize(environments, env.name, Path(tmp)), env.name)
+    path = write_lock(env, snapshot)
+    count = sum(len(state.resources) for state in snapshot.values())
+    click.echo(f"{path}: {len(snapshot)} stacks, {count} resources locked")
+
+
+def stack_policy(template: dict[str, Any], stack_name: str, allow: tuple[str, ...]) -> dict[str, Any]:
+    """Allow every update but ``Update:Replace`` and ``Update:Delete`` of the data-bearing resources.
+
+    ``allow`` lists logical ids to leave out of the deny (a deliberate replacement).
+    """
+    stack_part = "Storage" if stack_name.endswith("-Storage") else stack_name.rsplit("-", 1)[-1]
+    protected = sorted(
+        lid
+        for lid, resource in template.get("Resources", {}).items()
+        if is_data_bearing(str(resource.get("Type")), f"{stack_part}/") and lid not in allow
+    )
+    statements: list[dict[str, Any]] = [{"Effect": "Allow", "Action": "Update:*", "Principal": "*", "Resource": "*"}]
+    if protected:
+        statements.append(
+            {
+                "Effect": "Deny",
+                "Action": ["Update:Replace", "Update:Delete"],
+                "Principal": "*",
+                "Resource": [f"LogicalResourceId/{lid}" for lid in protected],
+            }
+        )
+    return {"Statement": statements}
+
+
+@click.command("protect")
+@click.argument("environment")
+@click.option("--environments", type=click.Path(file_okay=False, path_type=Path), default=Path("environments"))
+@click.option("--allow", multiple=True, help="Logical id to leave unprotected for one deliberate replacement.")
+def protect(environment: str, environments: Path, allow: tuple[str, ...]) -> None:
+    """Set a stack policy on ENVIRONMENT's deployed stacks denying replacement or deletion of data."""
+    env = load_one(environments, environment)
+    cfn, _, _, _ = _clients(env)
+    apply_protection(cfn, env, allow)
+
+
+def apply_protection(cfn: Any, env: Environment, allow: tuple[str, ...]) -> None:
+    """SetStackPolicy on each deployed stack of ``env`` from its deployed template."""
+    from botocore.exceptions import ClientError
+
+    for part in ("Network", "Storage", "DataRepository", "Cluster"):
+        name = f"{env.name}-{part}"
+        try:
+            body = cfn.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
+        except ClientError as error:
+            if "does not exist" in str(error.response.get("Error", {}).get("Message", "")):
+                continue
+            with aws_errors(f"GetTemplate for {name}"):
+                raise
+        template = body if isinstance(body, dict) else json.loads(body)
+        policy = stack_policy(template, name, allow)
+        with aws_errors(f"SetStackPolicy on {name}"):
+            cfn.set_stack_policy(StackName=name, StackPolicyBody=json.dumps(policy))
+        denied = policy["Statement"][1]["Resource"] if len(policy["Statement"]) > 1 else []
+        click.echo(f"{name}: {len(denied)} data-bearing resource(s) protected from replacement and deletion")

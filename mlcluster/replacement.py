@@ -1,0 +1,367 @@
+"""What an edit replaces, told from the synthesized templates before anything is deployed.
+
+CloudFormation replaces a resource (a new physical resource, the old one
+deleted or, with ``Retain``, orphaned) when a *create-only* property
+changes. This module reads those properties from the resource schemas
+bundled with cfn-lint (``createOnlyProperties``, the registry's own
+schemas), adds the few the bundled schema of a legacy type omits, and
+applies our custom resources' documented rules:
+
+- ``Custom::PclusterCluster``: ParallelCluster cannot rename a cluster, so a
+  new ``ClusterName`` is a new cluster.
+- ``AWS::SageMaker::Cluster`` (HyperPod): besides the schema's
+  ``ClusterName``, ``VpcConfig`` and ``Orchestrator``, an instance group's
+  ``InstanceType``, ``ExecutionRole`` and ``ThreadsPerCore`` are fixed when
+  the group is created (SageMaker's UpdateCluster cannot change them), so a
+  change to one, for a group kept in both templates, counts as a
+  replacement; adding or removing a whole group does not.
+
+A resource is also replaced when a create-only property refers (``Ref``,
+``Fn::GetAtt``, or ``Fn::GetStackOutput`` across stacks) to a resource that
+is replaced. Templates are reduced to a :class:`Snapshot`, the same shape the
+lock file (``environments/<name>.lock.json``) stores, so the edit table,
+the synth-time guard and the lock file compare like with like.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.resources
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+#: Types whose replacement or deletion loses data, or a cluster with running jobs.
+DATA_BEARING_TYPES = frozenset(
+    {
+        "AWS::FSx::FileSystem",
+        "AWS::FSx::DataRepositoryAssociation",
+        "AWS::KMS::Key",
+        "Custom::PclusterCluster",
+        "AWS::SageMaker::Cluster",
+    }
+)
+#: S3 buckets are data-bearing in the storage stack (the data bucket and its access logs).
+DATA_BUCKET_STACK = "Storage"
+
+#: Create-only properties the bundled schema of ``AWS::FSx::FileSystem`` (a
+#: legacy, non-registry type) leaves out although the CloudFormation template
+#: reference marks them "Update requires: Replacement"
+#: (AWS::FSx::FileSystem, LustreConfiguration and OpenZFSConfiguration pages).
+SCHEMA_SUPPLEMENT: dict[str, tuple[str, ...]] = {
+    "AWS::FSx::FileSystem": (
+        "/properties/StorageType",
+        "/properties/LustreConfiguration/DeploymentType",
+        "/properties/LustreConfiguration/DriveCacheType",
+        "/properties/LustreConfiguration/EfaEnabled",
+        "/properties/LustreConfiguration/ExportPath",
+        "/properties/LustreConfiguration/ImportPath",
+        "/properties/LustreConfiguration/ImportedFileChunkSize",
+        "/properties/LustreConfiguration/CopyTagsToBackups",
+        "/properties/OpenZFSConfiguration/DeploymentType",
+        "/properties/OpenZFSConfiguration/PreferredSubnetId",
+        "/properties/OpenZFSConfiguration/EndpointIpAddressRange",
+        "/properties/OpenZFSConfiguration/CopyTagsToBackups",
+        "/properties/OpenZFSConfiguration/CopyTagsToVolumes",
+    ),
+}
+#: Our custom resources' create-only properties (see the module docstring).
+CUSTOM_CREATE_ONLY: dict[str, tuple[str, ...]] = {"Custom::PclusterCluster": ("/properties/ClusterName",)}
+HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
+#: Fields of a HyperPod instance group fixed at the group's creation.
+HYPERPOD_GROUP_FIELDS = ("InstanceType", "ExecutionRole", "ThreadsPerCore")
+#: Create-only keys of kept instance groups: ``InstanceGroups[<name>].<field>``.
+GROUP_KEY = "InstanceGroups["
+
+Action = Literal["add", "remove", "replace", "update"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceState:
+    """What matters of one resource for telling replacements from updates."""
+
+    type: str
+    #: Construct path below the stage (``Storage/Lustre/Resource``).
+    path: str
+    #: The create-only properties' values, by JSON pointer below ``/properties``.
+    create_only: dict[str, Any]
+    #: Digest of all properties: a change without a create-only change is an in-place update.
+    digest: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The lock file's form."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class StackState:
+    """One stack: its resources by logical id, and what each output refers to."""
+
+    resources: dict[str, ResourceState]
+    outputs: dict[str, list[str]]
+
+
+#: Stacks by their CloudFormation name (``p5-Storage``).
+Snapshot = dict[str, StackState]
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """What happens to one resource between two snapshots."""
+
+    stack: str
+    logical_id: str
+    type: str
+    path: str
+    action: Action
+    #: Why a replacement happens: ``Prop: old -> new`` or ``refers to replaced X``.
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def data_bearing(self) -> bool:
+        """Whether losing this resource loses data (or a running cluster)."""
+        return is_data_bearing(self.type, self.path)
+
+    @property
+    def dangerous(self) -> bool:
+        """A data-bearing resource replaced, or deleted (DRAs aside: deleting one deletes no data)."""
+        if not self.data_bearing:
+            return False
+        return self.action == "replace" or (
+            self.action == "remove" and self.type != "AWS::FSx::DataRepositoryAssociation"
+        )
+
+    def describe(self) -> str:
+        """``Storage/Lustre/Resource (AWS::FSx::FileSystem) replaced: ...``."""
+        why = f": {'; '.join(self.reasons)}" if self.reasons else ""
+        verb = {"add": "added", "remove": "removed", "replace": "REPLACED", "update": "updated in place"}
+        return f"{self.path} ({self.type}) {verb[self.action]}{why}"
+
+
+def is_data_bearing(resource_type: str, path: str) -> bool:
+    """Data-bearing types anywhere, plus S3 buckets of the storage stack."""
+    if resource_type in DATA_BEARING_TYPES:
+        return True
+    return resource_type == "AWS::S3::Bucket" and path.split("/", 1)[0] == DATA_BUCKET_STACK
+
+
+@functools.cache
+def _schema_index() -> tuple[Path, dict[str, str]]:
+    folder = Path(str(importlib.resources.files("cfnlint.data.schemas")))
+    index = json.loads((folder / "providers" / "us-east-1.json").read_text(encoding="utf-8"))
+    return folder / "resources", index
+
+
+@functools.cache
+def create_only_paths(resource_type: str) -> tuple[str, ...]:
+    """The create-only property pointers of ``resource_type`` (``/properties/...``)."""
+    if resource_type in CUSTOM_CREATE_ONLY:
+        return CUSTOM_CREATE_ONLY[resource_type]
+    resources, index = _schema_index()
+    paths: list[str] = []
+    if resource_type in index:
+        schema = json.loads((resources / f"{index[resource_type]}.json").read_text(encoding="utf-8"))
+        paths = list(schema.get("createOnlyProperties", []))
+    return tuple(dict.fromkeys([*paths, *SCHEMA_SUPPLEMENT.get(resource_type, ())]))
+
+
+_ABSENT = object()
+
+
+def _lookup(value: Any, parts: list[str]) -> Any:
+    if not parts:
+        return value
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        if not isinstance(value, list):
+            return _ABSENT
+        found = [_lookup(item, rest) for item in value]
+        return [f for f in found if f is not _ABSENT]
+    if not isinstance(value, dict) or head not in value:
+        return _ABSENT
+    return _lookup(value[head], rest)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _create_only_values(resource_type: str, properties: Mapping[str, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for pointer in create_only_paths(resource_type):
+        found = _lookup(dict(properties), pointer.split("/")[2:])
+        if found is not _ABSENT:
+            values[pointer.removeprefix("/properties/")] = found
+    if resource_type == HYPERPOD_TYPE:
+        for group in properties.get("InstanceGroups", []):
+            for field in HYPERPOD_GROUP_FIELDS:
+                if isinstance(group, dict) and field in group:
+                    values[f"{GROUP_KEY}{group.get('InstanceGroupName')}].{field}"] = group[field]
+    return values
+
+
+def _refs(value: Any) -> Iterator[tuple[str | None, str]]:
+    """``(stack name or None for this stack, logical id or output name)`` of every reference in ``value``."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "Ref" and isinstance(inner, str) and not inner.startswith("AWS::"):
+                yield None, inner
+            elif key == "Fn::GetAtt":
+                target = inner[0] if isinstance(inner, list) else str(inner).split(".", 1)[0]
+                yield None, str(target)
+            elif key == "Fn::GetStackOutput" and isinstance(inner, dict):
+                yield str(inner.get("StackName")), str(inner.get("OutputName"))
+            else:
+                yield from _refs(inner)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _refs(item)
+
+
+def stack_state(template: Mapping[str, Any], paths: Mapping[str, str]) -> StackState:
+    """Reduce one template; ``paths`` maps logical ids to construct paths below the stage."""
+    resources = {
+        logical_id: ResourceState(
+            type=str(resource["Type"]),
+            path=paths.get(logical_id, logical_id),
+            create_only=_create_only_values(str(resource["Type"]), resource.get("Properties", {})),
+            digest=_digest(resource.get("Properties", {})),
+        )
+        for logical_id, resource in template.get("Resources", {}).items()
+    }
+    outputs = {
+        name: sorted({target for stack, target in _refs(output.get("Value")) if stack is None})
+        for name, output in template.get("Outputs", {}).items()
+    }
+    return StackState(resources=resources, outputs=outputs)
+
+
+def snapshot_from_assembly(assembly_dir: Path, stage: str) -> Snapshot:
+    """Every stack of ``stage`` in a synthesized cloud assembly (``cdk.out``)."""
+    nested = assembly_dir / f"assembly-{stage}"
+    manifest = json.loads((nested / "manifest.json").read_text(encoding="utf-8"))
+    snapshot: Snapshot = {}
+    for artifact_id, artifact in manifest["artifacts"].items():
+        if artifact.get("type") != "aws:cloudformation:stack":
+            continue
+        props = artifact["properties"]
+        template = json.loads((nested / props["templateFile"]).read_text(encoding="utf-8"))
+        paths: dict[str, str] = {}
+        metadata_file = artifact.get("additionalMetadataFile")
+        entries = (
+            json.loads((nested / metadata_file).read_text(encoding="utf-8"))
+            if metadata_file
+            else artifact.get("metadata", {})
+        )
+        for path, items in entries.items():
+            for item in items:
+                if item.get("type") == "aws:cdk:logicalId":
+                    paths[str(item["data"])] = path.removeprefix(f"/{stage}/")
+        snapshot[str(props.get("stackName", artifact_id))] = stack_state(template, paths)
+    return snapshot
+
+
+def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
+    """The lock file's ``stacks`` object."""
+    return {
+        name: {
+            "resources": {lid: r.to_json() for lid, r in sorted(state.resources.items())},
+            "outputs": dict(sorted(state.outputs.items())),
+        }
+        for name, state in sorted(snapshot.items())
+    }
+
+
+def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
+    """The inverse of :func:`snapshot_to_json`."""
+    return {
+        name: StackState(
+            resources={lid: ResourceState(**r) for lid, r in stack["resources"].items()},
+            outputs={k: list(v) for k, v in stack["outputs"].items()},
+        )
+        for name, stack in data.items()
+    }
+
+
+def _format(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _own_reasons(old: ResourceState, new: ResourceState) -> list[str]:
+    if new.type != old.type:
+        return [f"type {old.type} -> {new.type}"]
+    keys = sorted(old.create_only.keys() | new.create_only.keys())
+    # A group added or removed is not a replacement: compare the groups both sides keep.
+    keys = [k for k in keys if not k.startswith(GROUP_KEY) or (k in old.create_only and k in new.create_only)]
+    return [
+        f"{key.replace('/', '.')} {_format(old.create_only.get(key))} -> {_format(new.create_only.get(key))}"
+        for key in keys
+        if old.create_only.get(key) != new.create_only.get(key)
+    ]
+
+
+def compare(before: Snapshot, after: Snapshot) -> list[Change]:
+    """Every resource added, removed, replaced or updated in place, replacements cascaded along references."""
+    changes: dict[tuple[str, str], Change] = {}
+    for stack in sorted(before.keys() | after.keys()):
+        old_res = before[stack].resources if stack in before else {}
+        new_res = after[stack].resources if stack in after else {}
+        for lid in sorted(old_res.keys() | new_res.keys()):
+            old, new = old_res.get(lid), new_res.get(lid)
+            if old is None and new is not None:
+                changes[stack, lid] = Change(stack, lid, new.type, new.path, "add")
+            elif new is None and old is not None:
+                changes[stack, lid] = Change(stack, lid, old.type, old.path, "remove")
+            elif old is not None and new is not None:
+                reasons = _own_reasons(old, new)
+                if reasons:
+                    changes[stack, lid] = Change(stack, lid, new.type, new.path, "replace", tuple(reasons))
+                elif old.digest != new.digest:
+                    changes[stack, lid] = Change(stack, lid, new.type, new.path, "update")
+    _cascade(after, changes)
+    return sorted(
+        changes.values(),
+        key=lambda c: (
+            not c.dangerous,
+            c.action != "replace",
+            c.reasons[0].startswith("refers to") if c.reasons else False,
+            c.stack,
+            c.path,
+        ),
+    )
+
+
+def _cascade(after: Snapshot, changes: dict[tuple[str, str], Change]) -> None:
+    """Mark replaced whatever names a replaced resource in a create-only property, until nothing moves."""
+    moved = True
+    while moved:
+        moved = False
+        replaced = {key for key, change in changes.items() if change.action == "replace"}
+        for stack, state in after.items():
+            for lid, resource in state.resources.items():
+                current = changes.get((stack, lid))
+                if current is not None and current.action in ("replace", "add"):
+                    continue
+                causes = sorted(
+                    target
+                    for target in _targets(after, stack, resource.create_only)
+                    if target in replaced and target != (stack, lid)
+                )
+                if causes:
+                    why = tuple(f"refers to replaced {after[s].resources[t].path}" for s, t in causes)
+                    changes[stack, lid] = Change(stack, lid, resource.type, resource.path, "replace", why)
+                    moved = True
+
+
+def _targets(after: Snapshot, stack: str, value: Any) -> set[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    for other, name in _refs(value):
+        if other is None:
+            found.add((stack, name))
+        elif other in after:
+            found |= {(other, target) for target in after[other].outputs.get(name, [])}
+    return found

@@ -1,0 +1,404 @@
+"""Day two: every edit operators make, synthesized before and after, with what it replaces.
+
+Each edit is applied to one of two baselines (ParallelCluster with two DRAs
+and OpenZFS; HyperPod), synthesized in its own app under the same stage
+name (so names and hashes match the baseline's), reduced to a snapshot and
+compared with the baseline by ``mlcluster.replacement``. The table states,
+per edit, the resources replaced and whether the synth-time guard refuses
+the edit without an allowance. The README's day-two table is rendered from
+the same results (``render_table``) and checked against them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlcluster.app import build_app
+from mlcluster.config import load_environment
+from mlcluster.lockfile import refusals
+from mlcluster.replacement import Change, Snapshot, compare, snapshot_from_assembly
+from tests.support import ROOT, write_env
+
+STAGE = "dt"
+
+PCLUSTER: dict[str, Any] = {
+    "tags": {"Project": "mlcluster"},
+    "network": {"availability_zone": "us-east-2a"},
+    "storage": {
+        "lustre": {
+            "data_repository_associations": [
+                {"file_system_path": "/data", "data_bucket_prefix": "data/"},
+                {"file_system_path": "/ckpt", "data_bucket_prefix": "ckpt/"},
+            ]
+        },
+        "openzfs": {"deployment_type": "SINGLE_AZ_HA_2", "storage_capacity_gib": 256, "throughput_capacity_mbps": 160},
+    },
+    "cluster": {
+        "backend": "pcluster",
+        "name": "dt-train",
+        "pcluster": {
+            "head_node": {"instance_type": "m5.8xlarge"},
+            "queues": [
+                {
+                    "name": "gpu",
+                    "compute_resources": [
+                        {"name": "p5", "instance_type": "p5.48xlarge", "min_count": 2, "max_count": 2}
+                    ],
+                }
+            ],
+        },
+    },
+}
+
+HYPERPOD: dict[str, Any] = {
+    "tags": {"Project": "mlcluster"},
+    "network": {"availability_zone_id": "usw2-az4"},
+    "cluster": {
+        "backend": "hyperpod",
+        "name": "dt-hp",
+        "hyperpod": {
+            "controller": {"instance_group_name": "controller", "instance_type": "ml.m5.12xlarge"},
+            "workers": [
+                {"instance_group_name": "gpu-a", "instance_type": "ml.p5.48xlarge", "instance_count": 2},
+                {"instance_group_name": "gpu-b", "instance_type": "ml.p5.48xlarge", "instance_count": 1},
+            ],
+            "lifecycle": {"users": [{"name": "alice", "uid": 2001}]},
+        },
+    },
+}
+#: Data only (no cluster): cdk-nag packs beyond AwsSolutions judge the network and storage stacks.
+DATA_ONLY: dict[str, Any] = {
+    **{k: v for k, v in PCLUSTER.items() if k != "cluster"},
+    "storage": {**PCLUSTER["storage"], "data_bucket": {"encryption": "kms"}},
+}
+BASES = {"pcluster": PCLUSTER, "hyperpod": HYPERPOD, "data-only": DATA_ONLY}
+
+LUSTRE = "Storage/Lustre/Resource"
+OPENZFS = "Storage/OpenZfs/Resource"
+PCLUSTER_CLUSTER = "Cluster/Cluster/Resource"
+HYPERPOD_CLUSTER = "Cluster/Cluster/Resource"
+DATA = "DataRepository/Lustre/AssociationData"
+CKPT = "DataRepository/Lustre/AssociationCkpt"
+PC = "cluster.pcluster"
+PC_FLEET_STOP = (
+    "ParallelCluster policy COMPUTE_FLEET_STOP (its cluster schema): stop the compute fleet first "
+    "('pcluster update-compute-fleet --status STOP_REQUESTED') or the update fails and rolls back"
+)
+HP = "cluster.hyperpod"
+DRAS = "storage.lustre.data_repository_associations"
+_DELETE = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Edit:
+    """One day-two edit: dotted key paths set (or deleted) on a baseline."""
+
+    name: str
+    base: str
+    settings: dict[str, Any]
+    #: Data-bearing resources the edit replaces or deletes (what the guard refuses).
+    refused: frozenset[str] = frozenset()
+    #: Every other resource replaced (not data-bearing: made again, nothing lost);
+    #: ``Stack/*`` stands for one or more resources of that stack.
+    also_replaced: frozenset[str] = frozenset()
+    safe_way: str = ""
+    #: What the service itself does with an in-place update, when it matters.
+    note: str = ""
+
+
+def edit(name: str, base: str, settings: dict[str, Any], **kwargs: Any) -> Edit:
+    return Edit(
+        name,
+        base,
+        settings,
+        refused=frozenset(kwargs.pop("refused", ())),
+        also_replaced=frozenset(kwargs.pop("also_replaced", ())),
+        **kwargs,
+    )
+
+
+EDITS = [
+    # -- storage -------------------------------------------------------------
+    edit("Lustre capacity 1200 -> 2400 GiB", "pcluster", {"storage.lustre.storage_capacity_gib": 2400}),
+    edit("Lustre throughput 250 -> 500 MB/s/TiB", "pcluster", {"storage.lustre.throughput_mbps_per_tib": 500}),
+    edit(
+        "Lustre deployment type PERSISTENT_2 -> PERSISTENT_1",
+        "pcluster",
+        {
+            "storage.lustre.deployment_type": "PERSISTENT_1",
+            "storage.lustre.throughput_mbps_per_tib": 200,
+            "storage.lustre.lustre_version": "2.12",
+        },
+        refused={LUSTRE, DATA, CKPT},
+        safe_way="new file system: export to S3, back up, allow, re-import",
+    ),
+    edit("Lustre compression LZ4 -> NONE", "pcluster", {"storage.lustre.data_compression": "NONE"}),
+    edit(
+        "Lustre EFA on",
+        "pcluster",
+        {
+            "storage.lustre.efa_enabled": True,
+            "storage.lustre.storage_capacity_gib": 4800,
+            "storage.lustre.throughput_mbps_per_tib": 1000,
+        },
+        refused={LUSTRE, DATA, CKPT},
+        also_replaced={"Storage/Lustre/ClientIngress1", "Storage/Lustre/SecurityGroup/Resource"},
+        safe_way="as deployment type",
+    ),
+    edit(
+        "Lustre security group dedicated -> cluster",
+        "pcluster",
+        {"storage.lustre.security_group": "cluster"},
+        refused={LUSTRE, DATA, CKPT},
+        safe_way="as deployment type (SecurityGroupIds is create-only)",
+    ),
+    edit(
+        "add a DRA",
+        "pcluster",
+        {f"{DRAS}.2": {"file_system_path": "/models", "data_bucket_prefix": "models/"}},
+    ),
+    edit(
+        "change a DRA's bucket prefix",
+        "pcluster",
+        {f"{DRAS}.1.data_bucket_prefix": "checkpoints/"},
+        refused={CKPT},
+        safe_way="export the path first (data repository export task), then allow",
+    ),
+    edit("change a DRA's auto-import events", "pcluster", {f"{DRAS}.1.auto_import_events": ["NEW"]}),
+    edit("remove a DRA", "pcluster", {f"{DRAS}.1": _DELETE}),
+    edit("bucket SSE-S3 -> SSE-KMS", "pcluster", {"storage.data_bucket.encryption": "kms"}),
+    edit(
+        "bucket SSE-KMS -> SSE-S3 (the created key goes)",
+        "data-only",
+        {"storage.data_bucket.encryption": "s3"},
+        refused={"Storage/DataBucket/Key/Resource"},
+        safe_way="keep the key until every object is re-encrypted (S3 Batch Operations copy), then allow",
+    ),
+    edit(
+        "bucket name set",
+        "pcluster",
+        {"storage.data_bucket.name": "dt-training-data-123"},
+        refused={"Storage/DataBucket/Resource/Resource", DATA, CKPT},
+        also_replaced={"Storage/DataBucket/Resource/Policy/Resource"},
+        safe_way="keep the name; or copy objects to the new bucket first, then allow",
+    ),
+    edit("OpenZFS throughput 160 -> 320 MB/s", "pcluster", {"storage.openzfs.throughput_capacity_mbps": 320}),
+    edit(
+        "OpenZFS deployment type HA_2 -> SINGLE_AZ_2",
+        "pcluster",
+        {"storage.openzfs.deployment_type": "SINGLE_AZ_2"},
+        refused={OPENZFS},
+        safe_way="new /home: copy it (rsync from a node) or restore a backup, then allow",
+    ),
+    edit(
+        "OpenZFS removed",
+        "pcluster",
+        {"storage.openzfs": _DELETE},
+        refused={OPENZFS},
+        safe_way="copy /home elsewhere first, then allow",
+    ),
+    # -- environment-wide ------------------------------------------------------
+    edit("log retention 365 -> 90 days", "pcluster", {"retention.log_retention_days": 90}),
+    edit("tag added", "pcluster", {"tags.CostCenter": "ml"}),
+    edit("compliance pack added", "data-only", {"compliance.packs": ["nist-800-53-r5"]}),
+    # -- network -----------------------------------------------------------------
+    edit(
+        "VPC CIDR changed",
+        "pcluster",
+        {"network.cidr": "10.20.0.0/16"},
+        refused={LUSTRE, OPENZFS, DATA, CKPT},
+        also_replaced={"Network/*", "Storage/*"},
+        safe_way="new network is new storage: build a second environment and copy",
+    ),
+    edit("extra zone added", "pcluster", {"network.extra_zones": [{"availability_zone": "us-east-2b"}]}),
+    edit(
+        "NAT per zone (with an extra zone)",
+        "pcluster",
+        {"network.extra_zones": [{"availability_zone": "us-east-2b"}], "network.nat_gateways": "per_zone"},
+    ),
+    # -- ParallelCluster ------------------------------------------------------------
+    edit("queue max count 2 -> 4", "pcluster", {f"{PC}.queues.0.compute_resources.0.max_count": 4}),
+    edit(
+        "queue instance type p5 -> p4de",
+        "pcluster",
+        {f"{PC}.queues.0.compute_resources.0.instance_type": "p4de.24xlarge"},
+        note=PC_FLEET_STOP,
+    ),
+    edit(
+        "queue added",
+        "pcluster",
+        {
+            f"{PC}.queues.1": {
+                "name": "infer",
+                "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge", "max_count": 4}],
+            }
+        },
+    ),
+    edit(
+        "head node instance type",
+        "pcluster",
+        {f"{PC}.head_node.instance_type": "m5.4xlarge"},
+        note="ParallelCluster's update policy for HeadNode.InstanceType is UNSUPPORTED: the update fails and rolls "
+        "back; a new head node type needs a new cluster (new cluster.name, allowed)",
+    ),
+    edit(
+        "login nodes added",
+        "pcluster",
+        {f"{PC}.login_nodes": {"instance_type": "m5.2xlarge", "count": 1}},
+        note="ParallelCluster policy LOGIN_NODES_STOP: applied with the login pools stopped",
+    ),
+    edit(
+        "ParallelCluster version",
+        "pcluster",
+        {f"{PC}.version": "3.15.0"},
+        note="only the provider stack changes, which gives the cluster a new ServiceToken; CloudFormation does not "
+        "allow a custom resource's ServiceToken to change and ParallelCluster does not upgrade clusters: use a new "
+        "cluster.name (replacement, allowed) for a new version",
+    ),
+    edit(
+        "ParallelCluster cluster name",
+        "pcluster",
+        {"cluster.name": "dt-train2"},
+        refused={PCLUSTER_CLUSTER},
+        safe_way="drain the queues, then allow",
+    ),
+    # -- HyperPod -------------------------------------------------------------------
+    edit("HyperPod worker count 2 -> 4", "hyperpod", {f"{HP}.workers.0.instance_count": 4}),
+    edit(
+        "HyperPod worker group added",
+        "hyperpod",
+        {f"{HP}.workers.2": {"instance_group_name": "gpu-c", "instance_type": "ml.p5.48xlarge", "instance_count": 1}},
+    ),
+    edit("HyperPod worker group removed", "hyperpod", {f"{HP}.workers.1": _DELETE}),
+    edit(
+        "HyperPod worker instance type",
+        "hyperpod",
+        {f"{HP}.workers.1.instance_type": "ml.p4d.24xlarge"},
+        refused={HYPERPOD_CLUSTER},
+        safe_way="add a new group with the new type, move work, remove the old group",
+    ),
+    edit("HyperPod user added", "hyperpod", {f"{HP}.lifecycle.users.1": {"name": "bob", "uid": 2002}}),
+    edit("HyperPod node recovery Automatic -> None", "hyperpod", {f"{HP}.node_recovery": "None"}),
+    edit(
+        "HyperPod cluster name",
+        "hyperpod",
+        {"cluster.name": "dt-hp2"},
+        refused={HYPERPOD_CLUSTER},
+        safe_way="drain the partitions, then allow",
+    ),
+]
+
+
+def apply(base: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with each dotted key path set to its value (list indices as numbers; ``_DELETE`` removes)."""
+    data = copy.deepcopy(base)
+    for dotted, value in settings.items():
+        *parents, last = dotted.split(".")
+        node: Any = data
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+        if isinstance(node, list):
+            index = int(last)
+            if value is _DELETE:
+                del node[index]
+            elif index == len(node):
+                node.append(value)
+            else:
+                node[index] = value
+        elif value is _DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return data
+
+
+def synthesize(folder: Path, data: dict[str, Any]) -> Snapshot:
+    """One app with one environment called ``dt``, reduced to a snapshot."""
+    write_env(folder / "envs", STAGE, data)
+    app, _ = build_app(folder / "envs", outdir=str(folder / "out"))
+    app.synth()
+    return snapshot_from_assembly(folder / "out", STAGE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    changes: list[Change]
+    refused: frozenset[str]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    """Every edit synthesized once against a shared baseline per backend."""
+    tmp = tmp_path_factory.mktemp("day-two")
+    started = time.perf_counter()
+    baselines = {name: synthesize(tmp / name, data) for name, data in BASES.items()}
+    out: dict[str, Result] = {}
+    for index, item in enumerate(EDITS):
+        data = apply(BASES[item.base], item.settings)
+        changes = compare(baselines[item.base], synthesize(tmp / f"edit{index}", data))
+        env = load_environment(tmp / f"edit{index}" / "envs" / f"{STAGE}.yaml")
+        refused = frozenset(c.path for c in changes if c.dangerous)
+        assert len(refusals(env, changes)) == len(refused)
+        out[item.name] = Result(changes, refused)
+    print(f"day-two table: {len(EDITS)} edits + {len(BASES)} baselines in {time.perf_counter() - started:.1f} s")
+    return out
+
+
+@pytest.mark.parametrize("item", EDITS, ids=[e.name for e in EDITS])
+def test_edit_replaces_what_the_table_says(item: Edit, results: dict[str, Result]) -> None:
+    result = results[item.name]
+    replaced = {c.path for c in result.changes if c.action == "replace"} - result.refused
+    assert result.refused == item.refused, [c.describe() for c in result.changes if c.dangerous]
+    wildcards = {entry.removesuffix("*") for entry in item.also_replaced if entry.endswith("/*")}
+    exact = {path for path in replaced if not any(path.startswith(prefix) for prefix in wildcards)}
+    assert exact == item.also_replaced - {f"{prefix}*" for prefix in wildcards}, [c.describe() for c in result.changes]
+    assert all(any(path.startswith(prefix) for path in replaced) for prefix in wildcards)
+
+
+def test_storage_replacement_leaves_the_cluster_stack_alone(results: dict[str, Result]) -> None:
+    """With weak references a new file system changes nothing in the cluster stack's template,
+    and no stack imports another's export, so CloudFormation has no "export in use" to refuse."""
+    changes = results["Lustre deployment type PERSISTENT_2 -> PERSISTENT_1"].changes
+    assert [c for c in changes if c.stack == f"{STAGE}-Cluster"] == []
+
+
+def _summary(paths: set[str]) -> str:
+    """Paths, or ``Stack: N resources`` for a stack with more than three."""
+    by_stack: dict[str, list[str]] = {}
+    for path in sorted(paths):
+        by_stack.setdefault(path.split("/", 1)[0], []).append(path)
+    parts = [
+        ", ".join(f"`{p}`" for p in items) if len(items) <= 3 else f"{stack}: {len(items)} resources"
+        for stack, items in by_stack.items()
+    ]
+    return "; ".join(parts)
+
+
+def render_table(results: dict[str, Result]) -> str:
+    """The README's day-two table, rendered from the results."""
+    rows = [
+        "| edit (baseline) | refused at synth: data-bearing resources replaced or deleted | other resources "
+        "replaced | updated in place | safe way, or what the service does |",
+        "|---|---|---|---|---|",
+    ]
+    for item in EDITS:
+        result = results[item.name]
+        replaced = {c.path for c in result.changes if c.action == "replace"} - result.refused
+        updated = {c.path for c in result.changes if c.action in ("update", "add", "remove")} - result.refused
+        rows.append(
+            f"| {item.name} ({item.base}) | {_summary(set(result.refused)) or 'no'} | {_summary(replaced) or '-'} | "
+            f"{len(updated)} | {item.safe_way or item.note or '-'} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def test_readme_table_matches(results: dict[str, Result]) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = render_table(results)
+    assert table in readme, "README day-two table is stale; expected:\n" + table
