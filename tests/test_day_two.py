@@ -266,6 +266,8 @@ EDITS = [
         "pcluster",
         {"cluster.name": "dt-train2"},
         refused={PCLUSTER_CLUSTER},
+        # The node roles' permissions boundary is named after the cluster.
+        also_replaced={"Cluster/NodeRoleBoundary/Resource"},
         safe_way="drain the queues, then allow",
     ),
     # -- HyperPod -------------------------------------------------------------------

@@ -66,7 +66,7 @@ from mlcluster.config.schema import load_section
 from mlcluster.constructs.data_bucket import DataBucket
 from mlcluster.constructs.lustre import LustreStorage
 from mlcluster.constructs.network import ClusterNetwork
-from mlcluster.constructs.pcluster_cluster import PclusterCluster
+from mlcluster.constructs.pcluster_cluster import PclusterCluster, session_manager_policy
 from mlcluster.pcluster.render import DeployInputs, ZoneSubnet, render_cluster_config
 
 app = cdk.App()
@@ -90,6 +90,7 @@ inputs = DeployInputs(
     vpc_cidr="10.50.0.0/16",
     lustre_file_system_id=fsx.file_system_id,
     node_script_bucket=data.bucket.bucket_name,
+    session_manager_policy_arn=session_manager_policy(stack, "SessionManager").managed_policy_arn,
 )
 cluster = PclusterCluster(stack, "Cluster", cluster_name="external", cluster_configuration=render_cluster_config(settings, inputs))
 cdk.CfnOutput(stack, "Sg", value=net.security_group.security_group_id)

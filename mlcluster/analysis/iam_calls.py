@@ -520,9 +520,12 @@ def check_hyperpod(assembly: Assembly, environment: str) -> Report:
             ]
             env: dict[str, str] = {}
             for folder in _deployed_folder(assembly, environment, uri):
-                if (folder / "on_create.sh").is_file():
+                # The scripts' folder (on_create.sh is uploaded rendered, as a source of its own).
+                if (folder / "plan.py").is_file():
                     steps, env = _hyperpod_plan(assembly, environment, uri, name)
-                    calls += script_calls(folder, ["on_create.sh", "lib.sh", "plan.py", *steps])
+                    calls += script_calls(folder, ["lib.sh", "plan.py", *steps])
+                elif (folder / "on_create.sh").is_file():
+                    calls += script_calls(folder, ["on_create.sh"])
             _check(report, f"{environment}: instance group {name}", calls, statements, env)
     return report
 

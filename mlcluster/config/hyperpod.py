@@ -145,8 +145,21 @@ class LifecycleConfig:
     enroot_pyxis: bool = True
     home_on_fsx: bool = True
     observability: bool = False
+    #: Members of the docker group are root on the node: only when asked for, with a synth warning.
+    docker_group: bool = setting(
+        default=False, doc="the cluster users join the docker group: root-equivalent on every node (synth warns)"
+    )
+    #: Rootless Podman for every cluster user, to build images without root.
+    rootless_podman: bool = setting(default=True, doc="rootless Podman for every cluster user, to build images")
+    #: How long workers and login nodes wait for slurmctld; unset: 720, as long as CloudFormation waits
+    #: for an AWS::SageMaker::Cluster to be created.
+    controller_wait_minutes: int | None = setting(
+        default=None, minimum=1, maximum=720, doc="how long workers and login nodes wait for slurmctld; unset: 720"
+    )
 
     def check(self, issues: Issues) -> None:
+        if self.docker_group and not self.docker:
+            issues.add("docker_group", True, "the docker group needs docker: true")
         names = [u.name for u in self.users]
         uids = [u.uid for u in self.users]
         if len(set(names)) != len(names):

@@ -27,6 +27,7 @@ from mlcluster.constructs.data_bucket import REMOVAL_POLICIES
 from mlcluster.constructs.hyperpod_role import PREFIX
 from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle import LIFECYCLE_DIR
+from mlcluster.lifecycle.hyperpod import NOT_UPLOADED, render_on_create
 
 #: The lifecycle bucket's name starts with this. Not ``sagemaker-``: AWS managed policies grant object
 #: writes on every bucket whose name contains "sagemaker" (any case), and HyperPod itself takes any bucket
@@ -46,8 +47,10 @@ PROVISIONING_FILE = "provisioning_parameters.json"
 FEATURES_FILE = "mlcluster_features.json"
 PROVISIONING_VERSION = "1.0.0"
 PARTITION_NAME = r"[A-Za-z0-9_-]{1,64}"
-#: Files of the scripts folder that are not uploaded.
-EXCLUDE = ["__pycache__", "*.pyc"]
+#: Files of the scripts folder that are not uploaded as they are (on_create.sh is uploaded rendered).
+EXCLUDE = [*NOT_UPLOADED, ON_CREATE]
+#: The FSx for OpenZFS root volume's NFS export path.
+OPENZFS_ROOT_VOLUME_PATH = "/fsx"
 
 
 def lifecycle_bucket_name(environment_name: str) -> str:
@@ -62,14 +65,19 @@ def features_document(features: LifecycleConfig) -> dict[str, Any]:
         accounting["endpoint"] = features.accounting.endpoint
     if features.accounting.secret_arn is not None:
         accounting["secret_arn"] = features.accounting.secret_arn
-    return {
+    document: dict[str, Any] = {
         "users": [{"name": u.name, "uid": u.uid} for u in features.users],
         "accounting": accounting,
         "docker": features.docker,
         "enroot_pyxis": features.enroot_pyxis,
         "home_on_fsx": features.home_on_fsx,
         "observability": features.observability,
+        "docker_group": features.docker_group,
+        "rootless_podman": features.rootless_podman,
     }
+    if features.controller_wait_minutes is not None:
+        document["controller_wait_minutes"] = features.controller_wait_minutes
+    return document
 
 
 class HyperPodLifecycle(Construct):
@@ -108,6 +116,9 @@ class HyperPodLifecycle(Construct):
         fsx_dns_name: str,
         fsx_mount_name: str,
         login_group: str | None = None,
+        openzfs_dns_name: str | None = None,
+        openzfs_volume_path: str = OPENZFS_ROOT_VOLUME_PATH,
+        openzfs_mount_point: str = "/home",
         features: LifecycleConfig | None = None,
         prefix: str = "lifecycle/",
         scripts_dir: Path | None = None,
@@ -124,6 +135,10 @@ class HyperPodLifecycle(Construct):
         :param fsx_dns_name: the FSx for Lustre file system's DNS name.
         :param fsx_mount_name: the FSx for Lustre file system's mount name.
         :param login_group: the login nodes' instance group name. Default: none.
+        :param openzfs_dns_name: the FSx for OpenZFS file system's DNS name; every node mounts it
+            (NFS) at ``openzfs_mount_point`` and the users' homes live there. Default: none.
+        :param openzfs_volume_path: the OpenZFS volume's export path. Default: the root volume, ``/fsx``.
+        :param openzfs_mount_point: where nodes mount the OpenZFS volume. Default: ``/home``.
         :param features: what the scripts set up. Default: ``LifecycleConfig()``.
         :param prefix: the key prefix of the upload, ending in ``/``. Default: ``lifecycle/``.
         :param scripts_dir: the folder to upload; must hold ``on_create.sh``.
@@ -151,6 +166,13 @@ class HyperPodLifecycle(Construct):
         self.login_group = login_group
         self.worker_groups = dict(worker_groups)
         self.features = features if features is not None else LifecycleConfig()
+        if self.features.docker_group:
+            cdk.Annotations.of(self).add_warning_v2(
+                "mlcluster:hyperpod:dockerGroup",
+                "cluster.hyperpod.lifecycle.docker_group is true: every cluster user joins the docker group, "
+                "which is root-equivalent on every node (a member can mount / into a container). Leave it false "
+                "and use rootless Podman (rootless_podman) to build images.",
+            )
 
         provisioning: dict[str, Any] = {
             "version": PROVISIONING_VERSION,
@@ -164,6 +186,12 @@ class HyperPodLifecycle(Construct):
         ]
         provisioning["fsx_dns_name"] = fsx_dns_name
         provisioning["fsx_mountname"] = fsx_mount_name
+        if openzfs_dns_name is not None:
+            provisioning["fsx_openzfs_dns_name"] = openzfs_dns_name
+            provisioning["fsx_openzfs_volume_path"] = openzfs_volume_path
+            provisioning["fsx_openzfs_mount_point"] = openzfs_mount_point
+        # on_create.sh carries the SHA-256 of every other uploaded file and refuses to run on a mismatch.
+        self.on_create_script = render_on_create(folder)
         self.scripts = ScriptBucket(
             self,
             "Resource",
@@ -171,6 +199,7 @@ class HyperPodLifecycle(Construct):
             prefix=prefix,
             sources=[
                 s3deploy.Source.asset(str(folder), exclude=EXCLUDE),
+                s3deploy.Source.data(ON_CREATE, self.on_create_script),
                 s3deploy.Source.json_data(PROVISIONING_FILE, provisioning),
                 s3deploy.Source.json_data(FEATURES_FILE, features_document(self.features)),
             ],

@@ -180,7 +180,13 @@ class ClusterStack(cdk.Stack):
         export_output(self, env, "ClusterName", env.cluster_name, "ParallelCluster cluster name")
         export_output(self, env, "HeadNodeInstanceId", self.pcluster.head_node_instance_id, "Head node EC2 instance")
         export_output(self, env, "HeadNodePrivateIp", self.pcluster.head_node_private_ip, "Head node private IP")
-        export_output(self, env, "HeadNodeSsmCommand", self.pcluster.ssm_command, "Open a shell on the head node")
+        export_output(
+            self,
+            env,
+            "HeadNodeSsmCommand",
+            self.pcluster.ssm_command,
+            f"Open a shell on the head node: `mlcluster ssh {env.name}` (or this AWS CLI command)",
+        )
         export_output(
             self, env, "ValidationMessages", self.pcluster.validation_messages, "ParallelCluster validation messages"
         )
@@ -199,6 +205,8 @@ class ClusterStack(cdk.Stack):
             worker_groups=workers,
             fsx_dns_name=storage.lustre.dns_name,
             fsx_mount_name=storage.lustre.mount_name,
+            # Every node mounts the environment's OpenZFS volume (homes live there when it is declared).
+            openzfs_dns_name=storage.openzfs.dns_name if storage.openzfs is not None else None,
             features=cfg.lifecycle,
             removal_policy=removal_policy(env),
             log_retention=log_retention(env),
@@ -265,5 +273,9 @@ class ClusterStack(cdk.Stack):
         export_output(self, env, "ClusterArn", self.hyperpod.cluster_arn, "HyperPod cluster ARN")
         export_output(self, env, "ClusterStatus", self.hyperpod.cluster_status, "HyperPod cluster status")
         export_output(
-            self, env, "ControllerSsmCommand", self.hyperpod.ssm_session_command(), "Open a shell on the controller"
+            self,
+            env,
+            "ControllerSsmCommand",
+            self.hyperpod.ssm_session_command(),
+            f"Open a shell on the controller: `mlcluster ssh {env.name}` (or this AWS CLI command)",
         )

@@ -133,7 +133,7 @@ def test_upload_goes_under_the_prefix_and_prunes(built: Built) -> None:
     assert props["DestinationBucketName"] == {"Ref": name}
     assert props["DestinationBucketKeyPrefix"] == "lifecycle/"
     assert props["Prune"] is True
-    assert len(props["SourceObjectKeys"]) == 3
+    assert len(props["SourceObjectKeys"]) == 4  # scripts, rendered on_create.sh, two JSON files
 
 
 def test_provisioning_parameters_carry_groups_and_the_deploy_time_fsx_name(built: Built) -> None:
@@ -168,6 +168,8 @@ def test_features_file_is_what_the_scripts_parse(built: Built) -> None:
         "enroot_pyxis": True,
         "home_on_fsx": True,
         "observability": True,
+        "docker_group": False,
+        "rootless_podman": True,
     }
     features = parse_features(content)
     assert features.accounting.secret_arn == SECRET and [u.name for u in features.users] == ["alice", "bob"]
@@ -179,7 +181,7 @@ def test_default_features_leave_out_unused_accounting_keys() -> None:
 
 
 def test_scripts_are_uploaded_without_caches(built: Built) -> None:
-    folder = staged(built, "on_create.sh")
+    folder = staged(built, "plan.py")  # on_create.sh is uploaded rendered, as its own source
     assert (folder / "plan.py").is_file()
     assert (folder / "steps").is_dir()
     assert not list(folder.rglob("__pycache__")) and not list(folder.rglob("*.pyc"))

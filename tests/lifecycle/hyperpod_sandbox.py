@@ -1,5 +1,9 @@
 """A fake HyperPod node for the lifecycle script tests.
 
+The tests run as root: ``chown`` and ``setpriv`` are the real tools, so files get real owners and
+the steps' work as a user (``setpriv``) really runs with that user's uid. ``as_user`` lets a test
+plant links and folders as an unprivileged user before a run.
+
 ``Sandbox`` builds a root folder (``MLC_ROOT``) that looks like a fresh HyperPod Ubuntu node,
 a copy of the lifecycle folder with the two generated JSON files, and stub commands that
 record the calls which change the system (one line per call in ``actions.log``) and keep a
@@ -18,16 +22,19 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+from mlcluster.lifecycle.hyperpod import ENTRYPOINT, HYPERPOD_DIR, render_on_create
 
 #: Real tools the scripts and stubs may use; nothing here changes the machine outside the sandbox.
 SAFE_TOOLS = (
     *("awk", "basename", "bash", "cat", "chmod", "cmp", "cp", "cut", "date", "dirname", "env", "find", "flock"),
     *("grep", "head", "id", "ln", "ls", "mkdir", "mktemp", "mv", "nproc", "readlink", "rm", "sed", "sha256sum"),
-    *("sleep", "sort", "stat", "tail", "tee", "timeout", "touch", "tr", "wc"),
+    *("sleep", "sort", "stat", "tail", "tee", "timeout", "touch", "tr", "wc", "chown", "setpriv", "rmdir"),
+    *("tar", "gzip", "gunzip", "printf"),
 )
 
 CONTROLLER_IP = "10.1.0.10"
@@ -52,6 +59,9 @@ PROVISIONING: dict[str, object] = {
     "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
     "fsx_mountname": "abcdefgh",
 }
+
+#: Test data: the real ``git ls-tree -r`` listings of the pinned Pyxis and nccl-tests commits.
+DATA = Path(__file__).parent / "data"
 
 FSX_SOURCE = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
 
@@ -131,6 +141,7 @@ case ${args[0]} in
   enable) act "$@"; on enabled; if $now; then on active; fi ;;
   disable) act "$@"; off enabled; if $now; then off active; fi ;;
   start | restart) act "$@"; on active ;;
+  stop) act "$@"; off active ;;
   daemon-reload) act "$@" ;;
   *) echo "systemctl stub: unsupported: $*" >&2; exit 3 ;;
 esac
@@ -158,13 +169,16 @@ case ${args[0]} in
         base=${p##*/}; base=${base%.deb}; pkg=${base%%_*}; version=${base#*_}; version=${version%_*}
       else
         pkg=${p%%=*}; version=1.0-stub
+        if [[ $p == *=* ]]; then version=${p#*=}; fi
       fi
       mkdir -p "$STUB_STATE/dpkg"
       echo "$version" >"$STUB_STATE/dpkg/$pkg"
       case $pkg in
         docker-ce) provide "$pkg" docker
           grep -q '^docker:' "$MLC_ROOT/etc/group" || echo 'docker:x:998:' >>"$MLC_ROOT/etc/group" ;;
-        mariadb-server) provide "$pkg" mysql ;;
+        mariadb-server) provide "$pkg" mysql mysqldump
+          grep -q '^mysql:' "$MLC_ROOT/etc/passwd" || echo 'mysql:x:402:402::/nonexistent:/bin/false' >>"$MLC_ROOT/etc/passwd"
+          mkdir -p "$MLC_ROOT/var/lib/mysql" && echo ibdata >"$MLC_ROOT/var/lib/mysql/ibdata1" ;;
         enroot) provide "$pkg" enroot ;;
         nvidia-container-toolkit) provide "$pkg" nvidia-ctk nvidia-container-cli ;;
       esac
@@ -188,17 +202,19 @@ esac
 """,
     "useradd": r"""
 act "$@"
-uid="" gid="" create=false shell=/bin/sh
+uid="" gid="" create=false shell=/bin/sh home=""
 while (($# > 1)); do
   case $1 in
     --uid) uid=$2; shift 2 ;;
     --gid) gid=$2; shift 2 ;;
     --shell) shell=$2; shift 2 ;;
     --create-home) create=true; shift ;;
+    --no-create-home) shift ;;
+    --home-dir) home=$2; shift 2 ;;
     *) echo "useradd stub: unsupported $1" >&2; exit 2 ;;
   esac
 done
-echo "$1:x:$uid:$gid::/home/$1:$shell" >>"$MLC_ROOT/etc/passwd"
+echo "$1:x:$uid:$gid::${home:-/home/$1}:$shell" >>"$MLC_ROOT/etc/passwd"
 if $create; then mkdir -p "$MLC_ROOT/home/$1"; cp -a "$MLC_ROOT/etc/skel/." "$MLC_ROOT/home/$1/"; fi
 """,
     "groupadd": r"""
@@ -216,7 +232,26 @@ case $1 in
   *) exit 2 ;;
 esac
 """,
-    "chown": 'act "$@"\n',
+    "gpasswd": r"""
+act "$@"
+[[ $1 == --delete ]] || exit 2
+file=$MLC_ROOT/etc/group
+awk -F: -v OFS=: -v g="$3" -v n="$2" '$1 == g { split($4, m, ","); out = ""
+  for (i in m) if (m[i] != n && m[i] != "") out = (out == "" ? m[i] : out "," m[i]); $4 = out } { print }' \
+  "$file" >"$file.new" && mv "$file.new" "$file"
+""",
+    "iptables": r"""
+rules=$STUB_STATE/iptables.rules
+touch "$rules"
+args=()
+for a in "$@"; do [[ $a == --wait ]] || args+=("$a"); done
+rule="${args[*]:1}"
+case ${args[0]} in
+  --check) grep -qxF -- "$rule" "$rules" ;;
+  --insert) act "$@"; echo "$rule" >>"$rules" ;;
+  *) exit 2 ;;
+esac
+""",
     "ssh-keygen": r"""
 act "$@"
 file="" comment=""
@@ -232,25 +267,65 @@ out="" url=""
 while (($# > 0)); do
   case $1 in -o) out=$2; shift 2 ;; -*) shift ;; *) url=$1; shift ;; esac
 done
-echo "downloaded from $url" >"$out"
+if [[ -f $STUB_SERVE/${url##*/} ]]; then
+  cp "$STUB_SERVE/${url##*/}" "$out"
+else
+  echo "downloaded from $url" >"$out"
+fi
 """,
     "git": r"""
 act "$@"
-dest=${*: -1}
-mkdir -p "$dest"
-echo "stub checkout" >"$dest/Makefile"
+case $1 in
+  clone)
+    url=${*: -2:1} dest=${*: -1} name=${url##*/}
+    mkdir -p "$dest"
+    echo "stub checkout" >"$dest/Makefile"
+    cp "$STUB_GIT_DATA/${name%.git}.ls-tree" "$dest/.stub-tree" ;;
+  -C)
+    dir=$2
+    case $3 in
+      checkout) echo "${*: -1}" >"$dir/.stub-head" ;;
+      rev-parse) echo "${STUB_GIT_HEAD:-$(cat "$dir/.stub-head")}" ;;
+      ls-tree) cat "$dir/.stub-tree" ;;
+      *) exit 2 ;;
+    esac ;;
+  *) exit 2 ;;
+esac
+""",
+    "gpg": r"""
+# The stub key files hold one line FPR=<fingerprint>.
+fpr=$(sed -n 's/^FPR=//p' "${*: -1}")
+[[ -n $fpr ]] || exit 2
+printf 'pub:-:4096:1:ABCDEF:1:::-:::scESC::::::23::0:\nfpr:::::::::%s:\n' "$fpr"
 """,
     "make": r"""
 act "CPPFLAGS=${CPPFLAGS:-}" "$@"
-destdir="" install=false
+destdir="" install=false builddir=""
 for a in "$@"; do
-  case $a in DESTDIR=*) destdir=${a#DESTDIR=} ;; install) install=true ;; esac
+  case $a in DESTDIR=*) destdir=${a#DESTDIR=} ;; install) install=true ;; BUILDDIR=*) builddir=${a#BUILDDIR=} ;; esac
 done
+if [[ -n $builddir ]]; then
+  mkdir -p "$builddir/verifiable"
+  for t in all_reduce_perf all_gather_perf; do printf '#!/bin/sh\n' >"$builddir/$t"; chmod 755 "$builddir/$t"; done
+fi
 if $install; then mkdir -p "$destdir/usr/local/lib/slurm"; echo so >"$destdir/usr/local/lib/slurm/spank_pyxis.so"; fi
 """,
     "aws": r"""
-[[ "$*" == *"secretsmanager get-secret-value"* ]] || exit 2
-printf '%s\n' "$STUB_SECRET"
+if [[ "$*" == *"secretsmanager get-secret-value"* ]]; then
+  printf '%s\n' "$STUB_SECRET"
+  exit 0
+fi
+[[ $1 == s3 && $2 == cp ]] || exit 2
+act "$@"
+src=${*: -2:1} dst=${*: -1}
+local_path() { printf '%s/s3/%s' "$STUB_STATE" "${1#s3://}"; }
+if [[ $src == s3://* ]]; then
+  [[ -f $(local_path "$src") ]] || { echo "fatal error: An error occurred (404) when calling the HeadObject operation" >&2; exit 1; }
+  cp "$(local_path "$src")" "$dst"
+else
+  mkdir -p "$(dirname "$(local_path "$dst")")"
+  cp "$src" "$(local_path "$dst")"
+fi
 """,
     "scontrol": r"""
 if [[ ${1:-} == ping && -e $STUB_STATE/systemd/active/slurmctld ]]; then
@@ -279,6 +354,11 @@ esac
     "mysql": r"""
 act "$@"
 cat >>"$STUB_STATE/mysql.sql"
+""",
+    "mysqldump": r"""
+act "$@"
+echo "-- dump of slurm_acct_db"
+echo "CREATE DATABASE /*!32312 IF NOT EXISTS*/ slurm_acct_db;"
 """,
     "enroot": "exit 0\n",
     "nvidia-ctk": 'act "$@"\n',
@@ -324,8 +404,14 @@ class Sandbox:
     controller_ip: str = CONTROLLER_IP
     gpu: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    provisioning: dict[str, object] = field(default_factory=lambda: dict(PROVISIONING))
 
     def __post_init__(self) -> None:
+        # pytest keeps its temporary folders 0700, which the users the steps switch to cannot pass:
+        # the node lives in a folder of its own under /tmp, removed when the sandbox is collected.
+        self.base = Path(tempfile.mkdtemp(prefix=f"mlc-{self.base.name}-", dir="/tmp"))
+        self.base.chmod(0o711)
+        weakref.finalize(self, shutil.rmtree, str(self.base), True)
         self.root = self.base / "root"
         self.lifecycle = self.base / "lifecycle"
         self.bin = self.base / "bin"
@@ -336,6 +422,10 @@ class Sandbox:
         self._build_lifecycle()
         self._build_bin()
         self.actions_log.touch()
+        # What the download servers answer: the repository keys with their real fingerprints.
+        self.serve = self.base / "serve"
+        _write(self.serve / "gpg", "FPR=9DC858229FC7DD38854AE2D88D81803C0EBFCD88\n")
+        _write(self.serve / "gpgkey", "FPR=C95B321B61E88C1809C4F759DDCAE044F796ECB0\n")
 
     def _build_root(self) -> None:
         r = self.root
@@ -349,8 +439,13 @@ class Sandbox:
         _write(r / "home/ubuntu/.bashrc", "# ubuntu's bashrc\n")
         _write(r / "etc/os-release", 'NAME="Ubuntu"\nVERSION_CODENAME=jammy\n')
         _write(r / "etc/fstab", "LABEL=cloudimg-rootfs / ext4 discard,errors=remount-ro 0 1\n")
-        _write(r / "proc/mounts", f"/dev/root / ext4 rw 0 0\n/dev/md0 {r}/opt/dlami/nvme ext4 rw 0 0\n")
+        _write(
+            r / "proc/mounts",
+            f"/dev/root / ext4 rw 0 0\n/dev/md0 {r}/opt/dlami/nvme ext4 rw 0 0\n"
+            f"/dev/nvme1n1 {r}/opt/sagemaker ext4 rw 0 0\n",
+        )
         (r / "opt/dlami/nvme").mkdir(parents=True)
+        (r / "opt/sagemaker").mkdir(parents=True)
         _write(r / "lib/systemd/system/dlami-nvme.service", "[Service]\nType=oneshot\n")
         _write(r / "opt/ml/config/resource_config.json", json.dumps(resource_config(self.controller_ip)))
         _write(r / "opt/slurm/etc/slurm.conf", SLURM_CONF.format(controller=self.controller_ip))
@@ -362,9 +457,11 @@ class Sandbox:
         (self.state / "systemd/active/dlami-nvme").touch()
 
     def _build_lifecycle(self) -> None:
-        shutil.copytree(HYPERPOD_DIR, self.lifecycle, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(HYPERPOD_DIR, self.lifecycle, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        # What HyperPodLifecycle uploads: on_create.sh with the checksums of the other files in it.
+        _write(self.lifecycle / ENTRYPOINT, render_on_create(HYPERPOD_DIR), 0o755)
         _write(self.lifecycle / "mlcluster_features.json", json.dumps(self.features))
-        _write(self.lifecycle / "provisioning_parameters.json", json.dumps(PROVISIONING))
+        _write(self.lifecycle / "provisioning_parameters.json", json.dumps(self.provisioning))
 
     def _build_bin(self) -> None:
         for folder, stubs in ((self.bin, STUBS), (self.pkgbin, PACKAGE_STUBS)):
@@ -373,6 +470,8 @@ class Sandbox:
                 _write(folder / name, PRELUDE + body.lstrip("\n"), 0o755)
         if self.gpu:
             (self.bin / "nvidia-smi").symlink_to(self.pkgbin / "nvidia-smi")
+            _write(self.root / "opt/nccl/build/include/nccl.h", "/* nccl */\n")
+            (self.root / "opt/amazon/openmpi/bin").mkdir(parents=True)
         self.safe = self.base / "safe"
         self.safe.mkdir()
         for tool in SAFE_TOOLS:
@@ -393,6 +492,8 @@ class Sandbox:
             "STUB_STATE": str(self.state),
             "STUB_PKGBIN": str(self.pkgbin),
             "STUB_ACTIONS": str(self.actions_log),
+            "STUB_SERVE": str(self.serve),
+            "STUB_GIT_DATA": str(DATA),
             "STUB_IPS": self.ips,
             "STUB_HOSTNAME": "ip-" + self.ips.split()[0].replace(".", "-"),
             **self.extra_env,
@@ -407,6 +508,17 @@ class Sandbox:
             capture_output=True,
             text=True,
             timeout=120,
+            check=False,
+        )
+
+    def as_user(self, uid: int, *command: str) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` as an unprivileged uid (gid = uid, no groups), the way a cluster user would."""
+        return subprocess.run(
+            ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *command],
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=30,
             check=False,
         )
 

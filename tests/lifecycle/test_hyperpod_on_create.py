@@ -71,10 +71,12 @@ def test_controller_runs_its_steps_in_plan_order(controller: TwoRuns) -> None:
     assert expected == [
         "identify_node",
         "mount_fsx",
+        "mount_openzfs",
+        "imds",
         "add_users",
         "docker",
         "enroot_pyxis",
-        "home_on_fsx",
+        "homes",
         "ssh_keys",
         "accounting",
         "start_slurm",
@@ -89,15 +91,16 @@ def test_worker_runs_its_steps_in_plan_order(worker: TwoRuns) -> None:
         *plan.plan_steps("worker", plan.parse_features({**FEATURES, "observability": True})),
     ]
     assert worker.sandbox.step_order() == expected * 2
-    assert expected.index("wait_controller") < expected.index("home_on_fsx") < expected.index("start_slurm")
+    assert expected.index("wait_controller") < expected.index("homes") < expected.index("start_slurm")
     assert "accounting" not in expected
+    assert "imds" not in expected  # jobs on workers keep the instance role (as on ParallelCluster compute)
 
 
 def test_every_step_writes_its_own_log(controller: TwoRuns) -> None:
     logs = controller.sandbox.root / "var/log/provision"
     for step in set(controller.sandbox.step_order()):
         assert f"step {step}\n" in (logs / f"{step}.log").read_text()
-    assert "mlcluster lifecycle: all 10 steps done" in (logs / "on_create.log").read_text()
+    assert "mlcluster lifecycle: all 12 steps done" in (logs / "on_create.log").read_text()
 
 
 def test_homes_move_only_after_fsx_is_mounted_and_before_slurmctld_starts(controller: TwoRuns) -> None:
@@ -128,28 +131,71 @@ def test_controller_mounts_fsx_and_records_it_in_fstab(controller: TwoRuns) -> N
     sandbox = controller.sandbox
     assert f"mount -t lustre -o noatime,flock {FSX_SOURCE} {sandbox.root}/fsx" in controller.first_actions
     fstab = sandbox.read("/etc/fstab").splitlines()
-    assert fstab[-1] == f"{FSX_SOURCE} /fsx lustre defaults,noatime,flock,_netdev 0 0"
+    # A reboot mounts it once the network is up, on first access, without blocking the boot.
+    assert fstab[-1] == (
+        f"{FSX_SOURCE} /fsx lustre noatime,flock,_netdev,x-systemd.automount,"
+        "x-systemd.requires=network-online.target 0 0"
+    )
     assert fstab[0].startswith("LABEL=cloudimg-rootfs /")
 
 
 def test_controller_creates_users_with_fixed_ids_and_homes_on_fsx(controller: TwoRuns) -> None:
     sandbox = controller.sandbox
     assert "groupadd --gid 2001 alice" in controller.first_actions
-    assert "useradd --uid 2001 --gid 2001 --create-home --shell /bin/bash alice" in controller.first_actions
+    assert (
+        "useradd --uid 2001 --gid 2001 --no-create-home --home-dir /fsx/home/alice --shell /bin/bash alice"
+        in controller.first_actions
+    )
     passwd = sandbox.read("/etc/passwd")
-    assert "alice:x:2001:2001::/fsx/alice:/bin/bash" in passwd
-    assert "ubuntu:x:1000:1000:Ubuntu:/fsx/ubuntu:/bin/bash" in passwd
-    assert sandbox.read("/fsx/ubuntu/.bashrc") == "# ubuntu's bashrc\n"
-    assert "docker:x:998:ubuntu,alice,bob" in sandbox.read("/etc/group")
+    assert "alice:x:2001:2001::/fsx/home/alice:/bin/bash" in passwd
+    assert "ubuntu:x:1000:1000:Ubuntu:/fsx/home/ubuntu:/bin/bash" in passwd
+    assert sandbox.read("/fsx/home/ubuntu/.bashrc") == "# ubuntu's bashrc\n"
+    assert sandbox.read("/fsx/home/alice/.bashrc") == "# skel bashrc\n"
+    home_root = (sandbox.root / "fsx/home").stat()
+    assert (home_root.st_uid, home_root.st_mode & 0o7777) == (0, 0o755)
+    for user, uid in (("ubuntu", 1000), ("alice", 2001), ("bob", 2002)):
+        home = (sandbox.root / f"fsx/home/{user}").stat()
+        assert (home.st_uid, home.st_gid, home.st_mode & 0o777) == (uid, uid, 0o750)
+        assert (sandbox.root / f"fsx/home/{user}/.bashrc").stat().st_uid == uid
+    # Nobody is in the root-equivalent docker group unless docker_group asks for it.
+    assert "docker:x:998:\n" in sandbox.read("/etc/group")
 
 
 def test_controller_shares_one_key_pair_per_user(controller: TwoRuns) -> None:
     sandbox = controller.sandbox
     for user in ("ubuntu", "alice", "bob"):
         public = sandbox.read(f"/fsx/.mlcluster/ssh/{user}/id_ed25519.pub")
-        assert sandbox.read(f"/fsx/{user}/.ssh/id_ed25519.pub") == public
-        assert sandbox.read(f"/fsx/{user}/.ssh/authorized_keys") == public
-        assert (sandbox.root / f"fsx/{user}/.ssh/id_ed25519").stat().st_mode & 0o777 == 0o600
+        assert sandbox.read(f"/fsx/home/{user}/.ssh/id_ed25519.pub") == public
+        assert sandbox.read(f"/fsx/home/{user}/.ssh/authorized_keys") == public
+        ssh = sandbox.root / f"fsx/home/{user}/.ssh"
+        uid = sandbox.root.joinpath(f"fsx/home/{user}").stat().st_uid
+        assert (ssh.stat().st_uid, ssh.stat().st_mode & 0o777) == (uid, 0o700)
+        for name, mode in (("id_ed25519", 0o600), ("id_ed25519.pub", 0o644), ("authorized_keys", 0o600)):
+            info = (ssh / name).stat()
+            assert (info.st_uid, info.st_mode & 0o777) == (uid, mode), name
+        # The key store entry is root's alone.
+        entry = (sandbox.root / f"fsx/.mlcluster/ssh/{user}").stat()
+        assert (entry.st_uid, entry.st_mode & 0o777) == (0, 0o700)
+    store = (sandbox.root / "fsx/.mlcluster/ssh").stat()
+    assert (store.st_uid, store.st_mode & 0o777) == (0, 0o700)
+
+
+def test_every_node_shares_one_host_key_and_knows_it(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    host_public = sandbox.read("/fsx/.mlcluster/ssh/.host/id_ed25519.pub")
+    assert sandbox.read("/etc/ssh/ssh_host_ed25519_key.pub") == host_public
+    assert (sandbox.root / "etc/ssh/ssh_host_ed25519_key").stat().st_mode & 0o777 == 0o600
+    key = " ".join(host_public.split()[:2])
+    assert sandbox.read("/etc/ssh/ssh_known_hosts") == f"ip-10-1-*,10.1.* {key}\n"
+
+
+def test_imds_is_for_root_only_on_the_controller(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    rule = "OUTPUT --destination 169.254.169.254 --protocol tcp --match owner ! --uid-owner 0 --jump REJECT"
+    assert f"iptables --wait --insert {rule}" in controller.first_actions
+    unit = sandbox.read("/etc/systemd/system/mlcluster-imds-root-only.service")
+    assert f"iptables --wait --check {rule}" in unit
+    assert "systemctl enable mlcluster-imds-root-only" in controller.first_actions
 
 
 def test_controller_sets_up_local_accounting(controller: TwoRuns) -> None:
@@ -187,7 +233,29 @@ def test_container_data_goes_to_local_nvme(controller: TwoRuns) -> None:
     enroot = sandbox.read("/etc/enroot/enroot.conf")
     assert "ENROOT_RUNTIME_PATH        /opt/dlami/nvme/enroot/runtime/user-$(id -u)\n" in enroot
     assert "ENROOT_DATA_PATH           /opt/dlami/nvme/enroot/data/user-$(id -u)\n" in enroot
-    assert (sandbox.root / "opt/dlami/nvme/enroot/tmp").stat().st_mode & 0o7777 == 0o1777
+    assert "ENROOT_TEMP_PATH           /opt/dlami/nvme/enroot/tmp/user-$(id -u)\n" in enroot
+    tmpfiles = sandbox.read("/etc/tmpfiles.d/mlcluster-enroot.conf")
+    for folder in ("runtime", "cache", "data", "tmp"):
+        parent = (sandbox.root / f"opt/dlami/nvme/enroot/{folder}").stat()
+        assert (parent.st_uid, parent.st_mode & 0o7777) == (0, 0o755)  # no world-writable root
+        assert f"d /opt/dlami/nvme/enroot/{folder} 0755 root root -" in tmpfiles
+        for uid in (1000, 2001, 2002):
+            mine = (sandbox.root / f"opt/dlami/nvme/enroot/{folder}/user-{uid}").stat()
+            assert (mine.st_uid, mine.st_mode & 0o7777) == (uid, 0o700)
+            assert f"d /opt/dlami/nvme/enroot/{folder}/user-{uid} 0700 {uid} {uid} -" in tmpfiles
+
+
+def test_users_build_images_with_rootless_podman(controller: TwoRuns) -> None:
+    sandbox = controller.sandbox
+    assert any(a.endswith("install podman uidmap slirp4netns fuse-overlayfs") for a in controller.first_actions)
+    assert sandbox.read("/etc/subuid") == "ubuntu:100000:65536\nalice:165536:65536\nbob:231072:65536\n"
+    assert sandbox.read("/etc/subgid") == sandbox.read("/etc/subuid")
+    assert 'rootless_storage_path = "/opt/dlami/nvme/containers/user-$UID"' in sandbox.read(
+        "/etc/containers/storage.conf"
+    )
+    for uid in (1000, 2001, 2002):
+        mine = (sandbox.root / f"opt/dlami/nvme/containers/user-{uid}").stat()
+        assert (mine.st_uid, mine.st_mode & 0o777) == (uid, 0o700)
 
 
 def test_pyxis_is_built_against_hyperpods_slurm_and_registered(controller: TwoRuns) -> None:
@@ -195,9 +263,15 @@ def test_pyxis_is_built_against_hyperpods_slurm_and_registered(controller: TwoRu
     make = next(a for a in controller.first_actions if a.startswith("make "))
     assert make.startswith(f"make CPPFLAGS=-I{sandbox.root}/opt/slurm/include ")
     assert make.endswith(f"install DESTDIR={sandbox.root}")
-    assert "git clone --quiet --depth 1 --branch v0.20.0 https://github.com/NVIDIA/pyxis.git" in next(
-        a for a in controller.first_actions if a.startswith("git ")
+    assert next(a for a in controller.first_actions if a.startswith("git clone")).startswith(
+        "git clone --quiet --no-checkout https://github.com/NVIDIA/pyxis.git "
     )
+    assert any(
+        a.endswith("checkout --quiet --detach 424563865a491f2d8f3c396a095d18db81f1fb07")
+        for a in controller.first_actions
+    )
+    log = sandbox.read("/var/log/provision/enroot_pyxis.log")
+    assert "pyxis v0.20.0 verified at 424563865a491f2d8f3c396a095d18db81f1fb07 (tree sha256 22ce2d38" in log
     assert sandbox.read("/opt/slurm/etc/plugstack.conf") == "include /opt/slurm/etc/plugstack.conf.d/pyxis.conf\n"
     assert (
         sandbox.read("/opt/slurm/etc/plugstack.conf.d/pyxis.conf") == "required /usr/local/lib/slurm/spank_pyxis.so\n"
@@ -234,11 +308,29 @@ def test_worker_runs_slurmd_against_the_controller(worker: TwoRuns) -> None:
 def test_gpu_worker_gets_the_nvidia_toolkit_and_exporters(worker: TwoRuns) -> None:
     actions = worker.first_actions
     assert index(actions, "apt-get") < index(actions, "nvidia-ctk runtime configure --runtime=docker")
-    assert any(a.endswith(" install nvidia-container-toolkit") for a in actions)
+    # The toolkit is pinned, and its repository key checked by fingerprint.
+    assert any(
+        "install --allow-downgrades nvidia-container-toolkit=1.17.8-1 nvidia-container-toolkit-base=1.17.8-1" in a
+        for a in actions
+    )
+    log = worker.sandbox.read("/var/log/provision/docker.log")
+    assert "nvidia-container-toolkit apt key verified: C95B321B61E88C1809C4F759DDCAE044F796ECB0" in log
+    assert "docker apt key verified: 9DC858229FC7DD38854AE2D88D81803C0EBFCD88" in log
     assert "systemctl start prometheus-node-exporter" in actions
     run = next(a for a in actions if a.startswith("docker run"))
     assert "--name mlcluster-dcgm-exporter" in run
     assert run.endswith("nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.0-ubuntu22.04")
+
+
+def test_gpu_worker_has_the_pinned_nccl_tests_where_the_smoke_test_looks(worker: TwoRuns) -> None:
+    sandbox = worker.sandbox
+    binary = sandbox.root / "opt/mlcluster/nccl-tests/bin/all_reduce_perf"
+    assert binary.stat().st_mode & 0o111
+    make = next(a for a in worker.first_actions if a.startswith("make ") and "BUILDDIR=" in a)
+    assert "MPI=1 MPI_HOME=/opt/amazon/openmpi CUDA_HOME=/usr/local/cuda NCCL_HOME=/opt/nccl/build" in make
+    assert "nccl-tests v2.17.10 verified at c379e19a711e011f2086b0001deb3d590e4b46f4" in sandbox.read(
+        "/var/log/provision/nccl_tests.log"
+    )
 
 
 def test_precheck_passes_on_a_provisioned_worker(worker: TwoRuns) -> None:
@@ -253,7 +345,7 @@ def test_precheck_passes_on_a_provisioned_worker(worker: TwoRuns) -> None:
         "fsx_mounted",
         "pyxis_plugin",
         "slurmd_running",
-        "home_on_fsx",
+        "home_shared",
         "nvidia_container_cli",
     ]
     assert all(line.split()[1] == "PASS" for line in lines[:-1])
@@ -267,7 +359,8 @@ def test_no_temporary_files_are_left_behind(role: str, request: pytest.FixtureRe
         path
         for path in runs.sandbox.root.rglob("*")
         if ".mlcluster." in path.name
-        or path.name.startswith((".mlcluster-home-", ".mlcluster-write-test"))
+        or path.name.startswith((".staging.", ".mlcluster-write-test"))
+        or "moved-aside" in path.name
         or path.parent == runs.sandbox.root / "var/lib/mlcluster/tmp"
     ]
     assert leftovers == []

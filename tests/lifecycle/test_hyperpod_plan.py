@@ -183,10 +183,12 @@ def test_a_missing_controller_group_is_an_error() -> None:
 def test_controller_step_order() -> None:
     assert p.plan_steps("controller", ALL_ON) == (
         "mount_fsx",
+        "mount_openzfs",
+        "imds",
         "add_users",
         "docker",
         "enroot_pyxis",
-        "home_on_fsx",
+        "homes",
         "ssh_keys",
         "accounting",
         "start_slurm",
@@ -199,11 +201,13 @@ def test_controller_step_order() -> None:
 def test_worker_and_login_wait_for_the_controller_before_touching_shared_homes() -> None:
     expected = (
         "mount_fsx",
+        "mount_openzfs",
         "add_users",
         "docker",
         "enroot_pyxis",
+        "nccl_tests",
         "wait_controller",
-        "home_on_fsx",
+        "homes",
         "ssh_keys",
         "start_slurm",
         "log_rotation",
@@ -211,7 +215,10 @@ def test_worker_and_login_wait_for_the_controller_before_touching_shared_homes()
         "install_tools",
     )
     assert p.plan_steps("worker", ALL_ON) == expected
-    assert p.plan_steps("login", ALL_ON) == expected
+    # Login nodes keep IMDS for root only (users work there) and build no nccl-tests.
+    login = [step for step in expected if step != "nccl_tests"]
+    login.insert(2, "imds")
+    assert p.plan_steps("login", ALL_ON) == tuple(login)
 
 
 def test_switched_off_features_drop_their_steps() -> None:
@@ -220,6 +227,9 @@ def test_switched_off_features_drop_their_steps() -> None:
     )
     assert p.plan_steps("controller", features) == (
         "mount_fsx",
+        "mount_openzfs",
+        "imds",
+        "homes",
         "ssh_keys",
         "start_slurm",
         "log_rotation",

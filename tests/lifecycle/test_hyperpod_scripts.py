@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -61,16 +62,20 @@ def test_a_worker_whose_controller_never_answers_fails_in_wait_controller(tmp_pa
         ips=WORKER_IP,
         controller_ip="127.0.0.1",
         features=MINIMAL,
-        extra_env={"MLC_SLURMCTLD_PORT": str(closed_port)},
+        # A wait of 3 s polled every second: the wait is bounded by time, not by MLC_MAX_ATTEMPTS (3).
+        extra_env={"MLC_SLURMCTLD_PORT": str(closed_port), "MLC_CONTROLLER_WAIT_SECONDS": "3", "MLC_POLL_SECONDS": "1"},
     )
+    started = time.monotonic()
     result = sandbox.run()
+    assert time.monotonic() - started >= 3
     assert result.returncode != 0
     assert "step wait_controller: FAILED" in result.stderr
-    assert sandbox.step_order() == ["identify_node", "mount_fsx", "wait_controller"]
-    assert f"slurmctld at 127.0.0.1:{closed_port} does not answer" in sandbox.read(
-        "/var/log/provision/wait_controller.log"
-    )
+    assert sandbox.step_order() == ["identify_node", "mount_fsx", "mount_openzfs", "nccl_tests", "wait_controller"]
+    log = sandbox.read("/var/log/provision/wait_controller.log")
+    assert f"slurmctld at 127.0.0.1:{closed_port} did not answer within 3s" in log
     assert not any("slurmd" in action for action in sandbox.actions())
+    # Without the override a worker waits as long as the stack waits for the cluster: 12 hours.
+    assert "MLC_CONTROLLER_WAIT_MINUTES=720\n" in sandbox.read("/etc/mlcluster/node.env")
 
 
 def test_bad_features_stop_the_run_in_identify_node(tmp_path: Path) -> None:
@@ -142,11 +147,14 @@ def test_precheck_fails_on_an_unprovisioned_node_with_mitigations(tmp_path: Path
         "fsx_mounted",
         "pyxis_plugin",
         "slurmd_running",
-        "home_on_fsx",
+        "home_shared",
         "nvidia_container_cli",
     }
     assert all("Mitigation: " in line for line in lines if " FAIL " in line)
-    assert "ip-10-1-0-20 FAIL home_on_fsx: ubuntu's home is '/home/ubuntu', not a folder on /fsx." in result.stdout
+    assert (
+        "ip-10-1-0-20 FAIL home_shared: ubuntu's home is '/home/ubuntu', not a folder of ubuntu's at the shared home root/ubuntu."
+        in result.stdout
+    )
     assert lines[-1] == "ip-10-1-0-20: 8 check(s) failed"
 
 
@@ -154,7 +162,7 @@ def test_precheck_skips_what_does_not_apply(tmp_path: Path) -> None:
     sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
     result = sandbox.run("precheck.sh", "--user", "root")
     assert "ip-10-1-0-10 SKIP nvidia_container_cli: no NVIDIA GPU on this node" in result.stdout
-    assert "ip-10-1-0-10 SKIP home_on_fsx:" in result.stdout
+    assert "ip-10-1-0-10 SKIP home_shared:" in result.stdout
     bad = sandbox.run("precheck.sh", "--bogus")
     assert bad.returncode == 2
     assert "usage: precheck.sh [--user NAME]" in bad.stderr

@@ -2,9 +2,50 @@
 
 The whole folder is uploaded to the lifecycle S3 prefix together with the two generated
 input files (``mlcluster_features.json`` and ``provisioning_parameters.json``); see README.md.
+``on_create.sh`` is uploaded as :func:`render_on_create` renders it: with the SHA-256 of every
+other uploaded file written into it, so a node refuses scripts changed in the bucket.
 """
 
+import hashlib
 from pathlib import Path
 
 #: The folder to upload as the HyperPod ``LifeCycleConfig.SourceS3Uri`` prefix.
 HYPERPOD_DIR = Path(__file__).parent
+#: The entrypoint HyperPod runs; it carries the manifest, so it is not listed in it.
+ENTRYPOINT = "on_create.sh"
+#: The line of ``on_create.sh`` that :func:`render_on_create` replaces with the manifest.
+MANIFEST_MARK = "@MLCLUSTER_MANIFEST@"
+#: What is never uploaded (Python caches).
+NOT_UPLOADED = ("__pycache__", "*.pyc")
+
+
+def uploaded_files(folder: Path = HYPERPOD_DIR) -> list[Path]:
+    """Every file of ``folder`` that is uploaded besides the entrypoint, relative and sorted."""
+    files = []
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if not path.is_file() or relative.as_posix() == ENTRYPOINT:
+            continue
+        if "__pycache__" in relative.parts or path.suffix == ".pyc":
+            continue
+        files.append(relative)
+    return files
+
+
+def manifest(folder: Path = HYPERPOD_DIR) -> str:
+    """``<sha256>  <relative path>`` for every uploaded file but the entrypoint (``sha256sum`` format)."""
+    return "".join(
+        f"{hashlib.sha256((folder / relative).read_bytes()).hexdigest()}  {relative.as_posix()}\n"
+        for relative in uploaded_files(folder)
+    )
+
+
+def render_on_create(folder: Path = HYPERPOD_DIR) -> str:
+    """``on_create.sh`` of ``folder`` with its manifest line replaced by :func:`manifest`."""
+    text = (folder / ENTRYPOINT).read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    marks = [i for i, line in enumerate(lines) if line.strip() == MANIFEST_MARK]
+    if len(marks) != 1:
+        raise ValueError(f"{folder / ENTRYPOINT}: needs exactly one line '{MANIFEST_MARK}', found {len(marks)}")
+    lines[marks[0]] = manifest(folder)
+    return "".join(lines)

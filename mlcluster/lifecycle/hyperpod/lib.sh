@@ -251,3 +251,215 @@ wait_for_slurm_conf() {
   retry 30 "wait for $SLURM_ETC/slurm.conf naming $MLC_CONTROLLER_ADDRESS" \
     grep -qsF -- "$MLC_CONTROLLER_ADDRESS" "$SLURM_ETC/slurm.conf"
 }
+
+# ---- Users' files: root never follows what a user can plant ---------------------------------
+# Root works by path only in folders no user can change: root-owned and not writable by group or
+# others (or sticky, where users cannot rename or delete root's entries). Inside a folder a user
+# owns, the work runs as that user (as_user), so a planted link reaches only what she can reach.
+
+# as_user USER COMMAND... : run COMMAND with USER's uid and gid and no supplementary groups.
+as_user() {
+  local entry uid gid
+  entry=$(getent passwd "$1") || die "there is no user $1"
+  IFS=: read -r _ _ uid gid _ <<<"$entry"
+  shift
+  setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$@"
+}
+
+# owner_mode PATH : print "UID MODE" of PATH itself (a link is not followed).
+owner_mode() {
+  stat -c '%u %a' -- "$1"
+}
+
+# dir_is_safe DIR : DIR is a real folder owned by root that other users cannot rename entries in
+# (not writable by group or others, or sticky).
+dir_is_safe() {
+  local uid mode
+  [[ -d $1 && ! -L $1 ]] || return 1
+  read -r uid mode <<<"$(owner_mode "$1")"
+  [[ $uid == 0 ]] || return 1
+  ((8#$mode & 8#1000)) || ((!(8#$mode & 8#022)))
+}
+
+# move_aside PATH WHY : rename PATH out of the way (root renames the entry, never follows it) and log.
+move_aside() {
+  local aside
+  aside="$1.mlcluster-moved-aside.$(date +%s).$RANDOM$RANDOM"
+  mv --no-target-directory -- "$1" "$aside"
+  warn "$1 $2; moved it aside to $aside"
+}
+
+# ensure_root_dir DIR MODE : DIR is a folder owned by root with MODE. A link, a file or a folder
+# someone else owns is moved aside (logged) and DIR made again with a plain mkdir.
+ensure_root_dir() {
+  local dir=$1 mode=$2 uid current
+  dir_is_safe "${dir%/*}" || die "${dir%/*} can be changed by other users; refusing to create $dir in it"
+  if [[ -L $dir ]]; then
+    move_aside "$dir" "is a link"
+  elif [[ -e $dir && ! -d $dir ]]; then
+    move_aside "$dir" "is not a folder"
+  elif [[ -d $dir ]]; then
+    read -r uid current <<<"$(owner_mode "$dir")"
+    if [[ $uid != 0 ]]; then
+      move_aside "$dir" "is owned by uid $uid, not root"
+    elif [[ $current != "$mode" ]]; then
+      chmod "$mode" "$dir"
+      log "set $dir to mode $mode"
+    fi
+  fi
+  if [[ ! -e $dir ]]; then
+    mkdir -m "$mode" -- "$dir"
+    log "created $dir (root, $mode)"
+  fi
+}
+
+# ensure_user_dir USER DIR MODE : DIR, in a root-owned folder no user can write, is a real folder
+# owned by USER. A link or a folder owned by someone else is moved aside (logged); a missing one
+# is made with a plain mkdir and handed to USER. Sets DIR_CREATED=true|false. MODE applies to a
+# new folder, and is set (as USER) on an existing one when MLC_FORCE_MODE=true.
+DIR_CREATED=false
+ensure_user_dir() {
+  local user=$1 dir=$2 mode=$3 parent=${2%/*} uid gid entry owner current
+  entry=$(getent passwd "$user") || die "there is no user $user"
+  IFS=: read -r _ _ uid gid _ <<<"$entry"
+  DIR_CREATED=false
+  if ! dir_is_safe "$parent" || ((8#$(stat -c %a -- "$parent") & 8#1022)); then
+    die "$parent must be a root-owned folder that no other user can write; refusing to create $dir in it"
+  fi
+  if [[ -L $dir ]]; then
+    move_aside "$dir" "is a link"
+  elif [[ -e $dir && ! -d $dir ]]; then
+    move_aside "$dir" "is not a folder"
+  elif [[ -d $dir ]]; then
+    read -r owner current <<<"$(owner_mode "$dir")"
+    if [[ $owner != "$uid" ]]; then
+      move_aside "$dir" "is owned by uid $owner, not $user ($uid)"
+    elif [[ ${MLC_FORCE_MODE:-false} == true && $current != "$mode" ]]; then
+      as_user "$user" chmod "$mode" -- "$dir"
+      log "set $dir to mode $mode (as $user)"
+    fi
+  fi
+  if [[ ! -e $dir ]]; then
+    mkdir -m "$mode" -- "$dir"
+    chown "$uid:$gid" -- "$dir"
+    DIR_CREATED=true
+    log "created $dir ($user, $mode)"
+  fi
+}
+
+# user_install USER DEST MODE < CONTENT : as USER, write DEST (in a folder USER owns) through a
+# temporary file and a rename, only when content or mode differ. A link at DEST is replaced, not
+# followed. Sets FILE_CHANGED=true|false.
+user_install() {
+  local result
+  # shellcheck disable=SC2016  # the script runs in the user's shell
+  result=$(as_user "$1" bash -c '
+    set -eu
+    dest=$1 mode=$2
+    tmp=$(mktemp "${dest%/*}/.mlcluster.XXXXXX")
+    cat >"$tmp"
+    chmod "$mode" "$tmp"
+    if [[ -f $dest && ! -L $dest && $(stat -c %a "$dest") == "$mode" ]] && cmp -s "$tmp" "$dest"; then
+      rm -f "$tmp"
+      echo same
+    else
+      mv -f --no-target-directory "$tmp" "$dest"
+      echo changed
+    fi' _ "$2" "$3") || die "could not write $2 as $1"
+  FILE_CHANGED=false
+  if [[ $result == changed ]]; then
+    FILE_CHANGED=true
+    log "wrote $2 (as $1)"
+  fi
+}
+
+# passwd_field USER FIELDS : cut FIELDS of USER's passwd entry; fails with a message when there is none.
+passwd_field() {
+  local entry
+  entry=$(getent passwd "$1") || die "there is no user $1 (the add_users step creates the cluster users)"
+  cut -d: -f"$2" <<<"$entry"
+}
+
+# id_of USER : USER's uid.
+id_of() {
+  passwd_field "$1" 3
+}
+
+# ids_of USER : "uid:gid" of USER (numbers, so chown never depends on name lookups).
+ids_of() {
+  passwd_field "$1" 3,4
+}
+
+# controller_data_dir : print (and make, root 0755) the controller's folder for what must outlive
+# its root volume (slurmctld state, the accounting database): on HyperPod's secondary EBS volume
+# (/opt/sagemaker) when it is mounted, else on FSx for Lustre. Patching replaces the root volume.
+controller_data_dir() {
+  local dir
+  if mount_info "$MLC_ROOT/opt/sagemaker" >/dev/null; then
+    dir=/opt/sagemaker/mlcluster
+  else
+    ensure_root_dir "$FSX/.mlcluster" 755
+    dir=$FSX_MOUNT/.mlcluster/controller
+  fi
+  ensure_root_dir "$MLC_ROOT$dir" 755
+  printf '%s\n' "$dir"
+}
+
+# move_contents FROM TO : copy FROM's files into TO once, when TO is still empty (a daemon's data
+# moving off the root volume; FROM and TO belong to a service account, not a cluster user).
+move_contents() {
+  if [[ -d $1 && ! -L $1 && -z $(find "$2" -mindepth 1 -maxdepth 1 -print -quit) ]] &&
+    [[ -n $(find "$1" -mindepth 1 -maxdepth 1 -print -quit) ]]; then
+    # Each entry, not "$1/.": the target folder keeps its own owner and mode.
+    find "$1" -mindepth 1 -maxdepth 1 -exec cp -a -t "$2" -- {} +
+    log "copied ${1#"$MLC_ROOT"} to ${2#"$MLC_ROOT"}"
+  fi
+}
+
+# ---- Downloads: every one pinned and verified before use ------------------------------------
+
+# apt_key NAME URL FINGERPRINT : install the repository key for NAME at /etc/apt/keyrings/NAME.asc,
+# only when the key's primary fingerprint is FINGERPRINT. A mismatch stops the step, naming the key.
+apt_key() {
+  local name=$1 url=$2 want=$3 key="$MLC_ROOT/etc/apt/keyrings/$1.asc" download got
+  if [[ -s $key ]] && [[ $(key_fingerprint "$key") == "$want" ]]; then
+    return 0
+  fi
+  apt_install ca-certificates curl gnupg
+  mkdir -p "$MLC_ROOT/etc/apt/keyrings"
+  download=$(mktemp "$TMP_DIR/key.XXXXXX")
+  retry 5 "download the $name apt key" curl -fsSL -o "$download" "$url"
+  got=$(key_fingerprint "$download")
+  if [[ $got != "$want" ]]; then
+    rm -f "$download"
+    die "the $name apt key from $url has fingerprint '${got:-none}', expected $want; refusing to trust it"
+  fi
+  install_file "$key" 644 <"$download"
+  rm -f "$download"
+  log "$name apt key verified: $want"
+}
+
+# key_fingerprint FILE : the primary key fingerprint of an OpenPGP key file.
+key_fingerprint() {
+  local home
+  home=$(mktemp -d "$TMP_DIR/gnupg.XXXXXX")
+  GNUPGHOME=$home gpg --batch --show-keys --with-colons "$1" 2>/dev/null |
+    awk -F: '$1 == "pub" { primary = 1; next } $1 == "fpr" && primary { print $10; exit }'
+  rm -rf "$home"
+}
+
+# git_pinned NAME URL COMMIT TREE_SHA256 DEST : clone URL into DEST at COMMIT and check it: HEAD is
+# COMMIT and the SHA-256 of `git ls-tree -r --full-tree HEAD` (every path with its content hash) is
+# TREE_SHA256. A mismatch stops the step, naming NAME.
+git_pinned() {
+  local name=$1 url=$2 commit=$3 tree=$4 dest=$5 head digest
+  rm -rf "$dest"
+  retry 5 "clone $name" git clone --quiet --no-checkout "$url" "$dest"
+  git -C "$dest" checkout --quiet --detach "$commit" || die "$name: commit $commit is not in $url"
+  head=$(git -C "$dest" rev-parse HEAD)
+  digest=$(git -C "$dest" ls-tree -r --full-tree HEAD | sha256sum | cut -d' ' -f1)
+  if [[ $head != "$commit" || $digest != "$tree" ]]; then
+    die "$name from $url does not match its pin (commit $head, tree sha256 $digest; expected $commit, $tree); refusing to build it"
+  fi
+  log "$name verified at $commit (tree sha256 $tree)"
+}

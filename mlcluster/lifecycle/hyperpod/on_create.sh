@@ -14,6 +14,45 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MLC_LIFECYCLE_DIR=$HERE
+
+# The SHA-256 of every other file of this folder, written in by mlcluster when it uploads the folder
+# (HyperPodLifecycle). The run stops before any step when a file differs, is missing, or was added.
+read -r -d '' MANIFEST <<'MLCLUSTER_MANIFEST' || true
+@MLCLUSTER_MANIFEST@
+MLCLUSTER_MANIFEST
+GENERATED_FILES=(mlcluster_features.json provisioning_parameters.json)
+
+refuse() {
+  printf 'ERROR: %s\n' "$*" >&2
+  exit 1
+}
+
+# verify_files : before anything of this folder runs (lib.sh included): every file listed in
+# MANIFEST has its checksum, and no other file is here.
+verify_files() {
+  local expected file actual relative listed=" " count=0
+  [[ $MANIFEST != "@MLCLUSTER_MANIFEST@"* ]] ||
+    refuse "on_create.sh carries no checksum manifest; upload the folder through mlcluster (HyperPodLifecycle)"
+  while read -r expected file; do
+    [[ -f $HERE/$file && ! -L $HERE/$file ]] || refuse "checksum manifest: $file is missing; refusing to run"
+    actual=$(sha256sum -- "$HERE/$file" | cut -d' ' -f1)
+    [[ $actual == "$expected" ]] ||
+      refuse "checksum mismatch for $file (expected $expected, found $actual): the lifecycle files were changed after mlcluster uploaded them; refusing to run"
+    listed+="$file "
+    count=$((count + 1))
+  done <<<"$MANIFEST"
+  while IFS= read -r -d '' file; do
+    relative=${file#"$HERE"/}
+    if [[ $relative == on_create.sh || " ${GENERATED_FILES[*]} " == *" $relative "* || $listed == *" $relative "* ]]; then
+      continue
+    fi
+    refuse "$relative is not in the checksum manifest: it was added after mlcluster uploaded the folder; refusing to run"
+  done < <(find "$HERE" \( -name __pycache__ -prune \) -o \( -type f ! -name '*.pyc' -print0 \))
+  printf 'checked %d files against the checksum manifest\n' "$count" >&2
+}
+
+verify_files
+
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$HERE/lib.sh"
 

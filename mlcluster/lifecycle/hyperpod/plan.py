@@ -44,6 +44,10 @@ USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 ENDPOINT = re.compile(r"(?P<host>[A-Za-z0-9.-]+)(:(?P<port>\d{1,5}))?")
 SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:(?P<region>[a-z0-9-]+):\d{12}:secret:.+")
 DEFAULT_DB_PORT = 3306
+#: How long workers and login nodes wait for slurmctld: as long as CloudFormation waits for an
+#: ``AWS::SageMaker::Cluster`` to be created (720 minutes), so a worker never gives up before the stack does.
+DEFAULT_CONTROLLER_WAIT_MINUTES = 720
+MAX_CONTROLLER_WAIT_MINUTES = 720
 PASSWORD_CHARS = string.ascii_letters + string.digits
 
 
@@ -136,9 +140,22 @@ class Features:
     enroot_pyxis: bool = True
     home_on_fsx: bool = True
     observability: bool = False
+    docker_group: bool = False
+    rootless_podman: bool = True
+    controller_wait_minutes: int = DEFAULT_CONTROLLER_WAIT_MINUTES
 
 
-FEATURE_KEYS = ("users", "accounting", "docker", "enroot_pyxis", "home_on_fsx", "observability")
+FEATURE_KEYS = (
+    "users",
+    "accounting",
+    "docker",
+    "enroot_pyxis",
+    "home_on_fsx",
+    "observability",
+    "docker_group",
+    "rootless_podman",
+    "controller_wait_minutes",
+)
 ACCOUNTING_KEYS = ("mode", "endpoint", "secret_arn")
 
 
@@ -179,6 +196,14 @@ def _parse_accounting(source: str, value: object) -> Accounting:
     return Accounting(mode=mode, endpoint=endpoint, secret_arn=secret_arn)
 
 
+def _wait_minutes(source: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONTROLLER_WAIT_MINUTES:
+        raise _bad(
+            source, "controller_wait_minutes", value, f"allowed: an integer from 1 to {MAX_CONTROLLER_WAIT_MINUTES}"
+        )
+    return value
+
+
 def parse_features(data: object, source: str = FEATURES_FILE) -> Features:
     """Validate the features file's content; unknown keys are errors, so generator typos fail early."""
     top = _mapping(source, "(top level)", data)
@@ -198,7 +223,14 @@ def parse_features(data: object, source: str = FEATURES_FILE) -> Features:
         enroot_pyxis=_flag(source, "enroot_pyxis", top.get("enroot_pyxis", defaults.enroot_pyxis)),
         home_on_fsx=_flag(source, "home_on_fsx", top.get("home_on_fsx", defaults.home_on_fsx)),
         observability=_flag(source, "observability", top.get("observability", defaults.observability)),
+        docker_group=_flag(source, "docker_group", top.get("docker_group", defaults.docker_group)),
+        rootless_podman=_flag(source, "rootless_podman", top.get("rootless_podman", defaults.rootless_podman)),
+        controller_wait_minutes=_wait_minutes(
+            source, top.get("controller_wait_minutes", defaults.controller_wait_minutes)
+        ),
     )
+    if features.docker_group and not features.docker:
+        raise _bad(source, "docker_group", True, "the docker group needs docker: true")
     if features.enroot_pyxis and not features.docker:
         raise _bad(source, "enroot_pyxis", True, "Enroot and Pyxis import images through Docker; set docker to true")
     return features
@@ -213,6 +245,44 @@ class WorkerGroup:
 
 
 @dataclass(frozen=True)
+class OpenZfs:
+    """An FSx for OpenZFS volume every node mounts over NFS (mlcluster's ``fsx_openzfs_*`` keys)."""
+
+    dns_name: str
+    volume_path: str = "/fsx"
+    mount_point: str = "/home"
+
+
+ABSOLUTE_PATH = re.compile(r"(/[A-Za-z0-9._-]+)+")
+
+
+def _parse_openzfs(source: str, top: Mapping[str, object]) -> OpenZfs | None:
+    dns = top.get("fsx_openzfs_dns_name")
+    if dns is None:
+        for key in ("fsx_openzfs_volume_path", "fsx_openzfs_mount_point"):
+            if key in top:
+                raise _bad(source, key, top[key], "only used together with fsx_openzfs_dns_name")
+        return None
+    dns = _text(source, "fsx_openzfs_dns_name", dns, "allowed: the FSx for OpenZFS DNS name")
+    paths: dict[str, str] = {}
+    for key, default in (("fsx_openzfs_volume_path", "/fsx"), ("fsx_openzfs_mount_point", "/home")):
+        value = top.get(key, default)
+        if not isinstance(value, str) or not ABSOLUTE_PATH.fullmatch(value):
+            raise _bad(source, key, value, "allowed: an absolute path such as '/fsx' (letters, digits, '.', '_', '-')")
+        paths[key] = value
+    if paths["fsx_openzfs_mount_point"] in ("/fsx", "/proc", "/sys", "/dev", "/etc", "/usr", "/opt", "/var"):
+        raise _bad(
+            source,
+            "fsx_openzfs_mount_point",
+            paths["fsx_openzfs_mount_point"],
+            "allowed: a folder of its own such as '/home' (not /fsx or a system folder)",
+        )
+    return OpenZfs(
+        dns_name=dns, volume_path=paths["fsx_openzfs_volume_path"], mount_point=paths["fsx_openzfs_mount_point"]
+    )
+
+
+@dataclass(frozen=True)
 class ProvisioningParameters:
     """The parts of ``provisioning_parameters.json`` the scripts use (other keys are left to HyperPod)."""
 
@@ -222,6 +292,7 @@ class ProvisioningParameters:
     fsx_dns_name: str
     fsx_mountname: str
     login_group: str | None = None
+    openzfs: OpenZfs | None = None
 
 
 def parse_provisioning(data: object, source: str = PROVISIONING_FILE) -> ProvisioningParameters:
@@ -250,6 +321,7 @@ def parse_provisioning(data: object, source: str = PROVISIONING_FILE) -> Provisi
         fsx_dns_name=_text(source, "fsx_dns_name", top["fsx_dns_name"], "allowed: the FSx for Lustre DNS name"),
         fsx_mountname=_text(source, "fsx_mountname", top["fsx_mountname"], "allowed: the FSx for Lustre mount name"),
         login_group=None if login is None else _text(source, "login_group", login),
+        openzfs=_parse_openzfs(source, top),
     )
     names = [params.controller_group, *([login] if login else []), *(g.instance_group_name for g in groups)]
     if len(set(names)) != len(names):
@@ -341,13 +413,16 @@ class Step:
 #: so the Pyxis plugin is in plugstack.conf when the daemons read it.
 STEPS: tuple[Step, ...] = (
     Step("mount_fsx", "mount FSx for Lustre at /fsx and wait until it is writable"),
+    Step("mount_openzfs", "mount the FSx for OpenZFS volume the environment declares (NFS, /home by default)"),
+    Step("imds", "let only root reach the instance metadata service", roles=frozenset({"controller", "login"})),
     Step("add_users", "create the shared POSIX users with fixed UIDs", when=lambda f: bool(f.users)),
     Step("docker", "install Docker with its data root on local NVMe", when=lambda f: f.docker),
     Step(
         "enroot_pyxis", "install Enroot and the Pyxis Slurm plugin, data on local NVMe", when=lambda f: f.enroot_pyxis
     ),
+    Step("nccl_tests", "build the pinned nccl-tests on GPU nodes", roles=frozenset({"worker"})),
     Step("wait_controller", "wait until slurmctld answers on the controller", roles=frozenset({"worker", "login"})),
-    Step("home_on_fsx", "move home directories to /fsx", when=lambda f: f.home_on_fsx),
+    Step("homes", "give every cluster user a home on the shared file system, created safely"),
     Step("ssh_keys", "give every user one SSH key pair shared by all nodes"),
     Step(
         "accounting",
@@ -393,7 +468,21 @@ def node_env(node: Node, params: ProvisioningParameters, features: Features) -> 
         "MLC_ENROOT_PYXIS": flag(features.enroot_pyxis),
         "MLC_HOME_ON_FSX": flag(features.home_on_fsx),
         "MLC_OBSERVABILITY": flag(features.observability),
+        "MLC_DOCKER_GROUP": flag(features.docker_group),
+        "MLC_ROOTLESS_PODMAN": flag(features.rootless_podman),
+        "MLC_CONTROLLER_WAIT_MINUTES": str(features.controller_wait_minutes),
+        "MLC_OPENZFS_DNS_NAME": params.openzfs.dns_name if params.openzfs else "",
+        "MLC_OPENZFS_VOLUME_PATH": params.openzfs.volume_path if params.openzfs else "",
+        "MLC_OPENZFS_MOUNT_POINT": params.openzfs.mount_point if params.openzfs else "",
+        "MLC_HOME_ROOT": home_root(params, features),
     }
+
+
+def home_root(params: ProvisioningParameters, features: Features) -> str:
+    """Where the users' homes live: on OpenZFS when declared, else /fsx/home, else the local /home."""
+    if params.openzfs is not None:
+        return params.openzfs.mount_point
+    return "/fsx/home" if features.home_on_fsx else "/home"
 
 
 def render_env(values: Mapping[str, str]) -> str:

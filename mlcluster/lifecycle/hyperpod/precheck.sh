@@ -113,17 +113,19 @@ check_slurmd() {
 }
 
 check_home() {
-  local user=$1 home
+  local user=$1 home root
   if [[ $user == root ]]; then
-    skip home_on_fsx "root's home stays local; pass --user NAME to check a user"
+    skip home_shared "root's home stays local; pass --user NAME to check a user"
     return
   fi
+  root=$(sed -n 's/^MLC_HOME_ROOT=//p' "$MLC_ROOT/etc/mlcluster/node.env" 2>/dev/null)
   home=$(getent passwd "$user" | cut -d: -f6)
-  if [[ $home == /fsx/* && -d $MLC_ROOT$home ]]; then
-    pass home_on_fsx "$user's home is $home"
+  if [[ -n $root && $home == "$root/$user" && -d $MLC_ROOT$home && ! -L $MLC_ROOT$home ]] &&
+    [[ $(stat -c %u "$MLC_ROOT$home") == $(getent passwd "$user" | cut -d: -f3) ]]; then
+    pass home_shared "$user's home is $home"
   else
-    fail home_on_fsx "$user's home is '${home:-unknown}', not a folder on /fsx" \
-      "$RERUN home_on_fsx ssh_keys (or: sudo usermod -d /fsx/$user $user)"
+    fail home_shared "$user's home is '${home:-unknown}', not a folder of $user's at ${root:-the shared home root}/$user" \
+      "$RERUN homes ssh_keys"
   fi
 }
 

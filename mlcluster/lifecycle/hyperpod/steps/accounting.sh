@@ -31,7 +31,7 @@ SQL
 
 # write_slurmdbd_conf HOST PORT USER PASSWORD
 write_slurmdbd_conf() {
-  install_file "$SLURMDBD_CONF" 600 slurm:slurm <<CONF
+  install_file "$SLURMDBD_CONF" 600 "$(ids_of slurm)" <<CONF
 # Written by mlcluster (accounting step). Holds the database password: keep it mode 600.
 AuthType=auth/munge
 DbdHost=$(hostname -s)
@@ -48,10 +48,32 @@ StorageLoc=$DATABASE
 CONF
 }
 
+# The database files live off the root volume (controller_data_dir), so patching keeps them.
+MARIADB_CNF=/etc/mysql/mariadb.conf.d/60-mlcluster.cnf
+
+mariadb_datadir() {
+  local data dir
+  data=$(controller_data_dir)
+  dir="$data/mysql"
+  ensure_user_dir mysql "$MLC_ROOT$dir" 700
+  if ! grep -qsxF "datadir = $dir" "$MLC_ROOT$MARIADB_CNF"; then
+    if systemctl is-active --quiet mariadb; then
+      systemctl stop mariadb
+    fi
+    move_contents "$MLC_ROOT/var/lib/mysql" "$MLC_ROOT$dir"
+  fi
+  install_file "$MLC_ROOT$MARIADB_CNF" 644 <<CONF
+# Written by mlcluster (accounting step): the accounting database lives off the root volume.
+[mysqld]
+datadir = $dir
+CONF
+}
+
 local_database() {
   local password
   apt_install mariadb-server
-  converge_service mariadb
+  mariadb_datadir
+  converge_service mariadb "$MLC_ROOT$MARIADB_CNF"
   password=$(local_password)
   if [[ -z $password ]]; then
     password=$(plan password)

@@ -31,7 +31,7 @@ ensure_user() {
   if existing=$(getent passwd "$uid"); then
     die "UID $uid belongs to user ${existing%%:*}; give user $name another uid in mlcluster_features.json"
   fi
-  useradd --uid "$uid" --gid "$uid" --create-home --shell /bin/bash "$name"
+  useradd --uid "$uid" --gid "$uid" --no-create-home --home-dir "$MLC_HOME_ROOT/$name" --shell /bin/bash "$name"
   log "created user $name ($uid)"
 }
 

@@ -9,6 +9,10 @@ load_node_env
 
 ENROOT_VERSION=3.5.0
 PYXIS_VERSION=v0.20.0
+# Pyxis is built from source pinned by commit and by the SHA-256 of its file list with content hashes.
+PYXIS_URL=https://github.com/NVIDIA/pyxis.git
+PYXIS_COMMIT=424563865a491f2d8f3c396a095d18db81f1fb07
+PYXIS_TREE_SHA256=22ce2d3878bc580531b327aae2ec2163c36018a5cde5da4eb02cc4ae7d052133
 PYXIS_SO=/usr/local/lib/slurm/spank_pyxis.so
 PYXIS_CONF_REAL=$SLURM_ETC_REAL/plugstack.conf.d/pyxis.conf
 
@@ -33,30 +37,43 @@ install_enroot() {
   rm -rf "$download"
 }
 
+# Enroot's runtime, cache, data and temp folders: one 0700 folder per user, owned by the user, under
+# root-owned 0755 roots, so no user can pre-create or link another user's folder. A tmpfiles.d
+# rule makes them again at boot (local NVMe is empty after a stop and start).
+ENROOT_FOLDERS=(runtime cache data tmp)
+
 configure_enroot() {
-  local root folder
+  local root folder user uid gid tmpfiles
   root=$(local_root)
   # Quoted $(id -u) and ${HOME} are expanded by enroot for each user, not here.
   install_file "$MLC_ROOT/etc/enroot/enroot.conf" 644 <<EOF
-# Written by mlcluster (enroot_pyxis step): container data lives on $root, not the root volume.
+# Written by mlcluster (enroot_pyxis step): container data lives on $root, not the root volume,
+# in per-user folders the lifecycle creates (0700, owned by the user).
 ENROOT_RUNTIME_PATH        $root/enroot/runtime/user-\$(id -u)
 ENROOT_CACHE_PATH          $root/enroot/cache/user-\$(id -u)
 ENROOT_DATA_PATH           $root/enroot/data/user-\$(id -u)
-ENROOT_TEMP_PATH           $root/enroot/tmp
+ENROOT_TEMP_PATH           $root/enroot/tmp/user-\$(id -u)
 ENROOT_CONFIG_PATH         \${HOME}/.config/enroot
 ENROOT_SQUASH_OPTIONS      -comp lzo -noI -noD -noF -noX -no-duplicates
 ENROOT_ROOTFS_WRITABLE     yes
 ENROOT_MOUNT_HOME          no
 ENROOT_RESTRICT_DEV        no
 EOF
-  for folder in runtime cache data tmp; do
-    mkdir -p "$MLC_ROOT$root/enroot/$folder"
-    chmod 1777 "$MLC_ROOT$root/enroot/$folder"
+  mkdir -p "$MLC_ROOT$root"
+  ensure_root_dir "$MLC_ROOT$root/enroot" 755
+  tmpfiles="# Written by mlcluster (enroot_pyxis step): per-user Enroot folders, made again at boot."
+  tmpfiles+=$'\n'"d $root/enroot 0755 root root -"
+  for folder in "${ENROOT_FOLDERS[@]}"; do
+    ensure_root_dir "$MLC_ROOT$root/enroot/$folder" 755
+    tmpfiles+=$'\n'"d $root/enroot/$folder 0755 root root -"
+    for user in $(cluster_users); do
+      uid=$(id_of "$user")
+      gid=$(passwd_field "$user" 4)
+      MLC_FORCE_MODE=true ensure_user_dir "$user" "$MLC_ROOT$root/enroot/$folder/user-$uid" 700
+      tmpfiles+=$'\n'"d $root/enroot/$folder/user-$uid 0700 $uid $gid -"
+    done
   done
-}
-
-clone_pyxis() {
-  rm -rf "$1" && git clone --quiet --depth 1 --branch "$PYXIS_VERSION" https://github.com/NVIDIA/pyxis.git "$1"
+  install_file "$MLC_ROOT/etc/tmpfiles.d/mlcluster-enroot.conf" 644 <<<"$tmpfiles"
 }
 
 install_pyxis() {
@@ -67,7 +84,7 @@ install_pyxis() {
   fi
   apt_install git make gcc
   build=$(mktemp -d "$TMP_DIR/pyxis.XXXXXX")
-  retry 5 "clone pyxis $PYXIS_VERSION" clone_pyxis "$build/pyxis"
+  git_pinned "pyxis $PYXIS_VERSION" "$PYXIS_URL" "$PYXIS_COMMIT" "$PYXIS_TREE_SHA256" "$build/pyxis"
   # CPPFLAGS from the environment (not the command line): the Makefile appends it to its own flags.
   CPPFLAGS="-I$MLC_ROOT/opt/slurm/include" make -C "$build/pyxis" -j "$(nproc)" install DESTDIR="$MLC_ROOT"
   rm -rf "$build"

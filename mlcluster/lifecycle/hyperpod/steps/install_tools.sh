@@ -2,7 +2,8 @@
 # Step install_tools: keep a copy of the lifecycle scripts in /opt/mlcluster/lifecycle (HyperPod's
 # download folder is temporary), so a step can be re-run later with
 # `sudo bash /opt/mlcluster/lifecycle/on_create.sh STEP`, and install precheck.sh as
-# /usr/local/bin/mlcluster-precheck for `srun -N <n> mlcluster-precheck`.
+# /usr/local/bin/mlcluster-precheck for `srun -N <n> mlcluster-precheck`, and backup.sh as
+# /usr/local/sbin/mlcluster-backup (the controller's state to S3 before patching; see README.md).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -21,6 +22,7 @@ main() {
     install_file "$MLC_ROOT$TOOLS_DIR/$relative" "$mode" <"$file"
   done < <(find "$MLC_LIFECYCLE_DIR" -type f ! -name '*.pyc' ! -name '*.mlcluster.*' -print0 | sort -z)
   install_file "$MLC_ROOT/usr/local/bin/mlcluster-precheck" 755 <"$MLC_LIFECYCLE_DIR/precheck.sh"
+  install_file "$MLC_ROOT/usr/local/sbin/mlcluster-backup" 755 <"$MLC_LIFECYCLE_DIR/backup.sh"
 }
 
 main "$@"

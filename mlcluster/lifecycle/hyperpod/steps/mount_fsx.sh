@@ -7,6 +7,9 @@ set -euo pipefail
 load_node_env
 
 SOURCE="$MLC_FSX_DNS_NAME@tcp:/$MLC_FSX_MOUNTNAME"
+# After a reboot: mount once the network is up (_netdev, x-systemd.requires), and on first access
+# (x-systemd.automount) so a slow file system never blocks the boot.
+FSTAB_OPTIONS=noatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target
 
 fsx_writable() {
   local probe
@@ -28,7 +31,7 @@ main() {
     retry 6 "mount $SOURCE at $FSX" mount -t lustre -o noatime,flock "$SOURCE" "$FSX"
   fi
   install_from "$MLC_ROOT/etc/fstab" keep "" plan fstab --fstab "$MLC_ROOT/etc/fstab" \
-    --entry "$SOURCE $FSX_MOUNT lustre defaults,noatime,flock,_netdev 0 0" --mountpoint "$FSX_MOUNT"
+    --entry "$SOURCE $FSX_MOUNT lustre $FSTAB_OPTIONS 0 0" --mountpoint "$FSX_MOUNT"
   retry 20 "wait until $FSX is writable" fsx_writable || die "$FSX is mounted but not writable"
   log "$FSX is mounted and writable"
 }

@@ -28,9 +28,33 @@ slurmctld_up() {
   answer=$(scontrol ping 2>&1) && [[ $answer == *"is UP"* ]]
 }
 
+# slurm_setting KEY DEFAULT : the last KEY=value of slurm.conf, or DEFAULT.
+slurm_setting() {
+  local value
+  value=$(sed -n "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*//Ip" "$SLURM_ETC/slurm.conf" | tail -1)
+  printf '%s\n' "${value:-$2}"
+}
+
+# slurmctld keeps its state (jobs, reservations) off the root volume, so patching does not lose it.
+state_save_location() {
+  local data user old new
+  data=$(controller_data_dir)
+  user=$(slurm_setting SlurmUser root)
+  old=$(slurm_setting StateSaveLocation "")
+  new="$data/slurmctld"
+  ensure_user_dir "$user" "$MLC_ROOT$new" 700
+  if [[ -n $old && $old != "$new" ]]; then
+    move_contents "$MLC_ROOT$old" "$MLC_ROOT$new"
+  fi
+  printf '%s\n' "$new"
+}
+
 start_controller() {
+  local state
   wait_for_slurm_conf
-  install_from "$SLURM_ETC/slurm.conf" keep "" plan slurm-conf --conf "$SLURM_ETC/slurm.conf" --configless
+  state=$(state_save_location)
+  install_from "$SLURM_ETC/slurm.conf" keep "" plan slurm-conf --conf "$SLURM_ETC/slurm.conf" --configless \
+    --set "StateSaveLocation=$state"
   set_aside slurmd
   converge_service slurmctld "$SLURM_ETC/slurm.conf" "$SLURM_ETC/accounting.conf" "$SLURM_ETC/cgroup.conf" \
     "${PLUGSTACK_FILES[@]}"

@@ -1,0 +1,364 @@
+"""``mlcluster status``: stacks, cluster, nodes, FSx for Lustre and its DRAs on one screen.
+
+:func:`collect` gathers everything into plain data (what ``--json`` prints);
+:func:`render` draws it as rich tables. ``--watch`` redraws on an interval.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from mlcluster.cli.context import STACK_SUFFIXES, Target, echo_json, environment_options, json_option
+from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
+from mlcluster.cli.nodes import describe_hyperpod, hyperpod_nodes, pcluster_nodes
+from mlcluster.config.observability import observability_enabled
+
+if TYPE_CHECKING:  # rich is imported when a table is drawn, not when the command starts
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+#: Outputs worth showing, per stack, in this order (the SSM command outputs are `mlcluster ssh`'s job).
+USEFUL_OUTPUTS = {
+    "Cluster": ("ClusterName", "HeadNodePrivateIp", "ValidationMessages"),
+    "Storage": ("DataBucketName", "LustreFileSystemId", "LustreDnsName", "LustreMountName", "OpenZfsDnsName"),
+    "Network": ("VpcId", "SecurityGroupId"),
+    "Observability": ("DashboardUrl", "ClusterDashboardUrl", "AlarmTopicArn"),
+}
+TASK_KINDS = {
+    "IMPORT_METADATA_FROM_REPOSITORY": "import",
+    "EXPORT_TO_REPOSITORY": "export",
+    "RELEASE_DATA_FROM_FILESYSTEM": "release",
+    "AUTO_RELEASE_DATA": "auto-release",
+}
+HEALTHY_STACK = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE"}
+HEALTHY_NODE = {"Running", "running"}
+
+
+def _stacks(target: Target) -> list[dict[str, Any]]:
+    wanted = STACK_SUFFIXES if target.backend != "none" else STACK_SUFFIXES[:2]
+    if observability_enabled(target.environment.config):  # its outputs are the dashboard links
+        wanted = (*wanted, "Observability")
+    stacks: list[dict[str, Any]] = []
+    for suffix in wanted:
+        stack = target.describe_stack(suffix)
+        if stack is None:
+            stacks.append(
+                {
+                    "stack": target.stack_name(suffix),
+                    "status": "NOT_DEPLOYED",
+                    "last_change": None,
+                    "reason": "",
+                    "outputs": {},
+                }
+            )
+            continue
+        outputs = target.remember_outputs(suffix, stack)
+        stacks.append(
+            {
+                "stack": stack["StackName"],
+                "status": stack["StackStatus"],
+                "last_change": stack.get("LastUpdatedTime") or stack.get("CreationTime"),
+                "reason": stack.get("StackStatusReason", ""),
+                "outputs": {k: outputs[k] for k in USEFUL_OUTPUTS[suffix] if outputs.get(k)},
+            }
+        )
+    return stacks
+
+
+def _hyperpod(target: Target) -> dict[str, Any]:
+    described = describe_hyperpod(target)
+    arn = str(described["ClusterArn"])
+    nodes = hyperpod_nodes(target, arn)
+    groups = []
+    for group in described.get("InstanceGroups", []):
+        name = group["InstanceGroupName"]
+        states = Counter(n.status for n in nodes if n.group == name)
+        groups.append(
+            {
+                "group": name,
+                "instance_type": group.get("InstanceType", ""),
+                "current": group.get("CurrentCount", 0),
+                "target": group.get("TargetCount", 0),
+                "status": group.get("Status", ""),
+                "nodes": dict(states),
+            }
+        )
+    name = str(described["ClusterName"])
+    return {
+        "backend": "hyperpod",
+        "name": name,
+        "status": described["ClusterStatus"],
+        "failure": described.get("FailureMessage", ""),
+        "groups": groups,
+        "failing_nodes": [n.as_dict() for n in nodes if n.status not in HEALTHY_NODE],
+        "log_group": f"/aws/sagemaker/Clusters/{name}/{arn.rsplit('/', 1)[-1]}",
+    }
+
+
+def _pcluster(target: Target) -> dict[str, Any]:
+    name = target.output("Cluster", "ClusterName")
+    # ParallelCluster builds the cluster as a CloudFormation stack named after the cluster.
+    from botocore.exceptions import ClientError
+
+    with aws_errors(f"DescribeStacks for ParallelCluster stack {name}"):
+        try:
+            status = target.client("cloudformation").describe_stacks(StackName=name)["Stacks"][0]["StackStatus"]
+        except ClientError as error:
+            if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
+                raise
+            status = "NOT_FOUND"
+    nodes = pcluster_nodes(target)
+    groups = []
+    for group in sorted({n.group for n in nodes}):
+        mine = [n for n in nodes if n.group == group]
+        groups.append(
+            {
+                "group": group,
+                "instance_type": mine[0].instance_type,
+                "current": sum(n.status in HEALTHY_NODE for n in mine),
+                "target": len(mine),
+                "status": "",
+                "nodes": dict(Counter(n.status for n in mine)),
+            }
+        )
+    return {
+        "backend": "pcluster",
+        "name": name,
+        "status": status,
+        "failure": "",
+        "groups": groups,
+        "failing_nodes": [n.as_dict() for n in nodes if n.status not in HEALTHY_NODE],
+        "log_group": f"/aws/parallelcluster/{name}-<timestamp> (head node: slurmctld, clustermgtd; nodes: slurmd)",
+    }
+
+
+def _task_matches(task: dict[str, Any], file_system_path: str) -> bool:
+    paths = task.get("Paths") or []
+    prefix = file_system_path.strip("/")
+    return not paths or not prefix or any(p.strip("/").startswith(prefix) for p in paths)
+
+
+def _lustre(target: Target) -> dict[str, Any] | None:
+    fs_id = target.outputs("Storage").get("LustreFileSystemId")
+    if not fs_id:
+        return None
+    fsx = target.client("fsx")
+    with aws_errors(f"DescribeFileSystems for {fs_id}"):
+        fs = fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
+    lustre = fs.get("LustreConfiguration", {})
+    per_tib = lustre.get("PerUnitStorageThroughput")
+    capacity = int(fs.get("StorageCapacity", 0))
+    by_fs = [{"Name": "file-system-id", "Values": [fs_id]}]
+    with aws_errors(f"DescribeDataRepositoryAssociations for {fs_id}"):
+        associations = fsx.describe_data_repository_associations(Filters=by_fs).get("Associations", [])
+    with aws_errors(f"DescribeDataRepositoryTasks for {fs_id}"):
+        tasks = fsx.describe_data_repository_tasks(Filters=by_fs).get("DataRepositoryTasks", [])
+    tasks.sort(key=lambda t: t.get("CreationTime") or datetime.min, reverse=True)
+    dras = []
+    for dra in associations:
+        task = next((t for t in tasks if _task_matches(t, dra.get("FileSystemPath", ""))), None)
+        status = (task or {}).get("Status", {})
+        dras.append(
+            {
+                "association": dra["AssociationId"],
+                "file_system_path": dra.get("FileSystemPath", ""),
+                "repository": dra.get("DataRepositoryPath", ""),
+                "lifecycle": dra.get("Lifecycle", ""),
+                "failure": dra.get("FailureDetails", {}).get("Message", ""),
+                "latest_task": None
+                if task is None
+                else {
+                    "task": task["TaskId"],
+                    "type": task["Type"],
+                    "lifecycle": task["Lifecycle"],
+                    "total": status.get("TotalCount"),
+                    "succeeded": status.get("SucceededCount"),
+                    "failed": status.get("FailedCount"),
+                    "updated": status.get("LastUpdatedTime") or task.get("CreationTime"),
+                    "failure": task.get("FailureDetails", {}).get("Message", ""),
+                },
+            }
+        )
+    return {
+        "file_system": fs_id,
+        "lifecycle": fs.get("Lifecycle", ""),
+        "failure": fs.get("FailureDetails", {}).get("Message", ""),
+        "deployment_type": lustre.get("DeploymentType", ""),
+        "capacity_gib": capacity,
+        "throughput_mbps_per_tib": per_tib,
+        "throughput_mbps": int(capacity / 1000 * per_tib) if per_tib else None,  # FSx counts 1200 GiB as 1.2 TiB
+        "dns_name": fs.get("DNSName", ""),
+        "mount_name": lustre.get("MountName") or target.outputs("Storage").get("LustreMountName", ""),
+        "dras": dras,
+    }
+
+
+def collect(target: Target) -> dict[str, Any]:
+    """Everything ``status`` shows, as data; ``healthy`` is false when anything needs attention."""
+    stacks = _stacks(target)
+    deployed = {s["stack"] for s in stacks if s["status"] != "NOT_DEPLOYED"}
+    cluster = None
+    if target.backend != "none" and target.stack_name("Cluster") in deployed:
+        cluster = _hyperpod(target) if target.backend == "hyperpod" else _pcluster(target)
+    lustre = _lustre(target) if target.stack_name("Storage") in deployed else None
+    problems = [f"{s['stack']} is {s['status']}" for s in stacks if s["status"] not in HEALTHY_STACK]
+    if cluster is not None:
+        if cluster["status"] not in {"InService", "CREATE_COMPLETE", "UPDATE_COMPLETE"}:
+            problems.append(f"cluster {cluster['name']} is {cluster['status']}")
+        problems += [
+            f"node {n['instance_id']} ({n['group']}) is {n['status']}" + (f": {n['message']}" if n["message"] else "")
+            for n in cluster["failing_nodes"]
+        ]
+    if lustre is not None:
+        if lustre["lifecycle"] != "AVAILABLE":
+            problems.append(f"{lustre['file_system']} is {lustre['lifecycle']}")
+        problems += [
+            f"DRA {d['file_system_path']} is {d['lifecycle']}" for d in lustre["dras"] if d["lifecycle"] != "AVAILABLE"
+        ]
+    return {
+        "environment": target.name,
+        "region": target.region,
+        "backend": target.backend,
+        "stacks": stacks,
+        "cluster": cluster,
+        "lustre": lustre,
+        "next": [f"mlcluster ssh {target.name}", f"mlcluster smoke {target.name}"] if cluster else [],
+        "problems": problems,
+        "healthy": not problems,
+    }
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC") if isinstance(value, datetime) else str(value or "-")
+
+
+def _state(text: str, good: set[str]) -> Text:
+    from rich.text import Text
+
+    return Text(text, style="green" if text in good else "bold red" if "FAIL" in text.upper() else "yellow")
+
+
+def _table(title: str, *columns: str, header: bool = True) -> Table:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_header=header)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def render(data: dict[str, Any]) -> Group:
+    """The status as rich tables."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[Any] = [Text(f"{data['environment']} ({data['region']}, backend {data['backend']})", style="bold")]
+    stacks = _table("Stacks", "stack", "status", "last change", "reason")
+    for s in data["stacks"]:
+        stacks.add_row(s["stack"], _state(s["status"], HEALTHY_STACK), _when(s["last_change"]), s["reason"] or "")
+    parts.append(stacks)
+    cluster = data["cluster"]
+    if cluster is not None:
+        groups = _table(f"Cluster {cluster['name']}: {cluster['status']}", "group", "instance type", "nodes", "state")
+        for g in cluster["groups"]:
+            states = ", ".join(f"{count} {state}" for state, count in sorted(g["nodes"].items())) or "-"
+            groups.add_row(g["group"], g["instance_type"], f"{g['current']}/{g['target']}", states)
+        parts.append(groups)
+        if cluster["failure"]:
+            parts.append(Text(f"failure: {cluster['failure']}", style="red"))
+        if cluster["failing_nodes"]:
+            failing = _table("Nodes needing attention", "group", "instance", "state", "message")
+            for n in cluster["failing_nodes"]:
+                failing.add_row(n["group"], n["instance_id"], _state(n["status"], HEALTHY_NODE), n["message"])
+            parts.append(failing)
+        parts.append(Text(f"logs: {cluster['log_group']}"))
+    lustre = data["lustre"]
+    if lustre is not None:
+        fs = _table(f"FSx for Lustre {lustre['file_system']}", "lifecycle", "type", "capacity", "throughput", "mount")
+        throughput = (
+            f"{lustre['throughput_mbps']} MB/s ({lustre['throughput_mbps_per_tib']} MB/s/TiB)"
+            if lustre["throughput_mbps"] is not None
+            else "-"
+        )
+        fs.add_row(
+            _state(lustre["lifecycle"], {"AVAILABLE"}),
+            lustre["deployment_type"],
+            f"{lustre['capacity_gib']} GiB",
+            throughput,
+            f"{lustre['dns_name']}@tcp:/{lustre['mount_name']}",
+        )
+        parts.append(fs)
+        if lustre["dras"]:
+            dras = _table("Data repository associations", "path", "repository", "lifecycle", "latest task", "progress")
+            for d in lustre["dras"]:
+                task = d["latest_task"]
+                if task is None:
+                    latest, progress = "-", "-"
+                else:
+                    kind = TASK_KINDS.get(task["type"], task["type"])
+                    latest = f"{kind} {task['lifecycle']} ({_when(task['updated'])})"
+                    progress = f"{task['succeeded'] or 0}/{task['total'] or '?'}, {task['failed'] or 0} failed"
+                dras.add_row(
+                    d["file_system_path"], d["repository"], _state(d["lifecycle"], {"AVAILABLE"}), latest, progress
+                )
+            parts.append(dras)
+    outputs = _table("Outputs", "key", "value", header=False)
+    for s in data["stacks"]:
+        for key, value in s["outputs"].items():
+            outputs.add_row(key, value)
+    for command in data["next"]:
+        outputs.add_row("next", command)
+    parts.append(outputs)
+    if data["problems"]:
+        parts.append(Text("needs attention: " + "; ".join(data["problems"]), style="bold red"))
+    return Group(*parts)
+
+
+@click.command()
+@environment_options
+@click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
+@click.option(
+    "--interval", type=click.IntRange(5, 3600), default=30, show_default=True, help="Seconds between redraws."
+)
+@json_option
+def status(
+    env: str, environments: Path, region: str | None, profile: str | None, watch: bool, interval: int, as_json: bool
+) -> None:
+    """Show the stacks, the cluster and its nodes, FSx for Lustre and its DRAs, and the outputs.
+
+    Exit code 0 when everything is healthy, 1 when something needs attention
+    (a stack not complete, the cluster not in service, a failing node, a file
+    system or DRA not AVAILABLE). With --watch --json, one JSON document per line.
+    """
+    from rich.console import Console
+    from rich.live import Live
+
+    target = Target.load(env, environments, region, profile)
+    console = Console(highlight=False)
+    if not watch:
+        data = collect(target)
+        if as_json:
+            echo_json(data)
+        else:
+            console.print(render(data))
+        if not data["healthy"]:
+            raise CliError("needs attention: " + "; ".join(data["problems"]), EXIT_FAILED)
+        return
+    try:
+        if as_json:
+            while True:
+                echo_json(collect(target), compact=True)
+                time.sleep(interval)
+        with Live(render(collect(target)), console=console, auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render(collect(target)), refresh=True)
+    except KeyboardInterrupt:
+        return

