@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +138,36 @@ def test_hyperpod_one_role_per_group_and_only_the_controller_reads_the_secret(
         # Data bucket: read by default; nothing that writes or deletes objects anywhere.
         assert granted["DataObjects"] == {"s3:GetObject"}
         assert not {a for a in every if a.startswith(("s3:Put", "s3:Delete"))}
+
+
+def test_hyperpod_controller_may_write_only_its_patch_backup_prefix(templates: dict[str, dict[str, Any]]) -> None:
+    """`mlcluster patch` runs mlcluster-backup on the controller; with the default read access it must still write there.
+
+    The grant is the cluster's own prefix of the data bucket, on the controller's role only.
+    """
+    t = templates["hp/Cluster"]
+    ((_, cluster),) = of_type(t, "AWS::SageMaker::Cluster").items()
+    roles = {
+        g["InstanceGroupName"]: g["ExecutionRole"]["Fn::GetAtt"][0] for g in cluster["Properties"]["InstanceGroups"]
+    }
+
+    def backup_statements(role_id: str) -> list[dict[str, Any]]:
+        return [
+            statement
+            for policy in of_type(t, "AWS::IAM::ManagedPolicy").values()
+            if {"Ref": role_id} in policy["Properties"].get("Roles", [])
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+            if statement.get("Sid", "").startswith("PatchBackup")
+        ]
+
+    controller = {s["Sid"]: s for s in backup_statements(roles["controller-machine"])}
+    objects = controller["PatchBackupObjects"]
+    assert set(objects["Action"]) == {"s3:GetObject", "s3:PutObject"}
+    assert json.dumps(objects["Resource"]).endswith('/mlcluster/patch/mlcluster-hp/*"]]}')
+    listing = controller["PatchBackupList"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["mlcluster/patch/mlcluster-hp/*"]}}
+    for worker in ("workers", "spill"):
+        assert backup_statements(roles[worker]) == []
 
 
 def test_cluster_stacks_do_not_touch_storage(templates: dict[str, dict[str, Any]]) -> None:

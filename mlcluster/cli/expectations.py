@@ -1,9 +1,11 @@
 """What NCCL all_reduce_perf across nodes should reach, per instance type.
 
 Source of the network figures: EC2 ``DescribeInstanceTypes``
-``NetworkInfo.NetworkPerformance`` for each type (the snapshot of that API
-shipped with moto; ``tests/cli/test_expectations.py`` compares every entry
-with it). Why they bound the result: nccl-tests defines bus bandwidth so that
+``NetworkInfo.NetworkPerformance`` for each type, kept beside the other
+instance-type facts in :mod:`mlcluster.pcluster.instance_types` (the one
+sourced table that also feeds the EFA check and the Slurm layout;
+``tests/cli/test_expectations.py`` compares every entry with moto's
+snapshot of that API). Why they bound the result: nccl-tests defines bus bandwidth so that
 it is comparable to the speed of the slowest link, independent of the number
 of ranks (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``); across nodes that link
 is the node's network, so large-message ``busbw`` in GB/s approaches
@@ -22,36 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-#: Network bandwidth per instance, Gbit/s (EC2 DescribeInstanceTypes NetworkPerformance), NVIDIA GPU + EFA types.
-NETWORK_GBITS: Final[dict[str, int]] = {
-    "p3dn.24xlarge": 100,
-    "p4d.24xlarge": 400,
-    "p4de.24xlarge": 400,
-    "p5.4xlarge": 100,
-    "p5.48xlarge": 3200,
-    "p5e.48xlarge": 3200,
-    "p5en.48xlarge": 3200,
-    "p6-b200.48xlarge": 3200,
-    "p6-b300.48xlarge": 6400,
-    "g4dn.8xlarge": 50,
-    "g4dn.12xlarge": 50,
-    "g4dn.16xlarge": 50,
-    "g5.8xlarge": 25,
-    "g5.12xlarge": 40,
-    "g5.16xlarge": 25,
-    "g5.24xlarge": 50,
-    "g5.48xlarge": 100,
-    "g6.8xlarge": 25,
-    "g6.12xlarge": 40,
-    "g6.16xlarge": 25,
-    "g6.24xlarge": 50,
-    "g6.48xlarge": 100,
-    "g6e.8xlarge": 25,
-    "g6e.12xlarge": 100,
-    "g6e.16xlarge": 35,
-    "g6e.24xlarge": 200,
-    "g6e.48xlarge": 400,
-}
+from mlcluster.pcluster.instance_types import INSTANCE_TYPES, NETWORK_GBITS
 
 #: Fraction of the line rate a multi-node all_reduce must reach to pass.
 PASS_FRACTION: Final = 0.5
@@ -72,7 +45,8 @@ def expectation(instance_type: str, min_busbw: float | None = None) -> Expectati
     """The expectation for ``instance_type`` (``ml.`` prefix allowed), or ``None`` when it is not in the table."""
     name = instance_type.removeprefix("ml.")
     gbits = NETWORK_GBITS.get(name)
-    if gbits is None:
+    info = INSTANCE_TYPES.get(name)
+    if gbits is None or info is None or not info.efa:
         return None
     line_rate = gbits / 8
     return Expectation(name, line_rate, min_busbw if min_busbw is not None else line_rate * PASS_FRACTION)

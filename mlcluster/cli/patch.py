@@ -29,6 +29,7 @@ from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, EXIT_TIMEOUT, CliError, aws_errors
 from mlcluster.cli.nodes import cluster_name, controller, describe_hyperpod, hyperpod_nodes
+from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -51,7 +52,7 @@ class PatchState:
     def __init__(self, target: Target, cluster: str) -> None:
         self.target = target
         self.bucket = target.output("Storage", "DataBucketName")
-        self.prefix = f"mlcluster/patch/{cluster}"
+        self.prefix = f"{PATCH_BACKUP_PREFIX}{cluster}"
         self.key = f"{self.prefix}/state.json"
         self.data: dict[str, Any] = {}
 

@@ -61,6 +61,10 @@ class HyperPodExecutionRole(Construct):
       ``GenerateDataKey`` for writes) through S3 on its key, if it has one.
     - ``Secrets`` (when secrets are given): ``GetSecretValue`` on them, e.g.
       the Slurm accounting database credentials.
+    - ``PatchBackup`` (when a backup prefix is given, for the controller):
+      read and write objects under that prefix of the data bucket only, so
+      ``mlcluster-backup`` can save and restore what the root volume holds
+      around a software patch even when the data bucket is read-only.
 
     Default settings: no data bucket access unless a data bucket is given
     (then read only); no secrets; lifecycle prefix ``lifecycle/``.
@@ -79,6 +83,7 @@ class HyperPodExecutionRole(Construct):
         data_bucket: s3.IBucket | None = None,
         data_bucket_access: DataAccess | None = None,
         secret_arns: Sequence[str] = (),
+        backup_prefix: str | None = None,
         description: str = "SageMaker HyperPod cluster nodes: logs, metrics, SSM, lifecycle scripts, VPC interfaces",
     ) -> None:
         """Create the role and its policies.
@@ -93,6 +98,9 @@ class HyperPodExecutionRole(Construct):
             ``read`` when ``data_bucket`` is given, else ``none``.
         :param secret_arns: full ARNs of Secrets Manager secrets the nodes read
             (the Slurm accounting database's credentials). Default: none.
+        :param backup_prefix: a key prefix of ``data_bucket``, ending in ``/``, the
+            nodes may read and write whatever ``data_bucket_access`` says (the
+            controller's patch backups). Default: none.
         :param description: the role's description, e.g. naming its instance group.
         """
         super().__init__(scope, construct_id)
@@ -127,6 +135,12 @@ class HyperPodExecutionRole(Construct):
             self._data(stack, data_bucket, access)
         if secret_arns:
             self._secrets(secret_arns)
+        if backup_prefix is not None:
+            if data_bucket is None or not backup_prefix.endswith("/") or backup_prefix.startswith("/"):
+                raise ValueError(
+                    f"backup_prefix: {backup_prefix!r} needs data_bucket and must be a key prefix ending in '/'"
+                )
+            self._backup(stack, data_bucket, backup_prefix)
 
     @property
     def role_arn(self) -> str:
@@ -356,6 +370,37 @@ class HyperPodExecutionRole(Construct):
             bucket.arn_for_objects("*"),
             f"Training jobs on the nodes {what} datasets and checkpoints anywhere in the data bucket, under keys "
             "chosen by the jobs; the wildcard covers that one bucket's objects only.",
+        )
+
+    def _backup(self, stack: cdk.Stack, bucket: s3.IBucket, prefix: str) -> None:
+        statements = [
+            iam.PolicyStatement(
+                sid="PatchBackupObjects",
+                actions=["s3:GetObject", "s3:PutObject"],
+                resources=[bucket.arn_for_objects(f"{prefix}*")],
+            ),
+            iam.PolicyStatement(
+                sid="PatchBackupList",
+                actions=["s3:ListBucket"],
+                resources=[bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+            ),
+        ]
+        if bucket.encryption_key is not None:
+            statements.append(
+                iam.PolicyStatement(
+                    sid="PatchBackupKey",
+                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                    resources=[bucket.encryption_key.key_arn],
+                    conditions={"StringEquals": {"kms:ViaService": f"s3.{stack.region}.{stack.url_suffix}"}},
+                )
+            )
+        policy = self._policy("PatchBackup", "The controller saves and restores its patch backups", statements)
+        acknowledge_wildcard_resource(
+            policy,
+            bucket.arn_for_objects(f"{prefix}*"),
+            "mlcluster-backup writes one folder per patch run under this cluster's own backup prefix of the data "
+            "bucket; the wildcard is the run folders below that prefix, nothing else in the bucket.",
         )
 
     def _secrets(self, secret_arns: Sequence[str]) -> None:

@@ -216,6 +216,39 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     "r6i.32xlarge": _t(128, 64, True, None, 0),
 }
 
+#: Network bandwidth per instance in Gbit/s, for the NVIDIA GPU types with EFA: EC2 ``DescribeInstanceTypes``
+#: ``NetworkInfo.NetworkPerformance`` (moto 5.2.5's snapshot, read 2026-11-23). The operator's NCCL smoke
+#: test derives its pass mark from it (``mlcluster.cli.expectations``).
+NETWORK_GBITS: dict[str, int] = {
+    "p3dn.24xlarge": 100,
+    "p4d.24xlarge": 400,
+    "p4de.24xlarge": 400,
+    "p5.4xlarge": 100,
+    "p5.48xlarge": 3200,
+    "p5e.48xlarge": 3200,
+    "p5en.48xlarge": 3200,
+    "p6-b200.48xlarge": 3200,
+    "p6-b300.48xlarge": 6400,
+    "g4dn.8xlarge": 50,
+    "g4dn.12xlarge": 50,
+    "g4dn.16xlarge": 50,
+    "g5.8xlarge": 25,
+    "g5.12xlarge": 40,
+    "g5.16xlarge": 25,
+    "g5.24xlarge": 50,
+    "g5.48xlarge": 100,
+    "g6.8xlarge": 25,
+    "g6.12xlarge": 40,
+    "g6.16xlarge": 25,
+    "g6.24xlarge": 50,
+    "g6.48xlarge": 100,
+    "g6e.8xlarge": 25,
+    "g6e.12xlarge": 100,
+    "g6e.16xlarge": 35,
+    "g6e.24xlarge": 200,
+    "g6e.48xlarge": 400,
+}
+
 #: Rows whose socket count was measured with ``slurmd -C`` (seed 000; aws-parallelcluster#5797).
 MEASURED = frozenset({"p5.48xlarge", "p4de.24xlarge", "p4d.24xlarge"})
 

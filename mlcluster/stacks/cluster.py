@@ -32,6 +32,7 @@ from mlcluster.constructs.pcluster_cluster import (
     session_manager_policy,
 )
 from mlcluster.constructs.script_bucket import ScriptBucket
+from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
 from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
@@ -249,6 +250,8 @@ class ClusterStack(cdk.Stack):
                 data_bucket_access=cfg.data_bucket_access,
                 # Only the controller runs slurmdbd, so only its role reads the accounting database's secret.
                 secret_arns=[accounting.secret_arn] if accounting.secret_arn and is_controller else [],
+                # `mlcluster patch` runs mlcluster-backup on the controller (see mlcluster/cli/patch.py).
+                backup_prefix=f"{PATCH_BACKUP_PREFIX}{env.cluster_name}/" if is_controller else None,
                 description=f"SageMaker HyperPod instance group {group.instance_group_name} of {env.cluster_name}",
             ).role
         self.hyperpod = HyperPodCluster(

@@ -8,8 +8,8 @@ import re
 from importlib import resources
 from typing import Any
 
-from mlcluster.cli.expectations import NETWORK_GBITS, PASS_FRACTION, expectation
-from mlcluster.pcluster.instance_types import INSTANCE_TYPES
+from mlcluster.cli.expectations import PASS_FRACTION, expectation
+from mlcluster.pcluster.instance_types import INSTANCE_TYPES, NETWORK_GBITS
 
 
 def describe_instance_types() -> dict[str, Any]:
@@ -43,3 +43,10 @@ def test_expectation_line_rate_and_pass_mark() -> None:
     p4d = expectation("p4d.24xlarge", min_busbw=40.0)
     assert p4d is not None and (p4d.line_rate_gbytes, p4d.pass_gbytes) == (50.0, 40.0)
     assert expectation("trn1.32xlarge") is None
+
+
+def test_expectations_come_from_the_one_instance_type_table() -> None:
+    """Issue 12: the same sourced table feeds the EFA check, the Slurm layout and the smoke expectations."""
+    assert set(NETWORK_GBITS) <= set(INSTANCE_TYPES)
+    assert expectation("g5.xlarge") is None  # no EFA: no multi-node expectation
+    assert expectation("g5.8xlarge") is not None  # the smallest g5 with EFA

@@ -57,6 +57,9 @@ class Tree:
 
     lines: list[Line] = field(default_factory=list)
     values: dict[str, set[str]] = field(default_factory=dict)
+    #: The files that define each function. A name defined in several files (``main``) is
+    #: local to each of them; a name defined once (a ``lib.sh`` helper) serves every file.
+    defined: dict[str, set[Path]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, files: dict[Path, str]) -> Tree:
@@ -78,6 +81,7 @@ class Tree:
                 match = FUNCTION.match(logical)
                 if match:
                     function = match.group(1)
+                    tree.defined.setdefault(function, set()).add(path)
                 elif logical == "}":
                     function = None
                 tree.lines.append(Line(path, start, logical, function))
@@ -101,25 +105,38 @@ class Tree:
             return bool(ID40.search(resolved))
         return bool(SHA256.search(resolved) or FINGERPRINT.search(resolved))
 
-    def body(self, function: str) -> list[Line]:
-        return [line for line in self.lines if line.function == function]
+    def local(self, function: str, file: Path) -> bool:
+        """``function`` as seen from ``file`` is that file's own definition."""
+        return file in self.defined.get(function, set())
 
-    def callers(self, function: str) -> list[Line]:
+    def body(self, function: str, file: Path) -> list[Line]:
+        """The lines of the ``function`` that ``file`` runs: its own definition, else the shared one."""
+        own = self.local(function, file)
+        return [line for line in self.lines if line.function == function and (line.file == file or not own)]
+
+    def callers(self, function: str, file: Path) -> list[Line]:
         """Lines that run ``function`` as a command (not its definition, not a variable of that name)."""
         call = re.compile(
             r'(?:^|[;&|(!]\s*|\b(?:then|if|do|else)\s+|\bretry(?:\s+\d+\s+"[^"]*")?\s+)'
             rf"{re.escape(function)}(?:\s|$)"
         )
-        return [line for line in self.lines if call.search(line.text.strip()) and not FUNCTION.match(line.text)]
+        shared = len(self.defined.get(function, set())) <= 1
+        return [
+            line
+            for line in self.lines
+            if call.search(line.text.strip())
+            and not FUNCTION.match(line.text)
+            and (shared or line.file == file or not self.local(function, line.file))
+        ]
 
-    def verifies(self, function: str, kind: str, depth: int = 0) -> bool:
-        """``function`` checks what it fetched, itself or through a function it runs."""
-        body = self.body(function)
+    def verifies(self, function: str, kind: str, file: Path, depth: int = 0) -> bool:
+        """``function`` (as ``file`` runs it) checks what it fetched, itself or through a function it runs."""
+        body = self.body(function, file)
         if any(VERIFIES[kind].search(line.text) for line in body):
             return True
         helpers = {match.group(1) for line in body for match in FUNCTION_CALL.finditer(line.text)}
         return depth < 3 and any(
-            self.verifies(name, kind, depth + 1) for name in helpers & self.functions() if name != function
+            self.verifies(name, kind, file, depth + 1) for name in helpers & self.functions() if name != function
         )
 
     def functions(self) -> set[str]:
@@ -132,10 +149,11 @@ class Tree:
         if line.function is None:  # top level: verified and pinned right there in the script
             top = [other for other in self.lines if other.file == line.file and other.function is None]
             return any(VERIFIES[kind].search(o.text) for o in top) and any(self.pinned(o.text, kind) for o in top)
-        if self.verifies(line.function, kind) and any(self.pinned(o.text, kind) for o in self.body(line.function)):
+        own = self.body(line.function, line.file)
+        if self.verifies(line.function, kind, line.file) and any(self.pinned(o.text, kind) for o in own):
             return True  # checked inline against a pin
-        verified = verified or self.verifies(line.function, kind)
-        callers = [call for call in self.callers(line.function) if call.function != line.function]
+        verified = verified or self.verifies(line.function, kind, line.file)
+        callers = [call for call in self.callers(line.function, line.file) if call.function != line.function]
         if not callers:
             return False
         for call in callers:
@@ -180,7 +198,10 @@ def load(folder: Path) -> Tree:
 
 TREES = {"pcluster": (PCLUSTER_DIR, load(PCLUSTER_DIR)), "hyperpod": (HYPERPOD_DIR, load(HYPERPOD_DIR))}
 #: HyperPod steps another branch pins; they flip to passing when it merges (strict: then this mark must go).
-PINNED_ELSEWHERE = {"hyperpod/steps/observability.sh"}
+#: Known gaps, each with its reason: the case fails the walk, and strict xfail reports the day it passes.
+#: Enroot publishes its .deb files on GitHub releases without checksums, and this workplace cannot
+#: download them to compute one; the step needs a pinned SHA-256 (or a source build at a pinned commit).
+PINNED_ELSEWHERE = {"hyperpod/steps/enroot_pyxis.sh"}
 
 
 def cases() -> list[object]:
@@ -189,7 +210,11 @@ def cases() -> list[object]:
         for path in sorted(folder.rglob("*.sh")):
             case = f"{name}/{path.relative_to(folder)}"
             marks = (
-                [pytest.mark.xfail(strict=True, reason="pinned on branch hyperpod-lifecycle")]
+                [
+                    pytest.mark.xfail(
+                        strict=True, reason="Enroot .deb not yet pinned (no published checksum; see PINNED_ELSEWHERE)"
+                    )
+                ]
                 if case in PINNED_ELSEWHERE
                 else []
             )
@@ -206,9 +231,25 @@ def test_the_walk_sees_the_downloads_it_must_check() -> None:
     tree = TREES["pcluster"][1]
     sites = [line for line in tree.lines if DOWNLOAD.search(line.text) or CLONE.search(line.text)]
     assert {line.function for line in sites} == {"download", "clone_fresh"}
-    calls = {line.function for line in tree.callers("download")}
+    lib = PCLUSTER_DIR / "lib.sh"
+    calls = {line.function for line in tree.callers("download", lib)}
     assert calls == {"fetch_verified", "fetch_key"}
-    assert len(tree.callers("fetch_verified")) == 2 and len(tree.callers("fetch_key")) >= 5
+    assert len(tree.callers("fetch_verified", lib)) == 2 and len(tree.callers("fetch_key", lib)) >= 5
+
+
+def test_a_function_name_in_two_files_does_not_borrow_the_other_files_check(tmp_path: Path) -> None:
+    """Each step script has its own ``main``: one that verifies must not vouch for another that does not."""
+    checked = tmp_path / "checked.sh"
+    checked.write_text(
+        'get() {\n  curl -fsSL -o /f "$1"\n  echo "$2  /f" | sha256sum -c\n}\n'
+        "main() {\n  get https://x/a " + "a" * 64 + "\n}\nmain\n"
+    )
+    unchecked = tmp_path / "unchecked.sh"
+    unchecked.write_text('install_x() {\n  curl -fsSL -o /x "https://x/b"\n}\nmain() {\n  install_x\n}\nmain\n')
+    tree = Tree.load({checked: checked.read_text(), unchecked: unchecked.read_text()})
+    assert violations(tree, checked) == []
+    (found,) = violations(tree, unchecked)
+    assert "unchecked.sh:2: download without a pinned SHA-256" in found
 
 
 # ---------------------------------------------------------------- the checker itself

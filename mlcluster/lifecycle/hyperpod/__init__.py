@@ -9,6 +9,10 @@ other uploaded file written into it, so a node refuses scripts changed in the bu
 import hashlib
 from pathlib import Path
 
+#: Where `mlcluster patch` keeps mlcluster-backup runs and its marker: ``<prefix><cluster name>/`` of the
+#: data bucket. The controller's execution role may read and write there and nowhere else in a read-only bucket.
+PATCH_BACKUP_PREFIX = "mlcluster/patch/"
+
 #: The folder to upload as the HyperPod ``LifeCycleConfig.SourceS3Uri`` prefix.
 HYPERPOD_DIR = Path(__file__).parent
 #: The entrypoint HyperPod runs; it carries the manifest, so it is not listed in it.

@@ -6,7 +6,9 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 load_node_env
 
-DCGM_IMAGE=nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.0-ubuntu22.04
+# Pinned by digest: the linux/amd64 manifest of 4.5.2-4.8.1-ubuntu22.04 (DCGM 4.5.2, Hopper and
+# Blackwell), as published by NVIDIA's registry; a pull whose content differs fails in Docker itself.
+DCGM_IMAGE=nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-ubuntu22.04@sha256:a7ad6547d4546eaf4dd5d6b4c0b4db4101e63ef7dc3cdff7f42b767d2c60b706
 DCGM_CONTAINER=mlcluster-dcgm-exporter
 
 dcgm_exporter() {
