@@ -125,7 +125,13 @@ def test_in_place_edit_passes_the_guard(locked: Path) -> None:
 def test_lock_file_round_trips_and_a_broken_one_is_a_config_error(locked: Path, tmp_path: Path) -> None:
     env = load_environment(locked / "environments" / "p5.yaml")
     snapshot = read_lock(env)
-    assert snapshot is not None and set(snapshot) == {"p5-Network", "p5-Storage", "p5-DataRepository", "p5-Cluster"}
+    assert snapshot is not None and set(snapshot) == {
+        "p5-Network",
+        "p5-Storage",
+        "p5-DataRepository",
+        "p5-Observability",
+        "p5-Cluster",
+    }
     broken = tmp_path / "p5.yaml"
     shutil.copy(locked / "environments" / "p5.yaml", broken)
     lock_path(load_environment(broken)).write_text('{"format": 99}', encoding="utf-8")
@@ -170,7 +176,13 @@ def test_termination_protection_where_data_is_retained(locked: Path) -> None:
     protected = {
         name: a["properties"].get("terminationProtection", False) for name, a in manifest(locked, "p5").items()
     }
-    assert protected == {"p5-Network": True, "p5-Storage": True, "p5-DataRepository": True, "p5-Cluster": False}
+    assert protected == {
+        "p5-Network": True,
+        "p5-Storage": True,
+        "p5-DataRepository": True,
+        "p5-Observability": False,  # alarms and a dashboard: no data
+        "p5-Cluster": False,
+    }
     assert not any(a["properties"].get("terminationProtection") for a in manifest(locked, "scratch").values())
 
 

@@ -17,6 +17,7 @@ import click
 from mlcluster.cli.context import STACK_SUFFIXES, Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
 from mlcluster.cli.nodes import describe_hyperpod, hyperpod_nodes, pcluster_nodes
+from mlcluster.config.observability import observability_enabled
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn, not when the command starts
     from rich.console import Group
@@ -28,6 +29,7 @@ USEFUL_OUTPUTS = {
     "Cluster": ("ClusterName", "HeadNodePrivateIp", "ValidationMessages"),
     "Storage": ("DataBucketName", "LustreFileSystemId", "LustreDnsName", "LustreMountName", "OpenZfsDnsName"),
     "Network": ("VpcId", "SecurityGroupId"),
+    "Observability": ("DashboardUrl", "ClusterDashboardUrl", "AlarmTopicArn"),
 }
 TASK_KINDS = {
     "IMPORT_METADATA_FROM_REPOSITORY": "import",
@@ -41,6 +43,8 @@ HEALTHY_NODE = {"Running", "running"}
 
 def _stacks(target: Target) -> list[dict[str, Any]]:
     wanted = STACK_SUFFIXES if target.backend != "none" else STACK_SUFFIXES[:2]
+    if observability_enabled(target.environment.config):  # its outputs are the dashboard links
+        wanted = (*wanted, "Observability")
     stacks: list[dict[str, Any]] = []
     for suffix in wanted:
         stack = target.describe_stack(suffix)

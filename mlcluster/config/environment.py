@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 from mlcluster.config import awsdata
 from mlcluster.config.hyperpod import HyperPodConfig
 from mlcluster.config.network import ACCOUNT, NetworkConfig, check_zones
+from mlcluster.config.observability import ObservabilityConfig, check_observability
 from mlcluster.config.pcluster import PclusterConfig
 from mlcluster.config.schema import ConfigError, Issues, Problem, load_section, section, setting
 from mlcluster.config.storage import StorageConfig
@@ -155,9 +156,13 @@ class EnvironmentConfig:
     )
     storage: StorageConfig = setting(default=StorageConfig())
     cluster: ClusterConfig = setting(default=ClusterConfig())
+    observability: ObservabilityConfig = setting(
+        default=ObservabilityConfig(), doc="CloudWatch dashboard and alarms in their own stack (`observability:` below)"
+    )
 
     def check(self, issues: Issues) -> None:
         check_zones(issues, self.network, self.region)
+        check_observability(issues, self)
         for key, value in self.tags.items():
             if not 1 <= len(key) <= 128 or key.lower().startswith("aws:"):
                 issues.add(f"tags.{key}", key, "allowed: tag keys of 1-128 characters not starting with 'aws:'")

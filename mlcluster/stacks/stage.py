@@ -11,10 +11,12 @@ from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NagPack, NIST80053R
 from constructs import Construct
 
 from mlcluster.config import Environment
+from mlcluster.config.observability import observability_enabled
 from mlcluster.constructs.log_key import EncryptLogGroups
 from mlcluster.stacks.cluster import ClusterStack
 from mlcluster.stacks.common import log_retention, removal_policy
 from mlcluster.stacks.network import NetworkStack
+from mlcluster.stacks.observability import ObservabilityStack
 from mlcluster.stacks.storage import DataRepositoryStack, StorageStack
 
 #: The cdk-nag packs an environment may add to AwsSolutions, by config name.
@@ -30,7 +32,8 @@ class EnvironmentStage(cdk.Stage):
 
     Stacks: ``Network``, ``Storage`` (data that outlives clusters),
     ``DataRepository`` (the DRAs, when there are any: the cluster does not
-    wait for their imports) and, when the environment has a cluster backend,
+    wait for their imports), ``Observability`` (dashboard and alarms, when
+    on) and, when the environment has a cluster backend,
     ``Cluster``. Stacks holding data, and the network under it, have
     termination protection when the environment retains data. Tags from the environment go on everything;
     cdk-nag's AwsSolutions pack, plus any packs the environment lists, checks
@@ -74,6 +77,15 @@ class EnvironmentStage(cdk.Stage):
         if not self.storage_stack.lustre.data_repository_associations:
             self.node.try_remove_child(data_repository.node.id)
             self.data_repository_stack = None
+        self.observability_stack: ObservabilityStack | None = None
+        if observability_enabled(cfg):
+            self.observability_stack = ObservabilityStack(
+                self,
+                "Observability",
+                environment=environment,
+                storage=self.storage_stack,
+                description=f"{description} (dashboard and alarms; outlives clusters)",
+            )
         self.cluster_stack: ClusterStack | None = None
         if cfg.cluster.backend != "none":
             self.cluster_stack = ClusterStack(

@@ -280,6 +280,17 @@ def _storage(env: str, region: str, subnet: str) -> tuple[str, str]:
     return bucket, fs["FileSystemId"]
 
 
+def _observability(region: str, env: str, cluster: str | None = None) -> None:
+    console = f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#dashboards/dashboard/"
+    outputs = {
+        "DashboardUrl": f"{console}mlcluster-{env}-{region}",
+        "AlarmTopicArn": f"arn:aws:sns:{region}:{ACCOUNT}:a",
+    }
+    if cluster is not None:
+        outputs["ClusterDashboardUrl"] = f"{console}{cluster}-{region}"
+    _stack(region, f"{env}-Observability", outputs)
+
+
 @pytest.fixture
 def hyperpod(aws: Aws, tmp_path: Path) -> World:
     """environments/hyperpod.yaml deployed in us-west-2: stacks, a 2 x p5 HyperPod cluster, FSx, the bucket."""
@@ -291,6 +302,7 @@ def hyperpod(aws: Aws, tmp_path: Path) -> World:
     subnet, group = _network(region)
     _stack(region, f"{env}-Network", {"VpcId": "vpc-1", "SecurityGroupId": group})
     bucket, fs_id = _storage(env, region, subnet)
+    _observability(region, env)
 
     def instance_group(group_name: str, instance_type: str, count: int) -> dict[str, Any]:
         return {
@@ -345,6 +357,7 @@ def pcluster(aws: Aws, tmp_path: Path) -> World:
     subnet, group = _network(region)
     _stack(region, f"{env}-Network", {"VpcId": "vpc-1", "SecurityGroupId": group})
     bucket, fs_id = _storage(env, region, subnet)
+    _observability(region, env, name)
     ec2 = boto3.client("ec2", region_name=region)
 
     def launch(node_type: str, instance_type: str, count: int, queue: str | None = None) -> list[str]:

@@ -93,9 +93,12 @@ def test_status_shows_stacks_cluster_nodes_lustre_dras_and_outputs(
         "import EXECUTING",
         "mlcluster smoke hyperpod",
         hyperpod.bucket,
+        "hyperpod-Observability",
+        "DashboardUrl",
     ):
         assert text in out, text
     assert aws.operations() == [
+        "DescribeStacks",
         "DescribeStacks",
         "DescribeStacks",
         "DescribeStacks",
@@ -116,7 +119,9 @@ def test_status_json_is_the_same_data(hyperpod: World, fsx_answers: None) -> Non
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["healthy"] is True
-    assert [s["status"] for s in data["stacks"]] == ["CREATE_COMPLETE"] * 3
+    assert [s["status"] for s in data["stacks"]] == ["CREATE_COMPLETE"] * 4
+    (observability,) = [s for s in data["stacks"] if s["stack"] == "hyperpod-Observability"]
+    assert set(observability["outputs"]) == {"DashboardUrl", "AlarmTopicArn"}
     cluster = data["cluster"]
     assert cluster["status"] == "InService"
     assert {g["group"]: (g["current"], g["target"], g["nodes"]) for g in cluster["groups"]} == {
@@ -185,6 +190,32 @@ def test_status_pcluster_head_and_queue(aws: Aws, pcluster: World) -> None:
         "Name": "tag:parallelcluster:cluster-name",
         "Values": ["p5-train"],
     }
+
+
+def test_status_prints_the_dashboard_links(aws: Aws, pcluster: World) -> None:
+    for _ in range(2):  # the table, then the JSON
+        aws.answer("fsx", "DescribeDataRepositoryAssociations", {"Associations": []})
+        aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    result = pcluster.run("status", "p5")
+    assert result.exit_code == 0, result.output
+    assert "DashboardUrl" in result.output and "ClusterDashboardUrl" in result.output
+    data = json.loads(pcluster.run("status", "p5", "--json").stdout)
+    (observability,) = [s for s in data["stacks"] if s["stack"] == "p5-Observability"]
+    console = "https://us-east-2.console.aws.amazon.com/cloudwatch/home?region=us-east-2#dashboards/dashboard/"
+    assert observability["outputs"]["DashboardUrl"] == f"{console}mlcluster-p5-us-east-2"
+    assert observability["outputs"]["ClusterDashboardUrl"] == f"{console}p5-train-us-east-2"
+
+
+def test_status_observability_stack_not_deployed_needs_attention(aws: Aws, pcluster: World) -> None:
+    import boto3
+
+    boto3.client("cloudformation", region_name=pcluster.region).delete_stack(StackName="p5-Observability")
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", {"Associations": []})
+    aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    result = pcluster.run("status", "p5")
+    assert result.exit_code == 1
+    assert "p5-Observability is NOT_DEPLOYED" in result.stderr
+    assert "DashboardUrl" not in result.output
 
 
 def test_status_watch_redraws_until_interrupted(hyperpod: World, aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:

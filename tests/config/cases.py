@@ -382,7 +382,7 @@ CASES = [
         {"dev.yaml": NET + "clusterr: {}\n"},
         [
             "{d}/dev.yaml: clusterr: 'clusterr' is not valid; unknown key; allowed keys here: account, cluster, "
-            "compliance, description, network, region, retention, storage, tags"
+            "compliance, description, network, observability, region, retention, storage, tags"
         ],
         schema=True,
     ),

@@ -1,0 +1,106 @@
+"""The ``observability:`` section: the environment's CloudWatch dashboard, alarms and where they notify.
+
+On by default when the cluster runs accelerated instances (NVIDIA GPU,
+Trainium, Inferentia): those are the clusters whose weeks-long jobs someone
+must watch. The alarms read metrics ParallelCluster publishes only with its
+logs and dashboard on, and its head-node alarms only with alarms on, so an
+environment that turns those off cannot also ask for observability.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from mlcluster.config.schema import Issues, section, setting
+from mlcluster.pcluster.instance_types import lookup
+
+if TYPE_CHECKING:
+    from mlcluster.config.environment import ClusterConfig, EnvironmentConfig
+
+#: Instance families with accelerators (NVIDIA GPUs, AWS Trainium/Inferentia, Gaudi), for types not in the table.
+ACCELERATED_FAMILY = re.compile(r"(p\d+[a-z]*|g\d+[a-z]*|trn\d+[a-z]*|inf\d+[a-z]*|dl\d+[a-z]*)(-[a-z0-9]+)?\..+")
+EMAIL = r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}"
+
+
+def is_accelerated(instance_type: str) -> bool:
+    """True for an EC2 or SageMaker (``ml.``) instance type with GPUs or Neuron devices."""
+    name = instance_type.removeprefix("ml.")
+    info = lookup(name)
+    if info is not None:
+        return info.accelerator is not None
+    return ACCELERATED_FAMILY.fullmatch(name) is not None
+
+
+def cluster_instance_types(cluster: ClusterConfig) -> list[str]:
+    """Every instance type the cluster's compute nodes use (none without a backend)."""
+    if cluster.backend == "pcluster" and cluster.pcluster is not None:
+        return [cr.instance_type for q in cluster.pcluster.queues for cr in q.compute_resources]
+    if cluster.backend == "hyperpod" and cluster.hyperpod is not None:
+        return [w.instance_type for w in cluster.hyperpod.workers]
+    return []
+
+
+@section
+class AlarmThresholds:
+    """When the environment's alarms go off."""
+
+    lustre_free_capacity_percent: int = setting(
+        default=10,
+        minimum=1,
+        maximum=90,
+        doc="alarm when FSx for Lustre free data capacity stays below this share of its size for 15 minutes",
+    )
+    unhealthy_nodes: int = setting(
+        default=1,
+        minimum=1,
+        maximum=10000,
+        doc="alarm (ParallelCluster) when at least this many nodes fail EC2 or scheduled-event health checks, "
+        "or stop responding to Slurm, within 5 minutes",
+    )
+
+
+@section
+class ObservabilityConfig:
+    """The environment's CloudWatch dashboard and alarms, in their own stack (``<env>/Observability``)."""
+
+    enabled: bool | None = setting(
+        default=None,
+        doc="build the Observability stack; unset: on when the cluster has GPU, Trainium or Inferentia instances",
+    )
+    alarm_emails: tuple[str, ...] = setting(
+        default=(),
+        pattern=EMAIL,
+        allowed="allowed: e-mail addresses such as 'ops@example.com'",
+        doc="addresses subscribed to the alarm topic (each confirms by e-mail); empty: subscribe by hand",
+    )
+    alarms: AlarmThresholds = setting(default=AlarmThresholds())
+
+    def check(self, issues: Issues) -> None:
+        if len(set(self.alarm_emails)) != len(self.alarm_emails):
+            issues.add("alarm_emails", list(self.alarm_emails), "each address may appear once")
+        if self.enabled is False and (self.alarm_emails or self.alarms != AlarmThresholds()):
+            issues.add("enabled", False, "alarm_emails and alarms are only used when observability is on")
+
+
+def observability_enabled(config: EnvironmentConfig) -> bool:
+    """Whether the environment gets its Observability stack (explicit setting, else accelerated cluster)."""
+    explicit = config.observability.enabled
+    if explicit is not None:
+        return explicit
+    return any(is_accelerated(t) for t in cluster_instance_types(config.cluster))
+
+
+def check_observability(issues: Issues, config: EnvironmentConfig) -> None:
+    """ParallelCluster publishes what the alarms read only with its logs, dashboard and alarms on."""
+    pcluster = config.cluster.pcluster
+    if not observability_enabled(config) or config.cluster.backend != "pcluster" or pcluster is None:
+        return
+    for key in ("logs", "dashboards", "alarms"):
+        if not getattr(pcluster.monitoring, key):
+            issues.add(
+                f"cluster.pcluster.monitoring.{key}",
+                False,
+                "observability needs it true: ParallelCluster then publishes the node-health metrics and "
+                "head-node alarm the environment's alarms read (or set observability.enabled: false)",
+            )

@@ -1,0 +1,437 @@
+"""The observability stack of an environment: a CloudWatch dashboard, alarms and their topic.
+
+It reads the storage stack (file system id, bucket name, log group) and
+knows the cluster only by name: ParallelCluster's health metrics carry a
+``ClusterName`` dimension, its head-node alarm is named after the cluster,
+and HyperPod's EventBridge events name the cluster. Nothing here refers to
+the cluster stack, so clusters can come and go while the dashboard, the
+alarms and their subscribers stay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import aws_cdk as cdk
+import jsii
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subs
+from aws_cdk.interfaces.aws_events import IRuleRef
+from constructs import Construct
+
+from mlcluster.config import Environment
+from mlcluster.stacks.common import export_output, removal_policy
+from mlcluster.stacks.storage import StorageStack
+
+FSX = "AWS/FSx"
+S3 = "AWS/S3"
+#: The namespace of ParallelCluster's log-based cluster health metrics (dimension ClusterName).
+PCLUSTER = "ParallelCluster"
+#: ParallelCluster health metrics counting compute nodes replaced for failing a health check or Slurm.
+PCLUSTER_UNHEALTHY = ("EC2HealthCheckErrors", "ScheduledEventHealthCheckErrors", "SlurmNodeNotRespondingErrors")
+#: ParallelCluster health metrics counting nodes that could not be launched or bootstrapped.
+PCLUSTER_LAUNCH = (
+    "InsufficientCapacityErrors",
+    "VcpuLimitErrors",
+    "VolumeLimitErrors",
+    "IamPolicyErrors",
+    "OtherInstanceLaunchFailures",
+    "InstanceBootstrapTimeoutErrors",
+    "NoCorrespondingInstanceErrors",
+)
+GIB = 1024**3
+WIDTH = 24
+
+
+def console_url(*fragment: str) -> str:
+    """A CloudWatch console link in the stack's region; ``fragment`` follows the ``#``."""
+    region = cdk.Aws.REGION
+    return cdk.Fn.join(
+        "", ["https://", region, ".console.aws.amazon.com/cloudwatch/home?region=", region, "#", *fragment]
+    )
+
+
+def log_groups_url(prefix: str) -> str:
+    """A console link listing the log groups whose names start with ``prefix``."""
+    encoded = quote(quote(prefix, safe=""), safe="").replace("%", "$")
+    return console_url(f"logsV2:log-groups$3FlogGroupNameFilter$3D{encoded}")
+
+
+@jsii.implements(events.IRuleTarget)
+class TopicThroughRole:
+    """An EventBridge target: the topic, published to with ``role`` (no topic-policy grant, no inline policy)."""
+
+    def __init__(self, topic: sns.ITopic, role: iam.IRole) -> None:
+        """Send the rule's events to ``topic`` as ``role``."""
+        self._topic = topic
+        self._role = role
+
+    def bind(self, rule: IRuleRef, id: str | None = None) -> events.RuleTargetConfig:  # jsii names it `id`
+        """The target as the rule renders it."""
+        return events.RuleTargetConfig(arn=self._topic.topic_arn, role=self._role)
+
+
+class ObservabilityStack(cdk.Stack):
+    """One CloudWatch dashboard per environment and alarms on an encrypted SNS topic.
+
+    Dashboard: FSx for Lustre throughput, IOPS, metadata operations, free
+    capacity, DRA export/import backlog, the data bucket's size, the
+    cluster's node health (ParallelCluster) and links to the log groups.
+    Alarms: Lustre free capacity below the file's share; ParallelCluster
+    nodes failing health checks (its own metrics) and its head-node health
+    alarm forwarded; HyperPod node-health and cluster-failure events
+    forwarded. Everything notifies one topic, encrypted with a key of this
+    stack whose policy lets CloudWatch and EventBridge publish.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, environment: Environment, storage: StorageStack, **kwargs: Any
+    ) -> None:
+        """Build the dashboard and alarms of ``environment`` over ``storage`` and its cluster (by name)."""
+        super().__init__(scope, construct_id, **kwargs)
+        self.settings = environment
+        cfg = environment.config
+        obs = cfg.observability
+        self.cluster_name = environment.cluster_name
+        self.backend = cfg.cluster.backend
+        self.file_system_id = storage.lustre.file_system_id
+
+        self.topic = self._topic(removal_policy(environment))
+        for address in obs.alarm_emails:
+            self.topic.add_subscription(subs.EmailSubscription(address))
+        self.alarms: list[cw.Alarm] = []
+        self.alarms.append(self._capacity_alarm(cfg.storage.lustre.storage_capacity_gib))
+        self.rules: list[events.Rule] = []
+        if self.backend == "pcluster":
+            self.alarms.append(self._pcluster_unhealthy_alarm(obs.alarms.unhealthy_nodes))
+            self.rules.append(self._pcluster_head_node_rule())
+        elif self.backend == "hyperpod":
+            self.rules.extend(self._hyperpod_rules())
+
+        self.dashboard_name = cdk.Fn.join("-", ["mlcluster", environment.name, cdk.Aws.REGION])
+        self.dashboard = cw.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=self.dashboard_name,
+            default_interval=cdk.Duration.hours(3),
+            widgets=self._widgets(storage),
+        )
+        self.dashboard_url = console_url("dashboards/dashboard/", self.dashboard_name)
+        export_output(self, environment, "DashboardUrl", self.dashboard_url, "CloudWatch dashboard of this environment")
+        export_output(self, environment, "AlarmTopicArn", self.topic.topic_arn, "SNS topic the alarms notify")
+        if self.backend == "pcluster":
+            url = console_url("dashboards/dashboard/", self.cluster_name, "-", cdk.Aws.REGION)
+            export_output(
+                self, environment, "ClusterDashboardUrl", url, "ParallelCluster's own dashboard of the cluster"
+            )
+
+    # -- topic ------------------------------------------------------------
+
+    def _topic(self, policy: cdk.RemovalPolicy) -> sns.Topic:
+        key = kms.Key(
+            self,
+            "AlarmTopicKey",
+            description=f"mlcluster {self.settings.name}: encrypts the alarm topic",
+            enable_key_rotation=True,
+            removal_policy=policy,
+        )
+        # CloudWatch alarms publish to an encrypted topic only if the key lets them (EventBridge uses a role).
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AlarmPublishers",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}},
+            )
+        )
+        topic = sns.Topic(
+            self,
+            "AlarmTopic",
+            display_name=f"mlcluster {self.settings.name} alarms",
+            master_key=key,
+            enforce_ssl=True,
+        )
+        self.topic_key = key
+        return topic
+
+    def _forwarder(self) -> iam.Role:
+        """The role EventBridge rules publish with, made with the first rule.
+
+        It may only publish to the alarm topic (and use its key for that), so
+        the topic policy admits no service principal.
+        """
+        existing = self.node.try_find_child("EventForwarder")
+        if isinstance(existing, iam.Role):
+            return existing
+        role = iam.Role(
+            self,
+            "EventForwarder",
+            description=f"mlcluster {self.settings.name}: EventBridge rules publish alarms to the alarm topic",
+            assumed_by=iam.ServicePrincipal(
+                "events.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}}
+            ),
+        )
+        iam.ManagedPolicy(
+            self,
+            "EventForwarderPolicy",
+            description="Publish to the mlcluster alarm topic, encrypted with its key",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(actions=["sns:Publish"], resources=[self.topic.topic_arn]),
+                iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[self.topic_key.key_arn]),
+            ],
+        )
+        return role
+
+    def _forward(self, rule: events.Rule) -> events.Rule:
+        rule.add_target(TopicThroughRole(self.topic, self._forwarder()))
+        return rule
+
+    def _alarm(self, alarm: cw.Alarm) -> cw.Alarm:
+        alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
+        alarm.add_ok_action(cw_actions.SnsAction(self.topic))
+        return alarm
+
+    # -- alarms -----------------------------------------------------------
+
+    def lustre_metric(self, name: str, statistic: str, minutes: int = 1) -> cw.Metric:
+        """An ``AWS/FSx`` metric of the environment's Lustre file system over ``minutes``."""
+        return cw.Metric(
+            namespace=FSX,
+            metric_name=name,
+            dimensions_map={"FileSystemId": self.file_system_id},
+            statistic=statistic,
+            period=cdk.Duration.minutes(minutes),
+        )
+
+    def _capacity_alarm(self, capacity_gib: int) -> cw.Alarm:
+        percent = self.settings.config.observability.alarms.lustre_free_capacity_percent
+        threshold = capacity_gib * GIB * percent // 100
+        alarm = cw.Alarm(
+            self,
+            "LustreFreeCapacityLow",
+            alarm_description=f"FSx for Lustre /fsx has less than {percent}% of its {capacity_gib} GiB free "
+            f"({threshold} bytes) for 15 minutes",
+            metric=self.lustre_metric("FreeDataStorageCapacity", "Sum", 5),
+            threshold=threshold,
+            comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+            evaluation_periods=3,
+            treat_missing_data=cw.TreatMissingData.MISSING,
+        )
+        return self._alarm(alarm)
+
+    def pcluster_metric(self, name: str) -> cw.Metric:
+        """A ``ParallelCluster`` health metric of this environment's cluster (summed per 5 minutes)."""
+        return cw.Metric(
+            namespace=PCLUSTER,
+            metric_name=name,
+            dimensions_map={"ClusterName": self.cluster_name},
+            statistic="Sum",
+            period=cdk.Duration.minutes(5),
+        )
+
+    def _pcluster_unhealthy_alarm(self, threshold: int) -> cw.Alarm:
+        metrics = {f"m{i}": self.pcluster_metric(name) for i, name in enumerate(PCLUSTER_UNHEALTHY)}
+        unhealthy = cw.MathExpression(
+            expression="SUM([" + ",".join(metrics) + "])",
+            using_metrics=metrics,
+            label="Nodes failing health checks",
+            period=cdk.Duration.minutes(5),
+        )
+        alarm = cw.Alarm(
+            self,
+            "NodesUnhealthy",
+            alarm_description=f"At least {threshold} node(s) of cluster {self.cluster_name} failed an EC2 or "
+            "scheduled-event health check or stopped responding to Slurm in 5 minutes (ParallelCluster metrics)",
+            metric=unhealthy,
+            threshold=threshold,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        return self._alarm(alarm)
+
+    def _pcluster_head_node_rule(self) -> events.Rule:
+        # ParallelCluster names its head-node status-check alarm <cluster>-HeadNode-Health (AWS/EC2 StatusCheckFailed).
+        alarm_arn = cdk.Stack.of(self).format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name=f"{self.cluster_name}-HeadNode-Health",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        rule = events.Rule(
+            self,
+            "HeadNodeUnhealthy",
+            description=f"Head node of {self.cluster_name} fails its EC2 status checks (ParallelCluster's alarm)",
+            event_pattern=events.EventPattern(
+                source=["aws.cloudwatch"],
+                detail_type=["CloudWatch Alarm State Change"],
+                resources=[alarm_arn],
+                detail={"state": {"value": ["ALARM", "OK"]}},
+            ),
+        )
+        return self._forward(rule)
+
+    def _hyperpod_rules(self) -> list[events.Rule]:
+        nodes = events.Rule(
+            self,
+            "NodesUnhealthy",
+            description=f"A node of HyperPod cluster {self.cluster_name} is reported unhealthy",
+            event_pattern=events.EventPattern(
+                source=["aws.sagemaker"],
+                detail_type=["SageMaker HyperPod Cluster Node Health Event"],
+                detail={
+                    "ClusterName": [self.cluster_name],
+                    "HealthSummary": {"HealthStatus": [{"anything-but": ["Healthy"]}]},
+                },
+            ),
+        )
+        cluster = events.Rule(
+            self,
+            "ClusterFailed",
+            description=f"HyperPod cluster {self.cluster_name} failed or rolls back (controller included)",
+            event_pattern=events.EventPattern(
+                source=["aws.sagemaker"],
+                detail_type=["SageMaker HyperPod Cluster State Change"],
+                detail={"ClusterName": [self.cluster_name], "ClusterStatus": ["Failed", "RollingBack"]},
+            ),
+        )
+        return [self._forward(nodes), self._forward(cluster)]
+
+    # -- dashboard --------------------------------------------------------
+
+    def _per_second(self, label: str, names: tuple[str, ...]) -> cw.MathExpression:
+        # Ids unique within a graph: CloudWatch rejects two different metrics under one id.
+        metrics = {f"{label.lower()}{i}": self.lustre_metric(name, "Sum") for i, name in enumerate(names)}
+        first = next(iter(metrics))
+        return cw.MathExpression(
+            expression="SUM([" + ",".join(metrics) + f"])/PERIOD({first})",
+            using_metrics=metrics,
+            label=label,
+            period=cdk.Duration.minutes(1),
+        )
+
+    def _widgets(self, storage: StorageStack) -> list[list[cw.IWidget]]:
+        lustre: list[cw.IWidget] = [
+            cw.GraphWidget(
+                title="Lustre throughput (bytes/s)",
+                left=[
+                    self._per_second("Read", ("DataReadBytes",)),
+                    self._per_second("Write", ("DataWriteBytes",)),
+                ],
+                width=8,
+            ),
+            cw.GraphWidget(
+                title="Lustre IOPS (operations/s)",
+                left=[
+                    self._per_second("Read", ("DataReadOperations",)),
+                    self._per_second("Write", ("DataWriteOperations",)),
+                    self._per_second("Metadata", ("MetadataOperations",)),
+                ],
+                width=8,
+            ),
+            cw.AlarmWidget(title="Lustre free capacity (bytes)", alarm=self.alarms[0], width=8),
+        ]
+        bucket = storage.data_bucket.bucket.bucket_name
+        data: list[cw.IWidget] = [
+            cw.GraphWidget(
+                title="DRA backlog: age of oldest queued change (s)",
+                left=[
+                    cw.Metric(
+                        namespace=FSX,
+                        metric_name="AgeOfOldestQueuedMessage",
+                        dimensions_map={"FileSystemId": self.file_system_id, "Publisher": publisher},
+                        statistic="Maximum",
+                        period=cdk.Duration.minutes(1),
+                        label=publisher,
+                    )
+                    for publisher in ("AutoImport", "AutoExport")
+                ],
+                width=8,
+            ),
+            cw.GraphWidget(
+                title="Data bucket size (bytes, daily)",
+                left=[
+                    cw.Metric(
+                        namespace=S3,
+                        metric_name="BucketSizeBytes",
+                        dimensions_map={"BucketName": bucket, "StorageType": "StandardStorage"},
+                        statistic="Average",
+                        period=cdk.Duration.days(1),
+                    )
+                ],
+                width=8,
+            ),
+            cw.GraphWidget(
+                title="Data bucket objects (daily)",
+                left=[
+                    cw.Metric(
+                        namespace=S3,
+                        metric_name="NumberOfObjects",
+                        dimensions_map={"BucketName": bucket, "StorageType": "AllStorageTypes"},
+                        statistic="Average",
+                        period=cdk.Duration.days(1),
+                    )
+                ],
+                width=8,
+            ),
+        ]
+        rows: list[list[cw.IWidget]] = [
+            [cw.TextWidget(markdown=f"# mlcluster {self.settings.name}: storage", width=WIDTH, height=1)],
+            lustre,
+            data,
+        ]
+        if self.backend == "pcluster":
+            rows.append(
+                [
+                    cw.TextWidget(markdown=f"# Cluster {self.cluster_name} (ParallelCluster)", width=WIDTH, height=1),
+                    cw.GraphWidget(
+                        title="Nodes replaced: failed health checks (count)",
+                        left=[self.pcluster_metric(name) for name in PCLUSTER_UNHEALTHY],
+                        width=12,
+                    ),
+                    cw.GraphWidget(
+                        title="Nodes not launched or not bootstrapped (count)",
+                        left=[self.pcluster_metric(name) for name in PCLUSTER_LAUNCH],
+                        width=12,
+                    ),
+                ]
+            )
+        rows.append([cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms), width=WIDTH)])
+        rows.append([cw.TextWidget(markdown=self._links_markdown(storage), width=WIDTH, height=5)])
+        return rows
+
+    def _links_markdown(self, storage: StorageStack) -> str:
+        lines = ["## Logs and other views"]
+        if storage.lustre.log_group is not None:
+            name = storage.lustre.log_group.log_group_name
+            lines.append(
+                cdk.Fn.join("", ["* [FSx for Lustre log group ", name, "](", log_groups_url("/aws/fsx/"), ")"])
+            )
+        if self.backend == "pcluster":
+            prefix = f"/aws/parallelcluster/{self.cluster_name}-"
+            lines.append(
+                f"* [Node logs (head node, compute nodes, lifecycle scripts): groups named {prefix}...]"
+                f"({log_groups_url(prefix)})"
+            )
+            lines.append(
+                "* ParallelCluster's own dashboard (head node, EBS, logs): "
+                + cdk.Fn.join("", ["[", self.cluster_name, "-", cdk.Aws.REGION, "]("])
+                + console_url("dashboards/dashboard/", self.cluster_name, "-", cdk.Aws.REGION)
+                + ")"
+            )
+        elif self.backend == "hyperpod":
+            prefix = f"/aws/sagemaker/Clusters/{self.cluster_name}/"
+            lines.append(f"* [Node and lifecycle-script logs: groups named {prefix}...]({log_groups_url(prefix)})")
+            lines.append(
+                "* HyperPod publishes no node-count metric to CloudWatch; node-health and cluster-state events "
+                "reach the alarm topic through EventBridge."
+            )
+        return "\n".join(lines)

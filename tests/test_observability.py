@@ -1,0 +1,436 @@
+"""The ``observability:`` section and the ``<env>/Observability`` stack of every example.
+
+The template checks read the session's example assembly (``example_templates``):
+every dashboard widget's metric must be one its service publishes with
+exactly those dimensions (table below, from the services' documentation
+and ParallelCluster's source), and alarms carry the thresholds from the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlcluster.app import build_app
+from mlcluster.config import ConfigError, Environment, load_environment
+from mlcluster.config.observability import is_accelerated, observability_enabled
+from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
+
+#: Metrics the dashboard and alarms may use: (namespace, metric) -> dimension names -> allowed fixed values.
+#: AWS/FSx: FSx for Lustre guide, "Amazon FSx for Lustre metrics and dimensions"
+#:   (https://docs.aws.amazon.com/fsx/latest/LustreGuide/fs-metrics.html): network I/O, metadata and
+#:   storage capacity metrics take FileSystemId; the S3 repository metric AgeOfOldestQueuedMessage takes
+#:   FileSystemId and Publisher (AutoImport, AutoExport), as the CloudWatch "supported metrics" table lists.
+#: AWS/S3: S3 user guide, "Metrics and dimensions" (daily storage metrics, BucketName + StorageType).
+#: ParallelCluster: aws-parallelcluster cli/src/pcluster/templates/cw_dashboard_builder.py (3.x), the
+#:   log-based cluster health metrics with dimension ClusterName, made when logs and the dashboard are on.
+#: AWS/EC2 is not read directly: its StatusCheckFailed needs an InstanceId this stack does not know; the head
+#:   node's is watched by ParallelCluster's alarm <cluster>-HeadNode-Health (cluster_stack.py), forwarded here.
+PUBLISHED: dict[tuple[str, str], dict[str, tuple[str, ...] | None]] = {
+    **{
+        ("AWS/FSx", name): {"FileSystemId": None}
+        for name in (
+            "DataReadBytes",
+            "DataWriteBytes",
+            "DataReadOperations",
+            "DataWriteOperations",
+            "MetadataOperations",
+            "FreeDataStorageCapacity",
+        )
+    },
+    ("AWS/FSx", "AgeOfOldestQueuedMessage"): {"FileSystemId": None, "Publisher": ("AutoImport", "AutoExport")},
+    ("AWS/S3", "BucketSizeBytes"): {"BucketName": None, "StorageType": ("StandardStorage",)},
+    ("AWS/S3", "NumberOfObjects"): {"BucketName": None, "StorageType": ("AllStorageTypes",)},
+    **{
+        ("ParallelCluster", name): {"ClusterName": None}
+        for name in (
+            "IamPolicyErrors",
+            "VcpuLimitErrors",
+            "VolumeLimitErrors",
+            "InsufficientCapacityErrors",
+            "OtherInstanceLaunchFailures",
+            "InstanceBootstrapTimeoutErrors",
+            "EC2HealthCheckErrors",
+            "ScheduledEventHealthCheckErrors",
+            "NoCorrespondingInstanceErrors",
+            "SlurmNodeNotRespondingErrors",
+        )
+    },
+}
+GIB = 1024**3
+TOKEN = "<token>"
+CLUSTER_NAMES = {name: load_environment(ENVIRONMENTS / f"{name}.yaml").cluster_name for name in EXAMPLES}
+
+
+# -- the section ----------------------------------------------------------------------------------------------
+
+
+def pcluster(instance_type: str, **monitoring: bool) -> dict[str, object]:
+    queue = {"name": "q", "compute_resources": [{"name": "c", "instance_type": instance_type, "max_count": 2}]}
+    return {"backend": "pcluster", "pcluster": {"queues": [queue], "monitoring": monitoring}}
+
+
+def hyperpod(instance_type: str) -> dict[str, object]:
+    workers = [{"instance_group_name": "w", "instance_type": instance_type}]
+    return {"backend": "hyperpod", "hyperpod": {"workers": workers}}
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "accelerated"),
+    [
+        ("p5.48xlarge", True),
+        ("g4dn.xlarge", True),
+        ("trn1.32xlarge", True),
+        ("inf2.xlarge", True),
+        ("ml.p5.48xlarge", True),
+        ("g6e.12xlarge", True),  # not in the instance table: known by family
+        ("p6-b200.48xlarge", True),
+        ("dl1.24xlarge", True),
+        ("m5.8xlarge", False),
+        ("ml.m5.12xlarge", False),
+        ("c7gn.16xlarge", False),
+        ("gr6.4xlarge", False),
+    ],
+)
+def test_accelerated_instance_types(instance_type: str, accelerated: bool) -> None:
+    assert is_accelerated(instance_type) is accelerated
+
+
+@pytest.mark.parametrize(
+    ("cluster", "expected"),
+    [
+        (None, False),
+        (pcluster("p5.48xlarge"), True),
+        (pcluster("c5.18xlarge"), False),
+        (hyperpod("ml.trn1.32xlarge"), True),
+        (hyperpod("ml.c5.18xlarge"), False),
+    ],
+)
+def test_on_by_default_only_for_accelerated_clusters(
+    make_env: Callable[..., Environment], cluster: dict[str, object] | None, expected: bool
+) -> None:
+    data = {**MINIMAL, **({"cluster": cluster} if cluster else {})}
+    assert observability_enabled(make_env(data).config) is expected
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_explicit_setting_wins(make_env: Callable[..., Environment], enabled: bool) -> None:
+    cluster = pcluster("c5.18xlarge" if enabled else "p5.48xlarge")
+    env = make_env({**MINIMAL, "cluster": cluster, "observability": {"enabled": enabled}})
+    assert observability_enabled(env.config) is enabled
+
+
+def test_defaults(make_env: Callable[..., Environment]) -> None:
+    obs = make_env(MINIMAL).config.observability
+    assert (obs.enabled, obs.alarm_emails) == (None, ())
+    assert (obs.alarms.lustre_free_capacity_percent, obs.alarms.unhealthy_nodes) == (10, 1)
+
+
+@pytest.mark.parametrize(
+    ("observability", "path", "fragment"),
+    [
+        ({"alarm_emails": ["ops"]}, "observability.alarm_emails[0]", "e-mail addresses"),
+        ({"alarm_emails": ["a@b.io", "a@b.io"]}, "observability.alarm_emails", "each address may appear once"),
+        ({"alarms": {"lustre_free_capacity_percent": 0}}, "observability.alarms.lustre_free_capacity_percent", "1"),
+        ({"alarms": {"lustre_free_capacity_percent": 91}}, "observability.alarms.lustre_free_capacity_percent", "90"),
+        ({"alarms": {"unhealthy_nodes": 0}}, "observability.alarms.unhealthy_nodes", "from 1"),
+        ({"enabled": "yes"}, "observability.enabled", "expected true or false"),
+        ({"enabled": False, "alarm_emails": ["a@b.io"]}, "observability.enabled", "only used when observability"),
+        ({"alarmz": {}}, "observability.alarmz", "allowed keys here: alarm_emails, alarms, enabled"),
+    ],
+)
+def test_bad_values_name_key_and_allowed(
+    make_env: Callable[..., Environment], observability: dict[str, object], path: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        make_env({**MINIMAL, "observability": observability})
+    (problem,) = err.value.problems
+    assert problem.path == path
+    assert fragment in problem.allowed
+    assert "test.yaml" in str(err.value)
+
+
+def test_edge_values_are_accepted(make_env: Callable[..., Environment]) -> None:
+    for percent in (1, 90):
+        alarms = {"lustre_free_capacity_percent": percent, "unhealthy_nodes": 1}
+        obs = make_env({**MINIMAL, "observability": {"alarms": alarms, "alarm_emails": ["x@y.co"]}}).config
+        assert obs.observability.alarms.lustre_free_capacity_percent == percent
+
+
+@pytest.mark.parametrize("key", ["logs", "dashboards", "alarms"])
+def test_pcluster_monitoring_off_conflicts_with_observability(make_env: Callable[..., Environment], key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        make_env({**MINIMAL, "cluster": pcluster("p5.48xlarge", **{key: False})})
+    (problem,) = err.value.problems
+    assert problem.path == f"cluster.pcluster.monitoring.{key}"
+    assert "observability.enabled: false" in problem.allowed
+    # Turning observability off makes the same cluster valid.
+    env = make_env({**MINIMAL, "cluster": pcluster("p5.48xlarge", **{key: False}), "observability": {"enabled": False}})
+    assert not observability_enabled(env.config)
+
+
+def test_every_example_has_observability() -> None:
+    for name in EXAMPLES:
+        assert observability_enabled(load_environment(ENVIRONMENTS / f"{name}.yaml").config), name
+
+
+# -- the synthesized stacks -----------------------------------------------------------------------------------
+
+
+def flatten(value: Any) -> str:
+    """A CloudFormation string value with every intrinsic function replaced by a placeholder."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join(flatten(p) for p in parts)
+    return TOKEN
+
+
+def resources(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [r["Properties"] for r in template["Resources"].values() if r["Type"] == kind]
+
+
+def dashboard(template: dict[str, Any]) -> dict[str, Any]:
+    (props,) = resources(template, "AWS::CloudWatch::Dashboard")
+    return json.loads(flatten(props["DashboardBody"]))  # type: ignore[no-any-return]
+
+
+def widget_metrics(body: dict[str, Any]) -> Iterator[tuple[str, list[Any]]]:
+    for widget in body["widgets"]:
+        for row in widget["properties"].get("metrics", []):
+            yield widget["properties"].get("title", ""), row
+
+
+@pytest.fixture(scope="module")
+def observability(example_templates: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: example_templates[f"{name}/Observability"] for name in EXAMPLES}
+
+
+def alarm_metrics(template: dict[str, Any]) -> Iterator[tuple[str, list[Any]]]:
+    """Each alarm's metrics in the dashboard's row form: namespace, name, then dimension name/value pairs."""
+    for alarm in resources(template, "AWS::CloudWatch::Alarm"):
+        stats = [m["MetricStat"]["Metric"] for m in alarm.get("Metrics", []) if "MetricStat" in m]
+        for metric in [alarm] if "MetricName" in alarm else stats:
+            pairs = [x for d in metric["Dimensions"] for x in (d["Name"], flatten(d["Value"]))]
+            yield alarm["AlarmDescription"], [metric["Namespace"], metric["MetricName"], *pairs]
+
+
+def test_every_widget_and_alarm_metric_is_published_with_its_dimensions(
+    observability: dict[str, dict[str, Any]],
+) -> None:
+    seen: set[tuple[str, str]] = set()
+    for name, template in observability.items():
+        for title, row in [*widget_metrics(dashboard(template)), *alarm_metrics(template)]:
+            if isinstance(row[0], dict):  # a math expression over metrics listed in the same widget
+                assert "expression" in row[0], (name, title, row)
+                continue
+            fields = [f for f in row if not isinstance(f, dict)]
+            namespace, metric, *pairs = fields
+            dimensions = dict(zip(pairs[::2], pairs[1::2], strict=True))
+            allowed = PUBLISHED.get((namespace, metric))
+            assert allowed is not None, f"{name}: {title}: {namespace}/{metric} is not a published metric"
+            assert set(dimensions) == set(allowed), f"{name}: {title}: {metric} dimensions {sorted(dimensions)}"
+            for dim, values in allowed.items():
+                if values is not None:
+                    assert dimensions[dim] in values, (name, title, metric, dim)
+            seen.add((namespace, metric))
+    assert seen == set(PUBLISHED), f"table entries nothing uses: {set(PUBLISHED) - seen}"
+
+
+def test_dashboard_shows_storage_cluster_alarms_and_log_links(observability: dict[str, dict[str, Any]]) -> None:
+    for name, template in observability.items():
+        body = dashboard(template)
+        titles = [w["properties"].get("title", "") for w in body["widgets"]]
+        texts = "\n".join(w["properties"].get("markdown", "") for w in body["widgets"])
+        assert {"Lustre throughput (bytes/s)", "Lustre IOPS (operations/s)", "Alarms"} <= set(titles), name
+        assert "logGroupNameFilter$3D$252Faws$252Ffsx$252F" in texts, name
+        cluster = CLUSTER_NAMES.get(name)
+        if name in ("p5", "p4de", "trn1"):
+            assert "Nodes replaced: failed health checks (count)" in titles
+            assert f"$252Faws$252Fparallelcluster$252F{cluster}-" in texts
+        elif name == "hyperpod":
+            assert f"$252Faws$252Fsagemaker$252FClusters$252F{cluster}$252F" in texts
+        (alarm_status,) = [w for w in body["widgets"] if w["properties"].get("title") == "Alarms"]
+        expected = len(resources(template, "AWS::CloudWatch::Alarm"))
+        assert len(alarm_status["properties"]["alarms"]) == expected
+
+
+def lustre_capacity_gib(name: str) -> int:
+    return load_environment(ENVIRONMENTS / f"{name}.yaml").config.storage.lustre.storage_capacity_gib
+
+
+@pytest.mark.parametrize(("name", "percent"), [("prod", 15), ("p5", 10), ("dev", 10)])
+def test_free_capacity_alarm_uses_the_files_threshold(
+    observability: dict[str, dict[str, Any]], name: str, percent: int
+) -> None:
+    alarms = resources(observability[name], "AWS::CloudWatch::Alarm")
+    (alarm,) = [a for a in alarms if a.get("MetricName") == "FreeDataStorageCapacity"]
+    assert alarm["Namespace"] == "AWS/FSx"
+    assert alarm["Threshold"] == lustre_capacity_gib(name) * GIB * percent // 100
+    assert alarm["ComparisonOperator"] == "LessThanThreshold"
+    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Sum", 300, 3)
+    assert [d["Name"] for d in alarm["Dimensions"]] == ["FileSystemId"]
+    assert storage_references(alarm["Dimensions"][0]["Value"]) == [f"{name}-Storage"]  # the storage file system
+
+
+@pytest.mark.parametrize(("name", "threshold"), [("p5", 1), ("p4de", 2), ("trn1", 1)])
+def test_unhealthy_nodes_alarm_reads_parallelclusters_metrics(
+    observability: dict[str, dict[str, Any]], name: str, threshold: int
+) -> None:
+    alarms = resources(observability[name], "AWS::CloudWatch::Alarm")
+    (alarm,) = [a for a in alarms if "Metrics" in a]
+    assert alarm["Threshold"] == threshold
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["TreatMissingData"] == "notBreaching"
+    stats = [m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m]
+    assert {s["Metric"]["MetricName"] for s in stats} == {
+        "EC2HealthCheckErrors",
+        "ScheduledEventHealthCheckErrors",
+        "SlurmNodeNotRespondingErrors",
+    }
+    for stat in stats:
+        assert stat["Metric"]["Namespace"] == "ParallelCluster"
+        assert stat["Metric"]["Dimensions"] == [{"Name": "ClusterName", "Value": CLUSTER_NAMES[name]}]
+
+
+def test_head_node_alarm_of_parallelcluster_is_forwarded(observability: dict[str, dict[str, Any]]) -> None:
+    (rule,) = resources(observability["p5"], "AWS::Events::Rule")
+    pattern = rule["EventPattern"]
+    assert pattern["detail-type"] == ["CloudWatch Alarm State Change"]
+    (arn,) = pattern["resources"]
+    assert flatten(arn).endswith(":alarm:p5-train-HeadNode-Health")
+    assert rule["EventPattern"]["source"] == ["aws.cloudwatch"]
+
+
+def test_hyperpod_health_events_are_forwarded(observability: dict[str, dict[str, Any]]) -> None:
+    rules = {r["EventPattern"]["detail-type"][0]: r for r in resources(observability["hyperpod"], "AWS::Events::Rule")}
+    assert set(rules) == {"SageMaker HyperPod Cluster Node Health Event", "SageMaker HyperPod Cluster State Change"}
+    for rule in rules.values():
+        assert rule["EventPattern"]["source"] == ["aws.sagemaker"]
+        assert rule["EventPattern"]["detail"]["ClusterName"] == [CLUSTER_NAMES["hyperpod"]]
+    health = rules["SageMaker HyperPod Cluster Node Health Event"]["EventPattern"]["detail"]["HealthSummary"]
+    assert health == {"HealthStatus": [{"anything-but": ["Healthy"]}]}
+    assert not resources(observability["hyperpod"], "AWS::CloudWatch::Alarm")[1:]  # capacity only
+
+
+def sns_topics(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: r["Properties"] for k, r in template["Resources"].items() if r["Type"] == "AWS::SNS::Topic"}
+
+
+def test_topic_is_encrypted_and_every_alarm_notifies_it(observability: dict[str, dict[str, Any]]) -> None:
+    for name, template in observability.items():
+        ((topic_id, topic),) = sns_topics(template).items()
+        key_id = topic["KmsMasterKeyId"]["Fn::GetAtt"][0]
+        key = template["Resources"][key_id]["Properties"]
+        assert key["EnableKeyRotation"] is True
+        (publishers,) = [s for s in key["KeyPolicy"]["Statement"] if s.get("Sid") == "AlarmPublishers"]
+        assert publishers["Principal"]["Service"] == "cloudwatch.amazonaws.com"
+        assert publishers["Action"] == ["kms:Decrypt", "kms:GenerateDataKey*"]
+        assert publishers["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+        for alarm in resources(template, "AWS::CloudWatch::Alarm"):
+            assert alarm["AlarmActions"] == [{"Ref": topic_id}], name
+            assert alarm["OKActions"] == [{"Ref": topic_id}], name
+        (policy,) = resources(template, "AWS::SNS::TopicPolicy")
+        (deny,) = policy["PolicyDocument"]["Statement"]  # no service principal is admitted by the topic policy
+        assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": "false"}})
+        # Only the key's account root and CloudWatch appear in the key policy.
+        principals = [s["Principal"] for s in key["KeyPolicy"]["Statement"]]
+        assert len(principals) == 2
+
+
+def test_event_rules_publish_through_a_role_limited_to_the_topic(observability: dict[str, dict[str, Any]]) -> None:
+    for name, template in observability.items():
+        rules = resources(template, "AWS::Events::Rule")
+        roles = {k: r["Properties"] for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
+        if not rules:  # no forwarder without a rule to use it
+            assert not roles and not resources(template, "AWS::IAM::ManagedPolicy"), name
+            continue
+        ((role_id, role),) = roles.items()
+        (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "events.amazonaws.com"}
+        assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+        ((topic_id, _),) = sns_topics(template).items()
+        for rule in rules:
+            (target,) = rule["Targets"]
+            assert (target["Arn"], target["RoleArn"]) == ({"Ref": topic_id}, {"Fn::GetAtt": [role_id, "Arn"]})
+        (policy,) = resources(template, "AWS::IAM::ManagedPolicy")
+        assert policy["Roles"] == [{"Ref": role_id}]
+        key_id = sns_topics(template)[topic_id]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+        assert policy["PolicyDocument"]["Statement"] == [
+            {"Action": "sns:Publish", "Effect": "Allow", "Resource": {"Ref": topic_id}},
+            {
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Effect": "Allow",
+                "Resource": {"Fn::GetAtt": [key_id, "Arn"]},
+            },
+        ]
+        assert not resources(template, "AWS::IAM::Policy"), name  # no inline grants
+
+
+def test_alarm_emails_subscribe(observability: dict[str, dict[str, Any]]) -> None:
+    (sub,) = resources(observability["prod"], "AWS::SNS::Subscription")
+    assert (sub["Protocol"], sub["Endpoint"]) == ("email", "ml-platform-oncall@example.com")
+    assert not resources(observability["p5"], "AWS::SNS::Subscription")
+
+
+def test_outputs_name_the_dashboards(observability: dict[str, dict[str, Any]]) -> None:
+    for name, template in observability.items():
+        outputs = template["Outputs"]
+        url = flatten(outputs["DashboardUrl"]["Value"])
+        assert (
+            url
+            == f"https://{TOKEN}.console.aws.amazon.com/cloudwatch/home?region={TOKEN}#dashboards/dashboard/mlcluster-{name}-{TOKEN}"
+        )
+        assert outputs["DashboardUrl"]["Export"] == {"Name": f"{name}-DashboardUrl"}
+        (props,) = resources(template, "AWS::CloudWatch::Dashboard")
+        assert flatten(props["DashboardName"]) == f"mlcluster-{name}-{TOKEN}"
+        if name in ("p5", "p4de", "trn1"):
+            cluster = flatten(outputs["ClusterDashboardUrl"]["Value"])
+            assert cluster.endswith(f"#dashboards/dashboard/{CLUSTER_NAMES[name]}-{TOKEN}")
+        else:
+            assert "ClusterDashboardUrl" not in outputs
+
+
+def test_observability_outlives_the_cluster(observability: dict[str, dict[str, Any]]) -> None:
+    """Only the storage stack is referenced: deleting or replacing a cluster never touches this stack."""
+    for name, template in observability.items():
+        referenced = set(storage_references(template))
+        assert referenced == {f"{name}-Storage"}, (name, referenced)
+
+
+def storage_references(value: Any) -> list[str]:
+    """The stacks whose outputs ``value`` reads (``Fn::GetStackOutput`` or ``Fn::ImportValue``)."""
+    if isinstance(value, dict):
+        if "Fn::GetStackOutput" in value:
+            return [value["Fn::GetStackOutput"]["StackName"]]
+        if "Fn::ImportValue" in value:
+            return [json.dumps(value["Fn::ImportValue"])]
+        return [s for v in value.values() for s in storage_references(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in storage_references(v)]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("observability", "cluster", "built"),
+    [
+        ({}, None, False),
+        ({"enabled": True}, None, True),
+        ({}, pcluster("p5.48xlarge"), True),
+        ({"enabled": False}, pcluster("p5.48xlarge"), False),
+    ],
+)
+def test_stage_builds_the_stack_only_when_on(
+    tmp_path: Path, observability: dict[str, object], cluster: dict[str, object] | None, built: bool
+) -> None:
+    data: dict[str, object] = {**MINIMAL, "observability": observability, **({"cluster": cluster} if cluster else {})}
+    write_env(tmp_path / "envs", "solo", data)
+    _, (stage,) = build_app(tmp_path / "envs", outdir=str(tmp_path / "out"))
+    assert (stage.observability_stack is not None) is built
+    names = [c.node.id for c in stage.node.children]
+    assert ("Observability" in names) is built
