@@ -22,6 +22,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from mlcluster.constructs.nag import acknowledge, acknowledge_wildcard_resource
+from mlcluster.constructs.session_manager import session_channels_statement
 
 #: Where HyperPod writes cluster and node logs, and the metric namespace it uses.
 CLUSTER_LOG_GROUP_PREFIX = "/aws/sagemaker/Clusters"
@@ -203,16 +204,7 @@ class HyperPodExecutionRole(Construct):
             "SessionManager",
             "SSM Session Manager channels to HyperPod nodes",
             [
-                iam.PolicyStatement(
-                    sid="SessionChannels",
-                    actions=[
-                        "ssmmessages:CreateControlChannel",
-                        "ssmmessages:CreateDataChannel",
-                        "ssmmessages:OpenControlChannel",
-                        "ssmmessages:OpenDataChannel",
-                    ],
-                    resources=["*"],
-                )
+                session_channels_statement(),
             ],
         )
         acknowledge(

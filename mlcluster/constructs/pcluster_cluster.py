@@ -11,6 +11,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from mlcluster.constructs.nag import acknowledge, acknowledge_compliance, acknowledge_wildcard_resource
+from mlcluster.constructs.session_manager import session_channels_statement
 from mlcluster.pcluster import checks
 from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
 
@@ -165,16 +166,7 @@ def session_manager_policy(scope: Construct, construct_id: str) -> iam.ManagedPo
                 actions=["ssm:UpdateInstanceInformation"],
                 resources=[cdk.Stack.of(scope).format_arn(service="ec2", resource="instance", resource_name="*")],
             ),
-            iam.PolicyStatement(
-                sid="SessionChannels",
-                actions=[
-                    "ssmmessages:CreateControlChannel",
-                    "ssmmessages:CreateDataChannel",
-                    "ssmmessages:OpenControlChannel",
-                    "ssmmessages:OpenDataChannel",
-                ],
-                resources=["*"],
-            ),
+            session_channels_statement(),
         ],
     )
     acknowledge_wildcard_resource(
