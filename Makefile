@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PCLUSTER_VENV := .venv-pcluster
+CHECKOV_VENV := .venv-checkov
 CDK := node_modules/.bin/cdk
 SOURCES := mlcluster tests tools app.py
 
@@ -23,6 +24,13 @@ $(VENV)/.installed: pyproject.toml
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# checkov pins boto3 and packaging below what mlcluster needs, so it lives in a venv of its own.
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements-checkov.txt
 	touch $@
 
 $(PCLUSTER_VENV)/.installed: requirements-pcluster.txt
@@ -44,11 +52,11 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-pytest: setup $(PCLUSTER_VENV)/.installed
+pytest: setup $(PCLUSTER_VENV)/.installed $(CHECKOV_VENV)/.installed
 	$(VENV)/bin/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
-## compliance: per environment and pack, every cdk-nag rule's status (and checkov's, if installed) in cdk.out/compliance/ (ENV=dev,prod for a subset)
-compliance: setup
+## compliance: per environment and pack, every cdk-nag rule's status and checkov's in cdk.out/compliance/ (ENV=dev,prod for a subset)
+compliance: setup $(CHECKOV_VENV)/.installed
 	$(PY) tools/compliance_report.py $(ENV)
 
 ## test: lint, types, and the whole pytest suite (nag, cfn-lint, snapshots, CLI, wheel)

@@ -193,7 +193,8 @@ def statuses(rows: list[list[Any]], acks: dict[tuple[str, str], dict[str, str]])
 
 def checkov_results(templates: list[Path], work: Path) -> list[dict[str, str]] | None:
     """checkov's result per check and resource on ``templates``, or None when checkov is not installed."""
-    checkov = shutil.which("checkov")
+    local = ROOT / ".venv-checkov" / "bin" / "checkov"  # where `make compliance` installs it
+    checkov = str(local) if local.exists() else shutil.which("checkov")
     if checkov is None:
         return None
     shutil.rmtree(work, ignore_errors=True)
