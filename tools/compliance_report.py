@@ -103,7 +103,6 @@ def node_modules(cache: Path) -> Path:
 def synthesize(environments: list[str] | None, outdir: Path) -> Path:
     """Synthesize ``environments`` (all if None) with every pack; raises on any unacknowledged finding."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    os.environ["CDK_CONTEXT_JSON"] = json.dumps(json.loads((ROOT / "cdk.json").read_text())["context"])
     from mlcluster.app import build_app
     from mlcluster.stacks.stage import EXTRA_PACKS
 

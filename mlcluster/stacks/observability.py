@@ -356,32 +356,8 @@ class ObservabilityStack(cdk.Stack):
                 ],
                 width=8,
             ),
-            cw.GraphWidget(
-                title="Data bucket size (bytes, daily)",
-                left=[
-                    cw.Metric(
-                        namespace=S3,
-                        metric_name="BucketSizeBytes",
-                        dimensions_map={"BucketName": bucket, "StorageType": "StandardStorage"},
-                        statistic="Average",
-                        period=cdk.Duration.days(1),
-                    )
-                ],
-                width=8,
-            ),
-            cw.GraphWidget(
-                title="Data bucket objects (daily)",
-                left=[
-                    cw.Metric(
-                        namespace=S3,
-                        metric_name="NumberOfObjects",
-                        dimensions_map={"BucketName": bucket, "StorageType": "AllStorageTypes"},
-                        statistic="Average",
-                        period=cdk.Duration.days(1),
-                    )
-                ],
-                width=8,
-            ),
+            _daily_bucket_widget("Data bucket size (bytes, daily)", bucket, "BucketSizeBytes", "StandardStorage"),
+            _daily_bucket_widget("Data bucket objects (daily)", bucket, "NumberOfObjects", "AllStorageTypes"),
         ]
         rows: list[list[cw.IWidget]] = [
             [cw.TextWidget(markdown=f"# mlcluster {self.settings.name}: storage", width=WIDTH, height=1)],
@@ -435,3 +411,15 @@ class ObservabilityStack(cdk.Stack):
                 "reach the alarm topic through EventBridge."
             )
         return "\n".join(lines)
+
+
+def _daily_bucket_widget(title: str, bucket: str, metric_name: str, storage_type: str) -> cw.GraphWidget:
+    """A graph of one of S3's daily storage metrics of ``bucket`` (published once a day, per storage type)."""
+    metric = cw.Metric(
+        namespace=S3,
+        metric_name=metric_name,
+        dimensions_map={"BucketName": bucket, "StorageType": storage_type},
+        statistic="Average",
+        period=cdk.Duration.days(1),
+    )
+    return cw.GraphWidget(title=title, left=[metric], width=8)
