@@ -20,6 +20,7 @@ from mlcluster.config.schema import ConfigError
 from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR
 from mlcluster.pcluster.checks import check_node_scripts
 from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
+from tests.lifecycle.pcluster_sandbox import STUBS as SANDBOX_STUBS
 from tests.pcluster.pcluster_support import pcluster
 from tests.support import ROOT
 
@@ -50,14 +51,7 @@ for a in "$@"; do
   esac
 done
 """,
-    "systemctl": """unit="${*: -1}"
-case "$1" in
-  is-enabled) grep -qxF "$unit" "$STUB_STATE/enabled" 2>/dev/null ;;
-  is-active) grep -qxF "$unit" "$STUB_STATE/active" 2>/dev/null ;;
-  enable) echo "$unit" >>"$STUB_STATE/enabled" ;;
-  start|restart) echo "$unit" >>"$STUB_STATE/active" ;;
-esac
-""",
+    "systemctl": SANDBOX_STUBS["systemctl"],  # the same unit bookkeeping as the fake-node harness
     "groupadd": 'echo "$1:x:990:" >>"$MLCLUSTER_ROOT/etc/group"\n',
     "usermod": """group="$2" user="$3"
 sed -i -e "/^${group}:.*:$/ s/$/${user}/" -e "t" -e "/^${group}:/ s/$/,${user}/" "$MLCLUSTER_ROOT/etc/group"
