@@ -27,13 +27,18 @@ class Exporter:
     metrics: tuple[str, ...]
 
 
-#: Metrics written by our own textfile collectors into the node exporter's textfile folder.
+#: Metrics written by our own textfile collectors into the node exporter's textfile folder. The EFA ones are
+#: ``mlcluster_efa_<counter>_total{device,port}``, one per port counter of the Linux EFA driver
+#: (``/sys/class/infiniband/<device>/ports/<port>/hw_counters/<counter>``; the rdma_write ones need a
+#: driver with RDMA write, a counter the driver lacks is left out).
 EFA_METRICS = (
     "mlcluster_efa_rx_bytes_total",
     "mlcluster_efa_tx_bytes_total",
     "mlcluster_efa_rx_drops_total",
     "mlcluster_efa_rdma_read_bytes_total",
     "mlcluster_efa_rdma_write_bytes_total",
+    "mlcluster_efa_rdma_read_wr_err_total",
+    "mlcluster_efa_rdma_write_wr_err_total",
 )
 SLURM_METRICS = (
     "mlcluster_slurm_nodes",
@@ -86,7 +91,7 @@ EXPORTERS: tuple[Exporter, ...] = (
         metrics=(
             "neuroncore_utilization_ratio",
             "neuron_runtime_memory_used_bytes",
-            "neuron_hardware_ecc_events_total",
+            "hardware_ecc_events_total",
             "execution_errors_total",
         ),
     ),
