@@ -232,9 +232,7 @@ def test_scripts_come_from_s3(make_node: MakeNode) -> None:
     proc = node.run("--role", "login", source="s3://node-scripts/pcluster/")
     assert proc.returncode == 0, proc.stderr
     copied = [c.split()[-2] for c in node.calls() if c.startswith("aws s3 cp")]
-    assert copied == [
-        f"s3://node-scripts/pcluster/{name}" for name in (*SUPPORT_FILES, "docker.sh")
-    ]
+    assert copied == [f"s3://node-scripts/pcluster/{name}" for name in (*SUPPORT_FILES, "docker.sh")]
     assert (node.root / "opt/mlcluster/node-scripts/docker.sh").read_text() == (PCLUSTER_DIR / "docker.sh").read_text()
     assert node.started_steps() == ["docker"]
 
