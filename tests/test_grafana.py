@@ -285,7 +285,8 @@ def test_workspace_properties(p5: dict[str, Any]) -> None:
     assert "SamlConfiguration" not in props
     role = props["RoleArn"]["Fn::GetAtt"][0]
     assert p5["Resources"][role]["Type"] == "AWS::IAM::Role"
-    assert workspace["DeletionPolicy"] == "Delete"  # p5 does not keep data
+    keeps = load_environment(ENVIRONMENTS / "p5.yaml").config.retention.keeps_data
+    assert workspace["DeletionPolicy"] == ("Retain" if keeps else "Delete")
     url = p5["Outputs"]["GrafanaUrl"]
     assert url["Value"] == {"Fn::Join": ["", ["https://", {"Fn::GetAtt": [logical, "Endpoint"]}]]}
     assert url["Export"] == {"Name": "p5-GrafanaUrl"}
