@@ -252,6 +252,16 @@ def test_update_reuses_account_updates_existing_data_sources_and_revokes_dropped
     assert not [s for s in http.sent if s.path == "/api/datasources"]
 
 
+def test_replaced_workspace_gets_no_revocations(stub: Stubber, http: FakeGrafana) -> None:
+    """A new workspace id (the workspace was replaced): the old one's admins are not revoked on the new one."""
+    existing_account(stub)
+    make_token(stub)
+    delete_token(stub)
+    add_admins(stub, [{"action": "ADD", "role": "ADMIN", "users": [{"type": "SSO_USER", "id": USER}]}])
+    old = props(WorkspaceId="g-9999999999")
+    app.on_event(event("Update", old=old, AdminUserIds=[USER], AdminGroupIds=[]))
+
+
 def test_no_admins_means_no_update_permissions_call(stub: Stubber, http: FakeGrafana) -> None:
     existing_account(stub)
     make_token(stub)

@@ -88,7 +88,10 @@ def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]
     data_sources = _json_list(props, "DataSources")
     dashboards = _json_list(props, "Dashboards")
     admins = _admins(props)
-    old_admins = _admins(event.get("OldResourceProperties") or {}) if request == "Update" else set()
+    old_props = event.get("OldResourceProperties") or {}
+    # Admins dropped from the file lose the role; a replaced workspace starts without any to revoke.
+    same_workspace = request == "Update" and old_props.get("WorkspaceId") == workspace
+    old_admins = _admins(old_props) if same_workspace else set()
 
     account_id = _service_account(workspace, account_name)
     _with_token(workspace, endpoint, account_id, lambda api: _provision(api, data_sources, dashboards))
