@@ -362,6 +362,14 @@ def test_provisioning_resource_and_function(p5: dict[str, Any]) -> None:
     assert "glsa_" not in json.dumps(p5)
 
 
-def test_the_handler_ships_in_the_asset() -> None:
+def test_the_function_ships_its_own_package_only(p5: dict[str, Any], examples_outdir: Path) -> None:
+    """The asset holds ``grafana_provisioner`` at its root (the handler string) and not the HyperPod checks."""
+    (function,) = [
+        r
+        for r in of_type(p5, "AWS::Lambda::Function").values()
+        if r["Properties"].get("Handler") == "grafana_provisioner.app.on_event"
+    ]
+    asset = examples_outdir / f"asset.{function['Properties']['Code']['S3Key'].removesuffix('.zip')}"
+    shipped = sorted(str(p.relative_to(asset)) for p in asset.rglob("*") if p.is_file())
+    assert shipped == ["__init__.py", "grafana_provisioner/__init__.py", "grafana_provisioner/app.py"]
     assert (HANDLERS_DIR / "grafana_provisioner" / "app.py").is_file()
-    assert Path(HANDLERS_DIR / "grafana_provisioner" / "__init__.py").is_file()

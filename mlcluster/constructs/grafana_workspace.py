@@ -29,6 +29,8 @@ from mlcluster.grafana_dashboards import dashboards_json, data_sources_json
 GRAFANA_VERSION = "10.4"
 #: The folder shipped as the Lambda asset: ``grafana_provisioner`` sits at its root.
 HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
+#: Left out of the asset: caches, and the HyperPod checks' package (each function ships only its own code).
+ASSET_EXCLUDES = ("__pycache__", "*.pyc", "hyperpod_cluster")
 #: The newest Python runtime aws-cdk-lib knows, which is what cdk-nag's AwsSolutions-L1 asks for.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 #: As long as the provisioning token lives (grafana_provisioner.app.TOKEN_SECONDS).
@@ -210,7 +212,7 @@ class GrafanaWorkspace(Construct):
             self,
             "ProvisionerFunction",
             runtime=RUNTIME,
-            code=lambda_.Code.from_asset(str(HANDLERS_DIR), exclude=["__pycache__", "*.pyc"]),
+            code=lambda_.Code.from_asset(str(HANDLERS_DIR), exclude=list(ASSET_EXCLUDES)),
             handler="grafana_provisioner.app.on_event",
             timeout=PROVISIONER_TIMEOUT,
             memory_size=256,
