@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from mlcluster.config.observability import grafana_enabled
 from mlcluster.constructs.grafana_workspace import GRAFANA_VERSION, HANDLERS_DIR
 from mlcluster.exporters import metric_names
 from mlcluster.grafana_dashboards import DASHBOARDS, PROMETHEUS_UID, dashboards_json, data_sources_json
-from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL
+from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, synth_dir, write_env
 
 GROUP = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
 STORE_GROUP = "906718cc3a-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f902"
@@ -373,3 +375,42 @@ def test_the_function_ships_its_own_package_only(p5: dict[str, Any], examples_ou
     shipped = sorted(str(p.relative_to(asset)) for p in asset.rglob("*") if p.is_file())
     assert shipped == ["__init__.py", "grafana_provisioner/__init__.py", "grafana_provisioner/app.py"]
     assert (HANDLERS_DIR / "grafana_provisioner" / "app.py").is_file()
+
+
+@pytest.fixture(scope="module")
+def saml_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small environment (no cluster) with Grafana signing in through SAML, synthesized with cdk-nag on."""
+    folder = tmp_path_factory.mktemp("saml")
+    saml = {**SAML, "editor_role_values": ["dev"]}
+    write_env(folder / "envs", "samlenv", with_grafana({"enabled": True, "authentication": "SAML", "saml": saml}))
+    synth_dir(folder / "envs", folder / "out")
+    return folder / "out"
+
+
+@pytest.fixture(scope="module")
+def saml_template(saml_out: Path) -> dict[str, Any]:
+    (path,) = (saml_out / "assembly-samlenv").glob("*Observability*.template.json")
+    template: dict[str, Any] = json.loads(path.read_text())
+    return template
+
+
+def test_saml_workspace_is_cfn_lint_clean(saml_out: Path) -> None:
+    (path,) = (saml_out / "assembly-samlenv").glob("*Observability*.template.json")
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run(
+        [str(cfn_lint), "--format", "parseable", "--", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_saml_workspace(saml_template: dict[str, Any]) -> None:
+    ((_, workspace),) = of_type(saml_template, "AWS::Grafana::Workspace").items()
+    props = workspace["Properties"]
+    assert props["AuthenticationProviders"] == ["SAML"]
+    assert props["SamlConfiguration"] == {
+        "IdpMetadata": {"Url": "https://idp.example.com/metadata"},
+        "AssertionAttributes": {"Role": "role"},
+        "RoleValues": {"Admin": ["ops"], "Editor": ["dev"]},
+    }
+    ((_, provisioning),) = of_type(saml_template, "Custom::GrafanaProvisioning").items()
+    assert provisioning["Properties"]["AdminUserIds"] == [] and provisioning["Properties"]["AdminGroupIds"] == []
