@@ -29,7 +29,7 @@ class Exporter:
 
 #: Metrics written by our own textfile collectors into the node exporter's textfile folder. The EFA ones are
 #: ``mlcluster_efa_<counter>_total{device,port}``, one per port counter of the Linux EFA driver
-#: (``/sys/class/infiniband/<device>/ports/<port>/hw_counters/<counter>``; the rdma_write ones need a
+#: (``/sys/class/infiniband/<device>/ports/<port>/hw_counters/<counter>``; rdma_write_bytes needs a
 #: driver with RDMA write, a counter the driver lacks is left out).
 EFA_METRICS = (
     "mlcluster_efa_rx_bytes_total",
@@ -37,8 +37,6 @@ EFA_METRICS = (
     "mlcluster_efa_rx_drops_total",
     "mlcluster_efa_rdma_read_bytes_total",
     "mlcluster_efa_rdma_write_bytes_total",
-    "mlcluster_efa_rdma_read_wr_err_total",
-    "mlcluster_efa_rdma_write_wr_err_total",
 )
 SLURM_METRICS = (
     "mlcluster_slurm_nodes",

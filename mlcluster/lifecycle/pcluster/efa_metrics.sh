@@ -5,13 +5,13 @@
 # device). Reads /sys/class/infiniband/<device>/ports/<port>/hw_counters/<counter> of every device
 # the efa driver owns and writes mlcluster_efa_<counter>_total{device,port} to OUTPUT_DIR/mlcluster_efa.prom
 # through a temporary file in the same folder and a rename, so the node exporter never reads half a
-# file. A counter the driver does not offer (rdma_write_* on older kernels) is left out. The same file
+# file. A counter the driver does not offer (rdma_write_bytes on older kernels) is left out. The same file
 # ships with the HyperPod lifecycle scripts; the metric names are mlcluster/exporters.py's EFA_METRICS.
 set -euo pipefail
 
 out_dir="${1:?usage: mlcluster-efa-metrics OUTPUT_DIR [SYSFS]}"
 sysfs="${2:-/sys}"
-readonly COUNTERS=(rx_bytes tx_bytes rx_drops rdma_read_bytes rdma_write_bytes rdma_read_wr_err rdma_write_wr_err)
+readonly COUNTERS=(rx_bytes tx_bytes rx_drops rdma_read_bytes rdma_write_bytes)
 
 tmp="$(mktemp "${out_dir}/.mlcluster_efa.prom.XXXXXX")"
 trap 'rm -f "${tmp}"' EXIT
