@@ -395,6 +395,19 @@ def test_hyperpod_gpu_worker_runs_dcgm_as_the_exporter_user_not_as_root(tmp_path
     assert not any(a.startswith("docker run") for a in sandbox.actions())  # systemd starts it, not the step
 
 
+def test_hyperpod_node_of_the_older_lifecycle_hands_port_9100_to_the_pinned_exporter(tmp_path: Path) -> None:
+    sandbox = hyperpod_node(tmp_path, CONTROLLER_IP)
+    for state in ("enabled", "active"):
+        (sandbox.state / "systemd" / state).mkdir(parents=True, exist_ok=True)
+        (sandbox.state / "systemd" / state / "prometheus-node-exporter").touch()
+    proc = sandbox.run("on_create.sh", "observability")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    actions = sandbox.actions()
+    stop = actions.index("systemctl disable --now prometheus-node-exporter")
+    assert stop < actions.index("systemctl start mlcluster-node-exporter")
+    assert "prometheus-node-exporter" not in hyperpod_enabled(sandbox)
+
+
 def test_hyperpod_tampered_node_exporter_is_refused(tmp_path: Path) -> None:
     sandbox = hyperpod_node(tmp_path, CONTROLLER_IP, served=b"not the release")
     proc = sandbox.run("on_create.sh", "observability")
