@@ -61,6 +61,31 @@ class AlarmThresholds:
 
 
 @section
+class PrometheusConfig:
+    """Amazon Managed Service for Prometheus: a workspace, exporters on every node and a collector.
+
+    The collector runs on the head node (ParallelCluster) or the controller
+    (HyperPod), scrapes the exporters of every node in Slurm's node list and
+    remote-writes to the workspace with SigV4.
+    """
+
+    enabled: bool = setting(
+        default=False,
+        doc="an Amazon Managed Service for Prometheus workspace (encrypted with a key of the Observability stack), "
+        "exporters on every node and a collector on the head node or controller",
+    )
+    scrape_interval_seconds: int = setting(
+        default=30, minimum=10, maximum=300, doc="how often the collector scrapes every exporter"
+    )
+    retention_days: int = setting(
+        default=150,
+        minimum=1,
+        maximum=1095,
+        doc="days the workspace keeps samples (the service's default is 150, its quota 1095)",
+    )
+
+
+@section
 class ObservabilityConfig:
     """The environment's CloudWatch dashboard and alarms, in their own stack (``<env>/Observability``)."""
 
@@ -75,6 +100,9 @@ class ObservabilityConfig:
         doc="addresses subscribed to the alarm topic (each confirms by e-mail); empty: subscribe by hand",
     )
     alarms: AlarmThresholds = setting(default=AlarmThresholds())
+    prometheus: PrometheusConfig = setting(
+        default=PrometheusConfig(), doc="metrics from every node in a Prometheus workspace (`prometheus:` below)"
+    )
 
     def check(self, issues: Issues) -> None:
         if len(set(self.alarm_emails)) != len(self.alarm_emails):
@@ -91,8 +119,24 @@ def observability_enabled(config: EnvironmentConfig) -> bool:
     return any(is_accelerated(t) for t in cluster_instance_types(config.cluster))
 
 
+def prometheus_enabled(config: EnvironmentConfig) -> bool:
+    """Whether the environment gets a Prometheus workspace, exporters and a collector."""
+    return observability_enabled(config) and config.observability.prometheus.enabled
+
+
 def check_observability(issues: Issues, config: EnvironmentConfig) -> None:
-    """ParallelCluster publishes what the alarms read only with its logs, dashboard and alarms on."""
+    """ParallelCluster publishes what the alarms read only with its logs, dashboard and alarms on.
+
+    A Prometheus workspace asked for in an environment whose observability is
+    off by default (no accelerated instances) is refused rather than ignored.
+    """
+    if config.observability.prometheus.enabled and not observability_enabled(config):
+        issues.add(
+            "observability.prometheus.enabled",
+            True,
+            "the workspace lives in the Observability stack, which is off for this environment; "
+            "set observability.enabled: true",
+        )
     pcluster = config.cluster.pcluster
     if not observability_enabled(config) or config.cluster.backend != "pcluster" or pcluster is None:
         return
