@@ -357,7 +357,10 @@ case $1 in
         mv "$nets.new" "$nets" ;;
       *) exit 2 ;;
     esac ;;
-  set | udsp) act "$@" ;;
+  set) act "$@" ;;
+  udsp) act "$@"
+    if [[ -e $state/udsp ]]; then echo "add udsp: Operation already in progress" >&2; exit 114; fi
+    touch "$state/udsp" ;;
   *) exit 2 ;;
 esac
 """,

@@ -114,6 +114,21 @@ def test_a_second_run_changes_nothing_and_never_touches_the_mounted_tcp_net(tmp_
     assert "LNet already uses 8 EFA interface(s); nothing to do" in second.stdout + second.stderr
 
 
+def test_a_run_that_stopped_half_way_is_completed(tmp_path: Path) -> None:
+    """One EFA interface and the UDSP rule from an interrupted run: the rest is added, the rule is kept."""
+    sandbox = efa_worker(tmp_path)
+    lnet = sandbox.state / "lnet"
+    lnet.mkdir(parents=True)
+    (lnet / "configured").touch()
+    (lnet / "udsp").touch()
+    (lnet / "nets").write_text(f"tcp ens5 10.1.0.20@tcp\nefa {P5_CHOSEN[0]} 1.2.3.1@efa\n")
+    result = sandbox.run("on_create.sh", *STEPS)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    added = [a for a in sandbox.actions() if a.startswith("lnetctl net add")]
+    assert added == [f"lnetctl net add --net efa --if {device} --peer-credits 32" for device in P5_CHOSEN[1:]]
+    assert "the EFA preference rule (UDSP) is already there" in result.stdout + result.stderr
+
+
 def test_a_node_whose_type_has_no_efa_for_lustre_mounts_over_tcp_and_says_so(tmp_path: Path) -> None:
     sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, provisioning=EFA_PROVISIONING)
     result = sandbox.run("on_create.sh", *STEPS)

@@ -30,10 +30,14 @@ fail() {
   exit 1
 }
 
+# net_show NET : LNet's YAML for one net, empty when LNet is down. Read whole, never piped into
+# grep -q: under pipefail an early-exiting grep would turn a match into a failure.
+net_show() {
+  lnetctl net show --net "$1" 2>/dev/null || true
+}
+
 efa_nid_count() {
-  local shown
-  shown=$(lnetctl net show --net efa 2>/dev/null) || shown=""
-  grep -c '@efa' <<<"$shown" || true
+  grep -c '@efa' <<<"$(net_show efa)" || true
 }
 
 main() {
@@ -55,17 +59,23 @@ main() {
   lnetctl lnet configure
   # The tcp net on the node's own interface carries the mount (the file system's DNS name is a tcp
   # NID); it is replaced only when it is not there yet, never under a mounted file system.
-  if ! lnetctl net show --net tcp 2>/dev/null | grep -qw -- "$MLC_LNET_TCP_INTERFACE"; then
+  if ! grep -qw -- "$MLC_LNET_TCP_INTERFACE" <<<"$(net_show tcp)"; then
     lnetctl net del --net tcp 2>/dev/null || true
     lnetctl net add --net tcp --if "$MLC_LNET_TCP_INTERFACE"
   fi
   for device in "${efa[@]}"; do
-    if ! lnetctl net show --net efa 2>/dev/null | grep -qw -- "$device"; then
+    if ! grep -qw -- "$device" <<<"$(net_show efa)"; then
       lnetctl net add --net efa --if "$device" --peer-credits "$PEER_CREDITS"
     fi
   done
   lnetctl set discovery 1
-  lnetctl udsp add --src efa --priority 0
+  # Prefer EFA for all traffic. A run that stopped half-way may have added the rule already: lnetctl
+  # then answers EALREADY ("Operation already in progress"), which is the state wanted.
+  local udsp
+  if ! udsp=$(lnetctl udsp add --src efa --priority 0 2>&1); then
+    [[ $udsp == *"already in progress"* ]] || fail "lnetctl udsp add --src efa --priority 0: $udsp"
+    say "the EFA preference rule (UDSP) is already there"
+  fi
   modprobe lustre
   count=$(efa_nid_count)
   ((count == ${#efa[@]})) ||

@@ -33,7 +33,7 @@ main() {
   else
     command -v mount.lustre >/dev/null ||
       die "the Lustre client is not installed (no mount.lustre); HyperPod's DLAMI ships it"
-    if is_true "$MLC_LUSTRE_EFA" && ! lnetctl net show --net efa 2>/dev/null | grep -q '@efa'; then
+    if is_true "$MLC_LUSTRE_EFA" && [[ $(lnetctl net show --net efa 2>/dev/null || true) != *@efa* ]]; then
       die "this node should reach FSx for Lustre over EFA, but LNet has no EFA interface;" \
         "run the lustre_efa step first (on_create.sh lustre_efa mount_fsx); refusing to mount over TCP only"
     fi
