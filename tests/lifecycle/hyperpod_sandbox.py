@@ -610,14 +610,19 @@ class Sandbox:
         copy's ``on_create.sh`` is rendered again with the copy's checksums, as mlcluster renders it.
         """
         (self.serve / "node_exporter-1.8.2.linux-amd64.tar.gz").write_bytes(pinned if served is None else served)
-        step = self.lifecycle / "steps/observability.sh"
-        digest = hashlib.sha256(pinned).hexdigest()
-        text, count = re.subn(r"\[amd64\]=[0-9a-f]{64}", f"[amd64]={digest}", step.read_text(encoding="utf-8"))
-        assert count == 1, "steps/observability.sh pins no amd64 node exporter"
-        step.write_text(text, encoding="utf-8")
+        self.repin("steps/observability.sh", r"\[amd64\]=[0-9a-f]{64}", f"[amd64]={hashlib.sha256(pinned).hexdigest()}")
+
+    def repin(self, script: str, pattern: str, replacement: str) -> None:
+        """Replace the one match of ``pattern`` in the copy's ``script``; render ``on_create.sh`` again.
+
+        The copy's ``on_create.sh`` gets the copy's checksums, as mlcluster renders it for what it uploads.
+        """
+        path = self.lifecycle / script
+        text, count = re.subn(pattern, replacement, path.read_text(encoding="utf-8"), flags=re.M)
+        assert count == 1, f"{script}: {pattern!r} matches {count} times"
+        path.write_text(text, encoding="utf-8")
         template = (HYPERPOD_DIR / ENTRYPOINT).read_text(encoding="utf-8")
-        rendered = template.replace(MANIFEST_MARK + "\n", manifest(self.lifecycle))
-        _write(self.lifecycle / ENTRYPOINT, rendered, 0o755)
+        _write(self.lifecycle / ENTRYPOINT, template.replace(MANIFEST_MARK + "\n", manifest(self.lifecycle)), 0o755)
 
     def env(self) -> dict[str, str]:
         """The whole environment of a run (nothing inherited from the test process)."""

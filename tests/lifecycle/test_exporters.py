@@ -408,6 +408,33 @@ def test_hyperpod_node_of_the_older_lifecycle_hands_port_9100_to_the_pinned_expo
     assert "prometheus-node-exporter" not in hyperpod_enabled(sandbox)
 
 
+def test_hyperpod_neuron_node_gets_the_pinned_tools_and_neuron_monitor(tmp_path: Path) -> None:
+    sandbox = hyperpod_node(tmp_path, WORKER_IP)
+    (sandbox.root / "dev").mkdir()
+    (sandbox.root / "dev/neuron0").touch()
+    for name in ("neuron-monitor", "neuron-monitor-prometheus.py"):  # what aws-neuronx-tools ships
+        (sandbox.root / "opt/aws/neuron/bin").mkdir(parents=True, exist_ok=True)
+        (sandbox.root / "opt/aws/neuron/bin" / name).write_text("# aws-neuronx-tools (test copy)\n")
+    (sandbox.serve / "GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB").write_text("FPR=00FA2C1079260870A76D2C285749CAD8646D9185\n")
+    wheel = b"PK fake wheel"
+    (sandbox.serve / "prometheus_client-0.20.0-py3-none-any.whl").write_bytes(wheel)
+    sandbox.repin(
+        "steps/observability.sh", r"^PROMETHEUS_CLIENT_SHA256=.*$", f"PROMETHEUS_CLIENT_SHA256={sha256(wheel)}"
+    )
+    proc = sandbox.run("on_create.sh", "observability")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The version ParallelCluster's neuron step pins (pins.sh), from the repository whose key was checked.
+    version = re.search(r"aws-neuronx-tools=(\S+)", (PCLUSTER_DIR / "pins.sh").read_text())
+    assert version and f"aws-neuronx-tools={version[1]}*" in " ".join(sandbox.actions())
+    assert "neuron apt key verified: 00FA2C1079260870A76D2C285749CAD8646D9185" in sandbox.read(
+        "/var/log/provision/observability.log"
+    )
+    unit = sandbox.read("/etc/systemd/system/mlcluster-neuron-monitor.service")
+    assert UNIT_USER in unit and f"neuron-monitor-prometheus.py --port {PORTS['neuron']}" in unit
+    assert "mlcluster-neuron-monitor" in hyperpod_enabled(sandbox)
+    assert (sandbox.root / "opt/mlcluster/python/prometheus_client-0.20.0-py3-none-any.whl").read_bytes() == wheel
+
+
 def test_hyperpod_tampered_node_exporter_is_refused(tmp_path: Path) -> None:
     sandbox = hyperpod_node(tmp_path, CONTROLLER_IP, served=b"not the release")
     proc = sandbox.run("on_create.sh", "observability")

@@ -7,7 +7,9 @@
 # folder, a subfolder only mlc-exporter writes). Nodes with an EFA device: a timer writes the EFA port
 # counters there; the controller: a timer writes Slurm's node and job counts there. GPU nodes with
 # Docker: NVIDIA's DCGM exporter (port 9400), its image pinned by digest, run with mlc-exporter's uid
-# and no capabilities in its container. Ports and metric names: mlcluster/exporters.py.
+# and no capabilities in its container. Trainium and Inferentia nodes: neuron-monitor from
+# aws-neuronx-tools at the version ParallelCluster's neuron step pins, piped into its Prometheus front end
+# (port 9410). Ports and metric names: mlcluster/exporters.py.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -21,6 +23,18 @@ declare -A NODE_EXPORTER_SHA256=([amd64]=6809dd0b3ec45fd6e992c19071d6b5253aed3ea
 # Blackwell), as published by NVIDIA's registry; a pull whose content differs fails in Docker itself.
 DCGM_IMAGE=nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-ubuntu22.04@sha256:a7ad6547d4546eaf4dd5d6b4c0b4db4101e63ef7dc3cdff7f42b767d2c60b706
 DCGM_CONTAINER=mlcluster-dcgm-exporter
+# Neuron nodes: aws-neuronx-tools of Neuron SDK 2.28.0 (the version ParallelCluster's neuron step pins), from
+# the Neuron repository whose key has this fingerprint ("Amazon AWS Neuron <neuron-maintainers@amazon.com>"),
+# and prometheus_client 0.20.0 for its Prometheus front end: the PyPI wheel's SHA-256 as pinned by Spack
+# (py-prometheus-client) and in pip-compile lock files.
+NEURON_TOOLS_VERSION=2.28.23.0
+NEURON_KEY_URL=https://apt.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB
+NEURON_KEY_FINGERPRINT=00FA2C1079260870A76D2C285749CAD8646D9185
+NEURON_BIN=/opt/aws/neuron/bin
+PROMETHEUS_CLIENT_WHEEL=prometheus_client-0.20.0-py3-none-any.whl
+PROMETHEUS_CLIENT_URL=https://files.pythonhosted.org/packages/c7/98/745b810d822103adca2df8decd4c0bbe839ba7ad3511af3f0d09692fc0f0/prometheus_client-0.20.0-py3-none-any.whl
+PROMETHEUS_CLIENT_SHA256=cde524a85bce83ca359cc837f28b8c0db5cac7aa653a588fd7e84ba061c329e7
+PYTHON_DIR=/opt/mlcluster/python
 EXPORTER_USER=mlc-exporter
 EXPORTERS_DIR=/var/lib/mlcluster-exporters
 TEXTFILE_DIR=$EXPORTERS_DIR/textfile
@@ -213,6 +227,64 @@ EOF_UNIT
   converge_service mlcluster-dcgm-exporter "$SYSTEMD_DIR/mlcluster-dcgm-exporter.service" "$MLC_ROOT$DCGM_COUNTERS"
 }
 
+# neuron_tools : aws-neuronx-tools at the pinned version, from the Neuron repository (key checked by fingerprint).
+neuron_tools() {
+  local have codename
+  # shellcheck disable=SC2016  # ${Version} is a dpkg-query field
+  have=$(dpkg-query -W -f='${Version}' aws-neuronx-tools 2>/dev/null) || have=""
+  if [[ $have == "$NEURON_TOOLS_VERSION" || $have == "$NEURON_TOOLS_VERSION"[-.]* ]]; then
+    log "aws-neuronx-tools $have is installed"
+    return 0
+  fi
+  codename=$(sed -n 's/^VERSION_CODENAME=//p' "$MLC_ROOT/etc/os-release" | tr -d '"')
+  apt_key neuron "$NEURON_KEY_URL" "$NEURON_KEY_FINGERPRINT"
+  install_file "$MLC_ROOT/etc/apt/sources.list.d/neuron.list" 644 \
+    <<<"deb [signed-by=/etc/apt/keyrings/neuron.asc] https://apt.repos.neuron.amazonaws.com $codename main"
+  if [[ $FILE_CHANGED == true ]]; then
+    APT_UPDATED=false
+  fi
+  apt_update
+  retry 5 "install aws-neuronx-tools $NEURON_TOOLS_VERSION" apt-get "${APT_OPTIONS[@]}" install --allow-downgrades \
+    "aws-neuronx-tools=$NEURON_TOOLS_VERSION*"
+}
+
+neuron_monitor() {
+  local wheel=$PYTHON_DIR/$PROMETHEUS_CLIENT_WHEEL work
+  neuron_tools
+  [[ -f $MLC_ROOT$NEURON_BIN/neuron-monitor-prometheus.py ]] ||
+    die "$NEURON_BIN/neuron-monitor-prometheus.py is missing; aws-neuronx-tools $NEURON_TOOLS_VERSION ships it"
+  if [[ ! -f $MLC_ROOT$wheel ]]; then
+    work=$(mktemp -d "$TMP_DIR/prometheus-client.XXXXXX")
+    fetch_verified prometheus_client "$PROMETHEUS_CLIENT_URL" "$PROMETHEUS_CLIENT_SHA256" "$work/$PROMETHEUS_CLIENT_WHEEL"
+    mkdir -p "$MLC_ROOT$PYTHON_DIR"
+    chmod 644 "$work/$PROMETHEUS_CLIENT_WHEEL"
+    mv -f "$work/$PROMETHEUS_CLIENT_WHEEL" "$MLC_ROOT$wheel"
+    rm -rf "$work"
+    log "installed $PROMETHEUS_CLIENT_WHEEL in $PYTHON_DIR"
+  fi
+  unit mlcluster-neuron-monitor.service <<EOF_UNIT
+# Written by mlcluster: neuron-monitor piped into its Prometheus front end for the collector (port 9410).
+[Unit]
+Description=AWS Neuron monitor for Prometheus (mlcluster)
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+User=$EXPORTER_USER
+Group=$EXPORTER_USER
+Environment=PYTHONPATH=$wheel
+ExecStart=/bin/bash -c 'set -o pipefail; $NEURON_BIN/neuron-monitor | /usr/bin/python3 $NEURON_BIN/neuron-monitor-prometheus.py --port 9410'
+Restart=always
+RestartSec=10
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+$HARDENING
+
+[Install]
+WantedBy=multi-user.target
+EOF_UNIT
+  converge_service mlcluster-neuron-monitor "$SYSTEMD_DIR/mlcluster-neuron-monitor.service" "$MLC_ROOT$wheel"
+}
+
 main() {
   exporter_user
   # The Ubuntu package the older lifecycle installed would hold port 9100.
@@ -236,6 +308,10 @@ main() {
     else
       warn "the DCGM exporter runs in Docker, which is off (docker: false); GPU metrics are not exported"
     fi
+  fi
+  # Trainium and Inferentia: the Neuron driver's devices.
+  if compgen -G "$MLC_ROOT/dev/neuron[0-9]*" >/dev/null; then
+    neuron_monitor
   fi
   log "exporters ready as $EXPORTER_USER"
 }
