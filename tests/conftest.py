@@ -14,14 +14,24 @@ os.environ["CDK_CONTEXT_JSON"] = json.dumps(
     json.loads((Path(__file__).resolve().parent.parent / "cdk.json").read_text())["context"]
 )
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
+import botocore.loaders
+import botocore.session
 import pytest
 from filelock import FileLock
 
 from mlcluster.config import Environment, load_environment
 from tests.support import stack_templates, synth_examples, write_env
+
+# Every botocore session makes its own loader, which parses the service models
+# (EC2's alone is megabytes of JSON) again; moto resets boto3's default session
+# on every mock and the CLI makes a session per command, so the tests paid that
+# parse hundreds of times. One loader per data path for the whole test process,
+# as one session shares it between its clients: the files cannot change mid-run.
+botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)  # type: ignore[assignment]
 
 
 @pytest.fixture
