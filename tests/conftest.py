@@ -69,3 +69,11 @@ def example_templates(examples_outdir: Path) -> dict[str, dict[str, Any]]:
     from aws_cdk import cx_api
 
     return stack_templates(cx_api.CloudAssembly(str(examples_outdir)))
+
+
+@pytest.fixture(scope="session")
+def pcluster_templates(example_templates: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The stack templates of the ParallelCluster examples (``p5/Cluster``...), from :func:`example_templates`."""
+    from tests.pcluster.pcluster_support import PCLUSTER_EXAMPLES
+
+    return {path: t for path, t in example_templates.items() if path.split("/", 1)[0] in PCLUSTER_EXAMPLES}
