@@ -70,7 +70,7 @@ def main() -> int:
     pytest = shutil.which("pytest", path=str(Path(sys.executable).parent))
     start = time.perf_counter()
     run = subprocess.run(
-        [pytest or "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider"],
+        [pytest or "pytest", "-q", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-p", "no:cacheprovider"],
         cwd=ROOT,
         env=ENV,
         capture_output=True,
