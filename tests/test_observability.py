@@ -17,7 +17,7 @@ import pytest
 
 from mlcluster.app import build_app
 from mlcluster.config import ConfigError, Environment, load_environment
-from mlcluster.config.observability import is_accelerated, observability_enabled
+from mlcluster.config.observability import is_accelerated, observability_enabled, prometheus_enabled
 from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
 
 #: Metrics the dashboard and alarms may use: (namespace, metric) -> dimension names -> allowed fixed values.
@@ -140,7 +140,19 @@ def test_defaults(make_env: Callable[..., Environment]) -> None:
         ({"alarms": {"unhealthy_nodes": 0}}, "observability.alarms.unhealthy_nodes", "from 1"),
         ({"enabled": "yes"}, "observability.enabled", "expected true or false"),
         ({"enabled": False, "alarm_emails": ["a@b.io"]}, "observability.enabled", "only used when observability"),
-        ({"alarmz": {}}, "observability.alarmz", "allowed keys here: alarm_emails, alarms, enabled"),
+        (
+            {"prometheus": {"scrape_interval_seconds": 9}},
+            "observability.prometheus.scrape_interval_seconds",
+            "10",
+        ),
+        ({"prometheus": {"retention_days": 1096}}, "observability.prometheus.retention_days", "1095"),
+        ({"prometheus": {"retention_days": 0}}, "observability.prometheus.retention_days", "from 1"),
+        ({"prometheus": {"enabled": True}}, "observability.prometheus.enabled", "set observability.enabled: true"),
+        (
+            {"alarmz": {}},
+            "observability.alarmz",
+            "allowed keys here: alarm_emails, alarms, enabled, grafana, prometheus",
+        ),
     ],
 )
 def test_bad_values_name_key_and_allowed(
@@ -159,6 +171,20 @@ def test_edge_values_are_accepted(make_env: Callable[..., Environment]) -> None:
         alarms = {"lustre_free_capacity_percent": percent, "unhealthy_nodes": 1}
         obs = make_env({**MINIMAL, "observability": {"alarms": alarms, "alarm_emails": ["x@y.co"]}}).config
         assert obs.observability.alarms.lustre_free_capacity_percent == percent
+
+
+def test_prometheus_edges_are_accepted(make_env: Callable[..., Environment]) -> None:
+    """Off by default; on where the Observability stack is (explicitly, or by an accelerated cluster)."""
+    assert not prometheus_enabled(make_env({**MINIMAL, "cluster": pcluster("p5.48xlarge")}).config)
+    for low, high in ((10, 1), (300, 1095)):
+        prometheus = {"enabled": True, "scrape_interval_seconds": low, "retention_days": high}
+        env = make_env({**MINIMAL, "observability": {"enabled": True, "prometheus": prometheus}})
+        assert prometheus_enabled(env.config)
+        assert env.config.observability.prometheus.scrape_interval_seconds == low
+    env = make_env(
+        {**MINIMAL, "cluster": hyperpod("ml.p5.48xlarge"), "observability": {"prometheus": {"enabled": True}}}
+    )
+    assert prometheus_enabled(env.config)
 
 
 @pytest.mark.parametrize("key", ["logs", "dashboards", "alarms"])
@@ -344,7 +370,9 @@ def test_topic_is_encrypted_and_every_alarm_notifies_it(observability: dict[str,
 
 
 def test_event_rules_publish_through_a_role_limited_to_the_topic(observability: dict[str, dict[str, Any]]) -> None:
-    for name, template in observability.items():
+    for name, full in observability.items():
+        # The Grafana workspace's roles and policies are checked in tests/test_grafana.py.
+        template = {"Resources": {k: r for k, r in full["Resources"].items() if not k.startswith("Grafana")}}
         rules = resources(template, "AWS::Events::Rule")
         roles = {k: r["Properties"] for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
         if not rules:  # no forwarder without a rule to use it
@@ -396,11 +424,47 @@ def test_outputs_name_the_dashboards(observability: dict[str, dict[str, Any]]) -
             assert "ClusterDashboardUrl" not in outputs
 
 
+#: The examples that ask for a Prometheus workspace.
+PROMETHEUS = {
+    name for name in EXAMPLES if load_environment(ENVIRONMENTS / f"{name}.yaml").config.observability.prometheus.enabled
+}
+
+
+def test_prometheus_workspace_is_encrypted_kept_and_named_in_outputs(
+    observability: dict[str, dict[str, Any]],
+) -> None:
+    assert {"p5", "hyperpod", "trn1"} <= PROMETHEUS  # both backends, GPU and Neuron
+    for name, template in observability.items():
+        workspaces = {k: r for k, r in template["Resources"].items() if r["Type"] == "AWS::APS::Workspace"}
+        outputs = template["Outputs"]
+        if name not in PROMETHEUS:
+            assert not workspaces and "PrometheusRemoteWriteUrl" not in outputs, name
+            continue
+        ((logical, workspace),) = workspaces.items()
+        assert logical.startswith("Prometheus")  # the "Resource" child takes its parent's id
+        props = workspace["Properties"]
+        assert props["Alias"] == f"mlcluster-{name}"
+        assert props["WorkspaceConfiguration"] == {"RetentionPeriodInDays": 150}
+        key = props["KmsKeyArn"]["Fn::GetAtt"][0]
+        assert template["Resources"][key]["Type"] == "AWS::KMS::Key"
+        assert template["Resources"][key]["Properties"]["EnableKeyRotation"] is True
+        keeps = load_environment(ENVIRONMENTS / f"{name}.yaml").config.retention.keeps_data
+        assert workspace["DeletionPolicy"] == ("Retain" if keeps else "Delete"), name
+        write = outputs["PrometheusRemoteWriteUrl"]
+        assert write["Export"] == {"Name": f"{name}-PrometheusRemoteWriteUrl"}
+        parts = write["Value"]["Fn::Join"][1]
+        assert parts == [{"Fn::GetAtt": [logical, "PrometheusEndpoint"]}, "api/v1/remote_write"]
+        assert outputs["PrometheusWorkspaceId"]["Value"] == {"Fn::GetAtt": [logical, "WorkspaceId"]}
+        assert outputs["PrometheusQueryUrl"]["Value"] == {"Fn::GetAtt": [logical, "PrometheusEndpoint"]}
+
+
 def test_observability_outlives_the_cluster(observability: dict[str, dict[str, Any]]) -> None:
-    """Only the storage stack is referenced: deleting or replacing a cluster never touches this stack."""
+    """Only the storage (and, for log groups' key, network) stack is referenced: a cluster never touches this stack."""
     for name, template in observability.items():
         referenced = set(storage_references(template))
-        assert referenced == {f"{name}-Storage"}, (name, referenced)
+        # Log groups (the Grafana provisioning's) are encrypted with the environment key of the network stack.
+        expected = {f"{name}-Storage", f"{name}-Network"} if name == "p5" else {f"{name}-Storage"}
+        assert referenced == expected, (name, referenced)
 
 
 def storage_references(value: Any) -> list[str]:

@@ -31,6 +31,7 @@ from mlcluster.constructs.pcluster_cluster import (
     permissions_boundary,
     session_manager_policy,
 )
+from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints
 from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
@@ -69,11 +70,17 @@ class ClusterStack(cdk.Stack):
         environment: Environment,
         network: NetworkRef,
         storage: StorageStack,
+        prometheus: PrometheusEndpoints | None = None,
         **kwargs: Any,
     ) -> None:
-        """Build the cluster of ``environment`` on ``network`` and ``storage``."""
+        """Build the cluster of ``environment`` on ``network`` and ``storage``.
+
+        ``prometheus``: the environment's workspace, when it has one; the
+        collector on the head node or controller writes to it. Default: none.
+        """
         super().__init__(scope, construct_id, **kwargs)
         self.settings = environment
+        self.prometheus = prometheus
         cluster = environment.config.cluster
         if cluster.backend == "pcluster" and cluster.pcluster is not None:
             self._pcluster(cluster.pcluster, network, storage)

@@ -26,7 +26,10 @@ from aws_cdk.interfaces.aws_events import IRuleRef
 from constructs import Construct
 
 from mlcluster.config import Environment
-from mlcluster.stacks.common import export_output, removal_policy
+from mlcluster.config.observability import grafana_enabled, prometheus_enabled
+from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
+from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints, PrometheusWorkspace
+from mlcluster.stacks.common import export_output, log_retention, removal_policy
 from mlcluster.stacks.storage import StorageStack
 
 FSX = "AWS/FSx"
@@ -125,11 +128,62 @@ class ObservabilityStack(cdk.Stack):
         self.dashboard_url = console_url("dashboards/dashboard/", self.dashboard_name)
         export_output(self, environment, "DashboardUrl", self.dashboard_url, "CloudWatch dashboard of this environment")
         export_output(self, environment, "AlarmTopicArn", self.topic.topic_arn, "SNS topic the alarms notify")
+        self.prometheus: PrometheusEndpoints | None = None
+        self.grafana: GrafanaWorkspace | None = None
+        if prometheus_enabled(cfg):
+            self.prometheus = self._prometheus(environment)
+            if grafana_enabled(cfg):
+                self.grafana = self._grafana(environment, self.prometheus)
         if self.backend == "pcluster":
             url = console_url("dashboards/dashboard/", self.cluster_name, "-", cdk.Aws.REGION)
             export_output(
                 self, environment, "ClusterDashboardUrl", url, "ParallelCluster's own dashboard of the cluster"
             )
+
+    # -- Prometheus -------------------------------------------------------
+
+    def _prometheus(self, environment: Environment) -> PrometheusEndpoints:
+        """The environment's AMP workspace, encrypted with a key of its own, and its endpoints as outputs."""
+        settings = environment.config.observability.prometheus
+        policy = removal_policy(environment)
+        key = kms.Key(
+            self,
+            "MetricsKey",
+            description=f"mlcluster {environment.name}: encrypts the Prometheus workspace",
+            enable_key_rotation=True,
+            removal_policy=policy,
+        )
+        workspace = PrometheusWorkspace(
+            self,
+            "Prometheus",
+            environment_name=environment.name,
+            key=key,
+            retention_days=settings.retention_days,
+            removal_policy=policy,
+        )
+        endpoints = workspace.endpoints
+        export_output(
+            self, environment, "PrometheusWorkspaceId", workspace.workspace.attr_workspace_id, "AMP workspace"
+        )
+        export_output(
+            self, environment, "PrometheusRemoteWriteUrl", endpoints.remote_write_url, "where collectors write"
+        )
+        export_output(self, environment, "PrometheusQueryUrl", endpoints.query_url, "the workspace's query endpoint")
+        return endpoints
+
+    def _grafana(self, environment: Environment, prometheus: PrometheusEndpoints) -> GrafanaWorkspace:
+        """The Amazon Managed Grafana workspace over ``prometheus``, its URL as an output."""
+        workspace = GrafanaWorkspace(
+            self,
+            "Grafana",
+            environment_name=environment.name,
+            settings=environment.config.observability.grafana,
+            prometheus=prometheus,
+            removal_policy=removal_policy(environment),
+            log_retention=log_retention(environment),
+        )
+        export_output(self, environment, "GrafanaUrl", workspace.url, "Amazon Managed Grafana workspace (sign in)")
+        return workspace
 
     # -- topic ------------------------------------------------------------
 

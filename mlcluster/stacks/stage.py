@@ -94,6 +94,7 @@ class EnvironmentStage(cdk.Stage):
                 environment=environment,
                 network=self.network_stack.network,
                 storage=self.storage_stack,
+                prometheus=self.observability_stack.prometheus if self.observability_stack else None,
                 description=f"{description} ({cfg.cluster.backend} cluster {environment.cluster_name})",
             )
         tags = {"mlcluster:environment": environment.name, **cfg.tags}
