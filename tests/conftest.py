@@ -86,16 +86,18 @@ def pcluster_templates(example_templates: dict[str, dict[str, Any]]) -> dict[str
 LONGEST_FIRST = (
     "tests/test_day_two.py",
     "tests/lifecycle/test_hyperpod_isolation.py",
+    "tests/test_compliance.py",
     "tests/test_packaging.py",
     "tests/pcluster/test_pcluster_rehearsal.py",
-    "tests/test_compliance.py",
     "tests/test_examples.py",
     "tests/lifecycle/test_hyperpod_scripts.py",
-    "tests/test_observability.py",
-    "tests/constructs/test_lustre.py",
     "tests/test_day_two_cli.py",
-    "tests/lifecycle/test_hyperpod_on_create.py",
+    "tests/lifecycle/test_hyperpod_downloads.py",
     "tests/lifecycle/test_pcluster_node_rehearsal.py",
+    "tests/lifecycle/test_hyperpod_on_create.py",
+    "tests/test_day_two_guard.py",
+    "tests/lifecycle/test_hyperpod_backup.py",
+    "tests/constructs/test_lustre.py",
 )
 
 
