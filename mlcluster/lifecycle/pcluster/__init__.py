@@ -15,7 +15,7 @@ PCLUSTER_DIR = Path(__file__).parent
 ENTRY_SCRIPT = "run.sh"
 
 #: Every step, in the order ``run.sh`` runs them.
-STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron")
+STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron", "collector")
 
 #: Files every step needs: helpers, pins, and the per-user folder helper the steps install.
 SUPPORT_FILES = ("lib.sh", "pins.sh", "user_dirs.sh")

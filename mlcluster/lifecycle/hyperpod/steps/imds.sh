@@ -3,6 +3,8 @@
 # users' processes cannot take the instance role's credentials. An iptables rule on OUTPUT rejects
 # connections to 169.254.169.254 from every other user (owner match); a oneshot systemd unit puts
 # the rule back at every boot. Root keeps IMDS for HyperPod's agents and the lifecycle steps.
+# One exception is added by the collector step, when it runs: the metrics collector's user
+# (mlc-collector) signs its remote writes with the instance role (steps/collector.sh).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
