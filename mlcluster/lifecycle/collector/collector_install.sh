@@ -121,7 +121,8 @@ install_prometheus() {
     log "Prometheus ${PROMETHEUS_VERSION} is installed"
     return 0
   fi
-  install -d -m 0700 "${WORK_DIR}"
+  mkdir -p "${WORK_DIR}"
+  chmod 0700 "${WORK_DIR}"
   work="$(mktemp -d "${WORK_DIR}/XXXXXX")"
   # The pin is named on each call, so a reader (and tests/lifecycle/test_downloads_pinned.py) sees it.
   if [[ "${arch}" == amd64 ]]; then
@@ -130,8 +131,7 @@ install_prometheus() {
     fetch_verified "${PROMETHEUS_URL_BASE}/${name}.tar.gz" "${PROMETHEUS_SHA256_ARM64}" "${work}/${name}.tar.gz"
   fi
   tar -xzf "${work}/${name}.tar.gz" -C "${work}" "${name}/prometheus" || die "${name}.tar.gz holds no ${name}/prometheus"
-  install -d -m 0755 "${ROOT}${BIN_DIR}"
-  install -m 0755 "${work}/${name}/prometheus" "${ROOT}${BIN_DIR}/prometheus"
+  put "${BIN_DIR}/prometheus" 0755 <"${work}/${name}/prometheus"
   printf '%s %s\n' "${name}" "${want}" >"${marker}"
   rm -rf "${work}"
   log "installed Prometheus ${PROMETHEUS_VERSION} (${arch}) at ${BIN_DIR}/prometheus"
@@ -165,7 +165,8 @@ install_files() {
   gid="$(getent passwd "${USER_NAME}" | cut -d: -f4)"
   [[ -n "${uid}" && -n "${gid}" ]] || die "cannot find the uid and gid of ${USER_NAME}"
   [[ ! -L "${ROOT}${STATE_DIR}" ]] || die "${STATE_DIR} is a link; remove it, then run again"
-  install -d -m 0755 "${ROOT}${STATE_DIR}"
+  mkdir -p "${ROOT}${STATE_DIR}"
+  chmod 0755 "${ROOT}${STATE_DIR}"
   [[ "$(stat -c %u "${ROOT}${STATE_DIR}")" == "$(id -u)" ]] || die "${STATE_DIR} is not root's; remove it, then run again"
   state_dir "${STATE_DIR}/wal" 0700 "${uid}" "${gid}"
   state_dir "${STATE_DIR}/targets" 0755 "${uid}" "${gid}"
