@@ -19,6 +19,9 @@ What the renderer decides for you, and why:
   ``ssm:GetParameter*``), on the head and login nodes by default and on a
   queue only when it asks (compute nodes leave IMDS open to jobs); every
   role ParallelCluster creates carries the permissions boundary.
+- With a Prometheus workspace (``collector_policy_arn``), the head node
+  runs the metrics collector step and gets ``aps:RemoteWrite`` on that
+  workspace; no other node does.
 - Every node role may read the node scripts (``Iam.S3Access`` on the
   script prefix) and the S3 scripts of your own custom actions.
 - EFA follows the instance type unless set; the placement group is always
