@@ -220,6 +220,10 @@ CONFIG = Config(
         ("NodeName=a NodeAddr=10.0.0.1 State=FUTURE Partitions=gpu", []),
         ("NodeName=a NodeAddr=10.0.0.1 State=DOWN*+DRAIN Partitions=gpu", ["a"]),  # down but there: up == 0 shows it
         ("NodeName=a NodeAddr=ip-10-0-0-1 State=IDLE Partitions=gpu", ["a"]),  # a host name counts
+        # HyperPod: nodes named and addressed by host name, not cloud nodes.
+        ("NodeName=ip-10-1-4-190 NodeAddr=ip-10-1-4-190 State=IDLE Partitions=p5", ["ip-10-1-4-190"]),
+        ("NodeName=q-dy-c-1 NodeAddr=q-dy-c-1 State=IDLE+CLOUD Partitions=q", []),  # no instance yet
+        ("NodeName=q-dy-c-1 NodeAddr=10.0.0.9 State=IDLE+CLOUD+POWERING_UP Partitions=q", []),  # still booting
         ("NodeName=a NodeAddr= State=IDLE Partitions=gpu", []),
     ],
 )

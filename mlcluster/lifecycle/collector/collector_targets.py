@@ -12,7 +12,7 @@ address for jobs on ``all`` nodes; GPU or Neuron nodes for the ``gpu`` and
 ``neuron`` jobs, told apart by the instance type among the node's Slurm
 features (ParallelCluster lists it there) or else by its partitions. Nodes
 that have no instance behind them (powered down or powering down cloud nodes,
-future nodes, a cloud node whose address is still its name) are left out, so
+powering up, future nodes, a cloud node whose address is still its name) are left out, so
 a node that scales away stops being scraped and a new one is picked up on the
 next run. Each file is replaced atomically (a temporary file in the same
 folder, then a rename) and only when its content changes. When ``scontrol``
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Slurm node state flags of nodes with no instance behind them (or going away).
-GONE_FLAGS = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "FUTURE"})
+#: Slurm node state flags of nodes with no instance behind them, going away, or not booted yet.
+GONE_FLAGS = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "POWERING_UP", "FUTURE"})
 FIELD = re.compile(r"(?:^|\s)(NodeName|NodeAddr|State|Partitions|AvailableFeatures)=(\S*)")
 HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 
@@ -117,15 +117,18 @@ def load_config(path: Path) -> Config:
     )
 
 
-def _address(text: str, name: str) -> str | None:
-    """The node's address when it is one (an IP, or a host name other than the node's own name)."""
+def _address(text: str, name: str, cloud: bool) -> str | None:
+    """The node's address: an IP, or a host name (HyperPod's nodes are named and addressed ``ip-10-1-2-3``).
+
+    A cloud node (ParallelCluster) whose address is still its own name has no instance yet.
+    """
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
         pass
-    if text and text != name and HOSTNAME.fullmatch(text):
-        return text
-    return None
+    if not text or not HOSTNAME.fullmatch(text) or (cloud and text == name):
+        return None
+    return text
 
 
 def parse_nodes(text: str) -> list[Node]:
@@ -141,7 +144,7 @@ def parse_nodes(text: str) -> list[Node]:
         flags = set(fields.get("State", "").upper().replace("*", "").split("+"))
         if flags & GONE_FLAGS:
             continue
-        address = _address(fields.get("NodeAddr", ""), name)
+        address = _address(fields.get("NodeAddr", ""), name, "CLOUD" in flags)
         if address is None:
             continue
         nodes.append(
