@@ -60,7 +60,7 @@ PROVISIONING: dict[str, object] = {
     "fsx_mountname": "abcdefgh",
 }
 
-#: Test data: the real ``git ls-tree -r`` listings of the pinned Pyxis and nccl-tests commits.
+#: Test data: the real ``git ls-tree -r`` listings of the pinned Enroot, Pyxis and nccl-tests commits.
 DATA = Path(__file__).parent / "data"
 
 FSX_SOURCE = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
@@ -183,6 +183,11 @@ case ${args[0]} in
         nvidia-container-toolkit) provide "$pkg" nvidia-ctk nvidia-container-cli ;;
       esac
     done ;;
+  remove)
+    for p in "${args[@]:1}"; do
+      [[ -f $STUB_STATE/dpkg/$p ]] || { echo "E: Unable to locate package $p" >&2; exit 100; }
+      rm -f "$STUB_STATE/dpkg/$p" "$STUB_STATE/bin/$p"
+    done ;;
   *) echo "apt-get stub: unsupported: $*" >&2; exit 100 ;;
 esac
 """,
@@ -241,7 +246,7 @@ awk -F: -v OFS=: -v g="$3" -v n="$2" '$1 == g { split($4, m, ","); out = ""
   "$file" >"$file.new" && mv "$file.new" "$file"
 """,
     "iptables": r"""
-rules=$STUB_STATE/iptables.rules
+rules=$STUB_STATE/$name.rules
 touch "$rules"
 args=()
 for a in "$@"; do [[ $a == --wait ]] || args+=("$a"); done
@@ -251,6 +256,32 @@ case ${args[0]} in
   --insert) act "$@"; echo "$rule" >>"$rules" ;;
   *) exit 2 ;;
 esac
+""",
+    "ip6tables": r"""
+rules=$STUB_STATE/$name.rules
+touch "$rules"
+args=()
+for a in "$@"; do [[ $a == --wait ]] || args+=("$a"); done
+rule="${args[*]:1}"
+case ${args[0]} in
+  --check) grep -qxF -- "$rule" "$rules" ;;
+  --insert) act "$@"; echo "$rule" >>"$rules" ;;
+  *) exit 2 ;;
+esac
+""",
+    "setcap": r"""
+# The capabilities of each file are kept in STUB_STATE/caps (one file per path); -v compares.
+verify=false
+if [[ $1 == -v ]]; then verify=true; shift; fi
+state=$STUB_STATE/caps/${2//\//_}
+if $verify; then
+  [[ -f $state && $(cat "$state") == "$1" ]]
+  exit
+fi
+[[ -f $2 ]] || { echo "setcap: failed to set capabilities on file '$2' (No such file or directory)" >&2; exit 1; }
+act "$@"
+mkdir -p "$STUB_STATE/caps"
+echo "$1" >"$state"
 """,
     "ssh-keygen": r"""
 act "$@"
@@ -285,8 +316,24 @@ case $1 in
     dir=$2
     case $3 in
       checkout) echo "${*: -1}" >"$dir/.stub-head" ;;
-      rev-parse) echo "${STUB_GIT_HEAD:-$(cat "$dir/.stub-head")}" ;;
+      rev-parse)  # STUB_GIT_HEAD: every checkout (or only the one named STUB_GIT_HEAD_FOR) is at that commit
+        if [[ -n ${STUB_GIT_HEAD:-} && ${STUB_GIT_HEAD_FOR:-${dir##*/}} == "${dir##*/}" ]]; then
+          echo "$STUB_GIT_HEAD"
+        else
+          cat "$dir/.stub-head"
+        fi ;;
       ls-tree) cat "$dir/.stub-tree" ;;
+      config) echo "$4 $5" >>"$dir/.stub-config" ;;
+      submodule)
+        case $5 in
+          init) ;;
+          update)  # each gitlink of the tree, checked out at its commit (or at STUB_SUBMODULE_HEAD)
+            awk '$2 == "commit" { print $3, $4 }' "$dir/.stub-tree" | while read -r commit path; do
+              mkdir -p "$dir/$path"
+              echo "${STUB_SUBMODULE_HEAD:-$commit}" >"$dir/$path/.stub-head"
+            done ;;
+          *) exit 2 ;;
+        esac ;;
       *) exit 2 ;;
     esac ;;
   *) exit 2 ;;
@@ -300,10 +347,21 @@ printf 'pub:-:4096:1:ABCDEF:1:::-:::scESC::::::23::0:\nfpr:::::::::%s:\n' "$fpr"
 """,
     "make": r"""
 act "CPPFLAGS=${CPPFLAGS:-}" "$@"
-destdir="" install=false builddir=""
+destdir="" install=false builddir="" dir=""
+previous=""
 for a in "$@"; do
   case $a in DESTDIR=*) destdir=${a#DESTDIR=} ;; install) install=true ;; BUILDDIR=*) builddir=${a#BUILDDIR=} ;; esac
+  [[ $previous == -C ]] && dir=$a
+  previous=$a
 done
+if [[ ${dir##*/} == enroot ]]; then
+  if $install; then
+    mkdir -p "$destdir/usr/bin" "$STUB_STATE/bin"
+    for t in enroot enroot-mksquashovlfs enroot-aufs2ovlfs; do printf '#!/bin/sh\n' >"$destdir/usr/bin/$t"; chmod 755 "$destdir/usr/bin/$t"; done
+    ln -sf "$STUB_PKGBIN/enroot" "$STUB_STATE/bin/enroot"
+  fi
+  exit 0
+fi
 if [[ -n $builddir ]]; then
   mkdir -p "$builddir/verifiable"
   for t in all_reduce_perf all_gather_perf; do printf '#!/bin/sh\n' >"$builddir/$t"; chmod 755 "$builddir/$t"; done
@@ -444,6 +502,8 @@ class Sandbox:
             f"/dev/root / ext4 rw 0 0\n/dev/md0 {r}/opt/dlami/nvme ext4 rw 0 0\n"
             f"/dev/nvme1n1 {r}/opt/sagemaker ext4 rw 0 0\n",
         )
+        # The kernel has IPv6 (as on HyperPod's Ubuntu): the imds step restricts the IPv6 endpoint too.
+        _write(r / "proc/net/if_inet6", "00000000000000000000000000000001 01 80 10 80       lo\n")
         (r / "opt/dlami/nvme").mkdir(parents=True)
         (r / "opt/sagemaker").mkdir(parents=True)
         _write(r / "lib/systemd/system/dlami-nvme.service", "[Service]\nType=oneshot\n")

@@ -203,29 +203,14 @@ TREES = {
     # The metrics collector's installer, shipped next to both backends' scripts.
     "collector": (COLLECTOR_DIR, load(COLLECTOR_DIR)),
 }
-#: HyperPod steps another branch pins; they flip to passing when it merges (strict: then this mark must go).
-#: Known gaps, each with its reason: the case fails the walk, and strict xfail reports the day it passes.
-#: Enroot publishes its .deb files on GitHub releases without checksums, and this workplace cannot
-#: download them to compute one; the step needs a pinned SHA-256 (or a source build at a pinned commit).
-PINNED_ELSEWHERE = {"hyperpod/steps/enroot_pyxis.sh"}
 
 
 def cases() -> list[object]:
-    out: list[object] = []
-    for name, (folder, _) in TREES.items():
-        for path in sorted(folder.rglob("*.sh")):
-            case = f"{name}/{path.relative_to(folder)}"
-            marks = (
-                [
-                    pytest.mark.xfail(
-                        strict=True, reason="Enroot .deb not yet pinned (no published checksum; see PINNED_ELSEWHERE)"
-                    )
-                ]
-                if case in PINNED_ELSEWHERE
-                else []
-            )
-            out.append(pytest.param(name, path, id=case, marks=marks))
-    return out
+    return [
+        pytest.param(name, path, id=f"{name}/{path.relative_to(folder)}")
+        for name, (folder, _) in TREES.items()
+        for path in sorted(folder.rglob("*.sh"))
+    ]
 
 
 @pytest.mark.parametrize(("tree", "path"), cases())

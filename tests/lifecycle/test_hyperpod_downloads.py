@@ -1,8 +1,9 @@
 """Issue 17, item 8 for the HyperPod steps: downloads are pinned and verified before use.
 
-Repository keys are checked by fingerprint, Pyxis and nccl-tests by commit and by the SHA-256 of
-their file list (``git ls-tree -r``, which carries every file's content hash). A tampered download
-stops the step with a message naming the artifact, and nothing of it is installed or built.
+Repository keys are checked by fingerprint; Enroot, Pyxis and nccl-tests by commit and by the SHA-256
+of their file list (``git ls-tree -r``, which carries every file's content hash), and Enroot's
+submodules by the commits that list records. A tampered download stops the step with a message
+naming the artifact, and nothing of it is installed or built.
 """
 
 from __future__ import annotations
@@ -60,16 +61,17 @@ def test_a_pyxis_checkout_with_changed_files_is_not_built(tmp_path: Path) -> Non
     log = sandbox.read("/var/log/provision/enroot_pyxis.log")
     assert "pyxis v0.20.0 from https://github.com/NVIDIA/pyxis.git does not match its pin" in log
     assert "refusing to build it" in log
-    assert not any(a.startswith("make ") for a in sandbox.actions())
+    assert not any(a.startswith("make ") and "/pyxis" in a for a in sandbox.actions())
     assert not (sandbox.root / "usr/local/lib/slurm/spank_pyxis.so").exists()
 
 
 def test_a_pyxis_checkout_at_another_commit_is_not_built(tmp_path: Path) -> None:
     sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
-    result = sandbox.run("on_create.sh", "add_users", "enroot_pyxis", STUB_GIT_HEAD="f" * 40)
+    result = sandbox.run("on_create.sh", "add_users", "enroot_pyxis", STUB_GIT_HEAD="f" * 40, STUB_GIT_HEAD_FOR="pyxis")
     assert result.returncode != 0
-    assert f"(commit {'f' * 40}, tree sha256" in sandbox.read("/var/log/provision/enroot_pyxis.log")
-    assert not any(a.startswith("make ") for a in sandbox.actions())
+    log = sandbox.read("/var/log/provision/enroot_pyxis.log")
+    assert f"pyxis v0.20.0 from https://github.com/NVIDIA/pyxis.git does not match its pin (commit {'f' * 40}" in log
+    assert not any(a.startswith("make ") and "/pyxis" in a for a in sandbox.actions())
 
 
 def test_tampered_nccl_tests_are_not_built(tmp_path: Path) -> None:
@@ -88,3 +90,129 @@ def test_nodes_without_a_gpu_build_no_nccl_tests(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout
     assert "no NVIDIA GPU on this node; nccl-tests are not built" in sandbox.read("/var/log/provision/nccl_tests.log")
     assert sandbox.actions() == []
+
+
+# ---------------------------------------------------------------- Enroot, built from its pinned commit
+
+ENROOT_COMMIT = "c7dc4a6b66e817af5ceb7d5315850696067b3f80"  # what tag v3.5.0 of NVIDIA/enroot points to
+ENROOT_TREE = "cde574b252c02359ead0bd74c664bc9ba3cbad7a13831f6f4c6b209e1c8b1433"
+ENROOT_SUBMODULES = {  # the gitlinks of that tree
+    "deps/linux-headers": "c79004ad7f82165c86396b11bc6958ee53febb63",
+    "deps/makeself": "5742be6410bfad2c619fb1e98bf795e8fa0913c7",
+    "deps/musl": "0784374d561435f7c787a555aeab8ede699ed298",
+}
+ENROOT_TOOLS = ("enroot", "enroot-mksquashovlfs", "enroot-aufs2ovlfs")
+
+
+def index(actions: list[str], prefix: str) -> int:
+    return next(i for i, action in enumerate(actions) if action.startswith(prefix))
+
+
+def enroot_run(sandbox: Sandbox, **env: str) -> tuple[int, str]:
+    result = sandbox.run("on_create.sh", "add_users", "enroot_pyxis", **env)
+    return result.returncode, sandbox.read("/var/log/provision/enroot_pyxis.log")
+
+
+def assert_no_enroot_installed(sandbox: Sandbox) -> None:
+    actions = sandbox.actions()
+    assert not any(a.startswith("make ") and "/enroot " in a for a in actions)
+    assert not any(a.startswith("setcap ") for a in actions)
+    assert not any(a.startswith("curl ") for a in actions)  # no fallback download of the .deb either
+    for tool in ENROOT_TOOLS:
+        assert not (sandbox.root / "usr/bin" / tool).exists()
+    assert not (sandbox.root / "var/lib/mlcluster/enroot.version").exists()
+
+
+def test_enroot_is_built_from_its_pinned_commit_and_submodules_with_the_release_caps(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    code, log = enroot_run(sandbox)
+    assert code == 0, log
+    actions = sandbox.actions()
+    clone = index(actions, "git clone --quiet --no-checkout https://github.com/NVIDIA/enroot.git ")
+    checkout = index(actions, "git -C ")
+    assert clone < checkout and actions[checkout].endswith(f"/enroot checkout --quiet --detach {ENROOT_COMMIT}")
+    assert f"enroot 3.5.0 verified at {ENROOT_COMMIT} (tree sha256 {ENROOT_TREE})" in log
+    assert any(a.endswith("/enroot config submodule.deps/musl.url https://git.musl-libc.org/git/musl") for a in actions)
+    for path, commit in ENROOT_SUBMODULES.items():
+        assert f"enroot 3.5.0: submodule {path} verified at {commit}" in log
+    build, install = (a for a in actions if a.startswith("make ") and "/enroot " in a)
+    layout = "prefix= exec_prefix=/usr datarootdir=/usr/share"
+    assert build.startswith("make CPPFLAGS=-DALLOW_SPECULATION -DINHERIT_FDS -C ") and build.endswith(f" {layout}")
+    assert install.endswith(f" install {layout} DESTDIR={sandbox.root}")
+    assert index(actions, "git -C ") < actions.index(build) < actions.index(install)
+    # What `make setcap` and the enroot+caps package grant, after the install.
+    assert [a for a in actions if a.startswith("setcap ")] == [
+        f"setcap cap_sys_admin+pe {sandbox.root}/usr/bin/enroot-mksquashovlfs",
+        f"setcap cap_sys_admin,cap_mknod+pe {sandbox.root}/usr/bin/enroot-aufs2ovlfs",
+    ]
+    assert sandbox.read("/var/lib/mlcluster/enroot.version") == f"3.5.0 {ENROOT_COMMIT}\n"
+    assert not any(a.startswith("curl ") for a in actions)
+
+
+def test_an_enroot_checkout_with_changed_files_is_refused_and_nothing_installed(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path / "node", ips=CONTROLLER_IP)
+    code, log = enroot_run(sandbox, STUB_GIT_DATA=str(tampered_git_data(tmp_path, "enroot")))
+    assert code != 0
+    assert (
+        f"enroot 3.5.0 from https://github.com/NVIDIA/enroot.git does not match its pin (commit {ENROOT_COMMIT}" in log
+    )
+    assert f"expected {ENROOT_COMMIT}, {ENROOT_TREE}); refusing to build it" in log
+    assert_no_enroot_installed(sandbox)
+
+
+def test_an_enroot_checkout_at_another_commit_is_refused(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    code, log = enroot_run(sandbox, STUB_GIT_HEAD="f" * 40, STUB_GIT_HEAD_FOR="enroot")
+    assert code != 0
+    assert f"enroot 3.5.0 from https://github.com/NVIDIA/enroot.git does not match its pin (commit {'f' * 40}" in log
+    assert_no_enroot_installed(sandbox)
+
+
+def test_an_enroot_submodule_at_another_commit_is_refused(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    code, log = enroot_run(sandbox, STUB_SUBMODULE_HEAD="e" * 40)
+    assert code != 0
+    commit = ENROOT_SUBMODULES["deps/linux-headers"]
+    assert (
+        f"enroot 3.5.0: submodule deps/linux-headers is at commit {'e' * 40}, not {commit} as the pinned tree "
+        "records; refusing to build it"
+    ) in log
+    assert_no_enroot_installed(sandbox)
+
+
+def test_an_unreachable_enroot_repository_is_retried_then_stops_the_step(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    code, log = enroot_run(sandbox, STUB_FAIL="git")
+    assert code != 0
+    assert "clone enroot 3.5.0: attempt 1/3 failed, retrying in 0s" in log
+    assert "clone enroot 3.5.0: still failing after 3 attempt(s), giving up" in log
+    assert_no_enroot_installed(sandbox)
+
+
+def test_a_second_run_rebuilds_nothing_and_only_restores_lost_capabilities(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    assert enroot_run(sandbox)[0] == 0
+    done = len(sandbox.actions())
+    code, log = enroot_run(sandbox)
+    assert code == 0
+    assert sandbox.actions()[done:] == []
+    assert f"enroot 3.5.0 ({ENROOT_COMMIT}) is installed" in log
+    # Someone cleared a capability (setcap -r): the next run grants it again, without a rebuild.
+    (sandbox.state / f"caps/{str(sandbox.root / 'usr/bin/enroot-aufs2ovlfs').replace('/', '_')}").unlink()
+    done = len(sandbox.actions())
+    assert enroot_run(sandbox)[0] == 0
+    assert sandbox.actions()[done:] == [f"setcap cap_sys_admin,cap_mknod+pe {sandbox.root}/usr/bin/enroot-aufs2ovlfs"]
+
+
+def test_a_packaged_enroot_is_removed_before_the_pinned_build(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    (sandbox.state / "dpkg").mkdir()
+    (sandbox.state / "dpkg/enroot").write_text("3.4.1-1\n")  # an older .deb; no enroot+caps
+    code, log = enroot_run(sandbox)
+    assert code == 0, log
+    actions = sandbox.actions()
+    remove = next(i for i, a in enumerate(actions) if a.startswith("apt-get ") and " remove " in a)
+    assert actions[remove].endswith(" remove enroot")
+    assert remove < next(i for i, a in enumerate(actions) if a.startswith("make ") and "/enroot " in a)
+    assert "removing the packaged enroot before installing the pinned build" in log
+    assert not (sandbox.state / "dpkg/enroot").exists()

@@ -463,3 +463,27 @@ git_pinned() {
   fi
   log "$name verified at $commit (tree sha256 $tree)"
 }
+
+# git_submodules_pinned NAME DEST [PATH=URL...] : check out the submodules of DEST (a git_pinned
+# checkout) at the commits its tree records, and check each one. Those commits are gitlink entries
+# of the tree whose SHA-256 git_pinned checked, so they are pinned with it; git fetches them by id
+# and fails when the remote lacks them. PATH=URL fetches a submodule from another address of the
+# same repository than .gitmodules names: the commit check makes the address a matter of reach,
+# not of trust. A submodule at another commit stops the step, naming it.
+git_submodules_pinned() {
+  local name=$1 dest=$2 override _mode type commit path head
+  shift 2
+  git -C "$dest" submodule --quiet init
+  for override in "$@"; do
+    git -C "$dest" config "submodule.${override%%=*}.url" "${override#*=}"
+  done
+  retry 5 "fetch the submodules of $name" git -C "$dest" submodule --quiet update
+  while read -r _mode type commit path; do
+    [[ $type == commit ]] || continue
+    head=$(git -C "$dest/$path" rev-parse HEAD 2>/dev/null) || head=none
+    if [[ $head != "$commit" ]]; then
+      die "$name: submodule $path is at commit $head, not $commit as the pinned tree records; refusing to build it"
+    fi
+    log "$name: submodule $path verified at $commit"
+  done < <(git -C "$dest" ls-tree -r --full-tree HEAD)
+}

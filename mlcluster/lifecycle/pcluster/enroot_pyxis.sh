@@ -2,9 +2,15 @@
 # Enroot and Pyxis: `srun --container-image=...` for containerized Slurm jobs.
 #
 # ParallelCluster AMIs (3.11 and later, and custom AMIs built from them) ship
-# Enroot and Pyxis but leave Pyxis disabled. Enroot is never downloaded here
-# (we found no published checksum to pin its packages to); Pyxis is built from its
-# pinned commit only when the AMI lacks it. Every node gets:
+# Enroot and Pyxis but leave Pyxis disabled. Enroot comes with the image: the
+# cookbook installs it when the AMI is built (aws-parallelcluster-cookbook,
+# aws-parallelcluster-platform recipes/install.rb, resource `enroot`: NVIDIA's
+# enroot and enroot+caps packages from ParallelCluster's regional artifacts
+# bucket, archives/dependencies/enroot/), only when the build enables NVIDIA
+# software, as the official AMIs do; no recipe installs it at node boot. So the
+# image is what Enroot is trusted through, and it is never downloaded here (a
+# custom AMI built without NVIDIA software stops this step with a message).
+# Pyxis is built from its pinned commit only when the AMI lacks it. Every node gets:
 #
 # - an enroot.conf whose runtime, cache, data and temporary folders are
 #   per-user folders under root-owned 0755 roots (/run/enroot, and

@@ -1,13 +1,31 @@
 #!/usr/bin/env bash
-# Step enroot_pyxis: install Enroot (container runtime) with all its paths on local NVMe, build
-# the Pyxis Slurm plugin (srun --container-image) against HyperPod's Slurm, and register it in
-# plugstack.conf. Runs on every node: srun loads the plugin wherever jobs are submitted.
+# Step enroot_pyxis: build Enroot (container runtime) from its pinned commit, with all its paths on
+# local NVMe, build the Pyxis Slurm plugin (srun --container-image) against HyperPod's Slurm, and
+# register it in plugstack.conf. Runs on every node: srun loads the plugin wherever jobs are submitted.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 load_node_env
 
+# Enroot is built from source at the commit of tag v3.5.0 (a lightweight tag on NVIDIA/enroot),
+# pinned by commit and by the SHA-256 of its file list with content hashes: NVIDIA publishes no
+# checksum for its release .deb files, and none could be confirmed from two public sources. Its
+# three submodules (deps/makeself, deps/musl, deps/linux-headers) are pinned by the commits that
+# tree records (gitlinks, covered by ENROOT_TREE_SHA256); git_submodules_pinned checks each one.
+# musl's .gitmodules address is git:// (unencrypted, port 9418 often closed): the same repository
+# is fetched over https; the commit check is what makes it trusted.
 ENROOT_VERSION=3.5.0
+ENROOT_URL=https://github.com/NVIDIA/enroot.git
+ENROOT_COMMIT=c7dc4a6b66e817af5ceb7d5315850696067b3f80
+ENROOT_TREE_SHA256=cde574b252c02359ead0bd74c664bc9ba3cbad7a13831f6f4c6b209e1c8b1433
+ENROOT_SUBMODULE_URLS=(deps/musl=https://git.musl-libc.org/git/musl)
+# The layout of NVIDIA's .deb (pkg/deb/rules): /usr/bin, /usr/lib/enroot, /etc/enroot, /usr/share/enroot.
+ENROOT_LAYOUT=(prefix= exec_prefix=/usr datarootdir=/usr/share)
+# The standard flavour's compile flags (pkg/debbuild), as the enroot .deb was built.
+ENROOT_CPPFLAGS="-DALLOW_SPECULATION -DINHERIT_FDS"
+# What `make setcap` (and the enroot+caps package) grants, so users can import and convert images.
+ENROOT_CAPS=("enroot-mksquashovlfs=cap_sys_admin+pe" "enroot-aufs2ovlfs=cap_sys_admin,cap_mknod+pe")
+
 PYXIS_VERSION=v0.20.0
 # Pyxis is built from source pinned by commit and by the SHA-256 of its file list with content hashes.
 PYXIS_URL=https://github.com/NVIDIA/pyxis.git
@@ -17,24 +35,46 @@ PYXIS_SO=/usr/local/lib/slurm/spank_pyxis.so
 PYXIS_CONF_REAL=$SLURM_ETC_REAL/plugstack.conf.d/pyxis.conf
 
 install_enroot() {
-  local have want="$ENROOT_VERSION-1" arch download file
-  # shellcheck disable=SC2016  # ${Version} is a dpkg-query field
-  have=$(dpkg-query -W -f='${Version}' enroot 2>/dev/null) || have=""
-  if [[ $have == "$want" ]]; then
-    log "enroot $want is installed"
+  local stamp="$STATE_DIR/enroot.version" want="$ENROOT_VERSION $ENROOT_COMMIT" build package packaged=()
+  # Run-time dependencies: the Depends and Recommends of NVIDIA's .deb, and the optional fuse tools.
+  apt_install curl gawk jq squashfs-tools parallel zstd bsdmainutils pigz fuse-overlayfs squashfuse
+  if [[ -x $MLC_ROOT/usr/bin/enroot && -f $stamp && $(<"$stamp") == "$want" ]]; then
+    log "enroot $ENROOT_VERSION ($ENROOT_COMMIT) is installed"
     return 0
   fi
-  apt_install squashfs-tools parallel fuse-overlayfs squashfuse curl
-  arch=$(dpkg --print-architecture)
-  download=$(mktemp -d "$TMP_DIR/enroot.XXXXXX")
-  for file in "enroot_${want}_$arch.deb" "enroot+caps_${want}_$arch.deb"; do
-    retry 5 "download $file" curl -fsSL -o "$download/$file" \
-      "https://github.com/NVIDIA/enroot/releases/download/v$ENROOT_VERSION/$file"
+  # A packaged Enroot (from an older lifecycle or the image) owns the same files and would take them back.
+  for package in enroot+caps enroot; do
+    if is_installed "$package"; then
+      packaged+=("$package")
+    fi
   done
-  apt_update
-  retry 5 "install enroot $want" apt-get "${APT_OPTIONS[@]}" install \
-    "$download/enroot_${want}_$arch.deb" "$download/enroot+caps_${want}_$arch.deb"
-  rm -rf "$download"
+  if ((${#packaged[@]} > 0)); then
+    log "removing the packaged ${packaged[*]} before installing the pinned build"
+    retry 5 "remove ${packaged[*]}" apt-get "${APT_OPTIONS[@]}" remove "${packaged[@]}"
+  fi
+  # Build dependencies (doc/installation.md of v3.5.0).
+  apt_install git gcc make libcap2-bin libtool automake libmd-dev
+  build=$(mktemp -d "$TMP_DIR/enroot.XXXXXX")
+  git_pinned "enroot $ENROOT_VERSION" "$ENROOT_URL" "$ENROOT_COMMIT" "$ENROOT_TREE_SHA256" "$build/enroot"
+  git_submodules_pinned "enroot $ENROOT_VERSION" "$build/enroot" "${ENROOT_SUBMODULE_URLS[@]}"
+  # Built without DESTDIR first: the enroot script records its configuration folder at build time.
+  CPPFLAGS="$ENROOT_CPPFLAGS" make -C "$build/enroot" "${ENROOT_LAYOUT[@]}"
+  CPPFLAGS="$ENROOT_CPPFLAGS" make -C "$build/enroot" install "${ENROOT_LAYOUT[@]}" DESTDIR="$MLC_ROOT"
+  rm -rf "$build"
+  install_file "$stamp" 644 <<<"$want"
+  log "enroot $ENROOT_VERSION built from $ENROOT_COMMIT and installed"
+}
+
+# The capabilities `make setcap` sets (what the enroot+caps package does), set again when missing.
+grant_enroot_caps() {
+  local item tool caps
+  for item in "${ENROOT_CAPS[@]}"; do
+    tool="$MLC_ROOT/usr/bin/${item%%=*}" caps=${item#*=}
+    if ! setcap -v "$caps" "$tool" >/dev/null 2>&1; then
+      setcap "$caps" "$tool"
+      log "granted $caps to ${tool#"$MLC_ROOT"}"
+    fi
+  done
 }
 
 # Enroot's runtime, cache, data and temp folders: one 0700 folder per user, owned by the user, under
@@ -104,6 +144,7 @@ configure_slurm() {
 
 main() {
   install_enroot
+  grant_enroot_caps
   configure_enroot
   install_pyxis
   configure_slurm
