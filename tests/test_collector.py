@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,9 @@ from mlcluster.collector import (
 from mlcluster.config.hyperpod import HyperPodConfig, WorkerGroupConfig
 from mlcluster.config.pcluster import ComputeResourceConfig, PclusterConfig, QueueConfig
 from mlcluster.exporters import EXPORTERS, Exporter
+from mlcluster.lifecycle.collector import COLLECTOR_FILES
+from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 
 COMMON: dict[str, Any] = {
     "cluster_name": "ml",
@@ -121,3 +126,21 @@ def test_hyperpod_partitions_default_to_the_group_name() -> None:
     inputs = hyperpod_inputs(cfg, **COMMON)
     assert inputs.head_label == "controller"
     assert inputs.partitions == {"p5": ("gpu",), "trn-workers": ("neuron",)}
+
+
+def _shell_array(path: Path, name: str) -> set[str]:
+    match = re.search(rf"^(?:readonly )?{name}=\(([^)]*)\)", path.read_text(), flags=re.M)
+    assert match, f"{path}: no {name}=(...)"
+    return set(match.group(1).split())
+
+
+def test_the_node_scripts_fetch_and_trust_exactly_the_collectors_files() -> None:
+    """run.sh downloads what the collector step needs; on_create.sh leaves only the rendered files out of its manifest."""
+    assert _shell_array(PCLUSTER_DIR / "run.sh", "COLLECTOR_FILES") == {
+        *COLLECTOR_FILES,
+        CONFIG_FILE,
+        TARGETS_CONFIG_FILE,
+    }
+    generated = _shell_array(HYPERPOD_DIR / "on_create.sh", "GENERATED_FILES")
+    assert {CONFIG_FILE, TARGETS_CONFIG_FILE} <= generated
+    assert not set(COLLECTOR_FILES) & generated  # the scripts are checked against the manifest
