@@ -4,7 +4,10 @@
   exporter contract's jobs from their file_sd files at the file's interval, and
   remote-writes with SigV4 to the Observability stack's workspace endpoint.
 - Only the head node (ParallelCluster) or the controller's role (HyperPod) may
-  ``aps:RemoteWrite``, on that workspace only; no other statement names ``aps:``.
+  ``aps:RemoteWrite``, on that workspace only; no other statement names ``aps:``;
+  the IAM-calls gate reads the collector's remote write from the uploaded
+  configuration and checks it against that node's role (and finds it missing
+  when the grant is broken).
 - The collector's node group reaches every exporter port on every node group
   through security groups, and no rule admits those ports from an address range;
   breaking either fails the proof with a message naming it.
@@ -20,6 +23,7 @@ import pytest
 import yaml
 
 from mlcluster.analysis.assembly import Assembly
+from mlcluster.analysis.iam_calls import check_environment, workspace_arn
 from mlcluster.analysis.reachability import exporter_problems
 from mlcluster.collector import CONFIG_FILE, TARGETS_CONFIG_FILE, TARGETS_DIR, targets_file
 from mlcluster.config import load_environments
@@ -210,3 +214,55 @@ def test_a_wider_or_missing_rule_fails_the_proof(
 def test_an_unknown_collector_group_is_named(examples: Assembly) -> None:
     (problem,) = exporter_problems(examples, "p5", "login pool nope", PORTS)
     assert "no node group named 'login pool nope'" in problem
+
+
+@pytest.mark.parametrize("env", WITH_PROMETHEUS)
+def test_the_iam_calls_gate_checks_the_collectors_remote_write_on_its_node_only(examples: Assembly, env: str) -> None:
+    report = check_environment(examples, env)
+    writers = {group for group, calls in report.calls.items() if any("aps:RemoteWrite" in c.actions for c in calls)}
+    assert writers == {f"{env}: {collector_group(env)}"}
+    assert report.findings == []
+
+
+def remote_write_elsewhere(t: Templates) -> None:
+    policy = one(t, "p5/Cluster", "AWS::IAM::ManagedPolicy", lambda k, r: "aps:" in json.dumps(r))
+    policy["Properties"]["PolicyDocument"]["Statement"][0]["Resource"] = (
+        "arn:aws:aps:us-west-2:111122223333:workspace/x"
+    )
+
+
+def controller_policy_detached(t: Templates) -> None:
+    policy = one(t, "hyperpod/Cluster", "AWS::IAM::ManagedPolicy", lambda k, r: "aps:" in json.dumps(r))
+    policy["Properties"]["Roles"] = []
+
+
+@pytest.mark.parametrize(
+    ("env", "change"),
+    [("p5", remote_write_elsewhere), ("hyperpod", controller_policy_detached)],
+    ids=["p5", "hyperpod"],
+)
+def test_a_missing_remote_write_grant_is_found(
+    broken: Callable[[Callable[[Templates], object]], Assembly], env: str, change: Callable[[Templates], None]
+) -> None:
+    (finding,) = check_environment(broken(change), env).findings
+    text = str(finding)
+    assert f"{env}: {collector_group(env)}: collector.yml:0" in text
+    assert f"needs aps:RemoteWrite on ${{{env}/Observability|" in text
+
+
+@pytest.mark.parametrize(
+    ("url", "arn"),
+    [
+        (
+            "${p5/Observability|Prometheus2BCCDD01.PrometheusEndpoint}api/v1/remote_write",
+            "${p5/Observability|Prometheus2BCCDD01.Arn}",
+        ),
+        (
+            "https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-0a1b2c3d/api/v1/remote_write",
+            "arn:${AWS::Partition}:aps:eu-west-1:${AWS::AccountId}:workspace/ws-0a1b2c3d",
+        ),
+        ("https://example.com/push", "https://example.com/push"),  # not a workspace: no grant can cover it
+    ],
+)
+def test_workspace_arn_of_a_remote_write_url(url: str, arn: str) -> None:
+    assert workspace_arn(url) == arn
