@@ -124,6 +124,7 @@ def test_wheel_installs_and_works_in_an_external_app(tmp_path: Path) -> None:
         "mlcluster/py.typed",
         "mlcluster/lifecycle/hyperpod/on_create.sh",
         "mlcluster/handlers/hyperpod_cluster/app.py",
+        "mlcluster/handlers/grafana_provisioner/app.py",
     ):
         assert shipped in names, f"the wheel lacks {shipped}"
     assert not any(name.startswith(("tests/", "tools/", "environments/")) for name in names)

@@ -29,7 +29,7 @@ USEFUL_OUTPUTS = {
     "Cluster": ("ClusterName", "HeadNodePrivateIp", "ValidationMessages"),
     "Storage": ("DataBucketName", "LustreFileSystemId", "LustreDnsName", "LustreMountName", "OpenZfsDnsName"),
     "Network": ("VpcId", "SecurityGroupId"),
-    "Observability": ("DashboardUrl", "ClusterDashboardUrl", "AlarmTopicArn"),
+    "Observability": ("DashboardUrl", "ClusterDashboardUrl", "GrafanaUrl", "AlarmTopicArn"),
 }
 TASK_KINDS = {
     "IMPORT_METADATA_FROM_REPOSITORY": "import",

@@ -10,7 +10,7 @@ environment that turns those off cannot also ask for observability.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from mlcluster.config.schema import Issues, section, setting
 from mlcluster.pcluster.instance_types import lookup
@@ -85,6 +85,135 @@ class PrometheusConfig:
     )
 
 
+#: An IAM Identity Center (identity store) user or group id, as UpdatePermissions takes it (no ARN).
+IDENTITY_STORE_ID = r"(?:[0-9a-f]{10}-)?[A-Fa-f0-9]{8}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{12}"
+IDENTITY_STORE_ALLOWED = (
+    "allowed: IAM Identity Center ids such as '906718cc3a-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901' or "
+    "'1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901' (Identity Center console, Users or Groups, the user's or group's ID)"
+)
+#: A SAML assertion attribute name or a role value (the workspace's SAML settings take 1-256 characters).
+SAML_NAME = r"[^\s].{0,255}"
+
+
+@section
+class GrafanaSamlConfig:
+    """How an Amazon Managed Grafana workspace trusts a SAML identity provider."""
+
+    idp_metadata_url: str | None = setting(
+        default=None,
+        pattern=r"https://\S{1,2040}",
+        allowed="allowed: the https:// URL where the identity provider serves its SAML metadata",
+        doc="where the identity provider serves its metadata (give this or idp_metadata_xml)",
+    )
+    idp_metadata_xml: str | None = setting(
+        default=None,
+        pattern=r"\s*<(?s:.*)>\s*",
+        allowed="allowed: the identity provider's SAML metadata document (XML)",
+        doc="the identity provider's metadata document itself (give this or idp_metadata_url)",
+    )
+    role_attribute: str | None = setting(
+        default=None,
+        pattern=SAML_NAME,
+        allowed="allowed: the name of the SAML assertion attribute that carries the user's role, e.g. 'role'",
+        doc="the assertion attribute whose values say which Grafana role a user gets",
+    )
+    admin_role_values: tuple[str, ...] = setting(
+        default=(),
+        pattern=SAML_NAME,
+        allowed="allowed: values of role_attribute, 1-256 characters each",
+        doc="values of role_attribute that make a user a Grafana Admin (at least one)",
+    )
+    editor_role_values: tuple[str, ...] = setting(
+        default=(),
+        pattern=SAML_NAME,
+        allowed="allowed: values of role_attribute, 1-256 characters each",
+        doc="values of role_attribute that make a user a Grafana Editor (others are Viewers)",
+    )
+
+    def check(self, issues: Issues) -> None:
+        if self.idp_metadata_url is None and self.idp_metadata_xml is None:
+            issues.add(
+                "idp_metadata_url", None, "required: give idp_metadata_url or idp_metadata_xml (the IdP's metadata)"
+            )
+        if self.idp_metadata_url is not None and self.idp_metadata_xml is not None:
+            issues.add("idp_metadata_xml", "<xml>", "give idp_metadata_url or idp_metadata_xml, not both")
+        if self.role_attribute is None:
+            issues.add("role_attribute", None, "required: the assertion attribute that names the user's role")
+        if not self.admin_role_values:
+            issues.add(
+                "admin_role_values",
+                [],
+                "required: at least one value of role_attribute that makes a user a Grafana Admin "
+                "(without one nobody can administer the workspace)",
+            )
+        overlap = sorted(set(self.admin_role_values) & set(self.editor_role_values))
+        if overlap:
+            issues.add("editor_role_values", overlap, "a role value may be in admin_role_values or here, not both")
+
+
+@section
+class GrafanaConfig:
+    """An Amazon Managed Grafana workspace reading the Prometheus workspace, its data sources and dashboards as code."""
+
+    enabled: bool = setting(
+        default=False,
+        doc="an Amazon Managed Grafana workspace with the Prometheus data source and the dashboards provisioned "
+        "(needs prometheus.enabled)",
+    )
+    authentication: Literal["AWS_SSO", "SAML"] | None = setting(
+        default=None,
+        doc="how users sign in: AWS_SSO (IAM Identity Center, enabled in the account or its organization) or SAML "
+        "(`saml:` below); required when enabled",
+    )
+    admin_user_ids: tuple[str, ...] = setting(
+        default=(),
+        pattern=IDENTITY_STORE_ID,
+        allowed=IDENTITY_STORE_ALLOWED,
+        doc="IAM Identity Center users made Grafana Admins by the provisioning (AWS_SSO only)",
+    )
+    admin_group_ids: tuple[str, ...] = setting(
+        default=(),
+        pattern=IDENTITY_STORE_ID,
+        allowed=IDENTITY_STORE_ALLOWED,
+        doc="IAM Identity Center groups whose members become Grafana Admins (AWS_SSO only)",
+    )
+    saml: GrafanaSamlConfig | None = setting(
+        default=None, doc="the SAML identity provider (`saml:` below); required with authentication SAML"
+    )
+
+    def check(self, issues: Issues) -> None:
+        if not self.enabled:
+            return
+        if self.authentication is None:
+            issues.add(
+                "authentication",
+                None,
+                "required when grafana is enabled (no default is guessed): 'AWS_SSO' (IAM Identity Center must be "
+                "enabled in the account or its organization) or 'SAML' (with `saml:`)",
+            )
+        elif self.authentication == "SAML":
+            if self.saml is None:
+                issues.add(
+                    "saml",
+                    None,
+                    "required with authentication SAML: idp_metadata_url or idp_metadata_xml, role_attribute and "
+                    "admin_role_values",
+                )
+            for key in ("admin_user_ids", "admin_group_ids"):
+                if getattr(self, key):
+                    issues.add(
+                        key,
+                        list(getattr(self, key)),
+                        "only used with authentication AWS_SSO; with SAML, admins come from saml.admin_role_values",
+                    )
+        elif self.saml is not None:
+            issues.add("saml", "<saml settings>", "only used with authentication SAML")
+        for key in ("admin_user_ids", "admin_group_ids"):
+            ids = getattr(self, key)
+            if len(set(ids)) != len(ids):
+                issues.add(key, list(ids), "each id may appear once")
+
+
 @section
 class ObservabilityConfig:
     """The environment's CloudWatch dashboard and alarms, in their own stack (``<env>/Observability``)."""
@@ -103,12 +232,21 @@ class ObservabilityConfig:
     prometheus: PrometheusConfig = setting(
         default=PrometheusConfig(), doc="metrics from every node in a Prometheus workspace (`prometheus:` below)"
     )
+    grafana: GrafanaConfig = setting(
+        default=GrafanaConfig(), doc="an Amazon Managed Grafana workspace over that workspace (`grafana:` below)"
+    )
 
     def check(self, issues: Issues) -> None:
         if len(set(self.alarm_emails)) != len(self.alarm_emails):
             issues.add("alarm_emails", list(self.alarm_emails), "each address may appear once")
         if self.enabled is False and (self.alarm_emails or self.alarms != AlarmThresholds()):
             issues.add("enabled", False, "alarm_emails and alarms are only used when observability is on")
+        if self.grafana.enabled and not self.prometheus.enabled:
+            issues.add(
+                "grafana.enabled",
+                True,
+                "Grafana reads the Prometheus workspace, which is off; set observability.prometheus.enabled: true",
+            )
 
 
 def observability_enabled(config: EnvironmentConfig) -> bool:
@@ -122,6 +260,11 @@ def observability_enabled(config: EnvironmentConfig) -> bool:
 def prometheus_enabled(config: EnvironmentConfig) -> bool:
     """Whether the environment gets a Prometheus workspace, exporters and a collector."""
     return observability_enabled(config) and config.observability.prometheus.enabled
+
+
+def grafana_enabled(config: EnvironmentConfig) -> bool:
+    """Whether the environment gets an Amazon Managed Grafana workspace over its Prometheus workspace."""
+    return prometheus_enabled(config) and config.observability.grafana.enabled
 
 
 def check_observability(issues: Issues, config: EnvironmentConfig) -> None:

@@ -26,9 +26,10 @@ from aws_cdk.interfaces.aws_events import IRuleRef
 from constructs import Construct
 
 from mlcluster.config import Environment
-from mlcluster.config.observability import prometheus_enabled
+from mlcluster.config.observability import grafana_enabled, prometheus_enabled
+from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints, PrometheusWorkspace
-from mlcluster.stacks.common import export_output, removal_policy
+from mlcluster.stacks.common import export_output, log_retention, removal_policy
 from mlcluster.stacks.storage import StorageStack
 
 FSX = "AWS/FSx"
@@ -128,8 +129,11 @@ class ObservabilityStack(cdk.Stack):
         export_output(self, environment, "DashboardUrl", self.dashboard_url, "CloudWatch dashboard of this environment")
         export_output(self, environment, "AlarmTopicArn", self.topic.topic_arn, "SNS topic the alarms notify")
         self.prometheus: PrometheusEndpoints | None = None
+        self.grafana: GrafanaWorkspace | None = None
         if prometheus_enabled(cfg):
             self.prometheus = self._prometheus(environment)
+            if grafana_enabled(cfg):
+                self.grafana = self._grafana(environment, self.prometheus)
         if self.backend == "pcluster":
             url = console_url("dashboards/dashboard/", self.cluster_name, "-", cdk.Aws.REGION)
             export_output(
@@ -166,6 +170,20 @@ class ObservabilityStack(cdk.Stack):
         )
         export_output(self, environment, "PrometheusQueryUrl", endpoints.query_url, "the workspace's query endpoint")
         return endpoints
+
+    def _grafana(self, environment: Environment, prometheus: PrometheusEndpoints) -> GrafanaWorkspace:
+        """The Amazon Managed Grafana workspace over ``prometheus``, its URL as an output."""
+        workspace = GrafanaWorkspace(
+            self,
+            "Grafana",
+            environment_name=environment.name,
+            settings=environment.config.observability.grafana,
+            prometheus=prometheus,
+            removal_policy=removal_policy(environment),
+            log_retention=log_retention(environment),
+        )
+        export_output(self, environment, "GrafanaUrl", workspace.url, "Amazon Managed Grafana workspace (sign in)")
+        return workspace
 
     # -- topic ------------------------------------------------------------
 

@@ -280,7 +280,11 @@ def _storage(env: str, region: str, subnet: str) -> tuple[str, str]:
     return bucket, fs["FileSystemId"]
 
 
-def _observability(region: str, env: str, cluster: str | None = None) -> None:
+#: The GrafanaUrl output of an Observability stack with Amazon Managed Grafana on (p5 turns it on).
+GRAFANA_URL = "https://g-0123456789.grafana-workspace.{region}.amazonaws.com"
+
+
+def _observability(region: str, env: str, cluster: str | None = None, *, grafana: bool = False) -> None:
     console = f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#dashboards/dashboard/"
     outputs = {
         "DashboardUrl": f"{console}mlcluster-{env}-{region}",
@@ -288,6 +292,8 @@ def _observability(region: str, env: str, cluster: str | None = None) -> None:
     }
     if cluster is not None:
         outputs["ClusterDashboardUrl"] = f"{console}{cluster}-{region}"
+    if grafana:
+        outputs["GrafanaUrl"] = GRAFANA_URL.format(region=region)
     _stack(region, f"{env}-Observability", outputs)
 
 
@@ -357,7 +363,7 @@ def pcluster(aws: Aws, tmp_path: Path) -> World:
     subnet, group = _network(region)
     _stack(region, f"{env}-Network", {"VpcId": "vpc-1", "SecurityGroupId": group})
     bucket, fs_id = _storage(env, region, subnet)
-    _observability(region, env, name)
+    _observability(region, env, name, grafana=True)
     ec2 = boto3.client("ec2", region_name=region)
 
     def launch(node_type: str, instance_type: str, count: int, queue: str | None = None) -> list[str]:

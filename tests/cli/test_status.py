@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mlcluster.cli import status as status_module
-from tests.cli.conftest import ACCOUNT, Aws, World, error
+from tests.cli.conftest import ACCOUNT, GRAFANA_URL, Aws, World, error
 
 
 def dras(world: World, lifecycle: str = "AVAILABLE") -> dict[str, Any]:
@@ -204,6 +204,22 @@ def test_status_prints_the_dashboard_links(aws: Aws, pcluster: World) -> None:
     console = "https://us-east-2.console.aws.amazon.com/cloudwatch/home?region=us-east-2#dashboards/dashboard/"
     assert observability["outputs"]["DashboardUrl"] == f"{console}mlcluster-p5-us-east-2"
     assert observability["outputs"]["ClusterDashboardUrl"] == f"{console}p5-train-us-east-2"
+
+
+def test_status_prints_the_grafana_url(aws: Aws, pcluster: World) -> None:
+    """p5 turns Amazon Managed Grafana on: its workspace URL is shown with the other Observability links."""
+    for _ in range(2):  # the table, then the JSON
+        aws.answer("fsx", "DescribeDataRepositoryAssociations", {"Associations": []})
+        aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    result = pcluster.run("status", "p5")
+    assert result.exit_code == 0, result.output
+    url = GRAFANA_URL.format(region="us-east-2")
+    (line,) = [line for line in result.output.splitlines() if "GrafanaUrl" in line]
+    assert url in line
+    data = json.loads(pcluster.run("status", "p5", "--json").stdout)
+    (observability,) = [s for s in data["stacks"] if s["stack"] == "p5-Observability"]
+    assert observability["outputs"]["GrafanaUrl"] == url
+    assert list(observability["outputs"]) == ["DashboardUrl", "ClusterDashboardUrl", "GrafanaUrl", "AlarmTopicArn"]
 
 
 def test_status_observability_stack_not_deployed_needs_attention(aws: Aws, pcluster: World) -> None:

@@ -1,0 +1,285 @@
+"""An Amazon Managed Grafana workspace over the environment's Prometheus workspace, provisioned as code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_grafana as grafana
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+import mlcluster.handlers
+from mlcluster.config.observability import GrafanaConfig
+from mlcluster.constructs.nag import (
+    acknowledge,
+    acknowledge_compliance,
+    acknowledge_wildcard_resource,
+    quiet_redundant_role_dependency,
+    skip_checkov,
+)
+from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints
+from mlcluster.grafana_dashboards import dashboards_json, data_sources_json
+
+#: The Grafana version of the workspace, pinned so an upgrade is a reviewed change (ListVersions names the others).
+GRAFANA_VERSION = "10.4"
+#: The folder shipped as the Lambda asset: ``grafana_provisioner`` sits at its root.
+HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
+#: Left out of the asset: caches, and the HyperPod checks' package (each function ships only its own code).
+ASSET_EXCLUDES = ("__pycache__", "*.pyc", "hyperpod_cluster")
+#: The newest Python runtime aws-cdk-lib knows, which is what cdk-nag's AwsSolutions-L1 asks for.
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+#: As long as the provisioning token lives (grafana_provisioner.app.TOKEN_SECONDS).
+PROVISIONER_TIMEOUT = cdk.Duration.seconds(180)
+#: The service account the provisioning uses inside the workspace (Grafana role Admin).
+SERVICE_ACCOUNT = "mlcluster-provisioner"
+#: CloudWatch read actions of Grafana's CloudWatch data source for metrics; none has resource-level permissions.
+CLOUDWATCH_READ = ("cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics", "cloudwatch:ListMetrics")
+#: Prometheus query actions, granted on this environment's AMP workspace only.
+PROMETHEUS_QUERY = ("aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata")
+#: What the provisioning function may do, on this workspace only.
+PROVISIONING_ACTIONS = (
+    "grafana:ListWorkspaceServiceAccounts",
+    "grafana:CreateWorkspaceServiceAccount",
+    "grafana:DeleteWorkspaceServiceAccount",
+    "grafana:CreateWorkspaceServiceAccountToken",
+    "grafana:DeleteWorkspaceServiceAccountToken",
+    "grafana:UpdatePermissions",
+)
+
+
+class GrafanaWorkspace(Construct):
+    """An ``AWS::Grafana::Workspace`` with a role of ours and its data sources and dashboards provisioned.
+
+    The workspace (child ``Resource``) serves the current account, signs
+    users in with IAM Identity Center or SAML, and reads AWS with
+    ``Role``: a customer-managed role Grafana assumes, which may query only
+    this environment's Prometheus workspace and read CloudWatch metrics.
+    ``Provisioning`` (``Custom::GrafanaProvisioning``) writes the
+    Prometheus and CloudWatch data sources and every dashboard of
+    ``mlcluster.grafana_dashboards`` through Grafana's HTTP API with a
+    short-lived token, and makes the configured Identity Center users and
+    groups Grafana Admins.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment_name: str,
+        settings: GrafanaConfig,
+        prometheus: PrometheusEndpoints,
+        removal_policy: cdk.RemovalPolicy,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        """Create the workspace of ``environment_name`` reading ``prometheus``."""
+        super().__init__(scope, construct_id)
+        if settings.authentication is None:  # the config refuses this; a direct caller gets the same rule
+            raise ValueError("GrafanaWorkspace needs settings.authentication (AWS_SSO or SAML)")
+        stack = cdk.Stack.of(self)
+        self.role = self._role(environment_name, prometheus)
+        saml = settings.saml
+        self.workspace = grafana.CfnWorkspace(
+            self,
+            "Resource",
+            name=f"mlcluster-{environment_name}",
+            description=f"mlcluster {environment_name}: cluster metrics from Amazon Managed Service for Prometheus",
+            account_access_type="CURRENT_ACCOUNT",
+            authentication_providers=[settings.authentication],
+            permission_type="CUSTOMER_MANAGED",
+            role_arn=self.role.role_arn,
+            grafana_version=GRAFANA_VERSION,
+            plugin_admin_enabled=False,
+            saml_configuration=None
+            if saml is None
+            else grafana.CfnWorkspace.SamlConfigurationProperty(
+                idp_metadata=grafana.CfnWorkspace.IdpMetadataProperty(
+                    url=saml.idp_metadata_url, xml=saml.idp_metadata_xml
+                ),
+                assertion_attributes=grafana.CfnWorkspace.AssertionAttributesProperty(role=saml.role_attribute),
+                role_values=grafana.CfnWorkspace.RoleValuesProperty(
+                    admin=list(saml.admin_role_values), editor=list(saml.editor_role_values) or None
+                ),
+            ),
+        )
+        self.workspace.apply_removal_policy(removal_policy)
+        self.url = cdk.Fn.join("", ["https://", self.workspace.attr_endpoint])
+        self.workspace_arn = cdk.Fn.join(
+            "",
+            [
+                "arn:",
+                cdk.Aws.PARTITION,
+                ":grafana:",
+                cdk.Aws.REGION,
+                ":",
+                cdk.Aws.ACCOUNT_ID,
+                ":/workspaces/",
+                self.workspace.attr_id,
+            ],
+        )
+
+        provider = self._provider(self._function(log_retention, removal_policy), log_retention, removal_policy)
+        self.provisioning = cdk.CustomResource(
+            self,
+            "Provisioning",
+            service_token=provider.service_token,
+            resource_type="Custom::GrafanaProvisioning",
+            properties={
+                "WorkspaceId": self.workspace.attr_id,
+                "WorkspaceEndpoint": self.workspace.attr_endpoint,
+                "ServiceAccountName": SERVICE_ACCOUNT,
+                "DataSources": stack.to_json_string(data_sources_json(prometheus.query_url, cdk.Aws.REGION)),
+                "Dashboards": json.dumps(dashboards_json(environment_name), separators=(",", ":"), sort_keys=True),
+                "AdminUserIds": list(settings.admin_user_ids),
+                "AdminGroupIds": list(settings.admin_group_ids),
+            },
+        )
+
+    def _role(self, environment_name: str, prometheus: PrometheusEndpoints) -> iam.Role:
+        """The workspace role: Grafana of this account's workspaces only, reading AMP and CloudWatch metrics."""
+        # Trust as Amazon Managed Grafana documents it against the confused deputy ("Cross-service confused deputy
+        # prevention", https://docs.aws.amazon.com/grafana/latest/userguide/cross-service-confused-deputy-prevention.html):
+        # aws:SourceAccount and aws:SourceArn, the latter with a wildcard for the workspace id, which is assigned
+        # only after the workspace (which names this role) exists.
+        workspaces = cdk.Fn.join(
+            "", ["arn:", cdk.Aws.PARTITION, ":grafana:", cdk.Aws.REGION, ":", cdk.Aws.ACCOUNT_ID, ":/workspaces/*"]
+        )
+        role = iam.Role(
+            self,
+            "Role",
+            description=f"mlcluster {environment_name}: Amazon Managed Grafana reads the Prometheus workspace and "
+            "CloudWatch metrics",
+            assumed_by=iam.ServicePrincipal(
+                "grafana.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID},
+                    "ArnLike": {"aws:SourceArn": workspaces},
+                },
+            ),
+        )
+        policy = iam.ManagedPolicy(
+            self,
+            "RolePolicy",
+            description="Query this environment's Prometheus workspace and read CloudWatch metrics",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="QueryPrometheus", actions=list(PROMETHEUS_QUERY), resources=[prometheus.workspace_arn]
+                ),
+                iam.PolicyStatement(sid="ReadCloudWatchMetrics", actions=list(CLOUDWATCH_READ), resources=["*"]),
+            ],
+        )
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::*]",
+            "cloudwatch:GetMetricData, GetMetricStatistics and ListMetrics have no resource-level permissions (the "
+            "Service Authorization Reference lists no resource type for them); the statement reads metrics only, "
+            "for the Grafana CloudWatch data source showing the Lustre and cluster metrics.",
+        )
+        return role
+
+    def _function(self, log_retention: logs.RetentionDays, removal_policy: cdk.RemovalPolicy) -> lambda_.Function:
+        """The provisioning function, with its own log group and grants on this workspace only."""
+        log_group = logs.LogGroup(self, "ProvisionerLogs", retention=log_retention, removal_policy=removal_policy)
+        role = iam.Role(
+            self,
+            "ProvisionerRole",
+            description="Writes the mlcluster data sources and dashboards into one Grafana workspace",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+        )
+        policy = iam.ManagedPolicy(
+            role,
+            "Policy",
+            description="Manage the provisioning service account and its tokens, and admins, of one workspace",
+            statements=[
+                iam.PolicyStatement(
+                    sid="OwnLogs",
+                    actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                    resources=[log_group.log_group_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="ProvisionWorkspace", actions=list(PROVISIONING_ACTIONS), resources=[self.workspace_arn]
+                ),
+            ],
+            roles=[role],
+        )
+        function = lambda_.Function(
+            self,
+            "ProvisionerFunction",
+            runtime=RUNTIME,
+            code=lambda_.Code.from_asset(str(HANDLERS_DIR), exclude=list(ASSET_EXCLUDES)),
+            handler="grafana_provisioner.app.on_event",
+            timeout=PROVISIONER_TIMEOUT,
+            memory_size=256,
+            description="Writes the data sources and dashboards of an mlcluster Grafana workspace",
+            role=role,
+            log_group=log_group,
+        )
+        function.node.add_dependency(policy)
+        quiet_redundant_role_dependency(function)
+        _acknowledge_lambda_compliance(function, "The Grafana provisioning function", synchronous=True)
+        return function
+
+    def _provider(
+        self, function: lambda_.Function, log_retention: logs.RetentionDays, removal_policy: cdk.RemovalPolicy
+    ) -> cr.Provider:
+        log_group = logs.LogGroup(self, "ProviderLogs", retention=log_retention, removal_policy=removal_policy)
+        provider = cr.Provider(self, "Provider", on_event_handler=function, log_group=log_group)
+        acknowledge(
+            provider,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "The custom resource framework's onEvent function of the Grafana provisioning gets the basic execution "
+            "policy from aws-cdk-lib's Provider; it only lets it write its CloudWatch logs.",
+        )
+        quiet_redundant_role_dependency(provider)
+        _acknowledge_lambda_compliance(provider, "The Grafana provisioning framework function", synchronous=False)
+        skip_checkov(
+            provider,
+            "CKV_AWS_173",
+            "The framework function's environment holds only the ARN of the Grafana provisioning function, no "
+            "secret (the token is made and deleted inside each invocation); Lambda encrypts it with its AWS key.",
+            frozenset({"AWS::Lambda::Function"}),
+        )
+        acknowledge_compliance(
+            provider,
+            "IAMNoInlinePolicy",
+            "aws-cdk-lib's Provider writes its framework function's grant (invoke the Grafana provisioning "
+            "function) as the default policy of a role that belongs to the framework alone.",
+        )
+        acknowledge_wildcard_resource(
+            provider,
+            f"{function.function_arn}:*",
+            "The provider framework invokes the Grafana provisioning function by ARN; the :* suffix only adds that "
+            "one function's versions and aliases.",
+        )
+        return provider
+
+
+def _acknowledge_lambda_compliance(scope: Construct, what: str, *, synchronous: bool) -> None:
+    """The compliance packs' Lambda rules, for the provisioning function or the framework's."""
+    acknowledge_compliance(
+        scope,
+        "LambdaConcurrency",
+        f"{what} runs once per stack operation that changes the dashboards; reserving concurrency would take "
+        "capacity from the account's unreserved pool for no protection.",
+    )
+    dlq = (
+        f"{what} is invoked synchronously by aws-cdk-lib's provider framework, which reports its failures to the "
+        "stack; a dead-letter queue only receives events of asynchronous invocations."
+        if synchronous
+        else f"{what} is invoked asynchronously by CloudFormation and reports every failure to the custom "
+        "resource's response URL itself, failing the stack operation; a dead-letter queue would keep events "
+        "nobody replays."
+    )
+    acknowledge_compliance(scope, "LambdaDLQ", dlq)
+    acknowledge_compliance(
+        scope,
+        "LambdaInsideVPC",
+        f"{what} calls the Amazon Managed Grafana API and the workspace's public HTTPS endpoint; running it in "
+        "the VPC would add interfaces and a dependency on its NAT without reaching anything there.",
+    )
