@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from fnmatch import fnmatch
 from typing import Any
 
 import pytest
@@ -111,7 +112,10 @@ def test_each_example_tells_its_accelerators_apart(examples: Assembly) -> None:
 
 
 def aps_statements(templates: Templates, env: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """(stack, logical id, statement) of every IAM statement naming an ``aps:`` action in ``env``."""
+    """(stack, logical id, statement) of every IAM statement in ``env`` whose actions cover ``aps:RemoteWrite``.
+
+    (Grafana's role, when the environment has one, only queries the workspace: ``aps:QueryMetrics`` and friends.)
+    """
     out = []
     for stack, template in templates.items():
         if not stack.startswith(f"{env}/"):
@@ -121,9 +125,12 @@ def aps_statements(templates: Templates, env: str) -> list[tuple[str, str, dict[
             documents = [props.get("PolicyDocument")] + [p.get("PolicyDocument") for p in props.get("Policies", [])]
             for document in filter(None, documents):
                 for statement in document.get("Statement", []):
-                    if "aps:" in json.dumps(statement.get("Action")) or "aps:" in json.dumps(
-                        statement.get("NotAction")
-                    ):
+                    actions = statement.get("Action", [])
+                    actions = [actions] if isinstance(actions, str) else actions
+                    writes = [
+                        a for a in actions if a.lower().startswith("aps:") and fnmatch("aps:remotewrite", a.lower())
+                    ]
+                    if writes or "aps:" in json.dumps(statement.get("NotAction")):
                         out.append((stack, logical, statement))
     return out
 
