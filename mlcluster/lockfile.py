@@ -12,6 +12,14 @@ replaced, or deleted, fails the synth with the resource, the reason, the
 environment key and the safe way, unless ``retention.allow_replacement``
 in the environment file names it. Without a lock file (an environment never
 deployed) nothing is compared.
+
+A HyperPod cluster whose groups draw instances from a training plan is
+refused even with the allowance when it would be replaced (issue 10, path
+7): CloudFormation creates the new cluster before it deletes the old one,
+and the plan holds the instances the old cluster runs on. The plans are
+read from the environment file as edited (the lock records create-only
+values, and a group's plan is not one); the deploy-time pre-flight checks
+the old cluster's plans as well.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any
 
 from mlcluster.config import ConfigError, Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
-from mlcluster.replacement import Change, Snapshot, compare, snapshot_from_json, snapshot_to_json
+from mlcluster.replacement import HYPERPOD_TYPE, Change, Snapshot, compare, snapshot_from_json, snapshot_to_json
 
 LOCK_FORMAT = 1
 
@@ -125,11 +133,61 @@ def allowed(change: Change, allowances: Sequence[str]) -> bool:
     return any(change.path == entry or change.path.startswith(entry.rstrip("/") + "/") for entry in allowances)
 
 
+def training_plan_groups(environment: Environment) -> list[tuple[str, int, str]]:
+    """``(group, instance count, training plan ARN)`` of every HyperPod group that asks a plan for instances."""
+    hyperpod = environment.config.cluster.hyperpod
+    if environment.config.cluster.backend != "hyperpod" or hyperpod is None:
+        return []
+    return [
+        (group.instance_group_name, group.instance_count, group.training_plan_arn)
+        for _, group in hyperpod.groups()
+        if group.training_plan_arn and group.instance_count > 0
+    ]
+
+
+def _what(change: Change) -> str:
+    return (
+        f"this edit {'deletes' if change.action == 'remove' else 'replaces'} {change.stack}/{change.path} "
+        f"({change.type}, logical id {change.logical_id})"
+        + (f": {'; '.join(change.reasons)}" if change.reasons else "")
+    )
+
+
+def training_plan_refusal(environment: Environment, change: Change, groups: Sequence[tuple[str, int, str]]) -> Problem:
+    """Why a HyperPod cluster on a training plan cannot be replaced by CloudFormation, and the safe way."""
+    name = environment.name
+    head = change.path.split("/Resource", 1)[0]
+    plans = ", ".join(sorted({plan for _, _, plan in groups}))
+    on_plan = ", ".join(f"{group} ({count} instance{'' if count == 1 else 's'})" for group, count, _ in groups)
+    names = ", ".join(group for group, _, _ in groups)
+    return Problem(
+        config_key(change),
+        NOT_A_VALUE,
+        f"{_what(change)}. Groups {on_plan} draw on training plan {plans}. CloudFormation creates the new cluster "
+        "before it deletes the old one, and a training plan holds the instances the old cluster runs on, so the new "
+        "cluster cannot get its nodes: its creation fails and the stack rolls back (retention.allow_replacement "
+        f"does not help here). Safe way: (1) set instance_count: 0 on {names} and deploy (the old cluster gives the "
+        f"plan's instances back), then run 'mlcluster lock {name}'; (2) make this edit with those counts still 0, "
+        f"add '{head}' to retention.allow_replacement, deploy, and run 'mlcluster lock {name}'; (3) remove the "
+        "allowance, set the counts back and deploy. Or, when a group cannot go to 0 (the controller), destroy the "
+        f"cluster stack first (npx cdk destroy '{name}/Cluster'; the storage stacks keep the data), make the edit, "
+        f"run 'mlcluster lock {name}', then deploy.",
+    )
+
+
 def refusals(environment: Environment, changes: Sequence[Change]) -> list[Problem]:
-    """One problem per dangerous change the environment does not allow."""
+    """One problem per dangerous change the environment does not allow.
+
+    A HyperPod cluster replaced while groups ask a training plan for instances is refused whatever
+    the allowances say (:func:`training_plan_refusal`).
+    """
     allowances = environment.config.retention.allow_replacement
+    plan_groups = training_plan_groups(environment)
     problems: list[Problem] = []
     for change in changes:
+        if change.type == HYPERPOD_TYPE and change.action == "replace" and plan_groups:
+            problems.append(training_plan_refusal(environment, change, plan_groups))
+            continue
         if not change.dangerous or allowed(change, allowances):
             continue
         head = change.path.split("/Resource", 1)[0]
@@ -137,10 +195,7 @@ def refusals(environment: Environment, changes: Sequence[Change]) -> list[Proble
             Problem(
                 config_key(change),
                 NOT_A_VALUE,
-                f"this edit {'deletes' if change.action == 'remove' else 'replaces'} {change.stack}/{change.path} "
-                f"({change.type}, logical id {change.logical_id})"
-                + (f": {'; '.join(change.reasons)}" if change.reasons else "")
-                + f". {SAFE_WAYS.get(change.type, 'Data in it is lost')}. "
+                _what(change) + f". {SAFE_WAYS.get(change.type, 'Data in it is lost')}. "
                 f"To allow it, add '{head}' to retention.allow_replacement in this file (and remove it, "
                 f"then run 'mlcluster lock {environment.name}', after the deploy). If the environment is not "
                 f"deployed, or runs these templates already, refresh the lock: 'mlcluster lock {environment.name}'.",

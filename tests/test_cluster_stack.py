@@ -35,12 +35,15 @@ HYPERPOD: dict[str, Any] = {
         "availability_zone_id": "use1-az4",
         "extra_zones": [{"availability_zone_id": "use1-az6"}],
     },
+    # EFA-enabled Lustre (19200 GiB: the EFA step at 250 MB/s/TiB): p5 nodes reach it over EFA, g5 (Nitro v3) over TCP.
+    "storage": {"lustre": {"efa_enabled": True, "storage_capacity_gib": 19200}},
     "cluster": {
         "backend": "hyperpod",
         "hyperpod": {
             "workers": [
                 {"instance_group_name": "workers", "instance_type": "ml.g5.8xlarge", "instance_count": 2},
                 {"instance_group_name": "spill", "instance_type": "ml.g5.8xlarge", "zones": ["use1-az6"]},
+                {"instance_group_name": "efa", "instance_type": "ml.p5.48xlarge", "instance_count": 0},
             ],
             "lifecycle": {
                 "accounting": {"mode": "remote", "endpoint": "db.example.internal:3306", "secret_arn": SECRET}
@@ -51,14 +54,19 @@ HYPERPOD: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+def assembly_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("clusters")
     write_env(tmp / "envs", "pc", PCLUSTER)
     write_env(tmp / "envs", "hp", HYPERPOD)
     write_env(tmp / "envs", "none", ZONE)
     app, _ = build_app(tmp / "envs", outdir=str(tmp / "out"))
     app.synth()
-    return stack_templates(cx_api.CloudAssembly(str(tmp / "out")))
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def templates(assembly_dir: Path) -> dict[str, dict[str, Any]]:
+    return stack_templates(cx_api.CloudAssembly(str(assembly_dir)))
 
 
 def of_type(template: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -108,6 +116,13 @@ def test_hyperpod_stack(templates: dict[str, dict[str, Any]]) -> None:
     assert spill_subnet != cluster["Properties"]["VpcConfig"]["Subnets"][0]
 
 
+def test_hyperpod_nodes_learn_which_groups_reach_an_efa_lustre_over_efa(assembly_dir: Path) -> None:
+    (staged,) = assembly_dir.rglob("asset.*/provisioning_parameters.json")
+    # The DNS name is a deploy-time marker (not JSON yet); the EFA keys are plain values.
+    text = staged.read_text().replace(" ", "")
+    assert '"fsx_efa_enabled":true,"fsx_efa_groups":["efa"]' in text
+
+
 def test_hyperpod_one_role_per_group_and_only_the_controller_reads_the_secret(
     templates: dict[str, dict[str, Any]],
 ) -> None:
@@ -117,7 +132,7 @@ def test_hyperpod_one_role_per_group_and_only_the_controller_reads_the_secret(
     roles = {
         g["InstanceGroupName"]: g["ExecutionRole"]["Fn::GetAtt"][0] for g in cluster["Properties"]["InstanceGroups"]
     }
-    assert len(set(roles.values())) == len(roles) == 3
+    assert len(set(roles.values())) == len(roles) == 4
 
     def actions_of(role_id: str) -> dict[str, set[str]]:
         found: dict[str, set[str]] = {}

@@ -8,6 +8,9 @@ from typing import Any
 import pytest
 
 from mlcluster.config import ConfigError, load_environment
+from mlcluster.config.awsdata import hyperpod_instance_types
+from mlcluster.config.hyperpod import LUSTRE_EFA_INSTANCE_TYPES
+from mlcluster.pcluster.instance_types import INSTANCE_TYPES
 from tests.support import MINIMAL, write_env
 
 WORKER = {"instance_group_name": "gpu", "instance_type": "ml.p5.48xlarge"}
@@ -107,3 +110,64 @@ def test_environment_named_sagemaker_with_a_cluster_is_refused(tmp_path: Path, b
 
 def test_environment_named_sagemaker_without_a_cluster_is_accepted(tmp_path: Path) -> None:
     assert load_environment(write_env(tmp_path, "sagemaker-data", MINIMAL)).name == "sagemaker-data"
+
+
+@pytest.mark.parametrize("key", ["root_volume_size_gib", "root_volume_size"])
+def test_a_root_volume_size_is_refused_with_the_reason(tmp_path: Path, key: str) -> None:
+    message = refused(tmp_path, {key: 200})
+    assert f"cluster.hyperpod.workers[0].{key}: 200 is not valid" in message
+    assert "HyperPod sizes each node's root volume itself" in message
+    assert "VolumeSizeInGB" in message
+    assert "ebs_volume_size_gib" in message
+
+
+def test_the_secondary_volume_size_is_accepted_at_its_edges(tmp_path: Path) -> None:
+    assert load(tmp_path, {"ebs_volume_size_gib": 16384}).workers[0].ebs_volume_size_gib == 16384
+    assert load(tmp_path, {"ebs_volume_size_gib": 1}).workers[0].ebs_volume_size_gib == 1
+
+
+def test_multi_node_training_validation_is_refused_with_the_reason(tmp_path: Path) -> None:
+    message = refused(tmp_path, {"deep_health_checks": ["InstanceStress", "MultiNodeTrainingValidation"]})
+    assert "cluster.hyperpod.workers[0].deep_health_checks[1]: 'MultiNodeTrainingValidation' is not valid" in message
+    assert "CloudFormation's AWS::SageMaker::Cluster" in message
+
+
+def load_efa(tmp_path: Path, worker: dict[str, Any], *, efa_enabled: bool = True) -> Any:
+    """An environment whose FSx for Lustre is EFA-enabled (19200 GiB: the 250 MB/s/TiB EFA step)."""
+    storage = {"lustre": {"efa_enabled": efa_enabled, "storage_capacity_gib": 19200}}
+    cluster = {"backend": "hyperpod", "hyperpod": {"workers": [{**WORKER, **worker}]}}
+    return load_environment(write_env(tmp_path, "hp", {**MINIMAL, "storage": storage, "cluster": cluster}))
+
+
+def test_an_efa_group_outside_the_efa_file_systems_zone_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_efa(tmp_path, {"zones": ["us-east-1a", "us-east-1b"]})
+    message = str(caught.value)
+    assert "cluster.hyperpod.workers[0].zones: ['us-east-1a', 'us-east-1b'] is not valid" in message
+    assert "ml.p5.48xlarge nodes reach the EFA-enabled FSx for Lustre file system" in message
+    assert "EFA does not leave a zone: the file system is in 'us-east-1a', not in 'us-east-1b'" in message
+    assert "Allowed: zones: [us-east-1a] or no zones; or storage.lustre.efa_enabled: false" in message
+
+
+@pytest.mark.parametrize(
+    ("worker", "efa_enabled"),
+    [
+        ({"zones": ["us-east-1a"]}, True),  # the file system's own zone
+        ({}, True),  # no zones: the primary zone, where the file system is
+        ({"instance_type": "ml.p4d.24xlarge", "zones": ["us-east-1b"]}, True),  # Nitro v3: TCP, any zone
+        ({"zones": ["us-east-1b"]}, False),  # no EFA file system
+    ],
+)
+def test_efa_zone_edges_are_accepted(tmp_path: Path, worker: dict[str, Any], efa_enabled: bool) -> None:
+    env = load_efa(tmp_path, worker, efa_enabled=efa_enabled)
+    hyperpod = env.config.cluster.hyperpod
+    assert hyperpod.lustre_efa_groups() == (["gpu"] if "instance_type" not in worker else [])
+
+
+def test_lustre_efa_instance_types_are_hyperpod_types_with_efa() -> None:
+    assert LUSTRE_EFA_INSTANCE_TYPES.issubset(hyperpod_instance_types())
+    # trn2 is excluded by the FSx guide; Nitro v3 types (p4d, g5) have EFA but not for Lustre.
+    assert not {"ml.trn2.48xlarge", "ml.p4d.24xlarge", "ml.g5.48xlarge"} & LUSTRE_EFA_INSTANCE_TYPES
+    for name in LUSTRE_EFA_INSTANCE_TYPES:
+        info = INSTANCE_TYPES.get(name.removeprefix("ml."))
+        assert info is None or info.efa, name

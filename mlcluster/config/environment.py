@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from mlcluster.config import awsdata
-from mlcluster.config.hyperpod import HyperPodConfig
+from mlcluster.config.hyperpod import HyperPodConfig, check_lustre_efa
 from mlcluster.config.network import ACCOUNT, NetworkConfig, check_zones
 from mlcluster.config.observability import ObservabilityConfig, check_observability
 from mlcluster.config.pcluster import PclusterConfig
@@ -163,6 +163,12 @@ class EnvironmentConfig:
     def check(self, issues: Issues) -> None:
         check_zones(issues, self.network, self.region)
         check_observability(issues, self)
+        hyperpod = self.cluster.hyperpod
+        if self.storage.lustre.efa_enabled and self.cluster.backend == "hyperpod" and hyperpod is not None:
+            existing = self.network.existing
+            ids = existing.private_subnet_ids if existing is not None else ()
+            zone = ids[0] if ids else self.network.primary_zone_label
+            check_lustre_efa(issues, hyperpod, file_system_zone=zone)
         for key, value in self.tags.items():
             if not 1 <= len(key) <= 128 or key.lower().startswith("aws:"):
                 issues.add(f"tags.{key}", key, "allowed: tag keys of 1-128 characters not starting with 'aws:'")

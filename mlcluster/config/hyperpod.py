@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from mlcluster.config.awsdata import HYPERPOD_INSTANCE_TYPES
 from mlcluster.config.schema import Issues, section, setting
@@ -22,7 +22,39 @@ CRON = (
 )
 #: The deep health checks AWS::SageMaker::Cluster takes. botocore also knows ``MultiNodeTrainingValidation``,
 #: but CloudFormation's resource schema (as bundled in cfn-lint 1.58) does not, so it cannot be asked for here.
+#: Re-checked 2026-11-23 with aws-cdk-lib 2.275.0 (``CfnCluster`` takes any strings), cfn-lint 1.58.0's
+#: schema (``DeepHealthCheckType``: InstanceStress, InstanceConnectivity) and botocore 1.44.5 (all three).
 DeepHealthCheck = Literal["InstanceStress", "InstanceConnectivity"]
+DEEP_HEALTH_CHECK_NOTE = (
+    "botocore knows MultiNodeTrainingValidation, but CloudFormation's AWS::SageMaker::Cluster resource schema "
+    "(its DeepHealthCheckType) does not, so the stack could not ask for it"
+)
+
+#: The HyperPod instance types that reach an EFA-enabled FSx for Lustre file system over EFA. The FSx
+#: for Lustre user guide ("Working with EFA-enabled file systems", prerequisites,
+#: https://docs.aws.amazon.com/fsx/latest/LustreGuide/efa-file-systems.html) asks for "Nitro v4 (or
+#: higher) EC2 instances that support EFA, excluding the trn2 instance family". Here: the sizes whose
+#: ``NetworkInfo.EfaSupported`` is true (EC2 DescribeInstanceTypes as moto 5.2.5 ships it; the guide's
+#: own EFA-interface table for p6e-gb200.36xlarge, which moto lacks) in the families the EC2 instance
+#: type guide lists as Nitro v4, v5 or v6 (accelerated computing: G6, G6e, Gr6, G7e, P5, P5e, P5en,
+#: P6-B200, P6-B300, P6e-GB200, Trn1, Trn1n; general purpose: M6a), read 2026-11-23. Other types
+#: (Nitro v3 such as p4d, g5 and c5n; trn2; types whose Nitro version was not checked here) mount an
+#: EFA-enabled file system over TCP (ENA), which the guide says such file systems accept.
+LUSTRE_EFA_INSTANCE_TYPES = frozenset(
+    f"ml.{name}"
+    for name in (
+        *("p5.4xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"),
+        *("p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge"),
+        *(f"{family}.{size}xlarge" for family in ("g6", "g6e") for size in (8, 12, 16, 24, 48)),
+        *("gr6.8xlarge", "g7e.8xlarge", "g7e.12xlarge", "g7e.24xlarge", "g7e.48xlarge"),
+        *("trn1.32xlarge", "trn1n.32xlarge", "m6a.48xlarge"),
+    )
+)
+
+
+def lustre_efa_capable(instance_type: str) -> bool:
+    """Whether nodes of ``instance_type`` reach an EFA-enabled FSx for Lustre file system over EFA."""
+    return instance_type in LUSTRE_EFA_INSTANCE_TYPES
 
 
 @section
@@ -45,9 +77,24 @@ class PatchScheduleConfig:
     )
 
 
+#: Why a root volume size is refused: the API sizes each node's root volume itself.
+ROOT_VOLUME_SIZE_REASON = (
+    "HyperPod sizes each node's root volume itself: CreateCluster's ClusterEbsVolumeConfig takes no size for it "
+    "(with RootVolume true, VolumeSizeInGB cannot be given: 'the size of the root volume is determined for you'). "
+    "Leave it out; ebs_volume_size_gib sizes the secondary volume at /opt/sagemaker, where mlcluster keeps "
+    "container data and the controller's state"
+)
+
+
 @section
 class InstanceGroupConfig:
     """One HyperPod instance group (one ``InstanceGroups`` entry of CreateCluster)."""
+
+    #: Keys users ask for that the service does not offer, refused with the reason.
+    REFUSED_KEYS: ClassVar[dict[str, str]] = {
+        "root_volume_size_gib": ROOT_VOLUME_SIZE_REASON,
+        "root_volume_size": ROOT_VOLUME_SIZE_REASON,
+    }
 
     instance_group_name: str = setting(pattern=GROUP_NAME, allowed=GROUP_HELP)
     instance_type: str = setting(pattern=ML_INSTANCE, allowed=ML_HELP, choices=HYPERPOD_INSTANCE_TYPES)
@@ -69,6 +116,7 @@ class InstanceGroupConfig:
     )
     deep_health_checks: tuple[DeepHealthCheck, ...] = setting(
         default=(),
+        allowed=DEEP_HEALTH_CHECK_NOTE,
         doc="checks every new node passes before it joins (not MultiNodeTrainingValidation: CloudFormation lacks it)",
     )
     training_plan_arn: str | None = setting(
@@ -192,12 +240,46 @@ class HyperPodConfig:
     )
     lifecycle: LifecycleConfig = setting(default=LifecycleConfig())
 
+    def groups(self) -> list[tuple[str, InstanceGroupConfig]]:
+        """Every instance group with its key path under ``cluster.hyperpod``: controller, login, workers."""
+        found: list[tuple[str, InstanceGroupConfig]] = [("controller", self.controller)]
+        if self.login is not None:
+            found.append(("login", self.login))
+        found += [(f"workers[{i}]", worker) for i, worker in enumerate(self.workers)]
+        return found
+
+    def lustre_efa_groups(self) -> list[str]:
+        """The instance groups whose nodes reach an EFA-enabled FSx for Lustre over EFA (by instance type)."""
+        return [group.instance_group_name for _, group in self.groups() if lustre_efa_capable(group.instance_type)]
+
     def check(self, issues: Issues) -> None:
         if not self.workers:
             issues.add("workers", [], "give at least one worker group")
         if self.controller.instance_count != 1:
             issues.add("controller.instance_count", self.controller.instance_count, "allowed: 1 (one Slurm controller)")
-        groups = [self.controller] + ([self.login] if self.login else []) + list(self.workers)
-        names = [g.instance_group_name for g in groups]
+        names = [group.instance_group_name for _, group in self.groups()]
         if len(set(names)) != len(names):
             issues.add("workers", names, "instance group names must be unique across controller, login and workers")
+
+
+def check_lustre_efa(issues: Issues, hyperpod: HyperPodConfig, *, file_system_zone: str) -> None:
+    """Refuse what cannot work with an EFA-enabled FSx for Lustre: EFA clients outside its zone.
+
+    EFA traffic does not leave an Availability Zone, and the FSx for Lustre guide
+    ("Working with EFA-enabled file systems", prerequisites) requires the file system in "the same
+    Availability Zone and /16 CIDR as your EFA-enabled client instances". A group whose instance type
+    configures EFA for Lustre (:data:`LUSTRE_EFA_INSTANCE_TYPES`) must therefore stay in the file
+    system's zone (``file_system_zone``, as ``zones`` names it). Paths are reported from the top of
+    the environment file.
+    """
+    for path, group in hyperpod.groups():
+        outside = [zone for zone in group.zones if zone != file_system_zone]
+        if outside and lustre_efa_capable(group.instance_type):
+            issues.add(
+                f"cluster.hyperpod.{path}.zones",
+                list(group.zones),
+                f"{group.instance_type} nodes reach the EFA-enabled FSx for Lustre file system "
+                f"(storage.lustre.efa_enabled) over EFA, and EFA does not leave a zone: the file system is in "
+                f"{file_system_zone!r}, not in {', '.join(repr(z) for z in outside)}. Allowed: zones: "
+                f"[{file_system_zone}] or no zones; or storage.lustre.efa_enabled: false",
+            )

@@ -215,8 +215,13 @@ class _Loader:
         hints = self.hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         ok = True
+        # A section may name keys users ask for that it refuses on purpose, with the reason.
+        refused: Mapping[str, str] = getattr(cls, "REFUSED_KEYS", {})
         for key in data:
-            if key not in fields:
+            if key in refused:
+                self.issues.add(_join(path, str(key)), data[key], refused[key])
+                ok = False
+            elif key not in fields:
                 known = ", ".join(sorted(fields))
                 self.issues.add(_join(path, str(key)), key, f"unknown key; allowed keys here: {known}")
                 ok = False
@@ -262,7 +267,10 @@ class _Loader:
         if origin is Literal:
             choices = get_args(tp)
             if raw not in choices or type(raw) is not type(choices[0]):
-                self.issues.add(path, raw, "allowed: " + ", ".join(repr(c) for c in choices) + self._quote_hint(path))
+                note = f"; {meta['allowed']}" if meta.get("allowed") else ""
+                self.issues.add(
+                    path, raw, "allowed: " + ", ".join(repr(c) for c in choices) + note + self._quote_hint(path)
+                )
                 return None, False
             return raw, True
         if origin is tuple:

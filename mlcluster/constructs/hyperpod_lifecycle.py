@@ -12,7 +12,7 @@ lifecycle features, and uploaded again whenever any of them changes.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +97,9 @@ class HyperPodLifecycle(Construct):
     - every file of ``scripts_dir`` (``on_create.sh`` and what it runs);
     - ``provisioning_parameters.json``: Slurm, the controller, login and
       worker groups with their partitions, and the FSx for Lustre DNS and
-      mount names (deploy-time values are filled in at deployment);
+      mount names (deploy-time values are filled in at deployment); with an
+      EFA-enabled file system, ``fsx_efa_enabled`` and the groups whose nodes
+      set LNet up over EFA (``fsx_efa_groups``);
     - ``mlcluster_features.json``: users, accounting, Docker, Enroot/Pyxis,
       homes on FSx, observability, the collector;
     - the metrics collector's install script and target refresher (in the
@@ -125,6 +127,7 @@ class HyperPodLifecycle(Construct):
         fsx_dns_name: str,
         fsx_mount_name: str,
         login_group: str | None = None,
+        fsx_efa_groups: Sequence[str] | None = None,
         openzfs_dns_name: str | None = None,
         openzfs_volume_path: str = OPENZFS_ROOT_VOLUME_PATH,
         openzfs_mount_point: str = "/home",
@@ -145,6 +148,10 @@ class HyperPodLifecycle(Construct):
         :param fsx_dns_name: the FSx for Lustre file system's DNS name.
         :param fsx_mount_name: the FSx for Lustre file system's mount name.
         :param login_group: the login nodes' instance group name. Default: none.
+        :param fsx_efa_groups: set when the FSx for Lustre file system is EFA-enabled: the instance
+            groups whose nodes reach it over EFA (their instance type supports it; see
+            ``mlcluster.config.hyperpod.LUSTRE_EFA_INSTANCE_TYPES``); the other nodes mount it over
+            TCP. Default: none (the file system is not EFA-enabled).
         :param openzfs_dns_name: the FSx for OpenZFS file system's DNS name; every node mounts it
             (NFS) at ``openzfs_mount_point`` and the users' homes live there. Default: none.
         :param openzfs_volume_path: the OpenZFS volume's export path. Default: the root volume, ``/fsx``.
@@ -169,6 +176,7 @@ class HyperPodLifecycle(Construct):
             login_group=login_group,
             fsx_dns_name=fsx_dns_name,
             fsx_mount_name=fsx_mount_name,
+            fsx_efa_groups=fsx_efa_groups,
             prefix=prefix,
             scripts_dir=folder,
             removal_policy=removal_policy,
@@ -198,6 +206,9 @@ class HyperPodLifecycle(Construct):
         ]
         provisioning["fsx_dns_name"] = fsx_dns_name
         provisioning["fsx_mountname"] = fsx_mount_name
+        if fsx_efa_groups is not None:
+            provisioning["fsx_efa_enabled"] = True
+            provisioning["fsx_efa_groups"] = list(fsx_efa_groups)
         if openzfs_dns_name is not None:
             provisioning["fsx_openzfs_dns_name"] = openzfs_dns_name
             provisioning["fsx_openzfs_volume_path"] = openzfs_volume_path
@@ -261,6 +272,7 @@ def _check_props(
     login_group: str | None,
     fsx_dns_name: str,
     fsx_mount_name: str,
+    fsx_efa_groups: Sequence[str] | None,
     prefix: str,
     scripts_dir: Path,
     removal_policy: cdk.RemovalPolicy,
@@ -313,6 +325,9 @@ def _check_props(
             )
     if len(set(names)) != len(names):
         problems.append(f"worker_groups: group names {names} repeat; controller, login and worker groups must differ")
+    unknown = [name for name in fsx_efa_groups or () if name not in names]
+    if unknown:
+        problems.append(f"fsx_efa_groups: {unknown} are not instance groups of this cluster; allowed: {names}")
     for label, value in (("fsx_dns_name", fsx_dns_name), ("fsx_mount_name", fsx_mount_name)):
         if not cdk.Token.is_unresolved(value) and not value.strip():
             problems.append(f"{label}: {value!r} is empty; give the FSx for Lustre file system's {label[4:]}")

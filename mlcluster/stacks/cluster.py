@@ -254,6 +254,8 @@ class ClusterStack(cdk.Stack):
             worker_groups=workers,
             fsx_dns_name=storage.lustre.dns_name,
             fsx_mount_name=storage.lustre.mount_name,
+            # With an EFA-enabled file system, the nodes of these groups set LNet up over EFA (lustre_efa step).
+            fsx_efa_groups=cfg.lustre_efa_groups() if env.config.storage.lustre.efa_enabled else None,
             # Every node mounts the environment's OpenZFS volume (homes live there when it is declared).
             openzfs_dns_name=storage.openzfs.dns_name if storage.openzfs is not None else None,
             features=cfg.lifecycle,
@@ -267,15 +269,10 @@ class ClusterStack(cdk.Stack):
         accounting = cfg.lifecycle.accounting
         labels = network_zone_labels(env.config.network)
         subnet_of = dict(zip(labels, network.private_subnets, strict=False))
-        groups = [cfg.controller, *([cfg.login] if cfg.login is not None else []), *cfg.workers]
-        paths = [
-            "controller",
-            *(["login"] if cfg.login is not None else []),
-            *(f"workers[{i}]" for i in range(len(cfg.workers))),
-        ]
+        groups = [group for _, group in cfg.groups()]
         group_subnets: dict[str, list[ec2.ISubnet]] = {}
         problems = []
-        for path, group in zip(paths, groups, strict=True):
+        for path, group in cfg.groups():
             unknown = [zone for zone in group.zones if zone not in subnet_of]
             if unknown:
                 problems.append(

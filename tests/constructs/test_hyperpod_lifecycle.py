@@ -159,6 +159,20 @@ def test_provisioning_parameters_carry_groups_and_the_deploy_time_fsx_name(built
     assert [g.partition_name for g in params.worker_groups] == ["train", "cpu"]
 
 
+def test_an_efa_file_system_names_the_groups_that_reach_it_over_efa(tmp_path: Path) -> None:
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Efa")
+    HyperPodLifecycle(
+        stack, "Lifecycle", **{**VALID, "worker_groups": {"gpu": "dev", "cpu": "cpu"}}, fsx_efa_groups=["gpu"]
+    )
+    app.synth()
+    (folder,) = [p.parent for p in tmp_path.glob("asset.*/provisioning_parameters.json")]
+    content = json.loads((folder / "provisioning_parameters.json").read_text())
+    assert (content["fsx_efa_enabled"], content["fsx_efa_groups"]) == (True, ["gpu"])
+    params = parse_provisioning(content)
+    assert (params.fsx_efa_enabled, params.fsx_efa_groups) == (True, ("gpu",))
+
+
 def test_features_file_is_what_the_scripts_parse(built: Built) -> None:
     content = json.loads((staged(built, "mlcluster_features.json") / "mlcluster_features.json").read_text())
     assert content == {
@@ -237,6 +251,7 @@ VALID: dict[str, Any] = {
         ({"fsx_mount_name": " "}, "fsx_mount_name: ' ' is empty"),
         ({"prefix": "lifecycle"}, "prefix: 'lifecycle' is not allowed"),
         ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, "removal_policy:"),
+        ({"fsx_efa_groups": ["cpu"]}, "fsx_efa_groups: ['cpu'] are not instance groups of this cluster"),
     ],
 )
 def test_bad_props_are_named(changes: dict[str, Any], message: str) -> None:

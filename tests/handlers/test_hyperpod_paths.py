@@ -180,6 +180,14 @@ def test_rename_with_a_training_plan_is_refused_before_anything_is_made(
     assert "destroy the cluster stack first (`cdk destroy <environment>/Cluster`" in message
 
 
+def test_rename_with_no_instances_on_the_training_plan_is_not_refused(world: World, fake: FakeSageMaker) -> None:
+    """Path 7's safe way: with the plan's groups at 0 nodes in both clusters, nothing is asked of the plan twice."""
+    fake.add("ml-cluster", {**COUNTS, "workers": 0})
+    old = world.props(_spec(world, workers=0, plan=PLAN))
+    new = world.props(_spec(world, name="ml-cluster-b", workers=0, plan=PLAN))
+    app.on_event(update_event("ml-cluster-preflight", new, old))
+
+
 def test_in_place_update_with_a_training_plan_is_not_refused(world: World, fake: FakeSageMaker) -> None:
     """Path 7's edge: same name, more nodes on the plan, no second cluster: allowed."""
     fake.add("ml-cluster", COUNTS)

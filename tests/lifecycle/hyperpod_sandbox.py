@@ -385,6 +385,56 @@ else
   cp "$src" "$(local_path "$dst")"
 fi
 """,
+    # The Lustre client's network tools: lnetctl keeps LNet's nets in STUB_STATE/lnet (lost on a
+    # "reboot": the test removes the folder), the others only record their calls.
+    "lnetctl": r"""
+state=$STUB_STATE/lnet nets=$STUB_STATE/lnet/nets
+mkdir -p "$state" && touch "$nets"
+case $1 in
+  lnet) act "$@"; touch "$state/configured" ;;
+  net)
+    want="" iface=""
+    for ((i = 3; i <= $#; i++)); do
+      case ${!i} in --net) j=$((i + 1)); want=${!j} ;; --if) j=$((i + 1)); iface=${!j} ;; esac
+    done
+    case $2 in
+      show)
+        echo "net:"
+        while read -r type name nid; do
+          [[ -z $want || $want == "$type" ]] || continue
+          printf '    - net type: %s\n      local NI(s):\n        - nid: %s\n          status: up\n' "$type" "$nid"
+          printf '          interfaces:\n              0: %s\n' "$name"
+        done <"$nets" ;;
+      add) act "$@"
+        [[ -e $state/configured ]] || { echo "add net: LNet is not configured" >&2; exit 1; }
+        n=$(wc -l <"$nets")
+        if [[ $want == tcp ]]; then nid=10.1.0.20@tcp; else nid="1.2.3.$n@$want"; fi
+        echo "$want $iface $nid" >>"$nets" ;;
+      del) act "$@"
+        grep -v "^$want " "$nets" >"$nets.new" || true
+        mv "$nets.new" "$nets" ;;
+      *) exit 2 ;;
+    esac ;;
+  set) act "$@" ;;
+  udsp) act "$@"
+    if [[ -e $state/udsp ]]; then echo "add udsp: Operation already in progress" >&2; exit 114; fi
+    touch "$state/udsp" ;;
+  *) exit 2 ;;
+esac
+""",
+    "modprobe": 'act "$@"\n',
+    "modinfo": r"""
+[[ " ${STUB_MISSING_MODULES:-} " != *" $1 "* ]] || { echo "modinfo: ERROR: Module $1 not found." >&2; exit 1; }
+echo "filename: /lib/modules/stub/$1.ko"
+""",
+    "uname": r"""
+[[ ${1:-} == -r ]] && echo "${STUB_KERNEL:-6.8.0-1024-aws}"
+""",
+    "ip": r"""
+echo "lo UNKNOWN 127.0.0.1/8"
+n=5
+for address in $STUB_IPS; do echo "ens$n UP $address/16"; n=$((n + 1)); done
+""",
     "scontrol": r"""
 if [[ ${1:-} == ping && -e $STUB_STATE/systemd/active/slurmctld ]]; then
   echo "Slurmctld(primary) at ip-10-1-0-10 is UP"
@@ -463,6 +513,8 @@ class Sandbox:
     gpu: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
     provisioning: dict[str, object] = field(default_factory=lambda: dict(PROVISIONING))
+    #: RDMA devices of the node whose driver is efa (under /sys/class/infiniband).
+    efa_devices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # pytest keeps its temporary folders 0700, which the users the steps switch to cannot pass:
@@ -515,6 +567,11 @@ class Sandbox:
         _write(r / "etc/systemd/system/slurmctld.service", "[Service]\nExecStart=/opt/slurm/sbin/slurmctld -D\n")
         (self.state / "systemd/active").mkdir(parents=True)
         (self.state / "systemd/active/dlami-nvme").touch()
+        efa_driver = r / "sys/bus/pci/drivers/efa"
+        efa_driver.mkdir(parents=True)
+        for device in self.efa_devices:
+            (r / "sys/class/infiniband" / device / "device").mkdir(parents=True)
+            (r / "sys/class/infiniband" / device / "device/driver").symlink_to(efa_driver)
 
     def _build_lifecycle(self) -> None:
         shutil.copytree(HYPERPOD_DIR, self.lifecycle, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -70,6 +70,7 @@ def test_controller_runs_its_steps_in_plan_order(controller: TwoRuns) -> None:
     assert controller.sandbox.step_order() == expected * 2
     assert expected == [
         "identify_node",
+        "lustre_efa",
         "mount_fsx",
         "mount_openzfs",
         "imds",
@@ -100,7 +101,7 @@ def test_every_step_writes_its_own_log(controller: TwoRuns) -> None:
     logs = controller.sandbox.root / "var/log/provision"
     for step in set(controller.sandbox.step_order()):
         assert f"step {step}\n" in (logs / f"{step}.log").read_text()
-    assert "mlcluster lifecycle: all 12 steps done" in (logs / "on_create.log").read_text()
+    assert "mlcluster lifecycle: all 13 steps done" in (logs / "on_create.log").read_text()
 
 
 def test_homes_move_only_after_fsx_is_mounted_and_before_slurmctld_starts(controller: TwoRuns) -> None:

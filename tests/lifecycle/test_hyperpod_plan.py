@@ -120,6 +120,12 @@ def test_partition_defaults_to_the_group_name_and_unknown_keys_are_left_to_hyper
         ({"worker_groups": []}, "worker_groups = [] is not valid; allowed: at least one worker group"),
         ({"worker_groups": [{"partition_name": "p"}]}, "worker_groups[0].instance_group_name is missing"),
         ({"login_group": "controller-machine"}, "controller, login and worker group names must all differ"),
+        ({"fsx_efa_enabled": "yes"}, "fsx_efa_enabled = 'yes' is not valid; allowed: true or false"),
+        ({"fsx_efa_groups": ["worker-group-1"]}, "only used with fsx_efa_enabled: true"),
+        (
+            {"fsx_efa_enabled": True, "fsx_efa_groups": ["gpu"]},
+            "fsx_efa_groups = ['gpu'] is not valid; allowed: the cluster's instance groups",
+        ),
     ],
 )
 def test_bad_provisioning_parameters_are_named(change: dict[str, object], expected: str) -> None:
@@ -177,11 +183,57 @@ def test_a_missing_controller_group_is_an_error() -> None:
         p.identify_node(resource_config(), params, [WORKER_IP])
 
 
+@pytest.mark.parametrize(
+    ("address", "fsx_efa", "lustre_efa"),
+    [(WORKER_IP, "true", "true"), (CONTROLLER_IP, "true", "false")],
+)
+def test_node_env_says_whether_this_node_reaches_lustre_over_efa(address: str, fsx_efa: str, lustre_efa: str) -> None:
+    params = p.parse_provisioning({**PROVISIONING, "fsx_efa_enabled": True, "fsx_efa_groups": ["worker-group-1"]})
+    node = p.identify_node(resource_config(), params, [address])
+    env = p.node_env(node, params, ALL_ON)
+    assert (env["MLC_FSX_EFA"], env["MLC_LUSTRE_EFA"], env["MLC_INSTANCE_TYPE"]) == (
+        fsx_efa,
+        lustre_efa,
+        "ml.p5.48xlarge",
+    )
+
+
+def test_without_an_efa_file_system_no_node_uses_efa() -> None:
+    env = p.node_env(p.identify_node(resource_config(), PARAMS, [WORKER_IP]), PARAMS, ALL_ON)
+    assert (env["MLC_FSX_EFA"], env["MLC_LUSTRE_EFA"]) == ("false", "false")
+
+
+P5_DEVICES = [f"rdmap{n}s0" for n in range(79, 79 + 32)]
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "devices", "expected"),
+    [
+        # The guide's table: 8 interfaces on p5.48xlarge, one per PCI bus (every fourth of 32 devices).
+        ("ml.p5.48xlarge", P5_DEVICES, sorted(P5_DEVICES)[::4]),
+        ("p6-b300.48xlarge", [f"rdmap{n}s0" for n in range(100, 117)], [f"rdmap{n}s0" for n in range(100, 116)]),
+        # Other types: the first and the last device with several network cards, else the only one.
+        ("ml.g6e.48xlarge", ["rdmap36s0", "rdmap42s0", "rdmap40s0"], ["rdmap36s0", "rdmap42s0"]),
+        ("ml.g6.8xlarge", ["rdmap36s0"], ["rdmap36s0"]),
+    ],
+)
+def test_efa_interfaces_follow_the_fsx_guide(instance_type: str, devices: list[str], expected: list[str]) -> None:
+    chosen = p.efa_interfaces(instance_type, devices)
+    assert chosen == expected
+    assert len(chosen) == p.EFA_INTERFACES_BY_TYPE.get(instance_type.removeprefix("ml."), len(chosen))
+
+
+def test_efa_interfaces_without_a_device_is_an_error() -> None:
+    with pytest.raises(p.LifecycleInputError, match="no EFA device found under /sys/class/infiniband"):
+        p.efa_interfaces("ml.p5.48xlarge", [])
+
+
 # --- step plan --------------------------------------------------------------------------------
 
 
 def test_controller_step_order() -> None:
     assert p.plan_steps("controller", ALL_ON) == (
+        "lustre_efa",
         "mount_fsx",
         "mount_openzfs",
         "imds",
@@ -200,6 +252,7 @@ def test_controller_step_order() -> None:
 
 def test_worker_and_login_wait_for_the_controller_before_touching_shared_homes() -> None:
     expected = (
+        "lustre_efa",
         "mount_fsx",
         "mount_openzfs",
         "add_users",
@@ -217,7 +270,7 @@ def test_worker_and_login_wait_for_the_controller_before_touching_shared_homes()
     assert p.plan_steps("worker", ALL_ON) == expected
     # Login nodes keep IMDS for root only (users work there) and build no nccl-tests.
     login = [step for step in expected if step != "nccl_tests"]
-    login.insert(2, "imds")
+    login.insert(3, "imds")
     assert p.plan_steps("login", ALL_ON) == tuple(login)
 
 
@@ -226,6 +279,7 @@ def test_switched_off_features_drop_their_steps() -> None:
         {"docker": False, "enroot_pyxis": False, "home_on_fsx": False, "accounting": {"mode": "none"}}
     )
     assert p.plan_steps("controller", features) == (
+        "lustre_efa",
         "mount_fsx",
         "mount_openzfs",
         "imds",

@@ -45,7 +45,7 @@ def test_a_failing_step_stops_the_run_and_is_named(tmp_path: Path) -> None:
     result = sandbox.run()
     assert result.returncode != 0
     assert "step mount_fsx: FAILED (exit code 1); the run stops here." in result.stderr
-    assert sandbox.step_order() == ["identify_node", "mount_fsx"]
+    assert sandbox.step_order() == ["identify_node", "lustre_efa", "mount_fsx"]
     assert sandbox.actions() == []
     log = sandbox.read("/var/log/provision/mount_fsx.log")
     assert "mount: simulated failure" in log
@@ -70,7 +70,14 @@ def test_a_worker_whose_controller_never_answers_fails_in_wait_controller(tmp_pa
     assert time.monotonic() - started >= 3
     assert result.returncode != 0
     assert "step wait_controller: FAILED" in result.stderr
-    assert sandbox.step_order() == ["identify_node", "mount_fsx", "mount_openzfs", "nccl_tests", "wait_controller"]
+    assert sandbox.step_order() == [
+        "identify_node",
+        "lustre_efa",
+        "mount_fsx",
+        "mount_openzfs",
+        "nccl_tests",
+        "wait_controller",
+    ]
     log = sandbox.read("/var/log/provision/wait_controller.log")
     assert f"slurmctld at 127.0.0.1:{closed_port} did not answer within 3s" in log
     assert not any("slurmd" in action for action in sandbox.actions())

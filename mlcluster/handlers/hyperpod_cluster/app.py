@@ -141,8 +141,9 @@ def _new_cluster_problems(props: Properties, old: Properties | None, existing: M
                 f"renaming the cluster from {old.name!r} to {props.name!r} creates the new cluster before "
                 f"CloudFormation deletes the old one, but groups draw their capacity from training plan(s) "
                 f"{', '.join(plans)}, which hold only the instances the old cluster uses, so the new one cannot get "
-                "its nodes. Safe way: destroy the cluster stack first (`cdk destroy <environment>/Cluster`; data in "
-                "the storage stack stays), then deploy with the new name"
+                "its nodes. Safe way: set the instance count of the groups on the plan to 0 and deploy, rename with "
+                "those counts still 0, then set them back; or destroy the cluster stack first (`cdk destroy "
+                "<environment>/Cluster`; data in the storage stack stays), then deploy with the new name"
             )
     return problems
 

@@ -49,8 +49,14 @@ class Properties:
         return {name: int(g["InstanceCount"]) for name, g in self.groups().items()}
 
     def training_plans(self) -> list[str]:
-        """The training plans the groups draw their capacity from."""
-        return sorted({str(g["TrainingPlanArn"]) for g in self.spec["InstanceGroups"] if g.get("TrainingPlanArn")})
+        """The training plans the groups draw instances from (groups of 0 instances draw none)."""
+        return sorted(
+            {
+                str(g["TrainingPlanArn"])
+                for g in self.spec["InstanceGroups"]
+                if g.get("TrainingPlanArn") and int(g.get("InstanceCount", 0)) > 0
+            }
+        )
 
 
 def parse_properties(props: Mapping[str, Any], create_shape: StructureShape) -> Properties:

@@ -287,7 +287,11 @@ def _parse_openzfs(source: str, top: Mapping[str, object]) -> OpenZfs | None:
 
 @dataclass(frozen=True)
 class ProvisioningParameters:
-    """The parts of ``provisioning_parameters.json`` the scripts use (other keys are left to HyperPod)."""
+    """The parts of ``provisioning_parameters.json`` the scripts use (other keys are left to HyperPod).
+
+    ``fsx_efa_enabled`` says the FSx for Lustre file system is EFA-enabled; ``fsx_efa_groups`` names
+    the instance groups whose instance type reaches it over EFA (mlcluster decides that at synth).
+    """
 
     version: str
     controller_group: str
@@ -296,6 +300,19 @@ class ProvisioningParameters:
     fsx_mountname: str
     login_group: str | None = None
     openzfs: OpenZfs | None = None
+    fsx_efa_enabled: bool = False
+    fsx_efa_groups: tuple[str, ...] = ()
+
+
+def _parse_efa(source: str, top: Mapping[str, object]) -> tuple[bool, tuple[str, ...]]:
+    enabled = _flag(source, "fsx_efa_enabled", top.get("fsx_efa_enabled", False))
+    groups = tuple(
+        _text(source, f"fsx_efa_groups[{i}]", g, "allowed: an instance group name")
+        for i, g in enumerate(_list(source, "fsx_efa_groups", top.get("fsx_efa_groups", [])))
+    )
+    if groups and not enabled:
+        raise _bad(source, "fsx_efa_groups", list(groups), "only used with fsx_efa_enabled: true")
+    return enabled, groups
 
 
 def parse_provisioning(data: object, source: str = PROVISIONING_FILE) -> ProvisioningParameters:
@@ -317,6 +334,7 @@ def parse_provisioning(data: object, source: str = PROVISIONING_FILE) -> Provisi
     if not groups:
         raise _bad(source, "worker_groups", [], "allowed: at least one worker group")
     login = top.get("login_group")
+    efa_enabled, efa_groups = _parse_efa(source, top)
     params = ProvisioningParameters(
         version=_text(source, "version", top["version"]),
         controller_group=_text(source, "controller_group", top["controller_group"]),
@@ -325,10 +343,15 @@ def parse_provisioning(data: object, source: str = PROVISIONING_FILE) -> Provisi
         fsx_mountname=_text(source, "fsx_mountname", top["fsx_mountname"], "allowed: the FSx for Lustre mount name"),
         login_group=None if login is None else _text(source, "login_group", login),
         openzfs=_parse_openzfs(source, top),
+        fsx_efa_enabled=efa_enabled,
+        fsx_efa_groups=efa_groups,
     )
     names = [params.controller_group, *([login] if login else []), *(g.instance_group_name for g in groups)]
     if len(set(names)) != len(names):
         raise _bad(source, "worker_groups", names, "controller, login and worker group names must all differ")
+    unknown = [g for g in efa_groups if g not in names]
+    if unknown:
+        raise _bad(source, "fsx_efa_groups", unknown, f"allowed: the cluster's instance groups {names}")
     return params
 
 
@@ -342,6 +365,7 @@ class Node:
     address: str
     controller_address: str
     partition: str | None = None
+    instance_type: str = ""
 
 
 def _instances(source: str, group: Mapping[str, object], index: int) -> list[Mapping[str, object]]:
@@ -393,6 +417,7 @@ def identify_node(
                 address=cast(str, instance["CustomerIpAddress"]),
                 controller_address=controller_address,
                 partition=partitions.get(name),
+                instance_type=str(group.get("InstanceType") or ""),
             )
     raise _bad("this node", "addresses", list(addresses), f"none of them is a CustomerIpAddress in {source}")
 
@@ -415,6 +440,7 @@ class Step:
 #: homes, so the controller has created them first; Docker, Enroot and Pyxis come before Slurm starts,
 #: so the Pyxis plugin is in plugstack.conf when the daemons read it.
 STEPS: tuple[Step, ...] = (
+    Step("lustre_efa", "set LNet up over EFA when the Lustre file system and this node's instance type have it"),
     Step("mount_fsx", "mount FSx for Lustre at /fsx and wait until it is writable"),
     Step("mount_openzfs", "mount the FSx for OpenZFS volume the environment declares (NFS, /home by default)"),
     Step("imds", "let only root reach the instance metadata service", roles=frozenset({"controller", "login"})),
@@ -467,6 +493,9 @@ def node_env(node: Node, params: ProvisioningParameters, features: Features) -> 
         "MLC_PARTITION": node.partition or "",
         "MLC_FSX_DNS_NAME": params.fsx_dns_name,
         "MLC_FSX_MOUNTNAME": params.fsx_mountname,
+        "MLC_INSTANCE_TYPE": node.instance_type,
+        "MLC_FSX_EFA": flag(params.fsx_efa_enabled),
+        "MLC_LUSTRE_EFA": flag(params.fsx_efa_enabled and node.group in params.fsx_efa_groups),
         "MLC_USERS": " ".join(f"{u.name}:{u.uid}" for u in features.users),
         "MLC_ACCOUNTING_MODE": acct.mode,
         "MLC_ACCOUNTING_HOST": acct.host,
@@ -569,6 +598,38 @@ def fstab_with(text: str, entry: str, mountpoint: str) -> str:
     """``fstab`` with exactly one line for ``mountpoint``: ``entry`` (other lines for it are dropped)."""
     kept = [line for line in text.splitlines() if _is_comment(line) or line.split()[1:2] != [mountpoint]]
     return _with_newline([*kept, entry])
+
+
+#: How many EFA interfaces LNet uses per instance type: the table of the FSx for Lustre user guide,
+#: "Configuring EFA clients", step "EFA interfaces"
+#: (https://docs.aws.amazon.com/fsx/latest/LustreGuide/configure-efa-clients.html). Other types: two
+#: when the instance has more than one EFA device (several network cards), else one. Each interface
+#: counts against the file system's limit of 1024 EFA connections.
+EFA_INTERFACES_BY_TYPE: dict[str, int] = {
+    "p6-b300.48xlarge": 16,
+    "p6e-gb200.36xlarge": 8,
+    "p6-b200.48xlarge": 8,
+    "p5en.48xlarge": 8,
+    "p5e.48xlarge": 8,
+    "p5.48xlarge": 8,
+}
+
+
+def efa_interfaces(instance_type: str, devices: Sequence[str]) -> list[str]:
+    """The EFA devices LNet should use on this node, spread evenly over the sorted device list.
+
+    ``instance_type`` may carry SageMaker's ``ml.`` prefix. With 32 devices and 8 wanted this takes
+    every fourth one (one per PCI bus, as AWS's EKS example does); with two or more devices on
+    another type, the first and the last.
+    """
+    found = sorted(set(devices))
+    if not found:
+        raise LifecycleInputError("no EFA device found under /sys/class/infiniband; allowed: an EFA-enabled instance")
+    wanted = EFA_INTERFACES_BY_TYPE.get(instance_type.removeprefix("ml."))
+    if wanted is None:
+        return found[:1] if len(found) == 1 else [found[0], found[-1]]
+    step = max(1, len(found) // wanted)
+    return found[::step][:wanted]
 
 
 def _unescape_mount(path: str) -> str:
@@ -681,6 +742,10 @@ def _cmd_docker_daemon(args: argparse.Namespace) -> str:
     return docker_daemon_config(_read(path) if path.exists() else None, args.data_root, source=args.current)
 
 
+def _cmd_efa_interfaces(args: argparse.Namespace) -> str:
+    return "".join(f"{name}\n" for name in efa_interfaces(args.instance_type, args.devices))
+
+
 def _cmd_secret_field(args: argparse.Namespace) -> str:
     return secret_field(sys.stdin.read(), args.key) + "\n"
 
@@ -700,6 +765,7 @@ def _parser() -> argparse.ArgumentParser:
         "fstab": (_cmd_fstab, "print fstab with one entry for a mount point"),
         "local-root": (_cmd_local_root, "print the local volume for container data (empty if none)"),
         "docker-daemon": (_cmd_docker_daemon, "print daemon.json with data-root set"),
+        "efa-interfaces": (_cmd_efa_interfaces, "print the EFA devices LNet uses on this instance type"),
         "secret-field": (_cmd_secret_field, "print one field of a JSON secret read from stdin"),
         "password": (_cmd_password, "print a new random password"),
     }
@@ -726,6 +792,8 @@ def _parser() -> argparse.ArgumentParser:
     subs["local-root"].add_argument("--root", default="", help="the root prefix the mount points carry")
     subs["docker-daemon"].add_argument("--current", required=True)
     subs["docker-daemon"].add_argument("--data-root", required=True)
+    subs["efa-interfaces"].add_argument("--instance-type", required=True, help="e.g. ml.p5.48xlarge")
+    subs["efa-interfaces"].add_argument("devices", nargs="*", help="the EFA devices of /sys/class/infiniband")
     subs["secret-field"].add_argument("--key", required=True)
     return parser
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Step mount_fsx: mount FSx for Lustre at /fsx (and in /etc/fstab for reboots), then wait until
-# it is writable, so no later step writes into an empty /fsx folder on the root volume.
+# it is writable, so no later step writes into an empty /fsx folder on the root volume. On a node
+# that uses EFA for Lustre (step lustre_efa), LNet must have its EFA interfaces first, and a reboot
+# mounts only after mlcluster-lustre-efa.service set them up again.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -10,6 +12,11 @@ SOURCE="$MLC_FSX_DNS_NAME@tcp:/$MLC_FSX_MOUNTNAME"
 # After a reboot: mount once the network is up (_netdev, x-systemd.requires), and on first access
 # (x-systemd.automount) so a slow file system never blocks the boot.
 FSTAB_OPTIONS=noatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target
+if is_true "$MLC_LUSTRE_EFA"; then
+  # The FSx for Lustre guide's fstab entry for EFA-enabled file systems ("Mounting your Amazon FSx
+  # file system automatically"): the mount requires, and comes after, the EFA configuration unit.
+  FSTAB_OPTIONS+=,x-systemd.requires=mlcluster-lustre-efa.service,x-systemd.after=mlcluster-lustre-efa.service
+fi
 
 fsx_writable() {
   local probe
@@ -26,6 +33,10 @@ main() {
   else
     command -v mount.lustre >/dev/null ||
       die "the Lustre client is not installed (no mount.lustre); HyperPod's DLAMI ships it"
+    if is_true "$MLC_LUSTRE_EFA" && [[ $(lnetctl net show --net efa 2>/dev/null || true) != *@efa* ]]; then
+      die "this node should reach FSx for Lustre over EFA, but LNet has no EFA interface;" \
+        "run the lustre_efa step first (on_create.sh lustre_efa mount_fsx); refusing to mount over TCP only"
+    fi
     retry 10 "resolve $MLC_FSX_DNS_NAME" getent hosts "$MLC_FSX_DNS_NAME" >/dev/null
     mkdir -p "$FSX"
     retry 6 "mount $SOURCE at $FSX" mount -t lustre -o noatime,flock "$SOURCE" "$FSX"
