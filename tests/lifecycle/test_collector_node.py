@@ -190,11 +190,9 @@ def _controller(tmp_path: Path, collector: bool = True) -> Sandbox:
     (box.lifecycle / ENTRYPOINT).write_text(render_on_create(HYPERPOD_DIR, extra))
     (box.serve / TARBALL_NAME).write_bytes(PROMETHEUS)
     (box.bin / "useradd").write_text("#!/bin/bash\n" + USERADD.replace("$ROOTDIR", "$MLC_ROOT"))
-    (box.state / "bin").mkdir(parents=True, exist_ok=True)
-    for tool in ("uname",):
-        real = shutil.which(tool)
-        assert real
-        (box.state / "bin" / tool).symlink_to(real)
+    # The sandbox's uname answers -r (the kernel); the installer asks -m (the architecture) too.
+    (box.bin / "uname").write_text("#!/bin/bash\ncase ${1:-} in -m) echo x86_64 ;; -r) echo 6.8.0-1024-aws ;; esac\n")
+    (box.bin / "uname").chmod(0o755)
     return box
 
 
