@@ -53,7 +53,7 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 pytest: setup $(PCLUSTER_VENV)/.installed $(CHECKOV_VENV)/.installed
-	$(VENV)/bin/pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## compliance: per environment and pack, every cdk-nag rule's status and checkov's in cdk.out/compliance/ (ENV=dev,prod for a subset)
 compliance: setup $(CHECKOV_VENV)/.installed

@@ -27,7 +27,10 @@ class Exporter:
     metrics: tuple[str, ...]
 
 
-#: Metrics written by our own textfile collectors into the node exporter's textfile folder.
+#: Metrics written by our own textfile collectors into the node exporter's textfile folder. The EFA ones are
+#: ``mlcluster_efa_<counter>_total{device,port}``, one per port counter of the Linux EFA driver
+#: (``/sys/class/infiniband/<device>/ports/<port>/hw_counters/<counter>``; rdma_write_bytes needs a
+#: driver with RDMA write, a counter the driver lacks is left out).
 EFA_METRICS = (
     "mlcluster_efa_rx_bytes_total",
     "mlcluster_efa_tx_bytes_total",
@@ -86,7 +89,7 @@ EXPORTERS: tuple[Exporter, ...] = (
         metrics=(
             "neuroncore_utilization_ratio",
             "neuron_runtime_memory_used_bytes",
-            "neuron_hardware_ecc_events_total",
+            "hardware_ecc_events_total",
             "execution_errors_total",
         ),
     ),

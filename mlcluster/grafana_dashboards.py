@@ -192,7 +192,7 @@ NEURON = Dashboard(
         Panel(
             "Neuron hardware ECC events (per hour)",
             "short",
-            (Query(f"sum by (instance) (increase(neuron_hardware_ecc_events_total{WINDOW})) * 6"),),
+            (Query(f"sum by (instance) (increase(hardware_ecc_events_total{WINDOW})) * 6"),),
         ),
         Panel(
             "Neuron execution errors (per hour)",

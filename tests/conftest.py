@@ -14,14 +14,24 @@ os.environ["CDK_CONTEXT_JSON"] = json.dumps(
     json.loads((Path(__file__).resolve().parent.parent / "cdk.json").read_text())["context"]
 )
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
+import botocore.loaders
+import botocore.session
 import pytest
 from filelock import FileLock
 
 from mlcluster.config import Environment, load_environment
 from tests.support import stack_templates, synth_examples, write_env
+
+# Every botocore session makes its own loader, which parses the service models
+# (EC2's alone is megabytes of JSON) again; moto resets boto3's default session
+# on every mock and the CLI makes a session per command, so the tests paid that
+# parse hundreds of times. One loader per data path for the whole test process,
+# as one session shares it between its clients: the files cannot change mid-run.
+botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)  # type: ignore[assignment]
 
 
 @pytest.fixture
@@ -59,3 +69,39 @@ def example_templates(examples_outdir: Path) -> dict[str, dict[str, Any]]:
     from aws_cdk import cx_api
 
     return stack_templates(cx_api.CloudAssembly(str(examples_outdir)))
+
+
+@pytest.fixture(scope="session")
+def pcluster_templates(example_templates: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The stack templates of the ParallelCluster examples (``p5/Cluster``...), from :func:`example_templates`."""
+    from tests.pcluster.pcluster_support import PCLUSTER_EXAMPLES
+
+    return {path: t for path, t in example_templates.items() if path.split("/", 1)[0] in PCLUSTER_EXAMPLES}
+
+
+#: The modules that cost the most CPU (measured with ``--durations`` and per-module CPU time, most first).
+#: ``make pytest`` hands whole modules to its two workers (``--dist loadfile``) in collection order
+#: (``--no-loadscope-reorder``): starting with the longest leaves only short modules for the end,
+#: so neither worker sits idle while the other finishes a long one.
+LONGEST_FIRST = (
+    "tests/test_day_two.py",
+    "tests/lifecycle/test_hyperpod_isolation.py",
+    "tests/test_compliance.py",
+    "tests/test_packaging.py",
+    "tests/pcluster/test_pcluster_rehearsal.py",
+    "tests/test_examples.py",
+    "tests/lifecycle/test_hyperpod_scripts.py",
+    "tests/test_day_two_cli.py",
+    "tests/lifecycle/test_hyperpod_downloads.py",
+    "tests/lifecycle/test_pcluster_node_rehearsal.py",
+    "tests/lifecycle/test_hyperpod_on_create.py",
+    "tests/test_day_two_guard.py",
+    "tests/lifecycle/test_hyperpod_backup.py",
+    "tests/constructs/test_lustre.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the modules in :data:`LONGEST_FIRST` first, in that order; the rest keep their order."""
+    rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))

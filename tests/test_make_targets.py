@@ -18,7 +18,9 @@ import pytest
 
 from tests.support import ROOT
 
-README_TARGETS = sorted(set(re.findall(r"\bmake ([a-z][a-z-]*)", (ROOT / "README.md").read_text())))
+#: A target the README names: ``make x`` in backticks, or a code-block line that runs it (not prose: "make a user").
+MAKE_COMMAND = re.compile(r"(?:^[ \t]*|`)make ([a-z][a-z-]*)", re.MULTILINE)
+README_TARGETS = sorted(set(MAKE_COMMAND.findall((ROOT / "README.md").read_text())))
 PATH_TOKEN = re.compile(r"(?<![\w/.-])((?:tests|tools|mlcluster|\.ci|schema)/[\w./*-]+)")
 
 
@@ -30,6 +32,11 @@ def dry_run(target: str) -> str:
 
 def test_readme_names_the_two_commands() -> None:
     assert {"synth", "test"} <= set(README_TARGETS)
+
+
+def test_targets_are_read_from_commands_not_prose() -> None:
+    text = "Run `make bench` or\n```\nmake synth   # set-up\n  make test\n```\nvalues that make a user an admin"
+    assert MAKE_COMMAND.findall(text) == ["bench", "synth", "test"]
 
 
 @pytest.mark.parametrize("target", README_TARGETS)

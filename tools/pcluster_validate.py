@@ -46,6 +46,7 @@ bad usage.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -207,7 +208,7 @@ class World:
         for image in s.get("images", []):
             # A custom image built with pcluster build-image: a copy tagged with the ParallelCluster version.
             copy = self.ec2.copy_image(
-                Name=image["id"].replace("/", "-"), SourceImageId=self.stand_in_image(), SourceRegion=self.region
+                Name=image["id"].replace("/", "-"), SourceImageId=self.stand_in_image, SourceRegion=self.region
             )["ImageId"]
             tags = [
                 {"Key": "parallelcluster:version", "Value": PCLUSTER_VERSION},
@@ -220,13 +221,20 @@ class World:
             self.key_types[key["name"]] = key.get("type", "ed25519")
             self.ec2.create_key_pair(KeyName=key["name"], KeyType=self.key_types[key["name"]])
 
+    @functools.cached_property
     def stand_in_image(self) -> str:
-        """One of moto's Amazon-owned x86_64 EBS images: the official image, or a custom one built from it."""
-        images = self.ec2.describe_images(
-            Owners=["amazon"],
-            Filters=[{"Name": "architecture", "Values": ["x86_64"]}, {"Name": "root-device-type", "Values": ["ebs"]}],
-        )["Images"]
-        return str(sorted(images, key=lambda i: i["ImageId"])[0]["ImageId"])
+        """One of moto's Amazon-owned x86_64 EBS images: the official image, or a custom one built from it.
+
+        Chosen with moto's own DescribeImages filter, asked in-process: through
+        the API, moto would serialize all of its ~1,300 stand-in images into
+        one response, seconds of work per region for a single id.
+        """
+        from moto.ec2.models import ec2_backends
+
+        images = ec2_backends[ACCOUNT][self.region].describe_images(
+            owners=["amazon"], filters={"architecture": ["x86_64"], "root-device-type": ["ebs"]}
+        )
+        return str(min(image.id for image in images))
 
     def _permission(self, rule: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"IpProtocol": rule.get("protocol", "-1")}
@@ -311,7 +319,7 @@ def patch_missing_calls(world: World) -> None:
         api.fsx.cache[fs_id] = FsxStorageInfo(data)
     for vol_id, data in world.volumes.items():
         api.fsx.volume_cache[vol_id] = data
-    image = world.stand_in_image()
+    image = world.stand_in_image
 
     def get_official_image_id(os: str, architecture: str, filters: Any = None) -> str:
         if os not in OFFICIAL_IMAGE_OSES:
@@ -393,8 +401,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("AWS_PROFILE", None)
     logging.disable(logging.CRITICAL)
 
+    import botocore.loaders
+    import botocore.session
     from moto import mock_aws
     from pcluster.aws.aws_api import AWSApi
+
+    # moto resets boto3's default session on every mock, and each session's own loader would parse
+    # the service models (megabytes of JSON) again: one loader serves every rehearsal in this process.
+    botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)
 
     results: dict[str, Any] = {}
     for rehearsal in document:

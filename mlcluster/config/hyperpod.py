@@ -192,7 +192,11 @@ class LifecycleConfig:
     docker: bool = True
     enroot_pyxis: bool = True
     home_on_fsx: bool = True
-    observability: bool = False
+    #: Set by mlcluster from observability.prometheus.enabled; true in the file is refused (it was the older switch).
+    observability: bool = setting(
+        default=False,
+        doc="not set here: exporters run on every node when observability.prometheus.enabled is true",
+    )
     #: Members of the docker group are root on the node: only when asked for, with a synth warning.
     docker_group: bool = setting(
         default=False, doc="the cluster users join the docker group: root-equivalent on every node (synth warns)"
@@ -208,6 +212,13 @@ class LifecycleConfig:
     def check(self, issues: Issues) -> None:
         if self.docker_group and not self.docker:
             issues.add("docker_group", True, "the docker group needs docker: true")
+        if self.observability:
+            issues.add(
+                "observability",
+                True,
+                "replaced by observability.prometheus.enabled: true (a Prometheus workspace, exporters on every "
+                "node and a collector on the controller); remove this key",
+            )
         names = [u.name for u in self.users]
         uids = [u.uid for u in self.users]
         if len(set(names)) != len(names):

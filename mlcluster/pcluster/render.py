@@ -104,6 +104,7 @@ class DeployInputs:
     :param log_retention_days: CloudWatch log retention (rounded up to a value ParallelCluster accepts).
     :param retain_logs: keep the cluster's log group when the cluster is deleted.
     :param tags: tags for every cluster resource (the configuration's own tags win).
+    :param exporters: every node runs the metrics exporters step (``observability.prometheus.enabled``).
     """
 
     region: str
@@ -124,6 +125,7 @@ class DeployInputs:
     log_retention_days: int = 365
     retain_logs: bool = True
     tags: Mapping[str, str] = field(default_factory=dict)
+    exporters: bool = False
 
     def __post_init__(self) -> None:
         """Reject inputs that cannot make a valid configuration, naming the input."""
@@ -211,17 +213,22 @@ def _container_steps(cfg: PclusterConfig) -> list[str]:
     return ["docker", "docker_group", "enroot_pyxis"] if cfg.node_scripts.docker_group else ["docker", "enroot_pyxis"]
 
 
-def head_node_steps(cfg: PclusterConfig) -> list[str]:
-    """The node-script steps the head node runs."""
-    return _container_steps(cfg)
+def _exporter_steps(exporters: bool) -> list[str]:
+    """The metrics exporters step, last (after the Neuron SDK it monitors), when Prometheus is on."""
+    return ["exporters"] if exporters else []
 
 
-def login_node_steps(cfg: PclusterConfig) -> list[str]:
+def head_node_steps(cfg: PclusterConfig, *, exporters: bool = False) -> list[str]:
+    """The node-script steps the head node runs (``exporters``: Prometheus metrics exporters too)."""
+    return _container_steps(cfg) + _exporter_steps(exporters)
+
+
+def login_node_steps(cfg: PclusterConfig, *, exporters: bool = False) -> list[str]:
     """The node-script steps login nodes run (containers are started from them too)."""
-    return _container_steps(cfg) if cfg.login_nodes is not None else []
+    return _container_steps(cfg) + _exporter_steps(exporters) if cfg.login_nodes is not None else []
 
 
-def queue_steps(cfg: PclusterConfig, queue: QueueConfig) -> list[str]:
+def queue_steps(cfg: PclusterConfig, queue: QueueConfig, *, exporters: bool = False) -> list[str]:
     """The node-script steps a queue's nodes run, chosen by their accelerators and EFA."""
     steps = _container_steps(cfg)
     pairs = [(cr, lookup(cr.instance_type)) for cr in queue.compute_resources]
@@ -231,7 +238,7 @@ def queue_steps(cfg: PclusterConfig, queue: QueueConfig) -> list[str]:
         steps.append("nccl_efa")
     if cfg.node_scripts.neuron and any(info is not None and info.accelerator == "neuron" for _, info in pairs):
         steps.append("neuron")
-    return steps
+    return steps + _exporter_steps(exporters)
 
 
 def log_retention(days: int) -> int:
@@ -334,7 +341,7 @@ def _public_or_private(inputs: DeployInputs, subnet: str, what: str) -> str:
 def _head_node(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
     head = cfg.head_node
     collector = inputs.collector_policy_arn
-    steps = [*head_node_steps(cfg), *(["collector"] if collector is not None else [])]
+    steps = [*head_node_steps(cfg, exporters=inputs.exporters), *(["collector"] if collector is not None else [])]
     actions = head.custom_actions
     all_actions = [*actions.on_node_start, *actions.on_node_configured, *actions.on_node_updated]
     policies = ([_ssm_policy(inputs)] if head.ssm else []) + list(head.additional_iam_policies)
@@ -418,7 +425,7 @@ def _compute_resource(queue: QueueConfig, cr: ComputeResourceConfig, inputs: Dep
 
 def _queue(cfg: PclusterConfig, queue: QueueConfig, inputs: DeployInputs) -> dict[str, Any]:
     zones = queue.zones or (inputs.primary_zone,)
-    steps = queue_steps(cfg, queue)
+    steps = queue_steps(cfg, queue, exporters=inputs.exporters)
     actions = queue.custom_actions
     policies = ([_ssm_policy(inputs)] if queue.ssm else []) + list(queue.additional_iam_policies)
     out: dict[str, Any] = {
@@ -526,7 +533,7 @@ def _login_nodes(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any] | 
     login = cfg.login_nodes
     if login is None:
         return None
-    steps = login_node_steps(cfg)
+    steps = login_node_steps(cfg, exporters=inputs.exporters)
     policies = [_ssm_policy(inputs)] if cfg.head_node.ssm else []
     if steps:
         if inputs.node_script_policy_arn is None:

@@ -7,6 +7,7 @@ cluster can be destroyed and recreated without touching data.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import aws_cdk as cdk
@@ -18,6 +19,7 @@ from constructs import Construct
 from mlcluster.collector import CollectorInputs, hyperpod_inputs, pcluster_inputs, render
 from mlcluster.config import Environment
 from mlcluster.config.hyperpod import HyperPodConfig
+from mlcluster.config.observability import prometheus_enabled
 from mlcluster.config.pcluster import PclusterConfig
 from mlcluster.config.schema import ConfigError, Problem
 from mlcluster.constructs.capacity_reservation_group import CapacityReservationGroup
@@ -200,6 +202,7 @@ class ClusterStack(cdk.Stack):
             log_retention_days=env.config.retention.log_retention_days,
             retain_logs=keeps,
             tags=dict(env.config.tags),
+            exporters=prometheus_enabled(env.config),
         )
         cluster_config = render_cluster_config(cfg, inputs)
         provider = PclusterProviderRole(
@@ -258,7 +261,8 @@ class ClusterStack(cdk.Stack):
             fsx_efa_groups=cfg.lustre_efa_groups() if env.config.storage.lustre.efa_enabled else None,
             # Every node mounts the environment's OpenZFS volume (homes live there when it is declared).
             openzfs_dns_name=storage.openzfs.dns_name if storage.openzfs is not None else None,
-            features=cfg.lifecycle,
+            # The exporters step follows observability.prometheus.enabled (lifecycle.observability is refused).
+            features=dataclasses.replace(cfg.lifecycle, observability=prometheus_enabled(env.config)),
             # The controller's metrics collector, when the environment has a Prometheus workspace.
             collector_files=(
                 render(hyperpod_inputs(cfg, **self._collector_common())) if self.prometheus is not None else None

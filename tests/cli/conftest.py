@@ -122,6 +122,8 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("COLUMNS", "110")
+    # moto would build ~1,300 stand-in AMIs per region on EC2's first call; no test here reads an image.
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     monkeypatch.setattr(runcommand, "POLL_SECONDS", 0.0)
     monkeypatch.setattr(patch, "POLL_SECONDS", 0.0)
     # moto leaves out what the real API always returns, or cannot resolve HyperPod SSM targets.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -27,7 +28,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlcluster.lifecycle.hyperpod import ENTRYPOINT, HYPERPOD_DIR, render_on_create
+from mlcluster.lifecycle.hyperpod import ENTRYPOINT, HYPERPOD_DIR, MANIFEST_MARK, manifest, render_on_create
 
 #: Real tools the scripts and stubs may use; nothing here changes the machine outside the sandbox.
 SAFE_TOOLS = (
@@ -207,9 +208,11 @@ esac
 """,
     "useradd": r"""
 act "$@"
-uid="" gid="" create=false shell=/bin/sh home=""
+uid="" gid="" create=false shell=/bin/sh home="" user_group=false
 while (($# > 1)); do
   case $1 in
+    --system) uid=${uid:-999}; gid=${gid:-999}; shift ;;
+    --user-group) user_group=true; shift ;;
     --uid) uid=$2; shift 2 ;;
     --gid) gid=$2; shift 2 ;;
     --shell) shell=$2; shift 2 ;;
@@ -220,6 +223,7 @@ while (($# > 1)); do
   esac
 done
 echo "$1:x:$uid:$gid::${home:-/home/$1}:$shell" >>"$MLC_ROOT/etc/passwd"
+if $user_group; then echo "$1:x:$gid:" >>"$MLC_ROOT/etc/group"; fi
 if $create; then mkdir -p "$MLC_ROOT/home/$1"; cp -a "$MLC_ROOT/etc/skel/." "$MLC_ROOT/home/$1/"; fi
 """,
     "groupadd": r"""
@@ -452,8 +456,10 @@ case $1 in
   info)
     [[ -e $STUB_STATE/systemd/active/docker ]] || { echo "Cannot connect to the Docker daemon" >&2; exit 1; }
     sed -n 's/.*"data-root": "\(.*\)".*/\1/p' "$MLC_ROOT/etc/docker/daemon.json" ;;
-  inspect) [[ -e $STUB_STATE/docker/$2 ]] ;;
-  pull) act "$@" ;;
+  inspect)
+    if [[ $2 == --type ]]; then image=$4; [[ -e $STUB_STATE/docker/images/${image//\//_} ]]; else [[ -e $STUB_STATE/docker/$2 ]]; fi ;;
+  pull) act "$@"
+    image=${*: -1}; mkdir -p "$STUB_STATE/docker/images"; touch "$STUB_STATE/docker/images/${image//\//_}" ;;
   run) act "$@"
     while (($# > 0)); do [[ $1 == --name ]] && { mkdir -p "$STUB_STATE/docker"; touch "$STUB_STATE/docker/$2"; }; shift; done ;;
   *) exit 2 ;;
@@ -596,6 +602,27 @@ class Sandbox:
             assert real, f"{tool} is needed by the lifecycle tests"
             (self.safe / tool).symlink_to(real)
         (self.safe / "python3").symlink_to(os.path.realpath(sys.executable))
+
+    def trust_node_exporter(self, pinned: bytes, served: bytes | None = None) -> None:
+        """Pin the observability step's node exporter (amd64) to ``pinned`` and serve ``served`` (default: it).
+
+        The real release cannot be downloaded here: the step's copy trusts the test's tarball, and the
+        copy's ``on_create.sh`` is rendered again with the copy's checksums, as mlcluster renders it.
+        """
+        (self.serve / "node_exporter-1.8.2.linux-amd64.tar.gz").write_bytes(pinned if served is None else served)
+        self.repin("steps/observability.sh", r"\[amd64\]=[0-9a-f]{64}", f"[amd64]={hashlib.sha256(pinned).hexdigest()}")
+
+    def repin(self, script: str, pattern: str, replacement: str) -> None:
+        """Replace the one match of ``pattern`` in the copy's ``script``; render ``on_create.sh`` again.
+
+        The copy's ``on_create.sh`` gets the copy's checksums, as mlcluster renders it for what it uploads.
+        """
+        path = self.lifecycle / script
+        text, count = re.subn(pattern, replacement, path.read_text(encoding="utf-8"), flags=re.M)
+        assert count == 1, f"{script}: {pattern!r} matches {count} times"
+        path.write_text(text, encoding="utf-8")
+        template = (HYPERPOD_DIR / ENTRYPOINT).read_text(encoding="utf-8")
+        _write(self.lifecycle / ENTRYPOINT, template.replace(MANIFEST_MARK + "\n", manifest(self.lifecycle)), 0o755)
 
     def env(self) -> dict[str, str]:
         """The whole environment of a run (nothing inherited from the test process)."""

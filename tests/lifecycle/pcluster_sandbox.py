@@ -32,6 +32,8 @@ from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 #: Unprivileged users of the fake node (numeric ids only: nothing is added to this machine).
 ALICE = 2001
 BOB = 2002
+#: The uid and gid the useradd stub gives the exporters' system user.
+EXPORTER = 995
 
 AMAZON_LINUX = 'NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2023"\n'
 UBUNTU = 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n'
@@ -84,6 +86,17 @@ esac
 awk -F: -v key="$2" '$1 == key || $3 == key { print; found = 1 } END { exit !found }' "$MLCLUSTER_ROOT/etc/$1"
 """,
     "groupadd": 'echo "$1:x:990:" >>"$MLCLUSTER_ROOT/etc/group"\n',
+    "useradd": f"""name="${{*: -1}}"
+grep -q "^$name:" "$MLCLUSTER_ROOT/etc/passwd" && {{ echo "useradd: user '$name' already exists" >&2; exit 9; }}
+echo "$name:x:{EXPORTER}:{EXPORTER}::/nonexistent:/usr/sbin/nologin" >>"$MLCLUSTER_ROOT/etc/passwd"
+echo "$name:x:{EXPORTER}:" >>"$MLCLUSTER_ROOT/etc/group"
+""",
+    "docker": """image="${*: -1}" images="$STUB_STATE/images"
+case "$1" in
+  inspect) grep -qxF -- "$image" "$images" 2>/dev/null ;;
+  pull) echo "$image" >>"$images" ;;
+esac
+""",
     "usermod": """group="$2" user="$3"
 sed -i -e "/^${group}:.*:$/ s/$/${user}/" -e "t" -e "/^${group}:/ s/$/,${user}/" "$MLCLUSTER_ROOT/etc/group"
 """,
@@ -179,6 +192,9 @@ def source_tarball(top: str, files: dict[str, str]) -> bytes:
 #: What the harness serves for the pinned downloads (by the URL's last path segment).
 OFI_TARBALL = source_tarball("aws-ofi-nccl-1.19.0", {"configure": '#!/bin/sh\necho configured "$@" > configured.txt\n'})
 NCCL_TESTS_TARBALL = source_tarball("nccl-tests-2.17.6", {"Makefile": "# nccl-tests (test copy)\n"})
+NODE_EXPORTER_TARBALL = source_tarball(
+    "node_exporter-1.8.2.linux-amd64", {"node_exporter": "#!/bin/sh\necho node_exporter (test copy)\n"}
+)
 
 
 @contextmanager
@@ -219,6 +235,7 @@ class PclusterNode:
         self._build_scripts()
         self.serve("aws-ofi-nccl-1.19.0.tar.gz", OFI_TARBALL)
         self.serve("v2.17.6.tar.gz", NCCL_TESTS_TARBALL)
+        self.serve("node_exporter-1.8.2.linux-amd64.tar.gz", NODE_EXPORTER_TARBALL)
         for name in ("gpgkey", "GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB", "gpg"):
             self.serve(name, key.armored)
 
@@ -283,6 +300,10 @@ class PclusterNode:
             DOCKER_KEY_FINGERPRINT_RHEL=self.key.fingerprint,
             NVIDIA_CONTAINER_KEY_FINGERPRINT=self.key.fingerprint,
         )
+        pins = self.scripts / "pins.sh"
+        text, count = re.subn(r"\[amd64\]=[0-9a-f]{64}", f"[amd64]={sha256(NODE_EXPORTER_TARBALL)}", pins.read_text())
+        assert count == 1
+        pins.write_text(text)
 
     def pin(self, **values: str) -> None:
         """Replace pins in the node's copy of ``pins.sh`` (the harness's artifacts instead of the real ones)."""

@@ -225,7 +225,8 @@ def test_the_walk_sees_the_downloads_it_must_check() -> None:
     lib = PCLUSTER_DIR / "lib.sh"
     calls = {line.function for line in tree.callers("download", lib)}
     assert calls == {"fetch_verified", "fetch_key"}
-    assert len(tree.callers("fetch_verified", lib)) == 2 and len(tree.callers("fetch_key", lib)) >= 5
+    # aws-ofi-nccl, nccl-tests, the node exporter and the prometheus_client wheel (exporters.sh).
+    assert len(tree.callers("fetch_verified", lib)) == 4 and len(tree.callers("fetch_key", lib)) >= 5
 
 
 def test_the_walk_sees_the_collectors_download() -> None:

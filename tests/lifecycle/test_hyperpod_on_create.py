@@ -11,6 +11,7 @@ import pytest
 
 from mlcluster.lifecycle.hyperpod import plan
 from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, FSX_SOURCE, WORKER_IP, Sandbox
+from tests.lifecycle.pcluster_sandbox import NODE_EXPORTER_TARBALL
 
 
 @dataclass
@@ -52,6 +53,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoRuns]:
             features={**FEATURES, "observability": True},
             extra_env={"MLC_SLURMCTLD_PORT": str(slurmctld.getsockname()[1])},
         )
+        sandbox.trust_node_exporter(NODE_EXPORTER_TARBALL)
         yield run_twice(sandbox)
 
 
@@ -318,13 +320,13 @@ def test_gpu_worker_gets_the_nvidia_toolkit_and_exporters(worker: TwoRuns) -> No
     log = worker.sandbox.read("/var/log/provision/docker.log")
     assert "nvidia-container-toolkit apt key verified: C95B321B61E88C1809C4F759DDCAE044F796ECB0" in log
     assert "docker apt key verified: 9DC858229FC7DD38854AE2D88D81803C0EBFCD88" in log
-    assert "systemctl start prometheus-node-exporter" in actions
-    run = next(a for a in actions if a.startswith("docker run"))
-    assert "--name mlcluster-dcgm-exporter" in run
-    assert run.endswith(
-        "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-ubuntu22.04"
+    assert "systemctl start mlcluster-node-exporter" in actions
+    assert "systemctl start mlcluster-dcgm-exporter" in actions
+    assert (
+        "docker pull --quiet nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-ubuntu22.04"
         "@sha256:a7ad6547d4546eaf4dd5d6b4c0b4db4101e63ef7dc3cdff7f42b767d2c60b706"
-    )
+    ) in actions
+    assert not any(a.startswith("docker run") for a in actions)  # systemd runs it, as the exporter user
 
 
 def test_gpu_worker_has_the_pinned_nccl_tests_where_the_smoke_test_looks(worker: TwoRuns) -> None:

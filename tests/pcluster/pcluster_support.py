@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -186,15 +184,6 @@ def run_schema_check(files: list[Path], *, cluster_name: str = "mlcluster-test")
 
 #: The example environments whose cluster backend is ParallelCluster.
 PCLUSTER_EXAMPLES = ("p4de", "p5", "trn1")
-
-
-@functools.cache
-def pcluster_example_templates() -> dict[str, dict[str, Any]]:
-    """Every stack template of the ParallelCluster examples, synthesized once per test process (cdk-nag on)."""
-    from tests.support import stack_templates, synth_examples
-
-    with tempfile.TemporaryDirectory() as outdir:
-        return stack_templates(synth_examples(Path(outdir), list(PCLUSTER_EXAMPLES)))
 
 
 def cluster_resource(templates: dict[str, dict[str, Any]], example: str) -> tuple[str, dict[str, Any]]:

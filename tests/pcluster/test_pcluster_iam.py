@@ -24,7 +24,6 @@ from tests.pcluster.pcluster_support import (
     cluster_resource,
     inputs,
     pcluster,
-    pcluster_example_templates,
 )
 
 ACCOUNT = "123456789012"
@@ -107,8 +106,10 @@ def _physical(resolver: Resolver) -> Any:
 
 
 @pytest.mark.parametrize("example", PCLUSTER_EXAMPLES)
-def test_every_example_attaches_only_attachable_policies(example: str) -> None:
-    templates = pcluster_example_templates()
+def test_every_example_attaches_only_attachable_policies(
+    pcluster_templates: dict[str, dict[str, Any]], example: str
+) -> None:
+    templates = pcluster_templates
     stack, cluster = cluster_resource(templates, example)
     resolver = Resolver(templates, physical=lambda *a: None)
     resolver.physical = _physical(resolver)
@@ -119,8 +120,10 @@ def test_every_example_attaches_only_attachable_policies(example: str) -> None:
     assert refused == []
 
 
-def test_our_generated_node_policies_live_under_the_parallelcluster_path() -> None:
-    templates = pcluster_example_templates()
+def test_our_generated_node_policies_live_under_the_parallelcluster_path(
+    pcluster_templates: dict[str, dict[str, Any]],
+) -> None:
+    templates = pcluster_templates
     seen = 0
     for example in PCLUSTER_EXAMPLES:
         stack, cluster = cluster_resource(templates, example)

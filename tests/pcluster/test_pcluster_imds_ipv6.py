@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,6 @@ from tests.pcluster.pcluster_support import (
     PCLUSTER_EXAMPLES,
     PCLUSTER_PYTHON,
     cluster_resource,
-    pcluster_example_templates,
 )
 
 #: ParallelCluster's launch template builders (head node, queues, login node pools).
@@ -62,8 +62,10 @@ def test_the_reader_sees_an_enabled_ipv6_endpoint() -> None:
 
 
 @pytest.mark.parametrize("example", PCLUSTER_EXAMPLES)
-def test_no_ipv6_in_our_templates_and_the_head_node_imds_secured(example: str) -> None:
-    templates = pcluster_example_templates()
+def test_no_ipv6_in_our_templates_and_the_head_node_imds_secured(
+    pcluster_templates: dict[str, dict[str, Any]], example: str
+) -> None:
+    templates = pcluster_templates
     for name, template in templates.items():
         if not name.startswith(f"{example}/"):
             continue

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mlcluster.config.schema import ConfigError
-from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR
+from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR, SUPPORT_FILES
 from mlcluster.pcluster.checks import check_node_scripts
 from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
 from tests.lifecycle.pcluster_sandbox import STUBS as SANDBOX_STUBS
@@ -25,6 +25,8 @@ from tests.pcluster.pcluster_support import pcluster
 from tests.support import ROOT
 
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
+#: The uploaded files that are shell scripts (dcgm_counters.csv is data).
+SHELL_SCRIPTS = sorted(name for name in NODE_SCRIPT_FILES if name.endswith(".sh"))
 
 LOG = 'printf "%s\\n" "$(basename "$0") $*" >>"$STUB_LOG"\n'
 
@@ -171,14 +173,14 @@ def make_node(tmp_path: Path) -> MakeNode:
 
 def test_shellcheck_clean() -> None:
     scripts = sorted(p.name for p in PCLUSTER_DIR.glob("*.sh"))
-    assert scripts == sorted(NODE_SCRIPT_FILES)
+    assert scripts == SHELL_SCRIPTS
     proc = subprocess.run(
         [str(SHELLCHECK), "-x", *scripts], cwd=PCLUSTER_DIR, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout
 
 
-@pytest.mark.parametrize("script", sorted(NODE_SCRIPT_FILES))
+@pytest.mark.parametrize("script", SHELL_SCRIPTS)
 def test_bash_syntax(script: str) -> None:
     proc = subprocess.run(["bash", "-n", str(PCLUSTER_DIR / script)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -230,9 +232,7 @@ def test_scripts_come_from_s3(make_node: MakeNode) -> None:
     proc = node.run("--role", "login", source="s3://node-scripts/pcluster/")
     assert proc.returncode == 0, proc.stderr
     copied = [c.split()[-2] for c in node.calls() if c.startswith("aws s3 cp")]
-    assert copied == [
-        f"s3://node-scripts/pcluster/{name}" for name in ("lib.sh", "pins.sh", "user_dirs.sh", "docker.sh")
-    ]
+    assert copied == [f"s3://node-scripts/pcluster/{name}" for name in (*SUPPORT_FILES, "docker.sh")]
     assert (node.root / "opt/mlcluster/node-scripts/docker.sh").read_text() == (PCLUSTER_DIR / "docker.sh").read_text()
     assert node.started_steps() == ["docker"]
 

@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
-from tests.pcluster.pcluster_support import PCLUSTER_EXAMPLES, cluster_resource, pcluster_example_templates
+from tests.pcluster.pcluster_support import PCLUSTER_EXAMPLES, cluster_resource
+
+Templates = dict[str, dict[str, Any]]
 
 
-def resources(example: str, kind: str) -> dict[str, Mapping[str, Any]]:
-    template = pcluster_example_templates()[f"{example}/Cluster"]
+def resources(templates: Templates, example: str, kind: str) -> dict[str, Mapping[str, Any]]:
+    template = templates[f"{example}/Cluster"]
     return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
 
 
@@ -25,10 +27,10 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def provider_role(example: str) -> tuple[str, Mapping[str, Any]]:
+def provider_role(templates: Templates, example: str) -> tuple[str, Mapping[str, Any]]:
     roles = {
         k: v
-        for k, v in resources(example, "AWS::IAM::Role").items()
+        for k, v in resources(templates, example, "AWS::IAM::Role").items()
         if v["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
         == {"Service": "lambda.amazonaws.com"}
         and any(p["PolicyName"] == "Provider" for p in v["Properties"].get("Policies", []))
@@ -37,30 +39,30 @@ def provider_role(example: str) -> tuple[str, Mapping[str, Any]]:
     return logical, role
 
 
-def policy_by_description(example: str, fragment: str) -> tuple[str, Mapping[str, Any]]:
+def policy_by_description(templates: Templates, example: str, fragment: str) -> tuple[str, Mapping[str, Any]]:
     (found,) = [
         (k, v)
-        for k, v in resources(example, "AWS::IAM::ManagedPolicy").items()
+        for k, v in resources(templates, example, "AWS::IAM::ManagedPolicy").items()
         if fragment in v["Properties"].get("Description", "")
     ]
     return found
 
 
 @pytest.mark.parametrize("example", PCLUSTER_EXAMPLES)
-def test_provider_stack_runs_with_our_role(example: str) -> None:
-    logical, _ = provider_role(example)
-    (provider,) = resources(example, "AWS::CloudFormation::Stack").values()
+def test_provider_stack_runs_with_our_role(pcluster_templates: Templates, example: str) -> None:
+    logical, _ = provider_role(pcluster_templates, example)
+    (provider,) = resources(pcluster_templates, example, "AWS::CloudFormation::Stack").values()
     assert provider["Properties"]["Parameters"] == {"CustomLambdaRole": {"Fn::GetAtt": [logical, "Arn"]}}
 
 
 @pytest.mark.parametrize("example", PCLUSTER_EXAMPLES)
 def test_provider_role_creates_roles_only_with_the_boundary_and_attaches_only_the_configured_policies(
-    example: str,
+    pcluster_templates: Templates, example: str
 ) -> None:
-    _, role = provider_role(example)
+    _, role = provider_role(pcluster_templates, example)
     (policy,) = role["Properties"]["Policies"]
     by_sid = statements(policy["PolicyDocument"])
-    boundary_logical, _ = policy_by_description(example, "Permissions boundary")
+    boundary_logical, _ = policy_by_description(pcluster_templates, example, "Permissions boundary")
     boundary_ref = {"Ref": boundary_logical}
     for sid in ("ClusterRolesWithBoundary", "AttachTheConfiguredPolicies"):
         assert by_sid[sid]["Condition"]["StringEquals"]["iam:PermissionsBoundary"] == boundary_ref
@@ -70,7 +72,7 @@ def test_provider_role_creates_roles_only_with_the_boundary_and_attaches_only_th
         "iam:DeleteRolePolicy",
     }
     # Attach: exactly the policies the configuration names, plus the CloudWatch agent policy ParallelCluster adds.
-    _, cluster = cluster_resource(pcluster_example_templates(), example)
+    _, cluster = cluster_resource(pcluster_templates, example)
     config = cluster["Properties"]["ClusterConfiguration"]
     groups = [config["HeadNode"], *config["Scheduling"]["SlurmQueues"], *config.get("LoginNodes", {}).get("Pools", [])]
     configured = [e["Policy"] for g in groups for e in g.get("Iam", {}).get("AdditionalIamPolicies", [])]
@@ -90,8 +92,8 @@ def test_provider_role_creates_roles_only_with_the_boundary_and_attaches_only_th
 
 
 @pytest.mark.parametrize("example", PCLUSTER_EXAMPLES)
-def test_boundary_denies_iam_changes_and_parameter_reads(example: str) -> None:
-    _, boundary = policy_by_description(example, "Permissions boundary")
+def test_boundary_denies_iam_changes_and_parameter_reads(pcluster_templates: Templates, example: str) -> None:
+    _, boundary = policy_by_description(pcluster_templates, example, "Permissions boundary")
     assert boundary["Properties"]["Path"] == NODE_POLICY_PATH
     by_sid = statements(boundary["Properties"]["PolicyDocument"])
     assert by_sid["NoIamOrAccountChanges"]["Effect"] == "Deny"
@@ -99,14 +101,14 @@ def test_boundary_denies_iam_changes_and_parameter_reads(example: str) -> None:
     parameters = by_sid["NoParameterReadsBeyondTheCloudWatchAgent"]
     assert parameters["Effect"] == "Deny" and parameters["Action"] == "ssm:GetParameter*"
     assert json.dumps(parameters["NotResource"]).endswith(':parameter/AmazonCloudWatch-*"]]}')
-    _, cluster = cluster_resource(pcluster_example_templates(), example)
-    logical, _ = policy_by_description(example, "Permissions boundary")
+    _, cluster = cluster_resource(pcluster_templates, example)
+    logical, _ = policy_by_description(pcluster_templates, example, "Permissions boundary")
     assert cluster["Properties"]["ClusterConfiguration"]["Iam"] == {"PermissionsBoundary": {"Ref": logical}}
 
 
 @pytest.mark.parametrize("example", PCLUSTER_EXAMPLES)
-def test_session_manager_policy_has_no_parameter_reads(example: str) -> None:
-    logical, policy = policy_by_description(example, "Session Manager")
+def test_session_manager_policy_has_no_parameter_reads(pcluster_templates: Templates, example: str) -> None:
+    logical, policy = policy_by_description(pcluster_templates, example, "Session Manager")
     assert policy["Properties"]["Path"] == NODE_POLICY_PATH
     actions = {a for s in policy["Properties"]["PolicyDocument"]["Statement"] for a in as_list(s["Action"])}
     assert actions == {
@@ -116,7 +118,7 @@ def test_session_manager_policy_has_no_parameter_reads(example: str) -> None:
         "ssmmessages:OpenControlChannel",
         "ssmmessages:OpenDataChannel",
     }
-    _, cluster = cluster_resource(pcluster_example_templates(), example)
+    _, cluster = cluster_resource(pcluster_templates, example)
     config = cluster["Properties"]["ClusterConfiguration"]
     head = [e["Policy"] for e in config["HeadNode"]["Iam"]["AdditionalIamPolicies"]]
     assert {"Ref": logical} in head
@@ -128,8 +130,8 @@ def test_session_manager_policy_has_no_parameter_reads(example: str) -> None:
     assert config["HeadNode"]["Imds"] == {"Secured": True}
 
 
-def test_no_template_mentions_the_broad_ssm_policy() -> None:
-    text = json.dumps(pcluster_example_templates())
+def test_no_template_mentions_the_broad_ssm_policy(pcluster_templates: Templates) -> None:
+    text = json.dumps(pcluster_templates)
     assert "AmazonSSMManagedInstanceCore" not in text
 
 

@@ -34,7 +34,6 @@ from tests.pcluster.pcluster_support import (
     PCLUSTER_PYTHON,
     inputs,
     pcluster,
-    pcluster_example_templates,
 )
 from tests.pcluster.rehearsal import example_document, node_script_keys, region_of, run_rehearsal
 from tests.support import ENVIRONMENTS
@@ -262,9 +261,9 @@ TRAPS = {
 
 
 @pytest.fixture(scope="module")
-def findings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def findings(tmp_path_factory: pytest.TempPathFactory, pcluster_templates: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Every example and variant rehearsed in one run of the tool (one process)."""
-    templates = pcluster_example_templates()
+    templates = pcluster_templates
     documents = []
     for example in PCLUSTER_EXAMPLES:
         zone = load_environment(ENVIRONMENTS / f"{example}.yaml").config.network.availability_zone

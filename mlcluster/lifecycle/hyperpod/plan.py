@@ -461,7 +461,12 @@ STEPS: tuple[Step, ...] = (
     ),
     Step("start_slurm", "start slurmctld (controller) or slurmd in configless mode (workers, login)"),
     Step("log_rotation", "rotate Slurm logs with logrotate"),
-    Step("observability", "node exporter, and the DCGM exporter on GPU nodes", when=lambda f: f.observability),
+    Step(
+        "observability",
+        "metrics exporters as mlc-exporter: node exporter (EFA and, on the controller, Slurm textfile metrics), "
+        "the DCGM exporter on GPU nodes",
+        when=lambda f: f.observability,
+    ),
     Step(
         "collector",
         "the metrics collector (Prometheus agent) scraping every node, remote-writing to the workspace",

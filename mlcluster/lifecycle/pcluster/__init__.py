@@ -15,10 +15,11 @@ PCLUSTER_DIR = Path(__file__).parent
 ENTRY_SCRIPT = "run.sh"
 
 #: Every step, in the order ``run.sh`` runs them.
-STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron", "collector")
+STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron", "exporters", "collector")
 
-#: Files every step needs: helpers, pins, and the per-user folder helper the steps install.
-SUPPORT_FILES = ("lib.sh", "pins.sh", "user_dirs.sh")
+#: Files every step needs: helpers, pins, the per-user folder helper the steps install, and what the
+#: exporters step installs (the EFA and Slurm textfile collectors, the DCGM exporter's counters).
+SUPPORT_FILES = ("lib.sh", "pins.sh", "user_dirs.sh", "efa_metrics.sh", "slurm_metrics.sh", "dcgm_counters.csv")
 
 #: Where nccl_efa installs ``all_reduce_perf`` (the operator command's smoke test runs it there).
 NCCL_TESTS_ALL_REDUCE = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"

@@ -21,6 +21,13 @@
 #   (Debian/Ubuntu and CentOS/RHEL keys).
 # - NVIDIA's container toolkit repository key ("NVIDIA CORPORATION (Open
 #   Source Projects) <cudatools@nvidia.com>").
+# - Prometheus node exporter 1.8.2: the linux-amd64 and linux-arm64 release
+#   tarballs' SHA-256, as pinned in several independent public repositories.
+# - NVIDIA's DCGM exporter 4.5.2-4.8.1 (DCGM 4.5.2): the linux/amd64 image by
+#   digest, the same image the HyperPod lifecycle runs.
+# - prometheus_client 0.20.0 (for aws-neuronx-tools' neuron-monitor-prometheus.py):
+#   the PyPI wheel's SHA-256, as pinned by Spack (py-prometheus-client) and in
+#   pip-compile lock files.
 
 OFI_NCCL_VERSION=1.19.0
 OFI_NCCL_URL=https://github.com/aws/aws-ofi-nccl/releases/download/v1.19.0/aws-ofi-nccl-1.19.0.tar.gz
@@ -50,3 +57,13 @@ DOCKER_KEY_FINGERPRINT_RHEL=060A61C51B558A7F742B77AAC52FEB6B621E9F35
 
 NVIDIA_CONTAINER_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
 NVIDIA_CONTAINER_KEY_FINGERPRINT=C95B321B61E88C1809C4F759DDCAE044F796ECB0
+
+NODE_EXPORTER_VERSION=1.8.2
+NODE_EXPORTER_URL=https://github.com/prometheus/node_exporter/releases/download/v1.8.2
+declare -A NODE_EXPORTER_SHA256=([amd64]=6809dd0b3ec45fd6e992c19071d6b5253aed3ead7bf0686885a51d85c6643c66 [arm64]=627382b9723c642411c33f48861134ebe893e70a63bcc8b3fc0619cd0bfac4be)
+
+DCGM_EXPORTER_IMAGE=nvcr.io/nvidia/k8s/dcgm-exporter:4.5.2-4.8.1-ubuntu22.04@sha256:a7ad6547d4546eaf4dd5d6b4c0b4db4101e63ef7dc3cdff7f42b767d2c60b706
+
+PROMETHEUS_CLIENT_WHEEL=prometheus_client-0.20.0-py3-none-any.whl
+PROMETHEUS_CLIENT_URL=https://files.pythonhosted.org/packages/c7/98/745b810d822103adca2df8decd4c0bbe839ba7ad3511af3f0d09692fc0f0/prometheus_client-0.20.0-py3-none-any.whl
+PROMETHEUS_CLIENT_SHA256=cde524a85bce83ca359cc837f28b8c0db5cac7aa653a588fd7e84ba061c329e7

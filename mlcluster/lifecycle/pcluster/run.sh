@@ -3,10 +3,11 @@
 #
 #   run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR [STEP...]
 #
-# Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, collector. They always run in that
+# Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters, collector. They always run in that
 # order, whatever order they are given in; with no STEP arguments the list
 # comes from MLCLUSTER_STEPS (spaces or commas). The step scripts and their
-# support files (lib.sh, pins.sh, user_dirs.sh) are copied from --source (an S3 prefix, read with the node's role, or a
+# support files (lib.sh, pins.sh, user_dirs.sh and the exporters' efa_metrics.sh, slurm_metrics.sh,
+# dcgm_counters.csv) are copied from --source (an S3 prefix, read with the node's role, or a
 # local folder); the collector step also gets COLLECTOR_FILES (its installer, target refresher
 # and the configuration mlcluster rendered). Each step logs to /var/log/mlcluster/STEP.log; the first
 # step that fails stops the run, and the error names it. Every step is
@@ -16,8 +17,8 @@
 # MLCLUSTER_RETRY_ATTEMPTS and MLCLUSTER_RETRY_DELAY (seconds, doubled per retry).
 set -euo pipefail
 
-readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron collector)
-readonly SUPPORT_FILES=(lib.sh pins.sh user_dirs.sh)
+readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron exporters collector)
+readonly SUPPORT_FILES=(lib.sh pins.sh user_dirs.sh efa_metrics.sh slurm_metrics.sh dcgm_counters.csv)
 readonly COLLECTOR_FILES=(collector_install.sh collector_targets.py collector.yml collector_targets.json)
 ROOT="${MLCLUSTER_ROOT:-}"
 LOG_DIR="${ROOT}/var/log/mlcluster"
