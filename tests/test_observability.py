@@ -362,10 +362,12 @@ def test_topic_is_encrypted_and_every_alarm_notifies_it(observability: dict[str,
             assert alarm["AlarmActions"] == [{"Ref": topic_id}], name
             assert alarm["OKActions"] == [{"Ref": topic_id}], name
         (policy,) = resources(template, "AWS::SNS::TopicPolicy")
-        (deny,) = policy["PolicyDocument"]["Statement"]  # no service principal is admitted by the topic policy
+        # No service principal is admitted by the topic policy but AMP's alert manager (tests/test_alerts.py).
+        aps = {"Service": "aps.amazonaws.com"}
+        (deny,) = [s for s in policy["PolicyDocument"]["Statement"] if s.get("Principal") != aps]
         assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": "false"}})
-        # Only the key's account root and CloudWatch appear in the key policy.
-        principals = [s["Principal"] for s in key["KeyPolicy"]["Statement"]]
+        # Only the key's account root and CloudWatch (and AMP, checked there) appear in the key policy.
+        principals = [s["Principal"] for s in key["KeyPolicy"]["Statement"] if s["Principal"] != aps]
         assert len(principals) == 2
 
 

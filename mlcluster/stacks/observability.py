@@ -25,6 +25,7 @@ from aws_cdk import aws_sns_subscriptions as subs
 from aws_cdk.interfaces.aws_events import IRuleRef
 from constructs import Construct
 
+from mlcluster.alert_rules import AlertInputs, alertmanager_yaml, rules_yaml
 from mlcluster.config import Environment
 from mlcluster.config.observability import grafana_enabled, prometheus_enabled
 from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
@@ -161,6 +162,7 @@ class ObservabilityStack(cdk.Stack):
             retention_days=settings.retention_days,
             removal_policy=policy,
         )
+        self._alerting(environment, workspace)
         endpoints = workspace.endpoints
         export_output(
             self, environment, "PrometheusWorkspaceId", workspace.workspace.attr_workspace_id, "AMP workspace"
@@ -170,6 +172,51 @@ class ObservabilityStack(cdk.Stack):
         )
         export_output(self, environment, "PrometheusQueryUrl", endpoints.query_url, "the workspace's query endpoint")
         return endpoints
+
+    def _alerting(self, environment: Environment, workspace: PrometheusWorkspace) -> None:
+        """Alert rules in the workspace; its alert manager publishes every alert to the alarm topic.
+
+        Permissions as the AMP user guide gives them ("Giving Amazon Managed
+        Service for Prometheus permission to send alert messages to your Amazon
+        SNS topic", AMP-alertmanager-receiver-AMPpermission): the topic policy
+        lets ``aps.amazonaws.com`` publish (and read the topic's attributes)
+        for this account and this workspace only; an encrypted topic's key
+        must let the service use it (``kms:GenerateDataKey*``, ``kms:Decrypt``).
+        The key's statement cannot name the workspace's ARN (the workspace
+        names the topic, the topic its key: a cycle), so, like CloudWatch's,
+        it admits the service acting for this account only.
+        """
+        alarms = environment.config.observability.alarms
+        inputs = AlertInputs(
+            cluster_name=self.cluster_name,
+            unhealthy_nodes=alarms.unhealthy_nodes,
+            collector_silent_minutes=alarms.collector_silent_minutes,
+            topic_arn=self.topic.topic_arn,
+            region=cdk.Aws.REGION,
+        )
+        workspace.add_alerting(rules_yaml=rules_yaml(inputs), alertmanager_yaml=alertmanager_yaml(inputs))
+        workspace_arn = workspace.endpoints.workspace_arn
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="PrometheusAlertManager",
+                principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+                actions=["sns:Publish", "sns:GetTopicAttributes"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "ArnEquals": {"aws:SourceArn": workspace_arn},
+                    "StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID},
+                },
+            )
+        )
+        self.topic_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="PrometheusAlertManager",
+                principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}},
+            )
+        )
 
     def _grafana(self, environment: Environment, prometheus: PrometheusEndpoints) -> GrafanaWorkspace:
         """The Amazon Managed Grafana workspace over ``prometheus``, its URL as an output."""
