@@ -274,3 +274,9 @@ def test_only_aps_of_this_account_and_workspace_may_publish(observability: dict[
         ], name
         # The account root, CloudWatch and AMP: nobody else.
         assert len(key_statements) == 3, name
+
+
+def test_readme_lists_every_alert() -> None:
+    readme = (ENVIRONMENTS.parent / "README.md").read_text(encoding="utf-8")
+    for name in parsed_rules():
+        assert f"| `{name}` |" in readme, name
