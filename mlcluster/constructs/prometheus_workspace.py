@@ -62,7 +62,6 @@ class PrometheusWorkspace(Construct):
             ),
         )
         self.workspace.apply_removal_policy(removal_policy)
-        self.rule_groups: aps.CfnRuleGroupsNamespace | None = None
         endpoint = self.workspace.attr_prometheus_endpoint  # ends with "/"
         self.endpoints = PrometheusEndpoints(
             workspace_arn=self.workspace.attr_arn,
@@ -78,7 +77,6 @@ class PrometheusWorkspace(Construct):
         ``AlertManagerDefinition`` property.
         """
         self.workspace.alert_manager_definition = alertmanager_yaml
-        self.rule_groups = aps.CfnRuleGroupsNamespace(
+        return aps.CfnRuleGroupsNamespace(
             self, "Rules", workspace=self.workspace.attr_arn, name="mlcluster", data=rules_yaml
         )
-        return self.rule_groups

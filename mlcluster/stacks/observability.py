@@ -90,8 +90,9 @@ class ObservabilityStack(cdk.Stack):
     Alarms: Lustre free capacity below the file's share; ParallelCluster
     nodes failing health checks (its own metrics) and its head-node health
     alarm forwarded; HyperPod node-health and cluster-failure events
-    forwarded. Everything notifies one topic, encrypted with a key of this
-    stack whose policy lets CloudWatch and EventBridge publish.
+    forwarded; with Prometheus, the workspace's alert rules
+    (``mlcluster.alert_rules``). Everything notifies one topic, encrypted
+    with a key of this stack whose policy lets CloudWatch (and AMP) publish.
     """
 
     def __init__(
