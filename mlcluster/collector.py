@@ -179,19 +179,25 @@ def _merge(kinds: dict[str, set[str]], key: str, found: tuple[str, ...]) -> None
     kinds.setdefault(key, set()).update(found)
 
 
+def _scraped_kinds(instance_type: str, *, docker: bool) -> tuple[str, ...]:
+    """The node kinds whose exporters run on ``instance_type``: the DCGM exporter ("gpu") runs in Docker only."""
+    return tuple(kind for kind in node_kinds(instance_type) if docker or kind != "gpu")
+
+
 def pcluster_inputs(cfg: PclusterConfig, **common: Any) -> CollectorInputs:
     """Inputs for a ParallelCluster cluster: each queue's kinds, and each compute resource's instance type.
 
     ParallelCluster lists a compute resource's instance type among its nodes'
     Slurm features (``static,p5.48xlarge,<name>,efa,gpu``), so the refresher
     tells nodes of a mixed queue apart; the queue's kinds are the fallback.
+    Without Docker no GPU node runs the DCGM exporter, so none is its target.
     """
     partitions: dict[str, set[str]] = {}
     types: dict[str, set[str]] = {}
     for queue in cfg.queues:
         partitions.setdefault(queue.name, set())
         for cr in queue.compute_resources:
-            found = node_kinds(cr.instance_type)
+            found = _scraped_kinds(cr.instance_type, docker=cfg.node_scripts.docker_enroot_pyxis)
             _merge(partitions, queue.name, found)
             _merge(types, cr.instance_type, found)
     return CollectorInputs(
@@ -203,10 +209,11 @@ def pcluster_inputs(cfg: PclusterConfig, **common: Any) -> CollectorInputs:
 
 
 def hyperpod_inputs(cfg: HyperPodConfig, **common: Any) -> CollectorInputs:
-    """Inputs for a HyperPod cluster: each worker group's partition is one instance type."""
+    """Inputs for a HyperPod cluster: each worker group's partition is one instance type (DCGM only with Docker)."""
     partitions: dict[str, set[str]] = {}
     for worker in cfg.workers:
-        _merge(partitions, worker.partition_name or worker.instance_group_name, node_kinds(worker.instance_type))
+        found = _scraped_kinds(worker.instance_type, docker=cfg.lifecycle.docker)
+        _merge(partitions, worker.partition_name or worker.instance_group_name, found)
     return CollectorInputs(
         head_label="controller", partitions={k: tuple(sorted(v)) for k, v in partitions.items()}, **common
     )

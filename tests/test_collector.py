@@ -20,8 +20,8 @@ from mlcluster.collector import (
     prometheus_config,
     render,
 )
-from mlcluster.config.hyperpod import HyperPodConfig, WorkerGroupConfig
-from mlcluster.config.pcluster import ComputeResourceConfig, PclusterConfig, QueueConfig
+from mlcluster.config.hyperpod import HyperPodConfig, LifecycleConfig, WorkerGroupConfig
+from mlcluster.config.pcluster import ComputeResourceConfig, NodeScriptsConfig, PclusterConfig, QueueConfig
 from mlcluster.exporters import EXPORTERS, Exporter
 from mlcluster.lifecycle.collector import COLLECTOR_FILES
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
@@ -144,3 +144,28 @@ def test_the_node_scripts_fetch_and_trust_exactly_the_collectors_files() -> None
     generated = _shell_array(HYPERPOD_DIR / "on_create.sh", "GENERATED_FILES")
     assert {CONFIG_FILE, TARGETS_CONFIG_FILE} <= generated
     assert not set(COLLECTOR_FILES) & generated  # the scripts are checked against the manifest
+
+
+def test_without_docker_gpu_nodes_are_not_dcgm_targets() -> None:
+    """The DCGM exporter runs in Docker: with Docker off there is nothing on 9400 to scrape.
+
+    Scraping it anyway would keep ``up{job="dcgm"} == 0`` and the ExporterDown alert firing forever.
+    """
+    resource = ComputeResourceConfig(name="g5", instance_type="g5.12xlarge", min_count=0, max_count=1)
+    queue = QueueConfig(name="gpu", compute_resources=(resource,))
+    off = pcluster_inputs(
+        PclusterConfig(queues=(queue,), node_scripts=NodeScriptsConfig(docker_enroot_pyxis=False)), **COMMON
+    )
+    assert (off.partitions, off.instance_types) == ({"gpu": ()}, {"g5.12xlarge": ()})
+    on = pcluster_inputs(PclusterConfig(queues=(queue,)), **COMMON)  # the default: Docker on
+    assert (on.partitions, on.instance_types) == ({"gpu": ("gpu",)}, {"g5.12xlarge": ("gpu",)})
+
+    workers = (
+        WorkerGroupConfig(instance_group_name="gpu", instance_type="ml.p5.48xlarge"),
+        WorkerGroupConfig(instance_group_name="trn", instance_type="ml.trn1.32xlarge"),
+    )
+    lifecycle = LifecycleConfig(docker=False, enroot_pyxis=False)
+    hp_off = hyperpod_inputs(HyperPodConfig(workers=workers, lifecycle=lifecycle), **COMMON)
+    assert hp_off.partitions == {"gpu": (), "trn": ("neuron",)}  # Neuron monitor needs no Docker
+    hp_on = hyperpod_inputs(HyperPodConfig(workers=workers), **COMMON)
+    assert hp_on.partitions == {"gpu": ("gpu",), "trn": ("neuron",)}
