@@ -79,7 +79,7 @@ class PrometheusConfig:
 
     enabled: bool = setting(
         default=False,
-        doc="an Amazon Managed Service for Prometheus workspace (encrypted with a key of the Observability stack), "
+        doc="an Amazon Managed Service for Prometheus workspace (encrypted with the environment's key), "
         "exporters on every node and a collector on the head node or controller",
     )
     scrape_interval_seconds: int = setting(

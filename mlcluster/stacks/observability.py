@@ -96,11 +96,23 @@ class ObservabilityStack(cdk.Stack):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, environment: Environment, storage: StorageStack, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        storage: StorageStack,
+        environment_key: kms.IKey,
+        **kwargs: Any,
     ) -> None:
-        """Build the dashboard and alarms of ``environment`` over ``storage`` and its cluster (by name)."""
+        """Build the dashboard and alarms of ``environment`` over ``storage`` and its cluster (by name).
+
+        ``environment_key``: the environment's key (Network stack), which
+        encrypts the Prometheus workspace when there is one.
+        """
         super().__init__(scope, construct_id, **kwargs)
         self.settings = environment
+        self.environment_key = environment_key
         cfg = environment.config
         obs = cfg.observability
         self.cluster_name = environment.cluster_name
@@ -145,21 +157,14 @@ class ObservabilityStack(cdk.Stack):
     # -- Prometheus -------------------------------------------------------
 
     def _prometheus(self, environment: Environment) -> PrometheusEndpoints:
-        """The environment's AMP workspace, encrypted with a key of its own, and its endpoints as outputs."""
+        """The environment's AMP workspace, encrypted with the environment's key, and its endpoints as outputs."""
         settings = environment.config.observability.prometheus
         policy = removal_policy(environment)
-        key = kms.Key(
-            self,
-            "MetricsKey",
-            description=f"mlcluster {environment.name}: encrypts the Prometheus workspace",
-            enable_key_rotation=True,
-            removal_policy=policy,
-        )
         workspace = PrometheusWorkspace(
             self,
             "Prometheus",
             environment_name=environment.name,
-            key=key,
+            key=self.environment_key,
             retention_days=settings.retention_days,
             removal_policy=policy,
         )
