@@ -163,7 +163,8 @@ def test_dras_have_their_own_stack_and_the_cluster_does_not_wait_for_them(locked
     ids = {a["displayName"].split("/")[1]: artifact_id for artifact_id, a in _by_id(locked, "p5").items()}
     deps = {name: {d for d in a.get("dependencies", []) if not d.endswith(".assets")} for name, a in stacks.items()}
     assert deps["p5-DataRepository"] == {ids["Storage"]}
-    assert deps["p5-Cluster"] == {ids["Network"], ids["Storage"]}
+    # p5 has a Prometheus workspace: the head node's collector writes to it (its URL and ARN come from Observability).
+    assert deps["p5-Cluster"] == {ids["Network"], ids["Storage"], ids["Observability"]}
     template = _template(locked, "p5", "p5-DataRepository")
     assert [r["Type"] for r in template["Resources"].values()] == ["AWS::FSx::DataRepositoryAssociation"]
 

@@ -362,10 +362,12 @@ def test_topic_is_encrypted_and_every_alarm_notifies_it(observability: dict[str,
             assert alarm["AlarmActions"] == [{"Ref": topic_id}], name
             assert alarm["OKActions"] == [{"Ref": topic_id}], name
         (policy,) = resources(template, "AWS::SNS::TopicPolicy")
-        (deny,) = policy["PolicyDocument"]["Statement"]  # no service principal is admitted by the topic policy
+        # No service principal is admitted by the topic policy but AMP's alert manager (tests/test_alerts.py).
+        aps = {"Service": "aps.amazonaws.com"}
+        (deny,) = [s for s in policy["PolicyDocument"]["Statement"] if s.get("Principal") != aps]
         assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": "false"}})
-        # Only the key's account root and CloudWatch appear in the key policy.
-        principals = [s["Principal"] for s in key["KeyPolicy"]["Statement"]]
+        # Only the key's account root and CloudWatch (and AMP, checked there) appear in the key policy.
+        principals = [s["Principal"] for s in key["KeyPolicy"]["Statement"] if s["Principal"] != aps]
         assert len(principals) == 2
 
 
@@ -445,9 +447,11 @@ def test_prometheus_workspace_is_encrypted_kept_and_named_in_outputs(
         props = workspace["Properties"]
         assert props["Alias"] == f"mlcluster-{name}"
         assert props["WorkspaceConfiguration"] == {"RetentionPeriodInDays": 150}
-        key = props["KmsKeyArn"]["Fn::GetAtt"][0]
-        assert template["Resources"][key]["Type"] == "AWS::KMS::Key"
-        assert template["Resources"][key]["Properties"]["EnableKeyRotation"] is True
+        # The environment's key, from the Network stack (the key every log group of the environment uses).
+        reference = props["KmsKeyArn"]["Fn::GetStackOutput"]
+        assert reference["StackName"] == f"{name}-Network"
+        assert reference["OutputName"].startswith("PublishOutputFnGetAttEnvironmentKey")
+        assert len(resources(template, "AWS::KMS::Key")) == 1  # the alarm topic's only: no key of its own
         keeps = load_environment(ENVIRONMENTS / f"{name}.yaml").config.retention.keeps_data
         assert workspace["DeletionPolicy"] == ("Retain" if keeps else "Delete"), name
         write = outputs["PrometheusRemoteWriteUrl"]
@@ -459,11 +463,11 @@ def test_prometheus_workspace_is_encrypted_kept_and_named_in_outputs(
 
 
 def test_observability_outlives_the_cluster(observability: dict[str, dict[str, Any]]) -> None:
-    """Only the storage (and, for log groups' key, network) stack is referenced: a cluster never touches this stack."""
+    """Only the storage (and, for the environment's key, network) stack is referenced: no cluster is."""
     for name, template in observability.items():
         referenced = set(storage_references(template))
-        # Log groups (the Grafana provisioning's) are encrypted with the environment key of the network stack.
-        expected = {f"{name}-Storage", f"{name}-Network"} if name == "p5" else {f"{name}-Storage"}
+        # The Prometheus workspace (and the Grafana provisioning's log group) use the network stack's environment key.
+        expected = {f"{name}-Storage", f"{name}-Network"} if name in PROMETHEUS else {f"{name}-Storage"}
         assert referenced == expected, (name, referenced)
 
 

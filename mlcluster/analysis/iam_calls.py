@@ -9,7 +9,10 @@ asset folders the bucket deployments upload), never from a hand-kept list:
   ``DeleteObject`` by direction, every other command to its API operation
   through botocore's service model (``get-secret-value`` ->
   ``secretsmanager:GetSecretValue``);
-- Python: ``boto3.client("<service>")`` objects and the methods called on them.
+- Python: ``boto3.client("<service>")`` objects and the methods called on them;
+- the metrics collector (on the node whose steps include ``collector``): each
+  SigV4 ``remote_write`` of its uploaded ``collector.yml`` is an
+  ``aps:RemoteWrite`` on the workspace its URL names.
 
 The resource of a call is its S3 URI or its identifying option
 (``--secret-id``...), with shell variables bound to what the deploy gives
@@ -41,6 +44,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from mlcluster.analysis.assembly import Assembly, Resource
 
@@ -414,6 +419,51 @@ def _deployed_folder(assembly: Assembly, environment: str, uri: str) -> list[Pat
     return folders
 
 
+#: The collector's rendered configuration, uploaded next to the node scripts (``mlcluster.collector.CONFIG_FILE``).
+COLLECTOR_CONFIG = "collector.yml"
+_AMP_TOKEN_URL = re.compile(r"\$\{(?P<workspace>[^}|]+\|[^}.]+)\.PrometheusEndpoint\}api/v1/remote_write")
+_AMP_URL = re.compile(
+    r"https://aps-workspaces\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/workspaces/(?P<id>[A-Za-z0-9-]+)/api/v1/remote_write"
+)
+
+
+def workspace_arn(url: str) -> str:
+    """The workspace ARN a remote-write URL names (a deploy-time workspace's ``Arn`` attribute, or built)."""
+    token = _AMP_TOKEN_URL.fullmatch(url)
+    if token is not None:
+        return f"${{{token['workspace']}.Arn}}"
+    literal = _AMP_URL.fullmatch(url)
+    if literal is not None:
+        return f"arn:${{AWS::Partition}}:aps:{literal['region']}:${{AWS::AccountId}}:workspace/{literal['id']}"
+    return url
+
+
+def collector_calls(assembly: Assembly, environment: str, uri: str) -> list[AwsCall]:
+    """The collector's remote writes, from the ``collector.yml`` uploaded to the bucket and prefix of ``uri``."""
+    bucket, key = split_s3(uri)
+    calls: list[AwsCall] = []
+    for deployment in assembly.resources(environment, "Custom::CDKBucketDeployment"):
+        target = assembly.text(deployment.stack, deployment.properties.get("DestinationBucketName"))
+        prefix = str(deployment.properties.get("DestinationBucketKeyPrefix", ""))
+        if assembly.identity(target) != assembly.identity(bucket) or not key.startswith(prefix):
+            continue
+        markers = assembly.render(deployment.stack, deployment.properties.get("SourceMarkers", []))
+        for index, object_key in enumerate(deployment.properties.get("SourceObjectKeys", [])):
+            folder = assembly.asset_folder(str(object_key))
+            if folder is None or not (folder / COLLECTOR_CONFIG).is_file():
+                continue
+            text = (folder / COLLECTOR_CONFIG).read_text(encoding="utf-8")
+            for marker, value in (markers[index] if index < len(markers) else {}).items():
+                text = text.replace(marker, str(value))
+            for entry in (yaml.safe_load(text) or {}).get("remote_write") or []:
+                if "sigv4" in entry:
+                    url = str(entry["url"])
+                    calls.append(
+                        AwsCall(COLLECTOR_CONFIG, 0, f"remote_write {url}", ("aps:RemoteWrite",), (workspace_arn(url),))
+                    )
+    return calls
+
+
 def _check(
     report: Report, group: str, calls: list[AwsCall], statements: list[Statement], env: Mapping[str, str]
 ) -> None:
@@ -449,7 +499,10 @@ def check_pcluster(assembly: Assembly, environment: str) -> Report:
                     calls.append(
                         AwsCall(f"{event} (ParallelCluster)", 0, f"s3 cp {script}", ("s3:GetObject",), (script,))
                     )
-                    calls += _action_calls(assembly, environment, script, [str(a) for a in action.get("Args", [])], env)
+                    args = [str(a) for a in action.get("Args", [])]
+                    calls += _action_calls(assembly, environment, script, args, env)
+                    if "collector" in args:
+                        calls += collector_calls(assembly, environment, script.rpartition("/")[0] + "/")
             _check(report, f"{environment}: {name}", calls, statements, env)
     return report
 
@@ -524,6 +577,8 @@ def check_hyperpod(assembly: Assembly, environment: str) -> Report:
                 if (folder / "plan.py").is_file():
                     steps, env = _hyperpod_plan(assembly, environment, uri, name)
                     calls += script_calls(folder, ["lib.sh", "plan.py", *steps])
+                    if "steps/collector.sh" in steps:
+                        calls += collector_calls(assembly, environment, uri)
                 elif (folder / "on_create.sh").is_file():
                     calls += script_calls(folder, ["on_create.sh"])
             _check(report, f"{environment}: instance group {name}", calls, statements, env)

@@ -446,3 +446,56 @@ def _file_system_problems(net: _Network, group: NodeGroup, fs: FileSystem, where
 def check_assembly(assembly: Assembly) -> list[Report]:
     """A report for every environment of the assembly."""
     return [check_environment(assembly, env) for env in assembly.environments]
+
+
+def _is_cidr_peer(peer: str) -> bool:
+    """A rule's peer that is an address range or a prefix list, not a security group."""
+    try:
+        ipaddress.ip_network(peer, strict=False)
+    except ValueError:
+        return peer.startswith("pl-")
+    return True
+
+
+def exporter_problems(assembly: Assembly, environment: str, collector: str, ports: Sequence[int]) -> list[str]:
+    """The metrics collector's node group reaches every exporter port of every node group, and nothing wider does.
+
+    ``collector`` names the collector's node group (``head node``, or the
+    controller's ``instance group <name>``). Reached: one of the target group's
+    security groups admits the TCP port from a security group the collector's
+    nodes hold, and one of the collector's groups lets the port out to that
+    group or to an address range covering the target's subnets (the collector
+    also scrapes its own node, on localhost). Nothing wider: no security group
+    of any node admits a port from an address range or prefix list (the VPC's
+    CIDR, ``0.0.0.0/0``). ParallelCluster's own groups are not in the
+    templates; in ParallelCluster 3.16 they admit traffic from the cluster's
+    own groups and SSH only, so they open no exporter port wider either.
+    """
+    groups = node_groups(assembly, environment)
+    net = _Network(assembly, environment)
+    problems = []
+    sources = [g for g in groups if g.name == collector]
+    if not sources:
+        return [f"{environment}: no node group named {collector!r}; groups: {[g.name for g in groups]}"]
+    source = sources[0]
+    source_groups = [assembly.identity(g) for g in source.security_groups]
+    for port in ports:
+        wanted = ("tcp", port, port)
+        for target in groups:
+            if target is source:
+                continue
+            where = f"{environment}: {target.name} port {port}"
+            if not net.allows(net.ingress, target.security_groups, wanted, source_groups, []):
+                problems.append(f"{where}: no security group of it admits the collector's groups {source_groups}")
+            target_groups = [assembly.identity(g) for g in target.security_groups]
+            if not net.allows(net.egress, source.security_groups, wanted, target_groups, net.cidrs(target.subnets)):
+                problems.append(f"{where}: no security group of {collector} lets the collector out to it")
+        attached = {assembly.identity(g) for group in groups for g in group.security_groups}
+        for name in sorted(attached):
+            for rule in net.ingress.get(name, []):
+                if rule.covers(*wanted) and _is_cidr_peer(rule.peer):
+                    problems.append(
+                        f"{environment}: security group {name} admits port {port} from {rule.peer}, wider than the "
+                        "cluster's own security groups"
+                    )
+    return problems

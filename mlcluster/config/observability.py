@@ -56,7 +56,15 @@ class AlarmThresholds:
         minimum=1,
         maximum=10000,
         doc="alarm (ParallelCluster) when at least this many nodes fail EC2 or scheduled-event health checks, "
-        "or stop responding to Slurm, within 5 minutes",
+        "or stop responding to Slurm, within 5 minutes; (Prometheus) when at least this many Slurm nodes stay "
+        "down, drained or failing for 5 minutes",
+    )
+    collector_silent_minutes: int = setting(
+        default=10,
+        minimum=5,
+        maximum=1440,
+        doc="alert (Prometheus) when the head node or controller sends no sample, or Slurm there does not answer, "
+        "for this many minutes (at least two of prometheus.scrape_interval_seconds)",
     )
 
 
@@ -71,7 +79,7 @@ class PrometheusConfig:
 
     enabled: bool = setting(
         default=False,
-        doc="an Amazon Managed Service for Prometheus workspace (encrypted with a key of the Observability stack), "
+        doc="an Amazon Managed Service for Prometheus workspace (encrypted with the environment's key), "
         "exporters on every node and a collector on the head node or controller",
     )
     scrape_interval_seconds: int = setting(
@@ -241,6 +249,15 @@ class ObservabilityConfig:
             issues.add("alarm_emails", list(self.alarm_emails), "each address may appear once")
         if self.enabled is False and (self.alarm_emails or self.alarms != AlarmThresholds()):
             issues.add("enabled", False, "alarm_emails and alarms are only used when observability is on")
+        silent = self.alarms.collector_silent_minutes
+        if self.prometheus.enabled and silent * 60 < 2 * self.prometheus.scrape_interval_seconds:
+            issues.add(
+                "alarms.collector_silent_minutes",
+                silent,
+                f"at least two scrapes must fit: with prometheus.scrape_interval_seconds "
+                f"{self.prometheus.scrape_interval_seconds}, allowed: "
+                f"{-(-2 * self.prometheus.scrape_interval_seconds // 60)} or more",
+            )
         if self.grafana.enabled and not self.prometheus.enabled:
             issues.add(
                 "grafana.enabled",

@@ -27,6 +27,7 @@ from mlcluster.constructs.data_bucket import REMOVAL_POLICIES
 from mlcluster.constructs.hyperpod_role import PREFIX
 from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle import LIFECYCLE_DIR
+from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_EXCLUDE, COLLECTOR_SCRIPTS
 from mlcluster.lifecycle.hyperpod import NOT_UPLOADED, render_on_create
 
 #: The lifecycle bucket's name starts with this. Not ``sagemaker-``: AWS managed policies grant object
@@ -58,8 +59,11 @@ def lifecycle_bucket_name(environment_name: str) -> str:
     return cdk.Fn.join("-", [BUCKET_PREFIX, environment_name, cdk.Aws.ACCOUNT_ID, cdk.Aws.REGION])
 
 
-def features_document(features: LifecycleConfig) -> dict[str, Any]:
-    """The content of ``mlcluster_features.json`` (see the lifecycle scripts' README)."""
+def features_document(features: LifecycleConfig, collector: bool = False) -> dict[str, Any]:
+    """The content of ``mlcluster_features.json`` (see the lifecycle scripts' README).
+
+    ``collector``: the controller runs the metrics collector (its step reads the collector files).
+    """
     accounting: dict[str, str] = {"mode": features.accounting.mode}
     if features.accounting.endpoint is not None:
         accounting["endpoint"] = features.accounting.endpoint
@@ -74,6 +78,7 @@ def features_document(features: LifecycleConfig) -> dict[str, Any]:
         "observability": features.observability,
         "docker_group": features.docker_group,
         "rootless_podman": features.rootless_podman,
+        "collector": collector,
     }
     if features.controller_wait_minutes is not None:
         document["controller_wait_minutes"] = features.controller_wait_minutes
@@ -96,7 +101,11 @@ class HyperPodLifecycle(Construct):
       EFA-enabled file system, ``fsx_efa_enabled`` and the groups whose nodes
       set LNet up over EFA (``fsx_efa_groups``);
     - ``mlcluster_features.json``: users, accounting, Docker, Enroot/Pyxis,
-      homes on FSx, observability.
+      homes on FSx, observability, the collector;
+    - the metrics collector's install script and target refresher (in the
+      checksum manifest like the scripts) and, with ``collector_files``, its
+      configuration rendered at synth time (``collector.yml``,
+      ``collector_targets.json``).
 
     A change to any of them uploads the folder again; files no longer in it
     are removed (prune). Nodes read the files when they are created, so a
@@ -123,6 +132,7 @@ class HyperPodLifecycle(Construct):
         openzfs_volume_path: str = OPENZFS_ROOT_VOLUME_PATH,
         openzfs_mount_point: str = "/home",
         features: LifecycleConfig | None = None,
+        collector_files: Mapping[str, str] | None = None,
         prefix: str = "lifecycle/",
         scripts_dir: Path | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
@@ -147,6 +157,8 @@ class HyperPodLifecycle(Construct):
         :param openzfs_volume_path: the OpenZFS volume's export path. Default: the root volume, ``/fsx``.
         :param openzfs_mount_point: where nodes mount the OpenZFS volume. Default: ``/home``.
         :param features: what the scripts set up. Default: ``LifecycleConfig()``.
+        :param collector_files: the metrics collector's rendered files (``mlcluster.collector.render``); the
+            controller then runs the collector step. Default: none (no collector).
         :param prefix: the key prefix of the upload, ending in ``/``. Default: ``lifecycle/``.
         :param scripts_dir: the folder to upload; must hold ``on_create.sh``.
             Default: mlcluster's HyperPod scripts.
@@ -202,7 +214,7 @@ class HyperPodLifecycle(Construct):
             provisioning["fsx_openzfs_volume_path"] = openzfs_volume_path
             provisioning["fsx_openzfs_mount_point"] = openzfs_mount_point
         # on_create.sh carries the SHA-256 of every other uploaded file and refuses to run on a mismatch.
-        self.on_create_script = render_on_create(folder)
+        self.on_create_script = render_on_create(folder, COLLECTOR_SCRIPTS)
         self.scripts = ScriptBucket(
             self,
             "Resource",
@@ -212,7 +224,11 @@ class HyperPodLifecycle(Construct):
                 s3deploy.Source.asset(str(folder), exclude=EXCLUDE),
                 s3deploy.Source.data(ON_CREATE, self.on_create_script),
                 s3deploy.Source.json_data(PROVISIONING_FILE, provisioning),
-                s3deploy.Source.json_data(FEATURES_FILE, features_document(self.features)),
+                s3deploy.Source.json_data(
+                    FEATURES_FILE, features_document(self.features, collector=collector_files is not None)
+                ),
+                s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE),
+                *(s3deploy.Source.data(name, text) for name, text in (collector_files or {}).items()),
             ],
             purpose="HyperPod lifecycle scripts and their generated inputs",
             removal_policy=removal_policy,

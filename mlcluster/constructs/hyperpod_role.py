@@ -66,6 +66,9 @@ class HyperPodExecutionRole(Construct):
       read and write objects under that prefix of the data bucket only, so
       ``mlcluster-backup`` can save and restore what the root volume holds
       around a software patch even when the data bucket is read-only.
+    - ``PrometheusRemoteWrite`` (when a workspace is given, for the
+      controller, whose collector signs its writes with this role):
+      ``aps:RemoteWrite`` on that workspace only.
 
     Default settings: no data bucket access unless a data bucket is given
     (then read only); no secrets; lifecycle prefix ``lifecycle/``.
@@ -85,6 +88,7 @@ class HyperPodExecutionRole(Construct):
         data_bucket_access: DataAccess | None = None,
         secret_arns: Sequence[str] = (),
         backup_prefix: str | None = None,
+        remote_write_workspace_arn: str | None = None,
         description: str = "SageMaker HyperPod cluster nodes: logs, metrics, SSM, lifecycle scripts, VPC interfaces",
     ) -> None:
         """Create the role and its policies.
@@ -102,6 +106,8 @@ class HyperPodExecutionRole(Construct):
         :param backup_prefix: a key prefix of ``data_bucket``, ending in ``/``, the
             nodes may read and write whatever ``data_bucket_access`` says (the
             controller's patch backups). Default: none.
+        :param remote_write_workspace_arn: an Amazon Managed Service for Prometheus workspace the nodes
+            remote-write to (the controller's metrics collector). Default: none.
         :param description: the role's description, e.g. naming its instance group.
         """
         super().__init__(scope, construct_id)
@@ -142,6 +148,16 @@ class HyperPodExecutionRole(Construct):
                     f"backup_prefix: {backup_prefix!r} needs data_bucket and must be a key prefix ending in '/'"
                 )
             self._backup(stack, data_bucket, backup_prefix)
+        if remote_write_workspace_arn is not None:
+            self._policy(
+                "PrometheusRemoteWrite",
+                "The metrics collector on this node writes samples to the environment's Prometheus workspace",
+                [
+                    iam.PolicyStatement(
+                        sid="RemoteWrite", actions=["aps:RemoteWrite"], resources=[remote_write_workspace_arn]
+                    )
+                ],
+            )
 
     @property
     def role_arn(self) -> str:

@@ -68,3 +68,15 @@ class PrometheusWorkspace(Construct):
             remote_write_url=f"{endpoint}api/v1/remote_write",
             query_url=endpoint,
         )
+
+    def add_alerting(self, *, rules_yaml: str, alertmanager_yaml: str) -> aps.CfnRuleGroupsNamespace:
+        """Evaluate ``rules_yaml`` in the workspace and route what fires by ``alertmanager_yaml``.
+
+        The rules are an ``AWS::APS::RuleGroupsNamespace`` (child ``Rules``) on
+        the workspace; the alert manager definition is the workspace's own
+        ``AlertManagerDefinition`` property.
+        """
+        self.workspace.alert_manager_definition = alertmanager_yaml
+        return aps.CfnRuleGroupsNamespace(
+            self, "Rules", workspace=self.workspace.attr_arn, name="mlcluster", data=rules_yaml
+        )

@@ -19,6 +19,9 @@ What the renderer decides for you, and why:
   ``ssm:GetParameter*``), on the head and login nodes by default and on a
   queue only when it asks (compute nodes leave IMDS open to jobs); every
   role ParallelCluster creates carries the permissions boundary.
+- With a Prometheus workspace (``collector_policy_arn``), the head node
+  runs the metrics collector step and gets ``aps:RemoteWrite`` on that
+  workspace; no other node does.
 - Every node role may read the node scripts (``Iam.S3Access`` on the
   script prefix) and the S3 scripts of your own custom actions.
 - EFA follows the instance type unless set; the placement group is always
@@ -92,6 +95,8 @@ class DeployInputs:
         because ParallelCluster offers no ``S3Access`` for them.
     :param session_manager_policy_arn: the node policy for Session Manager (no ``ssm:GetParameter*``),
         attached to the head node and login nodes with ``head_node.ssm`` and to queues with ``ssm``.
+    :param collector_policy_arn: the head node's policy to remote-write to the environment's Prometheus
+        workspace; when given, the head node also runs the ``collector`` step (observability.prometheus).
     :param permissions_boundary_arn: the permissions boundary of every role ParallelCluster creates
         (``Iam.PermissionsBoundary``); the provider role may create roles only with it.
     :param reservation_group_arns: capacity reservation group ARNs by group name.
@@ -113,6 +118,7 @@ class DeployInputs:
     openzfs_volume_id: str | None = None
     node_script_policy_arn: str | None = None
     session_manager_policy_arn: str | None = None
+    collector_policy_arn: str | None = None
     permissions_boundary_arn: str | None = None
     reservation_group_arns: Mapping[str, str] = field(default_factory=dict)
     partition: str = "aws"
@@ -334,10 +340,13 @@ def _public_or_private(inputs: DeployInputs, subnet: str, what: str) -> str:
 
 def _head_node(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
     head = cfg.head_node
-    steps = head_node_steps(cfg, exporters=inputs.exporters)
+    collector = inputs.collector_policy_arn
+    steps = [*head_node_steps(cfg, exporters=inputs.exporters), *(["collector"] if collector is not None else [])]
     actions = head.custom_actions
     all_actions = [*actions.on_node_start, *actions.on_node_configured, *actions.on_node_updated]
     policies = ([_ssm_policy(inputs)] if head.ssm else []) + list(head.additional_iam_policies)
+    if collector is not None:
+        policies.append(collector)
     ssh: dict[str, Any] = {"AllowedIps": _ssh_source(cfg, inputs)}
     if head.key_name is not None:
         ssh["KeyName"] = head.key_name

@@ -16,6 +16,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct
 
+from mlcluster.collector import CollectorInputs, hyperpod_inputs, pcluster_inputs, render
 from mlcluster.config import Environment
 from mlcluster.config.hyperpod import HyperPodConfig
 from mlcluster.config.observability import prometheus_enabled
@@ -35,6 +36,7 @@ from mlcluster.constructs.pcluster_cluster import (
 )
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints
 from mlcluster.constructs.script_bucket import ScriptBucket
+from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_EXCLUDE
 from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
@@ -91,16 +93,40 @@ class ClusterStack(cdk.Stack):
         else:  # pragma: no cover - the stage only builds this stack for a backend
             raise ValueError(f"cluster.backend: {cluster.backend!r} has no cluster to build")
 
+    def _collector_common(self) -> dict[str, Any]:
+        """The collector settings both backends share (``prometheus`` must be set)."""
+        assert self.prometheus is not None
+        env = self.settings
+        return {
+            "cluster_name": env.cluster_name,
+            "environment": env.name,
+            "region": self.region,
+            "remote_write_url": self.prometheus.remote_write_url,
+            "scrape_interval_seconds": env.config.observability.prometheus.scrape_interval_seconds,
+        }
+
     # -- ParallelCluster --------------------------------------------------
 
     def _pcluster(self, cfg: PclusterConfig, network: NetworkRef, storage: StorageStack) -> None:
         env = self.settings
         keeps = env.config.retention.keeps_data
+        collector: CollectorInputs | None = None
+        collector_sources: list[s3deploy.ISource] = []
+        if self.prometheus is not None:
+            # The head node's collector: its scripts and rendered configuration next to the node scripts.
+            collector = pcluster_inputs(cfg, **self._collector_common())
+            collector_sources = [
+                s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE),
+                *(s3deploy.Source.data(name, text) for name, text in render(collector).items()),
+            ]
         scripts = ScriptBucket(
             self,
             "NodeScripts",
             prefix=NODE_SCRIPT_PREFIX,
-            sources=[s3deploy.Source.asset(str(PCLUSTER_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"])],
+            sources=[
+                s3deploy.Source.asset(str(PCLUSTER_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
+                *collector_sources,
+            ],
             purpose="ParallelCluster node scripts (Docker, Enroot/Pyxis, NCCL/EFA, Neuron)",
             removal_policy=removal_policy(env),
             log_retention=log_retention(env),
@@ -138,6 +164,20 @@ class ClusterStack(cdk.Stack):
         session_policy = None
         if cfg.head_node.ssm or any(q.ssm for q in cfg.queues):
             session_policy = session_manager_policy(self, "SessionManager")
+        collector_policy = None
+        if collector is not None and self.prometheus is not None:
+            # Under /parallelcluster/: ParallelCluster's provider may attach only such policies (provider_iam).
+            collector_policy = iam.ManagedPolicy(
+                self,
+                "CollectorRemoteWrite",
+                path=NODE_POLICY_PATH,
+                description="The head node's metrics collector writes samples to the Prometheus workspace",
+                statements=[
+                    iam.PolicyStatement(
+                        sid="RemoteWrite", actions=["aps:RemoteWrite"], resources=[self.prometheus.workspace_arn]
+                    )
+                ],
+            )
         boundary = permissions_boundary(self, "NodeRoleBoundary", cluster_name=env.cluster_name)
         labels = network_zone_labels(env.config.network)
         inputs = DeployInputs(
@@ -156,6 +196,7 @@ class ClusterStack(cdk.Stack):
             node_script_prefix=NODE_SCRIPT_PREFIX,
             node_script_policy_arn=script_policy.managed_policy_arn if script_policy is not None else None,
             session_manager_policy_arn=session_policy.managed_policy_arn if session_policy is not None else None,
+            collector_policy_arn=collector_policy.managed_policy_arn if collector_policy is not None else None,
             permissions_boundary_arn=boundary.managed_policy_arn,
             reservation_group_arns=reservation_groups,
             log_retention_days=env.config.retention.log_retention_days,
@@ -222,6 +263,10 @@ class ClusterStack(cdk.Stack):
             openzfs_dns_name=storage.openzfs.dns_name if storage.openzfs is not None else None,
             # The exporters step follows observability.prometheus.enabled (lifecycle.observability is refused).
             features=dataclasses.replace(cfg.lifecycle, observability=prometheus_enabled(env.config)),
+            # The controller's metrics collector, when the environment has a Prometheus workspace.
+            collector_files=(
+                render(hyperpod_inputs(cfg, **self._collector_common())) if self.prometheus is not None else None
+            ),
             removal_policy=removal_policy(env),
             log_retention=log_retention(env),
         )
@@ -260,6 +305,10 @@ class ClusterStack(cdk.Stack):
                 secret_arns=[accounting.secret_arn] if accounting.secret_arn and is_controller else [],
                 # `mlcluster patch` runs mlcluster-backup on the controller (see mlcluster/cli/patch.py).
                 backup_prefix=f"{PATCH_BACKUP_PREFIX}{env.cluster_name}/" if is_controller else None,
+                # Only the controller runs the metrics collector, so only its role may write to the workspace.
+                remote_write_workspace_arn=(
+                    self.prometheus.workspace_arn if is_controller and self.prometheus is not None else None
+                ),
                 description=f"SageMaker HyperPod instance group {group.instance_group_name} of {env.cluster_name}",
             ).role
         self.hyperpod = HyperPodCluster(

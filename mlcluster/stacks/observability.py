@@ -25,6 +25,7 @@ from aws_cdk import aws_sns_subscriptions as subs
 from aws_cdk.interfaces.aws_events import IRuleRef
 from constructs import Construct
 
+from mlcluster.alert_rules import AlertInputs, alertmanager_yaml, rules_yaml
 from mlcluster.config import Environment
 from mlcluster.config.observability import grafana_enabled, prometheus_enabled
 from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
@@ -89,16 +90,29 @@ class ObservabilityStack(cdk.Stack):
     Alarms: Lustre free capacity below the file's share; ParallelCluster
     nodes failing health checks (its own metrics) and its head-node health
     alarm forwarded; HyperPod node-health and cluster-failure events
-    forwarded. Everything notifies one topic, encrypted with a key of this
-    stack whose policy lets CloudWatch and EventBridge publish.
+    forwarded; with Prometheus, the workspace's alert rules
+    (``mlcluster.alert_rules``). Everything notifies one topic, encrypted
+    with a key of this stack whose policy lets CloudWatch (and AMP) publish.
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, environment: Environment, storage: StorageStack, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        storage: StorageStack,
+        environment_key: kms.IKey,
+        **kwargs: Any,
     ) -> None:
-        """Build the dashboard and alarms of ``environment`` over ``storage`` and its cluster (by name)."""
+        """Build the dashboard and alarms of ``environment`` over ``storage`` and its cluster (by name).
+
+        ``environment_key``: the environment's key (Network stack), which
+        encrypts the Prometheus workspace when there is one.
+        """
         super().__init__(scope, construct_id, **kwargs)
         self.settings = environment
+        self.environment_key = environment_key
         cfg = environment.config
         obs = cfg.observability
         self.cluster_name = environment.cluster_name
@@ -143,24 +157,18 @@ class ObservabilityStack(cdk.Stack):
     # -- Prometheus -------------------------------------------------------
 
     def _prometheus(self, environment: Environment) -> PrometheusEndpoints:
-        """The environment's AMP workspace, encrypted with a key of its own, and its endpoints as outputs."""
+        """The environment's AMP workspace, encrypted with the environment's key, and its endpoints as outputs."""
         settings = environment.config.observability.prometheus
         policy = removal_policy(environment)
-        key = kms.Key(
-            self,
-            "MetricsKey",
-            description=f"mlcluster {environment.name}: encrypts the Prometheus workspace",
-            enable_key_rotation=True,
-            removal_policy=policy,
-        )
         workspace = PrometheusWorkspace(
             self,
             "Prometheus",
             environment_name=environment.name,
-            key=key,
+            key=self.environment_key,
             retention_days=settings.retention_days,
             removal_policy=policy,
         )
+        self._alerting(environment, workspace)
         endpoints = workspace.endpoints
         export_output(
             self, environment, "PrometheusWorkspaceId", workspace.workspace.attr_workspace_id, "AMP workspace"
@@ -170,6 +178,51 @@ class ObservabilityStack(cdk.Stack):
         )
         export_output(self, environment, "PrometheusQueryUrl", endpoints.query_url, "the workspace's query endpoint")
         return endpoints
+
+    def _alerting(self, environment: Environment, workspace: PrometheusWorkspace) -> None:
+        """Alert rules in the workspace; its alert manager publishes every alert to the alarm topic.
+
+        Permissions as the AMP user guide gives them ("Giving Amazon Managed
+        Service for Prometheus permission to send alert messages to your Amazon
+        SNS topic", AMP-alertmanager-receiver-AMPpermission): the topic policy
+        lets ``aps.amazonaws.com`` publish (and read the topic's attributes)
+        for this account and this workspace only; an encrypted topic's key
+        must let the service use it (``kms:GenerateDataKey*``, ``kms:Decrypt``).
+        The key's statement cannot name the workspace's ARN (the workspace
+        names the topic, the topic its key: a cycle), so, like CloudWatch's,
+        it admits the service acting for this account only.
+        """
+        alarms = environment.config.observability.alarms
+        inputs = AlertInputs(
+            cluster_name=self.cluster_name,
+            unhealthy_nodes=alarms.unhealthy_nodes,
+            collector_silent_minutes=alarms.collector_silent_minutes,
+            topic_arn=self.topic.topic_arn,
+            region=cdk.Aws.REGION,
+        )
+        workspace.add_alerting(rules_yaml=rules_yaml(inputs), alertmanager_yaml=alertmanager_yaml(inputs))
+        workspace_arn = workspace.endpoints.workspace_arn
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="PrometheusAlertManager",
+                principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+                actions=["sns:Publish", "sns:GetTopicAttributes"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "ArnEquals": {"aws:SourceArn": workspace_arn},
+                    "StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID},
+                },
+            )
+        )
+        self.topic_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="PrometheusAlertManager",
+                principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}},
+            )
+        )
 
     def _grafana(self, environment: Environment, prometheus: PrometheusEndpoints) -> GrafanaWorkspace:
         """The Amazon Managed Grafana workspace over ``prometheus``, its URL as an output."""

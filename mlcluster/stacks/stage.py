@@ -84,6 +84,7 @@ class EnvironmentStage(cdk.Stage):
                 "Observability",
                 environment=environment,
                 storage=self.storage_stack,
+                environment_key=self.network_stack.environment_key.key,
                 description=f"{description} (dashboard and alarms; outlives clusters)",
             )
         self.cluster_stack: ClusterStack | None = None

@@ -133,7 +133,7 @@ def test_upload_goes_under_the_prefix_and_prunes(built: Built) -> None:
     assert props["DestinationBucketName"] == {"Ref": name}
     assert props["DestinationBucketKeyPrefix"] == "lifecycle/"
     assert props["Prune"] is True
-    assert len(props["SourceObjectKeys"]) == 4  # scripts, rendered on_create.sh, two JSON files
+    assert len(props["SourceObjectKeys"]) == 5  # scripts, rendered on_create.sh, two JSON files, collector scripts
 
 
 def test_provisioning_parameters_carry_groups_and_the_deploy_time_fsx_name(built: Built) -> None:
@@ -184,6 +184,7 @@ def test_features_file_is_what_the_scripts_parse(built: Built) -> None:
         "observability": True,
         "docker_group": False,
         "rootless_podman": True,
+        "collector": False,
     }
     features = parse_features(content)
     assert features.accounting.secret_arn == SECRET and [u.name for u in features.users] == ["alice", "bob"]

@@ -313,6 +313,7 @@ def efa_assembly(tmp_path_factory: pytest.TempPathFactory, examples: Assembly) -
     tmp = tmp_path_factory.mktemp("efa")
     data = yaml.safe_load((ENVIRONMENTS / "hyperpod.yaml").read_text())
     data["cluster"] = {"backend": "none"}
+    data.pop("observability", None)  # no cluster: its Prometheus workspace is refused (observability is off)
     data.setdefault("storage", {})["lustre"] = {
         **data.get("storage", {}).get("lustre", {}),
         "efa_enabled": True,

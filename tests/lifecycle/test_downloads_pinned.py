@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from mlcluster.lifecycle.collector import COLLECTOR_DIR
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 
@@ -196,7 +197,12 @@ def load(folder: Path) -> Tree:
     return Tree.load({path: path.read_text() for path in sorted(folder.rglob("*.sh"))})
 
 
-TREES = {"pcluster": (PCLUSTER_DIR, load(PCLUSTER_DIR)), "hyperpod": (HYPERPOD_DIR, load(HYPERPOD_DIR))}
+TREES = {
+    "pcluster": (PCLUSTER_DIR, load(PCLUSTER_DIR)),
+    "hyperpod": (HYPERPOD_DIR, load(HYPERPOD_DIR)),
+    # The metrics collector's installer, shipped next to both backends' scripts.
+    "collector": (COLLECTOR_DIR, load(COLLECTOR_DIR)),
+}
 
 
 def cases() -> list[object]:
@@ -221,6 +227,14 @@ def test_the_walk_sees_the_downloads_it_must_check() -> None:
     assert calls == {"fetch_verified", "fetch_key"}
     # aws-ofi-nccl, nccl-tests, the node exporter and the prometheus_client wheel (exporters.sh).
     assert len(tree.callers("fetch_verified", lib)) == 4 and len(tree.callers("fetch_key", lib)) >= 5
+
+
+def test_the_walk_sees_the_collectors_download() -> None:
+    tree = TREES["collector"][1]
+    sites = [line for line in tree.lines if DOWNLOAD.search(line.text)]
+    assert {line.function for line in sites} == {"fetch_verified"}
+    calls = tree.callers("fetch_verified", COLLECTOR_DIR / "collector_install.sh")
+    assert len(calls) == 2 and all(tree.pinned(call.text, "download") for call in calls)
 
 
 def test_a_function_name_in_two_files_does_not_borrow_the_other_files_check(tmp_path: Path) -> None:

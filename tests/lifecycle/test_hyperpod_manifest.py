@@ -19,6 +19,7 @@ from aws_cdk.assertions import Annotations, Match
 
 from mlcluster.config.hyperpod import LifecycleConfig
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
+from mlcluster.lifecycle.collector import COLLECTOR_FILES, COLLECTOR_SCRIPTS
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR, MANIFEST_MARK, manifest, render_on_create, uploaded_files
 from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, Sandbox
 
@@ -56,19 +57,22 @@ def staged(built: Built, file_name: str) -> Path:
 
 def test_the_uploaded_on_create_carries_the_checksum_of_every_other_uploaded_file(built: Built) -> None:
     on_create = (staged(built, "on_create.sh") / "on_create.sh").read_text()
-    assert on_create == render_on_create(HYPERPOD_DIR)
+    assert on_create == render_on_create(HYPERPOD_DIR, COLLECTOR_SCRIPTS)
     assert MANIFEST_MARK not in on_create.splitlines()
     scripts = staged(built, "plan.py")
+    collector = staged(built, "collector_install.sh")  # the collector's scripts, at the top of the prefix too
     assert not (scripts / "on_create.sh").exists()  # only the rendered copy is uploaded
     listed = {}
-    for line in manifest(HYPERPOD_DIR).splitlines():
+    for line in manifest(HYPERPOD_DIR, COLLECTOR_SCRIPTS).splitlines():
         digest, name = line.split("  ", 1)
         listed[name] = digest
         assert f"{digest}  {name}" in on_create
-    uploaded = {p.relative_to(scripts).as_posix() for p in scripts.rglob("*") if p.is_file()}
-    assert uploaded == set(listed)
+    uploaded = {p.relative_to(scripts).as_posix(): p for p in scripts.rglob("*") if p.is_file()}
+    uploaded |= {p.name: p for p in collector.iterdir() if p.is_file()}
+    assert set(uploaded) == set(listed)
+    assert set(COLLECTOR_FILES) <= set(listed)
     for name, digest in listed.items():
-        assert hashlib.sha256((scripts / name).read_bytes()).hexdigest() == digest
+        assert hashlib.sha256(uploaded[name].read_bytes()).hexdigest() == digest
 
 
 def test_the_manifest_leaves_out_caches_and_the_entrypoint(tmp_path: Path) -> None:

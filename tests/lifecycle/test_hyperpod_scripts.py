@@ -137,7 +137,7 @@ def test_an_unknown_step_is_refused_with_the_allowed_ones(tmp_path: Path) -> Non
     sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
     result = sandbox.run("on_create.sh", "dockr")
     assert result.returncode != 0
-    assert "unknown step 'dockr'; allowed: accounting add_users docker" in result.stderr
+    assert "unknown step 'dockr'; allowed: accounting add_users collector docker" in result.stderr
     assert sandbox.actions() == []
 
 

@@ -7,6 +7,7 @@ other uploaded file written into it, so a node refuses scripts changed in the bu
 """
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 #: Where `mlcluster patch` keeps mlcluster-backup runs and its marker: ``<prefix><cluster name>/`` of the
@@ -36,20 +37,22 @@ def uploaded_files(folder: Path = HYPERPOD_DIR) -> list[Path]:
     return files
 
 
-def manifest(folder: Path = HYPERPOD_DIR) -> str:
-    """``<sha256>  <relative path>`` for every uploaded file but the entrypoint (``sha256sum`` format)."""
-    return "".join(
-        f"{hashlib.sha256((folder / relative).read_bytes()).hexdigest()}  {relative.as_posix()}\n"
-        for relative in uploaded_files(folder)
-    )
+def manifest(folder: Path = HYPERPOD_DIR, extra: Sequence[Path] = ()) -> str:
+    """``<sha256>  <relative path>`` for every uploaded file but the entrypoint (``sha256sum`` format).
+
+    ``extra``: files uploaded from elsewhere to the top of the prefix (the collector's scripts).
+    """
+    entries = [(folder / relative, relative.as_posix()) for relative in uploaded_files(folder)]
+    entries += [(path, path.name) for path in extra]
+    return "".join(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {name}\n" for path, name in entries)
 
 
-def render_on_create(folder: Path = HYPERPOD_DIR) -> str:
-    """``on_create.sh`` of ``folder`` with its manifest line replaced by :func:`manifest`."""
+def render_on_create(folder: Path = HYPERPOD_DIR, extra: Sequence[Path] = ()) -> str:
+    """``on_create.sh`` of ``folder`` with its manifest line replaced by :func:`manifest` (with ``extra``)."""
     text = (folder / ENTRYPOINT).read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     marks = [i for i, line in enumerate(lines) if line.strip() == MANIFEST_MARK]
     if len(marks) != 1:
         raise ValueError(f"{folder / ENTRYPOINT}: needs exactly one line '{MANIFEST_MARK}', found {len(marks)}")
-    lines[marks[0]] = manifest(folder)
+    lines[marks[0]] = manifest(folder, extra)
     return "".join(lines)

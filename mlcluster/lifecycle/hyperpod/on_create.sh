@@ -20,7 +20,9 @@ MLC_LIFECYCLE_DIR=$HERE
 read -r -d '' MANIFEST <<'MLCLUSTER_MANIFEST' || true
 @MLCLUSTER_MANIFEST@
 MLCLUSTER_MANIFEST
-GENERATED_FILES=(mlcluster_features.json provisioning_parameters.json)
+# Generated at deploy time (deploy-time values in them): not in the manifest. The collector's two
+# files are there only when observability.prometheus is on.
+GENERATED_FILES=(mlcluster_features.json provisioning_parameters.json collector.yml collector_targets.json)
 
 refuse() {
   printf 'ERROR: %s\n' "$*" >&2

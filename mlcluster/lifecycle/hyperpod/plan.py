@@ -143,6 +143,7 @@ class Features:
     docker_group: bool = False
     rootless_podman: bool = True
     controller_wait_minutes: int = DEFAULT_CONTROLLER_WAIT_MINUTES
+    collector: bool = False
 
 
 FEATURE_KEYS = (
@@ -155,6 +156,7 @@ FEATURE_KEYS = (
     "docker_group",
     "rootless_podman",
     "controller_wait_minutes",
+    "collector",
 )
 ACCOUNTING_KEYS = ("mode", "endpoint", "secret_arn")
 
@@ -228,6 +230,7 @@ def parse_features(data: object, source: str = FEATURES_FILE) -> Features:
         controller_wait_minutes=_wait_minutes(
             source, top.get("controller_wait_minutes", defaults.controller_wait_minutes)
         ),
+        collector=_flag(source, "collector", top.get("collector", defaults.collector)),
     )
     if features.docker_group and not features.docker:
         raise _bad(source, "docker_group", True, "the docker group needs docker: true")
@@ -463,6 +466,12 @@ STEPS: tuple[Step, ...] = (
         "metrics exporters as mlc-exporter: node exporter (EFA and, on the controller, Slurm textfile metrics), "
         "the DCGM exporter on GPU nodes",
         when=lambda f: f.observability,
+    ),
+    Step(
+        "collector",
+        "the metrics collector (Prometheus agent) scraping every node, remote-writing to the workspace",
+        roles=frozenset({"controller"}),
+        when=lambda f: f.collector,
     ),
     Step("install_tools", "keep the lifecycle scripts on the node and install mlcluster-precheck"),
 )

@@ -15,7 +15,7 @@ PCLUSTER_DIR = Path(__file__).parent
 ENTRY_SCRIPT = "run.sh"
 
 #: Every step, in the order ``run.sh`` runs them.
-STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron", "exporters")
+STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron", "exporters", "collector")
 
 #: Files every step needs: helpers, pins, the per-user folder helper the steps install, and what the
 #: exporters step installs (the EFA and Slurm textfile collectors, the DCGM exporter's counters).

@@ -3,12 +3,13 @@
 #
 #   run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR [STEP...]
 #
-# Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters. They always run in that
+# Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters, collector. They always run in that
 # order, whatever order they are given in; with no STEP arguments the list
 # comes from MLCLUSTER_STEPS (spaces or commas). The step scripts and their
 # support files (lib.sh, pins.sh, user_dirs.sh and the exporters' efa_metrics.sh, slurm_metrics.sh,
 # dcgm_counters.csv) are copied from --source (an S3 prefix, read with the node's role, or a
-# local folder). Each step logs to /var/log/mlcluster/STEP.log; the first
+# local folder); the collector step also gets COLLECTOR_FILES (its installer, target refresher
+# and the configuration mlcluster rendered). Each step logs to /var/log/mlcluster/STEP.log; the first
 # step that fails stops the run, and the error names it. Every step is
 # idempotent, so running this again changes nothing.
 #
@@ -16,8 +17,9 @@
 # MLCLUSTER_RETRY_ATTEMPTS and MLCLUSTER_RETRY_DELAY (seconds, doubled per retry).
 set -euo pipefail
 
-readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron exporters)
+readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron exporters collector)
 readonly SUPPORT_FILES=(lib.sh pins.sh user_dirs.sh efa_metrics.sh slurm_metrics.sh dcgm_counters.csv)
+readonly COLLECTOR_FILES=(collector_install.sh collector_targets.py collector.yml collector_targets.json)
 ROOT="${MLCLUSTER_ROOT:-}"
 LOG_DIR="${ROOT}/var/log/mlcluster"
 RUN_LOG="${LOG_DIR}/run.log"
@@ -115,7 +117,9 @@ if [[ "${source_uri}" == s3://* ]]; then
   mkdir -p "${script_dir}"
   download="$(mktemp -d)"
   trap 'rm -rf "${download}"' EXIT
-  for file in "${SUPPORT_FILES[@]}" "${steps[@]/%/.sh}"; do
+  files=("${SUPPORT_FILES[@]}" "${steps[@]/%/.sh}")
+  [[ " ${steps[*]} " == *" collector "* ]] && files+=("${COLLECTOR_FILES[@]}")
+  for file in "${files[@]}"; do
     retry aws s3 cp --only-show-errors "${source_uri%/}/${file}" "${download}/${file}" \
       || fail "cannot download ${source_uri%/}/${file}; check the node role's S3 read access"
     if ! cmp -s "${download}/${file}" "${script_dir}/${file}" 2>/dev/null; then

@@ -4,6 +4,8 @@
 # connections to 169.254.169.254 from every other user (owner match), and an ip6tables rule does
 # the same for the IPv6 endpoint fd00:ec2::254 when the kernel has IPv6; a oneshot systemd unit
 # puts the rules back at every boot. Root keeps IMDS for HyperPod's agents and the lifecycle steps.
+# One exception is added by the collector step, when it runs: the metrics collector's user
+# (mlc-collector) signs its remote writes with the instance role over IPv4 (steps/collector.sh).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
