@@ -216,3 +216,16 @@ def test_a_packaged_enroot_is_removed_before_the_pinned_build(tmp_path: Path) ->
     assert remove < next(i for i, a in enumerate(actions) if a.startswith("make ") and "/enroot " in a)
     assert "removing the packaged enroot before installing the pinned build" in log
     assert not (sandbox.state / "dpkg/enroot").exists()
+
+
+def test_a_packaged_enroot_stays_when_the_pinned_build_cannot_be_fetched(tmp_path: Path) -> None:
+    # A node of the older lifecycle keeps a working Enroot when the pinned source is unreachable (or fails its
+    # pin, or does not build): the package is removed only once the verified build is ready to install.
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    (sandbox.state / "dpkg").mkdir()
+    (sandbox.state / "dpkg/enroot").write_text("3.4.1-1\n")
+    code, log = enroot_run(sandbox, STUB_FAIL="git")
+    assert code != 0
+    assert "clone enroot 3.5.0: still failing after 3 attempt(s), giving up" in log
+    assert not any(a.startswith("apt-get ") and " remove " in a for a in sandbox.actions())
+    assert (sandbox.state / "dpkg/enroot").read_text() == "3.4.1-1\n"
