@@ -213,7 +213,8 @@ def test_a_packaged_enroot_is_removed_before_the_pinned_build(tmp_path: Path) ->
     actions = sandbox.actions()
     remove = next(i for i, a in enumerate(actions) if a.startswith("apt-get ") and " remove " in a)
     assert actions[remove].endswith(" remove enroot")
-    assert remove < next(i for i, a in enumerate(actions) if a.startswith("make ") and "/enroot " in a)
+    build, install = (i for i, a in enumerate(actions) if a.startswith("make ") and "/enroot " in a)
+    assert build < remove < install  # removed only once the verified build is ready to install
     assert "removing the packaged enroot before installing the pinned build" in log
     assert not (sandbox.state / "dpkg/enroot").exists()
 

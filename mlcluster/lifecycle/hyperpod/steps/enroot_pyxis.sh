@@ -42,7 +42,16 @@ install_enroot() {
     log "enroot $ENROOT_VERSION ($ENROOT_COMMIT) is installed"
     return 0
   fi
+  # Build dependencies (doc/installation.md of v3.5.0).
+  apt_install git gcc make libcap2-bin libtool automake libmd-dev
+  build=$(mktemp -d "$TMP_DIR/enroot.XXXXXX")
+  git_pinned "enroot $ENROOT_VERSION" "$ENROOT_URL" "$ENROOT_COMMIT" "$ENROOT_TREE_SHA256" "$build/enroot"
+  git_submodules_pinned "enroot $ENROOT_VERSION" "$build/enroot" "${ENROOT_SUBMODULE_URLS[@]}"
+  # Built without DESTDIR first: the enroot script records its configuration folder at build time.
+  CPPFLAGS="$ENROOT_CPPFLAGS" make -C "$build/enroot" "${ENROOT_LAYOUT[@]}"
   # A packaged Enroot (from an older lifecycle or the image) owns the same files and would take them back.
+  # It goes only now, with the verified build ready: a source that cannot be fetched, fails its pin or does
+  # not build stops the step above and leaves the node its working Enroot.
   for package in enroot+caps enroot; do
     if is_installed "$package"; then
       packaged+=("$package")
@@ -52,13 +61,6 @@ install_enroot() {
     log "removing the packaged ${packaged[*]} before installing the pinned build"
     retry 5 "remove ${packaged[*]}" apt-get "${APT_OPTIONS[@]}" remove "${packaged[@]}"
   fi
-  # Build dependencies (doc/installation.md of v3.5.0).
-  apt_install git gcc make libcap2-bin libtool automake libmd-dev
-  build=$(mktemp -d "$TMP_DIR/enroot.XXXXXX")
-  git_pinned "enroot $ENROOT_VERSION" "$ENROOT_URL" "$ENROOT_COMMIT" "$ENROOT_TREE_SHA256" "$build/enroot"
-  git_submodules_pinned "enroot $ENROOT_VERSION" "$build/enroot" "${ENROOT_SUBMODULE_URLS[@]}"
-  # Built without DESTDIR first: the enroot script records its configuration folder at build time.
-  CPPFLAGS="$ENROOT_CPPFLAGS" make -C "$build/enroot" "${ENROOT_LAYOUT[@]}"
   CPPFLAGS="$ENROOT_CPPFLAGS" make -C "$build/enroot" install "${ENROOT_LAYOUT[@]}" DESTDIR="$MLC_ROOT"
   rm -rf "$build"
   install_file "$stamp" 644 <<<"$want"
