@@ -242,3 +242,19 @@ def test_hyperpod_collector_refuses_a_worker(tmp_path: Path) -> None:
     done = _identify_and(box, "collector")
     assert done.returncode != 0
     assert "the collector runs on the controller only (this node is a worker)" in done.stdout + done.stderr
+
+
+def test_hyperpod_a_cluster_user_named_like_the_collector_gets_no_instance_role(tmp_path: Path) -> None:
+    # lifecycle.users may name a login user mlc-collector (add_users runs before the collector step and makes
+    # it as below): the collector must not adopt that account, or its owner would run the collector, own its
+    # state and reach the instance metadata service through the collector's ACCEPT rule.
+    box = _controller(tmp_path)
+    with (box.root / "etc/passwd").open("a") as passwd:
+        passwd.write("mlc-collector:x:2005:2005::/home/mlc-collector:/bin/bash\n")
+    done = _identify_and(box, "imds", "collector")
+    assert done.returncode != 0
+    log = box.read("/var/log/provision/collector.log")
+    assert "mlc-collector exists as uid 2005 with shell /bin/bash, not as a system account" in log
+    assert "uid-owner mlc-collector" not in (box.state / "iptables.rules").read_text()
+    assert not (box.root / "etc/systemd/system/mlcluster-collector.service").exists()
+    assert not (box.root / "var/lib/mlcluster-collector").exists()
