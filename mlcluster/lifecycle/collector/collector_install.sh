@@ -102,8 +102,17 @@ architecture() {
   esac
 }
 
+# ensure_user: the collector's system user. An account of that name that is not a system account
+# (a cluster user from lifecycle.users, a directory user) is refused: adopting it would let its owner
+# run the collector, own its state and reach the instance role the collector signs with.
 ensure_user() {
-  if getent passwd "${USER_NAME}" >/dev/null; then
+  local entry uid shell
+  if entry="$(getent passwd "${USER_NAME}")"; then
+    uid="$(cut -d: -f3 <<<"${entry}")"
+    shell="$(cut -d: -f7 <<<"${entry}")"
+    if ! [[ "${uid}" =~ ^[0-9]+$ ]] || ((uid == 0 || uid >= 1000)) || [[ "${shell}" != */nologin && "${shell}" != */false ]]; then
+      die "${USER_NAME} exists as uid ${uid} with shell ${shell}, not as a system account (uid 1-999, no login shell); it would run the collector and reach the instance role: give that user another name, then run again"
+    fi
     return 0
   fi
   useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "${USER_NAME}"
