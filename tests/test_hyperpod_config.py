@@ -171,3 +171,21 @@ def test_lustre_efa_instance_types_are_hyperpod_types_with_efa() -> None:
     for name in LUSTRE_EFA_INSTANCE_TYPES:
         info = INSTANCE_TYPES.get(name.removeprefix("ml."))
         assert info is None or info.efa, name
+
+
+@pytest.mark.parametrize("name", ["mlc-collector", "mlc-exporter", "mlc-anything"])
+def test_cluster_users_cannot_take_the_node_steps_system_names(tmp_path: Path, name: str) -> None:
+    """``mlc-`` names belong to the steps' system users; a login account of that name would get their access.
+
+    The collector's user may reach the instance metadata service (the role's credentials): a cluster user
+    named like it must be refused at synth, not only by the node step.
+    """
+    message = refused(tmp_path, lifecycle={"users": [{"name": name, "uid": 2001}]})
+    assert "cluster.hyperpod.lifecycle.users[0].name" in message
+    assert repr(name) in message and "mlc-" in message
+
+
+@pytest.mark.parametrize("name", ["mlc", "mlc_collector", "alice-mlc-", "xmlc-collector"])
+def test_names_near_the_reserved_prefix_are_accepted(tmp_path: Path, name: str) -> None:
+    cfg = load(tmp_path, lifecycle={"users": [{"name": name, "uid": 2001}]})
+    assert cfg.lifecycle.users[0].name == name

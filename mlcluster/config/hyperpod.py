@@ -151,12 +151,25 @@ class WorkerGroupConfig(InstanceGroupConfig):
     )
 
 
+#: Prefix of the system users the node steps create (``mlc-exporter``, ``mlc-collector``).
+SYSTEM_USER_PREFIX = "mlc-"
+
+
 @section
 class PosixUser:
     """A user created on every node with the same UID."""
 
     name: str = setting(pattern=r"[a-z_][a-z0-9_-]{0,31}", allowed="allowed: a POSIX user name such as 'alice'")
     uid: int = setting(minimum=1000, maximum=60000)
+
+    def check(self, issues: Issues) -> None:
+        if self.name.startswith(SYSTEM_USER_PREFIX):
+            issues.add(
+                "name",
+                self.name,
+                f"names starting with {SYSTEM_USER_PREFIX!r} belong to the node steps' system users "
+                "(mlc-collector may reach the instance role's credentials); choose another name",
+            )
 
 
 @section
