@@ -9,6 +9,7 @@ coreutils, tar and make run as usual, so files land under the scratch root.
 from __future__ import annotations
 
 import hashlib
+import re
 import stat
 import subprocess
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from mlcluster.config.schema import ConfigError
+from mlcluster.lifecycle.collector import COLLECTOR_DIR
+from mlcluster.lifecycle.exporters import EXPORTER_FILES, EXPORTERS_DIR
 from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR, SUPPORT_FILES
 from mlcluster.pcluster.checks import check_node_scripts
 from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
@@ -25,7 +28,7 @@ from tests.pcluster.pcluster_support import pcluster
 from tests.support import ROOT
 
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
-#: The uploaded files that are shell scripts (dcgm_counters.csv is data).
+#: The uploaded files that are shell scripts.
 SHELL_SCRIPTS = sorted(name for name in NODE_SCRIPT_FILES if name.endswith(".sh"))
 
 LOG = 'printf "%s\\n" "$(basename "$0") $*" >>"$STUB_LOG"\n'
@@ -178,6 +181,20 @@ def test_shellcheck_clean() -> None:
         [str(SHELLCHECK), "-x", *scripts], cwd=PCLUSTER_DIR, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("folder", [EXPORTERS_DIR, COLLECTOR_DIR], ids=["exporters", "collector"])
+def test_shared_node_scripts_are_shellcheck_clean(folder: Path) -> None:
+    """The files both backends upload from the shared folders."""
+    scripts = sorted(str(p) for p in folder.glob("*.sh"))
+    assert scripts
+    proc = subprocess.run([str(SHELLCHECK), "-x", *scripts], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_run_sh_fetches_the_shared_exporter_files_for_the_exporters_step() -> None:
+    match = re.search(r"^readonly EXPORTER_FILES=\(([^)]*)\)", (PCLUSTER_DIR / "run.sh").read_text(), flags=re.M)
+    assert match and tuple(match.group(1).split()) == EXPORTER_FILES
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS)
