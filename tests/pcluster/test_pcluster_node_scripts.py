@@ -192,6 +192,25 @@ def test_shared_node_scripts_are_shellcheck_clean(folder: Path) -> None:
     assert proc.returncode == 0, proc.stdout
 
 
+def test_the_shared_exporter_units_need_neither_backends_lib() -> None:
+    """exporter_units.sh only prints text: sourced in a bare shell, every unit comes out whole."""
+    calls = (
+        "node_exporter_unit 1.8.2 /opt/mlcluster/node_exporter-1.8.2; textfile_service_unit efa 'EFA port counters'"
+        " AF_UNIX; textfile_timer_unit efa 'EFA port counters'; dcgm_exporter_unit 995:995 image@sha256:0;"
+        " neuron_monitor_unit /opt/mlcluster/python/w.whl /opt/aws/neuron/bin"
+    )
+    script = f'set -euo pipefail; . "{EXPORTERS_DIR}/exporter_units.sh"; {calls}'
+    proc = subprocess.run(["env", "-i", "bash", "-c", script], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    units = proc.stdout
+    # The node exporter, the textfile service and neuron-monitor (the timer runs nothing; DCGM runs in Docker).
+    assert units.count("User=mlc-exporter") == 3
+    assert units.count("CapabilityBoundingSet=\n") == 3
+    assert "ExecStart=/opt/mlcluster/bin/mlcluster-efa-metrics /var/lib/mlcluster-exporters/textfile" in units
+    assert "--user 995:995 --cap-drop ALL" in units and "image@sha256:0 -f /etc/dcgm-exporter/mlcluster.csv" in units
+    assert "/opt/aws/neuron/bin/neuron-monitor | /usr/bin/python3" in units
+
+
 def test_run_sh_fetches_the_shared_exporter_files_for_the_exporters_step() -> None:
     match = re.search(r"^readonly EXPORTER_FILES=\(([^)]*)\)", (PCLUSTER_DIR / "run.sh").read_text(), flags=re.M)
     assert match and tuple(match.group(1).split()) == EXPORTER_FILES
