@@ -256,13 +256,20 @@ def write_report(environment: str, rules: list[RuleStatus], checkov: list[dict[s
     (out / f"{environment}.md").write_text("\n".join(lines), encoding="utf-8")
 
 
-def generate(environments: list[str] | None, out: Path) -> list[str]:
-    """Synthesize, evaluate and write the report of each environment; returns the environments written."""
-    assembly_root = synthesize(environments, out / "assembly")
+def generate(environments: list[str] | None, out: Path, assembly_root: Path | None = None) -> list[str]:
+    """Synthesize, evaluate and write the report of each environment; returns the environments written.
+
+    ``assembly_root``: a cloud assembly already synthesized with every pack (as :func:`synthesize`
+    makes it, for these environments or more), used instead of synthesizing again.
+    """
+    if assembly_root is None:
+        assembly_root = synthesize(environments, out / "assembly")
     modules = node_modules(out / ".node_modules")
     written = []
     for assembly in sorted(assembly_root.glob("assembly-*")):
         environment = assembly.name.removeprefix("assembly-")
+        if environments is not None and environment not in environments:
+            continue
         templates = sorted(assembly.glob("*.template.json"))
         rules = statuses(rule_results(modules, templates), acknowledgements(assembly))
         write_report(environment, rules, checkov_results(templates, out / ".checkov" / environment), out)

@@ -8,8 +8,13 @@ and the run repaired the place with a log line. ``/fsx`` is 1777, as on a new FS
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -71,11 +76,75 @@ def owner_mode(path: Path) -> tuple[int, int]:
 # --- attacks after the first run (homes exist) -------------------------------------------------
 
 
-@pytest.fixture
-def provisioned(tmp_path: Path) -> Sandbox:
-    sandbox = new_node(tmp_path)
+def listing(base: Path) -> dict[str, tuple[object, ...]]:
+    """Everything ``cp -a`` must keep, per path under ``base``: type, owner, group, mode, link target or content
+    hash, size and modification time (hard links are told apart by their link count)."""
+    out: dict[str, tuple[object, ...]] = {}
+    for path in [base, *sorted(base.rglob("*"))]:
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            what: object = f"link:{path.readlink()}"
+        elif stat.S_ISREG(info.st_mode):
+            what = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            what = stat.S_IFMT(info.st_mode)
+        out[str(path.relative_to(base))] = (
+            what,
+            info.st_uid,
+            info.st_gid,
+            stat.S_IMODE(info.st_mode),
+            info.st_nlink if not stat.S_ISDIR(info.st_mode) else 0,
+            info.st_size if not stat.S_ISDIR(info.st_mode) else 0,
+            info.st_mtime_ns,
+        )
+    return out
+
+
+def restore(sandbox: Sandbox, pristine: Path) -> None:
+    """Put the node back as the first run left it: the folder is removed and copied again from ``pristine``
+    with ``cp -a`` (owners, modes, times, links and hard links kept), at the same path, so every absolute
+    path the run wrote into its files and links still points into this node."""
+    shutil.rmtree(sandbox.base)
+    subprocess.run(["cp", "-a", "--", str(pristine), str(sandbox.base)], check=True)
+
+
+@pytest.fixture(scope="module")
+def provisioned_once() -> Iterator[tuple[Sandbox, Path, dict[str, tuple[object, ...]]]]:
+    """One fake controller after its first run, a ``cp -a`` copy of it, and the node's listing at that moment.
+
+    The first run costs seconds; each attack below starts from a copy of its result instead of running it again.
+    """
+    sandbox = new_node(Path("isolation"))
     run_ok(sandbox)
+    before = listing(sandbox.base)
+    pristine = Path(tempfile.mkdtemp(prefix="mlc-pristine-", dir="/tmp")) / "node"
+    subprocess.run(["cp", "-a", "--", str(sandbox.base), str(pristine)], check=True)
+    yield sandbox, pristine, before
+    shutil.rmtree(pristine.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def provisioned(provisioned_once: tuple[Sandbox, Path, dict[str, tuple[object, ...]]]) -> Sandbox:
+    """A fake controller after its first run, restored from the copy: no earlier test's attack is left on it."""
+    sandbox, pristine, _ = provisioned_once
+    restore(sandbox, pristine)
     return sandbox
+
+
+def test_a_restored_node_is_the_node_the_first_run_left(
+    provisioned_once: tuple[Sandbox, Path, dict[str, tuple[object, ...]]],
+) -> None:
+    """The copy the attack tests start from is the provisioned node itself, file for file, after any attack."""
+    sandbox, pristine, before = provisioned_once
+    restore(sandbox, pristine)
+    assert listing(sandbox.base) == before
+    # An attack and a repair run change the node; the next restore undoes all of it.
+    bob(sandbox, f"ln -sfn {sandbox.root}/etc/shadow fsx/home/bob/.ssh/authorized_keys && mkdir fsx/home/bob/x")
+    run_ok(sandbox, "ssh_keys")
+    assert listing(sandbox.base) != before
+    restore(sandbox, pristine)
+    assert listing(sandbox.base) == before
+    assert len(before) > 300 and any(uid == BOB for _, uid, *_ in before.values())
 
 
 def test_authorized_keys_linked_to_shadow_is_replaced_not_followed(provisioned: Sandbox) -> None:
