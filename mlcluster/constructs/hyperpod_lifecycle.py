@@ -28,6 +28,7 @@ from mlcluster.constructs.hyperpod_role import PREFIX
 from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle import LIFECYCLE_DIR
 from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_EXCLUDE, COLLECTOR_SCRIPTS
+from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS, EXPORTERS_DIR, EXPORTERS_EXCLUDE
 from mlcluster.lifecycle.hyperpod import NOT_UPLOADED, render_on_create
 
 #: The lifecycle bucket's name starts with this. Not ``sagemaker-``: AWS managed policies grant object
@@ -102,6 +103,9 @@ class HyperPodLifecycle(Construct):
       set LNet up over EFA (``fsx_efa_groups``);
     - ``mlcluster_features.json``: users, accounting, Docker, Enroot/Pyxis,
       homes on FSx, observability, the collector;
+    - the metrics exporters' textfile collectors and DCGM fields
+      (``mlcluster.lifecycle.exporters``, shared with ParallelCluster; in the
+      checksum manifest like the scripts);
     - the metrics collector's install script and target refresher (in the
       checksum manifest like the scripts) and, with ``collector_files``, its
       configuration rendered at synth time (``collector.yml``,
@@ -214,7 +218,7 @@ class HyperPodLifecycle(Construct):
             provisioning["fsx_openzfs_volume_path"] = openzfs_volume_path
             provisioning["fsx_openzfs_mount_point"] = openzfs_mount_point
         # on_create.sh carries the SHA-256 of every other uploaded file and refuses to run on a mismatch.
-        self.on_create_script = render_on_create(folder, COLLECTOR_SCRIPTS)
+        self.on_create_script = render_on_create(folder, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS))
         self.scripts = ScriptBucket(
             self,
             "Resource",
@@ -228,6 +232,7 @@ class HyperPodLifecycle(Construct):
                     FEATURES_FILE, features_document(self.features, collector=collector_files is not None)
                 ),
                 s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE),
+                s3deploy.Source.asset(str(EXPORTERS_DIR), exclude=EXPORTERS_EXCLUDE),
                 *(s3deploy.Source.data(name, text) for name, text in (collector_files or {}).items()),
             ],
             purpose="HyperPod lifecycle scripts and their generated inputs",

@@ -37,6 +37,7 @@ from mlcluster.constructs.pcluster_cluster import (
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints
 from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_EXCLUDE
+from mlcluster.lifecycle.exporters import EXPORTERS_DIR, EXPORTERS_EXCLUDE
 from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
@@ -125,6 +126,8 @@ class ClusterStack(cdk.Stack):
             prefix=NODE_SCRIPT_PREFIX,
             sources=[
                 s3deploy.Source.asset(str(PCLUSTER_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
+                # The exporters step's files, shared with HyperPod, at the top of the prefix too.
+                s3deploy.Source.asset(str(EXPORTERS_DIR), exclude=EXPORTERS_EXCLUDE),
                 *collector_sources,
             ],
             purpose="ParallelCluster node scripts (Docker, Enroot/Pyxis, NCCL/EFA, Neuron)",

@@ -28,6 +28,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS
 from mlcluster.lifecycle.hyperpod import ENTRYPOINT, HYPERPOD_DIR, MANIFEST_MARK, manifest, render_on_create
 
 #: Real tools the scripts and stubs may use; nothing here changes the machine outside the sandbox.
@@ -581,8 +582,10 @@ class Sandbox:
 
     def _build_lifecycle(self) -> None:
         shutil.copytree(HYPERPOD_DIR, self.lifecycle, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for shared in EXPORTER_SCRIPTS:  # uploaded to the top of the prefix from the shared folder
+            shutil.copy2(shared, self.lifecycle / shared.name)
         # What HyperPodLifecycle uploads: on_create.sh with the checksums of the other files in it.
-        _write(self.lifecycle / ENTRYPOINT, render_on_create(HYPERPOD_DIR), 0o755)
+        _write(self.lifecycle / ENTRYPOINT, render_on_create(HYPERPOD_DIR, EXPORTER_SCRIPTS), 0o755)
         _write(self.lifecycle / "mlcluster_features.json", json.dumps(self.features))
         _write(self.lifecycle / "provisioning_parameters.json", json.dumps(self.provisioning))
 

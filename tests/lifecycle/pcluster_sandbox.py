@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 
 #: Unprivileged users of the fake node (numeric ids only: nothing is added to this machine).
@@ -293,6 +294,8 @@ class PclusterNode:
 
     def _build_scripts(self) -> None:
         shutil.copytree(PCLUSTER_DIR, self.scripts, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+        for shared in EXPORTER_SCRIPTS:  # uploaded to the same prefix from the shared folder
+            shutil.copy2(shared, self.scripts / shared.name)
         self.pin(
             OFI_NCCL_SHA256=sha256(OFI_TARBALL),
             NCCL_TESTS_SHA256=sha256(NCCL_TESTS_TARBALL),

@@ -19,6 +19,7 @@ import pytest
 
 from mlcluster.collector import CollectorInputs, render
 from mlcluster.lifecycle.collector import COLLECTOR_SCRIPTS
+from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS
 from mlcluster.lifecycle.hyperpod import ENTRYPOINT, HYPERPOD_DIR, render_on_create
 from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, WORKER_IP, Sandbox
 from tests.lifecycle.pcluster_sandbox import PclusterNode, SigningKey, make_key, sandbox_base, sha256, source_tarball
@@ -184,9 +185,9 @@ def _controller(tmp_path: Path, collector: bool = True) -> Sandbox:
         features={"users": [], "docker": False, "enroot_pyxis": False, "home_on_fsx": False, "collector": collector},
     )
     _collector_files(box.lifecycle, CollectorInputs(**{**INPUTS.__dict__, "head_label": "controller"}))
-    # What HyperPodLifecycle uploads: on_create.sh whose manifest lists the collector's scripts too (here the
-    # node's copies, whose installer pins the test tarball).
-    extra = [box.lifecycle / script.name for script in COLLECTOR_SCRIPTS]
+    # What HyperPodLifecycle uploads: on_create.sh whose manifest lists the collector's and the exporters'
+    # files too (here the node's copies, whose installer pins the test tarball).
+    extra = [box.lifecycle / script.name for script in (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS)]
     (box.lifecycle / ENTRYPOINT).write_text(render_on_create(HYPERPOD_DIR, extra))
     (box.serve / TARBALL_NAME).write_bytes(PROMETHEUS)
     (box.bin / "useradd").write_text("#!/bin/bash\n" + USERADD.replace("$ROOTDIR", "$MLC_ROOT"))

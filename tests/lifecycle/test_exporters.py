@@ -24,7 +24,7 @@ from mlcluster.config.hyperpod import LifecycleConfig
 from mlcluster.config.pcluster import PclusterConfig
 from mlcluster.config.schema import ConfigError, load_section
 from mlcluster.exporters import EFA_METRICS, EXPORTERS, SLURM_METRICS
-from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+from mlcluster.lifecycle.exporters import EXPORTERS_DIR
 from mlcluster.lifecycle.hyperpod import plan as hyperpod_plan
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
@@ -41,8 +41,6 @@ from tests.lifecycle.pcluster_sandbox import (
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: real chown, setpriv and root-owned folders")
 
-#: Files the exporters use at run time, shipped identically with both backends' scripts.
-SHARED = ("efa_metrics.sh", "slurm_metrics.sh", "dcgm_counters.csv")
 USER = 2001
 PORTS = {e.job: e.port for e in EXPORTERS}
 UNIT_USER = "User=mlc-exporter"
@@ -61,13 +59,8 @@ def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-@pytest.mark.parametrize("name", SHARED)
-def test_both_backends_ship_the_same_collectors(name: str) -> None:
-    assert (PCLUSTER_DIR / name).read_bytes() == (HYPERPOD_DIR / name).read_bytes()
-
-
 def test_the_dcgm_counters_are_the_contract() -> None:
-    lines = [line for line in (PCLUSTER_DIR / "dcgm_counters.csv").read_text().splitlines() if line and line[0] != "#"]
+    lines = [line for line in (EXPORTERS_DIR / "dcgm_counters.csv").read_text().splitlines() if line and line[0] != "#"]
     fields = [line.split(",")[0].strip() for line in lines]
     assert set(fields) == contract("dcgm") and len(fields) == len(set(fields))
     assert all(len(line.split(",")) == 3 for line in lines)
@@ -116,7 +109,7 @@ def test_efa_counters_of_every_efa_port_match_the_contract(box: Path) -> None:
     efa_device(sysfs, "rdmap16s27", {**ALL_EFA, "rx_bytes": "123456789\n", "rx_drops": "7\n", "lifespan": "10\n"})
     efa_device(sysfs, "rdmap32s27", {**ALL_EFA, "rx_bytes": "5\n"})
     efa_device(sysfs, "mlx5_0", {"rx_bytes": "99\n"}, driver="mlx5_core")  # not EFA: left out
-    proc = as_user("bash", str(PCLUSTER_DIR / "efa_metrics.sh"), str(box / "textfile"), str(sysfs))
+    proc = as_user("bash", str(EXPORTERS_DIR / "efa_metrics.sh"), str(box / "textfile"), str(sysfs))
     assert proc.returncode == 0, proc.stderr
     out = box / "textfile/mlcluster_efa.prom"
     assert out.stat().st_uid == USER and stat.S_IMODE(out.stat().st_mode) == 0o644
@@ -135,7 +128,7 @@ def test_efa_counters_of_every_efa_port_match_the_contract(box: Path) -> None:
 def test_efa_counters_an_older_driver_lacks_are_left_out(box: Path) -> None:
     sysfs = box / "sys"
     efa_device(sysfs, "rdmap0s6", {"rx_bytes": "1", "tx_bytes": "2", "rx_drops": "0", "rdma_read_bytes": "3"})
-    proc = as_user("bash", str(PCLUSTER_DIR / "efa_metrics.sh"), str(box / "textfile"), str(sysfs))
+    proc = as_user("bash", str(EXPORTERS_DIR / "efa_metrics.sh"), str(box / "textfile"), str(sysfs))
     assert proc.returncode == 0, proc.stderr
     found = samples((box / "textfile/mlcluster_efa.prom").read_text())
     assert set(found) == {f"mlcluster_efa_{c}_total" for c in ("rx_bytes", "tx_bytes", "rx_drops", "rdma_read_bytes")}
@@ -158,7 +151,7 @@ def test_slurm_counts_by_partition_and_state_match_the_contract(box: Path) -> No
         sinfo="p5 idle 3\np5 allocated 4\np5 idle 1\ncpu down* 2\n",
         squeue="p5 RUNNING\np5 RUNNING\np5 PENDING\ncpu,p5 PENDING\n",
     )
-    proc = as_user("bash", str(PCLUSTER_DIR / "slurm_metrics.sh"), str(box / "textfile"), path=path)
+    proc = as_user("bash", str(EXPORTERS_DIR / "slurm_metrics.sh"), str(box / "textfile"), path=path)
     assert proc.returncode == 0, proc.stderr
     out = box / "textfile/mlcluster_slurm.prom"
     found = samples(out.read_text())
@@ -178,7 +171,7 @@ def test_slurm_counts_by_partition_and_state_match_the_contract(box: Path) -> No
 
 def test_slurm_with_no_jobs_still_says_so(box: Path) -> None:
     path = fake_slurm(box, sinfo="p5 idle 2\n", squeue="")
-    assert as_user("bash", str(PCLUSTER_DIR / "slurm_metrics.sh"), str(box / "textfile"), path=path).returncode == 0
+    assert as_user("bash", str(EXPORTERS_DIR / "slurm_metrics.sh"), str(box / "textfile"), path=path).returncode == 0
     found = samples((box / "textfile/mlcluster_slurm.prom").read_text())
     assert "mlcluster_slurm_jobs" not in found and found["mlcluster_slurm_nodes"][0][1] == 2.0
     families = {f.name for f in text_string_to_metric_families((box / "textfile/mlcluster_slurm.prom").read_text())}
@@ -187,9 +180,9 @@ def test_slurm_with_no_jobs_still_says_so(box: Path) -> None:
 
 def test_slurm_down_removes_the_file_rather_than_keep_stale_counts(box: Path) -> None:
     path = fake_slurm(box, sinfo="p5 idle 2\n", squeue="")
-    assert as_user("bash", str(PCLUSTER_DIR / "slurm_metrics.sh"), str(box / "textfile"), path=path).returncode == 0
+    assert as_user("bash", str(EXPORTERS_DIR / "slurm_metrics.sh"), str(box / "textfile"), path=path).returncode == 0
     path = fake_slurm(box, sinfo="", squeue="", fail=True)
-    proc = as_user("bash", str(PCLUSTER_DIR / "slurm_metrics.sh"), str(box / "textfile"), path=path)
+    proc = as_user("bash", str(EXPORTERS_DIR / "slurm_metrics.sh"), str(box / "textfile"), path=path)
     assert proc.returncode == 1
     assert "Slurm did not answer" in proc.stderr
     assert list((box / "textfile").iterdir()) == []
@@ -239,7 +232,7 @@ def test_head_node_gets_node_exporter_and_slurm_counts_as_the_exporter_user(make
     slurm = node.text("etc/systemd/system/mlcluster-slurm-metrics.service")
     assert UNIT_USER in slurm and "ExecStart=/opt/mlcluster/bin/mlcluster-slurm-metrics" in slurm
     assert "ReadWritePaths=/var/lib/mlcluster-exporters/textfile" in slurm
-    assert node.text("opt/mlcluster/bin/mlcluster-slurm-metrics") == (PCLUSTER_DIR / "slurm_metrics.sh").read_text()
+    assert node.text("opt/mlcluster/bin/mlcluster-slurm-metrics") == (EXPORTERS_DIR / "slurm_metrics.sh").read_text()
     assert enabled(node) == ["mlcluster-node-exporter.service", "mlcluster-slurm-metrics.timer"]
     assert not (node.root / "etc/systemd/system/mlcluster-efa-metrics.timer").exists()  # no EFA device here
 
@@ -265,7 +258,7 @@ def test_compute_node_gets_efa_and_dcgm_but_no_slurm_counts(make_node: MakeNode)
     assert f"{image[1]} -f /etc/dcgm-exporter/mlcluster.csv -a :{PORTS['dcgm']}" in dcgm
     assert "SYS_ADMIN" not in dcgm.split("[Service]")[1]
     assert f"docker pull --quiet {image[1]}" in node.calls()
-    assert node.text("etc/mlcluster/dcgm-counters.csv") == (PCLUSTER_DIR / "dcgm_counters.csv").read_text()
+    assert node.text("etc/mlcluster/dcgm-counters.csv") == (EXPORTERS_DIR / "dcgm_counters.csv").read_text()
 
 
 def test_gpu_node_without_docker_says_gpu_metrics_are_not_exported(make_node: MakeNode) -> None:

@@ -20,6 +20,7 @@ from aws_cdk.assertions import Annotations, Match
 from mlcluster.config.hyperpod import LifecycleConfig
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.lifecycle.collector import COLLECTOR_FILES, COLLECTOR_SCRIPTS
+from mlcluster.lifecycle.exporters import EXPORTER_FILES, EXPORTER_SCRIPTS
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR, MANIFEST_MARK, manifest, render_on_create, uploaded_files
 from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, Sandbox
 
@@ -57,20 +58,21 @@ def staged(built: Built, file_name: str) -> Path:
 
 def test_the_uploaded_on_create_carries_the_checksum_of_every_other_uploaded_file(built: Built) -> None:
     on_create = (staged(built, "on_create.sh") / "on_create.sh").read_text()
-    assert on_create == render_on_create(HYPERPOD_DIR, COLLECTOR_SCRIPTS)
+    assert on_create == render_on_create(HYPERPOD_DIR, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS))
     assert MANIFEST_MARK not in on_create.splitlines()
     scripts = staged(built, "plan.py")
     collector = staged(built, "collector_install.sh")  # the collector's scripts, at the top of the prefix too
+    exporters = staged(built, "efa_metrics.sh")  # and the exporters' files
     assert not (scripts / "on_create.sh").exists()  # only the rendered copy is uploaded
     listed = {}
-    for line in manifest(HYPERPOD_DIR, COLLECTOR_SCRIPTS).splitlines():
+    for line in manifest(HYPERPOD_DIR, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS)).splitlines():
         digest, name = line.split("  ", 1)
         listed[name] = digest
         assert f"{digest}  {name}" in on_create
     uploaded = {p.relative_to(scripts).as_posix(): p for p in scripts.rglob("*") if p.is_file()}
-    uploaded |= {p.name: p for p in collector.iterdir() if p.is_file()}
+    uploaded |= {p.name: p for shared in (collector, exporters) for p in shared.iterdir() if p.is_file()}
     assert set(uploaded) == set(listed)
-    assert set(COLLECTOR_FILES) <= set(listed)
+    assert {*COLLECTOR_FILES, *EXPORTER_FILES} <= set(listed)
     for name, digest in listed.items():
         assert hashlib.sha256(uploaded[name].read_bytes()).hexdigest() == digest
 
@@ -122,7 +124,7 @@ def test_a_clean_upload_passes_the_check(tmp_path: Path) -> None:
     sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL)
     result = sandbox.run()
     assert result.returncode == 0, result.stderr[-2000:]
-    count = len(uploaded_files(HYPERPOD_DIR))
+    count = len(uploaded_files(HYPERPOD_DIR)) + len(EXPORTER_FILES)  # the exporters' files, from the shared folder
     assert f"checked {count} files against the checksum manifest" in result.stderr
 
 

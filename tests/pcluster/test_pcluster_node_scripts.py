@@ -9,6 +9,7 @@ coreutils, tar and make run as usual, so files land under the scratch root.
 from __future__ import annotations
 
 import hashlib
+import re
 import stat
 import subprocess
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from mlcluster.config.schema import ConfigError
+from mlcluster.lifecycle.collector import COLLECTOR_DIR
+from mlcluster.lifecycle.exporters import EXPORTER_FILES, EXPORTERS_DIR
 from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR, SUPPORT_FILES
 from mlcluster.pcluster.checks import check_node_scripts
 from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
@@ -25,7 +28,7 @@ from tests.pcluster.pcluster_support import pcluster
 from tests.support import ROOT
 
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
-#: The uploaded files that are shell scripts (dcgm_counters.csv is data).
+#: The uploaded files that are shell scripts.
 SHELL_SCRIPTS = sorted(name for name in NODE_SCRIPT_FILES if name.endswith(".sh"))
 
 LOG = 'printf "%s\\n" "$(basename "$0") $*" >>"$STUB_LOG"\n'
@@ -178,6 +181,39 @@ def test_shellcheck_clean() -> None:
         [str(SHELLCHECK), "-x", *scripts], cwd=PCLUSTER_DIR, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("folder", [EXPORTERS_DIR, COLLECTOR_DIR], ids=["exporters", "collector"])
+def test_shared_node_scripts_are_shellcheck_clean(folder: Path) -> None:
+    """The files both backends upload from the shared folders."""
+    scripts = sorted(str(p) for p in folder.glob("*.sh"))
+    assert scripts
+    proc = subprocess.run([str(SHELLCHECK), "-x", *scripts], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_the_shared_exporter_units_need_neither_backends_lib() -> None:
+    """exporter_units.sh only prints text: sourced in a bare shell, every unit comes out whole."""
+    calls = (
+        "node_exporter_unit 1.8.2 /opt/mlcluster/node_exporter-1.8.2; textfile_service_unit efa 'EFA port counters'"
+        " AF_UNIX; textfile_timer_unit efa 'EFA port counters'; dcgm_exporter_unit 995:995 image@sha256:0;"
+        " neuron_monitor_unit /opt/mlcluster/python/w.whl /opt/aws/neuron/bin"
+    )
+    script = f'set -euo pipefail; . "{EXPORTERS_DIR}/exporter_units.sh"; {calls}'
+    proc = subprocess.run(["env", "-i", "bash", "-c", script], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    units = proc.stdout
+    # The node exporter, the textfile service and neuron-monitor (the timer runs nothing; DCGM runs in Docker).
+    assert units.count("User=mlc-exporter") == 3
+    assert units.count("CapabilityBoundingSet=\n") == 3
+    assert "ExecStart=/opt/mlcluster/bin/mlcluster-efa-metrics /var/lib/mlcluster-exporters/textfile" in units
+    assert "--user 995:995 --cap-drop ALL" in units and "image@sha256:0 -f /etc/dcgm-exporter/mlcluster.csv" in units
+    assert "/opt/aws/neuron/bin/neuron-monitor | /usr/bin/python3" in units
+
+
+def test_run_sh_fetches_the_shared_exporter_files_for_the_exporters_step() -> None:
+    match = re.search(r"^readonly EXPORTER_FILES=\(([^)]*)\)", (PCLUSTER_DIR / "run.sh").read_text(), flags=re.M)
+    assert match and tuple(match.group(1).split()) == EXPORTER_FILES
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS)

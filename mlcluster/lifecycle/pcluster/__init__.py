@@ -2,7 +2,8 @@
 
 Upload ``NODE_SCRIPT_FILES`` under one S3 prefix; the rendered cluster
 configuration runs ``run.sh`` from there with the node's role and steps, and
-``run.sh`` fetches ``SUPPORT_FILES`` and the step scripts from the same prefix.
+``run.sh`` fetches ``SUPPORT_FILES`` and the step scripts from the same prefix (and, for the
+exporters step, the shared ``mlcluster.lifecycle.exporters`` files uploaded there too).
 ``pins.sh`` holds every pinned version, checksum, commit and key fingerprint.
 """
 
@@ -17,9 +18,8 @@ ENTRY_SCRIPT = "run.sh"
 #: Every step, in the order ``run.sh`` runs them.
 STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron", "exporters", "collector")
 
-#: Files every step needs: helpers, pins, the per-user folder helper the steps install, and what the
-#: exporters step installs (the EFA and Slurm textfile collectors, the DCGM exporter's counters).
-SUPPORT_FILES = ("lib.sh", "pins.sh", "user_dirs.sh", "efa_metrics.sh", "slurm_metrics.sh", "dcgm_counters.csv")
+#: Files every step needs: helpers, pins and the per-user folder helper the steps install.
+SUPPORT_FILES = ("lib.sh", "pins.sh", "user_dirs.sh")
 
 #: Where nccl_efa installs ``all_reduce_perf`` (the operator command's smoke test runs it there).
 NCCL_TESTS_ALL_REDUCE = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"

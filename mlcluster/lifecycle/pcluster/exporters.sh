@@ -17,33 +17,12 @@ set -euo pipefail
 
 HERE="$(dirname "${BASH_SOURCE[0]}")"
 readonly HERE
-readonly EXPORTER_USER=mlc-exporter
-readonly EXPORTERS_DIR=/var/lib/mlcluster-exporters
-readonly TEXTFILE_DIR="${EXPORTERS_DIR}/textfile"
+# shellcheck source-path=SCRIPTDIR/../exporters source=exporter_units.sh
+. "${HERE}/exporter_units.sh"
 readonly NODE_EXPORTER_DIR="/opt/mlcluster/node_exporter-${NODE_EXPORTER_VERSION}"
-readonly BIN_DIR=/opt/mlcluster/bin
 readonly PYTHON_DIR=/opt/mlcluster/python
 readonly UNIT_DIR=/etc/systemd/system
 readonly NEURON_BIN=/opt/aws/neuron/bin
-readonly DCGM_COUNTERS=/etc/mlcluster/dcgm-counters.csv
-# What every exporter unit gets: no privileges, a read-only system, no other users' files.
-readonly HARDENING="NoNewPrivileges=yes
-ProtectSystem=strict
-ProtectHome=read-only
-PrivateTmp=yes
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectKernelLogs=yes
-ProtectControlGroups=yes
-ProtectClock=yes
-ProtectHostname=yes
-RestrictSUIDSGID=yes
-RestrictRealtime=yes
-RestrictNamespaces=yes
-LockPersonality=yes
-CapabilityBoundingSet=
-AmbientCapabilities=
-SystemCallArchitectures=native"
 RELOAD=0
 
 # ensure_exporter_user: the system user every exporter runs as.
@@ -123,26 +102,7 @@ install_node_exporter() {
 
 node_exporter() {
   install_node_exporter
-  unit mlcluster-node-exporter.service <<EOF_UNIT
-# Written by mlcluster: the Prometheus node exporter ${NODE_EXPORTER_VERSION} for the collector (port 9100).
-[Unit]
-Description=Prometheus node exporter ${NODE_EXPORTER_VERSION} (mlcluster)
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-User=${EXPORTER_USER}
-Group=${EXPORTER_USER}
-ExecStart=${NODE_EXPORTER_DIR}/node_exporter --web.listen-address=:9100 --collector.textfile.directory=${TEXTFILE_DIR}
-Restart=on-failure
-RestartSec=5
-PrivateDevices=yes
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
-${HARDENING}
-
-[Install]
-WantedBy=multi-user.target
-EOF_UNIT
+  unit mlcluster-node-exporter.service < <(node_exporter_unit "${NODE_EXPORTER_VERSION}" "${NODE_EXPORTER_DIR}")
   converge mlcluster-node-exporter.service "${UNIT_CHANGED}"
 }
 
@@ -153,36 +113,9 @@ textfile_timer() {
   CHANGED=0
   put_file "${BIN_DIR}/mlcluster-${name}-metrics" 0755 <"${HERE}/${script}"
   changed="${CHANGED}"
-  unit "mlcluster-${name}-metrics.service" <<EOF_UNIT
-# Written by mlcluster: ${what} for the node exporter's textfile collector.
-[Unit]
-Description=${what} for the node exporter (mlcluster)
-
-[Service]
-Type=oneshot
-User=${EXPORTER_USER}
-Group=${EXPORTER_USER}
-Environment=PATH=/opt/slurm/bin:/usr/bin:/bin
-ExecStart=${BIN_DIR}/mlcluster-${name}-metrics ${TEXTFILE_DIR}
-ReadWritePaths=${TEXTFILE_DIR}
-PrivateDevices=yes
-RestrictAddressFamilies=${families}
-${HARDENING}
-EOF_UNIT
+  unit "mlcluster-${name}-metrics.service" < <(textfile_service_unit "${name}" "${what}" "${families}")
   ((UNIT_CHANGED)) && changed=1
-  unit "mlcluster-${name}-metrics.timer" <<EOF_UNIT
-# Written by mlcluster: runs mlcluster-${name}-metrics.service every 15 seconds.
-[Unit]
-Description=${what} every 15 seconds (mlcluster)
-
-[Timer]
-OnBootSec=30
-OnUnitActiveSec=15
-AccuracySec=1
-
-[Install]
-WantedBy=timers.target
-EOF_UNIT
+  unit "mlcluster-${name}-metrics.timer" < <(textfile_timer_unit "${name}" "${what}")
   ((UNIT_CHANGED)) && changed=1
   converge "mlcluster-${name}-metrics.timer" "${changed}"
 }
@@ -209,31 +142,7 @@ dcgm_exporter() {
   if ! docker inspect --type image "${DCGM_EXPORTER_IMAGE}" >/dev/null 2>&1; then
     retry docker pull --quiet "${DCGM_EXPORTER_IMAGE}" >/dev/null || die "cannot pull ${DCGM_EXPORTER_IMAGE}"
   fi
-  unit mlcluster-dcgm-exporter.service <<EOF_UNIT
-# Written by mlcluster: NVIDIA's DCGM exporter for the collector (port 9400).
-# Docker's client needs root (the Docker socket is root-equivalent), so this unit is root's; the exporter
-# in the container runs as ${EXPORTER_USER} (${ids}) with no capabilities, a read-only root and
-# no-new-privileges. It reads the GPUs through NVML (the device nodes the NVIDIA runtime passes in):
-# the fields of ${DCGM_COUNTERS} need no root; DCGM's profiling fields (not used) would need CAP_SYS_ADMIN.
-[Unit]
-Description=NVIDIA DCGM exporter (mlcluster)
-After=docker.service
-Requires=docker.service
-
-[Service]
-ExecStartPre=-/usr/bin/docker rm --force mlcluster-dcgm-exporter
-ExecStart=/usr/bin/docker run --rm --name mlcluster-dcgm-exporter --user ${ids} --cap-drop ALL --security-opt no-new-privileges --read-only --tmpfs /tmp --gpus all --network host --volume ${DCGM_COUNTERS}:/etc/dcgm-exporter/mlcluster.csv:ro ${DCGM_EXPORTER_IMAGE} -f /etc/dcgm-exporter/mlcluster.csv -a :9400
-ExecStop=/usr/bin/docker stop mlcluster-dcgm-exporter
-Restart=on-failure
-RestartSec=10
-NoNewPrivileges=yes
-ProtectSystem=strict
-ProtectHome=yes
-PrivateTmp=yes
-
-[Install]
-WantedBy=multi-user.target
-EOF_UNIT
+  unit mlcluster-dcgm-exporter.service < <(dcgm_exporter_unit "${ids}" "${DCGM_EXPORTER_IMAGE}")
   ((UNIT_CHANGED)) && changed=1
   converge mlcluster-dcgm-exporter.service "${changed}"
 }
@@ -251,26 +160,7 @@ neuron_monitor() {
     log "installed ${PROMETHEUS_CLIENT_WHEEL} in ${PYTHON_DIR}"
     changed=1
   fi
-  unit mlcluster-neuron-monitor.service <<EOF_UNIT
-# Written by mlcluster: neuron-monitor piped into its Prometheus front end for the collector (port 9410).
-[Unit]
-Description=AWS Neuron monitor for Prometheus (mlcluster)
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-User=${EXPORTER_USER}
-Group=${EXPORTER_USER}
-Environment=PYTHONPATH=${wheel}
-ExecStart=/bin/bash -c 'set -o pipefail; ${NEURON_BIN}/neuron-monitor | /usr/bin/python3 ${NEURON_BIN}/neuron-monitor-prometheus.py --port 9410'
-Restart=always
-RestartSec=10
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
-${HARDENING}
-
-[Install]
-WantedBy=multi-user.target
-EOF_UNIT
+  unit mlcluster-neuron-monitor.service < <(neuron_monitor_unit "${wheel}" "${NEURON_BIN}")
   ((UNIT_CHANGED)) && changed=1
   converge mlcluster-neuron-monitor.service "${changed}"
 }

@@ -6,10 +6,10 @@
 # Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters, collector. They always run in that
 # order, whatever order they are given in; with no STEP arguments the list
 # comes from MLCLUSTER_STEPS (spaces or commas). The step scripts and their
-# support files (lib.sh, pins.sh, user_dirs.sh and the exporters' efa_metrics.sh, slurm_metrics.sh,
-# dcgm_counters.csv) are copied from --source (an S3 prefix, read with the node's role, or a
-# local folder); the collector step also gets COLLECTOR_FILES (its installer, target refresher
-# and the configuration mlcluster rendered). Each step logs to /var/log/mlcluster/STEP.log; the first
+# support files (lib.sh, pins.sh, user_dirs.sh) are copied from --source (an S3 prefix, read with
+# the node's role, or a local folder); the exporters step also gets EXPORTER_FILES (the units, textfile
+# collectors and DCGM fields, shared with HyperPod) and the collector step COLLECTOR_FILES (its
+# installer, target refresher and the configuration mlcluster rendered). Each step logs to /var/log/mlcluster/STEP.log; the first
 # step that fails stops the run, and the error names it. Every step is
 # idempotent, so running this again changes nothing.
 #
@@ -18,7 +18,8 @@
 set -euo pipefail
 
 readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron exporters collector)
-readonly SUPPORT_FILES=(lib.sh pins.sh user_dirs.sh efa_metrics.sh slurm_metrics.sh dcgm_counters.csv)
+readonly SUPPORT_FILES=(lib.sh pins.sh user_dirs.sh)
+readonly EXPORTER_FILES=(exporter_units.sh efa_metrics.sh slurm_metrics.sh dcgm_counters.csv)
 readonly COLLECTOR_FILES=(collector_install.sh collector_targets.py collector.yml collector_targets.json)
 ROOT="${MLCLUSTER_ROOT:-}"
 LOG_DIR="${ROOT}/var/log/mlcluster"
@@ -118,6 +119,7 @@ if [[ "${source_uri}" == s3://* ]]; then
   download="$(mktemp -d)"
   trap 'rm -rf "${download}"' EXIT
   files=("${SUPPORT_FILES[@]}" "${steps[@]/%/.sh}")
+  [[ " ${steps[*]} " == *" exporters "* ]] && files+=("${EXPORTER_FILES[@]}")
   [[ " ${steps[*]} " == *" collector "* ]] && files+=("${COLLECTOR_FILES[@]}")
   for file in "${files[@]}"; do
     retry aws s3 cp --only-show-errors "${source_uri%/}/${file}" "${download}/${file}" \

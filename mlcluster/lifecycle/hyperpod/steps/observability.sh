@@ -35,30 +35,10 @@ PROMETHEUS_CLIENT_WHEEL=prometheus_client-0.20.0-py3-none-any.whl
 PROMETHEUS_CLIENT_URL=https://files.pythonhosted.org/packages/c7/98/745b810d822103adca2df8decd4c0bbe839ba7ad3511af3f0d09692fc0f0/prometheus_client-0.20.0-py3-none-any.whl
 PROMETHEUS_CLIENT_SHA256=cde524a85bce83ca359cc837f28b8c0db5cac7aa653a588fd7e84ba061c329e7
 PYTHON_DIR=/opt/mlcluster/python
-EXPORTER_USER=mlc-exporter
-EXPORTERS_DIR=/var/lib/mlcluster-exporters
-TEXTFILE_DIR=$EXPORTERS_DIR/textfile
 NODE_EXPORTER_DIR=/opt/mlcluster/node_exporter-$NODE_EXPORTER_VERSION
-BIN_DIR=/opt/mlcluster/bin
-DCGM_COUNTERS=/etc/mlcluster/dcgm-counters.csv
-# What every exporter unit gets: no privileges, a read-only system, no other users' files.
-HARDENING="NoNewPrivileges=yes
-ProtectSystem=strict
-ProtectHome=read-only
-PrivateTmp=yes
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectKernelLogs=yes
-ProtectControlGroups=yes
-ProtectClock=yes
-ProtectHostname=yes
-RestrictSUIDSGID=yes
-RestrictRealtime=yes
-RestrictNamespaces=yes
-LockPersonality=yes
-CapabilityBoundingSet=
-AmbientCapabilities=
-SystemCallArchitectures=native"
+# The exporters' layout (EXPORTER_USER, TEXTFILE_DIR, BIN_DIR, DCGM_COUNTERS) and units, shared with ParallelCluster.
+# shellcheck source-path=SCRIPTDIR/../../exporters source=exporter_units.sh
+. "$MLC_LIFECYCLE_DIR/exporter_units.sh"
 
 # fetch_verified NAME URL SHA256 FILE : download URL to FILE; stop the step unless its SHA-256 is the pinned one.
 fetch_verified() {
@@ -112,26 +92,7 @@ unit() {
 
 node_exporter() {
   install_node_exporter
-  unit mlcluster-node-exporter.service <<EOF_UNIT
-# Written by mlcluster: the Prometheus node exporter $NODE_EXPORTER_VERSION for the collector (port 9100).
-[Unit]
-Description=Prometheus node exporter $NODE_EXPORTER_VERSION (mlcluster)
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-User=$EXPORTER_USER
-Group=$EXPORTER_USER
-ExecStart=$NODE_EXPORTER_DIR/node_exporter --web.listen-address=:9100 --collector.textfile.directory=$TEXTFILE_DIR
-Restart=on-failure
-RestartSec=5
-PrivateDevices=yes
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
-$HARDENING
-
-[Install]
-WantedBy=multi-user.target
-EOF_UNIT
+  unit mlcluster-node-exporter.service < <(node_exporter_unit "$NODE_EXPORTER_VERSION" "$NODE_EXPORTER_DIR")
   converge_service mlcluster-node-exporter "$SYSTEMD_DIR/mlcluster-node-exporter.service" \
     "$MLC_ROOT$NODE_EXPORTER_DIR/node_exporter"
 }
@@ -143,35 +104,8 @@ textfile_timer() {
   bin=$BIN_DIR/mlcluster-$name-metrics
   mkdir -p "$MLC_ROOT$BIN_DIR"
   install_file "$MLC_ROOT$bin" 755 <"$MLC_LIFECYCLE_DIR/$script"
-  unit "mlcluster-$name-metrics.service" <<EOF_UNIT
-# Written by mlcluster: $what for the node exporter's textfile collector.
-[Unit]
-Description=$what for the node exporter (mlcluster)
-
-[Service]
-Type=oneshot
-User=$EXPORTER_USER
-Group=$EXPORTER_USER
-Environment=PATH=/opt/slurm/bin:/usr/bin:/bin
-ExecStart=$bin $TEXTFILE_DIR
-ReadWritePaths=$TEXTFILE_DIR
-PrivateDevices=yes
-RestrictAddressFamilies=$families
-$HARDENING
-EOF_UNIT
-  unit "mlcluster-$name-metrics.timer" <<EOF_UNIT
-# Written by mlcluster: runs mlcluster-$name-metrics.service every 15 seconds.
-[Unit]
-Description=$what every 15 seconds (mlcluster)
-
-[Timer]
-OnBootSec=30
-OnUnitActiveSec=15
-AccuracySec=1
-
-[Install]
-WantedBy=timers.target
-EOF_UNIT
+  unit "mlcluster-$name-metrics.service" < <(textfile_service_unit "$name" "$what" "$families")
+  unit "mlcluster-$name-metrics.timer" < <(textfile_timer_unit "$name" "$what")
   converge_service "mlcluster-$name-metrics.timer" "$SYSTEMD_DIR/mlcluster-$name-metrics.service" \
     "$SYSTEMD_DIR/mlcluster-$name-metrics.timer" "$MLC_ROOT$bin"
 }
@@ -199,31 +133,7 @@ dcgm_exporter() {
   if ! docker inspect --type image "$DCGM_IMAGE" >/dev/null 2>&1; then
     retry 5 "pull $DCGM_IMAGE" docker pull --quiet "$DCGM_IMAGE"
   fi
-  unit mlcluster-dcgm-exporter.service <<EOF_UNIT
-# Written by mlcluster: NVIDIA's DCGM exporter for the collector (port 9400).
-# Docker's client needs root (the Docker socket is root-equivalent), so this unit is root's; the exporter
-# in the container runs as $EXPORTER_USER ($ids) with no capabilities, a read-only root and
-# no-new-privileges. It reads the GPUs through NVML (the device nodes the NVIDIA runtime passes in):
-# the fields of $DCGM_COUNTERS need no root; DCGM's profiling fields (not used) would need CAP_SYS_ADMIN.
-[Unit]
-Description=NVIDIA DCGM exporter (mlcluster)
-After=docker.service
-Requires=docker.service
-
-[Service]
-ExecStartPre=-/usr/bin/docker rm --force $DCGM_CONTAINER
-ExecStart=/usr/bin/docker run --rm --name $DCGM_CONTAINER --user $ids --cap-drop ALL --security-opt no-new-privileges --read-only --tmpfs /tmp --gpus all --network host --volume $DCGM_COUNTERS:/etc/dcgm-exporter/mlcluster.csv:ro $DCGM_IMAGE -f /etc/dcgm-exporter/mlcluster.csv -a :9400
-ExecStop=/usr/bin/docker stop $DCGM_CONTAINER
-Restart=on-failure
-RestartSec=10
-NoNewPrivileges=yes
-ProtectSystem=strict
-ProtectHome=yes
-PrivateTmp=yes
-
-[Install]
-WantedBy=multi-user.target
-EOF_UNIT
+  unit mlcluster-dcgm-exporter.service < <(dcgm_exporter_unit "$ids" "$DCGM_IMAGE")
   converge_service mlcluster-dcgm-exporter "$SYSTEMD_DIR/mlcluster-dcgm-exporter.service" "$MLC_ROOT$DCGM_COUNTERS"
 }
 
@@ -262,26 +172,7 @@ neuron_monitor() {
     rm -rf "$work"
     log "installed $PROMETHEUS_CLIENT_WHEEL in $PYTHON_DIR"
   fi
-  unit mlcluster-neuron-monitor.service <<EOF_UNIT
-# Written by mlcluster: neuron-monitor piped into its Prometheus front end for the collector (port 9410).
-[Unit]
-Description=AWS Neuron monitor for Prometheus (mlcluster)
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-User=$EXPORTER_USER
-Group=$EXPORTER_USER
-Environment=PYTHONPATH=$wheel
-ExecStart=/bin/bash -c 'set -o pipefail; $NEURON_BIN/neuron-monitor | /usr/bin/python3 $NEURON_BIN/neuron-monitor-prometheus.py --port 9410'
-Restart=always
-RestartSec=10
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
-$HARDENING
-
-[Install]
-WantedBy=multi-user.target
-EOF_UNIT
+  unit mlcluster-neuron-monitor.service < <(neuron_monitor_unit "$wheel" "$NEURON_BIN")
   converge_service mlcluster-neuron-monitor "$SYSTEMD_DIR/mlcluster-neuron-monitor.service" "$MLC_ROOT$wheel"
 }
 
