@@ -133,7 +133,8 @@ def test_upload_goes_under_the_prefix_and_prunes(built: Built) -> None:
     assert props["DestinationBucketName"] == {"Ref": name}
     assert props["DestinationBucketKeyPrefix"] == "lifecycle/"
     assert props["Prune"] is True
-    assert len(props["SourceObjectKeys"]) == 5  # scripts, rendered on_create.sh, two JSON files, collector scripts
+    # scripts, rendered on_create.sh, two JSON files, the collector's and the exporters' shared scripts
+    assert len(props["SourceObjectKeys"]) == 6
 
 
 def test_provisioning_parameters_carry_groups_and_the_deploy_time_fsx_name(built: Built) -> None:
