@@ -165,6 +165,17 @@ mount_info() {
   awk -v target="$1" '$2 == target { info = $1 " " $3; found = 1 } END { if (found) print info; exit !found }' "$mounts"
 }
 
+# enable_boot_unit UNIT: after install_file wrote UNIT's file, reload systemd if the file changed
+# (FILE_CHANGED) and enable UNIT at boot unless it already is.
+enable_boot_unit() {
+  if [[ $FILE_CHANGED == true ]]; then
+    systemctl daemon-reload
+  fi
+  if ! systemctl is-enabled --quiet "$1"; then
+    systemctl enable "$1"
+  fi
+}
+
 # converge_service UNIT [CONFIG_FILE...] : enable UNIT, start it when stopped, restart it when
 # running but one of its config files changed since the last run (hash kept in STATE_DIR).
 converge_service() {

@@ -44,12 +44,7 @@ ExecStart=/bin/sh -c 'iptables --wait --check ${ALLOW[*]} 2>/dev/null || iptable
 [Install]
 WantedBy=multi-user.target
 EOF_UNIT
-  if [[ $FILE_CHANGED == true ]]; then
-    systemctl daemon-reload
-  fi
-  if ! systemctl is-enabled --quiet "$UNIT"; then
-    systemctl enable "$UNIT"
-  fi
+  enable_boot_unit "$UNIT"
 }
 
 main "$@"

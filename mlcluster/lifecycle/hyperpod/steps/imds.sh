@@ -57,12 +57,7 @@ ExecStart=/bin/sh -c '[ ! -e $IPV6_MARK ] || ip6tables --wait --check ${RULE6[*]
 [Install]
 WantedBy=multi-user.target
 EOF_UNIT
-  if [[ $FILE_CHANGED == true ]]; then
-    systemctl daemon-reload
-  fi
-  if ! systemctl is-enabled --quiet "$UNIT"; then
-    systemctl enable "$UNIT"
-  fi
+  enable_boot_unit "$UNIT"
 }
 
 main "$@"

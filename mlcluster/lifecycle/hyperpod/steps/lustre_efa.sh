@@ -101,12 +101,7 @@ ExecStart=$SCRIPT
 [Install]
 WantedBy=multi-user.target
 EOF_UNIT
-  if [[ $FILE_CHANGED == true ]]; then
-    systemctl daemon-reload
-  fi
-  if ! systemctl is-enabled --quiet "$UNIT"; then
-    systemctl enable "$UNIT"
-  fi
+  enable_boot_unit "$UNIT"
   "$MLC_ROOT$SCRIPT" || die "LNet over EFA could not be set up (see the lines above); refusing to mount over TCP only"
 }
 
