@@ -102,6 +102,20 @@ if [[ " ${STUB_FAIL:-} " == *" $name "* ]]; then
 fi
 """
 
+#: iptables and ip6tables alike: rules kept one per line in STUB_STATE/<name>.rules (--check, --insert).
+FIREWALL_STUB = r"""
+rules=$STUB_STATE/$name.rules
+touch "$rules"
+args=()
+for a in "$@"; do [[ $a == --wait ]] || args+=("$a"); done
+rule="${args[*]:1}"
+case ${args[0]} in
+  --check) grep -qxF -- "$rule" "$rules" ;;
+  --insert) act "$@"; echo "$rule" >>"$rules" ;;
+  *) exit 2 ;;
+esac
+"""
+
 #: Stub commands that are always on PATH.
 STUBS: dict[str, str] = {
     "hostname": r"""
@@ -250,30 +264,8 @@ awk -F: -v OFS=: -v g="$3" -v n="$2" '$1 == g { split($4, m, ","); out = ""
   for (i in m) if (m[i] != n && m[i] != "") out = (out == "" ? m[i] : out "," m[i]); $4 = out } { print }' \
   "$file" >"$file.new" && mv "$file.new" "$file"
 """,
-    "iptables": r"""
-rules=$STUB_STATE/$name.rules
-touch "$rules"
-args=()
-for a in "$@"; do [[ $a == --wait ]] || args+=("$a"); done
-rule="${args[*]:1}"
-case ${args[0]} in
-  --check) grep -qxF -- "$rule" "$rules" ;;
-  --insert) act "$@"; echo "$rule" >>"$rules" ;;
-  *) exit 2 ;;
-esac
-""",
-    "ip6tables": r"""
-rules=$STUB_STATE/$name.rules
-touch "$rules"
-args=()
-for a in "$@"; do [[ $a == --wait ]] || args+=("$a"); done
-rule="${args[*]:1}"
-case ${args[0]} in
-  --check) grep -qxF -- "$rule" "$rules" ;;
-  --insert) act "$@"; echo "$rule" >>"$rules" ;;
-  *) exit 2 ;;
-esac
-""",
+    "iptables": FIREWALL_STUB,
+    "ip6tables": FIREWALL_STUB,
     "setcap": r"""
 # The capabilities of each file are kept in STUB_STATE/caps (one file per path); -v compares.
 verify=false
