@@ -160,7 +160,7 @@ for a in "$@"; do
 done
 unit=${args[1]:-}
 unit=${unit%.service}
-on() { mkdir -p "$STUB_STATE/systemd/$1"; touch "$STUB_STATE/systemd/$1/$unit"; }
+on() { [[ -d $STUB_STATE/systemd/$1 ]] || mkdir -p "$STUB_STATE/systemd/$1"; : >>"$STUB_STATE/systemd/$1/$unit"; }
 off() { rm -f "$STUB_STATE/systemd/$1/$unit"; }
 case ${args[0]} in
   is-active) [[ -e $STUB_STATE/systemd/active/$unit ]] ;;
@@ -183,7 +183,7 @@ done
 provide() {
   local cmd
   for cmd in "${@:2}"; do
-    mkdir -p "$STUB_STATE/bin"
+    [[ -d $STUB_STATE/bin ]] || mkdir -p "$STUB_STATE/bin"
     ln -sf "$STUB_PKGBIN/$cmd" "$STUB_STATE/bin/$cmd"
   done
 }
@@ -198,7 +198,7 @@ case ${args[0]} in
         pkg=${p%%=*}; version=1.0-stub
         if [[ $p == *=* ]]; then version=${p#*=}; fi
       fi
-      mkdir -p "$STUB_STATE/dpkg"
+      [[ -d $STUB_STATE/dpkg ]] || mkdir -p "$STUB_STATE/dpkg"
       echo "$version" >"$STUB_STATE/dpkg/$pkg"
       case $pkg in
         docker-ce) provide "$pkg" docker
@@ -225,7 +225,7 @@ for a in "$@"; do
 done
 [[ -f $STUB_STATE/dpkg/$pkg ]] || { echo "dpkg-query: no packages found matching $pkg" >&2; exit 1; }
 case $fmt in
-  *Version*) printf '%s' "$(cat "$STUB_STATE/dpkg/$pkg")" ;;
+  *Version*) printf '%s' "$(<"$STUB_STATE/dpkg/$pkg")" ;;
   *Status*) printf 'install ok installed' ;;
 esac
 """,
