@@ -384,11 +384,19 @@ user_install() {
   fi
 }
 
-# passwd_field USER FIELDS : cut FIELDS of USER's passwd entry; fails with a message when there is none.
+# passwd_field USER FIELDS : print FIELDS (field numbers, comma-separated, as cut -f takes them) of
+# USER's passwd entry, joined by ":"; fails with a message when there is none. Split by bash itself:
+# the steps call it for every user and folder.
 passwd_field() {
-  local entry
+  local entry fields=() wanted=() field out=()
   entry=$(getent passwd "$1") || die "there is no user $1 (the add_users step creates the cluster users)"
-  cut -d: -f"$2" <<<"$entry"
+  IFS=: read -r -a fields <<<"$entry"
+  IFS=, read -r -a wanted <<<"$2"
+  for field in "${wanted[@]}"; do
+    out+=("${fields[field - 1]:-}")
+  done
+  local IFS=:
+  printf '%s\n' "${out[*]}"
 }
 
 # id_of USER : USER's uid.
