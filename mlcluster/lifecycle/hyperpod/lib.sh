@@ -334,7 +334,9 @@ ensure_user_dir() {
   entry=$(getent passwd "$user") || die "there is no user $user"
   IFS=: read -r _ _ uid gid _ <<<"$entry"
   DIR_CREATED=false
-  if ! dir_is_safe "$parent" || ((8#$(stat -c %a -- "$parent") & 8#1022)); then
+  # The parent is a real folder owned by root, writable by root alone and not sticky (one stat).
+  if [[ ! -d $parent || -L $parent ]] || { read -r owner current <<<"$(owner_mode "$parent")" &&
+    [[ $owner != 0 ]] || ((8#$current & 8#1022)); }; then
     die "$parent must be a root-owned folder that no other user can write; refusing to create $dir in it"
   fi
   if [[ -L $dir ]]; then
