@@ -65,8 +65,12 @@ verify_files
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$HERE/lib.sh"
 
+# say MESSAGE : log MESSAGE to the console and to on_create.log.
 say() {
-  log "$@" 2>&1 | tee -a "$LOG_DIR/on_create.log" >&2
+  local line
+  line=$(log "$@" 2>&1)
+  printf '%s\n' "$line" >>"$LOG_DIR/on_create.log"
+  printf '%s\n' "$line" >&2
 }
 
 # run_step NAME : run steps/NAME.sh with its output to the console and /var/log/provision/NAME.log.
