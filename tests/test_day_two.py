@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from mlcluster.app import build_app
 from mlcluster.config import load_environment
 from mlcluster.lockfile import refusals
 from mlcluster.replacement import Change, Snapshot, compare, snapshot_from_assembly
+from mlcluster.stacks.stage import StageScopedPack
 from tests.support import ROOT, write_env
 
 STAGE = "dt"
@@ -320,12 +322,56 @@ def apply(base: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def synthesize(folder: Path, data: dict[str, Any]) -> Snapshot:
-    """One app with one environment called ``dt``, reduced to a snapshot."""
+def synthesize(folder: Path, data: dict[str, Any], *, template_checks: bool = False) -> Snapshot:
+    """One app with one environment called ``dt``, reduced to a snapshot.
+
+    The table compares templates only: cdk-nag and CloudFormation validation
+    judge nothing a snapshot holds (``test_checks_change_no_snapshot`` shows
+    it on each baseline), and they run on every example in ``test_examples``.
+    """
     write_env(folder / "envs", STAGE, data)
-    app, _ = build_app(folder / "envs", outdir=str(folder / "out"))
+    app, _ = build_app(folder / "envs", outdir=str(folder / "out"), template_checks=template_checks)
     app.synth()
     return snapshot_from_assembly(folder / "out", STAGE)
+
+
+@pytest.fixture(scope="module")
+def baselines_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("day-two-baselines")
+
+
+@pytest.fixture(scope="module")
+def baselines(baselines_dir: Path) -> dict[str, Snapshot]:
+    """Each baseline synthesized once, without the template checks (as every edit is)."""
+    return {name: synthesize(baselines_dir / name, data) for name, data in BASES.items()}
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_checks_change_no_snapshot(
+    base: str, baselines: dict[str, Snapshot], baselines_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With cdk-nag and CloudFormation validation on, each baseline reduces to the same snapshot.
+
+    Without them no validation plugin runs (no report is written); with them the
+    AwsSolutions pack judges the stage, and CloudFormation validation reports the
+    acknowledged W3010 (a zone by name) on the ParallelCluster baselines.
+    """
+    packs: list[str] = []
+    judge = StageScopedPack.validate
+
+    def spied(pack: StageScopedPack, context: Any) -> Any:
+        packs.append(pack.name)
+        return judge(pack, context)
+
+    monkeypatch.setattr(StageScopedPack, "validate", spied)
+    checked = synthesize(tmp_path, BASES[base], template_checks=True)
+    assert packs == ["AwsSolutions"]
+    assert not (baselines_dir / base / "out" / "validation-report.json").exists()
+    report = json.loads((tmp_path / "out" / "validation-report.json").read_text(encoding="utf-8"))
+    reported = [plugin["pluginName"] for plugin in report["pluginReports"]]
+    assert reported == ([] if base == "hyperpod" else ["CloudFormation Validate"])
+    assert compare(baselines[base], checked) == []
+    assert checked == baselines[base]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,11 +381,10 @@ class Result:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+def results(tmp_path_factory: pytest.TempPathFactory, baselines: dict[str, Snapshot]) -> dict[str, Result]:
     """Every edit synthesized once against a shared baseline per backend."""
     tmp = tmp_path_factory.mktemp("day-two")
     started = time.perf_counter()
-    baselines = {name: synthesize(tmp / name, data) for name, data in BASES.items()}
     out: dict[str, Result] = {}
     for index, item in enumerate(EDITS):
         data = apply(BASES[item.base], item.settings)
