@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import json
 import time
 from pathlib import Path
@@ -449,3 +450,22 @@ def test_readme_table_matches(results: dict[str, Result]) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     table = render_table(results)
     assert table in readme, "README day-two table is stale; expected:\n" + table
+
+
+def test_the_entry_points_keep_the_template_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``app.py`` (``main``) and ``mlcluster diff``'s synthesis call ``build_app`` with its default: checks on."""
+    import mlcluster.app
+    from mlcluster.cli import diff
+
+    calls: list[dict[str, Any]] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(mlcluster.app, "build_app", spy)
+    with pytest.raises(SystemExit):
+        mlcluster.app.main()
+    assert calls == [{}]
+    assert "build_app(" in diff._SYNTH and "template_checks" not in diff._SYNTH
+    assert inspect.signature(build_app).parameters["template_checks"].default is True
