@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from mlcluster.app import build_app
+import mlcluster.app
+from mlcluster.app import build_app, project_context
 from mlcluster.config import load_environment
 from mlcluster.lockfile import refusals
 from mlcluster.replacement import Change, Snapshot, compare, snapshot_from_assembly
@@ -331,7 +332,13 @@ def synthesize(folder: Path, data: dict[str, Any], *, template_checks: bool = Fa
     it on each baseline), and they run on every example in ``test_examples``.
     """
     write_env(folder / "envs", STAGE, data)
-    app, _ = build_app(folder / "envs", outdir=str(folder / "out"), template_checks=template_checks)
+    with pytest.MonkeyPatch.context() as patch:
+        if not template_checks:
+            # Nor are the assets copied into the assembly (the awscli layer alone is 21 MB): a
+            # snapshot holds their hashes, which staging does not change (the same test shows it).
+            context = {**project_context(), "aws:cdk:disable-asset-staging": True}
+            patch.setattr(mlcluster.app, "project_context", lambda: context)
+        app, _ = build_app(folder / "envs", outdir=str(folder / "out"), template_checks=template_checks)
     app.synth()
     return snapshot_from_assembly(folder / "out", STAGE)
 
@@ -351,7 +358,7 @@ def baselines(baselines_dir: Path) -> dict[str, Snapshot]:
 def test_checks_change_no_snapshot(
     base: str, baselines: dict[str, Snapshot], baselines_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With cdk-nag and CloudFormation validation on, each baseline reduces to the same snapshot.
+    """With cdk-nag and CloudFormation validation on (and assets staged), each baseline reduces to the same snapshot.
 
     Without them no validation plugin runs (no report is written); with them the
     AwsSolutions pack judges the stage, and CloudFormation validation reports the
@@ -454,7 +461,6 @@ def test_readme_table_matches(results: dict[str, Result]) -> None:
 
 def test_the_entry_points_keep_the_template_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     """``app.py`` (``main``) and ``mlcluster diff``'s synthesis call ``build_app`` with its default: checks on."""
-    import mlcluster.app
     from mlcluster.cli import diff
 
     calls: list[dict[str, Any]] = []
