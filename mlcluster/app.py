@@ -13,6 +13,7 @@ from aws_cdk import cx_api
 
 from mlcluster.config import ConfigError
 from mlcluster.config.project import check_environments
+from mlcluster.constructs.nag import skip_acknowledgements
 from mlcluster.lockfile import guard
 from mlcluster.replacement import snapshot_from_assembly
 from mlcluster.stacks.stage import EnvironmentStage
@@ -60,7 +61,8 @@ def build_app(
 
     ``template_checks=False`` synthesizes the same templates without judging
     them: no cdk-nag pack and no CloudFormation validation (aws-cdk-lib's
-    built-in plugin, whose engine costs seconds of CPU per process). It is
+    built-in plugin, whose engine costs seconds of CPU per process), and no
+    acknowledgement metadata for them (``nag.skip_acknowledgements``). It is
     for tests that only compare templates (the day-two edit table) while
     others run every check on the same configurations; ``app.py`` and the
     ``mlcluster`` command never pass it, and no context key or environment
@@ -69,6 +71,8 @@ def build_app(
     context = project_context()
     props: dict[str, Any] = {"context": context, "builtin_cloud_formation_validation": template_checks}
     app = cdk.App(outdir=outdir, **props) if outdir is not None else cdk.App(**props)
+    if not template_checks:
+        skip_acknowledgements(app)
     chosen = selected if selected is not None else selected_environments(app)
     checked = check_environments(environments_dir, chosen)
     for warning in checked.warnings:

@@ -354,6 +354,20 @@ def baselines(baselines_dir: Path) -> dict[str, Snapshot]:
     return {name: synthesize(baselines_dir / name, data) for name, data in BASES.items()}
 
 
+def acknowledged(outdir: Path) -> list[str]:
+    """Every cdk-nag acknowledgement (assembly metadata) and checkov skip (resource metadata) in an assembly."""
+    found: list[str] = []
+    for path in outdir.glob("assembly-*/*.metadata.json"):
+        for entries in json.loads(path.read_text(encoding="utf-8")).values():
+            found += [
+                rule for entry in entries if entry["type"] == "aws:cdk:acknowledged-rules" for rule in entry["data"]
+            ]
+    for path in outdir.glob("assembly-*/*.template.json"):
+        for resource in json.loads(path.read_text(encoding="utf-8")).get("Resources", {}).values():
+            found += [skip["id"] for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", [])]
+    return found
+
+
 @pytest.mark.parametrize("base", BASES)
 def test_checks_change_no_snapshot(
     base: str, baselines: dict[str, Snapshot], baselines_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -378,6 +392,11 @@ def test_checks_change_no_snapshot(
     report = json.loads((tmp_path / "out" / "validation-report.json").read_text(encoding="utf-8"))
     reported = [plugin["pluginName"] for plugin in report["pluginReports"]]
     assert reported == ([] if base == "hyperpod" else ["CloudFormation Validate"])
+    # The acknowledgements (and checkov's skips) are written for the checks only.
+    written = acknowledged(tmp_path / "out")
+    assert any("AwsSolutions-" in rule for rule in written)
+    assert any(rule.startswith("CKV_AWS_") for rule in written)
+    assert acknowledged(baselines_dir / base / "out") == []
     assert compare(baselines[base], checked) == []
     assert checked == baselines[base]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 
 import aws_cdk as cdk
 import jsii
@@ -36,6 +37,31 @@ CHECKOV_COUNTERPARTS: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
 }
 
 
+#: Apps synthesized without cdk-nag (``build_app(template_checks=False)``): nothing reads their
+#: acknowledgements, so they are not written (each costs calls into the jsii runtime).
+_UNJUDGED_APPS: weakref.WeakSet[IConstruct] = weakref.WeakSet()
+#: Whether a scope's app is one of them, by scope (looked up once per scope).
+_UNJUDGED_SCOPES: weakref.WeakKeyDictionary[IConstruct, bool] = weakref.WeakKeyDictionary()
+
+
+def skip_acknowledgements(app: cdk.App) -> None:
+    """Make the helpers below record nothing under ``app``, an app no cdk-nag pack or checkov judges.
+
+    Only ``mlcluster.app.build_app(template_checks=False)`` calls it; the
+    templates' resources and properties are the same, only the metadata the
+    checks read is left out.
+    """
+    _UNJUDGED_APPS.add(app)
+
+
+def _unjudged(scope: IConstruct) -> bool:
+    if not _UNJUDGED_APPS:
+        return False
+    if scope not in _UNJUDGED_SCOPES:
+        _UNJUDGED_SCOPES[scope] = scope.node.root in _UNJUDGED_APPS
+    return _UNJUDGED_SCOPES[scope]
+
+
 def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
     """Acknowledge ``finding`` on ``scope`` and its children with a specific ``reason``.
 
@@ -46,6 +72,8 @@ def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
     """
     if not reason.strip():
         raise ValueError(f"acknowledging {finding} needs a reason specific to {scope.node.path}")
+    if _unjudged(scope):
+        return
     cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=finding, reason=reason))
     rule = finding.split("-", 1)[1] if finding.startswith(COMPLIANCE_PACK_PREFIXES) else None
     for check_id, types in CHECKOV_COUNTERPARTS.get(finding, ()) + CHECKOV_COUNTERPARTS.get(rule or "", ()):
@@ -63,6 +91,8 @@ def skip_checkov(scope: IConstruct, check_id: str, reason: str, resource_types: 
     """
     if not reason.strip():
         raise ValueError(f"skipping {check_id} needs a reason specific to {scope.node.path}")
+    if _unjudged(scope):
+        return
     scope.node.add_validation(_CheckovSkip(scope, check_id, reason, resource_types))
 
 
@@ -107,6 +137,8 @@ def acknowledge_wildcard_resource(scope: IConstruct, resource: str, reason: str)
     """
     if not reason.strip():
         raise ValueError(f"acknowledging a wildcard resource needs a reason specific to {scope.node.path}")
+    if _unjudged(scope):
+        return
     scope.node.add_validation(_WildcardAcknowledgement(scope, resource, reason))
 
 
