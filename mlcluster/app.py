@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from aws_cdk import cx_api
 
 from mlcluster.config import ConfigError
 from mlcluster.config.project import check_environments
-from mlcluster.constructs.nag import skip_acknowledgements
+from mlcluster.constructs.nag import acknowledgements_skipped
 from mlcluster.lockfile import guard
 from mlcluster.replacement import snapshot_from_assembly
 from mlcluster.stacks.stage import EnvironmentStage
@@ -62,7 +63,7 @@ def build_app(
     ``template_checks=False`` synthesizes the same templates without judging
     them: no cdk-nag pack and no CloudFormation validation (aws-cdk-lib's
     built-in plugin, whose engine costs seconds of CPU per process), and no
-    acknowledgement metadata for them (``nag.skip_acknowledgements``). It is
+    acknowledgement metadata for them (``nag.acknowledgements_skipped``). It is
     for tests that only compare templates (the day-two edit table) while
     others run every check on the same configurations; ``app.py`` and the
     ``mlcluster`` command never pass it, and no context key or environment
@@ -71,13 +72,14 @@ def build_app(
     context = project_context()
     props: dict[str, Any] = {"context": context, "builtin_cloud_formation_validation": template_checks}
     app = cdk.App(outdir=outdir, **props) if outdir is not None else cdk.App(**props)
-    if not template_checks:
-        skip_acknowledgements(app)
     chosen = selected if selected is not None else selected_environments(app)
     checked = check_environments(environments_dir, chosen)
     for warning in checked.warnings:
         print(f"mlcluster: warning: {warning}", file=sys.stderr)
-    stages = [EnvironmentStage(app, env, extra_packs=extra_packs, nag=template_checks) for env in checked.environments]
+    with contextlib.nullcontext() if template_checks else acknowledgements_skipped():
+        stages = [
+            EnvironmentStage(app, env, extra_packs=extra_packs, nag=template_checks) for env in checked.environments
+        ]
     return app, stages
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
-import weakref
+from collections.abc import Iterator
 
 import aws_cdk as cdk
 import jsii
@@ -37,29 +39,24 @@ CHECKOV_COUNTERPARTS: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
 }
 
 
-#: Apps synthesized without cdk-nag (``build_app(template_checks=False)``): nothing reads their
-#: acknowledgements, so they are not written (each costs calls into the jsii runtime).
-_UNJUDGED_APPS: weakref.WeakSet[IConstruct] = weakref.WeakSet()
-#: Whether a scope's app is one of them, by scope (looked up once per scope).
-_UNJUDGED_SCOPES: weakref.WeakKeyDictionary[IConstruct, bool] = weakref.WeakKeyDictionary()
+#: Set while ``build_app(template_checks=False)`` composes its stages: no cdk-nag pack or checkov
+#: judges those templates, so the helpers below record nothing (each record costs calls into jsii).
+_SKIPPING: contextvars.ContextVar[bool] = contextvars.ContextVar("mlcluster_nag_skipping", default=False)
 
 
-def skip_acknowledgements(app: cdk.App) -> None:
-    """Make the helpers below record nothing under ``app``, an app no cdk-nag pack or checkov judges.
+@contextlib.contextmanager
+def acknowledgements_skipped() -> Iterator[None]:
+    """While open, the helpers below check their reason and record nothing.
 
-    Only ``mlcluster.app.build_app(template_checks=False)`` calls it; the
-    templates' resources and properties are the same, only the metadata the
-    checks read is left out.
+    Only ``mlcluster.app.build_app(template_checks=False)`` opens it, around
+    the constructs of an app no check judges: the templates' resources and
+    properties are the same, only the metadata the checks read is left out.
     """
-    _UNJUDGED_APPS.add(app)
-
-
-def _unjudged(scope: IConstruct) -> bool:
-    if not _UNJUDGED_APPS:
-        return False
-    if scope not in _UNJUDGED_SCOPES:
-        _UNJUDGED_SCOPES[scope] = scope.node.root in _UNJUDGED_APPS
-    return _UNJUDGED_SCOPES[scope]
+    token = _SKIPPING.set(True)
+    try:
+        yield
+    finally:
+        _SKIPPING.reset(token)
 
 
 def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
@@ -72,7 +69,7 @@ def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
     """
     if not reason.strip():
         raise ValueError(f"acknowledging {finding} needs a reason specific to {scope.node.path}")
-    if _unjudged(scope):
+    if _SKIPPING.get():
         return
     cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=finding, reason=reason))
     rule = finding.split("-", 1)[1] if finding.startswith(COMPLIANCE_PACK_PREFIXES) else None
@@ -91,7 +88,7 @@ def skip_checkov(scope: IConstruct, check_id: str, reason: str, resource_types: 
     """
     if not reason.strip():
         raise ValueError(f"skipping {check_id} needs a reason specific to {scope.node.path}")
-    if _unjudged(scope):
+    if _SKIPPING.get():
         return
     scope.node.add_validation(_CheckovSkip(scope, check_id, reason, resource_types))
 
@@ -137,7 +134,7 @@ def acknowledge_wildcard_resource(scope: IConstruct, resource: str, reason: str)
     """
     if not reason.strip():
         raise ValueError(f"acknowledging a wildcard resource needs a reason specific to {scope.node.path}")
-    if _unjudged(scope):
+    if _SKIPPING.get():
         return
     scope.node.add_validation(_WildcardAcknowledgement(scope, resource, reason))
 
