@@ -27,7 +27,7 @@ RUN_LOG="${LOG_DIR}/run.log"
 
 say() {
   local line
-  line="$(date -u +%Y-%m-%dT%H:%M:%SZ) [run] $*"
+  line="$(TZ=UTC printf '%(%Y-%m-%dT%H:%M:%SZ)T' -1) [run] $*"
   printf '%s\n' "${line}" >&2
   printf '%s\n' "${line}" >>"${RUN_LOG}"
 }
