@@ -40,7 +40,7 @@ AMAZON_LINUX = 'NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2023"\n'
 UBUNTU = 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n'
 ROCKY = 'NAME="Rocky Linux"\nID="rocky"\nVERSION_ID="9.4"\n'
 
-LOG = 'printf "%s\\n" "$(basename "$0") $*" >>"$STUB_LOG"\n'
+LOG = 'printf "%s\\n" "${0##*/} $*" >>"$STUB_LOG"\n'
 
 STUBS: dict[str, str] = {
     "rpm": """[[ "$1" == -q ]] || exit 2
@@ -103,7 +103,7 @@ sed -i -e "/^${group}:.*:$/ s/$/${user}/" -e "t" -e "/^${group}:/ s/$/,${user}/"
 """,
     "curl": """out="" url="${*: -1}"
 while (($#)); do [[ "$1" == -o ]] && out="$2"; shift; done
-name="$(basename "$url")"
+name="${url##*/}"
 [[ -f "$STUB_DOWNLOADS/$name" ]] || { echo "curl stub: 404 $url" >&2; exit 22; }
 cp "$STUB_DOWNLOADS/$name" "$out"
 if [[ -n "${STUB_CURL_HOOK:-}" ]]; then "$STUB_CURL_HOOK" "$out"; fi
@@ -139,7 +139,7 @@ fi
     "ldconfig": "",
     "scontrol": "",
     "sleep": "",
-    "aws": 'cp "$STUB_S3_DIR/$(basename "${*: -2:1}")" "${*: -1}"\n',
+    "aws": 'src="${*: -2:1}"\ncp "$STUB_S3_DIR/${src##*/}" "${*: -1}"\n',
     "enroot.pkg": "exit 0\n",
     "nvidia-smi.gpu": "exit 0\n",
 }
@@ -285,7 +285,7 @@ class PclusterNode:
     def _build_bin(self, gpu: bool) -> None:
         for name, body in STUBS.items():
             path = self.bin / name
-            path.write_text("#!/usr/bin/env bash\n" + LOG + body)
+            path.write_text("#!/bin/bash\n" + LOG + body)
             path.chmod(0o755)
         (self.bin / "enroot").symlink_to(self.bin / "enroot.pkg")  # the AMI ships Enroot
         (self.state / "pkgs").write_text("enroot\n")
