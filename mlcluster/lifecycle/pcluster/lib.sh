@@ -13,7 +13,7 @@ CHANGED=0
 WORK_DIR="${ROOT}/var/lib/mlcluster/work"
 
 # shellcheck source=pins.sh
-. "$(dirname "${BASH_SOURCE[0]}")/pins.sh"
+. "${BASH_SOURCE[0]%/*}/pins.sh" # the steps source this file by a path with a folder
 
 # log MESSAGE...: a timestamped line (UTC) on stderr (run.sh appends it to the step log).
 log() {
@@ -247,16 +247,17 @@ ensure_line() {
 # by someone else (a user, under a world-writable parent such as /scratch):
 # the step stops rather than adopt it.
 ensure_root_dir() {
-  local path="${ROOT}$1" mode="$2" owner
+  local path="${ROOT}$1" mode="$2" info owner
   if [[ -L "${path}" ]] || { [[ -e "${path}" ]] && [[ ! -d "${path}" ]]; }; then
     die "$1 is a link or not a folder; someone else made it: remove it (and check what it points to), then run again"
   fi
   if [[ -d "${path}" ]]; then
-    owner="$(stat -c %u "${path}")"
-    if [[ "${owner}" != "$(id -u)" ]]; then
+    info="$(stat -c '%u %a' "${path}")"
+    owner="${info% *}"
+    if [[ "${owner}" != "${EUID}" ]]; then
       die "$1 is owned by uid ${owner}, not root; someone made it before this step: remove it (and check what it holds), then run again"
     fi
-    if [[ "$(stat -c %a "${path}")" != "${mode#0}" ]]; then
+    if [[ "${info#* }" != "${mode#0}" ]]; then
       chmod "${mode}" "${path}"
       log "set $1 to mode ${mode}"
       CHANGED=1
@@ -292,7 +293,7 @@ register_user_dirs() {
   local name="$1" helper=/opt/mlcluster/bin/mlcluster-user-dirs
   shift
   put_file "/etc/mlcluster/user-dirs.d/${name}.conf" 0644 < <(printf '%s\n' "$@")
-  put_file "${helper}" 0755 <"$(dirname "${BASH_SOURCE[0]}")/user_dirs.sh"
+  put_file "${helper}" 0755 <"${BASH_SOURCE[0]%/*}/user_dirs.sh"
   case "${MLCLUSTER_NODE_ROLE:-}" in
     head)
       # ParallelCluster's slurm.conf runs every script in prolog.d as root before each job.
