@@ -41,15 +41,23 @@ UBUNTU = 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n
 ROCKY = 'NAME="Rocky Linux"\nID="rocky"\nVERSION_ID="9.4"\n'
 
 LOG = 'printf "%s\\n" "${0##*/} $*" >>"$STUB_LOG"\n'
+#: ``listed LINE FILE``: LINE is a whole line of FILE (``grep -qxF`` without a process), for the stubs' state.
+LISTED = """listed() {
+  local line
+  [[ -f "$2" ]] || return 1
+  while IFS= read -r line || [[ -n "$line" ]]; do [[ "$line" == "$1" ]] && return 0; done <"$2"
+  return 1
+}
+"""
 
 STUBS: dict[str, str] = {
     "rpm": """[[ "$1" == -q ]] || exit 2
 name="${*: -1}"
-grep -qxF -- "$name" "$STUB_STATE/pkgs" 2>/dev/null || exit 1
+listed "$name" "$STUB_STATE/pkgs" || exit 1
 if [[ "$2" == --qf ]]; then cat "$STUB_STATE/versions/$name" 2>/dev/null || echo 1.0; fi
 """,
     "dpkg-query": """name="${*: -1}"
-grep -qxF -- "$name" "$STUB_STATE/pkgs" 2>/dev/null || exit 1
+listed "$name" "$STUB_STATE/pkgs" || exit 1
 case "$*" in
   *Version*) cat "$STUB_STATE/versions/$name" 2>/dev/null || printf 1.0 ;;
   *) echo "install ok installed" ;;
@@ -77,8 +85,8 @@ done
 """,
     "systemctl": """unit="${*: -1}"
 case "$1" in
-  is-enabled) grep -qxF "$unit" "$STUB_STATE/enabled" 2>/dev/null ;;
-  is-active) grep -qxF "$unit" "$STUB_STATE/active" 2>/dev/null ;;
+  is-enabled) listed "$unit" "$STUB_STATE/enabled" ;;
+  is-active) listed "$unit" "$STUB_STATE/active" ;;
   enable) echo "$unit" >>"$STUB_STATE/enabled" ;;
   start|restart) echo "$unit" >>"$STUB_STATE/active" ;;
 esac
@@ -94,7 +102,7 @@ echo "$name:x:{EXPORTER}:" >>"$MLCLUSTER_ROOT/etc/group"
 """,
     "docker": """image="${*: -1}" images="$STUB_STATE/images"
 case "$1" in
-  inspect) grep -qxF -- "$image" "$images" 2>/dev/null ;;
+  inspect) listed "$image" "$images" ;;
   pull) echo "$image" >>"$images" ;;
 esac
 """,
@@ -285,7 +293,7 @@ class PclusterNode:
     def _build_bin(self, gpu: bool) -> None:
         for name, body in STUBS.items():
             path = self.bin / name
-            path.write_text("#!/bin/bash\n" + LOG + body)
+            path.write_text("#!/bin/bash\n" + LOG + LISTED + body)
             path.chmod(0o755)
         (self.bin / "enroot").symlink_to(self.bin / "enroot.pkg")  # the AMI ships Enroot
         (self.state / "pkgs").write_text("enroot\n")

@@ -23,6 +23,7 @@ from mlcluster.lifecycle.exporters import EXPORTER_FILES, EXPORTERS_DIR
 from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR, SUPPORT_FILES
 from mlcluster.pcluster.checks import check_node_scripts
 from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
+from tests.lifecycle.pcluster_sandbox import LISTED
 from tests.lifecycle.pcluster_sandbox import STUBS as SANDBOX_STUBS
 from tests.pcluster.pcluster_support import pcluster
 from tests.support import ROOT
@@ -102,7 +103,7 @@ class Node:
             stubs["nvidia-smi"] = ""
         for name, body in stubs.items():
             path = self.bin / name
-            path.write_text("#!/bin/bash\n" + LOG + body)
+            path.write_text("#!/bin/bash\n" + LOG + LISTED + body)
             path.chmod(0o755)
         self.extra_env: dict[str, str] = {}
 
