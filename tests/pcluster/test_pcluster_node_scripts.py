@@ -219,7 +219,7 @@ def test_run_sh_fetches_the_shared_exporter_files_for_the_exporters_step() -> No
 
 def test_lib_helpers_write_text_exactly_once_and_read_os_release(tmp_path: Path) -> None:
     """put_file keeps every byte (trailing newlines too), writes nothing when the file is equal and refuses a
-    NUL byte; os_release reads quoted and last lines; log stamps UTC whatever the node's time zone."""
+    NUL byte; os_release reads quoted and last lines; log (and run.sh) stamp UTC whatever the node's time zone."""
     root = tmp_path / "root"
     (root / "etc").mkdir(parents=True)
     (root / "etc/os-release").write_text('NAME="Rocky Linux"\nID="rocky"\nVERSION_ID="9.4"')  # no final newline
@@ -232,7 +232,15 @@ echo "id=$(os_release ID) version=$(os_release VERSION_ID) none=$(os_release NOP
 log hello
 printf 'a\\0b' | put_file /etc/x/z.conf 0644"""
     env = {"PATH": "/usr/bin:/bin", "MLCLUSTER_ROOT": str(root), "TZ": "Asia/Tokyo"}
+    before = subprocess.run(["date", "-u", "+%Y-%m-%dT%H"], capture_output=True, text=True, check=True).stdout
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=False)
+    run = subprocess.run(
+        ["bash", str(PCLUSTER_DIR / "run.sh"), "--role", "worker", "--source", str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == ["changed=1", "changed=0", "changed=1", "id=rocky version=9.4 none="]
     assert (root / "first").read_bytes() == b"a\n\n  b \n\n"
@@ -241,9 +249,12 @@ printf 'a\\0b' | put_file /etc/x/z.conf 0644"""
     assert [p.name for p in (root / "etc/x").iterdir()] == ["y.conf"]  # no temporary file left, z.conf refused
     assert proc.stderr.count("wrote /etc/x/y.conf") == 2
     assert "put_file /etc/x/z.conf: the content has a NUL byte (text only)" in proc.stderr
-    utc = subprocess.run(["date", "-u", "+%Y-%m-%dT%H"], capture_output=True, text=True, check=True).stdout.strip()
+    after = subprocess.run(["date", "-u", "+%Y-%m-%dT%H"], capture_output=True, text=True, check=True).stdout
+    utc = f"(?:{before.strip()}|{after.strip()})"  # the hour in UTC (either side of a turn of the hour)
     (hello,) = [line for line in proc.stderr.splitlines() if line.endswith("[node-scripts] hello")]
     assert re.fullmatch(rf"{utc}:\d\d:\d\dZ \[node-scripts\] hello", hello), hello
+    assert run.returncode == 1
+    assert re.fullmatch(rf"{utc}:\d\d:\d\dZ \[run\] ERROR: --role must be .*", run.stderr.strip()), run.stderr
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS)

@@ -17,7 +17,7 @@ WORK_DIR="${ROOT}/var/lib/mlcluster/work"
 
 # log MESSAGE...: a timestamped line (UTC) on stderr (run.sh appends it to the step log).
 log() {
-  TZ=UTC printf '%(%Y-%m-%dT%H:%M:%SZ)T [%s] %s\n' -1 "${MLCLUSTER_STEP:-node-scripts}" "$*" >&2
+  TZ=UTC0 printf '%(%Y-%m-%dT%H:%M:%SZ)T [%s] %s\n' -1 "${MLCLUSTER_STEP:-node-scripts}" "$*" >&2
 }
 
 # make_parent PATH: the folder PATH is in, made when missing (no process when it is there).
