@@ -270,7 +270,7 @@ def _storage(env: str, region: str, subnet: str) -> tuple[str, str]:
 
     bucket = f"{env}-data-{ACCOUNT}"
     s3 = aws_client("s3", region)
-    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})  # type: ignore[typeddict-item]
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
     fs = aws_client("fsx", region).create_file_system(
         FileSystemType="LUSTRE",
         StorageCapacity=2400,
@@ -383,7 +383,7 @@ def pcluster(aws: Aws, tmp_path: Path) -> World:
             tags.append({"Key": "parallelcluster:queue-name", "Value": queue})
         made = ec2.run_instances(
             ImageId="ami-12c6146b",
-            InstanceType=instance_type,  # type: ignore[arg-type]
+            InstanceType=instance_type,
             MinCount=count,
             MaxCount=count,
             SubnetId=subnet,
