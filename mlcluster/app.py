@@ -7,17 +7,18 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aws_cdk as cdk
 from aws_cdk import cx_api
 
 from mlcluster.config import ConfigError
 from mlcluster.config.project import check_environments
-from mlcluster.constructs.nag import acknowledgements_skipped
 from mlcluster.lockfile import guard
 from mlcluster.replacement import snapshot_from_assembly
-from mlcluster.stacks.stage import EnvironmentStage
+
+if TYPE_CHECKING:
+    from mlcluster.stacks.stage import EnvironmentStage
 
 
 def selected_environments(app: cdk.App) -> list[str] | None:
@@ -58,7 +59,9 @@ def build_app(
     (:func:`mlcluster.config.project.check_environments`), and each warning
     is printed once. ``extra_packs`` (names from ``EXTRA_PACKS``) run on
     every environment in addition to the packs its file lists: the tests use
-    it to judge every environment under every pack in one synthesis.
+    it to judge every environment under every pack in one synthesis. The
+    stacks' modules (most of aws-cdk-lib's Python) are imported only once
+    the files are valid, so a bad file is reported a second sooner.
 
     ``template_checks=False`` synthesizes the same templates without judging
     them: no cdk-nag pack and no CloudFormation validation (aws-cdk-lib's
@@ -76,6 +79,9 @@ def build_app(
     checked = check_environments(environments_dir, chosen)
     for warning in checked.warnings:
         print(f"mlcluster: warning: {warning}", file=sys.stderr)
+    from mlcluster.constructs.nag import acknowledgements_skipped
+    from mlcluster.stacks.stage import EnvironmentStage
+
     with contextlib.nullcontext() if template_checks else acknowledgements_skipped():
         stages = [
             EnvironmentStage(app, env, extra_packs=extra_packs, nag=template_checks) for env in checked.environments
