@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aws_cdk as cdk
 from aws_cdk import cx_api
@@ -15,7 +16,9 @@ from mlcluster.config import ConfigError
 from mlcluster.config.project import check_environments
 from mlcluster.lockfile import guard
 from mlcluster.replacement import snapshot_from_assembly
-from mlcluster.stacks.stage import EnvironmentStage
+
+if TYPE_CHECKING:
+    from mlcluster.stacks.stage import EnvironmentStage
 
 
 def selected_environments(app: cdk.App) -> list[str] | None:
@@ -47,6 +50,7 @@ def build_app(
     selected: list[str] | None = None,
     outdir: str | None = None,
     extra_packs: Sequence[str] = (),
+    template_checks: bool = True,
 ) -> tuple[cdk.App, list[EnvironmentStage]]:
     """Load and validate every selected environment, then compose one stage each.
 
@@ -55,15 +59,33 @@ def build_app(
     (:func:`mlcluster.config.project.check_environments`), and each warning
     is printed once. ``extra_packs`` (names from ``EXTRA_PACKS``) run on
     every environment in addition to the packs its file lists: the tests use
-    it to judge every environment under every pack in one synthesis.
+    it to judge every environment under every pack in one synthesis. The
+    stacks' modules (most of aws-cdk-lib's Python) are imported only once
+    the files are valid, so a bad file is reported a second sooner.
+
+    ``template_checks=False`` synthesizes the same templates without judging
+    them: no cdk-nag pack and no CloudFormation validation (aws-cdk-lib's
+    built-in plugin, whose engine costs seconds of CPU per process), and no
+    acknowledgement metadata for them (``nag.acknowledgements_skipped``). It is
+    for tests that only compare templates (the day-two edit table) while
+    others run every check on the same configurations; ``app.py`` and the
+    ``mlcluster`` command never pass it, and no context key or environment
+    variable of ours turns it off.
     """
     context = project_context()
-    app = cdk.App(outdir=outdir, context=context) if outdir is not None else cdk.App(context=context)
+    props: dict[str, Any] = {"context": context, "builtin_cloud_formation_validation": template_checks}
+    app = cdk.App(outdir=outdir, **props) if outdir is not None else cdk.App(**props)
     chosen = selected if selected is not None else selected_environments(app)
     checked = check_environments(environments_dir, chosen)
     for warning in checked.warnings:
         print(f"mlcluster: warning: {warning}", file=sys.stderr)
-    stages = [EnvironmentStage(app, env, extra_packs=extra_packs) for env in checked.environments]
+    from mlcluster.constructs.nag import acknowledgements_skipped
+    from mlcluster.stacks.stage import EnvironmentStage
+
+    with contextlib.nullcontext() if template_checks else acknowledgements_skipped():
+        stages = [
+            EnvironmentStage(app, env, extra_packs=extra_packs, nag=template_checks) for env in checked.environments
+        ]
     return app, stages
 
 

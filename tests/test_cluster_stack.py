@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -225,15 +224,23 @@ def test_pre_deploy_check_fails_before_any_construct(tmp_path: Path) -> None:
     assert not list((tmp_path / "out").glob("**/*.template.json"))
 
 
-def test_app_reports_pre_deploy_error_without_traceback(tmp_path: Path) -> None:
+def test_app_reports_pre_deploy_error_without_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``app.py`` (what ``cdk synth`` runs) exits 1 with the config error and no traceback.
+
+    Run in this process as ``python app.py`` runs it (``runpy``, as ``__main__``): an
+    exception other than the exit would escape ``run_path`` and fail the test.
+    """
     name_too_long = {**PCLUSTER, "cluster": {**PCLUSTER["cluster"], "name": "n" * 61}}
     write_env(tmp_path / "environments", "long", name_too_long)
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "app.py")], cwd=tmp_path, capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    assert "environments/long.yaml: cluster.name:" in result.stderr
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as raised:
+        runpy.run_path(str(ROOT / "app.py"), run_name="__main__")
+    assert raised.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "environments/long.yaml: cluster.name:" in err
 
 
 def test_hyperpod_zone_not_in_the_network_is_a_config_error(tmp_path: Path) -> None:

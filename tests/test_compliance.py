@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -181,40 +180,69 @@ CHECKOV_VENV = ROOT / ".venv-checkov" / "bin" / "checkov"
 CHECKOV = str(CHECKOV_VENV) if CHECKOV_VENV.exists() else shutil.which("checkov")
 
 
+@pytest.fixture(scope="module")
+def every_pack_report(tmp_path_factory: pytest.TempPathFactory, every_pack_outdir: Path) -> tuple[Path, list[str]]:
+    """``make compliance`` for every example, on the module's synthesis with every pack: one node
+    process for the rules and one checkov process over every environment (the report's own design)."""
+    from tools.compliance_report import generate
+
+    out = tmp_path_factory.mktemp("compliance")
+    return out, generate(None, out, every_pack_outdir)
+
+
 @pytest.mark.skipif(
     CHECKOV is None and not os.environ.get("CI"), reason=".venv-checkov is not set up (make pytest does)"
 )
-def test_checkov_finds_nothing_unexplained(examples_outdir: Path, tmp_path: Path) -> None:
-    assert CHECKOV is not None, "checkov is missing: `make pytest` installs it into .venv-checkov"
-    for template in examples_outdir.glob("assembly-*/*.template.json"):
-        shutil.copy(template, tmp_path / template.name)
-    result = subprocess.run(
-        [str(CHECKOV), "-d", str(tmp_path), "--framework", "cloudformation", "-o", "json", "--compact"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    report = json.loads(result.stdout)
-    assert report["summary"]["failed"] == 0, result.stdout
-    for skipped in report["results"].get("skipped_checks", []):
-        assert len(skipped["check_result"].get("suppress_comment") or "") > 40, skipped
-
-
-def test_compliance_report_lists_every_rule_of_every_pack_with_a_status(
-    tmp_path: Path, every_pack_outdir: Path
+def test_checkov_finds_nothing_unexplained(
+    examples_outdir: Path, every_pack_outdir: Path, every_pack_report: tuple[Path, list[str]]
 ) -> None:
-    """``make compliance`` for one environment: every pack's rules, each with a status, acknowledgements with reasons.
+    """checkov's verdict on every example's templates, read from the compliance report's checkov run.
 
-    The report reads the module's synthesis with every pack (what ``make compliance`` synthesizes) and
-    writes only the environment asked for.
+    That run scanned the synthesis with every pack; its templates are the examples' own, checked here
+    (the packs only add acknowledgements to the assembly's metadata), so the verdict is theirs.
     """
     import csv
 
-    from tools.compliance_report import PACK_NAMES, STATUSES, generate
+    assert CHECKOV is not None, "checkov is missing: `make pytest` installs it into .venv-checkov"
+    deployed = sorted(p.relative_to(examples_outdir) for p in examples_outdir.glob("assembly-*/*.template.json"))
+    assert deployed == sorted(
+        p.relative_to(every_pack_outdir) for p in every_pack_outdir.glob("assembly-*/*.template.json")
+    )
+    for template in deployed:
+        same = json.loads((examples_outdir / template).read_text()) == json.loads(
+            (every_pack_outdir / template).read_text()
+        )
+        assert same, f"{template} differs from the every-pack synthesis: checkov scanned something else"
+    out, written = every_pack_report
+    assert written == list(EXAMPLES)
+    for name in EXAMPLES:
+        with (out / f"{name}-checkov.csv").open(encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        scanned = {row["resource"].split(":")[0] for row in rows}
+        assert scanned and scanned <= {t.name for t in deployed if t.parts[0] == f"assembly-{name}"}, name
+        assert [row for row in rows if row["status"] == "failed"] == [], name
+        for skipped in (row for row in rows if row["status"] == "skipped"):
+            assert len(skipped["reason"]) > 40, skipped
 
-    assert generate(["dev"], tmp_path, every_pack_outdir) == ["dev"]
-    assert [p.name for p in tmp_path.glob("*.md")] == ["dev.md"]
-    with (tmp_path / "dev.csv").open(encoding="utf-8") as handle:
+
+def test_compliance_report_lists_every_rule_of_every_pack_with_a_status(
+    every_pack_outdir: Path, every_pack_report: tuple[Path, list[str]]
+) -> None:
+    """``make compliance``: every pack's rules, each with a status, acknowledgements with reasons.
+
+    The report reads the module's synthesis with every pack (what ``make compliance`` synthesizes);
+    ``ENV=dev`` picks the environments it writes.
+    """
+    import csv
+
+    from tools.compliance_report import PACK_NAMES, STATUSES, chosen_assemblies
+
+    assert chosen_assemblies(every_pack_outdir, ["dev"]) == {"dev": every_pack_outdir / "assembly-dev"}
+    assert list(chosen_assemblies(every_pack_outdir, None)) == list(EXAMPLES)
+    out, written = every_pack_report
+    assert written == list(EXAMPLES)
+    assert sorted(p.name for p in out.glob("*.md")) == [f"{n}.md" for n in EXAMPLES]
+    with (out / "dev.csv").open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     by_pack: dict[str, list[dict[str, str]]] = {pack: [] for pack in PACK_NAMES}
     for row in rows:
@@ -234,6 +262,6 @@ def test_compliance_report_lists_every_rule_of_every_pack_with_a_status(
     assert "Cross-region replication of training data" in replication["reason or how"]
     assert statuses[("NIST.800.53.R5", "APIGWAssociatedWithWAF")]["status"] == "not applicable"
     assert all(row["reason or how"] for row in rows if row["status"] != "compliant")
-    report = (tmp_path / "dev.md").read_text(encoding="utf-8")
+    report = (out / "dev.md").read_text(encoding="utf-8")
     for pack in PACK_NAMES:
         assert f"## {pack}" in report

@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mlcluster.app import build_app
+import mlcluster.app
+from mlcluster.app import build_app, project_context
 from mlcluster.config import load_environment
 from mlcluster.lockfile import refusals
 from mlcluster.replacement import Change, Snapshot, compare, snapshot_from_assembly
+from mlcluster.stacks.stage import StageScopedPack
 from tests.support import ROOT, write_env
 
 STAGE = "dt"
@@ -320,12 +324,85 @@ def apply(base: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def synthesize(folder: Path, data: dict[str, Any]) -> Snapshot:
-    """One app with one environment called ``dt``, reduced to a snapshot."""
+def synthesize(folder: Path, data: dict[str, Any], *, template_checks: bool = False) -> Snapshot:
+    """One app with one environment called ``dt``, reduced to a snapshot.
+
+    The table compares templates only: cdk-nag and CloudFormation validation
+    judge nothing a snapshot holds (``test_checks_change_no_snapshot`` shows
+    it on each baseline), and they run on every example in ``test_examples``.
+    """
     write_env(folder / "envs", STAGE, data)
-    app, _ = build_app(folder / "envs", outdir=str(folder / "out"))
+    with pytest.MonkeyPatch.context() as patch:
+        if not template_checks:
+            # Nor are the assets copied into the assembly (the awscli layer alone is 21 MB): a
+            # snapshot holds their hashes, which staging does not change (the same test shows it).
+            context = {**project_context(), "aws:cdk:disable-asset-staging": True}
+            patch.setattr(mlcluster.app, "project_context", lambda: context)
+        app, _ = build_app(folder / "envs", outdir=str(folder / "out"), template_checks=template_checks)
     app.synth()
     return snapshot_from_assembly(folder / "out", STAGE)
+
+
+@pytest.fixture(scope="module")
+def baselines_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("day-two-baselines")
+
+
+@pytest.fixture(scope="module")
+def baselines(baselines_dir: Path) -> dict[str, Snapshot]:
+    """Each baseline synthesized once, without the template checks (as every edit is)."""
+    return {name: synthesize(baselines_dir / name, data) for name, data in BASES.items()}
+
+
+def acknowledged(outdir: Path) -> list[str]:
+    """Every cdk-nag acknowledgement (assembly metadata) and checkov skip (resource metadata) in an assembly."""
+    found: list[str] = []
+    for path in outdir.glob("assembly-*/*.metadata.json"):
+        for entries in json.loads(path.read_text(encoding="utf-8")).values():
+            found += [
+                rule for entry in entries if entry["type"] == "aws:cdk:acknowledged-rules" for rule in entry["data"]
+            ]
+    for path in outdir.glob("assembly-*/*.template.json"):
+        for resource in json.loads(path.read_text(encoding="utf-8")).get("Resources", {}).values():
+            found += [skip["id"] for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", [])]
+    return found
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_checks_change_no_snapshot(
+    base: str, baselines: dict[str, Snapshot], baselines_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With cdk-nag and CloudFormation validation on (and assets staged), each baseline reduces to the same snapshot.
+
+    Without them no validation plugin runs (no report is written); with them the
+    AwsSolutions pack judges the stage, and CloudFormation validation reports the
+    acknowledged W3010 (a zone by name) on the ParallelCluster baselines.
+    """
+    packs: list[str] = []
+    judge = StageScopedPack.validate
+
+    def spied(pack: StageScopedPack, context: Any) -> Any:
+        packs.append(pack.name)
+        return judge(pack, context)
+
+    monkeypatch.setattr(StageScopedPack, "validate", spied)
+    checked = synthesize(tmp_path, BASES[base], template_checks=True)
+    assert packs == ["AwsSolutions"]
+    assert not (baselines_dir / base / "out" / "validation-report.json").exists()
+    report = json.loads((tmp_path / "out" / "validation-report.json").read_text(encoding="utf-8"))
+    reported = [plugin["pluginName"] for plugin in report["pluginReports"]]
+    assert reported == ([] if base == "hyperpod" else ["CloudFormation Validate"])
+    # The acknowledgements (and checkov's skips) are written for the checks.
+    written = acknowledged(tmp_path / "out")
+    assert any("AwsSolutions-" in rule for rule in written)
+    assert any(rule.startswith("CKV_AWS_") for rule in written)
+    # Unchecked, only what is acknowledged while the tree is validated (after the stages are built) is
+    # left: the script upload function's read of the CDK assets bucket.
+    unchecked = acknowledged(baselines_dir / base / "out")
+    assert all("cdk-hnb659fds-assets" in rule for rule in unchecked)
+    assert len(unchecked) <= 1 < len(written)
+    assert compare(baselines[base], checked) == []
+    assert checked == baselines[base]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,11 +412,10 @@ class Result:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+def results(tmp_path_factory: pytest.TempPathFactory, baselines: dict[str, Snapshot]) -> dict[str, Result]:
     """Every edit synthesized once against a shared baseline per backend."""
     tmp = tmp_path_factory.mktemp("day-two")
     started = time.perf_counter()
-    baselines = {name: synthesize(tmp / name, data) for name, data in BASES.items()}
     out: dict[str, Result] = {}
     for index, item in enumerate(EDITS):
         data = apply(BASES[item.base], item.settings)
@@ -404,3 +480,21 @@ def test_readme_table_matches(results: dict[str, Result]) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     table = render_table(results)
     assert table in readme, "README day-two table is stale; expected:\n" + table
+
+
+def test_the_entry_points_keep_the_template_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``app.py`` (``main``) and ``mlcluster diff``'s synthesis call ``build_app`` with its default: checks on."""
+    from mlcluster.cli import diff
+
+    calls: list[dict[str, Any]] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(mlcluster.app, "build_app", spy)
+    with pytest.raises(SystemExit):
+        mlcluster.app.main()
+    assert calls == [{}]
+    assert "build_app(" in diff._SYNTH and "template_checks" not in diff._SYNTH
+    assert inspect.signature(build_app).parameters["template_checks"].default is True

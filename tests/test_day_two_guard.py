@@ -9,6 +9,9 @@ protection where data is retained.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
 import shutil
 from collections.abc import Callable
@@ -68,16 +71,38 @@ def deployment_type(data: dict[str, Any], allow: list[str] | None = None) -> Non
 
 
 def guarded_synth(envs: Path) -> None:
-    app, stages = build_app(envs, outdir=str(envs.parent / "cdk.out"))
+    """``synth_guarded`` on an edit; cdk-nag and CloudFormation validation, which the guard does not read, stay off."""
+    app, stages = build_app(envs, outdir=str(envs.parent / "cdk.out"), template_checks=False)
     synth_guarded(app, stages)
 
 
-def test_lustre_deployment_type_edit_fails_synth_clearly(locked: Path) -> None:
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """What ``app.py`` did with the Lustre deployment-type edit: its exit code and standard error."""
+
+    envs: Path
+    code: object
+    err: str
+
+
+@pytest.fixture(scope="module")
+def refused(locked: Path) -> Refused:
+    """The deployment-type edit synthesized once, by ``main`` as ``app.py`` runs it (from the project folder)."""
     envs = edited(locked, "refused", deployment_type)
-    with pytest.raises(ConfigError) as raised:
-        guarded_synth(envs)
-    text = str(raised.value)
-    assert str(envs / "p5.yaml") in text
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
+        patch.chdir(envs.parent)
+        with pytest.raises(SystemExit) as raised:
+            main()
+    return Refused(envs, raised.value.code, err.getvalue())
+
+
+def test_lustre_deployment_type_edit_fails_synth_clearly(refused: Refused) -> None:
+    """``synth_guarded`` refuses the edit (``main`` prints its ``ConfigError`` after the first line)."""
+    assert refused.err.startswith("mlcluster: replacement refused (the templates are written, do not deploy them)\n")
+    text = refused.err.split("\n", 1)[1]
+    # The file as the app was given it: ``environments/`` of the project folder it runs in.
+    assert text.startswith("environments/p5.yaml: storage.lustre: ")
     assert "storage.lustre: this edit replaces p5-Storage/Storage/Lustre/Resource (AWS::FSx::FileSystem" in text
     assert 'LustreConfiguration.DeploymentType "PERSISTENT_2" -> "PERSISTENT_1"' in text
     assert "new, empty file system" in text and "export" in text
@@ -98,18 +123,10 @@ def test_explicit_allowance_lets_the_edit_synthesize(locked: Path) -> None:
     guarded_synth(edited(locked, "allowed", lambda d: deployment_type(d, ["Storage/Lustre", "DataRepository/Lustre"])))
 
 
-def test_app_main_prints_the_refusal_without_traceback(
-    locked: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    envs = edited(locked, "main", deployment_type)
-    monkeypatch.chdir(envs.parent)
-    monkeypatch.setenv("CDK_OUTDIR", str(envs.parent / "cdk.out"))
-    with pytest.raises(SystemExit) as raised:
-        main()
-    assert raised.value.code == 1
-    err = capsys.readouterr().err
-    assert err.startswith("mlcluster: replacement refused")
-    assert "Traceback" not in err
+def test_app_main_prints_the_refusal_without_traceback(refused: Refused) -> None:
+    assert refused.code == 1
+    assert refused.err.startswith("mlcluster: replacement refused")
+    assert "Traceback" not in refused.err
 
 
 def test_in_place_edit_passes_the_guard(locked: Path) -> None:

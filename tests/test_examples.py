@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from mlcluster.app import build_app
 from mlcluster.config import load_environment
 from mlcluster.pcluster.placeholders import check_ready_config
 from tests.pcluster.pcluster_support import run_schema_check
-from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
+from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, cfn_lint, write_env
 
 #: cfn-lint rules ignored everywhere, each with its reason. Empty: none needed.
 CFN_LINT_IGNORES: dict[str, str] = {}
@@ -86,27 +84,12 @@ def test_extra_pack_judges_only_its_own_environment(tmp_path: Path, where: str, 
 def cfn_lint_findings(outdir: Path) -> dict[str, list[str]]:
     """cfn-lint's findings per template file, from one run over every example's templates.
 
-    One process lints them all: cfn-lint loads its rules and the resource
-    specifications once (a second of CPU per start) instead of once per example.
+    One run lints them all, in this process (:func:`tests.support.cfn_lint`):
+    cfn-lint loads its rules and the resource specifications once per test
+    process instead of once per example (a second of CPU each).
     """
     files = sorted(str(p) for p in outdir.glob("assembly-*/*.template.json"))
-    ignore = ["--ignore-checks", *CFN_LINT_IGNORES] if CFN_LINT_IGNORES else []
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--format", "parseable", *ignore, "--", *files],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    findings: dict[str, list[str]] = {name: [] for name in files}
-    for line in result.stdout.splitlines():
-        name = next((f for f in files if line.startswith(f"{f}:")), None)
-        assert name is not None, (
-            f"cfn-lint printed a line for no template it was given:\n{result.stdout}{result.stderr}"
-        )
-        findings[name].append(line)
-    # Exit status 0 means no finding at all; anything else must show up as a line for some template.
-    assert (result.returncode == 0) == (not any(findings.values())), result.stdout + result.stderr
-    return findings
+    return cfn_lint(files, ignore=CFN_LINT_IGNORES)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

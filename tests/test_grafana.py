@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from mlcluster.config.observability import grafana_enabled
 from mlcluster.constructs.grafana_workspace import GRAFANA_VERSION, HANDLERS_DIR
 from mlcluster.exporters import metric_names
 from mlcluster.grafana_dashboards import DASHBOARDS, PROMETHEUS_UID, dashboards_json, data_sources_json
-from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, synth_dir, write_env
+from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, cfn_lint, synth_dir, write_env
 
 GROUP = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
 STORE_GROUP = "906718cc3a-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f902"
@@ -396,11 +394,7 @@ def saml_template(saml_out: Path) -> dict[str, Any]:
 
 def test_saml_workspace_is_cfn_lint_clean(saml_out: Path) -> None:
     (path,) = (saml_out / "assembly-samlenv").glob("*Observability*.template.json")
-    cfn_lint = Path(sys.executable).parent / "cfn-lint"
-    result = subprocess.run(
-        [str(cfn_lint), "--format", "parseable", "--", str(path)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert cfn_lint([path]) == {str(path): []}
 
 
 def test_saml_workspace(saml_template: dict[str, Any]) -> None:

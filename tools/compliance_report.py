@@ -59,6 +59,9 @@ FIXED_BY_DESIGN = {
     "VPCFlowLogsEnabled": "the VPC's flow logs go to an encrypted log group",
     "KMSBackingKeyRotationEnabled": "every key mlcluster creates rotates yearly",
 }
+#: Files of the jsii tarballs the rules script never loads: types, docs, source maps, jsii assemblies,
+#: the Lambda layer zips of the asset packages and the template validator's WebAssembly.
+NOT_LOADED_BY_NODE = (".d.ts", ".md", ".map", ".jsii", ".jsii.gz", ".jsii.tabl.json.gz", ".zip", ".wasm")
 STATUSES = ("compliant", "fixed", "acknowledged", "not applicable")
 PACK_NAMES = ("AwsSolutions", "NIST.800.53.R5", "HIPAA.Security", "PCI.DSS.321")
 
@@ -75,7 +78,11 @@ class RuleStatus:
 
 
 def node_modules(cache: Path) -> Path:
-    """The JavaScript of aws-cdk-lib, cdk-nag and their dependencies, unpacked once from the installed jsii tarballs."""
+    """The JavaScript of aws-cdk-lib, cdk-nag and their dependencies, unpacked once from the installed jsii tarballs.
+
+    Only what the rules script loads is written (80 MB of 190 MB): writing many files is most of
+    the cost on a slow disk. A file it needs but which was left out fails it loudly.
+    """
     stamp = cache / "versions.json"
     tarballs = []
     for module in JSII_MODULES:
@@ -93,9 +100,12 @@ def node_modules(cache: Path) -> Path:
             name = json.load(package)["name"]
             target = cache / name
             target.mkdir(parents=True)
+            members = []
             for member in archive.getmembers():
                 member.name = member.name.split("/", 1)[1] if "/" in member.name else ""
-            archive.extractall(target, members=[m for m in archive.getmembers() if m.name], filter="data")
+                if member.name and not member.name.endswith(NOT_LOADED_BY_NODE):
+                    members.append(member)
+            archive.extractall(target, members=members, filter="data")
     stamp.write_text(json.dumps(versions))
     return cache
 
@@ -135,13 +145,18 @@ def acknowledgements(assembly: Path) -> dict[tuple[str, str], dict[str, str]]:
     return out
 
 
-def rule_results(modules: Path, templates: list[Path]) -> list[list[Any]]:
-    """[pack, rule id, template file, logical id, result] for every rule and resource (``compliance_rules.js``)."""
+def rule_results(modules: Path, templates: dict[str, list[Path]]) -> dict[str, list[list[Any]]]:
+    """Per environment, [pack, rule id, template file, logical id, result] for every rule and resource.
+
+    One ``compliance_rules.js`` process evaluates the templates of every environment (starting node and
+    loading aws-cdk-lib costs more than evaluating one environment).
+    """
     node = shutil.which("node")
     if node is None:
         raise RuntimeError("node is not on PATH; the CDK needs it too")
+    owner = {str(path): (environment, path.name) for environment, paths in templates.items() for path in paths}
     result = subprocess.run(
-        [node, str(ROOT / "tools" / "compliance_rules.js"), *map(str, templates)],
+        [node, str(ROOT / "tools" / "compliance_rules.js"), *owner],
         capture_output=True,
         text=True,
         check=False,
@@ -149,7 +164,10 @@ def rule_results(modules: Path, templates: list[Path]) -> list[list[Any]]:
     )
     if result.returncode != 0:
         raise RuntimeError(f"compliance_rules.js failed:\n{result.stderr[-4000:]}")
-    rows: list[list[Any]] = json.loads(result.stdout)
+    rows: dict[str, list[list[Any]]] = {environment: [] for environment in templates}
+    for pack, rule, path, logical_id, outcome in json.loads(result.stdout):
+        environment, name = owner[path]
+        rows[environment].append([pack, rule, name, logical_id, outcome])
     return rows
 
 
@@ -190,31 +208,39 @@ def statuses(rows: list[list[Any]], acks: dict[tuple[str, str], dict[str, str]])
     return out
 
 
-def checkov_results(templates: list[Path], work: Path) -> list[dict[str, str]] | None:
-    """checkov's result per check and resource on ``templates``, or None when checkov is not installed."""
+def checkov_results(templates: dict[str, list[Path]], work: Path) -> dict[str, list[dict[str, str]]] | None:
+    """Per environment, checkov's result per check and resource, or None when checkov is not installed.
+
+    One checkov process scans every environment's templates (its start-up costs about as much as
+    scanning all of them), copied side by side into one folder: in a folder per environment, checkov
+    3.3 confuses the environment variables of same-named functions across folders. The stacks' template
+    names start with their environment's name, so they do not collide. ``--skip-download``: the report
+    needs nothing from Prisma Cloud, so checkov makes no network call.
+    """
     local = ROOT / ".venv-checkov" / "bin" / "checkov"  # where `make compliance` installs it
     checkov = str(local) if local.exists() else shutil.which("checkov")
     if checkov is None:
         return None
+    owner = {path.name: environment for environment, paths in templates.items() for path in paths}
+    if len(owner) < sum(map(len, templates.values())):
+        raise RuntimeError(f"two environments have a template of the same name: {templates}")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    for template in templates:
-        shutil.copy(template, work / template.name)
-    result = subprocess.run(
-        [checkov, "-d", str(work), "--framework", "cloudformation", "-o", "json", "--compact"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    for paths in templates.values():
+        for template in paths:
+            shutil.copy(template, work / template.name)
+    command = [checkov, "-d", str(work), "--framework", "cloudformation", "-o", "json", "--compact", "--skip-download"]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
     report = json.loads(result.stdout)
-    out: list[dict[str, str]] = []
+    out: dict[str, list[dict[str, str]]] = {environment: [] for environment in templates}
     for key, status in (("passed_checks", "passed"), ("failed_checks", "failed"), ("skipped_checks", "skipped")):
         for check in report.get("results", {}).get(key, []):
-            out.append(
+            path = Path(check["file_path"])
+            out[owner[path.name]].append(
                 {
                     "check": check["check_id"],
                     "name": check.get("check_name", ""),
-                    "resource": f"{Path(check['file_path']).name}:{check['resource']}",
+                    "resource": f"{path.name}:{check['resource']}",
                     "status": status,
                     "reason": (check.get("check_result") or {}).get("suppress_comment") or "",
                 }
@@ -256,6 +282,12 @@ def write_report(environment: str, rules: list[RuleStatus], checkov: list[dict[s
     (out / f"{environment}.md").write_text("\n".join(lines), encoding="utf-8")
 
 
+def chosen_assemblies(assembly_root: Path, environments: list[str] | None) -> dict[str, Path]:
+    """The cloud assembly of each environment asked for (all if None) under ``assembly_root``, by environment."""
+    found = {a.name.removeprefix("assembly-"): a for a in sorted(assembly_root.glob("assembly-*"))}
+    return {e: a for e, a in found.items() if environments is None or e in environments}
+
+
 def generate(environments: list[str] | None, out: Path, assembly_root: Path | None = None) -> list[str]:
     """Synthesize, evaluate and write the report of each environment; returns the environments written.
 
@@ -264,17 +296,14 @@ def generate(environments: list[str] | None, out: Path, assembly_root: Path | No
     """
     if assembly_root is None:
         assembly_root = synthesize(environments, out / "assembly")
-    modules = node_modules(out / ".node_modules")
-    written = []
-    for assembly in sorted(assembly_root.glob("assembly-*")):
-        environment = assembly.name.removeprefix("assembly-")
-        if environments is not None and environment not in environments:
-            continue
-        templates = sorted(assembly.glob("*.template.json"))
-        rules = statuses(rule_results(modules, templates), acknowledgements(assembly))
-        write_report(environment, rules, checkov_results(templates, out / ".checkov" / environment), out)
-        written.append(environment)
-    return written
+    assemblies = chosen_assemblies(assembly_root, environments)
+    templates = {e: sorted(a.glob("*.template.json")) for e, a in assemblies.items()}
+    rows = rule_results(node_modules(out / ".node_modules"), templates)
+    checkov = checkov_results(templates, out / ".checkov")
+    for environment, assembly in assemblies.items():
+        rules = statuses(rows[environment], acknowledgements(assembly))
+        write_report(environment, rules, None if checkov is None else checkov[environment], out)
+    return list(assemblies)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 // Every cdk-nag rule of every pack mlcluster supports, evaluated on every resource of the given
-// synthesized templates; prints one JSON array of [pack, ruleId, stackFile, logicalId, result].
+// synthesized templates; prints one JSON array of [pack, ruleId, templatePath, logicalId, result]
+// (the path as given on the command line).
 //
 // cdk-nag 3.x reports only violations, so tools/compliance_report.py runs this to learn, per rule,
 // whether it judged a resource compliant, found nothing to judge (N/A) or found a finding (which the
@@ -48,7 +49,7 @@ try {
           } catch (error) {
             result = 'Error';
           }
-          rows.push([this.packName, ruleId, path.basename(file), stack.resolve(params.node.logicalId), result]);
+          rows.push([this.packName, ruleId, file, stack.resolve(params.node.logicalId), result]);
         }
       }
       new Recorder().validateScope(stack);

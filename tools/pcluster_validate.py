@@ -388,23 +388,37 @@ def validate(name: str, cluster_name: str, config: dict[str, Any]) -> dict[str, 
 
 
 def speed_up_moto_and_pcluster() -> None:
-    """Two patches for this process that change no finding, only what is computed again and again.
+    """Patches for this process that change no finding, only what is computed again and again or thrown away.
 
+    - moto's reset, when a mock starts or stops, runs ``__init__`` again on every backend made so far
+      (an EC2 backend loads its ~1,300 stand-in images, an IAM backend its managed policies) and then
+      drops them all; here it only drops them, so each rehearsal builds just the backends it asks for,
+      fresh, as before.
+    - ParallelCluster asks for the region (``get_region``) about 200 times a rehearsal run, each time
+      through a new boto3 session (all of botocore's handlers registered again); the answer depends only
+      on ``AWS_DEFAULT_REGION`` here (no profile, no config file), so it is asked once per region.
     - moto parses its ~1,600 AWS-managed IAM policies (a JSON text of megabytes) for every IAM backend
-      it makes (one per account and partition it looks through: 48 in a rehearsal run). The text is
-      parsed once here; each backend still builds its own policy objects from it, as moto does.
+      it makes (one per account and partition it looks through). The text is parsed once here; the
+      backend of the rehearsal's partition still builds its own policy objects from it, as moto does, and
+      the backends of the other partitions (made only when moto looks for an access key in each) none.
     - ParallelCluster logs every boto3 call at INFO from a handler that makes a new boto3 session (all of
       botocore's handlers registered again) for the region in its message, even when INFO is not logged;
       logging is off in this process, so the handler runs only when its logger would write the line.
     """
+    import moto.core.base_backend as base_backend
     import moto.iam.models as moto_iam
     import pcluster.aws.common as pcluster_common
+    import pcluster.schemas.cluster_schema  # noqa: F401  (imports every module that uses get_region)
+    from moto.core.base_backend import BackendDict
+    from moto.utilities.utils import get_partition
 
     managed_policies = json.loads(moto_iam.aws_managed_policies_data)
 
     def init_aws_policies(self: Any) -> list[Any]:
         if not moto_iam.load_iam_aws_managed_policies():
             return []
+        if self.partition != get_partition(os.environ["AWS_DEFAULT_REGION"]):
+            return []  # a backend moto makes only to look for an access key in every partition
         return [
             moto_iam.AWSManagedPolicy.from_data(name, self.account_id, self.region_name, data)
             for name, data in managed_policies.items()
@@ -416,8 +430,27 @@ def speed_up_moto_and_pcluster() -> None:
         if pcluster_common.LOGGER.isEnabledFor(logging.INFO):
             log_boto3_calls(params, **kwargs)
 
+    def reset_without_rebuilding(cls: type[BackendDict[Any]]) -> None:
+        with base_backend.backend_lock:
+            for backend in BackendDict._instances:
+                backend.clear()
+            BackendDict._instances.clear()
+
+    get_region = pcluster_common.get_region
+    regions: dict[str | None, str] = {}
+
+    def get_region_once() -> str:
+        region = os.environ.get("AWS_DEFAULT_REGION")
+        if region not in regions:
+            regions[region] = get_region()
+        return regions[region]
+
     moto_iam.IAMBackend._init_aws_policies = init_aws_policies
     pcluster_common._log_boto3_calls = log_boto3_calls_when_logged
+    BackendDict.reset = classmethod(reset_without_rebuilding)
+    for module in list(sys.modules.values()):  # every module that imported it by name
+        if getattr(module, "__name__", "").startswith("pcluster") and getattr(module, "get_region", None) is get_region:
+            module.get_region = get_region_once
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -121,10 +121,11 @@ def run_session(
     aws = require_tools()
     body = as_user(script, user) + f'echo "{EXIT_MARKER}$?"\n'
     encoded = base64.b64encode(body.encode()).decode()
-    # The command goes in a parameters file: inline shorthand breaks on quotes and commas.
-    parameters = {
-        "command": [f"bash -c 'echo {encoded} | base64 -d > /tmp/mlcluster-step.sh; bash /tmp/mlcluster-step.sh'"]
-    }
+    # The command goes in a parameters file: inline shorthand breaks on quotes and commas. The script is
+    # decoded into a file mktemp makes (new, 0600, an unpredictable name) and removed afterwards: every
+    # user of the node can write /tmp, so a fixed name there could be planted and then run as root.
+    step = f'step=$(mktemp) || exit 1; echo {encoded} | base64 -d >"$step" && bash "$step"; '
+    parameters = {"command": [f"bash -c '{step}code=$?; rm -f \"$step\"; exit $code'"]}
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "parameters.json"
         path.write_text(json.dumps(parameters), encoding="utf-8")

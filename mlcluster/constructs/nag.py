@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
+from collections.abc import Iterator
 
 import aws_cdk as cdk
 import jsii
@@ -36,6 +39,26 @@ CHECKOV_COUNTERPARTS: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
 }
 
 
+#: Set while ``build_app(template_checks=False)`` composes its stages: no cdk-nag pack or checkov
+#: judges those templates, so the helpers below record nothing (each record costs calls into jsii).
+_SKIPPING: contextvars.ContextVar[bool] = contextvars.ContextVar("mlcluster_nag_skipping", default=False)
+
+
+@contextlib.contextmanager
+def acknowledgements_skipped() -> Iterator[None]:
+    """While open, the helpers below check their reason and record nothing.
+
+    Only ``mlcluster.app.build_app(template_checks=False)`` opens it, around
+    the constructs of an app no check judges: the templates' resources and
+    properties are the same, only the metadata the checks read is left out.
+    """
+    token = _SKIPPING.set(True)
+    try:
+        yield
+    finally:
+        _SKIPPING.reset(token)
+
+
 def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
     """Acknowledge ``finding`` on ``scope`` and its children with a specific ``reason``.
 
@@ -46,6 +69,8 @@ def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
     """
     if not reason.strip():
         raise ValueError(f"acknowledging {finding} needs a reason specific to {scope.node.path}")
+    if _SKIPPING.get():
+        return
     cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=finding, reason=reason))
     rule = finding.split("-", 1)[1] if finding.startswith(COMPLIANCE_PACK_PREFIXES) else None
     for check_id, types in CHECKOV_COUNTERPARTS.get(finding, ()) + CHECKOV_COUNTERPARTS.get(rule or "", ()):
@@ -63,6 +88,8 @@ def skip_checkov(scope: IConstruct, check_id: str, reason: str, resource_types: 
     """
     if not reason.strip():
         raise ValueError(f"skipping {check_id} needs a reason specific to {scope.node.path}")
+    if _SKIPPING.get():
+        return
     scope.node.add_validation(_CheckovSkip(scope, check_id, reason, resource_types))
 
 
@@ -107,6 +134,8 @@ def acknowledge_wildcard_resource(scope: IConstruct, resource: str, reason: str)
     """
     if not reason.strip():
         raise ValueError(f"acknowledging a wildcard resource needs a reason specific to {scope.node.path}")
+    if _SKIPPING.get():
+        return
     scope.node.add_validation(_WildcardAcknowledgement(scope, resource, reason))
 
 

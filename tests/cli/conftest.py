@@ -11,6 +11,7 @@ moto's Run Command or a stand-in for ``aws ssm start-session``.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections import defaultdict
@@ -228,6 +229,16 @@ def invoke(*args: str, input: str | None = None) -> Result:
     return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
 
 
+@functools.cache
+def aws_client(service: str, region: str) -> Any:
+    """A test-side client, made once per run: making one costs about 25 ms, and moto serves every
+    client while a mock is active (its reset at each test's mock clears the state, not the clients)."""
+    import boto3
+
+    session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
+    return session.client(service, region_name=region)  # type: ignore[call-overload]
+
+
 def _copy_env(tmp_path: Path, name: str, region: str) -> Path:
     folder = tmp_path / "environments"
     folder.mkdir(exist_ok=True)
@@ -238,19 +249,17 @@ def _copy_env(tmp_path: Path, name: str, region: str) -> Path:
 
 
 def _stack(region: str, name: str, outputs: dict[str, str]) -> None:
-    import boto3
 
     template = {
         "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
         "Outputs": {key: {"Value": value} for key, value in outputs.items()},
     }
-    boto3.client("cloudformation", region_name=region).create_stack(StackName=name, TemplateBody=json.dumps(template))
+    aws_client("cloudformation", region).create_stack(StackName=name, TemplateBody=json.dumps(template))
 
 
 def _network(region: str) -> tuple[str, str]:
-    import boto3
 
-    ec2 = boto3.client("ec2", region_name=region)
+    ec2 = aws_client("ec2", region)
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
     group = ec2.create_security_group(GroupName="mlcluster", Description="cluster", VpcId=vpc)["GroupId"]
@@ -258,12 +267,11 @@ def _network(region: str) -> tuple[str, str]:
 
 
 def _storage(env: str, region: str, subnet: str) -> tuple[str, str]:
-    import boto3
 
     bucket = f"{env}-data-{ACCOUNT}"
-    s3 = boto3.client("s3", region_name=region)
-    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})  # type: ignore[typeddict-item]
-    fs = boto3.client("fsx", region_name=region).create_file_system(
+    s3 = aws_client("s3", region)
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
+    fs = aws_client("fsx", region).create_file_system(
         FileSystemType="LUSTRE",
         StorageCapacity=2400,
         SubnetIds=[subnet],
@@ -302,7 +310,6 @@ def _observability(region: str, env: str, cluster: str | None = None, *, grafana
 @pytest.fixture
 def hyperpod(aws: Aws, tmp_path: Path) -> World:
     """environments/hyperpod.yaml deployed in us-west-2: stacks, a 2 x p5 HyperPod cluster, FSx, the bucket."""
-    import boto3
     from moto.sagemaker.models import sagemaker_backends
 
     region, env, name = "us-west-2", "hyperpod", "ml-hyperpod"
@@ -322,7 +329,7 @@ def hyperpod(aws: Aws, tmp_path: Path) -> World:
             "ExecutionRole": f"arn:aws:iam::{ACCOUNT}:role/{env}-execution",
         }
 
-    arn = boto3.client("sagemaker", region_name=region).create_cluster(
+    arn = aws_client("sagemaker", region).create_cluster(
         ClusterName=name,
         InstanceGroups=[
             instance_group("controller-machine", "ml.m5.12xlarge", 1),
@@ -358,7 +365,6 @@ def hyperpod(aws: Aws, tmp_path: Path) -> World:
 @pytest.fixture
 def pcluster(aws: Aws, tmp_path: Path) -> World:
     """environments/p5.yaml deployed in us-east-2: stacks, a head node and 4 p5 compute nodes, FSx, the bucket."""
-    import boto3
 
     region, env, name = "us-east-2", "p5", "p5-train"
     folder = _copy_env(tmp_path, env, region)
@@ -366,7 +372,7 @@ def pcluster(aws: Aws, tmp_path: Path) -> World:
     _stack(region, f"{env}-Network", {"VpcId": "vpc-1", "SecurityGroupId": group})
     bucket, fs_id = _storage(env, region, subnet)
     _observability(region, env, name, grafana=True)
-    ec2 = boto3.client("ec2", region_name=region)
+    ec2 = aws_client("ec2", region)
 
     def launch(node_type: str, instance_type: str, count: int, queue: str | None = None) -> list[str]:
         tags = [
@@ -377,7 +383,7 @@ def pcluster(aws: Aws, tmp_path: Path) -> World:
             tags.append({"Key": "parallelcluster:queue-name", "Value": queue})
         made = ec2.run_instances(
             ImageId="ami-12c6146b",
-            InstanceType=instance_type,  # type: ignore[arg-type]
+            InstanceType=instance_type,
             MinCount=count,
             MaxCount=count,
             SubnetId=subnet,

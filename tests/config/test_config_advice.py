@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import mlcluster.app
+import mlcluster.stacks.stage
 from mlcluster.config.project import check_environments
 from tests.config.cases import NET, pcluster
 
@@ -99,7 +100,8 @@ def test_synth_prints_each_warning_once(
     directory = write(tmp_path, WARN[0][1], "a")
     write(tmp_path, WARN[4][1], "b")
     built: list[str] = []
-    monkeypatch.setattr(mlcluster.app, "EnvironmentStage", lambda app, env, **_: built.append(env.name))
+    # build_app imports the stage class once the files are valid, so the module's attribute is replaced.
+    monkeypatch.setattr(mlcluster.stacks.stage, "EnvironmentStage", lambda app, env, **_: built.append(env.name))
     mlcluster.app.build_app(directory, outdir=str(tmp_path / "out"))
     err = capsys.readouterr().err
     assert built == ["a", "b"]

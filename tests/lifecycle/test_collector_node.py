@@ -87,7 +87,7 @@ def head(key: SigningKey) -> Iterator[PclusterNode]:
         _collector_files(node.scripts)
         node.serve(TARBALL_NAME, PROMETHEUS)
         for name, body in (("useradd", USERADD.replace("$ROOTDIR", "$MLCLUSTER_ROOT")), ("iptables", IPTABLES)):
-            (node.bin / name).write_text("#!/usr/bin/env bash\n" + body)
+            (node.bin / name).write_text("#!/bin/bash\n" + body)
             (node.bin / name).chmod(0o755)
         node.add("opt/parallelcluster/scripts/imds/imds-access.sh", IMDS_ACCESS, 0o744)
         yield node

@@ -126,6 +126,21 @@ def test_folders_left_by_an_older_world_writable_root_are_refused(make_node: Mak
     assert_shadow_untouched(node)
 
 
+def test_a_root_folder_given_to_a_user_is_refused_by_the_folder_helper(make_node: MakeNode) -> None:
+    """A root of the per-user folders that someone chowned to alice (0755, not writable by others) is refused:
+    alice could rename or swap bob's folder in it."""
+    node = make_node()
+    assert node.run("compute", "enroot_pyxis").returncode == 0
+    os.chown(node.root / "run/enroot", ALICE, ALICE)
+    refused = node.user_dirs(BOB)
+    assert refused.returncode == 1
+    assert (
+        f"/run/enroot must be root's and writable only by root (owner uid {ALICE}, mode 755); no folder made for bob"
+        in refused.stderr
+    )
+    assert sorted(p.name for p in (node.root / "run/enroot").iterdir()) == []
+
+
 def test_users_cannot_create_or_swap_anything_root_works_in(make_node: MakeNode) -> None:
     node = make_node()
     assert node.run("compute", "docker", "enroot_pyxis").returncode == 0

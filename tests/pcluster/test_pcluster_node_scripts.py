@@ -23,6 +23,7 @@ from mlcluster.lifecycle.exporters import EXPORTER_FILES, EXPORTERS_DIR
 from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR, SUPPORT_FILES
 from mlcluster.pcluster.checks import check_node_scripts
 from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
+from tests.lifecycle.pcluster_sandbox import LISTED
 from tests.lifecycle.pcluster_sandbox import STUBS as SANDBOX_STUBS
 from tests.pcluster.pcluster_support import pcluster
 from tests.support import ROOT
@@ -31,7 +32,7 @@ SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
 #: The uploaded files that are shell scripts.
 SHELL_SCRIPTS = sorted(name for name in NODE_SCRIPT_FILES if name.endswith(".sh"))
 
-LOG = 'printf "%s\\n" "$(basename "$0") $*" >>"$STUB_LOG"\n'
+LOG = 'printf "%s\\n" "${0##*/} $*" >>"$STUB_LOG"\n'
 
 STUBS: dict[str, str] = {
     "rpm": '[[ "$1" == -q ]] && grep -qxF -- "$2" "$STUB_STATE/pkgs" 2>/dev/null\n',
@@ -45,7 +46,7 @@ for a in "$@"; do
     -o) skip=1 ;;
     -*|install|update) ;;
     *)
-      name="$(basename "$a")"
+      name="${a##*/}"
       case "$name" in *.rpm|*.deb) name="${name%.*}" ;; esac
       if [[ -n "${STUB_FAIL_PACKAGE:-}" && "$name" == "$STUB_FAIL_PACKAGE" ]]; then
         echo "stub: no package $name" >&2
@@ -61,11 +62,11 @@ done
     "usermod": """group="$2" user="$3"
 sed -i -e "/^${group}:.*:$/ s/$/${user}/" -e "t" -e "/^${group}:/ s/$/,${user}/" "$MLCLUSTER_ROOT/etc/group"
 """,
-    "aws": 'cp "$STUB_S3_DIR/$(basename "${*: -2:1}")" "${*: -1}"\n',
+    "aws": 'src="${*: -2:1}"\ncp "$STUB_S3_DIR/${src##*/}" "${*: -1}"\n',
     "curl": """out="" url="${*: -1}"
 while (($#)); do [[ "$1" == -o ]] && out="$2"; shift; done
 [[ -n "${STUB_FAIL_URL:-}" && "$url" == *"$STUB_FAIL_URL"* ]] && exit 22
-if [[ -f "$STUB_DOWNLOADS/$(basename "$url")" ]]; then cp "$STUB_DOWNLOADS/$(basename "$url")" "$out"
+if [[ -f "$STUB_DOWNLOADS/${url##*/}" ]]; then cp "$STUB_DOWNLOADS/${url##*/}" "$out"
 else echo "downloaded from $url" >"$out"; fi
 """,
     "gpg": 'cp "${*: -1}" "${*: -2:1}"\n',
@@ -102,7 +103,7 @@ class Node:
             stubs["nvidia-smi"] = ""
         for name, body in stubs.items():
             path = self.bin / name
-            path.write_text("#!/usr/bin/env bash\n" + LOG + body)
+            path.write_text("#!/bin/bash\n" + LOG + LISTED + body)
             path.chmod(0o755)
         self.extra_env: dict[str, str] = {}
 
@@ -214,6 +215,46 @@ def test_the_shared_exporter_units_need_neither_backends_lib() -> None:
 def test_run_sh_fetches_the_shared_exporter_files_for_the_exporters_step() -> None:
     match = re.search(r"^readonly EXPORTER_FILES=\(([^)]*)\)", (PCLUSTER_DIR / "run.sh").read_text(), flags=re.M)
     assert match and tuple(match.group(1).split()) == EXPORTER_FILES
+
+
+def test_lib_helpers_write_text_exactly_once_and_read_os_release(tmp_path: Path) -> None:
+    """put_file keeps every byte (trailing newlines too), writes nothing when the file is equal and refuses a
+    NUL byte; os_release reads quoted and last lines; log (and run.sh) stamp UTC whatever the node's time zone."""
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/os-release").write_text('NAME="Rocky Linux"\nID="rocky"\nVERSION_ID="9.4"')  # no final newline
+    script = f"""set -euo pipefail; . "{PCLUSTER_DIR}/lib.sh"
+put_file /etc/x/y.conf 0640 < <(printf 'a\\n\\n  b \\n\\n'); echo "changed=$CHANGED"
+cp -p "$MLCLUSTER_ROOT/etc/x/y.conf" "$MLCLUSTER_ROOT/first"
+CHANGED=0; put_file /etc/x/y.conf 0640 < <(printf 'a\\n\\n  b \\n\\n'); echo "changed=$CHANGED"
+put_file /etc/x/y.conf 0640 < <(printf 'a\\n'); echo "changed=$CHANGED"
+echo "id=$(os_release ID) version=$(os_release VERSION_ID) none=$(os_release NOPE)"
+log hello
+printf 'a\\0b' | put_file /etc/x/z.conf 0644"""
+    env = {"PATH": "/usr/bin:/bin", "MLCLUSTER_ROOT": str(root), "TZ": "Asia/Tokyo"}
+    before = subprocess.run(["date", "-u", "+%Y-%m-%dT%H"], capture_output=True, text=True, check=True).stdout
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=False)
+    run = subprocess.run(
+        ["bash", str(PCLUSTER_DIR / "run.sh"), "--role", "worker", "--source", str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == ["changed=1", "changed=0", "changed=1", "id=rocky version=9.4 none="]
+    assert (root / "first").read_bytes() == b"a\n\n  b \n\n"
+    assert (root / "etc/x/y.conf").read_bytes() == b"a\n"
+    assert oct(stat.S_IMODE((root / "etc/x/y.conf").stat().st_mode)) == "0o640"
+    assert [p.name for p in (root / "etc/x").iterdir()] == ["y.conf"]  # no temporary file left, z.conf refused
+    assert proc.stderr.count("wrote /etc/x/y.conf") == 2
+    assert "put_file /etc/x/z.conf: the content has a NUL byte (text only)" in proc.stderr
+    after = subprocess.run(["date", "-u", "+%Y-%m-%dT%H"], capture_output=True, text=True, check=True).stdout
+    utc = f"(?:{before.strip()}|{after.strip()})"  # the hour in UTC (either side of a turn of the hour)
+    (hello,) = [line for line in proc.stderr.splitlines() if line.endswith("[node-scripts] hello")]
+    assert re.fullmatch(rf"{utc}:\d\d:\d\dZ \[node-scripts\] hello", hello), hello
+    assert run.returncode == 1
+    assert re.fullmatch(rf"{utc}:\d\d:\d\dZ \[run\] ERROR: --role must be .*", run.stderr.strip()), run.stderr
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS)

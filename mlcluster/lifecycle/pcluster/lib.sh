@@ -13,11 +13,17 @@ CHANGED=0
 WORK_DIR="${ROOT}/var/lib/mlcluster/work"
 
 # shellcheck source=pins.sh
-. "$(dirname "${BASH_SOURCE[0]}")/pins.sh"
+. "${BASH_SOURCE[0]%/*}/pins.sh" # the steps source this file by a path with a folder
 
-# log MESSAGE...: a timestamped line on stderr (run.sh appends it to the step log).
+# log MESSAGE...: a timestamped line (UTC) on stderr (run.sh appends it to the step log).
 log() {
-  printf '%s [%s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${MLCLUSTER_STEP:-node-scripts}" "$*" >&2
+  TZ=UTC0 printf '%(%Y-%m-%dT%H:%M:%SZ)T [%s] %s\n' -1 "${MLCLUSTER_STEP:-node-scripts}" "$*" >&2
+}
+
+# make_parent PATH: the folder PATH is in, made when missing (no process when it is there).
+make_parent() {
+  local parent="${1%/*}"
+  [[ -d "${parent:-/}" ]] || mkdir -p "${parent}"
 }
 
 # die MESSAGE...: log the reason and stop the step.
@@ -43,9 +49,14 @@ retry() {
   done
 }
 
-# os_release KEY: the value of KEY in /etc/os-release, unquoted.
+# os_release KEY: the value of KEY in /etc/os-release, unquoted (read by bash itself: steps ask often).
 os_release() {
-  sed -n "s/^$1=//p" "${ROOT}/etc/os-release" | tr -d '"'
+  local key value
+  while IFS='=' read -r key value || [[ -n "${key}" ]]; do
+    [[ "${key}" == "$1" ]] && printf '%s\n' "${value//\"/}"
+    key=""
+  done <"${ROOT}/etc/os-release"
+  return 0
 }
 
 # os_family: amzn, ubuntu or rhel (RHEL and Rocky), the three package worlds.
@@ -176,7 +187,7 @@ fetch_key() {
     gpg --batch --yes --dearmor -o "${tmp}/key.gpg" "${tmp}/key"
     mv -f "${tmp}/key.gpg" "${tmp}/key"
   fi
-  mkdir -p "$(dirname "${ROOT}${path}")"
+  make_parent "${ROOT}${path}"
   install -m 0644 "${tmp}/key" "${ROOT}${path}"
   rm -rf "${tmp}"
   log "${name}: installed repository key ${want} at ${path}"
@@ -200,16 +211,19 @@ clone_verified() {
   log "${name}: ${url} ${tag} is the pinned commit ${want}"
 }
 
-# put_file PATH MODE < content: write PATH (under ROOT) when its content differs.
+# put_file PATH MODE < content: write PATH (under ROOT) when its content (text) differs, atomically.
+# Both contents are compared in bash (a step's second run starts no process here).
 put_file() {
-  local path="${ROOT}$1" mode="$2" tmp
-  mkdir -p "$(dirname "${path}")"
-  tmp="$(mktemp "${path}.XXXXXX")"
-  cat >"${tmp}"
-  if [[ -f "${path}" ]] && cmp -s "${tmp}" "${path}"; then
-    rm -f "${tmp}"
+  local path="${ROOT}$1" mode="$2" tmp content="" current=""
+  if IFS= read -r -d '' content; then
+    die "put_file $1: the content has a NUL byte (text only)"
+  fi
+  if [[ -f "${path}" ]] && ! IFS= read -r -d '' current <"${path}" && [[ "${current}" == "${content}" ]]; then
     return 0
   fi
+  make_parent "${path}"
+  tmp="$(mktemp "${path}.XXXXXX")"
+  printf '%s' "${content}" >"${tmp}"
   chmod "${mode}" "${tmp}"
   mv -f "${tmp}" "${path}"
   log "wrote $1"
@@ -219,7 +233,7 @@ put_file() {
 # ensure_line LINE PATH: append LINE to PATH (under ROOT) unless it is there.
 ensure_line() {
   local path="${ROOT}$2"
-  mkdir -p "$(dirname "${path}")"
+  make_parent "${path}"
   if [[ -f "${path}" ]] && grep -qxF -- "$1" "${path}"; then
     return 0
   fi
@@ -233,23 +247,24 @@ ensure_line() {
 # by someone else (a user, under a world-writable parent such as /scratch):
 # the step stops rather than adopt it.
 ensure_root_dir() {
-  local path="${ROOT}$1" mode="$2" owner
+  local path="${ROOT}$1" mode="$2" info owner
   if [[ -L "${path}" ]] || { [[ -e "${path}" ]] && [[ ! -d "${path}" ]]; }; then
     die "$1 is a link or not a folder; someone else made it: remove it (and check what it points to), then run again"
   fi
   if [[ -d "${path}" ]]; then
-    owner="$(stat -c %u "${path}")"
-    if [[ "${owner}" != "$(id -u)" ]]; then
+    info="$(stat -c '%u %a' "${path}")"
+    owner="${info% *}"
+    if [[ "${owner}" != "${EUID}" ]]; then
       die "$1 is owned by uid ${owner}, not root; someone made it before this step: remove it (and check what it holds), then run again"
     fi
-    if [[ "$(stat -c %a "${path}")" != "${mode#0}" ]]; then
+    if [[ "${info#* }" != "${mode#0}" ]]; then
       chmod "${mode}" "${path}"
       log "set $1 to mode ${mode}"
       CHANGED=1
     fi
     return 0
   fi
-  mkdir -p "$(dirname "${path}")"
+  make_parent "${path}"
   mkdir -m "${mode}" "${path}"
   log "created $1 (root, ${mode})"
   CHANGED=1
@@ -278,7 +293,7 @@ register_user_dirs() {
   local name="$1" helper=/opt/mlcluster/bin/mlcluster-user-dirs
   shift
   put_file "/etc/mlcluster/user-dirs.d/${name}.conf" 0644 < <(printf '%s\n' "$@")
-  put_file "${helper}" 0755 <"$(dirname "${BASH_SOURCE[0]}")/user_dirs.sh"
+  put_file "${helper}" 0755 <"${BASH_SOURCE[0]%/*}/user_dirs.sh"
   case "${MLCLUSTER_NODE_ROLE:-}" in
     head)
       # ParallelCluster's slurm.conf runs every script in prolog.d as root before each job.

@@ -27,7 +27,7 @@ RUN_LOG="${LOG_DIR}/run.log"
 
 say() {
   local line
-  line="$(date -u +%Y-%m-%dT%H:%M:%SZ) [run] $*"
+  TZ=UTC0 printf -v line '%(%Y-%m-%dT%H:%M:%SZ)T [run] %s' -1 "$*"
   printf '%s\n' "${line}" >&2
   printf '%s\n' "${line}" >>"${RUN_LOG}"
 }

@@ -38,7 +38,7 @@ while IFS= read -r top || [[ -n "${top}" ]]; do
     fail "${top} is missing or a link; run the enroot_pyxis node script again"
   fi
   read -r owner mode <<<"$(stat -c '%u %a' "${parent}")"
-  if [[ "${owner}" != 0 && "${owner}" != "$(id -u)" ]] || (((8#${mode} & 8#022) != 0)); then
+  if [[ "${owner}" != 0 && "${owner}" != "${EUID}" ]] || (((8#${mode} & 8#022) != 0)); then
     fail "${top} must be root's and writable only by root (owner uid ${owner}, mode ${mode}); no folder made for ${name}"
   fi
   dir="${parent}/user-${uid}"
