@@ -62,9 +62,9 @@ def assert_nothing_leaked(sandbox: Sandbox) -> None:
         for path in files_of(sandbox, uid):
             text = path.read_text(errors="replace")
             assert "SECRET" not in text, f"{path} (uid {uid}) holds a secret"
-    for path, text in (("etc/shadow", SHADOW), ("etc/munge/munge.key", MUNGE)):
-        info = (sandbox.root / path).stat()
-        assert (sandbox.root / path).read_text() == text
+    for secret, text in (("etc/shadow", SHADOW), ("etc/munge/munge.key", MUNGE)):
+        info = (sandbox.root / secret).stat()
+        assert (sandbox.root / secret).read_text() == text
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o600)
 
 
