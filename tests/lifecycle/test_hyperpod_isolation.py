@@ -62,9 +62,9 @@ def assert_nothing_leaked(sandbox: Sandbox) -> None:
         for path in files_of(sandbox, uid):
             text = path.read_text(errors="replace")
             assert "SECRET" not in text, f"{path} (uid {uid}) holds a secret"
-    for path, text in (("etc/shadow", SHADOW), ("etc/munge/munge.key", MUNGE)):
-        info = (sandbox.root / path).stat()
-        assert (sandbox.root / path).read_text() == text
+    for secret, text in (("etc/shadow", SHADOW), ("etc/munge/munge.key", MUNGE)):
+        info = (sandbox.root / secret).stat()
+        assert (sandbox.root / secret).read_text() == text
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o600)
 
 
@@ -302,3 +302,61 @@ def test_root_chowns_only_where_no_user_can_swap_the_target(tmp_path: Path) -> N
         parent = Path(target).parent.lstat()
         assert parent.st_uid == 0 and not stat.S_IMODE(parent.st_mode) & 0o022, target
     assert_nothing_leaked(sandbox)
+
+
+# --- ensure_user_dir refuses a parent that someone else could change ------------------------------
+
+
+def ensure_user_dir(sandbox: Sandbox, parent: Path) -> subprocess.CompletedProcess[str]:
+    """lib.sh's ensure_user_dir for ubuntu (uid 1000) at ``parent/ubuntu``, in the node's environment."""
+    return subprocess.run(
+        [
+            "bash",
+            "-c",
+            '. "$1/lib.sh" && ensure_user_dir ubuntu "$2/ubuntu" 700',
+            "_",
+            str(sandbox.lifecycle),
+            str(parent),
+        ],
+        env=sandbox.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("owner", "mode"),
+    [(0, 0o775), (0, 0o757), (0, 0o1777), (0, 0o1755), (BOB, 0o755)],
+    ids=["group-writable", "world-writable", "sticky-world-writable", "sticky", "bob's"],
+)
+def test_ensure_user_dir_refuses_a_parent_someone_else_can_change(tmp_path: Path, owner: int, mode: int) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    parent = sandbox.root / "srv/users"
+    parent.mkdir(parents=True)
+    os.chown(parent, owner, owner)
+    parent.chmod(mode)
+    result = ensure_user_dir(sandbox, parent)
+    assert result.returncode != 0
+    assert f"{parent} must be a root-owned folder that no other user can write; refusing" in result.stderr
+    assert not (parent / "ubuntu").exists()
+
+
+def test_ensure_user_dir_refuses_a_parent_that_is_a_link(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    (sandbox.root / "srv/real").mkdir(parents=True, mode=0o755)
+    (sandbox.root / "srv/users").symlink_to(sandbox.root / "srv/real")
+    result = ensure_user_dir(sandbox, sandbox.root / "srv/users")
+    assert result.returncode != 0
+    assert "must be a root-owned folder that no other user can write" in result.stderr
+    assert list((sandbox.root / "srv/real").iterdir()) == []
+
+
+def test_ensure_user_dir_makes_the_folder_in_a_root_only_parent(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    parent = sandbox.root / "srv/users"
+    parent.mkdir(parents=True)
+    parent.chmod(0o755)  # the edge: root-owned, writable by root alone
+    result = ensure_user_dir(sandbox, parent)
+    assert result.returncode == 0, result.stderr
+    assert owner_mode(parent / "ubuntu") == (1000, 0o700)

@@ -334,7 +334,9 @@ ensure_user_dir() {
   entry=$(getent passwd "$user") || die "there is no user $user"
   IFS=: read -r _ _ uid gid _ <<<"$entry"
   DIR_CREATED=false
-  if ! dir_is_safe "$parent" || ((8#$(stat -c %a -- "$parent") & 8#1022)); then
+  # The parent is a real folder owned by root, writable by root alone and not sticky (one stat).
+  if [[ ! -d $parent || -L $parent ]] || { read -r owner current <<<"$(owner_mode "$parent")" &&
+    [[ $owner != 0 ]] || ((8#$current & 8#1022)); }; then
     die "$parent must be a root-owned folder that no other user can write; refusing to create $dir in it"
   fi
   if [[ -L $dir ]]; then
@@ -384,11 +386,19 @@ user_install() {
   fi
 }
 
-# passwd_field USER FIELDS : cut FIELDS of USER's passwd entry; fails with a message when there is none.
+# passwd_field USER FIELDS : print FIELDS (field numbers, comma-separated, as cut -f takes them) of
+# USER's passwd entry, joined by ":"; fails with a message when there is none. Split by bash itself:
+# the steps call it for every user and folder.
 passwd_field() {
-  local entry
+  local entry fields=() wanted=() field out=()
   entry=$(getent passwd "$1") || die "there is no user $1 (the add_users step creates the cluster users)"
-  cut -d: -f"$2" <<<"$entry"
+  IFS=: read -r -a fields <<<"$entry"
+  IFS=, read -r -a wanted <<<"$2"
+  for field in "${wanted[@]}"; do
+    out+=("${fields[field - 1]:-}")
+  done
+  local IFS=:
+  printf '%s\n' "${out[*]}"
 }
 
 # id_of USER : USER's uid.

@@ -32,17 +32,24 @@ refuse() {
 # verify_files : before anything of this folder runs (lib.sh included): every file listed in
 # MANIFEST has its checksum, and no other file is here.
 verify_files() {
-  local expected file actual relative listed=" " count=0
+  local expected file actual relative listed=" " count=0 i files=() wanted=() sums=()
   [[ $MANIFEST != "@MLCLUSTER_MANIFEST@"* ]] ||
     refuse "on_create.sh carries no checksum manifest; upload the folder through mlcluster (HyperPodLifecycle)"
   while read -r expected file; do
     [[ -f $HERE/$file && ! -L $HERE/$file ]] || refuse "checksum manifest: $file is missing; refusing to run"
-    actual=$(sha256sum -- "$HERE/$file" | cut -d' ' -f1)
+    files+=("$file")
+    wanted+=("$expected")
+    listed+="$file "
+  done <<<"$MANIFEST"
+  # One sha256sum for all of them, its lines in the order of the arguments.
+  mapfile -t sums < <(cd "$HERE" && sha256sum -- "${files[@]}")
+  ((${#sums[@]} == ${#files[@]})) || refuse "could not compute the checksums of the lifecycle files; refusing to run"
+  for i in "${!files[@]}"; do
+    file=${files[i]} expected=${wanted[i]} actual=${sums[i]%% *}
     [[ $actual == "$expected" ]] ||
       refuse "checksum mismatch for $file (expected $expected, found $actual): the lifecycle files were changed after mlcluster uploaded them; refusing to run"
-    listed+="$file "
-    count=$((count + 1))
-  done <<<"$MANIFEST"
+  done
+  count=${#files[@]}
   while IFS= read -r -d '' file; do
     relative=${file#"$HERE"/}
     if [[ $relative == on_create.sh || " ${GENERATED_FILES[*]} " == *" $relative "* || $listed == *" $relative "* ]]; then
@@ -58,8 +65,12 @@ verify_files
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$HERE/lib.sh"
 
+# say MESSAGE : log MESSAGE to the console and to on_create.log.
 say() {
-  log "$@" 2>&1 | tee -a "$LOG_DIR/on_create.log" >&2
+  local line
+  line=$(log "$@" 2>&1)
+  printf '%s\n' "$line" >>"$LOG_DIR/on_create.log"
+  printf '%s\n' "$line" >&2
 }
 
 # run_step NAME : run steps/NAME.sh with its output to the console and /var/log/provision/NAME.log.

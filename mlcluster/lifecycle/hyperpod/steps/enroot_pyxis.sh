@@ -85,7 +85,7 @@ grant_enroot_caps() {
 ENROOT_FOLDERS=(runtime cache data tmp)
 
 configure_enroot() {
-  local root folder user uid gid tmpfiles
+  local root folder users user ids uid gid tmpfiles
   root=$(local_root)
   # Quoted $(id -u) and ${HOME} are expanded by enroot for each user, not here.
   install_file "$MLC_ROOT/etc/enroot/enroot.conf" 644 <<EOF
@@ -105,12 +105,13 @@ EOF
   ensure_root_dir "$MLC_ROOT$root/enroot" 755
   tmpfiles="# Written by mlcluster (enroot_pyxis step): per-user Enroot folders, made again at boot."
   tmpfiles+=$'\n'"d $root/enroot 0755 root root -"
+  users=$(cluster_users)
   for folder in "${ENROOT_FOLDERS[@]}"; do
     ensure_root_dir "$MLC_ROOT$root/enroot/$folder" 755
     tmpfiles+=$'\n'"d $root/enroot/$folder 0755 root root -"
-    for user in $(cluster_users); do
-      uid=$(id_of "$user")
-      gid=$(passwd_field "$user" 4)
+    for user in $users; do
+      ids=$(ids_of "$user")
+      uid=${ids%%:*} gid=${ids#*:}
       MLC_FORCE_MODE=true ensure_user_dir "$user" "$MLC_ROOT$root/enroot/$folder/user-$uid" 700
       tmpfiles+=$'\n'"d $root/enroot/$folder/user-$uid 0700 $uid $gid -"
     done
