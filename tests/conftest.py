@@ -24,7 +24,7 @@ import pytest
 from filelock import FileLock
 
 from mlcluster.config import Environment, load_environment
-from tests.support import stack_templates, synth_examples, write_env
+from tests.support import stack_templates, write_env
 
 # Every botocore session makes its own loader, which parses the service models
 # (EC2's alone is megabytes of JSON) again; moto resets boto3's default session
@@ -48,18 +48,27 @@ def make_env(tmp_path: Path) -> Callable[..., Environment]:
 def examples_outdir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """The cloud assembly of every example environment, synthesized once per test run with cdk-nag on.
 
+    It is ``make compliance``'s synthesis (``tools/compliance_report.synthesize``): each example
+    is judged by every pack mlcluster supports, the packs its file lists and the others, so the
+    compliance tests read the same assembly instead of synthesizing all examples a second time.
+    The packs add validations only: the templates are the ones ``cdk synth`` writes with the
+    file's own packs (tests/test_packaging.py runs the pinned CLI on ``dev``, and
+    tests/test_compliance.py compares its templates with this assembly's).
+
     Under pytest-xdist every worker asks for it; the first one synthesizes
     into a folder all workers share (under a file lock) and the others read
     it. Tests must treat it as read-only. Synthesis raises on any
     unacknowledged cdk-nag finding, so every worker that asks sees the failure.
     """
+    from tools.compliance_report import synthesize
+
     shared = tmp_path_factory.getbasetemp()
     if worker_id != "master":
         shared = shared.parent
     out = shared / "examples-cdk.out"
     with FileLock(str(shared / "examples-cdk.out.lock")):
         if not (out / "manifest.json").exists():
-            synth_examples(out)
+            synthesize(None, out)
     return out
 
 

@@ -32,12 +32,6 @@ def write_env(directory: Path, name: str, data: dict[str, object] | str) -> Path
     return path
 
 
-def synth_examples(outdir: Path, selected: list[str] | None = None) -> cx_api.CloudAssembly:
-    """Synthesize the repository's example environments with cdk-nag on."""
-    app, _ = build_app(ENVIRONMENTS, selected=selected, outdir=str(outdir))
-    return app.synth()
-
-
 def synth_dir(envs: Path, outdir: Path) -> tuple[cdk.App, cx_api.CloudAssembly]:
     """Synthesize every environment in ``envs``."""
     app, _ = build_app(envs, outdir=str(outdir))

@@ -10,6 +10,7 @@ import sysconfig
 import venv
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,11 @@ ENV = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK
 
 
 @pytest.mark.slow
-def test_pinned_cli_synthesizes_dev_with_nag(tmp_path: Path) -> None:
+def test_pinned_cli_synthesizes_dev_with_nag(tmp_path: Path, examples_outdir: Path) -> None:
     """A CLI/library schema mismatch, or a nag error in dev, fails here.
+
+    Its templates, written with dev's own packs, are the ones the session's example synthesis
+    (every pack, tests/conftest.py) holds for dev: the packs judge, they change no template.
 
     The CLI that runs is the pinned one: ``node_modules/.bin/cdk`` resolves into the installed
     aws-cdk package of the version package.json pins (read from its package.json, as ``cdk
@@ -41,6 +45,32 @@ def test_pinned_cli_synthesizes_dev_with_nag(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "out" / "assembly-dev" / "manifest.json").exists()
     assert not (tmp_path / "out" / "assembly-prod").exists()
+    written = sorted(p.name for p in (tmp_path / "out" / "assembly-dev").glob("*.template.json"))
+    assert written == sorted(p.name for p in (examples_outdir / "assembly-dev").glob("*.template.json"))
+    for name in written:
+        by_cli = without_cli_additions(json.loads((tmp_path / "out" / "assembly-dev" / name).read_text()))
+        assert by_cli == json.loads((examples_outdir / "assembly-dev" / name).read_text()), name
+
+
+#: Resource metadata only the CLI asks for (its path-metadata and asset-metadata context).
+CLI_METADATA = ("aws:cdk:path", "aws:asset:")
+
+
+def without_cli_additions(template: dict[str, Any]) -> dict[str, Any]:
+    """``template`` without what the CLI alone adds: its version-reporting resource and condition, and
+    the path and asset metadata of each resource."""
+    template["Resources"].pop("CDKMetadata")
+    conditions = template.get("Conditions", {})
+    conditions.pop("CDKMetadataAvailable")
+    if not conditions:
+        template.pop("Conditions", None)
+    for resource in template["Resources"].values():
+        metadata = {k: v for k, v in resource.get("Metadata", {}).items() if not k.startswith(CLI_METADATA)}
+        if metadata:
+            resource["Metadata"] = metadata
+        else:
+            resource.pop("Metadata", None)
+    return template
 
 
 #: Run in the consumer's venv: every requirement the wheel declares is met there.
