@@ -94,19 +94,21 @@ def pcluster_templates(example_templates: dict[str, dict[str, Any]]) -> dict[str
 #: so neither worker sits idle while the other finishes a long one.
 LONGEST_FIRST = (
     "tests/test_day_two.py",
-    "tests/lifecycle/test_hyperpod_isolation.py",
     "tests/test_compliance.py",
+    "tests/lifecycle/test_hyperpod_isolation.py",
     "tests/test_packaging.py",
-    "tests/pcluster/test_pcluster_rehearsal.py",
-    "tests/test_examples.py",
     "tests/lifecycle/test_hyperpod_scripts.py",
-    "tests/test_day_two_cli.py",
-    "tests/lifecycle/test_hyperpod_downloads.py",
-    "tests/lifecycle/test_pcluster_node_rehearsal.py",
+    "tests/test_examples.py",
     "tests/lifecycle/test_hyperpod_on_create.py",
-    "tests/test_day_two_guard.py",
+    "tests/test_day_two_cli.py",
+    "tests/lifecycle/test_pcluster_node_rehearsal.py",
+    "tests/pcluster/test_pcluster_rehearsal.py",
+    "tests/lifecycle/test_hyperpod_downloads.py",
     "tests/lifecycle/test_hyperpod_backup.py",
-    "tests/constructs/test_lustre.py",
+    "tests/lifecycle/test_hyperpod_lustre_efa.py",
+    "tests/lifecycle/test_exporters.py",
+    "tests/test_day_two_guard.py",
+    "tests/pcluster/test_pcluster_node_scripts.py",
 )
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,11 +68,10 @@ def main() -> int:
         ratio = seconds / floor
         worst = max(worst, ratio)
         print(f"{'cdk synth ' + name:<34} {seconds:>8.1f} {ratio:>8.2f}")
-    pytest = shutil.which("pytest", path=str(Path(sys.executable).parent))
     cpu_before = children_cpu()
     start = time.perf_counter()
-    run = subprocess.run(
-        [pytest or "pytest", "-q", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-p", "no:cacheprovider"],
+    run = subprocess.run(  # make test's own pytest command (workers, order, TMPDIR), installs already done
+        ["make", "--no-print-directory", "pytest", "PYTEST_ARGS=-q -p no:cacheprovider"],
         cwd=ROOT,
         env=ENV,
         capture_output=True,

@@ -528,8 +528,9 @@ class Sandbox:
 
     def __post_init__(self) -> None:
         # pytest keeps its temporary folders 0700, which the users the steps switch to cannot pass:
-        # the node lives in a folder of its own under /tmp, removed when the sandbox is collected.
-        self.base = Path(tempfile.mkdtemp(prefix=f"mlc-{self.base.name}-", dir="/tmp"))
+        # the node lives in a folder of its own in the system's temporary folder (TMPDIR, /tmp by
+        # default, which is world-traversable), removed when the sandbox is collected.
+        self.base = Path(tempfile.mkdtemp(prefix=f"mlc-{self.base.name}-"))
         self.base.chmod(0o711)
         weakref.finalize(self, shutil.rmtree, str(self.base), True)
         self.root = self.base / "root"

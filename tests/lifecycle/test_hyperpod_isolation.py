@@ -117,7 +117,7 @@ def provisioned_once() -> Iterator[tuple[Sandbox, Path, dict[str, tuple[object, 
     sandbox = new_node(Path("isolation"))
     run_ok(sandbox)
     before = listing(sandbox.base)
-    pristine = Path(tempfile.mkdtemp(prefix="mlc-pristine-", dir="/tmp")) / "node"
+    pristine = Path(tempfile.mkdtemp(prefix="mlc-pristine-")) / "node"
     subprocess.run(["cp", "-a", "--", str(sandbox.base), str(pristine)], check=True)
     yield sandbox, pristine, before
     shutil.rmtree(pristine.parent, ignore_errors=True)
