@@ -61,8 +61,11 @@ TEST_TMPDIR := $(shell f=$$(mktemp -p /dev/shm mlcluster-exec-check.XXXXXX 2>/de
 	rm -f "$$f" 2>/dev/null; true)
 endif
 
+# PYTHONDONTWRITEBYTECODE (set on some machines) would make every worker rewrite the asserts of
+# every test module again on each run (4 s of CPU a worker here): pytest and Python keep their
+# caches in the __pycache__ folders git ignores.
 pytest: setup $(PCLUSTER_VENV)/.installed $(CHECKOV_VENV)/.installed
-	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## compliance: per environment and pack, every cdk-nag rule's status and checkov's in cdk.out/compliance/ (ENV=dev,prod for a subset)
 compliance: setup $(CHECKOV_VENV)/.installed

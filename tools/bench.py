@@ -99,6 +99,9 @@ def children_cpu() -> float:
 def fresh_clone_make_test() -> tuple[float, str]:
     """Clone HEAD into a temporary folder and time ``make test`` there, installs included, as CI does."""
     with tempfile.TemporaryDirectory() as tmp:
+        # A clone anyone can traverse, like a checkout under /tmp or a home: the fake-node tests run
+        # scripts of the checkout as unprivileged users (TemporaryDirectory makes its folder 0700).
+        Path(tmp).chmod(0o755)
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
         start = time.perf_counter()
