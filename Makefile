@@ -53,10 +53,12 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 # The tests write many small files (fake nodes, cloud assemblies, venvs): in memory when the
-# machine has a tmpfs at /dev/shm that can run programs (the fake nodes' stub commands), which
-# halves the kernel time of the lifecycle tests; elsewhere the usual TMPDIR. Set TEST_TMPDIR to choose.
+# machine has a tmpfs at /dev/shm with 2 GiB free (a run writes about 350 MB; pytest keeps the last
+# three) that can run programs (the fake nodes' stub commands), which halves the kernel time of the
+# lifecycle tests; elsewhere the usual TMPDIR. Set TEST_TMPDIR to choose.
 ifeq ($(origin TEST_TMPDIR),undefined)
-TEST_TMPDIR := $(shell f=$$(mktemp -p /dev/shm mlcluster-exec-check.XXXXXX 2>/dev/null) && \
+TEST_TMPDIR := $(shell [ "$$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $$4 }')" -ge 2097152 ] 2>/dev/null && \
+	f=$$(mktemp -p /dev/shm mlcluster-exec-check.XXXXXX 2>/dev/null) && \
 	printf '\043!/bin/sh\n' >"$$f" && chmod 700 "$$f" && "$$f" && rm -f "$$f" && echo /dev/shm; \
 	rm -f "$$f" 2>/dev/null; true)
 endif
