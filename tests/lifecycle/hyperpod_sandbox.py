@@ -470,6 +470,10 @@ case $1 in
 esac
 """,
     "mysql": r"""
+if [[ ${1:-} == --help ]]; then
+  echo "  --sandbox           Disallow commands that access the file system"
+  exit 0
+fi
 act "$@"
 cat >>"$STUB_STATE/mysql.sql"
 """,
