@@ -133,10 +133,10 @@ def run_session(
     from mlcluster.cli.ssh import require_tools
 
     aws = require_tools()
-    # The exit-code line must start a line of its own: a script without a final newline would glue it to
-    # its last command (`tail -c 2000echo ...`).
+    # The exit-code line must be a line of its own: a script without a final newline would glue the command
+    # to its last one (`tail -c 2000echo ...`), and output without one would glue the marker to its last line.
     body = as_user(script, user)
-    body += ("" if body.endswith("\n") else "\n") + f'echo "{EXIT_MARKER}$?"\n'
+    body += ("" if body.endswith("\n") else "\n") + f"code=$?; printf '\\n{EXIT_MARKER}%s\\n' \"$code\"\n"
     encoded = base64.b64encode(body.encode()).decode()
     # The command goes in a parameters file: inline shorthand breaks on quotes and commas. The script is
     # decoded into a file mktemp makes (new, 0600, an unpredictable name) and removed afterwards: every
