@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 #: Where `mlcluster patch` keeps mlcluster-backup runs and its marker: ``<prefix><cluster name>/`` of the
-#: data bucket. The controller's execution role may read and write there and nowhere else in a read-only bucket.
+#: cluster's patch backup bucket (never the data bucket). Only the controller's execution role may use it.
 PATCH_BACKUP_PREFIX = "mlcluster/patch/"
 
 #: The folder to upload as the HyperPod ``LifeCycleConfig.SourceS3Uri`` prefix.
