@@ -146,12 +146,11 @@ def checked_state(stored: Any, state: PatchState, cluster: str) -> dict[str, Any
     for key in sorted(set(stored) - known):
         bad(key, stored[key], "no such key; keys: " + ", ".join(sorted(known)))
     run = stored.get("run")
-    run_ok = isinstance(run, str) and RUN_ID.fullmatch(run) is not None
-    if not run_ok:
+    expected_uri = state.run_uri(run) if isinstance(run, str) and RUN_ID.fullmatch(run) else None
+    if expected_uri is None:
         bad("run", run, "a run id such as 20260101T120000Z")
     if stored.get("cluster") != cluster:
         bad("cluster", stored.get("cluster"), repr(cluster))
-    expected_uri = state.run_uri(run) if run_ok else None
     if expected_uri is None or stored.get("backup_uri") != expected_uri:
         bad("backup_uri", stored.get("backup_uri"), expected_uri or f"s3://{state.bucket}/{state.prefix}/<run>/")
     complete = stored.get("complete")
@@ -279,7 +278,8 @@ def _wait(target: Target, state: PatchState, timeout: int, console: Console) -> 
                 raise CliError(
                     f"cluster {described['ClusterName']} is {status}: {described.get('FailureMessage', '')}\n"
                     f"  what to do: `mlcluster status {target.name}`; the backup stays at "
-                    f"{state.run_uri(state.data['run'])} and `mlcluster patch {target.name}` resumes once it is InService",
+                    f"{state.run_uri(state.data['run'])} and `mlcluster patch {target.name}` resumes once it is "
+                    "InService",
                     EXIT_FAILED,
                 )
             busy = states.get("SystemUpdating", 0) + states.get("Pending", 0)
@@ -351,7 +351,13 @@ def patch(
         console.print(f"resuming patch run {state.data['run']} (done: {', '.join(state.data['steps']) or 'nothing'})")
     else:
         run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        state.data = {"run": run_id, "cluster": name, "backup_uri": state.run_uri(run_id), "steps": {}, "complete": None}
+        state.data = {
+            "run": run_id,
+            "cluster": name,
+            "backup_uri": state.run_uri(run_id),
+            "steps": {},
+            "complete": None,
+        }
     backup_uri = state.run_uri(state.data["run"])
     described = describe_hyperpod(target)
     status = str(described["ClusterStatus"])

@@ -27,8 +27,8 @@ from mlcluster.constructs.hyperpod_cluster import HyperPodCluster
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.constructs.hyperpod_role import HyperPodExecutionRole
 from mlcluster.constructs.nag import acknowledge_wildcard_resource
-from mlcluster.constructs.patch_backup import PatchBackupBucket
 from mlcluster.constructs.network import NetworkRef
+from mlcluster.constructs.patch_backup import PatchBackupBucket
 from mlcluster.constructs.pcluster_cluster import (
     PclusterCluster,
     PclusterProviderRole,

@@ -234,7 +234,9 @@ class ShellNode:
             timeout=60,
             check=False,
         )
-        stdout = f"\r\nStarting session with SessionId: ops-1\r\n{done.stdout}\r\nExiting session with sessionId: ops-1.\r\n"
+        stdout = (
+            f"\r\nStarting session with SessionId: ops-1\r\n{done.stdout}\r\nExiting session with sessionId: ops-1.\r\n"
+        )
         return subprocess.CompletedProcess(argv, 0, stdout, done.stderr)
 
     def calls(self) -> list[list[str]]:
@@ -324,9 +326,7 @@ def test_a_planted_state_runs_nothing(
     assert "UpdateClusterSoftware" not in aws.operations()
 
 
-def test_a_valid_resumed_state_restores_with_the_kept_digests(
-    hyperpod: World, shell_node: ShellNode, aws: Aws
-) -> None:
+def test_a_valid_resumed_state_restores_with_the_kept_digests(hyperpod: World, shell_node: ShellNode, aws: Aws) -> None:
     """The edge on the good side: a state exactly as this command writes it resumes at the restore."""
     plant(hyperpod, valid_state(hyperpod))
     result = hyperpod.run("patch", "hyperpod", "--yes")
@@ -375,7 +375,7 @@ def test_a_backup_without_digests_stops_before_the_update(hyperpod: World, tool:
     ],
 )
 def test_tool_script_refuses_a_location_that_is_not_a_plain_s3_prefix(uri: str) -> None:
-    with pytest.raises(ValueError, match="uri: .* is not allowed; allowed: s3://BUCKET/PREFIX/"):
+    with pytest.raises(ValueError, match=r"uri: .* is not allowed; allowed: s3://BUCKET/PREFIX/"):
         patch_module.tool_script("backup", uri, 60)
 
 

@@ -94,7 +94,9 @@ def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNo
     for params in sent:
         assert params["InstanceIds"] == [pcluster.head_node]
         assert params["DocumentName"] == "AWS-RunShellScript"
-        assert re.match(r"sudo -iu ec2-user bash -s <<'MLCLUSTER_SCRIPT_[0-9a-f]{16}'\n", params["Parameters"]["commands"][0])
+        assert re.match(
+            r"sudo -iu ec2-user bash -s <<'MLCLUSTER_SCRIPT_[0-9a-f]{16}'\n", params["Parameters"]["commands"][0]
+        )
     assert sent[3]["Parameters"]["executionTimeout"] == ["900"]
     assert {p["InstanceId"] for p in aws.params("GetCommandInvocation")} == {pcluster.head_node}
     assert node.sessions == []

@@ -475,7 +475,9 @@ NOT_ADOPTED = [
 
 
 @pytest.mark.parametrize(("entry", "named"), NOT_ADOPTED)
-def test_hyperpod_an_account_named_like_the_exporter_user_is_not_adopted(tmp_path: Path, entry: str, named: str) -> None:
+def test_hyperpod_an_account_named_like_the_exporter_user_is_not_adopted(
+    tmp_path: Path, entry: str, named: str
+) -> None:
     sandbox = hyperpod_node(tmp_path, CONTROLLER_IP)
     with (sandbox.root / "etc/passwd").open("a") as passwd:
         passwd.write(entry + "\n")

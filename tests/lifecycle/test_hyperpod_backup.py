@@ -219,7 +219,9 @@ def test_bad_usage_exits_2(controller: Sandbox, args: tuple[str, ...]) -> None:
 
 
 def test_a_missing_backup_fails_with_the_s3_error(controller: Sandbox) -> None:
-    result = backup_tool(controller, "restore", "s3://ops-backups-123/never-written", "slurmctld-state.tar.gz=" + "0" * 64)
+    result = backup_tool(
+        controller, "restore", "s3://ops-backups-123/never-written", "slurmctld-state.tar.gz=" + "0" * 64
+    )
     assert result.returncode == 1
     assert "(404)" in result.stderr
 
@@ -247,8 +249,16 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         timeout=120,
     )
     process = subprocess.Popen(
-        [server, "--no-defaults", f"--datadir={folder / 'data'}", f"--socket={socket}", "--skip-networking"]
-        + ["--user=root", f"--pid-file={folder / 'pid'}", f"--log-error={folder / 'error.log'}"],
+        [
+            server,
+            "--no-defaults",
+            f"--datadir={folder / 'data'}",
+            f"--socket={socket}",
+            "--skip-networking",
+            "--user=root",
+            f"--pid-file={folder / 'pid'}",
+            f"--log-error={folder / 'error.log'}",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
