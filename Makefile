@@ -126,12 +126,13 @@ lock: $(LOCK_VENV)/.installed
 	$(MAKE) config-docs
 
 ## test-latest: the whole `make test` in a copy of this tree with the newest releases instead of the locks (not in CI)
+# (`make`, not $(MAKE): `make -n test-latest` must not run the copy's make in a folder it did not create)
 LATEST_DIR ?= $(or $(TMPDIR),/tmp)/mlcluster-test-latest
 test-latest:
 	rm -rf $(LATEST_DIR) && mkdir -p $(LATEST_DIR)
 	git ls-files -z --cached --others --exclude-standard \
 		| tar --null --ignore-failed-read -T - -cf - | tar -xf - -C $(LATEST_DIR)
-	$(MAKE) -C $(LATEST_DIR) DEPS=latest test; status=$$?; \
+	cd $(LATEST_DIR) && make DEPS=latest test; status=$$?; \
 		$(LATEST_DIR)/.venv/bin/python tools/lock_check.py requirements/main.txt $(LATEST_DIR)/.venv || true; \
 		exit $$status
 
