@@ -117,9 +117,10 @@ def test_hyperpod_stack(templates: dict[str, dict[str, Any]]) -> None:
 
 def test_hyperpod_nodes_learn_which_groups_reach_an_efa_lustre_over_efa(assembly_dir: Path) -> None:
     (staged,) = assembly_dir.rglob("asset.*/provisioning_parameters.json")
-    # The DNS name is a deploy-time marker (not JSON yet); the EFA keys are plain values.
-    text = staged.read_text().replace(" ", "")
-    assert '"fsx_efa_enabled":true,"fsx_efa_groups":["efa"]' in text
+    # The DNS name is a deploy-time marker inside its JSON string; the EFA keys are plain values.
+    provisioning = json.loads(staged.read_text())
+    assert provisioning["fsx_dns_name"].startswith("<<marker:")
+    assert (provisioning["fsx_efa_enabled"], provisioning["fsx_efa_groups"]) == (True, ["efa"])
 
 
 def test_hyperpod_one_role_per_group_and_only_the_controller_reads_the_secret(
