@@ -140,7 +140,7 @@ class Estimate:
         }
 
 
-class PriceNotFound(Exception):
+class PriceNotFoundError(Exception):
     """The price list has no single product for a query."""
 
 
@@ -179,7 +179,7 @@ def _dimension(item: dict[str, Any], unit: str) -> Price | None:
 
 
 def lookup(pricing: Any, query: Query) -> Price:
-    """The one On-Demand price for ``query``; :class:`PriceNotFound` when none or several match."""
+    """The one On-Demand price for ``query``; :class:`PriceNotFoundError` when none or several match."""
     filters = [{"Type": "TERM_MATCH", "Field": name, "Value": value} for name, value in query.filters]
     filters += [{"Type": "CONTAINS", "Field": name, "Value": value} for name, value in query.contains]
     pages = pricing.get_paginator("get_products").paginate(
@@ -196,9 +196,11 @@ def lookup(pricing: Any, query: Query) -> Price:
                 found.append(price)
     described = ", ".join(f"{k}={v}" for k, v in query.filters + query.same + query.contains)
     if not found:
-        raise PriceNotFound(f"no {query.service} product with {described} priced in {query.unit}")
+        raise PriceNotFoundError(f"no {query.service} product with {described} priced in {query.unit}")
     if len({p.sku for p in found}) > 1:
-        raise PriceNotFound(f"{len(found)} {query.service} products match {described}: " + ", ".join(sorted(p.sku for p in found)))
+        raise PriceNotFoundError(
+            f"{len(found)} {query.service} products match {described}: " + ", ".join(sorted(p.sku for p in found))
+        )
     return found[0]
 
 
@@ -234,10 +236,27 @@ def _fsx_queries(fs: FileSystem, region: str) -> list[tuple[str, str, float, Que
     same = (("deploymentOption", fs.deployment_type),)
     if fs.kind == "LUSTRE":
         storage = Query("AmazonFSx", base, "GB-Mo", same=same, throughput=str(fs.throughput))
-        return [(f"FSx for Lustre {fs.deployment_type} {fs.throughput} MB/s/TiB", f"{fs.key}.storage_capacity_gib", fs.capacity_gib, storage)]
+        return [
+            (
+                f"FSx for Lustre {fs.deployment_type} {fs.throughput} MB/s/TiB",
+                f"{fs.key}.storage_capacity_gib",
+                fs.capacity_gib,
+                storage,
+            )
+        ]
     return [
-        (f"FSx for OpenZFS {fs.deployment_type} storage", f"{fs.key}.storage_capacity_gib", fs.capacity_gib, Query("AmazonFSx", base, "GB-Mo", same=same)),
-        (f"FSx for OpenZFS {fs.deployment_type} throughput", f"{fs.key}.throughput_capacity_mbps", fs.throughput, Query("AmazonFSx", base, "MBps-Mo", same=same)),
+        (
+            f"FSx for OpenZFS {fs.deployment_type} storage",
+            f"{fs.key}.storage_capacity_gib",
+            fs.capacity_gib,
+            Query("AmazonFSx", base, "GB-Mo", same=same),
+        ),
+        (
+            f"FSx for OpenZFS {fs.deployment_type} throughput",
+            f"{fs.key}.throughput_capacity_mbps",
+            fs.throughput,
+            Query("AmazonFSx", base, "MBps-Mo", same=same),
+        ),
     ]
 
 
@@ -272,24 +291,58 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
             "Hrs",
             suffix=("usagetype", "NatGateway-Hours"),
         )
-        line = Line("NAT gateway", "network.nat_gateways", "gateways", plan.nat_gateways, plan.nat_gateways, note="plus data processed per GB")
+        line = Line(
+            "NAT gateway",
+            "network.nat_gateways",
+            "gateways",
+            plan.nat_gateways,
+            plan.nat_gateways,
+            note="plus data processed per GB",
+        )
         wanted.append((line, nat))
     low, high = _volumes(plan.groups, plan)
     if high:
-        gp3 = Query("AmazonEC2", (("productFamily", "Storage"), ("volumeApiName", "gp3"), ("regionCode", region)), "GB-Mo")
-        line = Line("EBS gp3 (root and /apps volumes)", "cluster.pcluster", "GiB", low, high, note="baseline IOPS and throughput")
+        gp3 = Query(
+            "AmazonEC2", (("productFamily", "Storage"), ("volumeApiName", "gp3"), ("regionCode", region)), "GB-Mo"
+        )
+        line = Line(
+            "EBS gp3 (root and /apps volumes)",
+            "cluster.pcluster",
+            "GiB",
+            low,
+            high,
+            note="baseline IOPS and throughput",
+        )
         wanted.append((line, gp3))
     for line, query in wanted:
         try:
             line.price = price(query)
-        except PriceNotFound as missing:
+        except PriceNotFoundError as missing:
             line.note = f"no price: {missing}"
         line.priced()
         result.lines.append(line)
     if plan.prometheus:
-        result.lines.append(Line("Managed Prometheus workspace", "observability.prometheus", "-", 0, 0, note="usage-based: samples ingested, stored and queried"))
+        result.lines.append(
+            Line(
+                "Managed Prometheus workspace",
+                "observability.prometheus",
+                "-",
+                0,
+                0,
+                note="usage-based: samples ingested, stored and queried",
+            )
+        )
     if plan.grafana:
-        result.lines.append(Line("Managed Grafana workspace", "observability.grafana", "-", 0, 0, note="usage-based: per active editor/viewer licence per month"))
+        result.lines.append(
+            Line(
+                "Managed Grafana workspace",
+                "observability.grafana",
+                "-",
+                0,
+                0,
+                note="usage-based: per active editor/viewer licence per month",
+            )
+        )
     return result
 
 
@@ -305,9 +358,14 @@ def read_cache(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
-        raise CliError(f"price cache {path} is unreadable ({error})\n  what to do: delete it and run without --offline", EXIT_FAILED) from None
+        raise CliError(
+            f"price cache {path} is unreadable ({error})\n  what to do: delete it and run without --offline",
+            EXIT_FAILED,
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("prices"), dict):
-        raise CliError(f"price cache {path} has no prices\n  what to do: delete it and run without --offline", EXIT_FAILED)
+        raise CliError(
+            f"price cache {path} has no prices\n  what to do: delete it and run without --offline", EXIT_FAILED
+        )
     return data
 
 
@@ -336,15 +394,34 @@ def render(est: Estimate) -> None:
     from rich.table import Table
 
     table = Table(title=f"cost {est.environment} ({est.region}), USD, On-Demand; {est.source}")
-    for column in ("resource", "key", "qty min-max", "unit price", "SKU", "effective", "/h min", "/h max", "/month min", "/month max", "note"):
+    for column in (
+        "resource",
+        "key",
+        "qty min-max",
+        "unit price",
+        "SKU",
+        "effective",
+        "/h min",
+        "/h max",
+        "/month min",
+        "/month max",
+        "note",
+    ):
         table.add_column(column, overflow="fold", justify="right" if column.startswith(("/", "unit")) else "left")
     for line in est.lines:
-        qty = f"{line.quantity_min:g}" if line.quantity_min == line.quantity_max else f"{line.quantity_min:g}-{line.quantity_max:g}"
+        if line.unit == "-":
+            qty = "-"
+        else:
+            qty = (
+                f"{line.quantity_min:g}"
+                if line.quantity_min == line.quantity_max
+                else f"{line.quantity_min:g}-{line.quantity_max:g}"
+            )
         p = line.price
         table.add_row(
             line.resource,
             line.key,
-            f"{qty} {line.unit}",
+            qty if line.unit == "-" else f"{qty} {line.unit}",
             f"{p.usd:g}/{p.unit}" if p else "-",
             p.sku if p else "-",
             p.effective[:10] if p else "-",
@@ -354,8 +431,20 @@ def render(est: Estimate) -> None:
             _money(None if line.hourly_max is None else line.hourly_max * HOURS_PER_MONTH),
             line.note,
         )
-    table.add_row("total", "", "", "", "", "", _money(est.total("min")), _money(est.total("max")), _money(est.total("min") * HOURS_PER_MONTH), _money(est.total("max") * HOURS_PER_MONTH), "")
-    Console(highlight=False, width=200).print(table)
+    table.add_row(
+        "total",
+        "",
+        "",
+        "",
+        "",
+        "",
+        _money(est.total("min")),
+        _money(est.total("max")),
+        _money(est.total("min") * HOURS_PER_MONTH),
+        _money(est.total("max") * HOURS_PER_MONTH),
+        "",
+    )
+    Console(highlight=False).print(table)
 
 
 @click.command()
@@ -377,12 +466,14 @@ def cost(env: str, environments: Path, region: str | None, profile: str | None, 
     prices: dict[str, Any] = dict(cache["prices"])
     if offline:
         if cache["fetched"] is None:
-            raise CliError(f"no price cache at {path}\n  what to do: run `mlcluster cost {env}` once online", EXIT_FAILED)
+            raise CliError(
+                f"no price cache at {path}\n  what to do: run `mlcluster cost {env}` once online", EXIT_FAILED
+            )
 
         def cached(query: Query) -> Price:
             hit = prices.get(query.cache_key)
             if hit is None:
-                raise PriceNotFound("not in the cache; run once without --offline")
+                raise PriceNotFoundError("not in the cache; run once without --offline")
             return Price(**hit)
 
         est = estimate(env, where, plan, cached, f"cached prices fetched {cache['fetched']} ({path})")

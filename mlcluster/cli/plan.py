@@ -161,10 +161,7 @@ def plan_of(env: Environment) -> Plan:
                 zfs.throughput_capacity_mbps,
             )
         )
-    if net.existing is not None:
-        nat = 0
-    else:
-        nat = 1 if net.nat_gateways == "one" else 1 + len(net.extra_zones)
+    nat = 0 if net.existing is not None else 1 if net.nat_gateways == "one" else 1 + len(net.extra_zones)
     return Plan(
         groups=tuple(groups),
         file_systems=tuple(file_systems),

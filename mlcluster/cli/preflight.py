@@ -166,7 +166,13 @@ def check_vcpu_quota(ctx: Context) -> list[Result]:
         keys = ", ".join(g.key for g in members)
         if not code:
             results.append(
-                Result("vcpu-quota", "fail", "WARNING", keys, "no On-Demand vCPU quota known for this family; check it in the Service Quotas console")
+                Result(
+                    "vcpu-quota",
+                    "fail",
+                    "WARNING",
+                    keys,
+                    "no On-Demand vCPU quota known for this family; check it in the Service Quotas console",
+                )
             )
             continue
         need = sum(vcpus[g.ec2_type] * g.max_count for g in members)
@@ -185,7 +191,9 @@ def check_vcpu_quota(ctx: Context) -> list[Result]:
             )
         else:
             results.append(
-                Result("vcpu-quota", "pass", "ERROR", keys, f"{name} ({code}) {value:g} >= {used} running + {need} needed")
+                Result(
+                    "vcpu-quota", "pass", "ERROR", keys, f"{name} ({code}) {value:g} >= {used} running + {need} needed"
+                )
             )
     return results
 
@@ -234,14 +242,30 @@ def check_sagemaker_quota(ctx: Context) -> list[Result]:
         quota = quotas.get(name)
         if quota is None:
             results.append(
-                Result("sagemaker-quota", "fail", "ERROR", key, f"no quota {name!r} in this region: the type is not offered for HyperPod here; choose another instance_type or region")
+                Result(
+                    "sagemaker-quota",
+                    "fail",
+                    "ERROR",
+                    key,
+                    f"no quota {name!r} in this region: the type is not offered for HyperPod here; "
+                    "choose another instance_type or region",
+                )
             )
         elif need > float(quota["Value"]):
             results.append(
-                Result("sagemaker-quota", "fail", "ERROR", key, f"{name} ({quota.get('QuotaCode')}) is {float(quota['Value']):g}; the groups need {need}: request an increase or lower instance_count")
+                Result(
+                    "sagemaker-quota",
+                    "fail",
+                    "ERROR",
+                    key,
+                    f"{name} ({quota.get('QuotaCode')}) is {float(quota['Value']):g}; the groups need {need}: "
+                    "request an increase or lower instance_count",
+                )
             )
         else:
-            results.append(Result("sagemaker-quota", "pass", "ERROR", key, f"{name} {float(quota['Value']):g} >= {need}"))
+            results.append(
+                Result("sagemaker-quota", "pass", "ERROR", key, f"{name} {float(quota['Value']):g} >= {need}")
+            )
     return results
 
 
@@ -270,12 +294,29 @@ def check_fsx_quota(ctx: Context) -> list[Result]:
             code = quota.get("QuotaCode")
             if used + need > value:
                 results.append(
-                    Result("fsx-quota", "fail", "ERROR", what, f"{name} ({code}) is {value:g}; {used} used and {need} needed: request an increase or make it smaller")
+                    Result(
+                        "fsx-quota",
+                        "fail",
+                        "ERROR",
+                        what,
+                        f"{name} ({code}) is {value:g}; {used} used and {need} needed: "
+                        "request an increase or make it smaller",
+                    )
                 )
             else:
-                results.append(Result("fsx-quota", "pass", "ERROR", what, f"{name} ({code}) {value:g} >= {used} used + {need}"))
+                results.append(
+                    Result("fsx-quota", "pass", "ERROR", what, f"{name} ({code}) {value:g} >= {used} used + {need}")
+                )
         if not any(r.key.startswith(fs.key) for r in results):
-            results.append(Result("fsx-quota", "fail", "WARNING", fs.key, f"no FSx quota for {word} found by name; check Service Quotas > Amazon FSx by hand"))
+            results.append(
+                Result(
+                    "fsx-quota",
+                    "fail",
+                    "WARNING",
+                    fs.key,
+                    f"no FSx quota for {word} found by name; check Service Quotas > Amazon FSx by hand",
+                )
+            )
     return results
 
 
@@ -291,19 +332,35 @@ def check_network_quotas(ctx: Context) -> list[Result]:
     need = 0 if ours else 1
     status: Status = "fail" if len(vpcs) + need > value else "pass"
     results.append(
-        Result("vpc-quota", status, "ERROR", "network", f"{name} ({VPC_QUOTA[1]}) is {value:g}; {len(vpcs)} exist, {need} more needed" + (": delete one or request an increase" if status == "fail" else ""))
+        Result(
+            "vpc-quota",
+            status,
+            "ERROR",
+            "network",
+            f"{name} ({VPC_QUOTA[1]}) is {value:g}; {len(vpcs)} exist, {need} more needed"
+            + (": delete one or request an increase" if status == "fail" else ""),
+        )
     )
     addresses = ec2.describe_addresses()["Addresses"]
     value, name = _quota(ctx, *EIP_QUOTA)
     need = 0 if ours else ctx.plan.nat_gateways
     status = "fail" if len(addresses) + need > value else "pass"
     results.append(
-        Result("eip-quota", status, "ERROR", "network.nat_gateways", f"{name} ({EIP_QUOTA[1]}) is {value:g}; {len(addresses)} allocated, {need} needed for NAT gateways" + (": release unused addresses or request an increase" if status == "fail" else ""))
+        Result(
+            "eip-quota",
+            status,
+            "ERROR",
+            "network.nat_gateways",
+            f"{name} ({EIP_QUOTA[1]}) is {value:g}; {len(addresses)} allocated, {need} needed for NAT gateways"
+            + (": release unused addresses or request an increase" if status == "fail" else ""),
+        )
     )
     if ctx.plan.zones and ctx.plan.nat_gateways:
         gateways = [
             g
-            for page in ec2.get_paginator("describe_nat_gateways").paginate(Filter=[{"Name": "state", "Values": ["pending", "available"]}])
+            for page in ec2.get_paginator("describe_nat_gateways").paginate(
+                Filter=[{"Name": "state", "Values": ["pending", "available"]}]
+            )
             for g in page["NatGateways"]
         ]
         zone = ctx.plan.zones[0]
@@ -316,7 +373,14 @@ def check_network_quotas(ctx: Context) -> list[Result]:
         value, name = _quota(ctx, *NAT_QUOTA)
         status = "fail" if in_zone + 1 > value else "pass"
         results.append(
-            Result("nat-quota", status, "ERROR", "network.availability_zone", f"{name} ({NAT_QUOTA[1]}) is {value:g}; {in_zone} in {zone}, 1 needed" + (": request an increase or choose another zone" if status == "fail" else ""))
+            Result(
+                "nat-quota",
+                status,
+                "ERROR",
+                "network.availability_zone",
+                f"{name} ({NAT_QUOTA[1]}) is {value:g}; {in_zone} in {zone}, 1 needed"
+                + (": request an increase or choose another zone" if status == "fail" else ""),
+            )
         )
     return results
 
@@ -328,7 +392,15 @@ def check_offerings(ctx: Context) -> list[Result]:
     for group in ctx.plan.groups:
         zones = [z for z in group.zones if not z.startswith("subnet-")]
         if not zones:
-            results.append(Result("instance-offered", "fail", "WARNING", group.key, "zone unknown (network.existing); check the offering by hand"))
+            results.append(
+                Result(
+                    "instance-offered",
+                    "fail",
+                    "WARNING",
+                    group.key,
+                    "zone unknown (network.existing); check the offering by hand",
+                )
+            )
             continue
         for zone in zones:
             kind = "availability-zone-id" if ZONE_ID.fullmatch(zone) else "availability-zone"
@@ -338,10 +410,19 @@ def check_offerings(ctx: Context) -> list[Result]:
             )
             offered = any(page["InstanceTypeOfferings"] for page in pages)
             if offered:
-                results.append(Result("instance-offered", "pass", "ERROR", group.key, f"{group.ec2_type} is offered in {zone}"))
+                results.append(
+                    Result("instance-offered", "pass", "ERROR", group.key, f"{group.ec2_type} is offered in {zone}")
+                )
             else:
                 results.append(
-                    Result("instance-offered", "fail", "ERROR", group.key, f"{group.ec2_type} is not offered in {zone}: choose another instance_type or zone (network.availability_zone)")
+                    Result(
+                        "instance-offered",
+                        "fail",
+                        "ERROR",
+                        group.key,
+                        f"{group.ec2_type} is not offered in {zone}: "
+                        "choose another instance_type or zone (network.availability_zone)",
+                    )
                 )
     return results
 
@@ -364,7 +445,15 @@ def check_reservations(ctx: Context) -> list[Result]:
                 raise
             found = []
         if not found:
-            results.append(Result("capacity-reservation", "fail", "ERROR", key, f"{rid} does not exist in {ctx.region} for these credentials: fix the ID or the region/account"))
+            results.append(
+                Result(
+                    "capacity-reservation",
+                    "fail",
+                    "ERROR",
+                    key,
+                    f"{rid} does not exist in {ctx.region} for these credentials: fix the ID or the region/account",
+                )
+            )
             continue
         results += _reservation_findings(ctx, group, key, found[0])
     return results
@@ -377,18 +466,24 @@ def _reservation_findings(ctx: Context, group: NodeGroup, key: str, res: dict[st
     block = res.get("ReservationType") == "capacity-block"
     start, end = res.get("StartDate"), res.get("EndDate")
     if group.capacity_block and not block:
-        problems.append(("ERROR", "the queue's capacity_type is CAPACITY_BLOCK but this is an On-Demand Capacity Reservation"))
+        problems.append(
+            ("ERROR", "the queue's capacity_type is CAPACITY_BLOCK but this is an On-Demand Capacity Reservation")
+        )
     if block and state == "scheduled" and start is not None:
         problems.append(("WARNING", f"capacity block starts {start:%Y-%m-%d %H:%M} UTC; nodes cannot launch before"))
     elif state != "active":
-        problems.append(("ERROR", f"state is {state}, not active: buy or renew the reservation, or remove capacity_reservation_id"))
+        problems.append(
+            ("ERROR", f"state is {state}, not active: buy or renew the reservation, or remove capacity_reservation_id")
+        )
     if res.get("InstanceType") != group.ec2_type:
         problems.append(("ERROR", f"it reserves {res.get('InstanceType')}, the group uses {group.ec2_type}"))
     zone = group.zones[0] if group.zones else None
     if zone is not None:
         actual = res.get("AvailabilityZoneId") if ZONE_ID.fullmatch(zone) else res.get("AvailabilityZone")
         if actual != zone:
-            problems.append(("ERROR", f"it is in {actual}, the group in {zone}: set network.availability_zone to {actual}"))
+            problems.append(
+                ("ERROR", f"it is in {actual}, the group in {zone}: set network.availability_zone to {actual}")
+            )
     total = int(res.get("TotalInstanceCount", 0))
     if total < group.max_count:
         problems.append(("ERROR", f"it holds {total} instances, max_count is {group.max_count}"))
@@ -400,7 +495,15 @@ def _reservation_findings(ctx: Context, group: NodeGroup, key: str, res: dict[st
             problems.append(("WARNING", f"it ends {end:%Y-%m-%d %H:%M} UTC, within {ctx.margin.days} days: extend it"))
     if not problems:
         until = f"until {end:%Y-%m-%d}" if end is not None else "with no end date"
-        return [Result("capacity-reservation", "pass", "ERROR", key, f"{rid}: active {group.ec2_type} x{total} in {zone} {until}")]
+        return [
+            Result(
+                "capacity-reservation",
+                "pass",
+                "ERROR",
+                key,
+                f"{rid}: active {group.ec2_type} x{total} in {zone} {until}",
+            )
+        ]
     return [Result("capacity-reservation", "fail", level, key, f"{rid}: {text}") for level, text in problems]
 
 
@@ -414,14 +517,30 @@ def check_pcluster_image(ctx: Context) -> list[Result]:
         images = ec2.describe_images(Filters=[{"Name": "image-id", "Values": [pc.custom_ami]}])["Images"]
         if images:
             return [Result("pcluster-image", "pass", "ERROR", "cluster.pcluster.custom_ami", f"{pc.custom_ami} exists")]
-        return [Result("pcluster-image", "fail", "ERROR", "cluster.pcluster.custom_ami", f"{pc.custom_ami} not found in {ctx.region}: copy it here or fix the ID")]
+        return [
+            Result(
+                "pcluster-image",
+                "fail",
+                "ERROR",
+                "cluster.pcluster.custom_ami",
+                f"{pc.custom_ami} not found in {ctx.region}: copy it here or fix the ID",
+            )
+        ]
     head = pc.head_node.instance_type
     info = ctx.client("ec2").describe_instance_types(InstanceTypes=[head])["InstanceTypes"]
     archs = info[0]["ProcessorInfo"]["SupportedArchitectures"] if info else ["x86_64"]
     arch = "arm64" if "arm64" in archs and "x86_64" not in archs else "x86_64"
     part = PCLUSTER_IMAGE_PART.get(pc.os)
     if part is None:
-        return [Result("pcluster-image", "fail", "ERROR", "cluster.pcluster.os", f"ParallelCluster publishes no image for {pc.os}: set custom_ami")]
+        return [
+            Result(
+                "pcluster-image",
+                "fail",
+                "ERROR",
+                "cluster.pcluster.os",
+                f"ParallelCluster publishes no image for {pc.os}: set custom_ami",
+            )
+        ]
     pattern = f"aws-parallelcluster-{pc.version}-{part}-{arch}*"
     images = ec2.describe_images(
         Owners=["amazon"],
@@ -430,9 +549,24 @@ def check_pcluster_image(ctx: Context) -> list[Result]:
     )["Images"]
     if images:
         newest = max(images, key=lambda i: i.get("CreationDate", ""))
-        return [Result("pcluster-image", "pass", "ERROR", "cluster.pcluster.version", f"{newest['ImageId']} ({newest.get('Name')})")]
+        return [
+            Result(
+                "pcluster-image",
+                "pass",
+                "ERROR",
+                "cluster.pcluster.version",
+                f"{newest['ImageId']} ({newest.get('Name')})",
+            )
+        ]
     return [
-        Result("pcluster-image", "fail", "ERROR", "cluster.pcluster.version", f"no official image {pattern} owned by amazon in {ctx.region}: choose a released version/os or set custom_ami")
+        Result(
+            "pcluster-image",
+            "fail",
+            "ERROR",
+            "cluster.pcluster.version",
+            f"no official image {pattern} owned by amazon in {ctx.region}: "
+            "choose a released version/os or set custom_ami",
+        )
     ]
 
 
@@ -457,10 +591,22 @@ def check_names(ctx: Context) -> list[Result]:
             if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
                 raise
             found = []
-        if not found or _tags_say_ours(found[0].get("Tags", []), env.name) or found[0].get("StackStatus") == "DELETE_COMPLETE":
+        if (
+            not found
+            or _tags_say_ours(found[0].get("Tags", []), env.name)
+            or found[0].get("StackStatus") == "DELETE_COMPLETE"
+        ):
             results.append(Result("names", "pass", "ERROR", key, f"stack {name} is free or this environment's"))
         else:
-            results.append(Result("names", "fail", "ERROR", key, f"stack {name} exists without tag {ENV_TAG}={env.name}: rename the environment or cluster.name"))
+            results.append(
+                Result(
+                    "names",
+                    "fail",
+                    "ERROR",
+                    key,
+                    f"stack {name} exists without tag {ENV_TAG}={env.name}: rename the environment or cluster.name",
+                )
+            )
     bucket = env.config.storage.data_bucket.name
     if bucket is not None:
         s3 = ctx.client("s3")
@@ -474,14 +620,29 @@ def check_names(ctx: Context) -> list[Result]:
                 tags = []
             ours = _tags_say_ours(tags, env.name)
             results.append(
-                Result("names", "pass" if ours else "fail", "ERROR", "storage.data_bucket.name", f"bucket {bucket} exists" + ("" if ours else f" in this account without tag {ENV_TAG}={env.name}: choose another name"))
+                Result(
+                    "names",
+                    "pass" if ours else "fail",
+                    "ERROR",
+                    "storage.data_bucket.name",
+                    f"bucket {bucket} exists"
+                    + ("" if ours else f" in this account without tag {ENV_TAG}={env.name}: choose another name"),
+                )
             )
         except ClientError as error:
             code = str(error.response.get("Error", {}).get("Code", ""))
             if code in ("404", "NoSuchBucket", "NotFound"):
                 results.append(Result("names", "pass", "ERROR", "storage.data_bucket.name", f"bucket {bucket} is free"))
             elif code in ("403", "AccessDenied", "Forbidden"):
-                results.append(Result("names", "fail", "ERROR", "storage.data_bucket.name", f"bucket {bucket} belongs to another account: choose another name"))
+                results.append(
+                    Result(
+                        "names",
+                        "fail",
+                        "ERROR",
+                        "storage.data_bucket.name",
+                        f"bucket {bucket} belongs to another account: choose another name",
+                    )
+                )
             else:
                 raise
     if env.config.cluster.backend == "hyperpod":
@@ -491,12 +652,21 @@ def check_names(ctx: Context) -> list[Result]:
             tags = sm.list_tags(ResourceArn=cluster["ClusterArn"]).get("Tags", [])
             ours = _tags_say_ours(tags, env.name)
             results.append(
-                Result("names", "pass" if ours else "fail", "ERROR", "cluster.name", f"HyperPod cluster {env.cluster_name} exists" + ("" if ours else f" without tag {ENV_TAG}={env.name}: choose another cluster.name"))
+                Result(
+                    "names",
+                    "pass" if ours else "fail",
+                    "ERROR",
+                    "cluster.name",
+                    f"HyperPod cluster {env.cluster_name} exists"
+                    + ("" if ours else f" without tag {ENV_TAG}={env.name}: choose another cluster.name"),
+                )
             )
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") not in ("ResourceNotFound", "ValidationException"):
                 raise
-            results.append(Result("names", "pass", "ERROR", "cluster.name", f"HyperPod cluster name {env.cluster_name} is free"))
+            results.append(
+                Result("names", "pass", "ERROR", "cluster.name", f"HyperPod cluster name {env.cluster_name} is free")
+            )
     return results
 
 
@@ -517,9 +687,25 @@ def check_bootstrap(ctx: Context) -> list[Result]:
     raw = outputs.get("BootstrapVersion", "")
     version = int(raw) if raw.isdigit() else 0
     if version < BOOTSTRAP_REQUIRED:
-        return [Result("cdk-bootstrap", "fail", "ERROR", "region", f"bootstrap version {raw or 'unknown'} < {BOOTSTRAP_REQUIRED}, which the templates require: {fix}")]
+        return [
+            Result(
+                "cdk-bootstrap",
+                "fail",
+                "ERROR",
+                "region",
+                f"bootstrap version {raw or 'unknown'} < {BOOTSTRAP_REQUIRED}, which the templates require: {fix}",
+            )
+        ]
     if version < BOOTSTRAP_CURRENT:
-        return [Result("cdk-bootstrap", "fail", "WARNING", "region", f"bootstrap version {version} is older than {BOOTSTRAP_CURRENT} of the pinned CDK CLI: {fix}")]
+        return [
+            Result(
+                "cdk-bootstrap",
+                "fail",
+                "WARNING",
+                "region",
+                f"bootstrap version {version} is older than {BOOTSTRAP_CURRENT} of the pinned CDK CLI: {fix}",
+            )
+        ]
     return [Result("cdk-bootstrap", "pass", "ERROR", "region", f"bootstrap version {version}")]
 
 
@@ -575,10 +761,7 @@ def render(results: Sequence[Result], env: str, region: str) -> None:
     styles = {"pass": "green", "fail": "red", "error": "magenta"}
     for r in results:
         label = "ok" if r.status == "pass" else ("AWS ERROR" if r.status == "error" else r.level)
-        if r.status == "fail" and r.level == "WARNING":
-            style = "yellow"
-        else:
-            style = styles[r.status]
+        style = "yellow" if r.status == "fail" and r.level == "WARNING" else styles[r.status]
         table.add_row(r.check, f"[{style}]{label}[/]", r.key, r.message)
     console = Console(highlight=False)
     console.print(table)

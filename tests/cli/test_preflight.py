@@ -100,7 +100,10 @@ def image() -> dict[str, Any]:
 
 
 def bootstrap(version: str = "33") -> None:
-    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"BootstrapVersion": {"Value": version}}}
+    template = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {"BootstrapVersion": {"Value": version}},
+    }
     aws_client("cloudformation", P5_REGION).create_stack(StackName="CDKToolkit", TemplateBody=json.dumps(template))
 
 
@@ -164,9 +167,7 @@ def test_p5_low_quota_and_expired_reservation_fail_with_exit_1(
     aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     healthy_p5(aws, p_vcpus=384.0)
-    aws.sticky[("ec2", "DescribeCapacityReservations")] = reservation(
-        State="expired", EndDate=NOW - timedelta(days=2)
-    )
+    aws.sticky[("ec2", "DescribeCapacityReservations")] = reservation(State="expired", EndDate=NOW - timedelta(days=2))
     monkeypatch.setattr(preflight, "datetime", _Frozen)
     folder = env_folder(tmp_path, "p5", P5_REGION)
     result = invoke("preflight", "p5", "--environments", str(folder))
@@ -234,7 +235,9 @@ def test_vcpu_quota_counts_other_running_instances(aws: Aws, tmp_path: Path) -> 
     ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
     assert rows(preflight.check_vcpu_quota(ctx), "vcpu-quota") == [("pass", "ERROR"), ("pass", "ERROR")]
     # 800 >= 768 at the edge; one more p5 elsewhere in the account (192 vCPUs) tips it over.
-    aws_client("ec2", P5_REGION).run_instances(ImageId="ami-12345678", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1)
+    aws_client("ec2", P5_REGION).run_instances(
+        ImageId="ami-12345678", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1
+    )
     ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
     results = preflight.check_vcpu_quota(ctx)
     assert ("fail", "ERROR") in rows(results, "vcpu-quota")
@@ -276,7 +279,10 @@ def test_fsx_quota_counts_existing_file_systems(aws: Aws, tmp_path: Path) -> Non
     assert rows(preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION)), "fsx-quota") == [("pass", "ERROR")]
     subnet = _subnet(P5_REGION)
     aws_client("fsx", P5_REGION).create_file_system(
-        FileSystemType="LUSTRE", StorageCapacity=2400, SubnetIds=[subnet], LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250}
+        FileSystemType="LUSTRE",
+        StorageCapacity=2400,
+        SubnetIds=[subnet],
+        LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250},
     )
     failed = preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION))
     assert rows(failed, "fsx-quota") == [("fail", "ERROR")]
@@ -289,7 +295,9 @@ def test_fsx_quota_counts_existing_file_systems(aws: Aws, tmp_path: Path) -> Non
 def _subnet(region: str) -> str:
     ec2 = aws_client("ec2", region)
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
-    return str(ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24", AvailabilityZone=f"{region}a")["Subnet"]["SubnetId"])
+    return str(
+        ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24", AvailabilityZone=f"{region}a")["Subnet"]["SubnetId"]
+    )
 
 
 def test_network_quotas(aws: Aws, tmp_path: Path) -> None:
@@ -311,7 +319,9 @@ def test_network_quotas(aws: Aws, tmp_path: Path) -> None:
 
 def test_offerings_by_zone_name_and_id(aws: Aws, tmp_path: Path) -> None:
     folder = env_folder(tmp_path, "p5", P5_REGION)
-    assert {s for s, _ in rows(preflight.check_offerings(context(aws, folder, "p5", P5_REGION)), "instance-offered")} == {"pass"}
+    assert {
+        s for s, _ in rows(preflight.check_offerings(context(aws, folder, "p5", P5_REGION)), "instance-offered")
+    } == {"pass"}
     (first, *_) = aws.params("DescribeInstanceTypeOfferings")
     assert first["LocationType"] == "availability-zone"
     hp = env_folder(tmp_path, "hyperpod", "us-west-2")
@@ -346,9 +356,7 @@ def test_offerings_by_zone_name_and_id(aws: Aws, tmp_path: Path) -> None:
         ),
     ],
 )
-def test_reservation_findings(
-    aws: Aws, tmp_path: Path, changes: dict[str, Any], level: str | None, words: str
-) -> None:
+def test_reservation_findings(aws: Aws, tmp_path: Path, changes: dict[str, Any], level: str | None, words: str) -> None:
     found = reservation(**changes)
     if found["CapacityReservations"][0]["EndDate"] is None:
         del found["CapacityReservations"][0]["EndDate"]
@@ -377,7 +385,9 @@ def test_reservation_not_found(aws: Aws, tmp_path: Path) -> None:
 def test_pcluster_image(aws: Aws, tmp_path: Path) -> None:
     folder = env_folder(tmp_path, "p5", P5_REGION)
     aws.answer("ec2", "DescribeImages", image(), {"Images": []})
-    assert rows(preflight.check_pcluster_image(context(aws, folder, "p5", P5_REGION)), "pcluster-image") == [("pass", "ERROR")]
+    assert rows(preflight.check_pcluster_image(context(aws, folder, "p5", P5_REGION)), "pcluster-image") == [
+        ("pass", "ERROR")
+    ]
     failed = preflight.check_pcluster_image(context(aws, folder, "p5", P5_REGION))
     assert rows(failed, "pcluster-image") == [("fail", "ERROR")]
     assert "no official image aws-parallelcluster-3.16.1-amzn2023-hvm-x86_64*" in failed[0].message
@@ -407,10 +417,15 @@ def test_names_free_ours_or_taken(aws: Aws, tmp_path: Path) -> None:
 def test_hyperpod_cluster_name(aws: Aws, tmp_path: Path) -> None:
     folder = env_folder(tmp_path, "hyperpod", "us-west-2")
     assert {r.status for r in preflight.check_names(context(aws, folder, "hyperpod", "us-west-2"))} == {"pass"}
-    aws.answer("sagemaker", "DescribeCluster", always={
-        "ClusterArn": "arn:aws:sagemaker:us-west-2:123456789012:cluster/abc123def456", "ClusterStatus": "InService",
-        "InstanceGroups": [],
-    })
+    aws.answer(
+        "sagemaker",
+        "DescribeCluster",
+        always={
+            "ClusterArn": "arn:aws:sagemaker:us-west-2:123456789012:cluster/abc123def456",
+            "ClusterStatus": "InService",
+            "InstanceGroups": [],
+        },
+    )
     aws.answer("sagemaker", "ListTags", always={"Tags": [{"Key": "team", "Value": "other"}]})
     results = preflight.check_names(context(aws, folder, "hyperpod", "us-west-2"))
     assert [r.message for r in results if r.status == "fail"] == [
@@ -420,7 +435,13 @@ def test_hyperpod_cluster_name(aws: Aws, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("version", "expected"),
-    [(None, ("fail", "ERROR")), ("5", ("fail", "ERROR")), ("6", ("fail", "WARNING")), ("32", ("fail", "WARNING")), ("33", ("pass", "ERROR"))],
+    [
+        (None, ("fail", "ERROR")),
+        ("5", ("fail", "ERROR")),
+        ("6", ("fail", "WARNING")),
+        ("32", ("fail", "WARNING")),
+        ("33", ("pass", "ERROR")),
+    ],
 )
 def test_cdk_bootstrap(aws: Aws, tmp_path: Path, version: str | None, expected: tuple[str, str]) -> None:
     if version is not None:
