@@ -450,3 +450,31 @@ def test_cdk_bootstrap(aws: Aws, tmp_path: Path, version: str | None, expected: 
     assert rows(results, "cdk-bootstrap") == [expected]
     if version is None:
         assert "npx cdk bootstrap aws://<account>/us-east-2" in results[0].message
+
+
+@pytest.mark.parametrize(
+    ("check", "env", "operation"),
+    [
+        ("vcpu-quota", "p5", ("ec2", "DescribeInstanceTypes")),
+        ("sagemaker-quota", "hyperpod", ("service-quotas", "ListServiceQuotas")),
+        ("fsx-quota", "p5", ("fsx", "DescribeFileSystems")),
+        ("network-quotas", "p5", ("ec2", "DescribeVpcs")),
+        ("instance-offered", "p5", ("ec2", "DescribeInstanceTypeOfferings")),
+        ("capacity-reservation", "p5", ("ec2", "DescribeCapacityReservations")),
+        ("pcluster-image", "p5", ("ec2", "DescribeImages")),
+        ("names", "p5", ("cloudformation", "DescribeStacks")),
+        ("cdk-bootstrap", "p5", ("cloudformation", "DescribeStacks")),
+    ],
+)
+@pytest.mark.parametrize("code", ["AccessDenied", "Throttling"])
+def test_every_check_reports_an_aws_error_as_a_row(
+    aws: Aws, tmp_path: Path, check: str, env: str, operation: tuple[str, str], code: str
+) -> None:
+    healthy_p5(aws)
+    aws.sticky[operation] = error(code, "refused by the test")
+    region = "us-west-2" if env == "hyperpod" else P5_REGION
+    ctx = context(aws, env_folder(tmp_path, env, region), env, region)
+    results = preflight.run_checks(ctx, skip=[c for c in preflight.CHECKS if c != check])
+    assert [(r.check, r.status) for r in results] == [(check, "error")]
+    assert f"{code}: refused by the test" in results[0].message
+    assert preflight.exit_code(results) == 3
