@@ -320,32 +320,43 @@ def check_fsx_quota(ctx: Context) -> list[Result]:
     return results
 
 
-def check_network_quotas(ctx: Context) -> list[Result]:
-    """VPCs per region, Elastic IPs (one per NAT gateway) and NAT gateways in the primary zone."""
+def _own_vpc(ctx: Context) -> tuple[int, bool]:
+    """How many VPCs the region has, and whether one already carries this environment's tag (a redeploy)."""
+    pages = ctx.client("ec2").get_paginator("describe_vpcs").paginate()
+    vpcs = [v for page in pages for v in page["Vpcs"]]
+    return len(vpcs), any(_tags_say_ours(v.get("Tags", []), ctx.env.name) for v in vpcs)
+
+
+def check_vpc_quota(ctx: Context) -> list[Result]:
+    """VPCs per Region: one more unless the environment's VPC exists already."""
     if not ctx.plan.new_vpc:
         return []
-    ec2 = ctx.client("ec2")
-    results = []
-    vpcs = [v for page in ec2.get_paginator("describe_vpcs").paginate() for v in page["Vpcs"]]
-    ours = any(t.get("Key") == ENV_TAG and t.get("Value") == ctx.env.name for v in vpcs for t in v.get("Tags", []))
+    count, ours = _own_vpc(ctx)
     value, name = _quota(ctx, *VPC_QUOTA)
     need = 0 if ours else 1
-    status: Status = "fail" if len(vpcs) + need > value else "pass"
-    results.append(
+    status: Status = "fail" if count + need > value else "pass"
+    return [
         Result(
             "vpc-quota",
             status,
             "ERROR",
             "network",
-            f"{name} ({VPC_QUOTA[1]}) is {value:g}; {len(vpcs)} exist, {need} more needed"
+            f"{name} ({VPC_QUOTA[1]}) is {value:g}; {count} exist, {need} more needed"
             + (": delete one or request an increase" if status == "fail" else ""),
         )
-    )
-    addresses = ec2.describe_addresses()["Addresses"]
+    ]
+
+
+def check_eip_quota(ctx: Context) -> list[Result]:
+    """Elastic IPs: one per NAT gateway, unless the environment's VPC exists already."""
+    if not ctx.plan.new_vpc or not ctx.plan.nat_gateways:
+        return []
+    _, ours = _own_vpc(ctx)
+    addresses = ctx.client("ec2").describe_addresses()["Addresses"]
     value, name = _quota(ctx, *EIP_QUOTA)
     need = 0 if ours else ctx.plan.nat_gateways
-    status = "fail" if len(addresses) + need > value else "pass"
-    results.append(
+    status: Status = "fail" if len(addresses) + need > value else "pass"
+    return [
         Result(
             "eip-quota",
             status,
@@ -354,35 +365,38 @@ def check_network_quotas(ctx: Context) -> list[Result]:
             f"{name} ({EIP_QUOTA[1]}) is {value:g}; {len(addresses)} allocated, {need} needed for NAT gateways"
             + (": release unused addresses or request an increase" if status == "fail" else ""),
         )
-    )
-    if ctx.plan.zones and ctx.plan.nat_gateways:
-        gateways = [
-            g
-            for page in ec2.get_paginator("describe_nat_gateways").paginate(
-                Filter=[{"Name": "state", "Values": ["pending", "available"]}]
-            )
-            for g in page["NatGateways"]
-        ]
-        zone = ctx.plan.zones[0]
-        in_zone = 0
-        if gateways:
-            subnets = ec2.describe_subnets(SubnetIds=sorted({g["SubnetId"] for g in gateways}))["Subnets"]
-            field = "AvailabilityZoneId" if ZONE_ID.fullmatch(zone) else "AvailabilityZone"
-            zone_of = {s["SubnetId"]: s.get(field) for s in subnets}
-            in_zone = sum(1 for g in gateways if zone_of.get(g["SubnetId"]) == zone)
-        value, name = _quota(ctx, *NAT_QUOTA)
-        status = "fail" if in_zone + 1 > value else "pass"
-        results.append(
-            Result(
-                "nat-quota",
-                status,
-                "ERROR",
-                "network.availability_zone",
-                f"{name} ({NAT_QUOTA[1]}) is {value:g}; {in_zone} in {zone}, 1 needed"
-                + (": request an increase or choose another zone" if status == "fail" else ""),
-            )
+    ]
+
+
+def check_nat_quota(ctx: Context) -> list[Result]:
+    """NAT gateways per Availability Zone, in the primary zone, unless the environment's VPC exists already."""
+    if not ctx.plan.new_vpc or not ctx.plan.zones or not ctx.plan.nat_gateways:
+        return []
+    _, ours = _own_vpc(ctx)
+    ec2 = ctx.client("ec2")
+    states = [{"Name": "state", "Values": ["pending", "available"]}]
+    pages = ec2.get_paginator("describe_nat_gateways").paginate(Filter=states)
+    gateways = [g for page in pages for g in page["NatGateways"]]
+    zone = ctx.plan.zones[0]
+    in_zone = 0
+    if gateways:
+        subnets = ec2.describe_subnets(SubnetIds=sorted({g["SubnetId"] for g in gateways}))["Subnets"]
+        field = "AvailabilityZoneId" if ZONE_ID.fullmatch(zone) else "AvailabilityZone"
+        zone_of = {s["SubnetId"]: s.get(field) for s in subnets}
+        in_zone = sum(1 for g in gateways if zone_of.get(g["SubnetId"]) == zone)
+    value, name = _quota(ctx, *NAT_QUOTA)
+    need = 0 if ours else 1
+    status: Status = "fail" if in_zone + need > value else "pass"
+    return [
+        Result(
+            "nat-quota",
+            status,
+            "ERROR",
+            "network.availability_zone",
+            f"{name} ({NAT_QUOTA[1]}) is {value:g}; {in_zone} in {zone}, {need} needed"
+            + (": request an increase or choose another zone" if status == "fail" else ""),
         )
-    return results
+    ]
 
 
 def check_offerings(ctx: Context) -> list[Result]:
@@ -714,7 +728,9 @@ CHECKS: dict[str, Callable[[Context], list[Result]]] = {
     "vcpu-quota": check_vcpu_quota,
     "sagemaker-quota": check_sagemaker_quota,
     "fsx-quota": check_fsx_quota,
-    "network-quotas": check_network_quotas,
+    "vpc-quota": check_vpc_quota,
+    "eip-quota": check_eip_quota,
+    "nat-quota": check_nat_quota,
     "instance-offered": check_offerings,
     "capacity-reservation": check_reservations,
     "pcluster-image": check_pcluster_image,

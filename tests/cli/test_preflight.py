@@ -221,7 +221,7 @@ def test_an_aws_error_is_a_row_and_exit_3(
     assert "Traceback" not in result.output
     as_json = invoke("preflight", "p5", "--environments", str(folder), "--json")
     errors = [r for r in json.loads(as_json.stdout)["results"] if r["status"] == "error"]
-    assert {r["check"] for r in errors} == {"vcpu-quota", "network-quotas"}
+    assert {r["check"] for r in errors} == {"vcpu-quota", "vpc-quota", "eip-quota", "nat-quota"}
     assert all(code in r["message"] and words in r["message"] for r in errors)
     # The other checks still ran.
     assert "DescribeInstanceTypeOfferings" in aws.operations()
@@ -300,10 +300,14 @@ def _subnet(region: str) -> str:
     )
 
 
+def network_quotas(ctx: preflight.Context) -> list[preflight.Result]:
+    return preflight.check_vpc_quota(ctx) + preflight.check_eip_quota(ctx) + preflight.check_nat_quota(ctx)
+
+
 def test_network_quotas(aws: Aws, tmp_path: Path) -> None:
     quotas(aws)
     folder = env_folder(tmp_path, "p5", P5_REGION)
-    ok = preflight.check_network_quotas(context(aws, folder, "p5", P5_REGION))
+    ok = network_quotas(context(aws, folder, "p5", P5_REGION))
     assert {r.check: r.status for r in ok} == {"vpc-quota": "pass", "eip-quota": "pass", "nat-quota": "pass"}
     ec2 = aws_client("ec2", P5_REGION)
     subnet = _subnet(P5_REGION)  # moto starts with the default VPC; this is the second
@@ -312,7 +316,7 @@ def test_network_quotas(aws: Aws, tmp_path: Path) -> None:
         ec2.create_nat_gateway(SubnetId=subnet, AllocationId=allocation)
     for _ in range(3):
         ec2.create_vpc(CidrBlock="10.8.0.0/16")
-    bad = preflight.check_network_quotas(context(aws, folder, "p5", P5_REGION))
+    bad = network_quotas(context(aws, folder, "p5", P5_REGION))
     assert {r.check: r.status for r in bad} == {"vpc-quota": "fail", "eip-quota": "fail", "nat-quota": "fail"}
     assert "5 in us-east-2a, 1 needed" in " ".join(r.message for r in bad)
 
@@ -458,7 +462,9 @@ def test_cdk_bootstrap(aws: Aws, tmp_path: Path, version: str | None, expected: 
         ("vcpu-quota", "p5", ("ec2", "DescribeInstanceTypes")),
         ("sagemaker-quota", "hyperpod", ("service-quotas", "ListServiceQuotas")),
         ("fsx-quota", "p5", ("fsx", "DescribeFileSystems")),
-        ("network-quotas", "p5", ("ec2", "DescribeVpcs")),
+        ("vpc-quota", "p5", ("ec2", "DescribeVpcs")),
+        ("eip-quota", "p5", ("ec2", "DescribeAddresses")),
+        ("nat-quota", "p5", ("ec2", "DescribeNatGateways")),
         ("instance-offered", "p5", ("ec2", "DescribeInstanceTypeOfferings")),
         ("capacity-reservation", "p5", ("ec2", "DescribeCapacityReservations")),
         ("pcluster-image", "p5", ("ec2", "DescribeImages")),
@@ -478,3 +484,17 @@ def test_every_check_reports_an_aws_error_as_a_row(
     assert [(r.check, r.status) for r in results] == [(check, "error")]
     assert f"{code}: refused by the test" in results[0].message
     assert preflight.exit_code(results) == 3
+
+
+def test_a_redeploy_needs_no_new_vpc(aws: Aws, tmp_path: Path) -> None:
+    quotas(aws)
+    aws_client("ec2", P5_REGION).create_vpc(
+        CidrBlock="10.0.0.0/16",
+        TagSpecifications=[{"ResourceType": "vpc", "Tags": [{"Key": "mlcluster:environment", "Value": "p5"}]}],
+    )
+    results = network_quotas(context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION))
+    assert [r.message.split("; ", 1)[1] for r in results] == [
+        "2 exist, 0 more needed",
+        "0 allocated, 0 needed for NAT gateways",
+        "0 in us-east-2a, 0 needed",
+    ]
