@@ -80,6 +80,7 @@ class Price:
     unit: str
     effective: str
     description: str
+    published: str = ""
 
 
 @dataclass
@@ -174,6 +175,7 @@ def _dimension(item: dict[str, Any], unit: str) -> Price | None:
                     unit=unit,
                     effective=str(term.get("effectiveDate", "")),
                     description=str(dim.get("description", "")),
+                    published=str(item.get("publicationDate", "")),
                 )
     return None
 

@@ -12,9 +12,10 @@ Contracts the checks rest on, with their source:
 * EC2 On-Demand vCPU quotas per instance family (Service Quotas, service code
   ``ec2``). Codes: ``L-1216C47A`` Standard (AWS CLI reference example for
   ``get-aws-default-service-quota``); ``L-417A185B`` P and ``L-DB2E81BA`` G and
-  VT (Service Quotas console links in AWS and vendor guides); the others are
-  the console's codes for the remaining families. Each result prints the
-  ``QuotaName`` AWS returns for the code, so a wrong code shows.
+  VT (Service Quotas console links in AWS and vendor guides). The codes of the
+  other families (Trn, Inf, DL, F, X, HPC, High Memory) are not checked against
+  an AWS page; each result prints the ``QuotaName`` AWS returns for its code,
+  so a wrong code shows.
 * VPCs per Region ``L-F678F1CE`` and NAT gateways per Availability Zone
   ``L-FE5A380F`` (service ``vpc``), EC2-VPC Elastic IPs ``L-0263D0A3`` (service
   ``ec2``; the code AWS's own managed policies grant ``GetServiceQuota`` on).

@@ -70,6 +70,7 @@ def test_cost_p5_from_the_recorded_price_list(pricing: Aws, tmp_path: Path) -> N
     p5 = by["queue compute-gpu/p5: p5.48xlarge"]
     assert p5["price"]["sku"] == "Q4QTSF6ZVMRWJTKZ"  # the Used product, not the unused-reservation one
     assert p5["price"]["effective"] == "2026-11-01T00:00:00Z"
+    assert p5["price"]["published"] == "2026-11-20T18:02:11Z"
     assert p5["hourly_min"] == p5["hourly_max"] == pytest.approx(4 * 55.04)
     assert by["head node: m5.8xlarge"]["hourly_max"] == pytest.approx(1.536)
     lustre = by["FSx for Lustre PERSISTENT_2 250 MB/s/TiB"]
