@@ -476,7 +476,10 @@ def cost(env: str, environments: Path, region: str | None, profile: str | None, 
             hit = prices.get(query.cache_key)
             if hit is None:
                 raise PriceNotFoundError("not in the cache; run once without --offline")
-            return Price(**hit)
+            try:
+                return Price(**hit)
+            except TypeError:
+                raise PriceNotFoundError(f"the cache entry is malformed; delete {path}") from None
 
         est = estimate(env, where, plan, cached, f"cached prices fetched {cache['fetched']} ({path})")
     else:

@@ -80,8 +80,8 @@ def plan_of(env: Environment) -> Plan:
     """The resources ``env`` deploys, read from its loaded configuration."""
     cfg = env.config
     net = cfg.network
-    primary = (net.primary_zone_label,) if net.existing is None and net.primary_zone_label else ()
-    all_zones = primary + tuple(z.label for z in net.extra_zones) if net.existing is None else ()
+    primary = (net.primary_zone_label,) if net.primary_zone_label else ()
+    all_zones = primary + tuple(z.label for z in net.extra_zones)
     groups: list[NodeGroup] = []
     volumes: list[tuple[str, int]] = []
     cluster = cfg.cluster

@@ -161,3 +161,16 @@ def test_a_corrupt_cache_is_reported(pricing: Aws, tmp_path: Path) -> None:
     path.write_text("{not json")
     result = invoke("cost", "p5", "--environments", str(env_folder(tmp_path, "p5", P5_REGION)), "--offline")
     assert result.exit_code == 1 and "is unreadable" in result.output and "Traceback" not in result.output
+
+
+def test_a_malformed_cache_entry_is_a_row(pricing: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    invoke("cost", "p5", "--environments", str(folder), "--json")
+    path = cost.cache_path(P5_REGION)
+    cache = json.loads(path.read_text())
+    key = next(k for k in cache["prices"] if "p5.48xlarge" in k)
+    cache["prices"][key] = {"sku": "X", "usd": "free"}
+    path.write_text(json.dumps(cache))
+    data = json.loads(invoke("cost", "p5", "--environments", str(folder), "--offline", "--json").stdout)
+    p5 = lines(data)["queue compute-gpu/p5: p5.48xlarge"]
+    assert p5["hourly_max"] is None and p5["note"] == f"no price: the cache entry is malformed; delete {path}"

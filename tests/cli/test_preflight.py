@@ -498,3 +498,35 @@ def test_a_redeploy_needs_no_new_vpc(aws: Aws, tmp_path: Path) -> None:
         "0 allocated, 0 needed for NAT gateways",
         "0 in us-east-2a, 0 needed",
     ]
+
+
+def test_an_environment_without_a_cluster(aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    healthy_p5(aws)
+    monkeypatch.setattr(preflight, "datetime", _Frozen)
+    folder = env_folder(tmp_path, "dev", P5_REGION, network={"availability_zone": "us-east-2a"})
+    result = invoke("preflight", "dev", "--environments", str(folder), "--json")
+    assert result.exit_code == 0, result.output
+    checks = {r["check"] for r in json.loads(result.stdout)["results"]}
+    assert checks == {"fsx-quota", "vpc-quota", "eip-quota", "nat-quota", "names", "cdk-bootstrap"}
+
+
+def test_queues_on_existing_subnets_cannot_name_the_zone(aws: Aws, tmp_path: Path) -> None:
+    existing = {
+        "availability_zone": "us-east-2a",
+        "existing": {
+            "vpc_id": "vpc-0abc1234",
+            "vpc_cidr": "10.0.0.0/16",
+            "private_subnet_ids": ["subnet-0abc1234"],
+            "security_group_id": "sg-0abc1234",
+        },
+    }
+    folder = env_folder(tmp_path, "p5", P5_REGION, network=existing)
+    data = yaml.safe_load((folder / "p5.yaml").read_text())
+    data["cluster"]["pcluster"]["queues"][0]["zones"] = ["subnet-0abc1234"]
+    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    results = preflight.check_offerings(context(aws, folder, "p5", P5_REGION))
+    assert [(r.key, r.status, r.level) for r in results] == [
+        ("cluster.pcluster.head_node.instance_type", "pass", "ERROR"),
+        ("cluster.pcluster.queues[0].compute_resources[0]", "fail", "WARNING"),
+    ]
+    assert preflight.check_vpc_quota(context(aws, folder, "p5", P5_REGION)) == []
