@@ -31,6 +31,7 @@ class NodeGroup:
     reservation_id: str | None = None
     capacity_block: bool = False
     root_volume_gib: int = 0
+    training_plan_arn: str | None = None
 
     @property
     def sagemaker(self) -> bool:
@@ -138,6 +139,7 @@ def plan_of(env: Environment) -> Plan:
                     group.instance_count,
                     group.instance_count,
                     _zones(group.zones, primary),
+                    training_plan_arn=group.training_plan_arn,
                 )
             )
     lustre = cfg.storage.lustre

@@ -522,6 +522,66 @@ def _reservation_findings(ctx: Context, group: NodeGroup, key: str, res: dict[st
     return [Result("capacity-reservation", "fail", level, key, f"{rid}: {text}") for level, text in problems]
 
 
+def check_training_plans(ctx: Context) -> list[Result]:
+    """HyperPod: each training plan exists, is active (or scheduled), is for HyperPod, and covers the group."""
+    from botocore.exceptions import ClientError
+
+    results = []
+    sm = ctx.client("sagemaker")
+    for group in ctx.plan.groups:
+        arn = group.training_plan_arn
+        if arn is None:
+            continue
+        key = f"{group.key}.training_plan_arn"
+        name = arn.rsplit("/", 1)[-1]
+        try:
+            plan = sm.describe_training_plan(TrainingPlanName=name)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") not in ("ResourceNotFound", "ResourceNotFoundException"):
+                raise
+            results.append(
+                Result("training-plan", "fail", "ERROR", key, f"{name} does not exist in {ctx.region}: fix the ARN")
+            )
+            continue
+        results += _plan_findings(ctx, group, key, plan)
+    return results
+
+
+def _plan_findings(ctx: Context, group: NodeGroup, key: str, plan: dict[str, Any]) -> list[Result]:
+    name = plan["TrainingPlanName"]
+    problems: list[tuple[Level, str]] = []
+    status, start, end = plan.get("Status"), plan.get("StartTime"), plan.get("EndTime")
+    if status == "Scheduled" and start is not None:
+        problems.append(("WARNING", f"scheduled to start {start:%Y-%m-%d %H:%M} UTC; nodes cannot launch before"))
+    elif status != "Active":
+        problems.append(("ERROR", f"status is {status}, not Active: buy a new plan or remove training_plan_arn"))
+    if "hyperpod-cluster" not in plan.get("TargetResources", []):
+        problems.append(("ERROR", "the plan is not for hyperpod-cluster (TargetResources)"))
+    capacity = [c for c in plan.get("ReservedCapacitySummaries", []) if c.get("InstanceType") == group.instance_type]
+    total = sum(int(c.get("TotalInstanceCount", 0)) for c in capacity)
+    if total < group.max_count:
+        problems.append(("ERROR", f"it reserves {total} {group.instance_type}, instance_count is {group.max_count}"))
+    zone = group.zones[0] if group.zones else None
+    zones = {
+        c.get("AvailabilityZoneId") if ZONE_ID.fullmatch(zone or "") else c.get("AvailabilityZone") for c in capacity
+    }
+    if zone is not None and capacity and zone not in zones:
+        problems.append(
+            ("ERROR", f"its capacity is in {', '.join(sorted(str(z) for z in zones))}, the group in {zone}")
+        )
+    if end is not None:
+        if end <= ctx.now:
+            problems.append(("ERROR", f"it ended {end:%Y-%m-%d %H:%M} UTC"))
+        elif end <= ctx.now + ctx.margin:
+            problems.append(("WARNING", f"it ends {end:%Y-%m-%d %H:%M} UTC, within {ctx.margin.days} days"))
+    if not problems:
+        until = f"until {end:%Y-%m-%d}" if end is not None else ""
+        return [
+            Result("training-plan", "pass", "ERROR", key, f"{name}: {status} {group.instance_type} x{total} {until}")
+        ]
+    return [Result("training-plan", "fail", level, key, f"{name}: {text}") for level, text in problems]
+
+
 def check_pcluster_image(ctx: Context) -> list[Result]:
     """ParallelCluster: the official image for its version, OS and architecture exists in the region."""
     pc = ctx.env.config.cluster.pcluster
@@ -734,6 +794,7 @@ CHECKS: dict[str, Callable[[Context], list[Result]]] = {
     "nat-quota": check_nat_quota,
     "instance-offered": check_offerings,
     "capacity-reservation": check_reservations,
+    "training-plan": check_training_plans,
     "pcluster-image": check_pcluster_image,
     "names": check_names,
     "cdk-bootstrap": check_bootstrap,

@@ -467,6 +467,7 @@ def test_cdk_bootstrap(aws: Aws, tmp_path: Path, version: str | None, expected: 
         ("nat-quota", "p5", ("ec2", "DescribeNatGateways")),
         ("instance-offered", "p5", ("ec2", "DescribeInstanceTypeOfferings")),
         ("capacity-reservation", "p5", ("ec2", "DescribeCapacityReservations")),
+        ("training-plan", "hyperpod-plan", ("sagemaker", "DescribeTrainingPlan")),
         ("pcluster-image", "p5", ("ec2", "DescribeImages")),
         ("names", "p5", ("cloudformation", "DescribeStacks")),
         ("cdk-bootstrap", "p5", ("cloudformation", "DescribeStacks")),
@@ -478,8 +479,12 @@ def test_every_check_reports_an_aws_error_as_a_row(
 ) -> None:
     healthy_p5(aws)
     aws.sticky[operation] = error(code, "refused by the test")
-    region = "us-west-2" if env == "hyperpod" else P5_REGION
-    ctx = context(aws, env_folder(tmp_path, env, region), env, region)
+    region = "us-west-2" if env.startswith("hyperpod") else P5_REGION
+    if env == "hyperpod-plan":
+        env, folder = "hyperpod", hyperpod_with_plan(tmp_path)
+    else:
+        folder = env_folder(tmp_path, env, region)
+    ctx = context(aws, folder, env, region)
     results = preflight.run_checks(ctx, skip=[c for c in preflight.CHECKS if c != check])
     assert [(r.check, r.status) for r in results] == [(check, "error")]
     assert f"{code}: refused by the test" in results[0].message
@@ -530,3 +535,74 @@ def test_queues_on_existing_subnets_cannot_name_the_zone(aws: Aws, tmp_path: Pat
         ("cluster.pcluster.queues[0].compute_resources[0]", "fail", "WARNING"),
     ]
     assert preflight.check_vpc_quota(context(aws, folder, "p5", P5_REGION)) == []
+
+
+PLAN_ARN = "arn:aws:sagemaker:us-west-2:123456789012:training-plan/p5-plan"
+
+
+def training_plan(**changes: Any) -> dict[str, Any]:
+    found = {
+        "TrainingPlanArn": PLAN_ARN,
+        "TrainingPlanName": "p5-plan",
+        "Status": "Active",
+        "StartTime": NOW - timedelta(days=1),
+        "EndTime": NOW + timedelta(days=14),
+        "TargetResources": ["hyperpod-cluster"],
+        "ReservedCapacitySummaries": [
+            {
+                "ReservedCapacityArn": "arn:aws:sagemaker:us-west-2:123456789012:reserved-capacity/rc-1",
+                "InstanceType": "ml.p5.48xlarge",
+                "TotalInstanceCount": 2,
+                "Status": "Active",
+                "AvailabilityZone": "us-west-2d",
+                "AvailabilityZoneId": "usw2-az4",
+            }
+        ],
+    }
+    found.update(changes)
+    return found
+
+
+def hyperpod_with_plan(tmp_path: Path) -> Path:
+    folder = env_folder(tmp_path, "hyperpod", "us-west-2")
+    data = yaml.safe_load((folder / "hyperpod.yaml").read_text())
+    data["cluster"]["hyperpod"]["workers"][0]["training_plan_arn"] = PLAN_ARN
+    (folder / "hyperpod.yaml").write_text(yaml.safe_dump(data))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("changes", "level", "words"),
+    [
+        ({}, None, "p5-plan: Active ml.p5.48xlarge x2 until 2026-12-11"),
+        ({"Status": "Scheduled", "StartTime": NOW + timedelta(days=2)}, "WARNING", "scheduled to start 2026-11-29"),
+        ({"Status": "Expired", "EndTime": NOW - timedelta(hours=1)}, "ERROR", "status is Expired, not Active"),
+        ({"TargetResources": ["training-job"]}, "ERROR", "not for hyperpod-cluster"),
+        ({"EndTime": NOW + timedelta(days=3)}, "WARNING", "within 7 days"),
+    ],
+)
+def test_training_plan_findings(
+    aws: Aws, tmp_path: Path, changes: dict[str, Any], level: str | None, words: str
+) -> None:
+    aws.answer("sagemaker", "DescribeTrainingPlan", always=training_plan(**changes))
+    results = preflight.check_training_plans(context(aws, hyperpod_with_plan(tmp_path), "hyperpod", "us-west-2"))
+    assert aws.params("DescribeTrainingPlan") == [{"TrainingPlanName": "p5-plan"}]
+    assert words in " | ".join(r.message for r in results)
+    if level is None:
+        assert [r.status for r in results] == ["pass"]
+    else:
+        assert ("fail", level) in rows(results, "training-plan")
+
+
+def test_training_plan_capacity_and_zone(aws: Aws, tmp_path: Path) -> None:
+    small = training_plan()
+    small["ReservedCapacitySummaries"][0].update(TotalInstanceCount=1, AvailabilityZoneId="usw2-az1")
+    aws.answer("sagemaker", "DescribeTrainingPlan", always=small)
+    results = preflight.check_training_plans(context(aws, hyperpod_with_plan(tmp_path), "hyperpod", "us-west-2"))
+    assert [r.message for r in results] == [
+        "p5-plan: it reserves 1 ml.p5.48xlarge, instance_count is 2",
+        "p5-plan: its capacity is in usw2-az1, the group in usw2-az4",
+    ]
+    aws.sticky[("sagemaker", "DescribeTrainingPlan")] = error("ResourceNotFound", "no plan")
+    missing = preflight.check_training_plans(context(aws, hyperpod_with_plan(tmp_path), "hyperpod", "us-west-2"))
+    assert [(r.status, r.message) for r in missing] == [("fail", "p5-plan does not exist in us-west-2: fix the ARN")]
