@@ -200,13 +200,20 @@ def check_vcpu_quota(ctx: Context) -> list[Result]:
 
 
 def _running_vcpus(ctx: Context, known: dict[str, int]) -> dict[str, int]:
-    """vCPUs of pending and running instances per quota code, except this environment's own nodes."""
+    """vCPUs of pending and running On-Demand instances per quota code, except this environment's own nodes."""
     pages = (
         ctx.client("ec2")
         .get_paginator("describe_instances")
         .paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
     )
-    instances = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    # Spot instances count against the Spot quotas, not these.
+    instances = [
+        i
+        for page in pages
+        for r in page["Reservations"]
+        for i in r["Instances"]
+        if i.get("InstanceLifecycle") != "spot"
+    ]
     mine = ctx.env.cluster_name
     others = [
         i

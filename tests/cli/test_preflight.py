@@ -234,10 +234,15 @@ def test_vcpu_quota_counts_other_running_instances(aws: Aws, tmp_path: Path) -> 
     quotas(aws, p_vcpus=800.0)
     ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
     assert rows(preflight.check_vcpu_quota(ctx), "vcpu-quota") == [("pass", "ERROR"), ("pass", "ERROR")]
-    # 800 >= 768 at the edge; one more p5 elsewhere in the account (192 vCPUs) tips it over.
-    aws_client("ec2", P5_REGION).run_instances(
-        ImageId="ami-12345678", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1
+    # 800 >= 768 at the edge; a Spot p5 counts against another quota, one more On-Demand p5 tips it over.
+    ec2 = aws_client("ec2", P5_REGION)
+    spot = {"MarketType": "spot"}
+    ec2.run_instances(
+        ImageId="ami-12345678", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1, InstanceMarketOptions=spot
     )
+    ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
+    assert rows(preflight.check_vcpu_quota(ctx), "vcpu-quota") == [("pass", "ERROR"), ("pass", "ERROR")]
+    ec2.run_instances(ImageId="ami-12345678", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1)
     ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
     results = preflight.check_vcpu_quota(ctx)
     assert ("fail", "ERROR") in rows(results, "vcpu-quota")
