@@ -79,14 +79,18 @@ class RetentionConfig:
     )
 
     #: Construct paths (below the environment) of data-bearing resources this
-    #: file explicitly lets the next deploy replace, e.g. ``Storage/Lustre``.
-    #: The synth-time guard (``mlcluster.lockfile``) refuses every other replacement.
+    #: file explicitly lets the next deploy replace, delete or weaken, one resource
+    #: each, e.g. ``Storage/Lustre``. The synth-time guard (``mlcluster.lockfile``)
+    #: refuses every other such change, and an entry that names several resources
+    #: or allows nothing any more.
     allow_replacement: tuple[str, ...] = setting(
         default=(),
-        pattern=r"(Storage|DataRepository|Cluster|Network)(/[A-Za-z0-9_.-]+)*",
+        pattern=r"(Storage|DataRepository|Cluster|Network|Observability)(/[A-Za-z0-9_.-]+)*",
         allowed="allowed: construct paths below the environment, e.g. 'Storage/Lustre' or 'Cluster/Cluster'",
-        doc="construct paths (`Storage/Lustre`, `DataRepository/Lustre`, `Cluster/Cluster`, ...) whose replacement "
-        "the next deploy may make; the synth-time guard refuses every other replacement of data (see Day two)",
+        doc="the data-bearing resources (one construct path each: `Storage/Lustre`, "
+        "`DataRepository/Lustre/AssociationData`, `Cluster/Cluster`, ...) the next deploy may replace, delete or "
+        "keep less well; the synth-time guard refuses every other such change, and an entry left after its deploy "
+        "(see Day two)",
     )
 
     @property
