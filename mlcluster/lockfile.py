@@ -291,6 +291,7 @@ def allowance_problems(
         }
     )
     pending = {change.path for change in changes if change.dangerous}
+    pending |= {path for exposed in unprotected(lock.snapshot, snapshot).values() for path in exposed}
     problems: list[Problem] = []
     for entry in environment.config.retention.allow_replacement:
         named = [path for path in bearing if entry in (path, resource_name(path))]
@@ -415,6 +416,22 @@ def _retained(resources: Sequence[tuple[str, str, str]]) -> str:
     return ", ".join(f"{path} ({kind})" for path, kind, policy in resources if policy in KEEPING_POLICIES) or "none"
 
 
+def unprotected(locked: Snapshot, snapshot: Snapshot) -> dict[str, list[str]]:
+    """Stacks that lose termination protection, each with the data-bearing resources its deletion would delete."""
+    found: dict[str, list[str]] = {}
+    for stack in sorted(set(locked) & set(snapshot)):
+        if not locked[stack].termination_protection or snapshot[stack].termination_protection:
+            continue
+        exposed = sorted(
+            r.path
+            for r in snapshot[stack].resources.values()
+            if is_data_bearing(r.type, r.path) and r.deletion_policy not in KEEPING_POLICIES
+        )
+        if exposed:
+            found[stack] = exposed
+    return found
+
+
 def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[Problem]:
     """A stack the lock records that the app drops, and a stack holding data that loses termination protection.
 
@@ -449,11 +466,8 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
                 "gone), and make this edit.",
             )
         )
-    for stack in sorted(set(locked) & set(snapshot)):
-        if not locked[stack].termination_protection or snapshot[stack].termination_protection:
-            continue
-        bearing = sorted(r.path for r in locked[stack].resources.values() if is_data_bearing(r.type, r.path))
-        missing = [path for path in bearing if not any(entry in (path, resource_name(path)) for entry in allowances)]
+    for stack, exposed in unprotected(locked, snapshot).items():
+        missing = [path for path in exposed if not any(entry in (path, resource_name(path)) for entry in allowances)]
         if not missing:
             continue
         problems.append(

@@ -23,7 +23,7 @@ import yaml
 
 from mlcluster.app import CDK_JSON, build_app, main, project_context, synth_guarded
 from mlcluster.config import ConfigError, Environment, load_environment
-from mlcluster.lockfile import lock_path, read_lock, write_lock
+from mlcluster.lockfile import Lock, lock_path, read_lock, write_lock
 from mlcluster.replacement import create_only_paths, snapshot_from_assembly
 from tests.support import ENVIRONMENTS, write_env
 
@@ -46,10 +46,13 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "storage": {"lustre": {"data_repository_associations": []}},
         },
     )
+    for name in ("p5", "scratch"):
+        # Never deployed: the explicit first lock ('mlcluster lock NAME --new').
+        write_lock(load_environment(envs / f"{name}.yaml"), Lock({}, "new"))
     app, stages = build_app(envs, outdir=str(root / "cdk.out"))
     assembly = synth_guarded(app, stages)
     for stage in stages:
-        write_lock(stage.environment, snapshot_from_assembly(Path(assembly.directory), stage.stage_name))
+        write_lock(stage.environment, Lock(snapshot_from_assembly(Path(assembly.directory), stage.stage_name), "templates"))
     return root
 
 
@@ -99,7 +102,7 @@ def refused(locked: Path) -> Refused:
 
 def test_lustre_deployment_type_edit_fails_synth_clearly(refused: Refused) -> None:
     """``synth_guarded`` refuses the edit (``main`` prints its ``ConfigError`` after the first line)."""
-    assert refused.err.startswith("mlcluster: replacement refused (the templates are written, do not deploy them)\n")
+    assert refused.err.startswith("mlcluster: change refused (no template of this synth is left in the output to deploy)\n")
     text = refused.err.split("\n", 1)[1]
     # The file as the app was given it: ``environments/`` of the project folder it runs in.
     assert text.startswith("environments/p5.yaml: storage.lustre: ")
@@ -120,12 +123,18 @@ def test_allowing_the_file_system_alone_still_refuses_its_dras(locked: Path) -> 
 
 
 def test_explicit_allowance_lets_the_edit_synthesize(locked: Path) -> None:
-    guarded_synth(edited(locked, "allowed", lambda d: deployment_type(d, ["Storage/Lustre", "DataRepository/Lustre"])))
+    guarded_synth(
+        edited(
+            locked,
+            "allowed",
+            lambda d: deployment_type(d, ["Storage/Lustre", "DataRepository/Lustre/AssociationData"]),
+        )
+    )
 
 
 def test_app_main_prints_the_refusal_without_traceback(refused: Refused) -> None:
     assert refused.code == 1
-    assert refused.err.startswith("mlcluster: replacement refused")
+    assert refused.err.startswith("mlcluster: change refused")
     assert "Traceback" not in refused.err
 
 

@@ -38,7 +38,7 @@ import click
 from mlcluster.cli.errors import EXIT_FAILED, EXIT_USAGE, CliError, aws_errors
 from mlcluster.config import ConfigError, Environment, load_environments
 from mlcluster.config.names import STACKS
-from mlcluster.lockfile import Lock, LockSource, allowed, load_lock, resource_name, write_lock
+from mlcluster.lockfile import Lock, LockSource, allowed, load_lock, lock_path, resource_name, write_lock
 from mlcluster.replacement import (
     Snapshot,
     compare,
@@ -380,6 +380,22 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
     return sorted(set(used)), accepted
 
 
+def _previous_lock(env: Environment) -> Lock | None:
+    """The lock being replaced; a format-1 lock (before policies were recorded) is replaced without a check."""
+    try:
+        return load_lock(env)
+    except ConfigError as error:
+        path = lock_path(env)
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8")).get("format") == 1
+        except (OSError, ValueError, AttributeError):
+            earlier = False
+        if not earlier:
+            raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
+        click.echo(f"{path}: format 1 (no policies recorded) is replaced; changes since it are not checked")
+        return None
+
+
 @click.command("lock")
 @click.argument("environment")
 @click.option("--environments", type=click.Path(file_okay=False, path_type=Path), default=Path("environments"))
@@ -398,10 +414,7 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
 def lock(environment: str, environments: Path, new: bool, from_templates: bool, accept: tuple[str, ...]) -> None:
     """Write ENVIRONMENT's lock file from its deployed stacks (after a deploy; commit it)."""
     env = load_one(environments, environment)
-    try:
-        old = load_lock(env)
-    except ConfigError as error:
-        raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
+    old = _previous_lock(env)
     if new and from_templates:
         raise CliError("--new and --from-templates exclude each other", EXIT_USAGE)
     source: LockSource
