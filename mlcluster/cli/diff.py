@@ -316,12 +316,12 @@ def deployed_snapshot(cfn: Any, env: Environment) -> Snapshot:
     snapshot: Snapshot = {}
     for part in STACKS:
         name = f"{env.name}-{part}"
-        try:
-            stacks = cfn.describe_stacks(StackName=name)["Stacks"]
-        except ClientError as error:
-            if _missing(error):
-                continue
-            with aws_errors(f"DescribeStacks for {name}"):
+        with aws_errors(f"DescribeStacks for {name}"):
+            try:
+                stacks = cfn.describe_stacks(StackName=name)["Stacks"]
+            except ClientError as error:
+                if _missing(error):
+                    continue
                 raise
         (stack,) = stacks
         status = str(stack.get("StackStatus", ""))

@@ -128,9 +128,9 @@ def orphan_resources(cfn: Any, tagging: Any, environment: Environment) -> list[d
         for page in pages:
             for item in page.get("ResourceTagMappingList", []):
                 arn = str(item["ResourceARN"])
-                if _owned(arn, ids):
-                    continue
                 service = arn.split(":")[2] if arn.count(":") >= 2 else ""
+                if service == "cloudformation" or _owned(arn, ids):
+                    continue  # stacks are listed by orphan_stacks
                 found.append(
                     {
                         "resource": arn,
