@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from mlcluster.app import CDK_JSON, build_app, main, project_context, synth_guar
 from mlcluster.config import ConfigError, Environment, load_environment
 from mlcluster.lockfile import Lock, lock_path, read_lock, write_lock
 from mlcluster.replacement import create_only_paths, snapshot_from_assembly
-from tests.support import ENVIRONMENTS, write_env
+from tests.support import ENVIRONMENTS, ROOT, write_env
 
 DEPLOYMENT_TYPE_EDIT = {"deployment_type": "PERSISTENT_1", "throughput_mbps_per_tib": 200, "lustre_version": "2.12"}
 
@@ -52,7 +53,9 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     app, stages = build_app(envs, outdir=str(root / "cdk.out"))
     assembly = synth_guarded(app, stages)
     for stage in stages:
-        write_lock(stage.environment, Lock(snapshot_from_assembly(Path(assembly.directory), stage.stage_name), "templates"))
+        write_lock(
+            stage.environment, Lock(snapshot_from_assembly(Path(assembly.directory), stage.stage_name), "templates")
+        )
     return root
 
 
@@ -102,7 +105,9 @@ def refused(locked: Path) -> Refused:
 
 def test_lustre_deployment_type_edit_fails_synth_clearly(refused: Refused) -> None:
     """``synth_guarded`` refuses the edit (``main`` prints its ``ConfigError`` after the first line)."""
-    assert refused.err.startswith("mlcluster: change refused (no template of this synth is left in the output to deploy)\n")
+    assert refused.err.startswith(
+        "mlcluster: change refused (no template of this synth is left in the output to deploy)\n"
+    )
     text = refused.err.split("\n", 1)[1]
     # The file as the app was given it: ``environments/`` of the project folder it runs in.
     assert text.startswith("environments/p5.yaml: storage.lustre: ")
@@ -112,6 +117,27 @@ def test_lustre_deployment_type_edit_fails_synth_clearly(refused: Refused) -> No
     assert "add 'Storage/Lustre' to retention.allow_replacement" in text
     # The DRAs follow the file system (their FileSystemId is create-only) and are named too.
     assert "DataRepository/Lustre/AssociationData" in text
+
+
+def test_a_refused_synth_leaves_nothing_to_deploy(locked: Path) -> None:
+    """``cdk deploy --app cdk.out`` after a refusal fails: the stage's nested assembly is gone."""
+    envs = edited(locked, "gone", deployment_type)
+    with pytest.raises(ConfigError):
+        guarded_synth(envs)
+    out = envs.parent / "cdk.out"
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert any(a["type"] == "cdk:cloud-assembly" for a in manifest["artifacts"].values())
+    assert not (out / "assembly-p5").exists()
+    # The pinned CDK CLI reads the assembly as 'deploy' would, and fails (no AWS call is made by 'ls').
+    done = subprocess.run(
+        [str(ROOT / "node_modules" / ".bin" / "cdk"), "ls", "--app", str(out), "--no-notices"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=envs.parent,
+        timeout=300,
+    )
+    assert done.returncode != 0 and "p5" not in done.stdout, done.stdout + done.stderr
 
 
 def test_allowing_the_file_system_alone_still_refuses_its_dras(locked: Path) -> None:
