@@ -60,7 +60,8 @@ KEEPING_POLICIES = frozenset({"Retain", "RetainExceptOnCreate", "Snapshot"})
 #: /properties, what an absent value means in days or None for "no such copy")``. A shorter
 #: period, or a copy switched off, is a weakening the guard refuses on a data-bearing resource.
 #: Values from the CloudFormation template reference: a log group without ``RetentionInDays``
-#: never expires; a KMS key's ``PendingWindowInDays`` defaults to 30; an FSx file system
+#: never expires; a KMS key's ``PendingWindowInDays`` defaults to 30; an AMP workspace keeps
+#: samples 150 days; an FSx file system
 #: without ``AutomaticBackupRetentionDays`` is treated as keeping none; a lifecycle rule
 #: absent expires nothing.
 NEVER = 1_000_000
@@ -76,6 +77,8 @@ FATE_DAYS: dict[str, tuple[tuple[str, int | None], ...]] = {
         ("LifecycleConfiguration/Rules/*/ExpirationInDays", NEVER),
     ),
     "AWS::Backup::BackupPlan": (("BackupPlan/BackupPlanRule/*/Lifecycle/DeleteAfterDays", NEVER),),
+    # Amazon Managed Service for Prometheus keeps samples 150 days unless told otherwise.
+    "AWS::APS::Workspace": (("WorkspaceConfiguration/RetentionPeriodInDays", 150),),
 }
 #: Settings whose value must stay as it was on a data-bearing resource (versioning keeps every
 #: overwritten or deleted object).
