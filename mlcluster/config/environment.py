@@ -89,8 +89,8 @@ class RetentionConfig:
         allowed="allowed: construct paths below the environment, e.g. 'Storage/Lustre' or 'Cluster/Cluster'",
         doc="the data-bearing resources (one construct path each: `Storage/Lustre`, "
         "`DataRepository/Lustre/AssociationData`, `Cluster/Cluster`, ...) the next deploy may replace, delete or "
-        "keep less well; the synth-time guard refuses every other such change, and an entry left after its deploy "
-        "(see Day two)",
+        "keep less well; the synth-time guard refuses every other such change, and an entry still in the file "
+        "after its deploy (see Day two)",
     )
 
     @property
