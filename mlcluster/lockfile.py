@@ -114,9 +114,10 @@ DROPPED_STACK_ADVICE = {
 SAFE_WAYS = {
     "AWS::FSx::FileSystem": (
         "A replacement is a new, empty file system (the old one is retained or deleted with the stack's policy). "
-        "Safe way: export what is not yet in S3 (a data repository export task, or the DRA's auto-export), take a "
-        "backup, deploy with the allowance, then let the DRAs re-import (or restore from the backup) and remount "
-        "on the cluster nodes"
+        "Safe way: export what is not yet in S3 (an export data repository task per DRA path; FSx cannot back up "
+        "a Lustre file system linked to a data repository, so the bucket is its only copy), copy files outside "
+        "the DRA paths to S3 (or, for a file system without DRAs, take a backup), deploy with the allowance, then "
+        "let the DRAs re-import and remount on the cluster nodes"
     ),
     "AWS::FSx::DataRepositoryAssociation": (
         "A replaced DRA is deleted and created again: files not exported yet stay only on the file system and the "
@@ -175,8 +176,9 @@ WEAKER = (
     "unreadable), logs older than the new period. Safe way: keep retention.on_delete: retain and the retention "
     "settings. To tear an environment down, keep retain and run 'cdk destroy' (the stacks go, the data stays), "
     "copy what you need, then delete the retained resources by hand ('mlcluster status' lists them). To weaken "
-    "this resource deliberately, take its second copy first (a user-initiated FSx backup, kept after the file "
-    "system; an S3 copy; a log export) and allow it"
+    "this resource deliberately, take its second copy first (for a Lustre file system with DRAs an export "
+    "data repository task, FSx backs up only file systems not linked to a data repository; otherwise a "
+    "user-initiated FSx backup, kept after the file system; an S3 copy; a log export) and allow it"
 )
 
 

@@ -112,20 +112,6 @@ def _dra_exports_deletions(env: Environment) -> list[str]:
     ]
 
 
-def _lustre_backups_with_dras(env: Environment) -> list[str]:
-    # FSx CreateBackup (botocore's fsx model): for Lustre, only persistent file systems that are not linked to a
-    # data repository can be backed up; the Lustre guide says the same of automatic daily backups.
-    lustre = env.config.storage.lustre
-    if lustre is None or not lustre.data_repository_associations or lustre.automatic_backup_retention_days == 0:
-        return []
-    return [
-        f"storage.lustre.automatic_backup_retention_days: {lustre.automatic_backup_retention_days} keeps no backup: "
-        "FSx backs up only Lustre file systems not linked to a data repository, and this one has DRAs. The second "
-        "copy of /fsx is the bucket, through the DRAs (auto-export or an export data repository task); files "
-        "outside the DRA paths have none"
-    ]
-
-
 def _home_on_head_node(env: Environment) -> list[str]:
     cluster = env.config.cluster
     if cluster.backend != "pcluster" or cluster.pcluster is None or cluster.pcluster.shared_storage.home_on_openzfs:
@@ -160,7 +146,6 @@ RULES: tuple[Rule, ...] = (
     _single_nat,
     _unused_cluster_name,
     _dra_exports_deletions,
-    _lustre_backups_with_dras,
     _home_on_head_node,
     _hyperpod_local_accounting,
 )
