@@ -166,7 +166,7 @@ class HyperPodLifecycle(Construct):
         :param prefix: the key prefix of the upload, ending in ``/``. Default: ``lifecycle/``.
         :param scripts_dir: the folder to upload; must hold ``on_create.sh``.
             Default: mlcluster's HyperPod scripts.
-        :param removal_policy: RETAIN or DESTROY the bucket (and its logs). Default: RETAIN.
+        :param removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY the bucket (and its logs). Default: RETAIN.
         :param log_retention: how long the upload function's logs are kept. Default: one year.
         """
         super().__init__(scope, construct_id)
@@ -344,6 +344,9 @@ def _check_props(
     if not (scripts_dir / ON_CREATE).is_file():
         problems.append(f"scripts_dir: {str(scripts_dir)!r} has no {ON_CREATE}; HyperPod runs it on every node")
     if removal_policy not in REMOVAL_POLICIES:
-        problems.append(f"removal_policy: {removal_policy} is not allowed; use RemovalPolicy.RETAIN or DESTROY")
+        problems.append(
+            f"removal_policy: {removal_policy} is not allowed; use RemovalPolicy.RETAIN, "
+            "RETAIN_ON_UPDATE_OR_DELETE or DESTROY"
+        )
     if problems:
         raise ValueError("HyperPodLifecycle: " + "; ".join(problems))

@@ -181,7 +181,7 @@ class LustreStorage(Construct):
         :param association_scope: where the DRAs are made, e.g. a construct in a
             stack of their own, so that what needs only the file system does not
             wait for their (possibly hours-long) batch imports. Default: this construct.
-        :param removal_policy: RETAIN or DESTROY. Default: RETAIN.
+        :param removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY. Default: RETAIN.
         """
         super().__init__(scope, construct_id)
         if data_repository_associations is None:
@@ -591,5 +591,5 @@ def _check_file_system(
         elif not cdk.Token.is_unresolved(log_group_name) and not log_group_name.startswith(LOG_GROUP_PREFIX):
             bad("log_group_name", log_group_name, f"FSx only logs to groups named {LOG_GROUP_PREFIX}...")
     if removal_policy not in REMOVAL_POLICIES:
-        bad("removal_policy", str(removal_policy), "use RemovalPolicy.RETAIN or RemovalPolicy.DESTROY")
+        bad("removal_policy", str(removal_policy), "use RemovalPolicy.RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY")
     return problems

@@ -49,7 +49,7 @@ from mlcluster.pcluster.render import (
     render_cluster_config,
     user_script_objects,
 )
-from mlcluster.stacks.common import export_output, log_retention, removal_policy
+from mlcluster.stacks.common import export_output, log_retention, removal_policy, scripts_removal_policy
 from mlcluster.stacks.storage import StorageStack
 
 #: Where the ParallelCluster node scripts live in their bucket.
@@ -270,7 +270,7 @@ class ClusterStack(cdk.Stack):
             collector_files=(
                 render(hyperpod_inputs(cfg, **self._collector_common())) if self.prometheus is not None else None
             ),
-            removal_policy=removal_policy(env),
+            removal_policy=scripts_removal_policy(),
             log_retention=log_retention(env),
         )
         accounting = cfg.lifecycle.accounting

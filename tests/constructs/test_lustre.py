@@ -558,7 +558,7 @@ def paths(*fs_paths: str) -> list[DataRepositoryAssociationProps]:
         ),
         (
             {"removal_policy": cdk.RemovalPolicy.SNAPSHOT},
-            r"removal_policy: .*use RemovalPolicy.RETAIN or RemovalPolicy.DESTROY",
+            r"removal_policy: .*use RemovalPolicy.RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY",
         ),
         (
             {"data_repository_associations": paths(*(f"/d{i}" for i in range(9)))},
