@@ -202,3 +202,8 @@ def test_retained_data_is_deleted_when_its_create_rolls_back(templates: dict[str
     assert any("BucketName" in r["Properties"] for r in lifecycle)  # the fixed name: mlc-lifecycle-...
     assert {r["DeletionPolicy"] for r in lifecycle} == {"Delete"}
     assert "Custom::S3AutoDeleteObjects" in {r["Type"] for r in cluster.values()}
+    # The upload function's history stays, as the environment keeps its logs.
+    (upload_logs,) = [
+        r for lid, r in cluster.items() if r["Type"] == "AWS::Logs::LogGroup" and lid.startswith("LifecycleUploadLogs")
+    ]
+    assert upload_logs["DeletionPolicy"] == "RetainExceptOnCreate"

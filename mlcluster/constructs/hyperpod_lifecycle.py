@@ -141,6 +141,7 @@ class HyperPodLifecycle(Construct):
         scripts_dir: Path | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
+        log_removal_policy: cdk.RemovalPolicy | None = None,
     ) -> None:
         """Create the bucket and the upload.
 
@@ -168,6 +169,7 @@ class HyperPodLifecycle(Construct):
             Default: mlcluster's HyperPod scripts.
         :param removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY the bucket (and its logs). Default: RETAIN.
         :param log_retention: how long the upload function's logs are kept. Default: one year.
+        :param log_removal_policy: the upload function's log group on delete. Default: ``removal_policy``.
         """
         super().__init__(scope, construct_id)
         folder = scripts_dir if scripts_dir is not None else LIFECYCLE_DIR / "hyperpod"
@@ -238,6 +240,7 @@ class HyperPodLifecycle(Construct):
             purpose="HyperPod lifecycle scripts and their generated inputs",
             removal_policy=removal_policy,
             log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
         )
         self.bucket: s3.IBucket = self.scripts.bucket
         self.deployment = self.scripts.deployment

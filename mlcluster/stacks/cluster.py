@@ -272,6 +272,8 @@ class ClusterStack(cdk.Stack):
             ),
             removal_policy=scripts_removal_policy(),
             log_retention=log_retention(env),
+            # The upload history is kept as the environment keeps its logs.
+            log_removal_policy=removal_policy(env),
         )
         accounting = cfg.lifecycle.accounting
         labels = network_zone_labels(env.config.network)
