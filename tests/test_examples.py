@@ -181,6 +181,17 @@ def test_hyperpod_example_has_roles_bucket_scripts_and_native_cluster(templates:
     assert len(roles) == 3  # controller, login, one worker group
 
 
+#: The types that hold an environment's data in its data and observability stacks.
+DATA_TYPES = (
+    "AWS::FSx::FileSystem",
+    "AWS::FSx::DataRepositoryAssociation",
+    "AWS::S3::Bucket",
+    "AWS::KMS::Key",
+    "AWS::Backup::BackupVault",
+    "AWS::APS::Workspace",
+)
+
+
 def test_retained_data_is_deleted_when_its_create_rolls_back(templates: dict[str, dict[str, Any]]) -> None:
     """Issue 33, finding 8: RetainExceptOnCreate on data an environment retains; scripts go with their stack.
 
@@ -189,13 +200,7 @@ def test_retained_data_is_deleted_when_its_create_rolls_back(templates: dict[str
     stack, so the next deploy can make it again instead of failing with "already exists".
     """
     for name in ("p5/Storage", "p5/DataRepository", "prod/Storage", "hyperpod/Observability"):
-        kept = [
-            r["DeletionPolicy"]
-            for r in templates[name]["Resources"].values()
-            if r["Type"].startswith(
-                ("AWS::FSx::", "AWS::S3::Bucket", "AWS::KMS::", "AWS::Backup::BackupVault", "AWS::APS::")
-            )
-        ]
+        kept = [r["DeletionPolicy"] for r in templates[name]["Resources"].values() if r["Type"] in DATA_TYPES]
         assert kept and set(kept) == {"RetainExceptOnCreate"}, name
     cluster = templates["hyperpod/Cluster"]["Resources"]
     lifecycle = [r for r in cluster.values() if r["Type"] == "AWS::S3::Bucket"]
