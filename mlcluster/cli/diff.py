@@ -360,7 +360,9 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
     accepted: list[str] = []
     unexplained: list[str] = []
     for change in compare(old.snapshot, new):
-        if not change.dangerous:
+        # A stack gone since the last lock was destroyed on purpose ('cdk destroy', protection off first):
+        # its retained resources stay, and 'mlcluster status' lists them.
+        if not change.dangerous or change.stack not in new:
             continue
         name = resource_name(change.path)
         if allowed(change, allowances):
@@ -439,6 +441,12 @@ def lock(environment: str, environments: Path, new: bool, from_templates: bool, 
     path = write_lock(env, Lock(snapshot, source, tuple(used), tuple(accepted)))
     count = sum(len(state.resources) for state in snapshot.values())
     click.echo(f"{path}: {len(snapshot)} stacks, {count} resources locked ({source})")
+    gone = sorted(set(old.snapshot) - set(snapshot)) if old is not None else []
+    if gone:
+        click.echo(
+            f"stacks gone since the last lock: {', '.join(gone)}; what they retained is still billed "
+            f"('mlcluster status {env.name}' lists it)"
+        )
     for line in accepted:
         click.echo(f"accepted: {line}")
     if used:

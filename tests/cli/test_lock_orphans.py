@@ -231,3 +231,24 @@ def test_status_orphan_lookup_failure_is_reported(aws: Aws, tmp_path: Path) -> N
     result = CliRunner().invoke(cli, ["status", "team", "--environments", str(envs)])
     assert result.exit_code == EXIT_AWS
     assert "GetResources tagged mlcluster:environment=team failed: AccessDenied" in result.output
+
+
+def test_a_destroyed_stack_is_recorded_gone_without_an_allowance(aws: Aws, tmp_path: Path) -> None:
+    """The safe way for a dropped stack: destroy it while the app has it, then lock (no --accept needed)."""
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    deploy("team-Cluster", template())
+    assert lock(envs).exception is None
+    aws_client("cloudformation", REGION).delete_stack(StackName="team-Cluster")
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert "stacks gone since the last lock: team-Cluster" in result.output
+    assert set(json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["stacks"]) == {"team-Storage"}
+    # A data-bearing resource gone from a stack that stays is still refused (the edge).
+    aws_client("cloudformation", REGION).update_stack(
+        StackName="team-Storage",
+        TemplateBody=json.dumps({"Resources": {k: v for k, v in template()["Resources"].items() if k != "LogsAB12"}}),
+    )
+    result = lock(envs)
+    assert isinstance(result.exception, CliError)
+    assert "Storage/Lustre/LogGroup/Resource (AWS::Logs::LogGroup) removed" in result.exception.message
