@@ -337,9 +337,11 @@ def deployed_snapshot(cfn: Any, env: Environment) -> Snapshot:
         with aws_errors(f"GetTemplate for {name}"):
             body = cfn.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
         template = body if isinstance(body, dict) else json.loads(body)
+        # Without path metadata (deployed with --no-path-metadata) a resource is named by its stack and logical id.
+        paths = {lid: f"{part}/{lid}" for lid in template.get("Resources", {})} | template_paths(template, env.name)
         snapshot[name] = stack_state(
             template,
-            template_paths(template, env.name),
+            paths,
             termination_protection=bool(stack.get("EnableTerminationProtection", False)),
         )
     return snapshot

@@ -252,3 +252,15 @@ def test_a_destroyed_stack_is_recorded_gone_without_an_allowance(aws: Aws, tmp_p
     result = lock(envs)
     assert isinstance(result.exception, CliError)
     assert "Storage/Lustre/LogGroup/Resource (AWS::Logs::LogGroup) removed" in result.exception.message
+
+
+def test_a_resource_without_path_metadata_is_named_by_its_stack(aws: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+    body = template()
+    del body["Resources"]["DataCD34"]["Metadata"]
+    deploy("team-Storage", body)
+    assert lock(envs).exception is None
+    resources = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["stacks"]["team-Storage"]["resources"]
+    # Still in the storage stack, so still a data-bearing bucket for the guard and protect.
+    assert resources["DataCD34"]["path"] == "Storage/DataCD34"
+    assert resources["LogsAB12"]["path"] == "Storage/Lustre/LogGroup/Resource"
