@@ -383,7 +383,8 @@ def test_default_association(built: Built) -> None:
         "ImportedFileChunkSize": 1024,
         "S3": {
             "AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
-            "AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
+            # Not DELETED: a file removed from the file system keeps its object in the bucket.
+            "AutoExportPolicy": {"Events": ["NEW", "CHANGED"]},
         },
     }
     assert "DependsOn" not in dra
