@@ -14,7 +14,7 @@ SOURCES := mlcluster tests tools app.py
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance system-deps
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ $(PCLUSTER_VENV)/.installed: requirements-pcluster.txt
 
 setup: $(VENV)/.installed node_modules/.installed
 
+## system-deps: the Debian packages the tests run for real (Slurm, munge, MariaDB, promtool, amtool); installs what is missing (root, apt-get), a no-op otherwise
+system-deps:
+	bash tools/system_deps.sh tests/system-packages.txt
+
 ## synth: every environment through the real `cdk synth` (ENV=dev,prod for a subset)
 synth: setup
 	$(PY) tools/synth_summary.py $(ENV)
@@ -66,7 +70,7 @@ endif
 # PYTHONDONTWRITEBYTECODE (set on some machines) would make every worker rewrite the asserts of
 # every test module again on each run (4 s of CPU a worker here): pytest and Python keep their
 # caches in the __pycache__ folders git ignores.
-pytest: setup $(PCLUSTER_VENV)/.installed $(CHECKOV_VENV)/.installed
+pytest: setup system-deps $(PCLUSTER_VENV)/.installed $(CHECKOV_VENV)/.installed
 	PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## compliance: per environment and pack, every cdk-nag rule's status and checkov's in cdk.out/compliance/ (ENV=dev,prod for a subset)
