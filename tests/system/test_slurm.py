@@ -314,6 +314,26 @@ def controller(cluster: SlurmCluster, tmp_path: Path) -> Iterator[Callable[..., 
 
 
 URI = "s3://ops-backups-123/ml/before-patch"
+#: What every refusal of a restore says (the message before it names the file and the reason).
+REFUSED = "nothing was restored"
+#: The files a backup leaves in the bucket.
+BACKUP_FILES = ["SHA256SUMS", "accounting.sql.gz", "slurmctld-state.tar.gz"]
+
+# The backup tool's contract in two helpers, so a change of its interface is a change here only:
+# today backup stores SHA256SUMS next to the files and restore takes the location alone.
+
+
+def take_backup(tool: Callable[..., subprocess.CompletedProcess[str]]) -> list[str]:
+    """Run ``mlcluster-backup backup``; the arguments restore needs after the location."""
+    done = tool("backup", URI)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return []
+
+
+def restore(
+    tool: Callable[..., subprocess.CompletedProcess[str]], receipt: list[str]
+) -> subprocess.CompletedProcess[str]:
+    return tool("restore", URI, *receipt)
 
 
 def accounted_jobs(cluster: SlurmCluster) -> list[str]:
@@ -348,10 +368,9 @@ def test_backup_and_restore_round_trip(
     """What the restore brings back is the state at the backup: the drained nodes, the jobs accounted then."""
     finished_job(cluster, "before-backup")
     drain(cluster, "node-2", "before backup")
-    done = controller("backup", URI)
-    assert done.returncode == 0, done.stdout + done.stderr
+    receipt = take_backup(controller)
     stored = tmp_path / "s3" / URI.removeprefix("s3://")
-    assert sorted(p.name for p in stored.iterdir()) == ["SHA256SUMS", "accounting.sql.gz", "slurmctld-state.tar.gz"]
+    assert sorted(p.name for p in stored.iterdir()) == BACKUP_FILES
     assert b"CREATE DATABASE" in gzip.decompress((stored / "accounting.sql.gz").read_bytes())
     assert slurm(cluster, "scontrol", "ping").stdout.count("UP") == 1  # slurmctld runs again after the copy
 
@@ -359,7 +378,7 @@ def test_backup_and_restore_round_trip(
     drain(cluster, "node-1", "after backup")
     finished_job(cluster, "after-backup")
 
-    done = controller("restore", URI)
+    done = restore(controller, receipt)
     assert done.returncode == 0, done.stdout + done.stderr
     assert slurm(cluster, "scontrol", "ping").stdout.count("UP") == 1
     assert (reason(cluster, "node-2"), reason(cluster, "node-1")) == ("before backup", "")
@@ -372,8 +391,7 @@ def test_restore_refuses_a_tampered_file_and_changes_nothing(
     cluster: SlurmCluster, controller: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
     """A byte changed in the archive or in the dump after the backup: refused before slurmctld is touched."""
-    done = controller("backup", URI)
-    assert done.returncode == 0, done.stdout + done.stderr
+    receipt = take_backup(controller)
     drain(cluster, "node-1", "after backup")
     stored = tmp_path / "s3" / URI.removeprefix("s3://")
     slurmctld = cluster.running_pid(cluster.pid_file("slurmctld"))
@@ -381,9 +399,9 @@ def test_restore_refuses_a_tampered_file_and_changes_nothing(
     for name in ("slurmctld-state.tar.gz", "accounting.sql.gz"):
         good = (stored / name).read_bytes()
         (stored / name).write_bytes(good + b"\0")
-        done = controller("restore", URI)
+        done = restore(controller, receipt)
         assert done.returncode == 1, name
-        assert "does not match its SHA256SUMS; nothing was restored" in done.stdout + done.stderr
+        assert REFUSED in done.stdout + done.stderr
         assert cluster.running_pid(cluster.pid_file("slurmctld")) == slurmctld  # never stopped
         assert reason(cluster, "node-1") == "after backup"
         (stored / name).write_bytes(good)
