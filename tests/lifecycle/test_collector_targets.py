@@ -220,7 +220,8 @@ CONFIG = Config(
         (GPU_DOWN, []),
         (GPU_BOOTING, []),
         ("NodeName=a NodeAddr=10.0.0.1 State=FUTURE Partitions=gpu", []),
-        ("NodeName=a NodeAddr=10.0.0.1 State=DOWN+DRAIN+NOT_RESPONDING Partitions=gpu", ["a"]),  # down but there: up == 0 shows it
+        # down but there: up == 0 shows it
+        ("NodeName=a NodeAddr=10.0.0.1 State=DOWN+DRAIN+NOT_RESPONDING Partitions=gpu", ["a"]),
         ("NodeName=a NodeAddr=ip-10-0-0-1 State=IDLE Partitions=gpu", ["a"]),  # a host name counts
         # HyperPod: nodes named and addressed by host name, not cloud nodes.
         ("NodeName=ip-10-1-4-190 NodeAddr=ip-10-1-4-190 State=IDLE Partitions=p5", ["ip-10-1-4-190"]),

@@ -2,13 +2,16 @@
 
 Everything lives in one temporary folder and listens on 127.0.0.1 only: munged on a socket of its
 own, MariaDB on a free loopback port (``--bind-address``) and its own socket, slurmdbd, slurmctld
-and one slurmd per node on free loopback ports (``CommunicationParameters=NoInAddrAny``, so no
-daemon binds the wildcard address). The nodes are distinct ``NodeName`` s served by one slurmd
+and one slurmd per node on free loopback ports (``CommunicationParameters=NoInAddrAny,NoCtldInAddrAny``:
+no daemon binds the wildcard address; slurmctld binds the address its host name resolves to, which
+is loopback on these machines, and a test checks every port with ``ss``). The nodes are distinct ``NodeName`` s served by one slurmd
 each (``slurmd -N NAME``, the multiple-slurmd layout: a port, spool folder and log per node).
 Every daemon runs as root (the tests' user in CI) with ``SlurmUser=root``. Every wait is bounded.
 
-Programs and tests reach it through :attr:`SlurmCluster.env` (``SLURM_CONF``, ``MYSQL_UNIX_PORT``,
-the munge socket). :meth:`SlurmCluster.service` starts and stops the daemons the way ``systemctl``
+Slurm's clients reach it through :attr:`SlurmCluster.env` (``SLURM_CONF``; slurm.conf names the
+munge socket), MariaDB's through :meth:`SlurmCluster.sql` or an option file naming
+:attr:`SlurmCluster.mysql_socket` (Debian's /etc/mysql/my.cnf names the system socket, which wins
+over ``MYSQL_UNIX_PORT``). :meth:`SlurmCluster.service` starts and stops the daemons the way ``systemctl``
 does on a node; ``python -m tests.system.slurm_cluster DIR ACTION SERVICE`` is the same from a
 shell, which the ``systemctl`` stand-in of the backup round trip calls.
 
@@ -32,7 +35,8 @@ from pathlib import Path
 #: The static nodes (one slurmd each), always up.
 NODES = ("node-1", "node-2", "node-3")
 #: A cloud node as ParallelCluster defines them: powered down until a job or ``power_up`` resumes it;
-#: the ResumeProgram gives it its address and starts its slurmd, the SuspendProgram stops it.
+#: the ResumeProgram gives it its address, the test starts its slurmd (``slurmd -b``: a fresh boot,
+#: which slurmctld waits for), the SuspendProgram stops it.
 CLOUD_NODE = "cloud-1"
 CLOUD_FEATURES = "dynamic,p5.48xlarge,p5,efa,gpu"
 CLUSTER_NAME = "mlctest"
@@ -103,13 +107,8 @@ class SlurmCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        """The environment in which Slurm's and MariaDB's clients talk to this cluster."""
-        return {
-            **os.environ,
-            "SLURM_CONF": str(self.slurm_conf),
-            "MYSQL_UNIX_PORT": str(self.mysql_socket),
-            "MUNGE_SOCKET": str(self.munge_socket),
-        }
+        """The environment in which Slurm's clients talk to this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.slurm_conf)}
 
     def pid_file(self, service: str, node: str = "") -> Path:
         return self.root / "run" / f"{service}{'-' + node if node else ''}.pid"

@@ -273,7 +273,7 @@ def controller(cluster: SlurmCluster, tmp_path: Path) -> Iterator[Callable[..., 
     MLC_ROOT is the cluster's folder (so the StateSaveLocation slurm.conf names, ``/state``, is the
     cluster's), ``systemctl`` starts and stops the test cluster's daemons, ``aws s3 cp`` copies to and
     from a local folder. tar, gzip, sha256sum, mysqldump and mysql are the real ones, on the real
-    database (``MYSQL_UNIX_PORT``).
+    database (its socket in ``~/.my.cnf``).
     """
     root = cluster.root
     (root / "opt/slurm/etc").mkdir(parents=True, exist_ok=True)
