@@ -42,8 +42,12 @@ WAIT_S = 30.0
 def slurm(
     cluster: SlurmCluster, *command: str, timeout_s: float = 30, **kwargs: object
 ) -> subprocess.CompletedProcess[str]:
-    """``command`` in the cluster's environment (SLURM_CONF...) unless ``env`` is given."""
+    """``command`` in the cluster's environment (SLURM_CONF...) unless ``env`` is given.
+
+    It runs in the cluster's folder: a batch job writes its ``slurm-<id>.out`` where it was submitted.
+    """
     kwargs.setdefault("env", cluster.env)
+    kwargs.setdefault("cwd", cluster.root)
     return run(*command, timeout_s=timeout_s, **kwargs)
 
 
