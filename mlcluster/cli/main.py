@@ -9,8 +9,10 @@ from typing import Any
 import click
 
 from mlcluster.cli import diff
+from mlcluster.cli.cost import cost
 from mlcluster.cli.errors import CliError
 from mlcluster.cli.patch import patch
+from mlcluster.cli.preflight import preflight
 from mlcluster.cli.smoke import smoke
 from mlcluster.cli.ssh import ssh, ssh_config
 from mlcluster.cli.status import status
@@ -65,6 +67,8 @@ cli.add_command(status)
 cli.add_command(smoke)
 cli.add_command(patch)
 cli.add_command(validate)
+cli.add_command(preflight)
+cli.add_command(cost)
 for command in (diff.diff, diff.lock, diff.protect):
     cli.add_command(command)
 
