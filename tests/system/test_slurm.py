@@ -12,6 +12,7 @@ target refresher; slurmctld's state folder and ``mysqldump`` of the accounting d
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -321,17 +322,21 @@ URI = "s3://ops-backups-123/ml/before-patch"
 #: What every refusal of a restore says (the message before it names the file and the reason).
 REFUSED = "nothing was restored"
 #: The files a backup leaves in the bucket.
-BACKUP_FILES = ["SHA256SUMS", "accounting.sql.gz", "slurmctld-state.tar.gz"]
+BACKUP_FILES = ["accounting.sql.gz", "slurmctld-state.tar.gz"]
 
 # The backup tool's contract in two helpers, so a change of its interface is a change here only:
-# today backup stores SHA256SUMS next to the files and restore takes the location alone.
+# backup prints "MLCLUSTER_SHA256 <sha256> <file>" per file, and restore takes them back as FILE=SHA256.
 
 
 def take_backup(tool: Callable[..., subprocess.CompletedProcess[str]]) -> list[str]:
     """Run ``mlcluster-backup backup``; the arguments restore needs after the location."""
     done = tool("backup", URI)
     assert done.returncode == 0, done.stdout + done.stderr
-    return []
+    receipt = [
+        f"{name}={digest}" for _, digest, name in re.findall(r"^(MLCLUSTER_SHA256) (\w{64}) (\S+)$", done.stdout, re.M)
+    ]
+    assert sorted(r.split("=")[0] for r in receipt) == BACKUP_FILES, done.stdout
+    return receipt
 
 
 def restore(
@@ -409,3 +414,20 @@ def test_restore_refuses_a_tampered_file_and_changes_nothing(
         assert cluster.running_pid(cluster.pid_file("slurmctld")) == slurmctld  # never stopped
         assert reason(cluster, "node-1") == "after backup"
         (stored / name).write_bytes(good)
+
+
+def test_restore_loads_the_dump_in_the_clients_sandbox(
+    cluster: SlurmCluster, controller: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """A dump with a ``\\!`` shell line, even with a matching digest, runs no command as root."""
+    receipt = take_backup(controller)
+    stored = tmp_path / "s3" / URI.removeprefix("s3://")
+    witness = tmp_path / "ran-as-root"
+    dump = gzip.decompress((stored / "accounting.sql.gz").read_bytes())
+    (stored / "accounting.sql.gz").write_bytes(gzip.compress(b"\\! touch " + str(witness).encode() + b"\n" + dump))
+    digest = hashlib.sha256((stored / "accounting.sql.gz").read_bytes()).hexdigest()
+    receipt = [r if not r.startswith("accounting.sql.gz=") else f"accounting.sql.gz={digest}" for r in receipt]
+    done = restore(controller, receipt)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert not witness.exists()
+    until("slurmctld answers", lambda: slurm(cluster, "scontrol", "ping").stdout.count("UP") == 1)
