@@ -7,6 +7,7 @@ FAIL or SKIP line that says where to look when it fails.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,8 +20,17 @@ from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError
 from mlcluster.cli.expectations import SOURCE, expectation
+from mlcluster.cli.nccl import efa_devices, node_check, node_run
 from mlcluster.cli.nodes import Node, cluster_name, controller
-from mlcluster.cli.parsers import parse_all_reduce, parse_hostnames, parse_precheck, parse_sinfo
+from mlcluster.cli.parsers import (
+    NODES_MARK,
+    parse_all_reduce,
+    parse_hostnames,
+    parse_node_check,
+    parse_node_states,
+    parse_precheck,
+    parse_sinfo,
+)
 from mlcluster.pcluster.instance_types import INSTANCE_TYPES
 
 if TYPE_CHECKING:
@@ -29,12 +39,20 @@ if TYPE_CHECKING:
 NCCL_BINARY = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"
 PRECHECK = "mlcluster-precheck"
 
-#: Keeps all_reduce_perf's output under Run Command's 2500 characters: one provider and network line,
-#: the result table and summary, no per-rank lines.
+#: Keeps all_reduce_perf's output under Run Command's 2500 characters: the result table and summary,
+#: no per-rank lines; of aws-ofi-nccl's lines (one per rank) the first ``Initializing`` and libfabric
+#: line, and one ``Selected provider ... (found N nics)`` line per distinct provider and device count,
+#: so a node that lost an EFA device still shows.
 NCCL_FILTER = (
-    "awk '/^#  *Rank /{next} /Selected [Pp]rovider/{if (!p++) print; next} /Using network/{if (!n++) print; next} "
+    "awk '/^#  *Rank /{next} "
+    "/NET\\/OFI Initializing /{if (!i++) print; next} /NET\\/OFI Using Libfabric version/{if (!l++) print; next} "
+    '/Selected [Pp]rovider/{k = $0; sub(/.*Selected /, "", k); if (!(k in seen)) {seen[k] = 1; print}; next} '
+    "/Using network/{if (!n++) print; next} "
     "/^#|^ *[0-9]+ +[0-9]+ /{print; next} /[Ee]rror|NET\\/Socket/{if (e++ < 5) print}'"
 )
+#: Seconds srun waits for the idle nodes it names (``--immediate``): they were idle a moment ago, so a
+#: longer wait means another job took them.
+IMMEDIATE_SECONDS = 60
 PRECHECK_FILTER = "grep -E ' FAIL |: all checks passed$|check\\(s\\) failed$'"
 
 
@@ -88,6 +106,17 @@ class Smoke:
         self.partition = partition
         self.steps: list[Step] = []
         self.partition_nodes = 0
+        #: Nodes of the partition sinfo reported idle: the only ones the later steps name.
+        self.idle_nodes: list[str] = []
+
+    def placement(self, count: int) -> str:
+        """srun options that run on ``count`` of the idle nodes, alone, or fail at once if they are taken.
+
+        ``--nodelist`` names exactly the nodes (never a drained, down or busy one), ``--exclusive``
+        keeps other jobs off them, and ``--immediate`` fails instead of queueing behind a job.
+        """
+        nodes = ",".join(self.idle_nodes[:count])
+        return f"-N {count} -p {self.partition.name} --nodelist={nodes} --exclusive --immediate={IMMEDIATE_SECONDS}"
 
     def run(self, name: str, script: str, timeout: int) -> runcommand.Result:
         return runcommand.run(
@@ -123,7 +152,8 @@ class Smoke:
         return None
 
     def sinfo(self, timeout: int) -> Step:
-        result = self.run("sinfo", "sinfo", timeout)
+        script = f"sinfo\necho {NODES_MARK}\nsinfo -h -N -p {shlex.quote(self.partition.name)} -o '%N %t'"
+        result = self.run("sinfo", script, timeout)
         then = f"`mlcluster ssh {self.target.name}`, then `sinfo -R` and `sudo systemctl status slurmctld`"
         if failed := self.failed_run("sinfo", result, then):
             return failed
@@ -131,7 +161,8 @@ class Smoke:
         mine = [r for r in rows if r.partition == self.partition.name]
         usable = sum(r.nodes for r in mine if r.usable)
         self.partition_nodes = sum(r.nodes for r in mine)
-        data = {"rows": [r.__dict__ for r in rows]}
+        self.idle_nodes = [name for name, state in parse_node_states(result.stdout) if state == "idle"]
+        data = {"rows": [r.__dict__ for r in rows], "idle_nodes": self.idle_nodes}
         if not result.ok or not rows:
             return Step(
                 "sinfo",
@@ -152,12 +183,15 @@ class Smoke:
                 data,
             )
         bad = ", ".join(f"{r.nodes} {r.state} ({r.nodelist})" for r in mine if not r.usable)
-        summary = f"partition {self.partition.name}: {usable} of {self.partition_nodes} nodes usable"
-        if usable < self.nodes:
+        idle = len(self.idle_nodes)
+        summary = f"partition {self.partition.name}: {usable} of {self.partition_nodes} nodes usable, {idle} idle"
+        if idle < self.nodes:
+            busy = usable - idle
             return Step(
                 "sinfo",
                 "FAIL",
-                f"{summary}, {self.nodes} needed; not usable: {bad or 'none'}",
+                f"{summary}, {self.nodes} idle needed; not usable: {bad or 'none'}"
+                + (f"; {busy} busy with jobs (the smoke test runs on idle nodes only)" if busy > 0 else ""),
                 self.look(result, then),
                 result.command_id,
                 data,
@@ -167,7 +201,9 @@ class Smoke:
         )
 
     def hostname(self, timeout: int) -> Step:
-        script = f"timeout {timeout} srun -N {self.nodes} -p {self.partition.name} --ntasks-per-node=1 hostname 2>&1"
+        if lacking := self.lacking("srun", self.nodes):
+            return lacking
+        script = f"timeout {timeout} srun {self.placement(self.nodes)} --ntasks-per-node=1 hostname 2>&1"
         result = self.run("srun hostname", script, timeout)
         then = "`squeue` and `sinfo -R` on the head node, and slurmd's log on the nodes"
         if failed := self.failed_run("srun", result, then):
@@ -192,8 +228,10 @@ class Smoke:
         )
 
     def container(self, image: str, timeout: int) -> Step:
+        if lacking := self.lacking("container", 1):
+            return lacking
         script = (
-            f"timeout {timeout} srun -N 1 -p {self.partition.name} --container-image={image} "
+            f"timeout {timeout} srun {self.placement(1)} --container-image={image} "
             "grep -h '^PRETTY_NAME=' /etc/os-release 2>&1"
         )
         result = self.run("container (Pyxis)", script, timeout)
@@ -219,13 +257,14 @@ class Smoke:
     def precheck(self, timeout: int) -> Step:
         if self.target.backend != "hyperpod":
             return Step("precheck", "SKIP", "the runtime pre-check is a HyperPod lifecycle tool")
-        count = self.partition_nodes or self.nodes
+        if lacking := self.lacking("precheck", 1):
+            return lacking
+        count = len(self.idle_nodes)
         script = (
-            f"timeout {timeout} srun -N {count} -p {self.partition.name} --ntasks-per-node=1 {PRECHECK} 2>&1 "
-            f"| {PRECHECK_FILTER}"
+            f"timeout {timeout} srun {self.placement(count)} --ntasks-per-node=1 {PRECHECK} 2>&1 | {PRECHECK_FILTER}"
         )
         result = self.run("pre-check", script, timeout)
-        then = f"run `srun -N {count} {PRECHECK}` on the controller and follow each FAIL line's mitigation"
+        then = f"run `srun {self.placement(count)} {PRECHECK}` on the controller and follow each FAIL line's mitigation"
         if failed := self.failed_run("precheck", result, then):
             return failed
         summary = parse_precheck(result.stdout)
@@ -246,6 +285,12 @@ class Smoke:
             "precheck", "PASS", f"all {count} nodes passed every check", command_id=result.command_id, data=data
         )
 
+    def lacking(self, name: str, count: int) -> Step | None:
+        """A SKIP when sinfo found fewer than ``count`` idle nodes (its FAIL already says why)."""
+        if len(self.idle_nodes) >= max(count, 1):
+            return None
+        return Step(name, "SKIP", f"not run: sinfo found {len(self.idle_nodes)} idle node(s), {max(count, 1)} needed")
+
     def nccl(self, timeout: int, min_busbw: float | None) -> Step:
         kind = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
         if self.nodes < 2:
@@ -254,25 +299,43 @@ class Smoke:
             return Step("nccl", "SKIP", f"{self.partition.instance_type} has no NVIDIA GPUs")
         if not kind.efa:
             return Step("nccl", "SKIP", f"{self.partition.instance_type} has no EFA")
+        if lacking := self.lacking("nccl", self.nodes):
+            return lacking
+        backend = "hyperpod" if self.target.backend == "hyperpod" else "pcluster"
         expect = expectation(self.partition.instance_type, min_busbw)
+        devices = efa_devices(self.partition.instance_type)
+        where = self.placement(self.nodes)
+        check = shlex.quote(node_check(backend, NCCL_BINARY))
+        run = shlex.quote(node_run(backend, f"{NCCL_BINARY} -b 1G -e 8G -f 2 -g 1"))
         script = (
             "export FI_PROVIDER=efa NCCL_DEBUG=INFO\n"
-            f"timeout {timeout} srun -N {self.nodes} -p {self.partition.name} --ntasks-per-node={kind.accelerators} "
-            f"--mpi=pmix {NCCL_BINARY} -b 1G -e 8G -f 2 -g 1 2>&1 | {NCCL_FILTER}"
+            f"timeout {min(timeout, 300)} srun {where} --ntasks-per-node=1 bash -c {check} 2>&1 || exit\n"
+            f"timeout {timeout} srun {where} --ntasks-per-node={kind.accelerators} --cpu-bind=none "
+            f"--mpi=pmix bash -c {run} 2>&1 | {NCCL_FILTER}"
         )
         result = self.run("NCCL all_reduce_perf", script, timeout)
         then = (
-            f"rerun `NCCL_DEBUG=INFO srun -N {self.nodes} --mpi=pmix {NCCL_BINARY} -b 1G -e 8G -f 2 -g 1` "
-            "and look for `NET/OFI Selected provider is efa`; `fi_info -p efa` on a node lists its EFA devices"
+            f"rerun `NCCL_DEBUG=INFO srun {where} --cpu-bind=none --mpi=pmix {NCCL_BINARY} -b 1G -e 8G -f 2 -g 1` "
+            "with LD_LIBRARY_PATH as the step printed it and look for `NET/OFI Selected provider is efa`; "
+            "`fi_info -p efa` on a node lists its EFA devices"
         )
         if failed := self.failed_run("nccl", result, then):
             return failed
+        node = parse_node_check(result.stdout)
         parsed = parse_all_reduce(result.stdout)
         peak = parsed.peak
         data: dict[str, Any] = {
             "instance_type": self.partition.instance_type,
             "nodes": self.nodes,
             "provider": parsed.provider,
+            "efa_devices_found": {str(count): host for count, host in sorted(parsed.nics.items())},
+            "efa_devices_expected": devices,
+            "aws_ofi_nccl_version": parsed.plugin_version,
+            "libfabric_version": parsed.libfabric_version,
+            "nccl_version": parsed.nccl_version,
+            "nccl_tests_version": parsed.nccl_tests_version,
+            "library_path": node.ok,
+            "tuner_settings": node.settings,
             "avg_busbw_gbytes": parsed.avg_busbw_gbps,
             "peak_busbw_gbytes": peak.busbw_gbps if peak else None,
             "peak_size_bytes": peak.size_bytes if peak else None,
@@ -280,6 +343,22 @@ class Smoke:
             "pass_busbw_gbytes": expect.pass_gbytes if expect else min_busbw,
             "source": SOURCE,
         }
+        warning = (
+            f"; warning: {', '.join(node.settings)} overrides aws-ofi-nccl's tuner (unset it unless measured)"
+            if node.settings
+            else ""
+        )
+        if node.problems or len(node.ok) != self.nodes:
+            missing = "; ".join(f"{h}: {p}" for h, p in node.problems.items()) or result.stdout.strip()[-300:]
+            return Step(
+                "nccl",
+                "FAIL",
+                f"the NCCL libraries are not ready on {self.nodes - len(node.ok)} of {self.nodes} nodes "
+                f"(checked with ldd before the run): {missing}{warning}",
+                self.look(result, "install the EFA software and aws-ofi-nccl (the lifecycle's NCCL step), then rerun"),
+                result.command_id,
+                data,
+            )
         problems = []
         if not result.ok:
             problems.append(f"exited {result.exit_code}")
@@ -287,8 +366,15 @@ class Smoke:
             problems.append("no result rows")
         if parsed.wrong_values or (peak is not None and not parsed.out_of_bounds_ok):
             problems.append("wrong values reported")
+        if parsed.plugin_version is None:
+            problems.append("aws-ofi-nccl did not load (no `NET/OFI Initializing aws-ofi-nccl` line)")
         if parsed.provider != "efa":
             problems.append(f"NCCL used {parsed.provider or 'an unknown network'}, not EFA")
+        if devices is not None:
+            short = {count: host for count, host in parsed.nics.items() if count != devices}
+            problems += [f"aws-ofi-nccl found {count} EFA devices on {host}" for count, host in sorted(short.items())]
+            if short:
+                problems[-1] += f" ({devices} expected on {self.partition.instance_type.removeprefix('ml.')})"
         measured = (
             f"peak busbw {peak.busbw_gbps:.1f} GB/s at {peak.size_bytes / 2**30:g} GiB" if peak else "no bandwidth"
         )
@@ -298,18 +384,32 @@ class Smoke:
             bound = f"line rate {expect.line_rate_gbytes:g} GB/s, pass >= {expect.pass_gbytes:g} GB/s"
             if peak is not None and peak.busbw_gbps < expect.pass_gbytes:
                 problems.append(f"below {expect.pass_gbytes:g} GB/s")
-        summary = f"{measured} across {self.nodes} x {self.partition.instance_type} over {parsed.provider} ({bound})"
+        fabric = f"{parsed.provider}" + (
+            f" x {min(parsed.nics)} devices" if parsed.nics and parsed.provider == "efa" else ""
+        )
+        versions = ", ".join(
+            f"{name} {value}"
+            for name, value in (
+                ("NCCL", parsed.nccl_version),
+                ("aws-ofi-nccl", parsed.plugin_version),
+                ("libfabric", parsed.libfabric_version),
+            )
+            if value
+        )
+        summary = f"{measured} across {self.nodes} x {self.partition.instance_type} over {fabric} ({bound})" + (
+            f"; {versions}" if versions else ""
+        )
         if problems:
             tail = result.stdout.strip()[-300:] if peak is None else ""
             return Step(
                 "nccl",
                 "FAIL",
-                f"{summary}: {'; '.join(problems)}" + (f": {tail}" if tail else ""),
+                f"{summary}: {'; '.join(problems)}" + (f": {tail}" if tail else "") + warning,
                 self.look(result, then),
                 result.command_id,
                 data,
             )
-        return Step("nccl", "PASS", summary, command_id=result.command_id, data=data)
+        return Step("nccl", "PASS", summary + warning, command_id=result.command_id, data=data)
 
 
 STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}

@@ -33,11 +33,11 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
     assert [line.split(":")[0] for line in lines] == [
         "PASS sinfo", "PASS srun", "PASS container", "PASS precheck", "PASS nccl",
     ]  # fmt: skip
-    assert lines[0] == "PASS sinfo: partition p5: 2 of 2 nodes usable"
+    assert lines[0] == "PASS sinfo: partition p5: 2 of 2 nodes usable, 2 idle"
     assert lines[3] == "PASS precheck: all 2 nodes passed every check"
     assert lines[4] == (
-        "PASS nccl: peak busbw 362.4 GB/s at 8 GiB across 2 x ml.p5.48xlarge over efa "
-        "(line rate 400 GB/s, pass >= 200 GB/s)"
+        "PASS nccl: peak busbw 362.4 GB/s at 8 GiB across 2 x ml.p5.48xlarge over efa x 32 devices "
+        "(line rate 400 GB/s, pass >= 200 GB/s); NCCL 2.27.3, aws-ofi-nccl 1.16.3, libfabric 2.1"
     )
     # HyperPod targets take no Run Command: every step is a non-interactive Session Manager session.
     assert aws.operations("ssm") == []
@@ -49,13 +49,18 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
     for script in node.scripts:
         assert script.startswith("sudo -iu ubuntu bash -s <<'MLCLUSTER_SCRIPT'\nset -o pipefail\n")
         assert script.endswith('echo "MLCLUSTER_EXIT=$?"\n')
+    where = "-N 2 -p p5 --nodelist=ip-10-1-4-190,ip-10-1-5-138 --exclusive --immediate=60"
+    assert f"srun {where} --ntasks-per-node=1 hostname" in node.scripts[1]
+    assert "srun -N 1 -p p5 --nodelist=ip-10-1-4-190 --exclusive --immediate=60 --container-image=" in node.scripts[2]
+    assert f"srun {where} --ntasks-per-node=1 mlcluster-precheck" in node.scripts[3]
     nccl = node.scripts[4]
-    assert (
-        "timeout 900 srun -N 2 -p p5 --ntasks-per-node=8 --mpi=pmix /opt/mlcluster/nccl-tests/bin/all_reduce_perf"
-        in nccl
-    )
     assert "export FI_PROVIDER=efa NCCL_DEBUG=INFO" in nccl
-    assert "srun -N 2 -p p5 --ntasks-per-node=1 mlcluster-precheck" in node.scripts[3]
+    assert f"timeout 300 srun {where} --ntasks-per-node=1 bash -c " in nccl
+    assert f"timeout 900 srun {where} --ntasks-per-node=8 --cpu-bind=none --mpi=pmix bash -c " in nccl
+    # the run exports the node's library folders, then execs the pinned binary
+    assert "mlc_dir openmpi /opt/amazon/openmpi/lib\n" in nccl
+    assert "exec /opt/mlcluster/nccl-tests/bin/all_reduce_perf -b 1G -e 8G -f 2 -g 1" in nccl
+    assert "ldd \"$r\"/opt/mlcluster/nccl-tests/bin/all_reduce_perf \"$plugin\"" in nccl
 
 
 def test_smoke_json(hyperpod: World, node: FakeNode) -> None:
@@ -70,6 +75,11 @@ def test_smoke_json(hyperpod: World, node: FakeNode) -> None:
     assert nccl["avg_busbw_gbytes"] == 349.88
     assert (nccl["expected_line_rate_gbytes"], nccl["pass_busbw_gbytes"]) == (400.0, 200.0)
     assert "DescribeInstanceTypes" in nccl["source"]
+    assert (nccl["efa_devices_found"], nccl["efa_devices_expected"]) == ({"32": "ip-10-1-4-190"}, 32)
+    assert (nccl["nccl_version"], nccl["aws_ofi_nccl_version"], nccl["libfabric_version"]) == ("2.27.3", "1.16.3", "2.1")
+    assert nccl["nccl_tests_version"] == "2.17.10"
+    assert sorted(nccl["library_path"]) == ["ip-10-1-4-190", "ip-10-1-5-138"]
+    assert data["steps"][0]["data"]["idle_nodes"] == ["ip-10-1-4-190", "ip-10-1-5-138"]
 
 
 def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNode, aws: Aws) -> None:
@@ -80,10 +90,20 @@ def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNo
     result = pcluster.run("smoke", "p5", "--nodes", "2")
     assert result.exit_code == 1
     out = result.stdout
-    assert "PASS sinfo: partition compute-gpu: 3 of 4 nodes usable (not usable: 1 down* (compute-gpu-st-p5-4))" in out
+    assert (
+        "PASS sinfo: partition compute-gpu: 3 of 4 nodes usable, 3 idle (not usable: 1 down* (compute-gpu-st-p5-4))"
+        in out
+    )
     assert "SKIP precheck: the runtime pre-check is a HyperPod lifecycle tool" in out
     assert "FAIL nccl: peak busbw 2.8 GB/s at 4 GiB across 2 x p5.48xlarge over socket" in out
-    assert "NCCL used socket, not EFA; below 200 GB/s" in out
+    assert "aws-ofi-nccl did not load (no `NET/OFI Initializing aws-ofi-nccl` line); NCCL used socket, not EFA" in out
+    assert "below 200 GB/s" in out
+    # the down node is never named; ParallelCluster's folders (lib64 on Amazon Linux, the built plugin) are looked up
+    nccl = aws.params("SendCommand")[3]["Parameters"]["commands"][0]
+    assert "--nodelist=compute-gpu-st-p5-1,compute-gpu-st-p5-2 --exclusive --immediate=60" in nccl
+    assert "compute-gpu-st-p5-4" not in nccl
+    assert "mlc_dir openmpi /opt/amazon/openmpi/lib /opt/amazon/openmpi/lib64\n" in nccl
+    assert " /opt/aws-ofi-nccl/lib\n" in nccl
     assert "look at: `aws ssm get-command-invocation --region us-east-2 --command-id" in out
     assert f"--instance-id {pcluster.head_node}`" in out
     assert "NET/OFI Selected provider is efa" in out
@@ -117,8 +137,17 @@ def test_smoke_drained_node_fails_sinfo(hyperpod: World, node: FakeNode) -> None
     result = hyperpod.run("smoke", "hyperpod")
     assert result.exit_code == 1
     assert (
-        "FAIL sinfo: partition p5: 1 of 2 nodes usable, 2 needed; not usable: 1 drain (ip-10-1-5-138)" in result.stdout
+        "FAIL sinfo: partition p5: 1 of 2 nodes usable, 1 idle, 2 idle needed; not usable: 1 drain (ip-10-1-5-138)"
+        in result.stdout
     )
+    # nothing is sent to the drained node: the steps that need two nodes are not run, the pre-check
+    # runs on the idle one only
+    assert "SKIP srun: not run: sinfo found 1 idle node(s), 2 needed" in result.stdout
+    assert "SKIP nccl: not run: sinfo found 1 idle node(s), 2 needed" in result.stdout
+    assert "srun -N 1 -p p5 --nodelist=ip-10-1-4-190 --exclusive --immediate=60 --ntasks-per-node=1 mlcluster-precheck" in (
+        node.scripts[2]
+    )
+    assert not any("ip-10-1-5-138" in script for script in node.scripts)
 
 
 def test_smoke_run_command_that_times_out_is_cancelled(
@@ -191,3 +220,63 @@ def test_smoke_needs_a_cluster(tmp_path: Path) -> None:
     result = invoke("smoke", "dev", "--environments", str(folder))
     assert result.exit_code == 1
     assert "environment dev has cluster.backend 'none'; this command needs 'pcluster' or 'hyperpod'" in result.stderr
+
+
+def test_smoke_busy_nodes_fail_sinfo_instead_of_queueing(hyperpod: World, node: FakeNode) -> None:
+    """Allocated and mixed nodes are usable for Slurm, but the smoke test would wait behind their jobs."""
+    healthy_hyperpod(node)
+    node.on(
+        "sinfo",
+        "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n"
+        "p5*          up   infinite      1  alloc ip-10-1-4-190\np5*          up   infinite      1    mix ip-10-1-5-138\n"
+        "MLC-NODES\nip-10-1-4-190 alloc\nip-10-1-5-138 mix\n",
+    )
+    result = hyperpod.run("smoke", "hyperpod")
+    assert result.exit_code == 1
+    assert (
+        "FAIL sinfo: partition p5: 2 of 2 nodes usable, 0 idle, 2 idle needed; not usable: none; "
+        "2 busy with jobs (the smoke test runs on idle nodes only)"
+    ) in result.stdout
+    assert [line.split(":")[0] for line in result.stdout.splitlines() if not line.startswith(" ")] == [
+        "FAIL sinfo", "SKIP srun", "SKIP container", "SKIP precheck", "SKIP nccl",
+    ]  # fmt: skip
+    assert len(node.scripts) == 1  # nothing was sent to Slurm after sinfo
+
+
+def test_smoke_nccl_one_dead_efa_device_fails(hyperpod: World, node: FakeNode) -> None:
+    """A node that lost one of its 32 EFA devices still reaches a passing bandwidth: the device count fails it."""
+    healthy_hyperpod(node)
+    node.on("all_reduce_perf", transcript("all_reduce_p5_degraded.txt"))
+    result = hyperpod.run("smoke", "hyperpod", "--json")
+    assert result.exit_code == 1
+    step = json.loads(result.stdout)["steps"][4]
+    assert step["outcome"] == "FAIL"
+    assert step["summary"].endswith(
+        "aws-ofi-nccl found 31 EFA devices on ip-10-1-5-138 (32 expected on p5.48xlarge)"
+    )
+    assert step["data"]["efa_devices_found"] == {"31": "ip-10-1-5-138", "32": "ip-10-1-4-190"}
+
+
+def test_smoke_nccl_missing_library_fails_before_the_run(hyperpod: World, node: FakeNode) -> None:
+    healthy_hyperpod(node)
+    node.on("all_reduce_perf", transcript("nccl_check_missing.txt"), code=1)
+    result = hyperpod.run("smoke", "hyperpod")
+    assert result.exit_code == 1
+    assert (
+        "FAIL nccl: the NCCL libraries are not ready on 1 of 2 nodes (checked with ldd before the run): "
+        "ip-10-1-5-138: ldd: not found: libmpi.so.40; warning: ip-10-1-5-138: NCCL_PROTO=simple (/etc/nccl.conf) "
+        "overrides aws-ofi-nccl's tuner (unset it unless measured)"
+    ) in result.stdout
+
+
+def test_smoke_nccl_flags_tuner_settings_but_passes(hyperpod: World, node: FakeNode) -> None:
+    healthy_hyperpod(node)
+    node.on(
+        "all_reduce_perf",
+        "MLC-NCCL ip-10-1-4-190 setting NCCL_ALGO=Ring (environment)\n" + transcript("all_reduce_p5.txt"),
+    )
+    result = hyperpod.run("smoke", "hyperpod")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[4].endswith(
+        "; warning: ip-10-1-4-190: NCCL_ALGO=Ring (environment) overrides aws-ofi-nccl's tuner (unset it unless measured)"
+    )
