@@ -252,3 +252,25 @@ def parse_node_check(text: str) -> NodeCheck:
             }[what]
             check.problems[host] = f"{label} {rest or '(none)'}"
     return check
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """What a container saw on one node: GPUs, EFA verbs devices, the aws-ofi-nccl plugin (or None)."""
+
+    gpus: int
+    uverbs: int
+    plugin: str | None
+
+
+_CONTAINER = re.compile(r"^(?:\d+:\s+)?MLC-CTR (?P<host>\S+) gpus=(?P<g>\d+) uverbs=(?P<u>\d+) plugin=(?P<p>\S+)$")
+
+
+def parse_container_check(text: str) -> dict[str, ContainerView]:
+    """Per host, the ``MLC-CTR`` line of the container step's check (:data:`mlcluster.cli.smoke.CONTAINER_CHECK`)."""
+    seen: dict[str, ContainerView] = {}
+    for line in text.splitlines():
+        if match := _CONTAINER.match(line.strip()):
+            plugin = None if match["p"] == "none" else match["p"]
+            seen.setdefault(match["host"], ContainerView(int(match["g"]), int(match["u"]), plugin))
+    return seen

@@ -7,6 +7,7 @@ FAIL or SKIP line that says where to look when it fails.
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -20,18 +21,19 @@ from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError
 from mlcluster.cli.expectations import SOURCE, expectation
-from mlcluster.cli.nccl import efa_devices, node_check, node_run
+from mlcluster.cli.nccl import Backend, efa_devices, node_check, node_run
 from mlcluster.cli.nodes import Node, cluster_name, controller
 from mlcluster.cli.parsers import (
     NODES_MARK,
     parse_all_reduce,
+    parse_container_check,
     parse_hostnames,
     parse_node_check,
     parse_node_states,
     parse_precheck,
     parse_sinfo,
 )
-from mlcluster.pcluster.instance_types import INSTANCE_TYPES
+from mlcluster.pcluster.instance_types import INSTANCE_TYPES, InstanceType
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,6 +52,30 @@ NCCL_FILTER = (
     "/Using network/{if (!n++) print; next} "
     "/^#|^ *[0-9]+ +[0-9]+ /{print; next} /[Ee]rror|NET\\/Socket/{if (e++ < 5) print}'"
 )
+#: nccl-tests in a container: AWS's public image with CUDA, NCCL, the EFA libraries, aws-ofi-nccl and
+#: nccl-tests, pinned by digest (a tag can be moved; a digest cannot). Enroot's reference syntax
+#: ``REGISTRY#IMAGE@DIGEST``. The digest is the one the tag
+#: ``cuda13.0.2-efa1.48.0-ofiv1.19.0-ncclv2.30.4-1-testsv2.18.3`` resolved to, as recorded in public
+#: pin files; CUDA 13 needs an NVIDIA driver of the 580 series or later. Override with --nccl-image.
+DEFAULT_NCCL_IMAGE = (
+    "public.ecr.aws#hpc-cloud/nccl-tests@sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c"
+)
+#: Where that image keeps nccl-tests' binaries.
+CONTAINER_NCCL_BINARY = "/opt/nccl-tests/build/all_reduce_perf"
+#: Pyxis options of every container step: the user's home stays out of the container (the default
+#: user may have sudo: an image must not be able to plant a ``.bashrc`` or SSH key there).
+CONTAINER_OPTIONS = "--no-container-mount-home"
+#: What a container must see, printed once per node: GPUs (``nvidia-smi -L``: one ``GPU <n>: <name>
+#: (UUID: ...)`` line each, nvidia-smi(1)), the EFA verbs devices under /dev/infiniband, and the plugin.
+CONTAINER_CHECK = (
+    'h=$(hostname -s); g=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU "); u=0; p=none\n'
+    'for f in /dev/infiniband/uverbs*; do if [ -e "$f" ]; then u=$((u + 1)); fi; done\n'
+    "for f in /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net*.so /opt/amazon/ofi-nccl/lib/libnccl-net*.so "
+    '/opt/aws-ofi-nccl/lib/libnccl-net*.so; do if [ -e "$f" ]; then p=$f; break; fi; done\n'
+    'echo "MLC-CTR $h gpus=$g uverbs=$u plugin=$p"\n'
+)
+#: An image reference pinned by digest (what --image and --nccl-image accept).
+DIGEST_PINNED = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 #: Seconds srun waits for the idle nodes it names (``--immediate``): they were idle a moment ago, so a
 #: longer wait means another job took them.
 IMMEDIATE_SECONDS = 60
@@ -227,33 +253,6 @@ class Smoke:
             data={"hosts": hosts},
         )
 
-    def container(self, image: str, timeout: int) -> Step:
-        if lacking := self.lacking("container", 1):
-            return lacking
-        script = (
-            f"timeout {timeout} srun {self.placement(1)} --container-image={image} "
-            "grep -h '^PRETTY_NAME=' /etc/os-release 2>&1"
-        )
-        result = self.run("container (Pyxis)", script, timeout)
-        then = "`srun --container-image=... true` by hand; check /opt/slurm/etc/plugstack.conf and enroot's paths"
-        if failed := self.failed_run("container", result, then):
-            return failed
-        line = next((x for x in result.stdout.splitlines() if x.startswith("PRETTY_NAME=")), "")
-        if not result.ok or not line:
-            return Step(
-                "container",
-                "FAIL",
-                f"Pyxis job exited {result.exit_code}: {result.stdout.strip()[-300:]}",
-                self.look(result, then),
-                result.command_id,
-            )
-        return Step(
-            "container",
-            "PASS",
-            f"{image} ran through Pyxis: {line.split('=', 1)[1].strip(chr(34))}",
-            command_id=result.command_id,
-        )
-
     def precheck(self, timeout: int) -> Step:
         if self.target.backend != "hyperpod":
             return Step("precheck", "SKIP", "the runtime pre-check is a HyperPod lifecycle tool")
@@ -291,19 +290,22 @@ class Smoke:
             return None
         return Step(name, "SKIP", f"not run: sinfo found {len(self.idle_nodes)} idle node(s), {max(count, 1)} needed")
 
-    def nccl(self, timeout: int, min_busbw: float | None) -> Step:
+    def nccl_kind(self, name: str) -> tuple[InstanceType | None, Step | None]:
+        """The partition's instance type when an NCCL step applies to it, else the SKIP that says why."""
         kind = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
         if self.nodes < 2:
-            return Step("nccl", "SKIP", "all_reduce across nodes needs --nodes 2 or more")
+            return None, Step(name, "SKIP", "all_reduce across nodes needs --nodes 2 or more")
         if kind is None or kind.accelerator != "nvidia":
-            return Step("nccl", "SKIP", f"{self.partition.instance_type} has no NVIDIA GPUs")
+            return None, Step(name, "SKIP", f"{self.partition.instance_type} has no NVIDIA GPUs")
         if not kind.efa:
-            return Step("nccl", "SKIP", f"{self.partition.instance_type} has no EFA")
-        if lacking := self.lacking("nccl", self.nodes):
-            return lacking
-        backend = "hyperpod" if self.target.backend == "hyperpod" else "pcluster"
-        expect = expectation(self.partition.instance_type, min_busbw)
-        devices = efa_devices(self.partition.instance_type)
+            return None, Step(name, "SKIP", f"{self.partition.instance_type} has no EFA")
+        return kind, self.lacking(name, self.nodes)
+
+    def nccl(self, timeout: int, min_busbw: float | None) -> Step:
+        kind, skip = self.nccl_kind("nccl")
+        if skip is not None or kind is None:
+            return skip or Step("nccl", "SKIP", "no NVIDIA EFA partition")
+        backend: Backend = "hyperpod" if self.target.backend == "hyperpod" else "pcluster"
         where = self.placement(self.nodes)
         check = shlex.quote(node_check(backend, NCCL_BINARY))
         run = shlex.quote(node_run(backend, f"{NCCL_BINARY} -b 1G -e 8G -f 2 -g 1"))
@@ -322,27 +324,7 @@ class Smoke:
         if failed := self.failed_run("nccl", result, then):
             return failed
         node = parse_node_check(result.stdout)
-        parsed = parse_all_reduce(result.stdout)
-        peak = parsed.peak
-        data: dict[str, Any] = {
-            "instance_type": self.partition.instance_type,
-            "nodes": self.nodes,
-            "provider": parsed.provider,
-            "efa_devices_found": {str(count): host for count, host in sorted(parsed.nics.items())},
-            "efa_devices_expected": devices,
-            "aws_ofi_nccl_version": parsed.plugin_version,
-            "libfabric_version": parsed.libfabric_version,
-            "nccl_version": parsed.nccl_version,
-            "nccl_tests_version": parsed.nccl_tests_version,
-            "library_path": node.ok,
-            "tuner_settings": node.settings,
-            "avg_busbw_gbytes": parsed.avg_busbw_gbps,
-            "peak_busbw_gbytes": peak.busbw_gbps if peak else None,
-            "peak_size_bytes": peak.size_bytes if peak else None,
-            "expected_line_rate_gbytes": expect.line_rate_gbytes if expect else None,
-            "pass_busbw_gbytes": expect.pass_gbytes if expect else min_busbw,
-            "source": SOURCE,
-        }
+        extra: dict[str, Any] = {"library_path": node.ok, "tuner_settings": node.settings}
         warning = (
             f"; warning: {', '.join(node.settings)} overrides aws-ofi-nccl's tuner (unset it unless measured)"
             if node.settings
@@ -357,9 +339,121 @@ class Smoke:
                 f"(checked with ldd before the run): {missing}{warning}",
                 self.look(result, "install the EFA software and aws-ofi-nccl (the lifecycle's NCCL step), then rerun"),
                 result.command_id,
-                data,
+                extra,
             )
+        return self.judge_nccl("nccl", result, then, min_busbw, [], warning, extra)
+
+    def container(self, image: str | None, nccl_image: str, timeout: int, min_busbw: float | None) -> Step:
+        """nccl-tests in a container through Pyxis on NVIDIA EFA partitions; elsewhere a plain Pyxis job."""
+        info = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
+        if info is None or info.accelerator != "nvidia" or not info.efa or self.nodes < 2:
+            return self.pyxis(image, timeout)
+        kind, skip = self.nccl_kind("container")
+        if skip is not None or kind is None:
+            return skip or Step("container", "SKIP", "no NVIDIA EFA partition")
+        devices = efa_devices(self.partition.instance_type)
+        where = self.placement(self.nodes)
+        pyxis = f"--container-image={shlex.quote(nccl_image)} {CONTAINER_OPTIONS}"
+        script = (
+            "export FI_PROVIDER=efa NCCL_DEBUG=INFO\n"
+            f"timeout {min(timeout, 600)} srun {where} --ntasks-per-node=1 {pyxis} bash -c "
+            f"{shlex.quote(CONTAINER_CHECK)} 2>&1 || exit\n"
+            f"timeout {timeout} srun {where} --ntasks-per-node={kind.accelerators} --cpu-bind=none --mpi=pmix "
+            f"{pyxis} {CONTAINER_NCCL_BINARY} -b 1G -e 8G -f 2 -g 1 2>&1 | {NCCL_FILTER}"
+        )
+        result = self.run("NCCL in a container (Pyxis)", script, timeout)
+        then = (
+            f"`srun {where} {pyxis} nvidia-smi -L` by hand; check /opt/slurm/etc/plugstack.conf, enroot's paths "
+            "and that the NVIDIA container toolkit and EFA devices reach the container (/dev/infiniband)"
+        )
+        if failed := self.failed_run("container", result, then):
+            return failed
+        seen = parse_container_check(result.stdout)
         problems = []
+        for host, view in sorted(seen.items()):
+            if view.gpus != kind.accelerators:
+                problems.append(f"{host}: the container sees {view.gpus} of {kind.accelerators} GPUs")
+            if devices is not None and view.uverbs != devices:
+                problems.append(f"{host}: the container sees {view.uverbs} of {devices} EFA devices in /dev/infiniband")
+            if view.plugin is None:
+                problems.append(f"{host}: no aws-ofi-nccl plugin (libnccl-net*.so) in the image")
+        if len(seen) != self.nodes:
+            problems.append(f"{len(seen)} of {self.nodes} nodes ran the container")
+        extra: dict[str, Any] = {"image": nccl_image, "container": {h: v.__dict__ for h, v in seen.items()}}
+        return self.judge_nccl("container", result, then, min_busbw, problems, "", extra)
+
+    def pyxis(self, image: str | None, timeout: int) -> Step:
+        """A plain Pyxis job on one node (partitions without NVIDIA GPUs and EFA)."""
+        if image is None:
+            return Step(
+                "container",
+                "SKIP",
+                f"{self.partition.instance_type}: pass --image NAME@sha256:DIGEST to run a Pyxis job on this partition",
+            )
+        if lacking := self.lacking("container", 1):
+            return lacking
+        script = (
+            f"timeout {timeout} srun {self.placement(1)} --container-image={shlex.quote(image)} {CONTAINER_OPTIONS} "
+            "grep -h '^PRETTY_NAME=' /etc/os-release 2>&1"
+        )
+        result = self.run("container (Pyxis)", script, timeout)
+        then = "`srun --container-image=... true` by hand; check /opt/slurm/etc/plugstack.conf and enroot's paths"
+        if failed := self.failed_run("container", result, then):
+            return failed
+        line = next((x for x in result.stdout.splitlines() if x.startswith("PRETTY_NAME=")), "")
+        if not result.ok or not line:
+            return Step(
+                "container",
+                "FAIL",
+                f"Pyxis job exited {result.exit_code}: {result.stdout.strip()[-300:]}",
+                self.look(result, then),
+                result.command_id,
+            )
+        return Step(
+            "container",
+            "PASS",
+            f"{image} ran through Pyxis: {line.split('=', 1)[1].strip(chr(34))}",
+            command_id=result.command_id,
+        )
+
+    def judge_nccl(
+        self,
+        name: str,
+        result: runcommand.Result,
+        then: str,
+        min_busbw: float | None,
+        problems: list[str],
+        warning: str,
+        extra: dict[str, Any],
+    ) -> Step:
+        """PASS or FAIL of an all_reduce_perf run: results, EFA as the network with every device, the pass mark.
+
+        The pass mark comes from :func:`mlcluster.cli.expectations.expectation` (one call site, so the
+        table behind it can change without touching this).
+        """
+        expect = expectation(self.partition.instance_type, min_busbw)
+        devices = efa_devices(self.partition.instance_type)
+        parsed = parse_all_reduce(result.stdout)
+        peak = parsed.peak
+        data: dict[str, Any] = {
+            "instance_type": self.partition.instance_type,
+            "nodes": self.nodes,
+            "provider": parsed.provider,
+            "efa_devices_found": {str(count): host for count, host in sorted(parsed.nics.items())},
+            "efa_devices_expected": devices,
+            "aws_ofi_nccl_version": parsed.plugin_version,
+            "libfabric_version": parsed.libfabric_version,
+            "nccl_version": parsed.nccl_version,
+            "nccl_tests_version": parsed.nccl_tests_version,
+            **extra,
+            "avg_busbw_gbytes": parsed.avg_busbw_gbps,
+            "peak_busbw_gbytes": peak.busbw_gbps if peak else None,
+            "peak_size_bytes": peak.size_bytes if peak else None,
+            "expected_line_rate_gbytes": expect.line_rate_gbytes if expect else None,
+            "pass_busbw_gbytes": expect.pass_gbytes if expect else min_busbw,
+            "source": SOURCE,
+        }
+        problems = list(problems)
         if not result.ok:
             problems.append(f"exited {result.exit_code}")
         if peak is None:
@@ -388,8 +482,8 @@ class Smoke:
             f" x {min(parsed.nics)} devices" if parsed.nics and parsed.provider == "efa" else ""
         )
         versions = ", ".join(
-            f"{name} {value}"
-            for name, value in (
+            f"{label} {value}"
+            for label, value in (
                 ("NCCL", parsed.nccl_version),
                 ("aws-ofi-nccl", parsed.plugin_version),
                 ("libfabric", parsed.libfabric_version),
@@ -402,14 +496,14 @@ class Smoke:
         if problems:
             tail = result.stdout.strip()[-300:] if peak is None else ""
             return Step(
-                "nccl",
+                name,
                 "FAIL",
                 f"{summary}: {'; '.join(problems)}" + (f": {tail}" if tail else "") + warning,
                 self.look(result, then),
                 result.command_id,
                 data,
             )
-        return Step("nccl", "PASS", summary + warning, command_id=result.command_id, data=data)
+        return Step(name, "PASS", summary + warning, command_id=result.command_id, data=data)
 
 
 STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
@@ -421,7 +515,18 @@ STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
     "--nodes", "nodes", type=click.IntRange(1, 2048), default=2, show_default=True, help="Nodes for srun and NCCL."
 )
 @click.option("--partition", metavar="P", help="Slurm partition (default: the first queue / worker group).")
-@click.option("--image", default="ubuntu:22.04", show_default=True, help="Container image for the Pyxis step.")
+@click.option(
+    "--image",
+    metavar="NAME@sha256:DIGEST",
+    help="Image of the Pyxis step on partitions without NVIDIA GPUs and EFA (pinned by digest; default: step skipped).",
+)
+@click.option(
+    "--nccl-image",
+    metavar="NAME@sha256:DIGEST",
+    default=DEFAULT_NCCL_IMAGE,
+    show_default=True,
+    help="nccl-tests image of the container step on NVIDIA EFA partitions (pinned by digest).",
+)
 @click.option(
     "--step-timeout", type=click.IntRange(30, 7200), default=900, show_default=True, help="Seconds each step may take."
 )
@@ -439,26 +544,38 @@ def smoke(
     profile: str | None,
     nodes: int,
     partition: str | None,
-    image: str,
+    image: str | None,
+    nccl_image: str,
     step_timeout: int,
     min_busbw: float | None,
     as_json: bool,
 ) -> None:
-    """Prove a cluster works: sinfo, srun, a Pyxis container, the pre-check, NCCL over EFA.
+    """Prove a cluster works: sinfo, srun, nccl-tests in a container, the pre-check, NCCL over EFA.
 
     Each step runs on the head node / controller as the cluster's default user
     (ParallelCluster: SSM Run Command AWS-RunShellScript; HyperPod, whose nodes
     Run Command cannot target: a non-interactive Session Manager session, which
     needs the AWS CLI and its Session Manager plugin), bounded by
     --step-timeout, and prints one PASS/FAIL/SKIP line saying where to look.
-    On HyperPod the runtime pre-check runs on every node of the partition.
-    NCCL all_reduce_perf runs across --nodes nodes and its peak bus bandwidth
-    is compared with the instance type's network line rate.
+    Every job names idle nodes only (--nodelist, --exclusive, --immediate).
+    On HyperPod the runtime pre-check runs on every idle node of the partition.
+    NCCL all_reduce_perf runs across --nodes nodes, bare metal (with the
+    node's library path, checked by ldd first) and in a digest-pinned
+    container (which must see every GPU, EFA device and the plugin); each run
+    must use EFA with every device of the instance type, and its peak bus
+    bandwidth is compared with the pass mark.
     Exit code 0 when no step failed, 1 otherwise.
     """
     from rich.console import Console
     from rich.markup import escape
 
+    for option, value in (("--image", image), ("--nccl-image", nccl_image)):
+        if value is not None and not DIGEST_PINNED.match(value):
+            raise CliError(
+                f"{option} {value}: not pinned by digest; allowed: NAME@sha256:<64 hex digits> "
+                "(a tag can be moved to another image)",
+                EXIT_FAILED,
+            )
     target = Target.load(env, environments, region, profile)
     target.require_backend("pcluster", "hyperpod")
     known = partitions(target)
@@ -475,7 +592,7 @@ def smoke(
     plan: list[Callable[[], Step]] = [
         lambda: smoke_run.sinfo(short),
         lambda: smoke_run.hostname(step_timeout),
-        lambda: smoke_run.container(image, step_timeout),
+        lambda: smoke_run.container(image, nccl_image, step_timeout, min_busbw),
         lambda: smoke_run.precheck(step_timeout),
         lambda: smoke_run.nccl(step_timeout, min_busbw),
     ]

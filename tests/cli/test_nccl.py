@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlcluster.cli.nccl import EFA_DEVICES, LIBRARY_DIRS, efa_devices, node_check, node_run
+from mlcluster.cli.nccl import EFA_DEVICES, LIBRARY_DIRS, Backend, efa_devices, node_check, node_run
 from mlcluster.cli.parsers import parse_all_reduce, parse_node_check
 from mlcluster.cli.smoke import NCCL_BINARY, NCCL_FILTER
 
@@ -35,7 +35,7 @@ def fake_node(tmp_path: Path, *, skip: tuple[str, ...] = (), missing_lib: str = 
     bin_dir.mkdir()
     # ldd as glibc prints it: "\tname => path (address)" or "\tname => not found".
     (bin_dir / "ldd").write_text(
-        "#!/bin/bash\nfor f in \"$@\"; do echo \"$f:\"; echo \"\tlibnccl.so.2 => /usr/lib/libnccl.so.2 (0x1)\"\n"
+        '#!/bin/bash\nfor f in "$@"; do echo "$f:"; echo "\tlibnccl.so.2 => /usr/lib/libnccl.so.2 (0x1)"\n'
         + (f'echo "\t{missing_lib} => not found"\n' if missing_lib else "")
         + "done\n"
     )
@@ -156,9 +156,9 @@ def test_efa_devices_takes_the_sagemaker_prefix() -> None:
 
 
 @pytest.mark.parametrize("backend", ["pcluster", "hyperpod"])
-def test_generated_shell_is_shellcheck_clean(backend: str, tmp_path: Path) -> None:
+def test_generated_shell_is_shellcheck_clean(backend: Backend, tmp_path: Path) -> None:
     script = tmp_path / "check.sh"
-    script.write_text("#!/bin/bash\n" + node_check(backend, NCCL_BINARY) + node_run(backend, "true"))  # type: ignore[arg-type]
+    script.write_text("#!/bin/bash\n" + node_check(backend, NCCL_BINARY) + node_run(backend, "true"))
     shellcheck = Path(__file__).resolve().parents[2] / ".venv/bin/shellcheck"
     result = subprocess.run([str(shellcheck), str(script)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout

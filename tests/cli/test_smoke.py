@@ -15,14 +15,16 @@ from tests.cli.conftest import Aws, FakeNode, World, error, invoke, transcript
 CONTROLLER = "sagemaker-cluster:k3x9q2a1b2c3_controller-machine-i-0c0a1b2c3d4e5f601"
 CONTAINER = 'PRETTY_NAME="Ubuntu 22.04.5 LTS"\n'
 HOSTS = "ip-10-1-4-190\nip-10-1-5-138\n"
+#: The bare-metal NCCL step runs the lifecycle's build; the container step the image's (another path).
+BARE_METAL_NCCL = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"
 
 
 def healthy_hyperpod(node: FakeNode) -> None:
     node.on("sinfo", transcript("sinfo_hyperpod.txt"))
     node.on(" hostname", HOSTS)
-    node.on("--container-image", "pyxis: importing docker image: ubuntu:22.04\n" + CONTAINER)
     node.on("mlcluster-precheck", transcript("precheck_ok.txt"))
-    node.on("all_reduce_perf", transcript("all_reduce_p5.txt"))
+    node.on(BARE_METAL_NCCL, transcript("all_reduce_p5.txt"))
+    node.on("--container-image", transcript("container_p5.txt"))
 
 
 def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: Aws) -> None:
@@ -51,7 +53,21 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
         assert script.endswith('echo "MLCLUSTER_EXIT=$?"\n')
     where = "-N 2 -p p5 --nodelist=ip-10-1-4-190,ip-10-1-5-138 --exclusive --immediate=60"
     assert f"srun {where} --ntasks-per-node=1 hostname" in node.scripts[1]
-    assert "srun -N 1 -p p5 --nodelist=ip-10-1-4-190 --exclusive --immediate=60 --container-image=" in node.scripts[2]
+    container = node.scripts[2]
+    image = (
+        "public.ecr.aws#hpc-cloud/nccl-tests@sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c"
+    )
+    pyxis = f"--container-image='{image}' --no-container-mount-home"
+    assert f"srun {where} --ntasks-per-node=1 {pyxis} bash -c " in container
+    assert "nvidia-smi -L" in container and "/dev/infiniband/uverbs*" in container
+    assert (
+        f"srun {where} --ntasks-per-node=8 --cpu-bind=none --mpi=pmix {pyxis} "
+        "/opt/nccl-tests/build/all_reduce_perf -b 1G -e 8G -f 2 -g 1"
+    ) in container
+    assert lines[2] == (
+        "PASS container: peak busbw 362.4 GB/s at 8 GiB across 2 x ml.p5.48xlarge over efa x 32 devices "
+        "(line rate 400 GB/s, pass >= 200 GB/s); NCCL 2.30.4, aws-ofi-nccl 1.19.0, libfabric 2.3"
+    )
     assert f"srun {where} --ntasks-per-node=1 mlcluster-precheck" in node.scripts[3]
     nccl = node.scripts[4]
     assert "export FI_PROVIDER=efa NCCL_DEBUG=INFO" in nccl
@@ -60,7 +76,7 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
     # the run exports the node's library folders, then execs the pinned binary
     assert "mlc_dir openmpi /opt/amazon/openmpi/lib\n" in nccl
     assert "exec /opt/mlcluster/nccl-tests/bin/all_reduce_perf -b 1G -e 8G -f 2 -g 1" in nccl
-    assert "ldd \"$r\"/opt/mlcluster/nccl-tests/bin/all_reduce_perf \"$plugin\"" in nccl
+    assert 'ldd "$r"/opt/mlcluster/nccl-tests/bin/all_reduce_perf "$plugin"' in nccl
 
 
 def test_smoke_json(hyperpod: World, node: FakeNode) -> None:
@@ -76,7 +92,11 @@ def test_smoke_json(hyperpod: World, node: FakeNode) -> None:
     assert (nccl["expected_line_rate_gbytes"], nccl["pass_busbw_gbytes"]) == (400.0, 200.0)
     assert "DescribeInstanceTypes" in nccl["source"]
     assert (nccl["efa_devices_found"], nccl["efa_devices_expected"]) == ({"32": "ip-10-1-4-190"}, 32)
-    assert (nccl["nccl_version"], nccl["aws_ofi_nccl_version"], nccl["libfabric_version"]) == ("2.27.3", "1.16.3", "2.1")
+    assert (nccl["nccl_version"], nccl["aws_ofi_nccl_version"], nccl["libfabric_version"]) == (
+        "2.27.3",
+        "1.16.3",
+        "2.1",
+    )
     assert nccl["nccl_tests_version"] == "2.17.10"
     assert sorted(nccl["library_path"]) == ["ip-10-1-4-190", "ip-10-1-5-138"]
     assert data["steps"][0]["data"]["idle_nodes"] == ["ip-10-1-4-190", "ip-10-1-5-138"]
@@ -85,8 +105,8 @@ def test_smoke_json(hyperpod: World, node: FakeNode) -> None:
 def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNode, aws: Aws) -> None:
     node.on("sinfo", transcript("sinfo_pcluster.txt"))
     node.on(" hostname", "compute-gpu-st-p5-1\ncompute-gpu-st-p5-2\n")
-    node.on("--container-image", CONTAINER)
-    node.on("all_reduce_perf", transcript("all_reduce_socket.txt"))
+    node.on(BARE_METAL_NCCL, transcript("all_reduce_socket.txt"))
+    node.on("--container-image", transcript("container_p5.txt"))
     result = pcluster.run("smoke", "p5", "--nodes", "2")
     assert result.exit_code == 1
     out = result.stdout
@@ -144,9 +164,11 @@ def test_smoke_drained_node_fails_sinfo(hyperpod: World, node: FakeNode) -> None
     # runs on the idle one only
     assert "SKIP srun: not run: sinfo found 1 idle node(s), 2 needed" in result.stdout
     assert "SKIP nccl: not run: sinfo found 1 idle node(s), 2 needed" in result.stdout
-    assert "srun -N 1 -p p5 --nodelist=ip-10-1-4-190 --exclusive --immediate=60 --ntasks-per-node=1 mlcluster-precheck" in (
-        node.scripts[2]
+    assert (
+        "srun -N 1 -p p5 --nodelist=ip-10-1-4-190 --exclusive --immediate=60 --ntasks-per-node=1 mlcluster-precheck"
+        in node.scripts[1]
     )
+    assert "SKIP container: not run: sinfo found 1 idle node(s), 2 needed" in result.stdout
     assert not any("ip-10-1-5-138" in script for script in node.scripts)
 
 
@@ -155,8 +177,8 @@ def test_smoke_run_command_that_times_out_is_cancelled(
 ) -> None:
     node.on("sinfo", transcript("sinfo_pcluster.txt"))
     node.on(" hostname", "compute-gpu-st-p5-1\ncompute-gpu-st-p5-2\n")
+    node.on(BARE_METAL_NCCL, transcript("all_reduce_p5.txt"))
     node.on("--container-image", "", code=-1, status="InProgress")
-    node.on("all_reduce_perf", transcript("all_reduce_p5.txt"))
     clock = itertools.count(0, 20)
     monkeypatch.setattr(runcommand.time, "monotonic", lambda: float(next(clock)))
     result = pcluster.run("smoke", "p5", "--step-timeout", "60")
@@ -168,7 +190,7 @@ def test_smoke_run_command_that_times_out_is_cancelled(
 
 def test_smoke_session_that_times_out_is_stopped(hyperpod: World, node: FakeNode) -> None:
     healthy_hyperpod(node)
-    node.on("all_reduce_perf", "", code=-1, status="InProgress")
+    node.on(BARE_METAL_NCCL, "", code=-1, status="InProgress")
     result = hyperpod.run("smoke", "hyperpod", "--step-timeout", "60")
     assert result.exit_code == 1
     assert "FAIL nccl: timed out (no result after 120 s; session stopped)" in result.stdout
@@ -246,20 +268,18 @@ def test_smoke_busy_nodes_fail_sinfo_instead_of_queueing(hyperpod: World, node: 
 def test_smoke_nccl_one_dead_efa_device_fails(hyperpod: World, node: FakeNode) -> None:
     """A node that lost one of its 32 EFA devices still reaches a passing bandwidth: the device count fails it."""
     healthy_hyperpod(node)
-    node.on("all_reduce_perf", transcript("all_reduce_p5_degraded.txt"))
+    node.on(BARE_METAL_NCCL, transcript("all_reduce_p5_degraded.txt"))
     result = hyperpod.run("smoke", "hyperpod", "--json")
     assert result.exit_code == 1
     step = json.loads(result.stdout)["steps"][4]
     assert step["outcome"] == "FAIL"
-    assert step["summary"].endswith(
-        "aws-ofi-nccl found 31 EFA devices on ip-10-1-5-138 (32 expected on p5.48xlarge)"
-    )
+    assert step["summary"].endswith("aws-ofi-nccl found 31 EFA devices on ip-10-1-5-138 (32 expected on p5.48xlarge)")
     assert step["data"]["efa_devices_found"] == {"31": "ip-10-1-5-138", "32": "ip-10-1-4-190"}
 
 
 def test_smoke_nccl_missing_library_fails_before_the_run(hyperpod: World, node: FakeNode) -> None:
     healthy_hyperpod(node)
-    node.on("all_reduce_perf", transcript("nccl_check_missing.txt"), code=1)
+    node.on(BARE_METAL_NCCL, transcript("nccl_check_missing.txt"), code=1)
     result = hyperpod.run("smoke", "hyperpod")
     assert result.exit_code == 1
     assert (
@@ -272,7 +292,7 @@ def test_smoke_nccl_missing_library_fails_before_the_run(hyperpod: World, node: 
 def test_smoke_nccl_flags_tuner_settings_but_passes(hyperpod: World, node: FakeNode) -> None:
     healthy_hyperpod(node)
     node.on(
-        "all_reduce_perf",
+        BARE_METAL_NCCL,
         "MLC-NCCL ip-10-1-4-190 setting NCCL_ALGO=Ring (environment)\n" + transcript("all_reduce_p5.txt"),
     )
     result = hyperpod.run("smoke", "hyperpod")
