@@ -300,3 +300,38 @@ def test_smoke_nccl_flags_tuner_settings_but_passes(hyperpod: World, node: FakeN
     assert result.stdout.splitlines()[4].endswith(
         "; warning: ip-10-1-4-190: NCCL_ALGO=Ring (environment) overrides aws-ofi-nccl's tuner (unset it unless measured)"
     )
+
+
+def test_smoke_container_that_misses_gpus_efa_or_the_plugin_fails(hyperpod: World, node: FakeNode) -> None:
+    """Pyxis loads, nccl-tests runs, but one node's container lacks a GPU, its EFA devices and the plugin."""
+    healthy_hyperpod(node)
+    blind = transcript("container_p5.txt").replace(
+        "MLC-CTR ip-10-1-5-138 gpus=8 uverbs=32 plugin=/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so",
+        "MLC-CTR ip-10-1-5-138 gpus=7 uverbs=0 plugin=none",
+    )
+    node.on("--container-image", blind)
+    result = hyperpod.run("smoke", "hyperpod", "--json")
+    assert result.exit_code == 1
+    step = json.loads(result.stdout)["steps"][2]
+    assert (step["step"], step["outcome"]) == ("container", "FAIL")
+    assert step["summary"].endswith(
+        ": ip-10-1-5-138: the container sees 7 of 8 GPUs; "
+        "ip-10-1-5-138: the container sees 0 of 32 EFA devices in /dev/infiniband; "
+        "ip-10-1-5-138: no aws-ofi-nccl plugin (libnccl-net*.so) in the image"
+    )
+    assert step["data"]["image"].endswith("@sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c")
+
+
+@pytest.mark.parametrize("option", ["--image", "--nccl-image"])
+def test_smoke_refuses_an_image_by_tag(hyperpod: World, node: FakeNode, option: str) -> None:
+    result = hyperpod.run("smoke", "hyperpod", option, "ubuntu:22.04")
+    assert result.exit_code == 1
+    assert (
+        f"{option} ubuntu:22.04: not pinned by digest; allowed: NAME@sha256:<64 hex digits> "
+        "(a tag can be moved to another image)"
+    ) in result.stderr
+    assert node.scripts == []
+    pinned = "ubuntu@sha256:" + "0" * 64
+    assert hyperpod.run("smoke", "hyperpod", option, pinned + "0").exit_code == 1  # 65 digits: refused
+    healthy_hyperpod(node)
+    assert hyperpod.run("smoke", "hyperpod", option, pinned).exit_code == 0  # at the edge: accepted

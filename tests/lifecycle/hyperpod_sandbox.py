@@ -687,7 +687,16 @@ class Sandbox:
         user, who is not in the docker group.
         """
         return subprocess.run(
-            ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", "bash", str(self.lifecycle / script), *args],
+            [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--",
+                "bash",
+                str(self.lifecycle / script),
+                *args,
+            ],
             cwd=self.base,
             env=self.env(),
             capture_output=True,
