@@ -274,3 +274,48 @@ def parse_container_check(text: str) -> dict[str, ContainerView]:
             plugin = None if match["p"] == "none" else match["p"]
             seen.setdefault(match["host"], ContainerView(int(match["g"]), int(match["u"]), plugin))
     return seen
+
+
+_NEURON = re.compile(r"^(?:\d+:\s+)?MLC-NEURON (?P<host>\S+) devices=(?P<n>\d+)$")
+
+
+def parse_neuron_counts(text: str) -> dict[str, int]:
+    """Per host, the Neuron devices neuron-ls listed (``MLC-NEURON <host> devices=<n>``, smoke's NEURON_COUNT)."""
+    seen: dict[str, int] = {}
+    for line in text.splitlines():
+        if match := _NEURON.match(line.strip()):
+            seen.setdefault(match["host"], int(match["n"]))
+    return seen
+
+
+@dataclass(frozen=True)
+class NccomResult:
+    """An nccom-test run: one row per size (bytes, bus bandwidth) and the average bus bandwidth."""
+
+    rows: tuple[NcclRow, ...]
+    avg_busbw_gbps: float | None
+
+    @property
+    def peak(self) -> NcclRow | None:
+        return max(self.rows, key=lambda r: r.busbw_gbps) if self.rows else None
+
+
+#: nccom-test's table (Neuron "NCCOM-TEST User Guide"): ``size(B) count(elems) type time(us) algbw(GB/s)
+#: busbw(GB/s)``, then ``Avg bus bandwidth:      40.6901GB/s``.
+_NCCOM_ROW = re.compile(
+    r"^\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<type>[a-z]+\d*)\s+(?P<time>[\d.]+)\s+(?P<algbw>[\d.]+)"
+    r"\s+(?P<busbw>[\d.]+)\s*$"
+)
+_NCCOM_AVG = re.compile(r"Avg bus bandwidth:\s*(?P<bw>[\d.]+)\s*GB/s")
+
+
+def parse_nccom(text: str) -> NccomResult:
+    """Parse ``nccom-test`` output."""
+    rows = []
+    avg = None
+    for line in text.splitlines():
+        if match := _NCCOM_ROW.match(line):
+            rows.append(NcclRow(int(match["size"]), float(match["busbw"]), "0"))
+        elif match := _NCCOM_AVG.search(line):
+            avg = float(match["bw"])
+    return NccomResult(tuple(rows), avg)

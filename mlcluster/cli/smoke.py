@@ -20,7 +20,7 @@ import click
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError
-from mlcluster.cli.expectations import SOURCE, expectation
+from mlcluster.cli.expectations import SOURCE, Expectation, expectation
 from mlcluster.cli.nccl import Backend, efa_devices, node_check, node_run
 from mlcluster.cli.nodes import Node, cluster_name, controller
 from mlcluster.cli.parsers import (
@@ -28,6 +28,8 @@ from mlcluster.cli.parsers import (
     parse_all_reduce,
     parse_container_check,
     parse_hostnames,
+    parse_nccom,
+    parse_neuron_counts,
     parse_node_check,
     parse_node_states,
     parse_precheck,
@@ -74,6 +76,16 @@ CONTAINER_CHECK = (
     '/opt/aws-ofi-nccl/lib/libnccl-net*.so; do if [ -e "$f" ]; then p=$f; break; fi; done\n'
     'echo "MLC-CTR $h gpus=$g uverbs=$u plugin=$p"\n'
 )
+#: neuron-ls's device table (Neuron "Neuron LS User Guide"): one row per device whose first cell is
+#: the device number (``| 0      | 2      | 32 GB  | 12, 3, 4, 1 | 0000:10:1c.0 | ...``); continuation
+#: rows of the process columns leave it empty. Counted on the node, one line per node.
+NEURON_COUNT = (
+    "h=$(hostname -s); n=$(neuron-ls 2>&1 | awk -F'|' 'NF > 2 && $2 ~ /^ *[0-9]+ *$/ {n++} END {print n + 0}'); "
+    'echo "MLC-NEURON $h devices=$n"'
+)
+#: NeuronCores per Neuron device, for nccom-test's rank count (Neuron "Trn1/Trn1n Architecture":
+#: a Trainium v1 device has two NeuronCore-v2).
+NEURON_CORES_PER_DEVICE = {"trn1.32xlarge": 2, "trn1n.32xlarge": 2}
 #: An image reference pinned by digest (what --image and --nccl-image accept).
 DIGEST_PINNED = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 #: Seconds srun waits for the idle nodes it names (``--immediate``): they were idle a moment ago, so a
@@ -416,6 +428,100 @@ class Smoke:
             command_id=result.command_id,
         )
 
+    def neuron(self, timeout: int) -> Step:
+        """neuron-ls on every node: each must list the instance type's Neuron devices."""
+        kind = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
+        if kind is None or kind.accelerator != "neuron":
+            return Step("neuron", "SKIP", f"{self.partition.instance_type} has no Neuron devices")
+        if lacking := self.lacking("neuron", self.nodes):
+            return lacking
+        where = self.placement(self.nodes)
+        script = f"timeout {timeout} srun {where} --ntasks-per-node=1 bash -c {shlex.quote(NEURON_COUNT)} 2>&1"
+        result = self.run("neuron-ls", script, timeout)
+        then = "`neuron-ls` on the node; `sudo dmesg | grep -i neuron` and `modinfo neuron` for the driver"
+        if failed := self.failed_run("neuron", result, then):
+            return failed
+        seen = parse_neuron_counts(result.stdout)
+        short = {host: count for host, count in seen.items() if count != kind.accelerators}
+        data = {"devices": seen, "expected": kind.accelerators}
+        if short or len(seen) != self.nodes or not result.ok:
+            problems = [
+                f"{host}: {count} of {kind.accelerators} Neuron devices" for host, count in sorted(short.items())
+            ]
+            if len(seen) != self.nodes:
+                problems.append(f"{len(seen)} of {self.nodes} nodes answered")
+            summary = "; ".join(problems) or f"exited {result.exit_code}"
+            return Step("neuron", "FAIL", summary, self.look(result, then), result.command_id, data)
+        return Step(
+            "neuron",
+            "PASS",
+            f"{self.nodes} nodes list {kind.accelerators} Neuron devices each",
+            command_id=result.command_id,
+            data=data,
+        )
+
+    def nccom(self, timeout: int, min_busbw: float | None) -> Step:
+        """A two-or-more-node ``nccom-test`` all-reduce over EFA, from the first node of an exclusive allocation."""
+        name = self.partition.instance_type.removeprefix("ml.")
+        kind = INSTANCE_TYPES.get(name)
+        if kind is None or kind.accelerator != "neuron":
+            return Step("nccom", "SKIP", f"{self.partition.instance_type} has no Neuron devices")
+        if self.nodes < 2:
+            return Step("nccom", "SKIP", "all-reduce across nodes needs --nodes 2 or more")
+        cores = NEURON_CORES_PER_DEVICE.get(name)
+        if not kind.efa or cores is None:
+            return Step("nccom", "SKIP", f"{self.partition.instance_type}: no multi-node nccom-test for this type")
+        if lacking := self.lacking("nccom", self.nodes):
+            return lacking
+        ranks = kind.accelerators * cores * self.nodes
+        where = self.placement(self.nodes)
+        run = (
+            'hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -s -d " " -); '
+            f"exec nccom-test -r {ranks} -N {self.nodes} --hosts $hosts -b 64M -e 1G -f 2 -d fp32 allr"
+        )
+        script = f"export FI_PROVIDER=efa\ntimeout {timeout} srun {where} --ntasks=1 bash -c {shlex.quote(run)} 2>&1"
+        result = self.run("nccom-test all-reduce", script, timeout)
+        then = f"rerun `srun {where} --ntasks=1 nccom-test ... allr` and `fi_info -p efa` on a node"
+        if failed := self.failed_run("nccom", result, then):
+            return failed
+        parsed = parse_nccom(result.stdout)
+        peak = parsed.peak
+        expect = expectation(self.partition.instance_type, min_busbw)
+        data: dict[str, Any] = {
+            "instance_type": self.partition.instance_type,
+            "nodes": self.nodes,
+            "ranks": ranks,
+            "avg_busbw_gbytes": parsed.avg_busbw_gbps,
+            "peak_busbw_gbytes": peak.busbw_gbps if peak else None,
+            "peak_size_bytes": peak.size_bytes if peak else None,
+            "expected_line_rate_gbytes": expect.line_rate_gbytes if expect else None,
+            "pass_busbw_gbytes": expect.pass_gbytes if expect else min_busbw,
+            "source": SOURCE,
+        }
+        problems = []
+        if not result.ok:
+            problems.append(f"exited {result.exit_code}")
+        if peak is None:
+            problems.append("no result rows")
+        measured = (
+            f"peak busbw {peak.busbw_gbps:.1f} GB/s at {peak.size_bytes / 2**20:g} MiB" if peak else "no bandwidth"
+        )
+        bound, mark = pass_mark(expect, min_busbw)
+        if mark is not None and peak is not None and peak.busbw_gbps < mark:
+            problems.append(f"below {mark:g} GB/s")
+        summary = f"{measured} across {self.nodes} x {self.partition.instance_type}, {ranks} ranks ({bound})"
+        if problems:
+            tail = result.stdout.strip()[-300:] if peak is None else ""
+            return Step(
+                "nccom",
+                "FAIL",
+                f"{summary}: {'; '.join(problems)}" + (f": {tail}" if tail else ""),
+                self.look(result, then),
+                result.command_id,
+                data,
+            )
+        return Step("nccom", "PASS", summary, command_id=result.command_id, data=data)
+
     def judge_nccl(
         self,
         name: str,
@@ -472,12 +578,9 @@ class Smoke:
         measured = (
             f"peak busbw {peak.busbw_gbps:.1f} GB/s at {peak.size_bytes / 2**30:g} GiB" if peak else "no bandwidth"
         )
-        if expect is None:
-            bound = "no expectation for this type (pass --min-busbw)"
-        else:
-            bound = f"line rate {expect.line_rate_gbytes:g} GB/s, pass >= {expect.pass_gbytes:g} GB/s"
-            if peak is not None and peak.busbw_gbps < expect.pass_gbytes:
-                problems.append(f"below {expect.pass_gbytes:g} GB/s")
+        bound, mark = pass_mark(expect, min_busbw)
+        if mark is not None and peak is not None and peak.busbw_gbps < mark:
+            problems.append(f"below {mark:g} GB/s")
         fabric = f"{parsed.provider}" + (
             f" x {min(parsed.nics)} devices" if parsed.nics and parsed.provider == "efa" else ""
         )
@@ -504,6 +607,18 @@ class Smoke:
                 data,
             )
         return Step(name, "PASS", summary + warning, command_id=result.command_id, data=data)
+
+
+def pass_mark(expect: Expectation | None, min_busbw: float | None) -> tuple[str, float | None]:
+    """How a bandwidth is judged, in words, and the pass mark (None: nothing to compare with).
+
+    --min-busbw applies also to types the expectation table does not know.
+    """
+    if expect is not None:
+        return f"line rate {expect.line_rate_gbytes:g} GB/s, pass >= {expect.pass_gbytes:g} GB/s", expect.pass_gbytes
+    if min_busbw is not None:
+        return f"pass >= {min_busbw:g} GB/s (--min-busbw)", min_busbw
+    return "no expectation for this type (pass --min-busbw)", None
 
 
 STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
@@ -550,7 +665,7 @@ def smoke(
     min_busbw: float | None,
     as_json: bool,
 ) -> None:
-    """Prove a cluster works: sinfo, srun, nccl-tests in a container, the pre-check, NCCL over EFA.
+    """Prove a cluster works: sinfo, srun, a container, the pre-check, NCCL over EFA; on Trainium neuron-ls, nccom-test.
 
     Each step runs on the head node / controller as the cluster's default user
     (ParallelCluster: SSM Run Command AWS-RunShellScript; HyperPod, whose nodes
@@ -595,6 +710,8 @@ def smoke(
         lambda: smoke_run.container(image, nccl_image, step_timeout, min_busbw),
         lambda: smoke_run.precheck(step_timeout),
         lambda: smoke_run.nccl(step_timeout, min_busbw),
+        lambda: smoke_run.neuron(short),
+        lambda: smoke_run.nccom(step_timeout, min_busbw),
     ]
     out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     for step in plan:

@@ -33,7 +33,7 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [
-        "PASS sinfo", "PASS srun", "PASS container", "PASS precheck", "PASS nccl",
+        "PASS sinfo", "PASS srun", "PASS container", "PASS precheck", "PASS nccl", "SKIP neuron", "SKIP nccom",
     ]  # fmt: skip
     assert lines[0] == "PASS sinfo: partition p5: 2 of 2 nodes usable, 2 idle"
     assert lines[3] == "PASS precheck: all 2 nodes passed every check"
@@ -43,7 +43,7 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
     )
     # HyperPod targets take no Run Command: every step is a non-interactive Session Manager session.
     assert aws.operations("ssm") == []
-    assert len(node.sessions) == 5
+    assert len(node.sessions) == 5  # the Trainium steps skip without a call
     for argv in node.sessions:
         assert argv[:5] == ["/usr/local/bin/aws", "ssm", "start-session", "--region", "us-west-2"]
         assert argv[argv.index("--target") + 1] == CONTROLLER
@@ -86,7 +86,7 @@ def test_smoke_json(hyperpod: World, node: FakeNode) -> None:
     data = json.loads(result.stdout)
     assert (data["passed"], data["partition"], data["nodes"]) == (True, "p5", 2)
     assert data["node"]["ssm_target"] == CONTROLLER
-    nccl = data["steps"][-1]["data"]
+    nccl = next(step for step in data["steps"] if step["step"] == "nccl")["data"]
     assert nccl["peak_busbw_gbytes"] == 362.44
     assert nccl["avg_busbw_gbytes"] == 349.88
     assert (nccl["expected_line_rate_gbytes"], nccl["pass_busbw_gbytes"]) == (400.0, 200.0)
@@ -260,7 +260,7 @@ def test_smoke_busy_nodes_fail_sinfo_instead_of_queueing(hyperpod: World, node: 
         "2 busy with jobs (the smoke test runs on idle nodes only)"
     ) in result.stdout
     assert [line.split(":")[0] for line in result.stdout.splitlines() if not line.startswith(" ")] == [
-        "FAIL sinfo", "SKIP srun", "SKIP container", "SKIP precheck", "SKIP nccl",
+        "FAIL sinfo", "SKIP srun", "SKIP container", "SKIP precheck", "SKIP nccl", "SKIP neuron", "SKIP nccom",
     ]  # fmt: skip
     assert len(node.scripts) == 1  # nothing was sent to Slurm after sinfo
 
@@ -335,3 +335,107 @@ def test_smoke_refuses_an_image_by_tag(hyperpod: World, node: FakeNode, option: 
     assert hyperpod.run("smoke", "hyperpod", option, pinned + "0").exit_code == 1  # 65 digits: refused
     healthy_hyperpod(node)
     assert hyperpod.run("smoke", "hyperpod", option, pinned).exit_code == 0  # at the edge: accepted
+
+
+@pytest.fixture
+def trn1(aws: Aws, tmp_path: Path) -> World:
+    """environments/trn1.yaml deployed in us-east-2: a head node and 2 trn1.32xlarge compute nodes."""
+    from tests.cli.conftest import _copy_env, _network, _observability, _stack, _storage, aws_client
+
+    region, env, name = "us-east-2", "trn1", "trn1-train"
+    folder = _copy_env(tmp_path, env, region)
+    config = yaml.safe_load((folder / "trn1.yaml").read_text())
+    config["network"]["availability_zone"] = "us-east-2c"  # moto makes buckets outside us-east-1 only
+    (folder / "trn1.yaml").write_text(yaml.safe_dump(config))
+    subnet, group = _network(region)
+    _stack(region, f"{env}-Network", {"VpcId": "vpc-1", "SecurityGroupId": group})
+    bucket, fs_id = _storage(env, region, subnet)
+    _observability(region, env, name)
+    ec2 = aws_client("ec2", region)
+    tags = [
+        {"Key": "parallelcluster:cluster-name", "Value": name},
+        {"Key": "parallelcluster:node-type", "Value": "HeadNode"},
+    ]
+    head = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        InstanceType="m5.8xlarge",
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=subnet,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )["Instances"][0]["InstanceId"]
+    _stack(region, name, {})
+    _stack(region, f"{env}-Cluster", {"ClusterName": name, "HeadNodeInstanceId": head, "ValidationMessages": "[]"})
+    return World(folder, env, region, name, bucket, fs_id, head_node=head)
+
+
+TRN1_SINFO = (
+    "PARTITION    AVAIL  TIMELIMIT  NODES  STATE NODELIST\n"
+    "compute-trn*    up   infinite      2   idle compute-trn-st-trn1-[1-2]\n"
+    "MLC-NODES\ncompute-trn-st-trn1-1 idle\ncompute-trn-st-trn1-2 idle\n"
+)
+
+
+def healthy_trn1(node: FakeNode) -> None:
+    node.on("sinfo", TRN1_SINFO)
+    node.on(" hostname", "compute-trn-st-trn1-1\ncompute-trn-st-trn1-2\n")
+    node.on("MLC-NEURON", "MLC-NEURON compute-trn-st-trn1-1 devices=16\nMLC-NEURON compute-trn-st-trn1-2 devices=16\n")
+    node.on("nccom-test", transcript("nccom_trn1.txt"))
+
+
+def test_smoke_trn1_checks_neuron_devices_and_runs_nccom(trn1: World, node: FakeNode) -> None:
+    healthy_trn1(node)
+    result = trn1.run("smoke", "trn1")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines == [
+        "PASS sinfo: partition compute-trn: 2 of 2 nodes usable, 2 idle",
+        "PASS srun: 2 nodes answered: compute-trn-st-trn1-1, compute-trn-st-trn1-2",
+        "SKIP container: trn1.32xlarge: pass --image NAME@sha256:DIGEST to run a Pyxis job on this partition",
+        "SKIP precheck: the runtime pre-check is a HyperPod lifecycle tool",
+        "SKIP nccl: trn1.32xlarge has no NVIDIA GPUs",
+        "PASS neuron: 2 nodes list 16 Neuron devices each",
+        # the pass mark for Trainium comes with issue 26's table, through the same expectation() call
+        "PASS nccom: peak busbw 90.1 GB/s at 1024 MiB across 2 x trn1.32xlarge, 64 ranks "
+        "(no expectation for this type (pass --min-busbw))",
+    ]
+    nccom = next(script for script in node.scripts if "nccom-test" in script)
+    assert "--nodelist=compute-trn-st-trn1-1,compute-trn-st-trn1-2 --exclusive --immediate=60 --ntasks=1" in nccom
+    assert "nccom-test -r 64 -N 2 --hosts $hosts -b 64M -e 1G -f 2 -d fp32 allr" in nccom
+    assert "export FI_PROVIDER=efa" in nccom
+
+
+def test_smoke_trn1_broken_driver_or_slow_fabric_fails(trn1: World, node: FakeNode) -> None:
+    healthy_trn1(node)
+    node.on("MLC-NEURON", "MLC-NEURON compute-trn-st-trn1-1 devices=16\nMLC-NEURON compute-trn-st-trn1-2 devices=0\n")
+    slow = "\n".join(
+        line.replace("90.10", "12.40").replace("88.84", "12.10") for line in transcript("nccom_trn1.txt").splitlines()
+    )
+    node.on("nccom-test", slow.replace("86.49", "11.9").replace("82.91", "11.5").replace("77.63", "10.2"))
+    result = trn1.run("smoke", "trn1", "--min-busbw", "50")
+    assert result.exit_code == 1
+    assert "FAIL neuron: compute-trn-st-trn1-2: 0 of 16 Neuron devices" in result.stdout
+    assert "FAIL nccom: peak busbw 12.4 GB/s at 1024 MiB across 2 x trn1.32xlarge, 64 ranks" in result.stdout
+    assert "below 50 GB/s" in result.stdout
+
+
+def test_neuron_count_reads_the_neuron_ls_table(tmp_path: Path) -> None:
+    """The node-side count, run by bash on neuron-ls's documented table (16 devices on trn1.32xlarge)."""
+    import subprocess
+
+    from mlcluster.cli.smoke import NEURON_COUNT
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    table = tmp_path / "table.txt"
+    table.write_text(transcript("neuron_ls_trn1.txt"))
+    (bin_dir / "neuron-ls").write_text(f"#!/bin/sh\ncat {table}\n")
+    (bin_dir / "hostname").write_text("#!/bin/sh\necho compute-trn-st-trn1-1\n")
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    out = subprocess.run(["bash", "-c", NEURON_COUNT], env=env, capture_output=True, text=True, check=True).stdout
+    assert out == "MLC-NEURON compute-trn-st-trn1-1 devices=16\n"
+    (bin_dir / "neuron-ls").write_text("#!/bin/sh\necho 'neuron-ls: failed to open the neuron driver' >&2; exit 1\n")
+    out = subprocess.run(["bash", "-c", NEURON_COUNT], env=env, capture_output=True, text=True, check=True).stdout
+    assert out == "MLC-NEURON compute-trn-st-trn1-1 devices=0\n"
