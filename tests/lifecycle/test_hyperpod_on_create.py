@@ -361,6 +361,28 @@ def test_precheck_passes_on_a_provisioned_worker(worker: TwoRuns) -> None:
     assert lines[-1] == "ip-10-1-0-20: all checks passed"
 
 
+def test_every_node_gets_the_health_tool_and_the_controller_runs_it_as_health_check(
+    controller: TwoRuns, worker: TwoRuns
+) -> None:
+    for runs in (controller, worker):
+        root = runs.sandbox.root
+        assert (root / "usr/local/bin/mlcluster-health").read_text() == (
+            runs.sandbox.lifecycle / "health.sh"
+        ).read_text()
+        assert (root / "usr/local/sbin/mlcluster-health-check").stat().st_mode & 0o777 == 0o755
+        assert "exec /usr/local/bin/mlcluster-health --tier quick --drain" in runs.sandbox.read(
+            "/usr/local/sbin/mlcluster-health-check"
+        )
+    # the sandbox's groups are all ml.p5.48xlarge: 8 GPUs, 32 EFA devices
+    assert worker.sandbox.read("/etc/mlcluster/health.env").endswith(
+        "MLC_EXPECT_GPUS=8\nMLC_EXPECT_EFA=32\nMLC_EXPECT_NEURON=0\n"
+    )
+    conf = controller.sandbox.read("/opt/slurm/etc/slurm.conf")
+    assert "HealthCheckProgram=/usr/local/sbin/mlcluster-health-check\n" in conf
+    assert "HealthCheckInterval=300\n" in conf
+    assert "HealthCheckNodeState=ANY,CYCLE\n" in conf
+
+
 def test_precheck_passes_as_the_unprivileged_default_user(worker: TwoRuns) -> None:
     """srun runs the pre-check as ubuntu (uid 1000), outside the docker group: no check may need the socket."""
     sandbox = worker.sandbox
