@@ -10,6 +10,7 @@ import click
 
 from mlcluster.cli import diff
 from mlcluster.cli.errors import CliError
+from mlcluster.cli.health import health
 from mlcluster.cli.patch import patch
 from mlcluster.cli.smoke import smoke
 from mlcluster.cli.ssh import ssh, ssh_config
@@ -63,6 +64,7 @@ cli.add_command(ssh)
 cli.add_command(ssh_config)
 cli.add_command(status)
 cli.add_command(smoke)
+cli.add_command(health)
 cli.add_command(patch)
 cli.add_command(validate)
 for command in (diff.diff, diff.lock, diff.protect):
