@@ -1,10 +1,11 @@
 """``mlcluster health``: the nodes' health checks, run now on every idle node, and what Slurm already drained.
 
-The checks are the node-side tool ``mlcluster-health`` (the lifecycle installs it; on HyperPod
-Slurm also runs its quick tier as HealthCheckProgram every 5 minutes and drains a node that
-fails a critical check). This command lists the partition's nodes with their state and reason,
-runs the chosen tier through ``srun`` on the idle ones (named, exclusive, without queueing),
-and prints each failed check with its severity and action.
+The checks are the node-side tool ``mlcluster-health`` (``mlcluster/lifecycle/hyperpod/health.sh``;
+the HyperPod lifecycle installs it, and Slurm runs its quick tier as HealthCheckProgram every 5
+minutes, draining a node that fails a critical check). This command lists the partition's nodes
+with their state and reason, sends this package's copy of the tool through ``srun`` to the idle
+ones (named, exclusive, without queueing), with the counts the instance type must show (so it
+needs nothing installed, on either backend), and prints each failed check with its severity and action.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import click
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError
+from mlcluster.cli.nccl import efa_devices
 from mlcluster.cli.nodes import cluster_name, controller
-from mlcluster.cli.smoke import IMMEDIATE_SECONDS, partitions
+from mlcluster.cli.smoke import IMMEDIATE_SECONDS, Partition, partitions
+from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+from mlcluster.pcluster.instance_types import INSTANCE_TYPES
 
 HEALTH = "mlcluster-health"
 #: Keeps the output under Run Command's 2500 characters: failed checks and each node's summary.
@@ -83,6 +87,20 @@ class NodeHealth:
         }
 
 
+def health_command(partition: Partition, tier: str) -> str:
+    """The tool, sent inline (``bash -c SCRIPT mlcluster-health ...``), with what the instance type must show."""
+    name = partition.instance_type.removeprefix("ml.")
+    kind = INSTANCE_TYPES.get(name)
+    gpus = kind.accelerators if kind is not None and kind.accelerator == "nvidia" else 0
+    neuron = kind.accelerators if kind is not None and kind.accelerator == "neuron" else 0
+    efa = efa_devices(name) or 0
+    script = (HYPERPOD_DIR / "health.sh").read_text(encoding="utf-8")
+    return (
+        f"bash -c {shlex.quote(script)} {HEALTH} --tier {tier} "
+        f"--expect-gpus {gpus} --expect-efa {efa} --expect-neuron {neuron}"
+    )
+
+
 def parse_nodes(text: str) -> list[NodeHealth]:
     """``sinfo -h -N -p P -o '%N|%t|%E'``: node, compact state, reason (``none`` when there is none)."""
     nodes: list[NodeHealth] = []
@@ -131,10 +149,12 @@ def health(
 ) -> None:
     """Check every node's GPUs, EFA and Neuron devices, and list the nodes Slurm drained.
 
-    Runs mlcluster-health on each idle node of the partition (busy nodes are
-    left to Slurm's own health check) from the head node / controller as the
-    cluster's default user, and prints each failed check with its severity
-    (critical: the node must not run jobs; warning: plan the action).
+    Runs mlcluster-health (sent with the command, with the counts the
+    instance type must show) on each idle node of the partition from the head
+    node / controller as the cluster's default user; busy nodes are listed
+    with their state (on HyperPod Slurm runs the quick tier on every node
+    itself). Prints each failed check with its severity (critical: the node
+    must not run jobs; warning: plan the action).
     Exit code 0 when no node has a critical finding, 1 otherwise.
     """
     from rich.console import Console
@@ -180,9 +200,8 @@ def health(
             f"-N {len(idle)} -p {shlex.quote(chosen.name)} --nodelist={','.join(n.name for n in idle)} "
             f"--exclusive --immediate={IMMEDIATE_SECONDS} --ntasks-per-node=1"
         )
-        result = run(
-            f"{tier} checks", f"timeout {seconds} srun {where} {HEALTH} --tier {tier} 2>&1 | {HEALTH_FILTER}", seconds
-        )
+        command = health_command(chosen, tier)
+        result = run(f"{tier} checks", f"timeout {seconds} srun {where} {command} 2>&1 | {HEALTH_FILTER}", seconds)
         failures, done = parse_health(result.stdout)
         for item in idle:
             item.checked = item.name in done
@@ -194,7 +213,7 @@ def health(
                         "health_tool",
                         "critical",
                         f"no answer from {HEALTH} (srun exited {result.exit_code})",
-                        f"run `srun -w {item.name} {HEALTH}` on the controller; the lifecycle installs it",
+                        f"look at `srun -w {item.name} -p {chosen.name} hostname` and the node's slurmd log",
                     )
                 )
     critical = [n for n in nodes if n.verdict == "critical"]

@@ -41,8 +41,13 @@ def test_health_checks_idle_nodes_and_reports_drained_ones(hyperpod: World, node
     script = node.scripts[1]
     assert (
         "timeout 120 srun -N 2 -p p5 --nodelist=ip-10-1-4-190,ip-10-1-7-9 --exclusive --immediate=60 "
-        "--ntasks-per-node=1 mlcluster-health --tier quick 2>&1 | grep -E"
+        "--ntasks-per-node=1 bash -c '#!/usr/bin/env bash\n# mlcluster-health:"
     ) in script
+    # the tool goes with the command, with what a p5.48xlarge must show: 8 GPUs, 32 EFA devices
+    assert (
+        "' mlcluster-health --tier quick --expect-gpus 8 --expect-efa 32 --expect-neuron 0 2>&1 | grep -E"
+    ) in script
+    assert "check_fi_info()" in script
     assert "sinfo -h -N -p p5 -o '%N|%t|%E'" in node.scripts[0]
 
 
@@ -59,7 +64,7 @@ def test_health_healthy_cluster_and_json(hyperpod: World, node: FakeNode) -> Non
         ("ip-10-1-5-138", "warning"),
     ]
     assert data["nodes"][1]["failures"][0]["action"] == "look up each code"
-    assert "timeout 1800 srun" in node.scripts[1] and "mlcluster-health --tier deep" in node.scripts[1]
+    assert "timeout 1800 srun" in node.scripts[1] and "mlcluster-health --tier deep --expect-gpus 8" in node.scripts[1]
 
 
 def test_health_a_node_without_the_tool_is_critical(hyperpod: World, node: FakeNode) -> None:

@@ -243,3 +243,24 @@ def test_shellcheck_clean() -> None:
     shellcheck = Path(__file__).parents[2] / ".venv/bin/shellcheck"
     result = subprocess.run([str(shellcheck), str(HEALTH)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout
+
+
+def test_the_operator_commands_inline_copy_runs_without_health_env(p5: Node) -> None:
+    """`mlcluster health` sends the script with the instance type's counts; no installed file is needed."""
+    from mlcluster.cli.health import health_command
+    from mlcluster.cli.smoke import Partition
+
+    (p5.root / "etc/mlcluster/health.env").unlink()
+    p5.run()  # writes the proc(5) limits file
+    command = health_command(Partition("p5", "ml.p5.48xlarge"), "quick")
+    result = subprocess.run(
+        ["bash", "-c", command],
+        env={"PATH": f"{p5.bin}:/usr/bin:/bin", "MLC_ROOT": str(p5.root), "DATA": str(p5.data)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ip-10-1-4-190 PASS efa_count critical: 32 EFA devices" in result.stdout
+    assert result.stdout.splitlines()[-1] == "ip-10-1-4-190: healthy"
