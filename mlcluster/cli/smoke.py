@@ -64,6 +64,8 @@ DEFAULT_NCCL_IMAGE = (
 )
 #: Where that image keeps nccl-tests' binaries.
 CONTAINER_NCCL_BINARY = "/opt/nccl-tests/build/all_reduce_perf"
+#: The name of the container the container step's two job steps share.
+CONTAINER_NAME = "mlcluster-nccl-tests"
 #: Pyxis options of every container step: the user's home stays out of the container (the default
 #: user may have sudo: an image must not be able to plant a ``.bashrc`` or SSH key there).
 CONTAINER_OPTIONS = "--no-container-mount-home"
@@ -88,6 +90,8 @@ NEURON_COUNT = (
 NEURON_CORES_PER_DEVICE = {"trn1.32xlarge": 2, "trn1n.32xlarge": 2}
 #: An image reference pinned by digest (what --image and --nccl-image accept).
 DIGEST_PINNED = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+#: The NCCL filter, keeping the container check's lines too.
+NCCL_FILTER_CONTAINER = NCCL_FILTER.replace("awk '", "awk '/^MLC-CTR /{print; next} ", 1)
 #: Seconds srun waits for the idle nodes it names (``--immediate``): they were idle a moment ago, so a
 #: longer wait means another job took them.
 IMMEDIATE_SECONDS = 60
@@ -327,7 +331,7 @@ class Smoke:
             f"timeout {timeout} srun {where} --ntasks-per-node={kind.accelerators} --cpu-bind=none "
             f"--mpi=pmix bash -c {run} 2>&1 | {NCCL_FILTER}"
         )
-        result = self.run("NCCL all_reduce_perf", script, timeout)
+        result = self.run("NCCL all_reduce_perf", script, timeout + min(timeout, 300))
         then = (
             f"rerun `NCCL_DEBUG=INFO srun {where} --cpu-bind=none --mpi=pmix {NCCL_BINARY} -b 1G -e 8G -f 2 -g 1` "
             "with LD_LIBRARY_PATH as the step printed it and look for `NET/OFI Selected provider is efa`; "
@@ -366,12 +370,17 @@ class Smoke:
         devices = efa_devices(self.partition.instance_type)
         where = self.placement(self.nodes)
         pyxis = f"--container-image={shlex.quote(nccl_image)} {CONTAINER_OPTIONS}"
+        # One allocation, two job steps sharing a named container: the image is imported once per
+        # node (Pyxis keeps a named container for the job), not once per srun.
+        named = f"--container-name={CONTAINER_NAME} {pyxis}"
+        steps = (
+            f"srun --ntasks-per-node=1 {named} bash -c {shlex.quote(CONTAINER_CHECK)} || exit\n"
+            f"srun --ntasks-per-node={kind.accelerators} --cpu-bind=none --mpi=pmix {named} "
+            f"{CONTAINER_NCCL_BINARY} -b 1G -e 8G -f 2 -g 1\n"
+        )
         script = (
             "export FI_PROVIDER=efa NCCL_DEBUG=INFO\n"
-            f"timeout {min(timeout, 600)} srun {where} --ntasks-per-node=1 {pyxis} bash -c "
-            f"{shlex.quote(CONTAINER_CHECK)} 2>&1 || exit\n"
-            f"timeout {timeout} srun {where} --ntasks-per-node={kind.accelerators} --cpu-bind=none --mpi=pmix "
-            f"{pyxis} {CONTAINER_NCCL_BINARY} -b 1G -e 8G -f 2 -g 1 2>&1 | {NCCL_FILTER}"
+            f"timeout {timeout} salloc {where} bash -c {shlex.quote(steps)} 2>&1 | {NCCL_FILTER_CONTAINER}"
         )
         result = self.run("NCCL in a container (Pyxis)", script, timeout)
         then = (

@@ -57,13 +57,16 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
     image = (
         "public.ecr.aws#hpc-cloud/nccl-tests@sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c"
     )
-    pyxis = f"--container-image='{image}' --no-container-mount-home"
-    assert f"srun {where} --ntasks-per-node=1 {pyxis} bash -c " in container
+    # one allocation of the idle nodes; two job steps share a named container (one image import)
+    assert f"timeout 900 salloc {where} bash -c " in container
+    named = f"--container-name=mlcluster-nccl-tests --container-image='\"'\"'{image}'\"'\"' --no-container-mount-home"
+    assert f"srun --ntasks-per-node=1 {named} bash -c " in container
     assert "nvidia-smi -L" in container and "/dev/infiniband/uverbs*" in container
     assert (
-        f"srun {where} --ntasks-per-node=8 --cpu-bind=none --mpi=pmix {pyxis} "
+        f"srun --ntasks-per-node=8 --cpu-bind=none --mpi=pmix {named} "
         "/opt/nccl-tests/build/all_reduce_perf -b 1G -e 8G -f 2 -g 1"
     ) in container
+    assert "| awk '/^MLC-CTR /{print; next} /^#  *Rank /{next}" in container
     assert lines[2] == (
         "PASS container: peak busbw 362.4 GB/s at 8 GiB across 2 x ml.p5.48xlarge over efa x 32 devices "
         "(line rate 400 GB/s, pass >= 200 GB/s); NCCL 2.30.4, aws-ofi-nccl 1.19.0, libfabric 2.3"
@@ -134,7 +137,7 @@ def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNo
         assert params["InstanceIds"] == [pcluster.head_node]
         assert params["DocumentName"] == "AWS-RunShellScript"
         assert params["Parameters"]["commands"][0].startswith("sudo -iu ec2-user bash -s <<'MLCLUSTER_SCRIPT'\n")
-    assert sent[3]["Parameters"]["executionTimeout"] == ["900"]
+    assert sent[3]["Parameters"]["executionTimeout"] == ["1200"]  # the NCCL run's 900 s and the ldd check's 300 s
     assert {p["InstanceId"] for p in aws.params("GetCommandInvocation")} == {pcluster.head_node}
     assert node.sessions == []
 
@@ -193,7 +196,8 @@ def test_smoke_session_that_times_out_is_stopped(hyperpod: World, node: FakeNode
     node.on(BARE_METAL_NCCL, "", code=-1, status="InProgress")
     result = hyperpod.run("smoke", "hyperpod", "--step-timeout", "60")
     assert result.exit_code == 1
-    assert "FAIL nccl: timed out (no result after 120 s; session stopped)" in result.stdout
+    # the NCCL step's bound: the run's 60 s, the ldd check's 60 s before it, and the usual 60 s margin
+    assert "FAIL nccl: timed out (no result after 180 s; session stopped)" in result.stdout
     assert "look at: `mlcluster ssh hyperpod` and run the step by hand" in result.stdout
 
 
