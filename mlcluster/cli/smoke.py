@@ -158,7 +158,8 @@ class Smoke:
         keeps other jobs off them, and ``--immediate`` fails instead of queueing behind a job.
         """
         nodes = ",".join(self.idle_nodes[:count])
-        return f"-N {count} -p {self.partition.name} --nodelist={nodes} --exclusive --immediate={IMMEDIATE_SECONDS}"
+        partition = shlex.quote(self.partition.name)
+        return f"-N {count} -p {partition} --nodelist={nodes} --exclusive --immediate={IMMEDIATE_SECONDS}"
 
     def run(self, name: str, script: str, timeout: int) -> runcommand.Result:
         return runcommand.run(

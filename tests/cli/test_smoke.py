@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,8 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
         assert argv[argv.index("--target") + 1] == CONTROLLER
         assert argv[argv.index("--document-name") + 1] == "AWS-StartNonInteractiveCommand"
     for script in node.scripts:
-        assert script.startswith("sudo -iu ubuntu bash -s <<'MLCLUSTER_SCRIPT'\nset -o pipefail\n")
-        assert script.endswith('echo "MLCLUSTER_EXIT=$?"\n')
+        assert re.match(r"sudo -iu ubuntu bash -s <<'(MLCLUSTER_SCRIPT_[0-9a-f]{16})'\nset -o pipefail\n", script)
+        assert script.endswith("code=$?; printf '\\nMLCLUSTER_EXIT=%s\\n' \"$code\"\n")
     where = "-N 2 -p p5 --nodelist=ip-10-1-4-190,ip-10-1-5-138 --exclusive --immediate=60"
     assert f"srun {where} --ntasks-per-node=1 hostname" in node.scripts[1]
     container = node.scripts[2]
@@ -136,7 +137,9 @@ def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNo
     for params in sent:
         assert params["InstanceIds"] == [pcluster.head_node]
         assert params["DocumentName"] == "AWS-RunShellScript"
-        assert params["Parameters"]["commands"][0].startswith("sudo -iu ec2-user bash -s <<'MLCLUSTER_SCRIPT'\n")
+        assert re.match(
+            r"sudo -iu ec2-user bash -s <<'MLCLUSTER_SCRIPT_[0-9a-f]{16}'\n", params["Parameters"]["commands"][0]
+        )
     assert sent[3]["Parameters"]["executionTimeout"] == ["1200"]  # the NCCL run's 900 s and the ldd check's 300 s
     assert {p["InstanceId"] for p in aws.params("GetCommandInvocation")} == {pcluster.head_node}
     assert node.sessions == []
