@@ -14,7 +14,7 @@ SOURCES := mlcluster tests tools app.py
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs cdk-context compliance
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,10 @@ bench: setup $(PCLUSTER_VENV)/.installed
 ## config-docs: regenerate schema/environment.schema.json and the README's configuration reference
 config-docs: setup
 	$(PY) tools/gen_config_docs.py
+
+## cdk-context: regenerate mlcluster/cdk_context.json (the feature flags the wheel ships) from cdk.json
+cdk-context: setup
+	$(PY) tools/cdk_context.py
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
