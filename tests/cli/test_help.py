@@ -11,7 +11,18 @@ from syrupy.assertion import SnapshotAssertion
 
 from tests.cli.conftest import REPO, invoke
 
-COMMANDS = [[], ["ssh"], ["ssh-config"], ["status"], ["smoke"], ["patch"]]
+COMMANDS = [
+    [],
+    ["ssh"],
+    ["ssh-config"],
+    ["status"],
+    ["smoke"],
+    ["patch"],
+    ["validate"],
+    ["diff"],
+    ["lock"],
+    ["protect"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: "-".join(c) or "mlcluster")
