@@ -164,6 +164,23 @@ def test_bad_input_names_file_key_value_and_allowed(
     assert allowed in lines[0]
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("network:\n\tavailability_zone: us-east-1a\n", "line 2, column 1"),
+        ("network:\n  availability_zone: us-east-1a\n\tcidr: 10.0.0.0/16\n", "line 3, column 1"),
+        ("network:\n  availability_zone:\tus-east-1a\n  cidr:\n\t- x\n", "line 4, column 1"),
+    ],
+)
+def test_a_tab_is_named_as_a_tab(tmp_path: Path, text: str, where: str) -> None:
+    """PyYAML says "cannot start any token"; the message names the tab and where it is (issue 26)."""
+    file = write_env(tmp_path, "tabbed", text)
+    with pytest.raises(ConfigError) as caught:
+        load_environment(file)
+    assert str(caught.value).startswith(f"{file}: {where}: a tab character: YAML indents with spaces only")
+    assert "replace the tab with spaces" in str(caught.value)
+
+
 def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
     file = write_env(tmp_path, "broken", "network:\n  availability_zone: [us-east-1a\n")
     with pytest.raises(ConfigError, match=rf"{file}: line \d+, column \d+: 'YAML' is not valid; cannot be parsed"):
