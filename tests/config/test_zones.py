@@ -48,8 +48,13 @@ def test_zones_that_do_not_exist(tmp_path: Path, network: str, message: str) -> 
 
 @pytest.mark.parametrize(
     "network",
-    ["availability_zone: us-east-2c", "availability_zone_id: usw2-az4", "availability_zone: us-east-1f"]
-    + ["availability_zone: us-west-1c", "availability_zone_id: use1-az6"],
+    [
+        "availability_zone: us-east-2c",
+        "availability_zone_id: usw2-az4",
+        "availability_zone: us-east-1f",
+        "availability_zone: us-west-1c",
+        "availability_zone_id: use1-az6",
+    ],
 )
 def test_the_last_zone_of_a_region_is_accepted(tmp_path: Path, network: str) -> None:
     _load(tmp_path, network)
