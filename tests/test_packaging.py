@@ -303,7 +303,7 @@ def moto_endpoint() -> Iterator[str]:
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
-    template = {"Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
+    template = {"Resources": {"Scratch": {"Type": "AWS::S3::Bucket"}}}
     cfn.create_stack(StackName="dev-Network", TemplateBody=json.dumps(template))
     yield endpoint
     server.stop()
