@@ -70,3 +70,21 @@ def test_unreadable_cdk_json_names_the_file(tmp_path: Path, text: str) -> None:
     (tmp_path / "cdk.json").write_text(text)
     with pytest.raises(ProjectError, match=rf"^{tmp_path}/cdk.json: "):
         read_context(tmp_path / "cdk.json")
+
+
+def test_the_command_finds_environments_beside_cdk_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a subfolder, or anywhere with --app-dir, as the CDK CLI's users expect (not ./environments)."""
+    from click.testing import CliRunner
+
+    from mlcluster.cli.main import cli
+
+    (tmp_path / "cdk.json").write_text("{}")
+    (tmp_path / "environments").mkdir()
+    (tmp_path / "environments" / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    (tmp_path / "src").mkdir()
+    monkeypatch.chdir(tmp_path / "src")
+    assert CliRunner().invoke(cli, ["validate"]).output == "mlcluster: 1 environment file(s) valid: qa\n"
+    elsewhere = tmp_path.parent
+    monkeypatch.chdir(elsewhere)
+    result = CliRunner().invoke(cli, ["--app-dir", str(tmp_path), "validate", "--json"])
+    assert json.loads(result.output)["environments"] == ["qa"]

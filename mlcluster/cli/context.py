@@ -60,8 +60,15 @@ def current_project() -> Project:
 
 
 def environments_folder(given: Path | None) -> Path:
-    """``--environments`` when given, else the project's ``environments/`` (beside its cdk.json)."""
-    return given if given is not None else current_project().environments
+    """``--environments`` when given, else the project's ``environments/`` (beside its cdk.json).
+
+    Below the current folder the path stays relative (``environments``), so messages name files as
+    ``cdk synth`` run in the same folder does.
+    """
+    if given is not None:
+        return given
+    folder = current_project().environments
+    return folder.relative_to(Path.cwd().resolve()) if folder.is_relative_to(Path.cwd().resolve()) else folder
 
 
 def project_context() -> dict[str, Any]:
