@@ -226,6 +226,7 @@ def collect(target: Target) -> dict[str, Any]:
     return {
         "environment": target.name,
         "region": target.region,
+        "region_source": target.region_source,
         "backend": target.backend,
         "stacks": stacks,
         "cluster": cluster,

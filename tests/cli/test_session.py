@@ -83,7 +83,8 @@ def test_status_reads_aws_region(tmp_path: Path, aws: Aws, monkeypatch: pytest.M
     folder.mkdir()
     (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
     result = invoke("status", "qa", "--environments", str(folder), "--json")
-    assert json.loads(result.stdout)["region"] == "eu-west-1", result.output
+    data = json.loads(result.stdout)
+    assert (data["region"], data["region_source"]) == ("eu-west-1", "AWS_REGION"), result.output
 
 
 def test_unknown_profile_is_a_setup_error(tmp_path: Path, clean_aws: Path) -> None:
