@@ -24,15 +24,18 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 DEPS ?= locked
 export MLCLUSTER_DEPS := $(DEPS)
 
-# A venv from its lock: a new venv, then exactly the lock's files (--require-hashes: every file is
-# checked against the lock's digests; --no-deps: nothing the lock does not name). pip and setuptools
-# are in the locks too. $(1): the venv, $(2): the lock's name in requirements/.
+# A venv from its lock: a new venv, then exactly the lock's files. --require-hashes checks every file
+# against the lock's digests and refuses any requirement, dependencies included, that the lock does
+# not pin. Not --no-deps: pip then installs in file order instead of dependencies first, and
+# aws-cdk.cloud-assembly-schema overwrites the aws_cdk/cloud_assembly_schema/__init__.py that
+# aws-cdk-lib ships too (tests/test_locks.py checks whose file is there). pip and setuptools are in
+# the locks too. $(1): the venv, $(2): the lock's name in requirements/.
 ifeq ($(DEPS),latest)
 install_venv = rm -rf $(1) && $(PYTHON) -m venv $(1) && \
 	$(1)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -r requirements/$(2).in
 else
 install_venv = rm -rf $(1) && $(PYTHON) -m venv $(1) && \
-	$(1)/bin/python -m pip install --quiet --require-hashes --no-deps -r requirements/$(2).txt
+	$(1)/bin/python -m pip install --quiet --require-hashes -r requirements/$(2).txt
 endif
 
 # The project itself, editable, on top of its lock (its requirements are in the lock; setuptools,

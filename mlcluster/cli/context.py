@@ -136,13 +136,19 @@ def zone_region(config: EnvironmentConfig) -> str | None:
 
 
 def open_session(
-    region: str | None, profile: str | None, config: EnvironmentConfig | None, *, where: str = "the environment file"
+    region: str | None,
+    profile: str | None,
+    config: EnvironmentConfig | None,
+    *,
+    where: str = "the environment file",
+    require_credentials: bool = True,
 ) -> AwsSession:
     """The one AWS session factory: credentials from ``profile`` (or the default chain), the region in order.
 
     A profile that does not exist, missing credentials and no region at all are
     :data:`~mlcluster.cli.errors.EXIT_SETUP` errors raised here, before any
-    synthesis or AWS call, so a command never waits to fail on them.
+    synthesis or AWS call, so a command never waits to fail on them
+    (``require_credentials=False``: a verb that may make no AWS call at all).
     """
     import boto3
     import botocore.session
@@ -167,7 +173,7 @@ def open_session(
             "  what to do: pass --region REGION or set AWS_REGION",
             EXIT_SETUP,
         )
-    if credentials is None:
+    if credentials is None and require_credentials:
         raise CliError(
             "no AWS credentials found\n"
             "  what to do: configure credentials (AWS_PROFILE, `aws configure sso`, or an instance role)",
@@ -200,7 +206,15 @@ class Target:
     _outputs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, env: str, environments: Path | None, region: str | None, profile: str | None) -> Target:
+    def load(
+        cls,
+        env: str,
+        environments: Path | None,
+        region: str | None,
+        profile: str | None,
+        *,
+        require_credentials: bool = True,
+    ) -> Target:
         """Load ``<environments>/<env>.yaml`` and open a session for its account and region (:func:`open_session`)."""
         environments = environments_folder(environments)
         path = environments / f"{env}.yaml"
@@ -215,7 +229,9 @@ class Target:
             environment = load_environment(path)
         except ConfigError as error:
             raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
-        opened = open_session(region, profile, environment.config, where=str(path))
+        opened = open_session(
+            region, profile, environment.config, where=str(path), require_credentials=require_credentials
+        )
         return cls(environment=environment, session=opened.session, profile=profile, region_source=opened.region_source)
 
     @property

@@ -11,8 +11,10 @@ import click
 
 from mlcluster.appdir import APP_DIR_VARIABLE, find_project
 from mlcluster.cli import diff
+from mlcluster.cli.cost import cost
 from mlcluster.cli.errors import EXIT_CODES, CliError, botocore_failure
 from mlcluster.cli.patch import patch
+from mlcluster.cli.preflight import preflight
 from mlcluster.cli.smoke import smoke
 from mlcluster.cli.ssh import ssh, ssh_config
 from mlcluster.cli.status import status
@@ -103,6 +105,8 @@ cli.add_command(status)
 cli.add_command(smoke)
 cli.add_command(patch)
 cli.add_command(validate)
+cli.add_command(preflight)
+cli.add_command(cost)
 for command in (diff.diff, diff.lock, diff.protect):
     cli.add_command(command)
 

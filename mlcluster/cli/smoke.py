@@ -7,6 +7,7 @@ FAIL or SKIP line that says where to look when it fails.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -169,7 +170,8 @@ class Smoke:
         )
 
     def hostname(self, timeout: int) -> Step:
-        script = f"timeout {timeout} srun -N {self.nodes} -p {self.partition.name} --ntasks-per-node=1 hostname 2>&1"
+        partition = shlex.quote(self.partition.name)
+        script = f"timeout {timeout} srun -N {self.nodes} -p {partition} --ntasks-per-node=1 hostname 2>&1"
         result = self.run("srun hostname", script, timeout)
         then = "`squeue` and `sinfo -R` on the head node, and slurmd's log on the nodes"
         if failed := self.failed_run("srun", result, then):
@@ -223,7 +225,8 @@ class Smoke:
             return Step("precheck", "SKIP", "the runtime pre-check is a HyperPod lifecycle tool")
         count = self.partition_nodes or self.nodes
         script = (
-            f"timeout {timeout} srun -N {count} -p {self.partition.name} --ntasks-per-node=1 {PRECHECK} 2>&1 "
+            f"timeout {timeout} srun -N {count} -p {shlex.quote(self.partition.name)} --ntasks-per-node=1 "
+            f"{PRECHECK} 2>&1 "
             f"| {PRECHECK_FILTER}"
         )
         result = self.run("pre-check", script, timeout)
@@ -259,7 +262,8 @@ class Smoke:
         script = (
             "export FI_PROVIDER=efa NCCL_DEBUG=INFO\n"
             "grep -h 'EFA installer version' /opt/amazon/efa_installed_packages 2>/dev/null | head -1\n"
-            f"timeout {timeout} srun -N {self.nodes} -p {self.partition.name} --ntasks-per-node={kind.accelerators} "
+            f"timeout {timeout} srun -N {self.nodes} -p {shlex.quote(self.partition.name)} "
+            f"--ntasks-per-node={kind.accelerators} "
             f"--mpi=pmix {NCCL_BINARY} -b 1G -e 8G -f 2 -g 1 2>&1 | {NCCL_FILTER}"
         )
         result = self.run("NCCL all_reduce_perf", script, timeout)

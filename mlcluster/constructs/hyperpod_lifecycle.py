@@ -11,6 +11,7 @@ lifecycle features, and uploaded again whenever any of them changes.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -217,8 +218,16 @@ class HyperPodLifecycle(Construct):
             provisioning["fsx_openzfs_dns_name"] = openzfs_dns_name
             provisioning["fsx_openzfs_volume_path"] = openzfs_volume_path
             provisioning["fsx_openzfs_mount_point"] = openzfs_mount_point
+        # The generated inputs, as exact texts: uploaded as they are and copied into on_create.sh, whose
+        # node-side check refuses any that differs (they hold deploy-time values, so there is no digest).
+        self.generated_files = {
+            PROVISIONING_FILE: json.dumps(provisioning, indent=2) + "\n",
+            FEATURES_FILE: json.dumps(features_document(self.features, collector=collector_files is not None), indent=2)
+            + "\n",
+            **(collector_files or {}),
+        }
         # on_create.sh carries the SHA-256 of every other uploaded file and refuses to run on a mismatch.
-        self.on_create_script = render_on_create(folder, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS))
+        self.on_create_script = render_on_create(folder, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS), self.generated_files)
         self.scripts = ScriptBucket(
             self,
             "Resource",
@@ -227,13 +236,9 @@ class HyperPodLifecycle(Construct):
             sources=[
                 s3deploy.Source.asset(str(folder), exclude=EXCLUDE),
                 s3deploy.Source.data(ON_CREATE, self.on_create_script),
-                s3deploy.Source.json_data(PROVISIONING_FILE, provisioning),
-                s3deploy.Source.json_data(
-                    FEATURES_FILE, features_document(self.features, collector=collector_files is not None)
-                ),
                 s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE),
                 s3deploy.Source.asset(str(EXPORTERS_DIR), exclude=EXPORTERS_EXCLUDE),
-                *(s3deploy.Source.data(name, text) for name, text in (collector_files or {}).items()),
+                *(s3deploy.Source.data(name, text) for name, text in self.generated_files.items()),
             ],
             purpose="HyperPod lifecycle scripts and their generated inputs",
             removal_policy=removal_policy,

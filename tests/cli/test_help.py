@@ -18,6 +18,8 @@ COMMANDS = [
     ["status"],
     ["smoke"],
     ["patch"],
+    ["preflight"],
+    ["cost"],
     ["validate"],
     ["diff"],
     ["lock"],

@@ -230,3 +230,20 @@ def test_progress_is_silent_off_a_terminal_and_shown_on_one() -> None:
     with progress("synthesizing qa", Console(file=tty, force_terminal=True)):
         pass
     assert "synthesizing qa" in tty.getvalue()
+
+
+def test_cost_offline_needs_no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cost --offline` makes no AWS call, so the session factory does not demand credentials for it."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    result = invoke("cost", "qa", "--environments", str(folder), "--offline")
+    assert result.exit_code == 1
+    assert "no price cache" in result.stderr and "credentials" not in result.stderr
+    assert invoke("cost", "qa", "--environments", str(folder)).exit_code == EXIT_SETUP

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,8 +49,8 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
         assert argv[argv.index("--target") + 1] == CONTROLLER
         assert argv[argv.index("--document-name") + 1] == "AWS-StartNonInteractiveCommand"
     for script in node.scripts:
-        assert script.startswith("sudo -iu ubuntu bash -s <<'MLCLUSTER_SCRIPT'\nset -o pipefail\n")
-        assert script.endswith('echo "MLCLUSTER_EXIT=$?"\n')
+        assert re.match(r"sudo -iu ubuntu bash -s <<'(MLCLUSTER_SCRIPT_[0-9a-f]{16})'\nset -o pipefail\n", script)
+        assert script.endswith("code=$?; printf '\\nMLCLUSTER_EXIT=%s\\n' \"$code\"\n")
     nccl = node.scripts[4]
     assert (
         "timeout 900 srun -N 2 -p p5 --ntasks-per-node=8 --mpi=pmix /opt/mlcluster/nccl-tests/bin/all_reduce_perf"
@@ -109,7 +110,9 @@ def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNo
     for params in sent:
         assert params["InstanceIds"] == [pcluster.head_node]
         assert params["DocumentName"] == "AWS-RunShellScript"
-        assert params["Parameters"]["commands"][0].startswith("sudo -iu ec2-user bash -s <<'MLCLUSTER_SCRIPT'\n")
+        assert re.match(
+            r"sudo -iu ec2-user bash -s <<'MLCLUSTER_SCRIPT_[0-9a-f]{16}'\n", params["Parameters"]["commands"][0]
+        )
     assert sent[3]["Parameters"]["executionTimeout"] == ["900"]
     assert {p["InstanceId"] for p in aws.params("GetCommandInvocation")} == {pcluster.head_node}
     assert node.sessions == []

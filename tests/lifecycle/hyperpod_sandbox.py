@@ -25,11 +25,20 @@ import subprocess
 import sys
 import tempfile
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS
-from mlcluster.lifecycle.hyperpod import ENTRYPOINT, HYPERPOD_DIR, MANIFEST_MARK, manifest, render_on_create
+from mlcluster.lifecycle.hyperpod import (
+    ENTRYPOINT,
+    GENERATED_MARK,
+    HYPERPOD_DIR,
+    MANIFEST_MARK,
+    generated_copies,
+    manifest,
+    render_on_create,
+)
 
 #: Real tools the scripts and stubs may use; nothing here changes the machine outside the sandbox.
 SAFE_TOOLS = (
@@ -69,6 +78,9 @@ PROVISIONING: dict[str, object] = {
 
 #: Test data: the real ``git ls-tree -r`` listings of the pinned Enroot, Pyxis and nccl-tests commits.
 DATA = Path(__file__).parent / "data"
+
+#: The generated files HyperPodLifecycle uploads beside the scripts (on_create.sh's GENERATED_FILES).
+GENERATED = ("mlcluster_features.json", "provisioning_parameters.json", "collector.yml", "collector_targets.json")
 
 FSX_SOURCE = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
 
@@ -470,6 +482,10 @@ case $1 in
 esac
 """,
     "mysql": r"""
+if [[ ${1:-} == --help ]]; then
+  echo "  --sandbox           Disallow commands that access the file system"
+  exit 0
+fi
 act "$@"
 cat >>"$STUB_STATE/mysql.sql"
 """,
@@ -588,10 +604,18 @@ class Sandbox:
         shutil.copytree(HYPERPOD_DIR, self.lifecycle, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         for shared in EXPORTER_SCRIPTS:  # uploaded to the top of the prefix from the shared folder
             shutil.copy2(shared, self.lifecycle / shared.name)
-        # What HyperPodLifecycle uploads: on_create.sh with the checksums of the other files in it.
-        _write(self.lifecycle / ENTRYPOINT, render_on_create(HYPERPOD_DIR, EXPORTER_SCRIPTS), 0o755)
-        _write(self.lifecycle / "mlcluster_features.json", json.dumps(self.features))
-        _write(self.lifecycle / "provisioning_parameters.json", json.dumps(self.provisioning))
+        _write(self.lifecycle / "mlcluster_features.json", json.dumps(self.features) + "\n")
+        _write(self.lifecycle / "provisioning_parameters.json", json.dumps(self.provisioning) + "\n")
+        self.render_entrypoint()
+
+    def generated(self) -> dict[str, str]:
+        """The generated files in the lifecycle copy, by name, as HyperPodLifecycle would upload them."""
+        return {name: (self.lifecycle / name).read_text() for name in GENERATED if (self.lifecycle / name).is_file()}
+
+    def render_entrypoint(self, extra: Sequence[Path] = EXPORTER_SCRIPTS) -> None:
+        """What HyperPodLifecycle uploads: on_create.sh with the checksums of the other files and copies of
+        the generated ones (those in the copy now) in it."""
+        _write(self.lifecycle / ENTRYPOINT, render_on_create(HYPERPOD_DIR, extra, self.generated()), 0o755)
 
     def _build_bin(self) -> None:
         for folder, stubs in ((self.bin, STUBS), (self.pkgbin, PACKAGE_STUBS)):
@@ -629,7 +653,9 @@ class Sandbox:
         assert count == 1, f"{script}: {pattern!r} matches {count} times"
         path.write_text(text, encoding="utf-8")
         template = (HYPERPOD_DIR / ENTRYPOINT).read_text(encoding="utf-8")
-        _write(self.lifecycle / ENTRYPOINT, template.replace(MANIFEST_MARK + "\n", manifest(self.lifecycle)), 0o755)
+        rendered = template.replace(MANIFEST_MARK + "\n", manifest(self.lifecycle))
+        rendered = rendered.replace(f"    {GENERATED_MARK}\n", generated_copies(self.generated()))
+        _write(self.lifecycle / ENTRYPOINT, rendered, 0o755)
 
     def env(self) -> dict[str, str]:
         """The whole environment of a run (nothing inherited from the test process)."""

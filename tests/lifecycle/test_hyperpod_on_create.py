@@ -290,7 +290,7 @@ def test_slurm_logs_are_rotated_and_tools_installed(controller: TwoRuns) -> None
     assert precheck.read_text() == (sandbox.lifecycle / "precheck.sh").read_text()
     assert precheck.stat().st_mode & 0o777 == 0o755
     assert (sandbox.root / "opt/mlcluster/lifecycle/steps/mount_fsx.sh").exists()
-    assert sandbox.read("/opt/mlcluster/lifecycle/mlcluster_features.json") == json.dumps(FEATURES)
+    assert sandbox.read("/opt/mlcluster/lifecycle/mlcluster_features.json") == json.dumps(FEATURES) + "\n"
 
 
 # --- worker results ---------------------------------------------------------------------------
