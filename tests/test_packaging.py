@@ -269,6 +269,7 @@ def _project(folder: Path, *, cdk_json: bool) -> Path:
     (folder / "environments").mkdir(parents=True)
     for name in ("dev", "hyperpod"):
         shutil.copy(ROOT / "environments" / f"{name}.yaml", folder / "environments")
+        shutil.copy(ROOT / "environments" / f"{name}.lock.json", folder / "environments")  # committed with the files
     if cdk_json:
         shutil.copy(ROOT / "cdk.json", folder)
     return folder
@@ -311,17 +312,17 @@ def moto_endpoint() -> Iterator[str]:
 
 @pytest.mark.slow
 def test_wheel_lock_equals_the_checkouts_with_and_without_cdk_json(user: User) -> None:
-    """From the wheel, `lock` writes the checkout's lock file byte for byte, in a project or a bare folder.
+    """From the wheel, `lock --from-templates` writes the checkout's lock file byte for byte, in a project or not.
 
     Before issue 26 it read cdk.json next to the installed package (site-packages): no feature flags, so
     10 Fn::ImportValue where `cdk deploy` writes Fn::GetStackOutput, and a different lock file.
     """
     expected = (ROOT / "environments" / "dev.lock.json").read_bytes()
-    inside = user.run(user.with_cdk_json / "environments", "lock", "dev")  # found by walking up to cdk.json
+    inside = user.run(user.with_cdk_json / "environments", "lock", "dev", "--from-templates")  # cdk.json found above
     assert inside.returncode == 0, inside.stderr
     assert "no cdk.json" not in inside.stderr
     assert (user.with_cdk_json / "environments" / "dev.lock.json").read_bytes() == expected
-    bare = user.run(user.without_cdk_json, "lock", "dev", "--json")
+    bare = user.run(user.without_cdk_json, "lock", "dev", "--from-templates", "--json")
     assert bare.returncode == 0, bare.stderr
     assert f"mlcluster: note: no cdk.json in {user.without_cdk_json.resolve()} or above" in bare.stderr
     assert json.loads(bare.stdout)["stacks"] == 4
@@ -334,6 +335,7 @@ def test_wheel_lock_equals_the_checkouts_with_and_without_cdk_json(user: User) -
     "args",
     [
         ("diff", "dev"),
+        ("lock", "dev"),
         ("protect", "dev"),
         ("status", "dev"),
         ("ssh", "hyperpod", "--print"),

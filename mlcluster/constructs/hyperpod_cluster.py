@@ -140,7 +140,8 @@ class HyperPodCluster(Construct):
             node type and partition. Default: off.
         :param tags: tags on the cluster. Default: none.
         :param log_retention: how long the check function's logs are kept. Default: one year.
-        :param log_removal_policy: RETAIN or DESTROY those logs with the stack. Default: RETAIN.
+        :param log_removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY those logs with the
+            stack. Default: RETAIN.
         """
         super().__init__(scope, construct_id)
         tags = dict(tags or {})
@@ -663,6 +664,9 @@ def _check_props(
         if len(value) > 256 or not TAG_TEXT.fullmatch(value):
             problems.append(f"tags[{key!r}]: {value!r} is not allowed; use 0-256 letters, digits, spaces and _.:/=+-@")
     if log_removal_policy not in REMOVAL_POLICIES:
-        problems.append(f"log_removal_policy: {log_removal_policy} is not allowed; use RemovalPolicy.RETAIN or DESTROY")
+        problems.append(
+            f"log_removal_policy: {log_removal_policy} is not allowed; use RemovalPolicy.RETAIN, "
+            "RETAIN_ON_UPDATE_OR_DELETE or DESTROY"
+        )
     if problems:
         raise ValueError("HyperPodCluster: " + "; ".join(problems))
