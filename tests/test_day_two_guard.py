@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mlcluster.app import CDK_JSON, build_app, main, project_context, synth_guarded
+from mlcluster.app import build_app, main, project_context, synth_guarded
 from mlcluster.config import ConfigError, Environment, load_environment
 from mlcluster.lockfile import Lock, lock_path, read_lock, write_lock
 from mlcluster.replacement import create_only_paths, snapshot_from_assembly
@@ -242,14 +242,10 @@ def test_termination_protection_where_data_is_retained(locked: Path) -> None:
 
 def test_weak_references_only(locked: Path) -> None:
     """No stack imports another's export, so no export can be "in use" when storage changes."""
-    assert project_context(CDK_JSON)["@aws-cdk/core:defaultCrossStackReferences"] == "weak"
+    assert project_context()["@aws-cdk/core:defaultCrossStackReferences"] == "weak"
     texts = [json.dumps(_template(locked, "p5", name)) for name in manifest(locked, "p5")]
     assert not any("Fn::ImportValue" in text for text in texts)
     assert '"Fn::GetStackOutput"' in json.dumps(_template(locked, "p5", "p5-Cluster"))
-
-
-def test_project_context_absent_file_is_empty(tmp_path: Path) -> None:
-    assert project_context(tmp_path / "cdk.json") == {}
 
 
 def test_create_only_properties_come_from_the_bundled_schemas() -> None:

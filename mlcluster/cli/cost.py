@@ -453,14 +453,16 @@ def render(est: Estimate) -> None:
 @environment_options
 @click.option("--offline", is_flag=True, help="Use only the local price cache (no AWS call); prints the cache's date.")
 @json_option
-def cost(env: str, environments: Path, region: str | None, profile: str | None, offline: bool, as_json: bool) -> None:
+def cost(
+    env: str, environments: Path | None, region: str | None, profile: str | None, offline: bool, as_json: bool
+) -> None:
     """Estimate the environment's On-Demand cost per hour and month, at min and max node counts.
 
     Prices come from the AWS Price List (pricing:GetProducts) with your
     credentials and are cached under ~/.cache/mlcluster/prices. Usage-based
     services (Prometheus, Grafana, data transfer) are listed without a figure.
     """
-    target = Target.load(env, environments, region, profile)
+    target = Target.load(env, environments, region, profile, require_credentials=not offline)
     where = target.region
     plan = plan_of(target.environment)
     path = cache_path(where)

@@ -318,7 +318,7 @@ def _wait(target: Target, state: PatchState, timeout: int, console: Console) -> 
 @json_option
 def patch(
     env: str,
-    environments: Path,
+    environments: Path | None,
     region: str | None,
     profile: str | None,
     yes: bool,

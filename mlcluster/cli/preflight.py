@@ -875,7 +875,7 @@ def render(results: Sequence[Result], env: str, region: str) -> None:
 @json_option
 def preflight(
     env: str,
-    environments: Path,
+    environments: Path | None,
     region: str | None,
     profile: str | None,
     skip: tuple[str, ...],
