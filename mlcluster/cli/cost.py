@@ -334,9 +334,9 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
         line = Line(f"{g.role}: {g.instance_type}", g.key, "instances", g.min_count, g.max_count, note=note)
         wanted.append((line, query))
     for fs in plan.file_systems:
-        for label, key, amount, query in _fsx_queries(fs, region):
+        for label, key, amount, part in _fsx_queries(fs, region):
             unit = "MB/s" if key.endswith("_mbps") else "GiB"
-            wanted.append((Line(label, key, unit, amount, amount), query))
+            wanted.append((Line(label, key, unit, amount, amount), part))
     if plan.nat_gateways:
         nat = Query(
             "AmazonEC2",
@@ -374,13 +374,13 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
             note="baseline IOPS and throughput",
         )
         wanted.append((line, gp3))
-    for line, query in wanted:
-        if isinstance(query, str):
-            line.note = query
+    for line, wanted_query in wanted:
+        if isinstance(wanted_query, str):
+            line.note = wanted_query
             result.lines.append(line)
             continue
         try:
-            line.price = price(query)
+            line.price = price(wanted_query)
         except PriceNotFoundError as missing:
             line.note = f"no price: {missing}"
         line.priced()

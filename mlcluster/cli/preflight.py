@@ -295,7 +295,7 @@ def _running_vcpus(ctx: Context, known: dict[str, int]) -> dict[str, int]:
 
 
 def _other_hyperpod_instances(ctx: Context) -> dict[str, int]:
-    """Instances per ``ml.`` type in the account's other HyperPod clusters of the region (ListClusters, DescribeCluster).
+    """Instances per ``ml.`` type in the region's other HyperPod clusters (ListClusters, DescribeCluster).
 
     The cluster named like this environment's is left out: it is the one the
     deploy creates or updates (the ``names`` check fails when another
@@ -348,11 +348,13 @@ def check_sagemaker_quota(ctx: Context) -> list[Result]:
                 )
             )
             continue
-        results.append(
-            _count_row(key, name, quota, others.get(itype, 0), need, "in other HyperPod clusters")
-        )
+        results.append(_count_row(key, name, quota, others.get(itype, 0), need, "in other HyperPod clusters"))
     need_all = sum(need for need, _ in counts.values())
-    account_wide: tuple[str, int | None, str] = (HYPERPOD_TOTAL_QUOTA, sum(others.values()), "in other HyperPod clusters")
+    account_wide: tuple[str, int | None, str] = (
+        HYPERPOD_TOTAL_QUOTA,
+        sum(others.values()),
+        "in other HyperPod clusters",
+    )
     per_cluster: tuple[str, int | None, str] = (HYPERPOD_PER_CLUSTER_QUOTA, None, "")
     for name, used, where in (account_wide, per_cluster):
         quota = quotas.get(name)
@@ -383,8 +385,7 @@ def _count_row(key: str, name: str, quota: dict[str, Any], used: int | None, nee
             "fail",
             "ERROR",
             key,
-            f"{name} ({code}) is {value:g}; {running}the groups need {need}: "
-            f"request {total} or lower instance_count",
+            f"{name} ({code}) is {value:g}; {running}the groups need {need}: request {total} or lower instance_count",
         )
     counted = f"{need}" if used is None else f"{used} {where} + {need}"
     return Result("sagemaker-quota", "pass", "ERROR", key, f"{name} ({code}) {value:g} >= {counted}")
@@ -405,7 +406,7 @@ def _fsx_counted(fs: dict[str, Any], kind: str, deployment_type: str, env: str) 
         return False
     if kind == "LUSTRE":
         return bool(fs.get("LustreConfiguration", {}).get("DeploymentType") == deployment_type)
-    return fs.get("StorageType", "SSD") == "SSD"
+    return str(fs.get("StorageType", "SSD")) == "SSD"
 
 
 def check_fsx_quota(ctx: Context) -> list[Result]:
@@ -1057,7 +1058,7 @@ def run_checks(ctx: Context, skip: Sequence[str] = ()) -> list[Result]:
                 results += check(ctx)
         except CliError as error:
             results.append(Result(check_id, "error", "ERROR", "-", error.message.replace("\n", " ")))
-        except Exception as error:  # noqa: BLE001 - any failure of a check is a row, never a traceback
+        except Exception as error:  # any failure of a check is a row, never a traceback
             results.append(
                 Result(
                     check_id,
