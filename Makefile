@@ -17,7 +17,7 @@ SOURCES := mlcluster tests tools app.py
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance lock test-latest
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance lock test-latest system-deps
 
 # DEPS=latest (set by `make test-latest` in its own copy of the tree) installs the newest releases the
 # ranges in pyproject.toml and requirements/*.in allow instead of the locks.
@@ -71,6 +71,10 @@ $(LOCK_VENV)/.installed: requirements/lock.txt
 
 setup: $(VENV)/.installed node_modules/.installed
 
+## system-deps: the Debian packages the tests run for real (Slurm, munge, MariaDB, promtool, amtool); installs what is missing (root, apt-get), a no-op otherwise
+system-deps:
+	bash tools/system_deps.sh tests/system-packages.txt
+
 ## synth: every environment through the real `cdk synth` (ENV=dev,prod for a subset)
 synth: setup
 	$(PY) tools/synth_summary.py $(ENV)
@@ -96,7 +100,7 @@ endif
 # PYTHONDONTWRITEBYTECODE (set on some machines) would make every worker rewrite the asserts of
 # every test module again on each run (4 s of CPU a worker here): pytest and Python keep their
 # caches in the __pycache__ folders git ignores.
-pytest: setup $(PCLUSTER_VENV)/.installed $(CHECKOV_VENV)/.installed
+pytest: setup system-deps $(PCLUSTER_VENV)/.installed $(CHECKOV_VENV)/.installed
 	PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## compliance: per environment and pack, every cdk-nag rule's status and checkov's in cdk.out/compliance/ (ENV=dev,prod for a subset)

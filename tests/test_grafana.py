@@ -286,7 +286,7 @@ def test_workspace_properties(p5: dict[str, Any]) -> None:
     role = props["RoleArn"]["Fn::GetAtt"][0]
     assert p5["Resources"][role]["Type"] == "AWS::IAM::Role"
     keeps = load_environment(ENVIRONMENTS / "p5.yaml").config.retention.keeps_data
-    assert workspace["DeletionPolicy"] == ("Retain" if keeps else "Delete")
+    assert workspace["DeletionPolicy"] == ("RetainExceptOnCreate" if keeps else "Delete")
     url = p5["Outputs"]["GrafanaUrl"]
     assert url["Value"] == {"Fn::Join": ["", ["https://", {"Fn::GetAtt": [logical, "Endpoint"]}]]}
     assert url["Export"] == {"Name": "p5-GrafanaUrl"}

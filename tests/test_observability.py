@@ -453,7 +453,7 @@ def test_prometheus_workspace_is_encrypted_kept_and_named_in_outputs(
         assert reference["OutputName"].startswith("PublishOutputFnGetAttEnvironmentKey")
         assert len(resources(template, "AWS::KMS::Key")) == 1  # the alarm topic's only: no key of its own
         keeps = load_environment(ENVIRONMENTS / f"{name}.yaml").config.retention.keeps_data
-        assert workspace["DeletionPolicy"] == ("Retain" if keeps else "Delete"), name
+        assert workspace["DeletionPolicy"] == ("RetainExceptOnCreate" if keeps else "Delete"), name
         write = outputs["PrometheusRemoteWriteUrl"]
         assert write["Export"] == {"Name": f"{name}-PrometheusRemoteWriteUrl"}
         parts = write["Value"]["Fn::Join"][1]

@@ -11,6 +11,7 @@ import click
 from mlcluster.cli import diff
 from mlcluster.cli.cost import cost
 from mlcluster.cli.errors import CliError
+from mlcluster.cli.health import health
 from mlcluster.cli.patch import patch
 from mlcluster.cli.preflight import preflight
 from mlcluster.cli.smoke import smoke
@@ -65,6 +66,7 @@ cli.add_command(ssh)
 cli.add_command(ssh_config)
 cli.add_command(status)
 cli.add_command(smoke)
+cli.add_command(health)
 cli.add_command(patch)
 cli.add_command(validate)
 cli.add_command(preflight)

@@ -142,6 +142,7 @@ class HyperPodLifecycle(Construct):
         scripts_dir: Path | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
+        log_removal_policy: cdk.RemovalPolicy | None = None,
     ) -> None:
         """Create the bucket and the upload.
 
@@ -167,8 +168,9 @@ class HyperPodLifecycle(Construct):
         :param prefix: the key prefix of the upload, ending in ``/``. Default: ``lifecycle/``.
         :param scripts_dir: the folder to upload; must hold ``on_create.sh``.
             Default: mlcluster's HyperPod scripts.
-        :param removal_policy: RETAIN or DESTROY the bucket (and its logs). Default: RETAIN.
+        :param removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY the bucket (and its logs). Default: RETAIN.
         :param log_retention: how long the upload function's logs are kept. Default: one year.
+        :param log_removal_policy: the upload function's log group on delete. Default: ``removal_policy``.
         """
         super().__init__(scope, construct_id)
         folder = scripts_dir if scripts_dir is not None else LIFECYCLE_DIR / "hyperpod"
@@ -243,6 +245,7 @@ class HyperPodLifecycle(Construct):
             purpose="HyperPod lifecycle scripts and their generated inputs",
             removal_policy=removal_policy,
             log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
         )
         self.bucket: s3.IBucket = self.scripts.bucket
         self.deployment = self.scripts.deployment
@@ -349,6 +352,9 @@ def _check_props(
     if not (scripts_dir / ON_CREATE).is_file():
         problems.append(f"scripts_dir: {str(scripts_dir)!r} has no {ON_CREATE}; HyperPod runs it on every node")
     if removal_policy not in REMOVAL_POLICIES:
-        problems.append(f"removal_policy: {removal_policy} is not allowed; use RemovalPolicy.RETAIN or DESTROY")
+        problems.append(
+            f"removal_policy: {removal_policy} is not allowed; use RemovalPolicy.RETAIN, "
+            "RETAIN_ON_UPDATE_OR_DELETE or DESTROY"
+        )
     if problems:
         raise ValueError("HyperPodLifecycle: " + "; ".join(problems))

@@ -100,6 +100,7 @@ class ScriptBucket(Construct):
         bucket_name: str | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
+        log_removal_policy: cdk.RemovalPolicy | None = None,
     ) -> None:
         """Create the bucket and the upload.
 
@@ -109,6 +110,8 @@ class ScriptBucket(Construct):
         :param bucket_name: an explicit bucket name. Default: generated.
         :param removal_policy: RETAIN (default) or DESTROY the bucket and logs.
         :param log_retention: how long the upload function's logs are kept. Default: one year.
+        :param log_removal_policy: what happens to the upload function's log group (its history of
+            uploads) on delete. Default: ``removal_policy``.
         """
         super().__init__(scope, construct_id)
         if not prefix.endswith("/") or prefix.startswith("/"):
@@ -127,7 +130,12 @@ class ScriptBucket(Construct):
         self.prefix = prefix
         self.data_bucket = DataBucket(self, "Resource", bucket_name=bucket_name, removal_policy=removal_policy)
         self.bucket: s3.IBucket = self.data_bucket.bucket
-        log_group = logs.LogGroup(self, "UploadLogs", retention=log_retention, removal_policy=removal_policy)
+        log_group = logs.LogGroup(
+            self,
+            "UploadLogs",
+            retention=log_retention,
+            removal_policy=removal_policy if log_removal_policy is None else log_removal_policy,
+        )
         self.deployment = s3deploy.BucketDeployment(
             self,
             "Upload",

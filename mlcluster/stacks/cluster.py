@@ -50,7 +50,7 @@ from mlcluster.pcluster.render import (
     render_cluster_config,
     user_script_objects,
 )
-from mlcluster.stacks.common import export_output, log_retention, removal_policy
+from mlcluster.stacks.common import export_output, log_retention, removal_policy, scripts_removal_policy
 from mlcluster.stacks.storage import StorageStack
 
 #: Where the ParallelCluster node scripts live in their bucket.
@@ -271,8 +271,10 @@ class ClusterStack(cdk.Stack):
             collector_files=(
                 render(hyperpod_inputs(cfg, **self._collector_common())) if self.prometheus is not None else None
             ),
-            removal_policy=removal_policy(env),
+            removal_policy=scripts_removal_policy(),
             log_retention=log_retention(env),
+            # The upload history is kept as the environment keeps its logs.
+            log_removal_policy=removal_policy(env),
         )
         accounting = cfg.lifecycle.accounting
         labels = network_zone_labels(env.config.network)
