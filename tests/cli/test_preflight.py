@@ -833,20 +833,52 @@ def test_a_quota_without_a_value_is_an_error_row(aws: Aws, tmp_path: Path, monke
     assert "IndexError: list index out of range" in results[0].message and preflight.exit_code(results) == 3
 
 
-def test_spot_queues_are_not_counted_as_on_demand(aws: Aws, tmp_path: Path) -> None:
+def test_spot_queues_are_checked_against_the_spot_quota(aws: Aws, tmp_path: Path) -> None:
     quotas(aws, p_vcpus=384.0)
+    spot_quota = {"value": 768.0}
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        if params["QuotaCode"] == "L-7212CCBC":
+            return quota("ec2", "L-7212CCBC", "All P Spot Instance Requests", spot_quota["value"])
+        table = {"L-417A185B": ("Running On-Demand P instances", 384.0), "L-1216C47A": ("Standard", 1152.0)}
+        name, value = table[params["QuotaCode"]]
+        return quota("ec2", params["QuotaCode"], name, value)
+
+    aws.answer("service-quotas", "GetServiceQuota", always=answer)
     folder = env_folder(tmp_path, "p5", P5_REGION)
     data = yaml.safe_load((folder / "p5.yaml").read_text())
     queue = data["cluster"]["pcluster"]["queues"][0]
     queue["capacity_type"] = "SPOT"
     queue["compute_resources"][0].pop("capacity_reservation_id", None)
     (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    # The On-Demand P quota (384) is not what limits a Spot queue: 768 Spot vCPUs fit at the edge.
     results = preflight.check_vcpu_quota(context(aws, folder, "p5", P5_REGION))
-    assert [(r.key, r.status, r.level) for r in results] == [
-        ("cluster.pcluster.queues[0].compute_resources[0]", "fail", "WARNING"),
-        ("cluster.pcluster.head_node.instance_type", "pass", "ERROR"),
+    assert [(r.key, r.status, r.message) for r in results] == [
+        (
+            "cluster.pcluster.head_node.instance_type",
+            "pass",
+            "Standard (L-1216C47A) 1152 >= 0 running + 32 needed",
+        ),
+        (
+            "cluster.pcluster.queues[0].compute_resources[0]",
+            "pass",
+            "All P Spot Instance Requests (L-7212CCBC) 768 >= 0 running + 768 needed",
+        ),
     ]
     assert "L-417A185B" not in [p["QuotaCode"] for p in aws.params("GetServiceQuota")]
+    # A running Spot p5 elsewhere counts against the Spot quota, not the On-Demand one.
+    aws_client("ec2", P5_REGION).run_instances(
+        ImageId="ami-12345678",
+        InstanceType="p5.48xlarge",
+        MinCount=1,
+        MaxCount=1,
+        InstanceMarketOptions={"MarketType": "spot"},
+    )
+    failed = preflight.check_vcpu_quota(context(aws, folder, "p5", P5_REGION))
+    assert [r.message for r in failed if r.status == "fail"] == [
+        "All P Spot Instance Requests (L-7212CCBC) is 768 vCPUs; 192 Spot run already and max_count needs 768: "
+        "request 960 in Service Quotas or lower max_count"
+    ]
 
 
 def test_running_instances_count_their_default_vcpus(aws: Aws, tmp_path: Path) -> None:
