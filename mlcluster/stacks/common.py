@@ -14,6 +14,18 @@ def removal_policy(environment: Environment) -> cdk.RemovalPolicy:
     return cdk.RemovalPolicy.RETAIN if environment.config.retention.keeps_data else cdk.RemovalPolicy.DESTROY
 
 
+def removal_policy_except_on_create(environment: Environment) -> cdk.RemovalPolicy:
+    """As :func:`removal_policy`, but a resource whose stack's first create fails is deleted, not kept.
+
+    ``DeletionPolicy: RetainExceptOnCreate``: a rolled-back create of a stack
+    holding only rebuildable data (workspaces, dashboards) would otherwise
+    leave one more retained, billed copy behind on every attempt.
+    """
+    return cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE if environment.config.retention.keeps_data else (
+        cdk.RemovalPolicy.DESTROY
+    )
+
+
 def export_output(stack: cdk.Stack, environment: Environment, name: str, value: str, description: str) -> None:
     """An output of ``stack`` exported as ``<environment>-<name>`` for tools outside CDK."""
     cdk.CfnOutput(stack, name, value=value, description=description, export_name=f"{environment.name}-{name}")

@@ -30,7 +30,7 @@ from mlcluster.config import Environment
 from mlcluster.config.observability import grafana_enabled, prometheus_enabled
 from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints, PrometheusWorkspace
-from mlcluster.stacks.common import export_output, log_retention, removal_policy
+from mlcluster.stacks.common import export_output, log_retention, removal_policy_except_on_create
 from mlcluster.stacks.storage import StorageStack
 
 FSX = "AWS/FSx"
@@ -119,7 +119,7 @@ class ObservabilityStack(cdk.Stack):
         self.backend = cfg.cluster.backend
         self.file_system_id = storage.lustre.file_system_id
 
-        self.topic = self._topic(removal_policy(environment))
+        self.topic = self._topic(removal_policy_except_on_create(environment))
         for address in obs.alarm_emails:
             self.topic.add_subscription(subs.EmailSubscription(address))
         self.alarms: list[cw.Alarm] = []
@@ -159,7 +159,7 @@ class ObservabilityStack(cdk.Stack):
     def _prometheus(self, environment: Environment) -> PrometheusEndpoints:
         """The environment's AMP workspace, encrypted with the environment's key, and its endpoints as outputs."""
         settings = environment.config.observability.prometheus
-        policy = removal_policy(environment)
+        policy = removal_policy_except_on_create(environment)
         workspace = PrometheusWorkspace(
             self,
             "Prometheus",
@@ -232,7 +232,7 @@ class ObservabilityStack(cdk.Stack):
             environment_name=environment.name,
             settings=environment.config.observability.grafana,
             prometheus=prometheus,
-            removal_policy=removal_policy(environment),
+            removal_policy=removal_policy_except_on_create(environment),
             log_retention=log_retention(environment),
         )
         export_output(self, environment, "GrafanaUrl", workspace.url, "Amazon Managed Grafana workspace (sign in)")
@@ -265,8 +265,30 @@ class ObservabilityStack(cdk.Stack):
             master_key=key,
             enforce_ssl=True,
         )
+        # The topic policy (TLS-only deny, AMP's allow) replaces SNS's default policy, so CloudWatch alarms need
+        # an allow of their own, or every alarm action fails with "not authorized to perform: SNS:Publish" (AWS
+        # Knowledge Center, cloudwatch-receive-sns-for-alarm-trigger). Scoped against the confused deputy as the
+        # SNS guide's access policy examples do: alarms of this account, in this region.
+        topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarms",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[topic.topic_arn],
+                conditions={
+                    "ArnLike": {"aws:SourceArn": self.alarm_arn_pattern()},
+                    "StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID},
+                },
+            )
+        )
         self.topic_key = key
         return topic
+
+    def alarm_arn_pattern(self) -> str:
+        """The ARNs of every CloudWatch alarm of this account in this region (``...:alarm:*``)."""
+        return cdk.Stack.of(self).format_arn(
+            service="cloudwatch", resource="alarm", resource_name="*", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME
+        )
 
     def _forwarder(self) -> iam.Role:
         """The role EventBridge rules publish with, made with the first rule.

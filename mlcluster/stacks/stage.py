@@ -34,7 +34,8 @@ class EnvironmentStage(cdk.Stage):
     ``DataRepository`` (the DRAs, when there are any: the cluster does not
     wait for their imports), ``Observability`` (dashboard and alarms, when
     on) and, when the environment has a cluster backend,
-    ``Cluster``. Stacks holding data, and the network under it, have
+    ``Cluster``. Stacks holding data (the Observability stack holds the
+    Prometheus and Grafana workspaces), and the network under it, have
     termination protection when the environment retains data. Tags from the environment go on everything;
     cdk-nag's AwsSolutions pack, plus any packs the environment lists, checks
     the stage at synth and fails it on any finding not acknowledged.
@@ -97,6 +98,7 @@ class EnvironmentStage(cdk.Stage):
                 storage=self.storage_stack,
                 environment_key=self.network_stack.environment_key.key,
                 description=f"{description} (dashboard and alarms; outlives clusters)",
+                termination_protection=protect,
             )
         self.cluster_stack: ClusterStack | None = None
         if cfg.cluster.backend != "none":

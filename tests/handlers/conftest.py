@@ -498,4 +498,34 @@ def clock(fake: FakeSageMaker, monkeypatch: pytest.MonkeyPatch) -> Clock:
 
     monkeypatch.setattr(app, "sleep", sleep)
     monkeypatch.setattr(app, "clock", lambda: state.now)
+    monkeypatch.setattr(app, "wall", lambda: state.now)
     return state
+
+
+class FrameworkTimeout(AssertionError):
+    """The Provider framework's total timeout ran out: CloudFormation would fail the resource (a test failure)."""
+
+
+def run_node_check(event: dict[str, Any], fake: FakeSageMaker, clock: Clock) -> dict[str, Any]:
+    """The node check as the Provider framework runs it: on_event once, then is_complete every query interval.
+
+    Between two looks the clock moves on by ``QUERY_INTERVAL_SECONDS`` and the
+    fake service takes one step. Returns what CloudFormation receives
+    (``PhysicalResourceId`` and the merged ``Data``); a failure raised by
+    either entry point propagates; running past ``TOTAL_TIMEOUT_SECONDS``
+    raises ``FrameworkTimeout``.
+    """
+    started = app.on_event(event)
+    merged = {**event, **started}
+    while True:
+        answer = app.is_complete(merged)
+        if answer["IsComplete"]:
+            return {
+                "PhysicalResourceId": started["PhysicalResourceId"],
+                "Data": {**started.get("Data", {}), **answer.get("Data", {})},
+            }
+        if clock.now + app.QUERY_INTERVAL_SECONDS > app.TOTAL_TIMEOUT_SECONDS:
+            raise FrameworkTimeout(f"still not complete after {clock.now} s: {answer}")
+        clock.sleeps.append(app.QUERY_INTERVAL_SECONDS)
+        clock.now += app.QUERY_INTERVAL_SECONDS
+        fake.tick()

@@ -1,4 +1,4 @@
-"""Entry point ``on_event`` (CDK Provider framework) of the two read-only checks around the cluster.
+"""Entry points ``on_event`` and ``is_complete`` (CDK Provider framework) of the two read-only checks.
 
 CloudFormation's own ``AWS::SageMaker::Cluster`` handler creates, updates,
 rolls back and deletes the cluster. These custom resources only look:
@@ -13,8 +13,12 @@ rolls back and deletes the cluster. These custom resources only look:
   rename (create-before-delete) refuses groups on a training plan, which
   holds exactly the instances the old cluster uses.
 - ``Custom::HyperPodNodesReady`` runs after the cluster resource, on every
-  Create and Update, and succeeds only when every group has as many
-  ``Running`` nodes as it asks for (InService alone does not promise that).
+  Create and Update: ``on_event`` starts it and ``is_complete`` (called by
+  the Provider framework every minute, for up to an hour) decides from
+  ``CLUSTER_DECISIONS`` and ``NODE_DECISIONS`` whether every group has its
+  nodes (InService alone does not promise that). Nodes in a deep health
+  check (which can last hours) or still settling after ``SETTLE_SECONDS``
+  are accepted and reported, never a reason to roll the cluster back.
 
 Properties: ``ClusterSpec`` (JSON of the CreateCluster request the cluster
 resource is built from) and ``ProvisioningParametersKey`` for the pre-flight;
@@ -27,12 +31,13 @@ changes anything, so neither can harm a cluster it was not made for.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 from botocore.model import StructureShape
@@ -46,8 +51,21 @@ logger.setLevel(logging.INFO)
 
 PREFLIGHT = "Custom::HyperPodPreflight"
 NODES_READY = "Custom::HyperPodNodesReady"
+#: Every ``ClusterStatus`` of botocore's SageMaker model, and what the pre-flight of an in-place update does:
+#: ``wait`` where UpdateCluster would answer ConflictException (bounded by ``MAX_WAIT_SECONDS``), ``fail``
+#: where the cluster is going away, ``proceed`` where CloudFormation's UpdateCluster can run (a Failed
+#: cluster included: the update is how it is repaired, and the service says so if it cannot).
+PREFLIGHT_DECISIONS: dict[str, Literal["proceed", "wait", "fail"]] = {
+    "InService": "proceed",
+    "Failed": "proceed",
+    "Creating": "wait",
+    "Updating": "wait",
+    "SystemUpdating": "wait",
+    "RollingBack": "wait",
+    "Deleting": "fail",
+}
 #: Statuses in which UpdateCluster answers ConflictException: the pre-flight waits them out.
-BUSY_STATUSES = ("Creating", "Updating", "SystemUpdating", "RollingBack")
+BUSY_STATUSES = tuple(status for status, decision in PREFLIGHT_DECISIONS.items() if decision == "wait")
 #: How often a busy cluster or missing nodes are looked at again.
 POLL_SECONDS = 30
 #: The longest wait inside one invocation; the function's timeout (15 minutes) leaves room to answer.
@@ -60,6 +78,8 @@ MAX_NODES_LISTED = 20
 #: Replaced by tests to walk waits without sleeping.
 sleep: Callable[[float], None] = time.sleep
 clock: Callable[[], float] = time.monotonic
+#: Wall-clock seconds: the node check's start is compared across invocations.
+wall: Callable[[], float] = time.time
 
 
 @functools.cache
@@ -89,7 +109,7 @@ def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]
     if kind == PREFLIGHT:
         return _preflight(event, deadline)
     if kind == NODES_READY:
-        return _nodes_ready(event, deadline)
+        return _nodes_ready_start(event)
     raise ValueError(f"ResourceType {kind!r} is not {PREFLIGHT} or {NODES_READY}")
 
 
@@ -164,11 +184,20 @@ def _wait_until_updatable(name: str, deadline: float) -> None:
                 ],
             )
         status = str(cluster.get("ClusterStatus"))
-        if status not in BUSY_STATUSES:
-            if status == "Deleting":
-                raise PreflightError(
-                    name, [f"the HyperPod cluster {name!r} is being deleted outside CloudFormation; wait, then deploy"]
-                )
+        decision = PREFLIGHT_DECISIONS.get(status)
+        if decision is None:
+            raise PreflightError(
+                name,
+                [
+                    f"the HyperPod cluster {name!r} is {status!r}, a status this check does not know (it knows "
+                    f"{', '.join(PREFLIGHT_DECISIONS)}); deploy again when it is InService"
+                ],
+            )
+        if decision == "fail":
+            raise PreflightError(
+                name, [f"the HyperPod cluster {name!r} is being deleted outside CloudFormation; wait, then deploy"]
+            )
+        if decision == "proceed":
             return
         if clock() + POLL_SECONDS > deadline:
             raise PreflightError(
@@ -184,29 +213,183 @@ def _wait_until_updatable(name: str, deadline: float) -> None:
 
 
 # -- nodes ready --------------------------------------------------------------
+#
+# The node check does not wait inside one invocation. ``on_event`` checks its properties and the cluster's
+# existence and notes when it started; the Provider framework then calls ``is_complete`` every
+# ``QUERY_INTERVAL`` until it answers complete, raises, or the framework's total timeout (one hour, the most a
+# custom resource gets) runs out. Deep health checks can take hours and automatic node replacement leaves
+# nodes Pending meanwhile, so "ready" cannot mean "every node Running": the check succeeds as soon as every
+# node runs, or right away when the only nodes not running are in a deep health check, and after
+# ``SETTLE_SECONDS`` (well inside the hour) when the rest are still starting, updating or being replaced; it
+# then reports them in ``NotRunning``. It fails, with the reason, only on a decision that waiting cannot
+# change: a cluster rolling back, failed or being deleted, a node that failed or vanished, or a group short of
+# nodes (none even starting) once the settling time is over.
+
+#: How long nodes may stay in a state that settles by itself (Pending, SystemUpdating...) before the check
+#: succeeds with them reported; the framework's total timeout (``TOTAL_TIMEOUT_SECONDS``) leaves room after it.
+SETTLE_SECONDS = 45 * 60
+#: The Provider framework's total timeout for the node check (CloudFormation gives a custom resource one hour).
+TOTAL_TIMEOUT_SECONDS = 60 * 60
+#: How often the framework asks ``is_complete`` again.
+QUERY_INTERVAL_SECONDS = 60
+
+ClusterDecision = Literal["look at nodes", "wait", "fail"]
+NodeDecision = Literal["ready", "long check", "settling", "leaving", "failed"]
+
+#: Every ``ClusterStatus`` of botocore's SageMaker model, and what the node check does on meeting it.
+CLUSTER_DECISIONS: dict[str, ClusterDecision] = {
+    "InService": "look at nodes",
+    "Creating": "wait",
+    "Updating": "wait",
+    "SystemUpdating": "wait",
+    "RollingBack": "fail",
+    "Failed": "fail",
+    "Deleting": "fail",
+}
+#: Every ``ClusterInstanceStatus`` of botocore's SageMaker model, and what a node in it counts as:
+#: ``ready`` counts towards its group; ``long check`` (a deep health check: minutes to hours) and
+#: ``settling`` (starting, patching, being attached or replaced) count once the wait is over (reported);
+#: ``leaving`` does not count (a replaced or detached node going away); ``failed`` fails the check once the
+#: settling time is over (automatic node recovery may replace it first), with the node's message.
+NODE_DECISIONS: dict[str, NodeDecision] = {
+    "Running": "ready",
+    "DeepHealthCheckInProgress": "long check",
+    "Pending": "settling",
+    "SystemUpdating": "settling",
+    "AttachInProgress": "settling",
+    "ShuttingDown": "leaving",
+    "DetachInProgress": "leaving",
+    "Failure": "failed",
+    "NotFound": "failed",
+}
 
 
-def _nodes_ready(event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
+class NodesNotReady(RuntimeError):
+    """The node check failed; the message is the reason CloudFormation shows."""
+
+
+def _nodes_ready_start(event: Mapping[str, Any]) -> dict[str, Any]:
+    """on_event of the node check: the properties are valid and the cluster exists; note the start."""
     props = event.get("ResourceProperties") or {}
+    arn = _cluster_arn(props)
+    _expected_counts(props.get("ExpectedCounts"))
+    cluster = describe_cluster(clients().sagemaker, arn)
+    if cluster is None:
+        raise NodesNotReady(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
+    physical_id = event.get("PhysicalResourceId") or f"{cluster.get('ClusterName')}-nodes"
+    return {"PhysicalResourceId": physical_id, "Data": {"StartedAt": str(wall())}}
+
+
+def is_complete(event: Mapping[str, Any], context: object = None) -> dict[str, Any]:
+    """The Provider framework's completion check: the node check looks once; the pre-flight is done."""
+    if event.get("RequestType") == "Delete" or event.get("ResourceType") != NODES_READY:
+        return {"IsComplete": True}
+    props = event.get("ResourceProperties") or {}
+    arn = _cluster_arn(props)
+    expected = _expected_counts(props.get("ExpectedCounts"))
+    try:
+        started = float((event.get("Data") or {})["StartedAt"])
+    except (KeyError, TypeError, ValueError):
+        raise NodesNotReady(f"the node check of {arn} lost its start time (Data.StartedAt): {event.get('Data')!r}")
+    settled = wall() - started >= SETTLE_SECONDS
+    cluster = describe_cluster(clients().sagemaker, arn)
+    if cluster is None:
+        raise NodesNotReady(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
+    name = str(cluster.get("ClusterName"))
+    status = str(cluster.get("ClusterStatus"))
+    logs = f"Node logs: /aws/sagemaker/Clusters/{name}/{arn.rsplit('/', 1)[-1]}"
+    decision = CLUSTER_DECISIONS.get(status)
+    if decision is None:
+        raise NodesNotReady(
+            f"HyperPod cluster {name} is {status!r}, a status this check does not know (it knows "
+            f"{', '.join(CLUSTER_DECISIONS)}); look at the cluster and deploy again once it is InService"
+        )
+    if decision == "fail":
+        reason = cluster.get("FailureMessage") or "no failure message"
+        raise NodesNotReady(f"HyperPod cluster {name} is {status} ({reason}). {logs}")
+    if decision == "wait" and not settled:
+        logger.info("cluster %s is %s; looking again", name, status)
+        return {"IsComplete": False}
+    verdict = judge_nodes(_list_nodes(arn), expected, settled=settled)
+    if verdict.failures:
+        raise NodesNotReady(f"HyperPod cluster {name} ({status}): {'; '.join(verdict.failures)}. {logs}")
+    if not verdict.done:
+        logger.info("cluster %s: %s; looking again", name, "; ".join(verdict.pending))
+        return {"IsComplete": False}
+    return {
+        "IsComplete": True,
+        "Data": {"ClusterStatus": status, "NotRunning": "; ".join(verdict.pending) or "none"},
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class NodesVerdict:
+    """What the nodes say: done (succeed), failures (fail with these), or neither (look again)."""
+
+    done: bool
+    failures: list[str]
+    #: Nodes not Running, by group, for the log and the success report.
+    pending: list[str]
+
+
+def judge_nodes(nodes: list[Mapping[str, Any]], expected: Mapping[str, int], *, settled: bool) -> NodesVerdict:
+    """Decide from ListClusterNodes' summaries whether every group of ``expected`` has its nodes.
+
+    A group is complete when its ``ready`` nodes reach its count. Until
+    ``settled``, anything else is looked at again, unless the only nodes
+    missing are in a deep health check (hours: waiting does not help).
+    Once ``settled``, ``long check`` and ``settling`` nodes count too, and a
+    group still short (nodes failed, vanished or never started) fails.
+    A status outside ``NODE_DECISIONS`` fails at once, named.
+    """
+    by_group: dict[str, dict[NodeDecision, list[str]]] = {group: {} for group in expected}
+    failures: list[str] = []
+    for node in nodes:
+        group = str(node.get("InstanceGroupName"))
+        details = node.get("InstanceStatus") or {}
+        status = str(details.get("Status"))
+        decision = NODE_DECISIONS.get(status)
+        label = f"{node.get('InstanceId')} {status}" + (f" ({details['Message']})" if details.get("Message") else "")
+        if decision is None:
+            failures.append(f"{group}: {label} is in a status this check does not know ({', '.join(NODE_DECISIONS)})")
+            continue
+        by_group.setdefault(group, {}).setdefault(decision, []).append(label)
+    pending: list[str] = []
+    waiting = False
+    for group, count in expected.items():
+        states = by_group.get(group, {})
+        ready = len(states.get("ready", []))
+        others = [label for decision, labels in states.items() if decision != "ready" for label in labels]
+        if others:
+            pending.append(f"{group}: {', '.join(others[:MAX_NODES_LISTED])}")
+        if ready >= count:
+            continue
+        counted = ready + len(states.get("long check", [])) + (len(states.get("settling", [])) if settled else 0)
+        only_long_checks = ready + len(states.get("long check", [])) >= count
+        if counted >= count and (settled or only_long_checks):
+            continue
+        if settled:
+            listed = ", ".join(others[:MAX_NODES_LISTED]) or "no other nodes"
+            failures.append(f"{group}: {ready} of {count} Running after {SETTLE_SECONDS // 60} min ({listed})")
+        else:
+            waiting = True
+    return NodesVerdict(done=not waiting and not failures, failures=failures, pending=pending)
+
+
+def _cluster_arn(props: Mapping[str, Any]) -> str:
     arn = props.get("ClusterArn")
     if not isinstance(arn, str) or ":cluster/" not in arn:
         raise PropertyError(f"ClusterArn: {arn!r} is not valid; expected the cluster resource's ClusterArn attribute")
-    expected = _expected_counts(props.get("ExpectedCounts"))
-    while True:
-        cluster = describe_cluster(clients().sagemaker, arn)
-        if cluster is None:
-            raise RuntimeError(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
-        short = _missing_nodes(arn, cluster, expected)
-        if not short:
-            physical_id = event.get("PhysicalResourceId") or f"{cluster.get('ClusterName')}-nodes"
-            return {"PhysicalResourceId": physical_id, "Data": {"ClusterStatus": str(cluster.get("ClusterStatus"))}}
-        if clock() + POLL_SECONDS > deadline:
-            raise RuntimeError(
-                f"HyperPod cluster {cluster.get('ClusterName')} ({cluster.get('ClusterStatus')}) does not have the "
-                f"nodes it asks for: {'; '.join(short)}. Node logs: /aws/sagemaker/Clusters/"
-                f"{cluster.get('ClusterName')}/{arn.rsplit('/', 1)[-1]}"
-            )
-        sleep(POLL_SECONDS)
+    return arn
+
+
+def _list_nodes(arn: str) -> list[Mapping[str, Any]]:
+    """Every node summary of the cluster; a service error (after botocore's retries) is a failure."""
+    paginator = clients().sagemaker.get_paginator("list_cluster_nodes")
+    try:
+        return [node for page in paginator.paginate(ClusterName=arn) for node in page.get("ClusterNodeSummaries", [])]
+    except ClientError as err:  # after botocore's own retries (throttling included)
+        raise NodesNotReady(f"ListClusterNodes for {arn} failed: {error_text(err)}") from err
 
 
 def _expected_counts(raw: Any) -> dict[str, int]:
@@ -217,30 +400,3 @@ def _expected_counts(raw: Any) -> dict[str, int]:
         return {str(k): int(v) for k, v in counts.items()}
     except (ValueError, TypeError):
         raise PropertyError(f"ExpectedCounts: {raw!r} is not valid; expected JSON {{group name: count}}") from None
-
-
-def _missing_nodes(arn: str, cluster: Mapping[str, Any], expected: Mapping[str, int]) -> list[str]:
-    """Per group with fewer Running nodes than asked, what is there instead ([] when all are)."""
-    running: dict[str, int] = dict.fromkeys(expected, 0)
-    others: dict[str, list[str]] = {}
-    paginator = clients().sagemaker.get_paginator("list_cluster_nodes")
-    try:
-        for page in paginator.paginate(ClusterName=arn):
-            for node in page.get("ClusterNodeSummaries", []):
-                group = str(node.get("InstanceGroupName"))
-                state = str((node.get("InstanceStatus") or {}).get("Status"))
-                if state == "Running":
-                    running[group] = running.get(group, 0) + 1
-                else:
-                    others.setdefault(group, []).append(f"{node.get('InstanceId')} {state}")
-    except ClientError as err:  # after botocore's own retries (throttling included)
-        raise RuntimeError(f"ListClusterNodes for {arn} failed: {error_text(err)}") from err
-    groups = {str(g.get("InstanceGroupName")): g for g in cluster.get("InstanceGroups", [])}
-    short = []
-    for group, count in expected.items():
-        if running.get(group, 0) >= count:
-            continue
-        current = groups.get(group, {}).get("CurrentCount", 0)
-        listed = ", ".join(others.get(group, [])[:MAX_NODES_LISTED]) or "none other"
-        short.append(f"{group}: {running.get(group, 0)} of {count} Running (CurrentCount {current}; {listed})")
-    return short
