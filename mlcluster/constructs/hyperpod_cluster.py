@@ -13,9 +13,10 @@ change a cluster (their functions may only describe clusters and list nodes):
   training plan's capacity twice, and an existing cluster is not busy
   (waited for, bounded) or gone.
 - ``NodesReady`` (after the cluster): every group has its nodes (InService
-  alone does not promise that), completed asynchronously by the Provider
-  framework for up to an hour; nodes in a deep health check (hours) or being
-  replaced are accepted and reported, never a reason to roll back.
+  alone does not promise that). Nodes in a deep health check (hours) or
+  being started, patched or replaced are accepted and reported, never a
+  reason to roll the cluster back; only a failing cluster, a failed node
+  nobody replaces, or a group short of nodes fails it.
 
 The request is built once in the CreateCluster shape, checked at synth time
 against the installed botocore's CreateCluster and UpdateCluster shapes (an
@@ -46,7 +47,6 @@ from botocore.validate import validate_parameters
 from constructs import Construct
 
 import mlcluster.handlers
-from mlcluster.handlers.hyperpod_cluster.app import QUERY_INTERVAL_SECONDS, TOTAL_TIMEOUT_SECONDS
 from mlcluster.config.hyperpod import GROUP_NAME, ML_INSTANCE, InstanceGroupConfig, WorkerGroupConfig
 from mlcluster.constructs.data_bucket import REMOVAL_POLICIES
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
@@ -63,10 +63,8 @@ from mlcluster.constructs.nag import (
 HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
 #: The newest Python runtime aws-cdk-lib knows, which is what cdk-nag's AwsSolutions-L1 asks for.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
-#: The pre-flight waits (bounded) inside one invocation: Lambda's longest timeout.
+#: The checks wait (bounded) inside one invocation: Lambda's longest timeout.
 CHECK_TIMEOUT = cdk.Duration.minutes(15)
-#: One look at the cluster and its nodes (DescribeCluster and ListClusterNodes, with retries).
-COMPLETION_TIMEOUT = cdk.Duration.minutes(2)
 #: What AWS::SageMaker::Cluster's schema takes (botocore's third, MultiNodeTrainingValidation, it does not).
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
 TRAINING_PLAN_ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-z0-9-]+")
@@ -201,7 +199,7 @@ class HyperPodCluster(Construct):
 
         code = lambda_.Code.from_asset(str(HANDLERS_DIR), exclude=["__pycache__", "*.pyc", "grafana_provisioner"])
         check_fn = self._function(code, stack, lifecycle)
-        self.provider = self._provider(check_fn, self._completion_function(code, check_fn))
+        self.provider = self._provider(check_fn)
 
         self.preflight = cdk.CustomResource(
             self,
@@ -419,41 +417,11 @@ class HyperPodCluster(Construct):
         )
         return function
 
-    def _completion_function(self, code: lambda_.Code, check_fn: lambda_.Function) -> lambda_.Function:
-        """``is_complete`` of the checks: the check function's code, role and log group, another entry point."""
-        function = lambda_.Function(
-            self,
-            "CompletionFunction",
-            runtime=RUNTIME,
-            code=code,
-            handler="hyperpod_cluster.app.is_complete",
-            timeout=COMPLETION_TIMEOUT,
-            memory_size=256,
-            description="Looks once whether a HyperPod cluster's nodes are ready (read-only)",
-            role=check_fn.role,
-            log_group=check_fn.log_group,
-        )
-        for dependency in check_fn.node.dependencies:
-            function.node.add_dependency(dependency)
-        quiet_redundant_role_dependency(function)
-        _acknowledge_handler_compliance(function, "The HyperPod node-check completion function")
-        return function
-
-    def _provider(self, check_fn: lambda_.Function, completion_fn: lambda_.Function) -> cr.Provider:
+    def _provider(self, check_fn: lambda_.Function) -> cr.Provider:
         log_group = logs.LogGroup(
             self, "ProviderLogs", retention=self._log_retention, removal_policy=self._log_removal_policy
         )
-        # The node check completes asynchronously: the framework asks is_complete every minute, for as long as a
-        # custom resource may run (one hour); the handler decides well before that (hyperpod_cluster.app).
-        provider = cr.Provider(
-            self,
-            "Provider",
-            on_event_handler=check_fn,
-            is_complete_handler=completion_fn,
-            query_interval=cdk.Duration.seconds(QUERY_INTERVAL_SECONDS),
-            total_timeout=cdk.Duration.seconds(TOTAL_TIMEOUT_SECONDS),
-            log_group=log_group,
-        )
+        provider = cr.Provider(self, "Provider", on_event_handler=check_fn, log_group=log_group)
         acknowledge(
             provider,
             "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",

@@ -357,6 +357,7 @@ class FakeNode:
     instance_id: str
     group: str
     status: str = "Running"
+    message: str | None = None
 
 
 @dataclasses.dataclass
@@ -371,6 +372,8 @@ class FakeCluster:
     upcoming: list[str] = dataclasses.field(default_factory=list)
     #: Node changes per future poll: ``{instance id: status}``.
     node_changes: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    node_recovery: str = "Automatic"
+    failure_message: str | None = None
 
     @property
     def arn(self) -> str:
@@ -387,6 +390,8 @@ class FakeCluster:
             "ClusterStatus": self.status,
             "InstanceGroups": groups,
             "VpcConfig": {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]},
+            "NodeRecovery": self.node_recovery,
+            **({"FailureMessage": self.failure_message} if self.failure_message else {}),
         }
 
     def tick(self) -> None:
@@ -457,7 +462,7 @@ class FakeSageMaker:
                         "InstanceId": n.instance_id,
                         "InstanceType": "ml.p5.48xlarge",
                         "LaunchTime": 0,
-                        "InstanceStatus": {"Status": n.status},
+                        "InstanceStatus": {"Status": n.status, **({"Message": n.message} if n.message else {})},
                     }
                     for n in cluster.nodes
                 ]
@@ -498,34 +503,4 @@ def clock(fake: FakeSageMaker, monkeypatch: pytest.MonkeyPatch) -> Clock:
 
     monkeypatch.setattr(app, "sleep", sleep)
     monkeypatch.setattr(app, "clock", lambda: state.now)
-    monkeypatch.setattr(app, "wall", lambda: state.now)
     return state
-
-
-class FrameworkTimeout(AssertionError):
-    """The Provider framework's total timeout ran out: CloudFormation would fail the resource (a test failure)."""
-
-
-def run_node_check(event: dict[str, Any], fake: FakeSageMaker, clock: Clock) -> dict[str, Any]:
-    """The node check as the Provider framework runs it: on_event once, then is_complete every query interval.
-
-    Between two looks the clock moves on by ``QUERY_INTERVAL_SECONDS`` and the
-    fake service takes one step. Returns what CloudFormation receives
-    (``PhysicalResourceId`` and the merged ``Data``); a failure raised by
-    either entry point propagates; running past ``TOTAL_TIMEOUT_SECONDS``
-    raises ``FrameworkTimeout``.
-    """
-    started = app.on_event(event)
-    merged = {**event, **started}
-    while True:
-        answer = app.is_complete(merged)
-        if answer["IsComplete"]:
-            return {
-                "PhysicalResourceId": started["PhysicalResourceId"],
-                "Data": {**started.get("Data", {}), **answer.get("Data", {})},
-            }
-        if clock.now + app.QUERY_INTERVAL_SECONDS > app.TOTAL_TIMEOUT_SECONDS:
-            raise FrameworkTimeout(f"still not complete after {clock.now} s: {answer}")
-        clock.sleeps.append(app.QUERY_INTERVAL_SECONDS)
-        clock.now += app.QUERY_INTERVAL_SECONDS
-        fake.tick()

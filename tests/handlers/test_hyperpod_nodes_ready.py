@@ -3,22 +3,21 @@
 The states come from botocore's SageMaker model (``ClusterStatus``,
 ``ClusterInstanceStatus``), not from a list typed here: a botocore release
 that adds one fails ``test_every_state_has_a_decision`` until it has one.
-The waits run as the Provider framework runs them (``run_node_check``):
-``on_event`` once, then ``is_complete`` every query interval, for at most the
-framework's total timeout.
+The wait is walked with the fake clock: each poll moves time on by
+``POLL_SECONDS`` and lets the fake service take one step.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import botocore.session
 import pytest
 
 from mlcluster.handlers.hyperpod_cluster import app
-from tests.handlers.conftest import Clock, FakeSageMaker, FrameworkTimeout, World, nodes_event, run_node_check
+from tests.handlers.conftest import Clock, FakeSageMaker, World, nodes_event
 
 COUNTS = {"controller-machine": 1, "workers": 4}
+#: Sleeps in one invocation; the look after the last one decides on nodes still settling.
+POLLS = app.MAX_WAIT_SECONDS // app.POLL_SECONDS
 
 
 def _enum(shape: str) -> list[str]:
@@ -32,19 +31,14 @@ def test_every_state_has_a_decision() -> None:
     assert sorted(app.PREFLIGHT_DECISIONS) == sorted(_enum("ClusterStatus"))
 
 
-def test_the_settling_time_fits_the_framework_timeout() -> None:
-    """The check decides itself (success or a reason) before the framework gives up with a bare timeout."""
-    assert app.SETTLE_SECONDS + 2 * app.QUERY_INTERVAL_SECONDS <= app.TOTAL_TIMEOUT_SECONDS <= 3600
-
-
 def test_deep_health_checks_of_hours_do_not_fail_the_deploy(world: World, fake: FakeSageMaker, clock: Clock) -> None:
-    """Finding 3: InstanceStress and InstanceConnectivity can run for hours; the check succeeds and reports them."""
+    """Finding 3: InstanceStress and InstanceConnectivity can run for hours; the check succeeds at once, reporting."""
     cluster = fake.add("ml-cluster", COUNTS)
     for node in cluster.nodes[1:]:
         node.status = "DeepHealthCheckInProgress"
-    result = run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
+    result = app.on_event(nodes_event(cluster.arn, COUNTS))
     assert clock.sleeps == []
-    assert "workers-0 DeepHealthCheckInProgress" in result["Data"]["NotRunning"]
+    assert result["Data"]["NotRunning"].startswith("workers: workers-0 DeepHealthCheckInProgress, workers-1 ")
     assert result["Data"]["ClusterStatus"] == "InService"
 
 
@@ -52,46 +46,72 @@ def test_deep_health_checks_of_hours_do_not_fail_the_deploy(world: World, fake: 
 def test_settling_nodes_are_waited_for_then_accepted(
     world: World, fake: FakeSageMaker, clock: Clock, state: str
 ) -> None:
-    """Nodes starting, patched or replaced past the settling time are reported, not a rollback."""
+    """Nodes still starting, patched or attached when the wait ends are reported, never a rollback."""
     cluster = fake.add("ml-cluster", COUNTS)
     cluster.nodes[-1].status = state
-    result = run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
-    assert app.SETTLE_SECONDS <= clock.now < app.TOTAL_TIMEOUT_SECONDS
+    result = app.on_event(nodes_event(cluster.arn, COUNTS))
+    assert len(clock.sleeps) == POLLS
+    assert clock.now <= app.MAX_WAIT_SECONDS
     assert result["Data"]["NotRunning"] == f"workers: workers-3 {state}"
 
 
-def test_a_replaced_node_is_waited_for(world: World, fake: FakeSageMaker, clock: Clock) -> None:
-    """Automatic node recovery: the failed node shuts down and a new one starts, then runs."""
+def test_settling_nodes_that_start_running_end_the_wait(world: World, fake: FakeSageMaker, clock: Clock) -> None:
+    cluster = fake.add("ml-cluster", COUNTS)
+    cluster.nodes[-1].status = "Pending"
+    cluster.node_changes = [{}, {"workers-3": "Running"}]
+    result = app.on_event(nodes_event(cluster.arn, COUNTS))
+    assert clock.sleeps == [app.POLL_SECONDS, app.POLL_SECONDS]
+    assert result["Data"]["NotRunning"] == "none"
+
+
+@pytest.mark.parametrize("state", ["Failure", "NotFound", "ShuttingDown", "DetachInProgress"])
+def test_a_node_being_replaced_is_accepted(world: World, fake: FakeSageMaker, clock: Clock, state: str) -> None:
+    """Automatic node recovery replaces a failed node: the deploy does not fail while it does."""
+    cluster = fake.add("ml-cluster", COUNTS)
+    cluster.nodes[-1].status = state
+    result = app.on_event(nodes_event(cluster.arn, COUNTS))
+    assert result["Data"]["NotRunning"] == f"workers: workers-3 {state}"
+
+
+def test_a_replaced_node_that_runs_ends_the_wait(world: World, fake: FakeSageMaker, clock: Clock) -> None:
     cluster = fake.add("ml-cluster", COUNTS)
     cluster.nodes[-1].status = "Failure"
-    cluster.node_changes = [{"workers-3": "ShuttingDown", "workers-9": "Pending"}, {}, {"workers-9": "Running"}]
-    result = run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
-    assert clock.now == 3 * app.QUERY_INTERVAL_SECONDS
+    cluster.node_changes = [{"workers-3": "ShuttingDown", "workers-9": "Pending"}, {"workers-9": "Running"}]
+    result = app.on_event(nodes_event(cluster.arn, COUNTS))
+    assert clock.sleeps == [app.POLL_SECONDS, app.POLL_SECONDS]
     assert result["Data"]["NotRunning"] == "workers: workers-3 ShuttingDown"
 
 
-@pytest.mark.parametrize("state", ["Failure", "NotFound"])
-def test_failed_nodes_fail_with_their_message_after_the_settling_time(
+@pytest.mark.parametrize("state", ["Failure", "NotFound", "ShuttingDown"])
+def test_without_node_recovery_a_failed_node_fails_with_its_message(
     world: World, fake: FakeSageMaker, clock: Clock, state: str
 ) -> None:
     cluster = fake.add("ml-cluster", COUNTS)
+    cluster.node_recovery = "None"
     cluster.nodes[-1].status = state
-    with pytest.raises(app.NodesNotReady, match=rf"workers: 3 of 4 Running after 45 min \(workers-3 {state}\)"):
-        run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
+    cluster.nodes[-1].message = "lifecycle script on_create.sh exited 1"
+    expected = (
+        rf"workers: 3 of 4 Running at the end of the wait \(workers-3 {state} \(lifecycle script on_create.sh "
+        r"exited 1\); node recovery off\)"
+    )
+    with pytest.raises(app.NodesNotReady, match=expected):
+        app.on_event(nodes_event(cluster.arn, COUNTS))
 
 
-def test_missing_nodes_fail_after_the_settling_time(world: World, fake: FakeSageMaker, clock: Clock) -> None:
-    """No capacity: two of four workers never appear; the reason names the group, never a bare timeout."""
+def test_missing_nodes_fail_at_the_end_of_the_wait(world: World, fake: FakeSageMaker, clock: Clock) -> None:
+    """No capacity: two of four workers never appear; the reason names the group."""
     cluster = fake.add("ml-cluster", {**COUNTS, "workers": 2})
-    with pytest.raises(app.NodesNotReady, match=r"workers: 2 of 4 Running after 45 min \(no other nodes\)"):
-        run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
+    with pytest.raises(app.NodesNotReady, match=r"workers: 2 of 4 Running at the end of the wait \(no other nodes"):
+        app.on_event(nodes_event(cluster.arn, COUNTS))
+    assert clock.now <= app.MAX_WAIT_SECONDS
 
 
 @pytest.mark.parametrize("status", ["RollingBack", "Failed", "Deleting"])
 def test_a_failing_cluster_fails_at_once(world: World, fake: FakeSageMaker, clock: Clock, status: str) -> None:
     cluster = fake.add("ml-cluster", COUNTS, status=status)
-    with pytest.raises(app.NodesNotReady, match=rf"is {status} \(no failure message\)"):
-        run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
+    cluster.failure_message = "capacity"
+    with pytest.raises(app.NodesNotReady, match=rf"is {status} \(capacity\)"):
+        app.on_event(nodes_event(cluster.arn, COUNTS))
     assert clock.sleeps == []
 
 
@@ -99,41 +119,39 @@ def test_a_failing_cluster_fails_at_once(world: World, fake: FakeSageMaker, cloc
 def test_a_busy_cluster_is_waited_for(world: World, fake: FakeSageMaker, clock: Clock, status: str) -> None:
     cluster = fake.add("ml-cluster", COUNTS, status=status)
     cluster.upcoming = [status, "InService"]
-    result = run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
+    result = app.on_event(nodes_event(cluster.arn, COUNTS))
     assert result["Data"]["ClusterStatus"] == "InService"
-    assert clock.now == 2 * app.QUERY_INTERVAL_SECONDS
+    assert clock.sleeps == [app.POLL_SECONDS, app.POLL_SECONDS]
+
+
+def test_a_cluster_busy_past_the_wait_is_judged_by_its_nodes(world: World, fake: FakeSageMaker, clock: Clock) -> None:
+    """HyperPod patching the cluster for an hour is no reason to roll it back: its nodes decide."""
+    cluster = fake.add("ml-cluster", COUNTS, status="SystemUpdating")
+    result = app.on_event(nodes_event(cluster.arn, COUNTS))
+    assert result["Data"] == {"ClusterStatus": "SystemUpdating", "NotRunning": "none"}
 
 
 def test_unknown_states_fail_naming_them(world: World, fake: FakeSageMaker, clock: Clock) -> None:
     """A status the service adds later is a reason to stop, never read as still pending."""
     cluster = fake.add("ml-cluster", COUNTS, status="Hibernating")
     with pytest.raises(app.NodesNotReady, match="'Hibernating', a status this check does not know"):
-        run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
+        app.on_event(nodes_event(cluster.arn, COUNTS))
     verdict = app.judge_nodes(
         [{"InstanceGroupName": "workers", "InstanceId": "i-1", "InstanceStatus": {"Status": "Rebooting"}}],
         {"workers": 1},
-        settled=False,
+        final=False,
+        recovery=True,
     )
-    assert not verdict.done and verdict.failures == [
+    assert not verdict.done
+    assert verdict.failures == [
         "workers: i-1 Rebooting is in a status this check does not know (" + ", ".join(app.NODE_DECISIONS) + ")"
     ]
 
 
-def test_a_lost_start_time_fails(world: World, fake: FakeSageMaker) -> None:
-    cluster = fake.add("ml-cluster", COUNTS)
-    event: dict[str, Any] = {**nodes_event(cluster.arn, COUNTS), "Data": {}}
-    with pytest.raises(app.NodesNotReady, match="lost its start time"):
-        app.is_complete(event)
+def test_unknown_preflight_status_fails(world: World, fake: FakeSageMaker, clock: Clock) -> None:
+    from tests.handlers.conftest import update_event
 
-
-def test_the_framework_timeout_is_never_what_fails(world: World, fake: FakeSageMaker, clock: Clock) -> None:
-    """Whatever the nodes do, the check answers before the framework's total timeout."""
-    cluster = fake.add("ml-cluster", COUNTS)
-    cluster.nodes[-1].status = "Pending"
-    cluster.nodes[-2].status = "Failure"
-    try:
-        run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
-    except FrameworkTimeout:  # pragma: no cover - the failure this test exists for
-        pytest.fail("the node check ran into the framework's total timeout")
-    except app.NodesNotReady as err:
-        assert "workers-2 Failure" in str(err)
+    fake.add("ml-cluster", COUNTS, status="Hibernating")
+    old, new = world.props(world.spec(name="ml-cluster")), world.props(world.spec(name="ml-cluster", workers=3))
+    with pytest.raises(RuntimeError, match="'Hibernating', a status this check does not know"):
+        app.on_event(update_event("ml-cluster-preflight", new, old))

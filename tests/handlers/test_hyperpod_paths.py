@@ -24,7 +24,6 @@ from tests.handlers.conftest import (
     create_event,
     delete_event,
     nodes_event,
-    run_node_check,
     update_event,
 )
 
@@ -51,27 +50,25 @@ def test_create_path_succeeds_only_when_every_node_runs(world: World, fake: Fake
     cluster = fake.add("ml-cluster", COUNTS)
     cluster.nodes[-1].status = "Pending"
     cluster.node_changes = [{}, {"workers-1": "Running"}]
-    result = run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
-    assert result["Data"] == {"StartedAt": "0.0", "ClusterStatus": "InService", "NotRunning": "none"}
-    assert clock.sleeps == [app.QUERY_INTERVAL_SECONDS, app.QUERY_INTERVAL_SECONDS]
+    result = app.on_event(nodes_event(cluster.arn, COUNTS))
+    assert result["Data"] == {"ClusterStatus": "InService", "NotRunning": "none"}
+    assert clock.sleeps == [app.POLL_SECONDS, app.POLL_SECONDS]
     _only_looked(fake)
 
 
 def test_target_count_without_running_nodes_fails_with_the_nodes(
     world: World, fake: FakeSageMaker, clock: Clock
 ) -> None:
-    """Path 4: TargetCount 2 but one node never runs: failure (so CloudFormation rolls back) naming the node.
-
-    Not before the settling time: automatic node recovery may replace the node meanwhile.
-    """
+    """Path 4: TargetCount 2 but one node failed and node recovery is off: failure naming the node."""
     cluster = fake.add("ml-cluster", COUNTS)
+    cluster.node_recovery = "None"
     cluster.nodes[-1].status = "Failure"
     with pytest.raises(RuntimeError) as caught:
-        run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
+        app.on_event(nodes_event(cluster.arn, COUNTS))
     message = str(caught.value)
-    assert f"workers: 1 of 2 Running after {app.SETTLE_SECONDS // 60} min (workers-1 Failure)" in message
+    assert "workers: 1 of 2 Running at the end of the wait (workers-1 Failure; node recovery off)" in message
     assert "/aws/sagemaker/Clusters/ml-cluster/" in message
-    assert app.SETTLE_SECONDS <= clock.now < app.TOTAL_TIMEOUT_SECONDS
+    assert clock.now <= app.MAX_WAIT_SECONDS
 
 
 def test_create_refuses_a_name_taken_by_another_cluster(world: World, fake: FakeSageMaker) -> None:
@@ -148,14 +145,13 @@ def test_failed_update_then_rollback(world: World, fake: FakeSageMaker, clock: C
     # CloudFormation's UpdateCluster: two more workers asked for, neither gets capacity.
     cluster.targets["workers"] = 4
     with pytest.raises(RuntimeError, match=r"workers: 2 of 4 Running"):
-        run_node_check(nodes_event(cluster.arn, bigger, "Update", old=COUNTS), fake, clock)
+        app.on_event(nodes_event(cluster.arn, bigger, "Update", old=COUNTS))
     # Rollback: CloudFormation updates the cluster back (old counts), then sends the checks the old properties.
     cluster.targets["workers"] = 2
     cluster.status = "Updating"
     cluster.upcoming = ["InService"]
     app.on_event(update_event("ml-cluster-preflight", old, new))
-    clock.now = 0.0
-    result = run_node_check(nodes_event(cluster.arn, COUNTS, "Update", old=bigger), fake, clock)
+    result = app.on_event(nodes_event(cluster.arn, COUNTS, "Update", old=bigger))
     assert result["PhysicalResourceId"] == "ml-cluster-nodes"
     assert list(fake.clusters) == ["ml-cluster"]
     _only_looked(fake)
@@ -215,7 +211,7 @@ def test_delete_events_touch_nothing(world: World, fake: FakeSageMaker) -> None:
 def test_node_check_names_the_cluster_by_its_resolved_arn(world: World, fake: FakeSageMaker, clock: Clock) -> None:
     """Path 8: the node check looks up the ARN CloudFormation resolved, never a name that may be reused."""
     cluster = fake.add("ml-cluster", COUNTS)
-    run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
+    app.on_event(nodes_event(cluster.arn, COUNTS))
     assert {params["ClusterName"] for _, params in fake.calls} == {cluster.arn}
     with pytest.raises(ValueError, match=r"ClusterArn: 'ml-cluster' is not valid"):
         app.on_event(nodes_event("ml-cluster", COUNTS))
@@ -233,12 +229,10 @@ def test_node_check_names_the_cluster_by_its_resolved_arn(world: World, fake: Fa
 def test_service_errors_are_failures_not_success(
     world: World, fake: FakeSageMaker, clock: Clock, operation: str, code: str, expected: str
 ) -> None:
-    """A service error is the check's failure, in on_event or in any is_complete, never "not complete yet"."""
     cluster = fake.add("ml-cluster", COUNTS)
     fake.errors[operation] = [(code, "injected")] * 20
     with pytest.raises(RuntimeError, match=expected):
-        run_node_check(nodes_event(cluster.arn, COUNTS), fake, clock)
-    assert clock.sleeps == []
+        app.on_event(nodes_event(cluster.arn, COUNTS))
 
 
 def test_conflict_during_describe_is_reported(world: World, fake: FakeSageMaker, clock: Clock) -> None:

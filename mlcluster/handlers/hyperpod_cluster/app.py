@@ -1,4 +1,4 @@
-"""Entry points ``on_event`` and ``is_complete`` (CDK Provider framework) of the two read-only checks.
+"""Entry point ``on_event`` (CDK Provider framework) of the two read-only checks around the cluster.
 
 CloudFormation's own ``AWS::SageMaker::Cluster`` handler creates, updates,
 rolls back and deletes the cluster. These custom resources only look:
@@ -13,12 +13,11 @@ rolls back and deletes the cluster. These custom resources only look:
   rename (create-before-delete) refuses groups on a training plan, which
   holds exactly the instances the old cluster uses.
 - ``Custom::HyperPodNodesReady`` runs after the cluster resource, on every
-  Create and Update: ``on_event`` starts it and ``is_complete`` (called by
-  the Provider framework every minute, for up to an hour) decides from
-  ``CLUSTER_DECISIONS`` and ``NODE_DECISIONS`` whether every group has its
-  nodes (InService alone does not promise that). Nodes in a deep health
-  check (which can last hours) or still settling after ``SETTLE_SECONDS``
-  are accepted and reported, never a reason to roll the cluster back.
+  Create and Update, and decides from ``CLUSTER_DECISIONS`` and
+  ``NODE_DECISIONS`` whether every group has its nodes (InService alone does
+  not promise that). Nodes in a deep health check (which can last hours) or
+  still starting or being replaced when the wait ends are accepted and
+  reported, never a reason to roll the cluster back.
 
 Properties: ``ClusterSpec`` (JSON of the CreateCluster request the cluster
 resource is built from) and ``ProvisioningParametersKey`` for the pre-flight;
@@ -78,8 +77,6 @@ MAX_NODES_LISTED = 20
 #: Replaced by tests to walk waits without sleeping.
 sleep: Callable[[float], None] = time.sleep
 clock: Callable[[], float] = time.monotonic
-#: Wall-clock seconds: the node check's start is compared across invocations.
-wall: Callable[[], float] = time.time
 
 
 @functools.cache
@@ -109,7 +106,7 @@ def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]
     if kind == PREFLIGHT:
         return _preflight(event, deadline)
     if kind == NODES_READY:
-        return _nodes_ready_start(event)
+        return _nodes_ready(event, deadline)
     raise ValueError(f"ResourceType {kind!r} is not {PREFLIGHT} or {NODES_READY}")
 
 
@@ -214,29 +211,22 @@ def _wait_until_updatable(name: str, deadline: float) -> None:
 
 # -- nodes ready --------------------------------------------------------------
 #
-# The node check does not wait inside one invocation. ``on_event`` checks its properties and the cluster's
-# existence and notes when it started; the Provider framework then calls ``is_complete`` every
-# ``QUERY_INTERVAL`` until it answers complete, raises, or the framework's total timeout (one hour, the most a
-# custom resource gets) runs out. Deep health checks can take hours and automatic node replacement leaves
-# nodes Pending meanwhile, so "ready" cannot mean "every node Running": the check succeeds as soon as every
-# node runs, or right away when the only nodes not running are in a deep health check, and after
-# ``SETTLE_SECONDS`` (well inside the hour) when the rest are still starting, updating or being replaced; it
-# then reports them in ``NotRunning``. It fails, with the reason, only on a decision that waiting cannot
-# change: a cluster rolling back, failed or being deleted, a node that failed or vanished, or a group short of
-# nodes (none even starting) once the settling time is over.
-
-#: How long nodes may stay in a state that settles by itself (Pending, SystemUpdating...) before the check
-#: succeeds with them reported; the framework's total timeout (``TOTAL_TIMEOUT_SECONDS``) leaves room after it.
-SETTLE_SECONDS = 45 * 60
-#: The Provider framework's total timeout for the node check (CloudFormation gives a custom resource one hour).
-TOTAL_TIMEOUT_SECONDS = 60 * 60
-#: How often the framework asks ``is_complete`` again.
-QUERY_INTERVAL_SECONDS = 60
+# Deep health checks can take hours and automatic node replacement leaves nodes Pending meanwhile, while a
+# custom resource gets at most an hour. "Ready" therefore cannot mean "every node Running": the check looks
+# every ``POLL_SECONDS`` within one invocation and succeeds as soon as every group's nodes run, at once when
+# the only nodes not running are in a deep health check, and at the end of the wait when the rest are still
+# starting, patching or being replaced (reported in ``NotRunning``). The end of the wait is never a reason to
+# fail by itself: the check fails, with the reason, only on what waiting cannot change (a cluster rolling back,
+# failed or being deleted; a failed node that node recovery "None" leaves failed; a group short of nodes with
+# none even starting; a state this check does not know). It stays inside one invocation on purpose: the
+# Provider framework's asynchronous is_complete would put the event, with CloudFormation's presigned
+# response URL, into a Step Functions execution's input (issue 17: no presigned URL in any execution input).
 
 ClusterDecision = Literal["look at nodes", "wait", "fail"]
 NodeDecision = Literal["ready", "long check", "settling", "leaving", "failed"]
 
-#: Every ``ClusterStatus`` of botocore's SageMaker model, and what the node check does on meeting it.
+#: Every ``ClusterStatus`` of botocore's SageMaker model, and what the node check does on meeting it
+#: (``wait``: look again; at the end of the wait the nodes decide).
 CLUSTER_DECISIONS: dict[str, ClusterDecision] = {
     "InService": "look at nodes",
     "Creating": "wait",
@@ -247,10 +237,11 @@ CLUSTER_DECISIONS: dict[str, ClusterDecision] = {
     "Deleting": "fail",
 }
 #: Every ``ClusterInstanceStatus`` of botocore's SageMaker model, and what a node in it counts as:
-#: ``ready`` counts towards its group; ``long check`` (a deep health check: minutes to hours) and
-#: ``settling`` (starting, patching, being attached or replaced) count once the wait is over (reported);
-#: ``leaving`` does not count (a replaced or detached node going away); ``failed`` fails the check once the
-#: settling time is over (automatic node recovery may replace it first), with the node's message.
+#: ``ready`` counts towards its group; ``long check`` (a deep health check: minutes to hours) counts at once,
+#: reported; ``settling`` (starting, patching, being attached) counts at the end of the wait, reported;
+#: ``leaving`` (shutting down or detached, as when a node is replaced) and ``failed`` count at the end of the
+#: wait only while automatic node recovery replaces them (else the group is short and the check fails,
+#: naming them with the service's message).
 NODE_DECISIONS: dict[str, NodeDecision] = {
     "Running": "ready",
     "DeepHealthCheckInProgress": "long check",
@@ -268,58 +259,41 @@ class NodesNotReady(RuntimeError):
     """The node check failed; the message is the reason CloudFormation shows."""
 
 
-def _nodes_ready_start(event: Mapping[str, Any]) -> dict[str, Any]:
-    """on_event of the node check: the properties are valid and the cluster exists; note the start."""
-    props = event.get("ResourceProperties") or {}
-    arn = _cluster_arn(props)
-    _expected_counts(props.get("ExpectedCounts"))
-    cluster = describe_cluster(clients().sagemaker, arn)
-    if cluster is None:
-        raise NodesNotReady(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
-    physical_id = event.get("PhysicalResourceId") or f"{cluster.get('ClusterName')}-nodes"
-    return {"PhysicalResourceId": physical_id, "Data": {"StartedAt": str(wall())}}
-
-
-def is_complete(event: Mapping[str, Any], context: object = None) -> dict[str, Any]:
-    """The Provider framework's completion check: the node check looks once; the pre-flight is done."""
-    if event.get("RequestType") == "Delete" or event.get("ResourceType") != NODES_READY:
-        return {"IsComplete": True}
+def _nodes_ready(event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
+    """Look at the cluster and its nodes until ``judge_nodes`` decides, or decide at ``deadline``."""
     props = event.get("ResourceProperties") or {}
     arn = _cluster_arn(props)
     expected = _expected_counts(props.get("ExpectedCounts"))
-    try:
-        started = float((event.get("Data") or {})["StartedAt"])
-    except (KeyError, TypeError, ValueError):
-        raise NodesNotReady(f"the node check of {arn} lost its start time (Data.StartedAt): {event.get('Data')!r}")
-    settled = wall() - started >= SETTLE_SECONDS
-    cluster = describe_cluster(clients().sagemaker, arn)
-    if cluster is None:
-        raise NodesNotReady(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
-    name = str(cluster.get("ClusterName"))
-    status = str(cluster.get("ClusterStatus"))
-    logs = f"Node logs: /aws/sagemaker/Clusters/{name}/{arn.rsplit('/', 1)[-1]}"
-    decision = CLUSTER_DECISIONS.get(status)
-    if decision is None:
-        raise NodesNotReady(
-            f"HyperPod cluster {name} is {status!r}, a status this check does not know (it knows "
-            f"{', '.join(CLUSTER_DECISIONS)}); look at the cluster and deploy again once it is InService"
-        )
-    if decision == "fail":
-        reason = cluster.get("FailureMessage") or "no failure message"
-        raise NodesNotReady(f"HyperPod cluster {name} is {status} ({reason}). {logs}")
-    if decision == "wait" and not settled:
-        logger.info("cluster %s is %s; looking again", name, status)
-        return {"IsComplete": False}
-    verdict = judge_nodes(_list_nodes(arn), expected, settled=settled)
-    if verdict.failures:
-        raise NodesNotReady(f"HyperPod cluster {name} ({status}): {'; '.join(verdict.failures)}. {logs}")
-    if not verdict.done:
-        logger.info("cluster %s: %s; looking again", name, "; ".join(verdict.pending))
-        return {"IsComplete": False}
-    return {
-        "IsComplete": True,
-        "Data": {"ClusterStatus": status, "NotRunning": "; ".join(verdict.pending) or "none"},
-    }
+    while True:
+        final = clock() + POLL_SECONDS > deadline
+        cluster = describe_cluster(clients().sagemaker, arn)
+        if cluster is None:
+            raise NodesNotReady(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
+        name = str(cluster.get("ClusterName"))
+        status = str(cluster.get("ClusterStatus"))
+        logs = f"Node logs: /aws/sagemaker/Clusters/{name}/{arn.rsplit('/', 1)[-1]}"
+        decision = CLUSTER_DECISIONS.get(status)
+        if decision is None:
+            raise NodesNotReady(
+                f"HyperPod cluster {name} is {status!r}, a status this check does not know (it knows "
+                f"{', '.join(CLUSTER_DECISIONS)}); look at the cluster and deploy again once it is InService"
+            )
+        if decision == "fail":
+            reason = cluster.get("FailureMessage") or "no failure message"
+            raise NodesNotReady(f"HyperPod cluster {name} is {status} ({reason}). {logs}")
+        if decision == "look at nodes" or final:
+            recovery = str(cluster.get("NodeRecovery")) == "Automatic"
+            verdict = judge_nodes(_list_nodes(arn), expected, final=final, recovery=recovery)
+            if verdict.failures:
+                raise NodesNotReady(f"HyperPod cluster {name} ({status}): {'; '.join(verdict.failures)}. {logs}")
+            if verdict.done:
+                physical_id = event.get("PhysicalResourceId") or f"{name}-nodes"
+                data = {"ClusterStatus": status, "NotRunning": "; ".join(verdict.pending) or "none"}
+                return {"PhysicalResourceId": physical_id, "Data": data}
+            logger.info("cluster %s (%s): %s; looking again in %s s", name, status, verdict.pending, POLL_SECONDS)
+        else:
+            logger.info("cluster %s is %s; looking again in %s s", name, status, POLL_SECONDS)
+        sleep(POLL_SECONDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,15 +306,16 @@ class NodesVerdict:
     pending: list[str]
 
 
-def judge_nodes(nodes: list[Mapping[str, Any]], expected: Mapping[str, int], *, settled: bool) -> NodesVerdict:
+def judge_nodes(
+    nodes: list[Mapping[str, Any]], expected: Mapping[str, int], *, final: bool, recovery: bool
+) -> NodesVerdict:
     """Decide from ListClusterNodes' summaries whether every group of ``expected`` has its nodes.
 
-    A group is complete when its ``ready`` nodes reach its count. Until
-    ``settled``, anything else is looked at again, unless the only nodes
-    missing are in a deep health check (hours: waiting does not help).
-    Once ``settled``, ``long check`` and ``settling`` nodes count too, and a
-    group still short (nodes failed, vanished or never started) fails.
-    A status outside ``NODE_DECISIONS`` fails at once, named.
+    A group is complete when its ``ready`` and ``long check`` nodes reach its
+    count. Otherwise it is looked at again, unless this is the ``final`` look:
+    then ``settling`` nodes count too, and, with automatic node ``recovery``,
+    ``leaving`` and ``failed`` ones (the service is replacing them); a group
+    still short fails. A status outside ``NODE_DECISIONS`` fails at once.
     """
     by_group: dict[str, dict[NodeDecision, list[str]]] = {group: {} for group in expected}
     failures: list[str] = []
@@ -356,23 +331,26 @@ def judge_nodes(nodes: list[Mapping[str, Any]], expected: Mapping[str, int], *, 
         by_group.setdefault(group, {}).setdefault(decision, []).append(label)
     pending: list[str] = []
     waiting = False
+    counted_at_end: tuple[NodeDecision, ...] = ("settling", "leaving", "failed") if recovery else ("settling",)
     for group, count in expected.items():
         states = by_group.get(group, {})
-        ready = len(states.get("ready", []))
         others = [label for decision, labels in states.items() if decision != "ready" for label in labels]
         if others:
             pending.append(f"{group}: {', '.join(others[:MAX_NODES_LISTED])}")
-        if ready >= count:
+        counted = len(states.get("ready", [])) + len(states.get("long check", []))
+        if counted >= count:
             continue
-        counted = ready + len(states.get("long check", [])) + (len(states.get("settling", [])) if settled else 0)
-        only_long_checks = ready + len(states.get("long check", [])) >= count
-        if counted >= count and (settled or only_long_checks):
-            continue
-        if settled:
-            listed = ", ".join(others[:MAX_NODES_LISTED]) or "no other nodes"
-            failures.append(f"{group}: {ready} of {count} Running after {SETTLE_SECONDS // 60} min ({listed})")
-        else:
+        if not final:
             waiting = True
+            continue
+        if counted + sum(len(states.get(d, [])) for d in counted_at_end) >= count:
+            continue
+        listed = ", ".join(others[:MAX_NODES_LISTED]) or "no other nodes"
+        running = len(states.get("ready", []))
+        failures.append(
+            f"{group}: {running} of {count} Running at the end of the wait ({listed}; node recovery "
+            f"{'Automatic' if recovery else 'off'})"
+        )
     return NodesVerdict(done=not waiting and not failures, failures=failures, pending=pending)
 
 
