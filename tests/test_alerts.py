@@ -260,8 +260,12 @@ def test_only_aps_of_this_account_and_workspace_may_publish(observability: dict[
                 },
             }
         ], name
-        # Only the TLS-only deny and that grant: no other principal is admitted by the topic policy.
-        assert [s["Effect"] for s in statements] == ["Deny", "Allow"], name
+        # Only the TLS-only deny, CloudWatch's alarms (tests/test_observability.py) and that grant.
+        assert [(s["Effect"], s.get("Principal")) for s in statements] == [
+            ("Deny", "*"),
+            ("Allow", {"Service": "cloudwatch.amazonaws.com"}),
+            ("Allow", {"Service": "aps.amazonaws.com"}),
+        ], name
         assert aps_key == [
             {
                 "Sid": "PrometheusAlertManager",

@@ -198,7 +198,7 @@ def test_termination_protection_where_data_is_retained(locked: Path) -> None:
         "p5-Network": True,
         "p5-Storage": True,
         "p5-DataRepository": True,
-        "p5-Observability": False,  # alarms and a dashboard: no data
+        "p5-Observability": True,  # the Prometheus and Grafana workspaces (issue 25, finding 2)
         "p5-Cluster": False,
     }
     assert not any(a["properties"].get("terminationProtection") for a in manifest(locked, "scratch").values())

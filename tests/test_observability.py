@@ -362,10 +362,25 @@ def test_topic_is_encrypted_and_every_alarm_notifies_it(observability: dict[str,
             assert alarm["AlarmActions"] == [{"Ref": topic_id}], name
             assert alarm["OKActions"] == [{"Ref": topic_id}], name
         (policy,) = resources(template, "AWS::SNS::TopicPolicy")
-        # No service principal is admitted by the topic policy but AMP's alert manager (tests/test_alerts.py).
+        # The topic policy replaces SNS's default one: CloudWatch alarms need their own allow (issue 25, finding
+        # 1), scoped to this account's alarms; besides it only AMP's alert manager (tests/test_alerts.py) is admitted.
         aps = {"Service": "aps.amazonaws.com"}
-        (deny,) = [s for s in policy["PolicyDocument"]["Statement"] if s.get("Principal") != aps]
-        assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": "false"}})
+        statements = [s for s in policy["PolicyDocument"]["Statement"] if s.get("Principal") != aps]
+        (deny,) = [s for s in statements if s["Effect"] == "Deny"]
+        assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        (alarms,) = [s for s in statements if s["Effect"] == "Allow"]
+        assert alarms["Sid"] == "CloudWatchAlarms"
+        assert alarms["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+        assert alarms["Action"] == "sns:Publish"
+        assert alarms["Resource"] == {"Ref": topic_id}
+        assert alarms["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+        assert alarms["Condition"]["ArnLike"]["aws:SourceArn"] == {
+            "Fn::Join": [
+                "",
+                ["arn:", {"Ref": "AWS::Partition"}, ":cloudwatch:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
+                 ":alarm:*"],
+            ]
+        }, name
         # Only the key's account root and CloudWatch (and AMP, checked there) appear in the key policy.
         principals = [s["Principal"] for s in key["KeyPolicy"]["Statement"] if s["Principal"] != aps]
         assert len(principals) == 2
@@ -453,7 +468,9 @@ def test_prometheus_workspace_is_encrypted_kept_and_named_in_outputs(
         assert reference["OutputName"].startswith("PublishOutputFnGetAttEnvironmentKey")
         assert len(resources(template, "AWS::KMS::Key")) == 1  # the alarm topic's only: no key of its own
         keeps = load_environment(ENVIRONMENTS / f"{name}.yaml").config.retention.keeps_data
-        assert workspace["DeletionPolicy"] == ("Retain" if keeps else "Delete"), name
+        # Kept on delete and replacement, but not after a failed first create (issue 25, finding 2).
+        assert workspace["DeletionPolicy"] == ("RetainExceptOnCreate" if keeps else "Delete"), name
+        assert workspace["UpdateReplacePolicy"] == ("Retain" if keeps else "Delete"), name
         write = outputs["PrometheusRemoteWriteUrl"]
         assert write["Export"] == {"Name": f"{name}-PrometheusRemoteWriteUrl"}
         parts = write["Value"]["Fn::Join"][1]
