@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlcluster.analysis.assembly import Assembly, Resource
+from mlcluster.analysis.iam_calls import SAMPLE, split_s3
 from mlcluster.analysis.policy_eval import Request, evaluate
 
 ACCOUNT = "${AWS::AccountId}"
@@ -130,6 +131,18 @@ def _role_of(assembly: Assembly, reference: str) -> Resource | None:
     return found if found is not None and found.type == "AWS::IAM::Role" else None
 
 
+def _same_account(
+    contract: str, subject: str, identity: list[dict[str, Any]], resource: list[dict[str, Any]] | None, request: Request
+) -> Proof:
+    """A principal and a resource of one account: an allow in either policy suffices, a deny in either refuses."""
+    by_identity = evaluate(identity, request)
+    by_resource = evaluate(resource or [], request)
+    denied = [d.reason for d in (by_identity, by_resource) if d.reason.startswith("denied")]
+    ok = not denied and (by_identity.allowed or by_resource.allowed)
+    reason = "; ".join(denied) or f"role policy: {by_identity.reason}; resource policy: {by_resource.reason}"
+    return Proof(contract, subject, ok, f"{request.describe()}: {reason}")
+
+
 def _use_key(
     contract: str, subject: str, assembly: Assembly, key_reference: str | None, principal: tuple[str, str], **ctx: str
 ) -> Iterator[Proof]:
@@ -149,12 +162,16 @@ def _use_key(
 
 
 def _alarm_topics(assembly: Assembly, environment: str) -> Iterator[tuple[Resource, str]]:
+    """Each alarm and each topic among its actions, once."""
     for alarm in assembly.resources(environment, "AWS::CloudWatch::Alarm"):
+        topics: dict[str, None] = {}
         for key in ("AlarmActions", "OKActions", "InsufficientDataActions"):
             for action in assembly.render(alarm.stack, alarm.properties.get(key, [])):
                 topic = assembly.resource(assembly.identity(str(action)))
                 if topic is not None and topic.type == "AWS::SNS::Topic":
-                    yield alarm, topic.name
+                    topics[topic.name] = None
+        for topic_name in topics:
+            yield alarm, topic_name
 
 
 def _alarm_context(alarm: Resource) -> dict[str, str]:
@@ -167,7 +184,7 @@ def _alarm_context(alarm: Resource) -> dict[str, str]:
 
 def prove_alarm_topic(assembly: Assembly, environment: str) -> Iterator[Proof]:
     """Every alarm action's topic lets CloudWatch publish (a topic policy replaces SNS's default one)."""
-    for alarm, topic in dict.fromkeys(_alarm_topics(assembly, environment)):
+    for alarm, topic in _alarm_topics(assembly, environment):
         statements = topic_policy(assembly, environment, topic)
         subject = f"{alarm.stack}/{alarm.logical_id} -> {topic}"
         if statements is None:
@@ -179,7 +196,7 @@ def prove_alarm_topic(assembly: Assembly, environment: str) -> Iterator[Proof]:
 
 def prove_alarm_key(assembly: Assembly, environment: str) -> Iterator[Proof]:
     """An encrypted alarm topic's key lets CloudWatch make the data key."""
-    for alarm, topic in dict.fromkeys(_alarm_topics(assembly, environment)):
+    for alarm, topic in _alarm_topics(assembly, environment):
         yield from _use_key(
             CLOUDWATCH_KMS,
             f"{alarm.stack}/{alarm.logical_id} -> {topic}",
@@ -210,11 +227,9 @@ def prove_rule_topic(assembly: Assembly, environment: str) -> Iterator[Proof]:
             yield _check(EVENTBRIDGE_SNS, f"{subject} (trust of {role.logical_id})", role_trust(assembly, role), trust)
             identity = role_policies(assembly, environment, role)
             as_role = ("AWS", role_arn(role))
-            yield _check(EVENTBRIDGE_SNS, subject, identity, Request(as_role, "sns:Publish", topic.name, SECURE))
-            statements = topic_policy(assembly, environment, topic.name)
-            if statements is not None:
-                request = Request(as_role, "sns:Publish", topic.name, SECURE)
-                yield _check(EVENTBRIDGE_SNS, f"{subject} (topic policy)", statements, request)
+            # Same account: the role's policy or the topic policy may allow; neither may deny.
+            publish = Request(as_role, "sns:Publish", topic.name, SECURE)
+            yield _same_account(EVENTBRIDGE_SNS, subject, identity, topic_policy(assembly, environment, topic.name), publish)
             key = topic_key(assembly, topic.name)
             if key is not None:
                 _, key_statements = key_policy(assembly, key)
@@ -294,6 +309,10 @@ def _roles_trusting(assembly: Assembly, environment: str, service: str) -> Itera
             yield role
 
 
+def _grafana_arn(workspace: Resource) -> str:
+    return f"arn:{PARTITION}:grafana:{REGION}:{ACCOUNT}:/workspaces/${{{workspace.stack}|{workspace.logical_id}.Id}}"
+
+
 def prove_grafana(assembly: Assembly, environment: str) -> Iterator[Proof]:
     """The Grafana workspace role: trusted by Grafana for this workspace, reads AMP and CloudWatch metrics."""
     for workspace in assembly.resources(environment, "AWS::Grafana::Workspace"):
@@ -302,8 +321,7 @@ def prove_grafana(assembly: Assembly, environment: str) -> Iterator[Proof]:
         if role is None:
             yield Proof(GRAFANA_READ, subject, False, "the workspace names no role of the assembly")
             continue
-        workspace_arn = f"arn:{PARTITION}:grafana:{REGION}:{ACCOUNT}:/workspaces/{workspace.name}.Id"
-        context = {"aws:SourceAccount": ACCOUNT, "aws:SourceArn": workspace_arn}
+        context = {"aws:SourceAccount": ACCOUNT, "aws:SourceArn": _grafana_arn(workspace)}
         yield _trusts(GRAFANA_READ, assembly, role, "grafana.amazonaws.com", context)
         identity = role_policies(assembly, environment, role)
         as_role = ("AWS", role_arn(role))
@@ -344,8 +362,8 @@ def prove_grafana_admins(assembly: Assembly, environment: str) -> Iterator[Proof
             if not any("grafana:UpdatePermissions" in str(s.get("Action")) for s in identity):
                 continue  # not the provisioner's role
             subject = f"{role.stack}/{role.logical_id} for {workspace.logical_id}"
-            workspace_arn = f"arn:{PARTITION}:grafana:{REGION}:{ACCOUNT}:/workspaces/{workspace.name}.Id"
-            yield _check(GRAFANA_SSO, subject, identity, Request(as_role, "grafana:UpdatePermissions", workspace_arn))
+            request = Request(as_role, "grafana:UpdatePermissions", _grafana_arn(workspace))
+            yield _check(GRAFANA_SSO, subject, identity, request)
             for action in IDENTITY_CENTER_NEEDS:
                 yield _check(GRAFANA_SSO, subject, identity, Request(as_role, action, "*"))
 
@@ -363,14 +381,22 @@ def prove_hyperpod_roles(assembly: Assembly, environment: str) -> Iterator[Proof
             yield _trusts(SAGEMAKER, assembly, role, "sagemaker.amazonaws.com", {"aws:SourceAccount": ACCOUNT})
             identity = role_policies(assembly, environment, role)
             as_role = ("AWS", role_arn(role))
-            uri = str(group.get("LifeCycleConfig", {}).get("SourceS3Uri", ""))
-            bucket = uri.removeprefix("s3://").split("/", 1)[0]
+            bucket, prefix = split_s3(str(group.get("LifeCycleConfig", {}).get("SourceS3Uri", "")))
             bucket_arn = f"arn:{PARTITION}:s3:::{bucket}"
-            yield _check(SAGEMAKER, subject, identity, Request(as_role, "s3:ListBucket", bucket_arn))
-            key = uri.removeprefix("s3://").split("/", 1)[1] if "/" in uri.removeprefix("s3://") else ""
-            yield _check(SAGEMAKER, subject, identity, Request(as_role, "s3:GetObject", f"{bucket_arn}/{key}on_create.sh"))
-            for action in ("ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces"):
-                yield _check(SAGEMAKER, subject, identity, Request(as_role, action, "*"))
+            on_create = str(group.get("LifeCycleConfig", {}).get("OnCreate", ""))
+            listing = Request(as_role, "s3:ListBucket", bucket_arn, {"s3:prefix": prefix})
+            yield _check(SAGEMAKER, subject, identity, listing)
+            request = Request(as_role, "s3:GetObject", f"{bucket_arn}/{prefix}{on_create}")
+            yield _check(SAGEMAKER, subject, identity, request)
+            # CreateNetworkInterface is authorized on the new interface, its subnet and its security groups.
+            network = group.get("OverrideVpcConfig") or assembly.render(cluster.stack, cluster.properties["VpcConfig"])
+            ec2 = f"arn:{PARTITION}:ec2:{REGION}:{ACCOUNT}"
+            targets = [f"{ec2}:network-interface/{SAMPLE}"]
+            targets += [f"{ec2}:subnet/{subnet}" for subnet in network.get("Subnets", [])]
+            targets += [f"{ec2}:security-group/{sg}" for sg in network.get("SecurityGroupIds", [])]
+            for target in targets:
+                yield _check(SAGEMAKER, subject, identity, Request(as_role, "ec2:CreateNetworkInterface", target))
+            yield _check(SAGEMAKER, subject, identity, Request(as_role, "ec2:DescribeNetworkInterfaces", "*"))
 
 
 def prove_backup(assembly: Assembly, environment: str) -> Iterator[Proof]:

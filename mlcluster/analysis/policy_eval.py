@@ -62,6 +62,11 @@ def _partition(value: str) -> str:
     return re.sub(r"^arn:aws(-[a-z-]+)?:", "arn:${AWS::Partition}:", value)
 
 
+def _service(name: str) -> str:
+    """A service principal in one spelling: ``logs.${AWS::Region}.${AWS::URLSuffix}`` is ``logs.<region>.amazonaws.com``."""
+    return name.replace("${AWS::URLSuffix}", "amazonaws.com")
+
+
 def _principal_matches(principal: Any, request: Request, not_principal: bool = False) -> bool:
     if principal is None:
         return True  # identity policies name no principal: the role they are attached to makes the request
@@ -71,9 +76,13 @@ def _principal_matches(principal: Any, request: Request, not_principal: bool = F
     named = [str(p) for p in _list(principal.get(kind, []))] if isinstance(principal, dict) else []
     if kind == "AWS" and isinstance(principal, dict):
         root = [p for p in named if _partition(p) in (ACCOUNT_ROOT, "${AWS::AccountId}")]
-        # The account's root lets any principal of the account in, subject to its own IAM policies.
-        if root and _partition(name).startswith("arn:${AWS::Partition}:iam::${AWS::AccountId}:"):
+        # The account's root lets any principal of the account in, subject to its own IAM policies; a role of
+        # the assembly (a canonical ``${stack|Role.Arn}``) is one.
+        ours = name.startswith("${") and "|" in name
+        if root and (ours or _partition(name).startswith("arn:${AWS::Partition}:iam::${AWS::AccountId}:")):
             return True
+    if kind == "Service":
+        return any(_service(p) == _service(name) for p in named)
     return any(p == "*" or _partition(p) == _partition(name) for p in named)
 
 
