@@ -377,8 +377,15 @@ def test_topic_is_encrypted_and_every_alarm_notifies_it(observability: dict[str,
         assert alarms["Condition"]["ArnLike"]["aws:SourceArn"] == {
             "Fn::Join": [
                 "",
-                ["arn:", {"Ref": "AWS::Partition"}, ":cloudwatch:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
-                 ":alarm:*"],
+                [
+                    "arn:",
+                    {"Ref": "AWS::Partition"},
+                    ":cloudwatch:",
+                    {"Ref": "AWS::Region"},
+                    ":",
+                    {"Ref": "AWS::AccountId"},
+                    ":alarm:*",
+                ],
             ]
         }, name
         # Only the key's account root and CloudWatch (and AMP, checked there) appear in the key policy.

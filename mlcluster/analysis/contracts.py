@@ -115,7 +115,9 @@ def role_policies(assembly: Assembly, environment: str, role: Resource) -> list[
             out += _statements(assembly, managed.stack, managed.properties.get("PolicyDocument", {}))
     for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
         for policy in assembly.resources(environment, kind):
-            roles = [assembly.identity(str(r)) for r in assembly.render(policy.stack, policy.properties.get("Roles", []))]
+            roles = [
+                assembly.identity(str(r)) for r in assembly.render(policy.stack, policy.properties.get("Roles", []))
+            ]
             if role.name in roles:
                 out += _statements(assembly, policy.stack, policy.properties.get("PolicyDocument", {}))
     return out
@@ -151,8 +153,13 @@ def _use_key(
         return
     key, statements = key_policy(assembly, key_reference)
     if key is None:
-        yield Proof(contract, subject, False, f"{key_reference} is not a customer managed key of the assembly: an "
-                    "AWS managed key (alias/aws/sns) cannot be granted to a service")
+        yield Proof(
+            contract,
+            subject,
+            False,
+            f"{key_reference} is not a customer managed key of the assembly: an "
+            "AWS managed key (alias/aws/sns) cannot be granted to a service",
+        )
         return
     for action in ("kms:GenerateDataKey", "kms:Decrypt"):
         yield _check(contract, subject, statements, Request(principal, action, key_reference, {**SECURE, **ctx}))
@@ -229,7 +236,9 @@ def prove_rule_topic(assembly: Assembly, environment: str) -> Iterator[Proof]:
             as_role = ("AWS", role_arn(role))
             # Same account: the role's policy or the topic policy may allow; neither may deny.
             publish = Request(as_role, "sns:Publish", topic.name, SECURE)
-            yield _same_account(EVENTBRIDGE_SNS, subject, identity, topic_policy(assembly, environment, topic.name), publish)
+            yield _same_account(
+                EVENTBRIDGE_SNS, subject, identity, topic_policy(assembly, environment, topic.name), publish
+            )
             key = topic_key(assembly, topic.name)
             if key is not None:
                 _, key_statements = key_policy(assembly, key)
@@ -350,7 +359,9 @@ IDENTITY_CENTER_NEEDS = (
 def prove_grafana_admins(assembly: Assembly, environment: str) -> Iterator[Proof]:
     """An Identity Center workspace's provisioner may UpdatePermissions and make its Identity Center reads."""
     for resource in assembly.resources(environment, "Custom::GrafanaProvisioning"):
-        workspace = assembly.resource(assembly.identity(assembly.text(resource.stack, resource.properties["WorkspaceId"])))
+        workspace = assembly.resource(
+            assembly.identity(assembly.text(resource.stack, resource.properties["WorkspaceId"]))
+        )
         if workspace is None:
             continue
         providers = assembly.render(workspace.stack, workspace.properties.get("AuthenticationProviders", []))

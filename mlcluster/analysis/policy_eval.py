@@ -20,7 +20,7 @@ canonical strings such as ``${AWS::AccountId}`` or ``${p5/Observability|Topic}``
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,7 @@ class Request:
         return f"{self.principal[1]} {self.action} on {self.resource}" + (f" ({keys})" if keys else "")
 
 
-class UnknownCondition(ValueError):
+class UnknownConditionError(ValueError):
     """A condition operator the evaluator cannot judge."""
 
 
@@ -63,7 +63,7 @@ def _partition(value: str) -> str:
 
 
 def _service(name: str) -> str:
-    """A service principal in one spelling: ``logs.${AWS::Region}.${AWS::URLSuffix}`` is ``logs.<region>.amazonaws.com``."""
+    """A service principal in one spelling (``logs.${AWS::Region}.${AWS::URLSuffix}``: ``...amazonaws.com``)."""
     return name.replace("${AWS::URLSuffix}", "amazonaws.com")
 
 
@@ -98,13 +98,33 @@ def _resource_matches(statement: Mapping[str, Any], resource: str) -> bool:
     return any(wildcard(_partition(str(r)), _partition(resource)) for r in _list(statement.get("Resource", ["*"])))
 
 
-_BASE_OPERATORS = {
-    "StringEquals": lambda p, v: p == v,
-    "StringEqualsIgnoreCase": lambda p, v: p.lower() == v.lower(),
-    "StringLike": lambda p, v: wildcard(p, v),
-    "ArnEquals": lambda p, v: _partition(p) == _partition(v),
-    "ArnLike": lambda p, v: wildcard(_partition(p), _partition(v)),
-    "Bool": lambda p, v: p.lower() == v.lower(),
+def _string_equals(pattern: str, value: str) -> bool:
+    return pattern == value
+
+
+def _string_equals_ignore_case(pattern: str, value: str) -> bool:
+    return pattern.lower() == value.lower()
+
+
+def _string_like(pattern: str, value: str) -> bool:
+    return wildcard(pattern, value)
+
+
+def _arn_equals(pattern: str, value: str) -> bool:
+    return _partition(pattern) == _partition(value)
+
+
+def _arn_like(pattern: str, value: str) -> bool:
+    return wildcard(_partition(pattern), _partition(value))
+
+
+_BASE_OPERATORS: dict[str, Callable[[str, str], bool]] = {
+    "StringEquals": _string_equals,
+    "StringEqualsIgnoreCase": _string_equals_ignore_case,
+    "StringLike": _string_like,
+    "ArnEquals": _arn_equals,
+    "ArnLike": _arn_like,
+    "Bool": _string_equals_ignore_case,
 }
 _NEGATIONS = {
     "StringNotEquals": "StringEquals",
@@ -126,7 +146,7 @@ def condition_holds(operator: str, key: str, values: Any, context: Mapping[str, 
     negated = base in _NEGATIONS
     compare = _BASE_OPERATORS.get(_NEGATIONS.get(base, base))
     if compare is None:
-        raise UnknownCondition(f"condition operator {operator} (key {key}) is not one this evaluator judges")
+        raise UnknownConditionError(f"condition operator {operator} (key {key}) is not one this evaluator judges")
     if not present:
         return if_exists or negated
     matched = any(compare(str(value), str(context[key])) for value in _list(values))
@@ -178,4 +198,4 @@ def evaluate(statements: Sequence[Mapping[str, Any]], request: Request) -> Decis
     return Decision(False, "no statement allows it (implicit deny)")
 
 
-__all__ = ["ACCOUNT_ROOT", "Decision", "Request", "UnknownCondition", "condition_holds", "evaluate", "wildcard"]
+__all__ = ["ACCOUNT_ROOT", "Decision", "Request", "UnknownConditionError", "condition_holds", "evaluate", "wildcard"]

@@ -21,8 +21,10 @@ def removal_policy_except_on_create(environment: Environment) -> cdk.RemovalPoli
     holding only rebuildable data (workspaces, dashboards) would otherwise
     leave one more retained, billed copy behind on every attempt.
     """
-    return cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE if environment.config.retention.keeps_data else (
-        cdk.RemovalPolicy.DESTROY
+    return (
+        cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE
+        if environment.config.retention.keeps_data
+        else (cdk.RemovalPolicy.DESTROY)
     )
 
 

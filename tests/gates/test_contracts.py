@@ -16,7 +16,7 @@ import pytest
 from mlcluster.analysis import contracts
 from mlcluster.analysis.assembly import Assembly
 from mlcluster.analysis.contracts import CONTRACTS, Proof, prove_all, render_table
-from mlcluster.analysis.policy_eval import Request, UnknownCondition, condition_holds, evaluate
+from mlcluster.analysis.policy_eval import Request, UnknownConditionError, condition_holds, evaluate
 from tests.gates.gate_support import Templates, resources
 from tests.support import ROOT
 
@@ -155,13 +155,18 @@ def test_condition_operators(operator: str, value: str, context: dict[str, str],
 
 
 def test_an_unknown_operator_is_never_guessed() -> None:
-    with pytest.raises(UnknownCondition, match="NumericLessThan"):
+    with pytest.raises(UnknownConditionError, match="NumericLessThan"):
         condition_holds("NumericLessThan", "k", "1", {"k": "0"})
 
 
 def test_explicit_deny_wins() -> None:
     request = Request(("Service", "cloudwatch.amazonaws.com"), "sns:Publish", "topic", {"aws:SecureTransport": "false"})
-    allow = {"Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com"}, "Action": "sns:*", "Resource": "*"}
+    allow = {
+        "Effect": "Allow",
+        "Principal": {"Service": "cloudwatch.amazonaws.com"},
+        "Action": "sns:*",
+        "Resource": "*",
+    }
     deny = {"Effect": "Deny", "Principal": "*", "Action": "sns:*", "Resource": "*"}
     deny["Condition"] = {"Bool": {"aws:SecureTransport": "false"}}
     assert evaluate([allow, deny], request).allowed is False

@@ -94,14 +94,16 @@ def test_without_node_recovery_a_failed_node_fails_with_its_message(
         rf"workers: 3 of 4 Running at the end of the wait \(workers-3 {state} \(lifecycle script on_create.sh "
         r"exited 1\); node recovery off\)"
     )
-    with pytest.raises(app.NodesNotReady, match=expected):
+    with pytest.raises(app.NodesNotReadyError, match=expected):
         app.on_event(nodes_event(cluster.arn, COUNTS))
 
 
 def test_missing_nodes_fail_at_the_end_of_the_wait(world: World, fake: FakeSageMaker, clock: Clock) -> None:
     """No capacity: two of four workers never appear; the reason names the group."""
     cluster = fake.add("ml-cluster", {**COUNTS, "workers": 2})
-    with pytest.raises(app.NodesNotReady, match=r"workers: 2 of 4 Running at the end of the wait \(no other nodes"):
+    with pytest.raises(
+        app.NodesNotReadyError, match=r"workers: 2 of 4 Running at the end of the wait \(no other nodes"
+    ):
         app.on_event(nodes_event(cluster.arn, COUNTS))
     assert clock.now <= app.MAX_WAIT_SECONDS
 
@@ -110,7 +112,7 @@ def test_missing_nodes_fail_at_the_end_of_the_wait(world: World, fake: FakeSageM
 def test_a_failing_cluster_fails_at_once(world: World, fake: FakeSageMaker, clock: Clock, status: str) -> None:
     cluster = fake.add("ml-cluster", COUNTS, status=status)
     cluster.failure_message = "capacity"
-    with pytest.raises(app.NodesNotReady, match=rf"is {status} \(capacity\)"):
+    with pytest.raises(app.NodesNotReadyError, match=rf"is {status} \(capacity\)"):
         app.on_event(nodes_event(cluster.arn, COUNTS))
     assert clock.sleeps == []
 
@@ -134,7 +136,7 @@ def test_a_cluster_busy_past_the_wait_is_judged_by_its_nodes(world: World, fake:
 def test_unknown_states_fail_naming_them(world: World, fake: FakeSageMaker, clock: Clock) -> None:
     """A status the service adds later is a reason to stop, never read as still pending."""
     cluster = fake.add("ml-cluster", COUNTS, status="Hibernating")
-    with pytest.raises(app.NodesNotReady, match="'Hibernating', a status this check does not know"):
+    with pytest.raises(app.NodesNotReadyError, match="'Hibernating', a status this check does not know"):
         app.on_event(nodes_event(cluster.arn, COUNTS))
     verdict = app.judge_nodes(
         [{"InstanceGroupName": "workers", "InstanceId": "i-1", "InstanceStatus": {"Status": "Rebooting"}}],

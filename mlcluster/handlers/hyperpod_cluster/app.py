@@ -255,7 +255,7 @@ NODE_DECISIONS: dict[str, NodeDecision] = {
 }
 
 
-class NodesNotReady(RuntimeError):
+class NodesNotReadyError(RuntimeError):
     """The node check failed; the message is the reason CloudFormation shows."""
 
 
@@ -268,24 +268,24 @@ def _nodes_ready(event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
         final = clock() + POLL_SECONDS > deadline
         cluster = describe_cluster(clients().sagemaker, arn)
         if cluster is None:
-            raise NodesNotReady(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
+            raise NodesNotReadyError(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
         name = str(cluster.get("ClusterName"))
         status = str(cluster.get("ClusterStatus"))
         logs = f"Node logs: /aws/sagemaker/Clusters/{name}/{arn.rsplit('/', 1)[-1]}"
         decision = CLUSTER_DECISIONS.get(status)
         if decision is None:
-            raise NodesNotReady(
+            raise NodesNotReadyError(
                 f"HyperPod cluster {name} is {status!r}, a status this check does not know (it knows "
                 f"{', '.join(CLUSTER_DECISIONS)}); look at the cluster and deploy again once it is InService"
             )
         if decision == "fail":
             reason = cluster.get("FailureMessage") or "no failure message"
-            raise NodesNotReady(f"HyperPod cluster {name} is {status} ({reason}). {logs}")
+            raise NodesNotReadyError(f"HyperPod cluster {name} is {status} ({reason}). {logs}")
         if decision == "look at nodes" or final:
             recovery = str(cluster.get("NodeRecovery")) == "Automatic"
             verdict = judge_nodes(_list_nodes(arn), expected, final=final, recovery=recovery)
             if verdict.failures:
-                raise NodesNotReady(f"HyperPod cluster {name} ({status}): {'; '.join(verdict.failures)}. {logs}")
+                raise NodesNotReadyError(f"HyperPod cluster {name} ({status}): {'; '.join(verdict.failures)}. {logs}")
             if verdict.done:
                 physical_id = event.get("PhysicalResourceId") or f"{name}-nodes"
                 data = {"ClusterStatus": status, "NotRunning": "; ".join(verdict.pending) or "none"}
@@ -367,7 +367,7 @@ def _list_nodes(arn: str) -> list[Mapping[str, Any]]:
     try:
         return [node for page in paginator.paginate(ClusterName=arn) for node in page.get("ClusterNodeSummaries", [])]
     except ClientError as err:  # after botocore's own retries (throttling included)
-        raise NodesNotReady(f"ListClusterNodes for {arn} failed: {error_text(err)}") from err
+        raise NodesNotReadyError(f"ListClusterNodes for {arn} failed: {error_text(err)}") from err
 
 
 def _expected_counts(raw: Any) -> dict[str, int]:
