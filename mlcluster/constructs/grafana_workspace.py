@@ -229,15 +229,7 @@ class GrafanaWorkspace(Construct):
                 iam.PolicyStatement(
                     sid="ProvisionWorkspace", actions=list(PROVISIONING_ACTIONS), resources=[self.workspace_arn]
                 ),
-                *(
-                    [
-                        iam.PolicyStatement(
-                            sid="ReadIdentityCenter", actions=list(IDENTITY_CENTER_ACTIONS), resources=["*"]
-                        )
-                    ]
-                    if identity_center
-                    else []
-                ),
+                *(_identity_center_statements() if identity_center else []),
             ],
             roles=[role],
         )
@@ -300,6 +292,43 @@ class GrafanaWorkspace(Construct):
             "one function's versions and aliases.",
         )
         return provider
+
+
+#: Every identity store's ARN, the encryption context the identity store gives KMS.
+IDENTITY_STORES = "arn:*:identitystore::*:identitystore/*"
+
+
+def _identity_center_statements() -> list[iam.PolicyStatement]:
+    """The Identity Center reads, and the key use the Service Authorization Reference lists as their dependency.
+
+    ``sso:GetSharedSsoConfiguration`` and ``sso-directory:DescribeGroup``/
+    ``DescribeUser`` depend on ``kms:Decrypt`` when the Identity Center
+    instance encrypts with a customer managed key. The key is not ours to
+    name, so the grant admits it only through Identity Center and the
+    identity store and for their encryption contexts, as AWS's own
+    AWSSSODirectoryAdministrator does.
+    """
+    return [
+        iam.PolicyStatement(sid="ReadIdentityCenter", actions=list(IDENTITY_CENTER_ACTIONS), resources=["*"]),
+        iam.PolicyStatement(
+            sid="DecryptThroughIdentityCenter",
+            actions=["kms:Decrypt"],
+            resources=["*"],
+            conditions={
+                "StringLike": {"kms:ViaService": "sso.*.amazonaws.com"},
+                "ArnLike": {"kms:EncryptionContext:aws:sso:instance-arn": "arn:*:sso:::instance/*"},
+            },
+        ),
+        iam.PolicyStatement(
+            sid="DecryptThroughIdentityStore",
+            actions=["kms:Decrypt"],
+            resources=["*"],
+            conditions={
+                "StringLike": {"kms:ViaService": "identitystore.*.amazonaws.com"},
+                "ArnLike": {"kms:EncryptionContext:aws:identitystore:identitystore-arn": IDENTITY_STORES},
+            },
+        ),
+    ]
 
 
 def _acknowledge_lambda_compliance(scope: Construct, what: str, *, synchronous: bool) -> None:

@@ -14,7 +14,7 @@ from mlcluster.config import Environment
 from mlcluster.config.observability import observability_enabled
 from mlcluster.constructs.log_key import EncryptLogGroups
 from mlcluster.stacks.cluster import ClusterStack
-from mlcluster.stacks.common import log_retention, removal_policy
+from mlcluster.stacks.common import log_retention, record_producer_values, removal_policy
 from mlcluster.stacks.network import NetworkStack
 from mlcluster.stacks.observability import ObservabilityStack
 from mlcluster.stacks.storage import DataRepositoryStack, StorageStack
@@ -111,6 +111,14 @@ class EnvironmentStage(cdk.Stage):
                 prometheus=self.observability_stack.prometheus if self.observability_stack else None,
                 description=f"{description} ({cfg.cluster.backend} cluster {environment.cluster_name})",
             )
+        # Consumers of weak references re-read their producers' outputs whenever those can change.
+        if self.data_repository_stack is not None:
+            record_producer_values(self.data_repository_stack, environment, ("Storage",))
+        if self.observability_stack is not None:
+            record_producer_values(self.observability_stack, environment, ("Network", "Storage"))
+        if self.cluster_stack is not None:
+            producers = ("Network", "Storage") + (("Observability",) if self.observability_stack else ())
+            record_producer_values(self.cluster_stack, environment, producers)
         tags = {"mlcluster:environment": environment.name, **cfg.tags}
         for key, value in tags.items():
             cdk.Tags.of(self).add(key, value)
