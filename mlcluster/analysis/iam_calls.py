@@ -651,8 +651,9 @@ def handler_calls(package: Path) -> list[AwsCall]:
         relative = str(path.relative_to(package.parent))
         for node in ast.walk(tree):
             method = None
+            line = 0
             if isinstance(node, ast.Attribute) and node.attr in operations:
-                method = node.attr
+                method, line = node.attr, node.lineno
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
@@ -661,7 +662,7 @@ def handler_calls(package: Path) -> list[AwsCall]:
                 and isinstance(node.args[0], ast.Constant)
                 and str(node.args[0].value) in operations
             ):
-                method = str(node.args[0].value)
+                method, line = str(node.args[0].value), node.lineno
             if method is not None:
                 operation = operations[method]
                 needed = [
@@ -669,7 +670,7 @@ def handler_calls(package: Path) -> list[AwsCall]:
                     for action in API_ACTIONS.get(operation, (operation,))
                     for a in (action, *dependent_actions(action))
                 ]
-                calls.append(AwsCall(relative, node.lineno, operation, tuple(dict.fromkeys(needed)), ("*",)))
+                calls.append(AwsCall(relative, line, operation, tuple(dict.fromkeys(needed)), ("*",)))
     return calls
 
 
