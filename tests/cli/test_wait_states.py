@@ -27,3 +27,17 @@ def test_patch_knows_every_cluster_and_node_state() -> None:
 def test_run_command_knows_every_invocation_state() -> None:
     assert not runcommand.FINAL & runcommand.CHANGING
     assert sorted(runcommand.FINAL | runcommand.CHANGING) == _enum("ssm", "CommandInvocationStatus")
+
+
+def test_status_calls_healthy_only_states_the_services_have() -> None:
+    """``mlcluster status`` calls everything outside its healthy sets a problem (fail-closed); the healthy
+    sets themselves must be states of the services' models, or a renamed state would always look broken."""
+    from mlcluster.cli import status
+
+    assert status.HEALTHY_STACK <= set(_enum("cloudformation", "StackStatus"))
+    assert "Running" in _enum("sagemaker", "ClusterInstanceStatus")
+    assert "running" in _enum("ec2", "InstanceStateName")
+    assert status.HEALTHY_NODE == {"Running", "running"}
+    assert "AVAILABLE" in _enum("fsx", "FileSystemLifecycle")
+    assert "AVAILABLE" in _enum("fsx", "DataRepositoryLifecycle")
+    assert "InService" in _enum("sagemaker", "ClusterStatus")
