@@ -34,10 +34,10 @@ def test_status_calls_healthy_only_states_the_services_have() -> None:
     sets themselves must be states of the services' models, or a renamed state would always look broken."""
     from mlcluster.cli import status
 
-    assert status.HEALTHY_STACK <= set(_enum("cloudformation", "StackStatus"))
+    assert set(_enum("cloudformation", "StackStatus")) >= status.HEALTHY_STACK
     assert "Running" in _enum("sagemaker", "ClusterInstanceStatus")
     assert "running" in _enum("ec2", "InstanceStateName")
-    assert status.HEALTHY_NODE == {"Running", "running"}
+    assert {"Running", "running"} == status.HEALTHY_NODE
     assert "AVAILABLE" in _enum("fsx", "FileSystemLifecycle")
     assert "AVAILABLE" in _enum("fsx", "DataRepositoryLifecycle")
     assert "InService" in _enum("sagemaker", "ClusterStatus")
