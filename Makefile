@@ -1,42 +1,69 @@
 # mlcluster: the two commands are `make synth` and `make test`.
 # Both set up what they need: .venv (package + dev tools), node_modules (the
 # pinned CDK CLI) and, for tests, .venv-pcluster (ParallelCluster's own schema,
-# which pins CDK v1 and cannot share a venv with aws-cdk-lib v2).
+# which pins CDK v1 and cannot share a venv with aws-cdk-lib v2) and .venv-checkov.
+# Every venv installs exactly its lock in requirements/ (hashes required); `make lock`
+# refreshes the locks, `make test-latest` runs the suite against the newest releases.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PCLUSTER_VENV := .venv-pcluster
 CHECKOV_VENV := .venv-checkov
+LOCK_VENV := .venv-lock
 CDK := node_modules/.bin/cdk
 SOURCES := mlcluster tests tools app.py
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance lock test-latest
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+# DEPS=latest (set by `make test-latest` in its own copy of the tree) installs the newest releases the
+# ranges in pyproject.toml and requirements/*.in allow instead of the locks.
+DEPS ?= locked
+export MLCLUSTER_DEPS := $(DEPS)
+
+# A venv from its lock: a new venv, then exactly the lock's files (--require-hashes: every file is
+# checked against the lock's digests; --no-deps: nothing the lock does not name). pip and setuptools
+# are in the locks too. $(1): the venv, $(2): the lock's name in requirements/.
+ifeq ($(DEPS),latest)
+install_venv = rm -rf $(1) && $(PYTHON) -m venv $(1) && \
+	$(1)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -r requirements/$(2).in
+else
+install_venv = rm -rf $(1) && $(PYTHON) -m venv $(1) && \
+	$(1)/bin/python -m pip install --quiet --require-hashes --no-deps -r requirements/$(2).txt
+endif
+
+# The project itself, editable, on top of its lock (its requirements are in the lock; setuptools,
+# the build backend, too: no build isolation, so nothing unlocked is fetched to build it).
+ifeq ($(DEPS),latest)
+$(VENV)/.installed: pyproject.toml requirements/main.in
+	$(call install_venv,$(VENV),main)
+	$(PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
 	touch $@
+else
+$(VENV)/.installed: pyproject.toml requirements/main.txt
+	$(call install_venv,$(VENV),main)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+endif
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 # checkov pins boto3 and packaging below what mlcluster needs, so it lives in a venv of its own.
-$(CHECKOV_VENV)/.installed: requirements-checkov.txt
-	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements-checkov.txt
+$(CHECKOV_VENV)/.installed: requirements/checkov.$(if $(filter latest,$(DEPS)),in,txt)
+	$(call install_venv,$(CHECKOV_VENV),checkov)
 	touch $@
 
-$(PCLUSTER_VENV)/.installed: requirements-pcluster.txt
-	$(PYTHON) -m venv $(PCLUSTER_VENV)
-	$(PCLUSTER_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(PCLUSTER_VENV)/bin/python -m pip install --quiet -r requirements-pcluster.txt
+$(PCLUSTER_VENV)/.installed: requirements/pcluster.$(if $(filter latest,$(DEPS)),in,txt)
+	$(call install_venv,$(PCLUSTER_VENV),pcluster)
+	touch $@
+
+$(LOCK_VENV)/.installed: requirements/lock.txt
+	$(call install_venv,$(LOCK_VENV),lock)
 	touch $@
 
 setup: $(VENV)/.installed node_modules/.installed
@@ -86,6 +113,28 @@ bench: setup $(PCLUSTER_VENV)/.installed
 ## config-docs: regenerate schema/environment.schema.json and the README's configuration reference
 config-docs: setup
 	$(PY) tools/gen_config_docs.py
+
+UV_COMPILE := $(LOCK_VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+	--custom-compile-command 'make lock' $(if $(PACKAGE),--upgrade-package $(PACKAGE),--upgrade)
+
+## lock: re-resolve every lock in requirements/ to the newest releases the ranges allow (PACKAGE=name: that one only), then regenerate what is made from the locked data
+lock: $(LOCK_VENV)/.installed
+	$(UV_COMPILE) pyproject.toml requirements/main.in --extra dev -o requirements/main.txt
+	$(UV_COMPILE) requirements/pcluster.in -o requirements/pcluster.txt
+	$(UV_COMPILE) requirements/checkov.in -o requirements/checkov.txt
+	$(UV_COMPILE) requirements/lock.in -o requirements/lock.txt
+	$(MAKE) config-docs
+
+## test-latest: the whole `make test` in a copy of this tree with the newest releases instead of the locks (not in CI)
+# (`make`, not $(MAKE): `make -n test-latest` must not run the copy's make in a folder it did not create)
+LATEST_DIR ?= $(or $(TMPDIR),/tmp)/mlcluster-test-latest
+test-latest:
+	rm -rf $(LATEST_DIR) && mkdir -p $(LATEST_DIR)
+	git ls-files -z --cached --others --exclude-standard \
+		| tar --null --ignore-failed-read -T - -cf - | tar -xf - -C $(LATEST_DIR)
+	cd $(LATEST_DIR) && make DEPS=latest test; status=$$?; \
+		$(LATEST_DIR)/.venv/bin/python tools/lock_check.py requirements/main.txt $(LATEST_DIR)/.venv || true; \
+		exit $$status
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

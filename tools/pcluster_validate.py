@@ -1,7 +1,7 @@
 """Rehearse ``pcluster create-cluster --dryrun`` offline: ParallelCluster's schema and its full validator suite.
 
 Run it with the ParallelCluster virtualenv (``aws-parallelcluster`` pins CDK
-v1; ``moto`` is installed there from ``requirements-pcluster.txt``)::
+v1; ``moto`` is installed there from ``requirements/pcluster.in``)::
 
     .venv-pcluster/bin/python tools/pcluster_validate.py rehearsal.json
 
@@ -66,7 +66,7 @@ OFFLINE_ENV = {
     "AWS_EC2_METADATA_DISABLED": "true",
     "AWS_MAX_ATTEMPTS": "1",
 }
-#: The ParallelCluster version this rehearsal runs (the one pinned in requirements-pcluster.txt).
+#: The ParallelCluster version this rehearsal runs (the one pinned in requirements/pcluster.in).
 PCLUSTER_VERSION = "3.16.1"
 #: Operating systems ParallelCluster publishes official images for (3.16: none for rocky8/rocky9).
 OFFICIAL_IMAGE_OSES = ("alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9")

@@ -22,6 +22,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal, Union, get_args, get_origin
 
+from mlcluster.config import awsdata
 from mlcluster.config.environment import EnvironmentConfig
 from mlcluster.config.schema import Choices
 
@@ -180,12 +181,17 @@ def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
+#: How the schema's ``$comment`` names the botocore release its value lists come from (read back by the tests).
+GENERATED_FROM = "value lists from botocore"
+
+
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 7) of an environment file."""
     builder = _SchemaBuilder()
     root = builder.section(EnvironmentConfig)
     return {
         "$schema": SCHEMA_DIALECT,
+        "$comment": f"{GENERATED_FROM} {awsdata.botocore_version()}: `make config-docs` writes this file",
         "title": "mlcluster environment file (environments/<name>.yaml)",
         **root,
         "definitions": dict(sorted(builder.definitions.items())),

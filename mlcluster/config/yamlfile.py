@@ -37,6 +37,12 @@ MAX_NODES = 100_000
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+#: libyaml's own refusal of deep nesting (MAX_NESTING_LEVEL, 1000 levels, in libyaml 0.2.6, which
+#: PyYAML 6.0.4's wheels bundle; older ones had no limit). Its scanner reads flow collections ahead of the events
+#: :func:`_check_shape` counts, so a file of 1000 open brackets meets this first: it is reported
+#: as the same nesting refusal, whichever libyaml the venv has.
+LIBYAML_NESTING_PROBLEM = "exceeded maximum nesting depth"
+
 #: Tags a plain YAML document may carry; anything else (``!!python/object``, ``!Ref``, ``!!binary``) is refused.
 _ALLOWED_TAGS = frozenset(
     "tag:yaml.org,2002:" + name
@@ -103,6 +109,8 @@ def read_yaml(path: Path) -> Document:
         ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
+        if getattr(exc, "problem", None) == LIBYAML_NESTING_PROBLEM:
+            raise _fail(source, _line(mark), f"nesting deeper than {MAX_DEPTH} levels") from None
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         reason = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(source, [Problem(where, "YAML", f"cannot be parsed: {reason}")]) from None

@@ -16,7 +16,7 @@ from mlcluster.pcluster import checks
 from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
 
 #: The newest ParallelCluster 3 release this project is tested with (its schema
-#: package is pinned to the same version in requirements-pcluster.txt).
+#: package is pinned to the same version in requirements/pcluster.in).
 DEFAULT_PCLUSTER_VERSION = "3.16.1"
 
 

@@ -13,7 +13,15 @@ import jsonschema
 import pytest
 import yaml
 
-from mlcluster.config.docs import README_BEGIN, README_END, SCHEMA_PATH, json_schema, reference_markdown
+from mlcluster.config import awsdata
+from mlcluster.config.docs import (
+    GENERATED_FROM,
+    README_BEGIN,
+    README_END,
+    SCHEMA_PATH,
+    json_schema,
+    reference_markdown,
+)
 from mlcluster.config.environment import EnvironmentConfig
 from mlcluster.config.network import NetworkConfig
 from mlcluster.config.storage import StorageConfig
@@ -22,6 +30,29 @@ from mlcluster.pcluster.instance_types import INSTANCE_TYPES
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "environments").glob("*.yaml"))
 MODELINE = "# yaml-language-server: $schema=../schema/environment.schema.json\n"
+
+
+def schema_botocore(schema: dict[str, typing.Any]) -> str:
+    """The botocore release a schema's ``$comment`` says its value lists come from."""
+    comment = schema.get("$comment", "")
+    assert comment.startswith(GENERATED_FROM + " "), f"the schema's $comment does not name its botocore: {comment!r}"
+    return str(comment[len(GENERATED_FROM) + 1 :].split(":", 1)[0])
+
+
+def test_checked_in_schema_names_the_botocore_this_venv_has() -> None:
+    """The instance-type and region lists are botocore's data: a new botocore is named, not a vague diff."""
+    recorded = schema_botocore(json.loads((ROOT / SCHEMA_PATH).read_text(encoding="utf-8")))
+    installed = awsdata.botocore_version()
+    assert recorded == installed, (
+        f"{SCHEMA_PATH} holds botocore {recorded}'s value lists, this venv has botocore {installed}: "
+        "install the lock (requirements/main.txt) or, after `make lock`, run `make config-docs` and commit the schema"
+    )
+
+
+def test_schema_botocore_reader_edges() -> None:
+    assert schema_botocore({"$comment": f"{GENERATED_FROM} 1.44.8: `make config-docs` writes this file"}) == "1.44.8"
+    with pytest.raises(AssertionError, match="does not name its botocore"):
+        schema_botocore({"$comment": "hand-written"})
 
 
 def test_checked_in_schema_is_fresh() -> None:

@@ -14,7 +14,7 @@ import yaml
 from mlcluster.config.awsdata import botocore_version, ec2_instance_types, hyperpod_instance_types, regions
 from mlcluster.config.project import check_environments
 from mlcluster.config.schema import ConfigError
-from mlcluster.config.yamlfile import MAX_DEPTH, read_yaml
+from mlcluster.config.yamlfile import LIBYAML_NESTING_PROBLEM, MAX_DEPTH, read_yaml
 from tests.config.cases import CASES, GOOD, Case
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +104,32 @@ def test_nesting_limit_edge(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(nested(MAX_DEPTH + 1), encoding="utf-8")
     with pytest.raises(ConfigError, match=f"nesting deeper than {MAX_DEPTH} levels"):
+        read_yaml(bad)
+
+
+def test_libyaml_refuses_deep_nesting_in_the_words_we_translate() -> None:
+    """Which of two checks refuses a file of 1000 brackets depends on the libyaml PyYAML bundles.
+
+    libyaml 0.2.6 (PyYAML 6.0.4's wheels) refuses past 1000 levels while scanning ahead, before the
+    event check sees level 33; ``read_yaml`` reports both as the same refusal. A libyaml that words it
+    differently, or no longer refuses, would bring back a raw parser message: this names the version.
+    """
+    libyaml = yaml._yaml.get_version_string() if yaml.__with_libyaml__ else "none (pure-Python PyYAML)"
+    found = f"PyYAML {yaml.__version__} with libyaml {libyaml}"
+    try:
+        list(yaml.parse("[" * 1001 + "]" * 1001, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    except yaml.YAMLError as exc:
+        assert getattr(exc, "problem", None) == LIBYAML_NESTING_PROBLEM, (
+            f"{found} words its nesting refusal {getattr(exc, 'problem', exc)!r}; update LIBYAML_NESTING_PROBLEM"
+        )
+    else:
+        pytest.fail(f"{found} parses 1001 levels; the lock has PyYAML 6.0.4 (libyaml 0.2.6), which refuses them")
+
+
+def test_deep_nesting_past_libyaml_limit_gets_our_message(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: " + "[" * 1001 + "]" * 1001 + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"bad.yaml: line 1: nesting deeper than {MAX_DEPTH} levels"):
         read_yaml(bad)
 
 

@@ -2,7 +2,7 @@
 
 A node reaches the IPv6 endpoint only when its launch template enables ``HttpProtocolIpv6`` (and
 its subnet has IPv6). ParallelCluster writes the head node, queue and login node launch templates
-itself; in the version we pin (``requirements-pcluster.txt``) they set only ``HttpTokens``, so
+itself; in the version we pin (``requirements/pcluster.in``) they set only ``HttpTokens``, so
 the endpoint stays at EC2's default, disabled. The cluster configuration has no key that turns it
 on, and our networks have no IPv6. Where a later ParallelCluster enables it, ``Imds.Secured``
 already covers it: its cookbook's ``imds-access.sh`` writes the same owner rules with ``ip6tables``
