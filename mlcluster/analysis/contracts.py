@@ -226,9 +226,22 @@ def prove_rule_topic(assembly: Assembly, environment: str) -> Iterator[Proof]:
             context = {"aws:SourceAccount": ACCOUNT, "aws:SourceArn": rule_arn, **SECURE}
             role = _role_of(assembly, str(target.get("RoleArn", "")))
             if role is None:
-                statements = topic_policy(assembly, environment, topic.name) or []
+                statements = topic_policy(assembly, environment, topic.name)
+                if statements is None:
+                    yield Proof(
+                        EVENTBRIDGE_SNS, subject, False, "no topic policy: SNS's default policy does not admit events"
+                    )
+                    continue
                 request = Request(("Service", "events.amazonaws.com"), "sns:Publish", topic.name, context)
                 yield _check(EVENTBRIDGE_SNS, subject, statements, request)
+                # KMS requests from EventBridge carry no aws:SourceArn/SourceAccount (its user guide).
+                yield from _use_key(
+                    EVENTBRIDGE_SNS,
+                    f"{subject} (key)",
+                    assembly,
+                    topic_key(assembly, topic.name),
+                    ("Service", "events.amazonaws.com"),
+                )
                 continue
             trust = Request(("Service", "events.amazonaws.com"), "sts:AssumeRole", role_arn(role), context)
             yield _check(EVENTBRIDGE_SNS, f"{subject} (trust of {role.logical_id})", role_trust(assembly, role), trust)
@@ -462,7 +475,7 @@ def prove_lambda_trust(assembly: Assembly, environment: str) -> Iterator[Proof]:
 
 CLOUDWATCH_SNS = "CloudWatch alarm -> SNS topic"
 CLOUDWATCH_KMS = "CloudWatch alarm -> topic's KMS key"
-EVENTBRIDGE_SNS = "EventBridge rule -> SNS topic (through a role)"
+EVENTBRIDGE_SNS = "EventBridge rule -> SNS topic and its KMS key"
 AMP_SNS = "AMP alert manager -> SNS topic and its KMS key"
 LOGS_KMS = "CloudWatch Logs -> log group's KMS key"
 GRAFANA_READ = "Grafana workspace -> AMP and CloudWatch"
@@ -490,11 +503,11 @@ CONTRACTS: tuple[Contract, ...] = (
     ),
     Contract(
         EVENTBRIDGE_SNS,
-        "events.amazonaws.com, then the target's role",
-        "trust policy of the role; role policy: sns:Publish on the topic, kms:GenerateDataKey and kms:Decrypt on "
-        "its key; key policy delegates to IAM (account root)",
-        "trust: aws:SourceAccount = this account",
-        "https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-resource-based.html#eb-sns-permissions",
+        "events.amazonaws.com (no role on the target)",
+        "topic policy: sns:Publish; key policy: kms:GenerateDataKey*, kms:Decrypt",
+        "topic: aws:SourceAccount = this account, aws:SourceArn = the stack's rules; key: none (EventBridge's KMS "
+        "requests carry no source keys)",
+        "https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-resource-based.html",
         prove_rule_topic,
     ),
     Contract(

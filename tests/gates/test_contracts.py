@@ -116,12 +116,20 @@ def test_log_group_keys_need_the_encryption_context_grant(broken: Broken) -> Non
     assert failures(broken(revert), contracts.LOGS_KMS)
 
 
-def test_event_rules_need_their_roles_grant(broken: Broken) -> None:
-    def revert(templates: Templates) -> None:
-        _drop_statements(templates, "AWS::IAM::ManagedPolicy", "PolicyDocument", lambda s: "sns:Publish" not in str(s))
+def test_event_rules_need_the_topic_and_key_grants(broken: Broken) -> None:
+    def revert_topic(templates: Templates) -> None:
+        _drop_statements(
+            templates, "AWS::SNS::TopicPolicy", "PolicyDocument", lambda s: s.get("Sid") != "EventBridgeRules"
+        )
 
-    found = failures(broken(revert), contracts.EVENTBRIDGE_SNS)
+    found = failures(broken(revert_topic), contracts.EVENTBRIDGE_SNS)
     assert found and all("sns:Publish" in p.detail for p in found)
+
+    def revert_key(templates: Templates) -> None:
+        _drop_statements(templates, "AWS::KMS::Key", "KeyPolicy", lambda s: s.get("Sid") != "EventBridgeRules")
+
+    found = failures(broken(revert_key), contracts.EVENTBRIDGE_SNS)
+    assert found and all("kms:" in p.detail for p in found)
 
 
 def test_readme_table_is_generated_from_the_contracts() -> None:
