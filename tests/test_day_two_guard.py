@@ -183,7 +183,11 @@ def test_dras_have_their_own_stack_and_the_cluster_does_not_wait_for_them(locked
     # p5 has a Prometheus workspace: the head node's collector writes to it (its URL and ARN come from Observability).
     assert deps["p5-Cluster"] == {ids["Network"], ids["Storage"], ids["Observability"]}
     template = _template(locked, "p5", "p5-DataRepository")
-    assert [r["Type"] for r in template["Resources"].values()] == ["AWS::FSx::DataRepositoryAssociation"]
+    # The associations, and the digest of what Storage outputs (no stale reads, issue 25).
+    assert sorted(r["Type"] for r in template["Resources"].values()) == [
+        "AWS::FSx::DataRepositoryAssociation",
+        "AWS::SSM::Parameter",
+    ]
 
 
 def test_no_dra_no_data_repository_stack(locked: Path) -> None:
