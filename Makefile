@@ -17,22 +17,25 @@ SOURCES := mlcluster tests tools app.py
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance lock test-latest
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance lock test-latest system-deps
 
 # DEPS=latest (set by `make test-latest` in its own copy of the tree) installs the newest releases the
 # ranges in pyproject.toml and requirements/*.in allow instead of the locks.
 DEPS ?= locked
 export MLCLUSTER_DEPS := $(DEPS)
 
-# A venv from its lock: a new venv, then exactly the lock's files (--require-hashes: every file is
-# checked against the lock's digests; --no-deps: nothing the lock does not name). pip and setuptools
-# are in the locks too. $(1): the venv, $(2): the lock's name in requirements/.
+# A venv from its lock: a new venv, then exactly the lock's files. --require-hashes checks every file
+# against the lock's digests and refuses any requirement, dependencies included, that the lock does
+# not pin. Not --no-deps: pip then installs in file order instead of dependencies first, and
+# aws-cdk.cloud-assembly-schema overwrites the aws_cdk/cloud_assembly_schema/__init__.py that
+# aws-cdk-lib ships too (tests/test_locks.py checks whose file is there). pip and setuptools are in
+# the locks too. $(1): the venv, $(2): the lock's name in requirements/.
 ifeq ($(DEPS),latest)
 install_venv = rm -rf $(1) && $(PYTHON) -m venv $(1) && \
 	$(1)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -r requirements/$(2).in
 else
 install_venv = rm -rf $(1) && $(PYTHON) -m venv $(1) && \
-	$(1)/bin/python -m pip install --quiet --require-hashes --no-deps -r requirements/$(2).txt
+	$(1)/bin/python -m pip install --quiet --require-hashes -r requirements/$(2).txt
 endif
 
 # The project itself, editable, on top of its lock (its requirements are in the lock; setuptools,
@@ -68,6 +71,10 @@ $(LOCK_VENV)/.installed: requirements/lock.txt
 
 setup: $(VENV)/.installed node_modules/.installed
 
+## system-deps: the Debian packages the tests run for real (Slurm, munge, MariaDB, promtool, amtool); installs what is missing (root, apt-get), a no-op otherwise
+system-deps:
+	bash tools/system_deps.sh tests/system-packages.txt
+
 ## synth: every environment through the real `cdk synth` (ENV=dev,prod for a subset)
 synth: setup
 	$(PY) tools/synth_summary.py $(ENV)
@@ -93,7 +100,7 @@ endif
 # PYTHONDONTWRITEBYTECODE (set on some machines) would make every worker rewrite the asserts of
 # every test module again on each run (4 s of CPU a worker here): pytest and Python keep their
 # caches in the __pycache__ folders git ignores.
-pytest: setup $(PCLUSTER_VENV)/.installed $(CHECKOV_VENV)/.installed
+pytest: setup system-deps $(PCLUSTER_VENV)/.installed $(CHECKOV_VENV)/.installed
 	PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## compliance: per environment and pack, every cdk-nag rule's status and checkov's in cdk.out/compliance/ (ENV=dev,prod for a subset)

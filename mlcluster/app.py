@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from aws_cdk import cx_api
 
 from mlcluster.config import ConfigError
 from mlcluster.config.project import check_environments
-from mlcluster.lockfile import guard
+from mlcluster.lockfile import guard, orphan_locks
 from mlcluster.replacement import snapshot_from_assembly
 
 if TYPE_CHECKING:
@@ -90,19 +91,29 @@ def build_app(
 
 
 def synth_guarded(app: cdk.App, stages: list[EnvironmentStage]) -> cx_api.CloudAssembly:
-    """Synthesize, then refuse replacements of data-bearing resources the lock files do not expect.
+    """Synthesize, then refuse what the lock files do not expect (see ``mlcluster.lockfile.guard``).
 
-    Raises ``ConfigError`` (see ``mlcluster.lockfile.guard``) naming every
-    refused replacement of every environment.
+    Raises ``ConfigError`` naming every refused change of every environment, and every lock file
+    whose environment file is gone. On any refusal every stage's templates are removed from the
+    output directory first (its nested assembly), so ``cdk deploy --app cdk.out`` deploys
+    nothing of a refused synth: the top-level manifest still names the assemblies, and the CLI
+    fails reading them. Notices about what an accepted edit leaves running are printed as warnings.
     """
     assembly = app.synth()
     refused: list[ConfigError] = []
+    for directory in sorted({Path(stage.environment.source).parent for stage in stages}):
+        refused += orphan_locks(directory)
     for stage in stages:
         try:
-            guard(stage.environment, snapshot_from_assembly(Path(assembly.directory), stage.stage_name))
+            _, notes = guard(stage.environment, snapshot_from_assembly(Path(assembly.directory), stage.stage_name))
         except ConfigError as error:
             refused.append(error)
+            continue
+        for note in notes:
+            print(f"mlcluster: warning: {note}", file=sys.stderr)
     if refused:
+        for stage in stages:
+            shutil.rmtree(Path(assembly.directory) / f"assembly-{stage.stage_name}", ignore_errors=True)
         raise ConfigError.combine(refused)
     return assembly
 
@@ -122,6 +133,7 @@ def main() -> None:
         synth_guarded(app, stages)
     except ConfigError as error:
         print(
-            f"mlcluster: replacement refused (the templates are written, do not deploy them)\n{error}", file=sys.stderr
+            f"mlcluster: change refused (no template of this synth is left in the output to deploy)\n{error}",
+            file=sys.stderr,
         )
         sys.exit(1)

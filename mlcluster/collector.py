@@ -56,6 +56,16 @@ LISTEN_ADDRESS = "127.0.0.1:9090"
 #: How often Prometheus re-reads the file_sd files (it also watches them).
 FILE_SD_REFRESH = "1m"
 
+#: Bounds per scrape, so that a process that answers on an exporter's port of some node (any job can bind a
+#: free port) cannot fill the controller's memory, where slurmctld and MariaDB live: a scrape over either
+#: limit fails and is dropped whole (Prometheus scrape_config ``sample_limit``, ``body_size_limit``,
+#: ``label_limit``, ``label_value_length_limit``). The largest exporter of the contract (node_exporter on a
+#: p5.48xlarge) answers a few thousand samples, well inside them.
+SAMPLE_LIMIT = 20000
+BODY_SIZE_LIMIT = "10MB"
+LABEL_LIMIT = 30
+LABEL_VALUE_LENGTH_LIMIT = 512
+
 #: The node kinds of the contract that the refresher finds in Slurm's node list.
 NODE_KINDS = ("gpu", "neuron")
 
@@ -125,7 +135,13 @@ def targets_file(job: str) -> str:
 
 
 def _scrape_job(exporter: Exporter, head_label: str) -> dict[str, Any]:
-    job: dict[str, Any] = {"job_name": exporter.job}
+    job: dict[str, Any] = {
+        "job_name": exporter.job,
+        "sample_limit": SAMPLE_LIMIT,
+        "body_size_limit": BODY_SIZE_LIMIT,
+        "label_limit": LABEL_LIMIT,
+        "label_value_length_limit": LABEL_VALUE_LENGTH_LIMIT,
+    }
     if _on_head(exporter):
         job["static_configs"] = [
             {"targets": [f"127.0.0.1:{exporter.port}"], "labels": {"node": head_label, "role": "head"}}

@@ -1,17 +1,27 @@
 """The lock file next to an environment, and the synth-time guard that reads it.
 
-``environments/<name>.lock.json`` records, for every resource of every stack
-of the environment as last deployed, its type, construct path, create-only
-property values and a digest of its properties (``mlcluster.replacement``).
-It is committed with the environment file and refreshed with
-``mlcluster lock <name>`` after each deploy.
+``environments/<name>.lock.json`` records, for every stack of the
+environment as deployed, its termination protection, and for every resource
+its type, construct path, create-only property values, deletion and replace
+policies, the settings that decide how long its data lives (retention,
+backups, versioning) and a digest of its properties
+(``mlcluster.replacement``). ``mlcluster lock <name>`` writes it from the
+deployed templates (CloudFormation ``GetTemplate``); it is committed with the
+environment file.
 
-At synth, the app compares the new templates with the lock. A data-bearing
-resource (file system, DRA, data bucket, KMS key, cluster) that would be
-replaced, or deleted, fails the synth with the resource, the reason, the
-environment key and the safe way, unless ``retention.allow_replacement``
-in the environment file names it. Without a lock file (an environment never
-deployed) nothing is compared.
+At synth, the app compares the new templates with the lock and fails, naming
+the resource, the reason, the environment key and the safe way, when a
+data-bearing resource (file system, DRA, bucket, KMS key, backup vault or
+plan, Prometheus or Grafana workspace, log group, cluster) would be replaced,
+deleted, or kept less well (a policy that no longer retains it, shorter
+retention, backups or versioning off); when a stack the lock records would
+leave the app (CDK never deletes it: it keeps running unseen); and when a
+stack holding data loses termination protection. ``retention.allow_replacement``
+lets one named resource through, for the one deploy that makes the change:
+an entry that names several resources, or that allows nothing any more (its
+deploy is in the lock), is refused too. An environment without a lock file
+is refused (``mlcluster lock`` records what is deployed, nothing for a new
+one), and so is a lock file whose environment file is gone (a rename).
 
 A HyperPod cluster whose groups draw instances from a training plan is
 refused even with the allowance when it would be replaced (issue 10, path
@@ -24,34 +34,90 @@ the old cluster's plans as well.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mlcluster.config import ConfigError, Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
-from mlcluster.replacement import HYPERPOD_TYPE, Change, Snapshot, compare, snapshot_from_json, snapshot_to_json
+from mlcluster.replacement import (
+    HYPERPOD_TYPE,
+    KEEPING_POLICIES,
+    Change,
+    Snapshot,
+    compare,
+    is_data_bearing,
+    snapshot_from_json,
+    snapshot_to_json,
+)
 
-LOCK_FORMAT = 1
+#: Format 2 adds policies, retention settings, termination protection, the source and the allowances used.
+LOCK_FORMAT = 2
+#: Where a lock's snapshot came from: the deployed stacks (``mlcluster lock`` with credentials), the
+#: synthesized working tree declared deployed (``--from-templates``: the examples, tests), or nothing
+#: deployed (``--new``).
+LockSource = Literal["deployed", "templates", "new"]
+LOCK_SOURCES: tuple[LockSource, ...] = ("deployed", "templates", "new")
 
-#: The environment key behind each construct path prefix, for messages.
+
+@dataclasses.dataclass(frozen=True)
+class Lock:
+    """One lock file: what is deployed, where that was read, and which allowances its deploy used."""
+
+    snapshot: Snapshot
+    source: LockSource
+    #: ``retention.allow_replacement`` entries whose change this lock records as deployed: left in the
+    #: file afterwards they would allow a later change unseen, so the guard refuses them.
+    allowances_used: tuple[str, ...] = ()
+    #: Changes ``mlcluster lock --accept`` recorded although nothing in the file allowed them.
+    accepted: tuple[str, ...] = ()
+
+
+#: The environment key behind each construct path prefix, for messages (the first that matches).
 CONFIG_KEYS = (
     ("Storage/Lustre", "storage.lustre"),
     ("Storage/OpenZfs", "storage.openzfs"),
+    ("Storage/DataBucketBackup", "storage.data_bucket.backup"),
     ("Storage/DataBucket", "storage.data_bucket"),
     ("DataRepository/", "storage.lustre.data_repository_associations"),
     ("Cluster/", "cluster"),
     ("Network/", "network"),
+    ("Observability/", "observability"),
 )
+#: The key that decides whether each stack exists, for a stack the edit drops.
+STACK_KEYS = {
+    "Cluster": "cluster.backend",
+    "DataRepository": "storage.lustre.data_repository_associations",
+    "Observability": "observability",
+}
+#: What keeps running, or stays, when a stack is dropped from the app, and how to end it.
+DROPPED_STACK_ADVICE = {
+    "Cluster": (
+        "the cluster keeps running and billing (ParallelCluster: head node and min_count nodes; HyperPod: every "
+        "instance group), and a ParallelCluster head node holds /home unless it is on OpenZFS: copy /home first"
+    ),
+    "DataRepository": (
+        "its DRAs are retained (DeletionPolicy Retain) and keep importing from and exporting to the bucket, "
+        "deletions included, after the stack is gone: delete each with 'aws fsx delete-data-repository-association "
+        "--association-id ID --no-delete-data-in-file-system' (files and objects stay)"
+    ),
+    "Observability": (
+        "its retained resources stay and bill (Prometheus and Grafana workspaces, log groups, the alarm topic's "
+        "key): delete them by hand once their history is no longer needed ('mlcluster status' lists them)"
+    ),
+}
+
 
 #: How to make each kind of replacement without losing data.
 SAFE_WAYS = {
     "AWS::FSx::FileSystem": (
         "A replacement is a new, empty file system (the old one is retained or deleted with the stack's policy). "
-        "Safe way: export what is not yet in S3 (a data repository export task, or the DRA's auto-export), take a "
-        "backup, deploy with the allowance, then let the DRAs re-import (or restore from the backup) and remount "
-        "on the cluster nodes"
+        "Safe way: export what is not yet in S3 (an export data repository task per DRA path; FSx cannot back up "
+        "a Lustre file system linked to a data repository, so the bucket is its only copy), copy files outside "
+        "the DRA paths to S3 (or, for a file system without DRAs, take a backup), deploy with the allowance, then "
+        "let the DRAs re-import and remount on the cluster nodes"
     ),
     "AWS::FSx::DataRepositoryAssociation": (
         "A replaced DRA is deleted and created again: files not exported yet stay only on the file system and the "
@@ -75,7 +141,45 @@ SAFE_WAYS = {
         "A new HyperPod cluster replaces the old one: running jobs are lost. Safe way: drain the "
         "partitions, or add a new instance group instead of changing one in place, then deploy with the allowance"
     ),
+    "AWS::Backup::BackupVault": (
+        "The vault holds the bucket's recovery points (the only copy after a deletion in the bucket). Safe way: keep "
+        "storage.data_bucket.backup; to retire it, copy the recovery points you need to another vault first "
+        "(AWS Backup copy job), then deploy with the allowance"
+    ),
+    "AWS::Backup::BackupPlan": (
+        "Without the plan no new recovery points are taken: the bucket has no second copy from then on. Safe way: "
+        "keep storage.data_bucket.backup; to retire it knowingly, deploy with the allowance"
+    ),
+    "AWS::Backup::BackupSelection": (
+        "Without the selection the plan backs up nothing: the bucket has no second copy from then on. Safe way: keep "
+        "storage.data_bucket.backup; to retire it knowingly, deploy with the allowance"
+    ),
+    "AWS::APS::Workspace": (
+        "The workspace holds the metrics history (a new one starts empty). Safe way: keep it, or export the "
+        "series you need (query API) first, then deploy with the allowance"
+    ),
+    "AWS::Grafana::Workspace": (
+        "The workspace holds dashboards, users' settings and alert rules (a new one starts empty). Safe way: export "
+        "the dashboards (Grafana HTTP API) first, then deploy with the allowance"
+    ),
+    "AWS::Logs::LogGroup": (
+        "The log group holds the logs (a new one starts empty). Safe way: export what you need first "
+        "('aws logs create-export-task' to S3), then deploy with the allowance"
+    ),
 }
+
+#: Why a weaker policy or retention loses data, and the safe way.
+WEAKER = (
+    "After this, a 'cdk destroy', a stack deletion or the resource leaving the file deletes it for good, or it "
+    "keeps its data or copies for less time: a file system with its automatic backups, a bucket with every object "
+    "version, a key scheduled for deletion (everything encrypted under it, retained backups included, becomes "
+    "unreadable), logs older than the new period. Safe way: keep retention.on_delete: retain and the retention "
+    "settings. To tear an environment down, keep retain and run 'cdk destroy' (the stacks go, the data stays), "
+    "copy what you need, then delete the retained resources by hand ('mlcluster status' lists them). To weaken "
+    "this resource deliberately, take its second copy first (for a Lustre file system with DRAs an export "
+    "data repository task, FSx backs up only file systems not linked to a data repository; otherwise a "
+    "user-initiated FSx backup, kept after the file system; an S3 copy; a log export) and allow it"
+)
 
 
 def lock_path(environment: Environment) -> Path:
@@ -83,54 +187,153 @@ def lock_path(environment: Environment) -> Path:
     return Path(environment.source).with_suffix(".lock.json")
 
 
-def lock_document(environment: Environment, snapshot: Snapshot) -> dict[str, Any]:
-    """The lock file's content for ``snapshot``."""
-    return {"format": LOCK_FORMAT, "environment": environment.name, "stacks": snapshot_to_json(snapshot)}
+def lock_document(environment: Environment, lock: Lock) -> dict[str, Any]:
+    """The lock file's content for ``lock``."""
+    return {
+        "format": LOCK_FORMAT,
+        "environment": environment.name,
+        "source": lock.source,
+        "allowances_used": sorted(lock.allowances_used),
+        "accepted": sorted(lock.accepted),
+        "stacks": snapshot_to_json(lock.snapshot),
+    }
 
 
-def write_lock(environment: Environment, snapshot: Snapshot) -> Path:
+def write_lock(environment: Environment, lock: Lock) -> Path:
     """Write (or refresh) the environment's lock file; returns its path."""
     path = lock_path(environment)
-    text = json.dumps(lock_document(environment, snapshot), indent=1, sort_keys=True) + "\n"
+    text = json.dumps(lock_document(environment, lock), indent=1, sort_keys=True) + "\n"
     path.write_text(text, encoding="utf-8")
     return path
 
 
-def read_lock(environment: Environment) -> Snapshot | None:
-    """The locked snapshot, or None when the environment has no lock file yet."""
-    path = lock_path(environment)
-    if not path.is_file():
-        return None
+def _lock_error(path: Path, name: str, why: str) -> ConfigError:
+    return ConfigError(
+        str(path),
+        [
+            Problem(
+                "(lock file)",
+                NOT_A_VALUE,
+                f"cannot be read ({why}); restore it from git or rewrite it with 'mlcluster lock {name}', "
+                "which reads the deployed stacks",
+            )
+        ],
+    )
+
+
+def read_lock_file(path: Path, name: str) -> Lock:
+    """The lock at ``path``; a ``ConfigError`` naming the file when it cannot be read."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != LOCK_FORMAT:
             raise ValueError(f"format {data.get('format')!r}, expected {LOCK_FORMAT}")
-        return snapshot_from_json(data["stacks"])
-    except (ValueError, KeyError, TypeError) as error:
-        raise ConfigError(
-            str(path),
-            [
-                Problem(
-                    "(lock file)",
-                    NOT_A_VALUE,
-                    f"cannot be read ({error}); restore it from git or rewrite it "
-                    f"with 'mlcluster lock {environment.name}' against the deployed environment",
-                )
-            ],
-        ) from None
+        if data.get("source") not in LOCK_SOURCES:
+            raise ValueError(f"source {data.get('source')!r}, expected one of {', '.join(LOCK_SOURCES)}")
+        return Lock(
+            snapshot=snapshot_from_json(data["stacks"]),
+            source=data["source"],
+            allowances_used=tuple(str(a) for a in data["allowances_used"]),
+            accepted=tuple(str(a) for a in data["accepted"]),
+        )
+    except (ValueError, KeyError, TypeError, OSError) as error:
+        raise _lock_error(path, name, str(error)) from None
+
+
+def load_lock(environment: Environment) -> Lock | None:
+    """The environment's lock, or None when it has no lock file."""
+    path = lock_path(environment)
+    return read_lock_file(path, environment.name) if path.is_file() else None
+
+
+def read_lock(environment: Environment) -> Snapshot | None:
+    """The locked snapshot, or None when the environment has no lock file yet."""
+    lock = load_lock(environment)
+    return None if lock is None else lock.snapshot
 
 
 def config_key(change: Change) -> str:
     """The environment key whose edit most likely caused ``change``."""
+    if change.action == "weaken" and any(
+        r.startswith(("DeletionPolicy", "UpdateReplacePolicy")) for r in change.reasons
+    ):
+        return "retention.on_delete"
+    if change.action == "weaken" and change.type == "AWS::Logs::LogGroup":
+        return "retention.log_retention_days"
     for prefix, key in CONFIG_KEYS:
         if change.path.startswith(prefix):
             return key
     return "(see the reasons)"
 
 
+def resource_name(path: str) -> str:
+    """The name an allowance gives a resource: its construct path above the first ``/Resource``."""
+    return path.split("/Resource", 1)[0]
+
+
 def allowed(change: Change, allowances: Sequence[str]) -> bool:
-    """Whether an ``allow_replacement`` entry names the resource or a construct above it."""
-    return any(change.path == entry or change.path.startswith(entry.rstrip("/") + "/") for entry in allowances)
+    """Whether an ``allow_replacement`` entry names exactly this resource (its path, or its name)."""
+    return any(entry in (change.path, resource_name(change.path)) for entry in allowances)
+
+
+def allowance_problems(
+    environment: Environment, lock: Lock, snapshot: Snapshot, changes: Sequence[Change]
+) -> list[Problem]:
+    """Each ``allow_replacement`` entry that names more than one resource, none, or a change already deployed.
+
+    An allowance is for one resource and one deploy: an entry naming a stack or a folder would let
+    every resource below it through, and one left in the file after its deploy would let the next
+    edit of that resource through unseen.
+    """
+    bearing = sorted(
+        {
+            resource.path
+            for state in [*lock.snapshot.values(), *snapshot.values()]
+            for resource in state.resources.values()
+            if is_data_bearing(resource.type, resource.path)
+        }
+    )
+    pending = {change.path for change in changes if change.dangerous}
+    pending |= {path for exposed in unprotected(lock.snapshot, snapshot).values() for path in exposed}
+    problems: list[Problem] = []
+    for entry in environment.config.retention.allow_replacement:
+        named = [path for path in bearing if entry in (path, resource_name(path))]
+        below = [resource_name(path) for path in bearing if path.startswith(entry.rstrip("/") + "/")]
+        key = "retention.allow_replacement"
+        if len(named) != 1:
+            if below and not named:
+                listed = ", ".join(f"'{name}'" for name in sorted(set(below)))
+                problems.append(
+                    Problem(
+                        key,
+                        NOT_A_VALUE,
+                        f"'{entry}' names {len(set(below))} data-bearing resources ({listed}); an allowance names "
+                        "one resource, for the one deploy that changes it: list only the ones this edit must "
+                        "replace or delete",
+                    )
+                )
+            else:
+                problems.append(
+                    Problem(
+                        key,
+                        NOT_A_VALUE,
+                        f"'{entry}' names no data-bearing resource of this environment (in its lock or its new "
+                        "templates); remove it",
+                    )
+                )
+            continue
+        if named[0] not in pending:
+            used = entry in lock.allowances_used
+            problems.append(
+                Problem(
+                    key,
+                    NOT_A_VALUE,
+                    f"'{entry}' allows nothing: {named[0]} is neither replaced, deleted nor weakened by this edit"
+                    + (" (the deploy that used this allowance is recorded in the lock)" if used else "")
+                    + ". Remove it: an allowance left in the file would let a later edit of that resource through "
+                    "unseen",
+                )
+            )
+    return problems
 
 
 def training_plan_groups(environment: Environment) -> list[tuple[str, int, str]]:
@@ -146,10 +349,9 @@ def training_plan_groups(environment: Environment) -> list[tuple[str, int, str]]
 
 
 def _what(change: Change) -> str:
-    return (
-        f"this edit {'deletes' if change.action == 'remove' else 'replaces'} {change.stack}/{change.path} "
-        f"({change.type}, logical id {change.logical_id})"
-        + (f": {'; '.join(change.reasons)}" if change.reasons else "")
+    verb = {"remove": "deletes", "weaken": "weakens"}.get(change.action, "replaces")
+    return f"this edit {verb} {change.stack}/{change.path} ({change.type}, logical id {change.logical_id})" + (
+        f": {'; '.join(change.reasons)}" if change.reasons else ""
     )
 
 
@@ -175,45 +377,209 @@ def training_plan_refusal(environment: Environment, change: Change, groups: Sequ
     )
 
 
-def refusals(environment: Environment, changes: Sequence[Change]) -> list[Problem]:
+def stack_part(environment: Environment, stack: str) -> str:
+    """``Storage`` for ``p5-Storage``."""
+    return stack.removeprefix(f"{environment.name}-")
+
+
+def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Collection[str] = ()) -> list[Problem]:
     """One problem per dangerous change the environment does not allow.
 
     A HyperPod cluster replaced while groups ask a training plan for instances is refused whatever
-    the allowances say (:func:`training_plan_refusal`).
+    the allowances say (:func:`training_plan_refusal`). Changes in the ``dropped`` stacks are
+    refused once per stack by :func:`stack_refusals`.
     """
     allowances = environment.config.retention.allow_replacement
     plan_groups = training_plan_groups(environment)
     problems: list[Problem] = []
     for change in changes:
+        if change.stack in dropped:
+            continue
         if change.type == HYPERPOD_TYPE and change.action == "replace" and plan_groups:
             problems.append(training_plan_refusal(environment, change, plan_groups))
             continue
         if not change.dangerous or allowed(change, allowances):
             continue
-        head = change.path.split("/Resource", 1)[0]
+        why = WEAKER if change.action == "weaken" else SAFE_WAYS.get(change.type, "Data in it is lost")
         problems.append(
             Problem(
                 config_key(change),
                 NOT_A_VALUE,
-                _what(change) + f". {SAFE_WAYS.get(change.type, 'Data in it is lost')}. "
-                f"To allow it, add '{head}' to retention.allow_replacement in this file (and remove it, "
-                f"then run 'mlcluster lock {environment.name}', after the deploy). If the environment is not "
-                f"deployed, or runs these templates already, refresh the lock: 'mlcluster lock {environment.name}'.",
+                _what(change) + f". {why}. To allow it, add '{resource_name(change.path)}' to "
+                "retention.allow_replacement in this file for this one deploy (remove it after the deploy, when "
+                f"'mlcluster lock {environment.name}' has recorded it). 'mlcluster lock' records what is deployed: "
+                "it does not clear this refusal.",
             )
         )
     return problems
 
 
-def guard(environment: Environment, snapshot: Snapshot) -> list[Change]:
-    """Compare ``snapshot`` with the lock; raise ``ConfigError`` on a replacement not allowed.
+def _retained(resources: Sequence[tuple[str, str, str]]) -> str:
+    return ", ".join(f"{path} ({kind})" for path, kind, policy in resources if policy in KEEPING_POLICIES) or "none"
 
-    Returns the changes (empty without a lock file).
+
+def unprotected(locked: Snapshot, snapshot: Snapshot) -> dict[str, list[str]]:
+    """Stacks that lose termination protection, each with the data-bearing resources its deletion would delete."""
+    found: dict[str, list[str]] = {}
+    for stack in sorted(set(locked) & set(snapshot)):
+        if not locked[stack].termination_protection or snapshot[stack].termination_protection:
+            continue
+        exposed = sorted(
+            r.path
+            for r in snapshot[stack].resources.values()
+            if is_data_bearing(r.type, r.path) and r.deletion_policy not in KEEPING_POLICIES
+        )
+        if exposed:
+            found[stack] = exposed
+    return found
+
+
+def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[Problem]:
+    """A stack the lock records that the app drops, and a stack holding data that loses termination protection.
+
+    CDK never deletes a stack dropped from the app: it keeps running and billing, and no command of
+    ours sees it again. The safe way is to destroy it while the app still has it. Termination
+    protection may go off only when every data-bearing resource of the stack is allowed one by one.
     """
-    locked = read_lock(environment)
-    if locked is None:
-        return []
-    changes = compare(locked, snapshot)
-    problems = refusals(environment, changes)
+    name = environment.name
+    allowances = environment.config.retention.allow_replacement
+    problems: list[Problem] = []
+    for stack in sorted(set(locked) - set(snapshot)):
+        part = stack_part(environment, stack)
+        resources = [(r.path, r.type, r.deletion_policy) for r in locked[stack].resources.values()]
+        holding = ", ".join(sorted(path for path, kind, _ in resources if is_data_bearing(kind, path))) or "none"
+        unprotect = (
+            "aws cloudformation update-termination-protection --no-enable-termination-protection "
+            f"--stack-name {stack}; "
+            if locked[stack].termination_protection
+            else ""
+        )
+        advice = DROPPED_STACK_ADVICE.get(part, "it keeps running and billing")
+        problems.append(
+            Problem(
+                STACK_KEYS.get(part, "(file)"),
+                NOT_A_VALUE,
+                f"this edit drops stack {stack} from the app, while the lock records it as deployed. CDK never "
+                f"deletes a stack dropped from an app (aws/aws-cdk-cli#787): {advice}, and no mlcluster command "
+                f"reaches it any more. Data-bearing resources in it: {holding}; kept when "
+                f"the stack is deleted (Retain): {_retained(resources)}. Safe way: undo this edit, take what you need "
+                f"from the stack, destroy it while the app still has it ({unprotect}npx cdk destroy '{name}/{part}'), "
+                f"delete or keep its retained resources, run 'mlcluster lock {name}' (it then records the stack "
+                "gone), and make this edit.",
+            )
+        )
+    for stack, exposed in unprotected(locked, snapshot).items():
+        missing = [path for path in exposed if not any(entry in (path, resource_name(path)) for entry in allowances)]
+        if not missing:
+            continue
+        problems.append(
+            Problem(
+                "retention.on_delete",
+                NOT_A_VALUE,
+                f"this edit turns termination protection of {stack} off ('cdk deploy' sets it to what the app says), "
+                f"so 'cdk destroy' can delete the stack and with it every resource it does not retain: "
+                f"{', '.join(missing)}. Safe way: keep retention.on_delete: retain. To give the stack up "
+                "deliberately, take the second copy of its data first and allow each of those resources by name in "
+                "retention.allow_replacement.",
+            )
+        )
+    return problems
+
+
+def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, changes: Sequence[Change]) -> list[str]:
+    """What an accepted edit leaves running: retained resources removed from a stack that stays.
+
+    CloudFormation does not delete a resource with ``DeletionPolicy: Retain`` that leaves the template:
+    it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack.
+    """
+    found: list[str] = []
+    for change in changes:
+        if change.action != "remove" or change.stack not in snapshot:
+            continue
+        old = locked[change.stack].resources[change.logical_id]
+        if old.deletion_policy not in KEEPING_POLICIES or (
+            change.dangerous and not allowed(change, environment.config.retention.allow_replacement)
+        ):
+            continue
+        extra = (
+            ": it keeps importing from and exporting to the bucket (deletions too), and the path cannot be "
+            "associated again until it is gone; delete it with 'aws fsx delete-data-repository-association "
+            "--association-id ID --no-delete-data-in-file-system' (files and objects stay)"
+            if change.type == "AWS::FSx::DataRepositoryAssociation"
+            else ": delete it by hand when it is no longer needed ('mlcluster status' lists it)"
+        )
+        found.append(
+            f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) leaves the "
+            f"template but DeletionPolicy {old.deletion_policy} keeps it running outside the stack{extra}"
+        )
+    return found
+
+
+def missing_lock(environment: Environment) -> Problem:
+    """Why an environment without a lock file is refused, and the first-lock step."""
+    name = environment.name
+    return Problem(
+        "(lock file)",
+        NOT_A_VALUE,
+        f"{lock_path(environment)} is missing, so nothing tells the guard what is deployed (stacks of {name} may "
+        f"exist: a file renamed back, a clone without the lock). Run 'mlcluster lock {name}' with credentials for "
+        f"its account (it records the deployed stacks, none for a new environment), or 'mlcluster lock {name} "
+        "--new' to declare that nothing of it is deployed, and commit the lock file.",
+    )
+
+
+def orphan_locks(directory: Path) -> list[ConfigError]:
+    """Lock files in ``directory`` that record deployed stacks of an environment file no longer there (a rename)."""
+    from mlcluster.config.environment import SUFFIXES
+
+    errors: list[ConfigError] = []
+    for path in sorted(directory.glob("*.lock.json")):
+        name = path.name.removesuffix(".lock.json")
+        if any(path.with_name(f"{name}{suffix}").exists() for suffix in SUFFIXES):
+            continue
+        lock = read_lock_file(path, name)
+        if not lock.snapshot:
+            continue
+        stacks = ", ".join(sorted(lock.snapshot))
+        errors.append(
+            ConfigError(
+                str(path),
+                [
+                    Problem(
+                        "(environment file)",
+                        NOT_A_VALUE,
+                        f"records deployed stacks ({stacks}) but environments/{name}.yaml is gone. A renamed file is "
+                        "a new environment (a second network, file systems, bucket and cluster) while these stacks "
+                        "keep running and billing, retained and termination-protected, out of every mlcluster "
+                        f"command's reach. Safe way: restore {name}.yaml. To rename: keep {name}.yaml, add the new "
+                        f"file and deploy it, copy the data across, destroy the old stacks "
+                        f"(npx cdk destroy '{name}/*' after turning their termination protection off), delete the "
+                        f"retained resources you no longer need ('mlcluster status {name}' lists them), run "
+                        f"'mlcluster lock {name}' (it then records nothing deployed) and only then delete "
+                        f"{name}.yaml and {path.name}. Deleting {path.name} says that you leave those stacks running "
+                        "outside mlcluster.",
+                    )
+                ],
+            )
+        )
+    return errors
+
+
+def guard(environment: Environment, snapshot: Snapshot) -> tuple[list[Change], list[str]]:
+    """Compare ``snapshot`` with the lock; raise ``ConfigError`` on a change it does not allow.
+
+    Returns the changes and the notices (:func:`notices`) for the edit.
+    """
+    lock = load_lock(environment)
+    if lock is None:
+        raise ConfigError(environment.source, [missing_lock(environment)])
+    changes = compare(lock.snapshot, snapshot)
+    dropped = set(lock.snapshot) - set(snapshot)
+    problems = (
+        stack_refusals(environment, lock.snapshot, snapshot)
+        + refusals(environment, changes, dropped=dropped)
+        + allowance_problems(environment, lock, snapshot, changes)
+    )
     if problems:
         raise ConfigError(environment.source, problems)
-    return changes
+    return changes, notices(environment, lock.snapshot, snapshot, changes)

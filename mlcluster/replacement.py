@@ -34,7 +34,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-#: Types whose replacement or deletion loses data, or a cluster with running jobs.
+#: Types whose replacement or deletion loses data or history (or a cluster with running jobs), or
+#: stops the second copy of data (a backup plan or selection): backup vaults hold the backups,
+#: Prometheus and Grafana workspaces the metrics and dashboards, log groups the logs, and a KMS
+#: key every object and backup encrypted under it.
 DATA_BEARING_TYPES = frozenset(
     {
         "AWS::FSx::FileSystem",
@@ -42,8 +45,44 @@ DATA_BEARING_TYPES = frozenset(
         "AWS::KMS::Key",
         "Custom::PclusterCluster",
         "AWS::SageMaker::Cluster",
+        "AWS::Backup::BackupVault",
+        "AWS::Backup::BackupPlan",
+        "AWS::Backup::BackupSelection",
+        "AWS::APS::Workspace",
+        "AWS::Grafana::Workspace",
+        "AWS::Logs::LogGroup",
     }
 )
+#: Deletion and replace policies that keep the resource when CloudFormation deletes it from an
+#: existing stack (``RetainExceptOnCreate`` deletes it only when the create that made it rolls back).
+KEEPING_POLICIES = frozenset({"Retain", "RetainExceptOnCreate", "Snapshot"})
+#: Settings that decide how long data or its copies live, by type: ``(property pointer below
+#: /properties, what an absent value means in days or None for "no such copy")``. A shorter
+#: period, or a copy switched off, is a weakening the guard refuses on a data-bearing resource.
+#: Values from the CloudFormation template reference: a log group without ``RetentionInDays``
+#: never expires; a KMS key's ``PendingWindowInDays`` defaults to 30; an AMP workspace keeps
+#: samples 150 days; an FSx file system
+#: without ``AutomaticBackupRetentionDays`` is treated as keeping none; a lifecycle rule
+#: absent expires nothing.
+NEVER = 1_000_000
+FATE_DAYS: dict[str, tuple[tuple[str, int | None], ...]] = {
+    "AWS::Logs::LogGroup": (("RetentionInDays", NEVER),),
+    "AWS::KMS::Key": (("PendingWindowInDays", 30),),
+    "AWS::FSx::FileSystem": (
+        ("LustreConfiguration/AutomaticBackupRetentionDays", 0),
+        ("OpenZFSConfiguration/AutomaticBackupRetentionDays", 0),
+    ),
+    "AWS::S3::Bucket": (
+        ("LifecycleConfiguration/Rules/*/NoncurrentVersionExpiration/NoncurrentDays", NEVER),
+        ("LifecycleConfiguration/Rules/*/ExpirationInDays", NEVER),
+    ),
+    "AWS::Backup::BackupPlan": (("BackupPlan/BackupPlanRule/*/Lifecycle/DeleteAfterDays", NEVER),),
+    # Amazon Managed Service for Prometheus keeps samples 150 days unless told otherwise.
+    "AWS::APS::Workspace": (("WorkspaceConfiguration/RetentionPeriodInDays", 150),),
+}
+#: Settings whose value must stay as it was on a data-bearing resource (versioning keeps every
+#: overwritten or deleted object).
+FATE_FIXED: dict[str, tuple[str, ...]] = {"AWS::S3::Bucket": ("VersioningConfiguration/Status",)}
 #: S3 buckets are data-bearing in the storage stack (the data bucket and its access logs).
 DATA_BUCKET_STACK = "Storage"
 
@@ -76,7 +115,9 @@ HYPERPOD_GROUP_FIELDS = ("InstanceType", "ExecutionRole", "ThreadsPerCore")
 #: Create-only keys of kept instance groups: ``InstanceGroups[<name>].<field>``.
 GROUP_KEY = "InstanceGroups["
 
-Action = Literal["add", "remove", "replace", "update"]
+#: ``weaken``: kept in place, but what happens to it on delete (its deletion or replace policy) or
+#: how long it keeps data (retention, backups, versioning) is weaker than the lock records.
+Action = Literal["add", "remove", "replace", "update", "weaken"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +131,11 @@ class ResourceState:
     create_only: dict[str, Any]
     #: Digest of all properties: a change without a create-only change is an in-place update.
     digest: str
+    #: The template's ``DeletionPolicy`` and ``UpdateReplacePolicy`` (``Delete`` when absent).
+    deletion_policy: str = "Delete"
+    update_replace_policy: str = "Delete"
+    #: The values of the settings in ``FATE_DAYS`` and ``FATE_FIXED`` of its type, by pointer.
+    fate: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The lock file's form."""
@@ -102,6 +148,8 @@ class StackState:
 
     resources: dict[str, ResourceState]
     outputs: dict[str, list[str]]
+    #: Whether the stack has termination protection (``cdk deploy`` sets it to what the app says).
+    termination_protection: bool = False
 
 
 #: Stacks by their CloudFormation name (``p5-Storage``).
@@ -127,17 +175,23 @@ class Change:
 
     @property
     def dangerous(self) -> bool:
-        """A data-bearing resource replaced, or deleted (DRAs aside: deleting one deletes no data)."""
+        """A data-bearing resource replaced, weakened, or deleted (DRAs aside: deleting one deletes no data)."""
         if not self.data_bearing:
             return False
-        return self.action == "replace" or (
+        return self.action in ("replace", "weaken") or (
             self.action == "remove" and self.type != "AWS::FSx::DataRepositoryAssociation"
         )
 
     def describe(self) -> str:
         """``Storage/Lustre/Resource (AWS::FSx::FileSystem) replaced: ...``."""
         why = f": {'; '.join(self.reasons)}" if self.reasons else ""
-        verb = {"add": "added", "remove": "removed", "replace": "REPLACED", "update": "updated in place"}
+        verb = {
+            "add": "added",
+            "remove": "removed",
+            "replace": "REPLACED",
+            "update": "updated in place",
+            "weaken": "WEAKENED",
+        }
         return f"{self.path} ({self.type}) {verb[self.action]}{why}"
 
 
@@ -203,6 +257,21 @@ def _create_only_values(resource_type: str, properties: Mapping[str, Any]) -> di
     return values
 
 
+def _fate_values(resource_type: str, properties: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of ``resource_type``'s settings in ``FATE_DAYS`` (the shortest, for a list) and ``FATE_FIXED``."""
+    values: dict[str, Any] = {}
+    for pointer, _ in FATE_DAYS.get(resource_type, ()):
+        found = _lookup(dict(properties), pointer.split("/"))
+        numbers = found if isinstance(found, list) else [] if found is _ABSENT else [found]
+        if numbers:
+            values[pointer] = min(numbers, key=lambda n: n if isinstance(n, int) else NEVER)
+    for pointer in FATE_FIXED.get(resource_type, ()):
+        found = _lookup(dict(properties), pointer.split("/"))
+        if found is not _ABSENT:
+            values[pointer] = found
+    return values
+
+
 def _refs(value: Any) -> Iterator[tuple[str | None, str]]:
     """``(stack name or None for this stack, logical id or output name)`` of every reference in ``value``."""
     if isinstance(value, dict):
@@ -221,7 +290,9 @@ def _refs(value: Any) -> Iterator[tuple[str | None, str]]:
             yield from _refs(item)
 
 
-def stack_state(template: Mapping[str, Any], paths: Mapping[str, str]) -> StackState:
+def stack_state(
+    template: Mapping[str, Any], paths: Mapping[str, str], *, termination_protection: bool = False
+) -> StackState:
     """Reduce one template; ``paths`` maps logical ids to construct paths below the stage."""
     resources = {
         logical_id: ResourceState(
@@ -229,6 +300,9 @@ def stack_state(template: Mapping[str, Any], paths: Mapping[str, str]) -> StackS
             path=paths.get(logical_id, logical_id),
             create_only=_create_only_values(str(resource["Type"]), resource.get("Properties", {})),
             digest=_digest(resource.get("Properties", {})),
+            deletion_policy=str(resource.get("DeletionPolicy", "Delete")),
+            update_replace_policy=str(resource.get("UpdateReplacePolicy", "Delete")),
+            fate=_fate_values(str(resource["Type"]), resource.get("Properties", {})),
         )
         for logical_id, resource in template.get("Resources", {}).items()
     }
@@ -236,7 +310,17 @@ def stack_state(template: Mapping[str, Any], paths: Mapping[str, str]) -> StackS
         name: sorted({target for stack, target in _refs(output.get("Value")) if stack is None})
         for name, output in template.get("Outputs", {}).items()
     }
-    return StackState(resources=resources, outputs=outputs)
+    return StackState(resources=resources, outputs=outputs, termination_protection=termination_protection)
+
+
+def template_paths(template: Mapping[str, Any], stage: str) -> dict[str, str]:
+    """Construct paths below the stage from each resource's ``aws:cdk:path`` metadata (a deployed template)."""
+    paths: dict[str, str] = {}
+    for logical_id, resource in template.get("Resources", {}).items():
+        path = resource.get("Metadata", {}).get("aws:cdk:path") if isinstance(resource, dict) else None
+        if isinstance(path, str):
+            paths[str(logical_id)] = path.removeprefix(f"{stage}/")
+    return paths
 
 
 def snapshot_from_assembly(assembly_dir: Path, stage: str) -> Snapshot:
@@ -260,7 +344,9 @@ def snapshot_from_assembly(assembly_dir: Path, stage: str) -> Snapshot:
             for item in items:
                 if item.get("type") == "aws:cdk:logicalId":
                     paths[str(item["data"])] = path.removeprefix(f"/{stage}/")
-        snapshot[str(props.get("stackName", artifact_id))] = stack_state(template, paths)
+        snapshot[str(props.get("stackName", artifact_id))] = stack_state(
+            template, paths, termination_protection=bool(props.get("terminationProtection", False))
+        )
     return snapshot
 
 
@@ -270,6 +356,7 @@ def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
         name: {
             "resources": {lid: r.to_json() for lid, r in sorted(state.resources.items())},
             "outputs": dict(sorted(state.outputs.items())),
+            "termination_protection": state.termination_protection,
         }
         for name, state in sorted(snapshot.items())
     }
@@ -281,6 +368,7 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
         name: StackState(
             resources={lid: ResourceState(**r) for lid, r in stack["resources"].items()},
             outputs={k: list(v) for k, v in stack["outputs"].items()},
+            termination_protection=bool(stack["termination_protection"]),
         )
         for name, stack in data.items()
     }
@@ -304,6 +392,35 @@ def _own_reasons(old: ResourceState, new: ResourceState) -> list[str]:
     ]
 
 
+def _days(value: Any, absent: int | None) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return absent if absent is not None else 0
+
+
+def weakenings(old: ResourceState, new: ResourceState) -> list[str]:
+    """How ``new`` keeps less than ``old``: a policy that no longer retains, a shorter period, a copy switched off."""
+    found: list[str] = []
+    for name, before, after in (
+        ("DeletionPolicy", old.deletion_policy, new.deletion_policy),
+        ("UpdateReplacePolicy", old.update_replace_policy, new.update_replace_policy),
+    ):
+        if before in KEEPING_POLICIES and after not in KEEPING_POLICIES:
+            found.append(f"{name} {before} -> {after}")
+    for pointer, absent in FATE_DAYS.get(new.type, ()):
+        before_days, after_days = _days(old.fate.get(pointer), absent), _days(new.fate.get(pointer), absent)
+        if after_days < before_days:
+            show = {NEVER: "never expire"}
+            before_text, after_text = show.get(before_days, before_days), show.get(after_days, after_days)
+            found.append(f"{pointer.replace('/', '.')} {before_text} -> {after_text}")
+    for pointer in FATE_FIXED.get(new.type, ()):
+        if pointer in old.fate and old.fate.get(pointer) != new.fate.get(pointer):
+            found.append(
+                f"{pointer.replace('/', '.')} {_format(old.fate.get(pointer))} -> {_format(new.fate.get(pointer))}"
+            )
+    return found
+
+
 def compare(before: Snapshot, after: Snapshot) -> list[Change]:
     """Every resource added, removed, replaced or updated in place, replacements cascaded along references."""
     changes: dict[tuple[str, str], Change] = {}
@@ -318,8 +435,11 @@ def compare(before: Snapshot, after: Snapshot) -> list[Change]:
                 changes[stack, lid] = Change(stack, lid, old.type, old.path, "remove")
             elif old is not None and new is not None:
                 reasons = _own_reasons(old, new)
+                weaker = weakenings(old, new) if old.type == new.type else []
                 if reasons:
-                    changes[stack, lid] = Change(stack, lid, new.type, new.path, "replace", tuple(reasons))
+                    changes[stack, lid] = Change(stack, lid, new.type, new.path, "replace", tuple(reasons + weaker))
+                elif weaker:
+                    changes[stack, lid] = Change(stack, lid, new.type, new.path, "weaken", tuple(weaker))
                 elif old.digest != new.digest:
                     changes[stack, lid] = Change(stack, lid, new.type, new.path, "update")
     _cascade(after, changes)
@@ -353,7 +473,9 @@ def _cascade(after: Snapshot, changes: dict[tuple[str, str], Change]) -> None:
                 )
                 if causes:
                     why = tuple(f"refers to replaced {after[s].resources[t].path}" for s, t in causes)
-                    changes[stack, lid] = Change(stack, lid, resource.type, resource.path, "replace", why)
+                    # A weakened resource that is also replaced keeps its weakening reasons.
+                    weaker = current.reasons if current is not None and current.action == "weaken" else ()
+                    changes[stack, lid] = Change(stack, lid, resource.type, resource.path, "replace", why + weaker)
                     moved = True
 
 

@@ -93,6 +93,8 @@ def pcluster_templates(example_templates: dict[str, dict[str, Any]]) -> dict[str
 #: (``--no-loadscope-reorder``): starting with the longest leaves only short modules for the end,
 #: so neither worker sits idle while the other finishes a long one.
 LONGEST_FIRST = (
+    # A minute of wall time, mostly waits on its real Slurm (little CPU): first, so it never runs last.
+    "tests/system/test_slurm.py",
     "tests/test_day_two.py",
     "tests/test_compliance.py",
     "tests/lifecycle/test_hyperpod_isolation.py",

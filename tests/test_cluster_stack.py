@@ -117,9 +117,10 @@ def test_hyperpod_stack(templates: dict[str, dict[str, Any]]) -> None:
 
 def test_hyperpod_nodes_learn_which_groups_reach_an_efa_lustre_over_efa(assembly_dir: Path) -> None:
     (staged,) = assembly_dir.rglob("asset.*/provisioning_parameters.json")
-    # The DNS name is a deploy-time marker (not JSON yet); the EFA keys are plain values.
-    text = staged.read_text().replace(" ", "")
-    assert '"fsx_efa_enabled":true,"fsx_efa_groups":["efa"]' in text
+    # The DNS name is a deploy-time marker inside its JSON string; the EFA keys are plain values.
+    provisioning = json.loads(staged.read_text())
+    assert provisioning["fsx_dns_name"].startswith("<<marker:")
+    assert (provisioning["fsx_efa_enabled"], provisioning["fsx_efa_groups"]) == (True, ["efa"])
 
 
 def test_hyperpod_one_role_per_group_and_only_the_controller_reads_the_secret(
@@ -157,7 +158,8 @@ def test_hyperpod_one_role_per_group_and_only_the_controller_reads_the_secret(
 def test_hyperpod_controller_may_write_only_its_patch_backup_prefix(templates: dict[str, dict[str, Any]]) -> None:
     """`mlcluster patch` runs mlcluster-backup on the controller; with the default read access it must still write there.
 
-    The grant is the cluster's own prefix of the data bucket, on the controller's role only.
+    The grant is the cluster's own prefix of the cluster's patch backup bucket (never the data bucket),
+    on the controller's role only.
     """
     t = templates["hp/Cluster"]
     ((_, cluster),) = of_type(t, "AWS::SageMaker::Cluster").items()
@@ -178,6 +180,9 @@ def test_hyperpod_controller_may_write_only_its_patch_backup_prefix(templates: d
     objects = controller["PatchBackupObjects"]
     assert set(objects["Action"]) == {"s3:GetObject", "s3:PutObject"}
     assert json.dumps(objects["Resource"]).endswith('/mlcluster/patch/mlcluster-hp/*"]]}')
+    backup_bucket = t["Outputs"]["PatchBackupBucketName"]["Value"]["Ref"]
+    assert backup_bucket.startswith("PatchBackups") and backup_bucket in of_type(t, "AWS::S3::Bucket")
+    assert objects["Resource"]["Fn::Join"][1][0] == {"Fn::GetAtt": [backup_bucket, "Arn"]}
     listing = controller["PatchBackupList"]
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["mlcluster/patch/mlcluster-hp/*"]}}
     for worker in ("workers", "spill"):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +80,35 @@ def test_a_controller_only_job_is_scraped_on_localhost_only() -> None:
     (job,) = prometheus_config(inputs, exporters)["scrape_configs"]
     assert job == {
         "job_name": "slurm",
+        "sample_limit": 20000,
+        "body_size_limit": "10MB",
+        "label_limit": 30,
+        "label_value_length_limit": 512,
         "static_configs": [{"targets": ["127.0.0.1:9341"], "labels": {"node": "controller", "role": "head"}}],
     }
+
+
+def test_every_scrape_is_bounded_and_promtool_accepts_the_configuration(tmp_path: Path) -> None:
+    """A process answering on an exporter port cannot send more than the limits (Prometheus's own check)."""
+    inputs = CollectorInputs(head_label="h", **COMMON)
+    for job in prometheus_config(inputs)["scrape_configs"]:
+        assert (job["sample_limit"], job["body_size_limit"]) == (20000, "10MB"), job["job_name"]
+    config = tmp_path / CONFIG_FILE
+    config.write_text(render(inputs)[CONFIG_FILE])
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is needed (Debian package prometheus)")
+    # promtool checks the file_sd files exist only lazily; the syntax and every limit key are checked here.
+    done = subprocess.run(
+        [promtool, "check", "config", "--syntax-only", str(config)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    bad = tmp_path / "bad.yml"
+    bad.write_text(config.read_text().replace("sample_limit:", "sample_limitt:", 1))
+    refused = subprocess.run(
+        [promtool, "check", "config", "--syntax-only", str(bad)], capture_output=True, text=True, check=False
+    )
+    assert refused.returncode != 0  # the check can fail: an unknown key is refused
 
 
 def test_a_short_interval_keeps_the_timeout_within_it() -> None:

@@ -24,7 +24,16 @@ import pytest
 import mlcluster.app
 from mlcluster.app import build_app, project_context
 from mlcluster.config import load_environment
-from mlcluster.lockfile import refusals
+from mlcluster.lockfile import (
+    Lock,
+    missing_lock,
+    notices,
+    orphan_locks,
+    refusals,
+    stack_refusals,
+    unprotected,
+    write_lock,
+)
 from mlcluster.replacement import Change, Snapshot, compare, snapshot_from_assembly
 from mlcluster.stacks.stage import StageScopedPack
 from tests.support import ROOT, write_env
@@ -79,7 +88,7 @@ HYPERPOD: dict[str, Any] = {
 #: Data only (no cluster): cdk-nag packs beyond AwsSolutions judge the network and storage stacks.
 DATA_ONLY: dict[str, Any] = {
     **{k: v for k, v in PCLUSTER.items() if k != "cluster"},
-    "storage": {**PCLUSTER["storage"], "data_bucket": {"encryption": "kms"}},
+    "storage": {**PCLUSTER["storage"], "data_bucket": {"encryption": "kms", "backup": {}}},
 }
 BASES = {"pcluster": PCLUSTER, "hyperpod": HYPERPOD, "data-only": DATA_ONLY}
 
@@ -90,6 +99,25 @@ HYPERPOD_CLUSTER = "Cluster/Cluster/Resource"
 DATA = "DataRepository/Lustre/AssociationData"
 CKPT = "DataRepository/Lustre/AssociationCkpt"
 PC = "cluster.pcluster"
+#: Every log group of the ParallelCluster baseline (their retention follows retention.log_retention_days).
+LOG_GROUPS = frozenset(
+    {
+        "Cluster/NodeScripts/UploadLogs/Resource",
+        "Network/Network/FlowLogGroup/Resource",
+        "Storage/Lustre/LogGroup/Resource",
+    }
+)
+#: Every data-bearing resource the ParallelCluster baseline retains on delete.
+RETAINED = LOG_GROUPS | {
+    "DataRepository/Lustre/AssociationCkpt",
+    "DataRepository/Lustre/AssociationData",
+    "Network/EnvironmentKey/Resource/Resource",
+    "Observability/AlarmTopicKey/Resource",
+    "Storage/DataBucket/AccessLogs/Resource",
+    "Storage/DataBucket/Resource/Resource",
+    "Storage/Lustre/Resource",
+    "Storage/OpenZfs/Resource",
+}
 PC_FLEET_STOP = (
     "ParallelCluster policy COMPUTE_FLEET_STOP (its cluster schema): stop the compute fleet first "
     "('pcluster update-compute-fleet --status STOP_REQUESTED') or the update fails and rolls back"
@@ -114,6 +142,8 @@ class Edit:
     safe_way: str = ""
     #: What the service itself does with an in-place update, when it matters.
     note: str = ""
+    #: Stacks the guard refuses as a whole: dropped from the app, or losing termination protection.
+    stacks: frozenset[str] = frozenset()
 
 
 def edit(name: str, base: str, settings: dict[str, Any], **kwargs: Any) -> Edit:
@@ -123,6 +153,7 @@ def edit(name: str, base: str, settings: dict[str, Any], **kwargs: Any) -> Edit:
         settings,
         refused=frozenset(kwargs.pop("refused", ())),
         also_replaced=frozenset(kwargs.pop("also_replaced", ())),
+        stacks=frozenset(kwargs.pop("stacks", ())),
         **kwargs,
     )
 
@@ -175,7 +206,21 @@ EDITS = [
         safe_way="export the path first (data repository export task), then allow",
     ),
     edit("change a DRA's auto-import events", "pcluster", {f"{DRAS}.1.auto_import_events": ["NEW"]}),
-    edit("remove a DRA", "pcluster", {f"{DRAS}.1": _DELETE}),
+    edit(
+        "remove a DRA",
+        "pcluster",
+        {f"{DRAS}.1": _DELETE},
+        note="not refused (no data is deleted), but DeletionPolicy Retain keeps the DRA importing and exporting "
+        "outside the stack: synth warns, with the command that deletes it and keeps files and objects",
+    ),
+    edit(
+        "every DRA removed",
+        "pcluster",
+        {DRAS: []},
+        stacks={"dt-DataRepository dropped"},
+        safe_way="destroy the DataRepository stack first, delete its retained DRAs (--no-delete-data-in-file-system), "
+        "lock, then edit",
+    ),
     edit("bucket SSE-S3 -> SSE-KMS", "pcluster", {"storage.data_bucket.encryption": "kms"}),
     edit(
         "bucket SSE-KMS -> SSE-S3 (the created key goes)",
@@ -207,8 +252,35 @@ EDITS = [
         refused={OPENZFS},
         safe_way="copy /home elsewhere first, then allow",
     ),
+    edit(
+        "data bucket backup removed",
+        "data-only",
+        {"storage.data_bucket.backup": _DELETE},
+        refused={
+            "Storage/DataBucketBackup/Vault/Resource",
+            "Storage/DataBucketBackup/Plan/Resource",
+            "Storage/DataBucketBackup/Plan/DataBucket/Resource",
+        },
+        safe_way="keep it; to retire it, copy the recovery points to another vault, then allow vault, plan and "
+        "selection",
+    ),
     # -- environment-wide ------------------------------------------------------
-    edit("log retention 365 -> 90 days", "pcluster", {"retention.log_retention_days": 90}),
+    edit(
+        "log retention 365 -> 90 days",
+        "pcluster",
+        {"retention.log_retention_days": 90},
+        refused=LOG_GROUPS,
+        safe_way="export the logs older than 90 days first (create-export-task), then allow each log group",
+    ),
+    edit(
+        "retention.on_delete retain -> destroy",
+        "pcluster",
+        {"retention.on_delete": "destroy"},
+        refused=RETAINED,
+        stacks={"dt-Network unprotected", "dt-Storage unprotected", "dt-DataRepository unprotected"},
+        safe_way="keep retain; to tear down: 'cdk destroy' (the data stays), copy, delete the retained resources "
+        "by hand; or take each resource's second copy and allow it by name",
+    ),
     edit("tag added", "pcluster", {"tags.CostCenter": "ml"}),
     edit("compliance pack added", "data-only", {"compliance.packs": ["nist-800-53-r5"]}),
     # -- network -----------------------------------------------------------------
@@ -227,6 +299,13 @@ EDITS = [
         {"network.extra_zones": [{"availability_zone": "us-east-2b"}], "network.nat_gateways": "per_zone"},
     ),
     # -- ParallelCluster ------------------------------------------------------------
+    edit(
+        "cluster.backend pcluster -> none",
+        "pcluster",
+        {"cluster": {"backend": "none"}},
+        stacks={"dt-Cluster dropped", "dt-Observability dropped"},
+        safe_way="copy /home off the head node, destroy the Cluster stack first, lock, then edit",
+    ),
     edit("queue max count 2 -> 4", "pcluster", {f"{PC}.queues.0.compute_resources.0.max_count": 4}),
     edit(
         "queue instance type p5 -> p4de",
@@ -409,6 +488,10 @@ def test_checks_change_no_snapshot(
 class Result:
     changes: list[Change]
     refused: frozenset[str]
+    #: ``<stack> dropped`` or ``<stack> unprotected``: what ``stack_refusals`` refuses.
+    stacks: frozenset[str]
+    #: What synth prints about what the accepted edit leaves running.
+    notes: list[str]
 
 
 @pytest.fixture(scope="module")
@@ -419,11 +502,19 @@ def results(tmp_path_factory: pytest.TempPathFactory, baselines: dict[str, Snaps
     out: dict[str, Result] = {}
     for index, item in enumerate(EDITS):
         data = apply(BASES[item.base], item.settings)
-        changes = compare(baselines[item.base], synthesize(tmp / f"edit{index}", data))
+        after = synthesize(tmp / f"edit{index}", data)
+        before = baselines[item.base]
+        changes = compare(before, after)
         env = load_environment(tmp / f"edit{index}" / "envs" / f"{STAGE}.yaml")
-        refused = frozenset(c.path for c in changes if c.dangerous)
-        assert len(refusals(env, changes)) == len(refused)
-        out[item.name] = Result(changes, refused)
+        dropped = set(before) - set(after)
+        refused = frozenset(c.path for c in changes if c.dangerous and c.stack not in dropped)
+        stacks = frozenset(
+            [f"{stack} dropped" for stack in dropped] + [f"{stack} unprotected" for stack in unprotected(before, after)]
+        )
+        # The guard's own rules say the same (no allowance in the edits).
+        assert len(refusals(env, changes, dropped=dropped)) == len(refused)
+        assert len(stack_refusals(env, before, after)) == len(stacks)
+        out[item.name] = Result(changes, refused, stacks, notices(env, before, after, changes))
     print(f"day-two table: {len(EDITS)} edits + {len(BASES)} baselines in {time.perf_counter() - started:.1f} s")
     return out
 
@@ -432,7 +523,8 @@ def results(tmp_path_factory: pytest.TempPathFactory, baselines: dict[str, Snaps
 def test_edit_replaces_what_the_table_says(item: Edit, results: dict[str, Result]) -> None:
     result = results[item.name]
     replaced = {c.path for c in result.changes if c.action == "replace"} - result.refused
-    assert result.refused == item.refused, [c.describe() for c in result.changes if c.dangerous]
+    assert result.refused == item.refused, sorted(c.describe() for c in result.changes if c.dangerous)
+    assert result.stacks == item.stacks
     wildcards = {entry.removesuffix("*") for entry in item.also_replaced if entry.endswith("/*")}
     exact = {path for path in replaced if not any(path.startswith(prefix) for prefix in wildcards)}
     assert exact == item.also_replaced - {f"{prefix}*" for prefix in wildcards}, [c.describe() for c in result.changes]
@@ -465,27 +557,75 @@ def _summary(paths: set[str]) -> str:
     return "; ".join(parts)
 
 
-def render_table(results: dict[str, Result]) -> str:
-    """The README's day-two table, rendered from the results."""
+def test_a_removed_retained_dra_is_reported_as_still_running(results: dict[str, Result]) -> None:
+    (note,) = results["remove a DRA"].notes
+    assert "DataRepository/Lustre/AssociationCkpt" in note and "keeps it running outside the stack" in note
+    assert "--no-delete-data-in-file-system" in note
+    assert all(not results[e.name].notes for e in EDITS if e.name != "remove a DRA")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rename:
+    """The guard on a renamed environment file: the old lock orphaned, the new name without a lock."""
+
+    orphaned: str
+    missing: str
+
+
+@pytest.fixture(scope="module")
+def rename(tmp_path_factory: pytest.TempPathFactory, baselines: dict[str, Snapshot]) -> Rename:
+    """``dt.yaml`` deployed and locked, then renamed ``dt2.yaml``: what the synth of the folder says."""
+    envs = tmp_path_factory.mktemp("rename")
+    old = load_environment(write_env(envs, STAGE, PCLUSTER))
+    write_lock(old, Lock(baselines["pcluster"], "templates"))
+    new = load_environment(write_env(envs, f"{STAGE}2", PCLUSTER))
+    (envs / f"{STAGE}.yaml").unlink()
+    (orphaned,) = orphan_locks(envs)
+    return Rename(str(orphaned), missing_lock(new).render())
+
+
+def test_a_renamed_file_is_refused_with_the_way(rename: Rename) -> None:
+    assert "records deployed stacks (dt-Cluster, dt-DataRepository, dt-Network, dt-Observability" in rename.orphaned
+    assert "To rename: keep dt.yaml" in rename.orphaned
+    assert "dt2.lock.json is missing" in rename.missing
+
+
+def render_table(results: dict[str, Result], rename: Rename | None = None) -> str:
+    """The README's day-two table, rendered from the results (and the rename's refusals)."""
     rows = [
-        "| edit (baseline) | refused at synth: data-bearing resources replaced or deleted | other resources "
-        "replaced | updated in place | safe way, or what the service does |",
+        "| edit (baseline) | refused at synth: data-bearing resources replaced, deleted or kept less well; stacks "
+        "dropped or unprotected | other resources replaced | updated in place | safe way, or what the service does |",
         "|---|---|---|---|---|",
     ]
     for item in EDITS:
         result = results[item.name]
         replaced = {c.path for c in result.changes if c.action == "replace"} - result.refused
         updated = {c.path for c in result.changes if c.action in ("update", "add", "remove")} - result.refused
+        refused = "; ".join(
+            part
+            for part in (
+                _summary(set(result.refused)),
+                ", ".join("stack `{}` {}".format(*entry.split(" ")) for entry in sorted(result.stacks)),
+            )
+            if part
+        )
         rows.append(
-            f"| {item.name} ({item.base}) | {_summary(set(result.refused)) or 'no'} | {_summary(replaced) or '-'} | "
+            f"| {item.name} ({item.base}) | {refused or 'no'} | {_summary(replaced) or '-'} | "
             f"{len(updated)} | {item.safe_way or item.note or '-'} |"
+        )
+    if rename is not None:
+        rows.append(
+            f"| environment file renamed {STAGE}.yaml -> {STAGE}2.yaml (pcluster) | `{STAGE}.lock.json` records "
+            f"deployed stacks without its file; `{STAGE}2` has no lock | - | 0 | keep {STAGE}.yaml; to rename: "
+            "deploy the new file, copy the data, destroy the old stacks, lock the old name (nothing deployed), then "
+            "delete its file and lock |"
         )
     return "\n".join(rows) + "\n"
 
 
-def test_readme_table_matches(results: dict[str, Result]) -> None:
+def test_readme_table_matches(results: dict[str, Result], rename: Rename) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = render_table(results)
+    table = render_table(results, rename)
     assert table in readme, "README day-two table is stale; expected:\n" + table
 
 

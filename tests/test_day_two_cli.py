@@ -269,13 +269,15 @@ def test_large_template_goes_through_the_bootstrap_bucket(cfn: tuple[Any, Stubbe
 
 
 def test_report_prints_data_bearing_first_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    logs = Verdict("p5-Storage", "Log", "AWS::Logs::LogGroup", "Storage/Lustre/LogGroup/Resource", "Modify", "True")
+    group = Verdict(
+        "p5-Storage", "Group", "AWS::EC2::SecurityGroup", "Storage/Lustre/SecurityGroup/Resource", "Modify", "True"
+    )
     lustre = Verdict("p5-Storage", "Lustre", "AWS::FSx::FileSystem", "Storage/Lustre/Resource", "Modify", "True")
     with pytest.raises(CliError) as raised:
-        report([logs, lustre])
+        report([group, lustre])
     assert raised.value.exit_code == EXIT_USAGE
     out = capsys.readouterr().out
-    assert out.index("Lustre (AWS::FSx::FileSystem)") < out.index("Log (AWS::Logs::LogGroup)")
+    assert out.index("Lustre (AWS::FSx::FileSystem)") < out.index("Group (AWS::EC2::SecurityGroup)")
     assert out.startswith("DATA-BEARING")
 
 
@@ -330,10 +332,15 @@ def test_stack_policy_denies_replace_and_delete_of_data_only() -> None:
     allow, deny = policy["Statement"]
     assert allow == {"Effect": "Allow", "Action": "Update:*", "Principal": "*", "Resource": "*"}
     assert deny["Action"] == ["Update:Replace", "Update:Delete"]
-    assert deny["Resource"] == ["LogicalResourceId/DataBucketB1A7365C", "LogicalResourceId/LustreF8935BA0"]
+    # The log group holds the file system's logs: data-bearing too.
+    assert deny["Resource"] == [
+        "LogicalResourceId/DataBucketB1A7365C",
+        "LogicalResourceId/LustreF8935BA0",
+        "LogicalResourceId/LustreLogGroup600912ED",
+    ]
     # The override: one deliberate replacement.
     (_, deny) = stack_policy(TEMPLATE, "p5-Storage", ("LustreF8935BA0",))["Statement"]
-    assert deny["Resource"] == ["LogicalResourceId/DataBucketB1A7365C"]
+    assert deny["Resource"] == ["LogicalResourceId/DataBucketB1A7365C", "LogicalResourceId/LustreLogGroup600912ED"]
     # Buckets outside the storage stack hold no data: nothing to deny on a cluster stack with only a bucket.
     cluster = {"Resources": {"NodeScripts": {"Type": "AWS::S3::Bucket"}}}
     assert len(stack_policy(cluster, "p5-Cluster", ())["Statement"]) == 1
@@ -352,9 +359,20 @@ def test_protect_sets_policies_on_deployed_stacks(cfn: tuple[Any, Stubber], tmp_
         "get_template", {"TemplateBody": json.dumps(TEMPLATE)}, {"StackName": "p5-Storage", "TemplateStage": "Original"}
     )
     stubber.add_response("set_stack_policy", {}, {"StackName": "p5-Storage", "StackPolicyBody": ANY})
-    for name in ("p5-DataRepository", "p5-Cluster"):
-        stubber.add_client_error("get_template", "ValidationError", f"Stack with id {name} does not exist", 400)
+    # The Observability stack too (its workspaces, log groups and the alarm topic's key hold history).
+    observability = {"Resources": {"Prometheus": {"Type": "AWS::APS::Workspace"}, "Topic": {"Type": "AWS::SNS::Topic"}}}
+    stubber.add_client_error("get_template", "ValidationError", "Stack with id p5-DataRepository does not exist", 400)
+    stubber.add_response(
+        "get_template",
+        {"TemplateBody": json.dumps(observability)},
+        {"StackName": "p5-Observability", "TemplateStage": "Original"},
+    )
+    stubber.add_response("set_stack_policy", {}, {"StackName": "p5-Observability", "StackPolicyBody": ANY})
+    stubber.add_client_error("get_template", "ValidationError", "Stack with id p5-Cluster does not exist", 400)
     apply_protection(client, env, ())
+    stubber.assert_no_pending_responses()
+    (_, deny) = stack_policy(observability, "p5-Observability", ())["Statement"]
+    assert deny["Resource"] == ["LogicalResourceId/Prometheus"]
 
 
 def test_protect_access_denied_is_reported(cfn: tuple[Any, Stubber], tmp_path: Path) -> None:
@@ -376,13 +394,15 @@ def test_the_command_does_not_import_aws_cdk_lib() -> None:
     assert done.stdout.strip() == "False"
 
 
-def test_lock_synthesizes_in_a_subprocess_and_writes_the_lock(tmp_path: Path) -> None:
+def test_lock_from_templates_synthesizes_in_a_subprocess_and_writes_the_lock(tmp_path: Path) -> None:
     envs = tmp_path / "environments"
     write_env(envs, "small", MINIMAL)
-    result = CliRunner().invoke(cli, ["lock", "small", "--environments", str(envs)], standalone_mode=False)
+    result = CliRunner().invoke(
+        cli, ["lock", "small", "--environments", str(envs), "--from-templates"], standalone_mode=False
+    )
     assert result.exception is None, result.output
     lock = json.loads((envs / "small.lock.json").read_text(encoding="utf-8"))
-    assert lock["format"] == 1 and lock["environment"] == "small"
+    assert lock["format"] == 2 and lock["environment"] == "small" and lock["source"] == "templates"
     assert set(lock["stacks"]) == {"small-Network", "small-Storage", "small-DataRepository"}
     lustre = lock["stacks"]["small-Storage"]["resources"]
     assert any(r["path"] == "Storage/Lustre/Resource" for r in lustre.values())

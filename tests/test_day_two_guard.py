@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,9 @@ import yaml
 
 from mlcluster.app import CDK_JSON, build_app, main, project_context, synth_guarded
 from mlcluster.config import ConfigError, Environment, load_environment
-from mlcluster.lockfile import lock_path, read_lock, write_lock
+from mlcluster.lockfile import Lock, lock_path, read_lock, write_lock
 from mlcluster.replacement import create_only_paths, snapshot_from_assembly
-from tests.support import ENVIRONMENTS, write_env
+from tests.support import ENVIRONMENTS, ROOT, write_env
 
 DEPLOYMENT_TYPE_EDIT = {"deployment_type": "PERSISTENT_1", "throughput_mbps_per_tib": 200, "lustre_version": "2.12"}
 
@@ -46,10 +47,15 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "storage": {"lustre": {"data_repository_associations": []}},
         },
     )
+    for name in ("p5", "scratch"):
+        # Never deployed: the explicit first lock ('mlcluster lock NAME --new').
+        write_lock(load_environment(envs / f"{name}.yaml"), Lock({}, "new"))
     app, stages = build_app(envs, outdir=str(root / "cdk.out"))
     assembly = synth_guarded(app, stages)
     for stage in stages:
-        write_lock(stage.environment, snapshot_from_assembly(Path(assembly.directory), stage.stage_name))
+        write_lock(
+            stage.environment, Lock(snapshot_from_assembly(Path(assembly.directory), stage.stage_name), "templates")
+        )
     return root
 
 
@@ -99,8 +105,10 @@ def refused(locked: Path) -> Refused:
 
 def test_lustre_deployment_type_edit_fails_synth_clearly(refused: Refused) -> None:
     """``synth_guarded`` refuses the edit (``main`` prints its ``ConfigError`` after the first line)."""
-    assert refused.err.startswith("mlcluster: replacement refused (the templates are written, do not deploy them)\n")
-    text = refused.err.split("\n", 1)[1]
+    # p5 warns about /home on the head node first (mlcluster.config.advice); then the refusal.
+    err = refused.err[refused.err.index("mlcluster: change refused") :]
+    assert err.startswith("mlcluster: change refused (no template of this synth is left in the output to deploy)\n")
+    text = err.split("\n", 1)[1]
     # The file as the app was given it: ``environments/`` of the project folder it runs in.
     assert text.startswith("environments/p5.yaml: storage.lustre: ")
     assert "storage.lustre: this edit replaces p5-Storage/Storage/Lustre/Resource (AWS::FSx::FileSystem" in text
@@ -109,6 +117,27 @@ def test_lustre_deployment_type_edit_fails_synth_clearly(refused: Refused) -> No
     assert "add 'Storage/Lustre' to retention.allow_replacement" in text
     # The DRAs follow the file system (their FileSystemId is create-only) and are named too.
     assert "DataRepository/Lustre/AssociationData" in text
+
+
+def test_a_refused_synth_leaves_nothing_to_deploy(locked: Path) -> None:
+    """``cdk deploy --app cdk.out`` after a refusal fails: the stage's nested assembly is gone."""
+    envs = edited(locked, "gone", deployment_type)
+    with pytest.raises(ConfigError):
+        guarded_synth(envs)
+    out = envs.parent / "cdk.out"
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert any(a["type"] == "cdk:cloud-assembly" for a in manifest["artifacts"].values())
+    assert not (out / "assembly-p5").exists()
+    # The pinned CDK CLI reads the assembly as 'deploy' would, and fails (no AWS call is made by 'ls').
+    done = subprocess.run(
+        [str(ROOT / "node_modules" / ".bin" / "cdk"), "ls", "--app", str(out), "--no-notices"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=envs.parent,
+        timeout=300,
+    )
+    assert done.returncode != 0 and "p5" not in done.stdout, done.stdout + done.stderr
 
 
 def test_allowing_the_file_system_alone_still_refuses_its_dras(locked: Path) -> None:
@@ -120,12 +149,19 @@ def test_allowing_the_file_system_alone_still_refuses_its_dras(locked: Path) -> 
 
 
 def test_explicit_allowance_lets_the_edit_synthesize(locked: Path) -> None:
-    guarded_synth(edited(locked, "allowed", lambda d: deployment_type(d, ["Storage/Lustre", "DataRepository/Lustre"])))
+    guarded_synth(
+        edited(
+            locked,
+            "allowed",
+            lambda d: deployment_type(d, ["Storage/Lustre", "DataRepository/Lustre/AssociationData"]),
+        )
+    )
 
 
 def test_app_main_prints_the_refusal_without_traceback(refused: Refused) -> None:
     assert refused.code == 1
-    assert refused.err.startswith("mlcluster: replacement refused")
+    before, _ = refused.err.split("mlcluster: change refused", 1)
+    assert all(line.startswith("mlcluster: warning: ") for line in before.splitlines())
     assert "Traceback" not in refused.err
 
 

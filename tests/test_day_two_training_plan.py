@@ -95,14 +95,14 @@ def test_the_same_rename_without_a_training_plan_gets_the_generic_refusal(tmp_pa
 def test_a_training_plan_without_a_replacement_is_accepted(tmp_path: Path) -> None:
     env = environment(tmp_path, plan=PLAN)
     snapshot, _ = edited(env)  # only the digest changes: an update in place (e.g. a new instance_count)
-    changes = guard(env, snapshot)
+    changes, _ = guard(env, snapshot)
     assert [c.action for c in changes if c.type == HYPERPOD_TYPE] == ["update"]
 
 
 def test_the_safe_ways_middle_step_no_instances_on_the_plan_is_allowed_like_any_replacement(tmp_path: Path) -> None:
     env = environment(tmp_path, plan=PLAN, count=0, allow=["Cluster/Cluster"])
     snapshot, _ = edited(env, ClusterName="ml-hyperpod-2")
-    changes = guard(env, snapshot)
+    changes, _ = guard(env, snapshot)
     assert [c.action for c in changes if c.type == HYPERPOD_TYPE] == ["replace"]
     # Without the allowance it is the generic refusal (jobs are lost), not the training-plan one.
     env = environment(tmp_path / "no-allowance", plan=PLAN, count=0)

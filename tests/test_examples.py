@@ -179,3 +179,36 @@ def test_hyperpod_example_has_roles_bucket_scripts_and_native_cluster(templates:
         == {"Service": "sagemaker.amazonaws.com"}
     ]
     assert len(roles) == 3  # controller, login, one worker group
+
+
+#: The types that hold an environment's data in its data and observability stacks.
+DATA_TYPES = (
+    "AWS::FSx::FileSystem",
+    "AWS::FSx::DataRepositoryAssociation",
+    "AWS::S3::Bucket",
+    "AWS::KMS::Key",
+    "AWS::Backup::BackupVault",
+    "AWS::APS::Workspace",
+)
+
+
+def test_retained_data_is_deleted_when_its_create_rolls_back(templates: dict[str, dict[str, Any]]) -> None:
+    """Issue 33, finding 8: RetainExceptOnCreate on data an environment retains; scripts go with their stack.
+
+    A failed first deploy (or a replacement whose update rolls back) leaves no empty file system
+    billing; the HyperPod lifecycle bucket, whose name is fixed, is emptied and deleted with its
+    stack, so the next deploy can make it again instead of failing with "already exists".
+    """
+    for name in ("p5/Storage", "p5/DataRepository", "prod/Storage", "hyperpod/Observability"):
+        kept = [r["DeletionPolicy"] for r in templates[name]["Resources"].values() if r["Type"] in DATA_TYPES]
+        assert kept and set(kept) == {"RetainExceptOnCreate"}, name
+    cluster = templates["hyperpod/Cluster"]["Resources"]
+    lifecycle = [r for r in cluster.values() if r["Type"] == "AWS::S3::Bucket"]
+    assert any("BucketName" in r["Properties"] for r in lifecycle)  # the fixed name: mlc-lifecycle-...
+    assert {r["DeletionPolicy"] for r in lifecycle} == {"Delete"}
+    assert "Custom::S3AutoDeleteObjects" in {r["Type"] for r in cluster.values()}
+    # The upload function's history stays, as the environment keeps its logs.
+    (upload_logs,) = [
+        r for lid, r in cluster.items() if r["Type"] == "AWS::Logs::LogGroup" and lid.startswith("LifecycleUploadLogs")
+    ]
+    assert upload_logs["DeletionPolicy"] == "RetainExceptOnCreate"

@@ -1,7 +1,7 @@
 """Every venv is exactly its lock, and every lock still answers what asks for it.
 
 `make` installs each venv from a lock in ``requirements/`` (uv's universal
-``pip compile`` with hashes; pip ``--require-hashes --no-deps``). Here: what is
+``pip compile`` with hashes; pip ``--require-hashes``). Here: what is
 installed equals the lock, package for package (a test of the install, not of
 the resolver); each lock pins exact versions with digests; and each locked
 version satisfies the range that asked for it (pyproject.toml, ``*.in``), so a
@@ -100,9 +100,14 @@ def test_make_installs_with_digests_and_nothing_else() -> None:
     """Each venv's install line asks pip for the lock's files only."""
     for venv, lock in VENVS.items():
         recipe = subprocess.run(
-            ["make", "-n", "-B", f"{venv}/.installed"], cwd=ROOT, capture_output=True, text=True, check=True
+            ["make", "-n", "-B", "DEPS=locked", f"{venv}/.installed"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "MAKEFLAGS": ""},  # under `make test-latest`, MAKEFLAGS carries DEPS=latest
         ).stdout
-        assert f"--require-hashes --no-deps -r requirements/{lock}.txt" in recipe, recipe
+        assert f"--require-hashes -r requirements/{lock}.txt" in recipe, recipe
 
 
 # --- the reader and the comparison, at their edges -------------------------------------------------------
@@ -146,3 +151,18 @@ def test_unmet_range_is_named_and_the_edge_is_accepted() -> None:
     assert unmet(["boto3>=1.40,<2"], {"boto3": "1.40"}) == []
     assert unmet(["boto3>=1.41"], {"boto3": "1.40.9"}) == ["boto3>=1.41: the lock has 1.40.9"]
     assert unmet(["moto[s3]>=5"], {}) == ["moto[s3]>=5: not in the lock"]
+
+
+def test_aws_cdk_lib_owns_the_cloud_assembly_schema_module() -> None:
+    """Two locked distributions ship ``aws_cdk/cloud_assembly_schema/__init__.py``: aws-cdk-lib and its
+    dependency aws-cdk.cloud-assembly-schema. Whichever pip installs last owns the file; aws-cdk-lib's
+    ``CloudAssembly`` refuses the other's structs ("Wired struct has type
+    '@aws-cdk/cloud-assembly-schema.LoadManifestOptions'"). pip installs dependencies first only when
+    it resolves them, which is why `make` does not pass --no-deps."""
+    from aws_cdk import cloud_assembly_schema
+
+    owner = getattr(cloud_assembly_schema.LoadManifestOptions, "__jsii_type__", None)
+    assert owner == "aws-cdk-lib.cloud_assembly_schema.LoadManifestOptions", (
+        f"aws_cdk/cloud_assembly_schema holds {owner}: aws-cdk.cloud-assembly-schema was installed after "
+        "aws-cdk-lib; rebuild the venv (rm -r .venv; make setup)"
+    )

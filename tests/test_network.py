@@ -168,7 +168,7 @@ def test_flow_logs_wired_to_their_log_group(default: Template) -> None:
     assert len(groups) == 1
     (group_id, group), *_ = groups.items()
     assert group["Properties"]["RetentionInDays"] == 365
-    assert group["DeletionPolicy"] == "Retain"
+    assert group["DeletionPolicy"] == "RetainExceptOnCreate"
     default.has_resource_properties(
         "AWS::EC2::FlowLog",
         {

@@ -115,7 +115,8 @@ def test_data_is_retained_on_delete_and_replace(stages: dict[str, dict[str, Any]
     found = of_type(stages["keep/Storage"], kind) | of_type(stages["keep/DataRepository"], kind)
     assert found, kind
     for logical_id, resource in found.items():
-        assert resource.get("DeletionPolicy") == "Retain", logical_id
+        # Kept on delete and replacement, deleted only when the create that made it rolls back.
+        assert resource.get("DeletionPolicy") == "RetainExceptOnCreate", logical_id
         assert resource.get("UpdateReplacePolicy") == "Retain", logical_id
 
 

@@ -72,7 +72,7 @@ S3_VALUE_OPTIONS = frozenset(
     {"--region", "--profile", "--endpoint-url", "--include", "--exclude", "--sse", "--sse-kms-key-id", "--acl"}
 )
 _AWS = re.compile(r"(?:^|[\s;(|&`])aws\s+([a-z0-9-]+)\s+([a-z0-9-]+)(.*)$")
-_MARKER = re.compile(r"<<marker:0x[0-9a-f]+:\d+>>")
+_MARKER = re.compile(r"\"?<<marker:0x[0-9a-f]+:\d+>>\"?")
 #: A shell variable (``$name``, ``${name}``, ``${name%/}``); canonical ``${stack|Id}`` and ``${AWS::X}`` are not.
 _VAR = re.compile(r"\$(?:\{([A-Za-z_]\w*)([^}|:]*)\}|([A-Za-z_]\w*))")
 _OPTION_VAR = re.compile(r"^\s*(--[a-z][a-z0-9-]*)\)\s*$((?:(?!;;).)*?)\b([A-Za-z_]\w*)=\"?\$2\"?", re.M | re.S)

@@ -7,9 +7,14 @@ set per deployed stack without executing it, reads AWS's own
 replacements and deletions first, deletes the change sets, and exits 2 when
 there is such a replacement.
 
-``lock ENV`` writes ``environments/<ENV>.lock.json`` from the synthesized
-templates (run it after each deploy and commit it): the synth-time guard
-compares the next synth with it.
+``lock ENV`` writes ``environments/<ENV>.lock.json`` from the deployed
+stacks (CloudFormation ``GetTemplate`` and ``DescribeStacks``; run it after
+each deploy and commit it): the synth-time guard compares the next synth
+with it. It refuses without credentials, on a stack in an unsettled state,
+and on a data-bearing change since the last lock that the environment file
+did not allow, unless ``--accept`` names it. ``--new`` declares a
+never-deployed environment (a lock with no stacks); ``--from-templates``
+records the synthesized working tree instead (the examples and tests).
 
 ``protect ENV`` sets a stack policy on every deployed stack of the
 environment that denies ``Update:Replace`` and ``Update:Delete`` on its
@@ -32,8 +37,16 @@ import click
 
 from mlcluster.cli.errors import EXIT_FAILED, EXIT_USAGE, CliError, aws_errors
 from mlcluster.config import ConfigError, Environment, load_environments
-from mlcluster.lockfile import write_lock
-from mlcluster.replacement import is_data_bearing, snapshot_from_assembly
+from mlcluster.config.names import STACKS
+from mlcluster.lockfile import Lock, LockSource, allowed, load_lock, lock_path, resource_name, write_lock
+from mlcluster.replacement import (
+    Snapshot,
+    compare,
+    is_data_bearing,
+    snapshot_from_assembly,
+    stack_state,
+    template_paths,
+)
 
 #: Templates above this size must go through S3 (CloudFormation's TemplateBody limit).
 TEMPLATE_BODY_LIMIT = 51_200
@@ -302,17 +315,168 @@ def report(verdicts: list[Verdict]) -> None:
         )
 
 
+#: Stack states whose template is the one deployed and settled (CloudFormation ``StackStatus``).
+SETTLED = frozenset(
+    {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "IMPORT_COMPLETE", "IMPORT_ROLLBACK_COMPLETE"}
+)
+
+
+def _missing(error: Any) -> bool:
+    return "does not exist" in str(error.response.get("Error", {}).get("Message", ""))
+
+
+def deployed_snapshot(cfn: Any, env: Environment) -> Snapshot:
+    """Every deployed stack of ``env`` as CloudFormation has it: template, paths from its metadata, protection.
+
+    A stack in any state but a settled one (``SETTLED``) is refused: an update in progress, a failed
+    create (``ROLLBACK_COMPLETE``) or a stuck rollback has no template that is simply "deployed".
+    """
+    from botocore.exceptions import ClientError
+
+    snapshot: Snapshot = {}
+    for part in STACKS:
+        name = f"{env.name}-{part}"
+        with aws_errors(f"DescribeStacks for {name}"):
+            try:
+                stacks = cfn.describe_stacks(StackName=name)["Stacks"]
+            except ClientError as error:
+                if _missing(error):
+                    continue
+                raise
+        (stack,) = stacks
+        status = str(stack.get("StackStatus", ""))
+        if status == "REVIEW_IN_PROGRESS":
+            continue  # a change set never executed: nothing deployed
+        if status not in SETTLED:
+            raise CliError(
+                f"{name} is {status}: its deployed template is not settled. Let the operation finish, or continue "
+                "the rollback (or delete a stack whose first create failed; 'mlcluster status' lists what it "
+                "retained), then run 'mlcluster lock' again",
+                EXIT_FAILED,
+            )
+        with aws_errors(f"GetTemplate for {name}"):
+            body = cfn.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
+        template = body if isinstance(body, dict) else json.loads(body)
+        # Without path metadata (deployed with --no-path-metadata) a resource is named by its stack and logical id.
+        paths = {lid: f"{part}/{lid}" for lid in template.get("Resources", {})} | template_paths(template, env.name)
+        snapshot[name] = stack_state(
+            template,
+            paths,
+            termination_protection=bool(stack.get("EnableTerminationProtection", False)),
+        )
+    return snapshot
+
+
+def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The allowances ``new`` used since ``old``, and the accepted changes; refuse any other data-bearing change.
+
+    A data-bearing resource replaced, deleted or weakened since the last lock was either allowed by
+    the environment file (the allowance is then used up: the lock records it) or happened outside it
+    (a deploy from another branch, a console edit): the lock records that only when ``--accept``
+    names the resource, so no refusal is cleared by re-locking.
+    """
+    if old is None:
+        return [], []
+    allowances = env.config.retention.allow_replacement
+    used: list[str] = []
+    accepted: list[str] = []
+    unexplained: list[str] = []
+    for change in compare(old.snapshot, new):
+        # A stack gone since the last lock was destroyed on purpose ('cdk destroy', protection off first):
+        # its retained resources stay, and 'mlcluster status' lists them.
+        if not change.dangerous or change.stack not in new:
+            continue
+        name = resource_name(change.path)
+        if allowed(change, allowances):
+            used += [entry for entry in allowances if entry in (change.path, name)]
+        elif name in accept or change.path in accept:
+            accepted.append(f"{change.stack}/{change.describe()}")
+        else:
+            unexplained.append(f"  {change.stack}: {change.describe()}  (--accept {name})")
+    if unexplained:
+        raise CliError(
+            "these data-bearing changes since the last lock were not allowed by the environment file:\n"
+            + "\n".join(unexplained)
+            + "\nCheck what happened to them (a deploy from elsewhere, a console edit). To record them in the lock "
+            "knowingly, repeat the command with --accept for each",
+            EXIT_FAILED,
+        )
+    return sorted(set(used)), accepted
+
+
+def _previous_lock(env: Environment) -> Lock | None:
+    """The lock being replaced; a format-1 lock (before policies were recorded) is replaced without a check."""
+    try:
+        return load_lock(env)
+    except ConfigError as error:
+        path = lock_path(env)
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8")).get("format") == 1
+        except (OSError, ValueError, AttributeError):
+            earlier = False
+        if not earlier:
+            raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
+        click.echo(f"{path}: format 1 (no policies recorded) is replaced; changes since it are not checked")
+        return None
+
+
 @click.command("lock")
 @click.argument("environment")
 @click.option("--environments", type=click.Path(file_okay=False, path_type=Path), default=Path("environments"))
-def lock(environment: str, environments: Path) -> None:
-    """Write ENVIRONMENT's lock file from its synthesized templates (after a deploy; commit it)."""
+@click.option("--new", "new", is_flag=True, help="Declare that nothing of ENVIRONMENT is deployed (a first lock).")
+@click.option(
+    "--from-templates",
+    is_flag=True,
+    help="Record the synthesized working tree as deployed, without AWS (examples, tests; not a deployed environment).",
+)
+@click.option(
+    "--accept",
+    multiple=True,
+    metavar="RESOURCE",
+    help="Record a data-bearing change the environment file did not allow (a construct path, as printed).",
+)
+def lock(environment: str, environments: Path, new: bool, from_templates: bool, accept: tuple[str, ...]) -> None:
+    """Write ENVIRONMENT's lock file from its deployed stacks (after a deploy; commit it)."""
     env = load_one(environments, environment)
-    with tempfile.TemporaryDirectory(prefix="mlcluster-lock-") as tmp:
-        snapshot = snapshot_from_assembly(synthesize(environments, env.name, Path(tmp)), env.name)
-    path = write_lock(env, snapshot)
+    old = _previous_lock(env)
+    if new and from_templates:
+        raise CliError("--new and --from-templates exclude each other", EXIT_USAGE)
+    source: LockSource
+    if new:
+        if old is not None and old.snapshot:
+            raise CliError(
+                f"the lock records deployed stacks ({', '.join(sorted(old.snapshot))}); --new would forget them. "
+                f"Run 'mlcluster lock {env.name}' with credentials to record what is deployed",
+                EXIT_FAILED,
+            )
+        snapshot: Snapshot = {}
+        source = "new"
+    elif from_templates:
+        with tempfile.TemporaryDirectory(prefix="mlcluster-lock-") as tmp:
+            snapshot = snapshot_from_assembly(synthesize(environments, env.name, Path(tmp)), env.name)
+        source = "templates"
+    else:
+        cfn, _, _, _ = _clients(env)
+        snapshot = deployed_snapshot(cfn, env)
+        source = "deployed"
+    used, accepted = settle(env, old, snapshot, accept)
+    path = write_lock(env, Lock(snapshot, source, tuple(used), tuple(accepted)))
     count = sum(len(state.resources) for state in snapshot.values())
-    click.echo(f"{path}: {len(snapshot)} stacks, {count} resources locked")
+    click.echo(f"{path}: {len(snapshot)} stacks, {count} resources locked ({source})")
+    gone = sorted(set(old.snapshot) - set(snapshot)) if old is not None else []
+    if gone:
+        click.echo(
+            f"stacks gone since the last lock: {', '.join(gone)}; what they retained is still billed "
+            f"('mlcluster status {env.name}' lists it)"
+        )
+    for line in accepted:
+        click.echo(f"accepted: {line}")
+    if used:
+        click.echo(
+            "allowances used by this deploy: "
+            + ", ".join(used)
+            + "; remove them from retention.allow_replacement (the next synth refuses them)"
+        )
 
 
 def stack_policy(template: dict[str, Any], stack_name: str, allow: tuple[str, ...]) -> dict[str, Any]:
@@ -354,7 +518,7 @@ def apply_protection(cfn: Any, env: Environment, allow: tuple[str, ...]) -> None
     """SetStackPolicy on each deployed stack of ``env`` from its deployed template."""
     from botocore.exceptions import ClientError
 
-    for part in ("Network", "Storage", "DataRepository", "Cluster"):
+    for part in STACKS:
         name = f"{env.name}-{part}"
         try:
             body = cfn.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]

@@ -9,8 +9,11 @@ from typing import Any
 import click
 
 from mlcluster.cli import diff
+from mlcluster.cli.cost import cost
 from mlcluster.cli.errors import CliError
+from mlcluster.cli.health import health
 from mlcluster.cli.patch import patch
+from mlcluster.cli.preflight import preflight
 from mlcluster.cli.smoke import smoke
 from mlcluster.cli.ssh import ssh, ssh_config
 from mlcluster.cli.status import status
@@ -63,8 +66,11 @@ cli.add_command(ssh)
 cli.add_command(ssh_config)
 cli.add_command(status)
 cli.add_command(smoke)
+cli.add_command(health)
 cli.add_command(patch)
 cli.add_command(validate)
+cli.add_command(preflight)
+cli.add_command(cost)
 for command in (diff.diff, diff.lock, diff.protect):
     cli.add_command(command)
 

@@ -2,21 +2,29 @@
 
 UpdateClusterSoftware replaces the nodes' root volumes. Before it, the
 controller's Slurm state (spool folders, the accounting database dump) is
-backed up to the data bucket by ``mlcluster-backup``, which the lifecycle
-scripts install; after it, the same tool restores it.
+backed up by ``mlcluster-backup``, which the lifecycle scripts install; after
+it, the same tool restores it.
 
-Progress is kept in a marker object next to the backup,
-``s3://<data bucket>/mlcluster/patch/<cluster>/state.json``, not in a local
-file: the state then lives with the backup it describes, survives the
-operator's machine (a laptop closed mid-wait, a CI runner that is gone), and
-a run from another machine resumes the same patch instead of starting a
-second one. A re-run reads it and skips what is done; a run that finished
-leaves ``complete`` set, and the next ``patch`` starts a new run.
+The backups and the progress marker live in the cluster stack's patch backup
+bucket (output ``PatchBackupBucketName``), which only the controller's role
+and the operator may use: not the data bucket, which jobs and the Lustre DRA
+write. Progress is kept in ``s3://<backup bucket>/mlcluster/patch/<cluster>/state.json``,
+not in a local file: the state lives with the backup it describes, survives
+the operator's machine, and a run from another machine resumes the same patch.
+
+Everything read back from the marker is checked before use (:func:`checked_state`):
+the backup location is recomputed from the run id, never taken from the file,
+and the SHA-256 digests the backup printed are kept in the marker and handed
+to the restore, which refuses files that do not match them. Every value that
+enters the root shell command is validated and quoted (:func:`tool_script`).
+A resumed run asks again before its next root action unless ``--yes``.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -40,6 +48,20 @@ POLL_SECONDS = 30.0
 #: Seconds after UpdateClusterSoftware during which InService still means "not started yet".
 START_GRACE_SECONDS = 300.0
 STEPS = ("backup", "update", "wait", "restore")
+#: The files mlcluster-backup writes (and the only ones it restores).
+BACKUP_FILES = ("slurmctld-state.tar.gz", "accounting.sql.gz")
+#: The line mlcluster-backup prints per file it uploaded: ``MLCLUSTER_SHA256 <hex> <file>``.
+DIGEST_LINE = re.compile(r"MLCLUSTER_SHA256 ([0-9a-f]{64}) (\S+)")
+RUN_ID = re.compile(r"\d{8}T\d{6}Z")
+TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+#: What each step's record may hold besides ``at``, and the check of each value.
+STEP_DETAILS: dict[str, dict[str, str]] = {
+    "backup": {"uri": "the run's backup location", "digests": "file name to SHA-256"},
+    "update": {"note": "text"},
+    "wait": {"status": "InService"},
+    "restore": {},
+}
 
 
 def _now() -> str:
@@ -51,7 +73,7 @@ class PatchState:
 
     def __init__(self, target: Target, cluster: str) -> None:
         self.target = target
-        self.bucket = target.output("Storage", "DataBucketName")
+        self.bucket = target.output("Cluster", "PatchBackupBucketName")
         self.prefix = f"{PATCH_BACKUP_PREFIX}{cluster}"
         self.key = f"{self.prefix}/state.json"
         self.data: dict[str, Any] = {}
@@ -90,6 +112,10 @@ class PatchState:
                 ContentType="application/json",
             )
 
+    def run_uri(self, run: str) -> str:
+        """Where the backup of ``run`` lives: always computed here, never read from the marker."""
+        return f"s3://{self.bucket}/{self.prefix}/{run}/"
+
     def done(self, step: str) -> bool:
         return step in self.data["steps"]
 
@@ -98,12 +124,134 @@ class PatchState:
         self.save()
 
 
-def _run_tool(target: Target, verb: str, uri: str, timeout: int, console: Console) -> runcommand.Result:
+def checked_state(stored: Any, state: PatchState, cluster: str) -> dict[str, Any]:
+    """``stored`` (the marker read back) when every field is what this command writes; else a CliError.
+
+    The marker decides which root action runs next and with which arguments, so nothing in it is
+    trusted: the run id, timestamps, step names and order, the backup location (which must be the one
+    :meth:`PatchState.run_uri` computes) and the digests are each checked, and every problem is named.
+    """
+    problems: list[str] = []
+
+    def bad(key: str, value: Any, allowed: str) -> None:
+        problems.append(f"{key}: {json.dumps(value)[:120]} is not allowed; allowed: {allowed}")
+
+    if not isinstance(stored, dict):
+        raise CliError(
+            f"{state.uri} is not a patch state object (a JSON object)\n"
+            "  what to do: inspect it; delete it to start a new patch run",
+            EXIT_FAILED,
+        )
+    known = {"run", "cluster", "backup_uri", "steps", "complete"}
+    for key in sorted(set(stored) - known):
+        bad(key, stored[key], "no such key; keys: " + ", ".join(sorted(known)))
+    run = stored.get("run")
+    expected_uri = state.run_uri(run) if isinstance(run, str) and RUN_ID.fullmatch(run) else None
+    if expected_uri is None:
+        bad("run", run, "a run id such as 20260101T120000Z")
+    if stored.get("cluster") != cluster:
+        bad("cluster", stored.get("cluster"), repr(cluster))
+    if expected_uri is None or stored.get("backup_uri") != expected_uri:
+        bad("backup_uri", stored.get("backup_uri"), expected_uri or f"s3://{state.bucket}/{state.prefix}/<run>/")
+    complete = stored.get("complete")
+    if complete is not None and not (isinstance(complete, str) and TIMESTAMP.fullmatch(complete)):
+        bad("complete", complete, "null or a UTC time such as 2026-01-01T12:00:00Z")
+    steps = stored.get("steps")
+    if not isinstance(steps, dict):
+        bad("steps", steps, "an object of step records")
+    else:
+        names = list(steps)
+        if names != list(STEPS[: len(names)]):
+            bad("steps", names, "the steps in order, each after the one before: " + ", ".join(STEPS))
+        for name, record in steps.items():
+            if name not in STEP_DETAILS:
+                continue
+            _check_step(name, record, expected_uri, bad)
+    if problems:
+        raise CliError(
+            f"{state.uri} is not a state this command wrote; nothing was run:\n  "
+            + "\n  ".join(problems)
+            + "\n  what to do: find out who changed it (the bucket is versioned; look at its versions and "
+            "CloudTrail); delete it to start a new patch run",
+            EXIT_FAILED,
+        )
+    return dict(stored)
+
+
+def _check_step(name: str, record: Any, expected_uri: str | None, bad: Any) -> None:
+    """Report through ``bad`` what is wrong with the record of step ``name``."""
+    key = f"steps.{name}"
+    if not isinstance(record, dict):
+        bad(key, record, "an object with 'at'")
+        return
+    at = record.get("at")
+    if not (isinstance(at, str) and TIMESTAMP.fullmatch(at)):
+        bad(f"{key}.at", at, "a UTC time such as 2026-01-01T12:00:00Z")
+    allowed = STEP_DETAILS[name]
+    for detail in sorted(set(record) - {"at", *allowed}):
+        bad(f"{key}.{detail}", record[detail], "no such key; keys: at" + "".join(f", {k}" for k in allowed))
+    if name == "backup":
+        if record.get("uri") != expected_uri:
+            bad(f"{key}.uri", record.get("uri"), expected_uri or "the run's backup location")
+        digests = record.get("digests")
+        if not _digests_ok(digests):
+            bad(
+                f"{key}.digests",
+                digests,
+                f"{BACKUP_FILES[0]} (and optionally {BACKUP_FILES[1]}) mapped to a SHA-256 in lower-case hex",
+            )
+    elif name == "update" and "note" in record and not isinstance(record["note"], str):
+        bad(f"{key}.note", record["note"], "text")
+    elif name == "wait" and record.get("status") != "InService":
+        bad(f"{key}.status", record.get("status"), "InService")
+
+
+def _digests_ok(digests: Any) -> bool:
+    return (
+        isinstance(digests, dict)
+        and BACKUP_FILES[0] in digests
+        and set(digests) <= set(BACKUP_FILES)
+        and all(isinstance(v, str) and SHA256.fullmatch(v) for v in digests.values())
+    )
+
+
+def tool_script(verb: str, uri: str, timeout: int, digests: dict[str, str] | None = None) -> str:
+    """The root shell script that runs mlcluster-backup: every argument checked, then quoted.
+
+    ``uri`` must be an ``s3://`` location of plain key characters; ``digests`` (restore only) are the
+    file name to SHA-256 pairs the backup printed, handed over as ``FILE=SHA256`` arguments. The
+    script ends in a newline, because the session appends its exit-code line after it.
+    """
+    if verb not in {"backup", "restore"}:
+        raise ValueError(f"verb: {verb!r} is not allowed; allowed: backup, restore")
+    if re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9._/-]+/", uri) is None or ".." in uri:
+        raise ValueError(f"uri: {uri!r} is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /")
+    if (verb == "restore") != (digests is not None) or (digests is not None and not _digests_ok(digests)):
+        raise ValueError(f"digests: {digests!r} is not allowed; restore takes the backup's digests, backup none")
+    arguments = [BACKUP_TOOL, verb, uri, *(f"{name}={digest}" for name, digest in sorted((digests or {}).items()))]
+    return f"set -o pipefail\ntimeout {int(timeout)} {shlex.join(arguments)} 2>&1 | tail -c 2000\n"
+
+
+def backup_digests(output: str) -> dict[str, str]:
+    """The ``MLCLUSTER_SHA256`` lines of a backup's output, as file name to digest (checked)."""
+    found = {name: digest for digest, name in DIGEST_LINE.findall(output)}
+    if not _digests_ok(found):
+        raise CliError(
+            f"the backup printed no valid digests (expected 'MLCLUSTER_SHA256 <sha256> <file>' for {BACKUP_FILES[0]} "
+            f"and optionally {BACKUP_FILES[1]}), got: {output.strip()[-300:]}\n"
+            "  what to do: update the lifecycle scripts (`npx cdk deploy`) so the controller has the current "
+            "mlcluster-backup; nothing was updated",
+            EXIT_FAILED,
+        )
+    return found
+
+
+def _run_tool(target: Target, verb: str, script: str, timeout: int, console: Console) -> runcommand.Result:
     node = controller(target)
     return runcommand.run(
         target,
         node,
-        f"set -o pipefail\ntimeout {timeout} {BACKUP_TOOL} {verb} {uri} 2>&1 | tail -c 2000",
+        script,
         comment=f"mlcluster patch {target.name}: {verb}",
         timeout_seconds=timeout,
         user=None,
@@ -163,7 +311,8 @@ def _wait(target: Target, state: PatchState, timeout: int, console: Console) -> 
                 raise CliError(
                     f"cluster {described['ClusterName']} is {status}: {described.get('FailureMessage', '')}\n"
                     f"  what to do: `mlcluster status {target.name}`; the backup stays at "
-                    f"{state.data['backup_uri']} and `mlcluster patch {target.name}` resumes once it is InService",
+                    f"{state.run_uri(state.data['run'])} and `mlcluster patch {target.name}` resumes once it is "
+                    "InService",
                     EXIT_FAILED,
                 )
             busy = sum(count for state, count in states.items() if PATCH_NODE_DECISIONS[state] == "busy")
@@ -184,7 +333,7 @@ def _wait(target: Target, state: PatchState, timeout: int, console: Console) -> 
 
 @click.command()
 @environment_options
-@click.option("--yes", is_flag=True, help="Do not ask before updating (the update replaces root volumes).")
+@click.option("--yes", is_flag=True, help="Do not ask before updating or before a resumed run's root actions.")
 @click.option(
     "--timeout",
     type=click.IntRange(60, 12 * 3600),
@@ -212,12 +361,13 @@ def patch(
 ) -> None:
     """Patch a HyperPod cluster: back up, UpdateClusterSoftware, wait, restore, report.
 
-    The controller's Slurm state is backed up to the data bucket with
-    mlcluster-backup (run as root in a non-interactive Session Manager session;
-    needs the AWS CLI and its Session Manager plugin) before the update and
-    restored after it. Progress is kept
-    in s3://<data bucket>/mlcluster/patch/<cluster>/state.json, so running the
-    command again after an interruption resumes where it stopped.
+    The controller's Slurm state is backed up to the cluster's patch backup
+    bucket with mlcluster-backup (run as root in a non-interactive Session
+    Manager session; needs the AWS CLI and its Session Manager plugin) before
+    the update and restored after it, checked against the digests the backup
+    printed. Progress is kept in s3://<backup bucket>/mlcluster/patch/<cluster>/state.json,
+    so running the command again after an interruption resumes where it
+    stopped (asking again before its next root action unless --yes).
     """
     from rich.console import Console
 
@@ -227,19 +377,21 @@ def patch(
     name = cluster_name(target)
     state = PatchState(target, name)
     stored = state.load()
-    resumed = stored is not None and not stored.get("complete")
-    if resumed and stored is not None:
-        state.data = stored
-        console.print(f"resuming patch run {stored['run']} (done: {', '.join(stored['steps']) or 'nothing'})")
+    # A finished run's marker is checked too: a marker this command did not write stops it either way.
+    checked = checked_state(stored, state, name) if stored is not None else None
+    if checked is not None and checked["complete"] is None:
+        state.data = checked
+        console.print(f"resuming patch run {state.data['run']} (done: {', '.join(state.data['steps']) or 'nothing'})")
     else:
         run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         state.data = {
             "run": run_id,
             "cluster": name,
-            "backup_uri": f"s3://{state.bucket}/{state.prefix}/{run_id}/",
+            "backup_uri": state.run_uri(run_id),
             "steps": {},
             "complete": None,
         }
+    backup_uri = state.run_uri(state.data["run"])
     described = describe_hyperpod(target)
     status = str(described["ClusterStatus"])
     if not state.done("update") and status != "InService":
@@ -251,12 +403,18 @@ def patch(
                 f"  what to do: wait (`mlcluster status {env} --watch`) and run again",
                 EXIT_FAILED,
             )
-    if not state.done("update") and not yes and not as_json:
-        click.confirm(f"UpdateClusterSoftware replaces the root volumes of every node of {name}; continue?", abort=True)
-    backup_uri = state.data["backup_uri"]
+    if not yes:
+        remaining = [step for step in STEPS if not state.done(step)]
+        question = (
+            f"UpdateClusterSoftware replaces the root volumes of every node of {name}; continue?"
+            if not state.done("update")
+            else f"patch run {state.data['run']} will now run as root on the controller of {name}: "
+            f"{', '.join(remaining)} (restore from {backup_uri}); continue?"
+        )
+        click.confirm(question, abort=True, err=True)
     if not state.done("backup"):
         state.save()
-        result = _run_tool(target, "backup", backup_uri, step_timeout, console)
+        result = _run_tool(target, "backup", tool_script("backup", backup_uri, step_timeout), step_timeout, console)
         if not result.ok:
             raise CliError(
                 f"backup to {backup_uri} failed ({result.status}, exit {result.exit_code}): "
@@ -265,7 +423,7 @@ def patch(
                 "run again once it is fixed",
                 EXIT_FAILED,
             )
-        state.mark("backup", uri=backup_uri)
+        state.mark("backup", uri=backup_uri, digests=backup_digests(result.stdout))
         console.print(f"backed up the controller's state to {backup_uri}")
     if not state.done("update"):
         with aws_errors(f"UpdateClusterSoftware for {name}"):
@@ -277,13 +435,15 @@ def patch(
         state.mark("wait", status=final)
         console.print(f"{name} is {final} again")
     if not state.done("restore"):
-        result = _run_tool(target, "restore", backup_uri, step_timeout, console)
+        digests = dict(state.data["steps"]["backup"]["digests"])
+        script = tool_script("restore", backup_uri, step_timeout, digests)
+        result = _run_tool(target, "restore", script, step_timeout, console)
         if not result.ok:
             raise CliError(
                 f"restore from {backup_uri} failed ({result.status}, exit {result.exit_code}): "
                 f"{result.stdout.strip()[-500:]} {result.stderr}\n  what to do: fix what the output says (by hand: "
-                f"`mlcluster ssh {env}`, then `sudo {BACKUP_TOOL} restore {backup_uri}`); run `mlcluster patch {env}` "
-                "again to retry the restore",
+                f"`mlcluster ssh {env}`, then `sudo {BACKUP_TOOL} restore {backup_uri} FILE=SHA256...` with the "
+                f"digests of {state.uri}); run `mlcluster patch {env}` again to retry the restore",
                 EXIT_FAILED,
             )
         state.mark("restore")

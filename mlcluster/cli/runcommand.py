@@ -25,6 +25,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import secrets
+import shlex
 import subprocess
 import tempfile
 import time
@@ -45,6 +47,8 @@ POLL_SECONDS = 5.0
 OUTPUT_LIMIT = 24000
 #: Marker line carrying the script's exit code out of a session.
 EXIT_MARKER = "MLCLUSTER_EXIT="
+#: A user name ``as_user`` accepts (the POSIX portable set, as useradd's default NAME_REGEX).
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 #: Every ``CommandInvocationStatus`` of botocore's SSM model: final (the result is read) or still changing.
 FINAL = {"Success", "Failed", "Cancelled", "TimedOut"}
 CHANGING = {"Pending", "InProgress", "Delayed", "Cancelling"}
@@ -80,10 +84,20 @@ def where_to_look(target: Target, node: Node, result: Result) -> str:
 
 
 def as_user(script: str, user: str | None) -> str:
-    """``script`` wrapped so that it runs in ``user``'s login shell (unchanged for ``None``)."""
+    """``script`` wrapped so that it runs in ``user``'s login shell (unchanged for ``None``).
+
+    The script goes in a quoted here-document whose delimiter carries a random token and is checked
+    to be on no line of the script, so no line of it can end the here-document early and run the rest
+    as root. ``user`` must be a plain POSIX user name, and is quoted besides.
+    """
     if user is None:
         return script
-    return f"sudo -iu {user} bash -s <<'MLCLUSTER_SCRIPT'\n{script.rstrip()}\nMLCLUSTER_SCRIPT\n"
+    if USER_NAME.fullmatch(user) is None:
+        raise ValueError(f"user: {user!r} is not allowed; allowed: a POSIX user name ({USER_NAME.pattern})")
+    delimiter = f"MLCLUSTER_SCRIPT_{secrets.token_hex(8)}"
+    if delimiter in script.splitlines():  # pragma: no cover - 64 random bits
+        raise ValueError("the script contains the here-document delimiter; run it again")
+    return f"sudo -iu {shlex.quote(user)} bash -s <<'{delimiter}'\n{script.rstrip()}\n{delimiter}\n"
 
 
 def run(
@@ -120,7 +134,10 @@ def run_session(
     from mlcluster.cli.ssh import require_tools
 
     aws = require_tools()
-    body = as_user(script, user) + f'echo "{EXIT_MARKER}$?"\n'
+    # The exit-code line must be a line of its own: a script without a final newline would glue the command
+    # to its last one (`tail -c 2000echo ...`), and output without one would glue the marker to its last line.
+    body = as_user(script, user)
+    body += ("" if body.endswith("\n") else "\n") + f"code=$?; printf '\\n{EXIT_MARKER}%s\\n' \"$code\"\n"
     encoded = base64.b64encode(body.encode()).decode()
     # The command goes in a parameters file: inline shorthand breaks on quotes and commas. The script is
     # decoded into a file mktemp makes (new, 0600, an unpredictable name) and removed afterwards: every

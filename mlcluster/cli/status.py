@@ -1,5 +1,9 @@
 """``mlcluster status``: stacks, cluster, nodes, FSx for Lustre and its DRAs on one screen.
 
+It also lists what of the environment is left in the account outside the app
+(``mlcluster.cli.orphans``): stacks dropped from it and retained resources,
+each with what it bills and how to remove or adopt it; any is a problem (exit 1).
+
 :func:`collect` gathers everything into plain data (what ``--json`` prints);
 :func:`render` draws it as rich tables. ``--watch`` redraws on an interval.
 """
@@ -17,6 +21,7 @@ import click
 from mlcluster.cli.context import STACK_SUFFIXES, Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
 from mlcluster.cli.nodes import describe_hyperpod, hyperpod_nodes, pcluster_nodes
+from mlcluster.cli.orphans import orphan_resources, orphan_stacks
 from mlcluster.config.observability import observability_enabled
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn, not when the command starts
@@ -209,6 +214,14 @@ def collect(target: Target) -> dict[str, Any]:
         cluster = _hyperpod(target) if target.backend == "hyperpod" else _pcluster(target)
     lustre = _lustre(target) if target.stack_name("Storage") in deployed else None
     problems = [f"{s['stack']} is {s['status']}" for s in stacks if s["status"] not in HEALTHY_STACK]
+    cfn = target.client("cloudformation")
+    orphans = orphan_stacks(cfn, target.environment) + orphan_resources(
+        cfn, target.client("resourcegroupstaggingapi"), target.environment
+    )
+    problems += [
+        f"{o.get('stack') or o.get('resource')} is left from {target.name} outside the app (bills {o['bills']})"
+        for o in orphans
+    ]
     if cluster is not None:
         if cluster["status"] not in {"InService", "CREATE_COMPLETE", "UPDATE_COMPLETE"}:
             problems.append(f"cluster {cluster['name']} is {cluster['status']}")
@@ -229,6 +242,7 @@ def collect(target: Target) -> dict[str, Any]:
         "stacks": stacks,
         "cluster": cluster,
         "lustre": lustre,
+        "orphans": orphans,
         "next": [f"mlcluster ssh {target.name}", f"mlcluster smoke {target.name}"] if cluster else [],
         "problems": problems,
         "healthy": not problems,
@@ -309,6 +323,17 @@ def render(data: dict[str, Any]) -> Group:
                     d["file_system_path"], d["repository"], _state(d["lifecycle"], {"AVAILABLE"}), latest, progress
                 )
             parts.append(dras)
+    if data["orphans"]:
+        left = _table(
+            f"Left outside the app (tagged mlcluster:environment={data['environment']})",
+            "stack or resource",
+            "bills",
+            "remove",
+            "adopt",
+        )
+        for o in data["orphans"]:
+            left.add_row(o.get("stack") or o.get("resource", ""), o["bills"], o["remove"], o["adopt"])
+        parts.append(left)
     outputs = _table("Outputs", "key", "value", header=False)
     for s in data["stacks"]:
         for key, value in s["outputs"].items():

@@ -88,6 +88,56 @@ def _unused_cluster_name(env: Environment) -> list[str]:
     return [f"cluster.name: {cluster.name!r} is set but cluster.backend is none, so nothing uses it"]
 
 
+def _dra_exports_deletions(env: Environment) -> list[str]:
+    storage = env.config.storage
+    if storage.lustre is None:
+        return []
+    bucket = storage.data_bucket
+    kept = (
+        f"keeps the deleted version {bucket.noncurrent_version_expiration_days} days"
+        if bucket.noncurrent_version_expiration_days is not None
+        else "keeps the deleted version (versioning) until someone deletes it"
+    )
+    backup = (
+        f"its AWS Backup recovery points keep it {bucket.backup.retention_days} days"
+        if bucket.backup is not None
+        else "it has no AWS Backup plan (storage.data_bucket.backup)"
+    )
+    return [
+        f"storage.lustre.data_repository_associations[{index}].auto_export_events: DELETED makes a file removed "
+        f"under /fsx{dra.file_system_path} ('rm -rf' included) delete its object in the bucket too; the bucket "
+        f"{kept} and {backup}. Leave DELETED out if deletions on the file system must not reach the bucket"
+        for index, dra in enumerate(storage.lustre.data_repository_associations)
+        if "DELETED" in dra.auto_export_events
+    ]
+
+
+def _home_on_head_node(env: Environment) -> list[str]:
+    cluster = env.config.cluster
+    if cluster.backend != "pcluster" or cluster.pcluster is None or cluster.pcluster.shared_storage.home_on_openzfs:
+        return []
+    return [
+        "cluster.pcluster.shared_storage.home_on_openzfs: false, so /home lives on the head node's root volume: "
+        f"'npx cdk destroy {env.name}/Cluster', a new cluster (a new cluster.name, a ParallelCluster version or "
+        "head node change) or a lost head node deletes every user's home, and nothing copies it. Add "
+        "storage.openzfs and set home_on_openzfs: true"
+    ]
+
+
+def _hyperpod_local_accounting(env: Environment) -> list[str]:
+    cluster = env.config.cluster
+    if cluster.backend != "hyperpod" or cluster.hyperpod is None:
+        return []
+    if cluster.hyperpod.lifecycle.accounting.mode != "local":
+        return []
+    return [
+        "cluster.hyperpod.lifecycle.accounting.mode: local keeps the Slurm accounting database and slurmctld's "
+        "state on the controller's own volume: replacing the controller or deleting the cluster destroys the job "
+        "history, and its only copy is the one 'mlcluster patch' takes around a patch. A scheduled second copy "
+        "is a database outside the cluster (mode: remote)"
+    ]
+
+
 RULES: tuple[Rule, ...] = (
     _public_ranges,
     _unreachable,
@@ -95,6 +145,9 @@ RULES: tuple[Rule, ...] = (
     _sagemaker_bucket,
     _single_nat,
     _unused_cluster_name,
+    _dra_exports_deletions,
+    _home_on_head_node,
+    _hyperpod_local_accounting,
 )
 
 

@@ -79,14 +79,18 @@ class RetentionConfig:
     )
 
     #: Construct paths (below the environment) of data-bearing resources this
-    #: file explicitly lets the next deploy replace, e.g. ``Storage/Lustre``.
-    #: The synth-time guard (``mlcluster.lockfile``) refuses every other replacement.
+    #: file explicitly lets the next deploy replace, delete or weaken, one resource
+    #: each, e.g. ``Storage/Lustre``. The synth-time guard (``mlcluster.lockfile``)
+    #: refuses every other such change, and an entry that names several resources
+    #: or allows nothing any more.
     allow_replacement: tuple[str, ...] = setting(
         default=(),
-        pattern=r"(Storage|DataRepository|Cluster|Network)(/[A-Za-z0-9_.-]+)*",
+        pattern=r"(Storage|DataRepository|Cluster|Network|Observability)(/[A-Za-z0-9_.-]+)*",
         allowed="allowed: construct paths below the environment, e.g. 'Storage/Lustre' or 'Cluster/Cluster'",
-        doc="construct paths (`Storage/Lustre`, `DataRepository/Lustre`, `Cluster/Cluster`, ...) whose replacement "
-        "the next deploy may make; the synth-time guard refuses every other replacement of data (see Day two)",
+        doc="the data-bearing resources (one construct path each: `Storage/Lustre`, "
+        "`DataRepository/Lustre/AssociationData`, `Cluster/Cluster`, ...) the next deploy may replace, delete or "
+        "keep less well; the synth-time guard refuses every other such change, and an entry still in the file "
+        "after its deploy (see Day two)",
     )
 
     @property
@@ -275,10 +279,33 @@ def load_environments(directory: Path, selected: Iterable[str] | None = None) ->
                     )
                 ],
             )
-        paths = [p for p in paths if p.stem in wanted]
+        chosen = [p for p in paths if p.stem in wanted]
+        loaded = load_files(chosen) if chosen else []
+        if loaded:
+            _check_unique_among(loaded, [p for p in paths if p not in chosen])
+        paths = chosen
     if not paths:
         raise ConfigError(str(directory), [Problem("(directory)", str(directory), "add at least one <name>.yaml")])
-    return load_files(paths)
+    return loaded if selected is not None else load_files(paths)
+
+
+def _check_unique_among(loaded: list[Environment], others: Sequence[Path]) -> None:
+    """Names the selected environments share with the files not selected (deployed too, from another synth).
+
+    A file that does not load is skipped here: its own synth reports it.
+    """
+    from mlcluster.config.names import collisions
+
+    rest: list[Environment] = []
+    for path in others:
+        try:
+            rest.append(load_environment(path))
+        except ConfigError:
+            continue
+    # The unselected first: a pair is reported on the selected file, naming the other one.
+    found = [(env, problem) for env, problem in collisions([*rest, *loaded]) if any(env is e for e in loaded)]
+    if found:
+        raise ConfigError.combine([ConfigError(env.source, [problem]) for env, problem in found])
 
 
 __all__ = [

@@ -23,8 +23,8 @@ from mlcluster.config.schema import NOT_A_VALUE, ConfigError, Problem
 
 #: The HyperPod lifecycle bucket, ``mlc-lifecycle-<environment>-<account>-<region>`` (see the lifecycle construct).
 LIFECYCLE_BUCKET_PREFIX = "mlc-lifecycle"
-#: The stacks every environment deploys, named ``<environment>-<stack>``.
-STACKS = ("Network", "Storage", "Cluster")
+#: The stacks an environment can deploy, named ``<environment>-<stack>`` (``mlcluster.stacks.stage``).
+STACKS = ("Network", "Storage", "DataRepository", "Observability", "Cluster")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ EVENTS = Literal["NEW", "CHANGED", "DELETED"]
 
 #: The file events a DRA can import or export automatically.
 DRA_EVENTS = ("NEW", "CHANGED", "DELETED")
+#: What a DRA exports by default: not ``DELETED``, so a file removed on the file system ('rm -rf'
+#: included) does not delete its object in the bucket, the file system's only second copy.
+DRA_EXPORT_DEFAULT = ("NEW", "CHANGED")
 #: FSx for Lustre allows at most this many data repository associations per file system.
 MAX_DATA_REPOSITORY_ASSOCIATIONS = 8
 #: Throughput per unit of storage (MB/s/TiB) of SSD Lustre file systems, by deployment type.
@@ -258,7 +261,9 @@ class DataRepositoryAssociationConfig:
         default=("NEW", "CHANGED", "DELETED"), doc="S3 changes copied into Lustre automatically"
     )
     auto_export_events: tuple[EVENTS, ...] = setting(
-        default=("NEW", "CHANGED", "DELETED"), doc="Lustre changes copied to S3 automatically"
+        default=DRA_EXPORT_DEFAULT,
+        doc="Lustre changes copied to S3 automatically (add `DELETED` and a file removed from Lustre deletes its "
+        "object too)",
     )
     batch_import_metadata_on_create: bool = setting(
         default=True, doc="list the existing objects in Lustre when the association is created"

@@ -40,7 +40,8 @@ AUTO_DELETE_REASONS = {
     "API; running it in the VPC would add interfaces and a dependency on the NAT without reaching anything there.",
 }
 #: The only removal policies a bucket (and the file systems) accept here.
-REMOVAL_POLICIES = (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY)
+#: RETAIN, RETAIN_ON_UPDATE_OR_DELETE (``RetainExceptOnCreate``: deleted when its create rolls back) or DESTROY.
+REMOVAL_POLICIES = (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE, cdk.RemovalPolicy.DESTROY)
 
 
 def grant_fsx_data_repository_access(
@@ -155,7 +156,7 @@ class DataBucket(Construct):
         :param noncurrent_version_expiration_days: days before overwritten or deleted object
             versions expire. Default: never.
         :param access_log_retention_days: days access logs are kept. Default: 365.
-        :param removal_policy: RETAIN or DESTROY. Default: RETAIN.
+        :param removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY. Default: RETAIN.
         """
         super().__init__(scope, construct_id)
         _check_props(
@@ -329,6 +330,9 @@ def _check_props(
         if value is not None and not low <= value <= high:
             problems.append(f"{name}: {value} is not allowed; use a whole number of days from {low} to {high}")
     if removal_policy not in REMOVAL_POLICIES:
-        problems.append(f"removal_policy: {removal_policy} is not allowed; use RemovalPolicy.RETAIN or DESTROY")
+        problems.append(
+            f"removal_policy: {removal_policy} is not allowed; use RemovalPolicy.RETAIN, "
+            "RETAIN_ON_UPDATE_OR_DELETE or DESTROY"
+        )
     if problems:
         raise ValueError("DataBucket: " + "; ".join(problems))

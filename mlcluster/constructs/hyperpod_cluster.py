@@ -143,7 +143,8 @@ class HyperPodCluster(Construct):
             node type and partition. Default: off.
         :param tags: tags on the cluster. Default: none.
         :param log_retention: how long the check function's logs are kept. Default: one year.
-        :param log_removal_policy: RETAIN or DESTROY those logs with the stack. Default: RETAIN.
+        :param log_removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY those logs with the
+            stack. Default: RETAIN.
         """
         super().__init__(scope, construct_id)
         tags = dict(tags or {})
@@ -309,8 +310,8 @@ class HyperPodCluster(Construct):
             "ThreadsPerCore": group.threads_per_core,
             "InstanceStorageConfigs": storage,
         }
-        if group.deep_health_checks:
-            spec["OnStartDeepHealthChecks"] = list(group.deep_health_checks)
+        if checks := group.deep_checks():
+            spec["OnStartDeepHealthChecks"] = list(checks)
         if group.training_plan_arn:
             spec["TrainingPlanArn"] = group.training_plan_arn
         if subnets:
@@ -574,10 +575,11 @@ def _check_group(label: str, group: InstanceGroupConfig, problems: list[str]) ->
         problems.append(f"{label}.threads_per_core: {group.threads_per_core} is not allowed; use 1 or 2")
     if not 1 <= group.ebs_volume_size_gib <= 16384:
         problems.append(f"{label}.ebs_volume_size_gib: {group.ebs_volume_size_gib} is not allowed; use 1 to 16384")
-    bad_checks = [c for c in group.deep_health_checks if c not in DEEP_HEALTH_CHECKS]
-    if bad_checks or len(set(group.deep_health_checks)) != len(group.deep_health_checks):
+    asked = group.deep_health_checks or ()
+    bad_checks = [c for c in asked if c not in DEEP_HEALTH_CHECKS]
+    if bad_checks or len(set(asked)) != len(asked):
         problems.append(
-            f"{label}.deep_health_checks: {list(group.deep_health_checks)} is not allowed; use each of "
+            f"{label}.deep_health_checks: {list(asked)} is not allowed; use each of "
             f"{', '.join(DEEP_HEALTH_CHECKS)} at most once"
         )
     if group.training_plan_arn is not None and not TRAINING_PLAN_ARN.fullmatch(group.training_plan_arn):
@@ -666,6 +668,9 @@ def _check_props(
         if len(value) > 256 or not TAG_TEXT.fullmatch(value):
             problems.append(f"tags[{key!r}]: {value!r} is not allowed; use 0-256 letters, digits, spaces and _.:/=+-@")
     if log_removal_policy not in REMOVAL_POLICIES:
-        problems.append(f"log_removal_policy: {log_removal_policy} is not allowed; use RemovalPolicy.RETAIN or DESTROY")
+        problems.append(
+            f"log_removal_policy: {log_removal_policy} is not allowed; use RemovalPolicy.RETAIN, "
+            "RETAIN_ON_UPDATE_OR_DELETE or DESTROY"
+        )
     if problems:
         raise ValueError("HyperPodCluster: " + "; ".join(problems))

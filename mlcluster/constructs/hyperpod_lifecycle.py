@@ -11,6 +11,7 @@ lifecycle features, and uploaded again whenever any of them changes.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -141,6 +142,7 @@ class HyperPodLifecycle(Construct):
         scripts_dir: Path | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
+        log_removal_policy: cdk.RemovalPolicy | None = None,
     ) -> None:
         """Create the bucket and the upload.
 
@@ -166,8 +168,9 @@ class HyperPodLifecycle(Construct):
         :param prefix: the key prefix of the upload, ending in ``/``. Default: ``lifecycle/``.
         :param scripts_dir: the folder to upload; must hold ``on_create.sh``.
             Default: mlcluster's HyperPod scripts.
-        :param removal_policy: RETAIN or DESTROY the bucket (and its logs). Default: RETAIN.
+        :param removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY the bucket (and its logs). Default: RETAIN.
         :param log_retention: how long the upload function's logs are kept. Default: one year.
+        :param log_removal_policy: the upload function's log group on delete. Default: ``removal_policy``.
         """
         super().__init__(scope, construct_id)
         folder = scripts_dir if scripts_dir is not None else LIFECYCLE_DIR / "hyperpod"
@@ -217,8 +220,16 @@ class HyperPodLifecycle(Construct):
             provisioning["fsx_openzfs_dns_name"] = openzfs_dns_name
             provisioning["fsx_openzfs_volume_path"] = openzfs_volume_path
             provisioning["fsx_openzfs_mount_point"] = openzfs_mount_point
+        # The generated inputs, as exact texts: uploaded as they are and copied into on_create.sh, whose
+        # node-side check refuses any that differs (they hold deploy-time values, so there is no digest).
+        self.generated_files = {
+            PROVISIONING_FILE: json.dumps(provisioning, indent=2) + "\n",
+            FEATURES_FILE: json.dumps(features_document(self.features, collector=collector_files is not None), indent=2)
+            + "\n",
+            **(collector_files or {}),
+        }
         # on_create.sh carries the SHA-256 of every other uploaded file and refuses to run on a mismatch.
-        self.on_create_script = render_on_create(folder, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS))
+        self.on_create_script = render_on_create(folder, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS), self.generated_files)
         self.scripts = ScriptBucket(
             self,
             "Resource",
@@ -227,17 +238,14 @@ class HyperPodLifecycle(Construct):
             sources=[
                 s3deploy.Source.asset(str(folder), exclude=EXCLUDE),
                 s3deploy.Source.data(ON_CREATE, self.on_create_script),
-                s3deploy.Source.json_data(PROVISIONING_FILE, provisioning),
-                s3deploy.Source.json_data(
-                    FEATURES_FILE, features_document(self.features, collector=collector_files is not None)
-                ),
                 s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE),
                 s3deploy.Source.asset(str(EXPORTERS_DIR), exclude=EXPORTERS_EXCLUDE),
-                *(s3deploy.Source.data(name, text) for name, text in (collector_files or {}).items()),
+                *(s3deploy.Source.data(name, text) for name, text in self.generated_files.items()),
             ],
             purpose="HyperPod lifecycle scripts and their generated inputs",
             removal_policy=removal_policy,
             log_retention=log_retention,
+            log_removal_policy=log_removal_policy,
         )
         self.bucket: s3.IBucket = self.scripts.bucket
         self.deployment = self.scripts.deployment
@@ -344,6 +352,9 @@ def _check_props(
     if not (scripts_dir / ON_CREATE).is_file():
         problems.append(f"scripts_dir: {str(scripts_dir)!r} has no {ON_CREATE}; HyperPod runs it on every node")
     if removal_policy not in REMOVAL_POLICIES:
-        problems.append(f"removal_policy: {removal_policy} is not allowed; use RemovalPolicy.RETAIN or DESTROY")
+        problems.append(
+            f"removal_policy: {removal_policy} is not allowed; use RemovalPolicy.RETAIN, "
+            "RETAIN_ON_UPDATE_OR_DELETE or DESTROY"
+        )
     if problems:
         raise ValueError("HyperPodLifecycle: " + "; ".join(problems))

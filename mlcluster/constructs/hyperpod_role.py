@@ -87,6 +87,7 @@ class HyperPodExecutionRole(Construct):
         data_bucket: s3.IBucket | None = None,
         data_bucket_access: DataAccess | None = None,
         secret_arns: Sequence[str] = (),
+        backup_bucket: s3.IBucket | None = None,
         backup_prefix: str | None = None,
         remote_write_workspace_arn: str | None = None,
         description: str = "SageMaker HyperPod cluster nodes: logs, metrics, SSM, lifecycle scripts, VPC interfaces",
@@ -103,9 +104,11 @@ class HyperPodExecutionRole(Construct):
             ``read`` when ``data_bucket`` is given, else ``none``.
         :param secret_arns: full ARNs of Secrets Manager secrets the nodes read
             (the Slurm accounting database's credentials). Default: none.
-        :param backup_prefix: a key prefix of ``data_bucket``, ending in ``/``, the
-            nodes may read and write whatever ``data_bucket_access`` says (the
-            controller's patch backups). Default: none.
+        :param backup_bucket: the cluster's patch backup bucket (``PatchBackupBucket``),
+            never the data bucket: jobs and the Lustre DRA write that one. Default: none.
+        :param backup_prefix: the key prefix of ``backup_bucket``, ending in ``/``, the
+            nodes may read and write (the controller's patch backups and their
+            state). Default: none.
         :param remote_write_workspace_arn: an Amazon Managed Service for Prometheus workspace the nodes
             remote-write to (the controller's metrics collector). Default: none.
         :param description: the role's description, e.g. naming its instance group.
@@ -142,12 +145,17 @@ class HyperPodExecutionRole(Construct):
             self._data(stack, data_bucket, access)
         if secret_arns:
             self._secrets(secret_arns)
-        if backup_prefix is not None:
-            if data_bucket is None or not backup_prefix.endswith("/") or backup_prefix.startswith("/"):
+        if (backup_prefix is None) != (backup_bucket is None):
+            raise ValueError("backup_bucket and backup_prefix: give both (the controller) or neither")
+        if backup_bucket is not None and backup_prefix is not None:
+            if not backup_prefix.endswith("/") or backup_prefix.startswith("/"):
+                raise ValueError(f"backup_prefix: {backup_prefix!r} is not allowed; use a key prefix ending in '/'")
+            if data_bucket is not None and backup_bucket is data_bucket:
                 raise ValueError(
-                    f"backup_prefix: {backup_prefix!r} needs data_bucket and must be a key prefix ending in '/'"
+                    "backup_bucket: the data bucket is not allowed; jobs and the Lustre DRA write it, and restore "
+                    "runs as root on the controller (use the cluster's PatchBackupBucket)"
                 )
-            self._backup(stack, data_bucket, backup_prefix)
+            self._backup(stack, backup_bucket, backup_prefix)
         if remote_write_workspace_arn is not None:
             self._policy(
                 "PrometheusRemoteWrite",
@@ -407,7 +415,7 @@ class HyperPodExecutionRole(Construct):
         acknowledge_wildcard_resource(
             policy,
             bucket.arn_for_objects(f"{prefix}*"),
-            "mlcluster-backup writes one folder per patch run under this cluster's own backup prefix of the data "
+            "mlcluster-backup writes one folder per patch run under this cluster's own prefix of the patch backup "
             "bucket; the wildcard is the run folders below that prefix, nothing else in the bucket.",
         )
 

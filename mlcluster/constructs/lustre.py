@@ -23,6 +23,7 @@ from constructs import Construct
 
 from mlcluster.config.storage import (
     DRA_EVENTS,
+    DRA_EXPORT_DEFAULT,
     METADATA_IOPS_HELP,
     association_conflicts,
     file_system_path_problem,
@@ -49,8 +50,9 @@ class DataRepositoryAssociationProps:
     """One link between a directory of the file system and an S3 location (a DRA).
 
     Default settings: ``/data`` linked to the root of the data bucket; new,
-    changed and deleted objects imported automatically and new, changed and
-    deleted files exported automatically; file metadata imported once when
+    changed and deleted objects imported automatically and new and changed
+    files exported automatically (not deleted ones: a file removed from the
+    file system keeps its object in the bucket); file metadata imported once when
     the association is created; files striped in 1024 MiB chunks.
 
     ``file_system_path`` (absolute, e.g. ``/data``), ``data_repository_path``
@@ -64,7 +66,7 @@ class DataRepositoryAssociationProps:
     data_repository_path: str | None = None
     data_bucket_prefix: str | None = None
     auto_import_events: tuple[str, ...] = DRA_EVENTS
-    auto_export_events: tuple[str, ...] = DRA_EVENTS
+    auto_export_events: tuple[str, ...] = DRA_EXPORT_DEFAULT
     batch_import_metadata_on_create: bool = True
     imported_file_chunk_size_mib: int = 1024
 
@@ -179,7 +181,7 @@ class LustreStorage(Construct):
         :param association_scope: where the DRAs are made, e.g. a construct in a
             stack of their own, so that what needs only the file system does not
             wait for their (possibly hours-long) batch imports. Default: this construct.
-        :param removal_policy: RETAIN or DESTROY. Default: RETAIN.
+        :param removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY. Default: RETAIN.
         """
         super().__init__(scope, construct_id)
         if data_repository_associations is None:
@@ -589,5 +591,5 @@ def _check_file_system(
         elif not cdk.Token.is_unresolved(log_group_name) and not log_group_name.startswith(LOG_GROUP_PREFIX):
             bad("log_group_name", log_group_name, f"FSx only logs to groups named {LOG_GROUP_PREFIX}...")
     if removal_policy not in REMOVAL_POLICIES:
-        bad("removal_policy", str(removal_policy), "use RemovalPolicy.RETAIN or RemovalPolicy.DESTROY")
+        bad("removal_policy", str(removal_policy), "use RemovalPolicy.RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY")
     return problems

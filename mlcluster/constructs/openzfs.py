@@ -106,7 +106,7 @@ class OpenZfsHome(Construct):
         :param automatic_backup_retention_days: 0 (off) to 90. Default: 7.
         :param daily_backup_start_time: HH:MM UTC. Default: 05:00.
         :param weekly_maintenance_start_time: D:HH:MM UTC, 1 = Monday. Default: 7:06:00.
-        :param removal_policy: RETAIN or DESTROY. Default: RETAIN.
+        :param removal_policy: RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY. Default: RETAIN.
         """
         super().__init__(scope, construct_id)
         multi_az = deployment_type == "MULTI_AZ_1"
@@ -269,5 +269,5 @@ def _check_props(
     if not re.fullmatch(WEEKLY_TIME, weekly_maintenance_start_time):
         bad("weekly_maintenance_start_time", weekly_maintenance_start_time, "use D:HH:MM in UTC (1 = Monday)")
     if removal_policy not in REMOVAL_POLICIES:
-        bad("removal_policy", str(removal_policy), "use RemovalPolicy.RETAIN or RemovalPolicy.DESTROY")
+        bad("removal_policy", str(removal_policy), "use RemovalPolicy.RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY")
     return problems

@@ -50,6 +50,14 @@ OBJECT_CHANGE_ACTIONS = (
     "s3:PutObjectRetention",
     "s3:PutObjectLegalHold",
 )
+#: Every action that changes who may do what in a bucket: a Deny in its policy is only as strong as these.
+POLICY_CHANGE_ACTIONS = (
+    "s3:PutBucketPolicy",
+    "s3:DeleteBucketPolicy",
+    "s3:PutBucketAcl",
+    "s3:PutBucketOwnershipControls",
+    "s3:PutBucketPublicAccessBlock",
+)
 #: AWS managed policies grant object writes on every bucket whose name contains this, in any case
 #: (AmazonSageMakerFullAccess, AmazonSageMakerFeatureStoreAccess): a script bucket's name must not.
 MANAGED_POLICY_BUCKET_WORD = "sagemaker"
@@ -68,7 +76,10 @@ class ScriptBucket(Construct):
     every principal but the upload function's role (and, when the bucket is
     destroyed with the stack, the role of CDK's function that empties it):
     an explicit deny beats any identity policy's allow, administrators' and
-    AWS managed policies' included. Nodes read it by explicit grants in
+    AWS managed policies' included. That deny would be removable by anyone
+    allowed ``s3:PutBucketPolicy`` (AmazonS3FullAccess), so the policy also
+    denies changing the policy, ACL, ownership and public access block to all
+    but the deploy (:func:`deny_bucket_policy_changes`). Nodes read it by explicit grants in
     their own roles. The bucket's name (given, or generated from the stack
     name) must not contain ``sagemaker`` in any case, which AWS managed
     policies match to grant writes.
@@ -89,6 +100,7 @@ class ScriptBucket(Construct):
         bucket_name: str | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
+        log_removal_policy: cdk.RemovalPolicy | None = None,
     ) -> None:
         """Create the bucket and the upload.
 
@@ -98,6 +110,8 @@ class ScriptBucket(Construct):
         :param bucket_name: an explicit bucket name. Default: generated.
         :param removal_policy: RETAIN (default) or DESTROY the bucket and logs.
         :param log_retention: how long the upload function's logs are kept. Default: one year.
+        :param log_removal_policy: what happens to the upload function's log group (its history of
+            uploads) on delete. Default: ``removal_policy``.
         """
         super().__init__(scope, construct_id)
         if not prefix.endswith("/") or prefix.startswith("/"):
@@ -116,7 +130,12 @@ class ScriptBucket(Construct):
         self.prefix = prefix
         self.data_bucket = DataBucket(self, "Resource", bucket_name=bucket_name, removal_policy=removal_policy)
         self.bucket: s3.IBucket = self.data_bucket.bucket
-        log_group = logs.LogGroup(self, "UploadLogs", retention=log_retention, removal_policy=removal_policy)
+        log_group = logs.LogGroup(
+            self,
+            "UploadLogs",
+            retention=log_retention,
+            removal_policy=removal_policy if log_removal_policy is None else log_removal_policy,
+        )
         self.deployment = s3deploy.BucketDeployment(
             self,
             "Upload",
@@ -128,6 +147,7 @@ class ScriptBucket(Construct):
         )
         self._acknowledge_upload_handler(purpose)
         self._deny_object_changes(stack, removal_policy)
+        self.policy_writers = deny_bucket_policy_changes(self.bucket)
         acknowledge_compliance(
             self.data_bucket,
             "S3BucketReplicationEnabled",
@@ -255,6 +275,46 @@ class _AssetsBucketAcknowledgement:
                         "bucket's objects.",
                     )
         return []
+
+
+def deploy_role_arn(scope: IConstruct) -> str:
+    """The role CloudFormation deploys ``scope``'s stack with: the bootstrap's ``cfn-exec`` role.
+
+    ``cdk deploy`` with the default synthesizer hands CloudFormation that role, and CloudFormation makes
+    every bucket call of the stack (creating and updating the bucket policy included) as it. Another
+    synthesizer (CLI credentials, legacy) would deploy as whoever runs the deploy, which a policy cannot
+    name in advance: refused rather than lock the deploy out of its own bucket.
+    """
+    synthesizer = cdk.Stack.of(scope).synthesizer
+    if not isinstance(synthesizer, cdk.DefaultStackSynthesizer):
+        raise ValueError(
+            f"{scope.node.path}: the stack's synthesizer is {type(synthesizer).__name__}; the bucket policy lock "
+            "names the CloudFormation execution role of the DefaultStackSynthesizer (cdk bootstrap), so use it"
+        )
+    # The synthesizer's ARN carries ${AWS::Partition} (and account, region) placeholders for CloudFormation.
+    return cdk.Fn.sub(synthesizer.cloud_formation_execution_role_arn)
+
+
+def deny_bucket_policy_changes(bucket: s3.IBucket) -> list[str]:
+    """Deny ``POLICY_CHANGE_ACTIONS`` on ``bucket`` to every principal but the deploy; returns who may.
+
+    The one principal left is CloudFormation's execution role (:func:`deploy_role_arn`), which
+    creates, updates and deletes the policy with the stack. Nothing else needs to: the upload
+    function writes objects, not the policy. If the deploy role were locked out too, the account's
+    root user can still put or delete a bucket policy (S3 keeps that for recovery).
+    """
+    writers = [deploy_role_arn(bucket)]
+    bucket.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="OnlyTheDeployChangesThePolicy",
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=list(POLICY_CHANGE_ACTIONS),
+            resources=[bucket.bucket_arn],
+            conditions={"ArnNotEquals": {"aws:PrincipalArn": writers}},
+        )
+    )
+    return writers
 
 
 def _as_list(value: Any) -> list[Any]:

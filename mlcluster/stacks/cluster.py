@@ -28,6 +28,7 @@ from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.constructs.hyperpod_role import HyperPodExecutionRole
 from mlcluster.constructs.nag import acknowledge_wildcard_resource
 from mlcluster.constructs.network import NetworkRef
+from mlcluster.constructs.patch_backup import PatchBackupBucket
 from mlcluster.constructs.pcluster_cluster import (
     PclusterCluster,
     PclusterProviderRole,
@@ -49,7 +50,7 @@ from mlcluster.pcluster.render import (
     render_cluster_config,
     user_script_objects,
 )
-from mlcluster.stacks.common import export_output, log_retention, removal_policy
+from mlcluster.stacks.common import export_output, log_retention, removal_policy, scripts_removal_policy
 from mlcluster.stacks.storage import StorageStack
 
 #: Where the ParallelCluster node scripts live in their bucket.
@@ -270,8 +271,10 @@ class ClusterStack(cdk.Stack):
             collector_files=(
                 render(hyperpod_inputs(cfg, **self._collector_common())) if self.prometheus is not None else None
             ),
-            removal_policy=removal_policy(env),
+            removal_policy=scripts_removal_policy(),
             log_retention=log_retention(env),
+            # The upload history is kept as the environment keeps its logs.
+            log_removal_policy=removal_policy(env),
         )
         accounting = cfg.lifecycle.accounting
         labels = network_zone_labels(env.config.network)
@@ -291,6 +294,8 @@ class ClusterStack(cdk.Stack):
             raise ConfigError(env.source, problems)
         override_subnets = [subnet for chosen in group_subnets.values() for subnet in chosen]
         node_subnets = list(dict.fromkeys([network.private_subnets[0], *override_subnets]))
+        # `mlcluster patch` keeps the controller's backups here, away from the data bucket (see patch_backup.py).
+        backups = PatchBackupBucket(self, "PatchBackups", removal_policy=removal_policy(env))
         roles: dict[str, iam.IRole] = {}
         for group in groups:
             is_controller = group is cfg.controller
@@ -307,6 +312,7 @@ class ClusterStack(cdk.Stack):
                 # Only the controller runs slurmdbd, so only its role reads the accounting database's secret.
                 secret_arns=[accounting.secret_arn] if accounting.secret_arn and is_controller else [],
                 # `mlcluster patch` runs mlcluster-backup on the controller (see mlcluster/cli/patch.py).
+                backup_bucket=backups.bucket if is_controller else None,
                 backup_prefix=f"{PATCH_BACKUP_PREFIX}{env.cluster_name}/" if is_controller else None,
                 # Only the controller runs the metrics collector, so only its role may write to the workspace.
                 remote_write_workspace_arn=(
@@ -314,6 +320,16 @@ class ClusterStack(cdk.Stack):
                 ),
                 description=f"SageMaker HyperPod instance group {group.instance_group_name} of {env.cluster_name}",
             ).role
+        backups.deny_roles(
+            [role.role_arn for name, role in roles.items() if name != cfg.controller.instance_group_name]
+        )
+        export_output(
+            self,
+            env,
+            "PatchBackupBucketName",
+            backups.bucket.bucket_name,
+            "Where `mlcluster patch` keeps the controller's backups and run state (controller and operator only)",
+        )
         self.hyperpod = HyperPodCluster(
             self,
             "Cluster",

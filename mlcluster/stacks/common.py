@@ -15,8 +15,27 @@ from mlcluster.config.environment import LOG_RETENTION_DAYS
 
 
 def removal_policy(environment: Environment) -> cdk.RemovalPolicy:
-    """RETAIN unless the environment explicitly asks to destroy data on delete."""
-    return cdk.RemovalPolicy.RETAIN if environment.config.retention.keeps_data else cdk.RemovalPolicy.DESTROY
+    """Retain on update or delete unless the environment explicitly asks to destroy data on delete.
+
+    ``RETAIN_ON_UPDATE_OR_DELETE`` renders ``DeletionPolicy: RetainExceptOnCreate`` (and
+    ``UpdateReplacePolicy: Retain``): a resource is kept when its stack is deleted or it leaves the
+    template, but deleted when the create that made it rolls back (a failed first deploy, or a
+    replacement whose update fails), so a failed create leaves no empty file system billing.
+    """
+    return (
+        cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE
+        if environment.config.retention.keeps_data
+        else cdk.RemovalPolicy.DESTROY
+    )
+
+
+def scripts_removal_policy() -> cdk.RemovalPolicy:
+    """Script buckets hold only what every deploy uploads again: they go with their stack.
+
+    A retained bucket with a fixed name (the HyperPod lifecycle bucket) would make the next
+    deploy of the stack fail with "already exists"; emptied and deleted, it is made again.
+    """
+    return cdk.RemovalPolicy.DESTROY
 
 
 def removal_policy_except_on_create(environment: Environment) -> cdk.RemovalPolicy:

@@ -220,6 +220,7 @@ class World:
     file_system: str = ""
     cluster_arn: str = ""
     head_node: str = ""
+    backup_bucket: str = ""
 
     def run(self, *args: str, input: str | None = None) -> Result:
         return invoke(*args, "--environments", str(self.environments), input=input)
@@ -346,12 +347,17 @@ def hyperpod(aws: Aws, tmp_path: Path) -> World:
     for cluster_node in cluster.nodes.values():
         cluster_node.instance_id = next(ids)
         cluster_node.message = ""
+    backup_bucket = f"{env}-patch-backups-{ACCOUNT}"
+    aws_client("s3", region).create_bucket(
+        Bucket=backup_bucket, CreateBucketConfiguration={"LocationConstraint": region}
+    )
     _stack(
         region,
         f"{env}-Cluster",
         {
             "ClusterName": name,
             "ClusterArn": arn,
+            "PatchBackupBucketName": backup_bucket,
             "ControllerSsmCommand": (
                 f'aws ssm start-session --region {region} --target "sagemaker-cluster:k3x9q2a1b2c3_controller-machine-'
                 f"$(aws sagemaker list-cluster-nodes --region {region} --cluster-name {name} --query "
@@ -359,7 +365,7 @@ def hyperpod(aws: Aws, tmp_path: Path) -> World:
             ),
         },
     )
-    return World(folder, env, region, name, bucket, fs_id, arn)
+    return World(folder, env, region, name, bucket, fs_id, arn, backup_bucket=backup_bucket)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from syrupy.assertion import SnapshotAssertion
 
 from tests.cli.conftest import REPO, invoke
 
-COMMANDS = [[], ["ssh"], ["ssh-config"], ["status"], ["smoke"], ["patch"]]
+COMMANDS = [[], ["ssh"], ["ssh-config"], ["status"], ["smoke"], ["health"], ["patch"], ["preflight"], ["cost"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: "-".join(c) or "mlcluster")

@@ -77,7 +77,8 @@ def test_the_script_runs_from_a_private_file_never_from_a_fixed_name_in_tmp(
     assert "/tmp/" not in command, command
     done = run_on_node(command, node_tmp)
     assert done.returncode == 0, done.stderr
-    first, marker = done.stdout.splitlines()
+    first, blank, marker = done.stdout.splitlines()
+    assert blank == ""
     assert first.startswith(f"ran the script from {node_tmp}/tmp.")  # mktemp's file under the node's TMPDIR
     assert marker == "MLCLUSTER_EXIT=0"
     assert "PLANTED" not in done.stdout
@@ -92,3 +93,43 @@ def test_the_scripts_exit_code_comes_back_and_the_file_is_still_removed(
     # The script's own ``exit`` ends it before the marker line: the session reports the shell's exit code.
     assert done.returncode == 3
     assert sorted(p.name for p in node_tmp.iterdir()) == ["mlcluster-step.sh"]
+
+
+def test_a_script_without_a_final_newline_still_runs_and_reports(
+    monkeypatch: pytest.MonkeyPatch, node_tmp: Path
+) -> None:
+    """`... | tail -c 2000` without a newline used to become `tail -c 2000echo ...`; output without one glued the marker."""
+    done = run_on_node(session_command(monkeypatch, "printf 'no newline' | tail -c 2000"), node_tmp)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["no newline", "MLCLUSTER_EXIT=0"]
+
+
+def test_a_line_equal_to_the_old_delimiter_does_not_end_the_user_script_early(tmp_path: Path) -> None:
+    """The user's here-document cannot be closed by a line of the script: the rest would run as root."""
+    canary = tmp_path / "canary"
+    script = f"echo first\nMLCLUSTER_SCRIPT\ntouch {canary}\n"
+    wrapped = runcommand.as_user(script, "nobody")
+    delimiter = wrapped.split("<<'", 1)[1].split("'", 1)[0]
+    assert delimiter.startswith("MLCLUSTER_SCRIPT_") and len(delimiter) == len("MLCLUSTER_SCRIPT_") + 16
+    # Replace sudo by a shell that prints what it got on stdin: the whole script, nothing run outside.
+    done = REAL_RUN(
+        ["bash", "-c", wrapped.replace("sudo -iu nobody bash -s", "cat")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.stdout == script
+    assert not canary.exists()
+    assert runcommand.as_user(script, "nobody") != wrapped  # a new token each time
+
+
+@pytest.mark.parametrize("user", ["root; id", "$(id)", "Alice", "a b", "-u0", ""])
+def test_as_user_refuses_a_user_name_that_is_not_plain(user: str) -> None:
+    with pytest.raises(ValueError, match="is not allowed; allowed: a POSIX user name"):
+        runcommand.as_user("true\n", user)
+
+
+@pytest.mark.parametrize("user", ["ubuntu", "ec2-user", "_svc", "a" * 32])
+def test_as_user_accepts_plain_user_names(user: str) -> None:
+    assert runcommand.as_user("true\n", user).startswith(f"sudo -iu {user} bash -s <<'MLCLUSTER_SCRIPT_")

@@ -107,6 +107,14 @@ def test_status_shows_stacks_cluster_nodes_lustre_dras_and_outputs(
         "DescribeFileSystems",
         "DescribeDataRepositoryAssociations",
         "DescribeDataRepositoryTasks",
+        # What the app left behind: every stack for the tag, the live stacks' resources, tagged resources.
+        "DescribeStacks",
+        "ListStackResources",
+        "ListStackResources",
+        "ListStackResources",
+        "ListStackResources",
+        "ListStackResources",
+        "GetResources",
     ]
     assert aws.params("DescribeDataRepositoryTasks") == [
         {"Filters": [{"Name": "file-system-id", "Values": [hyperpod.file_system]}]}

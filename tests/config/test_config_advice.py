@@ -9,7 +9,7 @@ import pytest
 import mlcluster.app
 import mlcluster.stacks.stage
 from mlcluster.config.project import check_environments
-from tests.config.cases import NET, pcluster
+from tests.config.cases import NET, hyperpod, pcluster
 
 WARN = [
     (
@@ -54,19 +54,58 @@ WARN = [
         NET + "cluster: {name: train}\n",
         "cluster.name: 'train' is set but cluster.backend is none, so nothing uses it",
     ),
+    (
+        "a DRA exporting deletions",
+        NET + "storage: {lustre: {data_repository_associations: "
+        "[{file_system_path: /data, auto_export_events: [NEW, CHANGED, DELETED]}]}}\n",
+        "storage.lustre.data_repository_associations[0].auto_export_events: DELETED makes a file removed under "
+        "/fsx/data ('rm -rf' included) delete its object in the bucket too; the bucket keeps the deleted version "
+        "(versioning) until someone deletes it and it has no AWS Backup plan (storage.data_bucket.backup). Leave "
+        "DELETED out if deletions on the file system must not reach the bucket",
+    ),
+    (
+        "a DRA exporting deletions into an expiring, backed-up bucket",
+        NET + "storage:\n  lustre: {data_repository_associations: [{auto_export_events: [DELETED]}]}\n"
+        "  data_bucket: {noncurrent_version_expiration_days: 90, backup: {retention_days: 35}}\n",
+        "storage.lustre.data_repository_associations[0].auto_export_events: DELETED makes a file removed under "
+        "/fsx/data ('rm -rf' included) delete its object in the bucket too; the bucket keeps the deleted version "
+        "90 days and its AWS Backup recovery points keep it 35 days. Leave DELETED out if deletions on the file "
+        "system must not reach the bucket",
+    ),
+    (
+        "/home on the ParallelCluster head node",
+        pcluster(),
+        "cluster.pcluster.shared_storage.home_on_openzfs: false, so /home lives on the head node's root volume: "
+        "'npx cdk destroy dev/Cluster', a new cluster (a new cluster.name, a ParallelCluster version or head node "
+        "change) or a lost head node deletes every user's home, and nothing copies it. Add storage.openzfs and set "
+        "home_on_openzfs: true",
+    ),
+    (
+        "HyperPod accounting on the controller",
+        hyperpod(),
+        "cluster.hyperpod.lifecycle.accounting.mode: local keeps the Slurm accounting database and slurmctld's "
+        "state on the controller's own volume: replacing the controller or deleting the cluster destroys the job "
+        "history, and its only copy is the one 'mlcluster patch' takes around a patch. A scheduled second copy is "
+        "a database outside the cluster (mode: remote)",
+    ),
 ]
 
 QUIET = {
     "private ranges at the edge": "network: {availability_zone: us-east-1a, cidr: 172.31.0.0/16, "
     "secondary_cidr: 192.168.0.0/16}\n",
+    # /home on OpenZFS: no head-node warning either.
     "ssm off with a key pair": pcluster(
         head="{subnet: public, ssm: false, key_name: ops, ssh_allowed_cidr: 203.0.113.0/24}"
-    ),
+    ).replace("    queues:", "    shared_storage: {home_on_openzfs: true}\n    queues:")
+    + "storage: {openzfs: {deployment_type: SINGLE_AZ_HA_2}}\n",
     "destroy without packs": NET + "retention: {on_delete: destroy}\n",
     "retain with packs": NET + "compliance: {packs: [hipaa-security]}\n",
     "per-zone nat gateways": "network: {availability_zone: us-east-1a, nat_gateways: per_zone, "
     "extra_zones: [{availability_zone: us-east-1b}]}\n",
     "bucket name without the word": NET + "storage: {data_bucket: {name: team-sage-data}}\n",
+    "a DRA exporting all but deletions": NET + "storage: {lustre: {data_repository_associations: "
+    "[{auto_export_events: [NEW, CHANGED]}]}}\n",
+    "HyperPod without accounting": hyperpod() + "    lifecycle: {accounting: {mode: none}}\n",
 }
 
 
@@ -89,9 +128,18 @@ def test_no_warning_at_the_edge(tmp_path: Path, text: str) -> None:
     assert check_environments(write(tmp_path, text)).warnings == []
 
 
-def test_examples_are_quiet() -> None:
+def test_examples_warn_only_where_data_lives_on_a_node() -> None:
+    """The examples are quiet but for the two places where data has no second copy by default."""
     root = Path(__file__).resolve().parents[2]
-    assert check_environments(root / "environments").warnings == []
+    found = sorted(
+        w.split(": ", 2)[:2][0].rsplit("/", 1)[-1] + " " + w.split(": ", 2)[1]
+        for w in check_environments(root / "environments").warnings
+    )
+    assert found == [
+        "hyperpod.yaml cluster.hyperpod.lifecycle.accounting.mode",
+        "p4de.yaml cluster.pcluster.shared_storage.home_on_openzfs",
+        "p5.yaml cluster.pcluster.shared_storage.home_on_openzfs",
+    ]
 
 
 def test_synth_prints_each_warning_once(

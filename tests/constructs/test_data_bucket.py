@@ -376,7 +376,10 @@ def test_cfn_lint_clean(built: Built) -> None:
         ({"abort_incomplete_multipart_upload_days": 0}, r"abort_incomplete_multipart_upload_days: 0 .* 1 to 365"),
         ({"noncurrent_version_expiration_days": 0}, r"noncurrent_version_expiration_days: 0 .* 1 to 36500"),
         ({"access_log_retention_days": 40000}, r"access_log_retention_days: 40000 .* 1 to 36500"),
-        ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, r"removal_policy: .* use RemovalPolicy.RETAIN or DESTROY"),
+        (
+            {"removal_policy": cdk.RemovalPolicy.SNAPSHOT},
+            r"removal_policy: .* use RemovalPolicy.RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY",
+        ),
     ],
 )
 def test_rejects_bad_props(props: dict[str, Any], message: str) -> None:

@@ -139,11 +139,21 @@ def test_upload_goes_under_the_prefix_and_prunes(built: Built) -> None:
 
 def test_provisioning_parameters_carry_groups_and_the_deploy_time_fsx_name(built: Built) -> None:
     text = (staged(built, "provisioning_parameters.json") / "provisioning_parameters.json").read_text()
-    (markers,) = [m for m in deployment(built)["SourceMarkers"] if m]
-    ((marker, value),) = markers.items()
-    # At deployment the marker becomes the JSON string of the storage stack's export.
-    assert value == {"Fn::Join": ["", ['"', {"Fn::ImportValue": DNS_EXPORT}, '"']]}
-    content = json.loads(text.replace(marker, json.dumps("fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com")))
+    props = deployment(built)
+
+    def markers_of(file_name: str) -> dict[str, Any]:
+        """The upload markers of the source that uploads ``file_name`` (markers are numbered per source)."""
+        key = staged(built, file_name).name.removeprefix("asset.") + ".zip"
+        return dict(props["SourceMarkers"][props["SourceObjectKeys"].index(key)])
+
+    ((marker, value),) = markers_of("provisioning_parameters.json").items()
+    # At deployment the marker becomes the storage stack's export, inside the JSON string.
+    assert value == {"Fn::ImportValue": DNS_EXPORT}
+    # on_create.sh carries the same text with the same deploy-time value (its copy of the generated file).
+    on_create = (staged(built, "on_create.sh") / "on_create.sh").read_text()
+    ((copy_marker, copy_value),) = markers_of("on_create.sh").items()
+    assert copy_value == value and text.replace(marker, copy_marker) in on_create
+    content = json.loads(text.replace(marker, "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com"))
     assert content == {
         "version": "1.0.0",
         "workload_manager": "slurm",

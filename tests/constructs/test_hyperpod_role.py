@@ -24,6 +24,7 @@ from mlcluster.constructs.data_bucket import DataBucket
 from mlcluster.constructs.hyperpod_role import HyperPodExecutionRole
 from mlcluster.constructs.nag import flatten_resource
 from mlcluster.constructs.network import ClusterNetwork
+from mlcluster.constructs.patch_backup import PatchBackupBucket
 
 SECRET = "arn:aws:secretsmanager:us-east-1:111111111111:secret:slurm-db-AbCdEf"
 LIFECYCLE_BUCKET = "mlc-lifecycle-test-111111111111-us-east-1"
@@ -294,3 +295,54 @@ def test_all_problems_are_reported_at_once(parts: dict[str, Any]) -> None:
             lifecycle_prefix="x",
         )
     assert all(p in str(caught.value) for p in ("subnets:", "security_groups:", "lifecycle_prefix:"))
+
+
+def _backup_role(**backup: Any) -> None:
+    app = cdk.App()
+    stack = cdk.Stack(app, "Cluster")
+    net = ClusterNetwork(stack, "Net", availability_zone_id="use1-az4")
+    data = DataBucket(stack, "Data")
+    HyperPodExecutionRole(
+        stack,
+        "Controller",
+        vpc=net.vpc,
+        subnets=net.private_subnets,
+        security_groups=[net.security_group],
+        lifecycle_bucket=s3.Bucket.from_bucket_name(stack, "LifecycleBucket", LIFECYCLE_BUCKET),
+        data_bucket=data.bucket,
+        **{key: (data.bucket if value == "data" else value) for key, value in backup.items()},
+    )
+
+
+@pytest.mark.parametrize(
+    ("backup", "message"),
+    [
+        ({"backup_bucket": "data", "backup_prefix": "mlcluster/patch/c/"}, "backup_bucket: the data bucket is not"),
+        ({"backup_prefix": "mlcluster/patch/c/"}, "backup_bucket and backup_prefix: give both"),
+    ],
+    ids=["data-bucket", "prefix-alone"],
+)
+def test_patch_backups_never_go_to_the_data_bucket(backup: dict[str, Any], message: str) -> None:
+    """Jobs and the Lustre DRA write the data bucket, and mlcluster-backup restores as root from its location."""
+    with pytest.raises(ValueError, match=message):
+        _backup_role(**backup)
+
+
+def test_patch_backups_in_their_own_bucket_are_accepted() -> None:
+    app = cdk.App()
+    stack = cdk.Stack(app, "Cluster")
+    net = ClusterNetwork(stack, "Net", availability_zone_id="use1-az4")
+    backups = PatchBackupBucket(stack, "Backups")
+    made = HyperPodExecutionRole(
+        stack,
+        "Controller",
+        vpc=net.vpc,
+        subnets=net.private_subnets,
+        security_groups=[net.security_group],
+        lifecycle_bucket=s3.Bucket.from_bucket_name(stack, "LifecycleBucket", LIFECYCLE_BUCKET),
+        backup_bucket=backups.bucket,
+        backup_prefix="mlcluster/patch/c/",
+    )
+    text = json.dumps(Template.from_stack(stack).to_json())
+    assert "PatchBackupObjects" in text and "PatchBackupKey" in text  # its KMS key, through S3 only
+    assert made.role is not None

@@ -383,7 +383,8 @@ def test_default_association(built: Built) -> None:
         "ImportedFileChunkSize": 1024,
         "S3": {
             "AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
-            "AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
+            # Not DELETED: a file removed from the file system keeps its object in the bucket.
+            "AutoExportPolicy": {"Events": ["NEW", "CHANGED"]},
         },
     }
     assert "DependsOn" not in dra
@@ -558,7 +559,7 @@ def paths(*fs_paths: str) -> list[DataRepositoryAssociationProps]:
         ),
         (
             {"removal_policy": cdk.RemovalPolicy.SNAPSHOT},
-            r"removal_policy: .*use RemovalPolicy.RETAIN or RemovalPolicy.DESTROY",
+            r"removal_policy: .*use RemovalPolicy.RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY",
         ),
         (
             {"data_repository_associations": paths(*(f"/d{i}" for i in range(9)))},

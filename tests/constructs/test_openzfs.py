@@ -297,7 +297,10 @@ def test_cfn_lint_clean(built: Built) -> None:
         ({"automatic_backup_retention_days": -1}, r"automatic_backup_retention_days: -1 .*0 \(off\) to 90 days"),
         ({"daily_backup_start_time": "24:00"}, r"daily_backup_start_time: '24:00' .*HH:MM"),
         ({"weekly_maintenance_start_time": "0:01:00"}, r"weekly_maintenance_start_time: '0:01:00' .*D:HH:MM"),
-        ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, r"removal_policy: .*RETAIN or RemovalPolicy.DESTROY"),
+        (
+            {"removal_policy": cdk.RemovalPolicy.SNAPSHOT},
+            r"removal_policy: .*RETAIN, RETAIN_ON_UPDATE_OR_DELETE or DESTROY",
+        ),
     ],
 )
 def test_rejects_bad_props(props: dict[str, Any], message: str) -> None:

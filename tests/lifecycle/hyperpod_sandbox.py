@@ -25,11 +25,20 @@ import subprocess
 import sys
 import tempfile
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS
-from mlcluster.lifecycle.hyperpod import ENTRYPOINT, HYPERPOD_DIR, MANIFEST_MARK, manifest, render_on_create
+from mlcluster.lifecycle.hyperpod import (
+    ENTRYPOINT,
+    GENERATED_MARK,
+    HYPERPOD_DIR,
+    MANIFEST_MARK,
+    generated_copies,
+    manifest,
+    render_on_create,
+)
 
 #: Real tools the scripts and stubs may use; nothing here changes the machine outside the sandbox.
 SAFE_TOOLS = (
@@ -69,6 +78,9 @@ PROVISIONING: dict[str, object] = {
 
 #: Test data: the real ``git ls-tree -r`` listings of the pinned Enroot, Pyxis and nccl-tests commits.
 DATA = Path(__file__).parent / "data"
+
+#: The generated files HyperPodLifecycle uploads beside the scripts (on_create.sh's GENERATED_FILES).
+GENERATED = ("mlcluster_features.json", "provisioning_parameters.json", "collector.yml", "collector_targets.json")
 
 FSX_SOURCE = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
 
@@ -202,7 +214,10 @@ case ${args[0]} in
       echo "$version" >"$STUB_STATE/dpkg/$pkg"
       case $pkg in
         docker-ce) provide "$pkg" docker
-          grep -q '^docker:' "$MLC_ROOT/etc/group" || echo 'docker:x:998:' >>"$MLC_ROOT/etc/group" ;;
+          grep -q '^docker:' "$MLC_ROOT/etc/group" || echo 'docker:x:998:' >>"$MLC_ROOT/etc/group"
+          # The daemon's socket as the package leaves it: root:docker 0660 (docker.socket's SocketMode).
+          mkdir -p "$MLC_ROOT/run" && : >"$MLC_ROOT/run/docker.sock"
+          chown 0:998 "$MLC_ROOT/run/docker.sock" && chmod 660 "$MLC_ROOT/run/docker.sock" ;;
         mariadb-server) provide "$pkg" mysql mysqldump
           grep -q '^mysql:' "$MLC_ROOT/etc/passwd" || echo 'mysql:x:402:402::/nonexistent:/bin/false' >>"$MLC_ROOT/etc/passwd"
           mkdir -p "$MLC_ROOT/var/lib/mysql" && echo ibdata >"$MLC_ROOT/var/lib/mysql/ibdata1" ;;
@@ -458,7 +473,11 @@ PACKAGE_STUBS: dict[str, str] = {
     "docker": r"""
 case $1 in
   info)
-    [[ -e $STUB_STATE/systemd/active/docker ]] || { echo "Cannot connect to the Docker daemon" >&2; exit 1; }
+    # The client talks to the daemon over its socket: the kernel decides who may (root, group docker).
+    [[ -e $STUB_STATE/systemd/active/docker && -r $MLC_ROOT/run/docker.sock && -w $MLC_ROOT/run/docker.sock ]] || {
+      echo "permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock" >&2
+      exit 1
+    }
     sed -n 's/.*"data-root": "\(.*\)".*/\1/p' "$MLC_ROOT/etc/docker/daemon.json" ;;
   inspect)
     if [[ $2 == --type ]]; then image=$4; [[ -e $STUB_STATE/docker/images/${image//\//_} ]]; else [[ -e $STUB_STATE/docker/$2 ]]; fi ;;
@@ -470,6 +489,10 @@ case $1 in
 esac
 """,
     "mysql": r"""
+if [[ ${1:-} == --help ]]; then
+  echo "  --sandbox           Disallow commands that access the file system"
+  exit 0
+fi
 act "$@"
 cat >>"$STUB_STATE/mysql.sql"
 """,
@@ -588,10 +611,18 @@ class Sandbox:
         shutil.copytree(HYPERPOD_DIR, self.lifecycle, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         for shared in EXPORTER_SCRIPTS:  # uploaded to the top of the prefix from the shared folder
             shutil.copy2(shared, self.lifecycle / shared.name)
-        # What HyperPodLifecycle uploads: on_create.sh with the checksums of the other files in it.
-        _write(self.lifecycle / ENTRYPOINT, render_on_create(HYPERPOD_DIR, EXPORTER_SCRIPTS), 0o755)
-        _write(self.lifecycle / "mlcluster_features.json", json.dumps(self.features))
-        _write(self.lifecycle / "provisioning_parameters.json", json.dumps(self.provisioning))
+        _write(self.lifecycle / "mlcluster_features.json", json.dumps(self.features) + "\n")
+        _write(self.lifecycle / "provisioning_parameters.json", json.dumps(self.provisioning) + "\n")
+        self.render_entrypoint()
+
+    def generated(self) -> dict[str, str]:
+        """The generated files in the lifecycle copy, by name, as HyperPodLifecycle would upload them."""
+        return {name: (self.lifecycle / name).read_text() for name in GENERATED if (self.lifecycle / name).is_file()}
+
+    def render_entrypoint(self, extra: Sequence[Path] = EXPORTER_SCRIPTS) -> None:
+        """What HyperPodLifecycle uploads: on_create.sh with the checksums of the other files and copies of
+        the generated ones (those in the copy now) in it."""
+        _write(self.lifecycle / ENTRYPOINT, render_on_create(HYPERPOD_DIR, extra, self.generated()), 0o755)
 
     def _build_bin(self) -> None:
         for folder, stubs in ((self.bin, STUBS), (self.pkgbin, PACKAGE_STUBS)):
@@ -629,7 +660,9 @@ class Sandbox:
         assert count == 1, f"{script}: {pattern!r} matches {count} times"
         path.write_text(text, encoding="utf-8")
         template = (HYPERPOD_DIR / ENTRYPOINT).read_text(encoding="utf-8")
-        _write(self.lifecycle / ENTRYPOINT, template.replace(MANIFEST_MARK + "\n", manifest(self.lifecycle)), 0o755)
+        rendered = template.replace(MANIFEST_MARK + "\n", manifest(self.lifecycle))
+        rendered = rendered.replace(f"    {GENERATED_MARK}\n", generated_copies(self.generated()))
+        _write(self.lifecycle / ENTRYPOINT, rendered, 0o755)
 
     def env(self) -> dict[str, str]:
         """The whole environment of a run (nothing inherited from the test process)."""
@@ -670,6 +703,31 @@ class Sandbox:
             capture_output=True,
             text=True,
             timeout=30,
+            check=False,
+        )
+
+    def run_as(self, uid: int, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run a script of the lifecycle copy as ``uid`` (gid = uid, no other groups), with the node's environment.
+
+        This is how ``srun`` starts a user's job on a node: the pre-check runs as the cluster's default
+        user, who is not in the docker group.
+        """
+        return subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--",
+                "bash",
+                str(self.lifecycle / script),
+                *args,
+            ],
+            cwd=self.base,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
             check=False,
         )
 

@@ -20,7 +20,6 @@ import pytest
 from mlcluster.collector import CollectorInputs, render
 from mlcluster.lifecycle.collector import COLLECTOR_SCRIPTS
 from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS
-from mlcluster.lifecycle.hyperpod import ENTRYPOINT, HYPERPOD_DIR, render_on_create
 from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, WORKER_IP, Sandbox
 from tests.lifecycle.pcluster_sandbox import PclusterNode, SigningKey, make_key, sandbox_base, sha256, source_tarball
 
@@ -115,6 +114,8 @@ def test_pcluster_head_installs_the_pinned_collector_as_its_own_user(head: Pclus
         assert f"\n{hardening}\n" in unit
     refresher = head.text("etc/systemd/system/mlcluster-collector-targets.service")
     assert "\nUser=mlc-collector\n" in refresher and "ReadWritePaths=/var/lib/mlcluster-collector/targets" in refresher
+    # Memory bounded: a flood of samples kills the collector, not slurmctld or MariaDB beside it.
+    assert "\nMemoryMax=4G\n" in unit and "\nMemoryMax=256M\n" in refresher
     assert "OnUnitActiveSec=1min" in head.text("etc/systemd/system/mlcluster-collector-targets.timer")
     assert head.text("etc/mlcluster/collector/prometheus.yml") == render(INPUTS)["collector.yml"]
     assert head.owner_mode("var/lib/mlcluster-collector") == (0, "0o755")
@@ -188,7 +189,7 @@ def _controller(tmp_path: Path, collector: bool = True) -> Sandbox:
     # What HyperPodLifecycle uploads: on_create.sh whose manifest lists the collector's and the exporters'
     # files too (here the node's copies, whose installer pins the test tarball).
     extra = [box.lifecycle / script.name for script in (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS)]
-    (box.lifecycle / ENTRYPOINT).write_text(render_on_create(HYPERPOD_DIR, extra))
+    box.render_entrypoint(extra)
     (box.serve / TARBALL_NAME).write_bytes(PROMETHEUS)
     (box.bin / "useradd").write_text("#!/bin/bash\n" + USERADD.replace("$ROOTDIR", "$MLC_ROOT"))
     # The sandbox's uname answers -r (the kernel); the installer asks -m (the architecture) too.

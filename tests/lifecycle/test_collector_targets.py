@@ -26,7 +26,9 @@ COLLECTOR_UID = 2990
 SCRIPT = COLLECTOR_DIR / "collector_targets.py"
 
 #: ``scontrol show nodes --oneliner`` of a ParallelCluster cluster: two GPU nodes up, one powered down,
-#: one powering up (no address yet), a CPU node in a mixed queue, and a Trainium node.
+#: one powering up (no address yet), a CPU node in a mixed queue, and a Trainium node. The State
+#: values are as a real scontrol prints them (tests/system/test_slurm.py runs one): flags joined with
+#: ``+``, never sinfo's suffixes (``#``, ``*``, ``~``); a node that has not answered yet has NOT_RESPONDING.
 GPU_1 = (
     "NodeName=gpu-st-p5-1 Arch=x86_64 CoresPerSocket=48 CPUAlloc=0 AvailableFeatures=static,p5.48xlarge,p5,efa,gpu "
     "ActiveFeatures=static,p5.48xlarge,p5,efa,gpu Gres=gpu:h100:8 NodeAddr=10.1.0.20 NodeHostName=gpu-st-p5-1 "
@@ -42,7 +44,7 @@ GPU_DOWN = (
 )
 GPU_BOOTING = (
     "NodeName=gpu-dy-p5-2 AvailableFeatures=dynamic,p5.48xlarge,p5,efa,gpu NodeAddr=gpu-dy-p5-2 "
-    "NodeHostName=gpu-dy-p5-2 State=IDLE#+CLOUD+POWERING_UP Partitions=gpu"
+    "NodeHostName=gpu-dy-p5-2 State=IDLE+CLOUD+NOT_RESPONDING+POWERING_UP Partitions=gpu"
 )
 CPU = (
     "NodeName=mixed-st-c5-1 AvailableFeatures=static,c5.4xlarge,c5 NodeAddr=10.1.0.40 State=ALLOCATED Partitions=mixed"
@@ -218,12 +220,13 @@ CONFIG = Config(
         (GPU_DOWN, []),
         (GPU_BOOTING, []),
         ("NodeName=a NodeAddr=10.0.0.1 State=FUTURE Partitions=gpu", []),
-        ("NodeName=a NodeAddr=10.0.0.1 State=DOWN*+DRAIN Partitions=gpu", ["a"]),  # down but there: up == 0 shows it
+        # down but there: up == 0 shows it
+        ("NodeName=a NodeAddr=10.0.0.1 State=DOWN+DRAIN+NOT_RESPONDING Partitions=gpu", ["a"]),
         ("NodeName=a NodeAddr=ip-10-0-0-1 State=IDLE Partitions=gpu", ["a"]),  # a host name counts
         # HyperPod: nodes named and addressed by host name, not cloud nodes.
         ("NodeName=ip-10-1-4-190 NodeAddr=ip-10-1-4-190 State=IDLE Partitions=p5", ["ip-10-1-4-190"]),
         ("NodeName=q-dy-c-1 NodeAddr=q-dy-c-1 State=IDLE+CLOUD Partitions=q", []),  # no instance yet
-        ("NodeName=q-dy-c-1 NodeAddr=10.0.0.9 State=IDLE+CLOUD+POWERING_UP Partitions=q", []),  # still booting
+        ("NodeName=q-dy-c-1 NodeAddr=10.0.0.9 State=IDLE+CLOUD+NOT_RESPONDING+POWERING_UP Partitions=q", []),  # booting
         ("NodeName=a NodeAddr= State=IDLE Partitions=gpu", []),
     ],
 )

@@ -460,3 +460,51 @@ def test_the_older_lifecycle_switch_is_refused_with_the_new_key() -> None:
     message = raised.value.render()
     assert "observability" in message and "observability.prometheus.enabled: true" in message
     assert load_section(LifecycleConfig, {"observability": False}, "env.yaml").observability is False
+
+
+# ---------------------------------------------------------------- an account named like the exporters' user
+
+#: Accounts named mlc-exporter that must not be adopted (a cluster user, a directory user, root's uid),
+#: and the edge that must: a system account without a login shell.
+NOT_ADOPTED = [
+    ("mlc-exporter:x:2005:2005::/home/mlc-exporter:/bin/bash", "uid 2005 with shell /bin/bash"),
+    ("mlc-exporter:x:1000:1000::/home/mlc-exporter:/usr/sbin/nologin", "uid 1000 with shell /usr/sbin/nologin"),
+    ("mlc-exporter:x:998:998::/nonexistent:/bin/sh", "uid 998 with shell /bin/sh"),
+    ("mlc-exporter:x:0:0::/root:/usr/sbin/nologin", "uid 0 with shell /usr/sbin/nologin"),
+]
+
+
+@pytest.mark.parametrize(("entry", "named"), NOT_ADOPTED)
+def test_hyperpod_an_account_named_like_the_exporter_user_is_not_adopted(
+    tmp_path: Path, entry: str, named: str
+) -> None:
+    sandbox = hyperpod_node(tmp_path, CONTROLLER_IP)
+    with (sandbox.root / "etc/passwd").open("a") as passwd:
+        passwd.write(entry + "\n")
+    proc = sandbox.run("on_create.sh", "observability")
+    assert proc.returncode != 0
+    log = sandbox.read("/var/log/provision/observability.log")
+    assert f"mlc-exporter exists as {named}, not as a system account (uid 1-999, no login shell)" in log
+    assert not (sandbox.root / "etc/systemd/system/mlcluster-node-exporter.service").exists()
+    assert not (sandbox.root / "var/lib/mlcluster-exporters/textfile").exists()
+
+
+def test_hyperpod_an_existing_system_account_is_adopted(tmp_path: Path) -> None:
+    sandbox = hyperpod_node(tmp_path, CONTROLLER_IP)
+    with (sandbox.root / "etc/passwd").open("a") as passwd:
+        passwd.write("mlc-exporter:x:997:997::/nonexistent:/usr/sbin/nologin\n")
+    proc = sandbox.run("on_create.sh", "observability")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (sandbox.root / "var/lib/mlcluster-exporters/textfile").stat().st_uid == 997
+
+
+@pytest.mark.parametrize(("entry", "named"), NOT_ADOPTED[:1])
+def test_pcluster_an_account_named_like_the_exporter_user_is_not_adopted(
+    make_node: MakeNode, entry: str, named: str
+) -> None:
+    node = make_node(gpu=False)
+    with (node.root / "etc/passwd").open("a") as passwd:
+        passwd.write(entry + "\n")
+    assert node.run("head", "exporters").returncode == 1
+    assert f"mlc-exporter exists as {named}, not as a system account" in node.log("exporters")
+    assert not (node.root / "etc/systemd/system/mlcluster-node-exporter.service").exists()

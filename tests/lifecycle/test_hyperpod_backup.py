@@ -1,13 +1,22 @@
 """The controller's state off the root volume, and mlcluster-backup (the operator's step before patching).
 
-Contract (lifecycle README): ``/usr/local/sbin/mlcluster-backup backup|restore s3://BUCKET/PREFIX``
-on the controller, as root; exit 0 done, 1 failed, 2 bad usage; idempotent.
+Contract (lifecycle README): ``/usr/local/sbin/mlcluster-backup backup s3://BUCKET/PREFIX`` prints
+``MLCLUSTER_SHA256 <sha256> <file>`` per file; ``restore s3://BUCKET/PREFIX FILE=SHA256...`` restores
+only files with those digests, plain files and folders, without the archive's owners; on the
+controller, as root; exit 0 done, 1 failed, 2 bad usage; idempotent.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import io
+import re
+import shutil
 import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,6 +74,16 @@ def test_without_the_secondary_volume_the_state_goes_to_fsx(tmp_path: Path) -> N
     assert "StateSaveLocation=/fsx/.mlcluster/controller/slurmctld\n" in sandbox.read("/opt/slurm/etc/slurm.conf")
 
 
+def digests(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The ``FILE=SHA256`` restore arguments from a backup's ``MLCLUSTER_SHA256`` lines."""
+    found = re.findall(r"^MLCLUSTER_SHA256 ([0-9a-f]{64}) (\S+)$", result.stdout, re.M)
+    return [f"{name}={digest}" for digest, name in found]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def test_backup_then_restore_round_trips_and_can_run_again(controller: Sandbox) -> None:
     state = controller.root / STATE.lstrip("/")
     (state / "job_state").write_text("jobs v1\n")
@@ -79,48 +98,130 @@ def test_backup_then_restore_round_trips_and_can_run_again(controller: Sandbox) 
     assert actions.index("systemctl stop slurmctld") < actions.index("systemctl start slurmctld")
     assert "mysqldump --single-transaction --databases slurm_acct_db" in actions
     assert (controller.state / "systemd/active/slurmctld").exists()
-    sums = s3(controller, "SHA256SUMS").read_text()
-    assert "slurmctld-state.tar.gz" in sums and "accounting.sql.gz" in sums
+    sums = digests(result)
+    assert sums == [
+        f"accounting.sql.gz={sha(s3(controller, 'accounting.sql.gz').read_bytes())}",
+        f"slurmctld-state.tar.gz={sha(s3(controller, 'slurmctld-state.tar.gz').read_bytes())}",
+    ]
+    assert not s3(controller, "SHA256SUMS").exists()  # digests never live next to the files they vouch for
     assert b"slurm_acct_db" in gzip.decompress(s3(controller, "accounting.sql.gz").read_bytes())
 
     (state / "job_state").write_text("lost after patching\n")
     sql_before = (controller.state / "mysql.sql").read_text()
     for _ in range(2):  # a second restore gives the same state
-        result = backup_tool(controller, "restore", URI)
+        result = backup_tool(controller, "restore", URI, *sums)
         assert result.returncode == 0, result.stderr
         assert (state / "job_state").read_text() == "jobs v1\n"
         info = state.stat()
         assert (info.st_uid, info.st_mode & 0o777) == (0, 0o700)
     assert (controller.state / "mysql.sql").read_text().count("slurm_acct_db") > sql_before.count("slurm_acct_db")
+    assert "mysql --sandbox --protocol=socket --user=root" in controller.actions()
     assert "systemctl restart slurmdbd" in controller.actions()
     assert (controller.state / "systemd/active/slurmctld").exists()
     assert not list(state.parent.glob(".restore.*"))
 
 
-def test_a_tampered_backup_is_not_restored(controller: Sandbox) -> None:
-    assert backup_tool(controller, "backup", URI).returncode == 0
+def test_a_tampered_backup_is_not_restored_even_with_matching_sums_beside_it(controller: Sandbox) -> None:
+    sums = digests(backup_tool(controller, "backup", URI))
     state = controller.root / STATE.lstrip("/")
     (state / "job_state").write_text("current\n")
-    s3(controller, "slurmctld-state.tar.gz").write_bytes(gzip.compress(b"not the backup"))
+    forged = gzip.compress(b"not the backup")
+    s3(controller, "slurmctld-state.tar.gz").write_bytes(forged)
+    s3(controller, "SHA256SUMS").write_text(f"{sha(forged)}  slurmctld-state.tar.gz\n")  # the old self-vouching
     before = len(controller.actions())
-    result = backup_tool(controller, "restore", URI)
+    result = backup_tool(controller, "restore", URI, *sums)
     assert result.returncode == 1
-    assert f"the backup in {URI} does not match its SHA256SUMS; nothing was restored" in result.stderr
+    assert f"{URI}/slurmctld-state.tar.gz is not the file the backup wrote (its SHA-256 differs)" in result.stderr
     assert (state / "job_state").read_text() == "current\n"
     assert "systemctl stop slurmctld" not in controller.actions()[before:]
 
 
+def archive(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for info, data in members:
+            info.size = len(data) if info.isreg() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return buffer.getvalue()
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, mode: int = 0o600, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.linkname, info.uid, info.gid = kind, mode, link, 2001, 2001
+    return info
+
+
 @pytest.mark.parametrize(
-    "args", [(), ("backup",), ("backup", "/tmp/x"), ("snapshot", URI), ("backup", "s3://Bad_Bucket/x")]
+    ("members", "message"),
+    [
+        ([member("/etc/cron.d/x")], "has an absolute path '/etc/cron.d/x'"),
+        ([member("./../../../etc/cron.d/x")], "has a '..' path './../../../etc/cron.d/x'"),
+        ([member("..")], "has a '..' path '..'"),
+        ([member("./job_state", tarfile.SYMTYPE, 0o777, "/etc/shadow")], "has a member of type 'l'"),
+        ([member("./a"), member("./b", tarfile.LNKTYPE, link="./a")], "has a member of type 'h'"),
+        ([member("./dev", tarfile.CHRTYPE)], "has a member of type 'c'"),
+        ([member("./tool", mode=0o4755)], "has a setuid/setgid member (-rwsr-xr-x)"),
+        ([member("./tool", mode=0o2755)], "has a setuid/setgid member (-rwxr-sr-x)"),
+    ],
+    ids=["absolute", "dotdot", "dotdot-alone", "symlink", "hardlink", "device", "setuid", "setgid"],
+)
+def test_restore_refuses_an_archive_it_did_not_write(
+    controller: Sandbox, members: list[tarfile.TarInfo], message: str
+) -> None:
+    """Even with digests that match (a forged state), nothing but plain files and folders is restored."""
+    state = controller.root / STATE.lstrip("/")
+    (state / "job_state").write_text("current\n")
+    data = archive(*((m, b"x\n") for m in members))
+    s3(controller, "slurmctld-state.tar.gz").write_bytes(data)
+    before = len(controller.actions())
+    result = backup_tool(controller, "restore", URI, f"slurmctld-state.tar.gz={sha(data)}")
+    assert result.returncode == 1, result.stderr
+    assert f"the state archive {message}; nothing was restored" in result.stderr, result.stderr
+    assert (state / "job_state").read_text() == "current\n"
+    assert "systemctl stop slurmctld" not in controller.actions()[before:]
+
+
+def test_restore_keeps_no_owner_or_mode_from_the_archive(controller: Sandbox) -> None:
+    state = controller.root / STATE.lstrip("/")
+    data = archive((member("./", tarfile.DIRTYPE, 0o777), b""), (member("./job_state", mode=0o666), b"jobs\n"))
+    s3(controller, "slurmctld-state.tar.gz").write_bytes(data)
+    result = backup_tool(controller, "restore", URI, f"slurmctld-state.tar.gz={sha(data)}")
+    assert result.returncode == 0, result.stderr
+    restored = (state / "job_state").stat()
+    assert (restored.st_uid, restored.st_gid, restored.st_mode & 0o777) == (0, 0, 0o600)  # not 2001, not 0666
+    assert (state.stat().st_uid, state.stat().st_mode & 0o777) == (0, 0o700)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        ("backup",),
+        ("backup", "/tmp/x"),
+        ("snapshot", URI),
+        ("backup", "s3://Bad_Bucket/x"),
+        ("backup", "s3://ops-backups-123/x;id"),
+        ("backup", "s3://ops-backups-123/a/../b"),
+        ("backup", "s3://ops-backups-123"),
+        ("backup", URI, "extra"),
+        ("restore", URI),
+        ("restore", URI, "accounting.sql.gz=" + "0" * 64),
+        ("restore", URI, "slurmctld-state.tar.gz=" + "0" * 63),
+        ("restore", URI, "../x=" + "0" * 64),
+    ],
 )
 def test_bad_usage_exits_2(controller: Sandbox, args: tuple[str, ...]) -> None:
     result = backup_tool(controller, *args)
     assert result.returncode == 2
-    assert "usage: mlcluster-backup backup|restore s3://BUCKET/PREFIX" in result.stderr
+    assert "usage: mlcluster-backup backup s3://BUCKET/PREFIX | restore s3://BUCKET/PREFIX FILE=SHA256..." in (
+        result.stderr
+    )
 
 
 def test_a_missing_backup_fails_with_the_s3_error(controller: Sandbox) -> None:
-    result = backup_tool(controller, "restore", "s3://ops-backups-123/never-written")
+    result = backup_tool(
+        controller, "restore", "s3://ops-backups-123/never-written", "slurmctld-state.tar.gz=" + "0" * 64
+    )
     assert result.returncode == 1
     assert "(404)" in result.stderr
 
@@ -131,3 +232,88 @@ def test_it_runs_on_the_controller_only(tmp_path: Path) -> None:
     result = backup_tool(sandbox, "backup", URI)
     assert result.returncode == 1
     assert "this is a worker node; run mlcluster-backup on the controller" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A real MariaDB server (Debian's mariadb-server, tests/system-packages.txt) on a private socket."""
+    server, installer = shutil.which("mariadbd"), shutil.which("mariadb-install-db")
+    if server is None or installer is None or shutil.which("mysql") is None:
+        pytest.fail("the MariaDB server and client are needed: apt-get install mariadb-server mariadb-client")
+    folder = tmp_path_factory.mktemp("mariadb")
+    socket = folder / "sock"
+    subprocess.run(
+        [installer, "--no-defaults", f"--datadir={folder / 'data'}", "--user=root"],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    process = subprocess.Popen(
+        [
+            server,
+            "--no-defaults",
+            f"--datadir={folder / 'data'}",
+            f"--socket={socket}",
+            "--skip-networking",
+            "--user=root",
+            f"--pid-file={folder / 'pid'}",
+            f"--log-error={folder / 'error.log'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(120):
+            if socket.exists():
+                break
+            time.sleep(0.25)
+        else:
+            pytest.fail(f"mariadbd did not start: {(folder / 'error.log').read_text()[-1000:]}")
+        yield socket
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def test_a_shell_escape_in_the_dump_does_not_run_with_the_real_mariadb_client(
+    controller: Sandbox, mariadb: Path, tmp_path: Path
+) -> None:
+    """The real client and server: a backup round-trips, and a `\\!` line in a dump is refused, not run as root."""
+    (controller.base / ".my.cnf").write_text(f"[client]\nsocket={mariadb}\n")
+    for tool in ("mysql", "mysqldump"):
+        link = controller.state / "bin" / tool
+        link.unlink()
+        link.symlink_to(shutil.which(tool) or tool)
+    subprocess.run(
+        ["mysql", f"--socket={mariadb}", "--user=root"],
+        input="CREATE DATABASE IF NOT EXISTS slurm_acct_db; CREATE TABLE IF NOT EXISTS slurm_acct_db.job (id INT);"
+        " INSERT INTO slurm_acct_db.job VALUES (7);",
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    backup = backup_tool(controller, "backup", URI)
+    assert backup.returncode == 0, backup.stderr
+    subprocess.run(
+        ["mysql", f"--socket={mariadb}", "--user=root", "-e", "DELETE FROM slurm_acct_db.job"], check=True, timeout=60
+    )
+    restored = backup_tool(controller, "restore", URI, *digests(backup))
+    assert restored.returncode == 0, restored.stderr
+    rows = subprocess.run(
+        ["mysql", f"--socket={mariadb}", "--user=root", "-N", "-e", "SELECT id FROM slurm_acct_db.job"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert rows.stdout.split() == ["7"]
+
+    canary = tmp_path / "canary"
+    dump = gzip.compress(f"SELECT 1;\n\\! /usr/bin/id > {canary}\nSELECT 2;\n".encode())
+    s3(controller, "accounting.sql.gz").write_bytes(dump)
+    sums = [s for s in digests(backup) if s.startswith("slurmctld")] + [f"accounting.sql.gz={sha(dump)}"]
+    result = backup_tool(controller, "restore", URI, *sums)
+    assert result.returncode == 1
+    assert "Not allowed in the sandbox mode" in result.stderr
+    assert not canary.exists()
+    assert (controller.state / "systemd/active/slurmctld").exists()  # started again after the failure

@@ -7,7 +7,11 @@ connection (destination and owner uid), so the tests show who is rejected, not o
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, Sandbox
 
@@ -95,6 +99,46 @@ def test_the_boot_unit_restores_both_rules(tmp_path: Path) -> None:
         f"|| ip6tables --wait --insert {v6}'\n"
     ) in unit
     assert "systemctl enable mlcluster-imds-root-only" in sandbox.actions()
+
+
+def test_the_boot_unit_runs_before_any_user_process_can(tmp_path: Path) -> None:
+    """After a reboot the rules are back before the network, logins, sshd, cron, at and slurmd start.
+
+    ``After=network-pre.target`` alone (the old unit) ordered nothing before user sessions; systemd
+    itself (systemd-analyze verify) checks the unit parses and its dependencies resolve.
+    """
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
+    run_imds(sandbox)
+    unit = sandbox.read(UNIT)
+    lines = unit.splitlines()
+    before = {name for line in lines if line.startswith("Before=") for name in line.removeprefix("Before=").split()}
+    assert {
+        "network-pre.target",
+        "systemd-user-sessions.service",
+        "ssh.service",
+        "cron.service",
+        "atd.service",
+        "slurmd.service",
+    } <= before
+    assert "Wants=network-pre.target" in lines and "DefaultDependencies=no" in lines
+    assert "RequiredBy=systemd-user-sessions.service" in lines
+    assert not any(line.startswith("After=") and "network" in line for line in lines)
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.fail("systemd-analyze is needed to check the unit (Debian package systemd)")
+    folder = tmp_path / "units"
+    folder.mkdir()
+    (folder / "mlcluster-imds-root-only.service").write_text(unit.replace("/bin/sh", "/bin/true"))
+    done = subprocess.run(
+        [analyze, "verify", "--man=no", str(folder / "mlcluster-imds-root-only.service")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # It names the file on every line about it: an unknown key, a bad value, a missing section.
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stderr.splitlines() if str(folder) in line] == []
 
 
 def test_a_node_without_ipv6_gets_the_ipv4_rule_only(tmp_path: Path) -> None:

@@ -58,7 +58,14 @@ def staged(built: Built, file_name: str) -> Path:
 
 def test_the_uploaded_on_create_carries_the_checksum_of_every_other_uploaded_file(built: Built) -> None:
     on_create = (staged(built, "on_create.sh") / "on_create.sh").read_text()
-    assert on_create == render_on_create(HYPERPOD_DIR, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS))
+    # The generated files as uploaded (this stack's values are literal, so no upload markers in them).
+    generated = {
+        name: (staged(built, name) / name).read_text()
+        for name in ("mlcluster_features.json", "provisioning_parameters.json")
+    }
+    assert on_create == render_on_create(HYPERPOD_DIR, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS), generated)
+    for name, text in generated.items():
+        assert f"    {name})\n      cat <<'MLCLUSTER_GENERATED'\n{text}MLCLUSTER_GENERATED\n" in on_create
     assert MANIFEST_MARK not in on_create.splitlines()
     scripts = staged(built, "plan.py")
     collector = staged(built, "collector_install.sh")  # the collector's scripts, at the top of the prefix too
@@ -124,7 +131,8 @@ def test_a_clean_upload_passes_the_check(tmp_path: Path) -> None:
     sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL)
     result = sandbox.run()
     assert result.returncode == 0, result.stderr[-2000:]
-    count = len(uploaded_files(HYPERPOD_DIR)) + len(EXPORTER_FILES)  # the exporters' files, from the shared folder
+    # The exporters' files come from the shared folder; the two generated files are checked against their copies.
+    count = len(uploaded_files(HYPERPOD_DIR)) + len(EXPORTER_FILES) + 2
     assert f"checked {count} files against the checksum manifest" in result.stderr
 
 
@@ -144,8 +152,37 @@ def test_a_clean_upload_passes_the_check(tmp_path: Path) -> None:
             lambda d: (d / "on_create.sh").write_text((HYPERPOD_DIR / "on_create.sh").read_text()),
             "on_create.sh carries no checksum manifest",
         ),
+        (
+            lambda d: (d / "provisioning_parameters.json").write_text(
+                (d / "provisioning_parameters.json").read_text().replace("abcdefgh", "evil")
+            ),
+            "provisioning_parameters.json differs from the copy mlcluster uploaded with on_create.sh",
+        ),
+        (
+            lambda d: (d / "mlcluster_features.json").unlink(),
+            "mlcluster_features.json is missing",
+        ),
+        (
+            lambda d: (d / "collector.yml").write_text("scrape_configs: []\n"),
+            "collector.yml was not uploaded by mlcluster (on_create.sh has no copy of it)",
+        ),
+        (
+            lambda d: (
+                (d / "mlcluster_features.json").unlink() or (d / "mlcluster_features.json").symlink_to("/etc/hostname")
+            ),
+            "mlcluster_features.json is not a regular file",
+        ),
     ],
-    ids=["changed", "missing", "added", "unrendered"],
+    ids=[
+        "changed",
+        "missing",
+        "added",
+        "unrendered",
+        "generated-changed",
+        "generated-missing",
+        "generated-added",
+        "generated-link",
+    ],
 )
 def test_a_tampered_upload_is_refused_before_any_step(tmp_path: Path, tamper: Any, message: str) -> None:
     sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL)

@@ -38,6 +38,8 @@ STATE_DIR=/var/lib/mlcluster-collector
 UNIT_DIR=/etc/systemd/system
 SERVICE=mlcluster-collector
 TARGETS=mlcluster-collector-targets
+# The collector's memory bound (systemd MemoryMax): generous for the sample limits of collector.yml.
+COLLECTOR_MEMORY_MAX=4G
 WORK_DIR="${ROOT}/var/lib/mlcluster/work"
 CHANGED=0
 UNITS_CHANGED=0
@@ -218,6 +220,8 @@ ExecReload=/bin/kill -HUP \$MAINPID
 Restart=always
 RestartSec=10
 ReadWritePaths=${STATE_DIR}/wal
+# Bounded: a flood of samples ends in this service's OOM kill, not slurmctld's or MariaDB's.
+MemoryMax=${COLLECTOR_MEMORY_MAX}
 ${hardening}
 
 [Install]
@@ -235,6 +239,7 @@ Group=${USER_NAME}
 Environment=PATH=/opt/slurm/bin:/usr/bin:/bin
 ExecStart=/usr/bin/python3 ${BIN_DIR}/${TARGETS} --config ${CONFIG_DIR}/collector_targets.json
 ReadWritePaths=${STATE_DIR}/targets
+MemoryMax=256M
 ${hardening}
 EOF
   unit "${TARGETS}.timer" <<EOF

@@ -12,6 +12,20 @@ TEXTFILE_DIR="${EXPORTERS_DIR}/textfile"
 BIN_DIR=/opt/mlcluster/bin
 DCGM_COUNTERS=/etc/mlcluster/dcgm-counters.csv
 
+# exporter_account_problem PASSWD_ENTRY: why an existing account named EXPORTER_USER (its passwd line)
+# must not be adopted as the exporters' user; prints nothing when it may. Only a system account
+# (uid 1-999) without a login shell is adopted: a cluster user from lifecycle.users or a directory
+# user of that name would otherwise own the exporters, their textfile folder and the metrics the
+# collector trusts (the same rule as the collector's mlc-collector).
+exporter_account_problem() {
+  local uid shell
+  IFS=: read -r _ _ uid _ _ _ shell <<<"$1"
+  if ! [[ $uid =~ ^[0-9]+$ ]] || ((uid == 0 || uid >= 1000)) || [[ $shell != */nologin && $shell != */false ]]; then
+    printf '%s exists as uid %s with shell %s, not as a system account (uid 1-999, no login shell); it would run the exporters and own the metrics: give that user another name, then run again\n' \
+      "$EXPORTER_USER" "$uid" "$shell"
+  fi
+}
+
 # exporter_hardening: what every exporter unit gets: no privileges, a read-only system, no other users' files.
 exporter_hardening() {
   cat <<'EOF_HARDENING'

@@ -4,7 +4,8 @@
 # Runs as the exporter user from a systemd timer on the head node (ParallelCluster) or the controller
 # (HyperPod). Asks Slurm read-only (sinfo, squeue) and writes mlcluster_slurm_nodes{partition,state} and
 # mlcluster_slurm_jobs{partition,state} to OUTPUT_DIR/mlcluster_slurm.prom through a temporary file in
-# the same folder and a rename. When Slurm does not answer, the file is removed (the series go absent
+# the same folder and a rename. Every task of a job array counts as a job (squeue --array: without it
+# Slurm folds an array's pending tasks into one line). When Slurm does not answer, the file is removed (the series go absent
 # rather than stale) and the run fails, so systemd logs it. The same file ships with the HyperPod
 # lifecycle scripts; the metric names are mlcluster/exporters.py's SLURM_METRICS.
 set -euo pipefail
@@ -26,7 +27,7 @@ counts() {
     }' | sort
 }
 
-if ! nodes="$(sinfo --noheader --format='%R %T %D')" || ! jobs="$(squeue --all --noheader --format='%P %T')"; then
+if ! nodes="$(sinfo --noheader --format='%R %T %D')" || ! jobs="$(squeue --all --array --noheader --format='%P %T')"; then
   rm -f "${target}"
   echo "mlcluster-slurm-metrics: Slurm did not answer (sinfo/squeue failed); removed ${target}" >&2
   exit 1

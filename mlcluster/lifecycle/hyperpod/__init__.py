@@ -7,11 +7,11 @@ other uploaded file written into it, so a node refuses scripts changed in the bu
 """
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 #: Where `mlcluster patch` keeps mlcluster-backup runs and its marker: ``<prefix><cluster name>/`` of the
-#: data bucket. The controller's execution role may read and write there and nowhere else in a read-only bucket.
+#: cluster's patch backup bucket (never the data bucket). Only the controller's execution role may use it.
 PATCH_BACKUP_PREFIX = "mlcluster/patch/"
 
 #: The folder to upload as the HyperPod ``LifeCycleConfig.SourceS3Uri`` prefix.
@@ -20,6 +20,10 @@ HYPERPOD_DIR = Path(__file__).parent
 ENTRYPOINT = "on_create.sh"
 #: The line of ``on_create.sh`` that :func:`render_on_create` replaces with the manifest.
 MANIFEST_MARK = "@MLCLUSTER_MANIFEST@"
+#: The line of ``on_create.sh`` that :func:`render_on_create` replaces with the generated files' copies.
+GENERATED_MARK = "# @MLCLUSTER_GENERATED@"
+#: The here-document delimiter of each generated file's copy in ``on_create.sh``.
+GENERATED_DELIMITER = "MLCLUSTER_GENERATED"
 #: What is never uploaded (Python caches).
 NOT_UPLOADED = ("__pycache__", "*.pyc")
 
@@ -47,12 +51,43 @@ def manifest(folder: Path = HYPERPOD_DIR, extra: Sequence[Path] = ()) -> str:
     return "".join(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {name}\n" for path, name in entries)
 
 
-def render_on_create(folder: Path = HYPERPOD_DIR, extra: Sequence[Path] = ()) -> str:
-    """``on_create.sh`` of ``folder`` with its manifest line replaced by :func:`manifest` (with ``extra``)."""
+def generated_copies(generated: Mapping[str, str]) -> str:
+    """The ``case`` arms of ``on_create.sh``'s ``generated_copy``: each generated file's exact content.
+
+    The generated files hold deploy-time values (CDK tokens), so no digest of them exists at synth
+    time; their whole text goes into ``on_create.sh`` instead, as a quoted here-document, and the
+    upload fills the same values into both. Each text must end in a newline and hold no line equal
+    to the delimiter.
+    """
+    arms = []
+    for name, text in sorted(generated.items()):
+        if not text.endswith("\n") or GENERATED_DELIMITER in text.splitlines() or "'" in name or ")" in name:
+            raise ValueError(
+                f"generated file {name!r}: its text must end in a newline and hold no line '{GENERATED_DELIMITER}'"
+            )
+        arms.append(f"    {name})\n      cat <<'{GENERATED_DELIMITER}'\n{text}{GENERATED_DELIMITER}\n      ;;\n")
+    return "".join(arms)
+
+
+def render_on_create(
+    folder: Path = HYPERPOD_DIR, extra: Sequence[Path] = (), generated: Mapping[str, str] | None = None
+) -> str:
+    """``on_create.sh`` of ``folder`` with its manifest line replaced by :func:`manifest` (with ``extra``).
+
+    ``generated``: file name -> exact text of the generated files uploaded beside the scripts
+    (deploy-time values as tokens); their copies replace the line :data:`GENERATED_MARK`, and the
+    node refuses a generated file that differs from its copy. Default: none (every generated file
+    is then refused, so a real upload always gives them).
+    """
     text = (folder / ENTRYPOINT).read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     marks = [i for i, line in enumerate(lines) if line.strip() == MANIFEST_MARK]
     if len(marks) != 1:
         raise ValueError(f"{folder / ENTRYPOINT}: needs exactly one line '{MANIFEST_MARK}', found {len(marks)}")
     lines[marks[0]] = manifest(folder, extra)
+    copies = [i for i, line in enumerate(lines) if line.strip() == GENERATED_MARK]
+    if generated:
+        if len(copies) != 1:
+            raise ValueError(f"{folder / ENTRYPOINT}: needs exactly one line '{GENERATED_MARK}', found {len(copies)}")
+        lines[copies[0]] = generated_copies(generated)
     return "".join(lines)

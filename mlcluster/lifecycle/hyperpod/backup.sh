@@ -4,13 +4,18 @@
 # Installed on every node as /usr/local/sbin/mlcluster-backup; it runs on the controller only.
 #
 #   mlcluster-backup backup  s3://BUCKET/PREFIX
-#   mlcluster-backup restore s3://BUCKET/PREFIX
+#   mlcluster-backup restore s3://BUCKET/PREFIX FILE=SHA256 [FILE=SHA256]
 #
 # backup stops slurmctld for the copy (running jobs go on; slurmd keeps them) and starts it again,
-# dumps the database, and uploads slurmctld-state.tar.gz, accounting.sql.gz (local accounting only)
-# and, last, SHA256SUMS. restore downloads them, checks every file against SHA256SUMS, stops
-# slurmctld, puts the state and the database back, and starts slurmdbd and slurmctld. Both can run
-# again: a second backup replaces the objects, a second restore gives the same state.
+# dumps the database, uploads slurmctld-state.tar.gz and accounting.sql.gz (local accounting only),
+# and prints one line per file, "MLCLUSTER_SHA256 <sha256> <file>". The digests are not stored next
+# to the files: `mlcluster patch` keeps them in its own state and hands them back to restore, so a
+# file changed in the bucket is refused. restore downloads the files named, checks each against its
+# digest, refuses an archive with anything but plain files and folders (absolute or '..' paths,
+# links, devices, setuid/setgid bits), stops slurmctld, extracts the state without the archive's
+# owners and modes, loads the dump with the client's --sandbox (no `\!` shell escapes, no file
+# access), and starts slurmdbd and slurmctld. Both can run again: a second backup replaces the
+# objects, a second restore gives the same state.
 # Exit codes: 0 done, 1 failed (the message says where), 2 bad usage.
 set -euo pipefail
 
@@ -21,11 +26,12 @@ MLC_STEP=mlcluster-backup
 
 STATE_ARCHIVE=slurmctld-state.tar.gz
 DATABASE_DUMP=accounting.sql.gz
-SUMS=SHA256SUMS
 DATABASE=slurm_acct_db
+# Files restore writes are root's alone until they are handed to slurmctld's owner.
+umask 077
 
 usage() {
-  printf 'usage: mlcluster-backup backup|restore s3://BUCKET/PREFIX\n' >&2
+  printf 'usage: mlcluster-backup backup s3://BUCKET/PREFIX | restore s3://BUCKET/PREFIX FILE=SHA256...\n' >&2
   exit 2
 }
 
@@ -78,38 +84,76 @@ backup() {
   if local_accounting; then
     mysqldump --single-transaction --databases "$DATABASE" | gzip >"$work/$DATABASE_DUMP"
   fi
-  (cd "$work" && sha256sum -- *.gz >"$SUMS")
-  local file
-  for file in "$work"/*.gz "$work/$SUMS"; do
+  local file sums=()
+  for file in "$work"/*.gz; do
     s3_put "$file" "$uri/${file##*/}"
+    sums+=("MLCLUSTER_SHA256 $(sha256sum <"$file" | cut -d' ' -f1) ${file##*/}")
   done
-  log "backup complete: $uri ($(wc -l <"$work/$SUMS") files)"
+  log "backup complete: $uri (${#sums[@]} files)"
+  # Last, on stdout: the operator's command keeps these and hands them back to restore.
+  printf '%s\n' "${sums[@]}"
+}
+
+# check_archive FILE : refuse a state archive with anything restore would not have written: members
+# that are not plain files or folders (links, devices, fifos), setuid/setgid bits, absolute paths or
+# '..' components. GNU tar lists one member per line and escapes newlines in names.
+check_archive() {
+  local archive=$1 mode name
+  while read -r mode _; do
+    [[ $mode == [-d]* ]] || die "the state archive has a member of type '${mode:0:1}'; nothing was restored (only files and folders are)"
+    [[ ${mode:3:1} != [sS] && ${mode:6:1} != [sS] ]] || die "the state archive has a setuid/setgid member ($mode); nothing was restored"
+  done < <(tar --list --verbose --gzip --file "$archive")
+  while IFS= read -r name; do
+    [[ $name != /* ]] || die "the state archive has an absolute path '$name'; nothing was restored"
+    [[ /$name/ != */../* ]] || die "the state archive has a '..' path '$name'; nothing was restored"
+  done < <(tar --list --gzip --file "$archive")
+}
+
+# check_dump_client : the dump is loaded in the client's sandbox mode (no `\!`, no file access); refuse a client without it.
+check_dump_client() {
+  local help
+  help=$(mysql --help 2>/dev/null) || true # not `| grep -q`: grep's early exit would fail the pipe (pipefail)
+  [[ $help == *--sandbox* ]] ||
+    die "this MariaDB client has no --sandbox (10.5.25, 10.6.18, 10.11.8 and later have it); nothing was restored"
 }
 
 restore() {
-  local uri=$1 work=$WORK location name staging
+  local uri=$1 work=$WORK location name digest staging
+  shift
   location=$(state_location)
-  s3_get "$uri/$SUMS" "$work/$SUMS"
-  while read -r _ name; do
-    [[ $name == "$STATE_ARCHIVE" || $name == "$DATABASE_DUMP" ]] || die "$uri/$SUMS lists '$name', which is not a backup file"
+  local -A wanted=()
+  for name in "$@"; do
+    digest=${name#*=}
+    name=${name%%=*}
+    [[ $name == "$STATE_ARCHIVE" || $name == "$DATABASE_DUMP" ]] || usage
+    [[ $digest =~ ^[0-9a-f]{64}$ ]] || usage
+    wanted[$name]=$digest
+  done
+  [[ -n ${wanted[$STATE_ARCHIVE]:-} ]] || usage
+  for name in "${!wanted[@]}"; do
     s3_get "$uri/$name" "$work/$name"
-  done <"$work/$SUMS"
-  (cd "$work" && sha256sum --check --strict --quiet "$SUMS") ||
-    die "the backup in $uri does not match its $SUMS; nothing was restored"
-  [[ -f $work/$STATE_ARCHIVE ]] || die "$uri has no $STATE_ARCHIVE"
+    [[ $(sha256sum <"$work/$name" | cut -d' ' -f1) == "${wanted[$name]}" ]] ||
+      die "$uri/$name is not the file the backup wrote (its SHA-256 differs); nothing was restored"
+  done
+  check_archive "$work/$STATE_ARCHIVE"
+  if [[ -n ${wanted[$DATABASE_DUMP]:-} ]]; then
+    local_accounting || die "$uri holds an accounting database, but this controller has no local accounting"
+    check_dump_client
+  fi
   log "stopping slurmctld to restore its state into $location"
   RESTART_ON_EXIT=true
   systemctl stop slurmctld
   staging=$(mktemp -d "$MLC_ROOT${location%/*}/.restore.XXXXXX")
-  tar --extract --gzip --file "$work/$STATE_ARCHIVE" --directory "$staging"
-  chown --reference="$MLC_ROOT$location" "$staging"
+  tar --extract --gzip --no-same-owner --no-same-permissions --file "$work/$STATE_ARCHIVE" --directory "$staging"
+  # Everything in it is root's and private (umask 077); slurmctld's owner gets it, links are not followed.
+  chown --recursive --no-dereference --reference="$MLC_ROOT$location" "$staging"
   chmod --reference="$MLC_ROOT$location" "$staging"
   mv --no-target-directory "$MLC_ROOT$location" "$staging.old"
   mv --no-target-directory "$staging" "$MLC_ROOT$location"
   rm -rf "$staging.old"
-  if [[ -f $work/$DATABASE_DUMP ]]; then
-    local_accounting || die "$uri holds an accounting database, but this controller has no local accounting"
-    gunzip --stdout "$work/$DATABASE_DUMP" | mysql --protocol=socket --user=root
+  if [[ -n ${wanted[$DATABASE_DUMP]:-} ]]; then
+    # --sandbox: a `\!` (shell) or file line in the dump is an error, not a command run as root.
+    gunzip --stdout "$work/$DATABASE_DUMP" | mysql --sandbox --protocol=socket --user=root
     systemctl restart slurmdbd
   fi
   RESTART_ON_EXIT=false
@@ -118,10 +162,15 @@ restore() {
 }
 
 main() {
-  (($# == 2)) || usage
+  (($# >= 2)) || usage
   local command=$1 uri=${2%/}
-  [[ $uri =~ ^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^[:space:]]*)?$ ]] || {
-    printf 'mlcluster-backup: %s is not an S3 location; allowed: s3://BUCKET/PREFIX\n' "$2" >&2
+  case $command in
+    backup) (($# == 2)) || usage ;;
+    restore) (($# >= 3 && $# <= 4)) || usage ;;
+    *) usage ;;
+  esac
+  [[ $uri =~ ^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9._/-]+$ && /$uri/ != */../* ]] || {
+    printf 'mlcluster-backup: %s is not an S3 location; allowed: s3://BUCKET/PREFIX of letters, digits, . _ - /\n' "$2" >&2
     usage
   }
   [[ -n $MLC_ROOT || $EUID -eq 0 ]] || die "run mlcluster-backup as root"
@@ -134,7 +183,7 @@ main() {
   trap cleanup EXIT
   case $command in
     backup) backup "$uri" ;;
-    restore) restore "$uri" ;;
+    restore) restore "$uri" "${@:3}" ;;
     *) usage ;;
   esac
 }

@@ -20,9 +20,18 @@ MLC_LIFECYCLE_DIR=$HERE
 read -r -d '' MANIFEST <<'MLCLUSTER_MANIFEST' || true
 @MLCLUSTER_MANIFEST@
 MLCLUSTER_MANIFEST
-# Generated at deploy time (deploy-time values in them): not in the manifest. The collector's two
-# files are there only when observability.prometheus is on.
+# Generated at deploy time (deploy-time values in them, so no checksum exists at synth time): each
+# one must equal its copy below, written in by mlcluster with the same deploy-time values. The
+# collector's two files are there only when observability.prometheus is on.
 GENERATED_FILES=(mlcluster_features.json provisioning_parameters.json collector.yml collector_targets.json)
+
+# generated_copy NAME : print the text mlcluster uploaded as NAME; fails for a file it did not upload.
+generated_copy() {
+  case $1 in
+    # @MLCLUSTER_GENERATED@
+    *) return 1 ;;
+  esac
+}
 
 refuse() {
   printf 'ERROR: %s\n' "$*" >&2
@@ -50,6 +59,18 @@ verify_files() {
       refuse "checksum mismatch for $file (expected $expected, found $actual): the lifecycle files were changed after mlcluster uploaded them; refusing to run"
   done
   count=${#files[@]}
+  # The generated files: each one here must be the one uploaded, byte for byte.
+  for file in "${GENERATED_FILES[@]}"; do
+    if [[ -e $HERE/$file || -L $HERE/$file ]]; then
+      [[ -f $HERE/$file && ! -L $HERE/$file ]] || refuse "$file is not a regular file; refusing to run"
+      generated_copy "$file" >/dev/null || refuse "$file was not uploaded by mlcluster (on_create.sh has no copy of it); refusing to run"
+      cmp -s -- "$HERE/$file" <(generated_copy "$file") ||
+        refuse "$file differs from the copy mlcluster uploaded with on_create.sh: it was changed after the upload; refusing to run"
+      count=$((count + 1))
+    elif generated_copy "$file" >/dev/null; then
+      refuse "$file is missing; refusing to run"
+    fi
+  done
   while IFS= read -r -d '' file; do
     relative=${file#"$HERE"/}
     if [[ $relative == on_create.sh || " ${GENERATED_FILES[*]} " == *" $relative "* || $listed == *" $relative "* ]]; then

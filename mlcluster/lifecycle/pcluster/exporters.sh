@@ -27,7 +27,12 @@ RELOAD=0
 
 # ensure_exporter_user: the system user every exporter runs as.
 ensure_exporter_user() {
-  getent passwd "${EXPORTER_USER}" >/dev/null && return 0
+  local entry problem
+  if entry="$(getent passwd "${EXPORTER_USER}")"; then
+    problem="$(exporter_account_problem "${entry}")"
+    [[ -z "${problem}" ]] || die "${problem}"
+    return 0
+  fi
   useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "${EXPORTER_USER}"
   log "created the system user ${EXPORTER_USER} (no home, no login shell)"
 }

@@ -3,7 +3,8 @@
 # users' processes cannot take the instance role's credentials. An iptables rule on OUTPUT rejects
 # connections to 169.254.169.254 from every other user (owner match), and an ip6tables rule does
 # the same for the IPv6 endpoint fd00:ec2::254 when the kernel has IPv6; a oneshot systemd unit
-# puts the rules back at every boot. Root keeps IMDS for HyperPod's agents and the lifecycle steps.
+# puts the rules back at every boot, before the network and before any user session, sshd, cron,
+# at or slurmd can start a user's process. Root keeps IMDS for HyperPod's agents and the lifecycle steps.
 # One exception is added by the collector step, when it runs: the metrics collector's user
 # (mlc-collector) signs its remote writes with the instance role over IPv4 (steps/collector.sh).
 set -euo pipefail
@@ -45,8 +46,15 @@ main() {
 # Written by mlcluster (imds step): only root may reach the instance metadata service (IPv4 and IPv6).
 [Unit]
 Description=mlcluster: instance metadata service for root only
-After=network-pre.target
-Before=network-online.target
+# A firewall unit in systemd's own terms (systemd.special(7), network-pre.target): ordered before the
+# network comes up, and before anything that starts a non-root process (logins, sshd, cron, at, slurmd).
+# systemd-user-sessions requires it: if the rules cannot be put back, users cannot log in.
+DefaultDependencies=no
+Wants=network-pre.target
+After=local-fs.target systemd-modules-load.service
+Before=network-pre.target systemd-user-sessions.service ssh.service cron.service atd.service slurmd.service
+Before=shutdown.target
+Conflicts=shutdown.target
 
 [Service]
 Type=oneshot
@@ -56,6 +64,7 @@ ExecStart=/bin/sh -c '[ ! -e $IPV6_MARK ] || ip6tables --wait --check ${RULE6[*]
 
 [Install]
 WantedBy=multi-user.target
+RequiredBy=systemd-user-sessions.service
 EOF_UNIT
   enable_boot_unit "$UNIT"
 }

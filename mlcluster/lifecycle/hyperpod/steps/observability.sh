@@ -54,7 +54,11 @@ fetch_verified() {
 }
 
 exporter_user() {
-  if ! getent passwd "$EXPORTER_USER" >/dev/null; then
+  local entry problem
+  if entry=$(getent passwd "$EXPORTER_USER"); then
+    problem=$(exporter_account_problem "$entry")
+    [[ -z $problem ]] || die "$problem"
+  else
     useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$EXPORTER_USER"
     log "created the system user $EXPORTER_USER (no home, no login shell)"
   fi

@@ -1,0 +1,144 @@
+"""What of an environment still runs in the account although the app no longer has it.
+
+CDK never deletes a stack dropped from an app, and CloudFormation leaves every
+``Retain`` resource in place when its stack is deleted or the resource leaves
+the template. Every stack and resource of an environment carries the tag
+``mlcluster:environment: <name>`` (``mlcluster.stacks.stage``), so the account
+can be asked for them:
+
+- stacks: CloudFormation ``DescribeStacks`` (every stack of the region), those
+  tagged with the environment whose name the app does not build any more
+  (nested stacks and the cluster stack ParallelCluster makes are the app's);
+- resources: the Resource Groups Tagging API ``GetResources`` with the tag,
+  less every physical resource of the environment's live stacks
+  (``ListStackResources``).
+
+Each orphan comes with what it bills and how to remove it or adopt it again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlcluster.cli.errors import aws_errors
+from mlcluster.config import Environment
+from mlcluster.config.observability import observability_enabled
+
+#: The tag every stack and resource of an environment carries.
+ENVIRONMENT_TAG = "mlcluster:environment"
+#: What an orphan keeps billing, by the service part of its ARN.
+BILLS = {
+    "fsx": "file system storage and throughput, every hour",
+    "s3": "object storage (every version), every month",
+    "logs": "log storage, every month",
+    "kms": "a monthly key fee; scheduled deletion makes data under it unreadable",
+    "aps": "metrics storage, every month",
+    "grafana": "a fee per active user",
+    "backup": "recovery point storage, every month",
+    "ec2": "instances, NAT gateways, addresses or volumes, every hour",
+    "sagemaker": "cluster instances, every hour",
+    "sns": "nothing at rest",
+}
+
+
+def expected_stacks(environment: Environment) -> list[str]:
+    """The stacks the app builds for ``environment`` today (``mlcluster.stacks.stage``)."""
+    cfg = environment.config
+    parts = ["Network", "Storage"]
+    lustre = cfg.storage.lustre
+    if lustre is not None and lustre.data_repository_associations:
+        parts.append("DataRepository")
+    if observability_enabled(cfg):
+        parts.append("Observability")
+    if cfg.cluster.backend != "none":
+        parts.append("Cluster")
+    return [f"{environment.name}-{part}" for part in parts]
+
+
+def _tagged(tags: list[dict[str, str]], name: str) -> bool:
+    return any(tag.get("Key") == ENVIRONMENT_TAG and tag.get("Value") == name for tag in tags)
+
+
+def orphan_stacks(cfn: Any, environment: Environment) -> list[dict[str, str]]:
+    """Stacks tagged with the environment that the app does not build; each with how to remove or adopt it."""
+    expected = set(expected_stacks(environment))
+    found: list[dict[str, str]] = []
+    with aws_errors("DescribeStacks (every stack, for the environment's tag)"):
+        for page in cfn.get_paginator("describe_stacks").paginate():
+            for stack in page.get("Stacks", []):
+                name = str(stack["StackName"])
+                if stack.get("ParentId") or name in expected or name == environment.cluster_name:
+                    continue
+                if not _tagged(stack.get("Tags", []), environment.name):
+                    continue
+                protected = bool(stack.get("EnableTerminationProtection"))
+                unprotect = (
+                    f"aws cloudformation update-termination-protection --no-enable-termination-protection "
+                    f"--stack-name {name}; "
+                    if protected
+                    else ""
+                )
+                found.append(
+                    {
+                        "stack": name,
+                        "status": str(stack.get("StackStatus", "")),
+                        "bills": "every resource in it, as when it was in the app",
+                        "remove": f"{unprotect}aws cloudformation delete-stack --stack-name {name} (retained "
+                        "resources stay, listed below once it is gone)",
+                        "adopt": "put it back in the app (the environment setting that dropped it, or the file of "
+                        "its environment) and deploy",
+                    }
+                )
+    return found
+
+
+def _physical_ids(cfn: Any, stacks: list[str]) -> set[str]:
+    """The physical ids of every resource of ``stacks`` (a stack not deployed has none)."""
+    from botocore.exceptions import ClientError
+
+    ids: set[str] = set()
+    for name in stacks:
+        with aws_errors(f"ListStackResources for {name}"):
+            try:
+                for page in cfn.get_paginator("list_stack_resources").paginate(StackName=name):
+                    ids |= {
+                        str(r["PhysicalResourceId"])
+                        for r in page.get("StackResourceSummaries", [])
+                        if r.get("PhysicalResourceId")
+                    }
+            except ClientError as error:
+                if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
+                    raise
+    return ids
+
+
+def _owned(arn: str, ids: set[str]) -> bool:
+    """Whether ``arn`` is one of the stacks' physical resources (an ARN, or an id or name at its end)."""
+    return arn in ids or any(arn.endswith((f"/{pid}", f":{pid}")) for pid in ids)
+
+
+def orphan_resources(cfn: Any, tagging: Any, environment: Environment) -> list[dict[str, str]]:
+    """Resources tagged with the environment that none of its live stacks holds (retained after a delete)."""
+    ids = _physical_ids(cfn, expected_stacks(environment))
+    found: list[dict[str, str]] = []
+    with aws_errors(f"GetResources tagged {ENVIRONMENT_TAG}={environment.name}"):
+        pages = tagging.get_paginator("get_resources").paginate(
+            TagFilters=[{"Key": ENVIRONMENT_TAG, "Values": [environment.name]}]
+        )
+        for page in pages:
+            for item in page.get("ResourceTagMappingList", []):
+                arn = str(item["ResourceARN"])
+                service = arn.split(":")[2] if arn.count(":") >= 2 else ""
+                if service == "cloudformation" or _owned(arn, ids):
+                    continue  # stacks are listed by orphan_stacks
+                found.append(
+                    {
+                        "resource": arn,
+                        "bills": BILLS.get(service, "see the service's pricing"),
+                        "remove": "take what you need from it, then delete it with its service's delete call "
+                        "(for a DRA: --no-delete-data-in-file-system keeps files and objects)",
+                        "adopt": "bring it into the stack that owns it with 'npx cdk import' (same construct), then "
+                        "deploy",
+                    }
+                )
+    return found

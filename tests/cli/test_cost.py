@@ -1,0 +1,176 @@
+"""``mlcluster cost``: prices from a recorded Price List response, the cache, and AWS errors.
+
+``data/price-list-us-east-2.json`` holds products in the real GetProducts shape
+(each ``PriceList`` entry a JSON string with ``product`` and ``terms``); the
+figures are test data, not a statement of current AWS prices. The fake
+GetProducts below applies the request's filters (TERM_MATCH, CONTAINS) to it as
+the service does; requests and responses are checked against botocore's model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlcluster.cli import cost
+from tests.cli.conftest import Aws, error, invoke
+from tests.cli.test_preflight import P5_REGION, env_folder
+
+RECORDED = json.loads((Path(__file__).parent / "data" / "price-list-us-east-2.json").read_text())
+
+
+def get_products(params: dict[str, Any]) -> dict[str, Any]:
+    """GetProducts over the recorded products: every filter must hold."""
+    chosen = []
+    for raw in RECORDED["PriceList"]:
+        item = json.loads(raw)
+        if item["serviceCode"] != params["ServiceCode"]:
+            continue
+        product = item["product"]
+        values = {**product["attributes"], "productFamily": product["productFamily"]}
+        ok = True
+        for f in params.get("Filters", []):
+            value = values.get(f["Field"], "")
+            ok &= value == f["Value"] if f["Type"] == "TERM_MATCH" else f["Value"] in value
+        if ok:
+            chosen.append(raw)
+    return {"FormatVersion": "aws_v1", "PriceList": chosen}
+
+
+@pytest.fixture
+def pricing(aws: Aws, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Aws:
+    """The Price List API answered from the recorded response, and a cache folder of the test's own."""
+    import boto3
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    client = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing").client(
+        "pricing", region_name=cost.PRICING_REGION
+    )
+    aws.attach(client)
+    monkeypatch.setattr(cost, "pricing_client", lambda target: client)
+    aws.answer("pricing", "GetProducts", always=get_products)
+    return aws
+
+
+def lines(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {line["resource"]: line for line in data["lines"]}
+
+
+def test_cost_p5_from_the_recorded_price_list(pricing: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    table = invoke("cost", "p5", "--environments", str(folder))
+    print(table.output)
+    assert table.exit_code == 0, table.output
+    result = invoke("cost", "p5", "--environments", str(folder), "--json")
+    data = json.loads(result.stdout)
+    by = lines(data)
+    p5 = by["queue compute-gpu/p5: p5.48xlarge"]
+    assert p5["price"]["sku"] == "Q4QTSF6ZVMRWJTKZ"  # the Used product, not the unused-reservation one
+    assert p5["price"]["effective"] == "2026-11-01T00:00:00Z"
+    assert p5["price"]["published"] == "2026-11-20T18:02:11Z"
+    assert p5["hourly_min"] == p5["hourly_max"] == pytest.approx(4 * 55.04)
+    assert by["head node: m5.8xlarge"]["hourly_max"] == pytest.approx(1.536)
+    lustre = by["FSx for Lustre PERSISTENT_2 250 MB/s/TiB"]
+    assert lustre["price"]["sku"] == "7K4R8Q8WCJ8GBT5N"
+    assert lustre["monthly_max"] == pytest.approx(1200 * 0.21)
+    assert by["NAT gateway"]["monthly_max"] == pytest.approx(0.045 * 730)
+    ebs = by["EBS gp3 (root and /apps volumes)"]
+    assert (ebs["quantity_min"], ebs["quantity_max"]) == (200 + 4 * 200 + 200, 200 + 4 * 200 + 200)
+    assert by["Managed Prometheus workspace"]["note"].startswith("usage-based")
+    assert by["Managed Grafana workspace"]["hourly_max"] is None
+    expected = 4 * 55.04 + 1.536 + 0.045 + (1200 * 0.21 + 1200 * 0.08) / 730
+    assert data["total"]["hourly_max"] == pytest.approx(expected)
+    assert data["total"]["monthly_max"] == pytest.approx(expected * 730)
+    # Every query filtered by region and, for EC2 instances, by the On-Demand Linux shared product.
+    ec2 = [p for p in pricing.params("GetProducts") if p["ServiceCode"] == "AmazonEC2"]
+    assert {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"} in ec2[0]["Filters"]
+    assert all({"Type": "TERM_MATCH", "Field": "regionCode", "Value": P5_REGION} in p["Filters"] for p in ec2)
+
+
+def test_offline_uses_the_cache_and_says_its_date(pricing: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    missing = invoke("cost", "p5", "--environments", str(folder), "--offline")
+    assert missing.exit_code == 1 and "no price cache at" in missing.output
+    online = json.loads(invoke("cost", "p5", "--environments", str(folder), "--json").stdout)
+    calls = len(pricing.params("GetProducts"))
+    cache = json.loads(cost.cache_path(P5_REGION).read_text())
+    assert cache["fetched"] and len(cache["prices"]) == 5
+    offline = invoke("cost", "p5", "--environments", str(folder), "--offline", "--json")
+    data = json.loads(offline.stdout)
+    assert len(pricing.params("GetProducts")) == calls  # no call made
+    assert data["source"].startswith(f"cached prices fetched {cache['fetched']}")
+    assert data["total"] == online["total"]
+
+
+def test_hyperpod_uses_the_cluster_usage_type(pricing: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "hyperpod", P5_REGION, network={"availability_zone_id": "use2-az1"})
+    data = json.loads(invoke("cost", "hyperpod", "--environments", str(folder), "--json").stdout)
+    by = lines(data)
+    worker = by["instance group worker-group-1: ml.p5.48xlarge"]
+    assert worker["price"]["sku"] == "VZ3X3QWJ8G5Z9CRX"
+    assert worker["hourly_max"] == pytest.approx(2 * 63.296)
+    # No ml.m5 product in the recorded list: the line says so and counts nothing.
+    controller = by["instance group controller-machine: ml.m5.12xlarge"]
+    assert controller["hourly_max"] is None
+    assert controller["note"].startswith("no price: no AmazonSageMaker product")
+    sagemaker = [p for p in pricing.params("GetProducts") if p["ServiceCode"] == "AmazonSageMaker"]
+    assert {"Type": "CONTAINS", "Field": "usagetype", "Value": "Cluster:ml.p5.48xlarge"} in sagemaker[-1]["Filters"]
+
+
+class Listing:
+    """A Price List client whose GetProducts repeats the recorded answer ``times`` times on one page."""
+
+    def __init__(self, times: int) -> None:
+        self.times = times
+
+    def get_paginator(self, name: str) -> Listing:
+        return self
+
+    def paginate(self, **params: Any) -> list[dict[str, Any]]:
+        return [{"PriceList": get_products(params)["PriceList"] * self.times}]
+
+
+def test_ambiguous_products_are_refused() -> None:
+    query = cost._ec2_query("p5.48xlarge", P5_REGION)
+    assert cost.lookup(Listing(2), query).sku == "Q4QTSF6ZVMRWJTKZ"  # the same SKU twice is one product
+    broad = cost.Query("AmazonFSx", (("regionCode", P5_REGION), ("fileSystemType", "Lustre")), "GB-Mo")
+    with pytest.raises(cost.PriceNotFoundError, match="2 AmazonFSx products match"):
+        cost.lookup(Listing(1), broad)
+    with pytest.raises(cost.PriceNotFoundError, match="no AmazonEC2 product"):
+        cost.lookup(Listing(1), cost._ec2_query("p5en.48xlarge", P5_REGION))
+
+
+@pytest.mark.parametrize(
+    ("code", "exit_code", "words"),
+    [("AccessDeniedException", 3, "lack this permission"), ("ThrottlingException", 3, "AWS throttled the calls")],
+)
+def test_aws_errors_end_cleanly(pricing: Aws, tmp_path: Path, code: str, exit_code: int, words: str) -> None:
+    pricing.sticky[("pricing", "GetProducts")] = error(code, "no")
+    result = invoke("cost", "p5", "--environments", str(env_folder(tmp_path, "p5", P5_REGION)))
+    assert result.exit_code == exit_code
+    assert f"GetProducts for AmazonEC2 failed: {code}: no" in result.output and words in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_corrupt_cache_is_reported(pricing: Aws, tmp_path: Path) -> None:
+    path = cost.cache_path(P5_REGION)
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    result = invoke("cost", "p5", "--environments", str(env_folder(tmp_path, "p5", P5_REGION)), "--offline")
+    assert result.exit_code == 1 and "is unreadable" in result.output and "Traceback" not in result.output
+
+
+def test_a_malformed_cache_entry_is_a_row(pricing: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    invoke("cost", "p5", "--environments", str(folder), "--json")
+    path = cost.cache_path(P5_REGION)
+    cache = json.loads(path.read_text())
+    key = next(k for k in cache["prices"] if "p5.48xlarge" in k)
+    cache["prices"][key] = {"sku": "X", "usd": "free"}
+    path.write_text(json.dumps(cache))
+    data = json.loads(invoke("cost", "p5", "--environments", str(folder), "--offline", "--json").stdout)
+    p5 = lines(data)["queue compute-gpu/p5: p5.48xlarge"]
+    assert p5["hourly_max"] is None and p5["note"] == f"no price: the cache entry is malformed; delete {path}"

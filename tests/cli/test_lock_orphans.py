@@ -1,0 +1,266 @@
+"""``mlcluster lock`` records the deployed stacks; ``mlcluster status`` finds what the app left behind (moto).
+
+The lock is read from CloudFormation (``DescribeStacks``, ``GetTemplate``), never from the working
+tree: a stack in an unsettled state, missing credentials or an AWS failure refuse, and a change the
+environment file did not allow is recorded only with ``--accept`` naming it. ``status`` lists the
+stacks tagged with the environment that the app no longer builds, and tagged resources that no live
+stack holds (retained after a delete).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from mlcluster.cli import diff as diff_module
+from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_SETUP, CliError
+from mlcluster.cli.main import cli
+from tests.cli.conftest import Aws, aws_client, error
+from tests.support import write_env
+
+REGION = "us-east-2"
+TAG = [{"Key": "mlcluster:environment", "Value": "team"}]
+
+
+@pytest.fixture
+def recorded(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Aws:
+    """The lock command's clients checked and answered by the same recorder as the other verbs'."""
+    original = diff_module._clients
+
+    def clients(env: Any) -> Any:
+        made = original(env)
+        aws.attach(made[0])
+        return made
+
+    monkeypatch.setattr(diff_module, "_clients", clients)
+    return aws
+
+
+def template(policy: str = "Retain", days: int = 365) -> dict[str, Any]:
+    """A storage stack as CDK writes it: construct paths in each resource's metadata."""
+    return {
+        "Resources": {
+            "LogsAB12": {
+                "Type": "AWS::Logs::LogGroup",
+                "DeletionPolicy": policy,
+                "UpdateReplacePolicy": policy,
+                "Properties": {"RetentionInDays": days},
+                "Metadata": {"aws:cdk:path": "team/Storage/Lustre/LogGroup/Resource"},
+            },
+            "DataCD34": {
+                "Type": "AWS::S3::Bucket",
+                "DeletionPolicy": "Retain",
+                "UpdateReplacePolicy": "Retain",
+                "Properties": {"VersioningConfiguration": {"Status": "Enabled"}},
+                "Metadata": {"aws:cdk:path": "team/Storage/DataBucket/Resource/Resource"},
+            },
+        }
+    }
+
+
+def folder(tmp_path: Path, **retention: Any) -> Path:
+    envs = tmp_path / "environments"
+    data: dict[str, Any] = {"region": REGION, "network": {"availability_zone": "us-east-2a"}}
+    if retention:
+        data["retention"] = retention
+    write_env(envs, "team", data)
+    return envs
+
+
+def deploy(name: str, body: dict[str, Any], *, protect: bool = False) -> None:
+    cfn = aws_client("cloudformation", REGION)
+    cfn.create_stack(StackName=name, TemplateBody=json.dumps(body), Tags=TAG, EnableTerminationProtection=protect)
+
+
+def lock(envs: Path, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["lock", "team", "--environments", str(envs), *args], standalone_mode=False)
+
+
+def test_lock_records_the_deployed_templates_policies_and_protection(recorded: Aws, tmp_path: Path) -> None:
+    aws = recorded
+    envs = folder(tmp_path)
+    deploy("team-Storage", template(), protect=True)
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert "1 stacks, 2 resources locked (deployed)" in result.output
+    data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
+    assert data["format"] == 2 and data["source"] == "deployed"
+    storage = data["stacks"]["team-Storage"]
+    assert storage["termination_protection"] is True
+    logs = storage["resources"]["LogsAB12"]
+    assert logs["path"] == "Storage/Lustre/LogGroup/Resource"
+    assert logs["deletion_policy"] == "Retain" and logs["fate"] == {"RetentionInDays": 365}
+    # Every stack the app can build was asked for; only the deployed one was read.
+    asked = [p["StackName"] for p in aws.params("DescribeStacks")]
+    assert asked == [f"team-{part}" for part in ("Network", "Storage", "DataRepository", "Observability", "Cluster")]
+    assert [p["StackName"] for p in aws.params("GetTemplate")] == ["team-Storage"]
+
+
+def test_lock_never_records_over_a_refusal_without_naming_what_it_accepts(aws: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    assert lock(envs).exception is None
+    # Deployed from elsewhere: the log group is no longer retained.
+    aws_client("cloudformation", REGION).update_stack(
+        StackName="team-Storage", TemplateBody=json.dumps(template(policy="Delete"))
+    )
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    result = lock(envs)
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == EXIT_FAILED
+    assert "not allowed by the environment file" in result.exception.message
+    assert "DeletionPolicy Retain -> Delete" in result.exception.message
+    assert "(--accept Storage/Lustre/LogGroup)" in result.exception.message
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    result = lock(envs, "--accept", "Storage/Lustre/LogGroup")
+    assert result.exception is None, result.output
+    data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
+    assert data["accepted"] == [
+        "team-Storage/Storage/Lustre/LogGroup/Resource (AWS::Logs::LogGroup) WEAKENED: "
+        "DeletionPolicy Retain -> Delete; UpdateReplacePolicy Retain -> Delete"
+    ]
+
+
+def test_lock_records_the_allowance_its_deploy_used(aws: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    assert lock(envs).exception is None
+    aws_client("cloudformation", REGION).update_stack(
+        StackName="team-Storage", TemplateBody=json.dumps(template(days=90))
+    )
+    envs = folder(tmp_path, allow_replacement=["Storage/Lustre/LogGroup"])
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert "allowances used by this deploy: Storage/Lustre/LogGroup; remove them" in result.output
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["allowances_used"] == [
+        "Storage/Lustre/LogGroup"
+    ]
+
+
+def test_nothing_deployed_locks_no_stacks_and_new_refuses_to_forget_stacks(aws: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert "0 stacks, 0 resources locked (deployed)" in result.output
+    deploy("team-Storage", template())
+    assert lock(envs).exception is None
+    result = lock(envs, "--new")
+    assert isinstance(result.exception, CliError)
+    assert "records deployed stacks (team-Storage); --new would forget them" in result.exception.message
+
+
+def test_an_unsettled_stack_is_refused(recorded: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+
+    def described(params: dict[str, Any]) -> dict[str, Any]:
+        if params["StackName"] != "team-Storage":
+            return error("ValidationError", f"Stack with id {params['StackName']} does not exist")
+        stack = {"StackName": "team-Storage", "CreationTime": "2026-11-20T09:00:00Z"}
+        return {"Stacks": [{**stack, "StackStatus": "UPDATE_ROLLBACK_FAILED"}]}
+
+    recorded.answer("cloudformation", "DescribeStacks", always=described)
+    result = lock(envs)
+    assert isinstance(result.exception, CliError)
+    assert "team-Storage is UPDATE_ROLLBACK_FAILED: its deployed template is not settled" in result.exception.message
+    assert not (envs / "team.lock.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("operation", "code", "exit_code"),
+    [
+        ("DescribeStacks", "AccessDenied", EXIT_AWS),
+        ("DescribeStacks", "Throttling", EXIT_AWS),
+        ("GetTemplate", "AccessDenied", EXIT_AWS),
+    ],
+)
+def test_aws_failures_refuse_the_lock(recorded: Aws, tmp_path: Path, operation: str, code: str, exit_code: int) -> None:
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    recorded.answer("cloudformation", operation, always=error(code, f"{code} on {operation}", 403))
+    result = lock(envs)
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == exit_code
+    assert f"{operation} for team-" in result.exception.message
+    assert not (envs / "team.lock.json").exists()
+
+
+def test_no_credentials_refuse_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    envs = folder(tmp_path)
+    result = lock(envs)
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == EXIT_SETUP
+    assert not (envs / "team.lock.json").exists()
+
+
+# -- status: what the app left behind -----------------------------------------------------------------
+
+
+def test_status_lists_dropped_stacks_and_retained_resources_with_the_way(aws: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+    minimal = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    for part in ("Network", "Storage", "DataRepository"):
+        deploy(f"team-{part}", minimal)
+    # Dropped from the app (cluster.backend is none now), still there and protected.
+    deploy("team-Cluster", minimal, protect=True)
+    s3 = aws_client("s3", REGION)
+    s3.create_bucket(Bucket="team-old-data", CreateBucketConfiguration={"LocationConstraint": REGION})
+    s3.put_bucket_tagging(Bucket="team-old-data", Tagging={"TagSet": TAG})
+    s3.create_bucket(Bucket="someone-else", CreateBucketConfiguration={"LocationConstraint": REGION})
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", always={"Associations": []})
+    aws.answer("fsx", "DescribeDataRepositoryTasks", always={"DataRepositoryTasks": []})
+    result = CliRunner().invoke(cli, ["status", "team", "--environments", str(envs), "--json"])
+    data = json.loads(result.output[: result.output.rindex("}") + 1])
+    left = {o.get("stack") or o.get("resource"): o for o in data["orphans"]}
+    assert set(left) == {"team-Cluster", "arn:aws:s3:::team-old-data"}
+    assert "--no-enable-termination-protection --stack-name team-Cluster" in left["team-Cluster"]["remove"]
+    assert "cdk import" in left["arn:aws:s3:::team-old-data"]["adopt"]
+    assert "object storage" in left["arn:aws:s3:::team-old-data"]["bills"]
+    assert result.exit_code == 1
+    assert any("team-Cluster is left from team outside the app" in p for p in data["problems"])
+
+
+def test_status_orphan_lookup_failure_is_reported(aws: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+    aws.answer("resourcegroupstaggingapi", "GetResources", always=error("AccessDenied", "no tag:GetResources", 403))
+    result = CliRunner().invoke(cli, ["status", "team", "--environments", str(envs)])
+    assert result.exit_code == EXIT_AWS
+    assert "GetResources tagged mlcluster:environment=team failed: AccessDenied" in result.output
+
+
+def test_a_destroyed_stack_is_recorded_gone_without_an_allowance(aws: Aws, tmp_path: Path) -> None:
+    """The safe way for a dropped stack: destroy it while the app has it, then lock (no --accept needed)."""
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    deploy("team-Cluster", template())
+    assert lock(envs).exception is None
+    aws_client("cloudformation", REGION).delete_stack(StackName="team-Cluster")
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert "stacks gone since the last lock: team-Cluster" in result.output
+    assert set(json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["stacks"]) == {"team-Storage"}
+    # A data-bearing resource gone from a stack that stays is still refused (the edge).
+    aws_client("cloudformation", REGION).update_stack(
+        StackName="team-Storage",
+        TemplateBody=json.dumps({"Resources": {k: v for k, v in template()["Resources"].items() if k != "LogsAB12"}}),
+    )
+    result = lock(envs)
+    assert isinstance(result.exception, CliError)
+    assert "Storage/Lustre/LogGroup/Resource (AWS::Logs::LogGroup) removed" in result.exception.message
+
+
+def test_a_resource_without_path_metadata_is_named_by_its_stack(aws: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+    body = template()
+    del body["Resources"]["DataCD34"]["Metadata"]
+    deploy("team-Storage", body)
+    assert lock(envs).exception is None
+    resources = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["stacks"]["team-Storage"]["resources"]
+    # Still in the storage stack, so still a data-bearing bucket for the guard and protect.
+    assert resources["DataCD34"]["path"] == "Storage/DataCD34"
+    assert resources["LogsAB12"]["path"] == "Storage/Lustre/LogGroup/Resource"

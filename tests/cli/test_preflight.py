@@ -1,0 +1,613 @@
+"""``mlcluster preflight``: every check passing, failing and erroring, against moto and validated answers.
+
+moto serves EC2 (offerings, instance types, VPCs, addresses, NAT gateways,
+subnets, instances), CloudFormation, S3, SageMaker and FSx. Service Quotas
+(moto knows only the vpc service), DescribeCapacityReservations and
+DescribeImages of Amazon's public images are answered through the ``aws``
+fixture, which validates every request and response against botocore's model
+as the Stubber does.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlcluster.cli import preflight
+from mlcluster.cli.plan import plan_of
+from mlcluster.config import load_environment
+from tests.cli.conftest import REPO, Aws, aws_client, error, invoke
+
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+P5_REGION = "us-east-2"
+RESERVATION = "cr-0123456789abcdef0"
+
+
+def env_folder(tmp_path: Path, name: str, region: str, **changes: Any) -> Path:
+    """A copy of ``environments/<name>.yaml`` with ``region`` set and top-level keys replaced."""
+    folder = tmp_path / "environments"
+    folder.mkdir(exist_ok=True)
+    data = yaml.safe_load((REPO / "environments" / f"{name}.yaml").read_text())
+    data["region"] = region
+    data.update(changes)
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    return folder
+
+
+def quota(service: str, code: str, name: str, value: float) -> dict[str, Any]:
+    return {"Quota": {"ServiceCode": service, "QuotaCode": code, "QuotaName": name, "Value": value}}
+
+
+def quotas(aws: Aws, *, p_vcpus: float = 800.0) -> None:
+    """Applied quotas for the p5 environment (P instances, Standard, VPC, EIP, NAT) and FSx's by name."""
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        table = {
+            ("ec2", "L-417A185B"): ("Running On-Demand P instances", p_vcpus),
+            ("ec2", "L-1216C47A"): ("Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances", 1152.0),
+            ("vpc", "L-F678F1CE"): ("VPCs per Region", 5.0),
+            ("ec2", "L-0263D0A3"): ("EC2-VPC Elastic IPs", 5.0),
+            ("vpc", "L-FE5A380F"): ("NAT gateways per Availability Zone", 5.0),
+        }
+        name, value = table[(params["ServiceCode"], params["QuotaCode"])]
+        return quota(params["ServiceCode"], params["QuotaCode"], name, value)
+
+    aws.answer("service-quotas", "GetServiceQuota", always=answer)
+    aws.answer(
+        "service-quotas",
+        "ListServiceQuotas",
+        always={
+            "Quotas": [
+                {"QuotaCode": "L-8D142A2E", "QuotaName": "Lustre total storage capacity (GiB)", "Value": 100800.0},
+                {"QuotaCode": "L-3ABC1234", "QuotaName": "Lustre file systems", "Value": 100.0},
+            ]
+        },
+    )
+
+
+def reservation(**changes: Any) -> dict[str, Any]:
+    found = {
+        "CapacityReservationId": RESERVATION,
+        "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": "us-east-2a",
+        "AvailabilityZoneId": "use2-az1",
+        "TotalInstanceCount": 4,
+        "AvailableInstanceCount": 4,
+        "State": "active",
+        "EndDateType": "limited",
+        "EndDate": NOW + timedelta(days=60),
+        "ReservationType": "default",
+    }
+    found.update(changes)
+    return {"CapacityReservations": [found]}
+
+
+def image() -> dict[str, Any]:
+    return {
+        "Images": [
+            {
+                "ImageId": "ami-0abc1234def567890",
+                "Name": "aws-parallelcluster-3.16.1-amzn2023-hvm-x86_64-202611010000 2026-11-01T00-00-00.000Z",
+                "CreationDate": "2026-11-01T00:00:00.000Z",
+            }
+        ]
+    }
+
+
+def bootstrap(version: str = "33") -> None:
+    template = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {"BootstrapVersion": {"Value": version}},
+    }
+    aws_client("cloudformation", P5_REGION).create_stack(StackName="CDKToolkit", TemplateBody=json.dumps(template))
+
+
+def healthy_p5(aws: Aws, **quota_changes: Any) -> None:
+    quotas(aws, **quota_changes)
+    aws.answer("ec2", "DescribeCapacityReservations", always=reservation())
+    aws.answer("ec2", "DescribeImages", always=image())
+    bootstrap()
+
+
+def context(aws: Aws, folder: Path, name: str, region: str) -> preflight.Context:
+    env = load_environment(folder / f"{name}.yaml")
+    made: dict[str, Any] = {}
+
+    def client(service: str) -> Any:
+        if service not in made:
+            import boto3
+
+            session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
+            made[service] = session.client(service, region_name=region)  # type: ignore[call-overload]
+            aws.attach(made[service])
+        return made[service]
+
+    return preflight.Context(
+        env=env, plan=plan_of(env), region=region, client=client, margin=timedelta(days=7), now=NOW
+    )
+
+
+def rows(results: list[preflight.Result], check: str) -> list[tuple[str, str]]:
+    return [(r.status, r.level) for r in results if r.check == check]
+
+
+# --- the command as a whole -----------------------------------------------------------------------
+
+
+def test_p5_passes_when_the_account_is_ready(aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    healthy_p5(aws)
+    monkeypatch.setattr(preflight, "datetime", _Frozen)
+    result = invoke("preflight", "p5", "--environments", str(env_folder(tmp_path, "p5", P5_REGION)), "--json")
+    data = json.loads(result.output)
+    assert result.exit_code == 0, result.output
+    assert {r["status"] for r in data["results"]} == {"pass"}
+    checks = {r["check"] for r in data["results"]}
+    assert checks >= {"vcpu-quota", "fsx-quota", "vpc-quota", "eip-quota", "nat-quota", "instance-offered"}
+    assert checks >= {"capacity-reservation", "pcluster-image", "names", "cdk-bootstrap"}
+    # The official image is looked up with ParallelCluster's own name pattern and owner.
+    (images,) = aws.params("DescribeImages")
+    assert images["Owners"] == ["amazon"]
+    assert images["Filters"][0] == {"Name": "name", "Values": ["aws-parallelcluster-3.16.1-amzn2023-hvm-x86_64*"]}
+    # Every call was a read.
+    assert all(op.startswith(("Describe", "Get", "List", "Head")) for op in aws.operations())
+
+
+class _Frozen(datetime):
+    @classmethod
+    def now(cls, tz: Any = None) -> _Frozen:  # type: ignore[override]
+        return cls.fromtimestamp(NOW.timestamp(), tz)
+
+
+def test_p5_low_quota_and_expired_reservation_fail_with_exit_1(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    healthy_p5(aws, p_vcpus=384.0)
+    aws.sticky[("ec2", "DescribeCapacityReservations")] = reservation(State="expired", EndDate=NOW - timedelta(days=2))
+    monkeypatch.setattr(preflight, "datetime", _Frozen)
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    result = invoke("preflight", "p5", "--environments", str(folder))
+    print(result.output)
+    assert result.exit_code == 1
+    assert "3 errors, 0 warnings, 0 checks could not run" in result.output
+    assert "Traceback" not in result.output
+    as_json = invoke("preflight", "p5", "--environments", str(folder), "--json")
+    assert as_json.exit_code == 1
+    messages = [r["message"] for r in json.loads(as_json.stdout)["results"] if r["status"] == "fail"]
+    assert messages == [
+        "Running On-Demand P instances (L-417A185B) is 384 vCPUs; 0 run already and max_count needs 768: "
+        "request 768 in Service Quotas or lower max_count",
+        "cr-0123456789abcdef0: state is expired, not active: buy or renew the reservation, or remove "
+        "capacity_reservation_id",
+        "cr-0123456789abcdef0: it ended 2026-11-25 12:00 UTC: renew it or remove capacity_reservation_id",
+    ]
+    failed = {(r["check"], r["key"]) for r in json.loads(as_json.stdout)["results"] if r["status"] == "fail"}
+    assert failed == {
+        ("vcpu-quota", "cluster.pcluster.queues[0].compute_resources[0]"),
+        ("capacity-reservation", "cluster.pcluster.queues[0].compute_resources[0].capacity_reservation_id"),
+    }
+
+
+def test_skip_leaves_a_check_out(aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    healthy_p5(aws, p_vcpus=384.0)
+    monkeypatch.setattr(preflight, "datetime", _Frozen)
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    result = invoke("preflight", "p5", "--environments", str(folder), "--skip", "vcpu-quota", "--json")
+    assert result.exit_code == 0
+    assert "vcpu-quota" not in {r["check"] for r in json.loads(result.stdout)["results"]}
+    assert "L-417A185B" not in [p["QuotaCode"] for p in aws.params("GetServiceQuota")]
+    bad = invoke("preflight", "p5", "--environments", str(folder), "--skip", "no-such-check")
+    assert bad.exit_code == 2 and "no-such-check" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [("AccessDeniedException", "lack this permission"), ("ThrottlingException", "AWS throttled the calls")],
+)
+def test_an_aws_error_is_a_row_and_exit_3(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str, words: str
+) -> None:
+    healthy_p5(aws)
+    aws.sticky[("service-quotas", "GetServiceQuota")] = error(code, "not today")
+    monkeypatch.setattr(preflight, "datetime", _Frozen)
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    result = invoke("preflight", "p5", "--environments", str(folder))
+    assert result.exit_code == 3
+    assert "AWS ERROR" in result.output and "checks could not run" in result.output
+    assert "Traceback" not in result.output
+    as_json = invoke("preflight", "p5", "--environments", str(folder), "--json")
+    errors = [r for r in json.loads(as_json.stdout)["results"] if r["status"] == "error"]
+    assert {r["check"] for r in errors} == {"vcpu-quota", "vpc-quota", "eip-quota", "nat-quota"}
+    assert all(code in r["message"] and words in r["message"] for r in errors)
+    # The other checks still ran.
+    assert "DescribeInstanceTypeOfferings" in aws.operations()
+
+
+# --- each check, passing and failing ---------------------------------------------------------------
+
+
+def test_vcpu_quota_counts_other_running_instances(aws: Aws, tmp_path: Path) -> None:
+    quotas(aws, p_vcpus=800.0)
+    ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
+    assert rows(preflight.check_vcpu_quota(ctx), "vcpu-quota") == [("pass", "ERROR"), ("pass", "ERROR")]
+    # 800 >= 768 at the edge; a Spot p5 counts against another quota, one more On-Demand p5 tips it over.
+    ec2 = aws_client("ec2", P5_REGION)
+    spot = {"MarketType": "spot"}
+    ec2.run_instances(
+        ImageId="ami-12345678", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1, InstanceMarketOptions=spot
+    )
+    ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
+    assert rows(preflight.check_vcpu_quota(ctx), "vcpu-quota") == [("pass", "ERROR"), ("pass", "ERROR")]
+    ec2.run_instances(ImageId="ami-12345678", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1)
+    ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
+    results = preflight.check_vcpu_quota(ctx)
+    assert ("fail", "ERROR") in rows(results, "vcpu-quota")
+    assert "192 run already and max_count needs 768: request 960" in " ".join(r.message for r in results)
+
+
+def test_vcpu_quota_family_mapping() -> None:
+    assert preflight.family("p5.48xlarge") == "p"
+    assert preflight.family("p4de.24xlarge") == "p"
+    assert preflight.family("trn1.32xlarge") == "trn"
+    assert preflight.family("g6e.12xlarge") == "g"
+    assert preflight.family("m5.8xlarge") == "m"
+    assert preflight.family("inf2.48xlarge") == "inf"
+    assert preflight.family("hpc7g.16xlarge") == "hpc"
+
+
+def test_sagemaker_quota_by_name(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "hyperpod", "us-west-2")
+    listed = [
+        {"QuotaCode": "L-AAAA0001", "QuotaName": "ml.p5.48xlarge for cluster usage", "Value": 2.0},
+        {"QuotaCode": "L-AAAA0002", "QuotaName": "ml.m5.12xlarge for cluster usage", "Value": 4.0},
+        {"QuotaCode": "L-AAAA0003", "QuotaName": "ml.m5.4xlarge for cluster usage", "Value": 0.0},
+    ]
+    aws.answer("service-quotas", "ListServiceQuotas", always={"Quotas": listed})
+    results = preflight.check_sagemaker_quota(context(aws, folder, "hyperpod", "us-west-2"))
+    by_type = {r.message.split()[0]: r.status for r in results}
+    assert by_type == {"ml.m5.12xlarge": "pass", "ml.m5.4xlarge": "fail", "ml.p5.48xlarge": "pass"}
+    assert aws.params("ListServiceQuotas")[0]["ServiceCode"] == "sagemaker"
+    aws.sticky[("service-quotas", "ListServiceQuotas")] = {"Quotas": listed[:2]}
+    missing = preflight.check_sagemaker_quota(context(aws, folder, "hyperpod", "us-west-2"))
+    assert [r.status for r in missing if "ml.m5.4xlarge" in r.message] == ["fail"]
+    assert "not offered for HyperPod here" in " ".join(r.message for r in missing)
+
+
+def test_fsx_quota_counts_existing_file_systems(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    limit = [{"QuotaCode": "L-8D142A2E", "QuotaName": "Lustre total storage capacity (GiB)", "Value": 2400.0}]
+    aws.answer("service-quotas", "ListServiceQuotas", always={"Quotas": limit})
+    assert rows(preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION)), "fsx-quota") == [("pass", "ERROR")]
+    subnet = _subnet(P5_REGION)
+    aws_client("fsx", P5_REGION).create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=2400,
+        SubnetIds=[subnet],
+        LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250},
+    )
+    failed = preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION))
+    assert rows(failed, "fsx-quota") == [("fail", "ERROR")]
+    assert "2400 used and 1200 needed" in failed[0].message
+    aws.sticky[("service-quotas", "ListServiceQuotas")] = {"Quotas": []}
+    unknown = preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION))
+    assert rows(unknown, "fsx-quota") == [("fail", "WARNING")]
+
+
+def _subnet(region: str) -> str:
+    ec2 = aws_client("ec2", region)
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    return str(
+        ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24", AvailabilityZone=f"{region}a")["Subnet"]["SubnetId"]
+    )
+
+
+def network_quotas(ctx: preflight.Context) -> list[preflight.Result]:
+    return preflight.check_vpc_quota(ctx) + preflight.check_eip_quota(ctx) + preflight.check_nat_quota(ctx)
+
+
+def test_network_quotas(aws: Aws, tmp_path: Path) -> None:
+    quotas(aws)
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    ok = network_quotas(context(aws, folder, "p5", P5_REGION))
+    assert {r.check: r.status for r in ok} == {"vpc-quota": "pass", "eip-quota": "pass", "nat-quota": "pass"}
+    ec2 = aws_client("ec2", P5_REGION)
+    subnet = _subnet(P5_REGION)  # moto starts with the default VPC; this is the second
+    for _ in range(5):
+        allocation = ec2.allocate_address(Domain="vpc")["AllocationId"]
+        ec2.create_nat_gateway(SubnetId=subnet, AllocationId=allocation)
+    for _ in range(3):
+        ec2.create_vpc(CidrBlock="10.8.0.0/16")
+    bad = network_quotas(context(aws, folder, "p5", P5_REGION))
+    assert {r.check: r.status for r in bad} == {"vpc-quota": "fail", "eip-quota": "fail", "nat-quota": "fail"}
+    assert "5 in us-east-2a, 1 needed" in " ".join(r.message for r in bad)
+
+
+def test_offerings_by_zone_name_and_id(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    assert {
+        s for s, _ in rows(preflight.check_offerings(context(aws, folder, "p5", P5_REGION)), "instance-offered")
+    } == {"pass"}
+    (first, *_) = aws.params("DescribeInstanceTypeOfferings")
+    assert first["LocationType"] == "availability-zone"
+    hp = env_folder(tmp_path, "hyperpod", "us-west-2")
+    results = preflight.check_offerings(context(aws, hp, "hyperpod", "us-west-2"))
+    assert {r.status for r in results} == {"pass"}
+    assert aws.params("DescribeInstanceTypeOfferings")[-1]["LocationType"] == "availability-zone-id"
+    data = yaml.safe_load((folder / "p5.yaml").read_text())
+    data["cluster"]["pcluster"]["queues"][0]["compute_resources"][0]["instance_type"] = "p4de.24xlarge"
+    data["network"]["availability_zone"] = "us-east-2c"
+    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    failed = preflight.check_offerings(context(aws, folder, "p5", P5_REGION))
+    assert [r.message for r in failed if r.status == "fail"] == [
+        "p4de.24xlarge is not offered in us-east-2c: choose another instance_type or zone (network.availability_zone)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "level", "words"),
+    [
+        ({}, None, "active p5.48xlarge x4 in us-east-2a until 2027-01-26"),
+        ({"EndDate": NOW + timedelta(days=7, minutes=1)}, None, "until 2026-12-04"),
+        ({"EndDate": NOW + timedelta(days=7)}, "WARNING", "within 7 days: extend it"),
+        ({"EndDateType": "unlimited", "EndDate": None}, None, "with no end date"),
+        ({"State": "expired", "EndDate": NOW - timedelta(days=1)}, "ERROR", "state is expired"),
+        ({"AvailabilityZone": "us-east-2b"}, "ERROR", "it is in us-east-2b, the group in us-east-2a"),
+        ({"InstanceType": "p4d.24xlarge"}, "ERROR", "it reserves p4d.24xlarge"),
+        ({"TotalInstanceCount": 3}, "ERROR", "it holds 3 instances, max_count is 4"),
+        (
+            {"ReservationType": "capacity-block", "State": "scheduled", "StartDate": NOW + timedelta(days=1)},
+            "WARNING",
+            "capacity block starts 2026-11-28 12:00 UTC",
+        ),
+    ],
+)
+def test_reservation_findings(aws: Aws, tmp_path: Path, changes: dict[str, Any], level: str | None, words: str) -> None:
+    found = reservation(**changes)
+    if found["CapacityReservations"][0]["EndDate"] is None:
+        del found["CapacityReservations"][0]["EndDate"]
+    aws.answer("ec2", "DescribeCapacityReservations", always=found)
+    results = preflight.check_reservations(context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION))
+    assert aws.params("DescribeCapacityReservations") == [{"CapacityReservationIds": [RESERVATION]}]
+    text = " | ".join(r.message for r in results)
+    assert words in text
+    if level is None:
+        assert [r.status for r in results] == ["pass"]
+    else:
+        assert (("fail", level)) in rows(results, "capacity-reservation")
+
+
+def test_reservation_not_found(aws: Aws, tmp_path: Path) -> None:
+    aws.answer(
+        "ec2",
+        "DescribeCapacityReservations",
+        always=error("InvalidCapacityReservationId.NotFound", "The capacity reservation ID does not exist"),
+    )
+    results = preflight.check_reservations(context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION))
+    assert rows(results, "capacity-reservation") == [("fail", "ERROR")]
+    assert "does not exist in us-east-2" in results[0].message
+
+
+def test_pcluster_image(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    aws.answer("ec2", "DescribeImages", image(), {"Images": []})
+    assert rows(preflight.check_pcluster_image(context(aws, folder, "p5", P5_REGION)), "pcluster-image") == [
+        ("pass", "ERROR")
+    ]
+    failed = preflight.check_pcluster_image(context(aws, folder, "p5", P5_REGION))
+    assert rows(failed, "pcluster-image") == [("fail", "ERROR")]
+    assert "no official image aws-parallelcluster-3.16.1-amzn2023-hvm-x86_64*" in failed[0].message
+
+
+def test_names_free_ours_or_taken(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION, storage={"data_bucket": {"name": "p5-training-data-0001"}})
+    results = preflight.check_names(context(aws, folder, "p5", P5_REGION))
+    assert {r.status for r in results} == {"pass"} and len(results) == 5
+    cfn = aws_client("cloudformation", P5_REGION)
+    body = json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}})
+    cfn.create_stack(StackName="p5-Network", TemplateBody=body, Tags=[{"Key": "mlcluster:environment", "Value": "p5"}])
+    cfn.create_stack(StackName="p5-train", TemplateBody=body)
+    s3 = aws_client("s3", P5_REGION)
+    s3.create_bucket(Bucket="p5-training-data-0001", CreateBucketConfiguration={"LocationConstraint": P5_REGION})
+    results = preflight.check_names(context(aws, folder, "p5", P5_REGION))
+    failed = sorted(r.message for r in results if r.status == "fail")
+    assert failed == [
+        "bucket p5-training-data-0001 exists in this account without tag mlcluster:environment=p5: choose another name",
+        "stack p5-train exists without tag mlcluster:environment=p5: rename the environment or cluster.name",
+    ]
+    aws.answer("s3", "HeadBucket", always=error("403", "Forbidden", 403))
+    taken = preflight.check_names(context(aws, folder, "p5", P5_REGION))
+    assert "belongs to another account" in " ".join(r.message for r in taken)
+
+
+def test_hyperpod_cluster_name(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "hyperpod", "us-west-2")
+    assert {r.status for r in preflight.check_names(context(aws, folder, "hyperpod", "us-west-2"))} == {"pass"}
+    aws.answer(
+        "sagemaker",
+        "DescribeCluster",
+        always={
+            "ClusterArn": "arn:aws:sagemaker:us-west-2:123456789012:cluster/abc123def456",
+            "ClusterStatus": "InService",
+            "InstanceGroups": [],
+        },
+    )
+    aws.answer("sagemaker", "ListTags", always={"Tags": [{"Key": "team", "Value": "other"}]})
+    results = preflight.check_names(context(aws, folder, "hyperpod", "us-west-2"))
+    assert [r.message for r in results if r.status == "fail"] == [
+        "HyperPod cluster ml-hyperpod exists without tag mlcluster:environment=hyperpod: choose another cluster.name"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        (None, ("fail", "ERROR")),
+        ("5", ("fail", "ERROR")),
+        ("6", ("fail", "WARNING")),
+        ("32", ("fail", "WARNING")),
+        ("33", ("pass", "ERROR")),
+    ],
+)
+def test_cdk_bootstrap(aws: Aws, tmp_path: Path, version: str | None, expected: tuple[str, str]) -> None:
+    if version is not None:
+        bootstrap(version)
+    results = preflight.check_bootstrap(context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION))
+    assert rows(results, "cdk-bootstrap") == [expected]
+    if version is None:
+        assert "npx cdk bootstrap aws://<account>/us-east-2" in results[0].message
+
+
+@pytest.mark.parametrize(
+    ("check", "env", "operation"),
+    [
+        ("vcpu-quota", "p5", ("ec2", "DescribeInstanceTypes")),
+        ("sagemaker-quota", "hyperpod", ("service-quotas", "ListServiceQuotas")),
+        ("fsx-quota", "p5", ("fsx", "DescribeFileSystems")),
+        ("vpc-quota", "p5", ("ec2", "DescribeVpcs")),
+        ("eip-quota", "p5", ("ec2", "DescribeAddresses")),
+        ("nat-quota", "p5", ("ec2", "DescribeNatGateways")),
+        ("instance-offered", "p5", ("ec2", "DescribeInstanceTypeOfferings")),
+        ("capacity-reservation", "p5", ("ec2", "DescribeCapacityReservations")),
+        ("training-plan", "hyperpod-plan", ("sagemaker", "DescribeTrainingPlan")),
+        ("pcluster-image", "p5", ("ec2", "DescribeImages")),
+        ("names", "p5", ("cloudformation", "DescribeStacks")),
+        ("cdk-bootstrap", "p5", ("cloudformation", "DescribeStacks")),
+    ],
+)
+@pytest.mark.parametrize("code", ["AccessDenied", "Throttling"])
+def test_every_check_reports_an_aws_error_as_a_row(
+    aws: Aws, tmp_path: Path, check: str, env: str, operation: tuple[str, str], code: str
+) -> None:
+    healthy_p5(aws)
+    aws.sticky[operation] = error(code, "refused by the test")
+    region = "us-west-2" if env.startswith("hyperpod") else P5_REGION
+    if env == "hyperpod-plan":
+        env, folder = "hyperpod", hyperpod_with_plan(tmp_path)
+    else:
+        folder = env_folder(tmp_path, env, region)
+    ctx = context(aws, folder, env, region)
+    results = preflight.run_checks(ctx, skip=[c for c in preflight.CHECKS if c != check])
+    assert [(r.check, r.status) for r in results] == [(check, "error")]
+    assert f"{code}: refused by the test" in results[0].message
+    assert preflight.exit_code(results) == 3
+
+
+def test_a_redeploy_needs_no_new_vpc(aws: Aws, tmp_path: Path) -> None:
+    quotas(aws)
+    aws_client("ec2", P5_REGION).create_vpc(
+        CidrBlock="10.0.0.0/16",
+        TagSpecifications=[{"ResourceType": "vpc", "Tags": [{"Key": "mlcluster:environment", "Value": "p5"}]}],
+    )
+    results = network_quotas(context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION))
+    assert [r.message.split("; ", 1)[1] for r in results] == [
+        "2 exist, 0 more needed",
+        "0 allocated, 0 needed for NAT gateways",
+        "0 in us-east-2a, 0 needed",
+    ]
+
+
+def test_an_environment_without_a_cluster(aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    healthy_p5(aws)
+    monkeypatch.setattr(preflight, "datetime", _Frozen)
+    folder = env_folder(tmp_path, "dev", P5_REGION, network={"availability_zone": "us-east-2a"})
+    result = invoke("preflight", "dev", "--environments", str(folder), "--json")
+    assert result.exit_code == 0, result.output
+    checks = {r["check"] for r in json.loads(result.stdout)["results"]}
+    assert checks == {"fsx-quota", "vpc-quota", "eip-quota", "nat-quota", "names", "cdk-bootstrap"}
+
+
+def test_queues_on_existing_subnets_cannot_name_the_zone(aws: Aws, tmp_path: Path) -> None:
+    existing = {
+        "availability_zone": "us-east-2a",
+        "existing": {
+            "vpc_id": "vpc-0abc1234",
+            "vpc_cidr": "10.0.0.0/16",
+            "private_subnet_ids": ["subnet-0abc1234"],
+            "security_group_id": "sg-0abc1234",
+        },
+    }
+    folder = env_folder(tmp_path, "p5", P5_REGION, network=existing)
+    data = yaml.safe_load((folder / "p5.yaml").read_text())
+    data["cluster"]["pcluster"]["queues"][0]["zones"] = ["subnet-0abc1234"]
+    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    results = preflight.check_offerings(context(aws, folder, "p5", P5_REGION))
+    assert [(r.key, r.status, r.level) for r in results] == [
+        ("cluster.pcluster.head_node.instance_type", "pass", "ERROR"),
+        ("cluster.pcluster.queues[0].compute_resources[0]", "fail", "WARNING"),
+    ]
+    assert preflight.check_vpc_quota(context(aws, folder, "p5", P5_REGION)) == []
+
+
+PLAN_ARN = "arn:aws:sagemaker:us-west-2:123456789012:training-plan/p5-plan"
+
+
+def training_plan(**changes: Any) -> dict[str, Any]:
+    found = {
+        "TrainingPlanArn": PLAN_ARN,
+        "TrainingPlanName": "p5-plan",
+        "Status": "Active",
+        "StartTime": NOW - timedelta(days=1),
+        "EndTime": NOW + timedelta(days=14),
+        "TargetResources": ["hyperpod-cluster"],
+        "ReservedCapacitySummaries": [
+            {
+                "ReservedCapacityArn": "arn:aws:sagemaker:us-west-2:123456789012:reserved-capacity/rc-1",
+                "InstanceType": "ml.p5.48xlarge",
+                "TotalInstanceCount": 2,
+                "Status": "Active",
+                "AvailabilityZone": "us-west-2d",
+                "AvailabilityZoneId": "usw2-az4",
+            }
+        ],
+    }
+    found.update(changes)
+    return found
+
+
+def hyperpod_with_plan(tmp_path: Path) -> Path:
+    folder = env_folder(tmp_path, "hyperpod", "us-west-2")
+    data = yaml.safe_load((folder / "hyperpod.yaml").read_text())
+    data["cluster"]["hyperpod"]["workers"][0]["training_plan_arn"] = PLAN_ARN
+    (folder / "hyperpod.yaml").write_text(yaml.safe_dump(data))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("changes", "level", "words"),
+    [
+        ({}, None, "p5-plan: Active ml.p5.48xlarge x2 until 2026-12-11"),
+        ({"Status": "Scheduled", "StartTime": NOW + timedelta(days=2)}, "WARNING", "scheduled to start 2026-11-29"),
+        ({"Status": "Expired", "EndTime": NOW - timedelta(hours=1)}, "ERROR", "status is Expired, not Active"),
+        ({"TargetResources": ["training-job"]}, "ERROR", "not for hyperpod-cluster"),
+        ({"EndTime": NOW + timedelta(days=3)}, "WARNING", "within 7 days"),
+    ],
+)
+def test_training_plan_findings(
+    aws: Aws, tmp_path: Path, changes: dict[str, Any], level: str | None, words: str
+) -> None:
+    aws.answer("sagemaker", "DescribeTrainingPlan", always=training_plan(**changes))
+    results = preflight.check_training_plans(context(aws, hyperpod_with_plan(tmp_path), "hyperpod", "us-west-2"))
+    assert aws.params("DescribeTrainingPlan") == [{"TrainingPlanName": "p5-plan"}]
+    assert words in " | ".join(r.message for r in results)
+    if level is None:
+        assert [r.status for r in results] == ["pass"]
+    else:
+        assert ("fail", level) in rows(results, "training-plan")
+
+
+def test_training_plan_capacity_and_zone(aws: Aws, tmp_path: Path) -> None:
+    small = training_plan()
+    small["ReservedCapacitySummaries"][0].update(TotalInstanceCount=1, AvailabilityZoneId="usw2-az1")
+    aws.answer("sagemaker", "DescribeTrainingPlan", always=small)
+    results = preflight.check_training_plans(context(aws, hyperpod_with_plan(tmp_path), "hyperpod", "us-west-2"))
+    assert [r.message for r in results] == [
+        "p5-plan: it reserves 1 ml.p5.48xlarge, instance_count is 2",
+        "p5-plan: its capacity is in usw2-az1, the group in usw2-az4",
+    ]
+    aws.sticky[("sagemaker", "DescribeTrainingPlan")] = error("ResourceNotFound", "no plan")
+    missing = preflight.check_training_plans(context(aws, hyperpod_with_plan(tmp_path), "hyperpod", "us-west-2"))
+    assert [(r.status, r.message) for r in missing] == [("fail", "p5-plan does not exist in us-west-2: fix the ARN")]

@@ -1,0 +1,330 @@
+"""Issue 33: the guard covers every decision over a resource's fate, not only replacements.
+
+The guard (``mlcluster.lockfile.guard``) is given a lock and a snapshot edited the way a synth of
+the edit produces it: deletion and replace policies, retention settings, termination protection,
+backups, stacks dropped from the app, allowances that name several resources or outlived their
+deploy, a missing lock and a renamed environment file. The real synthesis of the same edits is in
+``tests/test_day_two.py`` (the README's table) and ``tests/test_day_two_guard.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlcluster.config import ConfigError, Environment, load_environment, load_environments
+from mlcluster.lockfile import Lock, guard, lock_path, orphan_locks, read_lock_file, write_lock
+from mlcluster.replacement import ResourceState, Snapshot, StackState, stack_state
+from tests.support import MINIMAL, write_env
+
+NAME = "p5"
+
+
+def resource(kind: str, path: str, policy: str = "Retain", **fate: Any) -> ResourceState:
+    return ResourceState(
+        type=kind,
+        path=path,
+        create_only={},
+        digest="d0",
+        deletion_policy=policy,
+        update_replace_policy=policy,
+        fate={key.replace("__", "/"): value for key, value in fate.items()},
+    )
+
+
+def deployed() -> Snapshot:
+    """A small environment as deployed: protected data stacks, retained data, an unprotected cluster."""
+    return {
+        f"{NAME}-Network": StackState(
+            {"Key": resource("AWS::KMS::Key", "Network/EnvironmentKey/Resource/Resource", PendingWindowInDays=30)},
+            {},
+            termination_protection=True,
+        ),
+        f"{NAME}-Storage": StackState(
+            {
+                "Lustre": resource(
+                    "AWS::FSx::FileSystem",
+                    "Storage/Lustre/Resource",
+                    LustreConfiguration__AutomaticBackupRetentionDays=7,
+                ),
+                "LustreLogs": resource("AWS::Logs::LogGroup", "Storage/Lustre/LogGroup/Resource", RetentionInDays=365),
+                "Bucket": resource(
+                    "AWS::S3::Bucket", "Storage/DataBucket/Resource/Resource", VersioningConfiguration__Status="Enabled"
+                ),
+                "Vault": resource("AWS::Backup::BackupVault", "Storage/DataBucketBackup/Vault/Resource"),
+                "Plan": resource("AWS::Backup::BackupPlan", "Storage/DataBucketBackup/Plan/Resource", "Delete"),
+                "Selection": resource(
+                    "AWS::Backup::BackupSelection", "Storage/DataBucketBackup/Plan/DataBucket/Resource", "Delete"
+                ),
+                "Ingress": resource("AWS::EC2::SecurityGroupIngress", "Storage/Lustre/Ingress", "Delete"),
+            },
+            {},
+            termination_protection=True,
+        ),
+        f"{NAME}-DataRepository": StackState(
+            {
+                "Data": resource("AWS::FSx::DataRepositoryAssociation", "DataRepository/Lustre/AssociationData"),
+                "Ckpt": resource("AWS::FSx::DataRepositoryAssociation", "DataRepository/Lustre/AssociationCkpt"),
+            },
+            {},
+            termination_protection=True,
+        ),
+        f"{NAME}-Observability": StackState(
+            {
+                "Prometheus": resource("AWS::APS::Workspace", "Observability/Prometheus/Resource"),
+                "Grafana": resource("AWS::Grafana::Workspace", "Observability/Grafana/Resource"),
+                "TopicKey": resource("AWS::KMS::Key", "Observability/AlarmTopicKey/Resource"),
+            },
+            {},
+        ),
+        f"{NAME}-Cluster": StackState(
+            {"Cluster": resource("Custom::PclusterCluster", "Cluster/Cluster/Resource", "Delete")}, {}
+        ),
+    }
+
+
+def environment(tmp_path: Path, *, allow: tuple[str, ...] = (), used: tuple[str, ...] = ()) -> Environment:
+    data: dict[str, Any] = {**MINIMAL, "retention": {"allow_replacement": list(allow)}}
+    env = load_environment(write_env(tmp_path, NAME, data))
+    write_lock(env, Lock(deployed(), "deployed", allowances_used=used))
+    return env
+
+
+def edit(snapshot: Snapshot, stack: str, lid: str, **changes: Any) -> Snapshot:
+    state = snapshot[f"{NAME}-{stack}"]
+    state.resources[lid] = dataclasses.replace(state.resources[lid], **changes)
+    return snapshot
+
+
+def refusal(env: Environment, snapshot: Snapshot) -> str:
+    with pytest.raises(ConfigError) as raised:
+        guard(env, snapshot)
+    return str(raised.value)
+
+
+def destroy_everything(snapshot: Snapshot) -> Snapshot:
+    """What ``retention.on_delete: destroy`` synthesizes: Delete policies, no termination protection."""
+    return {
+        name: StackState(
+            {
+                lid: dataclasses.replace(r, deletion_policy="Delete", update_replace_policy="Delete")
+                for lid, r in state.resources.items()
+            },
+            state.outputs,
+            termination_protection=False,
+        )
+        for name, state in snapshot.items()
+    }
+
+
+# -- finding 1: policies, retention, protection, backups --------------------------------------------
+
+
+def test_on_delete_destroy_is_refused_with_the_safe_way(tmp_path: Path) -> None:
+    text = refusal(environment(tmp_path), destroy_everything(deployed()))
+    assert "retention.on_delete: this edit weakens p5-Storage/Storage/Lustre/Resource" in text
+    assert "DeletionPolicy Retain -> Delete; UpdateReplacePolicy Retain -> Delete" in text
+    for path in ("Storage/DataBucket/Resource/Resource", "Network/EnvironmentKey/Resource/Resource"):
+        assert f"weakens p5-{path.split('/')[0]}/{path}" in text
+    assert "turns termination protection of p5-Storage off" in text
+    assert "keep retention.on_delete: retain" in text and "user-initiated FSx backup" in text
+    # Nothing retained before, nothing weakened: the backup plan had Delete already.
+    assert "Storage/DataBucketBackup/Plan/Resource" not in text.split("termination protection of p5-Storage")[0]
+
+
+def test_on_delete_destroy_passes_only_with_each_resource_named(tmp_path: Path) -> None:
+    snapshot = destroy_everything(deployed())
+    every = [
+        "Network/EnvironmentKey",
+        "Storage/Lustre",
+        "Storage/Lustre/LogGroup",
+        "Storage/DataBucket",
+        "Storage/DataBucketBackup/Vault",
+        # Deleted with the stack once it is unprotected (their policy was Delete already).
+        "Storage/DataBucketBackup/Plan",
+        "Storage/DataBucketBackup/Plan/DataBucket",
+        "DataRepository/Lustre/AssociationData",
+        "DataRepository/Lustre/AssociationCkpt",
+        "Observability/Prometheus",
+        "Observability/Grafana",
+        "Observability/AlarmTopicKey",
+    ]
+    # The edge: one resource short is still refused, naming exactly that one.
+    text = refusal(environment(tmp_path / "short", allow=tuple(every[1:])), snapshot)
+    assert "Network/EnvironmentKey/Resource/Resource" in text and "Storage/Lustre/Resource" not in text
+    changes, _ = guard(environment(tmp_path / "all", allow=tuple(every)), snapshot)
+    assert {c.action for c in changes} == {"weaken"}
+
+
+@pytest.mark.parametrize(
+    ("lid", "stack", "fate", "shown"),
+    [
+        ("LustreLogs", "Storage", {"RetentionInDays": 90}, "RetentionInDays 365 -> 90"),
+        ("LustreLogs", "Storage", {}, None),  # no retention: logs never expire, more than before
+        (
+            "Lustre",
+            "Storage",
+            {"LustreConfiguration/AutomaticBackupRetentionDays": 0},
+            "LustreConfiguration.AutomaticBackupRetentionDays 7 -> 0",
+        ),
+        ("Bucket", "Storage", {"VersioningConfiguration/Status": "Suspended"}, 'Status "Enabled" -> "Suspended"'),
+        ("Key", "Network", {"PendingWindowInDays": 7}, "PendingWindowInDays 30 -> 7"),
+    ],
+)
+def test_shorter_retention_or_a_copy_switched_off_is_refused(
+    tmp_path: Path, lid: str, stack: str, fate: dict[str, Any], shown: str | None
+) -> None:
+    env = environment(tmp_path)
+    snapshot = edit(deployed(), stack, lid, fate=fate)
+    if shown is None:
+        guard(env, snapshot)
+        return
+    assert shown in refusal(env, snapshot)
+
+
+def test_longer_retention_passes(tmp_path: Path) -> None:
+    snapshot = edit(deployed(), "Storage", "LustreLogs", fate={"RetentionInDays": 3653})
+    changes, _ = guard(environment(tmp_path), snapshot)
+    assert changes == []  # the digest is what marks an update; the fate alone changed for the better
+
+
+def test_removing_the_data_bucket_backup_is_refused(tmp_path: Path) -> None:
+    snapshot = deployed()
+    for lid in ("Vault", "Plan", "Selection"):
+        del snapshot[f"{NAME}-Storage"].resources[lid]
+    text = refusal(environment(tmp_path), snapshot)
+    assert "storage.data_bucket.backup: this edit deletes p5-Storage/Storage/DataBucketBackup/Plan/Resource" in text
+    assert "no second copy from then on" in text
+    assert "recovery points" in text
+
+
+# -- finding 9: allowances --------------------------------------------------------------------------
+
+
+def test_a_whole_stack_allowance_is_refused_with_what_it_covers(tmp_path: Path) -> None:
+    snapshot = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
+    text = refusal(environment(tmp_path, allow=("Storage",)), snapshot)
+    assert "retention.allow_replacement: 'Storage' names 6 data-bearing resources" in text
+    assert "'Storage/DataBucket', 'Storage/DataBucketBackup/Plan'" in text
+    # The edge: the one resource by name passes.
+    guard(environment(tmp_path / "one", allow=("Storage/Lustre",)), snapshot)
+
+
+def test_an_allowance_outliving_its_deploy_is_refused(tmp_path: Path) -> None:
+    text = refusal(environment(tmp_path, allow=("Storage/Lustre",), used=("Storage/Lustre",)), deployed())
+    assert "'Storage/Lustre' allows nothing" in text
+    assert "the deploy that used this allowance is recorded in the lock" in text
+    text = refusal(environment(tmp_path / "never", allow=("Storage/Lustre",)), deployed())
+    assert "'Storage/Lustre' allows nothing" in text and "recorded in the lock" not in text
+
+
+def test_an_allowance_naming_nothing_is_refused(tmp_path: Path) -> None:
+    assert "'Storage/Nothing' names no data-bearing resource" in refusal(
+        environment(tmp_path, allow=("Storage/Nothing",)), deployed()
+    )
+
+
+# -- finding 4: stacks dropped from the app ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stack", "key", "told"),
+    [
+        ("Cluster", "cluster.backend", "the cluster keeps running and billing"),
+        ("DataRepository", "storage.lustre.data_repository_associations", "--no-delete-data-in-file-system"),
+        ("Observability", "observability", "Prometheus and Grafana workspaces"),
+    ],
+)
+def test_a_stack_dropped_from_the_app_is_refused_with_the_way(tmp_path: Path, stack: str, key: str, told: str) -> None:
+    snapshot = deployed()
+    del snapshot[f"{NAME}-{stack}"]
+    text = refusal(environment(tmp_path), snapshot)
+    assert f"{key}: this edit drops stack p5-{stack} from the app" in text
+    assert told in text
+    assert f"npx cdk destroy 'p5/{stack}'" in text
+    protected = stack == "DataRepository"
+    assert ("update-termination-protection" in text) is protected
+    # One refusal for the stack, not one more per resource in it.
+    assert "this edit deletes" not in text
+
+
+def test_a_retained_dra_leaving_a_kept_stack_is_reported_as_still_running(tmp_path: Path) -> None:
+    snapshot = deployed()
+    del snapshot[f"{NAME}-DataRepository"].resources["Ckpt"]
+    _, notes = guard(environment(tmp_path), snapshot)
+    (note,) = notes
+    assert "DataRepository/Lustre/AssociationCkpt" in note
+    assert "keeps it running outside the stack" in note and "exporting to the bucket (deletions too)" in note
+
+
+# -- findings 2 and 3: no lock, renamed files ---------------------------------------------------------------
+
+
+def test_no_lock_is_refused_and_an_explicit_first_lock_passes(tmp_path: Path) -> None:
+    env = load_environment(write_env(tmp_path, NAME, MINIMAL))
+    text = refusal(env, deployed())
+    assert "(lock file): " in text and "is missing" in text
+    assert f"'mlcluster lock {NAME} --new'" in text
+    write_lock(env, Lock({}, "new"))
+    changes, _ = guard(env, deployed())
+    assert {c.action for c in changes} == {"add"}
+
+
+def test_a_lock_whose_environment_file_is_gone_is_refused(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    lock_path(env).rename(tmp_path / "old.lock.json")
+    (error,) = orphan_locks(tmp_path)
+    text = str(error)
+    assert text.startswith(f"{tmp_path / 'old.lock.json'}: (environment file): records deployed stacks")
+    assert "environments/old.yaml is gone" in text and "To rename: keep old.yaml" in text
+    # A lock recording nothing deployed, or one with its file, is no orphan.
+    write_env(tmp_path, "old", MINIMAL)
+    assert orphan_locks(tmp_path) == []
+    (tmp_path / "old.yaml").unlink()
+    (tmp_path / "old.lock.json").write_text(
+        json.dumps({"format": 2, "source": "new", "allowances_used": [], "accepted": [], "stacks": {}})
+    )
+    assert orphan_locks(tmp_path) == []
+
+
+def test_a_format_1_lock_is_refused_naming_the_way(tmp_path: Path) -> None:
+    (tmp_path / "x.lock.json").write_text('{"format": 1, "stacks": {}}')
+    with pytest.raises(ConfigError, match=r"format 1, expected 2.*'mlcluster lock x', which reads the deployed"):
+        read_lock_file(tmp_path / "x.lock.json", "x")
+
+
+def test_the_lock_records_policies_and_protection_from_a_template() -> None:
+    template = {
+        "Resources": {
+            "Fs": {
+                "Type": "AWS::FSx::FileSystem",
+                "DeletionPolicy": "RetainExceptOnCreate",
+                "Properties": {"LustreConfiguration": {"AutomaticBackupRetentionDays": 7}},
+            },
+            "Logs": {"Type": "AWS::Logs::LogGroup", "Properties": {"RetentionInDays": 365}},
+        }
+    }
+    state = stack_state(template, {}, termination_protection=True)
+    assert state.termination_protection
+    assert state.resources["Fs"].deletion_policy == "RetainExceptOnCreate"
+    assert state.resources["Fs"].update_replace_policy == "Delete"
+    assert state.resources["Fs"].fate == {"LustreConfiguration/AutomaticBackupRetentionDays": 7}
+    assert state.resources["Logs"].fate == {"RetentionInDays": 365}
+
+
+# -- finding 9: name collisions across every file -------------------------------------------------------------
+
+
+def test_names_collide_with_files_not_selected(tmp_path: Path) -> None:
+    bucket = {"storage": {"data_bucket": {"name": "team-data-123"}}}
+    write_env(tmp_path, "a", {**MINIMAL, **bucket})
+    write_env(tmp_path, "b", {**MINIMAL, **bucket})
+    with pytest.raises(ConfigError, match=r"S3 bucket name 'team-data-123' is also taken by .*a\.yaml"):
+        load_environments(tmp_path, ["b"])
+    # The edge: a broken file that is not selected is its own synth's problem, not b's.
+    (tmp_path / "a.yaml").write_text("network: [")
+    assert [e.name for e in load_environments(tmp_path, ["b"])] == ["b"]
