@@ -417,3 +417,33 @@ def test_synthesis_failure_is_reported(tmp_path: Path) -> None:
         diff_module.load_one(envs, "bad")
     with pytest.raises(CliError, match="synthesizing bad failed"):
         diff_module.synthesize(envs, "bad", tmp_path / "out")
+
+
+def test_every_change_set_status_has_a_decision() -> None:
+    """Issue 25: the states a wait can meet come from botocore's model, each with its decision."""
+    from mlcluster.cli.diff import CHANGE_SET_DECISIONS
+
+    model = botocore_model("cloudformation")
+    assert sorted(CHANGE_SET_DECISIONS) == sorted(model.shape_for("ChangeSetStatus").enum)
+
+
+@pytest.mark.parametrize("status", ["DELETE_PENDING", "DELETE_IN_PROGRESS", "DELETE_COMPLETE", "DELETE_FAILED", "NEW"])
+def test_a_change_set_deleted_under_the_reader_is_no_empty_diff(
+    cfn: tuple[Any, Stubber], tmp_path: Path, status: str
+) -> None:
+    """A change set deleted by someone else (or a status added later) fails; it never reads as "no changes"."""
+    client, stubber = cfn
+    expect_create_and_delete(stubber)
+    stubber.add_response(
+        "describe_change_set", change_set(status, []), {"StackName": "p5-Storage", "ChangeSetName": ANY}
+    )
+    expect_delete(stubber)
+    expected = "a status mlcluster does not know" if status == "NEW" else "it was deleted while it was read"
+    with pytest.raises(CliError, match=expected):
+        verdicts(client, tmp_path)
+
+
+def botocore_model(service: str) -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model(service)

@@ -219,7 +219,11 @@ def test_dras_have_their_own_stack_and_the_cluster_does_not_wait_for_them(locked
     # p5 has a Prometheus workspace: the head node's collector writes to it (its URL and ARN come from Observability).
     assert deps["p5-Cluster"] == {ids["Network"], ids["Storage"], ids["Observability"]}
     template = _template(locked, "p5", "p5-DataRepository")
-    assert [r["Type"] for r in template["Resources"].values()] == ["AWS::FSx::DataRepositoryAssociation"]
+    # The associations, and the digest of what Storage outputs (no stale reads, issue 25).
+    assert sorted(r["Type"] for r in template["Resources"].values()) == [
+        "AWS::FSx::DataRepositoryAssociation",
+        "AWS::SSM::Parameter",
+    ]
 
 
 def test_no_dra_no_data_repository_stack(locked: Path) -> None:
@@ -234,7 +238,7 @@ def test_termination_protection_where_data_is_retained(locked: Path) -> None:
         "p5-Network": True,
         "p5-Storage": True,
         "p5-DataRepository": True,
-        "p5-Observability": False,  # alarms and a dashboard: no data
+        "p5-Observability": True,  # the Prometheus and Grafana workspaces (issue 25, finding 2)
         "p5-Cluster": False,
     }
     assert not any(a["properties"].get("terminationProtection") for a in manifest(locked, "scratch").values())

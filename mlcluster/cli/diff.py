@@ -65,6 +65,18 @@ from mlcluster.replacement import (
 
 #: Templates above this size must go through S3 (CloudFormation's TemplateBody limit).
 TEMPLATE_BODY_LIMIT = 51_200
+#: Every ``ChangeSetStatus`` of botocore's CloudFormation model and what ``mlcluster diff`` does on meeting it:
+#: wait, read the changes, or fail with the reason (FAILED reads "no changes" from its reason, else fails).
+CHANGE_SET_DECISIONS: dict[str, str] = {
+    "CREATE_PENDING": "wait",
+    "CREATE_IN_PROGRESS": "wait",
+    "CREATE_COMPLETE": "read",
+    "FAILED": "fail",
+    "DELETE_PENDING": "fail",
+    "DELETE_IN_PROGRESS": "fail",
+    "DELETE_COMPLETE": "fail",
+    "DELETE_FAILED": "fail",
+}
 #: CloudFormation's StatusReason for a change set with nothing to do.
 NO_CHANGES = ("didn't contain changes", "No updates are to be performed")
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
@@ -227,10 +239,18 @@ def _read_change_set(
             page = cfn.describe_change_set(
                 StackName=stack.name, ChangeSetName=name, **({"NextToken": token} if token else {})
             )
-        status = page.get("Status")
-        if status in ("CREATE_PENDING", "CREATE_IN_PROGRESS"):
+        status = str(page.get("Status"))
+        decision = CHANGE_SET_DECISIONS.get(status)
+        if decision == "wait":
             sleep(poll_seconds)
             continue
+        if decision != "read" and status != "FAILED":
+            raise CliError(
+                f"change set {name} of {stack.name} is {status}: "
+                + ("it was deleted while it was read" if decision == "fail" else "a status mlcluster does not know")
+                + f" ({page.get('StatusReason', '')})\n  what to do: run `mlcluster diff` again",
+                EXIT_FAILED,
+            )
         if status == "FAILED":
             reason = str(page.get("StatusReason", ""))
             if any(text in reason for text in NO_CHANGES):

@@ -12,8 +12,11 @@ change a cluster (their functions may only describe clusters and list nodes):
   the self-referencing rules, a new name is free, a rename does not need a
   training plan's capacity twice, and an existing cluster is not busy
   (waited for, bounded) or gone.
-- ``NodesReady`` (after the cluster): every group has as many Running nodes
-  as it asks for; InService alone does not promise that.
+- ``NodesReady`` (after the cluster): every group has its nodes (InService
+  alone does not promise that). Nodes in a deep health check (hours) or
+  being started, patched or replaced are accepted and reported, never a
+  reason to roll the cluster back; only a failing cluster, a failed node
+  nobody replaces, or a group short of nodes fails it.
 
 The request is built once in the CreateCluster shape, checked at synth time
 against the installed botocore's CreateCluster and UpdateCluster shapes (an
