@@ -393,10 +393,25 @@ if [[ "$*" == *"secretsmanager get-secret-value"* ]]; then
   printf '%s\n' "$STUB_SECRET"
   exit 0
 fi
+local_path() { printf '%s/s3/%s' "$STUB_STATE" "${1#s3://}"; }
+if [[ $1 == s3api && $2 == put-object ]]; then
+  # One PutObject, refused like the patch backup bucket's policy unless it names SSE-KMS and a key ARN.
+  act "$@"
+  declare -A opt=()
+  args=("${@:3}")
+  for ((i = 0; i < ${#args[@]}; i += 2)); do opt[${args[i]}]=${args[i + 1]}; done
+  [[ ${opt[--server-side-encryption]:-} == aws:kms && ${opt[--ssekms-key-id]:-} == arn:*:kms:*:key/* ]] || {
+    echo "An error occurred (AccessDenied) when calling the PutObject operation: Access Denied" >&2
+    exit 254
+  }
+  dst=$(local_path "s3://${opt[--bucket]}/${opt[--key]}")
+  mkdir -p "$(dirname "$dst")"
+  cp "${opt[--body]}" "$dst"
+  exit 0
+fi
 [[ $1 == s3 && $2 == cp ]] || exit 2
 act "$@"
 src=${*: -2:1} dst=${*: -1}
-local_path() { printf '%s/s3/%s' "$STUB_STATE" "${1#s3://}"; }
 if [[ $src == s3://* ]]; then
   [[ -f $(local_path "$src") ]] || { echo "fatal error: An error occurred (404) when calling the HeadObject operation" >&2; exit 1; }
   cp "$(local_path "$src")" "$dst"
@@ -487,6 +502,10 @@ if [[ ${1:-} == --help ]]; then
   exit 0
 fi
 act "$@"
+for arg in "$@"; do
+  if [[ ${next:-} == sql ]]; then printf '%s\n' "$arg" >>"$STUB_STATE/mysql.sql"; exit 0; fi
+  [[ $arg == --execute ]] && next=sql
+done
 cat >>"$STUB_STATE/mysql.sql"
 """,
     "mysqldump": r"""
