@@ -45,7 +45,7 @@ SAFE_TOOLS = (
     *("awk", "basename", "bash", "cat", "chmod", "cmp", "cp", "cut", "date", "dirname", "env", "find", "flock"),
     *("grep", "head", "id", "ln", "ls", "mkdir", "mktemp", "mv", "nproc", "readlink", "rm", "sed", "sha256sum"),
     *("sleep", "sort", "stat", "tail", "tee", "timeout", "touch", "tr", "wc", "chown", "setpriv", "rmdir"),
-    *("tar", "gzip", "gunzip", "printf"),
+    *("tar", "gzip", "gunzip", "printf", "base64"),
 )
 
 #: The nodes' python3 is the distribution's (Ubuntu's /usr/bin/python3): plan.py needs only the
@@ -673,7 +673,7 @@ class Sandbox:
         path.write_text(text, encoding="utf-8")
         template = (HYPERPOD_DIR / ENTRYPOINT).read_text(encoding="utf-8")
         rendered = template.replace(MANIFEST_MARK + "\n", manifest(self.lifecycle))
-        rendered = rendered.replace(f"    {GENERATED_MARK}\n", generated_copies(self.generated()))
+        rendered = rendered.replace(f"{GENERATED_MARK}\n", generated_copies(self.generated()))
         _write(self.lifecycle / ENTRYPOINT, rendered, 0o755)
 
     def env(self) -> dict[str, str]:
