@@ -99,28 +99,28 @@ class PatchBackupBucket(Construct):
             through S3. Default: none besides the CloudFormation execution role.
         """
         super().__init__(scope, construct_id)
-        key = kms.Key(
-            self,
-            "Key",
-            description=f"Encrypts the mlcluster patch backups {self.node.path}",
-            enable_key_rotation=True,
-            removal_policy=removal_policy,
-            # A policy of our own: the CDK default would give the account root kms:* (use included).
-            policy=iam.PolicyDocument(
-                statements=[
-                    iam.PolicyStatement(
-                        sid="AccountAdministersTheKeyOnly",
-                        principals=[iam.AccountRootPrincipal()],
-                        actions=list(KEY_ADMIN_ACTIONS),
-                        resources=["*"],
-                    )
-                ]
-            ),
+        self.data_bucket = DataBucket(self, "Resource", encryption="kms", removal_policy=removal_policy)
+        key = self.data_bucket.encryption_key
+        if not isinstance(key, kms.Key):
+            raise TypeError(f"{self.node.path}: DataBucket(encryption='kms') made no key of its own")
+        self.key: kms.Key = key
+        # A key policy of our own in place of CDK's default, which gives the account root kms:* (use
+        # included). The key keeps its construct path (no replacement of a deployed key); statements
+        # go through :meth:`allow_key_use`, never key.add_to_resource_policy (that document is unused).
+        self.key_policy = iam.PolicyDocument(
+            statements=[
+                iam.PolicyStatement(
+                    sid="AccountAdministersTheKeyOnly",
+                    principals=[iam.AccountRootPrincipal()],
+                    actions=list(KEY_ADMIN_ACTIONS),
+                    resources=["*"],
+                )
+            ]
         )
-        self.key = key
-        self.data_bucket = DataBucket(
-            self, "Resource", encryption="kms", encryption_key=key, removal_policy=removal_policy
-        )
+        cfn_key = key.node.default_child
+        if not isinstance(cfn_key, kms.CfnKey):
+            raise TypeError(f"{key.node.path}: no CfnKey to set the policy of")
+        cfn_key.key_policy = self.key_policy
         self.bucket: s3.IBucket = self.data_bucket.bucket
         self.policy_writers = deny_bucket_policy_changes(self.bucket)
         self._require_the_key()
@@ -192,7 +192,7 @@ class PatchBackupBucket(Construct):
     def allow_key_use(self, sid: str, role_arns: Sequence[str]) -> None:
         """Let ``role_arns`` use the key (:data:`KEY_USE_ACTIONS`) through S3 in this region, nothing else."""
         stack = cdk.Stack.of(self)
-        self.key.add_to_resource_policy(
+        self.key_policy.add_statements(
             iam.PolicyStatement(
                 sid=sid,
                 principals=[iam.ArnPrincipal(arn) for arn in role_arns],
