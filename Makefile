@@ -17,7 +17,7 @@ SOURCES := mlcluster tests tools app.py
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs compliance lock test-latest system-deps
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs cdk-context compliance lock test-latest system-deps
 
 # DEPS=latest (set by `make test-latest` in its own copy of the tree) installs the newest releases the
 # ranges in pyproject.toml and requirements/*.in allow instead of the locks.
@@ -120,6 +120,10 @@ bench: setup $(PCLUSTER_VENV)/.installed
 ## config-docs: regenerate schema/environment.schema.json and the README's configuration reference
 config-docs: setup
 	$(PY) tools/gen_config_docs.py
+
+## cdk-context: regenerate mlcluster/cdk_context.json (the feature flags the wheel ships) from cdk.json
+cdk-context: setup
+	$(PY) tools/cdk_context.py
 
 UV_COMPILE := $(LOCK_VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
 	--custom-compile-command 'make lock' $(if $(PACKAGE),--upgrade-package $(PACKAGE),--upgrade)

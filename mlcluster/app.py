@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import sys
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import aws_cdk as cdk
 from aws_cdk import cx_api
 
+from mlcluster.appdir import find_project
 from mlcluster.config import ConfigError
 from mlcluster.config.project import check_environments
 from mlcluster.lockfile import guard, orphan_locks
@@ -30,19 +30,15 @@ def selected_environments(app: cdk.App) -> list[str] | None:
     return [name.strip() for name in str(value).split(",")]
 
 
-#: The CDK CLI's project file. Its ``context`` (feature flags such as
-#: ``@aws-cdk/core:defaultCrossStackReferences``) reaches the app from the CLI
-#: through the environment; ``build_app`` reads it too, so in-process
-#: synthesis (tests, tools) builds the same templates as ``cdk synth``.
-CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+def project_context() -> dict[str, Any]:
+    """The feature flags of the project in the current folder (see :mod:`mlcluster.appdir`).
 
-
-def project_context(cdk_json: Path = CDK_JSON) -> dict[str, Any]:
-    """The ``context`` of ``cdk_json``; empty when the file is absent (an installed wheel)."""
-    if not cdk_json.is_file():
-        return {}
-    context = json.loads(cdk_json.read_text(encoding="utf-8")).get("context", {})
-    return dict(context)
+    ``cdk synth`` runs the app in the folder of ``cdk.json``; in-process
+    synthesis (tests, tools) finds the same file from the current folder up,
+    and falls back to the flags the package ships, so both build the same
+    templates as ``cdk deploy``.
+    """
+    return find_project().context()
 
 
 def build_app(
@@ -52,6 +48,7 @@ def build_app(
     outdir: str | None = None,
     extra_packs: Sequence[str] = (),
     template_checks: bool = True,
+    context: dict[str, Any] | None = None,
 ) -> tuple[cdk.App, list[EnvironmentStage]]:
     """Load and validate every selected environment, then compose one stage each.
 
@@ -72,9 +69,12 @@ def build_app(
     others run every check on the same configurations; ``app.py`` and the
     ``mlcluster`` command never pass it, and no context key or environment
     variable of ours turns it off.
+
+    ``context`` is the feature flags to build with (default:
+    :func:`project_context`); the ``mlcluster`` command passes its project's.
     """
-    context = project_context()
-    props: dict[str, Any] = {"context": context, "builtin_cloud_formation_validation": template_checks}
+    flags = project_context() if context is None else context
+    props: dict[str, Any] = {"context": flags, "builtin_cloud_formation_validation": template_checks}
     app = cdk.App(outdir=outdir, **props) if outdir is not None else cdk.App(**props)
     chosen = selected if selected is not None else selected_environments(app)
     checked = check_environments(environments_dir, chosen)

@@ -260,8 +260,17 @@ def test_only_aps_of_this_account_and_workspace_may_publish(observability: dict[
                 },
             }
         ], name
-        # Only the TLS-only deny and that grant: no other principal is admitted by the topic policy.
-        assert [s["Effect"] for s in statements] == ["Deny", "Allow"], name
+        # Only the TLS-only deny, CloudWatch's alarms and EventBridge's rules (tests/test_observability.py) and
+        # that grant.
+        assert sorted(str((s["Effect"], s.get("Principal"))) for s in statements) == sorted(
+            str(entry)
+            for entry in [
+                ("Deny", "*"),
+                ("Allow", {"Service": "cloudwatch.amazonaws.com"}),
+                ("Allow", {"Service": "aps.amazonaws.com"}),
+                *([("Allow", {"Service": "events.amazonaws.com"})] if of_type(template, "AWS::Events::Rule") else []),
+            ]
+        ), name
         assert aps_key == [
             {
                 "Sid": "PrometheusAlertManager",
@@ -272,8 +281,8 @@ def test_only_aps_of_this_account_and_workspace_may_publish(observability: dict[
                 "Condition": {"StringEquals": account},
             }
         ], name
-        # The account root, CloudWatch and AMP: nobody else.
-        assert len(key_statements) == 3, name
+        # The account root, CloudWatch, AMP and (with rules) EventBridge: nobody else.
+        assert len(key_statements) == 3 + bool(of_type(template, "AWS::Events::Rule")), name
 
 
 def test_readme_lists_every_alert() -> None:

@@ -18,7 +18,12 @@ def net(**extra: object) -> dict[str, object]:
 
 BAD = [
     # (id, data, key path, fragment of the allowed text)
-    ("unknown top key", {**MINIMAL, "clusterr": {}}, "clusterr", "unknown key; allowed keys here:"),
+    (
+        "unknown top key",
+        {**MINIMAL, "clusterr": {}},
+        "clusterr",
+        "unknown key; did you mean 'cluster'? allowed keys here:",
+    ),
     ("unknown nested key", net(cidrr="10.0.0.0/16"), "network.cidrr", "allowed keys here: availability_zone"),
     ("missing network", {"tags": {}}, "network", "this key is required"),
     ("both zone forms", net(availability_zone_id="use1-az4"), "network.availability_zone", "give exactly one"),
@@ -153,8 +158,27 @@ def test_bad_input_names_file_key_value_and_allowed(
     lines = [line for line in message.splitlines() if f": {path}: " in line]
     assert lines, f"no problem reported at {path}: {message}"
     assert lines[0].startswith(f"{file}: {path}: ")
-    assert "is not valid;" in lines[0]
+    # A value is quoted as the file has it; a missing or empty one is never called "None" (issue 26).
+    assert any(text in lines[0] for text in ("is not valid;", ": missing; ", ": no value (empty or missing); "))
+    assert "None is not valid" not in lines[0]
     assert allowed in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("network:\n\tavailability_zone: us-east-1a\n", "line 2, column 1"),
+        ("network:\n  availability_zone: us-east-1a\n\tcidr: 10.0.0.0/16\n", "line 3, column 1"),
+        ("network:\n  availability_zone:\tus-east-1a\n  cidr:\n\t- x\n", "line 4, column 1"),
+    ],
+)
+def test_a_tab_is_named_as_a_tab(tmp_path: Path, text: str, where: str) -> None:
+    """PyYAML says "cannot start any token"; the message names the tab and where it is (issue 26)."""
+    file = write_env(tmp_path, "tabbed", text)
+    with pytest.raises(ConfigError) as caught:
+        load_environment(file)
+    assert str(caught.value).startswith(f"{file}: {where}: a tab character: YAML indents with spaces only")
+    assert "replace the tab with spaces" in str(caught.value)
 
 
 def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:

@@ -531,11 +531,18 @@ def test_edit_replaces_what_the_table_says(item: Edit, results: dict[str, Result
     assert all(any(path.startswith(prefix) for path in replaced) for prefix in wildcards)
 
 
-def test_storage_replacement_leaves_the_cluster_stack_alone(results: dict[str, Result]) -> None:
-    """With weak references a new file system changes nothing in the cluster stack's template,
-    and no stack imports another's export, so CloudFormation has no "export in use" to refuse."""
+def test_storage_replacement_changes_the_cluster_stack(results: dict[str, Result]) -> None:
+    """No stale reads (issue 25, finding 4). With weak references no stack imports another's export, so
+    CloudFormation has no "export in use" to refuse; but a consumer is re-read only when its stack is updated,
+    and ``cdk deploy`` skips an unchanged template. A new file system therefore changes the cluster stack's
+    (and the DataRepository stack's) ``ProducerValues`` parameter, in place and nothing else, while an edit of
+    the cluster alone leaves it as it was."""
     changes = results["Lustre deployment type PERSISTENT_2 -> PERSISTENT_1"].changes
-    assert [c for c in changes if c.stack == f"{STAGE}-Cluster"] == []
+    cluster = [(c.path, c.action) for c in changes if c.stack == f"{STAGE}-Cluster"]
+    assert cluster == [("Cluster/ProducerValues", "update")]
+    assert ("DataRepository/ProducerValues", "update") in [(c.path, c.action) for c in changes]
+    for edit_name in ("queue max count 2 -> 4", "HyperPod worker count 2 -> 4"):
+        assert not [c for c in results[edit_name].changes if c.path.endswith("/ProducerValues")], edit_name
 
 
 def _summary(paths: set[str]) -> str:

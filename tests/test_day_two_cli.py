@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from mlcluster.cli import diff as diff_module
 from mlcluster.cli.diff import StackArtifact, Verdict, apply_protection, change_set_verdicts, report, stack_policy
-from mlcluster.cli.errors import EXIT_AWS, EXIT_USAGE, CliError
+from mlcluster.cli.errors import EXIT_AWS, EXIT_REPLACEMENT, CliError
 from mlcluster.cli.main import cli
 from mlcluster.config import load_environment
 from tests.support import MINIMAL, write_env
@@ -268,14 +268,14 @@ def test_large_template_goes_through_the_bootstrap_bucket(cfn: tuple[Any, Stubbe
     assert found == []
 
 
-def test_report_prints_data_bearing_first_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_prints_data_bearing_first_and_exits_6(capsys: pytest.CaptureFixture[str]) -> None:
     group = Verdict(
         "p5-Storage", "Group", "AWS::EC2::SecurityGroup", "Storage/Lustre/SecurityGroup/Resource", "Modify", "True"
     )
     lustre = Verdict("p5-Storage", "Lustre", "AWS::FSx::FileSystem", "Storage/Lustre/Resource", "Modify", "True")
     with pytest.raises(CliError) as raised:
         report([group, lustre])
-    assert raised.value.exit_code == EXIT_USAGE
+    assert raised.value.exit_code == EXIT_REPLACEMENT
     out = capsys.readouterr().out
     assert out.index("Lustre (AWS::FSx::FileSystem)") < out.index("Group (AWS::EC2::SecurityGroup)")
     assert out.startswith("DATA-BEARING")
@@ -288,7 +288,7 @@ def test_report_of_in_place_changes_passes(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_diff_command_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cfn: tuple[Any, Stubber]) -> None:
-    """The command: synthesis (faked: a one-stack assembly), one change set, exit 2 on a Lustre replacement."""
+    """The command: synthesis (faked: a one-stack assembly), one change set, exit 6 on a Lustre replacement."""
     client, stubber = cfn
     envs = tmp_path / "environments"
     write_env(envs, "p5", MINIMAL)
@@ -314,7 +314,9 @@ def test_diff_command_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         return outdir
 
     monkeypatch.setattr(diff_module, "synthesize", fake_synth)
-    monkeypatch.setattr(diff_module, "_clients", lambda env: (client, None, lambda: "123456789012", "us-east-1"))
+    monkeypatch.setattr(
+        diff_module, "_clients", lambda env, region, profile: (client, None, lambda: "123456789012", "us-east-1")
+    )
     expect_create_and_delete(stubber)
     stubber.add_response(
         "describe_change_set",
@@ -323,7 +325,7 @@ def test_diff_command_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     expect_delete(stubber)
     result = CliRunner().invoke(cli, ["diff", "p5", "--environments", str(envs)], standalone_mode=False)
     assert isinstance(result.exception, CliError)
-    assert result.exception.exit_code == EXIT_USAGE
+    assert result.exception.exit_code == EXIT_REPLACEMENT
     assert "Storage/Lustre/Resource" in result.output
 
 
@@ -415,3 +417,33 @@ def test_synthesis_failure_is_reported(tmp_path: Path) -> None:
         diff_module.load_one(envs, "bad")
     with pytest.raises(CliError, match="synthesizing bad failed"):
         diff_module.synthesize(envs, "bad", tmp_path / "out")
+
+
+def test_every_change_set_status_has_a_decision() -> None:
+    """Issue 25: the states a wait can meet come from botocore's model, each with its decision."""
+    from mlcluster.cli.diff import CHANGE_SET_DECISIONS
+
+    model = botocore_model("cloudformation")
+    assert sorted(CHANGE_SET_DECISIONS) == sorted(model.shape_for("ChangeSetStatus").enum)
+
+
+@pytest.mark.parametrize("status", ["DELETE_PENDING", "DELETE_IN_PROGRESS", "DELETE_COMPLETE", "DELETE_FAILED", "NEW"])
+def test_a_change_set_deleted_under_the_reader_is_no_empty_diff(
+    cfn: tuple[Any, Stubber], tmp_path: Path, status: str
+) -> None:
+    """A change set deleted by someone else (or a status added later) fails; it never reads as "no changes"."""
+    client, stubber = cfn
+    expect_create_and_delete(stubber)
+    stubber.add_response(
+        "describe_change_set", change_set(status, []), {"StackName": "p5-Storage", "ChangeSetName": ANY}
+    )
+    expect_delete(stubber)
+    expected = "a status mlcluster does not know" if status == "NEW" else "it was deleted while it was read"
+    with pytest.raises(CliError, match=expected):
+        verdicts(client, tmp_path)
+
+
+def botocore_model(service: str) -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model(service)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mlcluster.app import CDK_JSON, build_app, main, project_context, synth_guarded
+from mlcluster.app import build_app, main, project_context, synth_guarded
 from mlcluster.config import ConfigError, Environment, load_environment
 from mlcluster.lockfile import Lock, lock_path, read_lock, write_lock
 from mlcluster.replacement import create_only_paths, snapshot_from_assembly
@@ -219,7 +219,11 @@ def test_dras_have_their_own_stack_and_the_cluster_does_not_wait_for_them(locked
     # p5 has a Prometheus workspace: the head node's collector writes to it (its URL and ARN come from Observability).
     assert deps["p5-Cluster"] == {ids["Network"], ids["Storage"], ids["Observability"]}
     template = _template(locked, "p5", "p5-DataRepository")
-    assert [r["Type"] for r in template["Resources"].values()] == ["AWS::FSx::DataRepositoryAssociation"]
+    # The associations, and the digest of what Storage outputs (no stale reads, issue 25).
+    assert sorted(r["Type"] for r in template["Resources"].values()) == [
+        "AWS::FSx::DataRepositoryAssociation",
+        "AWS::SSM::Parameter",
+    ]
 
 
 def test_no_dra_no_data_repository_stack(locked: Path) -> None:
@@ -234,7 +238,7 @@ def test_termination_protection_where_data_is_retained(locked: Path) -> None:
         "p5-Network": True,
         "p5-Storage": True,
         "p5-DataRepository": True,
-        "p5-Observability": False,  # alarms and a dashboard: no data
+        "p5-Observability": True,  # the Prometheus and Grafana workspaces (issue 25, finding 2)
         "p5-Cluster": False,
     }
     assert not any(a["properties"].get("terminationProtection") for a in manifest(locked, "scratch").values())
@@ -242,14 +246,10 @@ def test_termination_protection_where_data_is_retained(locked: Path) -> None:
 
 def test_weak_references_only(locked: Path) -> None:
     """No stack imports another's export, so no export can be "in use" when storage changes."""
-    assert project_context(CDK_JSON)["@aws-cdk/core:defaultCrossStackReferences"] == "weak"
+    assert project_context()["@aws-cdk/core:defaultCrossStackReferences"] == "weak"
     texts = [json.dumps(_template(locked, "p5", name)) for name in manifest(locked, "p5")]
     assert not any("Fn::ImportValue" in text for text in texts)
     assert '"Fn::GetStackOutput"' in json.dumps(_template(locked, "p5", "p5-Cluster"))
-
-
-def test_project_context_absent_file_is_empty(tmp_path: Path) -> None:
-    assert project_context(tmp_path / "cdk.json") == {}
 
 
 def test_create_only_properties_come_from_the_bundled_schemas() -> None:

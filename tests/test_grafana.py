@@ -12,7 +12,7 @@ import pytest
 
 from mlcluster.config import ConfigError, Environment, load_environment
 from mlcluster.config.observability import grafana_enabled
-from mlcluster.constructs.grafana_workspace import GRAFANA_VERSION, HANDLERS_DIR
+from mlcluster.constructs.grafana_workspace import GRAFANA_VERSION, HANDLERS_DIR, IDENTITY_CENTER_ACTIONS
 from mlcluster.exporters import metric_names
 from mlcluster.grafana_dashboards import DASHBOARDS, PROMETHEUS_UID, dashboards_json, data_sources_json
 from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, cfn_lint, synth_dir, write_env
@@ -286,6 +286,7 @@ def test_workspace_properties(p5: dict[str, Any]) -> None:
     role = props["RoleArn"]["Fn::GetAtt"][0]
     assert p5["Resources"][role]["Type"] == "AWS::IAM::Role"
     keeps = load_environment(ENVIRONMENTS / "p5.yaml").config.retention.keeps_data
+    # A rolled-back first create deletes the workspace; otherwise it is kept (issue 25, finding 2).
     assert workspace["DeletionPolicy"] == ("RetainExceptOnCreate" if keeps else "Delete")
     url = p5["Outputs"]["GrafanaUrl"]
     assert url["Value"] == {"Fn::Join": ["", ["https://", {"Fn::GetAtt": [logical, "Endpoint"]}]]}
@@ -357,7 +358,21 @@ def test_provisioning_resource_and_function(p5: dict[str, Any]) -> None:
     assert all(a.startswith("grafana:") for a in grant["Action"])
     assert "grafana:CreateWorkspaceServiceAccountToken" in grant["Action"]
     assert "grafana:UpdatePermissions" in grant["Action"]
-    assert set(statements) == {"OwnLogs", "ProvisionWorkspace"}
+    # p5 signs in with IAM Identity Center: UpdatePermissions (the admins) needs its reads (finding 2 of issue 25).
+    assert set(statements) == {
+        "OwnLogs",
+        "ProvisionWorkspace",
+        "ReadIdentityCenter",
+        "DecryptThroughIdentityCenter",
+        "DecryptThroughIdentityStore",
+    }
+    # The reads' dependent kms:Decrypt (Service Authorization Reference), only through Identity Center.
+    for sid, service in (("DecryptThroughIdentityCenter", "sso"), ("DecryptThroughIdentityStore", "identitystore")):
+        assert statements[sid]["Action"] == "kms:Decrypt"
+        assert statements[sid]["Condition"]["StringLike"] == {"kms:ViaService": f"{service}.*.amazonaws.com"}
+    assert sorted(statements["ReadIdentityCenter"]["Action"]) == sorted(IDENTITY_CENTER_ACTIONS)
+    assert statements["ReadIdentityCenter"]["Resource"] == "*"
+    assert {a.split(":")[0] for a in IDENTITY_CENTER_ACTIONS} == {"sso", "sso-directory"}
     # No output and no other resource carries a token.
     assert "glsa_" not in json.dumps(p5)
 
@@ -408,3 +423,14 @@ def test_saml_workspace(saml_template: dict[str, Any]) -> None:
     }
     ((_, provisioning),) = of_type(saml_template, "Custom::GrafanaProvisioning").items()
     assert provisioning["Properties"]["AdminUserIds"] == [] and provisioning["Properties"]["AdminGroupIds"] == []
+
+
+def test_saml_provisioner_gets_no_identity_center_reads(saml_template: dict[str, Any]) -> None:
+    """Only an AWS_SSO workspace's provisioner resolves Identity Center users and groups."""
+    statements = [
+        s
+        for policy in of_type(saml_template, "AWS::IAM::ManagedPolicy").values()
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert "ProvisionWorkspace" in {s.get("Sid") for s in statements}
+    assert not [s for s in statements if any(str(a).startswith("sso") for a in s["Action"])]

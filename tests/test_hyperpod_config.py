@@ -189,3 +189,26 @@ def test_cluster_users_cannot_take_the_node_steps_system_names(tmp_path: Path, n
 def test_names_near_the_reserved_prefix_are_accepted(tmp_path: Path, name: str) -> None:
     cfg = load(tmp_path, lifecycle={"users": [{"name": name, "uid": 2001}]})
     assert cfg.lifecycle.users[0].name == name
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "asked", "expected"),
+    [
+        ("ml.p5.48xlarge", None, ("InstanceStress", "InstanceConnectivity")),  # unset on GPUs: both
+        ("ml.trn1.32xlarge", None, ("InstanceStress", "InstanceConnectivity")),  # and on Trainium
+        ("ml.m5.12xlarge", None, ()),  # unset elsewhere: none
+        ("ml.p5.48xlarge", (), ()),  # [] turns them off
+        ("ml.p5.48xlarge", ("InstanceConnectivity",), ("InstanceConnectivity",)),
+    ],
+)
+def test_deep_health_checks_default_on_for_accelerated_groups(
+    instance_type: str, asked: tuple[str, ...] | None, expected: tuple[str, ...]
+) -> None:
+    from mlcluster.config.hyperpod import WorkerGroupConfig
+
+    group = WorkerGroupConfig(
+        instance_group_name="w",
+        instance_type=instance_type,
+        deep_health_checks=asked,  # type: ignore[arg-type]
+    )
+    assert group.deep_checks() == expected

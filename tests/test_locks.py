@@ -100,7 +100,12 @@ def test_make_installs_with_digests_and_nothing_else() -> None:
     """Each venv's install line asks pip for the lock's files only."""
     for venv, lock in VENVS.items():
         recipe = subprocess.run(
-            ["make", "-n", "-B", f"{venv}/.installed"], cwd=ROOT, capture_output=True, text=True, check=True
+            ["make", "-n", "-B", "DEPS=locked", f"{venv}/.installed"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "MAKEFLAGS": ""},  # under `make test-latest`, MAKEFLAGS carries DEPS=latest
         ).stdout
         assert f"--require-hashes -r requirements/{lock}.txt" in recipe, recipe
 

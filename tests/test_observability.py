@@ -362,44 +362,69 @@ def test_topic_is_encrypted_and_every_alarm_notifies_it(observability: dict[str,
             assert alarm["AlarmActions"] == [{"Ref": topic_id}], name
             assert alarm["OKActions"] == [{"Ref": topic_id}], name
         (policy,) = resources(template, "AWS::SNS::TopicPolicy")
-        # No service principal is admitted by the topic policy but AMP's alert manager (tests/test_alerts.py).
-        aps = {"Service": "aps.amazonaws.com"}
-        (deny,) = [s for s in policy["PolicyDocument"]["Statement"] if s.get("Principal") != aps]
-        assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": "false"}})
-        # Only the key's account root and CloudWatch (and AMP, checked there) appear in the key policy.
-        principals = [s["Principal"] for s in key["KeyPolicy"]["Statement"] if s["Principal"] != aps]
+        # The topic policy replaces SNS's default one: CloudWatch alarms need their own allow (issue 25, finding
+        # 1), scoped to this account's alarms; besides it only AMP's alert manager (tests/test_alerts.py) and the
+        # stack's EventBridge rules (test_event_rules_publish_through_the_topic_policy) are admitted.
+        others = ({"Service": "aps.amazonaws.com"}, {"Service": "events.amazonaws.com"})
+        statements = [s for s in policy["PolicyDocument"]["Statement"] if s.get("Principal") not in others]
+        (deny,) = [s for s in statements if s["Effect"] == "Deny"]
+        assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        (alarms,) = [s for s in statements if s["Effect"] == "Allow"]
+        assert alarms["Sid"] == "CloudWatchAlarms"
+        assert alarms["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+        assert alarms["Action"] == "sns:Publish"
+        assert alarms["Resource"] == {"Ref": topic_id}
+        assert alarms["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+        assert alarms["Condition"]["ArnLike"]["aws:SourceArn"] == {
+            "Fn::Join": [
+                "",
+                [
+                    "arn:",
+                    {"Ref": "AWS::Partition"},
+                    ":cloudwatch:",
+                    {"Ref": "AWS::Region"},
+                    ":",
+                    {"Ref": "AWS::AccountId"},
+                    ":alarm:*",
+                ],
+            ]
+        }, name
+        # Only the key's account root and CloudWatch (and AMP and EventBridge, checked there) are in the key policy.
+        principals = [s["Principal"] for s in key["KeyPolicy"]["Statement"] if s["Principal"] not in others]
         assert len(principals) == 2
 
 
-def test_event_rules_publish_through_a_role_limited_to_the_topic(observability: dict[str, dict[str, Any]]) -> None:
+def test_event_rules_publish_through_the_topic_policy(observability: dict[str, dict[str, Any]]) -> None:
+    """EventBridge publishes to an SNS target through the topic's resource policy, not a role (its user guide:
+    a role on an SNS target can make delivery to a KMS-encrypted topic fail); the policy names this stack's
+    rules, the key admits EventBridge."""
     for name, full in observability.items():
         # The Grafana workspace's roles and policies are checked in tests/test_grafana.py.
         template = {"Resources": {k: r for k, r in full["Resources"].items() if not k.startswith("Grafana")}}
-        rules = resources(template, "AWS::Events::Rule")
-        roles = {k: r["Properties"] for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
-        if not rules:  # no forwarder without a rule to use it
-            assert not roles and not resources(template, "AWS::IAM::ManagedPolicy"), name
+        rules = {k: r["Properties"] for k, r in template["Resources"].items() if r["Type"] == "AWS::Events::Rule"}
+        assert not resources(template, "AWS::IAM::Role") and not resources(template, "AWS::IAM::Policy"), name
+        ((topic_id, topic),) = sns_topics(template).items()
+        (policy,) = resources(template, "AWS::SNS::TopicPolicy")
+        events = [s for s in policy["PolicyDocument"]["Statement"] if s.get("Sid") == "EventBridgeRules"]
+        key = template["Resources"][topic["KmsMasterKeyId"]["Fn::GetAtt"][0]]["Properties"]
+        key_events = [s for s in key["KeyPolicy"]["Statement"] if s.get("Sid") == "EventBridgeRules"]
+        if not rules:
+            assert not events and not key_events, name
             continue
-        ((role_id, role),) = roles.items()
-        (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
-        assert trust["Principal"] == {"Service": "events.amazonaws.com"}
-        assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
-        ((topic_id, _),) = sns_topics(template).items()
-        for rule in rules:
+        for rule in rules.values():
             (target,) = rule["Targets"]
-            assert (target["Arn"], target["RoleArn"]) == ({"Ref": topic_id}, {"Fn::GetAtt": [role_id, "Arn"]})
-        (policy,) = resources(template, "AWS::IAM::ManagedPolicy")
-        assert policy["Roles"] == [{"Ref": role_id}]
-        key_id = sns_topics(template)[topic_id]["KmsMasterKeyId"]["Fn::GetAtt"][0]
-        assert policy["PolicyDocument"]["Statement"] == [
-            {"Action": "sns:Publish", "Effect": "Allow", "Resource": {"Ref": topic_id}},
-            {
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
-                "Effect": "Allow",
-                "Resource": {"Fn::GetAtt": [key_id, "Arn"]},
-            },
-        ]
-        assert not resources(template, "AWS::IAM::Policy"), name  # no inline grants
+            assert target["Arn"] == {"Ref": topic_id} and "RoleArn" not in target, name
+        (statement,) = events
+        assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+        assert statement["Action"] == "sns:Publish" and statement["Resource"] == {"Ref": topic_id}
+        arns = statement["Condition"]["ArnEquals"]["aws:SourceArn"]
+        assert sorted(json.dumps(a) for a in (arns if isinstance(arns, list) else [arns])) == sorted(
+            json.dumps({"Fn::GetAtt": [rule_id, "Arn"]}) for rule_id in rules
+        ), name
+        assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+        ((key_statement),) = key_events
+        assert key_statement["Principal"] == {"Service": "events.amazonaws.com"}
+        assert key_statement["Action"] == ["kms:Decrypt", "kms:GenerateDataKey*"]
 
 
 def test_alarm_emails_subscribe(observability: dict[str, dict[str, Any]]) -> None:
@@ -453,7 +478,9 @@ def test_prometheus_workspace_is_encrypted_kept_and_named_in_outputs(
         assert reference["OutputName"].startswith("PublishOutputFnGetAttEnvironmentKey")
         assert len(resources(template, "AWS::KMS::Key")) == 1  # the alarm topic's only: no key of its own
         keeps = load_environment(ENVIRONMENTS / f"{name}.yaml").config.retention.keeps_data
+        # Kept on delete and replacement, but not after a failed first create (issue 25, finding 2).
         assert workspace["DeletionPolicy"] == ("RetainExceptOnCreate" if keeps else "Delete"), name
+        assert workspace["UpdateReplacePolicy"] == ("Retain" if keeps else "Delete"), name
         write = outputs["PrometheusRemoteWriteUrl"]
         assert write["Export"] == {"Name": f"{name}-PrometheusRemoteWriteUrl"}
         parts = write["Value"]["Fn::Join"][1]

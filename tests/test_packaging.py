@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
 import venv
 import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,37 +136,26 @@ app.synth()
 """
 
 
-@pytest.mark.slow
-def test_wheel_installs_and_works_in_an_external_app(tmp_path: Path) -> None:
-    """Our constructs are a library: build the wheel, install it elsewhere, compose network, storage and a cluster.
-
-    The consumer's virtualenv gets only our wheel; its dependencies come from
-    this checkout's environment through a ``.pth`` file (installing
-    aws-cdk-lib again would prove nothing about our package and take a
-    minute). The wheel's declared requirements are then checked against
-    those installed versions, and the app must import mlcluster from the
-    wheel, never from this checkout.
-    """
-    dist = tmp_path / "dist"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built once for every test of this module (``make pytest`` runs a module on one worker)."""
+    dist = tmp_path_factory.mktemp("dist")
     build = ["wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist), str(ROOT)]
-    subprocess.run(
-        [sys.executable, "-m", "pip", *build],
-        check=True,
-        capture_output=True,
-        env=ENV,
-    )
-    (wheel,) = dist.glob("mlcluster-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        names = set(archive.namelist())
-    for shipped in (
-        "mlcluster/py.typed",
-        "mlcluster/lifecycle/hyperpod/on_create.sh",
-        "mlcluster/handlers/hyperpod_cluster/app.py",
-        "mlcluster/handlers/grafana_provisioner/app.py",
-    ):
-        assert shipped in names, f"the wheel lacks {shipped}"
-    assert not any(name.startswith(("tests/", "tools/", "environments/")) for name in names)
-    target = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "pip", *build], check=True, capture_output=True, env=ENV)
+    (built,) = dist.glob("mlcluster-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def consumer(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv outside the checkout with the wheel installed; returns its folder.
+
+    It gets only our wheel; its dependencies come from this checkout's
+    environment through a ``.pth`` file (installing aws-cdk-lib again would
+    prove nothing about our package and take a minute). The wheel's declared
+    requirements are then checked against those installed versions.
+    """
+    target = tmp_path_factory.mktemp("consumer-venv")
     venv.EnvBuilder(with_pip=False).create(target)
     py = target / "bin" / "python"
     install = subprocess.run(
@@ -178,6 +170,29 @@ def test_wheel_installs_and_works_in_an_external_app(tmp_path: Path) -> None:
     (site_packages / "checkout-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     unmet = subprocess.run([str(py), "-c", REQUIREMENTS_MET], capture_output=True, text=True, check=False)
     assert unmet.returncode == 0, unmet.stdout + unmet.stderr
+    return target
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_works_in_an_external_app(wheel: Path, consumer: Path, tmp_path: Path) -> None:
+    """Our constructs are a library: install the wheel elsewhere, compose network, storage and a cluster.
+
+    The app must import mlcluster from the wheel, never from this checkout.
+    """
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    for shipped in (
+        "mlcluster/py.typed",
+        "mlcluster/cdk_context.json",
+        "mlcluster/lifecycle/hyperpod/on_create.sh",
+        "mlcluster/handlers/hyperpod_cluster/app.py",
+        "mlcluster/handlers/grafana_provisioner/app.py",
+    ):
+        assert shipped in names, f"the wheel lacks {shipped}"
+    assert not any(name.startswith(("tests/", "tools/", "environments/")) for name in names)
+    assert "cdk.json" not in names
+    target = consumer
+    py = target / "bin" / "python"
     app_dir = tmp_path / "consumer"
     app_dir.mkdir()
     (app_dir / "app.py").write_text(EXTERNAL_APP)
@@ -207,3 +222,195 @@ def test_wheel_installs_and_works_in_an_external_app(tmp_path: Path) -> None:
         check=True,
     )
     assert str(target) in where.stdout
+
+
+# --- The `mlcluster` command as a user runs it from the wheel (issue 26) ------------------------------------
+
+#: What a user's shell has: no AWS or CDK variables of this test run (the suite sets CDK_CONTEXT_JSON, which
+#: would hand the app the flags and hide a missing cdk.json), and no instance metadata to ask for credentials.
+USER_ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_", "MLCLUSTER_"))},
+    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "COLUMNS": "120",
+}
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+#: Every exit code the README documents.
+DOCUMENTED = {0, 1, 2, 3, 4, 5, 6}
+
+
+@dataclass(frozen=True)
+class User:
+    """A user's machine: the installed command, a home with an empty AWS config, and two project folders."""
+
+    command: Path
+    home: Path
+    with_cdk_json: Path
+    without_cdk_json: Path
+
+    def run(self, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """Run ``mlcluster *args`` in ``cwd``; no output may hold a traceback, and the code must be documented."""
+        aws = {"AWS_CONFIG_FILE": str(self.home / "aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(self.home / "none")}
+        done = subprocess.run(
+            [str(self.command), *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env={**USER_ENV, "HOME": str(self.home), **aws, **env},
+            timeout=600,
+            check=False,
+        )
+        assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+        assert done.returncode in DOCUMENTED, (done.returncode, done.stderr)
+        return done
+
+
+def _project(folder: Path, *, cdk_json: bool) -> Path:
+    (folder / "environments").mkdir(parents=True)
+    for name in ("dev", "hyperpod"):
+        shutil.copy(ROOT / "environments" / f"{name}.yaml", folder / "environments")
+        shutil.copy(ROOT / "environments" / f"{name}.lock.json", folder / "environments")  # committed with the files
+    if cdk_json:
+        shutil.copy(ROOT / "cdk.json", folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def user(consumer: Path, tmp_path_factory: pytest.TempPathFactory) -> User:
+    home = tmp_path_factory.mktemp("home")
+    (home / "aws-config").write_text("[profile ops]\nregion = eu-north-1\n")
+    return User(
+        command=consumer / "bin" / "mlcluster",
+        home=home,
+        with_cdk_json=_project(tmp_path_factory.mktemp("project"), cdk_json=True),
+        without_cdk_json=_project(tmp_path_factory.mktemp("folder"), cdk_json=False),
+    )
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    """moto in server mode on 127.0.0.1 (a free port), with ``dev-Network`` deployed in eu-west-1 only."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    cfn = boto3.client(
+        "cloudformation",
+        region_name="eu-west-1",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    template = {"Resources": {"Scratch": {"Type": "AWS::S3::Bucket"}}}
+    cfn.create_stack(StackName="dev-Network", TemplateBody=json.dumps(template))
+    yield endpoint
+    server.stop()
+
+
+@pytest.mark.slow
+def test_wheel_lock_equals_the_checkouts_with_and_without_cdk_json(user: User) -> None:
+    """From the wheel, `lock --from-templates` writes the checkout's lock file byte for byte, in a project or not.
+
+    Before issue 26 it read cdk.json next to the installed package (site-packages): no feature flags, so
+    10 Fn::ImportValue where `cdk deploy` writes Fn::GetStackOutput, and a different lock file.
+    """
+    expected = (ROOT / "environments" / "dev.lock.json").read_bytes()
+    inside = user.run(user.with_cdk_json / "environments", "lock", "dev", "--from-templates")  # cdk.json found above
+    assert inside.returncode == 0, inside.stderr
+    assert "no cdk.json" not in inside.stderr
+    assert (user.with_cdk_json / "environments" / "dev.lock.json").read_bytes() == expected
+    bare = user.run(user.without_cdk_json, "lock", "dev", "--from-templates", "--json")
+    assert bare.returncode == 0, bare.stderr
+    assert f"mlcluster: note: no cdk.json in {user.without_cdk_json.resolve()} or above" in bare.stderr
+    assert json.loads(bare.stdout)["stacks"] == 4
+    assert (user.without_cdk_json / "environments" / "dev.lock.json").read_bytes() == expected
+    assert "Fn::ImportValue" not in expected.decode()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("diff", "dev"),
+        ("lock", "dev"),
+        ("protect", "dev"),
+        ("status", "dev"),
+        ("ssh", "hyperpod", "--print"),
+        ("ssh-config", "hyperpod"),
+        ("smoke", "hyperpod"),
+        ("patch", "hyperpod", "--yes"),
+    ],
+    ids=lambda a: a[0],
+)
+def test_wheel_without_credentials(user: User, args: tuple[str, ...]) -> None:
+    """Every verb that calls AWS: one line, exit 4, before any synthesis (diff and protect gave a traceback)."""
+    done = user.run(user.without_cdk_json, *args)
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.startswith("mlcluster: no AWS credentials found\n")
+
+
+@pytest.mark.slow
+def test_wheel_status_with_each_region_source(user: User, moto_endpoint: str, tmp_path: Path) -> None:
+    """The region comes from --region, `region:`, AWS_REGION, AWS_DEFAULT_REGION, the profile, then the zone."""
+    aws = {**CREDENTIALS, "AWS_ENDPOINT_URL": moto_endpoint}
+    folder = user.with_cdk_json
+
+    def region(*extra: str, cwd: Path = folder, **env: str) -> tuple[str, dict[str, str]]:
+        done = user.run(cwd, "status", "dev", "--json", *extra, **{**aws, **env})
+        assert done.returncode == 1, done.stderr  # not every stack is deployed: needs attention
+        data = json.loads(done.stdout)
+        return data["region"], {s["stack"]: s["status"] for s in data["stacks"]}
+
+    only_aws_region = region(AWS_REGION="eu-west-1")
+    assert only_aws_region == ("eu-west-1", {**only_aws_region[1], "dev-Network": "CREATE_COMPLETE"})
+    assert region("--region", "eu-west-1", AWS_REGION="us-west-2")[0] == "eu-west-1"
+    assert region(AWS_DEFAULT_REGION="ca-central-1")[0] == "ca-central-1"
+    assert region(AWS_REGION="us-west-2", AWS_DEFAULT_REGION="ca-central-1")[0] == "us-west-2"
+    profile = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+    (user.home / "ops-config").write_text(
+        "[profile ops]\nregion = eu-north-1\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+    )
+    by_profile = region("--profile", "ops", AWS_CONFIG_FILE=str(user.home / "ops-config"), **profile)
+    assert by_profile[0] == "eu-north-1"
+    by_zone = region()  # credentials, no region anywhere: dev's zone us-east-1a
+    assert by_zone[0] == "us-east-1" and by_zone[1]["dev-Network"] == "NOT_DEPLOYED"
+    pinned = tmp_path / "pinned"
+    (pinned / "environments").mkdir(parents=True)
+    text = (ROOT / "environments" / "dev.yaml").read_text()
+    (pinned / "environments" / "dev.yaml").write_text(text + "region: us-east-1\n")
+    assert region(cwd=pinned, AWS_REGION="eu-west-1")[0] == "us-east-1"
+
+
+@pytest.mark.slow
+def test_wheel_every_command_against_moto(user: User, moto_endpoint: str) -> None:
+    """Each verb from a user's folder, with credentials and AWS_REGION, against moto: documented codes only."""
+    aws = {**CREDENTIALS, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_REGION": "eu-west-1"}
+    here = user.without_cdk_json
+    version = user.run(here, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("mlcluster, version ")
+    assert "Exit codes:" in user.run(here, "--help").stdout
+    completion = user.run(here, _MLCLUSTER_COMPLETE="bash_source")
+    assert "_mlcluster_completion()" in completion.stdout
+    valid = user.run(here, "validate", "--json")
+    assert json.loads(valid.stdout)["environments"] == ["dev", "hyperpod"]
+    protected = user.run(here, "protect", "dev", "--json", **aws)
+    assert protected.returncode == 0, protected.stderr
+    assert set(json.loads(protected.stdout)["protected"]) == {"dev-Network"}
+    for args, code, text in [
+        (("ssh", "hyperpod", "--print"), 3, "stack hyperpod-Cluster does not exist in eu-west-1"),
+        (("ssh-config", "hyperpod"), 3, "stack hyperpod-Cluster does not exist in eu-west-1"),
+        (("smoke", "dev"), 1, "this command needs 'pcluster' or 'hyperpod'"),
+        (("patch", "hyperpod", "--yes"), 3, "hyperpod-Cluster"),
+        (("status", "nope"), 1, "no environment 'nope'"),
+        (("status",), 2, "Missing argument 'ENV'"),
+    ]:
+        done = user.run(here, *args, **aws)
+        assert (done.returncode, text in done.stderr) == (code, True), (args, done.stderr)
+    diffed = user.run(user.with_cdk_json, "diff", "dev", "--json", **{**aws, "AWS_REGION": "us-east-1"})
+    assert diffed.returncode == 0, diffed.stderr
+    data = json.loads(diffed.stdout)
+    assert data["safe"] and set(data["stacks"].values()) == {"not deployed"}
+    assert "\x1b" not in diffed.stderr  # no spinner frames off a terminal

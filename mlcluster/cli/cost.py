@@ -7,24 +7,42 @@ fetched is written to a cache file (``$XDG_CACHE_HOME/mlcluster/prices/<region>.
 else ``~/.cache/...``) that records when it was fetched; ``--offline`` reads
 only that file and says its date.
 
-How each resource is found (service code, exact filters, then a check in code):
+How each resource is found (service code, exact TERM_MATCH filters, then a check in code):
 
 ========================  ===========  ====================================================================
 resource                  service      product
 ========================  ===========  ====================================================================
-EC2 instance (Linux)      AmazonEC2    instanceType, regionCode, operatingSystem=Linux, tenancy=Shared,
-                                       preInstalledSw=NA, capacitystatus=Used, licenseModel=No License
-                                       required; unit Hrs
+EC2 instance (Linux)      AmazonEC2    instanceType, regionCode, locationType=AWS Region,
+                                       operatingSystem=Linux, tenancy=Shared, preInstalledSw=NA,
+                                       capacitystatus=Used, licenseModel=No License required; unit Hrs
 HyperPod instance         AmazonSageMaker  regionCode, usagetype CONTAINS ``Cluster:ml.<type>``; the usage
-                                       type must end ``-Cluster:ml.<type>`` (not ReservedCluster); unit Hrs
-NAT gateway               AmazonEC2    productFamily=NAT Gateway, regionCode; usage type ends
-                                       ``NatGateway-Hours``; unit Hrs (data processed is per GB, not counted)
-EBS gp3                   AmazonEC2    productFamily=Storage, volumeApiName=gp3, regionCode; unit GB-Mo
-FSx file system           AmazonFSx    regionCode, fileSystemType (Lustre/OpenZFS); deploymentOption equal to
-                                       the deployment type (letters and digits compared), unit GB-Mo; for
-                                       Lustre the throughput tier (an attribute about throughput equal to
-                                       MB/s/TiB); for OpenZFS throughput capacity in MBps-Mo
+                                       type must be ``[<prefix>-]Cluster:ml.<type>`` (not ReservedCluster);
+                                       unit Hrs
+NAT gateway               AmazonEC2    productFamily=NAT Gateway, regionCode, locationType=AWS Region; the
+                                       usage type must be ``[<prefix>-]NatGateway-Hours`` (us-east-1 has no
+                                       prefix; ``<prefix>-RegionalNatGateway-Hours`` is another product);
+                                       unit Hrs (data processed is per GB, not counted)
+EBS gp3                   AmazonEC2    productFamily=Storage, volumeApiName=gp3, regionCode,
+                                       locationType=AWS Region; unit GB-Mo
+FSx for Lustre            AmazonFSx    regionCode, fileSystemType=Lustre, storageType=SSD,
+PERSISTENT_1/2                         throughputCapacity=<MB/s/TiB tier>; unit GB-Mo. AWS prices both
+                                       types as deploymentOption ``Persistent`` with usage types such as
+                                       ``USE2-Storage.SSD.125``; the tiers of the two types do not overlap
+                                       (50/100/200 and 125/250/500/1000), so the tier picks the product.
+FSx for OpenZFS           AmazonFSx    regionCode, fileSystemType=OpenZFS, deploymentOption (below);
+                                       storage: storageType=SSD, unit GB-Mo; throughput: unit MiBps-Mo
 ========================  ===========  ====================================================================
+
+OpenZFS ``deploymentOption`` per deployment type, as the Price List spells it
+(:data:`OPENZFS_DEPLOYMENT_OPTION`): ``SINGLE_AZ_2`` is ``Single-AZ_2`` and
+``MULTI_AZ_1`` is ``Multi-AZ``. The other types (``SINGLE_AZ_1``,
+``SINGLE_AZ_HA_1``, ``SINGLE_AZ_HA_2``) have no spelling checked here: their
+lines stay unpriced and say so, and the estimate is then marked partial.
+
+An estimate with any line that should have a price and has none is partial:
+its total says so, ``--json`` carries ``"complete": false`` and the unpriced
+lines, and the command exits 1 (:data:`~mlcluster.cli.errors.EXIT_FAILED`)
+after printing it.
 
 Amazon Managed Service for Prometheus and Amazon Managed Grafana are billed by
 use (samples ingested and stored, queries; active user licences): they are
@@ -52,6 +70,10 @@ from mlcluster.cli.plan import FileSystem, NodeGroup, Plan, plan_of
 PRICING_REGION = "us-east-1"
 #: Hours in a month, as AWS's pricing calculator counts them.
 HOURS_PER_MONTH = 730
+#: The Price List ``locationType`` of a Region itself (Local Zones and Wavelength Zones share its regionCode).
+REGION_LOCATION = "AWS Region"
+#: OpenZFS deployment type -> the Price List's ``deploymentOption``, only the spellings seen in price-list products.
+OPENZFS_DEPLOYMENT_OPTION = {"SINGLE_AZ_2": "Single-AZ_2", "MULTI_AZ_1": "Multi-AZ"}
 
 
 @dataclass(frozen=True)
@@ -62,9 +84,8 @@ class Query:
     filters: tuple[tuple[str, str], ...]
     unit: str
     contains: tuple[tuple[str, str], ...] = ()
-    suffix: tuple[str, str] | None = None
-    same: tuple[tuple[str, str], ...] = ()
-    throughput: str | None = None
+    #: A regular expression the product's ``usagetype`` must match whole.
+    usage_type: str | None = None
 
     @property
     def cache_key(self) -> str:
@@ -96,6 +117,13 @@ class Line:
     note: str = ""
     hourly_min: float | None = None
     hourly_max: float | None = None
+    #: Billed by use (no figure is expected), as opposed to a price that was not found.
+    usage_based: bool = False
+
+    @property
+    def unpriced(self) -> bool:
+        """A line that should carry a price and has none: the total leaves it out."""
+        return self.price is None and not self.usage_based
 
     def priced(self) -> None:
         """Fill the hourly figures from the price and the quantities."""
@@ -118,12 +146,24 @@ class Estimate:
     def total(self, which: str) -> float:
         return sum(getattr(line, f"hourly_{which}") or 0.0 for line in self.lines)
 
+    @property
+    def unpriced(self) -> list[Line]:
+        """The lines the total leaves out because their price was not found."""
+        return [line for line in self.lines if line.unpriced]
+
+    @property
+    def complete(self) -> bool:
+        """True when every line that should have a price has one (usage-based lines aside)."""
+        return not self.unpriced
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "environment": self.environment,
             "region": self.region,
             "source": self.source,
             "hours_per_month": HOURS_PER_MONTH,
+            "complete": self.complete,
+            "unpriced": [{"resource": line.resource, "key": line.key, "note": line.note} for line in self.unpriced],
             "lines": [
                 {
                     **asdict(line),
@@ -145,24 +185,20 @@ class PriceNotFoundError(Exception):
     """The price list has no single product for a query."""
 
 
-def _norm(value: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", value.lower())
-
-
 def _matches(query: Query, attributes: dict[str, str]) -> bool:
     for name, part in query.contains:
         if part not in attributes.get(name, ""):
             return False
-    if query.suffix is not None and not attributes.get(query.suffix[0], "").endswith(query.suffix[1]):
-        return False
-    for name, value in query.same:
-        if _norm(attributes.get(name, "")) != _norm(value):
-            return False
-    if query.throughput is not None:
-        values = [v for k, v in attributes.items() if "throughput" in k.lower()]
-        if query.throughput not in values:
-            return False
-    return True
+    return query.usage_type is None or re.fullmatch(query.usage_type, attributes.get("usagetype", "")) is not None
+
+
+def usage_type_pattern(name: str) -> str:
+    """A usage type ``name`` with or without a region prefix (``USE2-NatGateway-Hours``, ``NatGateway-Hours``).
+
+    The prefix is one token of capitals and digits (``USE2``, ``EU``, ``APN1``), so
+    ``USE2-RegionalNatGateway-Hours`` does not match ``NatGateway-Hours``.
+    """
+    return rf"(?:[A-Z0-9]+-)?{re.escape(name)}"
 
 
 def _dimension(item: dict[str, Any], unit: str) -> Price | None:
@@ -196,7 +232,9 @@ def lookup(pricing: Any, query: Query) -> Price:
             price = _dimension(item, query.unit)
             if price is not None:
                 found.append(price)
-    described = ", ".join(f"{k}={v}" for k, v in query.filters + query.same + query.contains)
+    described = ", ".join(f"{k}={v}" for k, v in query.filters + query.contains)
+    if query.usage_type is not None:
+        described += f", usagetype ~ {query.usage_type}"
     if not found:
         raise PriceNotFoundError(f"no {query.service} product with {described} priced in {query.unit}")
     if len({p.sku for p in found}) > 1:
@@ -212,6 +250,7 @@ def _ec2_query(instance_type: str, region: str) -> Query:
         (
             ("instanceType", instance_type),
             ("regionCode", region),
+            ("locationType", REGION_LOCATION),
             ("operatingSystem", "Linux"),
             ("tenancy", "Shared"),
             ("preInstalledSw", "NA"),
@@ -228,16 +267,23 @@ def _hyperpod_query(instance_type: str, region: str) -> Query:
         (("regionCode", region),),
         "Hrs",
         contains=(("usagetype", f"Cluster:{instance_type}"),),
-        suffix=("usagetype", f"-Cluster:{instance_type}"),
+        usage_type=usage_type_pattern(f"Cluster:{instance_type}"),
     )
 
 
-def _fsx_queries(fs: FileSystem, region: str) -> list[tuple[str, str, float, Query]]:
-    kind = "Lustre" if fs.kind == "LUSTRE" else "OpenZFS"
-    base = (("regionCode", region), ("fileSystemType", kind))
-    same = (("deploymentOption", fs.deployment_type),)
+def _fsx_queries(fs: FileSystem, region: str) -> list[tuple[str, str, float, Query | str]]:
+    """Label, key, quantity and the query of each priced part of ``fs`` (or why it cannot be priced)."""
     if fs.kind == "LUSTRE":
-        storage = Query("AmazonFSx", base, "GB-Mo", same=same, throughput=str(fs.throughput))
+        storage = Query(
+            "AmazonFSx",
+            (
+                ("regionCode", region),
+                ("fileSystemType", "Lustre"),
+                ("storageType", "SSD"),
+                ("throughputCapacity", str(fs.throughput)),
+            ),
+            "GB-Mo",
+        )
         return [
             (
                 f"FSx for Lustre {fs.deployment_type} {fs.throughput} MB/s/TiB",
@@ -246,18 +292,23 @@ def _fsx_queries(fs: FileSystem, region: str) -> list[tuple[str, str, float, Que
                 storage,
             )
         ]
+    option = OPENZFS_DEPLOYMENT_OPTION.get(fs.deployment_type)
+    base = (("regionCode", region), ("fileSystemType", "OpenZFS"))
+    unknown = f"no price: the Price List spelling of OpenZFS {fs.deployment_type} is not known to mlcluster"
     return [
         (
             f"FSx for OpenZFS {fs.deployment_type} storage",
             f"{fs.key}.storage_capacity_gib",
             fs.capacity_gib,
-            Query("AmazonFSx", base, "GB-Mo", same=same),
+            unknown
+            if option is None
+            else Query("AmazonFSx", (*base, ("deploymentOption", option), ("storageType", "SSD")), "GB-Mo"),
         ),
         (
             f"FSx for OpenZFS {fs.deployment_type} throughput",
             f"{fs.key}.throughput_capacity_mbps",
             fs.throughput,
-            Query("AmazonFSx", base, "MBps-Mo", same=same),
+            unknown if option is None else Query("AmazonFSx", (*base, ("deploymentOption", option)), "MiBps-Mo"),
         ),
     ]
 
@@ -272,7 +323,7 @@ def _volumes(groups: Sequence[NodeGroup], plan: Plan) -> tuple[int, int]:
 def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price], source: str) -> Estimate:
     """Price every resource of ``plan`` with ``price``; a price not found is a line that says why."""
     result = Estimate(environment=env, region=region, source=source)
-    wanted: list[tuple[Line, Query]] = []
+    wanted: list[tuple[Line, Query | str]] = []
     for g in plan.groups:
         query = _hyperpod_query(g.instance_type, region) if g.sagemaker else _ec2_query(g.instance_type, region)
         note = ""
@@ -283,15 +334,15 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
         line = Line(f"{g.role}: {g.instance_type}", g.key, "instances", g.min_count, g.max_count, note=note)
         wanted.append((line, query))
     for fs in plan.file_systems:
-        for label, key, amount, query in _fsx_queries(fs, region):
-            unit = "GiB" if query.unit == "GB-Mo" else "MB/s"
-            wanted.append((Line(label, key, unit, amount, amount), query))
+        for label, key, amount, part in _fsx_queries(fs, region):
+            unit = "MB/s" if key.endswith("_mbps") else "GiB"
+            wanted.append((Line(label, key, unit, amount, amount), part))
     if plan.nat_gateways:
         nat = Query(
             "AmazonEC2",
-            (("productFamily", "NAT Gateway"), ("regionCode", region)),
+            (("productFamily", "NAT Gateway"), ("regionCode", region), ("locationType", REGION_LOCATION)),
             "Hrs",
-            suffix=("usagetype", "NatGateway-Hours"),
+            usage_type=usage_type_pattern("NatGateway-Hours"),
         )
         line = Line(
             "NAT gateway",
@@ -305,7 +356,14 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
     low, high = _volumes(plan.groups, plan)
     if high:
         gp3 = Query(
-            "AmazonEC2", (("productFamily", "Storage"), ("volumeApiName", "gp3"), ("regionCode", region)), "GB-Mo"
+            "AmazonEC2",
+            (
+                ("productFamily", "Storage"),
+                ("volumeApiName", "gp3"),
+                ("regionCode", region),
+                ("locationType", REGION_LOCATION),
+            ),
+            "GB-Mo",
         )
         line = Line(
             "EBS gp3 (root and /apps volumes)",
@@ -316,9 +374,13 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
             note="baseline IOPS and throughput",
         )
         wanted.append((line, gp3))
-    for line, query in wanted:
+    for line, wanted_query in wanted:
+        if isinstance(wanted_query, str):
+            line.note = wanted_query
+            result.lines.append(line)
+            continue
         try:
-            line.price = price(query)
+            line.price = price(wanted_query)
         except PriceNotFoundError as missing:
             line.note = f"no price: {missing}"
         line.priced()
@@ -332,6 +394,7 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
                 0,
                 0,
                 note="usage-based: samples ingested, stored and queried",
+                usage_based=True,
             )
         )
     if plan.grafana:
@@ -343,6 +406,7 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
                 0,
                 0,
                 note="usage-based: per active editor/viewer licence per month",
+                usage_based=True,
             )
         )
     return result
@@ -434,7 +498,7 @@ def render(est: Estimate) -> None:
             line.note,
         )
     table.add_row(
-        "total",
+        "total" if est.complete else "total (partial)",
         "",
         "",
         "",
@@ -446,21 +510,29 @@ def render(est: Estimate) -> None:
         _money(est.total("max") * HOURS_PER_MONTH),
         "",
     )
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    console.print(table)
+    if not est.complete:
+        console.print(f"The total is partial: {len(est.unpriced)} line(s) have no price and count nothing:")
+        for line in est.unpriced:
+            console.print(f"  {line.resource} ({line.key}): {line.note}")
 
 
 @click.command()
 @environment_options
 @click.option("--offline", is_flag=True, help="Use only the local price cache (no AWS call); prints the cache's date.")
 @json_option
-def cost(env: str, environments: Path, region: str | None, profile: str | None, offline: bool, as_json: bool) -> None:
+def cost(
+    env: str, environments: Path | None, region: str | None, profile: str | None, offline: bool, as_json: bool
+) -> None:
     """Estimate the environment's On-Demand cost per hour and month, at min and max node counts.
 
     Prices come from the AWS Price List (pricing:GetProducts) with your
     credentials and are cached under ~/.cache/mlcluster/prices. Usage-based
     services (Prometheus, Grafana, data transfer) are listed without a figure.
+    Exit 1 after printing when any line could not be priced (the total is partial).
     """
-    target = Target.load(env, environments, region, profile)
+    target = Target.load(env, environments, region, profile, require_credentials=not offline)
     where = target.region
     plan = plan_of(target.environment)
     path = cache_path(where)
@@ -498,3 +570,9 @@ def cost(env: str, environments: Path, region: str | None, profile: str | None, 
         echo_json(est.as_dict())
     else:
         render(est)
+    if not est.complete:
+        raise CliError(
+            f"the estimate is partial: {len(est.unpriced)} line(s) unpriced (listed above)\n"
+            "  what to do: run online if --offline missed a price, or price those lines by hand",
+            EXIT_FAILED,
+        )

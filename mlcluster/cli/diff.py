@@ -4,8 +4,9 @@
 never imported by the command itself), creates one CloudFormation change
 set per deployed stack without executing it, reads AWS's own
 ``Replacement`` verdict for every resource, prints data-bearing
-replacements and deletions first, deletes the change sets, and exits 2 when
-there is such a replacement.
+replacements and deletions first, deletes the change sets, and exits 6
+(:data:`~mlcluster.cli.errors.EXIT_REPLACEMENT`) when there is such a
+replacement.
 
 ``lock ENV`` writes ``environments/<ENV>.lock.json`` from the deployed
 stacks (CloudFormation ``GetTemplate`` and ``DescribeStacks``; run it after
@@ -19,6 +20,10 @@ records the synthesized working tree instead (the examples and tests).
 ``protect ENV`` sets a stack policy on every deployed stack of the
 environment that denies ``Update:Replace`` and ``Update:Delete`` on its
 data-bearing resources (``cdk deploy`` cannot set stack policies).
+
+All three synthesize with the project's CDK feature flags (its ``cdk.json``,
+else the flags the package ships: :mod:`mlcluster.appdir`), so the command
+installed from the wheel builds the templates ``cdk deploy`` builds.
 """
 
 from __future__ import annotations
@@ -35,7 +40,17 @@ from typing import Any
 
 import click
 
-from mlcluster.cli.errors import EXIT_FAILED, EXIT_USAGE, CliError, aws_errors
+from mlcluster.cli.context import (
+    ENVIRONMENTS_HELP,
+    echo_json,
+    environments_folder,
+    json_option,
+    open_session,
+    project_context,
+    region_options,
+)
+from mlcluster.cli.errors import EXIT_FAILED, EXIT_REPLACEMENT, EXIT_USAGE, CliError, aws_errors
+from mlcluster.cli.progress import progress
 from mlcluster.config import ConfigError, Environment, load_environments
 from mlcluster.config.names import STACKS
 from mlcluster.lockfile import Lock, LockSource, allowed, load_lock, lock_path, resource_name, write_lock
@@ -50,13 +65,27 @@ from mlcluster.replacement import (
 
 #: Templates above this size must go through S3 (CloudFormation's TemplateBody limit).
 TEMPLATE_BODY_LIMIT = 51_200
+#: Every ``ChangeSetStatus`` of botocore's CloudFormation model and what ``mlcluster diff`` does on meeting it:
+#: wait, read the changes, or fail with the reason (FAILED reads "no changes" from its reason, else fails).
+CHANGE_SET_DECISIONS: dict[str, str] = {
+    "CREATE_PENDING": "wait",
+    "CREATE_IN_PROGRESS": "wait",
+    "CREATE_COMPLETE": "read",
+    "FAILED": "fail",
+    "DELETE_PENDING": "fail",
+    "DELETE_IN_PROGRESS": "fail",
+    "DELETE_COMPLETE": "fail",
+    "DELETE_FAILED": "fail",
+}
 #: CloudFormation's StatusReason for a change set with nothing to do.
 NO_CHANGES = ("didn't contain changes", "No updates are to be performed")
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 
+#: Run in a fresh interpreter; the feature flags arrive as JSON on standard input.
 _SYNTH = (
-    "import sys; from pathlib import Path; from mlcluster.app import build_app; "
-    "app, _ = build_app(Path(sys.argv[1]), selected=[sys.argv[2]], outdir=sys.argv[3]); app.synth()"
+    "import json, sys; from pathlib import Path; from mlcluster.app import build_app; "
+    "app, _ = build_app(Path(sys.argv[1]), selected=[sys.argv[2]], outdir=sys.argv[3], "
+    "context=json.load(sys.stdin)); app.synth()"
 )
 
 
@@ -70,14 +99,21 @@ def load_one(environments: Path, name: str) -> Environment:
 
 
 def synthesize(environments: Path, name: str, outdir: Path) -> Path:
-    """Synthesize one environment in a fresh Python process into ``outdir``; returns ``outdir``."""
+    """Synthesize one environment in a fresh Python process into ``outdir``; returns ``outdir``.
+
+    The process gets the project's feature flags (:func:`~mlcluster.cli.context.project_context`),
+    and a spinner shows on a terminal while it runs (15-25 s for a full environment).
+    """
+    context = project_context()
     # Our own interpreter and fixed code; the arguments are paths and a name.
-    done = subprocess.run(
-        [sys.executable, "-c", _SYNTH, str(environments), name, str(outdir)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    with progress(f"synthesizing {name} (aws-cdk-lib, cdk-nag)"):
+        done = subprocess.run(
+            [sys.executable, "-c", _SYNTH, str(environments), name, str(outdir)],
+            input=json.dumps(context),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise CliError(f"synthesizing {name} failed:\n{tail}", EXIT_FAILED)
@@ -203,10 +239,18 @@ def _read_change_set(
             page = cfn.describe_change_set(
                 StackName=stack.name, ChangeSetName=name, **({"NextToken": token} if token else {})
             )
-        status = page.get("Status")
-        if status in ("CREATE_PENDING", "CREATE_IN_PROGRESS"):
+        status = str(page.get("Status"))
+        decision = CHANGE_SET_DECISIONS.get(status)
+        if decision == "wait":
             sleep(poll_seconds)
             continue
+        if decision != "read" and status != "FAILED":
+            raise CliError(
+                f"change set {name} of {stack.name} is {status}: "
+                + ("it was deleted while it was read" if decision == "fail" else "a status mlcluster does not know")
+                + f" ({page.get('StatusReason', '')})\n  what to do: run `mlcluster diff` again",
+                EXIT_FAILED,
+            )
         if status == "FAILED":
             reason = str(page.get("StatusReason", ""))
             if any(text in reason for text in NO_CHANGES):
@@ -231,18 +275,13 @@ def _read_change_set(
     raise CliError(f"change set {name} of {stack.name} was not ready after {max_polls} polls", EXIT_FAILED)
 
 
-def _region(environment: Environment) -> str | None:
-    return environment.config.region
-
-
-def _clients(environment: Environment) -> tuple[Any, Any, Callable[[], str], str]:
-    import boto3
-
-    with aws_errors("creating the AWS session"):
-        session = boto3.session.Session(region_name=_region(environment))
-        region = session.region_name
-        if region is None:
-            raise CliError("no region: set `region:` in the environment file or AWS_REGION", EXIT_FAILED)
+def _clients(
+    environment: Environment, region: str | None, profile: str | None
+) -> tuple[Any, Any, Callable[[], str], str]:
+    """CloudFormation and S3 clients, the account (asked only when needed) and the region, from one session."""
+    opened = open_session(region, profile, environment.config, where=environment.source)
+    with aws_errors("creating the AWS clients"):
+        session: Any = opened.session
         cfn = session.client("cloudformation")
         s3 = session.client("s3")
         sts = session.client("sts")
@@ -251,47 +290,76 @@ def _clients(environment: Environment) -> tuple[Any, Any, Callable[[], str], str
         with aws_errors("GetCallerIdentity"):
             return str(sts.get_caller_identity()["Account"])
 
-    return cfn, s3, account, region
+    return cfn, s3, account, opened.region
+
+
+def _environments_option(command: Callable[..., None]) -> Callable[..., None]:
+    return click.option(
+        "--environments", type=click.Path(file_okay=False, path_type=Path), default=None, help=ENVIRONMENTS_HELP
+    )(command)
 
 
 @click.command("diff")
-@click.argument("environment")
-@click.option("--environments", type=click.Path(file_okay=False, path_type=Path), default=Path("environments"))
-def diff(environment: str, environments: Path) -> None:
-    """Show what AWS would replace on the next deploy of ENVIRONMENT; exit 2 if data-bearing resources are."""
-    env = load_one(environments, environment)
-    cfn, s3, account, region = _clients(env)
+@click.argument("env")
+@_environments_option
+@region_options
+@json_option
+def diff(env: str, environments: Path | None, region: str | None, profile: str | None, as_json: bool) -> None:
+    """Show what AWS would replace on the next deploy of ENV; exit 6 if data-bearing resources are."""
+    folder = environments_folder(environments)
+    loaded = load_one(folder, env)
+    cfn, s3, account, chosen = _clients(loaded, region, profile)
+    stacks: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="mlcluster-diff-") as tmp:
-        assembly = synthesize(environments, env.name, Path(tmp))
+        assembly = synthesize(folder, loaded.name, Path(tmp))
         verdicts: list[Verdict] = []
-        for stack in stack_artifacts(assembly, env.name):
-            found = change_set_verdicts(cfn, s3, stack, region=region, account=account)
+        for stack in stack_artifacts(assembly, loaded.name):
+            with progress(f"reading a change set for {stack.name}"):
+                found = change_set_verdicts(cfn, s3, stack, region=chosen, account=account)
             if found is None:
-                click.echo(f"{stack.name}: not deployed (every resource would be created)")
+                stacks[stack.name] = "not deployed"
+                if not as_json:
+                    click.echo(f"{stack.name}: not deployed (every resource would be created)")
                 continue
-            if not found:
+            stacks[stack.name] = "changes" if found else "no changes"
+            if not found and not as_json:
                 click.echo(f"{stack.name}: no changes")
             verdicts += found
-    report(verdicts)
+    report(verdicts, stacks=stacks, region=chosen, as_json=as_json)
 
 
-def report(verdicts: list[Verdict]) -> None:
-    """Print data-bearing replacements first; exit 2 when there is one."""
+def report(
+    verdicts: list[Verdict], *, stacks: dict[str, str] | None = None, region: str = "", as_json: bool = False
+) -> None:
+    """Print data-bearing replacements first (or everything as JSON); exit 6 when there is one."""
     dangerous = [v for v in verdicts if v.dangerous]
-    if dangerous:
-        click.echo("DATA-BEARING resources AWS would replace or delete:")
-        for verdict in dangerous:
-            click.echo(f"  {verdict.line()}")
-    others = [v for v in verdicts if not v.dangerous]
-    if others:
-        click.echo("Other changes:")
-        for verdict in sorted(others, key=lambda v: (v.replacement != "True", v.stack, v.logical_id)):
-            click.echo(f"  {verdict.line()}")
+    others = sorted(
+        (v for v in verdicts if not v.dangerous), key=lambda v: (v.replacement != "True", v.stack, v.logical_id)
+    )
+    if as_json:
+        echo_json(
+            {
+                "region": region,
+                "stacks": stacks or {},
+                "data_bearing": [v.__dict__ for v in dangerous],
+                "other": [v.__dict__ for v in others],
+                "safe": not dangerous,
+            }
+        )
+    else:
+        if dangerous:
+            click.echo("DATA-BEARING resources AWS would replace or delete:")
+            for verdict in dangerous:
+                click.echo(f"  {verdict.line()}")
+        if others:
+            click.echo("Other changes:")
+            for verdict in others:
+                click.echo(f"  {verdict.line()}")
     if dangerous:
         raise CliError(
             f"{len(dangerous)} data-bearing resource(s) would be replaced or deleted; see the README "
             "(day two) for the safe way, and retention.allow_replacement to allow it deliberately",
-            EXIT_USAGE,
+            EXIT_REPLACEMENT,
         )
 
 
@@ -401,9 +469,10 @@ def _previous_lock(env: Environment) -> Lock | None:
 
 
 @click.command("lock")
-@click.argument("environment")
-@click.option("--environments", type=click.Path(file_okay=False, path_type=Path), default=Path("environments"))
-@click.option("--new", "new", is_flag=True, help="Declare that nothing of ENVIRONMENT is deployed (a first lock).")
+@click.argument("env")
+@_environments_option
+@region_options
+@click.option("--new", "new", is_flag=True, help="Declare that nothing of ENV is deployed (a first lock).")
 @click.option(
     "--from-templates",
     is_flag=True,
@@ -415,10 +484,21 @@ def _previous_lock(env: Environment) -> Lock | None:
     metavar="RESOURCE",
     help="Record a data-bearing change the environment file did not allow (a construct path, as printed).",
 )
-def lock(environment: str, environments: Path, new: bool, from_templates: bool, accept: tuple[str, ...]) -> None:
-    """Write ENVIRONMENT's lock file from its deployed stacks (after a deploy; commit it)."""
-    env = load_one(environments, environment)
-    old = _previous_lock(env)
+@json_option
+def lock(
+    env: str,
+    environments: Path | None,
+    region: str | None,
+    profile: str | None,
+    new: bool,
+    from_templates: bool,
+    accept: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Write ENV's lock file from its deployed stacks (after a deploy; commit it)."""
+    folder = environments_folder(environments)
+    loaded = load_one(folder, env)
+    old = _previous_lock(loaded)
     if new and from_templates:
         raise CliError("--new and --from-templates exclude each other", EXIT_USAGE)
     source: LockSource
@@ -426,28 +506,41 @@ def lock(environment: str, environments: Path, new: bool, from_templates: bool, 
         if old is not None and old.snapshot:
             raise CliError(
                 f"the lock records deployed stacks ({', '.join(sorted(old.snapshot))}); --new would forget them. "
-                f"Run 'mlcluster lock {env.name}' with credentials to record what is deployed",
+                f"Run 'mlcluster lock {loaded.name}' with credentials to record what is deployed",
                 EXIT_FAILED,
             )
         snapshot: Snapshot = {}
         source = "new"
     elif from_templates:
         with tempfile.TemporaryDirectory(prefix="mlcluster-lock-") as tmp:
-            snapshot = snapshot_from_assembly(synthesize(environments, env.name, Path(tmp)), env.name)
+            snapshot = snapshot_from_assembly(synthesize(folder, loaded.name, Path(tmp)), loaded.name)
         source = "templates"
     else:
-        cfn, _, _, _ = _clients(env)
-        snapshot = deployed_snapshot(cfn, env)
+        cfn, _, _, _ = _clients(loaded, region, profile)
+        snapshot = deployed_snapshot(cfn, loaded)
         source = "deployed"
-    used, accepted = settle(env, old, snapshot, accept)
-    path = write_lock(env, Lock(snapshot, source, tuple(used), tuple(accepted)))
+    used, accepted = settle(loaded, old, snapshot, accept)
+    path = write_lock(loaded, Lock(snapshot, source, tuple(used), tuple(accepted)))
     count = sum(len(state.resources) for state in snapshot.values())
-    click.echo(f"{path}: {len(snapshot)} stacks, {count} resources locked ({source})")
     gone = sorted(set(old.snapshot) - set(snapshot)) if old is not None else []
+    if as_json:
+        echo_json(
+            {
+                "lock_file": str(path),
+                "source": source,
+                "stacks": len(snapshot),
+                "resources": count,
+                "gone": gone,
+                "accepted": list(accepted),
+                "allowances_used": list(used),
+            }
+        )
+        return
+    click.echo(f"{path}: {len(snapshot)} stacks, {count} resources locked ({source})")
     if gone:
         click.echo(
             f"stacks gone since the last lock: {', '.join(gone)}; what they retained is still billed "
-            f"('mlcluster status {env.name}' lists it)"
+            f"('mlcluster status {loaded.name}' lists it)"
         )
     for line in accepted:
         click.echo(f"accepted: {line}")
@@ -484,20 +577,32 @@ def stack_policy(template: dict[str, Any], stack_name: str, allow: tuple[str, ..
 
 
 @click.command("protect")
-@click.argument("environment")
-@click.option("--environments", type=click.Path(file_okay=False, path_type=Path), default=Path("environments"))
+@click.argument("env")
+@_environments_option
+@region_options
 @click.option("--allow", multiple=True, help="Logical id to leave unprotected for one deliberate replacement.")
-def protect(environment: str, environments: Path, allow: tuple[str, ...]) -> None:
-    """Set a stack policy on ENVIRONMENT's deployed stacks denying replacement or deletion of data."""
-    env = load_one(environments, environment)
-    cfn, _, _, _ = _clients(env)
-    apply_protection(cfn, env, allow)
+@json_option
+def protect(
+    env: str, environments: Path | None, region: str | None, profile: str | None, allow: tuple[str, ...], as_json: bool
+) -> None:
+    """Set a stack policy on ENV's deployed stacks denying replacement or deletion of data."""
+    loaded = load_one(environments_folder(environments), env)
+    cfn, _, _, _ = _clients(loaded, region, profile)
+    protected = apply_protection(cfn, loaded, allow, quiet=as_json)
+    if as_json:
+        echo_json({"protected": protected})
 
 
-def apply_protection(cfn: Any, env: Environment, allow: tuple[str, ...]) -> None:
-    """SetStackPolicy on each deployed stack of ``env`` from its deployed template."""
+def apply_protection(
+    cfn: Any, env: Environment, allow: tuple[str, ...], *, quiet: bool = False
+) -> dict[str, list[str]]:
+    """SetStackPolicy on each deployed stack of ``env`` from its deployed template.
+
+    Returns the logical ids protected per stack; prints one line per stack unless ``quiet``.
+    """
     from botocore.exceptions import ClientError
 
+    protected: dict[str, list[str]] = {}
     for part in STACKS:
         name = f"{env.name}-{part}"
         try:
@@ -512,4 +617,7 @@ def apply_protection(cfn: Any, env: Environment, allow: tuple[str, ...]) -> None
         with aws_errors(f"SetStackPolicy on {name}"):
             cfn.set_stack_policy(StackName=name, StackPolicyBody=json.dumps(policy))
         denied = policy["Statement"][1]["Resource"] if len(policy["Statement"]) > 1 else []
-        click.echo(f"{name}: {len(denied)} data-bearing resource(s) protected from replacement and deletion")
+        protected[name] = [str(r).removeprefix("LogicalResourceId/") for r in denied]
+        if not quiet:
+            click.echo(f"{name}: {len(denied)} data-bearing resource(s) protected from replacement and deletion")
+    return protected

@@ -17,15 +17,28 @@ EXIT_OK: Final = 0
 #: A check the command ran failed (a smoke step, a validation, an unhealthy node),
 #: or an environment file is invalid (the same code as ``cdk synth``).
 EXIT_FAILED: Final = 1
-#: Wrong command-line usage (click's own code), or, for ``diff``, a replacement
-#: of a data-bearing resource was found.
+#: Wrong command-line usage: click's own code for an unknown option or a missing argument. Nothing else uses it.
 EXIT_USAGE: Final = 2
-#: AWS refused or failed a call: access denied, throttled past retries, not found.
+#: AWS refused or failed a call: access denied, throttled past retries, not found, unreachable endpoint.
 EXIT_AWS: Final = 3
-#: No AWS credentials, or a required local tool (Session Manager plugin) is missing.
+#: The machine is not set up: no AWS credentials, an unknown profile, no region, or a required local
+#: tool (Session Manager plugin) missing.
 EXIT_SETUP: Final = 4
 #: A bounded wait ran out before the cluster reached the state asked for.
 EXIT_TIMEOUT: Final = 5
+#: ``diff`` found a data-bearing resource that the next deploy would replace or delete.
+EXIT_REPLACEMENT: Final = 6
+
+#: Every exit code and its meaning, as ``mlcluster --help`` and the README list them.
+EXIT_CODES: Final = {
+    EXIT_OK: "success: done, every check passed",
+    EXIT_FAILED: "a check failed (smoke step, unhealthy status, invalid environment file)",
+    EXIT_USAGE: "wrong usage (unknown option, missing argument)",
+    EXIT_AWS: "an AWS call failed (denied, throttled, not found, endpoint unreachable)",
+    EXIT_SETUP: "not set up: no credentials, unknown profile, no region, missing local tool",
+    EXIT_TIMEOUT: "a bounded wait ran out",
+    EXIT_REPLACEMENT: "diff: a data-bearing resource would be replaced or deleted",
+}
 
 
 class CliError(Exception):
@@ -49,40 +62,70 @@ def _advice(code: str) -> str:
     return "see the message above; run again with the same arguments once it is fixed"
 
 
+#: botocore's local failures, most specific first: (class name in ``botocore.exceptions``, exit code,
+#: what to do). Any other ``BotoCoreError`` is an AWS failure (:data:`EXIT_AWS`). The names are checked
+#: against botocore by ``tests/cli/test_errors.py``.
+BOTOCORE_ERRORS: Final = (
+    ("NoCredentialsError", EXIT_SETUP, "configure credentials (AWS_PROFILE, `aws configure sso`, or an instance role)"),
+    ("PartialCredentialsError", EXIT_SETUP, "the credentials are incomplete; set both the key id and the secret"),
+    ("ProfileNotFound", EXIT_SETUP, "name a profile from ~/.aws/config (`aws configure list-profiles`)"),
+    ("SSOError", EXIT_SETUP, "the SSO session is missing or expired; run `aws sso login`"),
+    ("TokenRetrievalError", EXIT_SETUP, "the SSO token could not be refreshed; run `aws sso login`"),
+    ("LoginError", EXIT_SETUP, "the login session is missing or expired; log in again (`aws login`)"),
+    ("CredentialRetrievalError", EXIT_SETUP, "the credential process or role failed; fix the profile's settings"),
+    ("ConfigNotFound", EXIT_SETUP, "AWS_CONFIG_FILE names a missing file; fix the variable or create the file"),
+    ("ConfigParseError", EXIT_SETUP, "fix the syntax of ~/.aws/config (or AWS_CONFIG_FILE)"),
+    ("NoRegionError", EXIT_SETUP, "pass --region, set `region:` in the environment file, or set AWS_REGION"),
+    ("InvalidRegionError", EXIT_SETUP, "pass a region name such as us-east-1 (--region or AWS_REGION)"),
+    ("InvalidConfigError", EXIT_SETUP, "fix the AWS configuration the message names"),
+    ("EndpointConnectionError", EXIT_AWS, "check the network, proxy settings and the region"),
+    ("ConnectTimeoutError", EXIT_AWS, "check the network and proxy settings; then run the command again"),
+    ("ReadTimeoutError", EXIT_AWS, "AWS did not answer in time; run the command again"),
+    ("SSLError", EXIT_AWS, "the TLS connection failed; check the proxy and AWS_CA_BUNDLE"),
+    ("HTTPClientError", EXIT_AWS, "the connection to AWS broke; run the command again"),
+)
+
+
+def botocore_failure(error: BaseException) -> tuple[int, str] | None:
+    """The exit code and advice for a botocore exception (``None`` when ``error`` is not botocore's)."""
+    from botocore import exceptions
+
+    for name, code, advice in BOTOCORE_ERRORS:
+        if isinstance(error, getattr(exceptions, name)):
+            return code, advice
+    if isinstance(error, exceptions.ClientError):
+        info = error.response.get("Error", {})
+        return EXIT_AWS, _advice(str(info.get("Code", "Unknown")))
+    if isinstance(error, exceptions.BotoCoreError):
+        return EXIT_AWS, "see the message; run again with the same arguments once it is fixed"
+    return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 @contextmanager
 def aws_errors(doing: str) -> Iterator[None]:
     """Turn botocore failures inside the block into a :class:`CliError` naming ``doing``.
 
     ``doing`` says which call was made, for example ``"DescribeStacks for dev-Cluster"``.
+    Every ``ClientError`` and ``BotoCoreError`` becomes one line and the code of
+    :data:`BOTOCORE_ERRORS` (a ``ClientError`` is :data:`EXIT_AWS`), followed by what to do.
     """
-    from botocore.exceptions import (
-        BotoCoreError,
-        ClientError,
-        EndpointConnectionError,
-        NoCredentialsError,
-        NoRegionError,
-        ReadTimeoutError,
-    )
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
         yield
-    except ClientError as error:
-        info = error.response.get("Error", {})
-        code = str(info.get("Code", "Unknown"))
-        message = str(info.get("Message", ""))
-        raise CliError(f"{doing} failed: {code}: {message}\n  what to do: {_advice(code)}", EXIT_AWS) from None
-    except NoCredentialsError:
-        raise CliError(
-            f"{doing} failed: no AWS credentials found\n"
-            "  what to do: configure credentials (AWS_PROFILE, `aws configure sso`, or an instance role)",
-            EXIT_SETUP,
-        ) from None
-    except NoRegionError:
-        raise CliError(
-            f"{doing} failed: no region\n  what to do: set `region:` in the environment file or AWS_REGION",
-            EXIT_SETUP,
-        ) from None
-    except (EndpointConnectionError, ReadTimeoutError) as error:
-        raise CliError(f"{doing} failed: {error}\n  what to do: check the network and the region", EXIT_AWS) from None
-    except BotoCoreError as error:
-        raise CliError(f"{doing} failed: {error}", EXIT_AWS) from None
+    except (ClientError, BotoCoreError) as error:
+        failure = botocore_failure(error)
+        assert failure is not None  # both classes are botocore's
+        code, advice = failure
+        if isinstance(error, ClientError):
+            info = error.response.get("Error", {})
+            what = f"{info.get('Code', 'Unknown')}: {info.get('Message', '')}"
+        elif isinstance(error, NoCredentialsError):
+            what = "no AWS credentials found"
+        else:
+            what = str(error)
+        raise CliError(f"{doing} failed: {_one_line(what)}\n  what to do: {advice}", code) from None

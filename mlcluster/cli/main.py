@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
 
+from mlcluster.appdir import APP_DIR_VARIABLE, find_project
 from mlcluster.cli import diff
 from mlcluster.cli.cost import cost
-from mlcluster.cli.errors import CliError
+from mlcluster.cli.errors import EXIT_CODES, CliError, botocore_failure
+from mlcluster.cli.health import health
 from mlcluster.cli.patch import patch
 from mlcluster.cli.preflight import preflight
 from mlcluster.cli.smoke import smoke
@@ -42,7 +45,13 @@ class CliGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except Exception as error:
+                converted = as_cli_error(error)
+                if converted is error:
+                    raise
+                raise converted from None
         except CliError as error:
             if not self.standalone:
                 raise
@@ -50,21 +59,52 @@ class CliGroup(click.Group):
             ctx.exit(error.exit_code)
 
 
-@click.group(name="mlcluster", cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def as_cli_error(error: Exception) -> Exception:
+    """A botocore error no verb wrapped becomes a :class:`CliError` with its code; anything else is kept."""
+    failure = botocore_failure(error)
+    if failure is None:
+        return error
+    code, advice = failure
+    return CliError(f"AWS call failed: {' '.join(str(error).split())}\n  what to do: {advice}", code)
+
+
+EPILOG = (
+    "\b\nExit codes:\n"
+    + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
+    + (
+        "\n\n\b\nShell completion (bash; zsh and fish alike with zsh_source, fish_source):\n"
+        '  eval "$(_MLCLUSTER_COMPLETE=bash_source mlcluster)"'
+    )
+)
+
+
+@click.group(name="mlcluster", cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(package_name="mlcluster", prog_name="mlcluster")
-def cli() -> None:
+@click.option(
+    "--app-dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    envvar=APP_DIR_VARIABLE,
+    help="The CDK project folder (default: the current folder or the nearest parent with cdk.json).",
+)
+@click.pass_context
+def cli(ctx: click.Context, app_dir: Path | None) -> None:
     """Operate mlcluster environments after `cdk deploy`: reach, inspect, prove and patch clusters.
 
-    Environments are found by name in ./environments (or --environments DIR
-    on each command); stacks, outputs, region and account come from the
-    environment file and CloudFormation.
+    The project is found as the CDK CLI would: --app-dir, else the current
+    folder or the nearest parent holding cdk.json (without one, the CDK
+    feature flags shipped with mlcluster are used, and the command says so).
+    Environments are found by name in its environments/ folder (or
+    --environments DIR on each command); stacks, outputs, region and account
+    come from the environment file and CloudFormation.
     """
+    ctx.obj = find_project(app_dir=app_dir)
 
 
 cli.add_command(ssh)
 cli.add_command(ssh_config)
 cli.add_command(status)
 cli.add_command(smoke)
+cli.add_command(health)
 cli.add_command(patch)
 cli.add_command(validate)
 cli.add_command(preflight)

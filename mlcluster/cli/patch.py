@@ -320,6 +320,31 @@ def _run_tool(target: Target, verb: str, script: str, timeout: int, console: Con
     )
 
 
+#: Every ``ClusterStatus`` of botocore's SageMaker model, and what the wait for UpdateClusterSoftware does.
+PATCH_CLUSTER_DECISIONS: dict[str, str] = {
+    "InService": "done when no node is busy",
+    "SystemUpdating": "wait",
+    "Updating": "wait",
+    "Creating": "wait",
+    "Failed": "fail",
+    "RollingBack": "fail",
+    "Deleting": "fail",
+}
+#: Every ``ClusterInstanceStatus`` of botocore's SageMaker model: ``busy`` nodes keep the wait going (the update
+#: or the replacement of a node it broke is still running); the others are reported by ``mlcluster status``.
+PATCH_NODE_DECISIONS: dict[str, str] = {
+    "SystemUpdating": "busy",
+    "Pending": "busy",
+    "AttachInProgress": "busy",
+    "DeepHealthCheckInProgress": "busy",
+    "ShuttingDown": "busy",
+    "DetachInProgress": "busy",
+    "Running": "settled",
+    "Failure": "settled",
+    "NotFound": "settled",
+}
+
+
 def _wait(target: Target, state: PatchState, timeout: int, console: Console) -> str:
     """Poll until the cluster is InService with no node updating; returns the final status.
 
@@ -335,7 +360,15 @@ def _wait(target: Target, state: PatchState, timeout: int, console: Console) -> 
             status = str(described["ClusterStatus"])
             nodes = hyperpod_nodes(target, str(described["ClusterArn"]))
             states = Counter(n.status for n in nodes)
-            if status in {"Failed", "RollingBack"}:
+            unknown = sorted({status} - set(PATCH_CLUSTER_DECISIONS) | set(states) - set(PATCH_NODE_DECISIONS))
+            if unknown:
+                raise CliError(
+                    f"cluster {described['ClusterName']} shows {', '.join(unknown)}, a status mlcluster does not know\n"
+                    f"  what to do: `mlcluster status {target.name}`; `mlcluster patch {target.name}` resumes once "
+                    "the cluster is InService",
+                    EXIT_FAILED,
+                )
+            if PATCH_CLUSTER_DECISIONS[status] == "fail":
                 raise CliError(
                     f"cluster {described['ClusterName']} is {status}: {described.get('FailureMessage', '')}\n"
                     f"  what to do: `mlcluster status {target.name}`; the backup stays at "
@@ -343,7 +376,7 @@ def _wait(target: Target, state: PatchState, timeout: int, console: Console) -> 
                     "InService",
                     EXIT_FAILED,
                 )
-            busy = states.get("SystemUpdating", 0) + states.get("Pending", 0)
+            busy = sum(count for state, count in states.items() if PATCH_NODE_DECISIONS[state] == "busy")
             started = started or status == "SystemUpdating" or busy > 0
             grace_over = (datetime.now(UTC) - requested).total_seconds() >= START_GRACE_SECONDS
             if status == "InService" and busy == 0 and (started or grace_over):
@@ -384,7 +417,7 @@ def _wait(target: Target, state: PatchState, timeout: int, console: Console) -> 
 @json_option
 def patch(
     env: str,
-    environments: Path,
+    environments: Path | None,
     region: str | None,
     profile: str | None,
     yes: bool,

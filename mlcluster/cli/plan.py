@@ -32,6 +32,8 @@ class NodeGroup:
     capacity_block: bool = False
     root_volume_gib: int = 0
     training_plan_arn: str | None = None
+    #: Spot capacity, limited by the Spot vCPU quotas rather than the On-Demand ones.
+    spot: bool = False
 
     @property
     def sagemaker(self) -> bool:
@@ -113,6 +115,7 @@ def plan_of(env: Environment) -> Plan:
                         reservation_id=cr.capacity_reservation_id,
                         capacity_block=queue.capacity_type == "CAPACITY_BLOCK",
                         root_volume_gib=queue.root_volume_gib,
+                        spot=queue.capacity_type == "SPOT",
                     )
                 )
         if pc.login_nodes is not None:

@@ -16,13 +16,21 @@ Contracts the checks rest on, with their source:
   other families (Trn, Inf, DL, F, X, HPC, High Memory) are not checked against
   an AWS page; each result prints the ``QuotaName`` AWS returns for its code,
   so a wrong code shows.
+* EC2 Spot vCPU quotas per family (``All <family> Spot Instance Requests``):
+  :data:`SPOT_VCPU_QUOTAS`, checked against public quota guides and clients,
+  not an AWS page; each result prints the ``QuotaName`` AWS returns.
 * VPCs per Region ``L-F678F1CE`` and NAT gateways per Availability Zone
   ``L-FE5A380F`` (service ``vpc``), EC2-VPC Elastic IPs ``L-0263D0A3`` (service
   ``ec2``; the code AWS's own managed policies grant ``GetServiceQuota`` on).
 * HyperPod: quotas named ``ml.<type> for cluster usage`` (service
   ``sagemaker``); their codes differ per type, so they are found by name.
-* FSx: quotas of service ``fsx`` whose names mention the file system type and
-  either ``storage capacity`` or ``file systems``, found by name.
+* HyperPod also: ``Total number of instances allowed across SageMaker HyperPod
+  clusters`` and ``Maximum number instances allowed per SageMaker HyperPod
+  cluster``; the per-type and total quotas count every cluster of the account
+  (HyperPod prerequisites), so other clusters' instances (ListClusters,
+  DescribeCluster ``InstanceGroups[].CurrentCount``) are added.
+* FSx: quotas of service ``fsx`` per deployment type, found by exact name
+  (:data:`FSX_LUSTRE_QUOTAS`, :data:`FSX_OPENZFS_QUOTAS`).
 * ParallelCluster's official images: owner ``amazon``, name
   ``aws-parallelcluster-<version>-<os part>-<arch>*`` (ParallelCluster 3.16
   ``pcluster/aws/ec2.py`` ``get_official_image_id`` and
@@ -47,6 +55,7 @@ from mlcluster.cli.context import Target, echo_json, environment_options, json_o
 from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_OK, CliError, aws_errors
 from mlcluster.cli.plan import ZONE_ID, NodeGroup, Plan, plan_of
 from mlcluster.config import Environment
+from mlcluster.config.observability import observability_enabled
 
 Level = Literal["ERROR", "WARNING"]
 Status = Literal["pass", "fail", "error"]
@@ -66,6 +75,19 @@ VCPU_QUOTAS: dict[str, tuple[str, str]] = {
     "hpc": ("L-F7808C92", "HPC"),
     "u": ("L-43DA4232", "High Memory"),
 }
+#: EC2 Spot vCPU quota ("All <group> Spot Instance Requests") per family prefix. P L-7212CCBC and G and VT
+#: L-3819A6DF appear in several public quota guides; the others in one public client each. Each row prints
+#: the QuotaName AWS returns, so a wrong code shows. HPC and High Memory have no Spot instances.
+SPOT_VCPU_QUOTAS: dict[str, tuple[str, str]] = {
+    **{f: ("L-34B43A08", "Standard (A, C, D, H, I, M, R, T, Z)") for f in "acdhimrtz"},
+    "p": ("L-7212CCBC", "P"),
+    "g": ("L-3819A6DF", "G and VT"),
+    "vt": ("L-3819A6DF", "G and VT"),
+    "trn": ("L-5480EFD2", "Trn"),
+    "inf": ("L-B5D1601B", "Inf"),
+    "f": ("L-88CF9481", "F"),
+    "x": ("L-E3A00192", "X"),
+}
 VPC_QUOTA = ("vpc", "L-F678F1CE")
 NAT_QUOTA = ("vpc", "L-FE5A380F")
 EIP_QUOTA = ("ec2", "L-0263D0A3")
@@ -84,6 +106,24 @@ BOOTSTRAP_REQUIRED = 6
 BOOTSTRAP_CURRENT = 33
 #: The tag every resource of an environment carries (config: tags on every resource).
 ENV_TAG = "mlcluster:environment"
+#: Tags EC2 puts on a capacity block (ParallelCluster 3.16 reads them when ReservationType is absent).
+RESERVATION_TYPE_TAG = "aws:ec2capacityreservation:capacityReservationType"
+RESERVATION_QUANTITY_TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
+#: Stack states a deploy cannot proceed from: a failure that needs a hand, or an operation still running.
+STACK_BLOCKED = ("UPDATE_ROLLBACK_FAILED", "DELETE_FAILED", "ROLLBACK_FAILED", "IMPORT_ROLLBACK_FAILED")
+#: HyperPod quotas (service ``sagemaker``) over all types, by the names AWS gives them.
+HYPERPOD_TOTAL_QUOTA = "Total number of instances allowed across SageMaker HyperPod clusters"
+HYPERPOD_PER_CLUSTER_QUOTA = "Maximum number instances allowed per SageMaker HyperPod cluster"
+#: FSx for Lustre quotas (service ``fsx``) per deployment type, by name. Codes for reference:
+#: Persistent_2 storage capacity L-8F1B9C74, Persistent_2 file systems L-FD6F2F22, Persistent_1
+#: storage capacity L-C8640C82 (Scratch L-AD2FC696 / L-C48231E5, Cache_1 L-15D9FE87 and Persistent HDD
+#: L-736F3D6F are not deployment types mlcluster creates).
+FSX_LUSTRE_QUOTAS: dict[str, tuple[str, ...]] = {
+    "PERSISTENT_2": ("Lustre Persistent_2 storage capacity", "Lustre Persistent_2 file systems"),
+    "PERSISTENT_1": ("Lustre Persistent_1 storage capacity",),
+}
+#: FSx for OpenZFS quotas (service ``fsx``), by name: SSD capacity in total and per file system.
+FSX_OPENZFS_QUOTAS = ("OpenZFS SSD storage capacity", "OpenZFS SSD storage capacity (per file system)")
 
 
 @dataclass(frozen=True)
@@ -133,7 +173,27 @@ def _quota(ctx: Context, service: str, code: str) -> tuple[float, str]:
         if error.response.get("Error", {}).get("Code") != "NoSuchResourceException":
             raise
         quota = client.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]
-    return float(quota["Value"]), str(quota.get("QuotaName", code))
+    return quota_value(quota), str(quota.get("QuotaName", code))
+
+
+def quota_value(quota: dict[str, Any]) -> float:
+    """The ``Value`` of a Service Quotas ``ServiceQuota``; :class:`CliError` when AWS gave none.
+
+    The model makes ``Value`` optional, and a quota AWS could not read carries
+    ``ErrorReason`` (``ErrorCode``, ``ErrorMessage``) instead: the check then
+    cannot decide, which is an error row, never a pass or a traceback.
+    """
+    name = f"{quota.get('QuotaName', '?')} ({quota.get('ServiceCode', '?')}/{quota.get('QuotaCode', '?')})"
+    reason = quota.get("ErrorReason")
+    if reason:
+        raise CliError(
+            f"Service Quotas could not read {name}: {reason.get('ErrorCode', '?')}: {reason.get('ErrorMessage', '')}"
+            " - check it in the Service Quotas console",
+            EXIT_AWS,
+        )
+    if quota.get("Value") is None:
+        raise CliError(f"Service Quotas returned no value for {name}: check it in the Service Quotas console", EXIT_AWS)
+    return float(quota["Value"])
 
 
 def _list_quotas(ctx: Context, service: str) -> list[dict[str, Any]]:
@@ -152,68 +212,79 @@ def family(instance_type: str) -> str:
 
 
 def check_vcpu_quota(ctx: Context) -> list[Result]:
-    """Running On-Demand vCPUs: this environment's EC2 nodes at their max counts plus what already runs."""
+    """Running vCPUs: this environment's EC2 nodes at their max counts plus what already runs, per market.
+
+    On-Demand groups are compared with the family's On-Demand quota and the
+    other running On-Demand instances; Spot queues with the family's Spot quota
+    (:data:`SPOT_VCPU_QUOTAS`) and the other running Spot instances.
+    """
     groups = [g for g in ctx.plan.groups if not g.sagemaker]
     if not groups:
         return []
     vcpus = ctx.vcpus(g.ec2_type for g in groups)
-    needed: dict[str, list[NodeGroup]] = {}
-    for group in groups:
-        code = VCPU_QUOTAS.get(family(group.ec2_type), ("", ""))[0]
-        needed.setdefault(code, []).append(group)
     running = _running_vcpus(ctx, vcpus)
-    results = []
-    for code, members in sorted(needed.items()):
-        keys = ", ".join(g.key for g in members)
-        if not code:
-            results.append(
-                Result(
-                    "vcpu-quota",
-                    "fail",
-                    "WARNING",
-                    keys,
-                    "no On-Demand vCPU quota known for this family; check it in the Service Quotas console",
+    results: list[Result] = []
+    for spot, table in ((False, VCPU_QUOTAS), (True, SPOT_VCPU_QUOTAS)):
+        needed: dict[str, list[NodeGroup]] = {}
+        for group in groups:
+            if group.spot == spot:
+                code = table.get(family(group.ec2_type), ("", ""))[0]
+                needed.setdefault(code, []).append(group)
+        market = "Spot" if spot else "On-Demand"
+        for code, members in sorted(needed.items()):
+            keys = ", ".join(g.key for g in members)
+            if not code:
+                results.append(
+                    Result(
+                        "vcpu-quota",
+                        "fail",
+                        "WARNING",
+                        keys,
+                        f"no {market} vCPU quota known for this family; check it in the Service Quotas console",
+                    )
                 )
-            )
-            continue
-        need = sum(vcpus[g.ec2_type] * g.max_count for g in members)
-        value, name = _quota(ctx, "ec2", code)
-        used = running.get(code, 0)
-        if used + need > value:
-            results.append(
-                Result(
-                    "vcpu-quota",
-                    "fail",
-                    "ERROR",
-                    keys,
-                    f"{name} ({code}) is {value:g} vCPUs; {used} run already and max_count needs {need}: "
-                    f"request {used + need:g} in Service Quotas or lower max_count",
+                continue
+            need = sum(vcpus[g.ec2_type] * g.max_count for g in members)
+            value, name = _quota(ctx, "ec2", code)
+            used = running[spot].get(code, 0)
+            already = f"{used} Spot run already" if spot else f"{used} run already"
+            if used + need > value:
+                results.append(
+                    Result(
+                        "vcpu-quota",
+                        "fail",
+                        "ERROR",
+                        keys,
+                        f"{name} ({code}) is {value:g} vCPUs; {already} and max_count needs {need}: "
+                        f"request {used + need:g} in Service Quotas or lower max_count",
+                    )
                 )
-            )
-        else:
-            results.append(
-                Result(
-                    "vcpu-quota", "pass", "ERROR", keys, f"{name} ({code}) {value:g} >= {used} running + {need} needed"
+            else:
+                results.append(
+                    Result(
+                        "vcpu-quota",
+                        "pass",
+                        "ERROR",
+                        keys,
+                        f"{name} ({code}) {value:g} >= {used} running + {need} needed",
+                    )
                 )
-            )
     return results
 
 
-def _running_vcpus(ctx: Context, known: dict[str, int]) -> dict[str, int]:
-    """vCPUs of pending and running On-Demand instances per quota code, except this environment's own nodes."""
+def _running_vcpus(ctx: Context, known: dict[str, int]) -> dict[bool, dict[str, int]]:
+    """vCPUs of pending and running instances per quota code, On-Demand (False) and Spot (True).
+
+    This environment's own nodes are left out (the need counts them). Each
+    instance counts its type's ``DefaultVCpus``, as the need does (and as the
+    quota counts: CPU options that turn threads off do not lower it).
+    """
     pages = (
         ctx.client("ec2")
         .get_paginator("describe_instances")
         .paginate(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
     )
-    # Spot instances count against the Spot quotas, not these.
-    instances = [
-        i
-        for page in pages
-        for r in page["Reservations"]
-        for i in r["Instances"]
-        if i.get("InstanceLifecycle") != "spot"
-    ]
+    instances = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
     mine = ctx.env.cluster_name
     others = [
         i
@@ -224,17 +295,43 @@ def _running_vcpus(ctx: Context, known: dict[str, int]) -> dict[str, int]:
         )
     ]
     vcpus = ctx.vcpus(i["InstanceType"] for i in others) if others else known
-    used: dict[str, int] = {}
+    used: dict[bool, dict[str, int]] = {False: {}, True: {}}
     for instance in others:
-        code = VCPU_QUOTAS.get(family(instance["InstanceType"]), ("", ""))[0]
-        cpu = instance.get("CpuOptions", {})
-        count = cpu.get("CoreCount", 0) * cpu.get("ThreadsPerCore", 0) or vcpus.get(instance["InstanceType"], 0)
-        used[code] = used.get(code, 0) + count
+        spot = instance.get("InstanceLifecycle") == "spot"
+        table = SPOT_VCPU_QUOTAS if spot else VCPU_QUOTAS
+        code = table.get(family(instance["InstanceType"]), ("", ""))[0]
+        used[spot][code] = used[spot].get(code, 0) + vcpus.get(instance["InstanceType"], 0)
     return used
 
 
+def _other_hyperpod_instances(ctx: Context) -> dict[str, int]:
+    """Instances per ``ml.`` type in the region's other HyperPod clusters (ListClusters, DescribeCluster).
+
+    The cluster named like this environment's is left out: it is the one the
+    deploy creates or updates (the ``names`` check fails when another
+    environment owns that name).
+    """
+    sm = ctx.client("sagemaker")
+    counts: dict[str, int] = {}
+    for page in sm.get_paginator("list_clusters").paginate():
+        for summary in page["ClusterSummaries"]:
+            if summary["ClusterName"] == ctx.env.cluster_name:
+                continue
+            cluster = sm.describe_cluster(ClusterName=summary["ClusterName"])
+            for group in cluster.get("InstanceGroups", []):
+                itype = str(group.get("InstanceType", ""))
+                counts[itype] = counts.get(itype, 0) + int(group.get("CurrentCount", 0))
+    return counts
+
+
 def check_sagemaker_quota(ctx: Context) -> list[Result]:
-    """HyperPod: the ``ml.<type> for cluster usage`` quota for each instance type, at its total count."""
+    """HyperPod: per-type and account-wide instance quotas, with the other clusters' instances counted.
+
+    Per the HyperPod prerequisites, ``ml.<type> for cluster usage`` limits that
+    type across every cluster of the account and region, as does
+    :data:`HYPERPOD_TOTAL_QUOTA` for all types; :data:`HYPERPOD_PER_CLUSTER_QUOTA`
+    limits one cluster alone.
+    """
     counts: dict[str, tuple[int, list[str]]] = {}
     for g in ctx.plan.groups:
         if g.sagemaker:
@@ -243,6 +340,7 @@ def check_sagemaker_quota(ctx: Context) -> list[Result]:
     if not counts:
         return []
     quotas = {str(q.get("QuotaName", "")): q for q in _list_quotas(ctx, "sagemaker")}
+    others = _other_hyperpod_instances(ctx)
     results = []
     for itype, (need, keys) in sorted(counts.items()):
         name = f"{itype} for cluster usage"
@@ -259,70 +357,123 @@ def check_sagemaker_quota(ctx: Context) -> list[Result]:
                     "choose another instance_type or region",
                 )
             )
-        elif need > float(quota["Value"]):
+            continue
+        results.append(_count_row(key, name, quota, others.get(itype, 0), need, "in other HyperPod clusters"))
+    need_all = sum(need for need, _ in counts.values())
+    account_wide: tuple[str, int | None, str] = (
+        HYPERPOD_TOTAL_QUOTA,
+        sum(others.values()),
+        "in other HyperPod clusters",
+    )
+    per_cluster: tuple[str, int | None, str] = (HYPERPOD_PER_CLUSTER_QUOTA, None, "")
+    for name, used, where in (account_wide, per_cluster):
+        quota = quotas.get(name)
+        if quota is None:
             results.append(
                 Result(
                     "sagemaker-quota",
                     "fail",
-                    "ERROR",
-                    key,
-                    f"{name} ({quota.get('QuotaCode')}) is {float(quota['Value']):g}; the groups need {need}: "
-                    "request an increase or lower instance_count",
+                    "WARNING",
+                    "cluster.hyperpod",
+                    f"no quota {name!r} found: check it in Service Quotas > Amazon SageMaker by hand",
                 )
             )
         else:
-            results.append(
-                Result("sagemaker-quota", "pass", "ERROR", key, f"{name} {float(quota['Value']):g} >= {need}")
-            )
+            results.append(_count_row("cluster.hyperpod", name, quota, used, need_all, where))
     return results
 
 
+def _count_row(key: str, name: str, quota: dict[str, Any], used: int | None, need: int, where: str) -> Result:
+    """A HyperPod instance quota row: ``used`` elsewhere (None for a per-cluster quota) plus ``need``."""
+    value = quota_value(quota)
+    code = quota.get("QuotaCode")
+    total = (used or 0) + need
+    running = "" if used is None else f"{used} run {where} and "
+    if total > value:
+        return Result(
+            "sagemaker-quota",
+            "fail",
+            "ERROR",
+            key,
+            f"{name} ({code}) is {value:g}; {running}the groups need {need}: request {total} or lower instance_count",
+        )
+    counted = f"{need}" if used is None else f"{used} {where} + {need}"
+    return Result("sagemaker-quota", "pass", "ERROR", key, f"{name} ({code}) {value:g} >= {counted}")
+
+
+def _fsx_quota_names(kind: str, deployment_type: str) -> tuple[str, ...]:
+    """The Service Quotas (service ``fsx``) names that limit a new file system of this kind and type."""
+    if kind == "LUSTRE":
+        return FSX_LUSTRE_QUOTAS.get(deployment_type, ())
+    return FSX_OPENZFS_QUOTAS
+
+
+def _fsx_counted(fs: dict[str, Any], kind: str, deployment_type: str, env: str) -> bool:
+    """Whether an existing file system uses the same quota as the new one (and is not this environment's)."""
+    if fs.get("Lifecycle") in ("DELETING", "FAILED") or fs.get("FileSystemType") != kind:
+        return False
+    if _tags_say_ours(fs.get("Tags", []), env):
+        return False
+    if kind == "LUSTRE":
+        return bool(fs.get("LustreConfiguration", {}).get("DeploymentType") == deployment_type)
+    return str(fs.get("StorageType", "SSD")) == "SSD"
+
+
 def check_fsx_quota(ctx: Context) -> list[Result]:
-    """FSx: storage capacity and number of file systems of each type, with what the account has already."""
-    quotas = _list_quotas(ctx, "fsx")
+    """FSx: the storage capacity and file-system quotas of the environment's deployment type.
+
+    FSx quotas are per deployment type (:data:`FSX_LUSTRE_QUOTAS`,
+    :data:`FSX_OPENZFS_QUOTAS`): usage counts only the file systems of that
+    type, except this environment's own (tag ``mlcluster:environment``), and a
+    ``(per file system)`` quota is compared with the new file system alone.
+    """
+    quotas = {str(q.get("QuotaName", "")): q for q in _list_quotas(ctx, "fsx")}
     pages = ctx.client("fsx").get_paginator("describe_file_systems").paginate()
-    existing = [fs for page in pages for fs in page["FileSystems"] if fs.get("Lifecycle") not in ("DELETING", "FAILED")]
+    existing = [fs for page in pages for fs in page["FileSystems"]]
     results = []
     for fs in ctx.plan.file_systems:
-        word = "lustre" if fs.kind == "LUSTRE" else "openzfs"
-        mine = [f for f in existing if f.get("FileSystemType") == fs.kind]
-        used_gib = sum(int(f.get("StorageCapacity", 0)) for f in mine)
-        for quota in quotas:
-            name = str(quota.get("QuotaName", ""))
-            lower = name.lower()
-            if word not in lower:
+        same = [f for f in existing if _fsx_counted(f, fs.kind, fs.deployment_type, ctx.env.name)]
+        found = False
+        for name in _fsx_quota_names(fs.kind, fs.deployment_type):
+            quota = quotas.get(name)
+            if quota is None:
                 continue
-            if "storage capacity" in lower:
-                need, used, what = fs.capacity_gib, used_gib, f"{fs.key}.storage_capacity_gib"
-            elif "file systems" in lower:
-                need, used, what = 1, len(mine), fs.key
+            found = True
+            if name.endswith("file systems"):
+                need, used, what, unit = 1, len(same), fs.key, "file systems"
+            elif name.endswith("(per file system)"):
+                need, used, what, unit = fs.capacity_gib, 0, f"{fs.key}.storage_capacity_gib", "GiB"
             else:
-                continue
-            value = float(quota["Value"])
+                used = sum(int(f.get("StorageCapacity", 0)) for f in same)
+                need, what, unit = fs.capacity_gib, f"{fs.key}.storage_capacity_gib", "GiB"
+            value = quota_value(quota)
             code = quota.get("QuotaCode")
+            alone = name.endswith("(per file system)")
             if used + need > value:
+                counted = "" if alone else f"{used} {unit} used by other {fs.deployment_type} file systems and "
                 results.append(
                     Result(
                         "fsx-quota",
                         "fail",
                         "ERROR",
                         what,
-                        f"{name} ({code}) is {value:g}; {used} used and {need} needed: "
+                        f"{name} ({code}) is {value:g}; {counted}{need} {unit} needed: "
                         "request an increase or make it smaller",
                     )
                 )
             else:
-                results.append(
-                    Result("fsx-quota", "pass", "ERROR", what, f"{name} ({code}) {value:g} >= {used} used + {need}")
-                )
-        if not any(r.key.startswith(fs.key) for r in results):
+                counted = f"{need}" if alone else f"{used} used + {need}"
+                results.append(Result("fsx-quota", "pass", "ERROR", what, f"{name} ({code}) {value:g} >= {counted}"))
+        if not found:
+            wanted = ", ".join(repr(n) for n in _fsx_quota_names(fs.kind, fs.deployment_type)) or "none known"
             results.append(
                 Result(
                     "fsx-quota",
                     "fail",
                     "WARNING",
                     fs.key,
-                    f"no FSx quota for {word} found by name; check Service Quotas > Amazon FSx by hand",
+                    f"no FSx quota for {fs.kind} {fs.deployment_type} found ({wanted}); "
+                    "check Service Quotas > Amazon FSx by hand",
                 )
             )
     return results
@@ -481,34 +632,108 @@ def check_reservations(ctx: Context) -> list[Result]:
     return results
 
 
+def _tag(resource: dict[str, Any], key: str) -> str | None:
+    return next((str(t.get("Value")) for t in resource.get("Tags", []) if t.get("Key") == key), None)
+
+
+def reservation_kind_and_size(res: dict[str, Any]) -> tuple[str, int]:
+    """The reservation type and the instances it holds, as ParallelCluster reads them.
+
+    A capacity block bought but not yet started may lack ``ReservationType``
+    and report ``TotalInstanceCount`` 0: its tags
+    ``aws:ec2capacityreservation:capacityReservationType`` and
+    ``aws:ec2capacityreservation:incrementalRequestedQuantity`` say what it is
+    and how big (ParallelCluster 3.16 ``CapacityReservationInfo``).
+    """
+    kind = res.get("ReservationType") or _tag(res, RESERVATION_TYPE_TAG) or "default"
+    requested = _tag(res, RESERVATION_QUANTITY_TAG) or ""
+    size = max(int(res.get("TotalInstanceCount", 0)), int(requested) if requested.isdigit() else 0)
+    return str(kind), size
+
+
+def _instance_platform(ctx: Context) -> str:
+    """The ``InstancePlatform`` a reservation must have for the cluster's OS (Linux/UNIX, or RHEL's own)."""
+    pc = ctx.env.config.cluster.pcluster
+    return "Red Hat Enterprise Linux" if pc is not None and pc.os.startswith("rhel") else "Linux/UNIX"
+
+
+def _own_instances_in(ctx: Context, rid: str) -> int:
+    """This environment's pending and running instances already launched into reservation ``rid``."""
+    pages = (
+        ctx.client("ec2")
+        .get_paginator("describe_instances")
+        .paginate(
+            Filters=[
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+                {"Name": "tag:parallelcluster:cluster-name", "Values": [ctx.env.cluster_name]},
+            ]
+        )
+    )
+    return sum(
+        1
+        for page in pages
+        for r in page["Reservations"]
+        for i in r["Instances"]
+        if i.get("CapacityReservationId") == rid
+    )
+
+
 def _reservation_findings(ctx: Context, group: NodeGroup, key: str, res: dict[str, Any]) -> list[Result]:
     rid = res["CapacityReservationId"]
     problems: list[tuple[Level, str]] = []
     state = res.get("State")
-    block = res.get("ReservationType") == "capacity-block"
+    kind, total = reservation_kind_and_size(res)
+    block = kind == "capacity-block"
     start, end = res.get("StartDate"), res.get("EndDate")
     if group.capacity_block and not block:
         problems.append(
             ("ERROR", "the queue's capacity_type is CAPACITY_BLOCK but this is an On-Demand Capacity Reservation")
         )
+    started = state == "active"
     if block and state == "scheduled" and start is not None:
         problems.append(("WARNING", f"capacity block starts {start:%Y-%m-%d %H:%M} UTC; nodes cannot launch before"))
-    elif state != "active":
+    elif not started:
         problems.append(
             ("ERROR", f"state is {state}, not active: buy or renew the reservation, or remove capacity_reservation_id")
         )
     if res.get("InstanceType") != group.ec2_type:
         problems.append(("ERROR", f"it reserves {res.get('InstanceType')}, the group uses {group.ec2_type}"))
-    zone = group.zones[0] if group.zones else None
-    if zone is not None:
-        actual = res.get("AvailabilityZoneId") if ZONE_ID.fullmatch(zone) else res.get("AvailabilityZone")
-        if actual != zone:
+    platform = _instance_platform(ctx)
+    if res.get("InstancePlatform", platform) != platform:
+        problems.append(
+            ("ERROR", f"it is for {res.get('InstancePlatform')} instances, the cluster's OS runs as {platform}")
+        )
+    if res.get("Tenancy", "default") != "default":
+        problems.append(("ERROR", f"its tenancy is {res.get('Tenancy')}; the cluster launches default tenancy"))
+    zones = [z for z in group.zones if not z.startswith("subnet-")]
+    zone = zones[0] if zones else None
+    if zones:
+        actual = res.get("AvailabilityZoneId") if ZONE_ID.fullmatch(zones[0]) else res.get("AvailabilityZone")
+        if actual not in zones:
             problems.append(
-                ("ERROR", f"it is in {actual}, the group in {zone}: set network.availability_zone to {actual}")
+                (
+                    "ERROR",
+                    f"it is in {actual}, the group in {', '.join(zones)}: set the group's zone to {actual}",
+                )
             )
-    total = int(res.get("TotalInstanceCount", 0))
+        else:
+            zone = str(actual)
+            if len(zones) > 1:
+                others = ", ".join(z for z in zones if z != actual)
+                problems.append(("WARNING", f"nodes launched in {others} cannot use it (it is in {actual} only)"))
     if total < group.max_count:
         problems.append(("ERROR", f"it holds {total} instances, max_count is {group.max_count}"))
+    elif started:
+        ours = _own_instances_in(ctx, rid)
+        available = int(res.get("AvailableInstanceCount", 0))
+        if available + ours < group.max_count:
+            problems.append(
+                (
+                    "ERROR",
+                    f"{available} of its {total} instances are free and {ours} are this cluster's; "
+                    f"max_count is {group.max_count}: other instances use the rest",
+                )
+            )
     if res.get("EndDateType") == "limited" and end is not None:
         limit = ctx.now + ctx.margin
         if end <= ctx.now:
@@ -596,7 +821,10 @@ def check_pcluster_image(ctx: Context) -> list[Result]:
         return []
     ec2 = ctx.client("ec2")
     if pc.custom_ami is not None:
-        images = ec2.describe_images(Filters=[{"Name": "image-id", "Values": [pc.custom_ami]}])["Images"]
+        images = ec2.describe_images(
+            Filters=[{"Name": "image-id", "Values": [pc.custom_ami]}, {"Name": "state", "Values": ["available"]}],
+            IncludeDeprecated=True,
+        )["Images"]
         if images:
             return [Result("pcluster-image", "pass", "ERROR", "cluster.pcluster.custom_ami", f"{pc.custom_ami} exists")]
         return [
@@ -605,7 +833,7 @@ def check_pcluster_image(ctx: Context) -> list[Result]:
                 "fail",
                 "ERROR",
                 "cluster.pcluster.custom_ami",
-                f"{pc.custom_ami} not found in {ctx.region}: copy it here or fix the ID",
+                f"{pc.custom_ami} not found, or not available, in {ctx.region}: copy it here or fix the ID",
             )
         ]
     head = pc.head_node.instance_type
@@ -663,7 +891,12 @@ def check_names(ctx: Context) -> list[Result]:
     env = ctx.env
     results = []
     cfn = ctx.client("cloudformation")
-    stacks = [(f"{env.name}-{s}", "(file name)") for s in ("Network", "Storage", "Cluster")]
+    parts = ["Network", "Storage", "Cluster"]
+    if env.config.storage.lustre.data_repository_associations:
+        parts.append("DataRepository")
+    if observability_enabled(env.config):
+        parts.append("Observability")
+    stacks = [(f"{env.name}-{s}", "(file name)") for s in parts]
     if env.config.cluster.backend == "pcluster":
         stacks.append((env.cluster_name, "cluster.name"))
     for name, key in stacks:
@@ -673,12 +906,23 @@ def check_names(ctx: Context) -> list[Result]:
             if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
                 raise
             found = []
-        if (
-            not found
-            or _tags_say_ours(found[0].get("Tags", []), env.name)
-            or found[0].get("StackStatus") == "DELETE_COMPLETE"
-        ):
-            results.append(Result("names", "pass", "ERROR", key, f"stack {name} is free or this environment's"))
+        status = str(found[0].get("StackStatus", "")) if found else "DELETE_COMPLETE"
+        if status == "DELETE_COMPLETE":
+            results.append(Result("names", "pass", "ERROR", key, f"stack {name} is free"))
+        elif _tags_say_ours(found[0].get("Tags", []), env.name):
+            if status in STACK_BLOCKED or status.endswith("_IN_PROGRESS"):
+                results.append(
+                    Result(
+                        "names",
+                        "fail",
+                        "ERROR",
+                        key,
+                        f"stack {name} (this environment's) is {status}: wait for it to finish, or fix or delete it "
+                        "in the CloudFormation console, before `cdk deploy`",
+                    )
+                )
+            else:
+                results.append(Result("names", "pass", "ERROR", key, f"stack {name} is this environment's ({status})"))
         else:
             results.append(
                 Result(
@@ -744,7 +988,7 @@ def check_names(ctx: Context) -> list[Result]:
                 )
             )
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") not in ("ResourceNotFound", "ValidationException"):
+            if error.response.get("Error", {}).get("Code") != "ResourceNotFound":
                 raise
             results.append(
                 Result("names", "pass", "ERROR", "cluster.name", f"HyperPod cluster name {env.cluster_name} is free")
@@ -809,7 +1053,12 @@ CHECKS: dict[str, Callable[[Context], list[Result]]] = {
 
 
 def run_checks(ctx: Context, skip: Sequence[str] = ()) -> list[Result]:
-    """Run every check not skipped; an AWS failure in one check is a row, and the others still run."""
+    """Run every check not skipped; a failure in one check is an error row, and the others still run.
+
+    An AWS error becomes the row's message with what to do; any other exception
+    (an answer of a shape the check did not expect) is an error row naming the
+    exception, so the operator never sees a traceback and never a pass.
+    """
     results: list[Result] = []
     for check_id, check in CHECKS.items():
         if check_id in skip:
@@ -819,6 +1068,17 @@ def run_checks(ctx: Context, skip: Sequence[str] = ()) -> list[Result]:
                 results += check(ctx)
         except CliError as error:
             results.append(Result(check_id, "error", "ERROR", "-", error.message.replace("\n", " ")))
+        except Exception as error:  # any failure of a check is a row, never a traceback
+            results.append(
+                Result(
+                    check_id,
+                    "error",
+                    "ERROR",
+                    "-",
+                    f"the check failed on an unexpected answer ({type(error).__name__}: {error}); "
+                    f"run again with --skip {check_id} and check it by hand",
+                )
+            )
     return results
 
 
@@ -875,7 +1135,7 @@ def render(results: Sequence[Result], env: str, region: str) -> None:
 @json_option
 def preflight(
     env: str,
-    environments: Path,
+    environments: Path | None,
     region: str | None,
     profile: str | None,
     skip: tuple[str, ...],

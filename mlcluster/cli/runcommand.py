@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlcluster.cli.context import Target
-from mlcluster.cli.errors import aws_errors
+from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
 from mlcluster.cli.nodes import Node
 
 if TYPE_CHECKING:
@@ -49,8 +49,9 @@ OUTPUT_LIMIT = 24000
 EXIT_MARKER = "MLCLUSTER_EXIT="
 #: A user name ``as_user`` accepts (the POSIX portable set, as useradd's default NAME_REGEX).
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
-#: Statuses after which an invocation does not change any more.
-FINAL = {"Success", "Failed", "Cancelled", "TimedOut", "Undeliverable", "Terminated", "DeliveryTimedOut"}
+#: Every ``CommandInvocationStatus`` of botocore's SSM model: final (the result is read) or still changing.
+FINAL = {"Success", "Failed", "Cancelled", "TimedOut"}
+CHANGING = {"Pending", "InProgress", "Delayed", "Cancelling"}
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,13 @@ def run_command(
                         raise
                     invocation = {"Status": "Pending"}
             status = str(invocation.get("Status", "Pending"))
+            if status not in FINAL | CHANGING:
+                raise CliError(
+                    f"command {command_id} on {node.ssm_target} is {status!r}, a status mlcluster does not know "
+                    f"(it knows {', '.join(sorted(FINAL | CHANGING))})\n  what to do: `aws ssm get-command-invocation "
+                    f"--command-id {command_id} --instance-id {node.ssm_target}`",
+                    EXIT_FAILED,
+                )
             if status in FINAL:
                 return Result(
                     command_id=command_id,

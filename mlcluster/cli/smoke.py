@@ -7,6 +7,7 @@ FAIL or SKIP line that says where to look when it fails.
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -19,10 +20,23 @@ import click
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError
-from mlcluster.cli.expectations import SOURCE, expectation
+from mlcluster.cli.expectations import SOURCE, Expectation, expectation
+from mlcluster.cli.nccl import Backend, efa_devices, node_check, node_run
+from mlcluster.cli.nccl_marks import parse_versions, pass_mark
 from mlcluster.cli.nodes import Node, cluster_name, controller
-from mlcluster.cli.parsers import parse_all_reduce, parse_hostnames, parse_precheck, parse_sinfo
-from mlcluster.pcluster.instance_types import INSTANCE_TYPES
+from mlcluster.cli.parsers import (
+    NODES_MARK,
+    parse_all_reduce,
+    parse_container_check,
+    parse_hostnames,
+    parse_nccom,
+    parse_neuron_counts,
+    parse_node_check,
+    parse_node_states,
+    parse_precheck,
+    parse_sinfo,
+)
+from mlcluster.pcluster.instance_types import INSTANCE_TYPES, InstanceType
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,12 +44,58 @@ if TYPE_CHECKING:
 NCCL_BINARY = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"
 PRECHECK = "mlcluster-precheck"
 
-#: Keeps all_reduce_perf's output under Run Command's 2500 characters: one provider and network line,
-#: the result table and summary, no per-rank lines.
+#: Keeps all_reduce_perf's output under Run Command's 2500 characters: the result table and summary,
+#: no per-rank lines; of aws-ofi-nccl's lines (one per rank) the first ``Initializing`` and libfabric
+#: line, and one ``Selected provider ... (found N nics)`` line per distinct provider and device count,
+#: so a node that lost an EFA device still shows.
 NCCL_FILTER = (
-    "awk '/^#  *Rank /{next} /Selected [Pp]rovider/{if (!p++) print; next} /Using network/{if (!n++) print; next} "
+    "awk '/^#  *Rank /{next} "
+    "/NET\\/OFI Initializing /{if (!i++) print; next} /NET\\/OFI Using Libfabric version/{if (!l++) print; next} "
+    '/Selected [Pp]rovider/{k = $0; sub(/.*Selected /, "", k); if (!(k in seen)) {seen[k] = 1; print}; next} '
+    "/Using network/{if (!n++) print; next} "
     "/^#|^ *[0-9]+ +[0-9]+ /{print; next} /[Ee]rror|NET\\/Socket/{if (e++ < 5) print}'"
 )
+#: nccl-tests in a container: AWS's public image with CUDA, NCCL, the EFA libraries, aws-ofi-nccl and
+#: nccl-tests, pinned by digest (a tag can be moved; a digest cannot). Enroot's reference syntax
+#: ``REGISTRY#IMAGE@DIGEST``. The digest is the one the tag
+#: ``cuda13.0.2-efa1.48.0-ofiv1.19.0-ncclv2.30.4-1-testsv2.18.3`` resolved to, as recorded in public
+#: pin files; CUDA 13 needs an NVIDIA driver of the 580 series or later. Override with --nccl-image.
+DEFAULT_NCCL_IMAGE = (
+    "public.ecr.aws#hpc-cloud/nccl-tests@sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c"
+)
+#: Where that image keeps nccl-tests' binaries.
+CONTAINER_NCCL_BINARY = "/opt/nccl-tests/build/all_reduce_perf"
+#: The name of the container the container step's two job steps share.
+CONTAINER_NAME = "mlcluster-nccl-tests"
+#: Pyxis options of every container step: the user's home stays out of the container (the default
+#: user may have sudo: an image must not be able to plant a ``.bashrc`` or SSH key there).
+CONTAINER_OPTIONS = "--no-container-mount-home"
+#: What a container must see, printed once per node: GPUs (``nvidia-smi -L``: one ``GPU <n>: <name>
+#: (UUID: ...)`` line each, nvidia-smi(1)), the EFA verbs devices under /dev/infiniband, and the plugin.
+CONTAINER_CHECK = (
+    'h=$(hostname -s); g=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU "); u=0; p=none\n'
+    'for f in /dev/infiniband/uverbs*; do if [ -e "$f" ]; then u=$((u + 1)); fi; done\n'
+    "for f in /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net*.so /opt/amazon/ofi-nccl/lib/libnccl-net*.so "
+    '/opt/aws-ofi-nccl/lib/libnccl-net*.so; do if [ -e "$f" ]; then p=$f; break; fi; done\n'
+    'echo "MLC-CTR $h gpus=$g uverbs=$u plugin=$p"\n'
+)
+#: neuron-ls's device table (Neuron "Neuron LS User Guide"): one row per device whose first cell is
+#: the device number (``| 0      | 2      | 32 GB  | 12, 3, 4, 1 | 0000:10:1c.0 | ...``); continuation
+#: rows of the process columns leave it empty. Counted on the node, one line per node.
+NEURON_COUNT = (
+    "h=$(hostname -s); n=$(neuron-ls 2>&1 | awk -F'|' 'NF > 2 && $2 ~ /^ *[0-9]+ *$/ {n++} END {print n + 0}'); "
+    'echo "MLC-NEURON $h devices=$n"'
+)
+#: NeuronCores per Neuron device, for nccom-test's rank count (Neuron "Trn1/Trn1n Architecture":
+#: a Trainium v1 device has two NeuronCore-v2).
+NEURON_CORES_PER_DEVICE = {"trn1.32xlarge": 2, "trn1n.32xlarge": 2}
+#: An image reference pinned by digest (what --image and --nccl-image accept).
+DIGEST_PINNED = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+#: The NCCL filter, keeping the container check's lines too.
+NCCL_FILTER_CONTAINER = NCCL_FILTER.replace("awk '", "awk '/^MLC-CTR /{print; next} ", 1)
+#: Seconds srun waits for the idle nodes it names (``--immediate``): they were idle a moment ago, so a
+#: longer wait means another job took them.
+IMMEDIATE_SECONDS = 60
 PRECHECK_FILTER = "grep -E ' FAIL |: all checks passed$|check\\(s\\) failed$'"
 
 
@@ -89,6 +149,18 @@ class Smoke:
         self.partition = partition
         self.steps: list[Step] = []
         self.partition_nodes = 0
+        #: Nodes of the partition sinfo reported idle: the only ones the later steps name.
+        self.idle_nodes: list[str] = []
+
+    def placement(self, count: int) -> str:
+        """srun options that run on ``count`` of the idle nodes, alone, or fail at once if they are taken.
+
+        ``--nodelist`` names exactly the nodes (never a drained, down or busy one), ``--exclusive``
+        keeps other jobs off them, and ``--immediate`` fails instead of queueing behind a job.
+        """
+        nodes = ",".join(self.idle_nodes[:count])
+        partition = shlex.quote(self.partition.name)
+        return f"-N {count} -p {partition} --nodelist={nodes} --exclusive --immediate={IMMEDIATE_SECONDS}"
 
     def run(self, name: str, script: str, timeout: int) -> runcommand.Result:
         return runcommand.run(
@@ -124,7 +196,8 @@ class Smoke:
         return None
 
     def sinfo(self, timeout: int) -> Step:
-        result = self.run("sinfo", "sinfo", timeout)
+        script = f"sinfo\necho {NODES_MARK}\nsinfo -h -N -p {shlex.quote(self.partition.name)} -o '%N %t'"
+        result = self.run("sinfo", script, timeout)
         then = f"`mlcluster ssh {self.target.name}`, then `sinfo -R` and `sudo systemctl status slurmctld`"
         if failed := self.failed_run("sinfo", result, then):
             return failed
@@ -132,7 +205,8 @@ class Smoke:
         mine = [r for r in rows if r.partition == self.partition.name]
         usable = sum(r.nodes for r in mine if r.usable)
         self.partition_nodes = sum(r.nodes for r in mine)
-        data = {"rows": [r.__dict__ for r in rows]}
+        self.idle_nodes = [name for name, state in parse_node_states(result.stdout) if state == "idle"]
+        data = {"rows": [r.__dict__ for r in rows], "idle_nodes": self.idle_nodes}
         if not result.ok or not rows:
             return Step(
                 "sinfo",
@@ -153,12 +227,15 @@ class Smoke:
                 data,
             )
         bad = ", ".join(f"{r.nodes} {r.state} ({r.nodelist})" for r in mine if not r.usable)
-        summary = f"partition {self.partition.name}: {usable} of {self.partition_nodes} nodes usable"
-        if usable < self.nodes:
+        idle = len(self.idle_nodes)
+        summary = f"partition {self.partition.name}: {usable} of {self.partition_nodes} nodes usable, {idle} idle"
+        if idle < self.nodes:
+            busy = usable - idle
             return Step(
                 "sinfo",
                 "FAIL",
-                f"{summary}, {self.nodes} needed; not usable: {bad or 'none'}",
+                f"{summary}, {self.nodes} idle needed; not usable: {bad or 'none'}"
+                + (f"; {busy} busy with jobs (the smoke test runs on idle nodes only)" if busy > 0 else ""),
                 self.look(result, then),
                 result.command_id,
                 data,
@@ -168,8 +245,9 @@ class Smoke:
         )
 
     def hostname(self, timeout: int) -> Step:
-        partition = shlex.quote(self.partition.name)
-        script = f"timeout {timeout} srun -N {self.nodes} -p {partition} --ntasks-per-node=1 hostname 2>&1"
+        if lacking := self.lacking("srun", self.nodes):
+            return lacking
+        script = f"timeout {timeout} srun {self.placement(self.nodes)} --ntasks-per-node=1 hostname 2>&1"
         result = self.run("srun hostname", script, timeout)
         then = "`squeue` and `sinfo -R` on the head node, and slurmd's log on the nodes"
         if failed := self.failed_run("srun", result, then):
@@ -193,9 +271,153 @@ class Smoke:
             data={"hosts": hosts},
         )
 
-    def container(self, image: str, timeout: int) -> Step:
+    def precheck(self, timeout: int) -> Step:
+        if self.target.backend != "hyperpod":
+            return Step("precheck", "SKIP", "the runtime pre-check is a HyperPod lifecycle tool")
+        if lacking := self.lacking("precheck", 1):
+            return lacking
+        count = len(self.idle_nodes)
         script = (
-            f"timeout {timeout} srun -N 1 -p {self.partition.name} --container-image={image} "
+            f"timeout {timeout} srun {self.placement(count)} --ntasks-per-node=1 {PRECHECK} 2>&1 | {PRECHECK_FILTER}"
+        )
+        result = self.run("pre-check", script, timeout)
+        then = f"run `srun {self.placement(count)} {PRECHECK}` on the controller and follow each FAIL line's mitigation"
+        if failed := self.failed_run("precheck", result, then):
+            return failed
+        summary = parse_precheck(result.stdout)
+        data = {"passed_hosts": summary.passed_hosts, "failures": summary.failures, "nodes": count}
+        if summary.failures or len(summary.passed_hosts) != count:
+            lines = "; ".join(f"{h}: {', '.join(f) or 'failed'}" for h, f in summary.failures.items())
+            return Step(
+                "precheck",
+                "FAIL",
+                f"{len(summary.passed_hosts)} of {count} nodes passed"
+                + (f"; {lines}" if lines else "")
+                + (" (output truncated)" if result.truncated else ""),
+                self.look(result, then),
+                result.command_id,
+                data,
+            )
+        return Step(
+            "precheck", "PASS", f"all {count} nodes passed every check", command_id=result.command_id, data=data
+        )
+
+    def lacking(self, name: str, count: int) -> Step | None:
+        """A SKIP when sinfo found fewer than ``count`` idle nodes (its FAIL already says why)."""
+        if len(self.idle_nodes) >= max(count, 1):
+            return None
+        return Step(name, "SKIP", f"not run: sinfo found {len(self.idle_nodes)} idle node(s), {max(count, 1)} needed")
+
+    def nccl_kind(self, name: str) -> tuple[InstanceType | None, Step | None]:
+        """The partition's instance type when an NCCL step applies to it, else the SKIP that says why."""
+        kind = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
+        if self.nodes < 2:
+            return None, Step(name, "SKIP", "all_reduce across nodes needs --nodes 2 or more")
+        if kind is None or kind.accelerator != "nvidia":
+            return None, Step(name, "SKIP", f"{self.partition.instance_type} has no NVIDIA GPUs")
+        if not kind.efa:
+            return None, Step(name, "SKIP", f"{self.partition.instance_type} has no EFA")
+        return kind, self.lacking(name, self.nodes)
+
+    def nccl(self, timeout: int, min_busbw: float | None) -> Step:
+        kind, skip = self.nccl_kind("nccl")
+        if skip is not None or kind is None:
+            return skip or Step("nccl", "SKIP", "no NVIDIA EFA partition")
+        backend: Backend = "hyperpod" if self.target.backend == "hyperpod" else "pcluster"
+        where = self.placement(self.nodes)
+        check = shlex.quote(node_check(backend, NCCL_BINARY))
+        run = shlex.quote(node_run(backend, f"{NCCL_BINARY} -b 1G -e 8G -f 2 -g 1"))
+        script = (
+            "export FI_PROVIDER=efa NCCL_DEBUG=INFO\n"
+            "grep -h 'EFA installer version' /opt/amazon/efa_installed_packages 2>/dev/null | head -1\n"
+            f"timeout {min(timeout, 300)} srun {where} --ntasks-per-node=1 bash -c {check} 2>&1 || exit\n"
+            f"timeout {timeout} srun {where} --ntasks-per-node={kind.accelerators} --cpu-bind=none "
+            f"--mpi=pmix bash -c {run} 2>&1 | {NCCL_FILTER}"
+        )
+        result = self.run("NCCL all_reduce_perf", script, timeout + min(timeout, 300))
+        then = (
+            f"rerun `NCCL_DEBUG=INFO srun {where} --cpu-bind=none --mpi=pmix {NCCL_BINARY} -b 1G -e 8G -f 2 -g 1` "
+            "with LD_LIBRARY_PATH as the step printed it and look for `NET/OFI Selected provider is efa`; "
+            "`fi_info -p efa` on a node lists its EFA devices"
+        )
+        if failed := self.failed_run("nccl", result, then):
+            return failed
+        node = parse_node_check(result.stdout)
+        extra: dict[str, Any] = {"library_path": node.ok, "tuner_settings": node.settings}
+        warning = (
+            f"; warning: {', '.join(node.settings)} overrides aws-ofi-nccl's tuner (unset it unless measured)"
+            if node.settings
+            else ""
+        )
+        if node.problems or len(node.ok) != self.nodes:
+            missing = "; ".join(f"{h}: {p}" for h, p in node.problems.items()) or result.stdout.strip()[-300:]
+            return Step(
+                "nccl",
+                "FAIL",
+                f"the NCCL libraries are not ready on {self.nodes - len(node.ok)} of {self.nodes} nodes "
+                f"(checked with ldd before the run): {missing}{warning}",
+                self.look(result, "install the EFA software and aws-ofi-nccl (the lifecycle's NCCL step), then rerun"),
+                result.command_id,
+                extra,
+            )
+        return self.judge_nccl("nccl", result, then, min_busbw, [], warning, extra)
+
+    def container(self, image: str | None, nccl_image: str, timeout: int, min_busbw: float | None) -> Step:
+        """nccl-tests in a container through Pyxis on NVIDIA EFA partitions; elsewhere a plain Pyxis job."""
+        info = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
+        if info is None or info.accelerator != "nvidia" or not info.efa or self.nodes < 2:
+            return self.pyxis(image, timeout)
+        kind, skip = self.nccl_kind("container")
+        if skip is not None or kind is None:
+            return skip or Step("container", "SKIP", "no NVIDIA EFA partition")
+        devices = efa_devices(self.partition.instance_type)
+        where = self.placement(self.nodes)
+        pyxis = f"--container-image={shlex.quote(nccl_image)} {CONTAINER_OPTIONS}"
+        # One allocation, two job steps sharing a named container: the image is imported once per
+        # node (Pyxis keeps a named container for the job), not once per srun.
+        named = f"--container-name={CONTAINER_NAME} {pyxis}"
+        steps = (
+            f"srun --ntasks-per-node=1 {named} bash -c {shlex.quote(CONTAINER_CHECK)} || exit\n"
+            f"srun --ntasks-per-node={kind.accelerators} --cpu-bind=none --mpi=pmix {named} "
+            f"{CONTAINER_NCCL_BINARY} -b 1G -e 8G -f 2 -g 1\n"
+        )
+        script = (
+            "export FI_PROVIDER=efa NCCL_DEBUG=INFO\n"
+            f"timeout {timeout} salloc {where} bash -c {shlex.quote(steps)} 2>&1 | {NCCL_FILTER_CONTAINER}"
+        )
+        result = self.run("NCCL in a container (Pyxis)", script, timeout)
+        then = (
+            f"`srun {where} {pyxis} nvidia-smi -L` by hand; check /opt/slurm/etc/plugstack.conf, enroot's paths "
+            "and that the NVIDIA container toolkit and EFA devices reach the container (/dev/infiniband)"
+        )
+        if failed := self.failed_run("container", result, then):
+            return failed
+        seen = parse_container_check(result.stdout)
+        problems = []
+        for host, view in sorted(seen.items()):
+            if view.gpus != kind.accelerators:
+                problems.append(f"{host}: the container sees {view.gpus} of {kind.accelerators} GPUs")
+            if devices is not None and view.uverbs != devices:
+                problems.append(f"{host}: the container sees {view.uverbs} of {devices} EFA devices in /dev/infiniband")
+            if view.plugin is None:
+                problems.append(f"{host}: no aws-ofi-nccl plugin (libnccl-net*.so) in the image")
+        if len(seen) != self.nodes:
+            problems.append(f"{len(seen)} of {self.nodes} nodes ran the container")
+        extra: dict[str, Any] = {"image": nccl_image, "container": {h: v.__dict__ for h, v in seen.items()}}
+        return self.judge_nccl("container", result, then, min_busbw, problems, "", extra)
+
+    def pyxis(self, image: str | None, timeout: int) -> Step:
+        """A plain Pyxis job on one node (partitions without NVIDIA GPUs and EFA)."""
+        if image is None:
+            return Step(
+                "container",
+                "SKIP",
+                f"{self.partition.instance_type}: pass --image NAME@sha256:DIGEST to run a Pyxis job on this partition",
+            )
+        if lacking := self.lacking("container", 1):
+            return lacking
+        script = (
+            f"timeout {timeout} srun {self.placement(1)} --container-image={shlex.quote(image)} {CONTAINER_OPTIONS} "
             "grep -h '^PRETTY_NAME=' /etc/os-release 2>&1"
         )
         result = self.run("container (Pyxis)", script, timeout)
@@ -218,65 +440,69 @@ class Smoke:
             command_id=result.command_id,
         )
 
-    def precheck(self, timeout: int) -> Step:
-        if self.target.backend != "hyperpod":
-            return Step("precheck", "SKIP", "the runtime pre-check is a HyperPod lifecycle tool")
-        count = self.partition_nodes or self.nodes
-        script = (
-            f"timeout {timeout} srun -N {count} -p {shlex.quote(self.partition.name)} --ntasks-per-node=1 "
-            f"{PRECHECK} 2>&1 "
-            f"| {PRECHECK_FILTER}"
-        )
-        result = self.run("pre-check", script, timeout)
-        then = f"run `srun -N {count} {PRECHECK}` on the controller and follow each FAIL line's mitigation"
-        if failed := self.failed_run("precheck", result, then):
+    def neuron(self, timeout: int) -> Step:
+        """neuron-ls on every node: each must list the instance type's Neuron devices."""
+        kind = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
+        if kind is None or kind.accelerator != "neuron":
+            return Step("neuron", "SKIP", f"{self.partition.instance_type} has no Neuron devices")
+        if lacking := self.lacking("neuron", self.nodes):
+            return lacking
+        where = self.placement(self.nodes)
+        script = f"timeout {timeout} srun {where} --ntasks-per-node=1 bash -c {shlex.quote(NEURON_COUNT)} 2>&1"
+        result = self.run("neuron-ls", script, timeout)
+        then = "`neuron-ls` on the node; `sudo dmesg | grep -i neuron` and `modinfo neuron` for the driver"
+        if failed := self.failed_run("neuron", result, then):
             return failed
-        summary = parse_precheck(result.stdout)
-        data = {"passed_hosts": summary.passed_hosts, "failures": summary.failures, "nodes": count}
-        if summary.failures or len(summary.passed_hosts) != count:
-            lines = "; ".join(f"{h}: {', '.join(f) or 'failed'}" for h, f in summary.failures.items())
-            return Step(
-                "precheck",
-                "FAIL",
-                f"{len(summary.passed_hosts)} of {count} nodes passed"
-                + (f"; {lines}" if lines else "")
-                + (" (output truncated)" if result.truncated else ""),
-                self.look(result, then),
-                result.command_id,
-                data,
-            )
+        seen = parse_neuron_counts(result.stdout)
+        short = {host: count for host, count in seen.items() if count != kind.accelerators}
+        data = {"devices": seen, "expected": kind.accelerators}
+        if short or len(seen) != self.nodes or not result.ok:
+            problems = [
+                f"{host}: {count} of {kind.accelerators} Neuron devices" for host, count in sorted(short.items())
+            ]
+            if len(seen) != self.nodes:
+                problems.append(f"{len(seen)} of {self.nodes} nodes answered")
+            summary = "; ".join(problems) or f"exited {result.exit_code}"
+            return Step("neuron", "FAIL", summary, self.look(result, then), result.command_id, data)
         return Step(
-            "precheck", "PASS", f"all {count} nodes passed every check", command_id=result.command_id, data=data
+            "neuron",
+            "PASS",
+            f"{self.nodes} nodes list {kind.accelerators} Neuron devices each",
+            command_id=result.command_id,
+            data=data,
         )
 
-    def nccl(self, timeout: int, min_busbw: float | None) -> Step:
-        kind = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
+    def nccom(self, timeout: int, min_busbw: float | None) -> Step:
+        """A two-or-more-node ``nccom-test`` all-reduce over EFA, from the first node of an exclusive allocation."""
+        name = self.partition.instance_type.removeprefix("ml.")
+        kind = INSTANCE_TYPES.get(name)
+        if kind is None or kind.accelerator != "neuron":
+            return Step("nccom", "SKIP", f"{self.partition.instance_type} has no Neuron devices")
         if self.nodes < 2:
-            return Step("nccl", "SKIP", "all_reduce across nodes needs --nodes 2 or more")
-        if kind is None or kind.accelerator != "nvidia":
-            return Step("nccl", "SKIP", f"{self.partition.instance_type} has no NVIDIA GPUs")
-        if not kind.efa:
-            return Step("nccl", "SKIP", f"{self.partition.instance_type} has no EFA")
-        expect = expectation(self.partition.instance_type, min_busbw)
-        script = (
-            "export FI_PROVIDER=efa NCCL_DEBUG=INFO\n"
-            f"timeout {timeout} srun -N {self.nodes} -p {shlex.quote(self.partition.name)} "
-            f"--ntasks-per-node={kind.accelerators} "
-            f"--mpi=pmix {NCCL_BINARY} -b 1G -e 8G -f 2 -g 1 2>&1 | {NCCL_FILTER}"
+            return Step("nccom", "SKIP", "all-reduce across nodes needs --nodes 2 or more")
+        cores = NEURON_CORES_PER_DEVICE.get(name)
+        if not kind.efa or cores is None:
+            return Step("nccom", "SKIP", f"{self.partition.instance_type}: no multi-node nccom-test for this type")
+        if lacking := self.lacking("nccom", self.nodes):
+            return lacking
+        ranks = kind.accelerators * cores * self.nodes
+        where = self.placement(self.nodes)
+        run = (
+            'hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -s -d " " -); '
+            f"exec nccom-test -r {ranks} -N {self.nodes} --hosts $hosts -b 64M -e 1G -f 2 -d fp32 allr"
         )
-        result = self.run("NCCL all_reduce_perf", script, timeout)
-        then = (
-            f"rerun `NCCL_DEBUG=INFO srun -N {self.nodes} --mpi=pmix {NCCL_BINARY} -b 1G -e 8G -f 2 -g 1` "
-            "and look for `NET/OFI Selected provider is efa`; `fi_info -p efa` on a node lists its EFA devices"
-        )
-        if failed := self.failed_run("nccl", result, then):
+        script = f"export FI_PROVIDER=efa\ntimeout {timeout} srun {where} --ntasks=1 bash -c {shlex.quote(run)} 2>&1"
+        result = self.run("nccom-test all-reduce", script, timeout)
+        then = f"rerun `srun {where} --ntasks=1 nccom-test ... allr` and `fi_info -p efa` on a node"
+        if failed := self.failed_run("nccom", result, then):
             return failed
-        parsed = parse_all_reduce(result.stdout)
+        parsed = parse_nccom(result.stdout)
         peak = parsed.peak
+        expect = expectation(self.partition.instance_type, min_busbw)
         data: dict[str, Any] = {
             "instance_type": self.partition.instance_type,
             "nodes": self.nodes,
-            "provider": parsed.provider,
+            "ranks": ranks,
             "avg_busbw_gbytes": parsed.avg_busbw_gbps,
             "peak_busbw_gbytes": peak.busbw_gbps if peak else None,
             "peak_size_bytes": peak.size_bytes if peak else None,
@@ -289,31 +515,137 @@ class Smoke:
             problems.append(f"exited {result.exit_code}")
         if peak is None:
             problems.append("no result rows")
-        if parsed.wrong_values or (peak is not None and not parsed.out_of_bounds_ok):
-            problems.append("wrong values reported")
-        if parsed.provider != "efa":
-            problems.append(f"NCCL used {parsed.provider or 'an unknown network'}, not EFA")
         measured = (
-            f"peak busbw {peak.busbw_gbps:.1f} GB/s at {peak.size_bytes / 2**30:g} GiB" if peak else "no bandwidth"
+            f"peak busbw {peak.busbw_gbps:.1f} GB/s at {peak.size_bytes / 2**20:g} MiB" if peak else "no bandwidth"
         )
-        if expect is None:
-            bound = "no expectation for this type (pass --min-busbw)"
-        else:
-            bound = f"line rate {expect.line_rate_gbytes:g} GB/s, pass >= {expect.pass_gbytes:g} GB/s"
-            if peak is not None and peak.busbw_gbps < expect.pass_gbytes:
-                problems.append(f"below {expect.pass_gbytes:g} GB/s")
-        summary = f"{measured} across {self.nodes} x {self.partition.instance_type} over {parsed.provider} ({bound})"
+        bound, mark = line_rate_mark(expect, min_busbw)
+        if mark is not None and peak is not None and peak.busbw_gbps < mark:
+            problems.append(f"below {mark:g} GB/s")
+        summary = f"{measured} across {self.nodes} x {self.partition.instance_type}, {ranks} ranks ({bound})"
         if problems:
             tail = result.stdout.strip()[-300:] if peak is None else ""
             return Step(
-                "nccl",
+                "nccom",
                 "FAIL",
                 f"{summary}: {'; '.join(problems)}" + (f": {tail}" if tail else ""),
                 self.look(result, then),
                 result.command_id,
                 data,
             )
-        return Step("nccl", "PASS", summary, command_id=result.command_id, data=data)
+        return Step("nccom", "PASS", summary, command_id=result.command_id, data=data)
+
+    def judge_nccl(
+        self,
+        name: str,
+        result: runcommand.Result,
+        then: str,
+        min_busbw: float | None,
+        problems: list[str],
+        warning: str,
+        extra: dict[str, Any],
+    ) -> Step:
+        """PASS or FAIL of an all_reduce_perf run: results, EFA as the network with every device, the pass mark.
+
+        The pass mark comes from :func:`mlcluster.cli.nccl_marks.pass_mark`: 80% of a published
+        measurement at the same message size where one exists, else half the line rate.
+        """
+        devices = efa_devices(self.partition.instance_type)
+        parsed = parse_all_reduce(result.stdout)
+        peak = parsed.peak
+        data: dict[str, Any] = {
+            "instance_type": self.partition.instance_type,
+            "nodes": self.nodes,
+            "provider": parsed.provider,
+            "efa_devices_found": {str(count): host for count, host in sorted(parsed.nics.items())},
+            "efa_devices_expected": devices,
+            "aws_ofi_nccl_version": parsed.plugin_version,
+            "libfabric_version": parsed.libfabric_version,
+            "nccl_version": parsed.nccl_version,
+            "nccl_tests_version": parsed.nccl_tests_version,
+            **extra,
+            "avg_busbw_gbytes": parsed.avg_busbw_gbps,
+            "peak_busbw_gbytes": peak.busbw_gbps if peak else None,
+            "peak_size_bytes": peak.size_bytes if peak else None,
+        }
+        problems = list(problems)
+        if not result.ok:
+            problems.append(f"exited {result.exit_code}")
+        if peak is None:
+            problems.append("no result rows")
+        if parsed.wrong_values or (peak is not None and not parsed.out_of_bounds_ok):
+            problems.append("wrong values reported")
+        if parsed.plugin_version is None:
+            problems.append("aws-ofi-nccl did not load (no `NET/OFI Initializing aws-ofi-nccl` line)")
+        if parsed.provider != "efa":
+            problems.append(f"NCCL used {parsed.provider or 'an unknown network'}, not EFA")
+        if devices is not None:
+            short = {count: host for count, host in parsed.nics.items() if count != devices}
+            problems += [f"aws-ofi-nccl found {count} EFA devices on {host}" for count, host in sorted(short.items())]
+            if short:
+                problems[-1] += f" ({devices} expected on {self.partition.instance_type.removeprefix('ml.')})"
+        measured = (
+            f"peak busbw {peak.busbw_gbps:.1f} GB/s at {peak.size_bytes / 2**30:g} GiB" if peak else "no bandwidth"
+        )
+        mark = pass_mark(self.partition.instance_type, self.nodes, [r.size_bytes for r in parsed.rows], min_busbw)
+        judged = next((r for r in parsed.rows if mark is not None and r.size_bytes == mark.size_bytes), peak)
+        if mark is None:
+            bound = "no expectation for this type (pass --min-busbw)"
+        else:
+            bound = f"pass >= {mark.pass_gbytes:g} GB/s: {mark.basis}"
+            if judged is not None and judged.busbw_gbps < mark.pass_gbytes:
+                problems.append(
+                    f"{judged.busbw_gbps:.1f} GB/s at {judged.size_bytes / 2**30:g} GiB "
+                    f"is below {mark.pass_gbytes:g} GB/s"
+                )
+        fabric = f"{parsed.provider}" + (
+            f" x {min(parsed.nics)} devices" if parsed.nics and parsed.provider == "efa" else ""
+        )
+        efa_installer = parse_versions(result.stdout)["efa_installer"]
+        data |= {
+            "efa_installer_version": efa_installer,
+            "judged_size_bytes": judged.size_bytes if judged else None,
+            "judged_busbw_gbytes": judged.busbw_gbps if judged else None,
+            "pass_busbw_gbytes": mark.pass_gbytes if mark else None,
+            "pass_basis": mark.basis if mark else None,
+            "published_busbw_gbytes": mark.published_gbytes if mark else None,
+            "source": mark.source if mark and mark.source else SOURCE,
+        }
+        versions = ", ".join(
+            f"{label} {value}"
+            for label, value in (
+                ("NCCL", parsed.nccl_version),
+                ("aws-ofi-nccl", parsed.plugin_version),
+                ("libfabric", parsed.libfabric_version),
+                ("EFA installer", efa_installer),
+            )
+            if value
+        )
+        summary = f"{measured} across {self.nodes} x {self.partition.instance_type} over {fabric} ({bound})" + (
+            f"; {versions}" if versions else ""
+        )
+        if problems:
+            tail = result.stdout.strip()[-300:] if peak is None else ""
+            return Step(
+                name,
+                "FAIL",
+                f"{summary}: {'; '.join(problems)}" + (f": {tail}" if tail else "") + warning,
+                self.look(result, then),
+                result.command_id,
+                data,
+            )
+        return Step(name, "PASS", summary + warning, command_id=result.command_id, data=data)
+
+
+def line_rate_mark(expect: Expectation | None, min_busbw: float | None) -> tuple[str, float | None]:
+    """How a bandwidth is judged, in words, and the pass mark (None: nothing to compare with).
+
+    --min-busbw applies also to types the expectation table does not know.
+    """
+    if expect is not None:
+        return f"line rate {expect.line_rate_gbytes:g} GB/s, pass >= {expect.pass_gbytes:g} GB/s", expect.pass_gbytes
+    if min_busbw is not None:
+        return f"pass >= {min_busbw:g} GB/s (--min-busbw)", min_busbw
+    return "no expectation for this type (pass --min-busbw)", None
 
 
 STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
@@ -325,7 +657,18 @@ STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
     "--nodes", "nodes", type=click.IntRange(1, 2048), default=2, show_default=True, help="Nodes for srun and NCCL."
 )
 @click.option("--partition", metavar="P", help="Slurm partition (default: the first queue / worker group).")
-@click.option("--image", default="ubuntu:22.04", show_default=True, help="Container image for the Pyxis step.")
+@click.option(
+    "--image",
+    metavar="NAME@sha256:DIGEST",
+    help="Image of the Pyxis step on partitions without NVIDIA GPUs and EFA (pinned by digest; default: step skipped).",
+)
+@click.option(
+    "--nccl-image",
+    metavar="NAME@sha256:DIGEST",
+    default=DEFAULT_NCCL_IMAGE,
+    show_default=True,
+    help="nccl-tests image of the container step on NVIDIA EFA partitions (pinned by digest).",
+)
 @click.option(
     "--step-timeout", type=click.IntRange(30, 7200), default=900, show_default=True, help="Seconds each step may take."
 )
@@ -333,36 +676,49 @@ STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
     "--min-busbw",
     type=click.FloatRange(min=0),
     metavar="GB/s",
-    help="Pass mark for NCCL bus bandwidth (default: half the instance type's line rate).",
+    help="Pass mark for NCCL bus bandwidth at the peak (default: 80% of a published measurement for the "
+    "instance type at the same message size, else half its line rate).",
 )
 @json_option
 def smoke(
     env: str,
-    environments: Path,
+    environments: Path | None,
     region: str | None,
     profile: str | None,
     nodes: int,
     partition: str | None,
-    image: str,
+    image: str | None,
+    nccl_image: str,
     step_timeout: int,
     min_busbw: float | None,
     as_json: bool,
 ) -> None:
-    """Prove a cluster works: sinfo, srun, a Pyxis container, the pre-check, NCCL over EFA.
+    """Prove a cluster works: sinfo, srun, a container, the pre-check, NCCL over EFA; on Trainium neuron-ls, nccom-test.
 
     Each step runs on the head node / controller as the cluster's default user
     (ParallelCluster: SSM Run Command AWS-RunShellScript; HyperPod, whose nodes
     Run Command cannot target: a non-interactive Session Manager session, which
     needs the AWS CLI and its Session Manager plugin), bounded by
     --step-timeout, and prints one PASS/FAIL/SKIP line saying where to look.
-    On HyperPod the runtime pre-check runs on every node of the partition.
-    NCCL all_reduce_perf runs across --nodes nodes and its peak bus bandwidth
-    is compared with the instance type's network line rate.
+    Every job names idle nodes only (--nodelist, --exclusive, --immediate).
+    On HyperPod the runtime pre-check runs on every idle node of the partition.
+    NCCL all_reduce_perf runs across --nodes nodes, bare metal (with the
+    node's library path, checked by ldd first) and in a digest-pinned
+    container (which must see every GPU, EFA device and the plugin); each run
+    must use EFA with every device of the instance type, and its peak bus
+    bandwidth is compared with the pass mark.
     Exit code 0 when no step failed, 1 otherwise.
     """
     from rich.console import Console
     from rich.markup import escape
 
+    for option, value in (("--image", image), ("--nccl-image", nccl_image)):
+        if value is not None and not DIGEST_PINNED.match(value):
+            raise CliError(
+                f"{option} {value}: not pinned by digest; allowed: NAME@sha256:<64 hex digits> "
+                "(a tag can be moved to another image)",
+                EXIT_FAILED,
+            )
     target = Target.load(env, environments, region, profile)
     target.require_backend("pcluster", "hyperpod")
     known = partitions(target)
@@ -379,9 +735,11 @@ def smoke(
     plan: list[Callable[[], Step]] = [
         lambda: smoke_run.sinfo(short),
         lambda: smoke_run.hostname(step_timeout),
-        lambda: smoke_run.container(image, step_timeout),
+        lambda: smoke_run.container(image, nccl_image, step_timeout, min_busbw),
         lambda: smoke_run.precheck(step_timeout),
         lambda: smoke_run.nccl(step_timeout, min_busbw),
+        lambda: smoke_run.neuron(short),
+        lambda: smoke_run.nccom(step_timeout, min_busbw),
     ]
     out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     for step in plan:

@@ -76,7 +76,7 @@ def node_options(command: click.decorators.FC) -> click.decorators.FC:
 @click.option("--print", "print_only", is_flag=True, help="Print the aws command instead of running it.")
 def ssh(
     env: str,
-    environments: Path,
+    environments: Path | None,
     region: str | None,
     profile: str | None,
     group: str | None,
@@ -107,7 +107,7 @@ def ssh(
 @click.option("--user", metavar="NAME", help="SSH user (default: the cluster's default user).")
 def ssh_config(
     env: str,
-    environments: Path,
+    environments: Path | None,
     region: str | None,
     profile: str | None,
     group: str | None,

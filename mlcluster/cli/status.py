@@ -22,6 +22,7 @@ from mlcluster.cli.context import STACK_SUFFIXES, Target, echo_json, environment
 from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
 from mlcluster.cli.nodes import describe_hyperpod, hyperpod_nodes, pcluster_nodes
 from mlcluster.cli.orphans import orphan_resources, orphan_stacks
+from mlcluster.cli.progress import progress
 from mlcluster.config.observability import observability_enabled
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn, not when the command starts
@@ -238,6 +239,7 @@ def collect(target: Target) -> dict[str, Any]:
     return {
         "environment": target.name,
         "region": target.region,
+        "region_source": target.region_source,
         "backend": target.backend,
         "stacks": stacks,
         "cluster": cluster,
@@ -354,7 +356,13 @@ def render(data: dict[str, Any]) -> Group:
 )
 @json_option
 def status(
-    env: str, environments: Path, region: str | None, profile: str | None, watch: bool, interval: int, as_json: bool
+    env: str,
+    environments: Path | None,
+    region: str | None,
+    profile: str | None,
+    watch: bool,
+    interval: int,
+    as_json: bool,
 ) -> None:
     """Show the stacks, the cluster and its nodes, FSx for Lustre and its DRAs, and the outputs.
 
@@ -368,7 +376,8 @@ def status(
     target = Target.load(env, environments, region, profile)
     console = Console(highlight=False)
     if not watch:
-        data = collect(target)
+        with progress(f"reading the status of {target.name} in {target.region}"):
+            data = collect(target)
         if as_json:
             echo_json(data)
         else:

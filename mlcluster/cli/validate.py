@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from mlcluster.cli.context import echo_json, environments_folder, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError
 from mlcluster.config.schema import ConfigError
 
@@ -22,25 +23,33 @@ from mlcluster.config.schema import ConfigError
     "--environments",
     "environments_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("environments"),
-    show_default=True,
-    help="Directory whose *.yaml and *.yml files are checked when no FILES are given.",
+    default=None,
+    help="Folder whose *.yaml and *.yml files are checked when no FILES are given "
+    "(default: environments/ beside cdk.json, else ./environments).",
 )
-def validate(files: tuple[Path, ...], environments_dir: Path) -> None:
+@json_option
+def validate(files: tuple[Path, ...], environments_dir: Path | None, as_json: bool) -> None:
     """Check environment FILES (default: every file in --environments) as `cdk synth` would.
 
     Reports every problem of every file (file, key path, value, what is
     allowed), names two files that claim the same bucket, cluster, stack or
     export name, and prints warnings for settings that are legal but unwise.
-    Exit 0 when valid, 1 on a configuration error.
+    Exit 0 when valid, 1 on a configuration error. With --json, one document
+    on stdout either way: {"valid", "environments", "warnings", "errors"}.
     """
     from mlcluster.config.project import check_environments, check_files
 
     try:
-        checked = check_files(files) if files else check_environments(environments_dir)
+        checked = check_files(files) if files else check_environments(environments_folder(environments_dir))
     except ConfigError as error:
+        if as_json:
+            errors = [{"file": source, "key": p.path, "message": p.render()} for source, p in error.entries]
+            echo_json({"valid": False, "environments": [], "warnings": [], "errors": errors})
         raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
+    names = [env.name for env in checked.environments]
+    if as_json:
+        echo_json({"valid": True, "environments": names, "warnings": list(checked.warnings), "errors": []})
+        return
     for warning in checked.warnings:
         click.echo(f"mlcluster: warning: {warning}", err=True)
-    names = ", ".join(env.name for env in checked.environments)
-    click.echo(f"mlcluster: {len(checked.environments)} environment file(s) valid: {names}")
+    click.echo(f"mlcluster: {len(names)} environment file(s) valid: {', '.join(names)}")

@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from mlcluster.config.awsdata import HYPERPOD_INSTANCE_TYPES
 from mlcluster.config.schema import Issues, section, setting
+from mlcluster.pcluster.instance_types import INSTANCE_TYPES
 
 GROUP_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
 GROUP_HELP = "allowed: 1-63 letters, digits and hyphens, starting and ending with a letter or digit"
@@ -114,10 +115,12 @@ class InstanceGroupConfig:
     root_volume_kms_key_id: str | None = setting(
         default=None, pattern=KMS_KEY, allowed=KMS_HELP, doc="KMS key of the root volume; unset: an AWS owned key"
     )
-    deep_health_checks: tuple[DeepHealthCheck, ...] = setting(
-        default=(),
+    deep_health_checks: tuple[DeepHealthCheck, ...] | None = setting(
+        default=None,
         allowed=DEEP_HEALTH_CHECK_NOTE,
-        doc="checks every new node passes before it joins (not MultiNodeTrainingValidation: CloudFormation lacks it)",
+        doc="checks every new node passes before it joins (not MultiNodeTrainingValidation: CloudFormation lacks it); "
+        "unset: both on GPU and Trainium types, none on others; [] turns them off. They add minutes to hours "
+        "to every creation, scale-up and replacement of the group's nodes",
     )
     training_plan_arn: str | None = setting(
         default=None,
@@ -133,9 +136,22 @@ class InstanceGroupConfig:
         default=None, doc="when and how HyperPod patches this group's nodes (ScheduledUpdateConfig); unset: never"
     )
 
+    def deep_checks(self) -> tuple[DeepHealthCheck, ...]:
+        """The deep health checks the group gets: as set, or (unset) both for accelerated instance types.
+
+        HyperPod runs them (when asked) on every new node before it joins: a GPU or Trainium node
+        with a bad device or link is then replaced instead of failing the first job. They take from
+        minutes to hours per node (HyperPod docs), which is why other types get none by default.
+        """
+        if self.deep_health_checks is not None:
+            return self.deep_health_checks
+        kind = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
+        return ("InstanceStress", "InstanceConnectivity") if kind is not None and kind.accelerator else ()
+
     def check(self, issues: Issues) -> None:
-        if len(set(self.deep_health_checks)) != len(self.deep_health_checks):
-            issues.add("deep_health_checks", list(self.deep_health_checks), "name each check at most once")
+        checks = self.deep_health_checks or ()
+        if len(set(checks)) != len(checks):
+            issues.add("deep_health_checks", list(checks), "name each check at most once")
         if len(set(self.zones)) != len(self.zones):
             issues.add("zones", list(self.zones), "name each zone at most once")
 

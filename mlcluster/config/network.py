@@ -6,7 +6,7 @@ import difflib
 import ipaddress
 from typing import Any, ClassVar, Literal
 
-from mlcluster.config import awsdata
+from mlcluster.config import awsdata, zones
 from mlcluster.config.schema import Issues, section, setting
 
 AZ_NAME = r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]"
@@ -275,6 +275,30 @@ def _closest(value: str, candidates: list[str]) -> str:
     return "; closest: " + ", ".join(repr(c) for c in close) if close else ""
 
 
+def _zone_exists(issues: Issues, where: str, region: str, name: str | None, zone_id: str | None) -> bool:
+    """Whether the zone is one of ``region``'s (:mod:`mlcluster.config.zones`); adds the issue when not."""
+    if name is not None:
+        letters = zones.zone_letters(region)
+        if letters is not None and name[-1] not in letters:
+            allowed = ", ".join(f"'{region}{letter}'" for letter in letters)
+            issues.add(
+                f"{where}availability_zone",
+                name,
+                f"{region} has no zone {name[-1]!r} ({zones.SOURCE}); allowed: {allowed}",
+            )
+            return False
+    elif zone_id is not None:
+        known = zones.zone_ids(region, _az_id_code(zone_id))
+        if known is not None and zone_id not in known:
+            issues.add(
+                f"{where}availability_zone_id",
+                zone_id,
+                f"{region} has no zone {zone_id} ({zones.SOURCE}); allowed: {', '.join(known)}",
+            )
+            return False
+    return True
+
+
 def check_zones(issues: Issues, network: NetworkConfig, region: str | None, prefix: str = "network") -> None:
     """Every zone of ``network`` in ``region`` (or, without one, in one region botocore knows).
 
@@ -331,6 +355,8 @@ def check_zones(issues: Issues, network: NetworkConfig, region: str | None, pref
                 continue
             zone_region = region or codes.get(code)
         if zone_region is None:
+            continue
+        if not _zone_exists(issues, where, zone_region, name, zone_id):
             continue
         if first is None:
             first = (zone_region, name or zone_id or "")

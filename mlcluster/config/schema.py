@@ -59,6 +59,8 @@ class Problem:
         where = self.path or "(top level)"
         if self.value is NOT_A_VALUE:
             return f"{where}: {self.allowed}"
+        if self.value is None:  # an empty or missing key: "None is not valid" would name Python, not the file
+            return f"{where}: no value (empty or missing); {self.allowed}"
         return f"{where}: {self.value!r} is not valid; {self.allowed}"
 
 
@@ -223,14 +225,16 @@ class _Loader:
                 ok = False
             elif key not in fields:
                 known = ", ".join(sorted(fields))
-                self.issues.add(_join(path, str(key)), key, f"unknown key; allowed keys here: {known}")
+                close = difflib.get_close_matches(str(key), sorted(fields), n=1, cutoff=0.6)
+                guess = f"did you mean {close[0]!r}? " if close else ""
+                self.issues.add(_join(path, str(key)), key, f"unknown key; {guess}allowed keys here: {known}")
                 ok = False
         values: dict[str, Any] = {}
         for name, fld in fields.items():
             sub = _join(path, name)
             if name not in data:
                 if fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
-                    self.issues.add(sub, None, f"this key is required ({_type_name(hints[name])})")
+                    self.issues.add(sub, NOT_A_VALUE, f"missing; this key is required ({_type_name(hints[name])})")
                     ok = False
                 continue
             converted, good = self.value(hints[name], data[name], sub, fld.metadata)

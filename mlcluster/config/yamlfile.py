@@ -113,8 +113,37 @@ def read_yaml(path: Path) -> Document:
             raise _fail(source, _line(mark), f"nesting deeper than {MAX_DEPTH} levels") from None
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         reason = getattr(exc, "problem", None) or str(exc)
+        tab = _tab_near(text, mark, str(reason))
+        if tab is not None:
+            raise _fail(
+                source,
+                f"line {tab[0]}, column {tab[1]}",
+                f"a tab character: YAML indents with spaces only (the parser says: {reason}); "
+                "replace the tab with spaces",
+            ) from None
         raise ConfigError(source, [Problem(where, "YAML", f"cannot be parsed: {reason}")]) from None
     return Document(data, builder.hints)
+
+
+def _tab_near(text: str, mark: Any, reason: str) -> tuple[int, int] | None:
+    """(line, column), 1-based, of the tab that caused a parse error, or ``None``.
+
+    PyYAML reports a tab where a token starts as "found character '\\t' that
+    cannot start any token" (the mark is on the tab), and a tab in the
+    indentation of a line often as a mapping error on that line or the next:
+    both are named as the tab they are.
+    """
+    if mark is None:
+        return None
+    if "'\\t'" in reason:
+        return mark.line + 1, mark.column + 1
+    lines = text.splitlines()
+    for number in (mark.line, mark.line - 1):
+        if 0 <= number < len(lines):
+            indent = lines[number][: len(lines[number]) - len(lines[number].lstrip(" \t"))]
+            if "\t" in indent:
+                return number + 1, indent.index("\t") + 1
+    return None
 
 
 def _check_shape(source: str, text: str) -> None:

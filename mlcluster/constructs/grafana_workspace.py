@@ -50,6 +50,22 @@ PROVISIONING_ACTIONS = (
     "grafana:DeleteWorkspaceServiceAccountToken",
     "grafana:UpdatePermissions",
 )
+#: The IAM Identity Center reads UpdatePermissions makes on its caller's behalf when it names Identity Center
+#: users and groups (Amazon Managed Grafana user guide, "Manage user and group access to Amazon Managed Grafana":
+#: the caller needs AWSSSOMemberAccountAdministrator and AWSSSODirectoryReadOnly; the AWS managed policy
+#: AWSGrafanaWorkspacePermissionManagementV2 narrows them to these). None of them has a resource type in the
+#: Service Authorization Reference, so they are granted on ``*``, and only to an AWS_SSO workspace's provisioner.
+IDENTITY_CENTER_ACTIONS = (
+    "sso:DescribeRegisteredRegions",
+    "sso:GetSharedSsoConfiguration",
+    "sso:ListDirectoryAssociations",
+    "sso:GetManagedApplicationInstance",
+    "sso:ListProfiles",
+    "sso:GetProfile",
+    "sso:ListProfileAssociations",
+    "sso-directory:DescribeUser",
+    "sso-directory:DescribeGroup",
+)
 
 
 class GrafanaWorkspace(Construct):
@@ -123,7 +139,8 @@ class GrafanaWorkspace(Construct):
             ],
         )
 
-        provider = self._provider(self._function(log_retention, removal_policy), log_retention, removal_policy)
+        function = self._function(log_retention, removal_policy, identity_center=settings.authentication == "AWS_SSO")
+        provider = self._provider(function, log_retention, removal_policy)
         self.provisioning = cdk.CustomResource(
             self,
             "Provisioning",
@@ -183,8 +200,15 @@ class GrafanaWorkspace(Construct):
         )
         return role
 
-    def _function(self, log_retention: logs.RetentionDays, removal_policy: cdk.RemovalPolicy) -> lambda_.Function:
-        """The provisioning function, with its own log group and grants on this workspace only."""
+    def _function(
+        self, log_retention: logs.RetentionDays, removal_policy: cdk.RemovalPolicy, *, identity_center: bool
+    ) -> lambda_.Function:
+        """The provisioning function, with its own log group and grants on this workspace only.
+
+        ``identity_center``: the workspace signs users in with IAM Identity
+        Center, so UpdatePermissions (admins added or revoked) needs the
+        Identity Center reads of ``IDENTITY_CENTER_ACTIONS`` too.
+        """
         log_group = logs.LogGroup(self, "ProvisionerLogs", retention=log_retention, removal_policy=removal_policy)
         role = iam.Role(
             self,
@@ -205,9 +229,19 @@ class GrafanaWorkspace(Construct):
                 iam.PolicyStatement(
                     sid="ProvisionWorkspace", actions=list(PROVISIONING_ACTIONS), resources=[self.workspace_arn]
                 ),
+                *(_identity_center_statements() if identity_center else []),
             ],
             roles=[role],
         )
+        if identity_center:
+            acknowledge(
+                policy,
+                "AwsSolutions-IAM5[Resource::*]",
+                "UpdatePermissions resolves the IAM Identity Center users and groups it is given with sso and "
+                "sso-directory reads (Describe/Get/List only) that have no resource types in the Service "
+                "Authorization Reference; the statement is the read subset AWS's own "
+                "AWSGrafanaWorkspacePermissionManagementV2 grants for this call.",
+            )
         function = lambda_.Function(
             self,
             "ProvisionerFunction",
@@ -258,6 +292,43 @@ class GrafanaWorkspace(Construct):
             "one function's versions and aliases.",
         )
         return provider
+
+
+#: Every identity store's ARN, the encryption context the identity store gives KMS.
+IDENTITY_STORES = "arn:*:identitystore::*:identitystore/*"
+
+
+def _identity_center_statements() -> list[iam.PolicyStatement]:
+    """The Identity Center reads, and the key use the Service Authorization Reference lists as their dependency.
+
+    ``sso:GetSharedSsoConfiguration`` and ``sso-directory:DescribeGroup``/
+    ``DescribeUser`` depend on ``kms:Decrypt`` when the Identity Center
+    instance encrypts with a customer managed key. The key is not ours to
+    name, so the grant admits it only through Identity Center and the
+    identity store and for their encryption contexts, as AWS's own
+    AWSSSODirectoryAdministrator does.
+    """
+    return [
+        iam.PolicyStatement(sid="ReadIdentityCenter", actions=list(IDENTITY_CENTER_ACTIONS), resources=["*"]),
+        iam.PolicyStatement(
+            sid="DecryptThroughIdentityCenter",
+            actions=["kms:Decrypt"],
+            resources=["*"],
+            conditions={
+                "StringLike": {"kms:ViaService": "sso.*.amazonaws.com"},
+                "ArnLike": {"kms:EncryptionContext:aws:sso:instance-arn": "arn:*:sso:::instance/*"},
+            },
+        ),
+        iam.PolicyStatement(
+            sid="DecryptThroughIdentityStore",
+            actions=["kms:Decrypt"],
+            resources=["*"],
+            conditions={
+                "StringLike": {"kms:ViaService": "identitystore.*.amazonaws.com"},
+                "ArnLike": {"kms:EncryptionContext:aws:identitystore:identitystore-arn": IDENTITY_STORES},
+            },
+        ),
+    ]
 
 
 def _acknowledge_lambda_compliance(scope: Construct, what: str, *, synchronous: bool) -> None:

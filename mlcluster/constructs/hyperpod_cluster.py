@@ -12,8 +12,11 @@ change a cluster (their functions may only describe clusters and list nodes):
   the self-referencing rules, a new name is free, a rename does not need a
   training plan's capacity twice, and an existing cluster is not busy
   (waited for, bounded) or gone.
-- ``NodesReady`` (after the cluster): every group has as many Running nodes
-  as it asks for; InService alone does not promise that.
+- ``NodesReady`` (after the cluster): every group has its nodes (InService
+  alone does not promise that). Nodes in a deep health check (hours) or
+  being started, patched or replaced are accepted and reported, never a
+  reason to roll the cluster back; only a failing cluster, a failed node
+  nobody replaces, or a group short of nodes fails it.
 
 The request is built once in the CreateCluster shape, checked at synth time
 against the installed botocore's CreateCluster and UpdateCluster shapes (an
@@ -307,8 +310,8 @@ class HyperPodCluster(Construct):
             "ThreadsPerCore": group.threads_per_core,
             "InstanceStorageConfigs": storage,
         }
-        if group.deep_health_checks:
-            spec["OnStartDeepHealthChecks"] = list(group.deep_health_checks)
+        if checks := group.deep_checks():
+            spec["OnStartDeepHealthChecks"] = list(checks)
         if group.training_plan_arn:
             spec["TrainingPlanArn"] = group.training_plan_arn
         if subnets:
@@ -572,10 +575,11 @@ def _check_group(label: str, group: InstanceGroupConfig, problems: list[str]) ->
         problems.append(f"{label}.threads_per_core: {group.threads_per_core} is not allowed; use 1 or 2")
     if not 1 <= group.ebs_volume_size_gib <= 16384:
         problems.append(f"{label}.ebs_volume_size_gib: {group.ebs_volume_size_gib} is not allowed; use 1 to 16384")
-    bad_checks = [c for c in group.deep_health_checks if c not in DEEP_HEALTH_CHECKS]
-    if bad_checks or len(set(group.deep_health_checks)) != len(group.deep_health_checks):
+    asked = group.deep_health_checks or ()
+    bad_checks = [c for c in asked if c not in DEEP_HEALTH_CHECKS]
+    if bad_checks or len(set(asked)) != len(asked):
         problems.append(
-            f"{label}.deep_health_checks: {list(group.deep_health_checks)} is not allowed; use each of "
+            f"{label}.deep_health_checks: {list(asked)} is not allowed; use each of "
             f"{', '.join(DEEP_HEALTH_CHECKS)} at most once"
         )
     if group.training_plan_arn is not None and not TRAINING_PLAN_ARN.fullmatch(group.training_plan_arn):

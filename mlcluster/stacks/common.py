@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+
 import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
 
 from mlcluster.config import Environment
 from mlcluster.config.environment import LOG_RETENTION_DAYS
@@ -33,6 +38,20 @@ def scripts_removal_policy() -> cdk.RemovalPolicy:
     return cdk.RemovalPolicy.DESTROY
 
 
+def removal_policy_except_on_create(environment: Environment) -> cdk.RemovalPolicy:
+    """As :func:`removal_policy`, but a resource whose stack's first create fails is deleted, not kept.
+
+    ``DeletionPolicy: RetainExceptOnCreate``: a rolled-back create of a stack
+    holding only rebuildable data (workspaces, dashboards) would otherwise
+    leave one more retained, billed copy behind on every attempt.
+    """
+    return (
+        cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE
+        if environment.config.retention.keeps_data
+        else (cdk.RemovalPolicy.DESTROY)
+    )
+
+
 def export_output(stack: cdk.Stack, environment: Environment, name: str, value: str, description: str) -> None:
     """An output of ``stack`` exported as ``<environment>-<name>`` for tools outside CDK."""
     cdk.CfnOutput(stack, name, value=value, description=description, export_name=f"{environment.name}-{name}")
@@ -43,3 +62,40 @@ def log_retention(environment: Environment) -> logs.RetentionDays:
     days = environment.config.retention.log_retention_days
     by_days = dict(zip(LOG_RETENTION_DAYS, [m for m in logs.RetentionDays if m.name != "INFINITE"], strict=True))
     return by_days[days]
+
+
+#: The config sections whose values decide what each producer stack outputs (its resources' ids and names).
+PRODUCER_SECTIONS = {"Network": ("network",), "Storage": ("network", "storage"), "Observability": ("observability",)}
+
+
+def producer_digest(environment: Environment, producer: str) -> str:
+    """A digest of everything that decides ``producer``'s outputs: the environment, its place, its sections."""
+    cfg = environment.config
+    inputs = {
+        "environment": environment.name,
+        "account": cfg.account,
+        "region": cfg.region,
+        **{name: dataclasses.asdict(getattr(cfg, name)) for name in PRODUCER_SECTIONS[producer]},
+    }
+    text = json.dumps(inputs, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def record_producer_values(stack: cdk.Stack, environment: Environment, producers: tuple[str, ...]) -> ssm.CfnParameter:
+    """A parameter in ``stack`` whose value changes whenever an output it reads from ``producers`` can.
+
+    Weak references (``Fn::GetStackOutput``) are re-read only when the
+    consumer's stack is updated, and ``cdk deploy`` skips a stack whose
+    template did not change. A replaced file system changes the storage
+    section, so this parameter's value, so the consumer's template: its
+    deploy updates the stack and CloudFormation reads the new outputs.
+    """
+    value = json.dumps({p: producer_digest(environment, p) for p in producers}, sort_keys=True)
+    return ssm.CfnParameter(
+        stack,
+        "ProducerValues",
+        type="String",
+        value=value,
+        description=f"mlcluster {environment.name}: digests of what {', '.join(producers)} output; changes make "
+        "this stack's deploy re-read their outputs",
+    )

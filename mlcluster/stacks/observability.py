@@ -30,7 +30,7 @@ from mlcluster.config import Environment
 from mlcluster.config.observability import grafana_enabled, prometheus_enabled
 from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints, PrometheusWorkspace
-from mlcluster.stacks.common import export_output, log_retention, removal_policy
+from mlcluster.stacks.common import export_output, log_retention, removal_policy_except_on_create
 from mlcluster.stacks.storage import StorageStack
 
 FSX = "AWS/FSx"
@@ -68,17 +68,16 @@ def log_groups_url(prefix: str) -> str:
 
 
 @jsii.implements(events.IRuleTarget)
-class TopicThroughRole:
-    """An EventBridge target: the topic, published to with ``role`` (no topic-policy grant, no inline policy)."""
+class TopicTarget:
+    """An EventBridge target: the topic, with no role; the topic and key policies admit the rules (the stack's)."""
 
-    def __init__(self, topic: sns.ITopic, role: iam.IRole) -> None:
-        """Send the rule's events to ``topic`` as ``role``."""
+    def __init__(self, topic: sns.ITopic) -> None:
+        """Send the rule's events to ``topic``."""
         self._topic = topic
-        self._role = role
 
     def bind(self, rule: IRuleRef, id: str | None = None) -> events.RuleTargetConfig:  # jsii names it `id`
         """The target as the rule renders it."""
-        return events.RuleTargetConfig(arn=self._topic.topic_arn, role=self._role)
+        return events.RuleTargetConfig(arn=self._topic.topic_arn)
 
 
 class ObservabilityStack(cdk.Stack):
@@ -92,7 +91,7 @@ class ObservabilityStack(cdk.Stack):
     alarm forwarded; HyperPod node-health and cluster-failure events
     forwarded; with Prometheus, the workspace's alert rules
     (``mlcluster.alert_rules``). Everything notifies one topic, encrypted
-    with a key of this stack whose policy lets CloudWatch (and AMP) publish.
+    with a key of this stack; the topic and key policies let CloudWatch, EventBridge (and AMP) publish.
     """
 
     def __init__(
@@ -119,7 +118,7 @@ class ObservabilityStack(cdk.Stack):
         self.backend = cfg.cluster.backend
         self.file_system_id = storage.lustre.file_system_id
 
-        self.topic = self._topic(removal_policy(environment))
+        self.topic = self._topic(removal_policy_except_on_create(environment))
         for address in obs.alarm_emails:
             self.topic.add_subscription(subs.EmailSubscription(address))
         self.alarms: list[cw.Alarm] = []
@@ -130,6 +129,8 @@ class ObservabilityStack(cdk.Stack):
             self.rules.append(self._pcluster_head_node_rule())
         elif self.backend == "hyperpod":
             self.rules.extend(self._hyperpod_rules())
+        if self.rules:
+            self._admit_event_rules(self.rules)
 
         self.dashboard_name = cdk.Fn.join("-", ["mlcluster", environment.name, cdk.Aws.REGION])
         self.dashboard = cw.Dashboard(
@@ -159,7 +160,7 @@ class ObservabilityStack(cdk.Stack):
     def _prometheus(self, environment: Environment) -> PrometheusEndpoints:
         """The environment's AMP workspace, encrypted with the environment's key, and its endpoints as outputs."""
         settings = environment.config.observability.prometheus
-        policy = removal_policy(environment)
+        policy = removal_policy_except_on_create(environment)
         workspace = PrometheusWorkspace(
             self,
             "Prometheus",
@@ -232,7 +233,7 @@ class ObservabilityStack(cdk.Stack):
             environment_name=environment.name,
             settings=environment.config.observability.grafana,
             prometheus=prometheus,
-            removal_policy=removal_policy(environment),
+            removal_policy=removal_policy_except_on_create(environment),
             log_retention=log_retention(environment),
         )
         export_output(self, environment, "GrafanaUrl", workspace.url, "Amazon Managed Grafana workspace (sign in)")
@@ -248,7 +249,7 @@ class ObservabilityStack(cdk.Stack):
             enable_key_rotation=True,
             removal_policy=policy,
         )
-        # CloudWatch alarms publish to an encrypted topic only if the key lets them (EventBridge uses a role).
+        # CloudWatch alarms publish to an encrypted topic only if the key lets them (EventBridge: _admit_event_rules).
         key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AlarmPublishers",
@@ -265,41 +266,66 @@ class ObservabilityStack(cdk.Stack):
             master_key=key,
             enforce_ssl=True,
         )
+        # The topic policy (TLS-only deny, AMP's allow) replaces SNS's default policy, so CloudWatch alarms need
+        # an allow of their own, or every alarm action fails with "not authorized to perform: SNS:Publish" (AWS
+        # Knowledge Center, cloudwatch-receive-sns-for-alarm-trigger). Scoped against the confused deputy as the
+        # SNS guide's access policy examples do: alarms of this account, in this region.
+        topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarms",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[topic.topic_arn],
+                conditions={
+                    "ArnLike": {"aws:SourceArn": self.alarm_arn_pattern()},
+                    "StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID},
+                },
+            )
+        )
         self.topic_key = key
         return topic
 
-    def _forwarder(self) -> iam.Role:
-        """The role EventBridge rules publish with, made with the first rule.
-
-        It may only publish to the alarm topic (and use its key for that), so
-        the topic policy admits no service principal.
-        """
-        existing = self.node.try_find_child("EventForwarder")
-        if isinstance(existing, iam.Role):
-            return existing
-        role = iam.Role(
-            self,
-            "EventForwarder",
-            description=f"mlcluster {self.settings.name}: EventBridge rules publish alarms to the alarm topic",
-            assumed_by=iam.ServicePrincipal(
-                "events.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}}
-            ),
+    def alarm_arn_pattern(self) -> str:
+        """The ARNs of every CloudWatch alarm of this account in this region (``...:alarm:*``)."""
+        return cdk.Stack.of(self).format_arn(
+            service="cloudwatch", resource="alarm", resource_name="*", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME
         )
-        iam.ManagedPolicy(
-            self,
-            "EventForwarderPolicy",
-            description="Publish to the mlcluster alarm topic, encrypted with its key",
-            roles=[role],
-            statements=[
-                iam.PolicyStatement(actions=["sns:Publish"], resources=[self.topic.topic_arn]),
-                iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[self.topic_key.key_arn]),
-            ],
-        )
-        return role
 
     def _forward(self, rule: events.Rule) -> events.Rule:
-        rule.add_target(TopicThroughRole(self.topic, self._forwarder()))
+        """Send ``rule``'s events to the alarm topic (admitted by ``_admit_event_rules``)."""
+        rule.add_target(TopicTarget(self.topic))
         return rule
+
+    def _admit_event_rules(self, rules: list[events.Rule]) -> None:
+        """Let ``rules`` publish to the alarm topic through the topic's and the key's policies.
+
+        EventBridge publishes to SNS through the topic's resource policy; its
+        user guide ("Using resource-based policies for Amazon EventBridge")
+        warns that a role on an SNS target can make delivery fail for a KMS-
+        encrypted topic. The topic policy admits exactly these rules
+        (``aws:SourceArn``) of this account; the key policy admits EventBridge
+        without conditions, which KMS requests from EventBridge do not carry.
+        """
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="EventBridgeRules",
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "ArnEquals": {"aws:SourceArn": [rule.rule_arn for rule in rules]},
+                    "StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID},
+                },
+            )
+        )
+        self.topic_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="EventBridgeRules",
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+            )
+        )
 
     def _alarm(self, alarm: cw.Alarm) -> cw.Alarm:
         alarm.add_alarm_action(cw_actions.SnsAction(self.topic))

@@ -14,7 +14,7 @@ from mlcluster.config import Environment
 from mlcluster.config.observability import observability_enabled
 from mlcluster.constructs.log_key import EncryptLogGroups
 from mlcluster.stacks.cluster import ClusterStack
-from mlcluster.stacks.common import log_retention, removal_policy
+from mlcluster.stacks.common import log_retention, record_producer_values, removal_policy
 from mlcluster.stacks.network import NetworkStack
 from mlcluster.stacks.observability import ObservabilityStack
 from mlcluster.stacks.storage import DataRepositoryStack, StorageStack
@@ -34,7 +34,8 @@ class EnvironmentStage(cdk.Stage):
     ``DataRepository`` (the DRAs, when there are any: the cluster does not
     wait for their imports), ``Observability`` (dashboard and alarms, when
     on) and, when the environment has a cluster backend,
-    ``Cluster``. Stacks holding data, and the network under it, have
+    ``Cluster``. Stacks holding data (the Observability stack holds the
+    Prometheus and Grafana workspaces), and the network under it, have
     termination protection when the environment retains data. Tags from the environment go on everything;
     cdk-nag's AwsSolutions pack, plus any packs the environment lists, checks
     the stage at synth and fails it on any finding not acknowledged.
@@ -97,6 +98,7 @@ class EnvironmentStage(cdk.Stage):
                 storage=self.storage_stack,
                 environment_key=self.network_stack.environment_key.key,
                 description=f"{description} (dashboard and alarms; outlives clusters)",
+                termination_protection=protect,
             )
         self.cluster_stack: ClusterStack | None = None
         if cfg.cluster.backend != "none":
@@ -109,6 +111,14 @@ class EnvironmentStage(cdk.Stage):
                 prometheus=self.observability_stack.prometheus if self.observability_stack else None,
                 description=f"{description} ({cfg.cluster.backend} cluster {environment.cluster_name})",
             )
+        # Consumers of weak references re-read their producers' outputs whenever those can change.
+        if self.data_repository_stack is not None:
+            record_producer_values(self.data_repository_stack, environment, ("Storage",))
+        if self.observability_stack is not None:
+            record_producer_values(self.observability_stack, environment, ("Network", "Storage"))
+        if self.cluster_stack is not None:
+            producers = ("Network", "Storage") + (("Observability",) if self.observability_stack else ())
+            record_producer_values(self.cluster_stack, environment, producers)
         tags = {"mlcluster:environment": environment.name, **cfg.tags}
         for key, value in tags.items():
             cdk.Tags.of(self).add(key, value)

@@ -88,6 +88,14 @@ def test_cost_p5_from_the_recorded_price_list(pricing: Aws, tmp_path: Path) -> N
     ec2 = [p for p in pricing.params("GetProducts") if p["ServiceCode"] == "AmazonEC2"]
     assert {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"} in ec2[0]["Filters"]
     assert all({"Type": "TERM_MATCH", "Field": "regionCode", "Value": P5_REGION} in p["Filters"] for p in ec2)
+    # Instances, NAT gateway and gp3 in the Region itself: the Local Zone gp3 product of the recorded list
+    # shares regionCode us-east-2 and would make the gp3 line ambiguous without this filter.
+    assert all({"Type": "TERM_MATCH", "Field": "locationType", "Value": "AWS Region"} in p["Filters"] for p in ec2)
+    assert ebs["price"]["sku"] == "4RUAYYN9CFBPWMDS"
+    # The NAT gateway, not the Regional NAT gateway whose usage type also ends in NatGateway-Hours.
+    assert by["NAT gateway"]["price"]["sku"] == "M2YSHUBETB3JX4M4"
+    assert data["complete"] is True and data["unpriced"] == []
+    assert "total (partial)" not in table.output
 
 
 def test_offline_uses_the_cache_and_says_its_date(pricing: Aws, tmp_path: Path) -> None:
@@ -105,7 +113,7 @@ def test_offline_uses_the_cache_and_says_its_date(pricing: Aws, tmp_path: Path) 
     assert data["total"] == online["total"]
 
 
-def test_hyperpod_uses_the_cluster_usage_type(pricing: Aws, tmp_path: Path) -> None:
+def test_hyperpod_uses_the_cluster_usage_type(pricing: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = env_folder(tmp_path, "hyperpod", P5_REGION, network={"availability_zone_id": "use2-az1"})
     data = json.loads(invoke("cost", "hyperpod", "--environments", str(folder), "--json").stdout)
     by = lines(data)
@@ -116,6 +124,16 @@ def test_hyperpod_uses_the_cluster_usage_type(pricing: Aws, tmp_path: Path) -> N
     controller = by["instance group controller-machine: ml.m5.12xlarge"]
     assert controller["hourly_max"] is None
     assert controller["note"].startswith("no price: no AmazonSageMaker product")
+    # ... and the estimate says it is partial, names the line, and the command exits 1.
+    assert data["complete"] is False
+    assert [u["key"] for u in data["unpriced"]] == ["cluster.hyperpod.controller", "cluster.hyperpod.login"]
+    monkeypatch.setenv("COLUMNS", "250")  # one table row per line
+    table = invoke("cost", "hyperpod", "--environments", str(folder))
+    assert table.exit_code == 1
+    assert "total (partial)" in table.output
+    assert "The total is partial: 2 line(s) have no price and count nothing:" in table.output
+    assert "instance group controller-machine: ml.m5.12xlarge (cluster.hyperpod.controller)" in table.output
+    assert "the estimate is partial: 2 line(s) unpriced" in table.output and "Traceback" not in table.output
     sagemaker = [p for p in pricing.params("GetProducts") if p["ServiceCode"] == "AmazonSageMaker"]
     assert {"Type": "CONTAINS", "Field": "usagetype", "Value": "Cluster:ml.p5.48xlarge"} in sagemaker[-1]["Filters"]
 
@@ -137,7 +155,7 @@ def test_ambiguous_products_are_refused() -> None:
     query = cost._ec2_query("p5.48xlarge", P5_REGION)
     assert cost.lookup(Listing(2), query).sku == "Q4QTSF6ZVMRWJTKZ"  # the same SKU twice is one product
     broad = cost.Query("AmazonFSx", (("regionCode", P5_REGION), ("fileSystemType", "Lustre")), "GB-Mo")
-    with pytest.raises(cost.PriceNotFoundError, match="2 AmazonFSx products match"):
+    with pytest.raises(cost.PriceNotFoundError, match="5 AmazonFSx products match"):
         cost.lookup(Listing(1), broad)
     with pytest.raises(cost.PriceNotFoundError, match="no AmazonEC2 product"):
         cost.lookup(Listing(1), cost._ec2_query("p5en.48xlarge", P5_REGION))
@@ -174,3 +192,67 @@ def test_a_malformed_cache_entry_is_a_row(pricing: Aws, tmp_path: Path) -> None:
     data = json.loads(invoke("cost", "p5", "--environments", str(folder), "--offline", "--json").stdout)
     p5 = lines(data)["queue compute-gpu/p5: p5.48xlarge"]
     assert p5["hourly_max"] is None and p5["note"] == f"no price: the cache entry is malformed; delete {path}"
+
+
+@pytest.mark.parametrize(
+    ("usage_type", "matches"),
+    [
+        ("USE2-NatGateway-Hours", True),
+        ("NatGateway-Hours", True),  # us-east-1 usage types carry no region prefix
+        ("EU-NatGateway-Hours", True),
+        ("USE2-RegionalNatGateway-Hours", False),
+        ("RegionalNatGateway-Hours", False),
+        ("USE2-NatGateway-Bytes", False),
+        ("USE2-NatGateway-Hours-Extra", False),
+    ],
+)
+def test_nat_gateway_usage_type_is_exact(usage_type: str, matches: bool) -> None:
+    pattern = cost.usage_type_pattern("NatGateway-Hours")
+    query = cost.Query("AmazonEC2", (), "Hrs", usage_type=pattern)
+    assert cost._matches(query, {"usagetype": usage_type}) is matches
+
+
+def _with_storage(tmp_path: Path, storage: dict[str, Any]) -> Path:
+    return env_folder(tmp_path, "p5", P5_REGION, storage=storage)
+
+
+def test_lustre_is_priced_by_storage_type_and_throughput_tier(pricing: Aws, tmp_path: Path) -> None:
+    folder = _with_storage(tmp_path, {"lustre": {"deployment_type": "PERSISTENT_1", "throughput_mbps_per_tib": 200}})
+    data = json.loads(invoke("cost", "p5", "--environments", str(folder), "--json").stdout)
+    lustre = lines(data)["FSx for Lustre PERSISTENT_1 200 MB/s/TiB"]
+    assert lustre["price"]["sku"] == "P1SSD200USE2XXXX"
+    assert lustre["monthly_max"] == pytest.approx(1200 * 0.29)
+    (fsx,) = [p for p in pricing.params("GetProducts") if p["ServiceCode"] == "AmazonFSx"]
+    assert fsx["Filters"] == [
+        {"Type": "TERM_MATCH", "Field": "regionCode", "Value": P5_REGION},
+        {"Type": "TERM_MATCH", "Field": "fileSystemType", "Value": "Lustre"},
+        {"Type": "TERM_MATCH", "Field": "storageType", "Value": "SSD"},
+        {"Type": "TERM_MATCH", "Field": "throughputCapacity", "Value": "200"},
+    ]
+
+
+def test_openzfs_storage_and_throughput(pricing: Aws, tmp_path: Path) -> None:
+    zfs = {"deployment_type": "SINGLE_AZ_2", "storage_capacity_gib": 512, "throughput_capacity_mbps": 320}
+    folder = _with_storage(tmp_path, {"openzfs": zfs})
+    data = json.loads(invoke("cost", "p5", "--environments", str(folder), "--json").stdout)
+    by = lines(data)
+    storage, throughput = by["FSx for OpenZFS SINGLE_AZ_2 storage"], by["FSx for OpenZFS SINGLE_AZ_2 throughput"]
+    assert storage["price"]["sku"] == "ZSAZ2SSDUSE2XXXX" and storage["monthly_max"] == pytest.approx(512 * 0.09)
+    assert throughput["price"]["unit"] == "MiBps-Mo" and throughput["unit"] == "MB/s"
+    assert throughput["monthly_max"] == pytest.approx(320 * 0.26)
+    assert data["complete"] is True
+    # A deployment type whose Price List spelling is unchecked is an unpriced line, and the total is partial.
+    zfs["deployment_type"] = "SINGLE_AZ_HA_2"
+    zfs["throughput_capacity_mbps"] = 320
+    folder = _with_storage(tmp_path, {"openzfs": zfs})
+    result = invoke("cost", "p5", "--environments", str(folder), "--json")
+    assert result.exit_code == 1
+    partial = json.loads(result.stdout)
+    assert partial["complete"] is False
+    assert [u["key"] for u in partial["unpriced"]] == [
+        "storage.openzfs.storage_capacity_gib",
+        "storage.openzfs.throughput_capacity_mbps",
+    ]
+    assert partial["unpriced"][0]["note"] == (
+        "no price: the Price List spelling of OpenZFS SINGLE_AZ_HA_2 is not known to mlcluster"
+    )

@@ -11,8 +11,12 @@ from mlcluster.cli.errors import CliError, aws_errors
 from tests.cli.conftest import Aws, World, invoke
 
 
-@pytest.mark.parametrize("verb", ["ssh", "ssh-config", "status", "smoke", "patch"])
+@pytest.mark.parametrize("verb", ["ssh", "ssh-config", "status", "smoke", "patch", "diff", "protect"])
 def test_no_credentials(verb: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every verb that calls AWS says so in one line and exits 4 before any synthesis or call.
+
+    ``diff`` and ``protect`` ended in a NoCredentialsError traceback (issue 26) before the one session factory.
+    """
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
@@ -24,8 +28,7 @@ def test_no_credentials(verb: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (folder / "hyperpod.yaml").write_text(yaml.safe_dump({**data, "region": "us-west-2"}))
     result = invoke(verb, "hyperpod", "--environments", str(folder), *(["--yes"] if verb == "patch" else []))
     assert result.exit_code == 4, result.output
-    assert "failed: no AWS credentials found" in result.stderr
-    assert "DescribeStacks for hyperpod-" in result.stderr
+    assert result.stderr.startswith("mlcluster: no AWS credentials found\n")
     assert "configure credentials" in result.stderr
     assert "Traceback" not in result.output
 
@@ -49,13 +52,14 @@ def test_invalid_environment_file(tmp_path: Path) -> None:
     assert "qa.yaml: region: 'mars-1' is not valid" in result.stderr
 
 
-def test_no_region(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, aws: Aws) -> None:
+def test_no_region_setting_uses_the_zones_region(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, aws: Aws) -> None:
+    """No --region, `region:`, AWS_REGION, AWS_DEFAULT_REGION or profile region: the zone names the region."""
     folder = tmp_path / "environments"
     folder.mkdir()
-    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
-    result = invoke("status", "qa", "--environments", str(folder))
-    assert result.exit_code == 4
-    assert "choosing the region failed: no region" in result.stderr
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-2b}\n")
+    result = invoke("status", "qa", "--environments", str(folder), "--json")
+    assert '"region": "us-east-2"' in result.stdout, result.output
+    assert result.exit_code == 1  # nothing deployed: needs attention
 
 
 def test_stack_that_does_not_exist(aws: Aws, hyperpod: World) -> None:

@@ -11,7 +11,21 @@ from syrupy.assertion import SnapshotAssertion
 
 from tests.cli.conftest import REPO, invoke
 
-COMMANDS = [[], ["ssh"], ["ssh-config"], ["status"], ["smoke"], ["patch"], ["preflight"], ["cost"]]
+COMMANDS = [
+    [],
+    ["ssh"],
+    ["ssh-config"],
+    ["status"],
+    ["smoke"],
+    ["health"],
+    ["patch"],
+    ["preflight"],
+    ["cost"],
+    ["validate"],
+    ["diff"],
+    ["lock"],
+    ["protect"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: "-".join(c) or "mlcluster")

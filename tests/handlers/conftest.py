@@ -357,6 +357,7 @@ class FakeNode:
     instance_id: str
     group: str
     status: str = "Running"
+    message: str | None = None
 
 
 @dataclasses.dataclass
@@ -371,6 +372,8 @@ class FakeCluster:
     upcoming: list[str] = dataclasses.field(default_factory=list)
     #: Node changes per future poll: ``{instance id: status}``.
     node_changes: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    node_recovery: str = "Automatic"
+    failure_message: str | None = None
 
     @property
     def arn(self) -> str:
@@ -387,6 +390,8 @@ class FakeCluster:
             "ClusterStatus": self.status,
             "InstanceGroups": groups,
             "VpcConfig": {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]},
+            "NodeRecovery": self.node_recovery,
+            **({"FailureMessage": self.failure_message} if self.failure_message else {}),
         }
 
     def tick(self) -> None:
@@ -457,7 +462,7 @@ class FakeSageMaker:
                         "InstanceId": n.instance_id,
                         "InstanceType": "ml.p5.48xlarge",
                         "LaunchTime": 0,
-                        "InstanceStatus": {"Status": n.status},
+                        "InstanceStatus": {"Status": n.status, **({"Message": n.message} if n.message else {})},
                     }
                     for n in cluster.nodes
                 ]

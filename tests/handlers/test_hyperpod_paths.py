@@ -51,7 +51,7 @@ def test_create_path_succeeds_only_when_every_node_runs(world: World, fake: Fake
     cluster.nodes[-1].status = "Pending"
     cluster.node_changes = [{}, {"workers-1": "Running"}]
     result = app.on_event(nodes_event(cluster.arn, COUNTS))
-    assert result["Data"] == {"ClusterStatus": "InService"}
+    assert result["Data"] == {"ClusterStatus": "InService", "NotRunning": "none"}
     assert clock.sleeps == [app.POLL_SECONDS, app.POLL_SECONDS]
     _only_looked(fake)
 
@@ -59,13 +59,14 @@ def test_create_path_succeeds_only_when_every_node_runs(world: World, fake: Fake
 def test_target_count_without_running_nodes_fails_with_the_nodes(
     world: World, fake: FakeSageMaker, clock: Clock
 ) -> None:
-    """Path 4: TargetCount 2 but one node never runs: failure (so CloudFormation rolls back) naming the node."""
+    """Path 4: TargetCount 2 but one node failed and node recovery is off: failure naming the node."""
     cluster = fake.add("ml-cluster", COUNTS)
+    cluster.node_recovery = "None"
     cluster.nodes[-1].status = "Failure"
     with pytest.raises(RuntimeError) as caught:
         app.on_event(nodes_event(cluster.arn, COUNTS))
     message = str(caught.value)
-    assert "workers: 1 of 2 Running (CurrentCount 2; workers-1 Failure)" in message
+    assert "workers: 1 of 2 Running at the end of the wait (workers-1 Failure; node recovery off)" in message
     assert "/aws/sagemaker/Clusters/ml-cluster/" in message
     assert clock.now <= app.MAX_WAIT_SECONDS
 

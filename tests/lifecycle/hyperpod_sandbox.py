@@ -214,7 +214,10 @@ case ${args[0]} in
       echo "$version" >"$STUB_STATE/dpkg/$pkg"
       case $pkg in
         docker-ce) provide "$pkg" docker
-          grep -q '^docker:' "$MLC_ROOT/etc/group" || echo 'docker:x:998:' >>"$MLC_ROOT/etc/group" ;;
+          grep -q '^docker:' "$MLC_ROOT/etc/group" || echo 'docker:x:998:' >>"$MLC_ROOT/etc/group"
+          # The daemon's socket as the package leaves it: root:docker 0660 (docker.socket's SocketMode).
+          mkdir -p "$MLC_ROOT/run" && : >"$MLC_ROOT/run/docker.sock"
+          chown 0:998 "$MLC_ROOT/run/docker.sock" && chmod 660 "$MLC_ROOT/run/docker.sock" ;;
         mariadb-server) provide "$pkg" mysql mysqldump
           grep -q '^mysql:' "$MLC_ROOT/etc/passwd" || echo 'mysql:x:402:402::/nonexistent:/bin/false' >>"$MLC_ROOT/etc/passwd"
           mkdir -p "$MLC_ROOT/var/lib/mysql" && echo ibdata >"$MLC_ROOT/var/lib/mysql/ibdata1" ;;
@@ -485,7 +488,11 @@ PACKAGE_STUBS: dict[str, str] = {
     "docker": r"""
 case $1 in
   info)
-    [[ -e $STUB_STATE/systemd/active/docker ]] || { echo "Cannot connect to the Docker daemon" >&2; exit 1; }
+    # The client talks to the daemon over its socket: the kernel decides who may (root, group docker).
+    [[ -e $STUB_STATE/systemd/active/docker && -r $MLC_ROOT/run/docker.sock && -w $MLC_ROOT/run/docker.sock ]] || {
+      echo "permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock" >&2
+      exit 1
+    }
     sed -n 's/.*"data-root": "\(.*\)".*/\1/p' "$MLC_ROOT/etc/docker/daemon.json" ;;
   inspect)
     if [[ $2 == --type ]]; then image=$4; [[ -e $STUB_STATE/docker/images/${image//\//_} ]]; else [[ -e $STUB_STATE/docker/$2 ]]; fi ;;
@@ -715,6 +722,31 @@ class Sandbox:
             capture_output=True,
             text=True,
             timeout=30,
+            check=False,
+        )
+
+    def run_as(self, uid: int, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run a script of the lifecycle copy as ``uid`` (gid = uid, no other groups), with the node's environment.
+
+        This is how ``srun`` starts a user's job on a node: the pre-check runs as the cluster's default
+        user, who is not in the docker group.
+        """
+        return subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--",
+                "bash",
+                str(self.lifecycle / script),
+                *args,
+            ],
+            cwd=self.base,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
             check=False,
         )
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -357,6 +359,69 @@ def test_precheck_passes_on_a_provisioned_worker(worker: TwoRuns) -> None:
     ]
     assert all(line.split()[1] == "PASS" for line in lines[:-1])
     assert lines[-1] == "ip-10-1-0-20: all checks passed"
+
+
+def test_every_node_gets_the_health_tool_and_the_controller_runs_it_as_health_check(
+    controller: TwoRuns, worker: TwoRuns
+) -> None:
+    for runs in (controller, worker):
+        root = runs.sandbox.root
+        assert (root / "usr/local/bin/mlcluster-health").read_text() == (
+            runs.sandbox.lifecycle / "health.sh"
+        ).read_text()
+        assert (root / "usr/local/sbin/mlcluster-health-check").stat().st_mode & 0o777 == 0o755
+        assert "exec /usr/local/bin/mlcluster-health --tier quick --drain" in runs.sandbox.read(
+            "/usr/local/sbin/mlcluster-health-check"
+        )
+    # the sandbox's groups are all ml.p5.48xlarge: 8 GPUs, 32 EFA devices
+    assert worker.sandbox.read("/etc/mlcluster/health.env").endswith(
+        "MLC_EXPECT_GPUS=8\nMLC_EXPECT_EFA=32\nMLC_EXPECT_NEURON=0\n"
+    )
+    conf = controller.sandbox.read("/opt/slurm/etc/slurm.conf")
+    assert "HealthCheckProgram=/usr/local/sbin/mlcluster-health-check\n" in conf
+    assert "HealthCheckInterval=300\n" in conf
+    assert "HealthCheckNodeState=ANY,CYCLE\n" in conf
+
+
+def test_precheck_passes_as_the_unprivileged_default_user(worker: TwoRuns) -> None:
+    """srun runs the pre-check as ubuntu (uid 1000), outside the docker group: no check may need the socket."""
+    sandbox = worker.sandbox
+    denied = subprocess.run(
+        ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--", str(sandbox.state / "bin/docker"), "info"],
+        env=sandbox.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert denied.returncode == 1
+    assert "permission denied while trying to connect to the Docker daemon socket" in denied.stderr
+    result = sandbox.run_as(1000, "precheck.sh", "--user", "alice")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ip-10-1-0-20 PASS docker_data_root: /opt/dlami/nvme/docker/data-root" in result.stdout
+    assert result.stdout.splitlines()[-1] == "ip-10-1-0-20: all checks passed"
+
+
+def test_precheck_names_a_stopped_docker_and_a_bad_daemon_json(worker: TwoRuns, tmp_path: Path) -> None:
+    sandbox = worker.sandbox
+    active = sandbox.state / "systemd/active/docker"
+    daemon = sandbox.root / "etc/docker/daemon.json"
+    saved = daemon.read_text()
+    try:
+        active.unlink()
+        stopped = sandbox.run_as(1000, "precheck.sh", "--user", "alice")
+        assert "FAIL docker_data_root: the docker service is not active." in stopped.stdout
+        active.touch()
+        daemon.write_text("{not json")
+        broken = sandbox.run_as(1000, "precheck.sh", "--user", "alice")
+        assert "FAIL docker_data_root: cannot read docker's data root from /etc/docker/daemon.json (Expecting" in (
+            broken.stdout
+        )
+        daemon.write_text("{}")
+        default = sandbox.run_as(1000, "precheck.sh", "--user", "alice")
+        assert "FAIL docker_data_root: docker's data root is /var/lib/docker, not on local NVMe" in default.stdout
+    finally:
+        active.touch()
+        daemon.write_text(saved)
 
 
 @pytest.mark.parametrize("role", ["controller", "worker"])

@@ -15,7 +15,17 @@ from typing import Any
 import pytest
 
 from mlcluster.lifecycle.pcluster import NCCL_TESTS_ALL_REDUCE
-from tests.lifecycle.pcluster_sandbox import ALICE, BOB, ROCKY, UBUNTU, PclusterNode, SigningKey, make_key, sandbox_base
+from tests.lifecycle.pcluster_sandbox import (
+    ALICE,
+    AMAZON_LINUX,
+    BOB,
+    ROCKY,
+    UBUNTU,
+    PclusterNode,
+    SigningKey,
+    make_key,
+    sandbox_base,
+)
 
 GPU_STEPS = ("docker", "enroot_pyxis", "nccl_efa")
 #: The fake node needs real ownership: root runs the steps, ``setpriv`` drops to the users.
@@ -225,26 +235,39 @@ def test_aws_ofi_nccl_is_built_from_the_verified_release(make_node: MakeNode) ->
     assert "aws-ofi-nccl 1.19.0: https://github.com/aws/aws-ofi-nccl/releases/download/v1.19.0/" in node.log("nccl_efa")
 
 
-def test_nccl_is_installed_when_the_node_has_none(make_node: MakeNode) -> None:
-    node = make_node()
+@pytest.mark.parametrize(
+    ("os_release", "wanted"),
+    [
+        (AMAZON_LINUX, ["libnccl-2.27.7-1+cuda12.9", "libnccl-devel-2.27.7-1+cuda12.9"]),
+        (UBUNTU, ["libnccl2=2.27.7-1+cuda12.9", "libnccl-dev=2.27.7-1+cuda12.9"]),
+    ],
+)
+def test_nccl_is_installed_pinned_for_the_nodes_cuda(make_node: MakeNode, os_release: str, wanted: list[str]) -> None:
+    """No NCCL on the AMI: the pinned release, built for this node's CUDA (version.json), runtime and headers."""
+    node = make_node(os_release=os_release)
     (node.root / "usr/local/cuda/include/nccl.h").unlink()
+    (node.root / "usr/local/cuda/version.json").write_text(
+        '{\n   "cuda" : {\n      "name" : "CUDA SDK",\n      "version" : "12.9.1"\n   },\n'
+        '   "cuda_cccl" : {\n      "version" : "12.9.27"\n   }\n}\n'
+    )
     proc = node.run("compute", "nccl_efa")
     assert proc.returncode == 1  # the stub package manager installs no files: the step says so
-    assert "libnccl-devel" in (node.state / "pkgs").read_text()
-    assert (
-        "libnccl-devel installed but NCCL (nccl.h and libnccl.so) is not under /opt/nccl/build /usr/local/cuda /usr"
-        in (node.log("nccl_efa"))
-    )
+    installed = (node.state / "pkgs").read_text().splitlines()
+    assert [line for line in installed if "nccl" in line] == wanted
+    assert "libnccl-dev\n" not in (node.state / "pkgs").read_text()  # never the repository's newest
+    assert "NCCL 2.27.7-1 installed but NCCL (nccl.h and libnccl.so) is not under" in node.log("nccl_efa")
 
 
 def test_no_nccl_anywhere_skips_nccl_tests_with_a_warning(make_node: MakeNode) -> None:
     node = make_node()
     (node.root / "usr/local/cuda/include/nccl.h").unlink()
-    node.extra_env["STUB_UNAVAILABLE"] = "libnccl-devel"
+    (node.root / "usr/local/cuda/version.json").write_text('{"cuda": {"version": "12.4.1"}}\n')
+    node.extra_env["STUB_UNAVAILABLE"] = "libnccl-devel-2.27.7-1+cuda12.4"
     proc = node.run("compute", "nccl_efa")
     assert proc.returncode == 0, proc.stderr
-    assert "no repository offers libnccl-devel; nccl-tests not installed at /opt/mlcluster/nccl-tests/bin" in (
-        node.log("nccl_efa")
+    assert (
+        "no repository offers libnccl-devel 2.27.7-1+cuda12.4; nccl-tests not installed at /opt/mlcluster/nccl-tests/bin"
+        in (node.log("nccl_efa"))
     )
     assert not (node.root / "opt/mlcluster/nccl-tests").exists()
     assert "FI_PROVIDER=efa" in node.text("etc/nccl.conf")  # the plugin and environment are still set up

@@ -13,8 +13,11 @@ rolls back and deletes the cluster. These custom resources only look:
   rename (create-before-delete) refuses groups on a training plan, which
   holds exactly the instances the old cluster uses.
 - ``Custom::HyperPodNodesReady`` runs after the cluster resource, on every
-  Create and Update, and succeeds only when every group has as many
-  ``Running`` nodes as it asks for (InService alone does not promise that).
+  Create and Update, and decides from ``CLUSTER_DECISIONS`` and
+  ``NODE_DECISIONS`` whether every group has its nodes (InService alone does
+  not promise that). Nodes in a deep health check (which can last hours) or
+  still starting or being replaced when the wait ends are accepted and
+  reported, never a reason to roll the cluster back.
 
 Properties: ``ClusterSpec`` (JSON of the CreateCluster request the cluster
 resource is built from) and ``ProvisioningParametersKey`` for the pre-flight;
@@ -27,12 +30,13 @@ changes anything, so neither can harm a cluster it was not made for.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 from botocore.model import StructureShape
@@ -46,8 +50,21 @@ logger.setLevel(logging.INFO)
 
 PREFLIGHT = "Custom::HyperPodPreflight"
 NODES_READY = "Custom::HyperPodNodesReady"
+#: Every ``ClusterStatus`` of botocore's SageMaker model, and what the pre-flight of an in-place update does:
+#: ``wait`` where UpdateCluster would answer ConflictException (bounded by ``MAX_WAIT_SECONDS``), ``fail``
+#: where the cluster is going away, ``proceed`` where CloudFormation's UpdateCluster can run (a Failed
+#: cluster included: the update is how it is repaired, and the service says so if it cannot).
+PREFLIGHT_DECISIONS: dict[str, Literal["proceed", "wait", "fail"]] = {
+    "InService": "proceed",
+    "Failed": "proceed",
+    "Creating": "wait",
+    "Updating": "wait",
+    "SystemUpdating": "wait",
+    "RollingBack": "wait",
+    "Deleting": "fail",
+}
 #: Statuses in which UpdateCluster answers ConflictException: the pre-flight waits them out.
-BUSY_STATUSES = ("Creating", "Updating", "SystemUpdating", "RollingBack")
+BUSY_STATUSES = tuple(status for status, decision in PREFLIGHT_DECISIONS.items() if decision == "wait")
 #: How often a busy cluster or missing nodes are looked at again.
 POLL_SECONDS = 30
 #: The longest wait inside one invocation; the function's timeout (15 minutes) leaves room to answer.
@@ -164,11 +181,20 @@ def _wait_until_updatable(name: str, deadline: float) -> None:
                 ],
             )
         status = str(cluster.get("ClusterStatus"))
-        if status not in BUSY_STATUSES:
-            if status == "Deleting":
-                raise PreflightError(
-                    name, [f"the HyperPod cluster {name!r} is being deleted outside CloudFormation; wait, then deploy"]
-                )
+        decision = PREFLIGHT_DECISIONS.get(status)
+        if decision is None:
+            raise PreflightError(
+                name,
+                [
+                    f"the HyperPod cluster {name!r} is {status!r}, a status this check does not know (it knows "
+                    f"{', '.join(PREFLIGHT_DECISIONS)}); deploy again when it is InService"
+                ],
+            )
+        if decision == "fail":
+            raise PreflightError(
+                name, [f"the HyperPod cluster {name!r} is being deleted outside CloudFormation; wait, then deploy"]
+            )
+        if decision == "proceed":
             return
         if clock() + POLL_SECONDS > deadline:
             raise PreflightError(
@@ -184,29 +210,164 @@ def _wait_until_updatable(name: str, deadline: float) -> None:
 
 
 # -- nodes ready --------------------------------------------------------------
+#
+# Deep health checks can take hours and automatic node replacement leaves nodes Pending meanwhile, while a
+# custom resource gets at most an hour. "Ready" therefore cannot mean "every node Running": the check looks
+# every ``POLL_SECONDS`` within one invocation and succeeds as soon as every group's nodes run, at once when
+# the only nodes not running are in a deep health check, and at the end of the wait when the rest are still
+# starting, patching or being replaced (reported in ``NotRunning``). The end of the wait is never a reason to
+# fail by itself: the check fails, with the reason, only on what waiting cannot change (a cluster rolling back,
+# failed or being deleted; a failed node that node recovery "None" leaves failed; a group short of nodes with
+# none even starting; a state this check does not know). It stays inside one invocation on purpose: the
+# Provider framework's asynchronous is_complete would put the event, with CloudFormation's presigned
+# response URL, into a Step Functions execution's input (issue 17: no presigned URL in any execution input).
+
+ClusterDecision = Literal["look at nodes", "wait", "fail"]
+NodeDecision = Literal["ready", "long check", "settling", "leaving", "failed"]
+
+#: Every ``ClusterStatus`` of botocore's SageMaker model, and what the node check does on meeting it
+#: (``wait``: look again; at the end of the wait the nodes decide).
+CLUSTER_DECISIONS: dict[str, ClusterDecision] = {
+    "InService": "look at nodes",
+    "Creating": "wait",
+    "Updating": "wait",
+    "SystemUpdating": "wait",
+    "RollingBack": "fail",
+    "Failed": "fail",
+    "Deleting": "fail",
+}
+#: Every ``ClusterInstanceStatus`` of botocore's SageMaker model, and what a node in it counts as:
+#: ``ready`` counts towards its group; ``long check`` (a deep health check: minutes to hours) counts at once,
+#: reported; ``settling`` (starting, patching, being attached) counts at the end of the wait, reported;
+#: ``leaving`` (shutting down or detached, as when a node is replaced) and ``failed`` count at the end of the
+#: wait only while automatic node recovery replaces them (else the group is short and the check fails,
+#: naming them with the service's message).
+NODE_DECISIONS: dict[str, NodeDecision] = {
+    "Running": "ready",
+    "DeepHealthCheckInProgress": "long check",
+    "Pending": "settling",
+    "SystemUpdating": "settling",
+    "AttachInProgress": "settling",
+    "ShuttingDown": "leaving",
+    "DetachInProgress": "leaving",
+    "Failure": "failed",
+    "NotFound": "failed",
+}
+
+
+class NodesNotReadyError(RuntimeError):
+    """The node check failed; the message is the reason CloudFormation shows."""
 
 
 def _nodes_ready(event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
+    """Look at the cluster and its nodes until ``judge_nodes`` decides, or decide at ``deadline``."""
     props = event.get("ResourceProperties") or {}
+    arn = _cluster_arn(props)
+    expected = _expected_counts(props.get("ExpectedCounts"))
+    while True:
+        final = clock() + POLL_SECONDS > deadline
+        cluster = describe_cluster(clients().sagemaker, arn)
+        if cluster is None:
+            raise NodesNotReadyError(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
+        name = str(cluster.get("ClusterName"))
+        status = str(cluster.get("ClusterStatus"))
+        logs = f"Node logs: /aws/sagemaker/Clusters/{name}/{arn.rsplit('/', 1)[-1]}"
+        decision = CLUSTER_DECISIONS.get(status)
+        if decision is None:
+            raise NodesNotReadyError(
+                f"HyperPod cluster {name} is {status!r}, a status this check does not know (it knows "
+                f"{', '.join(CLUSTER_DECISIONS)}); look at the cluster and deploy again once it is InService"
+            )
+        if decision == "fail":
+            reason = cluster.get("FailureMessage") or "no failure message"
+            raise NodesNotReadyError(f"HyperPod cluster {name} is {status} ({reason}). {logs}")
+        if decision == "look at nodes" or final:
+            recovery = str(cluster.get("NodeRecovery")) == "Automatic"
+            verdict = judge_nodes(_list_nodes(arn), expected, final=final, recovery=recovery)
+            if verdict.failures:
+                raise NodesNotReadyError(f"HyperPod cluster {name} ({status}): {'; '.join(verdict.failures)}. {logs}")
+            if verdict.done:
+                physical_id = event.get("PhysicalResourceId") or f"{name}-nodes"
+                data = {"ClusterStatus": status, "NotRunning": "; ".join(verdict.pending) or "none"}
+                return {"PhysicalResourceId": physical_id, "Data": data}
+            logger.info("cluster %s (%s): %s; looking again in %s s", name, status, verdict.pending, POLL_SECONDS)
+        else:
+            logger.info("cluster %s is %s; looking again in %s s", name, status, POLL_SECONDS)
+        sleep(POLL_SECONDS)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodesVerdict:
+    """What the nodes say: done (succeed), failures (fail with these), or neither (look again)."""
+
+    done: bool
+    failures: list[str]
+    #: Nodes not Running, by group, for the log and the success report.
+    pending: list[str]
+
+
+def judge_nodes(
+    nodes: list[Mapping[str, Any]], expected: Mapping[str, int], *, final: bool, recovery: bool
+) -> NodesVerdict:
+    """Decide from ListClusterNodes' summaries whether every group of ``expected`` has its nodes.
+
+    A group is complete when its ``ready`` and ``long check`` nodes reach its
+    count. Otherwise it is looked at again, unless this is the ``final`` look:
+    then ``settling`` nodes count too, and, with automatic node ``recovery``,
+    ``leaving`` and ``failed`` ones (the service is replacing them); a group
+    still short fails. A status outside ``NODE_DECISIONS`` fails at once.
+    """
+    by_group: dict[str, dict[NodeDecision, list[str]]] = {group: {} for group in expected}
+    failures: list[str] = []
+    for node in nodes:
+        group = str(node.get("InstanceGroupName"))
+        details = node.get("InstanceStatus") or {}
+        status = str(details.get("Status"))
+        decision = NODE_DECISIONS.get(status)
+        label = f"{node.get('InstanceId')} {status}" + (f" ({details['Message']})" if details.get("Message") else "")
+        if decision is None:
+            failures.append(f"{group}: {label} is in a status this check does not know ({', '.join(NODE_DECISIONS)})")
+            continue
+        by_group.setdefault(group, {}).setdefault(decision, []).append(label)
+    pending: list[str] = []
+    waiting = False
+    counted_at_end: tuple[NodeDecision, ...] = ("settling", "leaving", "failed") if recovery else ("settling",)
+    for group, count in expected.items():
+        states = by_group.get(group, {})
+        others = [label for decision, labels in states.items() if decision != "ready" for label in labels]
+        if others:
+            pending.append(f"{group}: {', '.join(others[:MAX_NODES_LISTED])}")
+        counted = len(states.get("ready", [])) + len(states.get("long check", []))
+        if counted >= count:
+            continue
+        if not final:
+            waiting = True
+            continue
+        if counted + sum(len(states.get(d, [])) for d in counted_at_end) >= count:
+            continue
+        listed = ", ".join(others[:MAX_NODES_LISTED]) or "no other nodes"
+        running = len(states.get("ready", []))
+        failures.append(
+            f"{group}: {running} of {count} Running at the end of the wait ({listed}; node recovery "
+            f"{'Automatic' if recovery else 'off'})"
+        )
+    return NodesVerdict(done=not waiting and not failures, failures=failures, pending=pending)
+
+
+def _cluster_arn(props: Mapping[str, Any]) -> str:
     arn = props.get("ClusterArn")
     if not isinstance(arn, str) or ":cluster/" not in arn:
         raise PropertyError(f"ClusterArn: {arn!r} is not valid; expected the cluster resource's ClusterArn attribute")
-    expected = _expected_counts(props.get("ExpectedCounts"))
-    while True:
-        cluster = describe_cluster(clients().sagemaker, arn)
-        if cluster is None:
-            raise RuntimeError(f"HyperPod cluster {arn} does not exist; it was deleted while the stack ran")
-        short = _missing_nodes(arn, cluster, expected)
-        if not short:
-            physical_id = event.get("PhysicalResourceId") or f"{cluster.get('ClusterName')}-nodes"
-            return {"PhysicalResourceId": physical_id, "Data": {"ClusterStatus": str(cluster.get("ClusterStatus"))}}
-        if clock() + POLL_SECONDS > deadline:
-            raise RuntimeError(
-                f"HyperPod cluster {cluster.get('ClusterName')} ({cluster.get('ClusterStatus')}) does not have the "
-                f"nodes it asks for: {'; '.join(short)}. Node logs: /aws/sagemaker/Clusters/"
-                f"{cluster.get('ClusterName')}/{arn.rsplit('/', 1)[-1]}"
-            )
-        sleep(POLL_SECONDS)
+    return arn
+
+
+def _list_nodes(arn: str) -> list[Mapping[str, Any]]:
+    """Every node summary of the cluster; a service error (after botocore's retries) is a failure."""
+    paginator = clients().sagemaker.get_paginator("list_cluster_nodes")
+    try:
+        return [node for page in paginator.paginate(ClusterName=arn) for node in page.get("ClusterNodeSummaries", [])]
+    except ClientError as err:  # after botocore's own retries (throttling included)
+        raise NodesNotReadyError(f"ListClusterNodes for {arn} failed: {error_text(err)}") from err
 
 
 def _expected_counts(raw: Any) -> dict[str, int]:
@@ -217,30 +378,3 @@ def _expected_counts(raw: Any) -> dict[str, int]:
         return {str(k): int(v) for k, v in counts.items()}
     except (ValueError, TypeError):
         raise PropertyError(f"ExpectedCounts: {raw!r} is not valid; expected JSON {{group name: count}}") from None
-
-
-def _missing_nodes(arn: str, cluster: Mapping[str, Any], expected: Mapping[str, int]) -> list[str]:
-    """Per group with fewer Running nodes than asked, what is there instead ([] when all are)."""
-    running: dict[str, int] = dict.fromkeys(expected, 0)
-    others: dict[str, list[str]] = {}
-    paginator = clients().sagemaker.get_paginator("list_cluster_nodes")
-    try:
-        for page in paginator.paginate(ClusterName=arn):
-            for node in page.get("ClusterNodeSummaries", []):
-                group = str(node.get("InstanceGroupName"))
-                state = str((node.get("InstanceStatus") or {}).get("Status"))
-                if state == "Running":
-                    running[group] = running.get(group, 0) + 1
-                else:
-                    others.setdefault(group, []).append(f"{node.get('InstanceId')} {state}")
-    except ClientError as err:  # after botocore's own retries (throttling included)
-        raise RuntimeError(f"ListClusterNodes for {arn} failed: {error_text(err)}") from err
-    groups = {str(g.get("InstanceGroupName")): g for g in cluster.get("InstanceGroups", [])}
-    short = []
-    for group, count in expected.items():
-        if running.get(group, 0) >= count:
-            continue
-        current = groups.get(group, {}).get("CurrentCount", 0)
-        listed = ", ".join(others.get(group, [])[:MAX_NODES_LISTED]) or "none other"
-        short.append(f"{group}: {running.get(group, 0)} of {count} Running (CurrentCount {current}; {listed})")
-    return short

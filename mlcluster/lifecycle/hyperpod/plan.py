@@ -473,7 +473,7 @@ STEPS: tuple[Step, ...] = (
         roles=frozenset({"controller"}),
         when=lambda f: f.collector,
     ),
-    Step("install_tools", "keep the lifecycle scripts on the node and install mlcluster-precheck"),
+    Step("install_tools", "keep the lifecycle scripts on the node; install mlcluster-precheck and mlcluster-health"),
 )
 
 
@@ -620,6 +620,33 @@ EFA_INTERFACES_BY_TYPE: dict[str, int] = {
 }
 
 
+#: What ``mlcluster-health`` expects on a node, per instance type: (NVIDIA GPUs, EFA devices, Neuron
+#: devices). The same figures as ``mlcluster.pcluster.instance_types`` (accelerators, from EC2
+#: DescribeInstanceTypes) and ``mlcluster.cli.nccl.EFA_DEVICES`` (MaximumEfaInterfaces); this module
+#: runs on the node with the standard library only, so tests/lifecycle/test_hyperpod_health.py
+#: compares the two. Other types: nothing expected, the checks are skipped.
+HEALTH_EXPECTATIONS: dict[str, tuple[int, int, int]] = {
+    "p4d.24xlarge": (8, 4, 0),
+    "p4de.24xlarge": (8, 4, 0),
+    "p5.48xlarge": (8, 32, 0),
+    "p5e.48xlarge": (8, 32, 0),
+    "p5en.48xlarge": (8, 16, 0),
+    "p6-b200.48xlarge": (8, 8, 0),
+    "trn1.32xlarge": (0, 8, 16),
+    "trn1n.32xlarge": (0, 16, 16),
+    "trn2.48xlarge": (0, 16, 16),
+}
+
+
+def health_env(instance_type: str) -> str:
+    """``/etc/mlcluster/health.env`` for ``instance_type`` (``ml.`` prefix allowed)."""
+    gpus, efa, neuron = HEALTH_EXPECTATIONS.get(instance_type.removeprefix("ml."), (0, 0, 0))
+    return (
+        f"# Written by mlcluster (install_tools) for {instance_type}: what mlcluster-health expects.\n"
+        f"MLC_EXPECT_GPUS={gpus}\nMLC_EXPECT_EFA={efa}\nMLC_EXPECT_NEURON={neuron}\n"
+    )
+
+
 def efa_interfaces(instance_type: str, devices: Sequence[str]) -> list[str]:
     """The EFA devices LNet should use on this node, spread evenly over the sorted device list.
 
@@ -747,6 +774,10 @@ def _cmd_docker_daemon(args: argparse.Namespace) -> str:
     return docker_daemon_config(_read(path) if path.exists() else None, args.data_root, source=args.current)
 
 
+def _cmd_health_env(args: argparse.Namespace) -> str:
+    return health_env(args.instance_type)
+
+
 def _cmd_efa_interfaces(args: argparse.Namespace) -> str:
     return "".join(f"{name}\n" for name in efa_interfaces(args.instance_type, args.devices))
 
@@ -771,6 +802,7 @@ def _parser() -> argparse.ArgumentParser:
         "local-root": (_cmd_local_root, "print the local volume for container data (empty if none)"),
         "docker-daemon": (_cmd_docker_daemon, "print daemon.json with data-root set"),
         "efa-interfaces": (_cmd_efa_interfaces, "print the EFA devices LNet uses on this instance type"),
+        "health-env": (_cmd_health_env, "print what mlcluster-health expects on this instance type"),
         "secret-field": (_cmd_secret_field, "print one field of a JSON secret read from stdin"),
         "password": (_cmd_password, "print a new random password"),
     }
@@ -800,6 +832,7 @@ def _parser() -> argparse.ArgumentParser:
     subs["efa-interfaces"].add_argument("--instance-type", required=True, help="e.g. ml.p5.48xlarge")
     subs["efa-interfaces"].add_argument("devices", nargs="*", help="the EFA devices of /sys/class/infiniband")
     subs["secret-field"].add_argument("--key", required=True)
+    subs["health-env"].add_argument("--instance-type", required=True, help="e.g. ml.p5.48xlarge")
     return parser
 
 

@@ -60,10 +60,36 @@ check_enroot_runtime_path() {
   fi
 }
 
+# Docker's data root without the docker socket (root:docker 0660): the users who run this are not
+# in the docker group (docker_group defaults to false). It reads what the docker step wrote,
+# /etc/docker/daemon.json (0644), and asks systemd, which answers anyone, whether the daemon runs.
+# Without a "data-root" key docker uses /var/lib/docker (dockerd's documented default).
+daemon_data_root() {
+  python3 - "$MLC_ROOT/etc/docker/daemon.json" <<'PY'
+import json, sys
+try:
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        config = json.load(handle)
+except FileNotFoundError:
+    config = {}
+except (OSError, ValueError) as err:
+    print(err)
+    sys.exit(1)
+root = config.get("data-root", "/var/lib/docker") if isinstance(config, dict) else None
+if not isinstance(root, str) or not root:
+    print("its data-root is not a path")
+    sys.exit(1)
+print(root)
+PY
+}
+
 check_docker_data_root() {
   local root
-  if ! root=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null) || [[ -z $root ]]; then
-    fail docker_data_root "the docker daemon does not answer" "sudo systemctl restart docker, then $RERUN docker"
+  if ! systemctl is-active --quiet docker; then
+    fail docker_data_root "the docker service is not active" \
+      "find the cause with 'sudo systemctl status docker', then sudo systemctl restart docker, then $RERUN docker"
+  elif ! root=$(daemon_data_root 2>&1); then
+    fail docker_data_root "cannot read docker's data root from /etc/docker/daemon.json ($root)" "$RERUN docker"
   elif on_local_volume "$root"; then
     pass docker_data_root "$root"
   else

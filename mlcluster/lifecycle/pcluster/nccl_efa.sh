@@ -79,20 +79,41 @@ nccl_home() {
   return 1
 }
 
+# cuda_version: the node's CUDA as major.minor, from CUDA's version.json (11.1 and later), else nvcc.
+cuda_version() {
+  local version
+  version="$(sed -n 's/.*"version" *: *"\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' "${ROOT}${CUDA_HOME}/version.json" 2>/dev/null | head -n 1)"
+  if [[ -z "${version}" ]]; then
+    version="$("${ROOT}${CUDA_HOME}/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')"
+  fi
+  [[ -n "${version}" ]] && echo "${version}"
+}
+
+# install_nccl_package: NCCL's runtime and development packages at the pinned release, built for
+# this node's CUDA (NVIDIA's CUDA repository, which ParallelCluster configures). Returns 1, with
+# a warning, when no repository offers it: nccl-tests are then not built.
+install_nccl_package() {
+  local cuda runtime=libnccl devel=libnccl-devel sep=- version
+  cuda="$(cuda_version)" || die "cannot read the CUDA version (${CUDA_HOME}/version.json or nvcc --version)"
+  version="${NCCL_PACKAGE_VERSION}+cuda${cuda}"
+  if [[ "$(os_family)" == ubuntu ]]; then
+    runtime=libnccl2 devel=libnccl-dev sep='='
+  fi
+  if ! pkg_available "${devel}${sep}${version}"; then
+    warn "no NCCL on this node (nccl.h and libnccl.so under ${NCCL_CANDIDATES[*]}) and no repository offers ${devel} ${version}; nccl-tests not installed at ${NCCL_TESTS_PREFIX}/bin"
+    return 1
+  fi
+  log "installing NCCL ${version} (${runtime}, ${devel})"
+  pkg_install "${runtime}${sep}${version}" "${devel}${sep}${version}"
+}
+
 install_nccl_tests() {
   local nccl build_info tmp
   [[ -x "${ROOT}${CUDA_HOME}/bin/nvcc" ]] || die "nccl-tests needs CUDA (${CUDA_HOME}/bin/nvcc), which is not installed"
   [[ -x "${ROOT}${MPI_HOME}/bin/mpicc" ]] || die "nccl-tests needs MPI (${MPI_HOME}, from the EFA installer), which is not installed"
   if ! nccl="$(nccl_home)"; then
-    # ParallelCluster configures NVIDIA's CUDA repository, which carries NCCL's development package.
-    local package=libnccl-devel
-    [[ "$(os_family)" == ubuntu ]] && package=libnccl-dev
-    if ! pkg_available "${package}"; then
-      warn "no NCCL on this node (nccl.h and libnccl.so under ${NCCL_CANDIDATES[*]}) and no repository offers ${package}; nccl-tests not installed at ${NCCL_TESTS_PREFIX}/bin"
-      return 0
-    fi
-    pkg_install "${package}"
-    nccl="$(nccl_home)" || die "${package} installed but NCCL (nccl.h and libnccl.so) is not under ${NCCL_CANDIDATES[*]}"
+    install_nccl_package || return 0
+    nccl="$(nccl_home)" || die "NCCL ${NCCL_PACKAGE_VERSION} installed but NCCL (nccl.h and libnccl.so) is not under ${NCCL_CANDIDATES[*]}"
   fi
   build_info="nccl-tests ${NCCL_TESTS_VERSION} ${NCCL_TESTS_SHA256} CUDA_HOME=${CUDA_HOME} NCCL_HOME=${nccl} MPI_HOME=${MPI_HOME}"
   if [[ -x "${ROOT}${NCCL_TESTS_PREFIX}/bin/all_reduce_perf" ]] \

@@ -13,6 +13,10 @@
 #   (ParallelCluster AMIs bundle it in /opt/amazon/ofi-nccl).
 # - nccl-tests 2.17.6: source archive SHA-256 as pinned by Spack
 #   (packages/nccl_tests/package.py).
+# - NCCL 2.27.7-1 (libnccl2 / libnccl-dev, libnccl / libnccl-devel): installed only when the AMI
+#   has no NCCL, from NVIDIA's CUDA repository, as the build for the node's CUDA (the package
+#   version is <NCCL>+cuda<major.minor>, e.g. 2.27.7-1+cuda12.9); the same NCCL release as
+#   AWS's public nccl-tests image tagged ncclv2.27.7-1.
 # - Pyxis 0.20.0: the commit tag v0.20.0 of NVIDIA/pyxis points to (the version
 #   ParallelCluster's cookbook installs). Built only when the AMI lacks it.
 # - Neuron SDK 2.28.0 (2026-02-26): the system package versions of that
@@ -36,6 +40,8 @@ OFI_NCCL_SHA256=fd8ecd15f0de88e07b2194637938dadcf247ad3b5150651dfd0bb0c4bb32ff3c
 NCCL_TESTS_VERSION=2.17.6
 NCCL_TESTS_URL=https://github.com/NVIDIA/nccl-tests/archive/v2.17.6.tar.gz
 NCCL_TESTS_SHA256=38974e70342150ede0e3fb8fd24bfe60ccbde90fa20241716ba8bb338e6b61a0
+
+NCCL_PACKAGE_VERSION=2.27.7-1
 
 PYXIS_VERSION=0.20.0
 PYXIS_GIT_URL=https://github.com/NVIDIA/pyxis.git

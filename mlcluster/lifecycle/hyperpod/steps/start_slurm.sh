@@ -9,6 +9,15 @@ set -euo pipefail
 load_node_env
 
 PLUGSTACK_FILES=("$SLURM_ETC/plugstack.conf" "$SLURM_ETC/plugstack.conf.d/pyxis.conf")
+# Every slurmd runs mlcluster's quick health checks every 5 minutes, spread over the interval (CYCLE),
+# in any node state; a node failing a critical check drains itself with the reason (install_tools
+# installs the program on every node; slurm.conf(5): HealthCheckProgram, HealthCheckInterval,
+# HealthCheckNodeState).
+HEALTH_CHECK=(
+  --set "HealthCheckProgram=/usr/local/sbin/mlcluster-health-check"
+  --set "HealthCheckInterval=300"
+  --set "HealthCheckNodeState=ANY,CYCLE"
+)
 
 # set_aside UNIT : disable UNIT and rename its unit file so nothing starts it on this node.
 set_aside() {
@@ -54,7 +63,7 @@ start_controller() {
   wait_for_slurm_conf
   state=$(state_save_location)
   install_from "$SLURM_ETC/slurm.conf" keep "" plan slurm-conf --conf "$SLURM_ETC/slurm.conf" --configless \
-    --set "StateSaveLocation=$state"
+    --set "StateSaveLocation=$state" "${HEALTH_CHECK[@]}"
   set_aside slurmd
   converge_service slurmctld "$SLURM_ETC/slurm.conf" "$SLURM_ETC/accounting.conf" "$SLURM_ETC/cgroup.conf" \
     "${PLUGSTACK_FILES[@]}"

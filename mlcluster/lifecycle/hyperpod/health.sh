@@ -1,0 +1,353 @@
+#!/usr/bin/env bash
+# mlcluster-health: tiered health checks of one node's accelerators and network, installed by the
+# install_tools step as /usr/local/bin/mlcluster-health and run by Slurm as its HealthCheckProgram
+# (quick tier, --drain) and by `mlcluster health ENV` through srun.
+#
+#   mlcluster-health [--tier quick|deep] [--drain] [--expect-gpus N] [--expect-efa N] [--expect-neuron N]
+#
+# One line per check: `<host> PASS|FAIL|SKIP <check> <severity>: <detail>[. Action: <action>]`, then
+# `<host>: healthy` or `<host>: N critical, M warning`. Severities: critical (the node must not run
+# jobs: --drain drains it, with the failed checks as the reason `scontrol show node` prints) and
+# warning (the node works; plan the action). Exit 1 when a critical check failed.
+# The expected counts come from /etc/mlcluster/health.env (written for this node's instance type by
+# the install_tools step); the flags override them.
+#
+# Quick (seconds): GPU count, Xid/SXid in the kernel log, ECC and row remapping, clock slowdown,
+# EFA device count, `fi_info -p efa`, the locked-memory limit (`ulimit -l`), Neuron device count.
+# Deep (minutes, exclusive node): DCGM diagnostics level 2, NCCL all_reduce on this node's GPUs,
+# nccom-test all-reduce on this node's NeuronCores.
+#
+# Formats read, with their sources:
+# - `nvidia-smi -L`: one `GPU <i>: <name> (UUID: GPU-...)` line per GPU (nvidia-smi(1)).
+# - `nvidia-smi --query-gpu=... --format=csv,noheader`: comma-separated values, `[N/A]` where a field
+#   does not apply; field names as `nvidia-smi --help-query-gpu` lists them (clocks_event_reasons.*
+#   since driver 535, clocks_throttle_reasons.* before).
+# - Kernel log: `NVRM: Xid (PCI:0000:53:00): 79, pid=..., ...` and `nvidia-nvswitch?: SXid (PCI:...): 12028, ...`
+#   (NVIDIA "Xid Errors" guide; the codes it says need a GPU reset or node service are CRITICAL_XIDS).
+# - `fi_info -p efa -t FI_EP_RDM`: one block per EFA device, each starting `provider: efa` (fi_info(1)).
+# - `neuron-ls`: a table with one row per device whose first cell is its number (Neuron "Neuron LS User Guide").
+# - `dcgmi diag -r 2`: a `| Test | Pass/Fail/Skip ... |` table and a non-zero exit status on a failure
+#   (NVIDIA "dcgmi diag" reference, output and exit status).
+# - nccl-tests: `# Out of bounds values : 0 OK` and `# Avg bus bandwidth : <GB/s>` (src/util.cu).
+# - nccom-test: `Avg bus bandwidth:      40.6901GB/s` (Neuron "NCCOM-TEST User Guide").
+set -uo pipefail
+
+MLC_ROOT="${MLC_ROOT:-}"
+ENV_FILE="$MLC_ROOT/etc/mlcluster/health.env"
+LOG_FILE="$MLC_ROOT/var/log/mlcluster-health.log"
+NCCL_TESTS=/opt/mlcluster/nccl-tests/bin/all_reduce_perf
+# Xid codes NVIDIA's guide maps to "reset the GPU" or "contact support / replace": double-bit ECC (48),
+# row-remapping failure (64), NVLink (74), fallen off the bus (79), ECC contained/uncontained (94, 95),
+# GSP errors (119, 120).
+CRITICAL_XIDS=" 48 64 74 79 94 95 119 120 "
+HOST=$(hostname -s 2>/dev/null || echo unknown-host)
+CRITICAL=()
+WARNINGS=0
+REPLACE="drain the node and replace it (HyperPod: aws sagemaker batch-replace-cluster-nodes; ParallelCluster: scontrol update nodename=<node> state=power_down_force)"
+
+log() {
+  if [[ -w ${LOG_FILE%/*} ]]; then
+    printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >>"$LOG_FILE"
+  fi
+}
+
+report() {
+  local status=$1 check=$2 severity=$3 detail=$4 action=${5:-} line
+  line="$HOST $status $check $severity: $detail"
+  if [[ $status == FAIL && -n $action ]]; then
+    line+=". Action: $action"
+  fi
+  printf '%s\n' "$line"
+  log "$line"
+  if [[ $status == FAIL && $severity == critical ]]; then
+    CRITICAL+=("$check")
+  elif [[ $status == FAIL ]]; then
+    WARNINGS=$((WARNINGS + 1))
+  fi
+}
+
+# query FIELDS: nvidia-smi's CSV for FIELDS, one GPU a line, spaces after commas removed.
+query() {
+  nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null | sed 's/, /,/g'
+}
+
+check_gpu_count() {
+  local count out
+  if ((EXPECT_GPUS == 0)); then
+    report SKIP gpu_count critical "no NVIDIA GPU expected on this instance type"
+    return
+  fi
+  if ! out=$(nvidia-smi -L 2>&1); then
+    report FAIL gpu_count critical "nvidia-smi failed: ${out%%$'\n'*}" "reboot the node; if nvidia-smi still fails, $REPLACE"
+    return
+  fi
+  count=$(grep -c '^GPU [0-9]' <<<"$out")
+  if ((count == EXPECT_GPUS)); then
+    report PASS gpu_count critical "$count GPUs"
+  else
+    report FAIL gpu_count critical "$count of $EXPECT_GPUS GPUs visible" "reboot the node; if a GPU stays missing, $REPLACE"
+  fi
+}
+
+kernel_log() {
+  if command -v journalctl >/dev/null 2>&1; then
+    journalctl -k -b --no-pager -q 2>/dev/null && return
+  fi
+  dmesg 2>/dev/null
+}
+
+check_xid() {
+  local text codes code critical="" other=""
+  if ((EXPECT_GPUS == 0)); then
+    report SKIP xid critical "no NVIDIA GPU expected on this instance type"
+    return
+  fi
+  if ! text=$(kernel_log) || [[ -z $text ]]; then
+    report SKIP xid critical "the kernel log is not readable by $(id -un) (run as root)"
+    return
+  fi
+  codes=$(sed -n 's/.*NVRM: Xid (\([^)]*\)): \([0-9][0-9]*\),.*/\2/p' <<<"$text" | sort -n -u | tr '\n' ' ')
+  for code in $codes; do
+    if [[ $CRITICAL_XIDS == *" $code "* ]]; then critical+="$code "; else other+="$code "; fi
+  done
+  if [[ -n $critical ]]; then
+    report FAIL xid critical "Xid ${critical% } since boot" "$REPLACE (NVIDIA's Xid guide: these need a GPU reset or service)"
+  elif [[ -n $other ]]; then
+    report FAIL xid warning "Xid ${other% } since boot" "look up each code in NVIDIA's Xid guide; watch for repeats"
+  else
+    report PASS xid critical "no Xid since boot"
+  fi
+  if grep -q 'SXid (' <<<"$text"; then
+    report FAIL sxid warning "NVSwitch SXid errors since boot" "check the fabric manager (systemctl status nvidia-fabricmanager) and NVLink"
+  fi
+}
+
+check_ecc() {
+  local rows index uncorrected failure pending bad="" waiting=""
+  if ((EXPECT_GPUS == 0)); then
+    report SKIP ecc critical "no NVIDIA GPU expected on this instance type"
+    return
+  fi
+  if ! rows=$(query index,ecc.errors.uncorrected.volatile.total,remapped_rows.failure,remapped_rows.pending) || [[ -z $rows ]]; then
+    report FAIL ecc critical "nvidia-smi cannot report ECC" "reboot the node; if it persists, $REPLACE"
+    return
+  fi
+  while IFS=, read -r index uncorrected failure pending; do
+    [[ -n $index ]] || continue
+    if [[ $uncorrected =~ ^[0-9]+$ ]] && ((uncorrected > 0)) || [[ $failure == Yes ]]; then
+      bad+="GPU $index (uncorrected $uncorrected, remap failure $failure) "
+    elif [[ $pending == Yes ]]; then
+      waiting+="$index "
+    fi
+  done <<<"$rows"
+  if [[ -n $bad ]]; then
+    report FAIL ecc critical "${bad% }" "$REPLACE"
+  elif [[ -n $waiting ]]; then
+    report FAIL ecc warning "row remapping pending on GPU ${waiting% }" "reboot the node (a GPU reset applies the remapping)"
+  else
+    report PASS ecc critical "no uncorrected ECC errors, no failed or pending row remapping"
+  fi
+}
+
+check_throttle() {
+  local rows index hw thermal power slow=""
+  if ((EXPECT_GPUS == 0)); then
+    report SKIP throttle warning "no NVIDIA GPU expected on this instance type"
+    return
+  fi
+  rows=$(query index,clocks_event_reasons.hw_slowdown,clocks_event_reasons.hw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown) ||
+    rows=$(query index,clocks_throttle_reasons.hw_slowdown,clocks_throttle_reasons.hw_thermal_slowdown,clocks_throttle_reasons.hw_power_brake_slowdown) ||
+    rows=""
+  if [[ -z $rows ]]; then
+    report FAIL throttle warning "nvidia-smi cannot report clock event reasons" "check the driver (nvidia-smi -q -d PERFORMANCE)"
+    return
+  fi
+  while IFS=, read -r index hw thermal power; do
+    [[ -n $index ]] || continue
+    if [[ $hw == Active || $thermal == Active || $power == Active ]]; then
+      slow+="$index "
+    fi
+  done <<<"$rows"
+  if [[ -n $slow ]]; then
+    report FAIL throttle warning "hardware clock slowdown on GPU ${slow% }" "check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE); replace the node if it persists idle"
+  else
+    report PASS throttle warning "no hardware clock slowdown"
+  fi
+}
+
+check_efa_count() {
+  local device count=0
+  if ((EXPECT_EFA == 0)); then
+    report SKIP efa_count critical "no EFA expected on this instance type"
+    return
+  fi
+  for device in "$MLC_ROOT"/sys/class/infiniband/*; do
+    if [[ $(readlink -f "$device/device/driver" 2>/dev/null) == */efa ]]; then
+      count=$((count + 1))
+    fi
+  done
+  if ((count == EXPECT_EFA)); then
+    report PASS efa_count critical "$count EFA devices"
+  else
+    report FAIL efa_count critical "$count of $EXPECT_EFA EFA devices" "reboot the node; if a device stays missing, $REPLACE"
+  fi
+}
+
+check_fi_info() {
+  local out count
+  if ((EXPECT_EFA == 0)); then
+    report SKIP fi_info critical "no EFA expected on this instance type"
+    return
+  fi
+  if ! out=$(fi_info -p efa -t FI_EP_RDM 2>&1); then
+    report FAIL fi_info critical "fi_info -p efa failed: ${out%%$'\n'*}" "reinstall the EFA software (the EFA installer), then reboot"
+    return
+  fi
+  count=$(grep -c '^provider: efa$' <<<"$out")
+  if ((count == EXPECT_EFA)); then
+    report PASS fi_info critical "libfabric's efa provider lists $count devices"
+  else
+    report FAIL fi_info critical "libfabric's efa provider lists $count of $EXPECT_EFA devices" "reboot the node; if it persists, $REPLACE"
+  fi
+}
+
+# The soft locked-memory limit of this process (what the jobs slurmd starts inherit), from
+# /proc/self/limits: `Max locked memory  <soft> <hard> bytes` (proc(5)).
+check_memlock() {
+  local limit
+  limit=$(awk '/^Max locked memory/ {print $4}' "$MLC_ROOT/proc/self/limits" 2>/dev/null)
+  if ((EXPECT_EFA == 0)); then
+    report SKIP memlock critical "no EFA expected on this instance type"
+  elif [[ $limit == unlimited ]]; then
+    report PASS memlock critical "locked memory unlimited"
+  else
+    report FAIL memlock critical "locked memory limited to ${limit:-an unknown amount} bytes (EFA registers its buffers)" \
+      "set LimitMEMLOCK=infinity for slurmd and memlock unlimited in /etc/security/limits.d, then restart slurmd"
+  fi
+}
+
+check_neuron() {
+  local count
+  if ((EXPECT_NEURON == 0)); then
+    report SKIP neuron critical "no Neuron device expected on this instance type"
+    return
+  fi
+  count=$(neuron-ls 2>/dev/null | awk -F'|' 'NF > 2 && $2 ~ /^ *[0-9]+ *$/ {n++} END {print n + 0}')
+  if ((count == EXPECT_NEURON)); then
+    report PASS neuron critical "$count Neuron devices"
+  else
+    report FAIL neuron critical "$count of $EXPECT_NEURON Neuron devices" "check the driver (modinfo neuron; sudo dmesg | grep -i neuron); if a device stays missing, $REPLACE"
+  fi
+}
+
+check_dcgm() {
+  local out
+  if ((EXPECT_GPUS == 0)); then
+    report SKIP dcgm_diag critical "no NVIDIA GPU expected on this instance type"
+    return
+  fi
+  if ! command -v dcgmi >/dev/null 2>&1; then
+    report SKIP dcgm_diag critical "dcgmi is not installed"
+    return
+  fi
+  if out=$(dcgmi diag -r 2 2>&1); then
+    report PASS dcgm_diag critical "dcgmi diag -r 2 passed"
+  else
+    out=$(grep -E '\| *Fail' <<<"$out" | sed -E 's/^\| *//; s/ *\| */: /g; s/: *$//' | head -n 3 | paste -s -d ';' -)
+    report FAIL dcgm_diag critical "dcgmi diag -r 2 failed${out:+: $out}" "$REPLACE"
+  fi
+}
+
+check_nccl_single() {
+  local out avg
+  if ((EXPECT_GPUS == 0)); then
+    report SKIP nccl_single critical "no NVIDIA GPU expected on this instance type"
+    return
+  fi
+  out=$("$MLC_ROOT$NCCL_TESTS" -b 1G -e 4G -f 2 -g "$EXPECT_GPUS" 2>&1)
+  avg=$(sed -n 's/^# *Avg bus bandwidth *: *\([0-9.]*\).*/\1/p' <<<"$out")
+  if [[ -n $avg ]] && grep -q '^# *Out of bounds values *: 0 OK' <<<"$out"; then
+    report PASS nccl_single critical "all_reduce on $EXPECT_GPUS GPUs: avg bus bandwidth $avg GB/s"
+  else
+    report FAIL nccl_single critical "all_reduce on $EXPECT_GPUS GPUs failed: $(tail -n 1 <<<"$out")" \
+      "check NVLink (nvidia-smi nvlink -s) and the fabric manager; if it persists, $REPLACE"
+  fi
+}
+
+check_nccom_single() {
+  local out avg
+  if ((EXPECT_NEURON == 0)); then
+    report SKIP nccom_single critical "no Neuron device expected on this instance type"
+    return
+  fi
+  out=$(nccom-test -r $((EXPECT_NEURON * 2)) -b 64M -e 1G -f 2 -d fp32 allr 2>&1)
+  avg=$(sed -n 's/^Avg bus bandwidth: *\([0-9.]*\) *GB\/s.*/\1/p' <<<"$out")
+  if [[ -n $avg ]]; then
+    report PASS nccom_single critical "all-reduce on $((EXPECT_NEURON * 2)) NeuronCores: avg bus bandwidth $avg GB/s"
+  else
+    report FAIL nccom_single critical "nccom-test all-reduce failed: $(tail -n 1 <<<"$out")" "$REPLACE"
+  fi
+}
+
+drain() {
+  local node=${SLURMD_NODENAME:-$HOST} reason
+  reason="mlcluster-health: ${CRITICAL[*]} failed"
+  if scontrol update nodename="$node" state=drain reason="$reason"; then
+    log "drained $node: $reason"
+    printf '%s: drained %s (%s)\n' "$HOST" "$node" "$reason"
+  else
+    log "could not drain $node: $reason"
+    printf '%s: could not drain %s (%s)\n' "$HOST" "$node" "$reason" >&2
+  fi
+}
+
+main() {
+  local tier=quick drain_node=false
+  EXPECT_GPUS=0 EXPECT_EFA=0 EXPECT_NEURON=0
+  if [[ -r $ENV_FILE ]]; then
+    # shellcheck disable=SC1090
+    . "$ENV_FILE"
+    EXPECT_GPUS=${MLC_EXPECT_GPUS:-0} EXPECT_EFA=${MLC_EXPECT_EFA:-0} EXPECT_NEURON=${MLC_EXPECT_NEURON:-0}
+  fi
+  while (($# > 0)); do
+    case $1 in
+      --tier) tier=${2:-} && shift 2 ;;
+      --drain) drain_node=true && shift ;;
+      --expect-gpus) EXPECT_GPUS=${2:-} && shift 2 ;;
+      --expect-efa) EXPECT_EFA=${2:-} && shift 2 ;;
+      --expect-neuron) EXPECT_NEURON=${2:-} && shift 2 ;;
+      *) tier=bad && break ;;
+    esac
+  done
+  if [[ $tier != quick && $tier != deep ]] || ! [[ $EXPECT_GPUS =~ ^[0-9]+$ && $EXPECT_EFA =~ ^[0-9]+$ && $EXPECT_NEURON =~ ^[0-9]+$ ]]; then
+    echo "usage: mlcluster-health [--tier quick|deep] [--drain] [--expect-gpus N] [--expect-efa N] [--expect-neuron N]" >&2
+    exit 2
+  fi
+  check_gpu_count
+  check_xid
+  check_ecc
+  check_throttle
+  check_efa_count
+  check_fi_info
+  check_memlock
+  check_neuron
+  if [[ $tier == deep ]]; then
+    check_dcgm
+    check_nccl_single
+    check_nccom_single
+  fi
+  if ((${#CRITICAL[@]} > 0)); then
+    printf '%s: %d critical, %d warning\n' "$HOST" "${#CRITICAL[@]}" "$WARNINGS"
+    if $drain_node; then
+      drain
+    fi
+    exit 1
+  fi
+  if ((WARNINGS > 0)); then
+    printf '%s: 0 critical, %d warning\n' "$HOST" "$WARNINGS"
+  else
+    printf '%s: healthy\n' "$HOST"
+  fi
+}
+
+main "$@"

@@ -1,0 +1,249 @@
+"""The one AWS session factory, the botocore error table, exit codes, --json and progress (issue 26)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from botocore import exceptions
+
+from mlcluster.cli.context import open_session
+from mlcluster.cli.diff import Verdict, report
+from mlcluster.cli.errors import (
+    BOTOCORE_ERRORS,
+    EXIT_AWS,
+    EXIT_CODES,
+    EXIT_REPLACEMENT,
+    EXIT_SETUP,
+    EXIT_USAGE,
+    CliError,
+    aws_errors,
+)
+from mlcluster.cli.progress import progress
+from mlcluster.config import load_environment
+from tests.cli.conftest import Aws, invoke
+
+SOURCES = ("--region", "file", "AWS_REGION", "AWS_DEFAULT_REGION", "profile", "zone")
+
+
+@pytest.fixture
+def clean_aws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Credentials in the environment, no region anywhere, an AWS config file with profile ``ops`` in eu-north-1."""
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    config = tmp_path / "aws-config"
+    config.write_text(
+        "[profile ops]\nregion = eu-north-1\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    return config
+
+
+def _env(tmp_path: Path, **top: Any) -> Path:
+    path = tmp_path / "qa.yaml"
+    path.write_text(yaml.safe_dump({"network": {"availability_zone_id": "apse2-az1"}, **top}))
+    return path
+
+
+@pytest.mark.parametrize("first", range(len(SOURCES)), ids=SOURCES)
+def test_region_order(first: int, tmp_path: Path, clean_aws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each source wins over every later one; the zone ID (apse2-az1: ap-southeast-2) is the last resort."""
+    regions = {"--region": "us-west-2", "file": "ap-southeast-2", "AWS_REGION": "eu-west-1"}
+    regions |= {"AWS_DEFAULT_REGION": "ca-central-1", "profile": "eu-north-1", "zone": "ap-southeast-2"}
+    present = SOURCES[first:]
+    if "AWS_REGION" in present:
+        monkeypatch.setenv("AWS_REGION", regions["AWS_REGION"])
+    if "AWS_DEFAULT_REGION" in present:
+        monkeypatch.setenv("AWS_DEFAULT_REGION", regions["AWS_DEFAULT_REGION"])
+    config = load_environment(_env(tmp_path, **({"region": regions["file"]} if "file" in present else {}))).config
+    opened = open_session(
+        regions["--region"] if "--region" in present else None,
+        "ops" if "profile" in present else None,
+        config,
+    )
+    assert opened.region == regions[SOURCES[first]]
+    assert opened.session.region_name == opened.region
+    expected = {"file": "`region:` in the environment file", "profile": "profile ops in the AWS config file"}
+    expected["zone"] = "the environment's availability zone"
+    assert opened.region_source == expected.get(SOURCES[first], SOURCES[first])
+
+
+def test_status_reads_aws_region(tmp_path: Path, aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before issue 26 `status` read only AWS_DEFAULT_REGION and asked for a region with AWS_REGION set."""
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    result = invoke("status", "qa", "--environments", str(folder), "--json")
+    data = json.loads(result.stdout)
+    assert (data["region"], data["region_source"]) == ("eu-west-1", "AWS_REGION"), result.output
+
+
+def test_unknown_profile_is_a_setup_error(tmp_path: Path, clean_aws: Path) -> None:
+    with pytest.raises(CliError) as caught:
+        open_session(None, "nope", None)
+    assert caught.value.exit_code == EXIT_SETUP
+    assert caught.value.message.splitlines()[0] == (
+        "opening the AWS session with profile nope failed: The config profile (nope) could not be found"
+    )
+
+
+def test_no_region_at_all_is_a_setup_error(clean_aws: Path) -> None:
+    with pytest.raises(CliError) as caught:
+        open_session(None, None, None)
+    assert caught.value.exit_code == EXIT_SETUP
+    assert caught.value.message.startswith("no AWS region: none of --region, `region:` in the environment file")
+
+
+def test_the_table_names_botocore_classes() -> None:
+    for name, code, advice in BOTOCORE_ERRORS:
+        assert issubclass(getattr(exceptions, name), exceptions.BotoCoreError), name
+        assert code in (EXIT_SETUP, EXIT_AWS) and advice
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "first_line"),
+    [
+        (exceptions.NoCredentialsError(), EXIT_SETUP, "X failed: no AWS credentials found"),
+        (exceptions.PartialCredentialsError(provider="env", cred_var="AWS_SECRET_ACCESS_KEY"), EXIT_SETUP, None),
+        (
+            exceptions.ProfileNotFound(profile="ops"),
+            EXIT_SETUP,
+            "X failed: The config profile (ops) could not be found",
+        ),
+        (exceptions.SSOTokenLoadError(error_msg="expired"), EXIT_SETUP, None),
+        (exceptions.UnauthorizedSSOTokenError(), EXIT_SETUP, None),
+        (exceptions.TokenRetrievalError(provider="sso", error_msg="m"), EXIT_SETUP, None),
+        (exceptions.CredentialRetrievalError(provider="process", error_msg="m"), EXIT_SETUP, None),
+        (exceptions.NoRegionError(), EXIT_SETUP, "X failed: You must specify a region."),
+        (exceptions.EndpointConnectionError(endpoint_url="https://x"), EXIT_AWS, None),
+        (exceptions.ConnectTimeoutError(endpoint_url="https://x"), EXIT_AWS, None),
+        (exceptions.ReadTimeoutError(endpoint_url="https://x"), EXIT_AWS, None),
+        (
+            exceptions.ParamValidationError(report="bad\nrequest"),
+            EXIT_AWS,
+            "X failed: Parameter validation failed: bad request",
+        ),
+        (
+            exceptions.ClientError({"Error": {"Code": "Throttling", "Message": "slow"}}, "Op"),
+            EXIT_AWS,
+            "X failed: Throttling: slow",
+        ),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else None,
+)
+def test_every_botocore_error_is_one_line_and_its_code(error: Exception, code: int, first_line: str | None) -> None:
+    with pytest.raises(CliError) as caught, aws_errors("X"):
+        raise error
+    lines = caught.value.message.splitlines()
+    assert caught.value.exit_code == code
+    assert len(lines) == 2 and lines[1].startswith("  what to do: ")
+    assert lines[0].startswith("X failed: ")
+    if first_line is not None:
+        assert lines[0] == first_line
+
+
+def test_a_botocore_error_no_verb_wrapped_is_still_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The group's last resort: an unwrapped botocore error becomes its code, never a traceback."""
+    from mlcluster.cli import validate as validate_module
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise exceptions.EndpointConnectionError(endpoint_url="https://sts.amazonaws.com")
+
+    monkeypatch.setattr("mlcluster.config.project.check_environments", broken)
+    (tmp_path / "environments").mkdir()
+    result = invoke("validate", "--environments", str(tmp_path / "environments"))
+    assert validate_module.validate is not None
+    assert result.exit_code == EXIT_AWS
+    assert result.stderr.startswith("mlcluster: AWS call failed: Could not connect to the endpoint URL")
+    assert "Traceback" not in result.output
+
+
+def test_exit_codes_are_distinct_and_documented() -> None:
+    assert sorted(EXIT_CODES) == list(range(7))
+    assert EXIT_REPLACEMENT != EXIT_USAGE == 2  # click's usage code is not a diff verdict (issue 26)
+    result = invoke("--help")
+    for code, meaning in EXIT_CODES.items():
+        assert f"  {code}  {meaning}" in result.stdout
+    assert "_MLCLUSTER_COMPLETE=bash_source mlcluster" in result.stdout
+
+
+def _verdict(replacement: str, kind: str = "AWS::FSx::FileSystem", path: str = "Storage/Lustre/Resource") -> Verdict:
+    return Verdict("qa-Storage", "Lustre", kind, path, "Modify", replacement)
+
+
+def test_diff_replacement_exits_6_and_json_lists_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(CliError) as caught:
+        report([_verdict("True")], stacks={"qa-Storage": "changes"}, region="us-east-1", as_json=True)
+    assert caught.value.exit_code == EXIT_REPLACEMENT == 6
+    data = json.loads(capsys.readouterr().out)
+    assert (data["safe"], data["region"], data["stacks"]) == (False, "us-east-1", {"qa-Storage": "changes"})
+    assert data["data_bearing"][0]["logical_id"] == "Lustre" and data["other"] == []
+    report([_verdict("False")], as_json=True)  # a safe change: no error
+    assert json.loads(capsys.readouterr().out)["safe"] is True
+
+
+def test_usage_error_stays_2() -> None:
+    assert invoke("diff").exit_code == EXIT_USAGE
+    assert invoke("status", "qa", "--no-such-option").exit_code == EXIT_USAGE
+
+
+def test_protect_json_without_deployed_stacks(aws: Aws, tmp_path: Path) -> None:
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    result = invoke("protect", "qa", "--environments", str(folder), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"protected": {}}
+
+
+def test_validate_json(tmp_path: Path) -> None:
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    good = invoke("validate", "--environments", str(folder), "--json")
+    assert good.exit_code == 0
+    assert json.loads(good.stdout) == {"valid": True, "environments": ["qa"], "warnings": [], "errors": []}
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-2z}\n")
+    bad = invoke("validate", "--environments", str(folder), "--json")
+    assert bad.exit_code == 1
+    (error,) = json.loads(bad.stdout)["errors"]
+    assert (error["file"], error["key"]) == (str(folder / "qa.yaml"), "network.availability_zone")
+
+
+def test_progress_is_silent_off_a_terminal_and_shown_on_one() -> None:
+    from rich.console import Console
+
+    pipe = io.StringIO()
+    with progress("synthesizing qa", Console(file=pipe)):
+        pass
+    assert pipe.getvalue() == ""
+    tty = io.StringIO()
+    with progress("synthesizing qa", Console(file=tty, force_terminal=True)):
+        pass
+    assert "synthesizing qa" in tty.getvalue()
+
+
+def test_cost_offline_needs_no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cost --offline` makes no AWS call, so the session factory does not demand credentials for it."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    result = invoke("cost", "qa", "--environments", str(folder), "--offline")
+    assert result.exit_code == 1
+    assert "no price cache" in result.stderr and "credentials" not in result.stderr
+    assert invoke("cost", "qa", "--environments", str(folder)).exit_code == EXIT_SETUP

@@ -1,0 +1,266 @@
+"""mlcluster-health (health.sh) run by bash on a fake node whose tools print their documented formats."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mlcluster.cli.nccl import EFA_DEVICES
+from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+from mlcluster.lifecycle.hyperpod.plan import HEALTH_EXPECTATIONS, health_env
+from mlcluster.pcluster.instance_types import INSTANCE_TYPES
+
+DATA = Path(__file__).parent / "data/health"
+CLI_DATA = Path(__file__).parents[1] / "cli/transcripts"
+HEALTH = HYPERPOD_DIR / "health.sh"
+
+#: nvidia-smi answers -L and the two --query-gpu calls from files; an old driver rejects the
+#: clocks_event_reasons.* names as nvidia-smi does ("is not a valid field to query").
+STUBS = {
+    "nvidia-smi": """case "$*" in
+  -L) cat "$DATA/L" ;;
+  *ecc.errors*) cat "$DATA/ecc" ;;
+  *clocks_event_reasons*) if [ -e "$DATA/old_driver" ]; then echo 'Field "clocks_event_reasons.hw_slowdown" is not a valid field to query.'; exit 2; fi; cat "$DATA/clocks" ;;
+  *clocks_throttle_reasons*) cat "$DATA/clocks" ;;
+  *) exit 2 ;;
+esac
+""",
+    "journalctl": 'cat "$DATA/journal"\n',
+    "fi_info": 'cat "$DATA/fi_info"\n',
+    "neuron-ls": 'cat "$DATA/neuron_ls"\n',
+    "dcgmi": 'cat "$DATA/dcgmi"; [ ! -e "$DATA/dcgmi_fails" ]\n',
+    "scontrol": 'printf "%s\\n" "$*" >>"$DATA/scontrol.log"\n',
+    "hostname": "echo ip-10-1-4-190\n",
+}
+
+
+@dataclass
+class Node:
+    """A fake node root, its tools' answers in ``data`` and the stubs on PATH."""
+
+    root: Path
+    data: Path
+    bin: Path
+
+    def efa(self, count: int) -> None:
+        driver = self.root / "sys/bus/pci/drivers/efa"
+        driver.mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            device = self.root / f"sys/class/infiniband/rdmap{79 + i}s0/device"
+            device.mkdir(parents=True)
+            (device / "driver").symlink_to(driver)
+
+    def answer(self, name: str, text: str) -> None:
+        (self.data / name).write_text(text)
+
+    def run(self, *args: str, memlock: str = "unlimited", **env: str) -> subprocess.CompletedProcess[str]:
+        """Run health.sh; ``memlock`` is the soft limit /proc/self/limits shows (proc(5) layout)."""
+        limits = self.root / "proc/self/limits"
+        limits.parent.mkdir(parents=True, exist_ok=True)
+        limits.write_text(
+            "Limit                     Soft Limit           Hard Limit           Units     \n"
+            "Max open files            1048576              1048576              files     \n"
+            f"Max locked memory         {memlock:<20} {memlock:<20} bytes     \n"
+        )
+        return subprocess.run(
+            ["bash", str(HEALTH), *args],
+            env={"PATH": f"{self.bin}:/usr/bin:/bin", "MLC_ROOT": str(self.root), "DATA": str(self.data), **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def scontrol(self) -> list[str]:
+        log = self.data / "scontrol.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+
+def make_node(tmp_path: Path, instance_type: str) -> Node:
+    node = Node(tmp_path / "root", tmp_path / "data", tmp_path / "bin")
+    for folder in (node.root / "etc/mlcluster", node.root / "var/log", node.data, node.bin):
+        folder.mkdir(parents=True)
+    (node.root / "etc/mlcluster/health.env").write_text(health_env(instance_type))
+    for name, body in STUBS.items():
+        (node.bin / name).write_text("#!/bin/sh\n" + body)
+        (node.bin / name).chmod(0o755)
+    return node
+
+
+@pytest.fixture
+def p5(tmp_path: Path) -> Node:
+    node = make_node(tmp_path, "ml.p5.48xlarge")
+    node.answer("L", (DATA / "nvidia_smi_L_p5.txt").read_text())
+    node.answer("ecc", (DATA / "nvidia_smi_ecc_ok.csv").read_text())
+    node.answer("clocks", (DATA / "nvidia_smi_clocks_ok.csv").read_text())
+    node.answer("journal", "Nov 27 09:58:01 ip-10-1-4-190 kernel: Linux version 6.8.0-1024-aws\n")
+    node.answer("fi_info", (DATA / "fi_info_p5.txt").read_text())
+    node.efa(32)
+    return node
+
+
+def checks(out: str) -> dict[str, str]:
+    """check name -> "STATUS severity" from the per-check lines."""
+    found = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) > 3 and parts[1] in {"PASS", "FAIL", "SKIP"}:
+            found[parts[2]] = f"{parts[1]} {parts[3].rstrip(':')}"
+    return found
+
+
+def test_expectations_match_the_instance_type_tables() -> None:
+    """plan.py runs on the node with the standard library: its table must equal the sourced ones."""
+    for name, (gpus, efa, neuron) in HEALTH_EXPECTATIONS.items():
+        kind = INSTANCE_TYPES[name]
+        assert (gpus, neuron) == (
+            kind.accelerators if kind.accelerator == "nvidia" else 0,
+            kind.accelerators if kind.accelerator == "neuron" else 0,
+        ), name
+        assert efa == EFA_DEVICES[name], name
+    assert set(EFA_DEVICES) <= set(HEALTH_EXPECTATIONS)
+    assert health_env("ml.m5.12xlarge").endswith("MLC_EXPECT_GPUS=0\nMLC_EXPECT_EFA=0\nMLC_EXPECT_NEURON=0\n")
+
+
+def test_healthy_p5_passes_the_quick_tier(p5: Node) -> None:
+    result = p5.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert checks(result.stdout) == {
+        "gpu_count": "PASS critical",
+        "xid": "PASS critical",
+        "ecc": "PASS critical",
+        "throttle": "PASS warning",
+        "efa_count": "PASS critical",
+        "fi_info": "PASS critical",
+        "memlock": "PASS critical",
+        "neuron": "SKIP critical",
+    }
+    assert result.stdout.splitlines()[-1] == "ip-10-1-4-190: healthy"
+    assert p5.scontrol() == []
+    assert "PASS fi_info critical: libfabric's efa provider lists 32 devices" in (
+        (p5.root / "var/log/mlcluster-health.log").read_text()
+    )
+
+
+def test_broken_p5_fails_critically_and_drains_itself_with_the_reason(p5: Node) -> None:
+    p5.answer("L", "".join((DATA / "nvidia_smi_L_p5.txt").read_text().splitlines(keepends=True)[:7]))
+    p5.answer("journal", (DATA / "journal_xid79.txt").read_text())
+    p5.answer("fi_info", "".join((DATA / "fi_info_p5.txt").read_text().split("provider: efa\n", 1)[1:]))
+    (p5.root / "sys/class/infiniband/rdmap79s0/device/driver").unlink()
+    result = p5.run("--drain", memlock="8388608", SLURMD_NODENAME="p5-st-p5-1")
+    assert result.returncode == 1
+    out = result.stdout
+    assert "ip-10-1-4-190 FAIL gpu_count critical: 7 of 8 GPUs visible. Action: reboot the node;" in out
+    assert "ip-10-1-4-190 FAIL xid critical: Xid 79 since boot. Action: drain the node and replace it" in out
+    assert "ip-10-1-4-190 FAIL efa_count critical: 31 of 32 EFA devices." in out
+    assert "ip-10-1-4-190 FAIL fi_info critical: libfabric's efa provider lists 31 of 32 devices." in out
+    assert "ip-10-1-4-190 FAIL memlock critical: locked memory limited to 8388608 bytes" in out
+    assert "ip-10-1-4-190: 5 critical, 0 warning" in out
+    reason = "mlcluster-health: gpu_count xid efa_count fi_info memlock failed"
+    assert p5.scontrol() == [f"update nodename=p5-st-p5-1 state=drain reason={reason}"]
+    assert f"ip-10-1-4-190: drained p5-st-p5-1 ({reason})" in out
+
+
+def test_warnings_do_not_drain(p5: Node) -> None:
+    p5.answer("journal", (DATA / "journal_xid13.txt").read_text())
+    p5.answer(
+        "clocks",
+        "0, Not Active, Active, Not Active\n"
+        + "".join(f"{i}, Not Active, Not Active, Not Active\n" for i in range(1, 8)),
+    )
+    p5.answer("ecc", "0, 0, No, Yes\n" + "".join(f"{i}, 0, No, No\n" for i in range(1, 8)))
+    (p5.data / "old_driver").touch()  # before driver 535 the fields are clocks_throttle_reasons.*
+    result = p5.run("--drain")
+    assert result.returncode == 0, result.stdout
+    assert checks(result.stdout)["xid"] == "FAIL warning"
+    assert "FAIL throttle warning: hardware clock slowdown on GPU 0." in result.stdout
+    assert "FAIL ecc warning: row remapping pending on GPU 0. Action: reboot the node" in result.stdout
+    assert result.stdout.splitlines()[-1] == "ip-10-1-4-190: 0 critical, 3 warning"
+    assert p5.scontrol() == []
+
+
+def test_uncorrected_ecc_is_critical(p5: Node) -> None:
+    p5.answer("ecc", "0, 0, No, No\n1, 2, No, No\n2, [N/A], Yes, No\n")
+    result = p5.run()
+    assert result.returncode == 1
+    assert (
+        "FAIL ecc critical: GPU 1 (uncorrected 2, remap failure No) GPU 2 (uncorrected [N/A], remap failure Yes)"
+        in result.stdout
+    )
+
+
+def test_deep_tier_runs_dcgm_and_single_node_nccl(p5: Node) -> None:
+    p5.answer("dcgmi", (DATA / "dcgmi_diag_fail.txt").read_text())
+    (p5.data / "dcgmi_fails").touch()
+    nccl = p5.root / "opt/mlcluster/nccl-tests/bin/all_reduce_perf"
+    nccl.parent.mkdir(parents=True)
+    # the single-node run prints nccl-tests' summary lines (src/util.cu)
+    nccl.write_text(
+        '#!/bin/sh\necho "$*" >"$DATA/nccl_args"\nprintf "# Out of bounds values : 0 OK\\n# Avg bus bandwidth    : 358.12 \\n"\n'
+    )
+    nccl.chmod(0o755)
+    result = p5.run("--tier", "deep")
+    assert result.returncode == 1
+    assert (
+        "FAIL dcgm_diag critical: dcgmi diag -r 2 failed: Page Retirement/Row Remap: Fail;GPU Memory: Fail - GPU: 3"
+        in result.stdout
+    )
+    assert "PASS nccl_single critical: all_reduce on 8 GPUs: avg bus bandwidth 358.12 GB/s" in result.stdout
+    assert (p5.data / "nccl_args").read_text() == "-b 1G -e 4G -f 2 -g 8\n"
+    assert "SKIP nccom_single critical" in result.stdout
+
+
+def test_trn1_counts_neuron_devices_and_skips_the_gpu_checks(tmp_path: Path) -> None:
+    node = make_node(tmp_path, "trn1.32xlarge")
+    node.answer("neuron_ls", (CLI_DATA / "neuron_ls_trn1.txt").read_text())
+    node.answer("journal", "")
+    blocks = (DATA / "fi_info_p5.txt").read_text().split("provider: efa\n")[1:9]
+    node.answer("fi_info", "".join("provider: efa\n" + block for block in blocks))
+    node.efa(8)
+    result = node.run()
+    assert result.returncode == 0, result.stdout
+    found = checks(result.stdout)
+    assert found["neuron"] == "PASS critical"
+    assert (found["gpu_count"], found["xid"], found["ecc"]) == ("SKIP critical",) * 3
+    assert (found["efa_count"], found["fi_info"]) == ("PASS critical", "PASS critical")
+    node.answer("neuron_ls", "")
+    broken = node.run("--drain")
+    assert "FAIL neuron critical: 0 of 16 Neuron devices" in broken.stdout
+    assert node.scontrol() == ["update nodename=ip-10-1-4-190 state=drain reason=mlcluster-health: neuron failed"]
+
+
+@pytest.mark.parametrize("args", [["--tier", "long"], ["--expect-gpus", "eight"], ["--bogus"]])
+def test_bad_arguments(p5: Node, args: list[str]) -> None:
+    result = p5.run(*args)
+    assert result.returncode == 2
+    assert "usage: mlcluster-health [--tier quick|deep]" in result.stderr
+
+
+def test_shellcheck_clean() -> None:
+    shellcheck = Path(__file__).parents[2] / ".venv/bin/shellcheck"
+    result = subprocess.run([str(shellcheck), str(HEALTH)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_operator_commands_inline_copy_runs_without_health_env(p5: Node) -> None:
+    """`mlcluster health` sends the script with the instance type's counts; no installed file is needed."""
+    from mlcluster.cli.health import health_command
+    from mlcluster.cli.smoke import Partition
+
+    (p5.root / "etc/mlcluster/health.env").unlink()
+    p5.run()  # writes the proc(5) limits file
+    command = health_command(Partition("p5", "ml.p5.48xlarge"), "quick")
+    result = subprocess.run(
+        ["bash", "-c", command],
+        env={"PATH": f"{p5.bin}:/usr/bin:/bin", "MLC_ROOT": str(p5.root), "DATA": str(p5.data)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ip-10-1-4-190 PASS efa_count critical: 32 EFA devices" in result.stdout
+    assert result.stdout.splitlines()[-1] == "ip-10-1-4-190: healthy"
