@@ -226,7 +226,7 @@ class NodeCheck:
 
 
 _NODE_CHECK = re.compile(
-    r"^(?:\d+:\s+)?MLC-NCCL (?P<host>\S+) (?P<what>ok|missing|no-plugin|not-found|setting) ?(?P<rest>.*)$"
+    r"^(?:\d+:\s+)?MLC-NCCL (?P<host>\S+) (?P<what>ok|missing|not-installed|no-plugin|not-found|setting) ?(?P<rest>.*)$"
 )
 
 
@@ -247,6 +247,7 @@ def parse_node_check(text: str) -> NodeCheck:
         else:
             label = {
                 "missing": "no library folder for",
+                "not-installed": "no executable",
                 "no-plugin": "no aws-ofi-nccl libnccl-net*.so in",
                 "not-found": "ldd: not found:",
             }[what]

@@ -80,7 +80,7 @@ def test_smoke_hyperpod_passes_every_step(hyperpod: World, node: FakeNode, aws: 
     assert f"timeout 300 srun {where} --ntasks-per-node=1 bash -c " in nccl
     assert f"timeout 900 srun {where} --ntasks-per-node=8 --cpu-bind=none --mpi=pmix bash -c " in nccl
     # the run exports the node's library folders, then execs the pinned binary
-    assert "mlc_dir openmpi /opt/amazon/openmpi/lib\n" in nccl
+    assert "mlc_dir openmpi . /opt/amazon/openmpi/lib\n" in nccl
     assert "exec /opt/mlcluster/nccl-tests/bin/all_reduce_perf -b 1G -e 8G -f 2 -g 1" in nccl
     assert 'ldd "$r"/opt/mlcluster/nccl-tests/bin/all_reduce_perf "$plugin"' in nccl
     assert "grep -h 'EFA installer version' /opt/amazon/efa_installed_packages" in nccl
@@ -141,7 +141,7 @@ def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNo
     nccl = aws.params("SendCommand")[3]["Parameters"]["commands"][0]
     assert "--nodelist=compute-gpu-st-p5-1,compute-gpu-st-p5-2 --exclusive --immediate=60" in nccl
     assert "compute-gpu-st-p5-4" not in nccl
-    assert "mlc_dir openmpi /opt/amazon/openmpi/lib /opt/amazon/openmpi/lib64\n" in nccl
+    assert "mlc_dir openmpi . /opt/amazon/openmpi/lib /opt/amazon/openmpi/lib64\n" in nccl
     assert " /opt/aws-ofi-nccl/lib\n" in nccl
     assert "look at: `aws ssm get-command-invocation --region us-east-2 --command-id" in out
     assert f"--instance-id {pcluster.head_node}`" in out
@@ -293,7 +293,8 @@ def test_smoke_nccl_one_dead_efa_device_fails(hyperpod: World, node: FakeNode) -
     """A node that lost one of its 32 EFA devices still reaches a passing bandwidth: the device count fails it."""
     healthy_hyperpod(node)
     node.on(BARE_METAL_NCCL, transcript("all_reduce_p5_degraded.txt"))
-    result = hyperpod.run("smoke", "hyperpod", "--json")
+    # the transcript's 362.4 GB/s is below p5's published mark: lower the mark so only the count fails it
+    result = hyperpod.run("smoke", "hyperpod", "--json", "--min-busbw", "300")
     assert result.exit_code == 1
     step = json.loads(result.stdout)["steps"][4]
     assert step["outcome"] == "FAIL"

@@ -324,10 +324,10 @@ check_nccl_single() {
     # BEGIN library_prelude hyperpod (mlcluster.cli.nccl.library_prelude; a test keeps them equal)
     mlc_path=""; mlc_missing=""; mlc_ofi=""; r=${MLC_ROOT:-}
     mlc_dir() {
-      local name=$1 d
-      shift
+      local name=$1 file=$2 d
+      shift 2
       for d in "$@"; do
-        if [ -d "$r$d" ]; then
+        if [ -d "$r$d" ] && [ -e "$r$d/$file" ]; then
           mlc_path="$mlc_path${mlc_path:+:}$r$d"
           if [ "$name" = ofi-nccl ]; then mlc_ofi="$r$d"; fi
           return 0
@@ -335,10 +335,11 @@ check_nccl_single() {
       done
       mlc_missing="$mlc_missing $name"
     }
-    mlc_dir efa /opt/amazon/efa/lib
-    mlc_dir openmpi /opt/amazon/openmpi/lib
-    mlc_dir ofi-nccl /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu /opt/amazon/ofi-nccl/lib
-    mlc_dir cuda /usr/local/cuda/lib64
+    mlc_dir efa . /opt/amazon/efa/lib
+    mlc_dir openmpi . /opt/amazon/openmpi/lib
+    mlc_dir ofi-nccl . /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu /opt/amazon/ofi-nccl/lib
+    mlc_dir nccl libnccl.so.2 /opt/nccl/build/lib /usr/local/cuda/lib /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64
+    mlc_dir cuda . /usr/local/cuda/lib64
     export LD_LIBRARY_PATH="$mlc_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     # END library_prelude
     "$MLC_ROOT$NCCL_TESTS" -b 1G -e 4G -f 2 -g "$EXPECT_GPUS" 2>&1
