@@ -277,7 +277,7 @@ def parse_container_check(text: str) -> dict[str, ContainerView]:
     return seen
 
 
-_NEURON = re.compile(r"^(?:\d+:\s+)?MLC-NEURON (?P<host>\S+) devices=(?P<n>\d+)$")
+_NEURON = re.compile(r"^(?:\d+:\s+)?MLC-NEURON (?P<host>\S+) devices=(?P<n>\d+)(?: efa=(?P<efa>\d+))?$")
 
 
 def parse_neuron_counts(text: str) -> dict[str, int]:
@@ -286,6 +286,15 @@ def parse_neuron_counts(text: str) -> dict[str, int]:
     for line in text.splitlines():
         if match := _NEURON.match(line.strip()):
             seen.setdefault(match["host"], int(match["n"]))
+    return seen
+
+
+def parse_neuron_efa(text: str) -> dict[str, int]:
+    """Per host, the EFA devices the same ``MLC-NEURON`` line counted (``efa=<n>``; absent: not counted)."""
+    seen: dict[str, int] = {}
+    for line in text.splitlines():
+        if (match := _NEURON.match(line.strip())) and match["efa"] is not None:
+            seen.setdefault(match["host"], int(match["efa"]))
     return seen
 
 
