@@ -57,7 +57,7 @@ NCCL_FILTER = (
     "/^#|^ *[0-9]+ +[0-9]+ /{print; next} /[Ee]rror|NET\\/Socket/{if (e++ < 5) print}'"
 )
 #: nccl-tests in a container: AWS's public image with CUDA, NCCL, the EFA libraries, aws-ofi-nccl and
-#: nccl-tests, pinned by digest (a tag can be moved; a digest cannot). Enroot's reference syntax
+#: nccl-tests, pinned by digest (a tag can be moved; a digest cannot). Enroot 4's reference syntax
 #: ``REGISTRY#IMAGE@DIGEST``. The digest is the one the tag
 #: ``cuda13.0.2-efa1.48.0-ofiv1.19.0-ncclv2.30.4-1-testsv2.18.3`` resolved to, as recorded in public
 #: pin files; CUDA 13 needs an NVIDIA driver of the 580 series or later. Override with --nccl-image.
