@@ -25,13 +25,13 @@ from mlcluster.cli.nccl import Backend, efa_devices, node_check, node_run
 from mlcluster.cli.nccl_marks import parse_versions, pass_mark
 from mlcluster.cli.nodes import Node, cluster_name, controller
 from mlcluster.cli.parsers import (
-    parse_neuron_efa,
     NODES_MARK,
     parse_all_reduce,
     parse_container_check,
     parse_hostnames,
     parse_nccom,
     parse_neuron_counts,
+    parse_neuron_efa,
     parse_node_check,
     parse_node_states,
     parse_precheck,

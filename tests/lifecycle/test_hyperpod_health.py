@@ -299,9 +299,9 @@ def test_wrapper_under_an_empty_environment_finds_the_tools_in_their_install_fol
     assert "PASS gpu_count critical: 8 GPUs" in result.stdout, result.stdout + result.stderr
     assert "PASS efa_count critical: 32 EFA devices" in result.stdout
     assert "FAIL fi_info critical: libfabric's efa provider lists 31 of 32 devices" in result.stdout
-    assert p5.scontrol() == [
-        "update nodename=ip-10-1-4-190 state=drain reason=mlcluster-health: fi_info failed"
-    ], result.stdout + result.stderr
+    assert p5.scontrol() == ["update nodename=ip-10-1-4-190 state=drain reason=mlcluster-health: fi_info failed"], (
+        result.stdout + result.stderr
+    )
 
 
 @pytest.mark.parametrize(("tool", "check"), [("fi_info", "fi_info"), ("neuron-ls", "neuron")])
@@ -347,8 +347,11 @@ def test_xid_94_is_a_warning_and_48_is_critical(p5: Node) -> None:
 
 def test_the_periodic_check_counts_only_xids_after_its_last_run(p5: Node) -> None:
     """An Xid 79 drains the node once; after a reset and resume the old kernel line must not drain it again."""
-    STUBS_JOURNAL = 'printf "%s\\n" "$*" >>"$DATA/journal.args"\ncase "$*" in *--since*) cat "$DATA/journal_new" ;; *) cat "$DATA/journal" ;; esac\n'
-    (p5.bin / "journalctl").write_text("#!/bin/sh\n" + STUBS_JOURNAL)
+    journal_stub = (
+        'printf "%s\\n" "$*" >>"$DATA/journal.args"\n'
+        'case "$*" in *--since*) cat "$DATA/journal_new" ;; *) cat "$DATA/journal" ;; esac\n'
+    )
+    (p5.bin / "journalctl").write_text("#!/bin/sh\n" + journal_stub)
     p5.answer("journal", (DATA / "journal_xid79.txt").read_text())
     p5.answer("journal_new", "")
     first = p5.run("--drain")
@@ -367,13 +370,16 @@ def test_memlock_checks_the_hard_limit_as_a_warning(p5: Node) -> None:
     limits = "Limit  Soft Limit  Hard Limit  Units\nMax locked memory         {soft:<20} {hard:<20} bytes\n"
     p5.run()
     (p5.root / "proc/self/limits").write_text(limits.format(soft="8388608", hard="unlimited"))
-    assert "PASS memlock" in subprocess.run(
-        ["bash", str(HEALTH)],
-        env={"PATH": f"{p5.bin}:/usr/bin:/bin", "MLC_ROOT": str(p5.root), "DATA": str(p5.data)},
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
+    assert (
+        "PASS memlock"
+        in subprocess.run(
+            ["bash", str(HEALTH)],
+            env={"PATH": f"{p5.bin}:/usr/bin:/bin", "MLC_ROOT": str(p5.root), "DATA": str(p5.data)},
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    )
     (p5.root / "proc/self/limits").write_text(limits.format(soft="8388608", hard="8388608"))
     result = subprocess.run(
         ["bash", str(HEALTH), "--drain"],
