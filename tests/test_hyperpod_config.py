@@ -197,6 +197,10 @@ def test_names_near_the_reserved_prefix_are_accepted(tmp_path: Path, name: str) 
         ("ml.p5.48xlarge", None, ("InstanceStress", "InstanceConnectivity")),  # unset on GPUs: both
         ("ml.trn1.32xlarge", None, ("InstanceStress", "InstanceConnectivity")),  # and on Trainium
         ("ml.m5.12xlarge", None, ()),  # unset elsewhere: none
+        ("ml.g5.xlarge", None, ()),  # a GPU type without EFA: none
+        ("ml.g5.48xlarge", None, ("InstanceStress", "InstanceConnectivity")),  # the same family with EFA: both
+        ("ml.inf2.48xlarge", None, ()),  # Inferentia: no EFA, none
+        ("ml.trn1.2xlarge", None, ()),  # the small Trainium type has no EFA: none
         ("ml.p5.48xlarge", (), ()),  # [] turns them off
         ("ml.p5.48xlarge", ("InstanceConnectivity",), ("InstanceConnectivity",)),
     ],

@@ -200,6 +200,9 @@ def health(
             f"-N {len(idle)} -p {shlex.quote(chosen.name)} --nodelist={','.join(n.name for n in idle)} "
             f"--exclusive --immediate={IMMEDIATE_SECONDS} --ntasks-per-node=1"
         )
+        if tier == "deep":
+            # the single-node all_reduce_perf is an MPI program (nccl-tests built with MPI=1), as in smoke
+            where += " --mpi=pmix"
         command = health_command(chosen, tier)
         result = run(f"{tier} checks", f"timeout {seconds} srun {where} {command} 2>&1 | {HEALTH_FILTER}", seconds)
         failures, done = parse_health(result.stdout)

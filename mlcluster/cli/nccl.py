@@ -6,7 +6,11 @@ aws-ofi-nccl plugin with ``dlopen``: without the right ``LD_LIBRARY_PATH``
 sockets. AWS's own nccl-tests scripts (awsome-distributed-training,
 micro-benchmarks/nccl-tests) put the EFA, Open MPI, aws-ofi-nccl and CUDA
 library folders on the loader path; :data:`LIBRARY_DIRS` lists where each
-backend's images keep them, first existing folder wins.
+backend's images keep them, first existing folder wins. NCCL's own folder is
+found by its library (:data:`MARKER_FILES`): the HyperPod step nccl_tests
+builds against the first of ``/opt/nccl/build``, ``/usr/local/cuda`` and
+``/usr`` that has ``include/nccl.h`` and nccl-tests' Makefile links
+``-L$NCCL_HOME/lib`` with no rpath, so the same order is searched here.
 
 :data:`EFA_DEVICES` is the number of EFA devices aws-ofi-nccl should find on
 one node ("found N nics", ``src/nccl_ofi_net.cpp`` of aws/aws-ofi-nccl): the
@@ -30,6 +34,16 @@ Backend = Literal["pcluster", "hyperpod"]
 #: aws-ofi-nccl is bundled in /opt/amazon/ofi-nccl or built by the lifecycle into /opt/aws-ofi-nccl
 #: (mlcluster/lifecycle/pcluster/nccl_efa.sh). HyperPod: the DLAMI (Ubuntu) keeps all of them under
 #: /opt/amazon, the plugin in its multiarch folder.
+#: Where NCCL's libnccl.so.2 is, in the order nccl_tests.sh picks NCCL_HOME (then the distribution's
+#: folders, for a libnccl2 package).
+_NCCL_DIRS: Final = (
+    "/opt/nccl/build/lib",
+    "/usr/local/cuda/lib",
+    "/usr/local/cuda/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+)
+
 LIBRARY_DIRS: Final[dict[Backend, tuple[tuple[str, tuple[str, ...]], ...]]] = {
     "pcluster": (
         ("efa", ("/opt/amazon/efa/lib", "/opt/amazon/efa/lib64")),
@@ -42,15 +56,20 @@ LIBRARY_DIRS: Final[dict[Backend, tuple[tuple[str, tuple[str, ...]], ...]]] = {
                 "/opt/aws-ofi-nccl/lib",
             ),
         ),
+        ("nccl", _NCCL_DIRS),
         ("cuda", ("/usr/local/cuda/lib64",)),
     ),
     "hyperpod": (
         ("efa", ("/opt/amazon/efa/lib",)),
         ("openmpi", ("/opt/amazon/openmpi/lib",)),
         ("ofi-nccl", ("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib")),
+        ("nccl", _NCCL_DIRS),
         ("cuda", ("/usr/local/cuda/lib64",)),
     ),
 }
+
+#: Components whose folder must hold this file, not just exist (the others: the folder is enough).
+MARKER_FILES: Final[dict[str, str]] = {"nccl": "libnccl.so.2"}
 
 #: EFA devices per node, by instance type (see the module docstring for the sources).
 EFA_DEVICES: Final[dict[str, int]] = {
@@ -88,10 +107,10 @@ def library_prelude(backend: Backend) -> str:
     lines = [
         'mlc_path=""; mlc_missing=""; mlc_ofi=""; r=${MLC_ROOT:-}',
         "mlc_dir() {",
-        "  local name=$1 d",
-        "  shift",
+        "  local name=$1 file=$2 d",
+        "  shift 2",
         '  for d in "$@"; do',
-        '    if [ -d "$r$d" ]; then',
+        '    if [ -d "$r$d" ] && [ -e "$r$d/$file" ]; then',
         '      mlc_path="$mlc_path${mlc_path:+:}$r$d"',
         '      if [ "$name" = ofi-nccl ]; then mlc_ofi="$r$d"; fi',
         "      return 0",
@@ -100,7 +119,10 @@ def library_prelude(backend: Backend) -> str:
         '  mlc_missing="$mlc_missing $name"',
         "}",
     ]
-    lines += [f"mlc_dir {name} {' '.join(shlex.quote(d) for d in dirs)}" for name, dirs in LIBRARY_DIRS[backend]]
+    lines += [
+        f"mlc_dir {name} {shlex.quote(MARKER_FILES.get(name, '.'))} {' '.join(shlex.quote(d) for d in dirs)}"
+        for name, dirs in LIBRARY_DIRS[backend]
+    ]
     lines.append('export LD_LIBRARY_PATH="$mlc_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"')
     return "\n".join(lines) + "\n"
 
@@ -108,7 +130,7 @@ def library_prelude(backend: Backend) -> str:
 def node_check(backend: Backend, binary: str) -> str:
     """Shell run once per node before the NCCL job: folders, ``ldd`` of the binary and of the plugin.
 
-    Prints one ``MLC-NCCL <host> ok|missing|not-found|no-plugin ...`` line and, for every
+    Prints one ``MLC-NCCL <host> ok|missing|not-installed|not-found|no-plugin ...`` line and, for every
     :data:`TUNER_SETTINGS` key the user's environment or ``/etc/nccl.conf`` / ``~/.nccl.conf``
     sets, one ``MLC-NCCL <host> setting KEY=VALUE (where)`` line. Exits 1 on a problem.
     """
@@ -125,6 +147,7 @@ for f in "$r/etc/nccl.conf" "$HOME/.nccl.conf"; do
     print "{MARK} " h " setting " k "=" v " (" f ")" }}' "$f"
 done
 if [ -n "$mlc_missing" ]; then echo "{MARK} $h missing$mlc_missing"; exit 1; fi
+if [ ! -x "$r"{shlex.quote(binary)} ]; then echo "{MARK} $h not-installed {binary}"; exit 1; fi
 plugin=""
 for f in "$mlc_ofi"/libnccl-net*.so; do if [ -e "$f" ]; then plugin=$f; break; fi; done
 if [ -z "$plugin" ]; then echo "{MARK} $h no-plugin $mlc_ofi"; exit 1; fi

@@ -226,7 +226,7 @@ class NodeCheck:
 
 
 _NODE_CHECK = re.compile(
-    r"^(?:\d+:\s+)?MLC-NCCL (?P<host>\S+) (?P<what>ok|missing|no-plugin|not-found|setting) ?(?P<rest>.*)$"
+    r"^(?:\d+:\s+)?MLC-NCCL (?P<host>\S+) (?P<what>ok|missing|not-installed|no-plugin|not-found|setting) ?(?P<rest>.*)$"
 )
 
 
@@ -247,6 +247,7 @@ def parse_node_check(text: str) -> NodeCheck:
         else:
             label = {
                 "missing": "no library folder for",
+                "not-installed": "no executable",
                 "no-plugin": "no aws-ofi-nccl libnccl-net*.so in",
                 "not-found": "ldd: not found:",
             }[what]
@@ -276,7 +277,7 @@ def parse_container_check(text: str) -> dict[str, ContainerView]:
     return seen
 
 
-_NEURON = re.compile(r"^(?:\d+:\s+)?MLC-NEURON (?P<host>\S+) devices=(?P<n>\d+)$")
+_NEURON = re.compile(r"^(?:\d+:\s+)?MLC-NEURON (?P<host>\S+) devices=(?P<n>\d+)(?: efa=(?P<efa>\d+))?$")
 
 
 def parse_neuron_counts(text: str) -> dict[str, int]:
@@ -285,6 +286,15 @@ def parse_neuron_counts(text: str) -> dict[str, int]:
     for line in text.splitlines():
         if match := _NEURON.match(line.strip()):
             seen.setdefault(match["host"], int(match["n"]))
+    return seen
+
+
+def parse_neuron_efa(text: str) -> dict[str, int]:
+    """Per host, the EFA devices the same ``MLC-NEURON`` line counted (``efa=<n>``; absent: not counted)."""
+    seen: dict[str, int] = {}
+    for line in text.splitlines():
+        if (match := _NEURON.match(line.strip())) and match["efa"] is not None:
+            seen.setdefault(match["host"], int(match["efa"]))
     return seen
 
 

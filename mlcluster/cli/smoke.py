@@ -31,6 +31,7 @@ from mlcluster.cli.parsers import (
     parse_hostnames,
     parse_nccom,
     parse_neuron_counts,
+    parse_neuron_efa,
     parse_node_check,
     parse_node_states,
     parse_precheck,
@@ -56,7 +57,7 @@ NCCL_FILTER = (
     "/^#|^ *[0-9]+ +[0-9]+ /{print; next} /[Ee]rror|NET\\/Socket/{if (e++ < 5) print}'"
 )
 #: nccl-tests in a container: AWS's public image with CUDA, NCCL, the EFA libraries, aws-ofi-nccl and
-#: nccl-tests, pinned by digest (a tag can be moved; a digest cannot). Enroot's reference syntax
+#: nccl-tests, pinned by digest (a tag can be moved; a digest cannot). Enroot 4's reference syntax
 #: ``REGISTRY#IMAGE@DIGEST``. The digest is the one the tag
 #: ``cuda13.0.2-efa1.48.0-ofiv1.19.0-ncclv2.30.4-1-testsv2.18.3`` resolved to, as recorded in public
 #: pin files; CUDA 13 needs an NVIDIA driver of the 580 series or later. Override with --nccl-image.
@@ -81,11 +82,17 @@ CONTAINER_CHECK = (
 )
 #: neuron-ls's device table (Neuron "Neuron LS User Guide"): one row per device whose first cell is
 #: the device number (``| 0      | 2      | 32 GB  | 12, 3, 4, 1 | 0000:10:1c.0 | ...``); continuation
-#: rows of the process columns leave it empty. Counted on the node, one line per node.
+#: rows of the process columns leave it empty. Counted on the node, one line per node, with the EFA
+#: devices: the RDMA devices in /sys/class/infiniband whose PCI driver is ``efa`` (as health.sh counts).
 NEURON_COUNT = (
     "h=$(hostname -s); n=$(neuron-ls 2>&1 | awk -F'|' 'NF > 2 && $2 ~ /^ *[0-9]+ *$/ {n++} END {print n + 0}'); "
-    'echo "MLC-NEURON $h devices=$n"'
+    'e=0; for d in "${MLC_ROOT:-}"/sys/class/infiniband/*; do '
+    'case $(readlink -f "$d/device/driver" 2>/dev/null) in */efa) e=$((e + 1)) ;; esac; done; '
+    'echo "MLC-NEURON $h devices=$n efa=$e"'
 )
+#: The port of nccom-test's root communicator across nodes: NEURON_RT_ROOT_COMM_ID=<host>:<port> on the
+#: node nccom-test runs on (Neuron "NCCOM-TEST User Guide", -N above 1; its example port).
+NCCOM_ROOT_PORT = 44444
 #: NeuronCores per Neuron device, for nccom-test's rank count (Neuron "Trn1/Trn1n Architecture":
 #: a Trainium v1 device has two NeuronCore-v2).
 NEURON_CORES_PER_DEVICE = {"trn1.32xlarge": 2, "trn1n.32xlarge": 2}
@@ -455,10 +462,19 @@ class Smoke:
             return failed
         seen = parse_neuron_counts(result.stdout)
         short = {host: count for host, count in seen.items() if count != kind.accelerators}
-        data = {"devices": seen, "expected": kind.accelerators}
-        if short or len(seen) != self.nodes or not result.ok:
+        efa_expected = efa_devices(self.partition.instance_type) if kind.efa else None
+        efa_seen = parse_neuron_efa(result.stdout)
+        efa_short = (
+            {host: efa_seen.get(host) for host in seen if efa_seen.get(host) != efa_expected} if efa_expected else {}
+        )
+        data = {"devices": seen, "expected": kind.accelerators, "efa_devices": efa_seen, "efa_expected": efa_expected}
+        if short or efa_short or len(seen) != self.nodes or not result.ok:
             problems = [
                 f"{host}: {count} of {kind.accelerators} Neuron devices" for host, count in sorted(short.items())
+            ]
+            problems += [
+                f"{host}: {'no' if count is None else count} of {efa_expected} EFA devices"
+                for host, count in sorted(efa_short.items())
             ]
             if len(seen) != self.nodes:
                 problems.append(f"{len(seen)} of {self.nodes} nodes answered")
@@ -467,7 +483,8 @@ class Smoke:
         return Step(
             "neuron",
             "PASS",
-            f"{self.nodes} nodes list {kind.accelerators} Neuron devices each",
+            f"{self.nodes} nodes list {kind.accelerators} Neuron devices each"
+            + (f" and {efa_expected} EFA devices" if efa_expected else ""),
             command_id=result.command_id,
             data=data,
         )
@@ -489,6 +506,7 @@ class Smoke:
         where = self.placement(self.nodes)
         run = (
             'hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -s -d " " -); '
+            f'export NEURON_RT_ROOT_COMM_ID="${{SLURMD_NODENAME:-$(hostname)}}:{NCCOM_ROOT_PORT}"; '
             f"exec nccom-test -r {ranks} -N {self.nodes} --hosts $hosts -b 64M -e 1G -f 2 -d fp32 allr"
         )
         script = f"export FI_PROVIDER=efa\ntimeout {timeout} srun {where} --ntasks=1 bash -c {shlex.quote(run)} 2>&1"

@@ -119,7 +119,7 @@ class InstanceGroupConfig:
         default=None,
         allowed=DEEP_HEALTH_CHECK_NOTE,
         doc="checks every new node passes before it joins (not MultiNodeTrainingValidation: CloudFormation lacks it); "
-        "unset: both on GPU and Trainium types, none on others; [] turns them off. They add minutes to hours "
+        "unset: both on GPU and Trainium types with EFA, none on others; [] turns them off. They add minutes to hours "
         "to every creation, scale-up and replacement of the group's nodes",
     )
     training_plan_arn: str | None = setting(
@@ -137,16 +137,19 @@ class InstanceGroupConfig:
     )
 
     def deep_checks(self) -> tuple[DeepHealthCheck, ...]:
-        """The deep health checks the group gets: as set, or (unset) both for accelerated instance types.
+        """The deep health checks the group gets: as set, or (unset) both for accelerated types with EFA.
 
         HyperPod runs them (when asked) on every new node before it joins: a GPU or Trainium node
         with a bad device or link is then replaced instead of failing the first job. They take from
-        minutes to hours per node (HyperPod docs), which is why other types get none by default.
+        minutes to hours per node (HyperPod docs), which is why other types get none by default:
+        the multi-device training types with EFA (p4d, p5, trn1.32xlarge, ...) are the ones they are
+        made for, not a single-GPU g5.xlarge, an inf2 or a trn1.2xlarge.
         """
         if self.deep_health_checks is not None:
             return self.deep_health_checks
         kind = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
-        return ("InstanceStress", "InstanceConnectivity") if kind is not None and kind.accelerator else ()
+        wanted = kind is not None and kind.accelerator is not None and kind.efa
+        return ("InstanceStress", "InstanceConnectivity") if wanted else ()
 
     def check(self, issues: Issues) -> None:
         checks = self.deep_health_checks or ()

@@ -65,6 +65,9 @@ def test_health_healthy_cluster_and_json(hyperpod: World, node: FakeNode) -> Non
     ]
     assert data["nodes"][1]["failures"][0]["action"] == "look up each code"
     assert "timeout 1800 srun" in node.scripts[1] and "mlcluster-health --tier deep --expect-gpus 8" in node.scripts[1]
+    # nccl-tests are built with MPI=1: the deep tier's all_reduce needs Slurm's PMIx server (the smoke test's --mpi)
+    assert "--ntasks-per-node=1 --mpi=pmix bash -c" in node.scripts[1]
+    assert "--mpi=pmix" not in node.scripts[1].replace("--ntasks-per-node=1 --mpi=pmix bash -c", "")
 
 
 def test_health_a_node_without_the_tool_is_critical(hyperpod: World, node: FakeNode) -> None:

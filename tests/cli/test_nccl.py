@@ -15,7 +15,8 @@ from mlcluster.cli.parsers import parse_all_reduce, parse_node_check
 from mlcluster.cli.smoke import NCCL_BINARY, NCCL_FILTER
 
 HYPERPOD_PATH = (
-    "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/usr/local/cuda/lib64"
+    "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:/opt/nccl/build/lib"
+    ":/usr/local/cuda/lib64"
 )
 
 
@@ -28,9 +29,12 @@ def fake_node(tmp_path: Path, *, skip: tuple[str, ...] = (), missing_lib: str = 
     plugin_dir = root / "opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
     if plugin_dir.is_dir():
         (plugin_dir / "libnccl-net-ofi.so").write_text("elf")
+    if (root / "opt/nccl/build/lib").is_dir():
+        (root / "opt/nccl/build/lib/libnccl.so.2").write_text("elf")
     binary = root / NCCL_BINARY.lstrip("/")
     binary.parent.mkdir(parents=True)
     binary.write_text("elf")
+    binary.chmod(0o755)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # ldd as glibc prints it: "\tname => path (address)" or "\tname => not found".
@@ -101,10 +105,44 @@ def test_pcluster_takes_lib64_and_the_built_plugin(tmp_path: Path) -> None:
     root = tmp_path / "root"
     for folder in ("opt/amazon/efa/lib64", "opt/amazon/openmpi/lib64", "opt/aws-ofi-nccl/lib", "usr/local/cuda/lib64"):
         (root / folder).mkdir(parents=True)
+    (root / "usr/local/cuda/lib64/libnccl.so.2").write_text("elf")
     result = run(node_run("pcluster", 'printf "%s\\n" "$LD_LIBRARY_PATH"'), root, tmp_path, LD_LIBRARY_PATH="/keep")
     folders = [f"{root}/{f}" for f in ("opt/amazon/efa/lib64", "opt/amazon/openmpi/lib64", "opt/aws-ofi-nccl/lib")]
-    assert result.stdout == ":".join([*folders, f"{root}/usr/local/cuda/lib64", "/keep"]) + "\n"
-    assert [name for name, _ in LIBRARY_DIRS["pcluster"]] == ["efa", "openmpi", "ofi-nccl", "cuda"]
+    cuda = f"{root}/usr/local/cuda/lib64"
+    assert result.stdout == ":".join([*folders, cuda, cuda, "/keep"]) + "\n"
+    assert [name for name, _ in LIBRARY_DIRS["pcluster"]] == ["efa", "openmpi", "ofi-nccl", "nccl", "cuda"]
+
+
+@pytest.mark.parametrize(
+    ("nccl_home", "expected"),
+    [
+        ("opt/nccl/build/lib", "opt/nccl/build/lib"),  # the step's first NCCL_HOME, /opt/nccl/build
+        ("usr/local/cuda/lib", "usr/local/cuda/lib"),  # NCCL_HOME=/usr/local/cuda: -L$NCCL_HOME/lib
+        (None, None),
+    ],
+)
+def test_nccls_own_folder_is_on_the_library_path(tmp_path: Path, nccl_home: str | None, expected: str | None) -> None:
+    """nccl-tests link -lnccl without an rpath: the folder holding libnccl.so.2 must be on the path."""
+    root = fake_node(tmp_path, skip=("/opt/nccl",))
+    (root / "usr/local/cuda/lib").mkdir(parents=True)  # an empty lib folder is not NCCL's
+    if nccl_home:
+        (root / nccl_home).mkdir(parents=True, exist_ok=True)
+        (root / nccl_home / "libnccl.so.2").write_text("elf")
+    result = run(node_check("hyperpod", NCCL_BINARY), root, tmp_path)
+    if expected is None:
+        assert (result.returncode, result.stdout) == (1, "MLC-NCCL ip-10-1-4-190 missing nccl\n")
+    else:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"{root}/{expected}" in result.stdout.split()[-1].split(":")
+
+
+def test_check_says_not_installed_when_all_reduce_perf_is_missing(tmp_path: Path) -> None:
+    """ldd of a missing file prints "No such file", not "not found": the binary is checked first."""
+    root = fake_node(tmp_path)
+    (root / NCCL_BINARY.lstrip("/")).unlink()
+    result = run(node_check("hyperpod", NCCL_BINARY), root, tmp_path)
+    assert (result.returncode, result.stdout) == (1, f"MLC-NCCL ip-10-1-4-190 not-installed {NCCL_BINARY}\n")
+    assert parse_node_check(result.stdout).problems == {"ip-10-1-4-190": f"no executable {NCCL_BINARY}"}
 
 
 def test_filter_keeps_one_provider_line_per_device_count(tmp_path: Path) -> None:

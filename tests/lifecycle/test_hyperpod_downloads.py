@@ -94,8 +94,8 @@ def test_nodes_without_a_gpu_build_no_nccl_tests(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- Enroot, built from its pinned commit
 
-ENROOT_COMMIT = "c7dc4a6b66e817af5ceb7d5315850696067b3f80"  # what tag v3.5.0 of NVIDIA/enroot points to
-ENROOT_TREE = "cde574b252c02359ead0bd74c664bc9ba3cbad7a13831f6f4c6b209e1c8b1433"
+ENROOT_COMMIT = "bd51f53b6fa954805ae3e1985c5dc7594ff66d05"  # what tag v4.1.2 of NVIDIA/enroot points to
+ENROOT_TREE = "a28ff51efd779c5ee2a633e9cc2ef373ac6f1dca76832499ec0e28817a870463"
 ENROOT_SUBMODULES = {  # the gitlinks of that tree
     "deps/linux-headers": "c79004ad7f82165c86396b11bc6958ee53febb63",
     "deps/makeself": "5742be6410bfad2c619fb1e98bf795e8fa0913c7",
@@ -131,10 +131,10 @@ def test_enroot_is_built_from_its_pinned_commit_and_submodules_with_the_release_
     clone = index(actions, "git clone --quiet --no-checkout https://github.com/NVIDIA/enroot.git ")
     checkout = index(actions, "git -C ")
     assert clone < checkout and actions[checkout].endswith(f"/enroot checkout --quiet --detach {ENROOT_COMMIT}")
-    assert f"enroot 3.5.0 verified at {ENROOT_COMMIT} (tree sha256 {ENROOT_TREE})" in log
+    assert f"enroot 4.1.2 verified at {ENROOT_COMMIT} (tree sha256 {ENROOT_TREE})" in log
     assert any(a.endswith("/enroot config submodule.deps/musl.url https://git.musl-libc.org/git/musl") for a in actions)
     for path, commit in ENROOT_SUBMODULES.items():
-        assert f"enroot 3.5.0: submodule {path} verified at {commit}" in log
+        assert f"enroot 4.1.2: submodule {path} verified at {commit}" in log
     build, install = (a for a in actions if a.startswith("make ") and "/enroot " in a)
     layout = "prefix= exec_prefix=/usr datarootdir=/usr/share"
     assert build.startswith("make CPPFLAGS=-DALLOW_SPECULATION -DINHERIT_FDS -C ") and build.endswith(f" {layout}")
@@ -145,7 +145,7 @@ def test_enroot_is_built_from_its_pinned_commit_and_submodules_with_the_release_
         f"setcap cap_sys_admin+pe {sandbox.root}/usr/bin/enroot-mksquashovlfs",
         f"setcap cap_sys_admin,cap_mknod+pe {sandbox.root}/usr/bin/enroot-aufs2ovlfs",
     ]
-    assert sandbox.read("/var/lib/mlcluster/enroot.version") == f"3.5.0 {ENROOT_COMMIT}\n"
+    assert sandbox.read("/var/lib/mlcluster/enroot.version") == f"4.1.2 {ENROOT_COMMIT}\n"
     assert not any(a.startswith("curl ") for a in actions)
 
 
@@ -154,7 +154,7 @@ def test_an_enroot_checkout_with_changed_files_is_refused_and_nothing_installed(
     code, log = enroot_run(sandbox, STUB_GIT_DATA=str(tampered_git_data(tmp_path, "enroot")))
     assert code != 0
     assert (
-        f"enroot 3.5.0 from https://github.com/NVIDIA/enroot.git does not match its pin (commit {ENROOT_COMMIT}" in log
+        f"enroot 4.1.2 from https://github.com/NVIDIA/enroot.git does not match its pin (commit {ENROOT_COMMIT}" in log
     )
     assert f"expected {ENROOT_COMMIT}, {ENROOT_TREE}); refusing to build it" in log
     assert_no_enroot_installed(sandbox)
@@ -164,7 +164,7 @@ def test_an_enroot_checkout_at_another_commit_is_refused(tmp_path: Path) -> None
     sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
     code, log = enroot_run(sandbox, STUB_GIT_HEAD="f" * 40, STUB_GIT_HEAD_FOR="enroot")
     assert code != 0
-    assert f"enroot 3.5.0 from https://github.com/NVIDIA/enroot.git does not match its pin (commit {'f' * 40}" in log
+    assert f"enroot 4.1.2 from https://github.com/NVIDIA/enroot.git does not match its pin (commit {'f' * 40}" in log
     assert_no_enroot_installed(sandbox)
 
 
@@ -174,7 +174,7 @@ def test_an_enroot_submodule_at_another_commit_is_refused(tmp_path: Path) -> Non
     assert code != 0
     commit = ENROOT_SUBMODULES["deps/linux-headers"]
     assert (
-        f"enroot 3.5.0: submodule deps/linux-headers is at commit {'e' * 40}, not {commit} as the pinned tree "
+        f"enroot 4.1.2: submodule deps/linux-headers is at commit {'e' * 40}, not {commit} as the pinned tree "
         "records; refusing to build it"
     ) in log
     assert_no_enroot_installed(sandbox)
@@ -184,8 +184,8 @@ def test_an_unreachable_enroot_repository_is_retried_then_stops_the_step(tmp_pat
     sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP)
     code, log = enroot_run(sandbox, STUB_FAIL="git")
     assert code != 0
-    assert "clone enroot 3.5.0: attempt 1/3 failed, retrying in 0s" in log
-    assert "clone enroot 3.5.0: still failing after 3 attempt(s), giving up" in log
+    assert "clone enroot 4.1.2: attempt 1/3 failed, retrying in 0s" in log
+    assert "clone enroot 4.1.2: still failing after 3 attempt(s), giving up" in log
     assert_no_enroot_installed(sandbox)
 
 
@@ -196,7 +196,7 @@ def test_a_second_run_rebuilds_nothing_and_only_restores_lost_capabilities(tmp_p
     code, log = enroot_run(sandbox)
     assert code == 0
     assert sandbox.actions()[done:] == []
-    assert f"enroot 3.5.0 ({ENROOT_COMMIT}) is installed" in log
+    assert f"enroot 4.1.2 ({ENROOT_COMMIT}) is installed" in log
     # Someone cleared a capability (setcap -r): the next run grants it again, without a rebuild.
     (sandbox.state / f"caps/{str(sandbox.root / 'usr/bin/enroot-aufs2ovlfs').replace('/', '_')}").unlink()
     done = len(sandbox.actions())
@@ -227,6 +227,23 @@ def test_a_packaged_enroot_stays_when_the_pinned_build_cannot_be_fetched(tmp_pat
     (sandbox.state / "dpkg/enroot").write_text("3.4.1-1\n")
     code, log = enroot_run(sandbox, STUB_FAIL="git")
     assert code != 0
-    assert "clone enroot 3.5.0: still failing after 3 attempt(s), giving up" in log
+    assert "clone enroot 4.1.2: still failing after 3 attempt(s), giving up" in log
     assert not any(a.startswith("apt-get ") and " remove " in a for a in sandbox.actions())
     assert (sandbox.state / "dpkg/enroot").read_text() == "3.4.1-1\n"
+
+
+def test_the_pinned_enroot_accepts_the_digest_pinned_images_smoke_hands_pyxis() -> None:
+    """Enroot parses `REGISTRY#IMAGE@sha256:...` only from v4.0.0 on (NVIDIA/enroot f380b11, docker::_parse_uri);
+    3.5.0 calls it an invalid reference, so the smoke test's container step could never start."""
+    import re
+
+    from mlcluster.cli.smoke import DEFAULT_NCCL_IMAGE, DIGEST_PINNED
+    from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+
+    script = (HYPERPOD_DIR / "steps/enroot_pyxis.sh").read_text()
+    version = re.search(r"^ENROOT_VERSION=(\d+)\.(\d+)\.(\d+)$", script, re.M)
+    assert version is not None
+    assert tuple(int(part) for part in version.groups()) >= (4, 0, 0)
+    # the form enroot 4 reads: [USER@]REGISTRY#IMAGE@sha256:<64 hex>
+    assert re.fullmatch(r"[^#/@]+#[a-z0-9._/-]+@sha256:[0-9a-f]{64}", DEFAULT_NCCL_IMAGE)
+    assert DIGEST_PINNED.match(DEFAULT_NCCL_IMAGE)

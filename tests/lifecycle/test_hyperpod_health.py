@@ -135,7 +135,7 @@ def test_healthy_p5_passes_the_quick_tier(p5: Node) -> None:
         "throttle": "PASS warning",
         "efa_count": "PASS critical",
         "fi_info": "PASS critical",
-        "memlock": "PASS critical",
+        "memlock": "PASS warning",
         "neuron": "SKIP critical",
     }
     assert result.stdout.splitlines()[-1] == "ip-10-1-4-190: healthy"
@@ -148,7 +148,7 @@ def test_healthy_p5_passes_the_quick_tier(p5: Node) -> None:
 def test_broken_p5_fails_critically_and_drains_itself_with_the_reason(p5: Node) -> None:
     p5.answer("L", "".join((DATA / "nvidia_smi_L_p5.txt").read_text().splitlines(keepends=True)[:7]))
     p5.answer("journal", (DATA / "journal_xid79.txt").read_text())
-    p5.answer("fi_info", "".join((DATA / "fi_info_p5.txt").read_text().split("provider: efa\n", 1)[1:]))
+    p5.answer("fi_info", "".join((DATA / "fi_info_p5.txt").read_text().split("provider: efa\n", 2)[2:]))
     (p5.root / "sys/class/infiniband/rdmap79s0/device/driver").unlink()
     result = p5.run("--drain", memlock="8388608", SLURMD_NODENAME="p5-st-p5-1")
     assert result.returncode == 1
@@ -157,9 +157,9 @@ def test_broken_p5_fails_critically_and_drains_itself_with_the_reason(p5: Node) 
     assert "ip-10-1-4-190 FAIL xid critical: Xid 79 since boot. Action: drain the node and replace it" in out
     assert "ip-10-1-4-190 FAIL efa_count critical: 31 of 32 EFA devices." in out
     assert "ip-10-1-4-190 FAIL fi_info critical: libfabric's efa provider lists 31 of 32 devices." in out
-    assert "ip-10-1-4-190 FAIL memlock critical: locked memory limited to 8388608 bytes" in out
-    assert "ip-10-1-4-190: 5 critical, 0 warning" in out
-    reason = "mlcluster-health: gpu_count xid efa_count fi_info memlock failed"
+    assert "ip-10-1-4-190 FAIL memlock warning: hard locked-memory limit 8388608 bytes" in out
+    assert "ip-10-1-4-190: 4 critical, 1 warning" in out
+    reason = "mlcluster-health: gpu_count xid efa_count fi_info failed"
     assert p5.scontrol() == [f"update nodename=p5-st-p5-1 state=drain reason={reason}"]
     assert f"ip-10-1-4-190: drained p5-st-p5-1 ({reason})" in out
 
@@ -264,3 +264,161 @@ def test_the_operator_commands_inline_copy_runs_without_health_env(p5: Node) -> 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ip-10-1-4-190 PASS efa_count critical: 32 EFA devices" in result.stdout
     assert result.stdout.splitlines()[-1] == "ip-10-1-4-190: healthy"
+
+
+def wrapper_text() -> str:
+    """The HealthCheckProgram wrapper install_tools writes (its here-document)."""
+    text = (HYPERPOD_DIR / "steps/install_tools.sh").read_text()
+    return text.split("mlcluster-health-check\" 755 <<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0] + "\n"
+
+
+def test_wrapper_under_an_empty_environment_finds_the_tools_in_their_install_folders(p5: Node) -> None:
+    """slurmd starts HealthCheckProgram with no environment at all: no PATH (slurm.conf(5))."""
+    p5.run()  # writes the proc(5) limits file
+    homes = {
+        "nvidia-smi": "usr/bin",
+        "journalctl": "usr/bin",
+        "hostname": "usr/bin",
+        "fi_info": "opt/amazon/efa/bin",
+        "scontrol": "opt/slurm/bin",
+    }
+    for tool, home in homes.items():
+        (p5.root / home).mkdir(parents=True, exist_ok=True)
+        (p5.bin / tool).rename(p5.root / home / tool)
+    wrapper = p5.root / "usr/local/sbin/mlcluster-health-check"
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text(wrapper_text().replace("/usr/local/bin/mlcluster-health", f"bash {HEALTH}"))
+    p5.answer("fi_info", "".join((DATA / "fi_info_p5.txt").read_text().split("provider: efa\n", 2)[2:]))
+    result = subprocess.run(
+        ["/usr/bin/env", "-i", f"MLC_ROOT={p5.root}", f"DATA={p5.data}", "/bin/sh", str(wrapper)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "PASS gpu_count critical: 8 GPUs" in result.stdout, result.stdout + result.stderr
+    assert "PASS efa_count critical: 32 EFA devices" in result.stdout
+    assert "FAIL fi_info critical: libfabric's efa provider lists 31 of 32 devices" in result.stdout
+    assert p5.scontrol() == ["update nodename=ip-10-1-4-190 state=drain reason=mlcluster-health: fi_info failed"], (
+        result.stdout + result.stderr
+    )
+
+
+@pytest.mark.parametrize(("tool", "check"), [("fi_info", "fi_info"), ("neuron-ls", "neuron")])
+def test_a_missing_tool_says_not_found_and_does_not_count_zero_devices(tmp_path: Path, tool: str, check: str) -> None:
+    node = make_node(tmp_path, "trn1.32xlarge")
+    node.answer("neuron_ls", (CLI_DATA / "neuron_ls_trn1.txt").read_text())
+    node.answer("journal", "")
+    blocks = (DATA / "fi_info_p5.txt").read_text().split("provider: efa\n")[1:9]
+    node.answer("fi_info", "".join("provider: efa\n" + block for block in blocks))
+    node.efa(8)
+    (node.bin / tool).unlink()
+    result = subprocess.run(
+        ["/bin/bash", str(HEALTH), "--drain"],
+        env={"PATH": str(node.bin), "MLC_ROOT": str(node.root), "DATA": str(node.data)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert f"FAIL {check} warning: {tool} not found (PATH=" in result.stdout, result.stdout + result.stderr
+    assert " 0 of " not in result.stdout
+    assert node.scontrol() == []
+
+
+def test_libfabric_2_lists_every_device_twice_and_still_counts_32(p5: Node) -> None:
+    """libfabric >= 2.1 returns an efa-direct and an efa entry per device; distinct domains count."""
+    p5.answer("fi_info", (DATA / "fi_info_p5_libfabric2.txt").read_text())
+    result = p5.run()
+    assert "PASS fi_info critical: libfabric's efa provider lists 32 devices" in result.stdout, result.stdout
+    assert result.returncode == 0
+
+
+def test_xid_94_is_a_warning_and_48_is_critical(p5: Node) -> None:
+    line = "Nov 27 10:02:11 ip-10-1-4-190 kernel: NVRM: Xid (PCI:0000:53:00): {code}, pid=4121, name=python\n"
+    p5.answer("journal", line.format(code=94))
+    result = p5.run("--drain")
+    assert "FAIL xid warning: Xid 94 since boot" in result.stdout, result.stdout
+    assert result.returncode == 0 and p5.scontrol() == []
+    p5.answer("journal", line.format(code=48))
+    (p5.root / "var/lib/mlcluster/health-xid-since").unlink()
+    assert "FAIL xid critical: Xid 48 since boot" in p5.run().stdout
+
+
+def test_the_periodic_check_counts_only_xids_after_its_last_run(p5: Node) -> None:
+    """An Xid 79 drains the node once; after a reset and resume the old kernel line must not drain it again."""
+    journal_stub = (
+        'printf "%s\\n" "$*" >>"$DATA/journal.args"\n'
+        'case "$*" in *--since*) cat "$DATA/journal_new" ;; *) cat "$DATA/journal" ;; esac\n'
+    )
+    (p5.bin / "journalctl").write_text("#!/bin/sh\n" + journal_stub)
+    p5.answer("journal", (DATA / "journal_xid79.txt").read_text())
+    p5.answer("journal_new", "")
+    first = p5.run("--drain")
+    assert "FAIL xid critical: Xid 79 since boot" in first.stdout
+    since = (p5.root / "var/lib/mlcluster/health-xid-since").read_text().strip()
+    assert since.isdigit()
+    again = p5.run("--drain")
+    assert again.returncode == 0, again.stdout
+    assert f"PASS xid critical: no Xid since @{since}" in again.stdout
+    assert (p5.data / "journal.args").read_text().splitlines()[-1] == f"-k -b --no-pager -q --since @{since}"
+    assert len(p5.scontrol()) == 1
+
+
+def test_memlock_checks_the_hard_limit_as_a_warning(p5: Node) -> None:
+    """Slurm gives a job the submitter's soft limit up to slurmd's hard limit; only the hard one is slurmd's."""
+    limits = "Limit  Soft Limit  Hard Limit  Units\nMax locked memory         {soft:<20} {hard:<20} bytes\n"
+    p5.run()
+    (p5.root / "proc/self/limits").write_text(limits.format(soft="8388608", hard="unlimited"))
+    assert (
+        "PASS memlock"
+        in subprocess.run(
+            ["bash", str(HEALTH)],
+            env={"PATH": f"{p5.bin}:/usr/bin:/bin", "MLC_ROOT": str(p5.root), "DATA": str(p5.data)},
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    )
+    (p5.root / "proc/self/limits").write_text(limits.format(soft="8388608", hard="8388608"))
+    result = subprocess.run(
+        ["bash", str(HEALTH), "--drain"],
+        env={"PATH": f"{p5.bin}:/usr/bin:/bin", "MLC_ROOT": str(p5.root), "DATA": str(p5.data)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "FAIL memlock warning: hard locked-memory limit 8388608 bytes" in result.stdout, result.stdout
+    assert result.returncode == 0 and p5.scontrol() == []
+
+
+def test_deep_single_node_nccl_gets_the_library_path(p5: Node) -> None:
+    for folder in ("opt/amazon/efa/lib", "opt/amazon/openmpi/lib", "opt/amazon/ofi-nccl/lib", "usr/local/cuda/lib64"):
+        (p5.root / folder).mkdir(parents=True)
+    nccl = p5.root / "opt/mlcluster/nccl-tests/bin/all_reduce_perf"
+    nccl.parent.mkdir(parents=True)
+    nccl.write_text(
+        '#!/bin/sh\necho "$LD_LIBRARY_PATH" >"$DATA/nccl_ld"\n'
+        'printf "# Out of bounds values : 0 OK\\n# Avg bus bandwidth    : 358.12 \\n"\n'
+    )
+    nccl.chmod(0o755)
+    result = p5.run("--tier", "deep")
+    assert "PASS nccl_single critical" in result.stdout, result.stdout
+    ld = (p5.data / "nccl_ld").read_text().strip().split(":")
+    assert ld[:4] == [
+        f"{p5.root}/opt/amazon/efa/lib",
+        f"{p5.root}/opt/amazon/openmpi/lib",
+        f"{p5.root}/opt/amazon/ofi-nccl/lib",
+        f"{p5.root}/usr/local/cuda/lib64",
+    ]
+
+
+def test_the_deep_tiers_library_prelude_is_the_smoke_tests() -> None:
+    """health.sh carries a copy of nccl.library_prelude("hyperpod") between markers; they must not drift."""
+    from mlcluster.cli.nccl import library_prelude
+
+    text = HEALTH.read_text()
+    block = text.split("# BEGIN library_prelude hyperpod", 1)[1].split("\n", 1)[1].split("# END library_prelude", 1)[0]
+    assert [line.strip() for line in block.splitlines() if line.strip()] == [
+        line.strip() for line in library_prelude("hyperpod").splitlines() if line.strip()
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import time
@@ -131,6 +132,11 @@ def test_named_steps_can_be_rerun_alone(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout
     assert sandbox.step_order() == ["identify_node", "log_rotation"]
     assert (sandbox.root / "etc/logrotate.d/mlcluster-slurm").exists()
+    # mlcluster-health appends a line per check every 5 minutes (health.sh's LOG_FILE)
+    health_log = re.search(r'^LOG_FILE="\$MLC_ROOT(\S+)"$', (HYPERPOD_DIR / "health.sh").read_text(), re.M)
+    assert health_log is not None
+    rotation = sandbox.read("/etc/logrotate.d/mlcluster-health")
+    assert f"\n{health_log[1]} {{\n    size 10M\n    rotate 5\n" in rotation
 
 
 def test_an_unknown_step_is_refused_with_the_allowed_ones(tmp_path: Path) -> None:

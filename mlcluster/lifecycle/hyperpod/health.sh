@@ -33,13 +33,24 @@
 set -uo pipefail
 
 MLC_ROOT="${MLC_ROOT:-}"
+# slurmd starts HealthCheckProgram with an empty environment (no PATH), and srun passes the user's:
+# put the folders of the tools read here first: Slurm (/opt/slurm/bin on HyperPod), the EFA software
+# (fi_info), the Neuron tools (neuron-ls, nccom-test), then the system's (nvidia-smi, dcgmi, journalctl).
+TOOL_DIRS=(/opt/slurm/bin /opt/amazon/efa/bin /opt/aws/neuron/bin /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin)
+# (The folders are under MLC_ROOT, a test's fake root; the system's own follow in any case.)
+PATH=$(printf "$MLC_ROOT%s:" "${TOOL_DIRS[@]}")${PATH:+$PATH:}/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
 ENV_FILE="$MLC_ROOT/etc/mlcluster/health.env"
 LOG_FILE="$MLC_ROOT/var/log/mlcluster-health.log"
+# The periodic run (--drain) reads the kernel log from the time of its previous run on (epoch seconds):
+# an Xid that drained the node once is not counted again after the operator reset and resumed it.
+XID_SINCE_FILE="$MLC_ROOT/var/lib/mlcluster/health-xid-since"
 NCCL_TESTS=/opt/mlcluster/nccl-tests/bin/all_reduce_perf
-# Xid codes NVIDIA's guide maps to "reset the GPU" or "contact support / replace": double-bit ECC (48),
-# row-remapping failure (64), NVLink (74), fallen off the bus (79), ECC contained/uncontained (94, 95),
-# GSP errors (119, 120).
-CRITICAL_XIDS=" 48 64 74 79 94 95 119 120 "
+# Xid codes NVIDIA's Xid catalog gives a GPU reset or node service as the action (RESET_GPU and up):
+# double-bit ECC (48), row-remapping failure (64), NVLink (74), fallen off the bus (79), uncontained
+# ECC (95), GSP errors (119, 120). Xid 94 (contained ECC error) only ends the application using the
+# memory (RESTART_APP): a warning, as in awsome-distributed-training's GPU health checks.
+CRITICAL_XIDS=" 48 64 74 79 95 119 120 "
 HOST=$(hostname -s 2>/dev/null || echo unknown-host)
 CRITICAL=()
 WARNINGS=0
@@ -66,6 +77,16 @@ report() {
   fi
 }
 
+# missing TOOL CHECK: report CHECK as a warning when TOOL is not on PATH (return 0), so a missing
+# tool never reads as "0 devices" and never drains a node on its own.
+missing() {
+  if command -v "$1" >/dev/null 2>&1; then
+    return 1
+  fi
+  report FAIL "$2" warning "$1 not found (PATH=$PATH)" "install $1 or fix its folder in mlcluster-health's TOOL_DIRS"
+  return 0
+}
+
 # query FIELDS: nvidia-smi's CSV for FIELDS, one GPU a line, spaces after commas removed.
 query() {
   nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null | sed 's/, /,/g'
@@ -75,6 +96,9 @@ check_gpu_count() {
   local count out
   if ((EXPECT_GPUS == 0)); then
     report SKIP gpu_count critical "no NVIDIA GPU expected on this instance type"
+    return
+  fi
+  if missing nvidia-smi gpu_count; then
     return
   fi
   if ! out=$(nvidia-smi -L 2>&1); then
@@ -89,20 +113,37 @@ check_gpu_count() {
   fi
 }
 
+# kernel_log [SINCE]: this boot's kernel log, from epoch SINCE on when given (journalctl; dmesg has
+# no wall-clock filter, so without journalctl the whole boot is read).
 kernel_log() {
   if command -v journalctl >/dev/null 2>&1; then
-    journalctl -k -b --no-pager -q 2>/dev/null && return
+    journalctl -k -b --no-pager -q ${1:+--since "@$1"} 2>/dev/null && return
   fi
   dmesg 2>/dev/null
 }
 
+# check_xid DRAIN: with DRAIN true, count only Xids since the previous periodic run and record this one.
 check_xid() {
-  local text codes code critical="" other=""
+  local text codes code critical="" other="" since="" now window="since boot"
   if ((EXPECT_GPUS == 0)); then
     report SKIP xid critical "no NVIDIA GPU expected on this instance type"
     return
   fi
-  if ! text=$(kernel_log) || [[ -z $text ]]; then
+  now=$(date +%s)
+  if [[ -r $XID_SINCE_FILE ]]; then
+    since=$(<"$XID_SINCE_FILE")
+    [[ $since =~ ^[0-9]+$ ]] || since=""
+  fi
+  if [[ -n $since ]] && command -v journalctl >/dev/null 2>&1; then
+    window="since @$since"
+  else
+    since=""
+  fi
+  if $1 && mkdir -p "${XID_SINCE_FILE%/*}" 2>/dev/null; then
+    printf '%s\n' "$now" >"$XID_SINCE_FILE" 2>/dev/null || true
+  fi
+  # An empty log of the whole boot means it was not readable (it starts with the kernel's banner).
+  if ! text=$(kernel_log "$since") || [[ -z $text && -z $since ]]; then
     report SKIP xid critical "the kernel log is not readable by $(id -un) (run as root)"
     return
   fi
@@ -111,14 +152,14 @@ check_xid() {
     if [[ $CRITICAL_XIDS == *" $code "* ]]; then critical+="$code "; else other+="$code "; fi
   done
   if [[ -n $critical ]]; then
-    report FAIL xid critical "Xid ${critical% } since boot" "$REPLACE (NVIDIA's Xid guide: these need a GPU reset or service)"
+    report FAIL xid critical "Xid ${critical% } $window" "$REPLACE (NVIDIA's Xid guide: these need a GPU reset or service)"
   elif [[ -n $other ]]; then
-    report FAIL xid warning "Xid ${other% } since boot" "look up each code in NVIDIA's Xid guide; watch for repeats"
+    report FAIL xid warning "Xid ${other% } $window" "look up each code in NVIDIA's Xid guide; watch for repeats"
   else
-    report PASS xid critical "no Xid since boot"
+    report PASS xid critical "no Xid $window"
   fi
   if grep -q 'SXid (' <<<"$text"; then
-    report FAIL sxid warning "NVSwitch SXid errors since boot" "check the fabric manager (systemctl status nvidia-fabricmanager) and NVLink"
+    report FAIL sxid warning "NVSwitch SXid errors $window" "check the fabric manager (systemctl status nvidia-fabricmanager) and NVLink"
   fi
 }
 
@@ -199,11 +240,15 @@ check_fi_info() {
     report SKIP fi_info critical "no EFA expected on this instance type"
     return
   fi
+  if missing fi_info fi_info; then
+    return
+  fi
   if ! out=$(fi_info -p efa -t FI_EP_RDM 2>&1); then
     report FAIL fi_info critical "fi_info -p efa failed: ${out%%$'\n'*}" "reinstall the EFA software (the EFA installer), then reboot"
     return
   fi
-  count=$(grep -c '^provider: efa$' <<<"$out")
+  # libfabric >= 2.1 lists every device twice (fabric efa-direct, then efa) under one domain name.
+  count=$(sed -n 's/^ *domain: *\([^ ]*\) *$/\1/p' <<<"$out" | sort -u | grep -c .)
   if ((count == EXPECT_EFA)); then
     report PASS fi_info critical "libfabric's efa provider lists $count devices"
   else
@@ -211,17 +256,19 @@ check_fi_info() {
   fi
 }
 
-# The soft locked-memory limit of this process (what the jobs slurmd starts inherit), from
-# /proc/self/limits: `Max locked memory  <soft> <hard> bytes` (proc(5)).
+# The hard locked-memory limit of this process, from /proc/self/limits: `Max locked memory  <soft>
+# <hard> bytes` (proc(5)). Run by slurmd it is slurmd's, not a job's: Slurm gives a job the submitter's
+# soft limit (PropagateResourceLimits), capped by slurmd's hard limit. So only the hard limit says
+# something about jobs here, and only as a warning.
 check_memlock() {
   local limit
-  limit=$(awk '/^Max locked memory/ {print $4}' "$MLC_ROOT/proc/self/limits" 2>/dev/null)
+  limit=$(awk '/^Max locked memory/ {print $5}' "$MLC_ROOT/proc/self/limits" 2>/dev/null)
   if ((EXPECT_EFA == 0)); then
-    report SKIP memlock critical "no EFA expected on this instance type"
+    report SKIP memlock warning "no EFA expected on this instance type"
   elif [[ $limit == unlimited ]]; then
-    report PASS memlock critical "locked memory unlimited"
+    report PASS memlock warning "hard locked-memory limit unlimited"
   else
-    report FAIL memlock critical "locked memory limited to ${limit:-an unknown amount} bytes (EFA registers its buffers)" \
+    report FAIL memlock warning "hard locked-memory limit ${limit:-unknown} bytes (EFA registers its buffers)" \
       "set LimitMEMLOCK=infinity for slurmd and memlock unlimited in /etc/security/limits.d, then restart slurmd"
   fi
 }
@@ -230,6 +277,9 @@ check_neuron() {
   local count
   if ((EXPECT_NEURON == 0)); then
     report SKIP neuron critical "no Neuron device expected on this instance type"
+    return
+  fi
+  if missing neuron-ls neuron; then
     return
   fi
   count=$(neuron-ls 2>/dev/null | awk -F'|' 'NF > 2 && $2 ~ /^ *[0-9]+ *$/ {n++} END {print n + 0}')
@@ -264,7 +314,36 @@ check_nccl_single() {
     report SKIP nccl_single critical "no NVIDIA GPU expected on this instance type"
     return
   fi
-  out=$("$MLC_ROOT$NCCL_TESTS" -b 1G -e 4G -f 2 -g "$EXPECT_GPUS" 2>&1)
+  if [[ ! -x $MLC_ROOT$NCCL_TESTS ]]; then
+    report FAIL nccl_single critical "$NCCL_TESTS is not installed" "re-run the lifecycle step: sudo bash /opt/mlcluster/lifecycle/on_create.sh nccl_tests"
+    return
+  fi
+  # The library path of `mlcluster smoke` (nccl-tests link Open MPI and NCCL without an rpath).
+  # shellcheck disable=SC2034 # the prelude also records the plugin's folder (mlc_ofi), unused here
+  out=$(
+    # BEGIN library_prelude hyperpod (mlcluster.cli.nccl.library_prelude; a test keeps them equal)
+    mlc_path=""; mlc_missing=""; mlc_ofi=""; r=${MLC_ROOT:-}
+    mlc_dir() {
+      local name=$1 file=$2 d
+      shift 2
+      for d in "$@"; do
+        if [ -d "$r$d" ] && [ -e "$r$d/$file" ]; then
+          mlc_path="$mlc_path${mlc_path:+:}$r$d"
+          if [ "$name" = ofi-nccl ]; then mlc_ofi="$r$d"; fi
+          return 0
+        fi
+      done
+      mlc_missing="$mlc_missing $name"
+    }
+    mlc_dir efa . /opt/amazon/efa/lib
+    mlc_dir openmpi . /opt/amazon/openmpi/lib
+    mlc_dir ofi-nccl . /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu /opt/amazon/ofi-nccl/lib
+    mlc_dir nccl libnccl.so.2 /opt/nccl/build/lib /usr/local/cuda/lib /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64
+    mlc_dir cuda . /usr/local/cuda/lib64
+    export LD_LIBRARY_PATH="$mlc_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # END library_prelude
+    "$MLC_ROOT$NCCL_TESTS" -b 1G -e 4G -f 2 -g "$EXPECT_GPUS" 2>&1
+  )
   avg=$(sed -n 's/^# *Avg bus bandwidth *: *\([0-9.]*\).*/\1/p' <<<"$out")
   if [[ -n $avg ]] && grep -q '^# *Out of bounds values *: 0 OK' <<<"$out"; then
     report PASS nccl_single critical "all_reduce on $EXPECT_GPUS GPUs: avg bus bandwidth $avg GB/s"
@@ -292,6 +371,9 @@ check_nccom_single() {
 drain() {
   local node=${SLURMD_NODENAME:-$HOST} reason
   reason="mlcluster-health: ${CRITICAL[*]} failed"
+  if missing scontrol drain; then
+    return
+  fi
   if scontrol update nodename="$node" state=drain reason="$reason"; then
     log "drained $node: $reason"
     printf '%s: drained %s (%s)\n' "$HOST" "$node" "$reason"
@@ -324,7 +406,7 @@ main() {
     exit 2
   fi
   check_gpu_count
-  check_xid
+  check_xid "$drain_node"
   check_ecc
   check_throttle
   check_efa_count

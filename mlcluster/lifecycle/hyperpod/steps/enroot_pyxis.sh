@@ -7,17 +7,20 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 load_node_env
 
-# Enroot is built from source at the commit of tag v3.5.0 (a lightweight tag on NVIDIA/enroot),
+# Enroot 4.x: Enroot accepts an image pinned by digest (`REGISTRY#IMAGE@sha256:...`, what `mlcluster
+# smoke` hands Pyxis) only from v4.0.0 on (NVIDIA/enroot commit f380b11 and the digest forms of
+# docker::_parse_uri); 3.5.0 refuses it as an invalid reference. Same submodules and build as 3.5.0.
+# Enroot is built from source at the commit of tag v4.1.2 (a lightweight tag on NVIDIA/enroot),
 # pinned by commit and by the SHA-256 of its file list with content hashes: NVIDIA publishes no
 # checksum for its release .deb files, and none could be confirmed from two public sources. Its
 # three submodules (deps/makeself, deps/musl, deps/linux-headers) are pinned by the commits that
 # tree records (gitlinks, covered by ENROOT_TREE_SHA256); git_submodules_pinned checks each one.
 # musl's .gitmodules address is git:// (unencrypted, port 9418 often closed): the same repository
 # is fetched over https; the commit check is what makes it trusted.
-ENROOT_VERSION=3.5.0
+ENROOT_VERSION=4.1.2
 ENROOT_URL=https://github.com/NVIDIA/enroot.git
-ENROOT_COMMIT=c7dc4a6b66e817af5ceb7d5315850696067b3f80
-ENROOT_TREE_SHA256=cde574b252c02359ead0bd74c664bc9ba3cbad7a13831f6f4c6b209e1c8b1433
+ENROOT_COMMIT=bd51f53b6fa954805ae3e1985c5dc7594ff66d05
+ENROOT_TREE_SHA256=a28ff51efd779c5ee2a633e9cc2ef373ac6f1dca76832499ec0e28817a870463
 ENROOT_SUBMODULE_URLS=(deps/musl=https://git.musl-libc.org/git/musl)
 # The layout of NVIDIA's .deb (pkg/deb/rules): /usr/bin, /usr/lib/enroot, /etc/enroot, /usr/share/enroot.
 ENROOT_LAYOUT=(prefix= exec_prefix=/usr datarootdir=/usr/share)
@@ -42,7 +45,7 @@ install_enroot() {
     log "enroot $ENROOT_VERSION ($ENROOT_COMMIT) is installed"
     return 0
   fi
-  # Build dependencies (doc/installation.md of v3.5.0).
+  # Build dependencies (doc/installation.md of v4.1.2, unchanged since v3.5.0).
   apt_install git gcc make libcap2-bin libtool automake libmd-dev
   build=$(mktemp -d "$TMP_DIR/enroot.XXXXXX")
   git_pinned "enroot $ENROOT_VERSION" "$ENROOT_URL" "$ENROOT_COMMIT" "$ENROOT_TREE_SHA256" "$build/enroot"

@@ -31,7 +31,10 @@ main() {
   install_file "$MLC_ROOT/usr/local/sbin/mlcluster-health-check" 755 <<'EOF'
 #!/bin/sh
 # Slurm's HealthCheckProgram (written by mlcluster, install_tools): the quick checks; a node that
-# fails a critical one is drained, the failed checks in its reason (scontrol show node).
+# fails a critical one is drained, the failed checks in its reason (scontrol show node). slurmd
+# starts it with an empty environment: PATH is set here (and again by mlcluster-health).
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
 exec /usr/local/bin/mlcluster-health --tier quick --drain
 EOF
 }
