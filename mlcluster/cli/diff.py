@@ -591,6 +591,18 @@ def protect(
     protected = apply_protection(cfn, loaded, allow, quiet=as_json)
     if as_json:
         echo_json({"protected": protected})
+    if not any(protected.values()):
+        where = cfn.meta.region_name
+        why = (
+            f"stacks {', '.join(protected)} in {where} hold no data-bearing resource"
+            if protected
+            else f"no stack of {loaded.name} is deployed in {where}"
+        )
+        raise CliError(
+            f"protect: nothing protected: {why}\n"
+            "  what to do: deploy first (`npx cdk deploy`), or check the account and region",
+            EXIT_FAILED,
+        )
 
 
 def apply_protection(

@@ -27,7 +27,7 @@ from mlcluster.cli.progress import progress
 from mlcluster.config import load_environment
 from tests.cli.conftest import Aws, invoke
 
-SOURCES = ("--region", "file", "AWS_REGION", "AWS_DEFAULT_REGION", "profile", "zone")
+AMBIENT = ("--region", "AWS_REGION", "AWS_DEFAULT_REGION", "profile")
 
 
 @pytest.fixture
@@ -53,38 +53,88 @@ def _env(tmp_path: Path, **top: Any) -> Path:
     return path
 
 
-@pytest.mark.parametrize("first", range(len(SOURCES)), ids=SOURCES)
-def test_region_order(first: int, tmp_path: Path, clean_aws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each source wins over every later one; the zone ID (apse2-az1: ap-southeast-2) is the last resort."""
-    regions = {"--region": "us-west-2", "file": "ap-southeast-2", "AWS_REGION": "eu-west-1"}
-    regions |= {"AWS_DEFAULT_REGION": "ca-central-1", "profile": "eu-north-1", "zone": "ap-southeast-2"}
-    present = SOURCES[first:]
-    if "AWS_REGION" in present:
-        monkeypatch.setenv("AWS_REGION", regions["AWS_REGION"])
-    if "AWS_DEFAULT_REGION" in present:
-        monkeypatch.setenv("AWS_DEFAULT_REGION", regions["AWS_DEFAULT_REGION"])
-    config = load_environment(_env(tmp_path, **({"region": regions["file"]} if "file" in present else {}))).config
-    opened = open_session(
-        regions["--region"] if "--region" in present else None,
-        "ops" if "profile" in present else None,
-        config,
+AMBIENT_VALUES = {"--region": "us-west-2", "AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "ca-central-1"}
+AMBIENT_VALUES["profile"] = "eu-north-1"
+
+
+def _open_with(first: int, config: Any, monkeypatch: pytest.MonkeyPatch, value: str | None = None) -> Any:
+    """open_session with the ambient sources from AMBIENT[first] on set (the first one to ``value`` if given)."""
+    present = AMBIENT[first:]
+    values = {**AMBIENT_VALUES, **({present[0]: value} if value else {})}
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        if name in present:
+            monkeypatch.setenv(name, values[name])
+    if "profile" in present and value and present[0] == "profile":
+        pytest.skip("the profile's region is fixed by the config file")
+    return open_session(
+        values["--region"] if "--region" in present else None, "ops" if "profile" in present else None, config
     )
-    assert opened.region == regions[SOURCES[first]]
-    assert opened.session.region_name == opened.region
-    expected = {"file": "`region:` in the environment file", "profile": "profile ops in the AWS config file"}
-    expected["zone"] = "the environment's availability zone"
-    assert opened.region_source == expected.get(SOURCES[first], SOURCES[first])
 
 
-def test_status_reads_aws_region(tmp_path: Path, aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before issue 26 `status` read only AWS_DEFAULT_REGION and asked for a region with AWS_REGION set."""
-    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+@pytest.mark.parametrize("first", range(len(AMBIENT)), ids=AMBIENT)
+def test_ambient_region_order_without_an_environment(
+    first: int, clean_aws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No environment file pins a region: --region, AWS_REGION, AWS_DEFAULT_REGION, the profile, in that order."""
+    opened = _open_with(first, None, monkeypatch)
+    assert opened.region == AMBIENT_VALUES[AMBIENT[first]] == opened.session.region_name
+    assert opened.region_source == {"profile": "profile ops in the AWS config file"}.get(AMBIENT[first], AMBIENT[first])
+
+
+@pytest.mark.parametrize("first", range(len(AMBIENT)), ids=AMBIENT)
+def test_the_zone_pins_the_region_and_a_different_ambient_one_is_refused(
+    first: int, tmp_path: Path, clean_aws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the review's fix AWS_REGION (etc.) beat the zone: `diff`, `protect`, `lock` ran in the wrong region."""
+    config = load_environment(_env(tmp_path)).config  # zone apse2-az1: ap-southeast-2, no `region:`
+    with pytest.raises(CliError) as caught:
+        _open_with(first, config, monkeypatch)
+    source = {"profile": "profile ops in the AWS config file"}.get(AMBIENT[first], AMBIENT[first])
+    assert caught.value.exit_code == EXIT_SETUP
+    assert caught.value.message.splitlines()[0] == (
+        f"two regions: the availability zone in the environment file says ap-southeast-2, "
+        f"{source} says {AMBIENT_VALUES[AMBIENT[first]]}; the environment file decides"
+    )
+
+
+@pytest.mark.parametrize("first", range(len(AMBIENT) - 1), ids=AMBIENT[:-1])
+def test_an_ambient_region_that_agrees_is_accepted(
+    first: int, tmp_path: Path, clean_aws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edge: the same region from --region or the environment is fine; the file stays the source named."""
+    config = load_environment(_env(tmp_path)).config
+    opened = _open_with(first, config, monkeypatch, "ap-southeast-2")
+    assert (opened.region, opened.region_source) == ("ap-southeast-2", "the availability zone in the environment file")
+    pinned = load_environment(_env(tmp_path, region="ap-southeast-2")).config
+    opened = _open_with(first, pinned, monkeypatch, "ap-southeast-2")
+    assert (opened.region, opened.region_source) == ("ap-southeast-2", "`region:` in the environment file")
+
+
+def test_the_file_region_beats_the_profile(tmp_path: Path, clean_aws: Path) -> None:
+    """A profile in another region than `region:` is refused, naming both sources."""
+    pinned = load_environment(_env(tmp_path, region="ap-southeast-2")).config
+    with pytest.raises(CliError) as caught:
+        open_session(None, "ops", pinned)
+    assert caught.value.exit_code == EXIT_SETUP
+    assert "`region:` in the environment file says ap-southeast-2" in caught.value.message
+    assert "profile ops in the AWS config file says eu-north-1" in caught.value.message
+
+
+def test_status_refuses_aws_region_other_than_the_zones(
+    tmp_path: Path, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AWS_REGION eu-west-1 with zone us-east-1a: exit 4 before any call; AWS_REGION us-east-1 is used."""
     folder = tmp_path / "environments"
     folder.mkdir()
     (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    refused = invoke("status", "qa", "--environments", str(folder), "--json")
+    assert refused.exit_code == EXIT_SETUP and "AWS_REGION says eu-west-1" in refused.stderr
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
     result = invoke("status", "qa", "--environments", str(folder), "--json")
     data = json.loads(result.stdout)
-    assert (data["region"], data["region_source"]) == ("eu-west-1", "AWS_REGION"), result.output
+    assert data["region"] == "us-east-1", result.output
+    assert data["region_source"] == f"the availability zone in {folder / 'qa.yaml'}"
 
 
 def test_unknown_profile_is_a_setup_error(tmp_path: Path, clean_aws: Path) -> None:
@@ -100,7 +150,7 @@ def test_no_region_at_all_is_a_setup_error(clean_aws: Path) -> None:
     with pytest.raises(CliError) as caught:
         open_session(None, None, None)
     assert caught.value.exit_code == EXIT_SETUP
-    assert caught.value.message.startswith("no AWS region: none of --region, `region:` in the environment file")
+    assert caught.value.message.startswith("no AWS region: none of `region:` in the environment file, its availability zone, --region")
 
 
 def test_the_table_names_botocore_classes() -> None:
@@ -201,8 +251,9 @@ def test_protect_json_without_deployed_stacks(aws: Aws, tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
     result = invoke("protect", "qa", "--environments", str(folder), "--json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # protecting nothing is not a success (review of issue 26)
     assert json.loads(result.stdout) == {"protected": {}}
+    assert "protect: nothing protected: no stack of qa is deployed in us-east-1" in result.stderr
 
 
 def test_validate_json(tmp_path: Path) -> None:
