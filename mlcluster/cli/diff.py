@@ -591,15 +591,9 @@ def protect(
     protected = apply_protection(cfn, loaded, allow, quiet=as_json)
     if as_json:
         echo_json({"protected": protected})
-    if not any(protected.values()):
-        where = cfn.meta.region_name
-        why = (
-            f"stacks {', '.join(protected)} in {where} hold no data-bearing resource"
-            if protected
-            else f"no stack of {loaded.name} is deployed in {where}"
-        )
+    if not protected:
         raise CliError(
-            f"protect: nothing protected: {why}\n"
+            f"protect: nothing protected: no stack of {loaded.name} is deployed in {cfn.meta.region_name}\n"
             "  what to do: deploy first (`npx cdk deploy`), or check the account and region",
             EXIT_FAILED,
         )

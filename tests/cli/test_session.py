@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,9 @@ def test_no_region_at_all_is_a_setup_error(clean_aws: Path) -> None:
     with pytest.raises(CliError) as caught:
         open_session(None, None, None)
     assert caught.value.exit_code == EXIT_SETUP
-    assert caught.value.message.startswith("no AWS region: none of `region:` in the environment file, its availability zone, --region")
+    assert caught.value.message.startswith(
+        "no AWS region: none of `region:` in the environment file, its availability zone, --region"
+    )
 
 
 def test_the_table_names_botocore_classes() -> None:
@@ -218,7 +221,7 @@ def test_a_botocore_error_no_verb_wrapped_is_still_one_line(monkeypatch: pytest.
 
 
 def test_exit_codes_are_distinct_and_documented() -> None:
-    assert sorted(EXIT_CODES) == list(range(7))
+    assert sorted(EXIT_CODES) == [*range(7), 130]  # 130: Ctrl-C, documented since the review of issue 26
     assert EXIT_REPLACEMENT != EXIT_USAGE == 2  # click's usage code is not a diff verdict (issue 26)
     result = invoke("--help")
     for code, meaning in EXIT_CODES.items():
@@ -263,7 +266,7 @@ def test_validate_json(tmp_path: Path) -> None:
     good = invoke("validate", "--environments", str(folder), "--json")
     assert good.exit_code == 0
     assert json.loads(good.stdout) == {"valid": True, "environments": ["qa"], "warnings": [], "errors": []}
-    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-2z}\n")
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-9a}\n")
     bad = invoke("validate", "--environments", str(folder), "--json")
     assert bad.exit_code == 1
     (error,) = json.loads(bad.stdout)["errors"]
@@ -298,3 +301,67 @@ def test_cost_offline_needs_no_credentials(tmp_path: Path, monkeypatch: pytest.M
     assert result.exit_code == 1
     assert "no price cache" in result.stderr and "credentials" not in result.stderr
     assert invoke("cost", "qa", "--environments", str(folder)).exit_code == EXIT_SETUP
+
+
+@pytest.fixture
+def html_proxy() -> Iterator[str]:
+    """A server on 127.0.0.1 answering every request with a proxy's HTML 403 page (no XML, no JSON)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Forbidden(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b"<html><head><title>403 Forbidden</title></head><body><h1>Blocked by proxy</h1>" + b"x" * 500
+            self.send_response(403)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._answer()
+
+        def do_POST(self) -> None:
+            self._answer()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Forbidden)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_html_answer_is_exit_3_not_a_traceback(
+    html_proxy: str, tmp_path: Path, clean_aws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore's ResponseParserError derives from Exception, not BotoCoreError: before the review it escaped."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", html_proxy)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    result = invoke("status", "qa", "--environments", str(folder))
+    assert result.exit_code == EXIT_AWS, result.output
+    assert "Traceback" not in result.output
+    first, advice = result.stderr.strip().splitlines()[-2:]
+    assert "Unable to parse response" in first and len(first) < 400
+    assert advice == (
+        "  what to do: the endpoint or a proxy answered with something other than AWS; "
+        "check HTTPS_PROXY / AWS_ENDPOINT_URL"
+    )
+
+
+def test_the_group_maps_an_unwrapped_response_parser_error() -> None:
+    """The last-resort handler: a ResponseParserError no verb wrapped is still exit 3 with the advice."""
+    from botocore.parsers import ResponseParserError
+
+    from mlcluster.cli.main import as_cli_error
+
+    converted = as_cli_error(ResponseParserError("Unable to parse response, invalid XML received: b'<html>'"))
+    assert isinstance(converted, CliError) and converted.exit_code == EXIT_AWS
+    assert "HTTPS_PROXY / AWS_ENDPOINT_URL" in converted.message
