@@ -144,22 +144,30 @@ def open_session(
     config: EnvironmentConfig | None,
     *,
     where: str = "the environment file",
-    require_credentials: bool = True,
+    offline: bool = False,
 ) -> AwsSession:
     """The one AWS session factory: credentials from ``profile`` (or the default chain), the region in order.
 
     A profile that does not exist, missing credentials and no region at all are
     :data:`~mlcluster.cli.errors.EXIT_SETUP` errors raised here, before any
     synthesis or AWS call, so a command never waits to fail on them
-    (``require_credentials=False``: a verb that may make no AWS call at all).
+    (``offline=True``: a verb that makes no AWS call at all, such as ``cost
+    --offline``, reads neither credentials nor the profile, so an unknown or
+    broken profile cannot stop it; the region then comes from the file,
+    ``--region``, ``AWS_REGION`` or ``AWS_DEFAULT_REGION``).
     """
     import boto3
     import botocore.session
 
     with aws_errors(f"opening the AWS session{f' with profile {profile}' if profile else ''}"):
         core = botocore.session.Session(profile=profile)
-        profile_region = core.get_scoped_config().get("region")  # raises ProfileNotFound for an unknown profile
-        credentials = core.get_credentials()
+        if offline:
+            # No AWS call will be made, so nothing may read the profile (an unknown one raises ProfileNotFound):
+            # boto3.Session reads only `data_path` from it, given here as botocore's own model folder.
+            core.set_config_variable("data_path", str(Path(botocore.__file__).parent / "data"))
+        # get_scoped_config raises ProfileNotFound for an unknown profile
+        profile_region = None if offline else core.get_scoped_config().get("region")
+        credentials = None if offline else core.get_credentials()
     ambient: list[tuple[str, str | None]] = [
         ("--region", region),
         ("AWS_REGION", os.environ.get("AWS_REGION")),
@@ -186,7 +194,7 @@ def open_session(
             f"  what to do: drop {other[0]} or set it to {value} (the environment lives in {value})",
             EXIT_SETUP,
         )
-    if credentials is None and require_credentials:
+    if credentials is None and not offline:
         raise CliError(
             "no AWS credentials found\n"
             "  what to do: configure credentials (AWS_PROFILE, `aws configure sso`, or an instance role)",
@@ -225,7 +233,7 @@ class Target:
         region: str | None,
         profile: str | None,
         *,
-        require_credentials: bool = True,
+        offline: bool = False,
     ) -> Target:
         """Load ``<environments>/<env>.yaml`` and open a session for its account and region (:func:`open_session`)."""
         environments = environments_folder(environments)
@@ -241,9 +249,7 @@ class Target:
             environment = load_environment(path)
         except ConfigError as error:
             raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
-        opened = open_session(
-            region, profile, environment.config, where=str(path), require_credentials=require_credentials
-        )
+        opened = open_session(region, profile, environment.config, where=str(path), offline=offline)
         return cls(environment=environment, session=opened.session, profile=profile, region_source=opened.region_source)
 
     @property

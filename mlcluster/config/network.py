@@ -7,7 +7,7 @@ import ipaddress
 from typing import Any, ClassVar, Literal
 
 from mlcluster.config import awsdata, zones
-from mlcluster.config.schema import Issues, section, setting
+from mlcluster.config.schema import NOT_A_VALUE, Issues, section, setting
 
 AZ_NAME = r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]"
 AZ_ID = r"[a-z]{2,4}\d-az\d{1,2}"
@@ -42,11 +42,12 @@ def parse_cidr(value: str) -> ipaddress.IPv4Network | None:
 def _check_zone(issues: Issues, zone: str | None, zone_id: str | None, where: str = "") -> None:
     prefix = f"{where}." if where else ""
     if (zone is None) == (zone_id is None):
+        both = f"{prefix}availability_zone {zone!r} and {prefix}availability_zone_id {zone_id!r} are both given; "
         issues.add(
             where or "availability_zone",
-            {"availability_zone": zone, "availability_zone_id": zone_id},
-            f"give exactly one of {prefix}availability_zone (a name like 'us-east-1a') "
-            f"or {prefix}availability_zone_id (an ID like 'use1-az4')",
+            None if zone is None else NOT_A_VALUE,  # None: "no value (empty or missing)", never a Python dict
+            ("" if zone is None else both) + f"give exactly one of {prefix}availability_zone (a name like "
+            f"'us-east-1a') or {prefix}availability_zone_id (an ID like 'use1-az4')",
         )
 
 

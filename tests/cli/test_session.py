@@ -365,3 +365,42 @@ def test_the_group_maps_an_unwrapped_response_parser_error() -> None:
     converted = as_cli_error(ResponseParserError("Unable to parse response, invalid XML received: b'<html>'"))
     assert isinstance(converted, CliError) and converted.exit_code == EXIT_AWS
     assert "HTTPS_PROXY / AWS_ENDPOINT_URL" in converted.message
+
+
+def test_cost_offline_reads_no_profile(tmp_path: Path, clean_aws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unknown profile (AWS_PROFILE or --profile) cannot stop `cost --offline`, which makes no AWS call."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    for extra in ((), ("--profile", "gone")):
+        result = invoke("cost", "qa", "--environments", str(folder), "--offline", *extra)
+        assert result.exit_code == 1, result.output
+        assert "no price cache" in result.stderr and "profile" not in result.stderr
+    online = invoke("cost", "qa", "--environments", str(folder))
+    assert online.exit_code == EXIT_SETUP and "The config profile (nope) could not be found" in online.stderr
+
+
+def test_validate_takes_a_bare_environment_name(tmp_path: Path) -> None:
+    """`mlcluster validate qa` checks <environments>/qa.yaml like every verb's ENV; a path stays a path."""
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    (folder / "qa.yaml").write_text("network: {availability_zone: us-east-1a}\n")
+    (folder / "lab.yml").write_text("network: {availability_zone: us-east-1b}\n")
+    result = invoke("validate", "qa", "lab", "--environments", str(folder), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["environments"] == ["qa", "lab"]
+    missing = invoke("validate", "nope", "--environments", str(folder))
+    assert missing.exit_code == 1 and str(folder / "nope.yaml") in missing.stderr
+
+
+@pytest.mark.parametrize("network", ["network:", "network: {}"])
+def test_an_empty_network_says_no_value(tmp_path: Path, network: str) -> None:
+    """Before the review of issue 26 the message quoted a Python dict with two None values."""
+    path = tmp_path / "qa.yaml"
+    path.write_text(network + "\n")
+    result = invoke("validate", str(path))
+    assert result.exit_code == 1
+    assert f"{path}: network.availability_zone: no value (empty or missing); give exactly one of" in result.stderr
+    assert "None" not in result.stderr
