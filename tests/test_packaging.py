@@ -289,7 +289,7 @@ def user(consumer: Path, tmp_path_factory: pytest.TempPathFactory) -> User:
 
 @pytest.fixture(scope="module")
 def moto_endpoint() -> Iterator[str]:
-    """moto in server mode on 127.0.0.1 (a free port), with ``dev-Network`` deployed in eu-west-1 only."""
+    """moto in server mode on 127.0.0.1 (a free port), with ``dev-Network`` deployed in us-east-1 (dev's zone) only."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -299,7 +299,7 @@ def moto_endpoint() -> Iterator[str]:
     endpoint = f"http://{host}:{port}"
     cfn = boto3.client(
         "cloudformation",
-        region_name="eu-west-1",
+        region_name="us-east-1",
         endpoint_url=endpoint,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
@@ -354,7 +354,11 @@ def test_wheel_without_credentials(user: User, args: tuple[str, ...]) -> None:
 
 @pytest.mark.slow
 def test_wheel_status_with_each_region_source(user: User, moto_endpoint: str, tmp_path: Path) -> None:
-    """The region comes from --region, `region:`, AWS_REGION, AWS_DEFAULT_REGION, the profile, then the zone."""
+    """The environment file pins the region (`region:`, else its zone); another one from anywhere is exit 4.
+
+    Before the review of issue 26, AWS_REGION eu-west-1 beat dev's zone us-east-1a: status, diff, protect
+    and lock looked in a region where dev cannot live, and said nothing was deployed.
+    """
     aws = {**CREDENTIALS, "AWS_ENDPOINT_URL": moto_endpoint}
     folder = user.with_cdk_json
 
@@ -364,30 +368,37 @@ def test_wheel_status_with_each_region_source(user: User, moto_endpoint: str, tm
         data = json.loads(done.stdout)
         return data["region"], {s["stack"]: s["status"] for s in data["stacks"]}
 
-    only_aws_region = region(AWS_REGION="eu-west-1")
-    assert only_aws_region == ("eu-west-1", {**only_aws_region[1], "dev-Network": "CREATE_COMPLETE"})
-    assert region("--region", "eu-west-1", AWS_REGION="us-west-2")[0] == "eu-west-1"
-    assert region(AWS_DEFAULT_REGION="ca-central-1")[0] == "ca-central-1"
-    assert region(AWS_REGION="us-west-2", AWS_DEFAULT_REGION="ca-central-1")[0] == "us-west-2"
+    def refused(*extra: str, cwd: Path = folder, **env: str) -> str:
+        done = user.run(cwd, "status", "dev", *extra, **{**aws, **env})
+        assert (done.returncode, done.stdout) == (4, ""), done.stderr
+        return done.stderr
+
+    by_zone = region()  # credentials, no region anywhere: dev's zone us-east-1a
+    assert by_zone == ("us-east-1", {**by_zone[1], "dev-Network": "CREATE_COMPLETE"})
+    assert region(AWS_REGION="us-east-1")[0] == region("--region", "us-east-1")[0] == "us-east-1"
+    assert "AWS_REGION says eu-west-1" in refused(AWS_REGION="eu-west-1")
+    assert "--region says eu-west-1" in refused("--region", "eu-west-1", AWS_REGION="us-east-1")
+    assert "AWS_DEFAULT_REGION says ca-central-1" in refused(AWS_DEFAULT_REGION="ca-central-1")
     profile = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
     (user.home / "ops-config").write_text(
         "[profile ops]\nregion = eu-north-1\naws_access_key_id = testing\naws_secret_access_key = testing\n"
     )
-    by_profile = region("--profile", "ops", AWS_CONFIG_FILE=str(user.home / "ops-config"), **profile)
-    assert by_profile[0] == "eu-north-1"
-    by_zone = region()  # credentials, no region anywhere: dev's zone us-east-1a
-    assert by_zone[0] == "us-east-1" and by_zone[1]["dev-Network"] == "NOT_DEPLOYED"
+    by_profile = refused("--profile", "ops", AWS_CONFIG_FILE=str(user.home / "ops-config"), **profile)
+    assert (
+        "the availability zone in " in by_profile and "profile ops in the AWS config file says eu-north-1" in by_profile
+    )
     pinned = tmp_path / "pinned"
     (pinned / "environments").mkdir(parents=True)
     text = (ROOT / "environments" / "dev.yaml").read_text()
     (pinned / "environments" / "dev.yaml").write_text(text + "region: us-east-1\n")
-    assert region(cwd=pinned, AWS_REGION="eu-west-1")[0] == "us-east-1"
+    assert region(cwd=pinned)[0] == "us-east-1"
+    assert "`region:` in " in refused(cwd=pinned, AWS_REGION="eu-west-1")
 
 
 @pytest.mark.slow
 def test_wheel_every_command_against_moto(user: User, moto_endpoint: str) -> None:
     """Each verb from a user's folder, with credentials and AWS_REGION, against moto: documented codes only."""
-    aws = {**CREDENTIALS, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_REGION": "eu-west-1"}
+    aws = {**CREDENTIALS, "AWS_ENDPOINT_URL": moto_endpoint}  # each environment's zone names its region
     here = user.without_cdk_json
     version = user.run(here, "--version")
     assert version.returncode == 0 and version.stdout.startswith("mlcluster, version ")
@@ -400,8 +411,9 @@ def test_wheel_every_command_against_moto(user: User, moto_endpoint: str) -> Non
     assert protected.returncode == 0, protected.stderr
     assert set(json.loads(protected.stdout)["protected"]) == {"dev-Network"}
     for args, code, text in [
-        (("ssh", "hyperpod", "--print"), 3, "stack hyperpod-Cluster does not exist in eu-west-1"),
-        (("ssh-config", "hyperpod"), 3, "stack hyperpod-Cluster does not exist in eu-west-1"),
+        (("ssh", "hyperpod", "--print"), 3, "stack hyperpod-Cluster does not exist in us-west-2"),
+        (("ssh-config", "hyperpod"), 3, "stack hyperpod-Cluster does not exist in us-west-2"),
+        (("protect", "hyperpod"), 1, "protect: nothing protected: no stack of hyperpod is deployed in us-west-2"),
         (("smoke", "dev"), 1, "this command needs 'pcluster' or 'hyperpod'"),
         (("patch", "hyperpod", "--yes"), 3, "hyperpod-Cluster"),
         (("status", "nope"), 1, "no environment 'nope'"),
@@ -409,7 +421,7 @@ def test_wheel_every_command_against_moto(user: User, moto_endpoint: str) -> Non
     ]:
         done = user.run(here, *args, **aws)
         assert (done.returncode, text in done.stderr) == (code, True), (args, done.stderr)
-    diffed = user.run(user.with_cdk_json, "diff", "dev", "--json", **{**aws, "AWS_REGION": "us-east-1"})
+    diffed = user.run(user.with_cdk_json, "diff", "hyperpod", "--json", **{**aws, "AWS_REGION": "us-west-2"})
     assert diffed.returncode == 0, diffed.stderr
     data = json.loads(diffed.stdout)
     assert data["safe"] and set(data["stacks"].values()) == {"not deployed"}

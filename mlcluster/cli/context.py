@@ -4,10 +4,13 @@ The options ``--environments``, ``--region`` and ``--profile`` are shared by
 all verbs through :func:`environment_options`; :class:`Target` turns them
 into one loaded environment with boto3 clients for its account and region.
 :func:`open_session` is the one AWS session factory of every verb: it picks
-the region from, in order, ``--region``, the environment file's ``region:``,
-``AWS_REGION``, ``AWS_DEFAULT_REGION``, the profile's ``region`` in
-``~/.aws/config``, and the region the environment's availability zone (name
-or ID) lies in, and says which one it used.
+the region and says which one it used. The environment file pins it: its
+``region:``, else the region its availability zone (name or ID) lies in.
+``--region``, ``AWS_REGION``, ``AWS_DEFAULT_REGION`` and the profile's
+``region`` in ``~/.aws/config`` (the first of them that is set) apply only
+when no file pins one; one that names another region than the file's is an
+:data:`~mlcluster.cli.errors.EXIT_SETUP` error naming both sources, never a
+silent run against the wrong region.
 """
 
 from __future__ import annotations
@@ -96,8 +99,8 @@ def region_options(command: F) -> F:
     return click.option(
         "--region",
         metavar="REGION",
-        help="AWS region (default, in order: the environment file's `region:`, AWS_REGION, AWS_DEFAULT_REGION, "
-        "the profile's region, the region of the environment's availability zone).",
+        help="AWS region when the environment file pins none (the file's `region:` or its availability zone "
+        "decides; a different --region, AWS_REGION, AWS_DEFAULT_REGION or profile region is an error, exit 4).",
     )(command)
 
 
@@ -141,45 +144,62 @@ def open_session(
     config: EnvironmentConfig | None,
     *,
     where: str = "the environment file",
-    require_credentials: bool = True,
+    offline: bool = False,
 ) -> AwsSession:
     """The one AWS session factory: credentials from ``profile`` (or the default chain), the region in order.
 
     A profile that does not exist, missing credentials and no region at all are
     :data:`~mlcluster.cli.errors.EXIT_SETUP` errors raised here, before any
     synthesis or AWS call, so a command never waits to fail on them
-    (``require_credentials=False``: a verb that may make no AWS call at all).
+    (``offline=True``: a verb that makes no AWS call at all, such as ``cost
+    --offline``, reads neither credentials nor the profile, so an unknown or
+    broken profile cannot stop it; the region then comes from the file,
+    ``--region``, ``AWS_REGION`` or ``AWS_DEFAULT_REGION``).
     """
     import boto3
     import botocore.session
 
     with aws_errors(f"opening the AWS session{f' with profile {profile}' if profile else ''}"):
         core = botocore.session.Session(profile=profile)
-        profile_region = core.get_scoped_config().get("region")  # raises ProfileNotFound for an unknown profile
-        credentials = core.get_credentials()
-    sources: list[tuple[str, str | None]] = [
+        if offline:
+            # No AWS call will be made, so nothing may read the profile (an unknown one raises ProfileNotFound):
+            # boto3.Session reads only `data_path` from it, given here as botocore's own model folder.
+            core.set_config_variable("data_path", str(Path(botocore.__file__).parent / "data"))
+        # get_scoped_config raises ProfileNotFound for an unknown profile
+        profile_region = None if offline else core.get_scoped_config().get("region")
+        credentials = None if offline else core.get_credentials()
+    ambient: list[tuple[str, str | None]] = [
         ("--region", region),
-        (f"`region:` in {where}", config.region if config is not None else None),
         ("AWS_REGION", os.environ.get("AWS_REGION")),
         ("AWS_DEFAULT_REGION", os.environ.get("AWS_DEFAULT_REGION")),
         (f"profile {core.profile or 'default'} in the AWS config file", profile_region),
-        ("the environment's availability zone", zone_region(config) if config is not None else None),
     ]
-    chosen = next(((source, value) for source, value in sources if value), None)
+    pinned: list[tuple[str, str | None]] = [
+        (f"`region:` in {where}", config.region if config is not None else None),
+        (f"the availability zone in {where}", zone_region(config) if config is not None else None),
+    ]
+    chosen = next(((source, value) for source, value in pinned + ambient if value), None)
     if chosen is None:
         raise CliError(
-            "no AWS region: none of --region, `region:` in the environment file, AWS_REGION, AWS_DEFAULT_REGION, "
-            "the profile's region or the environment's availability zone gives one\n"
+            "no AWS region: none of `region:` in the environment file, its availability zone, --region, "
+            "AWS_REGION, AWS_DEFAULT_REGION or the profile's region gives one\n"
             "  what to do: pass --region REGION or set AWS_REGION",
             EXIT_SETUP,
         )
-    if credentials is None and require_credentials:
+    source, value = chosen
+    other = next(((s, v) for s, v in ambient if v), None)
+    if other is not None and other[1] != value:
+        raise CliError(
+            f"two regions: {source} says {value}, {other[0]} says {other[1]}; the environment file decides\n"
+            f"  what to do: drop {other[0]} or set it to {value} (the environment lives in {value})",
+            EXIT_SETUP,
+        )
+    if credentials is None and not offline:
         raise CliError(
             "no AWS credentials found\n"
             "  what to do: configure credentials (AWS_PROFILE, `aws configure sso`, or an instance role)",
             EXIT_SETUP,
         )
-    source, value = chosen
     assert value is not None
     return AwsSession(boto3.Session(botocore_session=core, region_name=value), value, source)
 
@@ -213,7 +233,7 @@ class Target:
         region: str | None,
         profile: str | None,
         *,
-        require_credentials: bool = True,
+        offline: bool = False,
     ) -> Target:
         """Load ``<environments>/<env>.yaml`` and open a session for its account and region (:func:`open_session`)."""
         environments = environments_folder(environments)
@@ -229,9 +249,7 @@ class Target:
             environment = load_environment(path)
         except ConfigError as error:
             raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
-        opened = open_session(
-            region, profile, environment.config, where=str(path), require_credentials=require_credentials
-        )
+        opened = open_session(region, profile, environment.config, where=str(path), offline=offline)
         return cls(environment=environment, session=opened.session, profile=profile, region_source=opened.region_source)
 
     @property

@@ -532,7 +532,7 @@ def cost(
     services (Prometheus, Grafana, data transfer) are listed without a figure.
     Exit 1 after printing when any line could not be priced (the total is partial).
     """
-    target = Target.load(env, environments, region, profile, require_credentials=not offline)
+    target = Target.load(env, environments, region, profile, offline=offline)
     where = target.region
     plan = plan_of(target.environment)
     path = cache_path(where)

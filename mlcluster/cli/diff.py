@@ -591,6 +591,12 @@ def protect(
     protected = apply_protection(cfn, loaded, allow, quiet=as_json)
     if as_json:
         echo_json({"protected": protected})
+    if not protected:
+        raise CliError(
+            f"protect: nothing protected: no stack of {loaded.name} is deployed in {cfn.meta.region_name}\n"
+            "  what to do: deploy first (`npx cdk deploy`), or check the account and region",
+            EXIT_FAILED,
+        )
 
 
 def apply_protection(

@@ -28,6 +28,8 @@ EXIT_SETUP: Final = 4
 EXIT_TIMEOUT: Final = 5
 #: ``diff`` found a data-bearing resource that the next deploy would replace or delete.
 EXIT_REPLACEMENT: Final = 6
+#: The operator pressed Ctrl-C (128 + SIGINT, the shell's convention).
+EXIT_INTERRUPTED: Final = 130
 
 #: Every exit code and its meaning, as ``mlcluster --help`` and the README list them.
 EXIT_CODES: Final = {
@@ -38,6 +40,7 @@ EXIT_CODES: Final = {
     EXIT_SETUP: "not set up: no credentials, unknown profile, no region, missing local tool",
     EXIT_TIMEOUT: "a bounded wait ran out",
     EXIT_REPLACEMENT: "diff: a data-bearing resource would be replaced or deleted",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
 
@@ -85,11 +88,22 @@ BOTOCORE_ERRORS: Final = (
     ("HTTPClientError", EXIT_AWS, "the connection to AWS broke; run the command again"),
 )
 
+#: What to do when the answer is not AWS's (``botocore.parsers.ResponseParserError``, which derives from
+#: ``Exception``, not ``BotoCoreError``): typically an HTML page from a proxy or a wrong endpoint.
+NOT_AWS_ADVICE: Final = (
+    "the endpoint or a proxy answered with something other than AWS; check HTTPS_PROXY / AWS_ENDPOINT_URL"
+)
+#: The most characters of an unreadable answer quoted in a message (a proxy's page can be long).
+QUOTED_ANSWER_CHARS: Final = 200
+
 
 def botocore_failure(error: BaseException) -> tuple[int, str] | None:
     """The exit code and advice for a botocore exception (``None`` when ``error`` is not botocore's)."""
     from botocore import exceptions
+    from botocore.parsers import ResponseParserError
 
+    if isinstance(error, ResponseParserError):
+        return EXIT_AWS, NOT_AWS_ADVICE
     for name, code, advice in BOTOCORE_ERRORS:
         if isinstance(error, getattr(exceptions, name)):
             return code, advice
@@ -101,8 +115,10 @@ def botocore_failure(error: BaseException) -> tuple[int, str] | None:
     return None
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+def one_line(text: str) -> str:
+    """``text`` on one line, at most :data:`QUOTED_ANSWER_CHARS` characters of it when it is longer."""
+    line = " ".join(text.split())
+    return line if len(line) <= QUOTED_ANSWER_CHARS else line[:QUOTED_ANSWER_CHARS] + " ..."
 
 
 @contextmanager
@@ -110,16 +126,17 @@ def aws_errors(doing: str) -> Iterator[None]:
     """Turn botocore failures inside the block into a :class:`CliError` naming ``doing``.
 
     ``doing`` says which call was made, for example ``"DescribeStacks for dev-Cluster"``.
-    Every ``ClientError`` and ``BotoCoreError`` becomes one line and the code of
+    Every ``ClientError``, ``BotoCoreError`` and ``ResponseParserError`` becomes one line and the code of
     :data:`BOTOCORE_ERRORS` (a ``ClientError`` is :data:`EXIT_AWS`), followed by what to do.
     """
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    from botocore.parsers import ResponseParserError
 
     try:
         yield
-    except (ClientError, BotoCoreError) as error:
+    except (ClientError, BotoCoreError, ResponseParserError) as error:
         failure = botocore_failure(error)
-        assert failure is not None  # both classes are botocore's
+        assert failure is not None  # every class caught is botocore's
         code, advice = failure
         if isinstance(error, ClientError):
             info = error.response.get("Error", {})
@@ -128,4 +145,4 @@ def aws_errors(doing: str) -> Iterator[None]:
             what = "no AWS credentials found"
         else:
             what = str(error)
-        raise CliError(f"{doing} failed: {_one_line(what)}\n  what to do: {advice}", code) from None
+        raise CliError(f"{doing} failed: {one_line(what)}\n  what to do: {advice}", code) from None

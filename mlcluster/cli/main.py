@@ -12,7 +12,7 @@ import click
 from mlcluster.appdir import APP_DIR_VARIABLE, find_project
 from mlcluster.cli import diff
 from mlcluster.cli.cost import cost
-from mlcluster.cli.errors import EXIT_CODES, CliError, botocore_failure
+from mlcluster.cli.errors import EXIT_CODES, EXIT_INTERRUPTED, CliError, botocore_failure, one_line
 from mlcluster.cli.health import health
 from mlcluster.cli.patch import patch
 from mlcluster.cli.preflight import preflight
@@ -65,7 +65,7 @@ def as_cli_error(error: Exception) -> Exception:
     if failure is None:
         return error
     code, advice = failure
-    return CliError(f"AWS call failed: {' '.join(str(error).split())}\n  what to do: {advice}", code)
+    return CliError(f"AWS call failed: {one_line(str(error))}\n  what to do: {advice}", code)
 
 
 EPILOG = (
@@ -119,7 +119,7 @@ def main() -> None:
         result = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("mlcluster: aborted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)

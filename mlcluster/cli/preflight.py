@@ -558,6 +558,46 @@ def check_nat_quota(ctx: Context) -> list[Result]:
     ]
 
 
+def check_zones_exist(ctx: Context) -> list[Result]:
+    """Each zone of the environment file exists for this account (DescribeAvailabilityZones).
+
+    ``validate`` only warns about a zone its committed table lacks (the table is
+    moto's record, and real zones are missing from it); this is the account's own
+    answer. A zone EC2 does not list, or lists in a state other than ``available``,
+    is an ERROR row.
+    """
+    net = ctx.env.config.network
+    wanted = [("network", net.availability_zone, net.availability_zone_id)]
+    wanted += [
+        (f"network.extra_zones[{i}]", z.availability_zone, z.availability_zone_id)
+        for i, z in enumerate(net.extra_zones)
+    ]
+    results = []
+    ec2 = ctx.client("ec2")
+    for where, name, zone_id in wanted:
+        zone, kind, key = (
+            (name, "zone-name", "availability_zone") if name else (zone_id, "zone-id", "availability_zone_id")
+        )
+        if zone is None:
+            continue
+        found = ec2.describe_availability_zones(Filters=[{"Name": kind, "Values": [zone]}])["AvailabilityZones"]
+        state = found[0].get("State") if found else None
+        if state == "available":
+            results.append(Result("zone-exists", "pass", "ERROR", f"{where}.{key}", f"{zone} is available"))
+        else:
+            why = f"{zone} is {state}" if found else f"EC2 lists no zone {zone} in {ctx.region} for this account"
+            results.append(
+                Result(
+                    "zone-exists",
+                    "fail",
+                    "ERROR",
+                    f"{where}.{key}",
+                    f"{why}: choose a zone `aws ec2 describe-availability-zones` lists as available",
+                )
+            )
+    return results
+
+
 def check_offerings(ctx: Context) -> list[Result]:
     """Each instance type is offered in each zone it uses (DescribeInstanceTypeOfferings)."""
     results = []
@@ -1043,6 +1083,7 @@ CHECKS: dict[str, Callable[[Context], list[Result]]] = {
     "vpc-quota": check_vpc_quota,
     "eip-quota": check_eip_quota,
     "nat-quota": check_nat_quota,
+    "zone-exists": check_zones_exist,
     "instance-offered": check_offerings,
     "capacity-reservation": check_reservations,
     "training-plan": check_training_plans,

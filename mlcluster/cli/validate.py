@@ -17,6 +17,20 @@ from mlcluster.cli.errors import EXIT_FAILED, CliError
 from mlcluster.config.schema import ConfigError
 
 
+def resolve_files(files: tuple[Path, ...], environments_dir: Path | None) -> tuple[Path, ...]:
+    """FILES as given, except a bare environment name (``dev``: no folder, no suffix, no such file), which
+    names ``<environments>/dev.yaml`` (or ``.yml``), as every other verb's ENV does."""
+    resolved = []
+    for file in files:
+        if file.is_file() or file.suffix or len(file.parts) != 1:
+            resolved.append(file)
+            continue
+        folder = environments_folder(environments_dir)
+        named = [folder / f"{file.name}{suffix}" for suffix in (".yaml", ".yml")]
+        resolved.append(next((path for path in named if path.is_file()), named[0]))
+    return tuple(resolved)
+
+
 @click.command()
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -31,6 +45,8 @@ from mlcluster.config.schema import ConfigError
 def validate(files: tuple[Path, ...], environments_dir: Path | None, as_json: bool) -> None:
     """Check environment FILES (default: every file in --environments) as `cdk synth` would.
 
+    A bare name such as `dev` means <environments>/dev.yaml.
+
     Reports every problem of every file (file, key path, value, what is
     allowed), names two files that claim the same bucket, cluster, stack or
     export name, and prints warnings for settings that are legal but unwise.
@@ -40,7 +56,11 @@ def validate(files: tuple[Path, ...], environments_dir: Path | None, as_json: bo
     from mlcluster.config.project import check_environments, check_files
 
     try:
-        checked = check_files(files) if files else check_environments(environments_folder(environments_dir))
+        checked = (
+            check_files(resolve_files(files, environments_dir))
+            if files
+            else check_environments(environments_folder(environments_dir))
+        )
     except ConfigError as error:
         if as_json:
             errors = [{"file": source, "key": p.path, "message": p.render()} for source, p in error.entries]

@@ -11,7 +11,7 @@ import ipaddress
 from collections.abc import Callable
 
 from mlcluster.config.environment import Environment
-from mlcluster.config.network import parse_cidr
+from mlcluster.config.network import parse_cidr, unlisted_zones
 
 #: RFC 1918 private address space; VPC ranges outside it shadow public addresses.
 PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
@@ -138,7 +138,12 @@ def _hyperpod_local_accounting(env: Environment) -> list[str]:
     ]
 
 
+def _unlisted_zones(env: Environment) -> list[str]:
+    return unlisted_zones(env.config.network, env.config.region)
+
+
 RULES: tuple[Rule, ...] = (
+    _unlisted_zones,
     _public_ranges,
     _unreachable,
     _destroy_with_compliance,

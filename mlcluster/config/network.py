@@ -7,7 +7,7 @@ import ipaddress
 from typing import Any, ClassVar, Literal
 
 from mlcluster.config import awsdata, zones
-from mlcluster.config.schema import Issues, section, setting
+from mlcluster.config.schema import NOT_A_VALUE, Issues, section, setting
 
 AZ_NAME = r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]"
 AZ_ID = r"[a-z]{2,4}\d-az\d{1,2}"
@@ -42,11 +42,12 @@ def parse_cidr(value: str) -> ipaddress.IPv4Network | None:
 def _check_zone(issues: Issues, zone: str | None, zone_id: str | None, where: str = "") -> None:
     prefix = f"{where}." if where else ""
     if (zone is None) == (zone_id is None):
+        both = f"{prefix}availability_zone {zone!r} and {prefix}availability_zone_id {zone_id!r} are both given; "
         issues.add(
             where or "availability_zone",
-            {"availability_zone": zone, "availability_zone_id": zone_id},
-            f"give exactly one of {prefix}availability_zone (a name like 'us-east-1a') "
-            f"or {prefix}availability_zone_id (an ID like 'use1-az4')",
+            None if zone is None else NOT_A_VALUE,  # None: "no value (empty or missing)", never a Python dict
+            ("" if zone is None else both) + f"give exactly one of {prefix}availability_zone (a name like "
+            f"'us-east-1a') or {prefix}availability_zone_id (an ID like 'use1-az4')",
         )
 
 
@@ -275,28 +276,42 @@ def _closest(value: str, candidates: list[str]) -> str:
     return "; closest: " + ", ".join(repr(c) for c in close) if close else ""
 
 
-def _zone_exists(issues: Issues, where: str, region: str, name: str | None, zone_id: str | None) -> bool:
-    """Whether the zone is one of ``region``'s (:mod:`mlcluster.config.zones`); adds the issue when not."""
-    if name is not None:
-        letters = zones.zone_letters(region)
-        if letters is not None and name[-1] not in letters:
-            allowed = ", ".join(f"'{region}{letter}'" for letter in letters)
-            issues.add(
-                f"{where}availability_zone",
-                name,
-                f"{region} has no zone {name[-1]!r} ({zones.SOURCE}); allowed: {allowed}",
-            )
-            return False
-    elif zone_id is not None:
-        known = zones.zone_ids(region, _az_id_code(zone_id))
-        if known is not None and zone_id not in known:
-            issues.add(
-                f"{where}availability_zone_id",
-                zone_id,
-                f"{region} has no zone {zone_id} ({zones.SOURCE}); allowed: {', '.join(known)}",
-            )
-            return False
-    return True
+def unlisted_zones(network: NetworkConfig, region: str | None, prefix: str = "network") -> list[str]:
+    """Zones of ``network`` that :mod:`mlcluster.config.zones` does not list, as ``<key path>: <advice>``.
+
+    The table is moto's record, not AWS's answer for the account: real zones
+    are missing from it (``cn-north-1d``, ``usw1-az2``, new zones), so an
+    unlisted zone is a warning, never an error. ``mlcluster preflight`` asks
+    EC2 (DescribeAvailabilityZones) with the account's credentials. Zones
+    :func:`check_zones` refuses (malformed, unknown region) are not repeated.
+    """
+    found: list[str] = []
+    entries = [(f"{prefix}.", network.availability_zone, network.availability_zone_id)]
+    entries += [
+        (f"{prefix}.extra_zones[{i}].", z.availability_zone, z.availability_zone_id)
+        for i, z in enumerate(network.extra_zones)
+    ]
+    codes = awsdata.az_id_codes()
+    for where, name, zone_id in entries:
+        if name is not None:
+            zone_region = _zone_region(name)
+            letters = zones.zone_letters(zone_region)
+            if letters is not None and name[-1] not in letters:
+                found.append(
+                    f"{where}availability_zone: {name} is not among the zones of {zone_region} in {zones.SOURCE} "
+                    f"({', '.join(zone_region + letter for letter in letters)}); it may be newer than the table or "
+                    "mapped to your account only: `mlcluster preflight` checks it with DescribeAvailabilityZones"
+                )
+        elif zone_id is not None:
+            zone_region = region or codes.get(_az_id_code(zone_id)) or ""
+            known = zones.zone_ids(zone_region, _az_id_code(zone_id))
+            if known is not None and zone_id not in known:
+                found.append(
+                    f"{where}availability_zone_id: {zone_id} is not among the zone IDs of {zone_region} in "
+                    f"{zones.SOURCE} ({', '.join(known)}); it may be newer than the table: `mlcluster preflight` "
+                    "checks it with DescribeAvailabilityZones"
+                )
+    return found
 
 
 def check_zones(issues: Issues, network: NetworkConfig, region: str | None, prefix: str = "network") -> None:
@@ -355,8 +370,6 @@ def check_zones(issues: Issues, network: NetworkConfig, region: str | None, pref
                 continue
             zone_region = region or codes.get(code)
         if zone_region is None:
-            continue
-        if not _zone_exists(issues, where, zone_region, name, zone_id):
             continue
         if first is None:
             first = (zone_region, name or zone_id or "")

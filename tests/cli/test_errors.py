@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from mlcluster.cli.errors import CliError, aws_errors
-from tests.cli.conftest import Aws, World, invoke
+from tests.cli.conftest import Aws, World, aws_client, invoke
 
 
 @pytest.mark.parametrize("verb", ["ssh", "ssh-config", "status", "smoke", "patch", "diff", "protect"])
@@ -63,10 +63,18 @@ def test_no_region_setting_uses_the_zones_region(tmp_path: Path, monkeypatch: py
 
 
 def test_stack_that_does_not_exist(aws: Aws, hyperpod: World) -> None:
-    result = hyperpod.run("ssh", "hyperpod", "--print", "--region", "eu-west-1")
+    aws_client("cloudformation", "us-west-2").delete_stack(StackName="hyperpod-Cluster")
+    result = hyperpod.run("ssh", "hyperpod", "--print", "--region", "us-west-2")
     assert result.exit_code == 3
-    assert "stack hyperpod-Cluster does not exist in eu-west-1" in result.stderr
+    assert "stack hyperpod-Cluster does not exist in us-west-2" in result.stderr
     assert "npx cdk deploy 'hyperpod/*'" in result.stderr
+
+
+def test_a_region_other_than_the_files_is_refused(aws: Aws, hyperpod: World) -> None:
+    """hyperpod's zone usw2-az4 pins us-west-2: an explicit --region eu-west-1 is an error, not an empty answer."""
+    result = hyperpod.run("ssh", "hyperpod", "--print", "--region", "eu-west-1")
+    assert result.exit_code == 4
+    assert "says us-west-2, --region says eu-west-1" in result.stderr
 
 
 def test_aws_errors_maps_botocore_failures() -> None:

@@ -583,7 +583,7 @@ def test_an_environment_without_a_cluster(aws: Aws, tmp_path: Path, monkeypatch:
     result = invoke("preflight", "dev", "--environments", str(folder), "--json")
     assert result.exit_code == 0, result.output
     checks = {r["check"] for r in json.loads(result.stdout)["results"]}
-    assert checks == {"fsx-quota", "vpc-quota", "eip-quota", "nat-quota", "names", "cdk-bootstrap"}
+    assert checks == {"fsx-quota", "vpc-quota", "eip-quota", "nat-quota", "zone-exists", "names", "cdk-bootstrap"}
 
 
 def test_queues_on_existing_subnets_cannot_name_the_zone(aws: Aws, tmp_path: Path) -> None:
@@ -971,3 +971,24 @@ def test_custom_ami_must_be_available_and_may_be_deprecated(aws: Aws, tmp_path: 
             "IncludeDeprecated": True,
         }
     ]
+
+
+def test_zone_exists_asks_ec2(aws: Aws, tmp_path: Path) -> None:
+    """validate only warns about a zone its table lacks; preflight asks DescribeAvailabilityZones (review of 26)."""
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    (passed,) = preflight.check_zones_exist(context(aws, folder, "p5", P5_REGION))
+    assert (passed.status, passed.key, passed.message) == (
+        "pass",
+        "network.availability_zone",
+        "us-east-2a is available",
+    )
+    assert aws.params("DescribeAvailabilityZones")[-1]["Filters"] == [{"Name": "zone-name", "Values": ["us-east-2a"]}]
+    data = yaml.safe_load((folder / "p5.yaml").read_text())
+    data["network"]["availability_zone"] = "us-east-2z"
+    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    (failed,) = preflight.check_zones_exist(context(aws, folder, "p5", P5_REGION))
+    assert (failed.status, failed.level) == ("fail", "ERROR")
+    assert failed.message.startswith(f"EC2 lists no zone us-east-2z in {P5_REGION} for this account")
+    hp = env_folder(tmp_path, "hyperpod", "us-west-2")
+    (by_id,) = preflight.check_zones_exist(context(aws, hp, "hyperpod", "us-west-2"))
+    assert (by_id.status, by_id.key) == ("pass", "network.availability_zone_id")

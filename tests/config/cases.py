@@ -426,8 +426,8 @@ CASES = [
         "both zone forms",
         {"dev.yaml": "network: {availability_zone: us-east-1a, availability_zone_id: use1-az4}\n"},
         [
-            "{d}/dev.yaml: network.availability_zone: {{'availability_zone': 'us-east-1a', 'availability_zone_id': "
-            "'use1-az4'}} is not valid; give exactly one of availability_zone (a name like 'us-east-1a') or "
+            "{d}/dev.yaml: network.availability_zone: availability_zone 'us-east-1a' and availability_zone_id "
+            "'use1-az4' are both given; give exactly one of availability_zone (a name like 'us-east-1a') or "
             "availability_zone_id (an ID like 'use1-az4')"
         ],
         schema=True,
@@ -436,9 +436,8 @@ CASES = [
         "no zone",
         {"dev.yaml": "network: {cidr: 10.0.0.0/16}\n"},
         [
-            "{d}/dev.yaml: network.availability_zone: {{'availability_zone': None, 'availability_zone_id': None}} is "
-            "not valid; give exactly one of availability_zone (a name like 'us-east-1a') or availability_zone_id "
-            "(an ID like 'use1-az4')"
+            "{d}/dev.yaml: network.availability_zone: no value (empty or missing); give exactly one of "
+            "availability_zone (a name like 'us-east-1a') or availability_zone_id (an ID like 'use1-az4')"
         ],
         schema=True,
     ),
