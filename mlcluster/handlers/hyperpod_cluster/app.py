@@ -142,7 +142,7 @@ def _rolling_back(event: Mapping[str, Any]) -> bool:
         ) from err
     if len(stacks) != 1:
         raise RuntimeError(f"DescribeStacks for {stack_id} returned {len(stacks)} stacks, expected exactly one")
-    return stacks[0].get("StackStatus") == ROLLBACK_STATUS
+    return str(stacks[0].get("StackStatus")) == ROLLBACK_STATUS
 
 
 def _deadline(context: object) -> float:
