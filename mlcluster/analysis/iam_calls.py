@@ -683,6 +683,7 @@ def handler_calls(package: Path) -> list[AwsCall]:
                     a
                     for action in API_ACTIONS.get(operation, (operation,))
                     for a in (action, *dependent_actions(action))
+                    if a not in NAMED_RESOURCE_ONLY.get(action, ())
                 ]
                 calls.append(AwsCall(relative, line, operation, tuple(dict.fromkeys(needed)), ("*",)))
     return calls
@@ -691,6 +692,13 @@ def handler_calls(package: Path) -> list[AwsCall]:
 #: API operations authorized by an IAM action of another name (the S3 API reference: HeadObject needs
 #: s3:GetObject). Every other operation must be an action of the Service Authorization Reference itself.
 API_ACTIONS: dict[str, tuple[str, ...]] = {"s3:HeadObject": ("s3:GetObject",)}
+
+
+#: Dependent actions the Service Authorization Reference lists for an action that only a call on every resource
+#: needs. Its DescribeStacks row: "... for the specified stack, and to all stacks when used in combination with
+#: the ListStacks action": ListStacks is for a DescribeStacks without StackName, and our handlers always name
+#: their own stack (the HyperPod checks: ``StackName=event["StackId"]``, granted on that stack only).
+NAMED_RESOURCE_ONLY: dict[str, tuple[str, ...]] = {"cloudformation:DescribeStacks": ("cloudformation:ListStacks",)}
 
 
 def known_action(action: str) -> bool:

@@ -10,8 +10,8 @@ canonical strings such as ``${AWS::AccountId}`` or ``${p5/Observability|Topic}``
 - An explicit Deny that matches wins; otherwise an Allow must match.
 - A statement matches when its principal, action (``Action``/``NotAction``),
   resource (``Resource``/``NotResource``) and every condition match.
-- Conditions: ``String*``, ``Arn*``, ``Bool`` and ``Null`` operators, their
-  ``Not`` and ``IfExists`` forms. A key missing from the request fails a
+- Conditions: ``String*``, ``Arn*`` (part by part), ``Bool`` and ``Null``
+  operators, their ``Not`` and ``IfExists`` forms; key names in any case. A key missing from the request fails a
   positive operator, passes a negated one, and passes any ``IfExists``
   operator (AWS's rules). An operator this module does not know raises:
   a proof must never rest on a condition it could not read.
@@ -67,14 +67,21 @@ def _service(name: str) -> str:
     return name.replace("${AWS::URLSuffix}", "amazonaws.com")
 
 
-def _principal_matches(principal: Any, request: Request, not_principal: bool = False) -> bool:
+def _principal_matches(principal: Any, request: Request, *, exact: bool = False) -> bool:
+    """Whether ``principal`` names the request's principal.
+
+    ``{"AWS": "*"}`` is ``"*"`` (IAM user guide, "AWS JSON policy elements:
+    Principal"). The account root in ``Principal`` stands for every
+    principal of the account; ``exact`` (a ``NotPrincipal``) takes names as
+    they are: a NotPrincipal of the root exempts the root only.
+    """
     if principal is None:
         return True  # identity policies name no principal: the role they are attached to makes the request
-    if principal == "*":
+    if principal == "*" or (isinstance(principal, dict) and "*" in [str(p) for p in _list(principal.get("AWS", []))]):
         return True
     kind, name = request.principal
     named = [str(p) for p in _list(principal.get(kind, []))] if isinstance(principal, dict) else []
-    if kind == "AWS" and isinstance(principal, dict):
+    if kind == "AWS" and isinstance(principal, dict) and not exact:
         root = [p for p in named if _partition(p) in (ACCOUNT_ROOT, "${AWS::AccountId}")]
         # The account's root lets any principal of the account in, subject to its own IAM policies; a role of
         # the assembly (a canonical ``${stack|Role.Arn}``) is one.
@@ -110,19 +117,37 @@ def _string_like(pattern: str, value: str) -> bool:
     return wildcard(pattern, value)
 
 
-def _arn_equals(pattern: str, value: str) -> bool:
-    return _partition(pattern) == _partition(value)
+#: A deploy-time value of the assembly (``${AWS::Partition}``, ``${p5/Observability|Topic}``): colons inside do
+#: not separate ARN parts.
+_TOKEN = re.compile(r"\$\{[^}]*\}")
+
+
+def _arn_parts(arn: str) -> list[str] | None:
+    """The six colon-separated parts of ``arn`` (the last keeps its colons), or None when it has fewer."""
+    hidden = _TOKEN.sub(lambda m: m.group(0).replace(":", "\x00"), _partition(arn))
+    parts = hidden.split(":", 5)
+    if len(parts) != 6:
+        return None
+    return [part.replace("\x00", ":") for part in parts]
 
 
 def _arn_like(pattern: str, value: str) -> bool:
-    return wildcard(_partition(pattern), _partition(value))
+    """``ArnLike``: part by part, wildcards within a part (IAM user guide, "Amazon Resource Name (ARN) condition
+    operators"). Two equal deploy-time values are the same ARN; one that is not an ARN matches nothing else."""
+    if _partition(pattern) == _partition(value):
+        return True
+    pattern_parts, value_parts = _arn_parts(pattern), _arn_parts(value)
+    if pattern_parts is None or value_parts is None:
+        return False
+    return all(wildcard(p, v) for p, v in zip(pattern_parts, value_parts, strict=True))
 
 
 _BASE_OPERATORS: dict[str, Callable[[str, str], bool]] = {
     "StringEquals": _string_equals,
     "StringEqualsIgnoreCase": _string_equals_ignore_case,
     "StringLike": _string_like,
-    "ArnEquals": _arn_equals,
+    # The IAM user guide: ArnEquals and ArnLike behave alike; both take wildcards within a part.
+    "ArnEquals": _arn_like,
     "ArnLike": _arn_like,
     "Bool": _string_equals_ignore_case,
 }
@@ -136,10 +161,15 @@ _NEGATIONS = {
 
 
 def condition_holds(operator: str, key: str, values: Any, context: Mapping[str, str]) -> bool:
-    """Whether one ``{operator: {key: values}}`` entry holds for ``context``."""
+    """Whether one ``{operator: {key: values}}`` entry holds for ``context``.
+
+    Condition key names are not case-sensitive (IAM user guide, "IAM JSON
+    policy elements: Condition"): ``aws:SourceAccount`` finds ``aws:sourceaccount``.
+    """
     if_exists = operator.endswith("IfExists")
     base = operator.removesuffix("IfExists")
-    present = key in context
+    by_key = {name.lower(): value for name, value in context.items()}
+    present = key.lower() in by_key
     if base == "Null":
         wanted = str(_list(values)[0]).lower() == "true"
         return (not present) == wanted
@@ -149,7 +179,7 @@ def condition_holds(operator: str, key: str, values: Any, context: Mapping[str, 
         raise UnknownConditionError(f"condition operator {operator} (key {key}) is not one this evaluator judges")
     if not present:
         return if_exists or negated
-    matched = any(compare(str(value), str(context[key])) for value in _list(values))
+    matched = any(compare(str(value), str(by_key[key.lower()])) for value in _list(values))
     return not matched if negated else matched
 
 
@@ -164,7 +194,7 @@ def _conditions_hold(statement: Mapping[str, Any], context: Mapping[str, str]) -
 def statement_matches(statement: Mapping[str, Any], request: Request) -> bool:
     """Whether ``statement`` applies to ``request`` (principal, action, resource and conditions)."""
     if "NotPrincipal" in statement:
-        if _principal_matches(statement["NotPrincipal"], request):
+        if _principal_matches(statement["NotPrincipal"], request, exact=True):
             return False
     elif not _principal_matches(statement.get("Principal"), request):
         return False

@@ -376,6 +376,13 @@ class HyperPodCluster(Construct):
                     resources=[lifecycle.bucket.bucket_arn],
                 ),
                 iam.PolicyStatement(
+                    # On Update the checks ask whether their stack is UPDATE_ROLLBACK_IN_PROGRESS (a rollback
+                    # reaches them as an Update, aws/aws-cdk#17040); only this stack, by its id.
+                    sid="ReadOwnStack",
+                    actions=["cloudformation:DescribeStacks"],
+                    resources=[stack.stack_id],
+                ),
+                iam.PolicyStatement(
                     sid="CheckNetwork",
                     actions=["ec2:DescribeSubnets", "ec2:DescribeRouteTables", "ec2:DescribeSecurityGroups"],
                     resources=["*"],

@@ -69,12 +69,25 @@ PRODUCER_SECTIONS = {"Network": ("network",), "Storage": ("network", "storage"),
 
 
 def producer_digest(environment: Environment, producer: str) -> str:
-    """A digest of everything that decides ``producer``'s outputs: the environment, its place, its sections."""
+    """A digest of everything that decides ``producer``'s outputs: the environment, its place, its sections.
+
+    Also ``retention.allow_replacement`` and ``retention.on_delete``, every
+    producer's: an allowed replacement (for example of ``Storage/Lustre`` after
+    a change of mlcluster's code, with the storage section as it was) gives
+    the producer new ids, and ``on_delete`` decides its removal policies. All
+    entries count for every producer (a replaced network can change what the
+    storage stack outputs); a needless change only makes the consumer re-read
+    outputs that did not change.
+    """
     cfg = environment.config
     inputs = {
         "environment": environment.name,
         "account": cfg.account,
         "region": cfg.region,
+        "retention": {
+            "allow_replacement": sorted(cfg.retention.allow_replacement),
+            "on_delete": cfg.retention.on_delete,
+        },
         **{name: dataclasses.asdict(getattr(cfg, name)) for name in PRODUCER_SECTIONS[producer]},
     }
     text = json.dumps(inputs, sort_keys=True, default=str, separators=(",", ":"))

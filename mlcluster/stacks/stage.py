@@ -112,6 +112,7 @@ class EnvironmentStage(cdk.Stage):
                 description=f"{description} ({cfg.cluster.backend} cluster {environment.cluster_name})",
             )
         # Consumers of weak references re-read their producers' outputs whenever those can change.
+        record_producer_values(self.storage_stack, environment, ("Network",))
         if self.data_repository_stack is not None:
             record_producer_values(self.data_repository_stack, environment, ("Storage",))
         if self.observability_stack is not None:

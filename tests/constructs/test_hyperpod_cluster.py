@@ -270,6 +270,25 @@ def test_check_function_can_only_look(built: Built) -> None:
         assert verb not in every
 
 
+def test_check_function_reads_only_its_own_stack(built: Built) -> None:
+    """The rollback test (DescribeStacks on the event's StackId) is granted on this stack's id only."""
+    checks = statements(built, "ClusterCheckRole")
+    cloudformation = [s for s in checks if any(str(a).startswith("cloudformation:") for a in _actions(s))]
+    assert cloudformation == [
+        {
+            "Sid": "ReadOwnStack",
+            "Effect": "Allow",
+            "Action": "cloudformation:DescribeStacks",
+            "Resource": {"Ref": "AWS::StackId"},
+        }
+    ]
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    action = statement["Action"]
+    return [action] if isinstance(action, str) else list(action)
+
+
 def test_one_check_function_with_the_newest_runtime_and_15_minutes(built: Built) -> None:
     functions = {k: v for k, v in of_type(built, "AWS::Lambda::Function").items() if k.startswith("ClusterCheck")}
     ((_, function),) = functions.items()

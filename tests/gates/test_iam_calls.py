@@ -285,6 +285,22 @@ def test_dependent_actions_come_from_the_service_authorization_reference() -> No
     assert dependent_actions("sagemaker:DescribeCluster") == ()
 
 
+def test_describe_stacks_of_a_named_stack_needs_no_list_stacks(tmp_path: Path) -> None:
+    """The reference lists ListStacks under DescribeStacks for describing all stacks; a named stack needs only
+    DescribeStacks. The exception is that pair alone: ListStacks is still the reference's dependent action."""
+    package = tmp_path / "handler"
+    package.mkdir()
+    (package / "app.py").write_text(
+        "import boto3\ncf = boto3.client('cloudformation')\ncf.describe_stacks(StackName='arn')\ncf.list_stacks()\n"
+    )
+    calls = {(c.command, c.actions) for c in handler_calls(package)}
+    assert calls == {
+        ("cloudformation:DescribeStacks", ("cloudformation:DescribeStacks",)),
+        ("cloudformation:ListStacks", ("cloudformation:ListStacks",)),
+    }
+    assert dependent_actions("cloudformation:DescribeStacks") == ("cloudformation:ListStacks",)
+
+
 def test_an_api_name_that_is_no_iam_action_is_reported(tmp_path: Path) -> None:
     assert not known_action("s3:HeadObject") and known_action("s3:GetObject")
 
@@ -300,6 +316,21 @@ def test_a_handler_grant_taken_away_is_found(broken: Callable[[Callable[[Any], o
     report = check_handlers(broken(take), "hyperpod")
     assert {(f.action, f.call.script) for f in report.findings} == {
         ("sagemaker:ListClusterNodes", "hyperpod_cluster/app.py")
+    }
+
+
+def test_the_own_stack_grant_taken_away_is_found(broken: Callable[[Callable[[Any], object]], Assembly]) -> None:
+    """The rollback test's DescribeStacks (issue 25 review) is a handler call the gate holds the role to."""
+
+    def take(templates: Any) -> None:
+        for stack in templates:
+            for resource in resources(templates, stack, "AWS::IAM::ManagedPolicy").values():
+                document = resource["Properties"]["PolicyDocument"]
+                document["Statement"] = [s for s in document["Statement"] if s.get("Sid") != "ReadOwnStack"]
+
+    report = check_handlers(broken(take), "hyperpod")
+    assert {(f.action, f.call.script) for f in report.findings} == {
+        ("cloudformation:DescribeStacks", "hyperpod_cluster/app.py")
     }
 
 

@@ -76,6 +76,36 @@ def group(name: str, instance_type: str, count: int | str, **extra: Any) -> dict
 
 
 @dataclasses.dataclass
+class FakeCloudFormation:
+    """DescribeStacks of the handler's own stack: its status, or the service's errors, oldest first.
+
+    Update events ask it whether the stack is rolling back; every request is
+    kept (``calls``) and validated against botocore's model by ``world``.
+    """
+
+    status: str = "UPDATE_IN_PROGRESS"
+    errors: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def answer(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        if model.name != "DescribeStacks":
+            return service_error("AccessDenied", f"the checks may not call {model.name}", status=403)
+        request = {k: v for k, v in params["body"].items() if k not in ("Action", "Version")}
+        self.calls.append(request)
+        if self.errors:
+            code, message = self.errors.pop(0)
+            return service_error(code, message, status=403 if code == "AccessDenied" else 400)
+        stack = {
+            "StackId": request["StackName"],
+            "StackName": request["StackName"].split("/")[1],
+            "CreationTime": 0,
+            "StackStatus": self.status,
+        }
+        parsed = {"Stacks": [stack], "ResponseMetadata": {"HTTPStatusCode": 200}}
+        return AWSResponse("https://stub.invalid/", 200, {}, None), parsed  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass
 class World:
     """Ids of the moto resources and helpers to build resource properties."""
 
@@ -88,6 +118,8 @@ class World:
     sg: str
     sg_ingress_only: str
     sg_no_rules: str
+    #: The handler's stack as DescribeStacks reports it (``UPDATE_IN_PROGRESS`` unless a test says otherwise).
+    stack: FakeCloudFormation = dataclasses.field(default_factory=FakeCloudFormation)
 
     @property
     def name(self) -> str:
@@ -200,8 +232,19 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     monkeypatch.setattr(app, "clients", handler_clients)
+    cloudformation = app.clients().cloudformation
     with mock_aws():
-        yield _build_world()
+        world = _build_world()
+        cloudformation.meta.events.register_first(
+            "before-call.cloudformation", world.stack.answer, unique_id="fake-cloudformation"
+        )
+        try:
+            yield world
+        finally:
+            cloudformation.meta.events.unregister("before-call.cloudformation", unique_id="fake-cloudformation")
+    shape = cloudformation.meta.service_model.operation_model("DescribeStacks").input_shape
+    for params in world.stack.calls:
+        validate_parameters(params, shape)
 
 
 @pytest.fixture

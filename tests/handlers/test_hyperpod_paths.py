@@ -157,6 +157,80 @@ def test_failed_update_then_rollback(world: World, fake: FakeSageMaker, clock: C
     _only_looked(fake)
 
 
+@pytest.mark.parametrize("resource_type", [app.PREFLIGHT, app.NODES_READY])
+def test_rollback_update_is_answered_without_a_check(
+    world: World, fake: FakeSageMaker, clock: Clock, resource_type: str
+) -> None:
+    """aws/aws-cdk#17040: the rollback's Update (same physical id) must not fail again and stop the rollback.
+
+    The cluster is still RollingBack, which fails the node check and keeps the
+    pre-flight waiting until it fails; during UPDATE_ROLLBACK_IN_PROGRESS
+    neither looks at it.
+    """
+    cluster = fake.add("ml-cluster", COUNTS, status="RollingBack")
+    world.stack.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+    old, new = world.props(_spec(world)), world.props(_spec(world, workers=4))
+    if resource_type == app.PREFLIGHT:
+        event = update_event("ml-cluster-preflight", old, new)
+    else:
+        event = nodes_event(cluster.arn, COUNTS, "Update", old={**COUNTS, "workers": 4})
+    result = app.on_event(event)
+    assert result == {"PhysicalResourceId": event["PhysicalResourceId"], "Data": {"Checked": app.NOT_CHECKED}}
+    assert world.stack.calls == [{"StackName": event["StackId"]}]
+    assert fake.calls == []
+    assert clock.sleeps == []
+
+
+@pytest.mark.parametrize(
+    "status", ["UPDATE_IN_PROGRESS", "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS", "ROLLBACK_IN_PROGRESS"]
+)
+def test_an_update_outside_an_update_rollback_is_checked(
+    world: World, fake: FakeSageMaker, clock: Clock, status: str
+) -> None:
+    """Only UPDATE_ROLLBACK_IN_PROGRESS skips: in any other status a RollingBack cluster fails the node check."""
+    cluster = fake.add("ml-cluster", COUNTS, status="RollingBack")
+    world.stack.status = status
+    with pytest.raises(RuntimeError, match="is RollingBack"):
+        app.on_event(nodes_event(cluster.arn, COUNTS, "Update", old={**COUNTS, "workers": 4}))
+    assert len(world.stack.calls) == 1
+
+
+def test_create_does_not_ask_for_the_stack(world: World, fake: FakeSageMaker) -> None:
+    """A Create is never a rollback of an update: no DescribeStacks."""
+    app.on_event(create_event(world.props(_spec(world))))
+    assert world.stack.calls == []
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("AccessDenied", "User is not authorized to perform: cloudformation:DescribeStacks"),
+        ("ValidationError", "Stack with id arn:aws:cloudformation:us-east-1:123456789012:stack/dev/1 does not exist"),
+        ("Throttling", "Rate exceeded"),
+    ],
+)
+@pytest.mark.parametrize("resource_type", [app.PREFLIGHT, app.NODES_READY])
+def test_a_stack_that_cannot_be_read_fails_the_update(
+    world: World, fake: FakeSageMaker, clock: Clock, code: str, message: str, resource_type: str
+) -> None:
+    """Neither skipped as a rollback nor checked as an update: the event fails naming the error and the grant."""
+    cluster = fake.add("ml-cluster", COUNTS)
+    world.stack.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+    world.stack.errors = [(code, message)]
+    old, new = world.props(_spec(world)), world.props(_spec(world, workers=4))
+    if resource_type == app.PREFLIGHT:
+        event = update_event("ml-cluster-preflight", old, new)
+    else:
+        event = nodes_event(cluster.arn, COUNTS, "Update", old={**COUNTS, "workers": 4})
+    with pytest.raises(RuntimeError) as caught:
+        app.on_event(event)
+    assert str(caught.value) == (
+        f"DescribeStacks for {event['StackId']} failed: {code}: {message}; the checks need "
+        "cloudformation:DescribeStacks on their own stack to tell an update from its rollback"
+    )
+    assert fake.calls == []
+
+
 def test_rename_creates_before_delete_and_checks_the_new_name(world: World, fake: FakeSageMaker) -> None:
     """Replacement: a new name must be free; the old cluster is CloudFormation's to delete afterwards."""
     fake.add("ml-cluster", COUNTS)

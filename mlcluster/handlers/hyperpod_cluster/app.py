@@ -4,7 +4,7 @@ CloudFormation's own ``AWS::SageMaker::Cluster`` handler creates, updates,
 rolls back and deletes the cluster. These custom resources only look:
 
 - ``Custom::HyperPodPreflight`` runs before the cluster resource on every
-  Create and Update (a rollback is an Update with the old properties). It
+  Create and Update. It
   checks the inputs (lifecycle objects, provisioning parameters, private
   subnets, self-referencing security groups) and the cluster as it is:
   a new name must be free; an existing cluster must still exist, and one that
@@ -18,6 +18,13 @@ rolls back and deletes the cluster. These custom resources only look:
   not promise that). Nodes in a deep health check (which can last hours) or
   still starting or being replaced when the wait ends are accepted and
   reported, never a reason to roll the cluster back.
+
+A rollback of a failed update reaches both as an Update with the old
+properties (the Provider framework keeps the physical id, aws/aws-cdk#17040).
+Every Update first asks DescribeStacks for the event's stack: while it is
+``UPDATE_ROLLBACK_IN_PROGRESS`` neither checks (``Checked`` says "not checked
+during rollback"), since a check failing again would leave the stack in
+UPDATE_ROLLBACK_FAILED; if the stack cannot be read, the event fails.
 
 Properties: ``ClusterSpec`` (JSON of the CreateCluster request the cluster
 resource is built from) and ``ProvisioningParametersKey`` for the pre-flight;
@@ -50,6 +57,10 @@ logger.setLevel(logging.INFO)
 
 PREFLIGHT = "Custom::HyperPodPreflight"
 NODES_READY = "Custom::HyperPodNodesReady"
+#: The stack status in which an Update event is CloudFormation rolling back a failed update: not checked.
+ROLLBACK_STATUS = "UPDATE_ROLLBACK_IN_PROGRESS"
+#: The ``Checked`` attribute (and log line) of an Update answered without a check during a rollback.
+NOT_CHECKED = "not checked during rollback"
 #: Every ``ClusterStatus`` of botocore's SageMaker model, and what the pre-flight of an in-place update does:
 #: ``wait`` where UpdateCluster would answer ConflictException (bounded by ``MAX_WAIT_SECONDS``), ``fail``
 #: where the cluster is going away, ``proceed`` where CloudFormation's UpdateCluster can run (a Failed
@@ -102,12 +113,36 @@ def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
     if request not in ("Create", "Update"):
         raise ValueError(f"RequestType {request!r} is not one of Create, Update, Delete")
+    if kind not in (PREFLIGHT, NODES_READY):
+        raise ValueError(f"ResourceType {kind!r} is not {PREFLIGHT} or {NODES_READY}")
+    if request == "Update" and _rolling_back(event):
+        # The Provider framework keeps the physical id, so a rollback reaches us as an Update (aws/aws-cdk#17040).
+        # Checking again cannot help: a failure would stop the rollback in UPDATE_ROLLBACK_FAILED.
+        logger.info("stack %s is %s: %s not checked", event["StackId"], ROLLBACK_STATUS, kind)
+        return {"PhysicalResourceId": event["PhysicalResourceId"], "Data": {"Checked": NOT_CHECKED}}
     deadline = _deadline(context)
     if kind == PREFLIGHT:
         return _preflight(event, deadline)
-    if kind == NODES_READY:
-        return _nodes_ready(event, deadline)
-    raise ValueError(f"ResourceType {kind!r} is not {PREFLIGHT} or {NODES_READY}")
+    return _nodes_ready(event, deadline)
+
+
+def _rolling_back(event: Mapping[str, Any]) -> bool:
+    """Whether the event's stack is ``UPDATE_ROLLBACK_IN_PROGRESS`` (DescribeStacks); any error fails the event.
+
+    A failed look is never read as "not rolling back, check" nor as "rolling
+    back, skip": an Update whose stack cannot be read fails with the reason.
+    """
+    stack_id = str(event.get("StackId") or "")
+    try:
+        stacks = clients().cloudformation.describe_stacks(StackName=stack_id).get("Stacks") or []
+    except ClientError as err:  # after botocore's own retries (throttling included)
+        raise RuntimeError(
+            f"DescribeStacks for {stack_id} failed: {error_text(err)}; the checks need cloudformation:DescribeStacks "
+            "on their own stack to tell an update from its rollback"
+        ) from err
+    if len(stacks) != 1:
+        raise RuntimeError(f"DescribeStacks for {stack_id} returned {len(stacks)} stacks, expected exactly one")
+    return str(stacks[0].get("StackStatus")) == ROLLBACK_STATUS
 
 
 def _deadline(context: object) -> float:

@@ -58,6 +58,11 @@ class Clients:
         return self._session.client("s3", config=CLIENT_CONFIG)
 
     @functools.cached_property
+    def cloudformation(self) -> Any:
+        """Typed ``Any``: the project's boto3-stubs extras (a hash-locked dependency) do not include CloudFormation."""
+        return self._session.client("cloudformation", config=CLIENT_CONFIG)
+
+    @functools.cached_property
     def ec2(self) -> EC2Client:
         return self._session.client("ec2", config=CLIENT_CONFIG)
 
