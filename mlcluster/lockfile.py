@@ -73,6 +73,10 @@ class Lock:
     allowances_used: tuple[str, ...] = ()
     #: Changes ``mlcluster lock --accept`` recorded although nothing in the file allowed them.
     accepted: tuple[str, ...] = ()
+    #: The AWS account and region the lock was read in (``deployed`` and ``new``; None for ``templates``):
+    #: a later ``mlcluster lock`` elsewhere would see nothing deployed and record that.
+    account: str | None = None
+    region: str | None = None
 
 
 #: The environment key behind each construct path prefix, for messages (the first that matches).
@@ -189,14 +193,18 @@ def lock_path(environment: Environment) -> Path:
 
 def lock_document(environment: Environment, lock: Lock) -> dict[str, Any]:
     """The lock file's content for ``lock``."""
-    return {
-        "format": LOCK_FORMAT,
-        "environment": environment.name,
-        "source": lock.source,
-        "allowances_used": sorted(lock.allowances_used),
-        "accepted": sorted(lock.accepted),
-        "stacks": snapshot_to_json(lock.snapshot),
-    }
+    return (
+        {
+            "format": LOCK_FORMAT,
+            "environment": environment.name,
+            "source": lock.source,
+            "allowances_used": sorted(lock.allowances_used),
+            "accepted": sorted(lock.accepted),
+            "stacks": snapshot_to_json(lock.snapshot),
+        }
+        | ({"account": lock.account} if lock.account else {})
+        | ({"region": lock.region} if lock.region else {})
+    )
 
 
 def write_lock(environment: Environment, lock: Lock) -> Path:
@@ -234,6 +242,8 @@ def read_lock_file(path: Path, name: str) -> Lock:
             source=data["source"],
             allowances_used=tuple(str(a) for a in data["allowances_used"]),
             accepted=tuple(str(a) for a in data["accepted"]),
+            account=None if data.get("account") is None else str(data["account"]),
+            region=None if data.get("region") is None else str(data["region"]),
         )
     except (ValueError, KeyError, TypeError, OSError) as error:
         raise _lock_error(path, name, str(error)) from None
@@ -464,8 +474,8 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
                 f"reaches it any more. Data-bearing resources in it: {holding}; kept when "
                 f"the stack is deleted (Retain): {_retained(resources)}. Safe way: undo this edit, take what you need "
                 f"from the stack, destroy it while the app still has it ({unprotect}npx cdk destroy '{name}/{part}'), "
-                f"delete or keep its retained resources, run 'mlcluster lock {name}' (it then records the stack "
-                "gone), and make this edit.",
+                f"delete or keep its retained resources, run 'mlcluster lock {name} --accept {stack}' (it then "
+                "records the stack gone), and make this edit.",
             )
         )
     for stack, exposed in unprotected(locked, snapshot).items():
@@ -555,7 +565,8 @@ def orphan_locks(directory: Path) -> list[ConfigError]:
                         f"file and deploy it, copy the data across, destroy the old stacks "
                         f"(npx cdk destroy '{name}/*' after turning their termination protection off), delete the "
                         f"retained resources you no longer need ('mlcluster status {name}' lists them), run "
-                        f"'mlcluster lock {name}' (it then records nothing deployed) and only then delete "
+                        f"'mlcluster lock {name}' with --accept for each of those stacks (it then records nothing "
+                        "deployed) and only then delete "
                         f"{name}.yaml and {path.name}. Deleting {path.name} says that you leave those stacks running "
                         "outside mlcluster.",
                     )
