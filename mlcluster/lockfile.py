@@ -331,15 +331,25 @@ def allowance_problems(
                     )
                 )
             continue
+        if entry in lock.allowances_used:
+            problems.append(
+                Problem(
+                    key,
+                    NOT_A_VALUE,
+                    f"'{entry}' was used: the lock records the deploy that changed {named[0]} with it. Remove it from "
+                    "the file: left there it lets the next edit of that resource through unseen. For a new change "
+                    f"of it, run 'mlcluster lock {environment.name}' without it first (the lock then forgets the "
+                    "used allowance), then add it again for that deploy",
+                )
+            )
+            continue
         if named[0] not in pending:
-            used = entry in lock.allowances_used
             problems.append(
                 Problem(
                     key,
                     NOT_A_VALUE,
                     f"'{entry}' allows nothing: {named[0]} is neither replaced, deleted nor weakened by this edit"
-                    + (" (the deploy that used this allowance is recorded in the lock)" if used else "")
-                    + ". Remove it: an allowance left in the file would let a later edit of that resource through "
+                    ". Remove it: an allowance left in the file would let a later edit of that resource through "
                     "unseen",
                 )
             )

@@ -216,10 +216,19 @@ def test_a_whole_stack_allowance_is_refused_with_what_it_covers(tmp_path: Path) 
 
 def test_an_allowance_outliving_its_deploy_is_refused(tmp_path: Path) -> None:
     text = refusal(environment(tmp_path, allow=("Storage/Lustre",), used=("Storage/Lustre",)), deployed())
-    assert "'Storage/Lustre' allows nothing" in text
-    assert "the deploy that used this allowance is recorded in the lock" in text
+    assert "'Storage/Lustre' was used: the lock records the deploy that changed Storage/Lustre/Resource" in text
+    assert "Remove it from the file" in text
     text = refusal(environment(tmp_path / "never", allow=("Storage/Lustre",)), deployed())
     assert "'Storage/Lustre' allows nothing" in text and "recorded in the lock" not in text
+
+
+def test_a_used_allowance_never_lets_a_new_change_through(tmp_path: Path) -> None:
+    """The lock records the allowance used: a second edit of the same resource is refused, not allowed."""
+    snapshot = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
+    text = refusal(environment(tmp_path, allow=("Storage/Lustre",), used=("Storage/Lustre",)), snapshot)
+    assert "'Storage/Lustre' was used" in text and "Remove it from the file" in text
+    # The edge: an allowance the lock has not used yet lets the change through.
+    guard(environment(tmp_path / "fresh", allow=("Storage/Lustre",), used=("Storage/DataBucket",)), snapshot)
 
 
 def test_an_allowance_naming_nothing_is_refused(tmp_path: Path) -> None:
