@@ -231,6 +231,28 @@ def test_a_used_allowance_never_lets_a_new_change_through(tmp_path: Path) -> Non
     guard(environment(tmp_path / "fresh", allow=("Storage/Lustre",), used=("Storage/DataBucket",)), snapshot)
 
 
+@pytest.mark.parametrize(("before", "after"), [("Retain", "Delete"), ("Retain", None)])
+def test_a_parallelcluster_cluster_no_longer_retained_is_refused(
+    tmp_path: Path, before: str, after: str | None
+) -> None:
+    """The custom resource's own DeletionPolicy property decides whether the cluster outlives the resource."""
+    env = environment(tmp_path)
+    locked = edit(deployed(), "Cluster", "Cluster", fate={"DeletionPolicy": before})
+    write_lock(env, Lock(locked, "deployed"))
+    text = refusal(env, edit(deployed(), "Cluster", "Cluster", fate={} if after is None else {"DeletionPolicy": after}))
+    assert "weakens p5-Cluster/Cluster/Cluster/Resource (Custom::PclusterCluster" in text
+    assert f"DeletionPolicy Retain -> {after or 'Delete'}" in text
+    # The edge: Delete -> Retain keeps more, and passes.
+    write_lock(env, Lock(edit(deployed(), "Cluster", "Cluster", fate={"DeletionPolicy": "Delete"}), "deployed"))
+    guard(env, edit(deployed(), "Cluster", "Cluster", fate={"DeletionPolicy": "Retain"}))
+
+
+def test_the_parallelcluster_deletion_policy_is_read_from_the_template() -> None:
+    cluster = {"Type": "Custom::PclusterCluster", "Properties": {"ClusterName": "c", "DeletionPolicy": "Retain"}}
+    state = stack_state({"Resources": {"Cluster": cluster}}, {"Cluster": "Cluster/Cluster/Resource"})
+    assert state.resources["Cluster"].fate == {"DeletionPolicy": "Retain"}
+
+
 def test_an_allowance_naming_nothing_is_refused(tmp_path: Path) -> None:
     assert "'Storage/Nothing' names no data-bearing resource" in refusal(
         environment(tmp_path, allow=("Storage/Nothing",)), deployed()
