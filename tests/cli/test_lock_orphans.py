@@ -344,3 +344,48 @@ def test_from_templates_never_overwrites_a_deployed_lock_nor_drops_a_stack(
     result = lock(envs, "--from-templates")
     assert result.exception is None, result.output
     assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["source"] == "templates"
+
+
+def test_parallelclusters_own_stack_is_an_orphan_once_the_cluster_stack_is_gone(aws: Aws, tmp_path: Path) -> None:
+    from mlcluster.cli.orphans import orphan_stacks
+
+    envs = folder(tmp_path, on_delete="retain")
+    env = diff_module.load_one(envs, "team")
+    body = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    cfn = aws_client("cloudformation", REGION)
+    cfn.create_stack(StackName=env.cluster_name, TemplateBody=json.dumps(body), Tags=TAG)
+    cfn.create_stack(StackName="team-Cluster", TemplateBody=json.dumps(body), Tags=TAG)
+    # The edge: while team-Cluster (whose custom resource made it) is deployed, only team-Cluster is listed.
+    assert [o["stack"] for o in orphan_stacks(cfn, env)] == ["team-Cluster"]
+    cfn.delete_stack(StackName="team-Cluster")
+    assert [o["stack"] for o in orphan_stacks(cfn, env)] == [env.cluster_name]
+
+
+class _Pages:
+    def __init__(self, pages: dict[str, list[dict[str, str]]]) -> None:
+        self.pages = pages
+
+    def paginate(self, StackName: str) -> list[dict[str, Any]]:  # noqa: N803 - boto3's parameter name
+        return [{"StackResourceSummaries": self.pages.get(StackName, [])}]
+
+
+class _NestedCfn:
+    """ListStackResources for a stack whose nested stack (the ParallelCluster provider) holds a log group."""
+
+    def get_paginator(self, name: str) -> _Pages:
+        assert name == "list_stack_resources"
+        nested = "arn:aws:cloudformation:us-east-2:123456789012:stack/team-Cluster-Provider-1/abc"
+        return _Pages(
+            {
+                "team-Cluster": [{"ResourceType": "AWS::CloudFormation::Stack", "PhysicalResourceId": nested}],
+                nested: [{"ResourceType": "AWS::Logs::LogGroup", "PhysicalResourceId": "/aws/lambda/provider"}],
+            }
+        )
+
+
+def test_a_nested_stacks_resources_are_the_live_stacks() -> None:
+    from mlcluster.cli.orphans import _physical_ids
+
+    ids = _physical_ids(_NestedCfn(), ["team-Cluster"])
+    assert "/aws/lambda/provider" in ids
+    assert "arn:aws:cloudformation:us-east-2:123456789012:stack/team-Cluster-Provider-1/abc" in ids
