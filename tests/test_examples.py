@@ -235,3 +235,16 @@ def test_every_stack_carries_the_environment_tag(outdir: Path, templates: dict[s
     for cluster in clusters:
         tags = cluster["Properties"]["ClusterConfiguration"]["Tags"]
         assert {"Key": "mlcluster:environment", "Value": name} in tags
+
+
+def test_kms_keys_are_plainly_retained(templates: dict[str, dict[str, Any]]) -> None:
+    """A key is never RetainExceptOnCreate: a rolled-back create would schedule deletion of a key that
+    retained data may already be encrypted under (the file systems, buckets and workspaces may be)."""
+    keys = {
+        f"{stack}/{lid}": resource.get("DeletionPolicy")
+        for stack, template in templates.items()
+        for lid, resource in template.get("Resources", {}).items()
+        if resource["Type"] == "AWS::KMS::Key"
+    }
+    assert keys and "Retain" in keys.values()
+    assert {key: policy for key, policy in keys.items() if policy not in ("Retain", "Delete")} == {}
