@@ -186,7 +186,6 @@ DATA_TYPES = (
     "AWS::FSx::FileSystem",
     "AWS::FSx::DataRepositoryAssociation",
     "AWS::S3::Bucket",
-    "AWS::KMS::Key",
     "AWS::Backup::BackupVault",
     "AWS::APS::Workspace",
 )
