@@ -475,6 +475,12 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
             else ""
         )
         advice = DROPPED_STACK_ADVICE.get(part, "it keeps running and billing")
+        # The cluster stack reads the Prometheus workspace: it must stop first, or the destroy fails on the export.
+        first = (
+            "first deploy with observability.prometheus.enabled: false so the Cluster stack stops referencing it, then "
+            if part == "Observability"
+            else ""
+        )
         problems.append(
             Problem(
                 STACK_KEYS.get(part, "(file)"),
@@ -483,7 +489,9 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
                 f"deletes a stack dropped from an app (aws/aws-cdk-cli#787): {advice}, and no mlcluster command "
                 f"reaches it any more. Data-bearing resources in it: {holding}; kept when "
                 f"the stack is deleted (Retain): {_retained(resources)}. Safe way: undo this edit, take what you need "
-                f"from the stack, destroy it while the app still has it ({unprotect}npx cdk destroy '{name}/{part}'), "
+                f"from the stack, destroy it while the app still has it ({first}{unprotect}npx cdk destroy "
+                f"--exclusively '{name}/{part}': without --exclusively 'cdk destroy' also destroys the stacks that "
+                "depend on it), "
                 f"delete or keep its retained resources, run 'mlcluster lock {name} --accept {stack}' (it then "
                 "records the stack gone), and make this edit.",
             )

@@ -222,6 +222,15 @@ def test_an_allowance_outliving_its_deploy_is_refused(tmp_path: Path) -> None:
     assert "'Storage/Lustre' allows nothing" in text and "recorded in the lock" not in text
 
 
+def test_dropping_observability_says_to_unlink_the_cluster_and_destroy_exclusively(tmp_path: Path) -> None:
+    snapshot = deployed()
+    del snapshot[f"{NAME}-Observability"]
+    text = refusal(environment(tmp_path), snapshot)
+    assert "first deploy with observability.prometheus.enabled: false so the Cluster stack stops referencing it" in text
+    assert "npx cdk destroy --exclusively 'p5/Observability'" in text
+    assert "npx cdk destroy 'p5/Observability'" not in text
+
+
 def test_a_used_allowance_never_lets_a_new_change_through(tmp_path: Path) -> None:
     """The lock records the allowance used: a second edit of the same resource is refused, not allowed."""
     snapshot = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
@@ -276,7 +285,7 @@ def test_a_stack_dropped_from_the_app_is_refused_with_the_way(tmp_path: Path, st
     text = refusal(environment(tmp_path), snapshot)
     assert f"{key}: this edit drops stack p5-{stack} from the app" in text
     assert told in text
-    assert f"npx cdk destroy 'p5/{stack}'" in text
+    assert f"npx cdk destroy --exclusively 'p5/{stack}'" in text
     protected = stack == "DataRepository"
     assert ("update-termination-protection" in text) is protected
     # One refusal for the stack, not one more per resource in it.
