@@ -427,10 +427,10 @@ def weakenings(old: ResourceState, new: ResourceState) -> list[str]:
             found.append(
                 f"{pointer.replace('/', '.')} {_format(old.fate.get(pointer))} -> {_format(new.fate.get(pointer))}"
             )
-    for pointer, keeping, absent in FATE_KEPT.get(new.type, ()):
-        before, after = old.fate.get(pointer, absent), new.fate.get(pointer, absent)
-        if before in keeping and after not in keeping:
-            found.append(f"{pointer.replace('/', '.')} {before} -> {after}")
+    for pointer, keeping, default in FATE_KEPT.get(new.type, ()):
+        was, now = str(old.fate.get(pointer, default)), str(new.fate.get(pointer, default))
+        if was in keeping and now not in keeping:
+            found.append(f"{pointer.replace('/', '.')} {was} -> {now}")
     return found
 
 
