@@ -202,9 +202,13 @@ def test_retained_data_is_deleted_when_its_create_rolls_back(templates: dict[str
         kept = [r["DeletionPolicy"] for r in templates[name]["Resources"].values() if r["Type"] in DATA_TYPES]
         assert kept and set(kept) == {"RetainExceptOnCreate"}, name
     cluster = templates["hyperpod/Cluster"]["Resources"]
-    lifecycle = [r for r in cluster.values() if r["Type"] == "AWS::S3::Bucket"]
+    buckets = {lid: r for lid, r in cluster.items() if r["Type"] == "AWS::S3::Bucket"}
+    lifecycle = [r for lid, r in buckets.items() if lid.startswith("Lifecycle")]
     assert any("BucketName" in r["Properties"] for r in lifecycle)  # the fixed name: mlc-lifecycle-...
     assert {r["DeletionPolicy"] for r in lifecycle} == {"Delete"}
+    # The patch backups (issue 24) hold the controller's state and accounting during a patch: data, kept.
+    backups = [r for lid, r in buckets.items() if lid.startswith("PatchBackups")]
+    assert len(backups) == 2 and {r["DeletionPolicy"] for r in backups} == {"RetainExceptOnCreate"}
     assert "Custom::S3AutoDeleteObjects" in {r["Type"] for r in cluster.values()}
     # The upload function's history stays, as the environment keeps its logs.
     (upload_logs,) = [

@@ -118,9 +118,15 @@ def decide(
     principal_arn: str,
     action: str,
     resource: str,
+    request: Mapping[str, str] | None = None,
 ) -> Decision:
-    """IAM's answer for ``principal_arn`` (holding ``identity``) calling ``action`` on ``resource``."""
+    """IAM's answer for ``principal_arn`` (holding ``identity``) calling ``action`` on ``resource``.
+
+    ``request`` adds the request's own condition keys, e.g. ``s3:x-amz-server-side-encryption`` for
+    an upload that sends that header; a key not given is absent from the request.
+    """
     context = {"aws:PrincipalArn": principal_arn, "aws:SecureTransport": "true", "s3:TlsVersion": "1.3"}
+    context.update(request or {})
     allowed = any(s.effect == "Allow" and _matches(s.actions, s.resources, action, resource) for s in identity)
     if any(s.effect == "Deny" and _matches(s.actions, s.resources, action, resource) for s in identity):
         return "explicit deny"

@@ -17,7 +17,17 @@ the backup location is recomputed from the run id, never taken from the file,
 and the SHA-256 digests the backup printed are kept in the marker and handed
 to the restore, which refuses files that do not match them. Every value that
 enters the root shell command is validated and quoted (:func:`tool_script`).
-A resumed run asks again before its next root action unless ``--yes``.
+
+The marker is only as trustworthy as its writers (the operator; the bucket
+policy denies the controller's role writing it and any upload without the
+bucket's KMS key), so a stored backup is used as little as possible:
+
+- a stored run whose ``update`` step is not done is never resumed: a new run
+  takes a fresh backup (the controller's state is still there to copy);
+- a restore with digests this process did not itself receive from the backup
+  shows the stored digests and times and asks the operator to type the run
+  id, even with ``--yes`` (:func:`confirm_stored_restore`);
+- a resumed run asks again before its next root action unless ``--yes``.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ DIGEST_LINE = re.compile(r"MLCLUSTER_SHA256 ([0-9a-f]{64}) (\S+)")
 RUN_ID = re.compile(r"\d{8}T\d{6}Z")
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}")
 #: What each step's record may hold besides ``at``, and the check of each value.
 STEP_DETAILS: dict[str, dict[str, str]] = {
     "backup": {"uri": "the run's backup location", "digests": "file name to SHA-256"},
@@ -77,6 +88,20 @@ class PatchState:
         self.prefix = f"{PATCH_BACKUP_PREFIX}{cluster}"
         self.key = f"{self.prefix}/state.json"
         self.data: dict[str, Any] = {}
+        #: True once this process received the digests from the backup itself (not from the marker).
+        self.digests_from_this_run = False
+
+    @property
+    def key_arn(self) -> str:
+        """The bucket's KMS key, which every upload must name (the bucket policy denies any other)."""
+        arn = self.target.output("Cluster", "PatchBackupKeyArn")
+        if KMS_KEY_ARN.fullmatch(arn) is None:
+            raise CliError(
+                f"output PatchBackupKeyArn: {arn!r} is not a KMS key ARN\n"
+                "  what to do: deploy the cluster stack again (`npx cdk deploy`)",
+                EXIT_FAILED,
+            )
+        return arn
 
     @property
     def uri(self) -> str:
@@ -110,6 +135,8 @@ class PatchState:
                 Key=self.key,
                 Body=json.dumps(self.data, indent=2).encode(),
                 ContentType="application/json",
+                ServerSideEncryption="aws:kms",
+                SSEKMSKeyId=self.key_arn,
             )
 
     def run_uri(self, run: str) -> str:
@@ -215,12 +242,15 @@ def _digests_ok(digests: Any) -> bool:
     )
 
 
-def tool_script(verb: str, uri: str, timeout: int, digests: dict[str, str] | None = None) -> str:
+def tool_script(
+    verb: str, uri: str, timeout: int, digests: dict[str, str] | None = None, key_arn: str | None = None
+) -> str:
     """The root shell script that runs mlcluster-backup: every argument checked, then quoted.
 
     ``uri`` must be an ``s3://`` location of plain key characters; ``digests`` (restore only) are the
-    file name to SHA-256 pairs the backup printed, handed over as ``FILE=SHA256`` arguments. The
-    script ends in a newline, because the session appends its exit-code line after it.
+    file name to SHA-256 pairs the backup printed, handed over as ``FILE=SHA256`` arguments;
+    ``key_arn`` (backup only) is the bucket's KMS key, which the uploads name. The script ends in a
+    newline, because the session appends its exit-code line after it.
     """
     if verb not in {"backup", "restore"}:
         raise ValueError(f"verb: {verb!r} is not allowed; allowed: backup, restore")
@@ -228,7 +258,11 @@ def tool_script(verb: str, uri: str, timeout: int, digests: dict[str, str] | Non
         raise ValueError(f"uri: {uri!r} is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /")
     if (verb == "restore") != (digests is not None) or (digests is not None and not _digests_ok(digests)):
         raise ValueError(f"digests: {digests!r} is not allowed; restore takes the backup's digests, backup none")
+    if (verb == "backup") != (key_arn is not None) or (key_arn is not None and not KMS_KEY_ARN.fullmatch(key_arn)):
+        raise ValueError(f"key_arn: {key_arn!r} is not allowed; backup takes the bucket's KMS key ARN, restore none")
     arguments = [BACKUP_TOOL, verb, uri, *(f"{name}={digest}" for name, digest in sorted((digests or {}).items()))]
+    if key_arn is not None:
+        arguments.append(key_arn)
     return f"set -o pipefail\ntimeout {int(timeout)} {shlex.join(arguments)} 2>&1 | tail -c 2000\n"
 
 
@@ -244,6 +278,33 @@ def backup_digests(output: str) -> dict[str, str]:
             EXIT_FAILED,
         )
     return found
+
+
+def confirm_stored_restore(state: PatchState, backup_uri: str) -> None:
+    """Show the stored digests and times, and have the operator type the run id; ``--yes`` does not skip this.
+
+    Called before a restore whose digests come from the marker, not from a backup this process ran:
+    the marker may have been written by someone else (whoever can write the bucket), and the digests
+    decide which files root loads. A wrong or missing answer (no terminal) aborts.
+    """
+    steps = state.data["steps"]
+    click.echo(
+        f"patch run {state.data['run']} resumes at the restore with a state this process did not write "
+        f"({state.uri}):\n"
+        + "".join(f"  {step:<8} {record['at']}\n" for step, record in steps.items())
+        + "".join(f"  {name}  sha256 {digest}\n" for name, digest in sorted(steps["backup"]["digests"].items()))
+        + f"root on the controller will load these files from {backup_uri}; compare the digests with the ones "
+        "the backup printed.",
+        err=True,
+    )
+    answer = click.prompt("type the run id to restore it (anything else stops)", default="", err=True)
+    if answer.strip() != state.data["run"]:
+        raise CliError(
+            f"the restore of run {state.data['run']} was not confirmed; nothing was run\n"
+            f"  what to do: check {state.uri} (versions, CloudTrail) and run `mlcluster patch {state.target.name}` "
+            "again in a terminal",
+            EXIT_FAILED,
+        )
 
 
 def _run_tool(target: Target, verb: str, script: str, timeout: int, console: Console) -> runcommand.Result:
@@ -333,7 +394,12 @@ def _wait(target: Target, state: PatchState, timeout: int, console: Console) -> 
 
 @click.command()
 @environment_options
-@click.option("--yes", is_flag=True, help="Do not ask before updating or before a resumed run's root actions.")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Do not ask before updating or before a resumed run's root actions "
+    "(a restore from a state this process did not write still asks for the run id).",
+)
 @click.option(
     "--timeout",
     type=click.IntRange(60, 12 * 3600),
@@ -367,7 +433,10 @@ def patch(
     the update and restored after it, checked against the digests the backup
     printed. Progress is kept in s3://<backup bucket>/mlcluster/patch/<cluster>/state.json,
     so running the command again after an interruption resumes where it
-    stopped (asking again before its next root action unless --yes).
+    stopped (asking again before its next root action unless --yes). A run
+    interrupted before the update starts over with a fresh backup. A restore
+    from a state this process did not write shows the stored digests and
+    asks for the run id to be typed, with or without --yes.
     """
     from rich.console import Console
 
@@ -379,10 +448,17 @@ def patch(
     stored = state.load()
     # A finished run's marker is checked too: a marker this command did not write stops it either way.
     checked = checked_state(stored, state, name) if stored is not None else None
-    if checked is not None and checked["complete"] is None:
+    described = describe_hyperpod(target)
+    status = str(described["ClusterStatus"])
+    # A run before its update is never resumed while the controller's state is still there to copy:
+    # a fresh backup replaces the stored one (whose digests anyone who can write the marker chose).
+    stale = checked is not None and "update" not in checked["steps"] and status == "InService"
+    if checked is not None and checked["complete"] is None and not stale:
         state.data = checked
         console.print(f"resuming patch run {state.data['run']} (done: {', '.join(state.data['steps']) or 'nothing'})")
     else:
+        if stale and checked is not None and checked["complete"] is None:
+            console.print(f"patch run {checked['run']} never reached the update: starting a new run with a new backup")
         run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         state.data = {
             "run": run_id,
@@ -392,8 +468,6 @@ def patch(
             "complete": None,
         }
     backup_uri = state.run_uri(state.data["run"])
-    described = describe_hyperpod(target)
-    status = str(described["ClusterStatus"])
     if not state.done("update") and status != "InService":
         if status == "SystemUpdating" and state.done("backup"):
             state.mark("update", note="found the cluster SystemUpdating: the request was made before")
@@ -414,7 +488,8 @@ def patch(
         click.confirm(question, abort=True, err=True)
     if not state.done("backup"):
         state.save()
-        result = _run_tool(target, "backup", tool_script("backup", backup_uri, step_timeout), step_timeout, console)
+        script = tool_script("backup", backup_uri, step_timeout, key_arn=state.key_arn)
+        result = _run_tool(target, "backup", script, step_timeout, console)
         if not result.ok:
             raise CliError(
                 f"backup to {backup_uri} failed ({result.status}, exit {result.exit_code}): "
@@ -423,8 +498,13 @@ def patch(
                 "run again once it is fixed",
                 EXIT_FAILED,
             )
-        state.mark("backup", uri=backup_uri, digests=backup_digests(result.stdout))
-        console.print(f"backed up the controller's state to {backup_uri}")
+        digests = backup_digests(result.stdout)
+        state.mark("backup", uri=backup_uri, digests=digests)
+        state.digests_from_this_run = True
+        console.print(
+            f"backed up the controller's state to {backup_uri}: "
+            + ", ".join(f"{file} sha256 {digest}" for file, digest in sorted(digests.items()))
+        )
     if not state.done("update"):
         with aws_errors(f"UpdateClusterSoftware for {name}"):
             target.client("sagemaker").update_cluster_software(ClusterName=name)
@@ -435,6 +515,8 @@ def patch(
         state.mark("wait", status=final)
         console.print(f"{name} is {final} again")
     if not state.done("restore"):
+        if not state.digests_from_this_run:
+            confirm_stored_restore(state, backup_uri)
         digests = dict(state.data["steps"]["backup"]["digests"])
         script = tool_script("restore", backup_uri, step_timeout, digests)
         result = _run_tool(target, "restore", script, step_timeout, console)

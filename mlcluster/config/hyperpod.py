@@ -279,6 +279,13 @@ class HyperPodConfig:
         "unset: the lifecycle scripts configure Slurm",
     )
     lifecycle: LifecycleConfig = setting(default=LifecycleConfig())
+    patch_operator_role_arns: tuple[str, ...] = setting(
+        default=(),
+        pattern=r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}",
+        allowed="allowed: IAM role ARNs (arn:aws:iam::123456789012:role/NAME), roles that exist",
+        doc="roles whose sessions run `mlcluster patch`: the only principals besides the controller and the "
+        "CloudFormation execution role that may use the patch backup bucket's KMS key",
+    )
 
     def groups(self) -> list[tuple[str, InstanceGroupConfig]]:
         """Every instance group with its key path under ``cluster.hyperpod``: controller, login, workers."""

@@ -30,7 +30,7 @@ from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle import LIFECYCLE_DIR
 from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_EXCLUDE, COLLECTOR_SCRIPTS
 from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS, EXPORTERS_DIR, EXPORTERS_EXCLUDE
-from mlcluster.lifecycle.hyperpod import NOT_UPLOADED, render_on_create
+from mlcluster.lifecycle.hyperpod import NOT_UPLOADED, base64_text, render_on_create
 
 #: The lifecycle bucket's name starts with this. Not ``sagemaker-``: AWS managed policies grant object
 #: writes on every bucket whose name contains "sagemaker" (any case), and HyperPod itself takes any bucket
@@ -229,7 +229,11 @@ class HyperPodLifecycle(Construct):
             **(collector_files or {}),
         }
         # on_create.sh carries the SHA-256 of every other uploaded file and refuses to run on a mismatch.
-        self.on_create_script = render_on_create(folder, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS), self.generated_files)
+        # Their copies are base64 in on_create.sh's data section: with deploy-time values, CloudFormation's
+        # Fn::Base64 of the same text, so no value the upload fills in is ever shell text.
+        self.on_create_script = render_on_create(
+            folder, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS), self.generated_files, encode=_base64_at_deploy
+        )
         self.scripts = ScriptBucket(
             self,
             "Resource",
@@ -358,3 +362,8 @@ def _check_props(
         )
     if problems:
         raise ValueError("HyperPodLifecycle: " + "; ".join(problems))
+
+
+def _base64_at_deploy(text: str) -> str:
+    """``text`` in base64: now for a literal, by CloudFormation (``Fn::Base64``) when it holds deploy-time values."""
+    return cdk.Fn.base64(text) if cdk.Token.is_unresolved(text) else base64_text(text)

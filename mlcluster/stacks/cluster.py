@@ -295,7 +295,12 @@ class ClusterStack(cdk.Stack):
         override_subnets = [subnet for chosen in group_subnets.values() for subnet in chosen]
         node_subnets = list(dict.fromkeys([network.private_subnets[0], *override_subnets]))
         # `mlcluster patch` keeps the controller's backups here, away from the data bucket (see patch_backup.py).
-        backups = PatchBackupBucket(self, "PatchBackups", removal_policy=removal_policy(env))
+        backups = PatchBackupBucket(
+            self,
+            "PatchBackups",
+            removal_policy=removal_policy(env),
+            operator_role_arns=cfg.patch_operator_role_arns,
+        )
         roles: dict[str, iam.IRole] = {}
         for group in groups:
             is_controller = group is cfg.controller
@@ -323,12 +328,23 @@ class ClusterStack(cdk.Stack):
         backups.deny_roles(
             [role.role_arn for name, role in roles.items() if name != cfg.controller.instance_group_name]
         )
+        backups.protect_state(
+            roles[cfg.controller.instance_group_name].role_arn, f"{PATCH_BACKUP_PREFIX}{env.cluster_name}/state.json"
+        )
+        backups.allow_key_use("Controller", [roles[cfg.controller.instance_group_name].role_arn])
         export_output(
             self,
             env,
             "PatchBackupBucketName",
             backups.bucket.bucket_name,
             "Where `mlcluster patch` keeps the controller's backups and run state (controller and operator only)",
+        )
+        export_output(
+            self,
+            env,
+            "PatchBackupKeyArn",
+            backups.key.key_arn,
+            "The KMS key every upload to the patch backup bucket must name (its policy denies any other)",
         )
         self.hyperpod = HyperPodCluster(
             self,

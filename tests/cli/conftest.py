@@ -30,6 +30,8 @@ from mlcluster.cli import context, patch, runcommand
 from mlcluster.cli.main import cli
 
 ACCOUNT = "123456789012"
+#: The patch backup bucket's KMS key (stack output PatchBackupKeyArn).
+BACKUP_KEY_ARN = f"arn:aws:kms:us-east-1:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 REPO = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
 
@@ -358,6 +360,7 @@ def hyperpod(aws: Aws, tmp_path: Path) -> World:
             "ClusterName": name,
             "ClusterArn": arn,
             "PatchBackupBucketName": backup_bucket,
+            "PatchBackupKeyArn": BACKUP_KEY_ARN,
             "ControllerSsmCommand": (
                 f'aws ssm start-session --region {region} --target "sagemaker-cluster:k3x9q2a1b2c3_controller-machine-'
                 f"$(aws sagemaker list-cluster-nodes --region {region} --cluster-name {name} --query "

@@ -52,9 +52,12 @@ def test_operator_figure_wins_and_types_without_efa_have_none() -> None:
 
 
 def test_versions_from_the_run_output() -> None:
+    # smoke's filter keeps nccl-tests' header, not NCCL's own version line: the transcript has no "NCCL version"
     assert parse_versions(transcript("all_reduce_p5.txt")) == {
-        "nccl": "2.27.7+cuda12.8",
+        "nccl": None,
         "aws_ofi_nccl": "1.16.3",
         "efa_installer": "1.43.2",
     }
+    line = "ip-10-1-4-190:48213:48213 [0] NCCL INFO NCCL version 2.27.7+cuda12.8\n"
+    assert parse_versions(line)["nccl"] == "2.27.7+cuda12.8"
     assert parse_versions("") == {"nccl": None, "aws_ofi_nccl": None, "efa_installer": None}

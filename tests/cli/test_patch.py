@@ -19,7 +19,7 @@ import pytest
 
 from mlcluster.cli import patch as patch_module
 from mlcluster.cli import runcommand
-from tests.cli.conftest import ACCOUNT, Aws, FakeNode, World, error
+from tests.cli.conftest import ACCOUNT, BACKUP_KEY_ARN, Aws, FakeNode, World, error
 
 STATE_KEY = "mlcluster/patch/ml-hyperpod/state.json"
 STATE_SHA = "a" * 64
@@ -99,7 +99,12 @@ def test_patch_backs_up_updates_waits_restores(
     assert saved["complete"]
     assert result.stdout.splitlines()[0] == f"patched ml-hyperpod (run {run}); backup kept at {uri}"
     backup, restore = tool.scripts
-    assert f"/usr/local/sbin/mlcluster-backup backup {uri}" in backup
+    assert f"/usr/local/sbin/mlcluster-backup backup {uri} {BACKUP_KEY_ARN}" in backup
+    # Every state write names SSE-KMS and the bucket's key (the bucket policy refuses any other upload).
+    puts = aws.params("PutObject")
+    assert puts and all((p["ServerSideEncryption"], p["SSEKMSKeyId"]) == ("aws:kms", BACKUP_KEY_ARN) for p in puts), (
+        puts
+    )
     assert (
         f"/usr/local/sbin/mlcluster-backup restore {uri} accounting.sql.gz={DB_SHA} slurmctld-state.tar.gz={STATE_SHA}"
         in restore
@@ -126,9 +131,12 @@ def test_patch_resumes_after_the_wait_ran_out(
     assert list(state(hyperpod)["steps"]) == ["backup", "update"]
 
     cluster.polls = 1
-    second = hyperpod.run("patch", "hyperpod", "--yes", "--json")
+    run = state(hyperpod)["run"]
+    second = hyperpod.run("patch", "hyperpod", "--yes", "--json", input=f"{run}\n")
     assert second.exit_code == 0, second.output
     assert "resuming patch run" in second.stderr
+    # Another process wrote the digests: --yes does not skip typing the run id.
+    assert f"patch run {run} resumes at the restore with a state this process did not write" in second.stderr
     data = json.loads(second.stdout)
     assert data["state_object"] == f"s3://{hyperpod.backup_bucket}/{STATE_KEY}"
     assert list(data["steps"]) == ["backup", "update", "wait", "restore"]
@@ -260,7 +268,7 @@ def test_the_composed_session_scripts_run_under_a_real_shell(
     assert result.exit_code == 0, result.output
     uri = state(hyperpod)["backup_uri"]
     assert shell_node.calls() == [
-        ["backup", uri],
+        ["backup", uri, BACKUP_KEY_ARN],
         ["restore", uri, f"accounting.sql.gz={DB_SHA}", f"slurmctld-state.tar.gz={STATE_SHA}"],
     ]
 
@@ -327,12 +335,52 @@ def test_a_planted_state_runs_nothing(
 
 
 def test_a_valid_resumed_state_restores_with_the_kept_digests(hyperpod: World, shell_node: ShellNode, aws: Aws) -> None:
-    """The edge on the good side: a state exactly as this command writes it resumes at the restore."""
+    """The edge on the good side: a state exactly as this command writes it resumes at the restore, once confirmed."""
     plant(hyperpod, valid_state(hyperpod))
-    result = hyperpod.run("patch", "hyperpod", "--yes")
+    result = hyperpod.run("patch", "hyperpod", "--yes", input="20261127T101500Z\n")
     assert result.exit_code == 0, result.output
     uri = valid_state(hyperpod)["backup_uri"]
     assert shell_node.calls() == [["restore", uri, f"slurmctld-state.tar.gz={STATE_SHA}"]]
+    # What the operator saw before typing: the stored times and digests.
+    assert "  backup   2026-11-27T10:15:00Z\n" in result.stderr
+    assert f"  slurmctld-state.tar.gz  sha256 {STATE_SHA}\n" in result.stderr
+
+
+@pytest.mark.parametrize("answer", ["", "y", "20261127T101500", "20261127T101500Z x"])
+def test_yes_does_not_skip_confirming_a_stored_restore(
+    hyperpod: World, shell_node: ShellNode, aws: Aws, answer: str
+) -> None:
+    """A restore with digests this process did not receive from the backup needs the run id typed, --yes or not."""
+    plant(hyperpod, valid_state(hyperpod))
+    result = hyperpod.run("patch", "hyperpod", "--yes", input=f"{answer}\n")
+    assert result.exit_code == 1, result.output
+    assert "the restore of run 20261127T101500Z was not confirmed; nothing was run" in result.stderr
+    assert shell_node.calls() == []
+    assert "restore" not in state(hyperpod)["steps"]
+
+
+def test_a_stored_run_before_its_update_is_not_resumed(
+    hyperpod: World, shell_node: ShellNode, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state that stops after the backup: its digests are not used; a new run takes a fresh backup."""
+    planted = valid_state(hyperpod)
+    for step in ("update", "wait"):
+        del planted["steps"][step]
+    planted["steps"]["backup"]["digests"] = {"slurmctld-state.tar.gz": "c" * 64}
+    plant(hyperpod, planted)
+    cluster = Cluster(hyperpod, aws)
+    monkeypatch.setattr(patch_module.time, "sleep", cluster.sleep)
+    result = hyperpod.run("patch", "hyperpod", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "patch run 20261127T101500Z never reached the update: starting a new run with a new backup" in (
+        result.stderr
+    )
+    saved = state(hyperpod)
+    assert saved["run"] != "20261127T101500Z"
+    calls = shell_node.calls()
+    assert [c[0] for c in calls] == ["backup", "restore"]
+    assert calls[0][1] == saved["backup_uri"] and "c" * 64 not in str(calls)
+    assert "does not skip" not in result.stderr and "did not write" not in result.stderr
 
 
 @pytest.mark.parametrize("answer", ["n", "y"])
@@ -340,7 +388,7 @@ def test_resuming_asks_before_the_root_restore_without_yes(
     hyperpod: World, shell_node: ShellNode, aws: Aws, answer: str
 ) -> None:
     plant(hyperpod, valid_state(hyperpod))
-    result = hyperpod.run("patch", "hyperpod", input=f"{answer}\n")
+    result = hyperpod.run("patch", "hyperpod", input=f"{answer}\n20261127T101500Z\n")
     assert "patch run 20261127T101500Z will now run as root on the controller of ml-hyperpod: restore" in (
         result.stderr
     )
@@ -376,7 +424,7 @@ def test_a_backup_without_digests_stops_before_the_update(hyperpod: World, tool:
 )
 def test_tool_script_refuses_a_location_that_is_not_a_plain_s3_prefix(uri: str) -> None:
     with pytest.raises(ValueError, match=r"uri: .* is not allowed; allowed: s3://BUCKET/PREFIX/"):
-        patch_module.tool_script("backup", uri, 60)
+        patch_module.tool_script("backup", uri, 60, key_arn=BACKUP_KEY_ARN)
 
 
 def test_tool_script_quotes_and_ends_in_a_newline(tmp_path: Path) -> None:
@@ -397,4 +445,20 @@ def test_tool_script_quotes_and_ends_in_a_newline(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="digests"):
         patch_module.tool_script("restore", uri, 60, {"slurmctld-state.tar.gz": "$(id)"})
     with pytest.raises(ValueError, match="digests"):
-        patch_module.tool_script("backup", uri, 60, {"slurmctld-state.tar.gz": STATE_SHA})
+        patch_module.tool_script("backup", uri, 60, {"slurmctld-state.tar.gz": STATE_SHA}, key_arn=BACKUP_KEY_ARN)
+
+
+@pytest.mark.parametrize(
+    "key_arn",
+    [None, "alias/patch-backups", f"{BACKUP_KEY_ARN}; id", "arn:aws:kms:us-east-1:1:key/x", f"{BACKUP_KEY_ARN}\n"],
+)
+def test_tool_script_backup_takes_a_plain_key_arn(key_arn: str | None) -> None:
+    uri = "s3://hyperpod-patch-backups-1/mlcluster/patch/ml-hyperpod/20261127T101500Z/"
+    with pytest.raises(ValueError, match="key_arn"):
+        patch_module.tool_script("backup", uri, 60, key_arn=key_arn)
+    # The edge: the key ARN the stack outputs, as the last argument.
+    assert (
+        patch_module.tool_script("backup", uri, 60, key_arn=BACKUP_KEY_ARN)
+        .split(" 2>&1")[0]
+        .endswith(f"{uri} {BACKUP_KEY_ARN}")
+    )

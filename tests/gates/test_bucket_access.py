@@ -81,10 +81,15 @@ def test_a_worker_role_cannot_read_or_write_the_patch_backups(examples: Assembly
     role = roles[controller]
     mine = role_statements(examples, "hyperpod", role)
     arn = f"{role.name[:-1]}.Arn}}"
-    for action in ("s3:GetObject", "s3:PutObject"):
-        assert decide(mine, policy, arn, action, object_arn(bucket, archive)) == "allow"
+    right = {
+        "s3:x-amz-server-side-encryption": "aws:kms",
+        "s3:x-amz-server-side-encryption-aws-kms-key-id": _key_arn(examples, bucket),
+    }
+    assert decide(mine, policy, arn, "s3:GetObject", object_arn(bucket, archive)) == "allow"
+    assert decide(mine, policy, arn, "s3:PutObject", object_arn(bucket, archive), right) == "allow"
     # The edge: the controller's grant is its own cluster's prefix, not the bucket.
-    assert decide(mine, policy, arn, "s3:PutObject", object_arn(bucket, "mlcluster/patch/other/x")) == "implicit deny"
+    other = object_arn(bucket, "mlcluster/patch/other/x")
+    assert decide(mine, policy, arn, "s3:PutObject", other, right) == "implicit deny"
 
 
 def test_the_backup_bucket_is_not_the_data_bucket_and_no_dra_reaches_it(examples: Assembly) -> None:
@@ -173,3 +178,107 @@ def test_decide_reads_principal_conditions(conditions: dict[str, Any], expected:
         decide(S3_FULL_ACCESS, [deny], "arn:aws:iam::1:user/intruder", "s3:DeleteBucketPolicy", "arn:aws:s3:::b")
         == expected
     )
+
+
+def _key_arn(examples: Assembly, bucket: Resource) -> str:
+    """The key ARN the backup bucket's policy requires, as the gate renders it."""
+    (statement,) = [s for s in bucket_policy(examples, bucket) if s.sid == "OnlyThisKey"]
+    (arn,) = statement.conditions["StringNotEquals"].values()
+    return str(arn)
+
+
+def test_only_sse_kms_with_the_bucket_key_is_written(examples: Assembly) -> None:
+    """AmazonS3FullAccess cannot PUT with SSE-S3, without headers or with another key; the key's ARN can."""
+    bucket = backup_bucket(examples, "hyperpod")
+    policy = bucket_policy(examples, bucket)
+    cluster, roles = hyperpod_roles(examples, "hyperpod")
+    key = _key_arn(examples, bucket)
+    archive = object_arn(bucket, STATE.format(cluster=cluster).replace("state.json", "r/x.tar.gz"))
+    sse, key_id = "s3:x-amz-server-side-encryption", "s3:x-amz-server-side-encryption-aws-kms-key-id"
+    other_key = "arn:aws:kms:us-east-1:111122223333:key/00000000-0000-0000-0000-000000000000"
+    for request in ({}, {sse: "AES256"}, {sse: "aws:kms"}, {sse: "aws:kms", key_id: other_key}, {key_id: key}):
+        assert decide(S3_FULL_ACCESS, policy, INTRUDER, "s3:PutObject", archive, request) == "explicit deny", request
+    right = {sse: "aws:kms", key_id: key}
+    # The edge: the right headers pass the bucket policy (the key's own policy then decides, see test below).
+    assert decide(S3_FULL_ACCESS, policy, INTRUDER, "s3:PutObject", archive, right) == "allow"
+    controller = roles[next(iter(roles))]
+    mine = role_statements(examples, "hyperpod", controller)
+    arn = f"{controller.name[:-1]}.Arn}}"
+    assert decide(mine, policy, arn, "s3:PutObject", archive, right) == "allow"
+    assert decide(mine, policy, arn, "s3:PutObject", archive, {sse: "AES256"}) == "explicit deny"
+
+
+def test_the_controller_cannot_write_the_run_state(examples: Assembly) -> None:
+    """The state decides what runs as root next: the controller may read it but not write or delete it."""
+    bucket = backup_bucket(examples, "hyperpod")
+    policy = bucket_policy(examples, bucket)
+    cluster, roles = hyperpod_roles(examples, "hyperpod")
+    controller = roles[next(iter(roles))]
+    mine = role_statements(examples, "hyperpod", controller)
+    arn = f"{controller.name[:-1]}.Arn}}"
+    right = {
+        "s3:x-amz-server-side-encryption": "aws:kms",
+        "s3:x-amz-server-side-encryption-aws-kms-key-id": _key_arn(examples, bucket),
+    }
+    state = object_arn(bucket, STATE.format(cluster=cluster))
+    for action in ("s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"):
+        assert decide(mine, policy, arn, action, state, right) == "explicit deny", action
+    assert decide(mine, policy, arn, "s3:GetObject", state) == "allow"
+    # The edge: the operator (here AmazonS3FullAccess, the right headers) still writes it.
+    assert decide(S3_FULL_ACCESS, policy, INTRUDER, "s3:PutObject", state, right) == "allow"
+
+
+def backup_key(examples: Assembly, bucket: Resource) -> Resource:
+    rule = bucket.properties["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+    key = examples.resource(examples.text(bucket.stack, rule["ServerSideEncryptionByDefault"]["KMSMasterKeyID"]))
+    assert key is not None and key.type == "AWS::KMS::Key"
+    return key
+
+
+#: What decrypts, encrypts or hands out those rights: none of it may reach the account root (all of IAM).
+KEY_USE = ("kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:ReEncryptFrom", "kms:CreateGrant")
+
+
+def test_only_the_named_roles_can_use_the_backup_key(examples: Assembly) -> None:
+    """The key policy: root administers (PutKeyPolicy kept, so no lock-out) but does not use; users are named."""
+    from mlcluster.analysis.iam_calls import _wildcard
+
+    bucket = backup_bucket(examples, "hyperpod")
+    key = backup_key(examples, bucket)
+    document = examples.render(key.stack, key.properties["KeyPolicy"])
+    _, roles = hyperpod_roles(examples, "hyperpod")
+    controller = roles[next(iter(roles))]
+    users: set[str] = set()
+    for statement in document["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        principals = statement["Principal"]["AWS"]
+        principals = principals if isinstance(principals, list) else [principals]
+        if any(p.endswith(":root") or p.endswith(":root}") or ":root" in p for p in principals):
+            for wanted in ("kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:EnableKeyRotation"):
+                assert any(_wildcard(a, wanted) for a in actions), wanted
+            for use in KEY_USE:
+                assert not any(_wildcard(a, use) for a in actions), (use, actions)
+            continue
+        assert statement["Condition"] == {"StringEquals": {"kms:ViaService": "s3.${AWS::Region}.${AWS::URLSuffix}"}}, (
+            statement
+        )
+        assert sorted(actions) == ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey"]
+        users.update(principals)
+    assert users == {f"{controller.name[:-1]}.Arn}}", *[u for u in users if DEPLOY.match(u)]}, users
+    assert any(DEPLOY.match(u) for u in users), users
+
+
+def test_the_gate_sees_a_key_delegated_to_iam(
+    examples: Assembly, broken: Callable[[Callable[[Templates], object]], Assembly]
+) -> None:
+    """The CDK default (root gets kms:*) would let any IAM policy with kms:* decrypt: the check above fails."""
+    bucket = backup_bucket(examples, "hyperpod")
+    key = backup_key(examples, bucket)
+
+    def delegate(templates: Templates) -> None:
+        body = templates[key.stack]["Resources"][key.logical_id]
+        body["Properties"]["KeyPolicy"]["Statement"][0]["Action"] = "kms:*"
+
+    with pytest.raises(AssertionError):
+        test_only_the_named_roles_can_use_the_backup_key(broken(delegate))

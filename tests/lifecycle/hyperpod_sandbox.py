@@ -45,7 +45,7 @@ SAFE_TOOLS = (
     *("awk", "basename", "bash", "cat", "chmod", "cmp", "cp", "cut", "date", "dirname", "env", "find", "flock"),
     *("grep", "head", "id", "ln", "ls", "mkdir", "mktemp", "mv", "nproc", "readlink", "rm", "sed", "sha256sum"),
     *("sleep", "sort", "stat", "tail", "tee", "timeout", "touch", "tr", "wc", "chown", "setpriv", "rmdir"),
-    *("tar", "gzip", "gunzip", "printf"),
+    *("tar", "gzip", "gunzip", "printf", "base64"),
 )
 
 #: The nodes' python3 is the distribution's (Ubuntu's /usr/bin/python3): plan.py needs only the
@@ -396,10 +396,25 @@ if [[ "$*" == *"secretsmanager get-secret-value"* ]]; then
   printf '%s\n' "$STUB_SECRET"
   exit 0
 fi
+local_path() { printf '%s/s3/%s' "$STUB_STATE" "${1#s3://}"; }
+if [[ $1 == s3api && $2 == put-object ]]; then
+  # One PutObject, refused like the patch backup bucket's policy unless it names SSE-KMS and a key ARN.
+  act "$@"
+  declare -A opt=()
+  args=("${@:3}")
+  for ((i = 0; i < ${#args[@]}; i += 2)); do opt[${args[i]}]=${args[i + 1]}; done
+  [[ ${opt[--server-side-encryption]:-} == aws:kms && ${opt[--ssekms-key-id]:-} == arn:*:kms:*:key/* ]] || {
+    echo "An error occurred (AccessDenied) when calling the PutObject operation: Access Denied" >&2
+    exit 254
+  }
+  dst=$(local_path "s3://${opt[--bucket]}/${opt[--key]}")
+  mkdir -p "$(dirname "$dst")"
+  cp "${opt[--body]}" "$dst"
+  exit 0
+fi
 [[ $1 == s3 && $2 == cp ]] || exit 2
 act "$@"
 src=${*: -2:1} dst=${*: -1}
-local_path() { printf '%s/s3/%s' "$STUB_STATE" "${1#s3://}"; }
 if [[ $src == s3://* ]]; then
   [[ -f $(local_path "$src") ]] || { echo "fatal error: An error occurred (404) when calling the HeadObject operation" >&2; exit 1; }
   cp "$(local_path "$src")" "$dst"
@@ -494,6 +509,10 @@ if [[ ${1:-} == --help ]]; then
   exit 0
 fi
 act "$@"
+for arg in "$@"; do
+  if [[ ${next:-} == sql ]]; then printf '%s\n' "$arg" >>"$STUB_STATE/mysql.sql"; exit 0; fi
+  [[ $arg == --execute ]] && next=sql
+done
 cat >>"$STUB_STATE/mysql.sql"
 """,
     "mysqldump": r"""
@@ -661,7 +680,7 @@ class Sandbox:
         path.write_text(text, encoding="utf-8")
         template = (HYPERPOD_DIR / ENTRYPOINT).read_text(encoding="utf-8")
         rendered = template.replace(MANIFEST_MARK + "\n", manifest(self.lifecycle))
-        rendered = rendered.replace(f"    {GENERATED_MARK}\n", generated_copies(self.generated()))
+        rendered = rendered.replace(f"{GENERATED_MARK}\n", generated_copies(self.generated()))
         _write(self.lifecycle / ENTRYPOINT, rendered, 0o755)
 
     def env(self) -> dict[str, str]:

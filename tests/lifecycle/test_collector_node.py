@@ -115,7 +115,8 @@ def test_pcluster_head_installs_the_pinned_collector_as_its_own_user(head: Pclus
     refresher = head.text("etc/systemd/system/mlcluster-collector-targets.service")
     assert "\nUser=mlc-collector\n" in refresher and "ReadWritePaths=/var/lib/mlcluster-collector/targets" in refresher
     # Memory bounded: a flood of samples kills the collector, not slurmctld or MariaDB beside it.
-    assert "\nMemoryMax=4G\n" in unit and "\nMemoryMax=256M\n" in refresher
+    # A share of the node's memory (systemd.resource-control: a percentage of physical memory), not 4G.
+    assert "\nMemoryMax=25%\n" in unit and "\nMemoryMax=256M\n" in refresher
     assert "OnUnitActiveSec=1min" in head.text("etc/systemd/system/mlcluster-collector-targets.timer")
     assert head.text("etc/mlcluster/collector/prometheus.yml") == render(INPUTS)["collector.yml"]
     assert head.owner_mode("var/lib/mlcluster-collector") == (0, "0o755")

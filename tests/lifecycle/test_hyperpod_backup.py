@@ -1,6 +1,6 @@
 """The controller's state off the root volume, and mlcluster-backup (the operator's step before patching).
 
-Contract (lifecycle README): ``/usr/local/sbin/mlcluster-backup backup s3://BUCKET/PREFIX`` prints
+Contract (lifecycle README): ``/usr/local/sbin/mlcluster-backup backup s3://BUCKET/PREFIX KMS_KEY_ARN`` prints
 ``MLCLUSTER_SHA256 <sha256> <file>`` per file; ``restore s3://BUCKET/PREFIX FILE=SHA256...`` restores
 only files with those digests, plain files and folders, without the archive's owners; on the
 controller, as root; exit 0 done, 1 failed, 2 bad usage; idempotent.
@@ -25,6 +25,7 @@ from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, WORKER_IP,
 
 STATE = "/opt/sagemaker/mlcluster/slurmctld"
 URI = "s3://ops-backups-123/ml/before-patch"
+KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def test_backup_then_restore_round_trips_and_can_run_again(controller: Sandbox) 
     assert tool.stat().st_mode & 0o777 == 0o755
     before = len(controller.actions())
     for _ in range(2):  # a second backup replaces the objects
-        result = backup_tool(controller, "backup", URI + "/")
+        result = backup_tool(controller, "backup", URI + "/", KEY)
         assert result.returncode == 0, result.stderr
         assert f"backup complete: {URI} (2 files)" in result.stderr
     actions = controller.actions()[before:]
@@ -104,6 +105,10 @@ def test_backup_then_restore_round_trips_and_can_run_again(controller: Sandbox) 
         f"slurmctld-state.tar.gz={sha(s3(controller, 'slurmctld-state.tar.gz').read_bytes())}",
     ]
     assert not s3(controller, "SHA256SUMS").exists()  # digests never live next to the files they vouch for
+    # Every upload is one PutObject naming SSE-KMS and the bucket's key (the bucket policy refuses others).
+    puts = [a for a in actions if a.startswith("aws s3api put-object")]
+    assert len(puts) == 4 and all(f"--server-side-encryption aws:kms --ssekms-key-id {KEY}" in a for a in puts)
+    assert not [a for a in actions if a.startswith("aws s3 cp") and "s3://" in a.split()[-1]]
     assert b"slurm_acct_db" in gzip.decompress(s3(controller, "accounting.sql.gz").read_bytes())
 
     (state / "job_state").write_text("lost after patching\n")
@@ -115,14 +120,19 @@ def test_backup_then_restore_round_trips_and_can_run_again(controller: Sandbox) 
         info = state.stat()
         assert (info.st_uid, info.st_mode & 0o777) == (0, 0o700)
     assert (controller.state / "mysql.sql").read_text().count("slurm_acct_db") > sql_before.count("slurm_acct_db")
-    assert "mysql --sandbox --protocol=socket --user=root" in controller.actions()
+    loads = [a for a in controller.actions() if "--user=mlcluster_restore" in a]
+    assert loads and all("--sandbox --protocol=socket --user=mlcluster_restore slurm_acct_db" in a for a in loads)
+    assert (
+        "GRANT ALL PRIVILEGES ON `slurm_acct_db`.* TO 'mlcluster_restore'@'localhost';"
+        in (controller.state / "mysql.sql").read_text()
+    )
     assert "systemctl restart slurmdbd" in controller.actions()
     assert (controller.state / "systemd/active/slurmctld").exists()
     assert not list(state.parent.glob(".restore.*"))
 
 
 def test_a_tampered_backup_is_not_restored_even_with_matching_sums_beside_it(controller: Sandbox) -> None:
-    sums = digests(backup_tool(controller, "backup", URI))
+    sums = digests(backup_tool(controller, "backup", URI, KEY))
     state = controller.root / STATE.lstrip("/")
     (state / "job_state").write_text("current\n")
     forged = gzip.compress(b"not the backup")
@@ -203,7 +213,10 @@ def test_restore_keeps_no_owner_or_mode_from_the_archive(controller: Sandbox) ->
         ("backup", "s3://ops-backups-123/x;id"),
         ("backup", "s3://ops-backups-123/a/../b"),
         ("backup", "s3://ops-backups-123"),
-        ("backup", URI, "extra"),
+        ("backup", URI),
+        ("backup", URI, "alias/patch-backups"),
+        ("backup", URI, KEY + ";id"),
+        ("backup", URI, KEY, "extra"),
         ("restore", URI),
         ("restore", URI, "accounting.sql.gz=" + "0" * 64),
         ("restore", URI, "slurmctld-state.tar.gz=" + "0" * 63),
@@ -213,8 +226,9 @@ def test_restore_keeps_no_owner_or_mode_from_the_archive(controller: Sandbox) ->
 def test_bad_usage_exits_2(controller: Sandbox, args: tuple[str, ...]) -> None:
     result = backup_tool(controller, *args)
     assert result.returncode == 2
-    assert "usage: mlcluster-backup backup s3://BUCKET/PREFIX | restore s3://BUCKET/PREFIX FILE=SHA256..." in (
-        result.stderr
+    assert (
+        "usage: mlcluster-backup backup s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX FILE=SHA256..."
+        in (result.stderr)
     )
 
 
@@ -229,7 +243,7 @@ def test_a_missing_backup_fails_with_the_s3_error(controller: Sandbox) -> None:
 def test_it_runs_on_the_controller_only(tmp_path: Path) -> None:
     sandbox = Sandbox(tmp_path, ips=WORKER_IP)
     assert sandbox.run("on_create.sh", "install_tools").returncode == 0
-    result = backup_tool(sandbox, "backup", URI)
+    result = backup_tool(sandbox, "backup", URI, KEY)
     assert result.returncode == 1
     assert "this is a worker node; run mlcluster-backup on the controller" in result.stderr
 
@@ -292,7 +306,7 @@ def test_a_shell_escape_in_the_dump_does_not_run_with_the_real_mariadb_client(
         check=True,
         timeout=60,
     )
-    backup = backup_tool(controller, "backup", URI)
+    backup = backup_tool(controller, "backup", URI, KEY)
     assert backup.returncode == 0, backup.stderr
     subprocess.run(
         ["mysql", f"--socket={mariadb}", "--user=root", "-e", "DELETE FROM slurm_acct_db.job"], check=True, timeout=60
@@ -317,3 +331,51 @@ def test_a_shell_escape_in_the_dump_does_not_run_with_the_real_mariadb_client(
     assert "Not allowed in the sandbox mode" in result.stderr
     assert not canary.exists()
     assert (controller.state / "systemd/active/slurmctld").exists()  # started again after the failure
+
+
+@pytest.mark.parametrize(
+    ("statement", "refusal"),
+    [
+        ("SELECT 'x' INTO OUTFILE '{canary}';", "FILE privilege"),
+        ("SELECT LOAD_FILE('/etc/hostname') INTO @x; CREATE TABLE mysql.evil (a INT);", "denied"),
+        ("CREATE USER 'evil'@'localhost' IDENTIFIED BY 'x';", "CREATE USER privilege"),
+        ("GRANT ALL ON *.* TO 'mlcluster_restore'@'localhost';", "denied"),
+        ("USE mysql; UPDATE user SET Password='' WHERE User='root';", "denied"),
+    ],
+    ids=["into-outfile", "other-database", "create-user", "grant", "use-mysql"],
+)
+def test_the_dump_loads_as_an_account_limited_to_the_accounting_database(
+    controller: Sandbox, mariadb: Path, tmp_path: Path, statement: str, refusal: str
+) -> None:
+    """Real MariaDB: what the root account could do from a dump is refused, and the state is not swapped."""
+    (controller.base / ".my.cnf").write_text(f"[client]\nsocket={mariadb}\n")
+    for tool in ("mysql", "mysqldump"):
+        link = controller.state / "bin" / tool
+        link.unlink(missing_ok=True)
+        link.symlink_to(shutil.which(tool) or tool)
+    state = controller.root / STATE.lstrip("/")
+    (state / "job_state").write_text("before the backup\n")
+    backup = backup_tool(controller, "backup", URI, KEY)
+    assert backup.returncode == 0, backup.stderr
+    (state / "job_state").write_text("current\n")
+    canary = tmp_path / "canary"
+    dump = gzip.compress(f"CREATE TABLE IF NOT EXISTS ok (id INT);\n{statement.format(canary=canary)}\n".encode())
+    s3(controller, "accounting.sql.gz").write_bytes(dump)
+    sums = [s for s in digests(backup) if s.startswith("slurmctld")] + [f"accounting.sql.gz={sha(dump)}"]
+    result = backup_tool(controller, "restore", URI, *sums)
+    assert result.returncode == 1, result.stderr
+    assert refusal in result.stderr, result.stderr
+    assert "loading the accounting dump failed" in result.stderr
+    assert not canary.exists()
+    # Atomic-ish: the staged state was not swapped in, and nothing is left behind.
+    assert (state / "job_state").read_text() == "current\n"
+    assert not list(state.parent.glob(".restore.*"))
+    users = subprocess.run(
+        ["mysql", f"--socket={mariadb}", "--user=root", "-N", "-e", "SELECT User FROM mysql.user"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    assert "mlcluster_restore" not in users and "evil" not in users
+    assert (controller.state / "systemd/active/slurmctld").exists()

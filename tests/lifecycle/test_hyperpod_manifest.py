@@ -21,7 +21,14 @@ from mlcluster.config.hyperpod import LifecycleConfig
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.lifecycle.collector import COLLECTOR_FILES, COLLECTOR_SCRIPTS
 from mlcluster.lifecycle.exporters import EXPORTER_FILES, EXPORTER_SCRIPTS
-from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR, MANIFEST_MARK, manifest, render_on_create, uploaded_files
+from mlcluster.lifecycle.hyperpod import (
+    HYPERPOD_DIR,
+    MANIFEST_MARK,
+    base64_text,
+    manifest,
+    render_on_create,
+    uploaded_files,
+)
 from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, Sandbox
 
 
@@ -65,7 +72,10 @@ def test_the_uploaded_on_create_carries_the_checksum_of_every_other_uploaded_fil
     }
     assert on_create == render_on_create(HYPERPOD_DIR, (*COLLECTOR_SCRIPTS, *EXPORTER_SCRIPTS), generated)
     for name, text in generated.items():
-        assert f"    {name})\n      cat <<'MLCLUSTER_GENERATED'\n{text}MLCLUSTER_GENERATED\n" in on_create
+        assert f"\n{name} {base64_text(text)}\n" in on_create
+    # The copies are data after the script's last command, never shell text.
+    _, data = on_create.split("\nexit 0\n__MLCLUSTER_GENERATED_FILES__\n")
+    assert sorted(line.split(" ")[0] for line in data.splitlines()) == sorted(generated)
     assert MANIFEST_MARK not in on_create.splitlines()
     scripts = staged(built, "plan.py")
     collector = staged(built, "collector_install.sh")  # the collector's scripts, at the top of the prefix too
@@ -192,4 +202,50 @@ def test_a_tampered_upload_is_refused_before_any_step(tmp_path: Path, tamper: An
     assert message in result.stderr
     assert "refusing to run" in result.stderr or "upload the folder through mlcluster" in result.stderr
     assert "step identify_node: start" not in result.stderr
+    assert sandbox.actions() == []
+
+
+def test_deploy_time_values_reach_on_create_only_as_fn_base64() -> None:
+    """A token in a generated file (here the FSx DNS name) is in on_create.sh as Fn::Base64, never as text."""
+    stack = cdk.Stack(cdk.App(), "Tokens")
+    dns = cdk.Fn.import_value("fsx-dns")  # a deploy-time value
+    lifecycle = HyperPodLifecycle(
+        stack,
+        "Lifecycle",
+        environment_name="tokens",
+        controller_group="controller-machine",
+        worker_groups={"gpu": "train"},
+        fsx_dns_name=dns,
+        fsx_mount_name="abcdefgh",
+    )
+    resolved = json.dumps(stack.resolve(lifecycle.on_create_script))
+    assert '"Fn::Base64"' in resolved and "fsx-dns" in resolved
+    # Outside Fn::Base64, the script text has no token of the value: only the base64 of the whole file.
+    assert resolved.count('"Fn::ImportValue"') == resolved.count('"Fn::Base64"')
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "AAAA\ntouch {canary}",
+        "AAAA'; touch {canary}; '",
+        "AAAA\nMLCLUSTER_GENERATED\ntouch {canary}\n#",
+        "$(touch {canary})",
+    ],
+    ids=["newline", "quote", "old-delimiter", "substitution"],
+)
+def test_a_crafted_upload_value_in_on_create_is_refused_not_run(tmp_path: Path, value: str) -> None:
+    """What a crafted SourceMarkers value puts where the copy's base64 goes: refused before anything runs."""
+    sandbox = Sandbox(tmp_path / "node", ips=CONTROLLER_IP, features=MINIMAL)
+    canary = tmp_path / "canary"
+    entry = sandbox.lifecycle / "on_create.sh"
+    text = entry.read_text()
+    name = "provisioning_parameters.json"
+    good = base64_text((sandbox.lifecycle / name).read_text())
+    assert f"\n{name} {good}\n" in text
+    entry.write_text(text.replace(f"\n{name} {good}\n", f"\n{name} {value.format(canary=canary)}\n"))
+    result = sandbox.run()
+    assert result.returncode != 0
+    assert "refusing to run" in result.stderr
+    assert not canary.exists()
     assert sandbox.actions() == []

@@ -18,7 +18,7 @@ import pytest
 from filelock import FileLock
 
 from tests.system.slurm_cluster import SlurmCluster
-from tests.system.tools import program
+from tests.system.system_tools import program
 
 #: The programs the cluster runs; each missing one fails the tests that need the cluster.
 DAEMONS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd", "sinfo", "sacctmgr")

@@ -27,7 +27,7 @@ from mlcluster.collector import CONFIG_FILE, hyperpod_inputs, pcluster_inputs, r
 from mlcluster.config import load_environment
 from mlcluster.config.observability import prometheus_enabled
 from tests.support import ENVIRONMENTS, EXAMPLES
-from tests.system.tools import program, run
+from tests.system.system_tools import program, run
 
 CLUSTER = "ml"
 INPUTS = AlertInputs(

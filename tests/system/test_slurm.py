@@ -35,7 +35,7 @@ from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
 from tests.cli.conftest import transcript
 from tests.support import ROOT
 from tests.system.slurm_cluster import CLOUD_NODE, CLOUD_PARTITION, NODES, PARTITION, SlurmCluster
-from tests.system.tools import program, run
+from tests.system.system_tools import program, run
 
 WAIT_S = 30.0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.system.tools import packages, run
+from tests.system.system_tools import packages, run
 
 #: The programs the tests run, and the package each comes from (checked against ``dpkg -S``).
 PROGRAMS = {

@@ -38,8 +38,10 @@ STATE_DIR=/var/lib/mlcluster-collector
 UNIT_DIR=/etc/systemd/system
 SERVICE=mlcluster-collector
 TARGETS=mlcluster-collector-targets
-# The collector's memory bound (systemd MemoryMax): generous for the sample limits of collector.yml.
-COLLECTOR_MEMORY_MAX=4G
+# The collector's memory bound (systemd MemoryMax), as a share of the node's memory (systemd takes a
+# percentage of the physical memory): on a small controller a fixed 4G would leave slurmctld and
+# MariaDB too little, on a large one it would cut the collector short of its sample limits.
+COLLECTOR_MEMORY_MAX=25%
 WORK_DIR="${ROOT}/var/lib/mlcluster/work"
 CHANGED=0
 UNITS_CHANGED=0

@@ -6,8 +6,10 @@ input files (``mlcluster_features.json`` and ``provisioning_parameters.json``); 
 other uploaded file written into it, so a node refuses scripts changed in the bucket.
 """
 
+import base64
 import hashlib
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 #: Where `mlcluster patch` keeps mlcluster-backup runs and its marker: ``<prefix><cluster name>/`` of the
@@ -20,10 +22,18 @@ HYPERPOD_DIR = Path(__file__).parent
 ENTRYPOINT = "on_create.sh"
 #: The line of ``on_create.sh`` that :func:`render_on_create` replaces with the manifest.
 MANIFEST_MARK = "@MLCLUSTER_MANIFEST@"
-#: The line of ``on_create.sh`` that :func:`render_on_create` replaces with the generated files' copies.
+#: The line of ``on_create.sh`` that :func:`render_on_create` replaces with the generated files' copies
+#: (in the data section after the script's last command, which bash never reads as commands).
 GENERATED_MARK = "# @MLCLUSTER_GENERATED@"
-#: The here-document delimiter of each generated file's copy in ``on_create.sh``.
-GENERATED_DELIMITER = "MLCLUSTER_GENERATED"
+#: The names a generated file may have (``on_create.sh`` checks the same shape).
+GENERATED_NAME = re.compile(r"[a-z_]+\.(json|yml)")
+
+
+def base64_text(text: str) -> str:
+    """``text`` (UTF-8) in base64: how a generated file's copy is written into ``on_create.sh``."""
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
 #: What is never uploaded (Python caches).
 NOT_UPLOADED = ("__pycache__", "*.pyc")
 
@@ -51,33 +61,38 @@ def manifest(folder: Path = HYPERPOD_DIR, extra: Sequence[Path] = ()) -> str:
     return "".join(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {name}\n" for path, name in entries)
 
 
-def generated_copies(generated: Mapping[str, str]) -> str:
-    """The ``case`` arms of ``on_create.sh``'s ``generated_copy``: each generated file's exact content.
+def generated_copies(generated: Mapping[str, str], encode: Callable[[str], str] = base64_text) -> str:
+    """The data-section lines of ``on_create.sh``: ``NAME BASE64`` per generated file, sorted by name.
 
     The generated files hold deploy-time values (CDK tokens), so no digest of them exists at synth
-    time; their whole text goes into ``on_create.sh`` instead, as a quoted here-document, and the
-    upload fills the same values into both. Each text must end in a newline and hold no line equal
-    to the delimiter.
+    time; a copy of each goes into ``on_create.sh`` instead, base64-encoded by ``encode`` (for a text
+    with tokens, CloudFormation's ``Fn::Base64`` of the same values the upload fills in), after the
+    script's last command: a value is never shell text there, and the node refuses a line of any
+    other shape. Each text must end in a newline.
     """
-    arms = []
+    lines = []
     for name, text in sorted(generated.items()):
-        if not text.endswith("\n") or GENERATED_DELIMITER in text.splitlines() or "'" in name or ")" in name:
+        if not text.endswith("\n") or GENERATED_NAME.fullmatch(name) is None:
             raise ValueError(
-                f"generated file {name!r}: its text must end in a newline and hold no line '{GENERATED_DELIMITER}'"
+                f"generated file {name!r}: allowed: a name of a-z and _ ending .json or .yml, "
+                "a text ending in a newline"
             )
-        arms.append(f"    {name})\n      cat <<'{GENERATED_DELIMITER}'\n{text}{GENERATED_DELIMITER}\n      ;;\n")
-    return "".join(arms)
+        lines.append(f"{name} {encode(text)}\n")
+    return "".join(lines)
 
 
 def render_on_create(
-    folder: Path = HYPERPOD_DIR, extra: Sequence[Path] = (), generated: Mapping[str, str] | None = None
+    folder: Path = HYPERPOD_DIR,
+    extra: Sequence[Path] = (),
+    generated: Mapping[str, str] | None = None,
+    encode: Callable[[str], str] = base64_text,
 ) -> str:
     """``on_create.sh`` of ``folder`` with its manifest line replaced by :func:`manifest` (with ``extra``).
 
     ``generated``: file name -> exact text of the generated files uploaded beside the scripts
     (deploy-time values as tokens); their copies replace the line :data:`GENERATED_MARK`, and the
     node refuses a generated file that differs from its copy. Default: none (every generated file
-    is then refused, so a real upload always gives them).
+    is then refused, so a real upload always gives them). ``encode``: see :func:`generated_copies`.
     """
     text = (folder / ENTRYPOINT).read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
@@ -86,8 +101,8 @@ def render_on_create(
         raise ValueError(f"{folder / ENTRYPOINT}: needs exactly one line '{MANIFEST_MARK}', found {len(marks)}")
     lines[marks[0]] = manifest(folder, extra)
     copies = [i for i, line in enumerate(lines) if line.strip() == GENERATED_MARK]
-    if generated:
-        if len(copies) != 1:
-            raise ValueError(f"{folder / ENTRYPOINT}: needs exactly one line '{GENERATED_MARK}', found {len(copies)}")
-        lines[copies[0]] = generated_copies(generated)
+    if generated and len(copies) != 1:
+        raise ValueError(f"{folder / ENTRYPOINT}: needs exactly one line '{GENERATED_MARK}', found {len(copies)}")
+    for i in copies:
+        lines[i] = generated_copies(generated or {}, encode)
     return "".join(lines)

@@ -3,19 +3,22 @@
 # with local accounting, the slurm_acct_db database) to or from S3, before and after patching.
 # Installed on every node as /usr/local/sbin/mlcluster-backup; it runs on the controller only.
 #
-#   mlcluster-backup backup  s3://BUCKET/PREFIX
+#   mlcluster-backup backup  s3://BUCKET/PREFIX KMS_KEY_ARN
 #   mlcluster-backup restore s3://BUCKET/PREFIX FILE=SHA256 [FILE=SHA256]
 #
 # backup stops slurmctld for the copy (running jobs go on; slurmd keeps them) and starts it again,
-# dumps the database, uploads slurmctld-state.tar.gz and accounting.sql.gz (local accounting only),
-# and prints one line per file, "MLCLUSTER_SHA256 <sha256> <file>". The digests are not stored next
+# dumps the database, uploads slurmctld-state.tar.gz and accounting.sql.gz (local accounting only)
+# with SSE-KMS under KMS_KEY_ARN (the bucket policy refuses any other upload), and prints one line per file, "MLCLUSTER_SHA256 <sha256> <file>". The digests are not stored next
 # to the files: `mlcluster patch` keeps them in its own state and hands them back to restore, so a
 # file changed in the bucket is refused. restore downloads the files named, checks each against its
 # digest, refuses an archive with anything but plain files and folders (absolute or '..' paths,
-# links, devices, setuid/setgid bits), stops slurmctld, extracts the state without the archive's
-# owners and modes, loads the dump with the client's --sandbox (no `\!` shell escapes, no file
-# access), and starts slurmdbd and slurmctld. Both can run again: a second backup replaces the
-# objects, a second restore gives the same state.
+# links, devices, setuid/setgid bits), all before it changes anything; then it stops slurmctld,
+# extracts the state into a staging folder without the archive's owners and modes, loads the dump
+# as a MariaDB account made for the load with privileges on slurm_acct_db alone (no FILE: no INTO
+# OUTFILE or LOAD_FILE; no CREATE USER, GRANT or other databases; dropped afterwards) and with the
+# client's --sandbox (no `\!` shell escapes), and only once the dump loaded swaps the staged state
+# in; a failed load leaves the current state in place. It starts slurmdbd and slurmctld again.
+# Both can run again: a second backup replaces the objects, a second restore gives the same state.
 # Exit codes: 0 done, 1 failed (the message says where), 2 bad usage.
 set -euo pipefail
 
@@ -27,11 +30,13 @@ MLC_STEP=mlcluster-backup
 STATE_ARCHIVE=slurmctld-state.tar.gz
 DATABASE_DUMP=accounting.sql.gz
 DATABASE=slurm_acct_db
+# The account the dump is loaded as (created for the load, dropped after it).
+RESTORE_ACCOUNT=mlcluster_restore
 # Files restore writes are root's alone until they are handed to slurmctld's owner.
 umask 077
 
 usage() {
-  printf 'usage: mlcluster-backup backup s3://BUCKET/PREFIX | restore s3://BUCKET/PREFIX FILE=SHA256...\n' >&2
+  printf 'usage: mlcluster-backup backup s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX FILE=SHA256...\n' >&2
   exit 2
 }
 
@@ -47,8 +52,12 @@ local_accounting() {
   [[ ${MLC_ACCOUNTING_MODE:-none} == local ]]
 }
 
+# s3_put FILE s3://BUCKET/KEY KMS_KEY_ARN : one PutObject (no multipart upload) naming SSE-KMS and the key,
+# as the bucket policy requires.
 s3_put() {
-  retry 5 "upload $1 to $2" aws s3 cp --only-show-errors "$1" "$2"
+  local path=${2#s3://}
+  retry 5 "upload $1 to $2" aws s3api put-object --bucket "${path%%/*}" --key "${path#*/}" --body "$1" \
+    --server-side-encryption aws:kms --ssekms-key-id "$3" --output text --query ETag >/dev/null
 }
 
 s3_get() {
@@ -63,7 +72,15 @@ restart_slurmctld() {
 # while RESTART_ON_EXIT is true (a failed copy never leaves it stopped).
 WORK=""
 RESTART_ON_EXIT=false
+STAGING=""
+DROP_ACCOUNT=false
 cleanup() {
+  if [[ $DROP_ACCOUNT == true ]]; then
+    root_sql "DROP USER IF EXISTS '$RESTORE_ACCOUNT'@'localhost';" || log "could not drop the MariaDB account $RESTORE_ACCOUNT"
+  fi
+  if [[ -n $STAGING ]]; then
+    rm -rf "$STAGING"
+  fi
   if [[ -n $WORK ]]; then
     rm -rf "$WORK"
   fi
@@ -73,7 +90,7 @@ cleanup() {
 }
 
 backup() {
-  local uri=$1 work=$WORK location
+  local uri=$1 key_arn=$2 work=$WORK location
   location=$(state_location)
   log "stopping slurmctld to copy its state from $location (running jobs continue)"
   RESTART_ON_EXIT=true
@@ -86,7 +103,7 @@ backup() {
   fi
   local file sums=()
   for file in "$work"/*.gz; do
-    s3_put "$file" "$uri/${file##*/}"
+    s3_put "$file" "$uri/${file##*/}" "$key_arn"
     sums+=("MLCLUSTER_SHA256 $(sha256sum <"$file" | cut -d' ' -f1) ${file##*/}")
   done
   log "backup complete: $uri (${#sums[@]} files)"
@@ -117,6 +134,30 @@ check_dump_client() {
     die "this MariaDB client has no --sandbox (10.5.25, 10.6.18, 10.11.8 and later have it); nothing was restored"
 }
 
+# root_sql SQL : run SQL as MariaDB's root (unix socket).
+root_sql() {
+  mysql --protocol=socket --user=root --batch --execute "$1"
+}
+
+# load_dump FILE : load a gzipped dump as an account limited to the accounting database. The
+# account's password is random and lives only in a root-only option file for this one load.
+load_dump() {
+  local dump=$1 password options=$WORK/restore.cnf
+  password=$(head -c 32 /dev/urandom | sha256sum | cut -d' ' -f1)
+  DROP_ACCOUNT=true
+  root_sql "CREATE DATABASE IF NOT EXISTS \`$DATABASE\`;
+CREATE OR REPLACE USER '$RESTORE_ACCOUNT'@'localhost' IDENTIFIED BY '$password';
+GRANT ALL PRIVILEGES ON \`$DATABASE\`.* TO '$RESTORE_ACCOUNT'@'localhost';"
+  printf '[client]\npassword=%s\n' "$password" >"$options"
+  # --sandbox: a `\!` (shell) or file line in the dump is an error, not a command run as root; the
+  # account has no FILE, CREATE USER, GRANT or SUPER privilege and no other database.
+  gunzip --stdout "$dump" |
+    mysql --defaults-extra-file="$options" --sandbox --protocol=socket --user="$RESTORE_ACCOUNT" "$DATABASE" ||
+    die "loading the accounting dump failed (output above); the controller's state was left as it was"
+  root_sql "DROP USER IF EXISTS '$RESTORE_ACCOUNT'@'localhost';"
+  DROP_ACCOUNT=false
+}
+
 restore() {
   local uri=$1 work=$WORK location name digest staging
   shift
@@ -144,18 +185,20 @@ restore() {
   RESTART_ON_EXIT=true
   systemctl stop slurmctld
   staging=$(mktemp -d "$MLC_ROOT${location%/*}/.restore.XXXXXX")
+  STAGING=$staging
   tar --extract --gzip --no-same-owner --no-same-permissions --file "$work/$STATE_ARCHIVE" --directory "$staging"
   # Everything in it is root's and private (umask 077); slurmctld's owner gets it, links are not followed.
   chown --recursive --no-dereference --reference="$MLC_ROOT$location" "$staging"
   chmod --reference="$MLC_ROOT$location" "$staging"
-  mv --no-target-directory "$MLC_ROOT$location" "$staging.old"
-  mv --no-target-directory "$staging" "$MLC_ROOT$location"
-  rm -rf "$staging.old"
+  # The database first: if its load fails, the state is not swapped (the staging folder goes).
   if [[ -n ${wanted[$DATABASE_DUMP]:-} ]]; then
-    # --sandbox: a `\!` (shell) or file line in the dump is an error, not a command run as root.
-    gunzip --stdout "$work/$DATABASE_DUMP" | mysql --sandbox --protocol=socket --user=root
+    load_dump "$work/$DATABASE_DUMP"
     systemctl restart slurmdbd
   fi
+  mv --no-target-directory "$MLC_ROOT$location" "$staging.old"
+  mv --no-target-directory "$staging" "$MLC_ROOT$location"
+  STAGING=""
+  rm -rf "$staging.old"
   RESTART_ON_EXIT=false
   restart_slurmctld
   log "restore complete from $uri"
@@ -165,7 +208,10 @@ main() {
   (($# >= 2)) || usage
   local command=$1 uri=${2%/}
   case $command in
-    backup) (($# == 2)) || usage ;;
+    backup)
+      (($# == 3)) || usage
+      [[ $3 =~ ^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]{36}$ ]] || usage
+      ;;
     restore) (($# >= 3 && $# <= 4)) || usage ;;
     *) usage ;;
   esac
@@ -182,7 +228,7 @@ main() {
   WORK=$(mktemp -d "$TMP_DIR/$command.XXXXXX")
   trap cleanup EXIT
   case $command in
-    backup) backup "$uri" ;;
+    backup) backup "$uri" "$3" ;;
     restore) restore "$uri" "${@:3}" ;;
     *) usage ;;
   esac

@@ -25,17 +25,40 @@ MLCLUSTER_MANIFEST
 # collector's two files are there only when observability.prometheus is on.
 GENERATED_FILES=(mlcluster_features.json provisioning_parameters.json collector.yml collector_targets.json)
 
-# generated_copy NAME : print the text mlcluster uploaded as NAME; fails for a file it did not upload.
-generated_copy() {
-  case $1 in
-    # @MLCLUSTER_GENERATED@
-    *) return 1 ;;
-  esac
-}
+# Their texts are in the data section after this script's last command, one "NAME BASE64" line each
+# below the line GENERATED_SECTION. Deploy-time values reach this script only there: bash stops at
+# the `exit` above that section and never reads it as commands, and every line of it is checked
+# against that shape before it is decoded, so a value with a newline, a quote or a delimiter in it
+# is refused, never run.
+GENERATED_SECTION=__MLCLUSTER_GENERATED_FILES__
+declare -A GENERATED=()
 
 refuse() {
   printf 'ERROR: %s\n' "$*" >&2
   exit 1
+}
+
+# load_generated : read the data section into GENERATED (name -> base64 text).
+load_generated() {
+  local line name in_section=false
+  while IFS= read -r line || [[ -n $line ]]; do
+    if [[ $in_section == false ]]; then
+      [[ $line != "$GENERATED_SECTION" ]] || in_section=true
+      continue
+    fi
+    [[ $line =~ ^([a-z_]+[.](json|yml))\ ([A-Za-z0-9+/]*={0,2})$ ]] ||
+      refuse "on_create.sh: a line of its generated-files section is not 'NAME BASE64'; refusing to run"
+    name=${BASH_REMATCH[1]}
+    [[ " ${GENERATED_FILES[*]} " == *" $name "* && -z ${GENERATED[$name]+set} ]] ||
+      refuse "on_create.sh: its generated-files section names $name twice or a file it does not know; refusing to run"
+    GENERATED[$name]=${BASH_REMATCH[3]}
+  done <"${BASH_SOURCE[0]}"
+}
+
+# generated_copy NAME : print the text mlcluster uploaded as NAME; fails for a file it did not upload.
+generated_copy() {
+  [[ -n ${GENERATED[$1]+set} ]] || return 1
+  base64 --decode <<<"${GENERATED[$1]}"
 }
 
 # verify_files : before anything of this folder runs (lib.sh included): every file listed in
@@ -44,6 +67,7 @@ verify_files() {
   local expected file actual relative listed=" " count=0 i files=() wanted=() sums=()
   [[ $MANIFEST != "@MLCLUSTER_MANIFEST@"* ]] ||
     refuse "on_create.sh carries no checksum manifest; upload the folder through mlcluster (HyperPodLifecycle)"
+  load_generated
   while read -r expected file; do
     [[ -f $HERE/$file && ! -L $HERE/$file ]] || refuse "checksum manifest: $file is missing; refusing to run"
     files+=("$file")
@@ -148,3 +172,7 @@ main() {
 }
 
 main "$@"
+# Nothing below runs: bash stops at this exit. The data section (see GENERATED_SECTION) follows.
+exit 0
+__MLCLUSTER_GENERATED_FILES__
+# @MLCLUSTER_GENERATED@
