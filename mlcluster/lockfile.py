@@ -73,6 +73,10 @@ class Lock:
     allowances_used: tuple[str, ...] = ()
     #: Changes ``mlcluster lock --accept`` recorded although nothing in the file allowed them.
     accepted: tuple[str, ...] = ()
+    #: The AWS account and region the lock was read in (``deployed`` and ``new``; None for ``templates``):
+    #: a later ``mlcluster lock`` elsewhere would see nothing deployed and record that.
+    account: str | None = None
+    region: str | None = None
 
 
 #: The environment key behind each construct path prefix, for messages (the first that matches).
@@ -189,14 +193,18 @@ def lock_path(environment: Environment) -> Path:
 
 def lock_document(environment: Environment, lock: Lock) -> dict[str, Any]:
     """The lock file's content for ``lock``."""
-    return {
-        "format": LOCK_FORMAT,
-        "environment": environment.name,
-        "source": lock.source,
-        "allowances_used": sorted(lock.allowances_used),
-        "accepted": sorted(lock.accepted),
-        "stacks": snapshot_to_json(lock.snapshot),
-    }
+    return (
+        {
+            "format": LOCK_FORMAT,
+            "environment": environment.name,
+            "source": lock.source,
+            "allowances_used": sorted(lock.allowances_used),
+            "accepted": sorted(lock.accepted),
+            "stacks": snapshot_to_json(lock.snapshot),
+        }
+        | ({"account": lock.account} if lock.account else {})
+        | ({"region": lock.region} if lock.region else {})
+    )
 
 
 def write_lock(environment: Environment, lock: Lock) -> Path:
@@ -234,6 +242,8 @@ def read_lock_file(path: Path, name: str) -> Lock:
             source=data["source"],
             allowances_used=tuple(str(a) for a in data["allowances_used"]),
             accepted=tuple(str(a) for a in data["accepted"]),
+            account=None if data.get("account") is None else str(data["account"]),
+            region=None if data.get("region") is None else str(data["region"]),
         )
     except (ValueError, KeyError, TypeError, OSError) as error:
         raise _lock_error(path, name, str(error)) from None
@@ -321,15 +331,25 @@ def allowance_problems(
                     )
                 )
             continue
+        if entry in lock.allowances_used:
+            problems.append(
+                Problem(
+                    key,
+                    NOT_A_VALUE,
+                    f"'{entry}' was used: the lock records the deploy that changed {named[0]} with it. Remove it from "
+                    "the file: left there it lets the next edit of that resource through unseen. For a new change "
+                    f"of it, run 'mlcluster lock {environment.name}' without it first (the lock then forgets the "
+                    "used allowance), then add it again for that deploy",
+                )
+            )
+            continue
         if named[0] not in pending:
-            used = entry in lock.allowances_used
             problems.append(
                 Problem(
                     key,
                     NOT_A_VALUE,
                     f"'{entry}' allows nothing: {named[0]} is neither replaced, deleted nor weakened by this edit"
-                    + (" (the deploy that used this allowance is recorded in the lock)" if used else "")
-                    + ". Remove it: an allowance left in the file would let a later edit of that resource through "
+                    ". Remove it: an allowance left in the file would let a later edit of that resource through "
                     "unseen",
                 )
             )
@@ -455,6 +475,12 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
             else ""
         )
         advice = DROPPED_STACK_ADVICE.get(part, "it keeps running and billing")
+        # The cluster stack reads the Prometheus workspace: it must stop first, or the destroy fails on the export.
+        first = (
+            "first deploy with observability.prometheus.enabled: false so the Cluster stack stops referencing it, then "
+            if part == "Observability"
+            else ""
+        )
         problems.append(
             Problem(
                 STACK_KEYS.get(part, "(file)"),
@@ -463,9 +489,11 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
                 f"deletes a stack dropped from an app (aws/aws-cdk-cli#787): {advice}, and no mlcluster command "
                 f"reaches it any more. Data-bearing resources in it: {holding}; kept when "
                 f"the stack is deleted (Retain): {_retained(resources)}. Safe way: undo this edit, take what you need "
-                f"from the stack, destroy it while the app still has it ({unprotect}npx cdk destroy '{name}/{part}'), "
-                f"delete or keep its retained resources, run 'mlcluster lock {name}' (it then records the stack "
-                "gone), and make this edit.",
+                f"from the stack, destroy it while the app still has it ({first}{unprotect}npx cdk destroy "
+                f"--exclusively '{name}/{part}': without --exclusively 'cdk destroy' also destroys the stacks that "
+                "depend on it), "
+                f"delete or keep its retained resources, run 'mlcluster lock {name} --accept {stack}' (it then "
+                "records the stack gone), and make this edit.",
             )
         )
     for stack, exposed in unprotected(locked, snapshot).items():
@@ -555,7 +583,8 @@ def orphan_locks(directory: Path) -> list[ConfigError]:
                         f"file and deploy it, copy the data across, destroy the old stacks "
                         f"(npx cdk destroy '{name}/*' after turning their termination protection off), delete the "
                         f"retained resources you no longer need ('mlcluster status {name}' lists them), run "
-                        f"'mlcluster lock {name}' (it then records nothing deployed) and only then delete "
+                        f"'mlcluster lock {name}' with --accept for each of those stacks (it then records nothing "
+                        "deployed) and only then delete "
                         f"{name}.yaml and {path.name}. Deleting {path.name} says that you leave those stacks running "
                         "outside mlcluster.",
                     )

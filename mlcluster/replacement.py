@@ -83,6 +83,14 @@ FATE_DAYS: dict[str, tuple[tuple[str, int | None], ...]] = {
 #: Settings whose value must stay as it was on a data-bearing resource (versioning keeps every
 #: overwritten or deleted object).
 FATE_FIXED: dict[str, tuple[str, ...]] = {"AWS::S3::Bucket": ("VersioningConfiguration/Status",)}
+#: Settings that keep the resource's data when they hold one of the keeping values: ``(pointer below
+#: /properties, keeping values, what an absent setting means)``. Leaving the keeping values is a
+#: weakening; entering them is not. ParallelCluster's ``Custom::PclusterCluster`` deletes the cluster
+#: (head node, its /home, Slurm accounting on it) when the resource goes unless ``DeletionPolicy`` is
+#: ``Retain``; absent, it is ``Delete`` (the ParallelCluster CloudFormation custom resource reference).
+FATE_KEPT: dict[str, tuple[tuple[str, frozenset[str], str], ...]] = {
+    "Custom::PclusterCluster": (("DeletionPolicy", frozenset({"Retain"}), "Delete"),),
+}
 #: S3 buckets are data-bearing in the storage stack (the data bucket and its access logs).
 DATA_BUCKET_STACK = "Storage"
 
@@ -258,14 +266,15 @@ def _create_only_values(resource_type: str, properties: Mapping[str, Any]) -> di
 
 
 def _fate_values(resource_type: str, properties: Mapping[str, Any]) -> dict[str, Any]:
-    """The values of ``resource_type``'s settings in ``FATE_DAYS`` (the shortest, for a list) and ``FATE_FIXED``."""
+    """The values of ``resource_type``'s settings in ``FATE_DAYS`` (the shortest, for a list), ``FATE_FIXED`` and
+    ``FATE_KEPT``."""
     values: dict[str, Any] = {}
     for pointer, _ in FATE_DAYS.get(resource_type, ()):
         found = _lookup(dict(properties), pointer.split("/"))
         numbers = found if isinstance(found, list) else [] if found is _ABSENT else [found]
         if numbers:
             values[pointer] = min(numbers, key=lambda n: n if isinstance(n, int) else NEVER)
-    for pointer in FATE_FIXED.get(resource_type, ()):
+    for pointer in (*FATE_FIXED.get(resource_type, ()), *(kept[0] for kept in FATE_KEPT.get(resource_type, ()))):
         found = _lookup(dict(properties), pointer.split("/"))
         if found is not _ABSENT:
             values[pointer] = found
@@ -418,6 +427,10 @@ def weakenings(old: ResourceState, new: ResourceState) -> list[str]:
             found.append(
                 f"{pointer.replace('/', '.')} {_format(old.fate.get(pointer))} -> {_format(new.fate.get(pointer))}"
             )
+    for pointer, keeping, default in FATE_KEPT.get(new.type, ()):
+        was, now = str(old.fate.get(pointer, default)), str(new.fate.get(pointer, default))
+        if was in keeping and now not in keeping:
+            found.append(f"{pointer.replace('/', '.')} {was} -> {now}")
     return found
 
 

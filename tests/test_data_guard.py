@@ -216,10 +216,50 @@ def test_a_whole_stack_allowance_is_refused_with_what_it_covers(tmp_path: Path) 
 
 def test_an_allowance_outliving_its_deploy_is_refused(tmp_path: Path) -> None:
     text = refusal(environment(tmp_path, allow=("Storage/Lustre",), used=("Storage/Lustre",)), deployed())
-    assert "'Storage/Lustre' allows nothing" in text
-    assert "the deploy that used this allowance is recorded in the lock" in text
+    assert "'Storage/Lustre' was used: the lock records the deploy that changed Storage/Lustre/Resource" in text
+    assert "Remove it from the file" in text
     text = refusal(environment(tmp_path / "never", allow=("Storage/Lustre",)), deployed())
     assert "'Storage/Lustre' allows nothing" in text and "recorded in the lock" not in text
+
+
+def test_dropping_observability_says_to_unlink_the_cluster_and_destroy_exclusively(tmp_path: Path) -> None:
+    snapshot = deployed()
+    del snapshot[f"{NAME}-Observability"]
+    text = refusal(environment(tmp_path), snapshot)
+    assert "first deploy with observability.prometheus.enabled: false so the Cluster stack stops referencing it" in text
+    assert "npx cdk destroy --exclusively 'p5/Observability'" in text
+    assert "npx cdk destroy 'p5/Observability'" not in text
+
+
+def test_a_used_allowance_never_lets_a_new_change_through(tmp_path: Path) -> None:
+    """The lock records the allowance used: a second edit of the same resource is refused, not allowed."""
+    snapshot = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
+    text = refusal(environment(tmp_path, allow=("Storage/Lustre",), used=("Storage/Lustre",)), snapshot)
+    assert "'Storage/Lustre' was used" in text and "Remove it from the file" in text
+    # The edge: an allowance the lock has not used yet lets the change through.
+    guard(environment(tmp_path / "fresh", allow=("Storage/Lustre",), used=("Storage/DataBucket",)), snapshot)
+
+
+@pytest.mark.parametrize(("before", "after"), [("Retain", "Delete"), ("Retain", None)])
+def test_a_parallelcluster_cluster_no_longer_retained_is_refused(
+    tmp_path: Path, before: str, after: str | None
+) -> None:
+    """The custom resource's own DeletionPolicy property decides whether the cluster outlives the resource."""
+    env = environment(tmp_path)
+    locked = edit(deployed(), "Cluster", "Cluster", fate={"DeletionPolicy": before})
+    write_lock(env, Lock(locked, "deployed"))
+    text = refusal(env, edit(deployed(), "Cluster", "Cluster", fate={} if after is None else {"DeletionPolicy": after}))
+    assert "weakens p5-Cluster/Cluster/Cluster/Resource (Custom::PclusterCluster" in text
+    assert f"DeletionPolicy Retain -> {after or 'Delete'}" in text
+    # The edge: Delete -> Retain keeps more, and passes.
+    write_lock(env, Lock(edit(deployed(), "Cluster", "Cluster", fate={"DeletionPolicy": "Delete"}), "deployed"))
+    guard(env, edit(deployed(), "Cluster", "Cluster", fate={"DeletionPolicy": "Retain"}))
+
+
+def test_the_parallelcluster_deletion_policy_is_read_from_the_template() -> None:
+    cluster = {"Type": "Custom::PclusterCluster", "Properties": {"ClusterName": "c", "DeletionPolicy": "Retain"}}
+    state = stack_state({"Resources": {"Cluster": cluster}}, {"Cluster": "Cluster/Cluster/Resource"})
+    assert state.resources["Cluster"].fate == {"DeletionPolicy": "Retain"}
 
 
 def test_an_allowance_naming_nothing_is_refused(tmp_path: Path) -> None:
@@ -245,7 +285,7 @@ def test_a_stack_dropped_from_the_app_is_refused_with_the_way(tmp_path: Path, st
     text = refusal(environment(tmp_path), snapshot)
     assert f"{key}: this edit drops stack p5-{stack} from the app" in text
     assert told in text
-    assert f"npx cdk destroy 'p5/{stack}'" in text
+    assert f"npx cdk destroy --exclusively 'p5/{stack}'" in text
     protected = stack == "DataRepository"
     assert ("update-termination-protection" in text) is protected
     # One refusal for the stack, not one more per resource in it.

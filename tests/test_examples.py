@@ -186,7 +186,6 @@ DATA_TYPES = (
     "AWS::FSx::FileSystem",
     "AWS::FSx::DataRepositoryAssociation",
     "AWS::S3::Bucket",
-    "AWS::KMS::Key",
     "AWS::Backup::BackupVault",
     "AWS::APS::Workspace",
 )
@@ -216,3 +215,39 @@ def test_retained_data_is_deleted_when_its_create_rolls_back(templates: dict[str
         r for lid, r in cluster.items() if r["Type"] == "AWS::Logs::LogGroup" and lid.startswith("LifecycleUploadLogs")
     ]
     assert upload_logs["DeletionPolicy"] == "RetainExceptOnCreate"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_stack_carries_the_environment_tag(outdir: Path, templates: dict[str, dict[str, Any]], name: str) -> None:
+    """cdk.json sets @aws-cdk/core:explicitStackTags: only a Stack's own tags reach CloudFormation (the manifest's
+    ``tags``, which 'cdk deploy' passes to CreateStack), and 'mlcluster status' finds orphans by this tag."""
+    manifest = json.loads((outdir / f"assembly-{name}" / "manifest.json").read_text(encoding="utf-8"))
+    stacks = {
+        key: artifact
+        for key, artifact in manifest["artifacts"].items()
+        if artifact["type"] == "aws:cloudformation:stack"
+    }
+    assert stacks
+    for key, artifact in stacks.items():
+        assert artifact["properties"].get("tags", {}).get("mlcluster:environment") == name, key
+    clusters = [
+        r
+        for r in templates.get(f"{name}/Cluster", {}).get("Resources", {}).values()
+        if r["Type"] == "Custom::PclusterCluster"
+    ]
+    for cluster in clusters:
+        tags = cluster["Properties"]["ClusterConfiguration"]["Tags"]
+        assert {"Key": "mlcluster:environment", "Value": name} in tags
+
+
+def test_kms_keys_are_plainly_retained(templates: dict[str, dict[str, Any]]) -> None:
+    """A key is never RetainExceptOnCreate: a rolled-back create would schedule deletion of a key that
+    retained data may already be encrypted under (the file systems, buckets and workspaces may be)."""
+    keys = {
+        f"{stack}/{lid}": resource.get("DeletionPolicy")
+        for stack, template in templates.items()
+        for lid, resource in template.get("Resources", {}).items()
+        if resource["Type"] == "AWS::KMS::Key"
+    }
+    assert keys and "Retain" in keys.values()
+    assert {key: policy for key, policy in keys.items() if policy not in ("Retain", "Delete")} == {}

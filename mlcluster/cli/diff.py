@@ -430,8 +430,7 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
     accepted: list[str] = []
     unexplained: list[str] = []
     for change in compare(old.snapshot, new):
-        # A stack gone since the last lock was destroyed on purpose ('cdk destroy', protection off first):
-        # its retained resources stay, and 'mlcluster status' lists them.
+        # A stack gone since the last lock is refused or accepted as a whole by name (_gone).
         if not change.dangerous or change.stack not in new:
             continue
         name = resource_name(change.path)
@@ -468,6 +467,49 @@ def _previous_lock(env: Environment) -> Lock | None:
         return None
 
 
+def _same_place(env: Environment, old: Lock | None, account: str, region: str) -> None:
+    """Refuse a lock read in another account or region than the previous lock's.
+
+    There every stack of the environment is missing, and the lock would record them gone.
+    """
+    if old is None:
+        return
+    for what, was, now in (("account", old.account, account), ("region", old.region, region)):
+        if was is not None and was != now:
+            raise CliError(
+                f"{lock_path(env)} was read in {what} {was}, these credentials are for {what} {now}: the stacks "
+                f"recorded there would all look destroyed. Use credentials (--profile) and --region for {what} "
+                f"{was}",
+                EXIT_FAILED,
+            )
+
+
+def _gone(env: Environment, source: LockSource, gone: list[str], accept: tuple[str, ...]) -> list[str]:
+    """The stacks gone since the last lock, each named by ``--accept``; refuse any other.
+
+    A stack is counted gone only when CloudFormation says so (a ``deployed`` read): the working
+    tree (``--from-templates``) dropping a stack says nothing about what is deployed.
+    """
+    if not gone:
+        return []
+    if source == "templates":
+        raise CliError(
+            f"the templates drop {', '.join(gone)}, which {lock_path(env)} records; only a lock read from the deployed "
+            f"stacks ('mlcluster lock {env.name}' with credentials) records a stack gone",
+            EXIT_FAILED,
+        )
+    missing = [stack for stack in gone if stack not in accept]
+    if missing:
+        raise CliError(
+            f"{', '.join(missing)} recorded in {lock_path(env)} is not deployed in this account and region (destroyed, "
+            "or wrong credentials or region). Check that it was destroyed on purpose and where its retained data "
+            f"is ('mlcluster status {env.name}'), then repeat the command with "
+            + " ".join(f"--accept {stack}" for stack in missing),
+            EXIT_FAILED,
+        )
+    return [f"{stack} gone (destroyed)" for stack in gone]
+
+
 @click.command("lock")
 @click.argument("env")
 @_environments_option
@@ -498,31 +540,47 @@ def lock(
     """Write ENV's lock file from its deployed stacks (after a deploy; commit it)."""
     folder = environments_folder(environments)
     loaded = load_one(folder, env)
-    old = _previous_lock(loaded)
     if new and from_templates:
         raise CliError("--new and --from-templates exclude each other", EXIT_USAGE)
+    if new and lock_path(loaded).exists():
+        raise CliError(
+            f"{lock_path(loaded)} exists: --new declares a first lock and would forget what it records. Run "
+            f"'mlcluster lock {loaded.name}' with credentials for its account to record what is deployed",
+            EXIT_FAILED,
+        )
+    old = _previous_lock(loaded)
     source: LockSource
-    if new:
-        if old is not None and old.snapshot:
+    account: str | None = None
+    chosen: str | None = None
+    if from_templates:
+        if old is not None and old.source == "deployed":
             raise CliError(
-                f"the lock records deployed stacks ({', '.join(sorted(old.snapshot))}); --new would forget them. "
-                f"Run 'mlcluster lock {loaded.name}' with credentials to record what is deployed",
+                f"{lock_path(loaded)} was read from the deployed stacks; --from-templates would record the working "
+                "tree as deployed although it never was. Run 'mlcluster lock "
+                f"{loaded.name}' with credentials for its account after the deploy",
                 EXIT_FAILED,
             )
-        snapshot: Snapshot = {}
-        source = "new"
-    elif from_templates:
         with tempfile.TemporaryDirectory(prefix="mlcluster-lock-") as tmp:
             snapshot = snapshot_from_assembly(synthesize(folder, loaded.name, Path(tmp)), loaded.name)
         source = "templates"
     else:
-        cfn, _, _, _ = _clients(loaded, region, profile)
+        cfn, _, ask_account, chosen = _clients(loaded, region, profile)
+        account = ask_account()
+        _same_place(loaded, old, account, chosen)
         snapshot = deployed_snapshot(cfn, loaded)
-        source = "deployed"
-    used, accepted = settle(loaded, old, snapshot, accept)
-    path = write_lock(loaded, Lock(snapshot, source, tuple(used), tuple(accepted)))
-    count = sum(len(state.resources) for state in snapshot.values())
+        source = "new" if new else "deployed"
+        if new and snapshot:
+            raise CliError(
+                f"--new declares that nothing of {loaded.name} is deployed, but account {account} in {chosen} has "
+                f"{', '.join(sorted(snapshot))}. Run 'mlcluster lock {loaded.name}' to record them",
+                EXIT_FAILED,
+            )
     gone = sorted(set(old.snapshot) - set(snapshot)) if old is not None else []
+    gone_accepted = _gone(loaded, source, gone, accept)
+    used, accepted = settle(loaded, old, snapshot, accept)
+    accepted += gone_accepted
+    path = write_lock(loaded, Lock(snapshot, source, tuple(used), tuple(accepted), account=account, region=chosen))
+    count = sum(len(state.resources) for state in snapshot.values())
     if as_json:
         echo_json(
             {

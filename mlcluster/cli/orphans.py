@@ -64,48 +64,61 @@ def orphan_stacks(cfn: Any, environment: Environment) -> list[dict[str, str]]:
     expected = set(expected_stacks(environment))
     found: list[dict[str, str]] = []
     with aws_errors("DescribeStacks (every stack, for the environment's tag)"):
-        for page in cfn.get_paginator("describe_stacks").paginate():
-            for stack in page.get("Stacks", []):
-                name = str(stack["StackName"])
-                if stack.get("ParentId") or name in expected or name == environment.cluster_name:
-                    continue
-                if not _tagged(stack.get("Tags", []), environment.name):
-                    continue
-                protected = bool(stack.get("EnableTerminationProtection"))
-                unprotect = (
-                    f"aws cloudformation update-termination-protection --no-enable-termination-protection "
-                    f"--stack-name {name}; "
-                    if protected
-                    else ""
-                )
-                found.append(
-                    {
-                        "stack": name,
-                        "status": str(stack.get("StackStatus", "")),
-                        "bills": "every resource in it, as when it was in the app",
-                        "remove": f"{unprotect}aws cloudformation delete-stack --stack-name {name} (retained "
-                        "resources stay, listed below once it is gone)",
-                        "adopt": "put it back in the app (the environment setting that dropped it, or the file of "
-                        "its environment) and deploy",
-                    }
-                )
+        stacks = [stack for page in cfn.get_paginator("describe_stacks").paginate() for stack in page.get("Stacks", [])]
+    # ParallelCluster's own stack (named after the cluster) belongs to ENV-Cluster, whose custom resource
+    # made it, while that stack is deployed (listed itself when the app dropped it); after ENV-Cluster is
+    # gone (a Retain deletion policy keeps the cluster) it is an orphan like any other.
+    cluster_stack = f"{environment.name}-Cluster"
+    if any(str(stack["StackName"]) == cluster_stack for stack in stacks):
+        expected.add(environment.cluster_name)
+    for stack in stacks:
+        name = str(stack["StackName"])
+        if stack.get("ParentId") or name in expected:
+            continue
+        if not _tagged(stack.get("Tags", []), environment.name):
+            continue
+        protected = bool(stack.get("EnableTerminationProtection"))
+        unprotect = (
+            f"aws cloudformation update-termination-protection --no-enable-termination-protection --stack-name {name}; "
+            if protected
+            else ""
+        )
+        found.append(
+            {
+                "stack": name,
+                "status": str(stack.get("StackStatus", "")),
+                "bills": "every resource in it, as when it was in the app",
+                "remove": f"{unprotect}aws cloudformation delete-stack --stack-name {name} (retained "
+                "resources stay, listed below once it is gone)",
+                "adopt": "put it back in the app (the environment setting that dropped it, or the file of "
+                "its environment) and deploy",
+            }
+        )
     return found
 
 
 def _physical_ids(cfn: Any, stacks: list[str]) -> set[str]:
-    """The physical ids of every resource of ``stacks`` (a stack not deployed has none)."""
+    """The physical ids of every resource of ``stacks`` and of their nested stacks (a stack not deployed has none).
+
+    A nested stack (``AWS::CloudFormation::Stack``: the ParallelCluster provider) tags its resources
+    with the environment too; they are the live stack's, not orphans.
+    """
     from botocore.exceptions import ClientError
 
     ids: set[str] = set()
-    for name in stacks:
+    pending = list(stacks)
+    while pending:
+        name = pending.pop(0)
         with aws_errors(f"ListStackResources for {name}"):
             try:
                 for page in cfn.get_paginator("list_stack_resources").paginate(StackName=name):
-                    ids |= {
-                        str(r["PhysicalResourceId"])
-                        for r in page.get("StackResourceSummaries", [])
-                        if r.get("PhysicalResourceId")
-                    }
+                    for summary in page.get("StackResourceSummaries", []):
+                        physical = str(summary.get("PhysicalResourceId") or "")
+                        if not physical:
+                            continue
+                        ids.add(physical)
+                        if summary.get("ResourceType") == "AWS::CloudFormation::Stack" and physical not in stacks:
+                            pending.append(physical)
             except ClientError as error:
                 if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
                     raise
@@ -119,7 +132,8 @@ def _owned(arn: str, ids: set[str]) -> bool:
 
 def orphan_resources(cfn: Any, tagging: Any, environment: Environment) -> list[dict[str, str]]:
     """Resources tagged with the environment that none of its live stacks holds (retained after a delete)."""
-    ids = _physical_ids(cfn, expected_stacks(environment))
+    # ParallelCluster's own stack is asked too: it exists only while ENV-Cluster's custom resource made it.
+    ids = _physical_ids(cfn, [*expected_stacks(environment), environment.cluster_name])
     found: list[dict[str, str]] = []
     with aws_errors(f"GetResources tagged {ENVIRONMENT_TAG}={environment.name}"):
         pages = tagging.get_paginator("get_resources").paginate(

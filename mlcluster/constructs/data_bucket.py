@@ -16,6 +16,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from mlcluster.config.storage import bucket_name_problem
+from mlcluster.constructs.log_key import key_removal_policy
 from mlcluster.constructs.nag import KMS_KEY, acknowledge, acknowledge_compliance, skip_checkov
 
 #: Path and name prefix of the role FSx for Lustre creates for each file system it links to S3.
@@ -214,7 +215,7 @@ class DataBucket(Construct):
                 "Key",
                 description=f"Encrypts the mlcluster data bucket {self.node.path}",
                 enable_key_rotation=True,
-                removal_policy=removal_policy,
+                removal_policy=key_removal_policy(removal_policy),
             )
 
         lifecycle_rules = [

@@ -27,6 +27,16 @@ LOGS_KEY_ACTIONS = ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:Gener
 IMPLICIT_LOGS_ID = "Logs"
 
 
+def key_removal_policy(policy: cdk.RemovalPolicy) -> cdk.RemovalPolicy:
+    """``policy`` for a KMS key: plain ``RETAIN`` where data is kept, never ``RetainExceptOnCreate``.
+
+    A key deleted with a rolled-back create (it is only scheduled for deletion, and no mlcluster
+    command sees it again) takes with it everything already encrypted under it that outlives the
+    rollback: retained log groups, objects, backups. A key that stays costs a monthly fee.
+    """
+    return cdk.RemovalPolicy.RETAIN if policy == cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE else policy
+
+
 class EnvironmentKey(Construct):
     """A customer-managed KMS key, rotated yearly, for the environment's logs.
 
@@ -52,7 +62,7 @@ class EnvironmentKey(Construct):
             "Resource",
             description=f"mlcluster {environment_name}: encrypts the environment's CloudWatch log groups",
             enable_key_rotation=True,
-            removal_policy=removal_policy,
+            removal_policy=key_removal_policy(removal_policy),
         )
         self.key.add_to_resource_policy(
             iam.PolicyStatement(

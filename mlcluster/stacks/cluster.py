@@ -205,7 +205,7 @@ class ClusterStack(cdk.Stack):
             reservation_group_arns=reservation_groups,
             log_retention_days=env.config.retention.log_retention_days,
             retain_logs=keeps,
-            tags=dict(env.config.tags),
+            tags={"mlcluster:environment": env.name, **env.config.tags},
             exporters=prometheus_enabled(env.config),
         )
         cluster_config = render_cluster_config(cfg, inputs)
@@ -360,7 +360,7 @@ class ClusterStack(cdk.Stack):
             group_subnets=group_subnets,
             node_recovery=cfg.node_recovery,
             slurm_config_strategy=cfg.slurm_config_strategy,
-            tags=dict(env.config.tags),
+            tags={"mlcluster:environment": env.name, **env.config.tags},
             log_retention=log_retention(env),
             log_removal_policy=removal_policy(env),
         )

@@ -29,6 +29,7 @@ from mlcluster.alert_rules import AlertInputs, alertmanager_yaml, rules_yaml
 from mlcluster.config import Environment
 from mlcluster.config.observability import grafana_enabled, prometheus_enabled
 from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
+from mlcluster.constructs.log_key import key_removal_policy
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints, PrometheusWorkspace
 from mlcluster.stacks.common import export_output, log_retention, removal_policy_except_on_create
 from mlcluster.stacks.storage import StorageStack
@@ -247,7 +248,7 @@ class ObservabilityStack(cdk.Stack):
             "AlarmTopicKey",
             description=f"mlcluster {self.settings.name}: encrypts the alarm topic",
             enable_key_rotation=True,
-            removal_policy=policy,
+            removal_policy=key_removal_policy(policy),
         )
         # CloudWatch alarms publish to an encrypted topic only if the key lets them (EventBridge: _admit_event_rules).
         key.add_to_resource_policy(

@@ -36,7 +36,8 @@ class EnvironmentStage(cdk.Stage):
     on) and, when the environment has a cluster backend,
     ``Cluster``. Stacks holding data (the Observability stack holds the
     Prometheus and Grafana workspaces), and the network under it, have
-    termination protection when the environment retains data. Tags from the environment go on everything;
+    termination protection when the environment retains data. Tags from the environment (and
+    ``mlcluster:environment``) go on every stack and everything in it;
     cdk-nag's AwsSolutions pack, plus any packs the environment lists, checks
     the stage at synth and fails it on any finding not acknowledged.
     """
@@ -62,16 +63,22 @@ class EnvironmentStage(cdk.Stage):
         self.environment = environment
         description = f"mlcluster {environment.name}: " + (cfg.description or "distributed-training environment")
         protect = cfg.retention.keeps_data
+        # On each Stack, not through Tags.of(stage): cdk.json sets @aws-cdk/core:explicitStackTags, so
+        # stacks take only their own tags (CloudFormation passes them on to the resources it creates),
+        # and 'mlcluster status' finds the environment's stacks and what they retained by this tag.
+        tags = {"mlcluster:environment": environment.name, **cfg.tags}
         self.network_stack = NetworkStack(
             self,
             "Network",
             environment=environment,
+            tags=tags,
             description=f"{description} (network)",
             termination_protection=protect,
         )
         data_repository = DataRepositoryStack(
             self,
             "DataRepository",
+            tags=tags,
             description=f"{description} (FSx for Lustre data repository associations)",
             termination_protection=protect,
         )
@@ -79,6 +86,7 @@ class EnvironmentStage(cdk.Stage):
             self,
             "Storage",
             environment=environment,
+            tags=tags,
             network=self.network_stack.network,
             environment_key=self.network_stack.environment_key.key,
             association_scope=data_repository.lustre_scope,
@@ -95,6 +103,7 @@ class EnvironmentStage(cdk.Stage):
                 self,
                 "Observability",
                 environment=environment,
+                tags=tags,
                 storage=self.storage_stack,
                 environment_key=self.network_stack.environment_key.key,
                 description=f"{description} (dashboard and alarms; outlives clusters)",
@@ -106,6 +115,7 @@ class EnvironmentStage(cdk.Stage):
                 self,
                 "Cluster",
                 environment=environment,
+                tags=tags,
                 network=self.network_stack.network,
                 storage=self.storage_stack,
                 prometheus=self.observability_stack.prometheus if self.observability_stack else None,
@@ -120,7 +130,6 @@ class EnvironmentStage(cdk.Stage):
         if self.cluster_stack is not None:
             producers = ("Network", "Storage") + (("Observability",) if self.observability_stack else ())
             record_producer_values(self.cluster_stack, environment, producers)
-        tags = {"mlcluster:environment": environment.name, **cfg.tags}
         for key, value in tags.items():
             cdk.Tags.of(self).add(key, value)
         cdk.Aspects.of(self).add(

@@ -149,7 +149,7 @@ def test_nothing_deployed_locks_no_stacks_and_new_refuses_to_forget_stacks(aws: 
     assert lock(envs).exception is None
     result = lock(envs, "--new")
     assert isinstance(result.exception, CliError)
-    assert "records deployed stacks (team-Storage); --new would forget them" in result.exception.message
+    assert "team.lock.json exists: --new declares a first lock" in result.exception.message
 
 
 def test_an_unsettled_stack_is_refused(recorded: Aws, tmp_path: Path) -> None:
@@ -233,15 +233,25 @@ def test_status_orphan_lookup_failure_is_reported(aws: Aws, tmp_path: Path) -> N
     assert "GetResources tagged mlcluster:environment=team failed: AccessDenied" in result.output
 
 
-def test_a_destroyed_stack_is_recorded_gone_without_an_allowance(aws: Aws, tmp_path: Path) -> None:
-    """The safe way for a dropped stack: destroy it while the app has it, then lock (no --accept needed)."""
+def test_a_destroyed_stack_is_recorded_gone_only_when_named(aws: Aws, tmp_path: Path) -> None:
+    """The safe way for a dropped stack: destroy it while the app has it, then lock naming it (--accept STACK)."""
     envs = folder(tmp_path)
     deploy("team-Storage", template())
     deploy("team-Cluster", template())
     assert lock(envs).exception is None
     aws_client("cloudformation", REGION).delete_stack(StackName="team-Cluster")
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
     result = lock(envs)
+    # Missing is not proof of a destroy (wrong credentials, a failed read): the operator names the stack.
+    assert isinstance(result.exception, CliError), result.output
+    assert "team-Cluster recorded in" in result.exception.message
+    assert "--accept team-Cluster" in result.exception.message
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    result = lock(envs, "--accept", "team-Cluster")
     assert result.exception is None, result.output
+    assert (
+        "team-Cluster gone (destroyed)" in json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["accepted"]
+    )
     assert "stacks gone since the last lock: team-Cluster" in result.output
     assert set(json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["stacks"]) == {"team-Storage"}
     # A data-bearing resource gone from a stack that stays is still refused (the edge).
@@ -264,3 +274,118 @@ def test_a_resource_without_path_metadata_is_named_by_its_stack(aws: Aws, tmp_pa
     # Still in the storage stack, so still a data-bearing bucket for the guard and protect.
     assert resources["DataCD34"]["path"] == "Storage/DataCD34"
     assert resources["LogsAB12"]["path"] == "Storage/Lustre/LogGroup/Resource"
+
+
+def test_the_lock_records_its_account_and_region_and_refuses_another(aws: Aws, tmp_path: Path) -> None:
+    """Read in another region (or account) every stack looks destroyed: refused, the lock unchanged."""
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    assert lock(envs).exception is None
+    data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
+    assert (data["account"], data["region"]) == ("123456789012", REGION)
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    result = lock(envs, "--region", "us-west-2", "--accept", "team-Storage")
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == EXIT_FAILED, result.output
+    assert f"was read in region {REGION}, these credentials are for region us-west-2" in result.exception.message
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    (envs / "team.lock.json").write_text(json.dumps(data | {"account": "210987654321"}), encoding="utf-8")
+    result = lock(envs)
+    assert isinstance(result.exception, CliError)
+    assert "was read in account 210987654321, these credentials are for account 123456789012" in (
+        result.exception.message
+    )
+    # The same account and region (the edge) locks.
+    (envs / "team.lock.json").write_text(before, encoding="utf-8")
+    assert lock(envs).exception is None
+
+
+def test_new_asks_aws_and_refuses_any_lock_or_deployed_stack(aws: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+    deploy("team-Network", template())
+    result = lock(envs, "--new")
+    assert isinstance(result.exception, CliError), result.output
+    assert "account 123456789012 in us-east-2 has team-Network" in result.exception.message
+    assert not (envs / "team.lock.json").exists()
+    aws_client("cloudformation", REGION).delete_stack(StackName="team-Network")
+    result = lock(envs, "--new")
+    assert result.exception is None, result.output
+    data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
+    assert (data["source"], data["stacks"], data["account"], data["region"]) == ("new", {}, "123456789012", REGION)
+    # A format-1 lock (no policies recorded) is a lock too.
+    (envs / "team.lock.json").write_text(json.dumps({"format": 1, "stacks": {}}), encoding="utf-8")
+    result = lock(envs, "--new")
+    assert isinstance(result.exception, CliError)
+    assert "exists: --new declares a first lock" in result.exception.message
+
+
+def test_from_templates_never_overwrites_a_deployed_lock_nor_drops_a_stack(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlcluster.replacement import stack_state
+
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    deploy("team-Cluster", template())
+    assert lock(envs).exception is None
+    storage_only = {"team-Storage": stack_state(template(), {}, termination_protection=False)}
+    monkeypatch.setattr(diff_module, "synthesize", lambda folder, name, out: out)
+    monkeypatch.setattr(diff_module, "snapshot_from_assembly", lambda assembly, name: storage_only)
+    result = lock(envs, "--from-templates")
+    assert isinstance(result.exception, CliError), result.output
+    assert "was read from the deployed stacks; --from-templates would record" in result.exception.message
+    # Over a templates lock (the examples) it records the templates, but never a stack gone.
+    data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
+    (envs / "team.lock.json").write_text(json.dumps(data | {"source": "templates"}), encoding="utf-8")
+    result = lock(envs, "--from-templates", "--accept", "team-Cluster")
+    assert isinstance(result.exception, CliError), result.output
+    assert "the templates drop team-Cluster" in result.exception.message
+    both = storage_only | {"team-Cluster": storage_only["team-Storage"]}
+    monkeypatch.setattr(diff_module, "snapshot_from_assembly", lambda assembly, name: both)
+    result = lock(envs, "--from-templates")
+    assert result.exception is None, result.output
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["source"] == "templates"
+
+
+def test_parallelclusters_own_stack_is_an_orphan_once_the_cluster_stack_is_gone(aws: Aws, tmp_path: Path) -> None:
+    from mlcluster.cli.orphans import orphan_stacks
+
+    envs = folder(tmp_path, on_delete="retain")
+    env = diff_module.load_one(envs, "team")
+    body = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    cfn = aws_client("cloudformation", REGION)
+    cfn.create_stack(StackName=env.cluster_name, TemplateBody=json.dumps(body), Tags=TAG)
+    cfn.create_stack(StackName="team-Cluster", TemplateBody=json.dumps(body), Tags=TAG)
+    # The edge: while team-Cluster (whose custom resource made it) is deployed, only team-Cluster is listed.
+    assert [o["stack"] for o in orphan_stacks(cfn, env)] == ["team-Cluster"]
+    cfn.delete_stack(StackName="team-Cluster")
+    assert [o["stack"] for o in orphan_stacks(cfn, env)] == [env.cluster_name]
+
+
+class _Pages:
+    def __init__(self, pages: dict[str, list[dict[str, str]]]) -> None:
+        self.pages = pages
+
+    def paginate(self, StackName: str) -> list[dict[str, Any]]:  # noqa: N803 - boto3's parameter name
+        return [{"StackResourceSummaries": self.pages.get(StackName, [])}]
+
+
+class _NestedCfn:
+    """ListStackResources for a stack whose nested stack (the ParallelCluster provider) holds a log group."""
+
+    def get_paginator(self, name: str) -> _Pages:
+        assert name == "list_stack_resources"
+        nested = "arn:aws:cloudformation:us-east-2:123456789012:stack/team-Cluster-Provider-1/abc"
+        return _Pages(
+            {
+                "team-Cluster": [{"ResourceType": "AWS::CloudFormation::Stack", "PhysicalResourceId": nested}],
+                nested: [{"ResourceType": "AWS::Logs::LogGroup", "PhysicalResourceId": "/aws/lambda/provider"}],
+            }
+        )
+
+
+def test_a_nested_stacks_resources_are_the_live_stacks() -> None:
+    from mlcluster.cli.orphans import _physical_ids
+
+    ids = _physical_ids(_NestedCfn(), ["team-Cluster"])
+    assert "/aws/lambda/provider" in ids
+    assert "arn:aws:cloudformation:us-east-2:123456789012:stack/team-Cluster-Provider-1/abc" in ids
