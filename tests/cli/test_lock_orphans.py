@@ -284,9 +284,11 @@ def test_the_lock_records_its_account_and_region_and_refuses_another(aws: Aws, t
     data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
     assert (data["account"], data["region"]) == ("123456789012", REGION)
     before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    # Another region is refused before any call (issue 26: the file's zone pins the region), with the lock unchanged;
+    # the lock's own region check stays behind it for a session that reaches AWS elsewhere.
     result = lock(envs, "--region", "us-west-2", "--accept", "team-Storage")
-    assert isinstance(result.exception, CliError) and result.exception.exit_code == EXIT_FAILED, result.output
-    assert f"was read in region {REGION}, these credentials are for region us-west-2" in result.exception.message
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == EXIT_SETUP, result.output
+    assert "two regions" in result.exception.message
     assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
     (envs / "team.lock.json").write_text(json.dumps(data | {"account": "210987654321"}), encoding="utf-8")
     result = lock(envs)

@@ -114,6 +114,7 @@ def test_status_shows_stacks_cluster_nodes_lustre_dras_and_outputs(
         "ListStackResources",
         "ListStackResources",
         "ListStackResources",
+        "ListStackResources",
         "GetResources",
     ]
     assert aws.params("DescribeDataRepositoryTasks") == [
