@@ -32,7 +32,7 @@ def test_hostnames_are_distinct_and_ordered() -> None:
 
 
 def test_all_reduce_p5_and_p4d() -> None:
-    p5 = parse_all_reduce(transcript("all_reduce_p5_degraded.txt"))
+    p5 = parse_all_reduce(transcript("all_reduce_p5_slow.txt"))
     assert (p5.provider, p5.avg_busbw_gbps, p5.out_of_bounds_ok, p5.wrong_values) == ("efa", 349.88, True, False)
     assert [r.size_bytes for r in p5.rows] == [2**30, 2**31, 2**32, 2**33]
     assert p5.peak is not None and (p5.peak.size_bytes, p5.peak.busbw_gbps) == (2**33, 362.44)
@@ -42,7 +42,7 @@ def test_all_reduce_p5_and_p4d() -> None:
 
 def test_all_reduce_socket_fallback_wrong_values_and_labels() -> None:
     assert parse_all_reduce(transcript("all_reduce_socket.txt")).provider == "socket"
-    wrong = transcript("all_reduce_p5_degraded.txt").replace("362.44      0", "362.44      3")
+    wrong = transcript("all_reduce_p5_slow.txt").replace("362.44      0", "362.44      3")
     assert parse_all_reduce(wrong).wrong_values
     labelled = "\n".join(f"0: {line}" for line in transcript("all_reduce_p5.txt").splitlines())
     assert len(parse_all_reduce(labelled).rows) == 4

@@ -149,10 +149,12 @@ def test_provisioning_parameters_carry_groups_and_the_deploy_time_fsx_name(built
     ((marker, value),) = markers_of("provisioning_parameters.json").items()
     # At deployment the marker becomes the storage stack's export, inside the JSON string.
     assert value == {"Fn::ImportValue": DNS_EXPORT}
-    # on_create.sh carries the same text with the same deploy-time value (its copy of the generated file).
+    # on_create.sh carries its copy of the generated file as a base64 data line that CloudFormation encodes
+    # (Fn::Base64 of the same text with the same deploy-time value), never as shell text (issue 24).
     on_create = (staged(built, "on_create.sh") / "on_create.sh").read_text()
     ((copy_marker, copy_value),) = markers_of("on_create.sh").items()
-    assert copy_value == value and text.replace(marker, copy_marker) in on_create
+    assert set(copy_value) == {"Fn::Base64"} and json.dumps(value) in json.dumps(copy_value)
+    assert copy_marker in on_create and text.replace(marker, copy_marker) not in on_create
     content = json.loads(text.replace(marker, "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com"))
     assert content == {
         "version": "1.0.0",

@@ -280,4 +280,7 @@ def test_association_config_maps_one_to_one_onto_the_construct_props() -> None:
     assert props.file_system_path == "/ckpt"
     assert props.data_bucket_prefix == "ckpt/"
     assert props.auto_import_events == ()
-    assert props.auto_export_events == ("NEW", "CHANGED", "DELETED")
+    assert props.auto_export_events == (
+        "NEW",
+        "CHANGED",
+    )  # DELETED is opt-in (issue 33: deletions under /fsx would delete S3 objects)
