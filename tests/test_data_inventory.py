@@ -71,7 +71,10 @@ def _openzfs(t: Templates) -> bool:
 
 
 def _key(t: Templates) -> bool:
-    return kept(of_type(t, "p5/Network", "AWS::KMS::Key")) and is_data_bearing("AWS::KMS::Key", "Network/")
+    # Plainly retained, even when its create rolls back: data written under it in that window stays readable.
+    keys = of_type(t, "p5/Network", "AWS::KMS::Key")
+    retained = bool(keys) and all(r["DeletionPolicy"] == r["UpdateReplacePolicy"] == "Retain" for r in keys)
+    return retained and is_data_bearing("AWS::KMS::Key", "Network/")
 
 
 def _vault(t: Templates) -> bool:
@@ -106,8 +109,14 @@ def _accounting(t: Templates) -> bool:
 
 
 def _scripts(t: Templates) -> bool:
-    lifecycle = of_type(t, "hyperpod/Cluster", "AWS::S3::Bucket")
-    return {b["DeletionPolicy"] for b in lifecycle} == {"Delete"} and kept(of_type(t, "p5/Cluster", "AWS::S3::Bucket"))
+    cluster = t["hyperpod/Cluster"]["Resources"]
+    # The lifecycle buckets, not the patch backups (issue 24: data, kept).
+    lifecycle = [r for lid, r in cluster.items() if r["Type"] == "AWS::S3::Bucket" and lid.startswith("Lifecycle")]
+    return (
+        bool(lifecycle)
+        and {b["DeletionPolicy"] for b in lifecycle} == {"Delete"}
+        and kept(of_type(t, "p5/Cluster", "AWS::S3::Bucket"))
+    )
 
 
 GUARD = "refused at synth"

@@ -276,8 +276,14 @@ EDITS = [
         "retention.on_delete retain -> destroy",
         "pcluster",
         {"retention.on_delete": "destroy"},
-        refused=RETAINED,
-        stacks={"dt-Network unprotected", "dt-Storage unprotected", "dt-DataRepository unprotected"},
+        # the ParallelCluster cluster's own DeletionPolicy decides whether the head node's /home survives
+        refused=RETAINED | {"Cluster/Cluster/Resource"},
+        stacks={
+            "dt-Network unprotected",
+            "dt-Storage unprotected",
+            "dt-DataRepository unprotected",
+            "dt-Observability unprotected",
+        },
         safe_way="keep retain; to tear down: 'cdk destroy' (the data stays), copy, delete the retained resources "
         "by hand; or take each resource's second copy and allow it by name",
     ),
