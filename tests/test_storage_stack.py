@@ -115,8 +115,10 @@ def test_data_is_retained_on_delete_and_replace(stages: dict[str, dict[str, Any]
     found = of_type(stages["keep/Storage"], kind) | of_type(stages["keep/DataRepository"], kind)
     assert found, kind
     for logical_id, resource in found.items():
-        # Kept on delete and replacement, deleted only when the create that made it rolls back.
-        assert resource.get("DeletionPolicy") == "RetainExceptOnCreate", logical_id
+        # Kept on delete and replacement, deleted only when the create that made it rolls back; keys always kept
+        # (issue 33: data written under a key in that window must stay readable).
+        want = "Retain" if kind == "AWS::KMS::Key" else "RetainExceptOnCreate"
+        assert resource.get("DeletionPolicy") == want, logical_id
         assert resource.get("UpdateReplacePolicy") == "Retain", logical_id
 
 

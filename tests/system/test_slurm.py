@@ -291,7 +291,13 @@ def controller(cluster: SlurmCluster, tmp_path: Path) -> Iterator[Callable[..., 
         f'#!/bin/sh\ncd {ROOT} && exec {sys.executable} -m tests.system.slurm_cluster {root} "$1" "$2"\n'
     )
     (stubs / "aws").write_text(
-        "#!/bin/bash\n# aws s3 cp --only-show-errors SRC DST, with s3://BUCKET/KEY in a local folder\n"
+        "#!/bin/bash\n# aws s3api put-object --bucket B --key K --body F ... and aws s3 cp --only-show-errors SRC DST,\n"
+        "# with s3://BUCKET/KEY in a local folder\n"
+        'if [[ $1 == s3api && $2 == put-object ]]; then shift 2\n'
+        '  while [[ $# -gt 0 ]]; do case $1 in --bucket) b=$2; shift 2;; --key) k=$2; shift 2;; '
+        "--body) f=$2; shift 2;; *) shift;; esac; done\n"
+        f'  mkdir -p "$(dirname "{tmp_path}/s3/$b/$k")"; cp "$f" "{tmp_path}/s3/$b/$k"; exit\n'
+        "fi\n"
         f'local() {{ [[ $1 == s3://* ]] && echo "{tmp_path}/s3/${{1#s3://}}" || echo "$1"; }}\n'
         'src=$(local "$4"); dst=$(local "$5"); mkdir -p "$(dirname "$dst")"; cp "$src" "$dst"\n'
     )
@@ -319,6 +325,8 @@ def controller(cluster: SlurmCluster, tmp_path: Path) -> Iterator[Callable[..., 
 
 
 URI = "s3://ops-backups-123/ml/before-patch"
+#: The patch-backup bucket's key, which every upload names (issue 24: only SSE-KMS with it is accepted).
+KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 #: What every refusal of a restore says (the message before it names the file and the reason).
 REFUSED = "nothing was restored"
 #: The files a backup leaves in the bucket.
@@ -330,7 +338,7 @@ BACKUP_FILES = ["accounting.sql.gz", "slurmctld-state.tar.gz"]
 
 def take_backup(tool: Callable[..., subprocess.CompletedProcess[str]]) -> list[str]:
     """Run ``mlcluster-backup backup``; the arguments restore needs after the location."""
-    done = tool("backup", URI)
+    done = tool("backup", URI, KEY)
     assert done.returncode == 0, done.stdout + done.stderr
     receipt = [
         f"{name}={digest}" for _, digest, name in re.findall(r"^(MLCLUSTER_SHA256) (\w{64}) (\S+)$", done.stdout, re.M)

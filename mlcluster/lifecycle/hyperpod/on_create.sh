@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # the generated-file data section after the final exit is read, never run
 # SageMaker HyperPod OnCreate entrypoint for mlcluster Slurm nodes (Ubuntu).
 #
 # HyperPod runs it as root on every node from the folder it downloaded the lifecycle S3 prefix
