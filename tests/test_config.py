@@ -160,7 +160,8 @@ def test_bad_input_names_file_key_value_and_allowed(
     assert lines[0].startswith(f"{file}: {path}: ")
     # A value is quoted as the file has it; a missing or empty one is never called "None" (issue 26).
     assert any(
-        text in lines[0] for text in ("is not valid;", ": missing; ", ": no value (empty or missing); ", " are both given; ")
+        text in lines[0]
+        for text in ("is not valid;", ": missing; ", ": no value (empty or missing); ", " are both given; ")
     )
     assert "None is not valid" not in lines[0]
     assert allowed in lines[0]

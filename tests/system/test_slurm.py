@@ -293,8 +293,8 @@ def controller(cluster: SlurmCluster, tmp_path: Path) -> Iterator[Callable[..., 
     (stubs / "aws").write_text(
         "#!/bin/bash\n# aws s3api put-object --bucket B --key K --body F ... and aws s3 cp --only-show-errors SRC DST,\n"
         "# with s3://BUCKET/KEY in a local folder\n"
-        'if [[ $1 == s3api && $2 == put-object ]]; then shift 2\n'
-        '  while [[ $# -gt 0 ]]; do case $1 in --bucket) b=$2; shift 2;; --key) k=$2; shift 2;; '
+        "if [[ $1 == s3api && $2 == put-object ]]; then shift 2\n"
+        "  while [[ $# -gt 0 ]]; do case $1 in --bucket) b=$2; shift 2;; --key) k=$2; shift 2;; "
         "--body) f=$2; shift 2;; *) shift;; esac; done\n"
         f'  mkdir -p "$(dirname "{tmp_path}/s3/$b/$k")"; cp "$f" "{tmp_path}/s3/$b/$k"; exit\n'
         "fi\n"
