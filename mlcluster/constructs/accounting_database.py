@@ -159,8 +159,10 @@ class AccountingDatabase(Construct):
             raise ValueError(f"AccountingDatabase {self.node.path}: the cluster has no master secret")
         self.secret: secretsmanager.ISecret = secret
         if keeps:
-            # The secret outlives the stack with the snapshot it opens.
-            secret.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+            # The secret outlives the stack with the snapshot it opens (``secret`` is its target attachment).
+            generated = self.cluster.node.find_child("Secret").node.default_child
+            assert isinstance(generated, cdk.CfnResource)
+            generated.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
         self.rotation = self.cluster.add_rotation_single_user(
             automatically_after=cdk.Duration.days(rotation_days),
             vpc_subnets=ec2.SubnetSelection(subnets=list(subnets)),
@@ -168,9 +170,9 @@ class AccountingDatabase(Construct):
         )
         # add_rotation_single_user opens the database's port from the rotation group (and out of it) itself.
         self.endpoint = f"{self.cluster.cluster_endpoint.hostname}:{PORT}"
-        self._acknowledge()
+        self._acknowledge(keeps=keeps)
 
-    def _acknowledge(self) -> None:
+    def _acknowledge(self, *, keeps: bool) -> None:
         """The findings that do not fit a Slurm accounting database, each with its reason."""
         cluster = self.cluster.node.default_child
         writer = self.cluster.node.find_child("Writer")
@@ -182,6 +184,14 @@ class AccountingDatabase(Construct):
             "authentication tokens, so the master secret (rotated, read by the controller's role alone) is its "
             "credential.",
         )
+        if not keeps:
+            reason = (
+                "removal_policy DESTROY is a throw-away environment's choice (retention.on_delete: destroy): "
+                "deletion protection would make its stacks undeletable; retained environments get protection "
+                "and a final snapshot."
+            )
+            acknowledge(cluster, "AwsSolutions-RDS10", reason)
+            acknowledge_compliance(cluster, "RDSInstanceDeletionProtectionEnabled", reason)
         acknowledge(
             cluster,
             "AwsSolutions-RDS11",

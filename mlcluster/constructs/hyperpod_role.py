@@ -427,7 +427,9 @@ class HyperPodExecutionRole(Construct):
 
     def _secrets(self, stack: cdk.Stack, secret_arns: Sequence[str], key_arns: Sequence[str]) -> None:
         statements = [
-            iam.PolicyStatement(sid="ReadSecrets", actions=["secretsmanager:GetSecretValue"], resources=list(secret_arns))
+            iam.PolicyStatement(
+                sid="ReadSecrets", actions=["secretsmanager:GetSecretValue"], resources=list(secret_arns)
+            )
         ]
         if key_arns:
             statements.append(
@@ -435,7 +437,9 @@ class HyperPodExecutionRole(Construct):
                     sid="DecryptSecrets",
                     actions=["kms:Decrypt"],
                     resources=list(key_arns),
-                    conditions={"StringEquals": {"kms:ViaService": f"secretsmanager.{stack.region}.{stack.url_suffix}"}},
+                    conditions={
+                        "StringEquals": {"kms:ViaService": f"secretsmanager.{stack.region}.{stack.url_suffix}"}
+                    },
                 )
             )
         self._policy("Secrets", "HyperPod nodes read the listed secrets (Slurm accounting credentials)", statements)
