@@ -8,13 +8,17 @@ Observability stack's alarms on it.
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_cdk import cx_api
 
+from mlcluster.analysis.assembly import Assembly, load_assembly
+from mlcluster.analysis.reachability import check_assembly, databases, rotation_functions
 from mlcluster.app import build_app
 from tests.support import stack_templates, write_env
 
@@ -110,3 +114,69 @@ def test_observability_alarms_on_the_database(templates: dict[str, dict[str, Any
         (dimension,) = alarm["Dimensions"]
         assert dimension["Name"] == "DBClusterIdentifier"
         assert alarm["AlarmActions"] and alarm["OKActions"]
+
+
+@pytest.fixture(scope="module")
+def assembly(outdir: Path) -> Assembly:
+    return load_assembly(outdir)
+
+
+def edited(assembly: Assembly, change: Callable[[dict[str, Any]], None]) -> Assembly:
+    templates = copy.deepcopy(assembly.templates)
+    change(templates["acct/Storage"]["Resources"])
+    return Assembly(templates, assets=assembly.assets, stack_names=assembly.stack_names)
+
+
+def test_the_reachability_gate_proves_the_database_paths(assembly: Assembly) -> None:
+    (report,) = check_assembly(assembly)
+    assert report.problems == []
+    (database,) = databases(assembly, "acct")
+    assert database.port == 3306 and len(database.subnets) == 2
+    (function,) = rotation_functions(assembly, "acct")
+    assert function.subnets == database.subnets
+
+
+def _group(resources: dict[str, Any], description: str) -> dict[str, Any]:
+    (group,) = [
+        r
+        for r in resources.values()
+        if r["Type"] == "AWS::EC2::SecurityGroup" and r["Properties"]["GroupDescription"].startswith(description)
+    ]
+    return group
+
+
+def _without_client_ingress(resources: dict[str, Any]) -> None:
+    for name in [k for k, r in resources.items() if r["Type"] == "AWS::EC2::SecurityGroupIngress"]:
+        if "Fn::GetStackOutput" in resources[name]["Properties"]["SourceSecurityGroupId"]:
+            del resources[name]
+
+
+def _open_to_the_vpc(resources: dict[str, Any]) -> None:
+    _group(resources, "Slurm accounting database -")["Properties"]["SecurityGroupIngress"] = [
+        {"CidrIp": "10.0.0.0/16", "IpProtocol": "tcp", "FromPort": 3306, "ToPort": 3306}
+    ]
+
+
+def _no_https_for_rotation(resources: dict[str, Any]) -> None:
+    _group(resources, "Slurm accounting database secret rotation")["Properties"]["SecurityGroupEgress"] = []
+
+
+def _no_rotation_egress_to_the_database(resources: dict[str, Any]) -> None:
+    for name in [k for k, r in resources.items() if r["Type"] == "AWS::EC2::SecurityGroupEgress"]:
+        del resources[name]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (_without_client_ingress, "its security groups admit no TCP 3306 from instance group"),
+        (_open_to_the_vpc, "admits 10.0.0.0/16, an address range"),
+        (_no_https_for_rotation, "no security group lets HTTPS out to Secrets Manager"),
+        (_no_rotation_egress_to_the_database, "no security group of rotation function"),
+    ],
+)
+def test_the_gate_refuses_a_broken_or_wider_path(
+    assembly: Assembly, change: Callable[[dict[str, Any]], None], problem: str
+) -> None:
+    (report,) = check_assembly(edited(assembly, change))
+    assert any(problem in p for p in report.problems), report.problems
