@@ -536,9 +536,12 @@ def database_problems(assembly: Assembly, environment: str, clients: Sequence[No
     (Secrets Manager's API through NAT) with TCP 443 out. Nothing wider: no database group admits
     anything from an address range or prefix list, and no database subnet routes to an internet gateway.
     """
+    found = databases(assembly, environment)
+    if not found:
+        return []
     net = _Network(assembly, environment)
     problems: list[str] = []
-    for db in databases(assembly, environment):
+    for db in found:
         name = f"{environment}: accounting database {db.resource.name}"
         port = ("tcp", db.port, db.port)
         db_cidrs = net.cidrs(db.subnets)
