@@ -106,7 +106,7 @@ def test_observability_alarms_on_the_database(templates: dict[str, dict[str, Any
     alarms = {k: v["Properties"] for k, v in of_type(templates["acct/Observability"], "AWS::CloudWatch::Alarm").items()}
     by_metric = {a["MetricName"]: a for a in alarms.values() if a.get("Namespace") == "AWS/RDS"}
     assert set(by_metric) == {"VolumeBytesUsed", "CPUUtilization", "ACUUtilization", "DatabaseConnections"}
-    assert by_metric["VolumeBytesUsed"]["Threshold"] == 50 * 1024**3
+    assert by_metric["VolumeBytesUsed"]["Threshold"] == 50 * 1024**3  # storage.accounting.alarm_volume_gib
     assert by_metric["CPUUtilization"]["Threshold"] == 90
     connections = by_metric["DatabaseConnections"]
     assert (connections["ComparisonOperator"], connections["TreatMissingData"]) == ("LessThanThreshold", "breaching")

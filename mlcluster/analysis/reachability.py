@@ -574,8 +574,8 @@ def database_problems(assembly: Assembly, environment: str, clients: Sequence[No
             if not net.allows(net.egress, identities, ("tcp", 443, 443), [], [ANY]):
                 problems.append(f"{label}: no security group lets HTTPS out to Secrets Manager")
             for subnet_name in function.subnets:
-                subnet = net.subnet(subnet_name)
-                internet = net.internet(subnet, False)[0] if subnet is not None else None
+                found = net.subnet(subnet_name)
+                internet = net.internet(found, False)[0] if found is not None else None
                 if internet is None:
                     problems.append(f"{label}: subnet {subnet_name} has no way to Secrets Manager's endpoint")
     return problems

@@ -66,19 +66,6 @@ class AlarmThresholds:
         doc="alert (Prometheus) when the head node or controller sends no sample, or Slurm there does not answer, "
         "for this many minutes (at least two of prometheus.scrape_interval_seconds)",
     )
-    accounting_volume_gib: int = setting(
-        default=50,
-        minimum=1,
-        maximum=131072,
-        doc="alarm when the Slurm accounting database (storage.accounting) holds more than this many GiB",
-    )
-    accounting_busy_percent: int = setting(
-        default=90,
-        minimum=10,
-        maximum=100,
-        doc="alarm when the Slurm accounting database's CPU or its use of max_capacity_acu stays at or above this "
-        "share for 15 minutes",
-    )
 
 
 @section

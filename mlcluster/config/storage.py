@@ -466,6 +466,16 @@ class AccountingDatabaseStorageConfig:
     rotation_days: int = setting(
         default=30, minimum=1, maximum=1000, doc="days between rotations of the master password"
     )
+    alarm_volume_gib: int = setting(
+        default=50, minimum=1, maximum=131072, doc="alarm (observability) when the database holds more than this"
+    )
+    alarm_busy_percent: int = setting(
+        default=90,
+        minimum=10,
+        maximum=100,
+        doc="alarm (observability) when the database's CPU or its use of max_capacity_acu stays at or above this "
+        "share for 15 minutes",
+    )
 
     def check(self, issues: Issues) -> None:
         for key in ("min_capacity_acu", "max_capacity_acu"):

@@ -128,9 +128,14 @@ class ObservabilityStack(cdk.Stack):
         self.alarms.append(self._capacity_alarm(cfg.storage.lustre.storage_capacity_gib))
         if storage.accounting is not None:
             managed = cfg.cluster.hyperpod is not None and cfg.cluster.hyperpod.lifecycle.accounting.mode == "managed"
+            database = cfg.storage.accounting
+            assert database is not None  # the Storage stack builds the database from this section
             self.alarms.extend(
                 self._accounting_alarms(
-                    storage.accounting.cluster.cluster_identifier, in_use=self.backend == "hyperpod" and managed
+                    storage.accounting.cluster.cluster_identifier,
+                    volume_gib=database.alarm_volume_gib,
+                    busy_percent=database.alarm_busy_percent,
+                    in_use=self.backend == "hyperpod" and managed,
                 )
             )
         self.rules: list[events.Rule] = []
@@ -370,9 +375,10 @@ class ObservabilityStack(cdk.Stack):
         )
         return self._alarm(alarm)
 
-    def _accounting_alarms(self, cluster_identifier: str, *, in_use: bool) -> list[cw.Alarm]:
+    def _accounting_alarms(
+        self, cluster_identifier: str, *, volume_gib: int, busy_percent: int, in_use: bool
+    ) -> list[cw.Alarm]:
         """Storage, CPU, capacity and (while a cluster uses it) connections of the Slurm accounting database."""
-        thresholds = self.settings.config.observability.alarms
 
         def metric(name: str, statistic: str) -> cw.Metric:
             return cw.Metric(
@@ -383,8 +389,8 @@ class ObservabilityStack(cdk.Stack):
                 period=cdk.Duration.minutes(5),
             )
 
-        busy = thresholds.accounting_busy_percent
-        volume = thresholds.accounting_volume_gib
+        busy = busy_percent
+        volume = volume_gib
         # A paused database (0 ACUs) sends no CPU or capacity data: missing data is not a breach.
         specs: list[tuple[str, str, cw.Metric, float, cw.ComparisonOperator, cw.TreatMissingData]] = [
             (
