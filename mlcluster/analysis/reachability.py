@@ -574,8 +574,8 @@ def database_problems(assembly: Assembly, environment: str, clients: Sequence[No
             if not net.allows(net.egress, identities, ("tcp", 443, 443), [], [ANY]):
                 problems.append(f"{label}: no security group lets HTTPS out to Secrets Manager")
             for subnet_name in function.subnets:
-                found = net.subnet(subnet_name)
-                internet = net.internet(found, False)[0] if found is not None else None
+                resource = net.subnet(subnet_name)
+                internet = net.internet(resource, False)[0] if resource is not None else None
                 if internet is None:
                     problems.append(f"{label}: subnet {subnet_name} has no way to Secrets Manager's endpoint")
     return problems
