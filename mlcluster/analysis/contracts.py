@@ -607,11 +607,12 @@ def prove_backup_keys(assembly: Assembly, environment: str) -> Iterator[Proof]:
 #: DefaultParallelClusterIamAdminPolicy, read at commit 451cc5320d5d8a9318075990ead7f76f74372f85); the
 #: resources are the ones ParallelCluster names for one cluster (its stack, its ``parallelcluster-<cluster>``
 #: table, roles and instance profiles under ``/parallelcluster/<cluster>/``, ``pcluster-*`` functions).
-_EC2 = ("RunInstances", "CreateFleet", "CreateLaunchTemplate", "CreateLaunchTemplateVersion", "CreateSecurityGroup")
-_EC2 += ("AuthorizeSecurityGroupIngress", "CreateNetworkInterface", "CreatePlacementGroup", "CreateTags")
-_EC2 += ("CreateVolume", "DescribeInstances", "TerminateInstances", "DeleteLaunchTemplate", "DeleteSecurityGroup")
-_STACK_ACTIONS = ("CreateStack", "UpdateStack", "DeleteStack", "DescribeStacks", "DescribeStackEvents")
-_STACK_ACTIONS += ("DescribeStackResources", "GetTemplate")
+_EC2: tuple[str, ...] = ("RunInstances", "CreateFleet", "CreateLaunchTemplate", "CreateLaunchTemplateVersion")
+_EC2 += ("CreateSecurityGroup", "AuthorizeSecurityGroupIngress", "CreateNetworkInterface", "CreatePlacementGroup")
+_EC2 += ("CreateTags", "CreateVolume", "DescribeInstances", "TerminateInstances", "DeleteLaunchTemplate")
+_EC2 += ("DeleteSecurityGroup",)
+_STACK_ACTIONS: tuple[str, ...] = ("CreateStack", "UpdateStack", "DeleteStack", "DescribeStacks")
+_STACK_ACTIONS += ("DescribeStackEvents", "DescribeStackResources", "GetTemplate")
 _TABLE_ACTIONS = ("DescribeTable", "CreateTable", "DeleteTable", "GetItem", "PutItem", "UpdateItem", "Query")
 _FUNCTION_ACTIONS = ("CreateFunction", "DeleteFunction", "GetFunction", "InvokeFunction", "AddPermission")
 _NODE_ROLE = f"iam::{ACCOUNT}:role/parallelcluster/{{cluster}}/{{cluster}}-RoleHeadNode-{SAMPLE}"

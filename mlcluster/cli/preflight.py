@@ -953,8 +953,11 @@ def check_names(ctx: Context) -> list[Result]:
         elif key == "cluster.name" and _tags_say_ours(found[0].get("Tags", []), env.name):
             # ParallelCluster's own stack: its table decides (a rolled-back create still holds the name).
             state = cluster_stack_state(status)
-            verdict = "pass" if state.decision in ("ready", "degraded") else "fail"
-            results.append(Result("names", verdict, "ERROR", key, f"cluster stack {name} is {status}: {state.reason}"))
+            message = f"cluster stack {name} is {status}: {state.reason}"
+            if state.decision in ("ready", "degraded"):
+                results.append(Result("names", "pass", "ERROR", key, message))
+            else:
+                results.append(Result("names", "fail", "ERROR", key, message))
         elif _tags_say_ours(found[0].get("Tags", []), env.name):
             if status in STACK_BLOCKED or status.endswith("_IN_PROGRESS"):
                 results.append(
