@@ -23,7 +23,7 @@ from typing import Any
 
 from mlcluster.analysis.assembly import Assembly, Resource
 from mlcluster.analysis.iam_calls import SAMPLE, dependent_actions, split_s3
-from mlcluster.analysis.policy_eval import ACCOUNT_ROOT, Request, evaluate
+from mlcluster.analysis.policy_eval import ACCOUNT_ROOT, Request, evaluate, wildcard
 
 ACCOUNT = "${AWS::AccountId}"
 REGION = "${AWS::Region}"
@@ -709,6 +709,56 @@ def prove_pcluster_provider(assembly: Assembly, environment: str) -> Iterator[Pr
             yield _check(PCLUSTER, f"{subject} (AdditionalIamPolicies)", identity, request)
 
 
+def _custom_action_scripts(group: Mapping[str, Any]) -> Iterator[str]:
+    """Every script URI of a ParallelCluster group's CustomActions (``Script``, or each of a ``Sequence``)."""
+    for action in group.get("CustomActions", {}).values():
+        for step in [action, *action.get("Sequence", [])]:
+            if "Script" in step:
+                yield str(step["Script"])
+
+
+def prove_pcluster_node_scripts(assembly: Assembly, environment: str) -> Iterator[Proof]:
+    """Each group's CustomActions scripts: its S3Access reads them; the bucket lets its node role; no SSE-KMS."""
+    for cluster in assembly.resources(environment, "Custom::PclusterCluster"):
+        config = assembly.render(cluster.stack, cluster.properties.get("ClusterConfiguration", {}))
+        name = assembly.text(cluster.stack, cluster.properties["ClusterName"])
+        groups = [("HeadNode", config.get("HeadNode", {}))]
+        groups += [(q.get("Name", "?"), q) for q in config.get("Scheduling", {}).get("SlurmQueues", [])]
+        for group_name, group in groups:
+            access = group.get("Iam", {}).get("S3Access", [])
+            # ParallelCluster puts the group's node roles under /parallelcluster/<cluster>/.
+            role = ("AWS", f"arn:{PARTITION}:iam::{ACCOUNT}:role/parallelcluster/{name}/{name}-Role{SAMPLE}")
+            for script in dict.fromkeys(_custom_action_scripts(group)):
+                bucket_name, key = split_s3(script)
+                subject = f"{cluster.stack}/{cluster.logical_id} {group_name} {script}"
+                granted = [
+                    a
+                    for a in access
+                    if str(a.get("BucketName")) == bucket_name and wildcard(str(a.get("KeyName", "*")), key)
+                ]
+                yield Proof(
+                    PCLUSTER_NODES,
+                    subject,
+                    bool(granted),
+                    f"S3Access {'grants' if granted else 'grants no'} s3:GetObject on {bucket_name}/{key}",
+                )
+                bucket = assembly.resource(bucket_name)
+                if bucket is None or bucket.type != "AWS::S3::Bucket":
+                    continue  # a bucket outside the app: its owner's policy decides
+                context = {"aws:PrincipalArn": role[1], **SECURE}
+                request = Request(role, "s3:GetObject", f"arn:{PARTITION}:s3:::{bucket.name}/{key}", context)
+                yield _not_denied(PCLUSTER_NODES, subject, bucket_policy(assembly, environment, bucket.name), request)
+                sse_kms, _ = bucket_key(assembly, bucket)
+                yield Proof(
+                    PCLUSTER_NODES,
+                    subject,
+                    sse_kms is None,
+                    "SSE-S3: S3Access needs no key grant"
+                    if sse_kms is None
+                    else f"SSE-KMS with {sse_kms}: ParallelCluster's S3Access grants no kms:Decrypt",
+                )
+
+
 CLOUDWATCH_SNS = "CloudWatch alarm -> SNS topic"
 CLOUDWATCH_KMS = "CloudWatch alarm -> topic's KMS key"
 EVENTBRIDGE_SNS = "EventBridge rule -> SNS topic and its KMS key"
@@ -723,6 +773,7 @@ FSX_DRA = "FSx data repository association -> S3 bucket and its KMS key"
 AMP_KMS = "Amazon Managed Prometheus -> its KMS key"
 BACKUP_KMS = "AWS Backup -> vault key and the source bucket's key"
 PCLUSTER = "ParallelCluster provider -> what it creates for the cluster"
+PCLUSTER_NODES = "ParallelCluster nodes -> their CustomActions scripts"
 
 CONTRACTS: tuple[Contract, ...] = (
     Contract(
@@ -865,6 +916,18 @@ CONTRACTS: tuple[Contract, ...] = (
         "action lists from aws/aws-parallelcluster cloudformation/policies/parallelcluster-policies.yaml "
         "(ParallelClusterClusterPolicy1/2, DefaultParallelClusterIamAdminPolicy) at 451cc5320d5d; the provider's "
         "cluster.yaml runs its functions with CustomLambdaRole when given",
+    ),
+    Contract(
+        PCLUSTER_NODES,
+        "each group's node role (ParallelCluster makes it under /parallelcluster/<cluster>/)",
+        "the group's Iam.S3Access names the script's bucket with a KeyName matching it (ParallelCluster grants "
+        "s3:GetObject from it); the bucket policy does not deny that role; the bucket is not SSE-KMS",
+        "requests over TLS",
+        "https://docs.aws.amazon.com/parallelcluster/latest/ug/custom-bootstrap-actions-config-v3.html",
+        prove_pcluster_node_scripts,
+        "OnNodeConfigured: # Script URL. This is run after all the bootstrap scripts are run Script: "
+        "s3://amzn-s3-demo-bucket/on-node-configured.sh ... # Bucket permissions Iam: S3Access: - BucketName: "
+        "bucket_name EnableWriteAccess: false",
     ),
 )
 

@@ -10,6 +10,7 @@ so no contract is proven by a gate that cannot fail.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -336,3 +337,58 @@ def test_numeric_operators() -> None:
     assert condition_holds("NumericLessThan", "s3:TlsVersion", "1.2", {"s3:TlsVersion": "1.2"}) is False
     assert condition_holds("NumericNotEquals", "k", "3", {"k": "3"}) is False
     assert condition_holds("NumericGreaterThanEquals", "k", "3", {"k": "x"}) is False
+
+
+def _groups(templates: Templates) -> list[dict[str, Any]]:
+    out = []
+    for stack in templates:
+        for cluster in resources(templates, stack, "Custom::PclusterCluster").values():
+            config = cluster["Properties"]["ClusterConfiguration"]
+            out += [config["HeadNode"], *config["Scheduling"]["SlurmQueues"]]
+    return out
+
+
+def test_node_scripts_need_the_groups_s3_access(broken: Broken) -> None:
+    def other_prefix(templates: Templates) -> None:
+        for group in _groups(templates):
+            for access in group["Iam"]["S3Access"]:
+                access["KeyName"] = "other/*"
+
+    found = failures(broken(other_prefix), contracts.PCLUSTER_NODES)
+    assert found and all("S3Access grants no s3:GetObject" in p.detail for p in found)
+    assert {p.subject.split("/", 1)[0] for p in found} == {"p4de", "p5", "trn1"}
+
+    def exact_key(templates: Templates) -> None:  # at the edge: the script's own key, no wildcard
+        for group in _groups(templates):
+            for access in group["Iam"]["S3Access"]:
+                access["KeyName"] = "pcluster/run.sh"
+
+    assert failures(broken(exact_key), contracts.PCLUSTER_NODES) == []
+
+
+def test_node_scripts_bucket_must_not_deny_the_node_roles_or_be_sse_kms(broken: Broken) -> None:
+    deny = {
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "s3:GetObject",
+        "Resource": "*",
+        "Condition": {"StringLike": {"aws:PrincipalArn": "arn:*:iam::*:role/parallelcluster/*"}},
+    }
+
+    def spoil(templates: Templates) -> None:
+        for stack in templates:
+            for policy in resources(templates, stack, "AWS::S3::BucketPolicy").values():
+                policy["Properties"]["PolicyDocument"]["Statement"].append(deny)
+
+    found = failures(broken(spoil), contracts.PCLUSTER_NODES)
+    assert found and all("denied" in p.detail for p in found)
+
+    def sse_kms(templates: Templates) -> None:
+        for stack in templates:
+            for logical_id, bucket in resources(templates, stack, "AWS::S3::Bucket").items():
+                if logical_id.startswith("NodeScripts") and "AccessLogs" not in logical_id:
+                    default = bucket["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+                    default["ServerSideEncryptionByDefault"] = {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": "k"}
+
+    found = failures(broken(sse_kms), contracts.PCLUSTER_NODES)
+    assert found and all("grants no kms:Decrypt" in p.detail for p in found)
