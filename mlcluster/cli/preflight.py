@@ -35,6 +35,9 @@ Contracts the checks rest on, with their source:
   ``aws-parallelcluster-<version>-<os part>-<arch>*`` (ParallelCluster 3.16
   ``pcluster/aws/ec2.py`` ``get_official_image_id`` and
   ``constants.OS_TO_IMAGE_NAME_PART_MAP``).
+* ParallelCluster's own schema and validators, live (``pcluster-validators``):
+  :mod:`mlcluster.cli.pcluster_live`; skipped until the Network and Storage
+  stacks are deployed, or when no Python with ``aws-parallelcluster`` is found.
 * CDK bootstrap: the ``CDKToolkit`` stack's ``BootstrapVersion`` output. The
   synthesized templates refuse versions 1-5 (their ``CheckBootstrapVersion``
   rule); the pinned CLI (aws-cdk 2.1148.1) ships bootstrap template version 33.
@@ -42,6 +45,7 @@ Contracts the checks rest on, with their source:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -58,7 +62,7 @@ from mlcluster.config import Environment
 from mlcluster.config.observability import observability_enabled
 
 Level = Literal["ERROR", "WARNING"]
-Status = Literal["pass", "fail", "error"]
+Status = Literal["pass", "fail", "error", "skipped"]
 Clients = Callable[[str], Any]
 
 #: EC2 On-Demand vCPU quota per instance family prefix: (quota code, family group as AWS names it).
@@ -147,6 +151,8 @@ class Context:
     client: Clients
     margin: timedelta
     now: datetime
+    #: The environment of a child process that calls AWS as the operator (ParallelCluster's validators).
+    child_environ: Callable[[], dict[str, str]] = lambda: dict(os.environ)
     _vcpus: dict[str, int] | None = None
 
     def vcpus(self, types: Iterable[str]) -> dict[str, int]:
@@ -920,6 +926,13 @@ def check_pcluster_image(ctx: Context) -> list[Result]:
     ]
 
 
+def check_pcluster_validators(ctx: Context) -> list[Result]:
+    """ParallelCluster: its own schema and validators, run live on the configuration with the deployed values."""
+    from mlcluster.cli.pcluster_live import check_pcluster_validators as run
+
+    return run(ctx, ctx.child_environ)
+
+
 def _tags_say_ours(tags: Iterable[dict[str, str]], env: str) -> bool:
     return any(t.get("Key") == ENV_TAG and t.get("Value") == env for t in tags)
 
@@ -1088,6 +1101,7 @@ CHECKS: dict[str, Callable[[Context], list[Result]]] = {
     "capacity-reservation": check_reservations,
     "training-plan": check_training_plans,
     "pcluster-image": check_pcluster_image,
+    "pcluster-validators": check_pcluster_validators,
     "names": check_names,
     "cdk-bootstrap": check_bootstrap,
 }
@@ -1137,6 +1151,30 @@ def clients_for(target: Target) -> Clients:
     return target.client
 
 
+def operator_environ(target: Target) -> dict[str, str]:
+    """This process's environment with the target's credentials and region, for a child that calls AWS.
+
+    The session's credentials are resolved here (profile, SSO, role chain) and
+    handed over as plain variables, so the child acts exactly as this command does.
+    """
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    environ["AWS_DEFAULT_REGION"] = environ["AWS_REGION"] = target.region
+    for name in ("AWS_CA_BUNDLE", "AWS_ENDPOINT_URL", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"):
+        if name in os.environ:
+            environ[name] = os.environ[name]
+    credentials = target.session.get_credentials()
+    if credentials is None:
+        raise CliError("no AWS credentials: configure a profile or pass --profile", EXIT_AWS)
+    frozen = credentials.get_frozen_credentials()
+    if not frozen.access_key or not frozen.secret_key:
+        raise CliError("the AWS credentials have no access key: configure a profile or pass --profile", EXIT_AWS)
+    environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"] = frozen.access_key, frozen.secret_key
+    if frozen.token:
+        environ["AWS_SESSION_TOKEN"] = frozen.token
+    environ["AWS_CONFIG_FILE"] = environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    return environ
+
+
 def render(results: Sequence[Result], env: str, region: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -1144,9 +1182,10 @@ def render(results: Sequence[Result], env: str, region: str) -> None:
     table = Table(title=f"preflight {env} ({region})", show_lines=False)
     for column in ("check", "result", "key", "message"):
         table.add_column(column, overflow="fold")
-    styles = {"pass": "green", "fail": "red", "error": "magenta"}
+    styles = {"pass": "green", "fail": "red", "error": "magenta", "skipped": "yellow"}
+    labels = {"pass": "ok", "error": "AWS ERROR", "skipped": "skipped"}
     for r in results:
-        label = "ok" if r.status == "pass" else ("AWS ERROR" if r.status == "error" else r.level)
+        label = labels.get(r.status, r.level)
         style = "yellow" if r.status == "fail" and r.level == "WARNING" else styles[r.status]
         table.add_row(r.check, f"[{style}]{label}[/]", r.key, r.message)
     console = Console(highlight=False)
@@ -1154,7 +1193,8 @@ def render(results: Sequence[Result], env: str, region: str) -> None:
     failed = sum(1 for r in results if r.status == "fail" and r.level == "ERROR")
     warned = sum(1 for r in results if r.status == "fail" and r.level == "WARNING")
     errors = sum(1 for r in results if r.status == "error")
-    console.print(f"{failed} errors, {warned} warnings, {errors} checks could not run")
+    skipped = sum(1 for r in results if r.status == "skipped")
+    console.print(f"{failed} errors, {warned} warnings, {errors} checks could not run, {skipped} skipped")
 
 
 @click.command()
@@ -1185,8 +1225,11 @@ def preflight(
 ) -> None:
     """Check the account before `cdk deploy`: quotas, zones, reservations, images, names, bootstrap.
 
-    Read-only calls with your credentials. Exit 1 when a check at level ERROR
-    fails, 3 when a check could not run (AWS refused a call), 0 otherwise.
+    Read-only calls with your credentials. ParallelCluster environments also get
+    ParallelCluster's own validators, run live once the Network and Storage stacks
+    are deployed (a Python with aws-parallelcluster: $MLCLUSTER_PCLUSTER_PYTHON, a
+    `pcluster` command on PATH, or ./.venv-pcluster). Exit 1 when a check at level
+    ERROR fails, 3 when a check could not run (AWS refused a call), 0 otherwise.
     """
     target = Target.load(env, environments, region, profile)
     ctx = Context(
@@ -1196,6 +1239,7 @@ def preflight(
         client=clients_for(target),
         margin=timedelta(days=reservation_margin_days),
         now=datetime.now(UTC),
+        child_environ=lambda: operator_environ(target),
     )
     results = run_checks(ctx, skip)
     if as_json:
