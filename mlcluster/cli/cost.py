@@ -65,6 +65,7 @@ import click
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
 from mlcluster.cli.plan import FileSystem, NodeGroup, Plan, plan_of
+from mlcluster.config import Environment
 
 #: The Price List query API's endpoint region.
 PRICING_REGION = "us-east-1"
@@ -442,6 +443,49 @@ def write_cache(path: Path, prices: dict[str, Any], fetched: str) -> None:
     tmp.replace(path)
 
 
+def cached_price(prices: dict[str, Any], path: Path) -> Callable[[Query], Price]:
+    """A price source that reads only the cache's ``prices`` (never AWS); a miss is :class:`PriceNotFoundError`."""
+
+    def cached(query: Query) -> Price:
+        hit = prices.get(query.cache_key)
+        if hit is None:
+            raise PriceNotFoundError("not in the cache; run once without --offline")
+        try:
+            return Price(**hit)
+        except TypeError:
+            raise PriceNotFoundError(f"the cache entry is malformed; delete {path}") from None
+
+    return cached
+
+
+def offline_total(environment: Environment, region: str) -> tuple[Estimate, str] | None:
+    """The estimate of ``environment`` from the price cache of ``region`` alone, and the cache's date.
+
+    None when there is no cache for the region. No AWS call is made and no
+    credentials are read: ``make synth`` prints this for every environment.
+
+    :raises CliError: when the cache cannot be read.
+    """
+    path = cache_path(region)
+    cache = read_cache(path)
+    if cache["fetched"] is None:
+        return None
+    source = f"cached prices fetched {cache['fetched']} ({path})"
+    est = estimate(environment.name, region, plan_of(environment), cached_price(dict(cache["prices"]), path), source)
+    return est, str(cache["fetched"])
+
+
+def total_line(est: Estimate, fetched: str) -> str:
+    """One line: the On-Demand total per hour and per month, min-max, and whether it is partial."""
+    low, high = est.total("min"), est.total("max")
+    partial = "" if est.complete else f"; partial: {len(est.unpriced)} line(s) unpriced"
+    return (
+        f"{est.environment} ({est.region}): USD {_money(low)}-{_money(high)} per hour, "
+        f"{_money(low * HOURS_PER_MONTH)}-{_money(high * HOURS_PER_MONTH)} per month "
+        f"(On-Demand, min-max nodes; prices cached {fetched[:10]}{partial})"
+    )
+
+
 def pricing_client(target: Target) -> Any:
     """A Price List client with the target's credentials, in the Price List API's region."""
     from botocore.config import Config
@@ -544,16 +588,8 @@ def cost(
                 f"no price cache at {path}\n  what to do: run `mlcluster cost {env}` once online", EXIT_FAILED
             )
 
-        def cached(query: Query) -> Price:
-            hit = prices.get(query.cache_key)
-            if hit is None:
-                raise PriceNotFoundError("not in the cache; run once without --offline")
-            try:
-                return Price(**hit)
-            except TypeError:
-                raise PriceNotFoundError(f"the cache entry is malformed; delete {path}") from None
-
-        est = estimate(env, where, plan, cached, f"cached prices fetched {cache['fetched']} ({path})")
+        source = f"cached prices fetched {cache['fetched']} ({path})"
+        est = estimate(env, where, plan, cached_price(prices, path), source)
     else:
         client = pricing_client(target)
 
