@@ -30,14 +30,15 @@ PERSISTENT_1/2                         throughputCapacity=<MB/s/TiB tier>; unit 
                                        ``USE2-Storage.SSD.125``; the tiers of the two types do not overlap
                                        (50/100/200 and 125/250/500/1000), so the tier picks the product.
 FSx for OpenZFS           AmazonFSx    regionCode, fileSystemType=OpenZFS, deploymentOption (below);
-                                       storage: storageType=SSD, unit GB-Mo; throughput: unit MiBps-Mo
+                                       storage: productFamily=Storage, storageType=SSD, unit GB-Mo;
+                                       throughput: productFamily=Provisioned Throughput, unit MiBps-Mo
 ========================  ===========  ====================================================================
 
 OpenZFS ``deploymentOption`` per deployment type, as the Price List spells it
-(:data:`OPENZFS_DEPLOYMENT_OPTION`): ``SINGLE_AZ_2`` is ``Single-AZ_2`` and
-``MULTI_AZ_1`` is ``Multi-AZ``. The other types (``SINGLE_AZ_1``,
-``SINGLE_AZ_HA_1``, ``SINGLE_AZ_HA_2``) have no spelling checked here: their
-lines stay unpriced and say so, and the estimate is then marked partial.
+(:data:`OPENZFS_DEPLOYMENT_OPTION`, with the source of each spelling). The
+HA types (``SINGLE_AZ_HA_1``, ``SINGLE_AZ_HA_2``) have no spelling found in any
+reliable public source: their lines stay unpriced and say so, and the estimate
+is then marked partial (trn1's, whose /home is SINGLE_AZ_HA_2, among them).
 
 An estimate with any line that should have a price and has none is partial:
 its total says so, ``--json`` carries ``"complete": false`` and the unpriced
@@ -73,8 +74,25 @@ PRICING_REGION = "us-east-1"
 HOURS_PER_MONTH = 730
 #: The Price List ``locationType`` of a Region itself (Local Zones and Wavelength Zones share its regionCode).
 REGION_LOCATION = "AWS Region"
-#: OpenZFS deployment type -> the Price List's ``deploymentOption``, only the spellings seen in price-list products.
-OPENZFS_DEPLOYMENT_OPTION = {"SINGLE_AZ_2": "Single-AZ_2", "MULTI_AZ_1": "Multi-AZ"}
+#: OpenZFS deployment type -> the Price List's ``deploymentOption``, only spellings seen in price-list data:
+#:
+#: ============  ===========  ==================================================================================
+#: type          spelling     source
+#: ============  ===========  ==================================================================================
+#: SINGLE_AZ_1   Single-AZ    infracost/infracost@da0a5862ad6a970be64ea624fba1a7f79f7bb42e
+#:                            internal/resources/aws/fsx_openzfs_file_system.go (productFamily Storage and
+#:                            Provisioned Throughput, fileSystemType OpenZFS, storageType SSD), priced by its golden
+#:                            test .../testdata/fsx_openzfs_file_system_test/ (SINGLE_AZ_1, us-east-1) against the
+#:                            live Price List: 0.09 USD/GB-Mo and 0.26 USD/MBps-Mo
+#: SINGLE_AZ_2   Single-AZ_2  a public pricing tool's test fixture (usage types ``<prefix>-Storage.SAZ2:SSD``,
+#:                            ``<prefix>-ThroughputCapacity.SAZ2``); secondary, not an AWS page
+#: MULTI_AZ_1    Multi-AZ     the same fixture (``Storage.MAZ``); infracost's file above filters OpenZFS Multi-AZ
+#:                            backups by ``deploymentOption`` Multi-AZ
+#: ============  ===========  ==================================================================================
+#:
+#: SINGLE_AZ_HA_1 and SINGLE_AZ_HA_2: no spelling in any source found (searched: infracost, public pricing tools,
+#: AWS pricing pages); left out, so their lines are unpriced and the estimate says it is partial.
+OPENZFS_DEPLOYMENT_OPTION = {"SINGLE_AZ_1": "Single-AZ", "SINGLE_AZ_2": "Single-AZ_2", "MULTI_AZ_1": "Multi-AZ"}
 
 
 @dataclass(frozen=True)
@@ -303,13 +321,23 @@ def _fsx_queries(fs: FileSystem, region: str) -> list[tuple[str, str, float, Que
             fs.capacity_gib,
             unknown
             if option is None
-            else Query("AmazonFSx", (*base, ("deploymentOption", option), ("storageType", "SSD")), "GB-Mo"),
+            else Query(
+                "AmazonFSx",
+                (*base, ("productFamily", "Storage"), ("deploymentOption", option), ("storageType", "SSD")),
+                "GB-Mo",
+            ),
         ),
         (
             f"FSx for OpenZFS {fs.deployment_type} throughput",
             f"{fs.key}.throughput_capacity_mbps",
             fs.throughput,
-            unknown if option is None else Query("AmazonFSx", (*base, ("deploymentOption", option)), "MiBps-Mo"),
+            unknown
+            if option is None
+            else Query(
+                "AmazonFSx",
+                (*base, ("productFamily", "Provisioned Throughput"), ("deploymentOption", option)),
+                "MiBps-Mo",
+            ),
         ),
     ]
 
