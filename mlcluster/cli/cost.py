@@ -34,6 +34,25 @@ FSx for OpenZFS           AmazonFSx    regionCode, fileSystemType=OpenZFS, deplo
                                        throughput: productFamily=Provisioned Throughput, unit MiBps-Mo
 ========================  ===========  ====================================================================
 
+Where each attribute spelling comes from (checked 2026-11-28; none is an AWS
+page that lists Price List attribute values):
+
+* EC2 instance filters (``instanceType``, ``operatingSystem`` Linux, ``tenancy``
+  Shared, ``preInstalledSw`` NA, ``licenseModel`` No License required,
+  ``capacitystatus`` Used): the example of the Terraform AWS provider's
+  ``aws_pricing_product`` data source (as the Pulumi registry mirrors it,
+  pulumi.com/registry/packages/aws/api-docs/pricing/getproduct).
+* NAT gateway (productFamily ``NAT Gateway``, usage type ``NatGateway-Hours``)
+  and gp3 (productFamily ``Storage``, ``volumeApiName`` gp3):
+  infracost/infracost@f0d5778dedabde98f89452d5cb048348a783e133
+  internal/resources/aws/nat_gateway.go and
+  @da0a5862ad6a970be64ea624fba1a7f79f7bb42e internal/resources/aws/ebs_volume.go.
+* ``locationType`` AWS Region / AWS Local Zone, FSx for Lustre's ``deploymentOption``
+  Persistent with ``throughputCapacity`` tiers, and HyperPod's
+  ``Cluster:ml.<type>`` usage type: not confirmed from a public source here
+  (recorded earlier; the matcher refuses zero or several products, so a wrong
+  spelling shows as an unpriced line, never as a wrong price).
+
 OpenZFS ``deploymentOption`` per deployment type, as the Price List spells it
 (:data:`OPENZFS_DEPLOYMENT_OPTION`, with the source of each spelling). The
 HA types (``SINGLE_AZ_HA_1``, ``SINGLE_AZ_HA_2``) have no spelling found in any

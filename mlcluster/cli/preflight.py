@@ -10,15 +10,9 @@ check (access denied, throttling past the retries) is a row with status
 Contracts the checks rest on, with their source:
 
 * EC2 On-Demand vCPU quotas per instance family (Service Quotas, service code
-  ``ec2``). Codes: ``L-1216C47A`` Standard (AWS CLI reference example for
-  ``get-aws-default-service-quota``); ``L-417A185B`` P and ``L-DB2E81BA`` G and
-  VT (Service Quotas console links in AWS and vendor guides). The codes of the
-  other families (Trn, Inf, DL, F, X, HPC, High Memory) are not checked against
-  an AWS page; each result prints the ``QuotaName`` AWS returns for its code,
-  so a wrong code shows.
-* EC2 Spot vCPU quotas per family (``All <family> Spot Instance Requests``):
-  :data:`SPOT_VCPU_QUOTAS`, checked against public quota guides and clients,
-  not an AWS page; each result prints the ``QuotaName`` AWS returns.
+  ``ec2``) and Spot vCPU quotas (``All <family> Spot Instance Requests``):
+  :data:`VCPU_QUOTAS` and :data:`SPOT_VCPU_QUOTAS`, every code from the EC2 User
+  Guide (table below); each result also prints the ``QuotaName`` AWS returns.
 * VPCs per Region ``L-F678F1CE`` and NAT gateways per Availability Zone
   ``L-FE5A380F`` (service ``vpc``), EC2-VPC Elastic IPs ``L-0263D0A3`` (service
   ``ec2``; the code AWS's own managed policies grant ``GetServiceQuota`` on).
@@ -65,6 +59,23 @@ Level = Literal["ERROR", "WARNING"]
 Status = Literal["pass", "fail", "error", "skipped"]
 Clients = Callable[[str], Any]
 
+#: Where each quota code and name used here is written down (checked 2026-11-28):
+#:
+#: ==================================  ================================================================================
+#: constants                           source
+#: ==================================  ================================================================================
+#: VCPU_QUOTAS (all ten codes)         EC2 User Guide, "On-Demand Instance quotas" (AWSEC2/latest/UserGuide/
+#:                                     ec2-on-demand-instances.html): each quota name links its Service Quotas code
+#: SPOT_VCPU_QUOTAS (all eight codes)  EC2 User Guide, "Spot Instance quotas" (AWSEC2/latest/UserGuide/
+#:                                     using-spot-limits.html), the same way
+#: NAT_QUOTA, EIP_QUOTA                Amazon VPC User Guide, "Amazon VPC quotas" (amazon-vpc-limits.html): NAT gateways
+#:                                     per Availability Zone L-FE5A380F; Elastic IP addresses per Region ec2/L-0263D0A3
+#: VPC_QUOTA                           not found on an AWS page here; VPCs per Region L-F678F1CE in several public
+#:                                     deployment guides (aws-samples among them); the row prints AWS's QuotaName
+#: FSX_*_QUOTAS, HYPERPOD_* (names)    not confirmed from an AWS page: matched by exact name, and a name AWS does not
+#:                                     list is a WARNING row that says to check by hand, never a pass
+#: ==================================  ================================================================================
+#:
 #: EC2 On-Demand vCPU quota per instance family prefix: (quota code, family group as AWS names it).
 VCPU_QUOTAS: dict[str, tuple[str, str]] = {
     **{f: ("L-1216C47A", "Standard (A, C, D, H, I, M, R, T, Z)") for f in "acdhimrtz"},
@@ -79,16 +90,16 @@ VCPU_QUOTAS: dict[str, tuple[str, str]] = {
     "hpc": ("L-F7808C92", "HPC"),
     "u": ("L-43DA4232", "High Memory"),
 }
-#: EC2 Spot vCPU quota ("All <group> Spot Instance Requests") per family prefix. P L-7212CCBC and G and VT
-#: L-3819A6DF appear in several public quota guides; the others in one public client each. Each row prints
-#: the QuotaName AWS returns, so a wrong code shows. HPC and High Memory have no Spot instances.
+#: EC2 Spot vCPU quota ("All <group> Spot Instance Requests") per family prefix (EC2 User Guide, "Spot Instance
+#: quotas"). HPC and High Memory have no Spot quota there (no Spot instances).
 SPOT_VCPU_QUOTAS: dict[str, tuple[str, str]] = {
     **{f: ("L-34B43A08", "Standard (A, C, D, H, I, M, R, T, Z)") for f in "acdhimrtz"},
     "p": ("L-7212CCBC", "P"),
     "g": ("L-3819A6DF", "G and VT"),
     "vt": ("L-3819A6DF", "G and VT"),
-    "trn": ("L-5480EFD2", "Trn"),
+    "trn": ("L-6B0D517C", "Trn"),
     "inf": ("L-B5D1601B", "Inf"),
+    "dl": ("L-85EED4F7", "DL"),
     "f": ("L-88CF9481", "F"),
     "x": ("L-E3A00192", "X"),
 }
