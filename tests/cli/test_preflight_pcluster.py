@@ -299,3 +299,15 @@ def test_a_failing_validator_is_an_error_row_with_its_message(
     assert "Missing ports: [988]" in fsx.message
     assert all(r.key == "cluster.pcluster" for r in errors)
     assert preflight.exit_code(results) == preflight.EXIT_FAILED
+
+
+def test_the_check_imports_no_constructs() -> None:
+    """The renderer and pre-deploy helpers it loads lazily keep the CLI free of aws_cdk and jsii (fast start)."""
+    import subprocess
+
+    code = (
+        "import sys, mlcluster.cli.pcluster_live, mlcluster.pcluster.render, mlcluster.pcluster.checks, "
+        "mlcluster.config.observability; print(sorted(m for m in ('aws_cdk', 'jsii') if m in sys.modules))"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]"
