@@ -33,7 +33,8 @@ What the renderer decides for you, and why:
 - Every compute node gets mlcluster's node health tool, and slurm.conf names it as
   ``HealthCheckProgram`` (``SlurmSettings.CustomSlurmSettings``; ParallelCluster denies
   ``Prolog`` there, not this): a node failing a critical quick check drains itself with the
-  reason. Your own ``HealthCheck*`` settings in ``slurm.custom_settings`` win.
+  reason (``node_scripts.health_check``, on by default). Your own ``HealthCheck*`` settings in
+  ``slurm.custom_settings`` win.
 - FSx for Lustre is mounted at /fsx, optional OpenZFS at /home, optional
   EBS at /apps; root volumes are encrypted gp3.
 """
@@ -244,8 +245,8 @@ def login_node_steps(cfg: PclusterConfig, *, exporters: bool = False) -> list[st
 def queue_steps(cfg: PclusterConfig, queue: QueueConfig, *, exporters: bool = False) -> list[str]:
     """The node-script steps a queue's nodes run, chosen by their accelerators and EFA.
 
-    Every queue installs the node health tool (``health_check``): slurm.conf names it as the
-    HealthCheckProgram of every slurmd (``health_check_settings``).
+    With ``node_scripts.health_check`` every queue installs the node health tool: slurm.conf names
+    it as the HealthCheckProgram of every slurmd (``health_check_settings``).
     """
     steps = _container_steps(cfg)
     pairs = [(cr, lookup(cr.instance_type)) for cr in queue.compute_resources]
@@ -255,18 +256,20 @@ def queue_steps(cfg: PclusterConfig, queue: QueueConfig, *, exporters: bool = Fa
         steps.append("nccl_efa")
     if cfg.node_scripts.neuron and any(info is not None and info.accelerator == "neuron" for _, info in pairs):
         steps.append("neuron")
-    return [*steps, *_exporter_steps(exporters), "health_check"]
+    return [*steps, *_exporter_steps(exporters), *(["health_check"] if cfg.node_scripts.health_check else [])]
 
 
-def health_check_settings(custom: Mapping[str, str]) -> dict[str, str]:
-    """The Slurm health-check settings mlcluster adds, less those ``custom`` (slurm.custom_settings) sets.
+def health_check_settings(cfg: PclusterConfig) -> dict[str, str]:
+    """The Slurm health-check settings mlcluster adds, less those ``slurm.custom_settings`` sets.
 
     slurmd runs HealthCheckProgram as root on every compute node every HealthCheckInterval seconds
     (and when it starts; slurm.conf(5)); ParallelCluster leaves these to CustomSlurmSettings (its
     deny-list has Prolog and Epilog, not these). Your own setting of a key wins (keys compare
     case-insensitively, as Slurm's do).
     """
-    own = {key.lower() for key in custom}
+    if not cfg.node_scripts.health_check:
+        return {}
+    own = {key.lower() for key in cfg.slurm.custom_settings}
     return {key: value for key, value in HEALTH_CHECK_SETTINGS.items() if key.lower() not in own}
 
 
@@ -489,8 +492,9 @@ def _slurm_settings(cfg: PclusterConfig) -> dict[str, Any]:
         "ScaledownIdletime": slurm.scaledown_idle_minutes,
         "QueueUpdateStrategy": slurm.queue_update_strategy,
     }
-    settings = {**health_check_settings(slurm.custom_settings), **slurm.custom_settings}
-    out["CustomSlurmSettings"] = [{key: value} for key, value in settings.items()]
+    settings = {**health_check_settings(cfg), **slurm.custom_settings}
+    if settings:
+        out["CustomSlurmSettings"] = [{key: value} for key, value in settings.items()]
     db = slurm.accounting
     if db is not None:
         database: dict[str, Any] = {
