@@ -257,7 +257,9 @@ def trap_rsa_key_on_ubuntu() -> dict[str, Any]:
 def trap_health_check_as_prolog() -> dict[str, Any]:
     """The node health tool wired as Slurm's Prolog: ParallelCluster manages Prolog and refuses it."""
     config = table_config(yaml.safe_load(ARCHETYPES_YAML["p5-odcr"])["cluster"]["pcluster"])
-    config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"] = [{"Prolog": "/usr/local/sbin/mlcluster-health-check"}]
+    config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"] = [
+        {"Prolog": "/usr/local/sbin/mlcluster-health-check"}
+    ]
     return config
 
 
@@ -315,7 +317,8 @@ def test_the_gate_fails_on_rocky_without_an_image(findings: dict[str, Any]) -> N
 def test_the_health_check_program_passes_and_a_prolog_does_not(findings: dict[str, Any]) -> None:
     """Every variant carries HealthCheckProgram and passes (above); the same hook as Prolog is refused."""
     assert all(
-        {"HealthCheckProgram": HEALTH_CHECK_PROGRAM} in table_config(cfg)["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]
+        {"HealthCheckProgram": HEALTH_CHECK_PROGRAM}
+        in table_config(cfg)["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]
         for cfg in VARIANTS.values()
     )
     found = problems(findings["trap/health-check-as-prolog"])

@@ -384,7 +384,16 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         one("instance_type: trn1.32xlarge"),
         {},
         f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args",
-        ["--role", "compute", "--source", f"s3://{BUCKET}/pcluster/", "docker", "enroot_pyxis", "neuron", "health_check"],
+        [
+            "--role",
+            "compute",
+            "--source",
+            f"s3://{BUCKET}/pcluster/",
+            "docker",
+            "enroot_pyxis",
+            "neuron",
+            "health_check",
+        ],
     ),
     (
         "queue user actions",

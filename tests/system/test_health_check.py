@@ -53,7 +53,9 @@ def health_node(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
 
 def test_rendered_health_check_drains_a_node_failing_a_quick_check(health_node: SlurmCluster, tmp_path: Path) -> None:
     cluster = health_node
-    config = render_cluster_config(pcluster("queues: [{name: gpu, compute_resources: [{name: p5, instance_type: p5.48xlarge}]}]"), inputs())
+    config = render_cluster_config(
+        pcluster("queues: [{name: gpu, compute_resources: [{name: p5, instance_type: p5.48xlarge}]}]"), inputs()
+    )
     settings = {k: v for item in config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"] for k, v in item.items()}
     assert settings["HealthCheckProgram"] == HEALTH_CHECK_PROGRAM
 
@@ -78,9 +80,7 @@ def test_rendered_health_check_drains_a_node_failing_a_quick_check(health_node: 
     program.chmod(0o755)
     settings["HealthCheckProgram"] = str(program)
     conf = tmp_path / "slurm.conf"
-    conf.write_text(
-        cluster.slurm_conf.read_text() + "".join(f"{key}={value}\n" for key, value in settings.items())
-    )
+    conf.write_text(cluster.slurm_conf.read_text() + "".join(f"{key}={value}\n" for key, value in settings.items()))
 
     cluster.stop(cluster.root / f"run/slurmd-{NODE}.pid")
     cluster._daemon(["slurmd", "-f", str(conf), "-N", NODE], cluster.log_dir / f"slurmd-{NODE}.start.log")
