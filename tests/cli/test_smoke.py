@@ -432,9 +432,7 @@ def test_smoke_trn1_checks_neuron_devices_and_runs_nccom(trn1: World, node: Fake
     assert "export FI_PROVIDER=efa" in nccom
     # The documented multi-node form (NCCOM-TEST guide, Neuron SDK 2.28.0: "MPI Execution"): every host
     # after the operation with --hosts, NEURON_RT_ROOT_COMM_ID the first host's IP address and a port.
-    assert (
-        'exec nccom-test -r 64 -N 2 -b 64M -e 1G -f 2 --check -d fp32 --non-interactive allr --hosts "$@"' in nccom
-    )
+    assert 'exec nccom-test -r 64 -N 2 -b 64M -e 1G -f 2 --check -d fp32 --non-interactive allr --hosts "$@"' in nccom
     assert 'set -- $ips; export NEURON_RT_ROOT_COMM_ID="$1:44444"' in nccom
 
 
