@@ -59,8 +59,11 @@ NCCL_FILTER = (
 #: nccl-tests in a container: AWS's public image with CUDA, NCCL, the EFA libraries, aws-ofi-nccl and
 #: nccl-tests, pinned by digest (a tag can be moved; a digest cannot). Enroot 4's reference syntax
 #: ``REGISTRY#IMAGE@DIGEST``. The digest is the one the tag
-#: ``cuda13.0.2-efa1.48.0-ofiv1.19.0-ncclv2.30.4-1-testsv2.18.3`` resolved to, as recorded in public
-#: pin files; CUDA 13 needs an NVIDIA driver of the 580 series or later. Override with --nccl-image.
+#: ``cuda13.0.2-efa1.48.0-ofiv1.19.0-ncclv2.30.4-1-testsv2.18.3`` resolved to as third-party pin files
+#: on GitHub record it; neither the image's publisher nor a registry (unreachable where this was
+#: written) confirmed it, so it is NOT verified: ``docker buildx imagetools inspect
+#: public.ecr.aws/hpc-cloud/nccl-tests:<tag>`` prints a tag's digest. CUDA 13 needs an NVIDIA driver of
+#: the 580 series or later. Override with --nccl-image.
 DEFAULT_NCCL_IMAGE = (
     "public.ecr.aws#hpc-cloud/nccl-tests@sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c"
 )
@@ -705,7 +708,11 @@ STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
     metavar="NAME@sha256:DIGEST",
     default=DEFAULT_NCCL_IMAGE,
     show_default=True,
-    help="nccl-tests image of the container step on NVIDIA EFA partitions (pinned by digest).",
+    help=(
+        "nccl-tests image of the container step on NVIDIA EFA partitions (pinned by digest). The default's "
+        "digest is not verified against the registry: get the one you trust with `docker buildx imagetools "
+        "inspect public.ecr.aws/hpc-cloud/nccl-tests:<tag>` and pass it here."
+    ),
 )
 @click.option(
     "--step-timeout", type=click.IntRange(30, 7200), default=900, show_default=True, help="Seconds each step may take."
