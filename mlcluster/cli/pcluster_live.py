@@ -97,7 +97,10 @@ def _unsafe(path: Path) -> str | None:
         return "is not an executable file"
     target = path.resolve()
     for item in dict.fromkeys((path.parent, target, target.parent)):
-        info = item.stat()
+        try:
+            info = item.stat()
+        except OSError as error:
+            return f"cannot be checked ({error})"
         if info.st_uid not in (os.getuid(), 0):
             return f"is unsafe: {item} is owned by uid {info.st_uid}, not by you or root"
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -121,10 +124,13 @@ def command_python(command: Path) -> Path | None:
     python`` is not); pip's launcher for a path with spaces or too long,
     ``#!/bin/sh`` then ``'''exec' "<python>" "$0" "$@"``.
     """
-    beside = command.resolve().parent / "python"
-    if beside.is_file() and _head(beside)[:2] != b"#!":
-        return beside
-    lines = _head(command).split(b"\n")
+    try:
+        beside = command.resolve().parent / "python"
+        if beside.is_file() and _head(beside)[:2] != b"#!":
+            return beside
+        lines = _head(command).split(b"\n")
+    except OSError:
+        return None
     first = lines[0].decode(errors="replace")
     if not first.startswith("#!"):
         return None
