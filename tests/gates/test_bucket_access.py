@@ -292,9 +292,11 @@ def test_only_a_lambda_function_can_act_as_the_script_buckets_writer(examples: A
     (lambda:InvokeFunction, UpdateFunctionCode, UpdateFunctionConfiguration, or iam:PassRole of the role to a new
     function): an operator right, which a Lambda resource policy cannot take away (it has no Deny, see
     test_a_lambda_resource_policy_cannot_deny)."""
-    buckets = [b for b in locked_buckets(examples) if "OnlyTheDeployChangesObjects" in {
-        s.sid for s in bucket_policy(examples, b)
-    }]
+    buckets = [
+        b
+        for b in locked_buckets(examples)
+        if "OnlyTheDeployChangesObjects" in {s.sid for s in bucket_policy(examples, b)}
+    ]
     assert {b.stack for b in buckets} >= {"hyperpod/Cluster", "p5/Cluster"}
     for bucket in buckets:
         (lock,) = [s for s in bucket_policy(examples, bucket) if s.sid == "OnlyTheDeployChangesObjects"]

@@ -381,7 +381,12 @@ class PclusterNode:
         """``run.sh --role ROLE --source <scripts> STEP...`` as ParallelCluster runs it (as root)."""
         command = ["bash", str(self.scripts / "run.sh"), "--role", role, "--source", source or str(self.scripts)]
         return subprocess.run(
-            [*command, *(self.manifest if self.manifest is not None else manifest_args(self.scripts)), *steps], env=self.env(), capture_output=True, text=True, timeout=120, check=False
+            [*command, *(self.manifest if self.manifest is not None else manifest_args(self.scripts)), *steps],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
 
     def run_root(self, *command: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -473,7 +473,7 @@ def test_a_user_cannot_make_root_write_the_health_files_elsewhere(reachable_p5: 
     victim = node.root / "etc/victim"
     victim.write_text("root's file\n")
     plant = as_alice(
-        'for p in var/lib/mlcluster/health-xid-since var/log/mlcluster/health.log var/lib/mlcluster/x; do\n'
+        "for p in var/lib/mlcluster/health-xid-since var/log/mlcluster/health.log var/lib/mlcluster/x; do\n"
         '  ln -sf "$ROOT/etc/victim" "$ROOT/$p" && echo "planted $p"\n'
         "done\n"
         'mkdir -p "$ROOT/etc/logrotate.d" 2>/dev/null; touch "$ROOT/etc/logrotate.d/mlcluster-health" && echo planted lr\n'

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import re
 import shutil
 import stat
@@ -418,11 +419,13 @@ def rendered_args(steps: tuple[str, ...]) -> list[str]:
     action = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]
     assert action["Script"] == "s3://node-scripts/pcluster/run.sh"
     args = action["Args"]
-    by_name = dict(value.split("=", 1) for option, value in zip(args, args[1:], strict=False) if option == "--sha256")
+    by_name = dict(value.split("=", 1) for option, value in itertools.pairwise(args) if option == "--sha256")
     return ["--role", "head", *[x for name in node_files(steps) for x in ("--sha256", f"{name}={by_name[name]}")]]
 
 
-def run_from_bucket(node: Node, bucket: Path, *args: str, steps: tuple[str, ...] = ("docker",)) -> subprocess.CompletedProcess[str]:
+def run_from_bucket(
+    node: Node, bucket: Path, *args: str, steps: tuple[str, ...] = ("docker",)
+) -> subprocess.CompletedProcess[str]:
     node.extra_env["STUB_S3_DIR"] = str(bucket)
     command = ["bash", str(PCLUSTER_DIR / "run.sh"), "--source", "s3://node-scripts/pcluster/", *args, *steps]
     env = {
@@ -543,7 +546,12 @@ def test_the_collectors_rendered_files_come_from_the_arguments_not_the_bucket(
     (bucket / "collector.sh").write_text(script)
     digests = {n: hashlib.sha256((bucket / n).read_bytes()).hexdigest() for n in node_files(("collector",))}
     args = ["--role", "head", *[x for n, d in digests.items() for x in ("--sha256", f"{n}={d}")]]
-    texts = ["--file", "collector.yml=" + base64.b64encode(b"rendered: 1\n").decode(), "--file", "collector_targets.json=e30K"]
+    texts = [
+        "--file",
+        "collector.yml=" + base64.b64encode(b"rendered: 1\n").decode(),
+        "--file",
+        "collector_targets.json=e30K",
+    ]
     missing = run_from_bucket(node, bucket, *args, steps=("collector",))
     assert missing.returncode == 1
     assert "collector.yml has no --file in the arguments" in missing.stderr

@@ -43,7 +43,7 @@ GENERATED_FILES = ("collector.yml", "collector_targets.json")
 
 
 def node_files(steps: Iterable[str]) -> tuple[str, ...]:
-    """The files ``run.sh`` fetches for ``steps`` (its ``SUPPORT_FILES``, ``EXPORTER_FILES`` and ``COLLECTOR_FILES``)."""
+    """The files ``run.sh`` fetches for ``steps``: its ``SUPPORT_FILES``, step scripts, exporter and collector files."""
     chosen = set(steps)
     files = [*SUPPORT_FILES, *(f"{step}.sh" for step in STEPS if step in chosen)]
     if "exporters" in chosen:
