@@ -342,8 +342,9 @@ def test_a_shell_escape_in_the_dump_does_not_run_with_the_real_mariadb_client(
         ("CREATE USER 'evil'@'localhost' IDENTIFIED BY 'x';", "CREATE USER privilege"),
         ("GRANT ALL ON *.* TO 'mlcluster_restore'@'localhost';", "denied"),
         ("USE mysql; UPDATE user SET Password='' WHERE User='root';", "denied"),
+        ("CREATE DATABASE /*!32312 IF NOT EXISTS*/ `slurm_acct_db`; USE `slurm_acct_db`; DROP TABLE job;", "denied"),
     ],
-    ids=["into-outfile", "other-database", "create-user", "grant", "use-mysql"],
+    ids=["into-outfile", "other-database", "create-user", "grant", "use-mysql", "names-the-live-database"],
 )
 def test_the_dump_loads_as_an_account_limited_to_the_accounting_database(
     controller: Sandbox, mariadb: Path, tmp_path: Path, statement: str, refusal: str
