@@ -3,7 +3,8 @@
 Upload ``NODE_SCRIPT_FILES`` under one S3 prefix; the rendered cluster
 configuration runs ``run.sh`` from there with the node's role and steps, and
 ``run.sh`` fetches ``SUPPORT_FILES`` and the step scripts from the same prefix (and, for the
-exporters step, the shared ``mlcluster.lifecycle.exporters`` files uploaded there too).
+exporters step, the shared ``mlcluster.lifecycle.exporters`` files uploaded there too, and for the
+health_check step ``HEALTH_TOOL``).
 ``pins.sh`` holds every pinned version, checksum, commit and key fingerprint.
 
 ``run.sh`` runs nothing it has not checked: the cluster configuration (which only the deploy writes)
@@ -26,10 +27,17 @@ PCLUSTER_DIR = Path(__file__).parent
 ENTRY_SCRIPT = "run.sh"
 
 #: Every step, in the order ``run.sh`` runs them.
-STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron", "exporters", "collector")
+STEPS = ("docker", "docker_group", "enroot_pyxis", "nccl_efa", "neuron", "exporters", "collector", "health_check")
 
 #: Files every step needs: helpers, pins and the per-user folder helper the steps install.
 SUPPORT_FILES = ("lib.sh", "pins.sh", "user_dirs.sh")
+
+#: The node health tool the health_check step installs: HyperPod's ``health.sh``, uploaded next to the
+#: node scripts under this name (``run.sh``'s HEALTH_FILES).
+HEALTH_TOOL = Path(__file__).parent.parent / "hyperpod" / "health.sh"
+
+#: Slurm's HealthCheckProgram on ParallelCluster compute nodes (written by the health_check step).
+HEALTH_CHECK_PROGRAM = "/usr/local/sbin/mlcluster-health-check"
 
 #: Where nccl_efa installs ``all_reduce_perf`` (the operator command's smoke test runs it there).
 NCCL_TESTS_ALL_REDUCE = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"
@@ -43,11 +51,14 @@ GENERATED_FILES = ("collector.yml", "collector_targets.json")
 
 
 def node_files(steps: Iterable[str]) -> tuple[str, ...]:
-    """The files ``run.sh`` fetches for ``steps``: its ``SUPPORT_FILES``, step scripts, exporter and collector files."""
+    """The files ``run.sh`` fetches for ``steps``: its ``SUPPORT_FILES``, step scripts, exporter, health and collector
+    files."""
     chosen = set(steps)
     files = [*SUPPORT_FILES, *(f"{step}.sh" for step in STEPS if step in chosen)]
     if "exporters" in chosen:
         files += EXPORTER_FILES
+    if "health_check" in chosen:
+        files.append(HEALTH_TOOL.name)
     if "collector" in chosen:
         files += COLLECTOR_FILES
     return tuple(files)
@@ -58,4 +69,5 @@ def node_script_sha256() -> dict[str, str]:
     folders = {name: PCLUSTER_DIR for name in (*SUPPORT_FILES, *(f"{step}.sh" for step in STEPS))}
     folders.update({name: EXPORTERS_DIR for name in EXPORTER_FILES})
     folders.update({name: COLLECTOR_DIR for name in COLLECTOR_FILES})
+    folders[HEALTH_TOOL.name] = HEALTH_TOOL.parent
     return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name, folder in folders.items()}

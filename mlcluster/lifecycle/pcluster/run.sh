@@ -4,13 +4,14 @@
 #   run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR
 #          --sha256 NAME=HEX... [--file NAME=BASE64...] [STEP...]
 #
-# Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters, collector. They always run in that
+# Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters, collector, health_check. They always run in that
 # order, whatever order they are given in; with no STEP arguments the list
 # comes from MLCLUSTER_STEPS (spaces or commas). The step scripts and their
 # support files (lib.sh, pins.sh, user_dirs.sh) are copied from --source (an S3 prefix, read with
 # the node's role, or a local folder); the exporters step also gets EXPORTER_FILES (the units, textfile
 # collectors and DCGM fields, shared with HyperPod) and the collector step COLLECTOR_FILES (its
-# installer and target refresher) and GENERATED_FILES (the configuration mlcluster rendered).
+# installer and target refresher) and GENERATED_FILES (the configuration mlcluster rendered), and
+# the health_check step HEALTH_FILES (the node health tool, shared with HyperPod).
 #
 # Nothing runs that was not checked. Every file fetched must have the SHA-256 given by its --sha256
 # argument, and the GENERATED_FILES are written from their --file arguments (base64), never fetched:
@@ -27,11 +28,12 @@
 # MLCLUSTER_RETRY_ATTEMPTS and MLCLUSTER_RETRY_DELAY (seconds, doubled per retry).
 set -euo pipefail
 
-readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron exporters collector)
+readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron exporters collector health_check)
 readonly SUPPORT_FILES=(lib.sh pins.sh user_dirs.sh)
 readonly EXPORTER_FILES=(exporter_units.sh efa_metrics.sh slurm_metrics.sh dcgm_counters.csv)
 readonly COLLECTOR_FILES=(collector_install.sh collector_targets.py)
 readonly GENERATED_FILES=(collector.yml collector_targets.json)
+readonly HEALTH_FILES=(health.sh)
 ROOT="${MLCLUSTER_ROOT:-}"
 LOG_DIR="${ROOT}/var/log/mlcluster"
 RUN_LOG="${LOG_DIR}/run.log"
@@ -152,6 +154,7 @@ flock -w 900 9 || fail "another run.sh holds ${LOG_DIR}/run.lock"
 files=("${SUPPORT_FILES[@]}" "${steps[@]/%/.sh}")
 generated=()
 [[ " ${steps[*]} " == *" exporters "* ]] && files+=("${EXPORTER_FILES[@]}")
+[[ " ${steps[*]} " == *" health_check "* ]] && files+=("${HEALTH_FILES[@]}")
 if [[ " ${steps[*]} " == *" collector "* ]]; then
   files+=("${COLLECTOR_FILES[@]}")
   generated+=("${GENERATED_FILES[@]}")
