@@ -140,7 +140,7 @@ class Node:
             "STUB_S3_DIR": str(PCLUSTER_DIR),
             **self.extra_env,
         }
-        manifest = manifest_args(PCLUSTER_DIR)
+        manifest = manifest_args(Path(self.extra_env.get("STUB_S3_DIR", PCLUSTER_DIR)))  # the files as uploaded
         command = ["bash", str(PCLUSTER_DIR / "run.sh"), "--source", source or str(PCLUSTER_DIR), *manifest, *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
 
