@@ -91,7 +91,26 @@ def _vault(t: Templates) -> bool:
 
 def _logs(t: Templates) -> bool:
     groups = [r for name in ("p5/Network", "p5/Storage") for r in of_type(t, name, "AWS::Logs::LogGroup")]
-    return kept(groups) and {g["Properties"]["RetentionInDays"] for g in groups} == {365}
+    return kept(groups) and {g["Properties"]["RetentionInDays"] for g in groups} == {365} and _create_logs(t)
+
+
+def _create_logs(t: Templates) -> bool:
+    """The logs of a failed cluster create outlive its rollback (``Retain``, not ``RetainExceptOnCreate``)."""
+    cluster = t["hyperpod/Cluster"]["Resources"]
+    diagnostic = [
+        r
+        for lid, r in cluster.items()
+        if r["Type"] == "AWS::Logs::LogGroup" and lid.startswith(("ClusterCheckLogs", "ClusterProviderLogs"))
+    ]
+    (pcluster,) = of_type(t, "p5/Cluster", "Custom::PclusterCluster")
+    node_logs = pcluster["Properties"]["ClusterConfiguration"]["Monitoring"]["Logs"]["CloudWatch"]
+    return (
+        len(diagnostic) == 2
+        and all(r["DeletionPolicy"] == r["UpdateReplacePolicy"] == "Retain" for r in diagnostic)
+        # Named by CloudFormation: a retried deploy never meets a kept group of the same name.
+        and not any("LogGroupName" in r["Properties"] for r in diagnostic)
+        and node_logs["DeletionPolicy"] == "Retain"
+    )
 
 
 def _prometheus(t: Templates) -> bool:
@@ -106,8 +125,17 @@ def _grafana(t: Templates) -> bool:
 
 
 def _home(t: Templates) -> bool:
-    return warned("p5", "cluster.pcluster.shared_storage.home_on_openzfs") and not warned(
-        "trn1", "cluster.pcluster.shared_storage.home_on_openzfs"
+    """p5 and p4de put /home on a retained EBS volume of its own; none of the examples warns of /home."""
+    homes = []
+    for name in ("p5", "p4de"):
+        (cluster,) = of_type(t, f"{name}/Cluster", "Custom::PclusterCluster")
+        storage = cluster["Properties"]["ClusterConfiguration"]["SharedStorage"]
+        homes += [s for s in storage if s["MountDir"] == "/home"]
+    return (
+        len(homes) == 2
+        and all(h["StorageType"] == "Ebs" and h["EbsSettings"]["DeletionPolicy"] == "Retain" for h in homes)
+        and all(h["EbsSettings"]["Encrypted"] is True for h in homes)
+        and not any(warned(name, "cluster.pcluster.shared_storage") for name in ("p5", "p4de", "trn1"))
     )
 
 
@@ -213,7 +241,9 @@ ROWS = [
     Row(
         "log groups (flow logs, Lustre, clusters, handlers)",
         "every stack",
-        f"`retention.log_retention_days` (a shorter one: {GUARD}); `on_delete: destroy`: {GUARD}",
+        f"`retention.log_retention_days` (a shorter one: {GUARD}); `on_delete: destroy`: {GUARD}. A failed "
+        "cluster create keeps its logs: the check and provider groups are `Retain` (not `RetainExceptOnCreate`), "
+        "node logs are the service's own groups (ParallelCluster's retained)",
         "none: export what must outlive the retention ('aws logs create-export-task')",
         "-",
         _logs,
@@ -236,10 +266,13 @@ ROWS = [
     ),
     Row(
         "ParallelCluster `/home` without OpenZFS",
-        "the head node's root volume",
-        "'cdk destroy ENV/Cluster', a new cluster (name, version or head node change), a lost head node",
-        "none: synth warns (`home_on_openzfs: false`)",
-        "-",
+        "an EBS volume of its own, attached to the head node and shared over NFS (`shared_storage.home_volume`, "
+        "on by default)",
+        "nothing of the cluster's: kept (`deletion_policy: Retain`) when the cluster is deleted or replaced; "
+        "`home_volume.enabled: false` puts it on the head node's root volume (synth warns)",
+        "none: the volume is kept, not copied (`deletion_policy: Snapshot` keeps a snapshot instead)",
+        "attach the kept volume (listed by `mlcluster status`) to an instance and copy the homes into the new "
+        "cluster's",
         _home,
     ),
     Row(

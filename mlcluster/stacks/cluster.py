@@ -50,7 +50,13 @@ from mlcluster.pcluster.render import (
     render_cluster_config,
     user_script_objects,
 )
-from mlcluster.stacks.common import export_output, log_retention, removal_policy, scripts_removal_policy
+from mlcluster.stacks.common import (
+    diagnostic_logs_removal_policy,
+    export_output,
+    log_retention,
+    removal_policy,
+    scripts_removal_policy,
+)
 from mlcluster.stacks.storage import StorageStack
 
 #: Where the ParallelCluster node scripts live in their bucket.
@@ -362,7 +368,8 @@ class ClusterStack(cdk.Stack):
             slurm_config_strategy=cfg.slurm_config_strategy,
             tags={"mlcluster:environment": env.name, **env.config.tags},
             log_retention=log_retention(env),
-            log_removal_policy=removal_policy(env),
+            # The check function's and provider's logs say why a create failed: kept through its rollback.
+            log_removal_policy=diagnostic_logs_removal_policy(env),
         )
         export_output(self, env, "ClusterName", self.hyperpod.cluster_name, "HyperPod cluster name")
         export_output(self, env, "ClusterArn", self.hyperpod.cluster_arn, "HyperPod cluster ARN")
