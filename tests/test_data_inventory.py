@@ -13,11 +13,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk.assertions import Template
 
 from mlcluster.config.project import check_environments
+from mlcluster.constructs.accounting_database import AccountingDatabase
 from mlcluster.replacement import (
     DATA_BEARING_TYPES,
+    FATE_DAYS,
     FATE_KEPT,
     KEEPING_POLICIES,
     create_only_paths,
@@ -41,6 +47,36 @@ def kept(resources: list[dict[str, Any]]) -> bool:
 
 def warned(name: str, key: str) -> bool:
     return any(w.startswith(f"{ENVIRONMENTS}/{name}.yaml: {key}") for w in check_environments(ENVIRONMENTS).warnings)
+
+
+def _accounting_database(_: Templates) -> bool:
+    """No example uses the database yet: the construct as the Storage stack builds it for a retaining environment."""
+    stack = cdk.Stack(cdk.App(), "Acct", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack,
+        "Vpc",
+        vpc_id="vpc-0123456789abcdef0",
+        availability_zones=["us-west-2a", "us-west-2b"],
+        private_subnet_ids=["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
+    )
+    AccountingDatabase(
+        stack,
+        "Db",
+        vpc=vpc,
+        subnets=vpc.private_subnets,
+        client_security_group=ec2.SecurityGroup.from_security_group_id(stack, "Nodes", "sg-0123456789abcdef0"),
+        encryption_key=kms.Key(stack, "Key"),
+        removal_policy=cdk.RemovalPolicy.RETAIN,
+    )
+    (cluster,) = of_type({"Acct": Template.from_stack(stack).to_json()}, "Acct", "AWS::RDS::DBCluster")
+    guarded = "AWS::RDS::DBCluster" in DATA_BEARING_TYPES and "AWS::RDS::DBCluster" in FATE_KEPT
+    return (
+        guarded
+        and cluster["DeletionPolicy"] == cluster["UpdateReplacePolicy"] == "Snapshot"
+        and cluster["Properties"]["DeletionProtection"] is True
+        and cluster["Properties"]["BackupRetentionPeriod"] == 35
+        and "AWS::RDS::DBCluster" in FATE_DAYS
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,6 +338,16 @@ ROWS = [
         _lifecycle_logs,
     ),
     Row(
+        "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`)",
+        "Storage stack (Aurora MySQL Serverless v2)",
+        f"a create-only change (a new key), deletion protection off, shorter backups or `on_delete: destroy`: {GUARD}; "
+        "deleting the stack with protection off leaves a final snapshot and the retained secret",
+        "automated backups (`backup_retention_days`, point-in-time restore) and the final snapshot on delete",
+        "'aws rds restore-db-cluster-to-point-in-time' (or from the snapshot) into a new cluster, then point "
+        "`accounting.mode: remote` at it",
+        _accounting_database,
+    ),
+    Row(
         "node and lifecycle scripts (S3)",
         "Cluster stack",
         "the HyperPod lifecycle bucket (a fixed name): its stack's deletion, so a redeploy can make it again; "
@@ -342,6 +388,7 @@ def test_every_data_bearing_type_has_a_row() -> None:
         # Clusters: running jobs, and the node-local state in the last two rows.
         "Custom::PclusterCluster": "ParallelCluster `/home` without OpenZFS",
         "AWS::SageMaker::Cluster": "HyperPod Slurm accounting and slurmctld state",
+        "AWS::RDS::DBCluster": "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`)",
     }
     assert set(named) == set(DATA_BEARING_TYPES)
     assert set(named.values()) <= {r.what for r in ROWS}

@@ -43,6 +43,9 @@ BILLS = {
     "ec2": "instances, NAT gateways, addresses or volumes, every hour",
     "sagemaker": "cluster instances, every hour",
     "sns": "nothing at rest",
+    # The Slurm accounting database (storage.accounting) and its retained master secret, with its final snapshot.
+    "rds": "database storage and snapshots every month, capacity (ACUs) every hour it is not paused",
+    "secretsmanager": "a monthly secret fee",
 }
 
 

@@ -34,7 +34,14 @@ if TYPE_CHECKING:  # rich is imported when a table is drawn, not when the comman
 #: Outputs worth showing, per stack, in this order (the SSM command outputs are `mlcluster ssh`'s job).
 USEFUL_OUTPUTS = {
     "Cluster": ("ClusterName", "HeadNodePrivateIp", "ValidationMessages"),
-    "Storage": ("DataBucketName", "LustreFileSystemId", "LustreDnsName", "LustreMountName", "OpenZfsDnsName"),
+    "Storage": (
+        "DataBucketName",
+        "LustreFileSystemId",
+        "LustreDnsName",
+        "LustreMountName",
+        "OpenZfsDnsName",
+        "AccountingDatabaseEndpoint",
+    ),
     "Network": ("VpcId", "SecurityGroupId"),
     "Observability": ("DashboardUrl", "ClusterDashboardUrl", "GrafanaUrl", "AlarmTopicArn"),
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
@@ -83,6 +84,21 @@ def log_retention(environment: Environment) -> logs.RetentionDays:
 PRODUCER_SECTIONS = {"Network": ("network",), "Storage": ("network", "storage"), "Observability": ("observability",)}
 
 
+#: Optional sections added to a producer's config after environments were deployed: left out of the
+#: digest while unset, so adding the setting to mlcluster does not change every environment's digest
+#: (and make every consumer stack update) when the environment does not use it.
+LATER_OPTIONAL_SECTIONS: dict[str, tuple[str, ...]] = {"storage": ("accounting",)}
+
+
+def _section_inputs(name: str, section: Any) -> dict[str, Any]:
+    """``section`` as a mapping for the digest, without the later optional sections it leaves unset."""
+    values = dataclasses.asdict(section)
+    for key in LATER_OPTIONAL_SECTIONS.get(name, ()):
+        if values.get(key) is None:
+            values.pop(key, None)
+    return values
+
+
 def producer_digest(environment: Environment, producer: str) -> str:
     """A digest of everything that decides ``producer``'s outputs: the environment, its place, its sections.
 
@@ -103,7 +119,7 @@ def producer_digest(environment: Environment, producer: str) -> str:
             "allow_replacement": sorted(cfg.retention.allow_replacement),
             "on_delete": cfg.retention.on_delete,
         },
-        **{name: dataclasses.asdict(getattr(cfg, name)) for name in PRODUCER_SECTIONS[producer]},
+        **{name: _section_inputs(name, getattr(cfg, name)) for name in PRODUCER_SECTIONS[producer]},
     }
     text = json.dumps(inputs, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
