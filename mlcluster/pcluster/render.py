@@ -556,6 +556,22 @@ def _shared_storage(cfg: PclusterConfig, inputs: DeployInputs) -> list[dict[str,
                 "FsxOpenZfsSettings": {"VolumeId": inputs.openzfs_volume_id},
             }
         )
+    elif cfg.shared_storage.home_volume.enabled:
+        # /home on a volume of its own that outlives the head node and the cluster (issue 33).
+        home = cfg.shared_storage.home_volume
+        storage.append(
+            {
+                "Name": "home",
+                "MountDir": "/home",
+                "StorageType": "Ebs",
+                "EbsSettings": {
+                    "Size": home.size_gib,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeletionPolicy": home.deletion_policy,
+                },
+            }
+        )
     apps = cfg.shared_storage.apps
     if apps is not None:
         storage.append(

@@ -454,11 +454,30 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
     ),
     # storage
     (
-        "lustre only",
-        one(P5),
+        "lustre only (/home on the head node: its own volume switched off)",
+        one(P5, top="shared_storage: {home_volume: {enabled: false}}"),
         {},
         "SharedStorage",
         [{"Name": "fsx", "MountDir": "/fsx", "StorageType": "FsxLustre", "FsxLustreSettings": {"FileSystemId": FSX}}],
+    ),
+    (
+        "home volume by default",
+        one(P5),
+        {},
+        "SharedStorage[1]",
+        {
+            "Name": "home",
+            "MountDir": "/home",
+            "StorageType": "Ebs",
+            "EbsSettings": {"Size": 100, "VolumeType": "gp3", "Encrypted": True, "DeletionPolicy": "Retain"},
+        },
+    ),
+    (
+        "home volume as a snapshot",
+        one(P5, top="shared_storage: {home_volume: {size_gib: 500, deletion_policy: Snapshot}}"),
+        {},
+        "SharedStorage[1].EbsSettings",
+        {"Size": 500, "VolumeType": "gp3", "Encrypted": True, "DeletionPolicy": "Snapshot"},
     ),
     (
         "openzfs home",
@@ -476,7 +495,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         "apps volume",
         one(P5, top="shared_storage: {apps: {size_gib: 300, deletion_policy: Retain}}"),
         {},
-        "SharedStorage[1]",
+        "SharedStorage[2]",
         {
             "Name": "apps",
             "MountDir": "/apps",
@@ -621,7 +640,7 @@ def test_archetype_p5_on_odcr() -> None:
     assert resource["Efa"] == {"Enabled": True}
     assert (resource["MinCount"], resource["MaxCount"]) == (4, 4)
     assert queue["JobExclusiveAllocation"] is True
-    assert [s["MountDir"] for s in config["SharedStorage"]] == ["/fsx", "/apps"]
+    assert [s["MountDir"] for s in config["SharedStorage"]] == ["/fsx", "/home", "/apps"]
 
 
 def test_archetype_p4de_training_and_g5_inference() -> None:
