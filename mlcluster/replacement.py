@@ -100,6 +100,9 @@ FATE_KEPT: dict[str, tuple[tuple[str, frozenset[str], str], ...]] = {
 }
 #: S3 buckets are data-bearing in the storage stack (the data bucket and its access logs).
 DATA_BUCKET_STACK = "Storage"
+#: Other S3 buckets that hold data, by construct path prefix: HyperPod's patch backups (the
+#: controller's Slurm state and accounting dump, and their access logs; ``PatchBackupBucket``).
+DATA_BUCKET_PATHS = ("Cluster/PatchBackups/",)
 
 #: Create-only properties the bundled schema of ``AWS::FSx::FileSystem`` (a
 #: legacy, non-registry type) leaves out although the CloudFormation template
@@ -211,10 +214,12 @@ class Change:
 
 
 def is_data_bearing(resource_type: str, path: str) -> bool:
-    """Data-bearing types anywhere, plus S3 buckets of the storage stack."""
+    """Data-bearing types anywhere, plus S3 buckets of the storage stack and of :data:`DATA_BUCKET_PATHS`."""
     if resource_type in DATA_BEARING_TYPES:
         return True
-    return resource_type == "AWS::S3::Bucket" and path.split("/", 1)[0] == DATA_BUCKET_STACK
+    if resource_type != "AWS::S3::Bucket":
+        return False
+    return path.split("/", 1)[0] == DATA_BUCKET_STACK or path.startswith(DATA_BUCKET_PATHS)
 
 
 @functools.cache

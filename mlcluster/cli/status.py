@@ -232,7 +232,7 @@ def collect(target: Target) -> dict[str, Any]:
     problems = [f"{s['stack']} is {s['status']}" for s in stacks if s["status"] not in HEALTHY_STACK]
     cfn = target.client("cloudformation")
     orphans = orphan_stacks(cfn, target.environment) + orphan_resources(
-        cfn, target.client("resourcegroupstaggingapi"), target.environment
+        cfn, target.client("resourcegroupstaggingapi"), target.client("fsx"), target.environment
     )
     problems += [
         f"{o.get('stack') or o.get('resource')} is left from {target.name} outside the app (bills {o['bills']})"

@@ -50,7 +50,13 @@ from mlcluster.pcluster.render import (
     render_cluster_config,
     user_script_objects,
 )
-from mlcluster.stacks.common import export_output, log_retention, removal_policy, scripts_removal_policy
+from mlcluster.stacks.common import (
+    diagnostic_logs_removal_policy,
+    export_output,
+    log_retention,
+    removal_policy,
+    scripts_removal_policy,
+)
 from mlcluster.stacks.storage import StorageStack
 
 #: Where the ParallelCluster node scripts live in their bucket.
@@ -114,13 +120,13 @@ class ClusterStack(cdk.Stack):
         keeps = env.config.retention.keeps_data
         collector: CollectorInputs | None = None
         collector_sources: list[s3deploy.ISource] = []
+        generated: dict[str, str] = {}
         if self.prometheus is not None:
-            # The head node's collector: its scripts and rendered configuration next to the node scripts.
+            # The head node's collector: its scripts next to the node scripts; its rendered configuration (with
+            # deploy-time values) travels in the cluster configuration as base64 (run.sh --file), not the bucket.
             collector = pcluster_inputs(cfg, **self._collector_common())
-            collector_sources = [
-                s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE),
-                *(s3deploy.Source.data(name, text) for name, text in render(collector).items()),
-            ]
+            collector_sources = [s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE)]
+            generated = {name: cdk.Fn.base64(text) for name, text in render(collector).items()}
         scripts = ScriptBucket(
             self,
             "NodeScripts",
@@ -209,6 +215,7 @@ class ClusterStack(cdk.Stack):
             retain_logs=keeps,
             tags={"mlcluster:environment": env.name, **env.config.tags},
             exporters=prometheus_enabled(env.config),
+            generated_files_base64=generated,
         )
         cluster_config = render_cluster_config(cfg, inputs)
         provider = PclusterProviderRole(
@@ -382,7 +389,8 @@ class ClusterStack(cdk.Stack):
             slurm_config_strategy=cfg.slurm_config_strategy,
             tags={"mlcluster:environment": env.name, **env.config.tags},
             log_retention=log_retention(env),
-            log_removal_policy=removal_policy(env),
+            # The check function's and provider's logs say why a create failed: kept through its rollback.
+            log_removal_policy=diagnostic_logs_removal_policy(env),
         )
         export_output(self, env, "ClusterName", self.hyperpod.cluster_name, "HyperPod cluster name")
         export_output(self, env, "ClusterArn", self.hyperpod.cluster_arn, "HyperPod cluster ARN")

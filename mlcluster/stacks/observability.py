@@ -30,6 +30,7 @@ from mlcluster.config import Environment
 from mlcluster.config.observability import grafana_enabled, prometheus_enabled
 from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
 from mlcluster.constructs.log_key import key_removal_policy
+from mlcluster.constructs.lustre import LOG_GROUP_PREFIX
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints, PrometheusWorkspace
 from mlcluster.stacks.common import export_output, log_retention, removal_policy_except_on_create
 from mlcluster.stacks.storage import StorageStack
@@ -608,10 +609,10 @@ class ObservabilityStack(cdk.Stack):
     def _links_markdown(self, storage: StorageStack) -> str:
         lines = ["## Logs and other views"]
         if storage.lustre.log_group is not None:
-            name = storage.lustre.log_group.log_group_name
-            lines.append(
-                cdk.Fn.join("", ["* [FSx for Lustre log group ", name, "](", log_groups_url("/aws/fsx/"), ")"])
-            )
+            # By prefix, not by the group's name: the name ends with the storage stack's deployment suffix
+            # (deployment_name.py) and an import of it would tie this stack to that one's exports.
+            prefix = f"{LOG_GROUP_PREFIX}lustre/"
+            lines.append(f"* [FSx for Lustre log group: named {prefix}...]({log_groups_url(prefix)})")
         if self.backend == "pcluster":
             prefix = f"/aws/parallelcluster/{self.cluster_name}-"
             lines.append(
