@@ -147,7 +147,7 @@ def test_synth_prints_each_cached_total_and_how_to_make_the_cache(
     out = capsys.readouterr().out.splitlines()
     start = out.index("cost per environment (mlcluster cost ENV for the table):")
     # p5 from the recorded prices: 4 x p5.48xlarge, the head node, a NAT gateway, Lustre and gp3 (test_cost).
-    hourly = 4 * 55.04 + 1.536 + 0.045 + (1200 * 0.21 + 1200 * 0.08) / 730
+    hourly = 4 * 55.04 + 1.536 + 0.045 + (1200 * 0.21 + 1300 * 0.08) / 730  # gp3: roots, /home, /apps
     assert out[start + 1] == (
         f"  p5 (us-east-2): USD {hourly:,.2f}-{hourly:,.2f} per hour, "
         f"{hourly * 730:,.2f}-{hourly * 730:,.2f} per month (On-Demand, min-max nodes; prices cached 2026-11-20)"
