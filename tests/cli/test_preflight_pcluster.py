@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from mlcluster.cli import pcluster_live, preflight
+from mlcluster.cli.errors import CliError
 from tests.cli.conftest import REPO, Aws, aws_client, error, invoke
 from tests.cli.test_preflight import P5_REGION, RESERVATION, context, env_folder
 from tests.pcluster.pcluster_support import PCLUSTER_PYTHON
@@ -313,6 +314,18 @@ def test_a_candidate_others_can_write_is_refused(
     monkeypatch.setattr(pcluster_live, "CHECKOUT_PYTHON", python)
     (row,) = run(p5(aws, tmp_path))
     assert row.status == "skipped" and row.message.startswith(f"skipped: {python} is unsafe: ")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_a_candidate_another_user_owns_is_refused(tmp_path: Path, no_checkout: None) -> None:
+    theirs = program(tmp_path / "bin" / "python", FAKE_PASS)
+    os.chown(theirs, 12345, -1)
+    with pytest.raises(CliError, match=f"is unsafe: {theirs} is owned by uid 12345, not by you or root"):
+        pcluster_live.find_python({pcluster_live.PYTHON_VARIABLE: str(theirs)})
+    os.chown(theirs, 0, -1)
+    os.chown(theirs.parent, 12345, -1)  # their folder: they could swap the file
+    with pytest.raises(CliError, match=f"is unsafe: {theirs.parent} is owned by uid 12345"):
+        pcluster_live.find_python({pcluster_live.PYTHON_VARIABLE: str(theirs)})
 
 
 def test_the_checkout_python_is_beside_mlcluster_not_the_current_folder() -> None:
