@@ -430,7 +430,7 @@ def test_smoke_trn1_checks_neuron_devices_and_runs_nccom(trn1: World, node: Fake
     nccom = next(script for script in node.scripts if "nccom-test" in script)
     # Both nodes allocated, the launcher started once, on the first (tests/system/test_slurm.py runs it).
     assert (
-        "salloc -N 2 -p trn --nodelist=compute-trn-st-trn1-1,compute-trn-st-trn1-2 --exclusive --immediate=60 "
+        "salloc -N 2 -p compute-trn --nodelist=compute-trn-st-trn1-1,compute-trn-st-trn1-2 --exclusive --immediate=60 "
         "srun -N 1 -n 1 -w compute-trn-st-trn1-1 bash -c" in nccom
     )
     assert "export FI_PROVIDER=efa" in nccom
