@@ -377,7 +377,25 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         one(P5 + "\n        efa: false"),
         {},
         f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args",
-        ["--role", "compute", "--source", f"s3://{BUCKET}/pcluster/", "docker", "enroot_pyxis", "health_check"],
+        # The health check expects no EFA device on p5 here (else every node drains and is replaced).
+        [
+            "--role",
+            "compute",
+            "--source",
+            f"s3://{BUCKET}/pcluster/",
+            "--no-efa",
+            "p5.48xlarge",
+            "docker",
+            "enroot_pyxis",
+            "health_check",
+        ],
+    ),
+    (
+        "efa off and no health check: no --no-efa",
+        one(P5 + "\n        efa: false", top="node_scripts: {health_check: false}"),
+        {},
+        f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args",
+        ["--role", "compute", "--source", f"s3://{BUCKET}/pcluster/", "docker", "enroot_pyxis"],
     ),
     (
         "trainium queue gets neuron",
@@ -768,3 +786,26 @@ def test_every_access_combination_has_a_way_out(head: str, login: str) -> None:
         assert pool["Networking"]["SubnetIds"] == [PUBLIC if login == "internet" else PRIVATE_A]
     for queue in config["Scheduling"]["SlurmQueues"]:
         assert PUBLIC not in queue["Networking"]["SubnetIds"]
+
+
+def test_efa_off_types_reach_the_health_check_step_per_queue() -> None:
+    """Every EFA-capable type with EFA off in a queue, once; not a type without EFA, not EFA left on."""
+    config = render(
+        """
+queues:
+  - name: train
+    compute_resources:
+      - {name: a, instance_type: p4de.24xlarge, efa: false}
+      - {name: b, instance_type: trn1.32xlarge, efa: false}
+      - {name: c, instance_type: p5.48xlarge}
+      - {name: d, instance_type: m5.xlarge, efa: false}
+  - name: other
+    compute_resources:
+      - {name: e, instance_type: p5.48xlarge}
+"""
+    )
+    train, other = (
+        q["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"] for q in config["Scheduling"]["SlurmQueues"]
+    )
+    assert train[4:6] == ["--no-efa", "p4de.24xlarge,trn1.32xlarge"]
+    assert "--no-efa" not in other
