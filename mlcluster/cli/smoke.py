@@ -548,7 +548,10 @@ class Smoke:
         first = self.idle_nodes[0]
         script = nccom_script(where, first, ranks, self.nodes, timeout)
         result = self.run("nccom-test all-reduce", script, timeout)
-        then = f"rerun `salloc {where} srun -N 1 -n 1 -w {first} nccom-test ... allr --hosts ...` and `fi_info -p efa` on a node"
+        then = (
+            f"rerun `salloc {where} srun -N 1 -n 1 -w {first} nccom-test ... allr --hosts ...` "
+            "and `fi_info -p efa` on a node"
+        )
         if failed := self.failed_run("nccom", result, then):
             return failed
         parsed = parse_nccom(result.stdout)

@@ -147,7 +147,9 @@ def test_smoke_nccom_step_allocates_every_node_and_starts_once_on_the_first(
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "getent").write_text('#!/bin/sh\necho "127.0.0.${2#node-} STREAM $2"\n')
-    (tools / "nccom-test").write_text('#!/bin/sh\necho "MLC-NCCOM on=$SLURMD_NODENAME root=$NEURON_RT_ROOT_COMM_ID $*"\n')
+    (tools / "nccom-test").write_text(
+        '#!/bin/sh\necho "MLC-NCCOM on=$SLURMD_NODENAME root=$NEURON_RT_ROOT_COMM_ID $*"\n'
+    )
     for tool in tools.iterdir():
         tool.chmod(0o755)
     smoke = Smoke.__new__(Smoke)  # only placement() is used: the partition and its idle nodes
