@@ -9,7 +9,7 @@
 #   in MLCLUSTER_NO_EFA (run.sh --no-efa: its compute resource has `efa: false`) expects no EFA device,
 #   so the EFA checks skip instead of draining every node. When IMDS cannot be read the step warns and
 #   expects nothing (the checks then skip; the node still boots) rather than failing the bootstrap.
-# - /etc/logrotate.d/mlcluster-health: /var/log/mlcluster-health.log rotated by size (the rule of the
+# - /etc/logrotate.d/mlcluster-health: /var/log/mlcluster/health.log rotated by size (the rule of the
 #   HyperPod log_rotation step; slurmd runs the check every 5 minutes).
 # - /usr/local/sbin/mlcluster-health-check: the program the rendered slurm.conf names as
 #   HealthCheckProgram (SlurmSettings.CustomSlurmSettings; ParallelCluster allows it, unlike Prolog).
@@ -79,7 +79,7 @@ exec /usr/local/bin/mlcluster-health --tier quick --drain
 EOF
 put_file /etc/logrotate.d/mlcluster-health 0644 <<'EOF'
 # Written by mlcluster (health_check step).
-/var/log/mlcluster-health.log {
+/var/log/mlcluster/health.log {
     size 10M
     rotate 5
     compress
