@@ -980,12 +980,16 @@ CONTRACTS: tuple[Contract, ...] = (
         "kms:EncryptionContext:aws:s3:arn = the bucket (S3 Bucket Keys on) or its objects; requests over TLS",
         "https://docs.aws.amazon.com/fsx/latest/LustreGuide/s3-server-side-encryption-support.html",
         prove_fsx_dra,
-        "If you want to link your Amazon File Cache to an S3 bucket encrypted using SSE-KMS encryption, you must add "
-        "a statement to your customer managed key policy that allows Amazon File Cache to encrypt and decrypt objects "
-        "in your S3 bucket using your AWS KMS key ... If you're using an AWS KMS with a CMK to encrypt your S3 bucket "
-        "with S3 Bucket Keys enabled, set the EncryptionContext to the bucket ARN, not the object ARN (the same FSx "
-        "service-linked role, as the FSx File Cache guide words it: "
-        "https://docs.aws.amazon.com/fsx/latest/FileCacheGuide/s3-server-side-encryption-support.html)",
+        "the Lustre guide's page, read in its Spanish edition (https://docs.aws.amazon.com/es_es/fsx/latest/"
+        "LustreGuide/s3-server-side-encryption-support.html; the English one was not in the stored corpus): 'Si desea "
+        "vincular su sistema de archivos Amazon FSx a un bucket de S3 cifrado mediante el cifrado SSE-KMS, debe "
+        "añadir una declaración a su política de claves gestionadas por el cliente que permita a Amazon FSx cifrar y "
+        "descifrar los objetos de su bucket de S3 mediante su clave de KMS.' Its statement: Principal "
+        "AWSServiceRoleForFSxS3Access_fsx_file_system_id, Action kms:Encrypt, kms:Decrypt, kms:ReEncrypt*, "
+        "kms:GenerateDataKey*, kms:DescribeKey, Condition StringEquals kms:CallerAccount, kms:ViaService "
+        "s3.bucket-region.amazonaws.com, StringLike kms:EncryptionContext:aws:s3:arn arn:aws:s3:::bucket_name/* (with "
+        "S3 Bucket Keys, per the English File Cache guide's same statement: 'set the EncryptionContext to the bucket "
+        "ARN, not the object ARN')",
     ),
     Contract(
         AMP_KMS,
@@ -1015,12 +1019,18 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(
         PCLUSTER,
         "lambda.amazonaws.com, then the provider's CustomLambdaRole (it also creates the cluster stack's resources)",
-        "trust policy; role policy: for each feature the configuration uses, the actions of ParallelCluster's "
-        "documented policies on the resources it names for this cluster (its stack, table parallelcluster-<cluster>, "
-        "roles and instance profiles under /parallelcluster/<cluster>/, pcluster-* functions, its buckets); "
-        "iam:AttachRolePolicy for every AdditionalIamPolicies entry (and CloudWatchAgentServerPolicy with logs on)",
+        "trust policy; role policy: every statement of ParallelCluster's documented policy (copied in "
+        "pcluster_policies.py with its source) has a decision: for each feature the configuration uses (managed DNS, "
+        "dashboards and alarms, logs, existing FSx, login pools), its actions, delete and tagging included, on the "
+        "resources it names for this cluster (its stack, table parallelcluster-<cluster>, node roles and instance "
+        "profiles under /parallelcluster/<cluster>/, the CleanupResources/CleanupRoute53 Lambda roles "
+        "/parallelcluster/<cluster>-*, pcluster-* functions, its buckets, the login pool's Auto Scaling group, load "
+        "balancer and their service-linked roles); iam:AttachRolePolicy and DetachRolePolicy for every "
+        "AdditionalIamPolicies entry (and CloudWatchAgentServerPolicy with logs on); DetachRolePolicy for a node "
+        "policy of the stack an edit dropped",
         "aws:RequestedRegion = the region; iam:PermissionsBoundary = the configuration's Iam.PermissionsBoundary; "
-        "iam:PassedToService = ec2; iam:PolicyARN = the attached policy",
+        "iam:PassedToService = ec2 (node roles) or lambda (Lambda roles); aws:TagKeys = parallelcluster:cluster-name "
+        "(stacks, login pool); iam:PolicyARN = the attached or detached policy",
         "https://docs.aws.amazon.com/parallelcluster/latest/ug/iam-roles-in-parallelcluster-v3.html",
         prove_pcluster_provider,
         "action lists from aws/aws-parallelcluster cloudformation/policies/parallelcluster-policies.yaml "
@@ -1030,8 +1040,9 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(
         PCLUSTER_NODES,
         "each group's node role (ParallelCluster makes it under /parallelcluster/<cluster>/)",
-        "the group's Iam.S3Access names the script's bucket with a KeyName matching it (ParallelCluster grants "
-        "s3:GetObject from it); the bucket policy does not deny that role; the bucket is not SSE-KMS",
+        "the group's (head node, each queue, each login pool) Iam.S3Access names the script's bucket with a KeyName "
+        "matching it (ParallelCluster grants s3:GetObject from it), or one of its AdditionalIamPolicies allows "
+        "s3:GetObject on the script; the bucket policy does not deny that role; the bucket is not SSE-KMS",
         "requests over TLS",
         "https://docs.aws.amazon.com/parallelcluster/latest/ug/custom-bootstrap-actions-config-v3.html",
         prove_pcluster_node_scripts,

@@ -153,7 +153,7 @@ def test_readme_table_is_generated_from_the_contracts() -> None:
         ("StringNotEquals", "1", {}, True),  # and passes a negated one
         ("StringNotEquals", "1", {"k": "1"}, False),
         ("StringLike", "a*", {"k": "abc"}, True),
-        ("ArnLike", "arn:aws:cloudwatch:r:1:alarm:*", {"k": "arn:aws-cn:cloudwatch:r:1:alarm:x"}, True),
+        ("ArnLike", "arn:aws:cloudwatch:r:1:alarm:*", {"k": "arn:${AWS::Partition}:cloudwatch:r:1:alarm:x"}, True),
         ("ArnEquals", "arn:aws:x:r:1:y", {"k": "arn:aws:x:r:1:z"}, False),
         ("Bool", "false", {"k": "true"}, False),
         ("Bool", "false", {}, False),
@@ -305,7 +305,8 @@ def test_the_provider_must_attach_every_configured_policy(broken: Broken) -> Non
                             ][1:]
 
     found = failures(broken(narrow), contracts.PCLUSTER)
-    assert found and all("iam:AttachRolePolicy" in p.detail and "(AdditionalIamPolicies)" in p.subject for p in found)
+    assert found and all("(AdditionalIamPolicies)" in p.subject for p in found)
+    assert {p.detail.split(" ")[1] for p in found} == {"iam:AttachRolePolicy", "iam:DetachRolePolicy"}
 
 
 def test_the_provider_role_must_require_the_boundary_the_config_names(broken: Broken) -> None:
