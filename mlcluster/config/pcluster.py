@@ -386,10 +386,29 @@ class AppsVolumeConfig:
 
 
 @section
+class HomeVolumeConfig:
+    """An EBS volume for /home when it is not on OpenZFS, kept when the cluster goes.
+
+    ParallelCluster attaches it to the head node, mounts it at /home and shares it over NFS
+    (``SharedStorage`` of type ``Ebs``): the users' homes live on a volume of their own, not on
+    the head node's root volume, so deleting the cluster, a new cluster or a lost head node
+    leaves them in the account (``Retain``), or in a snapshot (``Snapshot``); ``Delete`` is not
+    offered. A new cluster gets a new, empty volume: the kept one is listed by ``mlcluster
+    status`` and its files are copied over by hand. ``enabled: false`` leaves /home on the head
+    node (synth warns).
+    """
+
+    enabled: bool = True
+    size_gib: int = setting(default=100, minimum=1, maximum=16384)
+    deletion_policy: Literal["Retain", "Snapshot"] = "Retain"
+
+
+@section
 class SharedStorageConfig:
-    """Shared file systems. FSx for Lustre is always mounted at /fsx."""
+    """Shared file systems. FSx for Lustre is always mounted at /fsx; /home on OpenZFS or its own EBS volume."""
 
     home_on_openzfs: bool = False
+    home_volume: HomeVolumeConfig = setting(default=HomeVolumeConfig())
     apps: AppsVolumeConfig | None = None
 
 
@@ -453,12 +472,17 @@ class NodeScriptsConfig:
     with NVIDIA GPUs and EFA; the Neuron SDK on queues with Trainium or
     Inferentia. ``docker_group`` adds the OS's default user to the ``docker``
     group on every node, which makes that user root there: off unless asked.
+    ``health_check`` installs mlcluster's node health tool on every compute node
+    and names it Slurm's HealthCheckProgram: every 5 minutes, a node failing a
+    critical quick check (GPU or EFA count, Xid, ECC, Neuron devices) drains
+    itself, the failed checks in its reason (``scontrol show node``).
     """
 
     docker_enroot_pyxis: bool = True
     nccl_efa: bool = True
     neuron: bool = True
     docker_group: bool = False
+    health_check: bool = True
 
 
 @section

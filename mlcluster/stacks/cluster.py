@@ -18,7 +18,7 @@ from constructs import Construct
 
 from mlcluster.collector import CollectorInputs, hyperpod_inputs, pcluster_inputs, render
 from mlcluster.config import Environment
-from mlcluster.config.hyperpod import HyperPodConfig
+from mlcluster.config.hyperpod import AccountingConfig, HyperPodConfig
 from mlcluster.config.observability import prometheus_enabled
 from mlcluster.config.pcluster import PclusterConfig
 from mlcluster.config.schema import ConfigError, Problem
@@ -40,7 +40,7 @@ from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_EXCLUDE
 from mlcluster.lifecycle.exporters import EXPORTERS_DIR, EXPORTERS_EXCLUDE
 from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX
-from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
+from mlcluster.lifecycle.pcluster import HEALTH_TOOL, PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
 from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
 from mlcluster.pcluster.render import (
@@ -50,7 +50,13 @@ from mlcluster.pcluster.render import (
     render_cluster_config,
     user_script_objects,
 )
-from mlcluster.stacks.common import export_output, log_retention, removal_policy, scripts_removal_policy
+from mlcluster.stacks.common import (
+    diagnostic_logs_removal_policy,
+    export_output,
+    log_retention,
+    removal_policy,
+    scripts_removal_policy,
+)
 from mlcluster.stacks.storage import StorageStack
 
 #: Where the ParallelCluster node scripts live in their bucket.
@@ -129,6 +135,8 @@ class ClusterStack(cdk.Stack):
                 s3deploy.Source.asset(str(PCLUSTER_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
                 # The exporters step's files, shared with HyperPod, at the top of the prefix too.
                 s3deploy.Source.asset(str(EXPORTERS_DIR), exclude=EXPORTERS_EXCLUDE),
+                # The node health tool (health_check step), shared with HyperPod, as run.sh's HEALTH_FILES.
+                s3deploy.Source.data("health.sh", HEALTH_TOOL.read_text()),
                 *collector_sources,
             ],
             purpose="ParallelCluster node scripts (Docker, Enroot/Pyxis, NCCL/EFA, Neuron)",
@@ -249,6 +257,17 @@ class ClusterStack(cdk.Stack):
 
     # -- SageMaker HyperPod -----------------------------------------------
 
+    @staticmethod
+    def _hyperpod_accounting(accounting: AccountingConfig, storage: StorageStack) -> AccountingConfig:
+        """``managed`` is ``remote`` to the nodes, at the Storage stack's database and master secret."""
+        if accounting.mode != "managed":
+            return accounting
+        if storage.accounting is None:  # pragma: no cover - the environment check requires storage.accounting
+            raise ValueError("accounting.mode: managed needs storage.accounting")
+        return AccountingConfig(
+            mode="remote", endpoint=storage.accounting.endpoint, secret_arn=storage.accounting.secret.secret_arn
+        )
+
     def _hyperpod(self, cfg: HyperPodConfig, network: NetworkRef, storage: StorageStack) -> None:
         env = self.settings
         workers = {w.instance_group_name: w.partition_name or w.instance_group_name for w in cfg.workers}
@@ -266,7 +285,11 @@ class ClusterStack(cdk.Stack):
             # Every node mounts the environment's OpenZFS volume (homes live there when it is declared).
             openzfs_dns_name=storage.openzfs.dns_name if storage.openzfs is not None else None,
             # The exporters step follows observability.prometheus.enabled (lifecycle.observability is refused).
-            features=dataclasses.replace(cfg.lifecycle, observability=prometheus_enabled(env.config)),
+            features=dataclasses.replace(
+                cfg.lifecycle,
+                observability=prometheus_enabled(env.config),
+                accounting=self._hyperpod_accounting(cfg.lifecycle.accounting, storage),
+            ),
             # The controller's metrics collector, when the environment has a Prometheus workspace.
             collector_files=(
                 render(hyperpod_inputs(cfg, **self._collector_common())) if self.prometheus is not None else None
@@ -276,7 +299,9 @@ class ClusterStack(cdk.Stack):
             # The upload history is kept as the environment keeps its logs.
             log_removal_policy=removal_policy(env),
         )
-        accounting = cfg.lifecycle.accounting
+        accounting = self._hyperpod_accounting(cfg.lifecycle.accounting, storage)
+        # The managed database's secret is under the environment key: the controller decrypts through Secrets Manager.
+        secret_keys = [storage.accounting.encryption_key.key_arn] if storage.accounting is not None else []
         labels = network_zone_labels(env.config.network)
         subnet_of = dict(zip(labels, network.private_subnets, strict=False))
         groups = [group for _, group in cfg.groups()]
@@ -316,6 +341,7 @@ class ClusterStack(cdk.Stack):
                 data_bucket_access=cfg.data_bucket_access,
                 # Only the controller runs slurmdbd, so only its role reads the accounting database's secret.
                 secret_arns=[accounting.secret_arn] if accounting.secret_arn and is_controller else [],
+                secret_key_arns=secret_keys if accounting.secret_arn and is_controller else [],
                 # `mlcluster patch` runs mlcluster-backup on the controller (see mlcluster/cli/patch.py).
                 backup_bucket=backups.bucket if is_controller else None,
                 backup_prefix=f"{PATCH_BACKUP_PREFIX}{env.cluster_name}/" if is_controller else None,
@@ -362,7 +388,8 @@ class ClusterStack(cdk.Stack):
             slurm_config_strategy=cfg.slurm_config_strategy,
             tags={"mlcluster:environment": env.name, **env.config.tags},
             log_retention=log_retention(env),
-            log_removal_policy=removal_policy(env),
+            # The check function's and provider's logs say why a create failed: kept through its rollback.
+            log_removal_policy=diagnostic_logs_removal_policy(env),
         )
         export_output(self, env, "ClusterName", self.hyperpod.cluster_name, "HyperPod cluster name")
         export_output(self, env, "ClusterArn", self.hyperpod.cluster_arn, "HyperPod cluster ARN")
