@@ -308,27 +308,47 @@ def _ssm_policy(inputs: DeployInputs) -> str:
     return inputs.session_manager_policy_arn
 
 
-def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str]) -> dict[str, Any]:
-    """``run.sh`` with the node's steps and what vouches for the files it fetches.
+def efa_off_types(queue: QueueConfig) -> list[str]:
+    """The queue's EFA-capable instance types whose compute resource has EFA off (``efa: false``).
+
+    The health_check step expects no EFA device on these (``run.sh --no-efa``): the instance type
+    alone would make every node expect its full EFA count, fail, drain and be replaced in a loop.
+    A node cannot tell which compute resource it belongs to, so a type listed here with EFA on in
+    another compute resource of the queue expects none there either (a missed check, never a loop).
+    """
+    off = []
+    for cr in queue.compute_resources:
+        info = lookup(cr.instance_type)
+        if info is not None and info.efa and not efa_enabled(cr) and cr.instance_type not in off:
+            off.append(cr.instance_type)
+    return off
+
+
+def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str], options: Sequence[str] = ()) -> dict[str, Any]:
+    """``run.sh`` with the node's steps, its other options (``options``: ``--no-efa``) and what vouches for the
+    files it fetches.
 
     Compute nodes: a digest per fetched file (``--sha256``), in the configuration only the deploy writes,
     not in the bucket. Head and login nodes: ``--bucket-trusted``, no digest: ParallelCluster marks their
     ``CustomActions`` ``UpdatePolicy.UNSUPPORTED``, so arguments that changed with every script release or
-    queue would make every later update fail. Their arguments depend only on the bucket, the prefix and
-    the steps, which change only when the environment's file turns a step on or off.
+    queue would make every later update fail. Their arguments depend only on the bucket, the prefix, the
+    options and the steps, which change only when the environment's file changes them.
     """
     source = f"s3://{inputs.node_script_bucket}/{inputs.node_script_prefix}"
     if role != "compute":
         return {
             "Script": f"{source}{ENTRY_SCRIPT}",
-            "Args": ["--role", role, "--source", source, "--bucket-trusted", *steps],
+            "Args": ["--role", role, "--source", source, "--bucket-trusted", *options, *steps],
         }
     manifest: list[str] = []
     for name in node_files(steps):
         if name not in inputs.node_script_sha256:
             raise RenderError(f"node_script_sha256: no SHA-256 for {name}, which the {role} nodes' steps fetch")
         manifest += ["--sha256", f"{name}={inputs.node_script_sha256[name]}"]
-    return {"Script": f"{source}{ENTRY_SCRIPT}", "Args": ["--role", role, "--source", source, *manifest, *steps]}
+    return {
+        "Script": f"{source}{ENTRY_SCRIPT}",
+        "Args": ["--role", role, "--source", source, *manifest, *options, *steps],
+    }
 
 
 def _user_action(action: CustomActionConfig) -> dict[str, Any]:
@@ -343,11 +363,12 @@ def _custom_actions(
     role: str,
     steps: Sequence[str],
     events: Mapping[str, Sequence[CustomActionConfig]],
+    options: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """``CustomActions``: mlcluster's node scripts first in OnNodeConfigured, then your own actions."""
+    """``CustomActions``: mlcluster's node scripts (with run.sh ``options``) first in OnNodeConfigured, then yours."""
     out: dict[str, Any] = {}
     for event, actions in events.items():
-        sequence = [_node_action(inputs, role, steps)] if event == "OnNodeConfigured" and steps else []
+        sequence = [_node_action(inputs, role, steps, options)] if event == "OnNodeConfigured" and steps else []
         sequence += [_user_action(a) for a in actions]
         if sequence:
             out[event] = {"Sequence": sequence}
@@ -504,8 +525,13 @@ def _queue(cfg: PclusterConfig, queue: QueueConfig, inputs: DeployInputs) -> dic
         "ComputeSettings": {"LocalStorage": _root_volume(queue.root_volume_gib)},
         "JobExclusiveAllocation": queue.job_exclusive_allocation,
     }
+    no_efa = efa_off_types(queue) if "health_check" in steps else []
     custom = _custom_actions(
-        inputs, "compute", steps, {"OnNodeStart": actions.on_node_start, "OnNodeConfigured": actions.on_node_configured}
+        inputs,
+        "compute",
+        steps,
+        {"OnNodeStart": actions.on_node_start, "OnNodeConfigured": actions.on_node_configured},
+        ["--no-efa", ",".join(no_efa)] if no_efa else [],
     )
     if custom:
         out["CustomActions"] = custom
