@@ -27,7 +27,7 @@ What the renderer decides for you, and why:
   node-script action carries the SHA-256 of every file ``run.sh`` fetches
   (``--sha256``): ``run.sh`` refuses a file changed in the bucket before any
   step runs. The head node's and the login pool's action carries no digest
-  (``--bucket-trusted``; they trust the script bucket's write lock), because
+  (they trust the script bucket's write lock), because
   ParallelCluster refuses any change to their ``CustomActions`` on update:
   their arguments stay the same across script releases, queue additions
   and collector settings.
@@ -329,16 +329,18 @@ def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str], options:
     files it fetches.
 
     Compute nodes: a digest per fetched file (``--sha256``), in the configuration only the deploy writes,
-    not in the bucket. Head and login nodes: ``--bucket-trusted``, no digest: ParallelCluster marks their
-    ``CustomActions`` ``UpdatePolicy.UNSUPPORTED``, so arguments that changed with every script release or
-    queue would make every later update fail. Their arguments depend only on the bucket, the prefix, the
-    options and the steps, which change only when the environment's file changes them.
+    not in the bucket. Head and login nodes: no digest (``run.sh`` then trusts the bucket): ParallelCluster
+    marks their ``CustomActions`` ``UpdatePolicy.UNSUPPORTED``, so arguments that changed with every script
+    release or queue would make every later update fail. Their arguments are exactly the form clusters were
+    deployed with before the manifest existed (role, source, steps), so no deployed cluster sees them change;
+    they depend only on the bucket, the prefix and the steps, which change only when the environment's
+    file changes them.
     """
     source = f"s3://{inputs.node_script_bucket}/{inputs.node_script_prefix}"
     if role != "compute":
         return {
             "Script": f"{source}{ENTRY_SCRIPT}",
-            "Args": ["--role", role, "--source", source, "--bucket-trusted", *options, *steps],
+            "Args": ["--role", role, "--source", source, *options, *steps],
         }
     manifest: list[str] = []
     for name in node_files(steps):

@@ -171,10 +171,10 @@ def test_pcluster_collector_runs_on_the_head_node_only(head: PclusterNode) -> No
 
 
 def test_pcluster_missing_configuration_is_named(head: PclusterNode) -> None:
-    """The head node fetches the collector's rendered files from the bucket (``--bucket-trusted``, as the deploy
+    """The head node fetches the collector's rendered files from the bucket (no manifest, as the deploy
     renders it): one missing there is named and refused before the step runs."""
     (head.scripts / "collector_targets.json").unlink()
-    head.manifest = ["--bucket-trusted"]
+    head.manifest = []
     done = head.run("head", "collector")
     assert done.returncode != 0
     assert "collector_targets.json is missing or not a regular file" in done.stderr

@@ -567,7 +567,7 @@ def test_the_head_node_runs_the_collector_from_the_bucket_with_its_rendered_argu
     the collector's deploy-time configuration included, from the bucket the deploy alone may write."""
     node = make_node(gpu=False)
     args = head_and_login_args()["head"]
-    assert args == ["--role", "head", "--source", "s3://node-scripts/pcluster/", "--bucket-trusted"]
+    assert args == ["--role", "head", "--source", "s3://node-scripts/pcluster/"]  # the pre-manifest form
     script = (
         'set -euo pipefail; here="$(dirname "${BASH_SOURCE[0]}")"; '
         'cat "$here/collector.yml" "$here/collector_targets.json" >"$MLCLUSTER_ROOT/seen"\n'
@@ -584,7 +584,7 @@ def test_the_head_node_runs_the_collector_from_the_bucket_with_its_rendered_argu
     assert sorted(p.name for p in scripts.iterdir()) == sorted(
         (*node_files(("collector",)), "collector.yml", "collector_targets.json")
     )
-    assert "--bucket-trusted: no manifest" in node.text("var/log/mlcluster/run.log")
+    assert "bucket-trusted: no manifest" in node.text("var/log/mlcluster/run.log")
     # A missing file stops the run before any step, as with a manifest.
     (bucket / "collector_targets.json").unlink()
     (node.root / "seen").unlink()
@@ -597,7 +597,7 @@ def test_the_head_node_runs_the_collector_from_the_bucket_with_its_rendered_argu
 def test_the_login_pool_runs_from_the_bucket_too(make_node: MakeNode, bucket: Path) -> None:
     node = make_node(gpu=False)
     args = head_and_login_args()["login"]
-    assert args == ["--role", "login", "--source", "s3://node-scripts/pcluster/", "--bucket-trusted"]
+    assert args == ["--role", "login", "--source", "s3://node-scripts/pcluster/"]
     proc = run_from_bucket(node, bucket, *args, steps=("docker",))
     assert proc.returncode == 0, proc.stderr
     assert node.started_steps() == ["docker"]
@@ -610,6 +610,8 @@ def test_compute_nodes_cannot_drop_the_manifest(make_node: MakeNode, bucket: Pat
     proc = run_from_bucket(node, bucket, "--role", "compute", "--bucket-trusted")
     assert proc.returncode == 1
     assert "--bucket-trusted is for head and login nodes" in proc.stderr
+    proc = run_from_bucket(node, bucket, "--role", "compute", "docker")  # no manifest at all: not trusted
+    assert proc.returncode == 1, proc.stderr
     proc = run_from_bucket(node, bucket, "--role", "head", "--bucket-trusted", *rendered_args(("docker",))[2:])
     assert proc.returncode == 1
     assert "--bucket-trusted takes no --sha256" in proc.stderr

@@ -64,9 +64,9 @@ def manifest(*steps: str) -> list[str]:
 
 
 def node_action(role: str, *steps: str) -> dict[str, Any]:
-    """The node-script action: compute nodes carry the manifest, head and login nodes ``--bucket-trusted``."""
+    """The node-script action: compute nodes carry the manifest, head and login nodes the pre-manifest form."""
     source = f"s3://{BUCKET}/pcluster/"
-    vouch = manifest(*steps) if role == "compute" else ["--bucket-trusted"]
+    vouch = manifest(*steps) if role == "compute" else []
     return {"Script": f"{source}run.sh", "Args": ["--role", role, "--source", source, *vouch, *steps]}
 
 
@@ -816,7 +816,6 @@ def test_queues_carry_a_digest_per_file_the_head_node_trusts_the_bucket() -> Non
         "head",
         "--source",
         f"s3://{BUCKET}/pcluster/",
-        "--bucket-trusted",
         "docker",
         "enroot_pyxis",
         "exporters",

@@ -3,7 +3,7 @@
 #
 #   run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR
 #          --sha256 NAME=HEX... [--no-efa TYPE[,TYPE...]] [STEP...]
-#   run.sh --role head|login --source s3://BUCKET/PREFIX/|DIR --bucket-trusted [STEP...]
+#   run.sh --role head|login --source s3://BUCKET/PREFIX/|DIR [STEP...]
 #
 # --no-efa: the EFA-capable instance types of this queue whose compute resource has EFA off
 # (mlcluster.pcluster.render.efa_off_types); the health_check step expects no EFA device on them.
@@ -23,11 +23,12 @@
 # --sha256 argument: the arguments come from the cluster configuration, which only the deploy writes,
 # not from the bucket the files come from.
 #
-# --bucket-trusted (head and login nodes only) drops that manifest: every file is fetched and trusted
-# because only the deploy role may write the script bucket.
-# ParallelCluster refuses any change to the CustomActions of the head node and the login pools on
-# update (UpdatePolicy.UNSUPPORTED), so their arguments must not change with each release of these
-# scripts or each deploy-time value; a queue's may (its update policy is the queue update strategy).
+# Head and login nodes run without a manifest (no --sha256: bucket-trusted; --bucket-trusted says so
+# explicitly): every file is fetched and trusted because only the deploy role may write the script
+# bucket. ParallelCluster refuses any change to the CustomActions of the head node and the login pools
+# on update (UpdatePolicy.UNSUPPORTED), so their arguments must not change with each release of these
+# scripts or each deploy-time value, nor differ from the form clusters deployed before the manifest
+# existed (--role, --source, the steps); a queue's may (its update policy is the queue update strategy).
 #
 # Either way the files are copied into a new root-only folder and checked there (a missing file, a
 # link or anything but a regular file is refused before any step runs, and so is a changed one when
@@ -65,7 +66,7 @@ fail() {
 
 usage() {
   echo "usage: run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR --sha256 NAME=HEX... [--no-efa TYPE[,TYPE...]] [STEP...]" >&2
-  echo "       run.sh --role head|login --source s3://BUCKET/PREFIX/|DIR --bucket-trusted [STEP...]" >&2
+  echo "       run.sh --role head|login --source s3://BUCKET/PREFIX/|DIR [--bucket-trusted] [STEP...]" >&2
   echo "steps: ${KNOWN_STEPS[*]}" >&2
   exit 2
 }
@@ -133,6 +134,9 @@ esac
 [[ -z "${no_efa}" || "${no_efa}" =~ ^[a-z0-9-]+\.[a-z0-9]+(,[a-z0-9-]+\.[a-z0-9]+)*$ ]] \
   || fail "--no-efa takes instance types separated by commas (got '${no_efa}')"
 [[ -n "${source_uri}" ]] || fail "--source is required: the S3 prefix or folder holding the step scripts"
+if [[ "${role}" != compute ]] && ((${#sha256_args[@]} == 0)); then
+  bucket_trusted=1
+fi
 if ((bucket_trusted)); then
   [[ "${role}" != compute ]] \
     || fail "--bucket-trusted is for head and login nodes; compute nodes always check the --sha256 manifest"
@@ -207,7 +211,7 @@ for file in "${files[@]}"; do
     || fail "checksum mismatch for ${file} (expected ${SHA256[${file}]}, found ${actual}): it was changed after mlcluster uploaded it; refusing to run"
 done
 if ((bucket_trusted)); then
-  say "fetched ${#files[@]} files from ${source_uri} (--bucket-trusted: no manifest)"
+  say "fetched ${#files[@]} files from ${source_uri} (head or login node, bucket-trusted: no manifest)"
 else
   say "checked ${#files[@]} files against their SHA-256"
 fi
