@@ -23,10 +23,14 @@ What the renderer decides for you, and why:
   runs the metrics collector step and gets ``aps:RemoteWrite`` on that
   workspace; no other node does.
 - Every node role may read the node scripts (``Iam.S3Access`` on the
-  script prefix) and the S3 scripts of your own custom actions. The node
-  scripts' action carries the SHA-256 of every file ``run.sh`` fetches
-  (``--sha256``) and the collector's rendered files (``--file``, base64):
-  ``run.sh`` refuses a file changed in the bucket before any step runs.
+  script prefix) and the S3 scripts of your own custom actions. A queue's
+  node-script action carries the SHA-256 of every file ``run.sh`` fetches
+  (``--sha256``): ``run.sh`` refuses a file changed in the bucket before any
+  step runs. The head node's and the login pool's action carries no digest
+  (they trust the script bucket's write lock), because
+  ParallelCluster refuses any change to their ``CustomActions`` on update:
+  their arguments stay the same across script releases, queue additions
+  and collector settings.
 - EFA follows the instance type unless set; the placement group is always
   explicit (ParallelCluster requires that with EFA) and off for reserved
   capacity, whose own placement a new group would contradict (seed 000).
@@ -57,7 +61,6 @@ from mlcluster.config.pcluster import (
 )
 from mlcluster.lifecycle.pcluster import (
     ENTRY_SCRIPT,
-    GENERATED_FILES,
     HEALTH_CHECK_PROGRAM,
     node_files,
     node_script_sha256,
@@ -128,11 +131,8 @@ class DeployInputs:
     :param retain_logs: keep the cluster's log group when the cluster is deleted.
     :param tags: tags for every cluster resource (the configuration's own tags win).
     :param exporters: every node runs the metrics exporters step (``observability.prometheus.enabled``).
-    :param node_script_sha256: file name -> hex SHA-256 of the node scripts uploaded to the prefix; default:
-        the files of this package, as the stack uploads them.
-    :param generated_files_base64: file name -> base64 text of the collector's files rendered at deploy time
-        (``GENERATED_FILES``; CloudFormation's ``Fn::Base64`` when they hold deploy-time values); required
-        with ``collector_policy_arn``.
+    :param node_script_sha256: file name -> hex SHA-256 of the node scripts uploaded to the prefix, carried
+        by the queues' node-script actions; default: the files of this package, as the stack uploads them.
     """
 
     region: str
@@ -155,7 +155,6 @@ class DeployInputs:
     tags: Mapping[str, str] = field(default_factory=dict)
     exporters: bool = False
     node_script_sha256: Mapping[str, str] = field(default_factory=node_script_sha256)
-    generated_files_base64: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Reject inputs that cannot make a valid configuration, naming the input."""
@@ -326,20 +325,28 @@ def efa_off_types(queue: QueueConfig) -> list[str]:
 
 
 def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str], options: Sequence[str] = ()) -> dict[str, Any]:
-    """``run.sh`` with the node's steps and the manifest of what it may run: a digest per fetched file and
-    the text of each generated one, in the configuration only the deploy writes (not in the bucket);
-    ``options`` are run.sh's other options (``--no-efa``)."""
+    """``run.sh`` with the node's steps, its other options (``options``: ``--no-efa``) and what vouches for the
+    files it fetches.
+
+    Compute nodes: a digest per fetched file (``--sha256``), in the configuration only the deploy writes,
+    not in the bucket. Head and login nodes: no digest (``run.sh`` then trusts the bucket): ParallelCluster
+    marks their ``CustomActions`` ``UpdatePolicy.UNSUPPORTED``, so arguments that changed with every script
+    release or queue would make every later update fail. Their arguments are exactly the form clusters were
+    deployed with before the manifest existed (role, source, steps), so no deployed cluster sees them change;
+    they depend only on the bucket, the prefix and the steps, which change only when the environment's
+    file changes them.
+    """
     source = f"s3://{inputs.node_script_bucket}/{inputs.node_script_prefix}"
+    if role != "compute":
+        return {
+            "Script": f"{source}{ENTRY_SCRIPT}",
+            "Args": ["--role", role, "--source", source, *options, *steps],
+        }
     manifest: list[str] = []
     for name in node_files(steps):
         if name not in inputs.node_script_sha256:
             raise RenderError(f"node_script_sha256: no SHA-256 for {name}, which the {role} nodes' steps fetch")
         manifest += ["--sha256", f"{name}={inputs.node_script_sha256[name]}"]
-    if "collector" in steps:
-        for name in GENERATED_FILES:
-            if name not in inputs.generated_files_base64:
-                raise RenderError(f"generated_files_base64: the collector step needs {name}; pass its text")
-            manifest += ["--file", f"{name}={inputs.generated_files_base64[name]}"]
     return {
         "Script": f"{source}{ENTRY_SCRIPT}",
         "Args": ["--role", role, "--source", source, *manifest, *options, *steps],

@@ -13,7 +13,6 @@ and an unprivileged user (``setpriv``) can try to plant things between runs.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import os
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS
-from mlcluster.lifecycle.pcluster import ENTRY_SCRIPT, GENERATED_FILES, PCLUSTER_DIR
+from mlcluster.lifecycle.pcluster import ENTRY_SCRIPT, PCLUSTER_DIR
 
 #: Unprivileged users of the fake node (numeric ids only: nothing is added to this machine).
 ALICE = 2001
@@ -230,15 +229,13 @@ def sha256(data: bytes) -> str:
 
 
 def manifest_args(folder: Path) -> list[str]:
-    """The ``run.sh`` manifest the deploy would render for the files of ``folder`` as they are now: ``--sha256
-    NAME=HEX`` for each file run.sh fetches, ``--file NAME=BASE64`` for each generated one."""
+    """A ``run.sh`` manifest for the files of ``folder`` as they are now: ``--sha256 NAME=HEX`` for each file
+    run.sh may fetch (what the deploy renders for a queue)."""
     args: list[str] = []
     for path in sorted(folder.iterdir()):
         if not path.is_file() or path.is_symlink() or path.name == ENTRY_SCRIPT or path.suffix == ".pyc":
             continue
-        if path.name in GENERATED_FILES:
-            args += ["--file", f"{path.name}={base64.b64encode(path.read_bytes()).decode()}"]
-        elif path.name != "__init__.py":
+        if path.name != "__init__.py":
             args += ["--sha256", f"{path.name}={sha256(path.read_bytes())}"]
     return args
 

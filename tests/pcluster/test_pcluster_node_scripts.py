@@ -8,7 +8,6 @@ coreutils, tar and make run as usual, so files land under the scratch root.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import itertools
 import re
@@ -17,6 +16,7 @@ import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -419,17 +419,26 @@ def bucket(tmp_path: Path) -> Path:
     return folder
 
 
-def rendered_args(steps: tuple[str, ...]) -> list[str]:
-    """``--role head`` and the ``--sha256`` arguments the deploy renders for the files ``steps`` fetch."""
-    config = render_cluster_config(
-        pcluster("queues: [{name: q, compute_resources: [{name: c, instance_type: m5.large}]}]\n"),
-        inputs(node_script_bucket="node-scripts"),
+def rendered_config() -> dict[str, Any]:
+    """A cluster configuration with one queue, a login pool and Prometheus, from the bucket ``node-scripts``."""
+    return render_cluster_config(
+        pcluster("queues: [{name: q, compute_resources: [{name: c, instance_type: m5.large}]}]\nlogin_nodes: {}\n"),
+        inputs(
+            node_script_bucket="node-scripts",
+            exporters=True,
+            collector_policy_arn="arn:aws:iam::123456789012:policy/parallelcluster/collector",
+        ),
     )
-    action = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]
+
+
+def rendered_args(steps: tuple[str, ...]) -> list[str]:
+    """``--role compute`` and the ``--sha256`` arguments the deploy renders in a queue for the files ``steps``
+    fetch."""
+    action = rendered_config()["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]
     assert action["Script"] == "s3://node-scripts/pcluster/run.sh"
     args = action["Args"]
     by_name = dict(value.split("=", 1) for option, value in itertools.pairwise(args) if option == "--sha256")
-    return ["--role", "head", *[x for name in node_files(steps) for x in ("--sha256", f"{name}={by_name[name]}")]]
+    return ["--role", "compute", *[x for name in node_files(steps) for x in ("--sha256", f"{name}={by_name[name]}")]]
 
 
 def run_from_bucket(
@@ -540,34 +549,74 @@ def test_a_link_in_a_source_folder_is_refused(make_node: MakeNode, bucket: Path)
     assert "step docker: starting" not in node.text("var/log/mlcluster/run.log")
 
 
-def test_the_collectors_rendered_files_come_from_the_arguments_not_the_bucket(
+def head_and_login_args() -> dict[str, list[str]]:
+    """The node-script arguments the deploy renders for the head node and the login pool (no steps)."""
+    config = rendered_config()
+    out = {}
+    for role, section in (("head", config["HeadNode"]), ("login", config["LoginNodes"]["Pools"][0])):
+        (action,) = section["CustomActions"]["OnNodeConfigured"]["Sequence"]
+        assert action["Script"] == "s3://node-scripts/pcluster/run.sh"
+        out[role] = [a for a in action["Args"] if a not in STEPS]
+    return out
+
+
+def test_the_head_node_runs_the_collector_from_the_bucket_with_its_rendered_arguments(
     make_node: MakeNode, bucket: Path
 ) -> None:
-    """collector.yml and collector_targets.json hold deploy-time values: the configuration carries their text."""
+    """The head node's action names no digest (ParallelCluster refuses to update it): run.sh fetches the files,
+    the collector's deploy-time configuration included, from the bucket the deploy alone may write."""
     node = make_node(gpu=False)
-    (bucket / "collector.yml").write_text("planted\n")
+    args = head_and_login_args()["head"]
+    assert args == ["--role", "head", "--source", "s3://node-scripts/pcluster/"]  # the pre-manifest form
     script = (
         'set -euo pipefail; here="$(dirname "${BASH_SOURCE[0]}")"; '
-        'cat "$here/collector.yml" >"$MLCLUSTER_ROOT/seen.yml"; cat "$here/collector_targets.json" >>"$MLCLUSTER_ROOT/seen.yml"\n'
+        'cat "$here/collector.yml" "$here/collector_targets.json" >"$MLCLUSTER_ROOT/seen"\n'
     )
+    (bucket / "collector.sh").write_text(script)
     for name in ("collector_install.sh", "collector_targets.py"):
         (bucket / name).write_text("# stand-in\n")
-    (bucket / "collector.sh").write_text(script)
-    digests = {n: hashlib.sha256((bucket / n).read_bytes()).hexdigest() for n in node_files(("collector",))}
-    args = ["--role", "head", *[x for n, d in digests.items() for x in ("--sha256", f"{n}={d}")]]
-    texts = [
-        "--file",
-        "collector.yml=" + base64.b64encode(b"rendered: 1\n").decode(),
-        "--file",
-        "collector_targets.json=e30K",
-    ]
-    missing = run_from_bucket(node, bucket, *args, steps=("collector",))
-    assert missing.returncode == 1
-    assert "collector.yml has no --file in the arguments" in missing.stderr
-    proc = run_from_bucket(node, bucket, *args, *texts, steps=("collector",))
+    (bucket / "collector.yml").write_text("rendered: 1\n")
+    (bucket / "collector_targets.json").write_text("{}\n")
+    proc = run_from_bucket(node, bucket, *args, steps=("collector",))
     assert proc.returncode == 0, proc.stderr
-    assert node.text("seen.yml") == "rendered: 1\n{}\n"
-    assert not any("collector.yml" in c for c in node.calls())
+    assert node.text("seen") == "rendered: 1\n{}\n"
+    scripts = node.root / "opt/mlcluster/node-scripts"
+    assert sorted(p.name for p in scripts.iterdir()) == sorted(
+        (*node_files(("collector",)), "collector.yml", "collector_targets.json")
+    )
+    assert "bucket-trusted: no manifest" in node.text("var/log/mlcluster/run.log")
+    # A missing file stops the run before any step, as with a manifest.
+    (bucket / "collector_targets.json").unlink()
+    (node.root / "seen").unlink()
+    proc = run_from_bucket(node, bucket, *args, steps=("collector",))
+    assert proc.returncode == 1
+    assert "cannot download s3://node-scripts/pcluster/collector_targets.json" in proc.stderr
+    assert not (node.root / "seen").exists()
+
+
+def test_the_login_pool_runs_from_the_bucket_too(make_node: MakeNode, bucket: Path) -> None:
+    node = make_node(gpu=False)
+    args = head_and_login_args()["login"]
+    assert args == ["--role", "login", "--source", "s3://node-scripts/pcluster/"]
+    proc = run_from_bucket(node, bucket, *args, steps=("docker",))
+    assert proc.returncode == 0, proc.stderr
+    assert node.started_steps() == ["docker"]
+
+
+def test_compute_nodes_cannot_drop_the_manifest(make_node: MakeNode, bucket: Path) -> None:
+    """--bucket-trusted is for head and login nodes; with a manifest it is refused too (one or the other)."""
+    node = make_node(gpu=False)
+    (bucket / "docker.sh").write_text(CANARY)
+    proc = run_from_bucket(node, bucket, "--role", "compute", "--bucket-trusted")
+    assert proc.returncode == 1
+    assert "--bucket-trusted is for head and login nodes" in proc.stderr
+    proc = run_from_bucket(node, bucket, "--role", "compute", "docker")  # no manifest at all: not trusted
+    assert proc.returncode == 1, proc.stderr
+    proc = run_from_bucket(node, bucket, "--role", "head", "--bucket-trusted", *rendered_args(("docker",))[2:])
+    assert proc.returncode == 1
+    assert "--bucket-trusted takes no --sha256" in proc.stderr
+    assert not (node.root / "canary").exists()
+    assert not (node.root / "opt/mlcluster/node-scripts").exists()
 
 
 # -- health_check: the node health tool and Slurm's HealthCheckProgram ------------------------------------

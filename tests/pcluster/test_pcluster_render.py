@@ -64,8 +64,10 @@ def manifest(*steps: str) -> list[str]:
 
 
 def node_action(role: str, *steps: str) -> dict[str, Any]:
+    """The node-script action: compute nodes carry the manifest, head and login nodes the pre-manifest form."""
     source = f"s3://{BUCKET}/pcluster/"
-    return {"Script": f"{source}run.sh", "Args": ["--role", role, "--source", source, *manifest(*steps), *steps]}
+    vouch = manifest(*steps) if role == "compute" else []
+    return {"Script": f"{source}run.sh", "Args": ["--role", role, "--source", source, *vouch, *steps]}
 
 
 def render(yaml_text: str, **overrides: Any) -> dict[str, Any]:
@@ -803,33 +805,30 @@ def test_every_access_combination_has_a_way_out(head: str, login: str) -> None:
         assert PUBLIC not in queue["Networking"]["SubnetIds"]
 
 
-def test_the_node_action_carries_the_digest_of_every_file_it_fetches_and_the_collectors_texts() -> None:
-    """The manifest is in the cluster configuration (written by the deploy), not in the node-script bucket."""
+def test_queues_carry_a_digest_per_file_the_head_node_trusts_the_bucket() -> None:
+    """The queue's manifest is in the cluster configuration (written by the deploy), not in the bucket; the head
+    node's action has none (ParallelCluster refuses to update it), and fetches the collector's files too."""
     collector = "arn:aws:iam::123456789012:policy/parallelcluster/collector"
-    files = {"collector.yml": "Y29uZmln", "collector_targets.json": "e30K"}
-    config = render(one(P5), collector_policy_arn=collector, generated_files_base64=files)
-    args = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"]
-    steps = args[args.index("collector.yml=Y29uZmln") + 3 :]
-    assert "collector" in steps
-    assert args == [
+    config = render(one(P5), collector_policy_arn=collector, exporters=True)
+    head = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"]
+    assert head == [
         "--role",
         "head",
         "--source",
         f"s3://{BUCKET}/pcluster/",
-        *manifest(*steps),
-        "--file",
-        "collector.yml=Y29uZmln",
-        "--file",
-        "collector_targets.json=e30K",
-        *steps,
+        "docker",
+        "enroot_pyxis",
+        "exporters",
+        "collector",
     ]
-    assert f"collector_install.sh={node_script_sha256()['collector_install.sh']}" in args
-    # Without the collector's texts, or a digest for a file a node fetches, nothing is rendered.
-    with pytest.raises(RenderError, match=re.escape("generated_files_base64: the collector step needs collector.yml")):
-        render(one(P5), collector_policy_arn=collector)
+    queue = get(config, f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args")
+    steps = ["docker", "enroot_pyxis", "nccl_efa", "exporters", "health_check"]
+    assert queue == ["--role", "compute", "--source", f"s3://{BUCKET}/pcluster/", *manifest(*steps), *steps]
+    assert f"exporter_units.sh={node_script_sha256()['exporter_units.sh']}" in queue
+    # Without a digest for a file a compute node fetches, nothing is rendered.
     digests = {k: v for k, v in node_script_sha256().items() if k != "docker.sh"}
     with pytest.raises(
-        RenderError, match=re.escape("node_script_sha256: no SHA-256 for docker.sh, which the head nodes")
+        RenderError, match=re.escape("node_script_sha256: no SHA-256 for docker.sh, which the compute nodes")
     ):
         render(one(P5), node_script_sha256=digests)
 

@@ -7,10 +7,12 @@ exporters step, the shared ``mlcluster.lifecycle.exporters`` files uploaded ther
 health_check step ``HEALTH_TOOL``).
 ``pins.sh`` holds every pinned version, checksum, commit and key fingerprint.
 
-``run.sh`` runs nothing it has not checked: the cluster configuration (which only the deploy writes)
-carries the SHA-256 of every file a node fetches (``--sha256 NAME=HEX``, from :func:`node_script_sha256`)
-and the texts of the files rendered at deploy time (``--file NAME=BASE64``, the collector's), so a file
-changed in the bucket is refused before any step runs.
+On compute nodes ``run.sh`` runs nothing it has not checked: the queue's action in the cluster
+configuration (which only the deploy writes) carries the SHA-256 of every file a node fetches
+(``--sha256 NAME=HEX``, from :func:`node_script_sha256`), so a file changed in the bucket is refused
+before any step runs. The head node and login pools run with ``--bucket-trusted`` (no digests, the
+collector's rendered files fetched from the bucket): ParallelCluster refuses any change to their
+``CustomActions`` on update, so their arguments must not follow each script release.
 """
 
 import hashlib
@@ -45,8 +47,8 @@ NCCL_TESTS_ALL_REDUCE = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"
 #: The files to upload to the node-script prefix.
 NODE_SCRIPT_FILES = (ENTRY_SCRIPT, *SUPPORT_FILES, *(f"{step}.sh" for step in STEPS))
 
-#: The collector step's files rendered at deploy time (``mlcluster.collector.render``): carried in the
-#: cluster configuration as ``--file NAME=BASE64``, never fetched.
+#: The collector step's files rendered at deploy time (``mlcluster.collector.render``): uploaded by the
+#: stack next to the scripts and fetched by the head node (``--bucket-trusted``).
 GENERATED_FILES = ("collector.yml", "collector_targets.json")
 
 

@@ -2,7 +2,8 @@
 # Entry point ParallelCluster runs as OnNodeConfigured on every node of an mlcluster cluster.
 #
 #   run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR
-#          --sha256 NAME=HEX... [--file NAME=BASE64...] [--no-efa TYPE[,TYPE...]] [STEP...]
+#          --sha256 NAME=HEX... [--no-efa TYPE[,TYPE...]] [STEP...]
+#   run.sh --role head|login --source s3://BUCKET/PREFIX/|DIR [STEP...]
 #
 # --no-efa: the EFA-capable instance types of this queue whose compute resource has EFA off
 # (mlcluster.pcluster.render.efa_off_types); the health_check step expects no EFA device on them.
@@ -14,17 +15,26 @@
 # support files (lib.sh, pins.sh, user_dirs.sh) are copied from --source (an S3 prefix, read with
 # the node's role, or a local folder); the exporters step also gets EXPORTER_FILES (the units, textfile
 # collectors and DCGM fields, shared with HyperPod) and the collector step COLLECTOR_FILES (its
-# installer and target refresher) and GENERATED_FILES (the configuration mlcluster rendered), and
+# installer and target refresher) and GENERATED_FILES (the configuration the stack rendered and
+# uploaded at deploy time), and
 # the health_check step HEALTH_FILES (the node health tool, shared with HyperPod).
 #
-# Nothing runs that was not checked. Every file fetched must have the SHA-256 given by its --sha256
-# argument, and the GENERATED_FILES are written from their --file arguments (base64), never fetched:
-# the arguments come from the cluster configuration, which only the deploy writes, not from the
-# bucket the files come from. The files are copied into a new root-only folder, checked there (a
-# changed file, a missing one, a link or anything but a regular file is refused before any step
-# runs), and that folder becomes /opt/mlcluster/node-scripts, which then holds exactly the checked
-# files: a file of the source that the arguments do not name is never copied, so no step can run
-# or read it. Each step logs to /var/log/mlcluster/STEP.log; the first
+# Compute nodes run nothing that was not checked. Every file fetched must have the SHA-256 given by its
+# --sha256 argument: the arguments come from the cluster configuration, which only the deploy writes,
+# not from the bucket the files come from.
+#
+# Head and login nodes run without a manifest (no --sha256: bucket-trusted; --bucket-trusted says so
+# explicitly): every file is fetched and trusted because only the deploy role may write the script
+# bucket. ParallelCluster refuses any change to the CustomActions of the head node and the login pools
+# on update (UpdatePolicy.UNSUPPORTED), so their arguments must not change with each release of these
+# scripts or each deploy-time value, nor differ from the form clusters deployed before the manifest
+# existed (--role, --source, the steps); a queue's may (its update policy is the queue update strategy).
+#
+# Either way the files are copied into a new root-only folder and checked there (a missing file, a
+# link or anything but a regular file is refused before any step runs, and so is a changed one when
+# there is a manifest), and that folder becomes /opt/mlcluster/node-scripts, which then holds exactly
+# those files: a file of the source that the step list does not name is never copied, so no step can
+# run or read it. Each step logs to /var/log/mlcluster/STEP.log; the first
 # step that fails stops the run, and the error names it. Every step is
 # idempotent, so running this again changes nothing.
 #
@@ -55,7 +65,8 @@ fail() {
 }
 
 usage() {
-  echo "usage: run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR --sha256 NAME=HEX... [--file NAME=BASE64...] [--no-efa TYPE[,TYPE...]] [STEP...]" >&2
+  echo "usage: run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR --sha256 NAME=HEX... [--no-efa TYPE[,TYPE...]] [STEP...]" >&2
+  echo "       run.sh --role head|login --source s3://BUCKET/PREFIX/|DIR [--bucket-trusted] [STEP...]" >&2
   echo "steps: ${KNOWN_STEPS[*]}" >&2
   exit 2
 }
@@ -76,7 +87,7 @@ source_uri=""
 no_efa=""
 requested=()
 sha256_args=()
-file_args=()
+bucket_trusted=0
 while (($#)); do
   case "$1" in
     --role)
@@ -94,10 +105,9 @@ while (($#)); do
       sha256_args+=("$2")
       shift 2
       ;;
-    --file)
-      (($# >= 2)) || usage
-      file_args+=("$2")
-      shift 2
+    --bucket-trusted)
+      bucket_trusted=1
+      shift
       ;;
     --no-efa)
       (($# >= 2)) || usage
@@ -124,6 +134,15 @@ esac
 [[ -z "${no_efa}" || "${no_efa}" =~ ^[a-z0-9-]+\.[a-z0-9]+(,[a-z0-9-]+\.[a-z0-9]+)*$ ]] \
   || fail "--no-efa takes instance types separated by commas (got '${no_efa}')"
 [[ -n "${source_uri}" ]] || fail "--source is required: the S3 prefix or folder holding the step scripts"
+if [[ "${role}" != compute ]] && ((${#sha256_args[@]} == 0)); then
+  bucket_trusted=1
+fi
+if ((bucket_trusted)); then
+  [[ "${role}" != compute ]] \
+    || fail "--bucket-trusted is for head and login nodes; compute nodes always check the --sha256 manifest"
+  ((${#sha256_args[@]} == 0)) \
+    || fail "--bucket-trusted takes no --sha256: the files come from the bucket, unchecked"
+fi
 if ((${#requested[@]} == 0)) && [[ -n "${MLCLUSTER_STEPS:-}" ]]; then
   read -r -a requested <<<"${MLCLUSTER_STEPS//,/ }"
 fi
@@ -146,17 +165,12 @@ for candidate in "${KNOWN_STEPS[@]}"; do
   done
 done
 
-# The manifest from the arguments: NAME -> SHA-256 of a fetched file, NAME -> base64 of a generated one.
-declare -A SHA256=() CARRIED=()
+# The manifest from the arguments: NAME -> SHA-256 of a fetched file.
+declare -A SHA256=()
 for entry in "${sha256_args[@]}"; do
   [[ "${entry}" =~ ^([A-Za-z0-9_][A-Za-z0-9_.-]*)=([0-9a-f]{64})$ ]] \
     || fail "--sha256 '${entry:0:80}' is not NAME=HEX (a file name and 64 lowercase hex digits)"
   SHA256["${BASH_REMATCH[1]}"]="${BASH_REMATCH[2]}"
-done
-for entry in "${file_args[@]}"; do
-  [[ "${entry}" =~ ^([A-Za-z0-9_][A-Za-z0-9_.-]*)=([A-Za-z0-9+/]*={0,2})$ ]] \
-    || fail "--file '${entry:0:80}' is not NAME=BASE64"
-  CARRIED["${BASH_REMATCH[1]}"]="${BASH_REMATCH[2]}"
 done
 
 # One run at a time: ParallelCluster runs this once, an operator may run it again.
@@ -164,21 +178,15 @@ exec 9>"${LOG_DIR}/run.lock"
 flock -w 900 9 || fail "another run.sh holds ${LOG_DIR}/run.lock"
 
 files=("${SUPPORT_FILES[@]}" "${steps[@]/%/.sh}")
-generated=()
 [[ " ${steps[*]} " == *" exporters "* ]] && files+=("${EXPORTER_FILES[@]}")
 [[ " ${steps[*]} " == *" health_check "* ]] && files+=("${HEALTH_FILES[@]}")
-if [[ " ${steps[*]} " == *" collector "* ]]; then
-  files+=("${COLLECTOR_FILES[@]}")
-  generated+=("${GENERATED_FILES[@]}")
+[[ " ${steps[*]} " == *" collector "* ]] && files+=("${COLLECTOR_FILES[@]}" "${GENERATED_FILES[@]}")
+if ((!bucket_trusted)); then
+  for file in "${files[@]}"; do
+    [[ -n "${SHA256[${file}]:-}" ]] \
+      || fail "${file} has no --sha256 in the arguments (the cluster configuration mlcluster renders gives one for every file); refusing to run"
+  done
 fi
-for file in "${files[@]}"; do
-  [[ -n "${SHA256[${file}]:-}" ]] \
-    || fail "${file} has no --sha256 in the arguments (the cluster configuration mlcluster renders gives one for every file); refusing to run"
-done
-for file in "${generated[@]}"; do
-  [[ -n "${CARRIED[${file}]+set}" ]] \
-    || fail "${file} has no --file in the arguments (the cluster configuration mlcluster renders carries it); refusing to run"
-done
 
 # A new root-only folder (mktemp -d: 0700) next to the one the steps run from; nothing else writes there.
 script_dir="${ROOT}/opt/mlcluster/node-scripts"
@@ -196,15 +204,17 @@ for file in "${files[@]}"; do
     cp -- "${source_file}" "${staging}/${file}"
   fi
   [[ -f "${staging}/${file}" && ! -L "${staging}/${file}" ]] || fail "${file} is missing after the copy; refusing to run"
+  ((bucket_trusted)) && continue
   actual="$(sha256sum <"${staging}/${file}")"
   actual="${actual%% *}"
   [[ "${actual}" == "${SHA256[${file}]}" ]] \
     || fail "checksum mismatch for ${file} (expected ${SHA256[${file}]}, found ${actual}): it was changed after mlcluster uploaded it; refusing to run"
 done
-for file in "${generated[@]}"; do
-  base64 --decode <<<"${CARRIED[${file}]}" >"${staging}/${file}" || fail "--file ${file} is not valid base64; refusing to run"
-done
-say "checked ${#files[@]} files against their SHA-256 and wrote ${#generated[@]} from the arguments"
+if ((bucket_trusted)); then
+  say "fetched ${#files[@]} files from ${source_uri} (head or login node, bucket-trusted: no manifest)"
+else
+  say "checked ${#files[@]} files against their SHA-256"
+fi
 chmod 0755 "${staging}"
 chmod 0755 "${staging}"/*
 # The checked folder takes the place of the old one (two renames; the old one goes).
