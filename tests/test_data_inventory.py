@@ -197,9 +197,11 @@ def _accounting(t: Templates) -> bool:
     puts = [
         statement
         for r in cluster.values()
-        if r["Type"] == "AWS::IAM::Policy" and "PatchBackup" in r["Properties"]["PolicyName"]
+        if r["Type"] == "AWS::IAM::ManagedPolicy"
         for statement in r["Properties"]["PolicyDocument"]["Statement"]
-        if "s3:PutObject" in statement["Action"]
+        if statement.get("Sid") == "PatchBackupObjects"
+        and "s3:PutObject" in statement["Action"]
+        and json.dumps(statement["Resource"]).endswith('"/mlcluster/patch/ml-hyperpod/*"]]}')
     ]
     (policy,) = [
         r
