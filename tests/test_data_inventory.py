@@ -177,7 +177,8 @@ def _home(t: Templates) -> bool:
 
 def _accounting(t: Templates) -> bool:
     """The controller's features file names the patch backup bucket, its key and the scheduled prefix;
-    the controller's role may put objects there, no lifecycle rule deletes them, state.json stays the operator's.
+    the controller's role may put objects there, no lifecycle rule deletes objects (only unfinished multipart
+    uploads), state.json stays the operator's.
     """
     cluster = t["hyperpod/Cluster"]["Resources"]
     (bucket,) = [
@@ -190,7 +191,7 @@ def _accounting(t: Templates) -> bool:
         if r["Type"] == "Custom::CDKBucketDeployment"
         for marker in r["Properties"].get("SourceMarkers", [])
         for value in marker.values()
-        if '"scheduled_backup"' in json.dumps(value)
+        if "scheduled_backup" in json.dumps(value)
         for part in value["Fn::Base64"]["Fn::Join"][1]
     ]
     prefix = "mlcluster/patch/ml-hyperpod/scheduled/"
@@ -214,7 +215,10 @@ def _accounting(t: Templates) -> bool:
         and {"Fn::GetAtt": [key, "Arn"]} in features
         and any(isinstance(part, str) and f'"prefix": "{prefix}"' in part for part in features)
         and len(puts) == 1
-        and "LifecycleConfiguration" not in cluster[bucket]["Properties"]
+        and all(
+            set(rule) <= {"Id", "Status", "AbortIncompleteMultipartUpload"}
+            for rule in cluster[bucket]["Properties"].get("LifecycleConfiguration", {}).get("Rules", [])
+        )
         and {"OnlySseKms", "OnlyThisKey", "OnlyTheOperatorWritesTheState", "NoOtherNodeRole"} <= sids
         and not warned("hyperpod", "cluster.hyperpod.lifecycle")
     )
