@@ -120,13 +120,13 @@ class ClusterStack(cdk.Stack):
         keeps = env.config.retention.keeps_data
         collector: CollectorInputs | None = None
         collector_sources: list[s3deploy.ISource] = []
+        generated: dict[str, str] = {}
         if self.prometheus is not None:
-            # The head node's collector: its scripts and rendered configuration next to the node scripts.
+            # The head node's collector: its scripts next to the node scripts; its rendered configuration (with
+            # deploy-time values) travels in the cluster configuration as base64 (run.sh --file), not the bucket.
             collector = pcluster_inputs(cfg, **self._collector_common())
-            collector_sources = [
-                s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE),
-                *(s3deploy.Source.data(name, text) for name, text in render(collector).items()),
-            ]
+            collector_sources = [s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE)]
+            generated = {name: cdk.Fn.base64(text) for name, text in render(collector).items()}
         scripts = ScriptBucket(
             self,
             "NodeScripts",
@@ -215,6 +215,7 @@ class ClusterStack(cdk.Stack):
             retain_logs=keeps,
             tags={"mlcluster:environment": env.name, **env.config.tags},
             exporters=prometheus_enabled(env.config),
+            generated_files_base64=generated,
         )
         cluster_config = render_cluster_config(cfg, inputs)
         provider = PclusterProviderRole(

@@ -146,7 +146,7 @@ def test_the_scheduled_copy_keeps_slurmctld_running_and_rotates_by_weekday(contr
     assert result.returncode == 0, result.stderr
     actions = controller.actions()[before:]
     assert not [a for a in actions if a.startswith("systemctl")]  # slurmctld never stopped
-    assert "mysqldump --single-transaction --databases slurm_acct_db" in actions
+    assert "mysqldump --single-transaction slurm_acct_db" in actions
     puts = [a for a in actions if a.startswith("aws s3api put-object")]
     assert len(puts) == 3 and all(f"--server-side-encryption aws:kms --ssekms-key-id {KEY}" in a for a in puts)
     (day,) = [d for d in days if (controller.state / "s3" / BUCKET / PREFIX / d).is_dir()]
