@@ -494,7 +494,9 @@ def test_the_restore_account_reaches_the_scratch_database_only_not_names_its_und
     _sql(mariadb, "CREATE DATABASE IF NOT EXISTS slurm_acct_db;")
     backup = backup_tool(controller, "backup", URI, KEY)
     assert backup.returncode == 0, backup.stderr
-    dump = gzip.compress(b"CREATE DATABASE `slurm-acct-db-mlcrestore`;\nCREATE TABLE `slurm-acct-db-mlcrestore`.t (id INT);\n")
+    dump = gzip.compress(
+        b"CREATE DATABASE `slurm-acct-db-mlcrestore`;\nCREATE TABLE `slurm-acct-db-mlcrestore`.t (id INT);\n"
+    )
     s3(controller, "accounting.sql.gz").write_bytes(dump)
     sums = [s for s in digests(backup) if s.startswith("slurmctld")] + [f"accounting.sql.gz={sha(dump)}"]
     result = backup_tool(controller, "restore", URI, *sums)
