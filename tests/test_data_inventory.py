@@ -176,7 +176,52 @@ def _home(t: Templates) -> bool:
 
 
 def _accounting(t: Templates) -> bool:
-    return warned("hyperpod", "cluster.hyperpod.lifecycle.accounting.mode")
+    """The controller's features file names the patch backup bucket, its key and the scheduled prefix;
+    the controller's role may put objects there, no lifecycle rule deletes objects (only unfinished multipart
+    uploads), state.json stays the operator's.
+    """
+    cluster = t["hyperpod/Cluster"]["Resources"]
+    (bucket,) = [
+        lid for lid, r in cluster.items() if r["Type"] == "AWS::S3::Bucket" and lid.startswith("PatchBackups4")
+    ]
+    (key,) = [lid for lid, r in cluster.items() if r["Type"] == "AWS::KMS::Key" and lid.startswith("PatchBackupsKey")]
+    features = [
+        part
+        for r in cluster.values()
+        if r["Type"] == "Custom::CDKBucketDeployment"
+        for marker in r["Properties"].get("SourceMarkers", [])
+        for value in marker.values()
+        if "scheduled_backup" in json.dumps(value)
+        for part in value["Fn::Base64"]["Fn::Join"][1]
+    ]
+    prefix = "mlcluster/patch/ml-hyperpod/scheduled/"
+    puts = [
+        statement
+        for r in cluster.values()
+        if r["Type"] == "AWS::IAM::ManagedPolicy"
+        for statement in r["Properties"]["PolicyDocument"]["Statement"]
+        if statement.get("Sid") == "PatchBackupObjects"
+        and "s3:PutObject" in statement["Action"]
+        and json.dumps(statement["Resource"]).endswith('"/mlcluster/patch/ml-hyperpod/*"]]}')
+    ]
+    (policy,) = [
+        r
+        for r in cluster.values()
+        if r["Type"] == "AWS::S3::BucketPolicy" and r["Properties"]["Bucket"] == {"Ref": bucket}
+    ]
+    sids = {statement.get("Sid") for statement in policy["Properties"]["PolicyDocument"]["Statement"]}
+    return (
+        {"Ref": bucket} in features
+        and {"Fn::GetAtt": [key, "Arn"]} in features
+        and any(isinstance(part, str) and f'"prefix": "{prefix}"' in part for part in features)
+        and len(puts) == 1
+        and all(
+            set(rule) <= {"Id", "Status", "AbortIncompleteMultipartUpload"}
+            for rule in cluster[bucket]["Properties"].get("LifecycleConfiguration", {}).get("Rules", [])
+        )
+        and {"OnlySseKms", "OnlyThisKey", "OnlyTheOperatorWritesTheState", "NoOtherNodeRole"} <= sids
+        and not warned("hyperpod", "cluster.hyperpod.lifecycle")
+    )
 
 
 def _scripts(t: Templates) -> bool:
@@ -315,9 +360,11 @@ ROWS = [
         "HyperPod Slurm accounting and slurmctld state",
         "the controller's volume (`/opt/sagemaker`, local MariaDB)",
         "a controller replacement, the cluster's deletion",
-        "only the copy `mlcluster patch` takes around a patch: synth warns with `accounting.mode: local`; a "
-        "database outside the cluster (`mode: remote`) is the scheduled copy",
-        "`mlcluster patch` restores its own copy",
+        "a daily copy to the patch backup bucket (`lifecycle.scheduled_backup`, on by default; "
+        "`scheduled/<weekday>/`, seven kept by overwriting) and the copy `mlcluster patch` takes around a patch; "
+        "synth warns when `scheduled_backup: false` leaves local accounting without it",
+        "`mlcluster patch` restores its own copy; a daily copy with `mlcluster-backup restore` and the digests "
+        "its run logged (or its `SHA256SUMS`)",
         _accounting,
     ),
     Row(

@@ -132,13 +132,15 @@ def _hyperpod_local_accounting(env: Environment) -> list[str]:
     cluster = env.config.cluster
     if cluster.backend != "hyperpod" or cluster.hyperpod is None:
         return []
-    if cluster.hyperpod.lifecycle.accounting.mode != "local":
+    lifecycle = cluster.hyperpod.lifecycle
+    if lifecycle.accounting.mode != "local" or lifecycle.scheduled_backup:
         return []
     return [
-        "cluster.hyperpod.lifecycle.accounting.mode: local keeps the Slurm accounting database and slurmctld's "
-        "state on the controller's own volume: replacing the controller or deleting the cluster destroys the job "
-        "history, and its only copy is the one 'mlcluster patch' takes around a patch. A scheduled second copy "
-        "is a database outside the cluster (mode: remote)"
+        "cluster.hyperpod.lifecycle.scheduled_backup: false with accounting.mode: local keeps the Slurm accounting "
+        "database and slurmctld's state on the controller's own volume with no daily copy: replacing the controller "
+        "or deleting the cluster destroys the job history, and its only copy is the one 'mlcluster patch' takes "
+        "around a patch. Leave scheduled_backup true (a daily copy to the patch backup bucket, seven kept), or use "
+        "a database outside the cluster (accounting.mode: managed or remote)"
     ]
 
 

@@ -253,6 +253,13 @@ class LifecycleConfig:
     controller_wait_minutes: int | None = setting(
         default=None, minimum=1, maximum=720, doc="how long workers and login nodes wait for slurmctld; unset: 720"
     )
+    #: The controller's daily copy of slurmctld's state and the local accounting database (seven
+    #: rotating copies in the patch backup bucket); off only when another copy exists.
+    scheduled_backup: bool = setting(
+        default=True,
+        doc="a daily copy of slurmctld's state and the local accounting database to the patch backup bucket "
+        "(scheduled/<weekday>/, seven rotating copies)",
+    )
 
     def check(self, issues: Issues) -> None:
         if self.docker_group and not self.docker:

@@ -61,10 +61,14 @@ def lifecycle_bucket_name(environment_name: str) -> str:
     return cdk.Fn.join("-", [BUCKET_PREFIX, environment_name, cdk.Aws.ACCOUNT_ID, cdk.Aws.REGION])
 
 
-def features_document(features: LifecycleConfig, collector: bool = False) -> dict[str, Any]:
+def features_document(
+    features: LifecycleConfig, collector: bool = False, scheduled_backup: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The content of ``mlcluster_features.json`` (see the lifecycle scripts' README).
 
     ``collector``: the controller runs the metrics collector (its step reads the collector files).
+    ``scheduled_backup``: ``bucket``, ``key_arn`` and ``prefix`` of the controller's daily copy (the
+    scheduled_backup step); none when ``features.scheduled_backup`` is false.
     """
     accounting: dict[str, str] = {"mode": features.accounting.mode}
     if features.accounting.endpoint is not None:
@@ -84,6 +88,8 @@ def features_document(features: LifecycleConfig, collector: bool = False) -> dic
     }
     if features.controller_wait_minutes is not None:
         document["controller_wait_minutes"] = features.controller_wait_minutes
+    if features.scheduled_backup and scheduled_backup is not None:
+        document["scheduled_backup"] = dict(scheduled_backup)
     return document
 
 
@@ -138,6 +144,7 @@ class HyperPodLifecycle(Construct):
         openzfs_mount_point: str = "/home",
         features: LifecycleConfig | None = None,
         collector_files: Mapping[str, str] | None = None,
+        scheduled_backup: Mapping[str, str] | None = None,
         prefix: str = "lifecycle/",
         scripts_dir: Path | None = None,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
@@ -165,6 +172,9 @@ class HyperPodLifecycle(Construct):
         :param features: what the scripts set up. Default: ``LifecycleConfig()``.
         :param collector_files: the metrics collector's rendered files (``mlcluster.collector.render``); the
             controller then runs the collector step. Default: none (no collector).
+        :param scheduled_backup: ``bucket`` (name), ``key_arn`` and ``prefix`` (ending in ``/``) of the
+            patch backup bucket where the controller puts its daily copy of the Slurm state, when
+            ``features.scheduled_backup`` is true. Default: none (no daily copy).
         :param prefix: the key prefix of the upload, ending in ``/``. Default: ``lifecycle/``.
         :param scripts_dir: the folder to upload; must hold ``on_create.sh``.
             Default: mlcluster's HyperPod scripts.
@@ -224,7 +234,12 @@ class HyperPodLifecycle(Construct):
         # node-side check refuses any that differs (they hold deploy-time values, so there is no digest).
         self.generated_files = {
             PROVISIONING_FILE: json.dumps(provisioning, indent=2) + "\n",
-            FEATURES_FILE: json.dumps(features_document(self.features, collector=collector_files is not None), indent=2)
+            FEATURES_FILE: json.dumps(
+                features_document(
+                    self.features, collector=collector_files is not None, scheduled_backup=scheduled_backup
+                ),
+                indent=2,
+            )
             + "\n",
             **(collector_files or {}),
         }

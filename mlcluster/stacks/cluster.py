@@ -39,7 +39,7 @@ from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints
 from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_EXCLUDE
 from mlcluster.lifecycle.exporters import EXPORTERS_DIR, EXPORTERS_EXCLUDE
-from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX
+from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX, SCHEDULED_BACKUP_FOLDER
 from mlcluster.lifecycle.pcluster import HEALTH_TOOL, PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
 from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
@@ -273,6 +273,13 @@ class ClusterStack(cdk.Stack):
     def _hyperpod(self, cfg: HyperPodConfig, network: NetworkRef, storage: StorageStack) -> None:
         env = self.settings
         workers = {w.instance_group_name: w.partition_name or w.instance_group_name for w in cfg.workers}
+        # `mlcluster patch` keeps the controller's backups here, away from the data bucket (see patch_backup.py).
+        backups = PatchBackupBucket(
+            self,
+            "PatchBackups",
+            removal_policy=removal_policy(env),
+            operator_role_arns=cfg.patch_operator_role_arns,
+        )
         lifecycle = HyperPodLifecycle(
             self,
             "Lifecycle",
@@ -296,6 +303,12 @@ class ClusterStack(cdk.Stack):
             collector_files=(
                 render(hyperpod_inputs(cfg, **self._collector_common())) if self.prometheus is not None else None
             ),
+            # The controller's daily copy goes under its patch prefix, which its role may write (state.json aside).
+            scheduled_backup={
+                "bucket": backups.bucket.bucket_name,
+                "key_arn": backups.key.key_arn,
+                "prefix": f"{PATCH_BACKUP_PREFIX}{env.cluster_name}/{SCHEDULED_BACKUP_FOLDER}",
+            },
             removal_policy=scripts_removal_policy(),
             log_retention=log_retention(env),
             # The upload history is kept as the environment keeps its logs.
@@ -321,13 +334,6 @@ class ClusterStack(cdk.Stack):
             raise ConfigError(env.source, problems)
         override_subnets = [subnet for chosen in group_subnets.values() for subnet in chosen]
         node_subnets = list(dict.fromkeys([network.private_subnets[0], *override_subnets]))
-        # `mlcluster patch` keeps the controller's backups here, away from the data bucket (see patch_backup.py).
-        backups = PatchBackupBucket(
-            self,
-            "PatchBackups",
-            removal_policy=removal_policy(env),
-            operator_role_arns=cfg.patch_operator_role_arns,
-        )
         roles: dict[str, iam.IRole] = {}
         for group in groups:
             is_controller = group is cfg.controller

@@ -82,12 +82,13 @@ WARN = [
         "set home_on_openzfs: true",
     ),
     (
-        "HyperPod accounting on the controller",
-        hyperpod(),
-        "cluster.hyperpod.lifecycle.accounting.mode: local keeps the Slurm accounting database and slurmctld's "
-        "state on the controller's own volume: replacing the controller or deleting the cluster destroys the job "
-        "history, and its only copy is the one 'mlcluster patch' takes around a patch. A scheduled second copy is "
-        "a database outside the cluster (mode: remote)",
+        "HyperPod accounting on the controller with its daily copy switched off",
+        hyperpod() + "    lifecycle: {scheduled_backup: false}\n",
+        "cluster.hyperpod.lifecycle.scheduled_backup: false with accounting.mode: local keeps the Slurm accounting "
+        "database and slurmctld's state on the controller's own volume with no daily copy: replacing the controller "
+        "or deleting the cluster destroys the job history, and its only copy is the one 'mlcluster patch' takes "
+        "around a patch. Leave scheduled_backup true (a daily copy to the patch backup bucket, seven kept), or use "
+        "a database outside the cluster (accounting.mode: managed or remote)",
     ),
 ]
 
@@ -109,6 +110,10 @@ QUIET = {
     "a DRA exporting all but deletions": NET + "storage: {lustre: {data_repository_associations: "
     "[{auto_export_events: [NEW, CHANGED]}]}}\n",
     "HyperPod without accounting": hyperpod() + "    lifecycle: {accounting: {mode: none}}\n",
+    # The default: local accounting with its daily copy (scheduled_backup: true).
+    "HyperPod accounting on the controller, copied daily": hyperpod(),
+    "HyperPod without accounting or daily copy": hyperpod()
+    + "    lifecycle: {accounting: {mode: none}, scheduled_backup: false}\n",
 }
 
 
@@ -132,15 +137,16 @@ def test_no_warning_at_the_edge(tmp_path: Path, text: str) -> None:
 
 
 def test_examples_warn_only_where_data_lives_on_a_node() -> None:
-    """The examples are quiet but for the two places where data has no second copy by default."""
+    """The examples are quiet: no data lives on a node without a second copy by default.
+
+    HyperPod's local accounting warned until it had its daily copy (scheduled_backup, issue 33).
+    """
     root = Path(__file__).resolve().parents[2]
     found = sorted(
         w.split(": ", 2)[:2][0].rsplit("/", 1)[-1] + " " + w.split(": ", 2)[1]
         for w in check_environments(root / "environments").warnings
     )
-    assert found == [
-        "hyperpod.yaml cluster.hyperpod.lifecycle.accounting.mode",
-    ]
+    assert found == []
 
 
 def test_synth_prints_each_warning_once(

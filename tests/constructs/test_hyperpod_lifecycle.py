@@ -290,3 +290,18 @@ def test_scripts_dir_must_hold_on_create(tmp_path: Path) -> None:
     stack = cdk.Stack(cdk.App(), "Checks")
     with pytest.raises(ValueError, match=r"scripts_dir: '.*' has no on_create.sh"):
         HyperPodLifecycle(stack, "Lifecycle", **VALID, scripts_dir=tmp_path)
+
+
+def test_the_daily_copy_is_written_only_when_on() -> None:
+    """``scheduled_backup`` (on by default) puts the bucket, key and prefix in the features file; false leaves them out."""
+    target = {
+        "bucket": "hyperpod-cluster-patchbackups-1a2b3c",
+        "key_arn": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        "prefix": "mlcluster/patch/ml/scheduled/",
+    }
+    on = features_document(LifecycleConfig(), scheduled_backup=target)
+    assert on["scheduled_backup"] == target
+    assert parse_features(on).scheduled_backup is not None
+    off = features_document(LifecycleConfig(scheduled_backup=False), scheduled_backup=target)
+    assert "scheduled_backup" not in off
+    assert parse_features(off).scheduled_backup is None

@@ -321,3 +321,55 @@ def test_a_lambda_resource_policy_cannot_deny() -> None:
     members = set(model.operation_model("AddPermission").input_shape.members)
     assert "Effect" not in members
     assert {"FunctionName", "StatementId", "Action", "Principal"} <= members
+
+
+def scheduled_prefix(assembly: Assembly, bucket: Resource) -> str:
+    """The ``scheduled_backup.prefix`` the controller's features file names, checked to name this bucket."""
+    found = []
+    for resource in assembly.templates["hyperpod/Cluster"]["Resources"].values():
+        if resource["Type"] != "Custom::CDKBucketDeployment":
+            continue
+        for marker in resource["Properties"].get("SourceMarkers", []):
+            for value in marker.values():
+                parts = value["Fn::Base64"]["Fn::Join"][1] if "Fn::Base64" in value else []
+                text = "".join(
+                    p if isinstance(p, str) else f"<{assembly.identity(assembly.text(bucket.stack, p))}>" for p in parts
+                )
+                found += re.findall(r'"bucket": "<([^>]*)>",\s*"key_arn": "[^"]*",\s*"prefix": "([^"]+)"', text)
+    ((name, prefix),) = found
+    assert name == bucket.name
+    return prefix
+
+
+def test_the_controller_writes_its_daily_copies_and_no_other_node_reads_them(examples: Assembly) -> None:
+    """Issue 33: the daily copy's prefix (from the features file) is the controller's to write, nobody else's."""
+    bucket = backup_bucket(examples, "hyperpod")
+    policy = bucket_policy(examples, bucket)
+    cluster, roles = hyperpod_roles(examples, "hyperpod")
+    prefix = scheduled_prefix(examples, bucket)
+    assert prefix == f"mlcluster/patch/{cluster}/scheduled/"
+    right = {
+        "s3:x-amz-server-side-encryption": "aws:kms",
+        "s3:x-amz-server-side-encryption-aws-kms-key-id": _key_arn(examples, bucket),
+    }
+    controller, *others = roles
+    mine = role_statements(examples, "hyperpod", roles[controller])
+    arn = f"{roles[controller].name[:-1]}.Arn}}"
+    for name in ("slurmctld-state.tar.gz", "accounting.sql.gz", "SHA256SUMS"):
+        key = object_arn(bucket, f"{prefix}Mon/{name}")
+        assert decide(mine, policy, arn, "s3:PutObject", key, right) == "allow"
+        assert decide(mine, policy, arn, "s3:PutObject", key, {"s3:x-amz-server-side-encryption": "AES256"}) == (
+            "explicit deny"
+        )
+        for group in others:
+            role = roles[group]
+            other_arn = f"{role.name[:-1]}.Arn}}"
+            for identity in (
+                role_statements(examples, "hyperpod", role),
+                [*role_statements(examples, "hyperpod", role), *S3_FULL_ACCESS],
+            ):
+                for action in ("s3:GetObject", "s3:PutObject"):
+                    assert decide(identity, policy, other_arn, action, key, right) == "explicit deny", (group, action)
+    # The edge: the state object beside the copies stays the operator's.
+    state = object_arn(bucket, STATE.format(cluster=cluster))
+    assert decide(mine, policy, arn, "s3:PutObject", state, right) == "explicit deny"

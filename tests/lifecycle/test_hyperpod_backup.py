@@ -218,6 +218,9 @@ def test_restore_keeps_no_owner_or_mode_from_the_archive(controller: Sandbox) ->
         ("backup", URI, "alias/patch-backups"),
         ("backup", URI, KEY + ";id"),
         ("backup", URI, KEY, "extra"),
+        ("scheduled", URI),
+        ("scheduled", URI, "alias/patch-backups"),
+        ("scheduled", "s3://ops-backups-123/a/../b", KEY),
         ("restore", URI),
         ("restore", URI, "accounting.sql.gz=" + "0" * 64),
         ("restore", URI, "slurmctld-state.tar.gz=" + "0" * 63),
@@ -228,8 +231,8 @@ def test_bad_usage_exits_2(controller: Sandbox, args: tuple[str, ...]) -> None:
     result = backup_tool(controller, *args)
     assert result.returncode == 2
     assert (
-        "usage: mlcluster-backup backup s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX FILE=SHA256..."
-        in (result.stderr)
+        "usage: mlcluster-backup backup|scheduled s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX "
+        "FILE=SHA256..." in (result.stderr)
     )
 
 

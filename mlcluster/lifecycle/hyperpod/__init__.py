@@ -15,6 +15,8 @@ from pathlib import Path
 #: Where `mlcluster patch` keeps mlcluster-backup runs and its marker: ``<prefix><cluster name>/`` of the
 #: cluster's patch backup bucket (never the data bucket). Only the controller's execution role may use it.
 PATCH_BACKUP_PREFIX = "mlcluster/patch/"
+#: The folder of that prefix holding the controller's daily copies (``scheduled/<weekday>/``, seven rotating).
+SCHEDULED_BACKUP_FOLDER = "scheduled/"
 
 #: The folder to upload as the HyperPod ``LifeCycleConfig.SourceS3Uri`` prefix.
 HYPERPOD_DIR = Path(__file__).parent

@@ -5,6 +5,17 @@
 #
 #   mlcluster-backup backup  s3://BUCKET/PREFIX KMS_KEY_ARN
 #   mlcluster-backup restore s3://BUCKET/PREFIX FILE=SHA256 [FILE=SHA256]
+#   mlcluster-backup scheduled s3://BUCKET/PREFIX KMS_KEY_ARN
+#
+# scheduled is the daily copy (the scheduled_backup step's timer runs it): it does NOT stop slurmctld, so
+# submissions are never refused. It copies StateSaveLocation as it is: slurmctld writes each state file
+# as FILE.new and renames it over FILE (keeping FILE.old), so every file in the archive is one whole save,
+# but two files may come from saves a few seconds apart (a job started between them may be in one and
+# not the other); slurmctld reconciles that against the nodes when it starts from it. The database is
+# dumped with mysqldump --single-transaction (one consistent InnoDB snapshot, no lock). The files go to
+# PREFIX/<weekday>/ (Mon..Sun, UTC): seven copies rotate by overwriting, so nothing needs a lifecycle
+# rule to delete old ones (the bucket is versioned; overwritten copies stay as noncurrent versions).
+# A SHA256SUMS file is uploaded last beside them, and the digests are logged to the journal too.
 #
 # backup stops slurmctld for the copy (running jobs go on; slurmd keeps them) and starts it again,
 # dumps the database, uploads slurmctld-state.tar.gz and accounting.sql.gz (local accounting only)
@@ -44,7 +55,7 @@ RESTORE_ACCOUNT=mlcluster_restore
 umask 077
 
 usage() {
-  printf 'usage: mlcluster-backup backup s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX FILE=SHA256...\n' >&2
+  printf 'usage: mlcluster-backup backup|scheduled s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX FILE=SHA256...\n' >&2
   exit 2
 }
 
@@ -121,6 +132,26 @@ backup() {
   log "backup complete: $uri (${#sums[@]} files)"
   # Last, on stdout: the operator's command keeps these and hands them back to restore.
   printf '%s\n' "${sums[@]}"
+}
+
+# scheduled s3://BUCKET/PREFIX KMS_KEY_ARN : the daily copy, slurmctld left running (see the header).
+scheduled() {
+  local uri key_arn=$2 work=$WORK location
+  uri=$1/$(date -u +%a)
+  location=$(state_location)
+  log "copying slurmctld's state from $location without stopping it"
+  # GNU tar exits 1 when a file changed while it was read (slurmctld saved meanwhile): try again.
+  retry 5 "archive $location" tar --create --gzip --warning=no-file-changed --file "$work/$STATE_ARCHIVE" \
+    --directory "$MLC_ROOT$location" . || die "could not archive $location"
+  if local_accounting; then
+    mysqldump --single-transaction "$DATABASE" | gzip >"$work/$DATABASE_DUMP"
+  fi
+  local file
+  (cd "$work" && sha256sum -- *.gz >SHA256SUMS)
+  for file in "$work"/*.gz "$work/SHA256SUMS"; do
+    s3_put "$file" "$uri/${file##*/}" "$key_arn"
+  done
+  log "scheduled copy complete: $uri; restore with: mlcluster-backup restore $uri $(awk '{printf "%s%s=%s", sep, $2, $1; sep=" "}' "$work/SHA256SUMS")"
 }
 
 # check_archive FILE : refuse a state archive with anything restore would not have written: members
@@ -252,7 +283,7 @@ main() {
   (($# >= 2)) || usage
   local command=$1 uri=${2%/}
   case $command in
-    backup)
+    backup | scheduled)
       (($# == 3)) || usage
       [[ $3 =~ ^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]{36}$ ]] || usage
       ;;
@@ -273,6 +304,7 @@ main() {
   trap cleanup EXIT
   case $command in
     backup) backup "$uri" "$3" ;;
+    scheduled) scheduled "$uri" "$3" ;;
     restore) restore "$uri" "${@:3}" ;;
     *) usage ;;
   esac

@@ -130,6 +130,48 @@ class Accounting:
         return match["region"] if match else ""
 
 
+#: What a scheduled copy's bucket, key and prefix may be (the bucket's name rules; a KMS key ARN; a key prefix).
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}")
+KEY_PREFIX = re.compile(r"([A-Za-z0-9._-]+/)+")
+SCHEDULED_BACKUP_KEYS = ("bucket", "key_arn", "prefix")
+
+
+@dataclass(frozen=True)
+class ScheduledBackup:
+    """Where the controller's daily copy goes: the patch backup bucket, its key, and a prefix ending in ``/``."""
+
+    bucket: str
+    key_arn: str
+    prefix: str
+
+    @property
+    def uri(self) -> str:
+        """``s3://<bucket>/<prefix>`` without the trailing ``/`` (``mlcluster-backup``'s argument)."""
+        return f"s3://{self.bucket}/{self.prefix.rstrip('/')}"
+
+
+def _parse_scheduled_backup(source: str, value: object) -> ScheduledBackup | None:
+    if value is None:
+        return None
+    data = _mapping(source, "scheduled_backup", value)
+    _check_keys(source, "scheduled_backup.", data, SCHEDULED_BACKUP_KEYS)
+    checks = (
+        ("bucket", BUCKET_NAME, "an S3 bucket name"),
+        ("key_arn", KMS_KEY_ARN, "a KMS key ARN"),
+        ("prefix", KEY_PREFIX, "a key prefix of letters, digits, '.', '_', '-' ending in '/'"),
+    )
+    found: dict[str, str] = {}
+    for key, shape, allowed in checks:
+        item = data.get(key)
+        if item is None:
+            raise _missing(source, f"scheduled_backup.{key}", f"allowed: {allowed}")
+        if not isinstance(item, str) or not shape.fullmatch(item) or "/../" in f"/{item}":
+            raise _bad(source, f"scheduled_backup.{key}", item, f"allowed: {allowed}")
+        found[key] = item
+    return ScheduledBackup(bucket=found["bucket"], key_arn=found["key_arn"], prefix=found["prefix"])
+
+
 @dataclass(frozen=True)
 class Features:
     """The switches in ``mlcluster_features.json``; defaults match the environment YAML's defaults."""
@@ -144,6 +186,7 @@ class Features:
     rootless_podman: bool = True
     controller_wait_minutes: int = DEFAULT_CONTROLLER_WAIT_MINUTES
     collector: bool = False
+    scheduled_backup: ScheduledBackup | None = None
 
 
 FEATURE_KEYS = (
@@ -157,6 +200,7 @@ FEATURE_KEYS = (
     "rootless_podman",
     "controller_wait_minutes",
     "collector",
+    "scheduled_backup",
 )
 ACCOUNTING_KEYS = ("mode", "endpoint", "secret_arn")
 
@@ -231,6 +275,7 @@ def parse_features(data: object, source: str = FEATURES_FILE) -> Features:
             source, top.get("controller_wait_minutes", defaults.controller_wait_minutes)
         ),
         collector=_flag(source, "collector", top.get("collector", defaults.collector)),
+        scheduled_backup=_parse_scheduled_backup(source, top.get("scheduled_backup")),
     )
     if features.docker_group and not features.docker:
         raise _bad(source, "docker_group", True, "the docker group needs docker: true")
@@ -474,6 +519,12 @@ STEPS: tuple[Step, ...] = (
         when=lambda f: f.collector,
     ),
     Step("install_tools", "keep the lifecycle scripts on the node; install mlcluster-precheck and mlcluster-health"),
+    Step(
+        "scheduled_backup",
+        "a daily copy of slurmctld's state and the local accounting database to the patch backup bucket",
+        roles=frozenset({"controller"}),
+        when=lambda f: f.scheduled_backup is not None,
+    ),
 )
 
 
@@ -514,6 +565,8 @@ def node_env(node: Node, params: ProvisioningParameters, features: Features) -> 
         "MLC_DOCKER_GROUP": flag(features.docker_group),
         "MLC_ROOTLESS_PODMAN": flag(features.rootless_podman),
         "MLC_CONTROLLER_WAIT_MINUTES": str(features.controller_wait_minutes),
+        "MLC_SCHEDULED_BACKUP_URI": features.scheduled_backup.uri if features.scheduled_backup else "",
+        "MLC_SCHEDULED_BACKUP_KEY_ARN": features.scheduled_backup.key_arn if features.scheduled_backup else "",
         "MLC_OPENZFS_DNS_NAME": params.openzfs.dns_name if params.openzfs else "",
         "MLC_OPENZFS_VOLUME_PATH": params.openzfs.volume_path if params.openzfs else "",
         "MLC_OPENZFS_MOUNT_POINT": params.openzfs.mount_point if params.openzfs else "",

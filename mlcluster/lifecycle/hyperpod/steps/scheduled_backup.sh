@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Step scheduled_backup (controller): a daily second copy of slurmctld's state and, with local
+# accounting, the slurm_acct_db database, to the cluster's patch backup bucket under
+# <prefix>/<weekday>/ (seven rotating copies; see `mlcluster-backup scheduled` in backup.sh).
+# A systemd timer (daily, spread over an hour, caught up after downtime: Persistent) starts a oneshot
+# service that runs /usr/local/sbin/mlcluster-backup as root; its output goes to the journal
+# (journalctl -u mlcluster-backup-scheduled), and a failed run is started again 15 minutes later,
+# up to 4 times a day. The bucket, prefix and key come from mlcluster_features.json (node.env), whose
+# copy on_create.sh checks: no value is read from a place a user or job can write.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR/.. source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+load_node_env
+
+UNIT=mlcluster-backup-scheduled
+
+main() {
+  [[ -n ${MLC_SCHEDULED_BACKUP_URI:-} && -n ${MLC_SCHEDULED_BACKUP_KEY_ARN:-} ]] ||
+    die "node.env has no MLC_SCHEDULED_BACKUP_URI or MLC_SCHEDULED_BACKUP_KEY_ARN (mlcluster_features.json scheduled_backup)"
+  install_file "$SYSTEMD_DIR/$UNIT.service" 644 <<EOF_UNIT
+# Written by mlcluster (scheduled_backup step): the daily copy of the controller's Slurm state.
+[Unit]
+Description=mlcluster: daily copy of slurmctld's state and the accounting database to S3
+After=network-online.target slurmctld.service mariadb.service
+Wants=network-online.target
+# A failed run is tried again (Restart=on-failure) at most 4 times in a day.
+StartLimitIntervalSec=1d
+StartLimitBurst=4
+
+[Service]
+Type=oneshot
+ExecStart=/usr/local/sbin/mlcluster-backup scheduled $MLC_SCHEDULED_BACKUP_URI $MLC_SCHEDULED_BACKUP_KEY_ARN
+Restart=on-failure
+RestartSec=15min
+StandardOutput=journal
+StandardError=journal
+Nice=10
+IOSchedulingClass=idle
+EOF_UNIT
+  local service_changed=$FILE_CHANGED
+  install_file "$SYSTEMD_DIR/$UNIT.timer" 644 <<EOF_UNIT
+# Written by mlcluster (scheduled_backup step).
+[Unit]
+Description=mlcluster: start the daily copy of the controller's Slurm state
+
+[Timer]
+OnCalendar=daily
+RandomizedDelaySec=1h
+Persistent=true
+
+[Install]
+WantedBy=timers.target
+EOF_UNIT
+  if [[ $service_changed == true ]]; then
+    FILE_CHANGED=true
+  fi
+  enable_boot_unit "$UNIT.timer"
+  if ! systemctl is-active --quiet "$UNIT.timer"; then
+    retry 3 "start $UNIT.timer" systemctl start "$UNIT.timer"
+  fi
+  log "daily copy scheduled to $MLC_SCHEDULED_BACKUP_URI/<weekday>/ (journalctl -u $UNIT)"
+}
+
+main "$@"

@@ -1,0 +1,230 @@
+"""Issue 33, item 6: the controller's Slurm state has a scheduled second copy.
+
+Contract (backup.sh, steps/scheduled_backup.sh): with ``scheduled_backup`` in the features file the
+controller installs ``mlcluster-backup-scheduled.service`` (oneshot, root, journal, retried) and a daily
+``.timer`` (RandomizedDelaySec, Persistent); the service runs ``mlcluster-backup scheduled URI KEY``,
+which leaves slurmctld running, dumps the accounting database in one transaction and puts the files
+with SSE-KMS under ``URI/<weekday>/`` (seven rotating copies, nothing deleted by a rule).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from mlcluster.lifecycle.hyperpod.plan import LifecycleInputError, parse_features, plan_steps
+from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, WORKER_IP, Sandbox
+
+BUCKET = "hyperpod-cluster-patchbackups-1a2b3c"
+KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+PREFIX = "mlcluster/patch/ml/scheduled/"
+URI = f"s3://{BUCKET}/{PREFIX.rstrip('/')}"
+SCHEDULED = {"bucket": BUCKET, "key_arn": KEY, "prefix": PREFIX}
+UNIT = "/etc/systemd/system/mlcluster-backup-scheduled"
+STATE = "/opt/sagemaker/mlcluster/slurmctld"
+
+
+def with_backup(**extra: object) -> dict[str, object]:
+    return {**FEATURES, "docker": False, "enroot_pyxis": False, "scheduled_backup": SCHEDULED, **extra}
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
+    sandbox = Sandbox(tmp_path_factory.mktemp("controller"), ips=CONTROLLER_IP, features=with_backup())
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return sandbox
+
+
+def scheduled_run(sandbox: Sandbox) -> subprocess.CompletedProcess[str]:
+    """Run the ExecStart line of the installed service, as systemd would (root, no shell)."""
+    service = sandbox.read(UNIT + ".service")
+    (command,) = re.findall(r"^ExecStart=(.*)$", service, re.M)
+    tool, *args = command.split()
+    assert tool == "/usr/local/sbin/mlcluster-backup"
+    env = {**sandbox.env(), "MLC_LIFECYCLE_DIR": str(sandbox.root / "opt/mlcluster/lifecycle")}
+    return subprocess.run(
+        ["bash", str(sandbox.root / tool.lstrip("/")), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_step_runs_on_the_controller_only_and_only_when_asked() -> None:
+    on = parse_features(with_backup())
+    off = parse_features({**FEATURES})
+    assert "scheduled_backup" in plan_steps("controller", on)
+    assert "scheduled_backup" not in plan_steps("worker", on)
+    assert "scheduled_backup" not in plan_steps("login", on)
+    assert "scheduled_backup" not in plan_steps("controller", off)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("bucket", "Bad_Bucket"),
+        ("bucket", "b; rm -rf /"),
+        ("key_arn", "alias/aws/s3"),
+        ("key_arn", KEY + " --endpoint-url http://evil"),
+        ("prefix", "mlcluster/patch/ml/scheduled"),  # no trailing '/'
+        ("prefix", "mlcluster/../state.json/"),
+        ("prefix", "/absolute/"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_the_key(key: str, value: str) -> None:
+    with pytest.raises(LifecycleInputError, match=rf"scheduled_backup\.{key} = .* is not valid; allowed: "):
+        parse_features(with_backup(scheduled_backup={**SCHEDULED, key: value}))
+
+
+def test_the_edges_are_accepted_and_a_missing_key_is_named() -> None:
+    edge = {"bucket": "a" * 63, "key_arn": KEY.replace("aws:", "aws-us-gov:", 1), "prefix": "x/"}
+    assert parse_features(with_backup(scheduled_backup=edge)).scheduled_backup is not None
+    with pytest.raises(LifecycleInputError, match=r"scheduled_backup\.key_arn is missing"):
+        parse_features(with_backup(scheduled_backup={"bucket": BUCKET, "prefix": PREFIX}))
+    with pytest.raises(LifecycleInputError, match=r"scheduled_backup\.region = "):
+        parse_features(with_backup(scheduled_backup={**SCHEDULED, "region": "us-east-1"}))
+
+
+def test_the_controller_gets_a_daily_persistent_retried_timer(controller: Sandbox) -> None:
+    service = controller.read(UNIT + ".service").splitlines()
+    timer = controller.read(UNIT + ".timer").splitlines()
+    assert f"ExecStart=/usr/local/sbin/mlcluster-backup scheduled {URI} {KEY}" in service
+    assert {"Type=oneshot", "Restart=on-failure", "RestartSec=15min", "StandardOutput=journal"} <= set(service)
+    assert not [line for line in service if line.startswith(("User=", "DynamicUser="))]  # root
+    assert {"OnCalendar=daily", "RandomizedDelaySec=1h", "Persistent=true", "WantedBy=timers.target"} <= set(timer)
+    assert (controller.state / "systemd/enabled/mlcluster-backup-scheduled.timer").exists()
+    assert (controller.state / "systemd/active/mlcluster-backup-scheduled.timer").exists()
+
+
+def test_a_second_run_of_the_step_changes_nothing(controller: Sandbox) -> None:
+    before = len(controller.actions())
+    result = controller.run("on_create.sh", "scheduled_backup")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [a for a in controller.actions()[before:] if a.startswith("systemctl")] == []
+
+
+def test_systemd_accepts_both_units(controller: Sandbox, tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.fail("systemd-analyze is needed to check the units (Debian package systemd)")
+    for suffix in ("service", "timer"):
+        text = controller.read(UNIT + "." + suffix)
+        # The tool is on the node, not here: verify checks that ExecStart's program exists.
+        (tmp_path / f"mlcluster-backup-scheduled.{suffix}").write_text(
+            text.replace("/usr/local/sbin/mlcluster-backup", "/bin/true")
+        )
+    done = subprocess.run(
+        [analyze, "verify", "--man=no", str(tmp_path / "mlcluster-backup-scheduled.timer")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stderr.splitlines() if str(tmp_path) in line] == []
+
+
+def test_the_scheduled_copy_keeps_slurmctld_running_and_rotates_by_weekday(controller: Sandbox) -> None:
+    state = controller.root / STATE.lstrip("/")
+    (state / "job_state").write_text("jobs v1\n")
+    before = len(controller.actions())
+    days = {time.strftime("%a", time.gmtime())}
+    result = scheduled_run(controller)
+    days.add(time.strftime("%a", time.gmtime()))
+    assert result.returncode == 0, result.stderr
+    actions = controller.actions()[before:]
+    assert not [a for a in actions if a.startswith("systemctl")]  # slurmctld never stopped
+    assert "mysqldump --single-transaction slurm_acct_db" in actions
+    puts = [a for a in actions if a.startswith("aws s3api put-object")]
+    assert len(puts) == 3 and all(f"--server-side-encryption aws:kms --ssekms-key-id {KEY}" in a for a in puts)
+    (day,) = [d for d in days if (controller.state / "s3" / BUCKET / PREFIX / d).is_dir()]
+    folder = controller.state / "s3" / BUCKET / PREFIX / day
+    assert sorted(p.name for p in folder.iterdir()) == ["SHA256SUMS", "accounting.sql.gz", "slurmctld-state.tar.gz"]
+    with tarfile.open(fileobj=io.BytesIO((folder / "slurmctld-state.tar.gz").read_bytes())) as archive:
+        member = archive.extractfile("./job_state")
+        assert member is not None and member.read() == b"jobs v1\n"
+    assert b"slurm_acct_db" in gzip.decompress((folder / "accounting.sql.gz").read_bytes())
+    sums = (folder / "SHA256SUMS").read_text()
+    for name in ("accounting.sql.gz", "slurmctld-state.tar.gz"):
+        digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        assert f"{digest}  {name}\n" in sums
+        assert f"{name}={digest}" in result.stderr  # the restore command, in the journal
+    assert f"scheduled copy complete: {URI}/{day}" in result.stderr
+
+
+def test_the_copy_restores_with_the_tool_patch_uses(controller: Sandbox) -> None:
+    state = controller.root / STATE.lstrip("/")
+    (state / "job_state").write_text("the night's state\n")
+    result = scheduled_run(controller)
+    assert result.returncode == 0, result.stderr
+    (command,) = re.findall(r"restore with: mlcluster-backup (restore .*)$", result.stderr, re.M)
+    (state / "job_state").write_text("a new, empty controller\n")
+    env = {**controller.env(), "MLC_LIFECYCLE_DIR": str(controller.root / "opt/mlcluster/lifecycle")}
+    done = subprocess.run(
+        ["bash", str(controller.root / "usr/local/sbin/mlcluster-backup"), *command.split()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (state / "job_state").read_text() == "the night's state\n"
+
+
+def test_an_upload_without_the_key_fails_the_run_so_systemd_retries(controller: Sandbox) -> None:
+    env_file = controller.root / "usr/local/sbin/mlcluster-backup"
+    env = {**controller.env(), "MLC_LIFECYCLE_DIR": str(controller.root / "opt/mlcluster/lifecycle")}
+    env["MLC_MAX_ATTEMPTS"] = "1"
+    done = subprocess.run(
+        ["bash", str(env_file), "scheduled", URI, "alias/aws/s3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2  # usage: only a key ARN is allowed
+    stub = controller.bin / "aws"
+    original = stub.read_text()
+    stub.write_text(
+        original.replace(
+            'act "$@"\n  declare -A opt=()',
+            "echo 'An error occurred (AccessDenied)' >&2; exit 254\n  declare -A opt=()",
+            1,
+        )
+    )
+    try:
+        failed = subprocess.run(
+            ["bash", str(env_file), "scheduled", URI, KEY],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        stub.write_text(original)
+    assert failed.returncode == 1, failed.stderr
+    assert "still failing after 1 attempt(s)" in failed.stderr
+    assert "scheduled copy complete" not in failed.stderr
+
+
+def test_a_worker_has_no_timer(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=WORKER_IP, features=with_backup())
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert not (sandbox.root / (UNIT.lstrip("/") + ".timer")).exists()
+    assert "scheduled_backup" not in sandbox.step_order()
