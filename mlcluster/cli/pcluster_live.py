@@ -213,7 +213,6 @@ def _partition(region: str) -> str:
 def deployed_config(ctx: Context) -> tuple[dict[str, Any], list[str]] | str:
     """The cluster configuration with the deployed values, and the key paths left out; or why it cannot be made."""
     from mlcluster.config.observability import prometheus_enabled
-    from mlcluster.lifecycle.pcluster import GENERATED_FILES
     from mlcluster.pcluster.checks import network_zone_labels
     from mlcluster.pcluster.render import DeployInputs, ZoneSubnet, render_cluster_config
 
@@ -261,8 +260,6 @@ def deployed_config(ctx: Context) -> tuple[dict[str, Any], list[str]] | str:
         retain_logs=env.config.retention.keeps_data,
         tags={"mlcluster:environment": env.name, **env.config.tags},
         exporters=prometheus_enabled(env.config),
-        # The collector's files are rendered by the Cluster stack into its node step, which is left out whole.
-        generated_files_base64=dict.fromkeys(GENERATED_FILES, owned),
     )
     left_out: list[str] = []
     config = without_cluster_owned(render_cluster_config(cfg, inputs), "", left_out)
