@@ -1,7 +1,8 @@
 """Draw a picture of each environment from its synthesized stacks, and write the docs page that shows them.
 
-Usage: ``python tools/environment_pictures.py CDK_OUT DOCS_DIR``: reads the cloud assembly at
-``CDK_OUT`` (every stage), writes ``DOCS_DIR/environments/<env>.svg`` (Graphviz ``dot``, from
+Usage: ``python tools/environment_pictures.py [--synth] CDK_OUT DOCS_DIR``: reads the cloud assembly
+at ``CDK_OUT`` (every stage; with ``--synth``, first synthesizes every example there, as ``app.py``
+does), writes ``DOCS_DIR/environments/<env>.svg`` (Graphviz ``dot``, from
 Debian's ``graphviz``) and ``DOCS_DIR/environments/index.md``. ``make docs`` runs it on a fresh synth
 of the examples.
 
@@ -13,13 +14,14 @@ what come from the templates; the last from the reachability analysis
 way to the internet and to S3, and its file systems when no security group, zone or export stops
 it. Every resource type of a stack must be in :data:`DRAWN` or :data:`FOLDED` (drawn as part of
 another, or not a place or a path); a type in neither stops the drawing with its name
-(:class:`UnknownKind`), so a stack that gains a resource kind cannot leave the picture silently
+(:class:`UnknownKindError`), so a stack that gains a resource kind cannot leave the picture silently
 behind.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -87,14 +89,18 @@ FOLDED: dict[str, str] = {
 _HASH = re.compile(r"[0-9A-F]{8}$")
 
 
-class UnknownKind(Exception):
+class UnknownKindError(Exception):
     """A stack holds a resource type the picture does not know."""
 
 
 def unknown_kinds(assembly: Assembly, environment: str) -> list[str]:
     """``stack: type`` for each resource type of ``environment`` in neither :data:`DRAWN` nor :data:`FOLDED`."""
     return sorted(
-        {f"{r.stack}: {r.type}" for r in assembly.resources(environment) if r.type not in DRAWN and r.type not in FOLDED}
+        {
+            f"{r.stack}: {r.type}"
+            for r in assembly.resources(environment)
+            if r.type not in DRAWN and r.type not in FOLDED
+        }
     )
 
 
@@ -131,10 +137,10 @@ def _props(assembly: Assembly, resource: Resource) -> dict[str, Any]:
 
 
 def dot_source(assembly: Assembly, environment: str, report: Report | None = None) -> str:
-    """The Graphviz source of ``environment``'s picture; raises :class:`UnknownKind` on a type it does not know."""
+    """The Graphviz source of ``environment``'s picture; raises :class:`UnknownKindError` on a type it does not know."""
     unknown = unknown_kinds(assembly, environment)
     if unknown:
-        raise UnknownKind(
+        raise UnknownKindError(
             f"{environment}: the picture does not know {', '.join(unknown)}: add each to DRAWN (and draw it) or "
             "FOLDED (with the reason) in tools/environment_pictures.py"
         )
@@ -185,7 +191,8 @@ def dot_source(assembly: Assembly, environment: str, report: Report | None = Non
                 kind = "public" if name in public else "private"
                 label = f"{kind} subnet {subnets[name].get('CidrBlock', '?')}"
                 color = "#eaf7ea" if kind == "public" else "#f4f4f4"
-                out.append(f"      subgraph cluster_z{z}s{s} {{ label={_quote(label)}; style=filled; fillcolor={_quote(color)};")
+                style = f"style=filled; fillcolor={_quote(color)};"
+                out.append(f"      subgraph cluster_z{z}s{s} {{ label={_quote(label)}; {style}")
                 items = inside.pop(name, [])
                 if not items:  # an empty subnet still needs a node to be drawn
                     graph.node(name, "(no nodes)", "        ", shape="plaintext", style="")
@@ -359,15 +366,28 @@ def write(cdk_out: Path, docs: Path) -> list[Path]:
     return [*written, index]
 
 
+def synthesize(outdir: Path) -> None:
+    """Synthesize every environment of ``environments/`` into ``outdir`` (a fresh folder), as ``app.py`` does."""
+    from mlcluster.app import build_app
+
+    shutil.rmtree(outdir, ignore_errors=True)
+    app, _ = build_app(Path(__file__).resolve().parent.parent / "environments", outdir=str(outdir))
+    app.synth()
+
+
 def main(argv: list[str]) -> int:
-    """``environment_pictures.py CDK_OUT DOCS_DIR``."""
+    """``environment_pictures.py [--synth] CDK_OUT DOCS_DIR``."""
+    synth = "--synth" in argv
+    argv = [a for a in argv if a != "--synth"]
     if len(argv) != 2:
-        print("usage: environment_pictures.py CDK_OUT DOCS_DIR", file=sys.stderr)
+        print("usage: environment_pictures.py [--synth] CDK_OUT DOCS_DIR", file=sys.stderr)
         return 2
+    if synth:
+        synthesize(Path(argv[0]))
     try:
         for path in write(Path(argv[0]), Path(argv[1])):
             print(f"{path}: written")
-    except UnknownKind as error:
+    except UnknownKindError as error:
         print(f"environment_pictures: {error}", file=sys.stderr)
         return 1
     return 0

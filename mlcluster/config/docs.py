@@ -317,7 +317,7 @@ def _section_doc(prefix: str) -> str:
 
 
 def reference_markdown() -> str:
-    """The environment file reference (docs/reference/environment-file.md): one table per section, every key with type, default and meaning."""
+    """The environment file reference page's tables: one per section, every key with type, default and meaning."""
     rows = list(_rows(EnvironmentConfig, ""))
     parts = [
         REFERENCE_BEGIN,
