@@ -23,7 +23,7 @@ from typing import Any
 
 from mlcluster.analysis.assembly import Assembly, Resource
 from mlcluster.analysis.iam_calls import SAMPLE, dependent_actions, split_s3
-from mlcluster.analysis.policy_eval import Request, evaluate
+from mlcluster.analysis.policy_eval import ACCOUNT_ROOT, Request, evaluate, wildcard
 
 ACCOUNT = "${AWS::AccountId}"
 REGION = "${AWS::Region}"
@@ -58,6 +58,8 @@ class Contract:
     conditions: str
     page: str
     prove: Prover
+    #: What the page says, in its words, where the row was added with the page read (the security page: after the URL).
+    quote: str = ""
 
 
 # -- helpers ---------------------------------------------------------------------
@@ -473,6 +475,290 @@ def prove_lambda_trust(assembly: Assembly, environment: str) -> Iterator[Proof]:
             yield _trusts(LAMBDA, assembly, role, "lambda.amazonaws.com", {})
 
 
+#: Who makes CloudFormation's calls in a deploy: the CDK bootstrap's execution role (a principal of this
+#: account, whose own policy is the bootstrap's, not the app's). A key policy must let the account's IAM
+#: policies grant it (its root statement) for a service to create the grants it works with.
+DEPLOYER = ("AWS", f"arn:{PARTITION}:iam::{ACCOUNT}:role/cdk-hnb659fds-cfn-exec-role-{ACCOUNT}-{REGION}")
+#: The service-linked role FSx for Lustre creates per file system to reach a linked bucket.
+FSX_S3_ROLE = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_"
+
+
+def bucket_policy(assembly: Assembly, environment: str, bucket: str) -> list[dict[str, Any]]:
+    """The statements of ``bucket``'s ``AWS::S3::BucketPolicy`` (empty: none)."""
+    for policy in assembly.resources(environment, "AWS::S3::BucketPolicy"):
+        if assembly.identity(assembly.text(policy.stack, policy.properties.get("Bucket", ""))) == bucket:
+            return _statements(assembly, policy.stack, policy.properties.get("PolicyDocument", {}))
+    return []
+
+
+def bucket_key(assembly: Assembly, bucket: Resource) -> tuple[str | None, bool]:
+    """The customer managed key reference of an SSE-KMS bucket (None: SSE-S3) and whether S3 Bucket Keys are on."""
+    for rule in assembly.render(bucket.stack, bucket.properties.get("BucketEncryption", {})).get(
+        "ServerSideEncryptionConfiguration", []
+    ):
+        default = rule.get("ServerSideEncryptionByDefault", {})
+        if default.get("SSEAlgorithm") in ("aws:kms", "aws:kms:dsse") and default.get("KMSMasterKeyID"):
+            return str(default["KMSMasterKeyID"]), bool(rule.get("BucketKeyEnabled"))
+    return None, False
+
+
+def _not_denied(contract: str, subject: str, statements: list[dict[str, Any]], request: Request) -> Proof:
+    """A principal whose own (AWS managed) policy allows: the resource policy must not deny it."""
+    decision = evaluate(statements, request)
+    denied = decision.reason.startswith("denied")
+    return Proof(contract, subject, not denied, f"{request.describe()}: {decision.reason} (resource policy)")
+
+
+def _named_only(statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A key policy without its delegation to IAM: for a principal whose own policy (AWS's) grants no use of our key."""
+    return [s for s in statements if not (s.get("Effect") == "Allow" and s.get("Principal") == {"AWS": ACCOUNT_ROOT})]
+
+
+def prove_fsx_dra(assembly: Assembly, environment: str) -> Iterator[Proof]:
+    """Each DRA's bucket admits its file system's FSx service-linked role; an SSE-KMS bucket's key lets it via S3."""
+    for dra in assembly.resources(environment, "AWS::FSx::DataRepositoryAssociation"):
+        file_system = assembly.text(dra.stack, dra.properties.get("FileSystemId", ""))
+        bucket_name, _ = split_s3(assembly.text(dra.stack, dra.properties.get("DataRepositoryPath", "")))
+        bucket = assembly.resource(bucket_name)
+        subject = f"{dra.stack}/{dra.logical_id}"
+        if bucket is None or bucket.type != "AWS::S3::Bucket":
+            yield Proof(FSX_DRA, subject, False, f"{bucket_name} is not a bucket of the assembly")
+            continue
+        role = ("AWS", f"arn:{PARTITION}:iam::{ACCOUNT}:{FSX_S3_ROLE}{file_system}")
+        as_role = {"aws:PrincipalArn": role[1], "s3:TlsVersion": "1.2", **SECURE}
+        bucket_arn = f"arn:{PARTITION}:s3:::{bucket.name}"
+        s3 = assembly.render(dra.stack, dra.properties.get("S3", {}))
+        requests = [("s3:ListBucket", bucket_arn), ("s3:GetObject", f"{bucket_arn}/{SAMPLE}")]
+        if s3.get("AutoExportPolicy"):
+            requests.append(("s3:PutObject", f"{bucket_arn}/{SAMPLE}"))
+        if s3.get("AutoImportPolicy"):
+            requests += [("s3:GetBucketNotification", bucket_arn), ("s3:PutBucketNotification", bucket_arn)]
+        statements = bucket_policy(assembly, environment, bucket.name)
+        for action, target in requests:
+            yield _not_denied(FSX_DRA, subject, statements, Request(role, action, target, as_role))
+        key, bucket_keys = bucket_key(assembly, bucket)
+        if key is None:
+            continue
+        found, key_statements = key_policy(assembly, key)
+        if found is None:
+            yield Proof(FSX_DRA, subject, False, f"{key} is not a customer managed key of the assembly")
+            continue
+        context = {
+            **as_role,
+            "kms:CallerAccount": ACCOUNT,
+            "kms:ViaService": f"s3.{REGION}.amazonaws.com",
+            # With S3 Bucket Keys the encryption context is the bucket's ARN, else the object's (FSx guide).
+            "kms:EncryptionContext:aws:s3:arn": bucket_arn if bucket_keys else f"{bucket_arn}/{SAMPLE}",
+        }
+        # The role's own policy is AWS's and grants no use of our key: the key policy must name it.
+        named = _named_only(key_statements)
+        for action in ("kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:GenerateDataKey", "kms:DescribeKey"):
+            yield _check(FSX_DRA, f"{subject} (key)", named, Request(role, action, key, context))
+
+
+def _deployer_grants(contract: str, subject: str, assembly: Assembly, key: str, service: str) -> Iterator[Proof]:
+    """The deploying principal may use ``key`` through ``service`` and create the service's grants on it."""
+    found, statements = key_policy(assembly, key)
+    if found is None:
+        yield Proof(contract, subject, False, f"{key} is not a customer managed key of the assembly")
+        return
+    context = {"kms:CallerAccount": ACCOUNT, "kms:ViaService": f"{service}.{REGION}.amazonaws.com", **SECURE}
+    for action in ("kms:CreateGrant", "kms:DescribeKey", "kms:GenerateDataKey", "kms:Decrypt"):
+        yield _check(contract, subject, statements, Request(DEPLOYER, action, key, context))
+
+
+def prove_amp_key(assembly: Assembly, environment: str) -> Iterator[Proof]:
+    """An AMP workspace's customer managed key lets the deploying principal create AMP's grants through aps."""
+    for workspace in assembly.resources(environment, "AWS::APS::Workspace"):
+        key = workspace.properties.get("KmsKeyArn")
+        if key is not None:
+            subject = f"{workspace.stack}/{workspace.logical_id}"
+            yield from _deployer_grants(AMP_KMS, subject, assembly, assembly.text(workspace.stack, key), "aps")
+
+
+def prove_backup_keys(assembly: Assembly, environment: str) -> Iterator[Proof]:
+    """The vault key admits the vault's creator (grants); the source bucket's key lets the backup role read via S3."""
+    for vault in assembly.resources(environment, "AWS::Backup::BackupVault"):
+        key = vault.properties.get("EncryptionKeyArn")
+        if key is not None:
+            subject = f"{vault.stack}/{vault.logical_id}"
+            yield from _deployer_grants(BACKUP_KMS, subject, assembly, assembly.text(vault.stack, key), "backup")
+    for selection in assembly.resources(environment, "AWS::Backup::BackupSelection"):
+        body = assembly.render(selection.stack, selection.properties.get("BackupSelection", {}))
+        role = _role_of(assembly, str(body.get("IamRoleArn", "")))
+        for resource in body.get("Resources", []):
+            bucket = assembly.resource(assembly.identity(re.sub(r"^arn:\$\{AWS::Partition\}:s3:::", "", str(resource))))
+            if role is None or bucket is None or bucket.type != "AWS::S3::Bucket":
+                continue
+            key, _ = bucket_key(assembly, bucket)
+            if key is None:
+                continue
+            _, statements = key_policy(assembly, key)
+            context = {"kms:CallerAccount": ACCOUNT, "kms:ViaService": f"s3.{REGION}.amazonaws.com", **SECURE}
+            subject = f"{selection.stack}/{selection.logical_id} reads {bucket.logical_id}"
+            for action in ("kms:Decrypt", "kms:DescribeKey"):
+                yield _check(BACKUP_KMS, subject, statements, Request(("AWS", role_arn(role)), action, key, context))
+
+
+#: What ParallelCluster's provider does for a cluster, by the feature of the configuration that needs it:
+#: (action, resource after ``arn:<partition>:``, with ``{cluster}`` the cluster's name). The actions are those of
+#: ParallelCluster's documented policies (aws/aws-parallelcluster ``cloudformation/policies/
+#: parallelcluster-policies.yaml``, ParallelClusterClusterPolicy1, ...Policy2 and
+#: DefaultParallelClusterIamAdminPolicy, read at commit 451cc5320d5d8a9318075990ead7f76f74372f85); the
+#: resources are the ones ParallelCluster names for one cluster (its stack, its ``parallelcluster-<cluster>``
+#: table, roles and instance profiles under ``/parallelcluster/<cluster>/``, ``pcluster-*`` functions).
+_EC2: tuple[str, ...] = ("RunInstances", "CreateFleet", "CreateLaunchTemplate", "CreateLaunchTemplateVersion")
+_EC2 += ("CreateSecurityGroup", "AuthorizeSecurityGroupIngress", "CreateNetworkInterface", "CreatePlacementGroup")
+_EC2 += ("CreateTags", "CreateVolume", "DescribeInstances", "TerminateInstances", "DeleteLaunchTemplate")
+_EC2 += ("DeleteSecurityGroup",)
+_STACK_ACTIONS: tuple[str, ...] = ("CreateStack", "UpdateStack", "DeleteStack", "DescribeStacks")
+_STACK_ACTIONS += ("DescribeStackEvents", "DescribeStackResources", "GetTemplate")
+_TABLE_ACTIONS = ("DescribeTable", "CreateTable", "DeleteTable", "GetItem", "PutItem", "UpdateItem", "Query")
+_FUNCTION_ACTIONS = ("CreateFunction", "DeleteFunction", "GetFunction", "InvokeFunction", "AddPermission")
+_NODE_ROLE = f"iam::{ACCOUNT}:role/parallelcluster/{{cluster}}/{{cluster}}-RoleHeadNode-{SAMPLE}"
+PCLUSTER_PROVIDER_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "always": (
+        *(
+            (f"cloudformation:{a}", f"cloudformation:{REGION}:{ACCOUNT}:stack/{{cluster}}/{SAMPLE}")
+            for a in _STACK_ACTIONS
+        ),
+        ("cloudformation:ListStacks", "*"),
+        *((f"dynamodb:{a}", f"dynamodb:{REGION}:{ACCOUNT}:table/parallelcluster-{{cluster}}") for a in _TABLE_ACTIONS),
+        *((f"ec2:{a}", "*") for a in _EC2),
+        *(
+            (f"iam:{a}", _NODE_ROLE)
+            for a in ("GetRole", "CreateRole", "PutRolePolicy", "DeleteRolePolicy", "DeleteRole")
+        ),
+        *(
+            (f"iam:{a}", f"iam::{ACCOUNT}:instance-profile/parallelcluster/{{cluster}}/{SAMPLE}")
+            for a in ("CreateInstanceProfile", "AddRoleToInstanceProfile", "RemoveRoleFromInstanceProfile")
+        ),
+        ("iam:PassRole", _NODE_ROLE),
+        *((f"lambda:{a}", f"lambda:{REGION}:{ACCOUNT}:function:pcluster-{SAMPLE}") for a in _FUNCTION_ACTIONS),
+        ("s3:CreateBucket", f"s3:::parallelcluster-{SAMPLE}-v1-do-not-delete"),
+        ("s3:PutObject", f"s3:::parallelcluster-{SAMPLE}-v1-do-not-delete/{SAMPLE}"),
+        ("s3:GetObject", f"s3:::{REGION}-aws-parallelcluster/{SAMPLE}"),
+    ),
+    "Scheduling.SlurmSettings.Dns (managed)": tuple(
+        (f"route53:{a}", "*") for a in ("CreateHostedZone", "ChangeResourceRecordSets", "GetChange", "DeleteHostedZone")
+    ),
+    "Monitoring.Dashboards / Alarms": tuple(
+        (f"cloudwatch:{a}", "*") for a in ("PutDashboard", "DeleteDashboards", "PutMetricAlarm", "DeleteAlarms")
+    ),
+    "Monitoring.Logs.CloudWatch": tuple(
+        (f"logs:{a}", "*") for a in ("CreateLogGroup", "PutRetentionPolicy", "TagResource", "PutMetricFilter")
+    ),
+    "SharedStorage FsxLustre (existing)": (
+        ("fsx:DescribeFileSystems", f"fsx:{REGION}:{ACCOUNT}:file-system/{SAMPLE}"),
+    ),
+}
+
+
+def _pcluster_features(config: Mapping[str, Any]) -> list[str]:
+    """The features of a rendered ParallelCluster configuration that ``PCLUSTER_PROVIDER_NEEDS`` lists."""
+    monitoring = config.get("Monitoring", {})
+    dns = config.get("Scheduling", {}).get("SlurmSettings", {}).get("Dns", {})
+    storage = config.get("SharedStorage", [])
+    found = ["always"]
+    if not dns.get("DisableManagedDns"):
+        found.append("Scheduling.SlurmSettings.Dns (managed)")
+    if monitoring.get("Dashboards", {}).get("CloudWatch", {}).get("Enabled", True) or monitoring.get("Alarms", {}).get(
+        "Enabled", True
+    ):
+        found.append("Monitoring.Dashboards / Alarms")
+    if monitoring.get("Logs", {}).get("CloudWatch", {}).get("Enabled", True):
+        found.append("Monitoring.Logs.CloudWatch")
+    if any(s.get("StorageType") == "FsxLustre" and s.get("FsxLustreSettings", {}).get("FileSystemId") for s in storage):
+        found.append("SharedStorage FsxLustre (existing)")
+    return found
+
+
+def prove_pcluster_provider(assembly: Assembly, environment: str) -> Iterator[Proof]:
+    """ParallelCluster's provider runs with our CustomLambdaRole: trusted by Lambda, allowed what the config needs."""
+    for cluster in assembly.resources(environment, "Custom::PclusterCluster"):
+        provider = assembly.resource(assembly.text(cluster.stack, cluster.properties.get("ServiceToken", "")))
+        subject = f"{cluster.stack}/{cluster.logical_id}"
+        parameters = provider.properties.get("Parameters", {}) if provider is not None else {}
+        role = _role_of(assembly, assembly.text(cluster.stack, parameters.get("CustomLambdaRole", "")))
+        if role is None:
+            yield Proof(PCLUSTER, subject, False, "the provider stack runs with no CustomLambdaRole of the assembly")
+            continue
+        yield _trusts(PCLUSTER, assembly, role, "lambda.amazonaws.com", {})
+        identity = role_policies(assembly, environment, role)
+        as_role = ("AWS", role_arn(role))
+        name = assembly.text(cluster.stack, cluster.properties["ClusterName"])
+        config = assembly.render(cluster.stack, cluster.properties.get("ClusterConfiguration", {}))
+        boundary = config.get("Iam", {}).get("PermissionsBoundary")
+        context = {"aws:RequestedRegion": REGION, "iam:PassedToService": "ec2.amazonaws.com"}
+        if boundary is not None:
+            context["iam:PermissionsBoundary"] = str(boundary)
+        for feature in _pcluster_features(config):
+            for action, resource in PCLUSTER_PROVIDER_NEEDS[feature]:
+                target = resource if resource == "*" else f"arn:{PARTITION}:" + resource.replace("{cluster}", name)
+                request = Request(as_role, action, target, context)
+                yield _check(PCLUSTER, f"{subject} ({feature})", identity, request)
+        # AdditionalIamPolicies of every group (and the CloudWatch agent's policy with logs on) are attached.
+        groups = [config.get("HeadNode", {}), *config.get("Scheduling", {}).get("SlurmQueues", [])]
+        groups += config.get("LoginNodes", {}).get("Pools", [])
+        policies = [str(e["Policy"]) for g in groups for e in g.get("Iam", {}).get("AdditionalIamPolicies", [])]
+        if "Monitoring.Logs.CloudWatch" in _pcluster_features(config):
+            policies.append(f"arn:{PARTITION}:iam::aws:policy/CloudWatchAgentServerPolicy")
+        node_role = f"arn:{PARTITION}:" + _NODE_ROLE.replace("{cluster}", name)
+        for policy in dict.fromkeys(policies):
+            request = Request(as_role, "iam:AttachRolePolicy", node_role, {**context, "iam:PolicyARN": policy})
+            yield _check(PCLUSTER, f"{subject} (AdditionalIamPolicies)", identity, request)
+
+
+def _custom_action_scripts(group: Mapping[str, Any]) -> Iterator[str]:
+    """Every script URI of a ParallelCluster group's CustomActions (``Script``, or each of a ``Sequence``)."""
+    for action in group.get("CustomActions", {}).values():
+        for step in [action, *action.get("Sequence", [])]:
+            if "Script" in step:
+                yield str(step["Script"])
+
+
+def prove_pcluster_node_scripts(assembly: Assembly, environment: str) -> Iterator[Proof]:
+    """Each group's CustomActions scripts: its S3Access reads them; the bucket lets its node role; no SSE-KMS."""
+    for cluster in assembly.resources(environment, "Custom::PclusterCluster"):
+        config = assembly.render(cluster.stack, cluster.properties.get("ClusterConfiguration", {}))
+        name = assembly.text(cluster.stack, cluster.properties["ClusterName"])
+        groups = [("HeadNode", config.get("HeadNode", {}))]
+        groups += [(q.get("Name", "?"), q) for q in config.get("Scheduling", {}).get("SlurmQueues", [])]
+        for group_name, group in groups:
+            access = group.get("Iam", {}).get("S3Access", [])
+            # ParallelCluster puts the group's node roles under /parallelcluster/<cluster>/.
+            role = ("AWS", f"arn:{PARTITION}:iam::{ACCOUNT}:role/parallelcluster/{name}/{name}-Role{SAMPLE}")
+            for script in dict.fromkeys(_custom_action_scripts(group)):
+                bucket_name, key = split_s3(script)
+                subject = f"{cluster.stack}/{cluster.logical_id} {group_name} {script}"
+                granted = [
+                    a
+                    for a in access
+                    if str(a.get("BucketName")) == bucket_name and wildcard(str(a.get("KeyName", "*")), key)
+                ]
+                yield Proof(
+                    PCLUSTER_NODES,
+                    subject,
+                    bool(granted),
+                    f"S3Access {'grants' if granted else 'grants no'} s3:GetObject on {bucket_name}/{key}",
+                )
+                bucket = assembly.resource(bucket_name)
+                if bucket is None or bucket.type != "AWS::S3::Bucket":
+                    continue  # a bucket outside the app: its owner's policy decides
+                context = {"aws:PrincipalArn": role[1], **SECURE}
+                request = Request(role, "s3:GetObject", f"arn:{PARTITION}:s3:::{bucket.name}/{key}", context)
+                yield _not_denied(PCLUSTER_NODES, subject, bucket_policy(assembly, environment, bucket.name), request)
+                sse_kms, _ = bucket_key(assembly, bucket)
+                yield Proof(
+                    PCLUSTER_NODES,
+                    subject,
+                    sse_kms is None,
+                    "SSE-S3: S3Access needs no key grant"
+                    if sse_kms is None
+                    else f"SSE-KMS with {sse_kms}: ParallelCluster's S3Access grants no kms:Decrypt",
+                )
+
+
 CLOUDWATCH_SNS = "CloudWatch alarm -> SNS topic"
 CLOUDWATCH_KMS = "CloudWatch alarm -> topic's KMS key"
 EVENTBRIDGE_SNS = "EventBridge rule -> SNS topic and its KMS key"
@@ -483,6 +769,11 @@ GRAFANA_SSO = "Grafana provisioner -> IAM Identity Center (UpdatePermissions, AW
 SAGEMAKER = "SageMaker HyperPod -> execution role, lifecycle bucket, ENIs"
 BACKUP_S3 = "AWS Backup -> data bucket"
 LAMBDA = "Lambda -> handler roles"
+FSX_DRA = "FSx data repository association -> S3 bucket and its KMS key"
+AMP_KMS = "Amazon Managed Prometheus -> its KMS key"
+BACKUP_KMS = "AWS Backup -> vault key and the source bucket's key"
+PCLUSTER = "ParallelCluster provider -> what it creates for the cluster"
+PCLUSTER_NODES = "ParallelCluster nodes -> their CustomActions scripts"
 
 CONTRACTS: tuple[Contract, ...] = (
     Contract(
@@ -570,6 +861,74 @@ CONTRACTS: tuple[Contract, ...] = (
         "https://docs.aws.amazon.com/service-authorization/latest/reference/reference_policies_actions-resources-contextkeys.html",
         prove_lambda_trust,
     ),
+    Contract(
+        FSX_DRA,
+        "AWSServiceRoleForFSxS3Access_<file system id> (FSx's service-linked role, its policy AWS's own)",
+        "bucket policy: no deny of s3:ListBucket, GetObject, PutObject (auto export), Get/PutBucketNotification "
+        "(auto import); SSE-KMS bucket: key policy kms:Encrypt, Decrypt, ReEncrypt*, GenerateDataKey*, DescribeKey",
+        "key: aws:PrincipalArn = that role, kms:CallerAccount = this account, kms:ViaService = s3.<region>, "
+        "kms:EncryptionContext:aws:s3:arn = the bucket (S3 Bucket Keys on) or its objects; requests over TLS",
+        "https://docs.aws.amazon.com/fsx/latest/LustreGuide/s3-server-side-encryption-support.html",
+        prove_fsx_dra,
+        "If you want to link your Amazon File Cache to an S3 bucket encrypted using SSE-KMS encryption, you must add "
+        "a statement to your customer managed key policy that allows Amazon File Cache to encrypt and decrypt objects "
+        "in your S3 bucket using your AWS KMS key ... If you're using an AWS KMS with a CMK to encrypt your S3 bucket "
+        "with S3 Bucket Keys enabled, set the EncryptionContext to the bucket ARN, not the object ARN (the same FSx "
+        "service-linked role, as the FSx File Cache guide words it: "
+        "https://docs.aws.amazon.com/fsx/latest/FileCacheGuide/s3-server-side-encryption-support.html)",
+    ),
+    Contract(
+        AMP_KMS,
+        "the deploying principal (CloudFormation with CDK's execution role), for aps.amazonaws.com",
+        "key policy: delegates to the account's IAM policies (root statement) so the deployer may kms:CreateGrant, "
+        "DescribeKey, GenerateDataKey, Decrypt through AMP; AMP then works with its grants",
+        "kms:ViaService = aps.<region>, kms:CallerAccount = this account",
+        "https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-aps-resourcepolicy.html",
+        prove_amp_key,
+        "If your workspace uses customer-managed AWS KMS keys for encryption, you must grant the principals in your "
+        "resource-based policy access to those AWS KMS keys. You can do this by creating AWS KMS grants (and "
+        "https://docs.aws.amazon.com/prometheus/latest/userguide/encryption-at-rest-Amazon-Service-Prometheus.html: "
+        "customer managed keys: Establishing and maintaining IAM policies and grants)",
+    ),
+    Contract(
+        BACKUP_KMS,
+        "the vault's creator (CloudFormation with CDK's execution role); then the backup selection's role",
+        "vault key policy: delegates to IAM so the creator may kms:CreateGrant, DescribeKey, GenerateDataKey, Decrypt; "
+        "source bucket's key: the backup role may kms:Decrypt, DescribeKey through S3 (its AWS managed S3 policy "
+        "grants them; the key policy must let IAM policies count)",
+        "kms:ViaService = backup.<region> (vault) or s3.<region> (source), kms:CallerAccount = this account",
+        "https://docs.aws.amazon.com/aws-backup/latest/devguide/create-a-vault.html",
+        prove_backup_keys,
+        'You must have the following permissions to create a backup vault using AWS Backup. ... "Action": '
+        '[ "kms:CreateGrant", "kms:DescribeKey", "kms:RetireGrant", "kms:Decrypt", "kms:GenerateDataKey" ] on the key',
+    ),
+    Contract(
+        PCLUSTER,
+        "lambda.amazonaws.com, then the provider's CustomLambdaRole (it also creates the cluster stack's resources)",
+        "trust policy; role policy: for each feature the configuration uses, the actions of ParallelCluster's "
+        "documented policies on the resources it names for this cluster (its stack, table parallelcluster-<cluster>, "
+        "roles and instance profiles under /parallelcluster/<cluster>/, pcluster-* functions, its buckets); "
+        "iam:AttachRolePolicy for every AdditionalIamPolicies entry (and CloudWatchAgentServerPolicy with logs on)",
+        "aws:RequestedRegion = the region; iam:PermissionsBoundary = the configuration's Iam.PermissionsBoundary; "
+        "iam:PassedToService = ec2; iam:PolicyARN = the attached policy",
+        "https://docs.aws.amazon.com/parallelcluster/latest/ug/iam-roles-in-parallelcluster-v3.html",
+        prove_pcluster_provider,
+        "action lists from aws/aws-parallelcluster cloudformation/policies/parallelcluster-policies.yaml "
+        "(ParallelClusterClusterPolicy1/2, DefaultParallelClusterIamAdminPolicy) at 451cc5320d5d; the provider's "
+        "cluster.yaml runs its functions with CustomLambdaRole when given",
+    ),
+    Contract(
+        PCLUSTER_NODES,
+        "each group's node role (ParallelCluster makes it under /parallelcluster/<cluster>/)",
+        "the group's Iam.S3Access names the script's bucket with a KeyName matching it (ParallelCluster grants "
+        "s3:GetObject from it); the bucket policy does not deny that role; the bucket is not SSE-KMS",
+        "requests over TLS",
+        "https://docs.aws.amazon.com/parallelcluster/latest/ug/custom-bootstrap-actions-config-v3.html",
+        prove_pcluster_node_scripts,
+        "OnNodeConfigured: # Script URL. This is run after all the bootstrap scripts are run Script: "
+        "s3://amzn-s3-demo-bucket/on-node-configured.sh ... # Bucket permissions Iam: S3Access: - BucketName: "
+        "bucket_name EnableWriteAccess: false",
+    ),
 )
 
 
@@ -584,7 +943,12 @@ def render_table() -> str:
         "| integration | principal | grant or resource policy | conditions | AWS page |",
         "|---|---|---|---|---|",
     ]
-    lines += [f"| {c.name} | {c.principal} | {c.grant} | {c.conditions} | {c.page} |" for c in CONTRACTS]
+    lines += [
+        f"| {c.name} | {c.principal} | {c.grant} | {c.conditions} | {c.page}"
+        + (f' ("{c.quote}")' if c.quote else "")
+        + " |"
+        for c in CONTRACTS
+    ]
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ canonical strings such as ``${AWS::AccountId}`` or ``${p5/Observability|Topic}``
 - An explicit Deny that matches wins; otherwise an Allow must match.
 - A statement matches when its principal, action (``Action``/``NotAction``),
   resource (``Resource``/``NotResource``) and every condition match.
-- Conditions: ``String*``, ``Arn*`` (part by part), ``Bool`` and ``Null``
+- Conditions: ``String*``, ``Arn*`` (part by part), ``Numeric*``, ``Bool`` and ``Null``
   operators, their ``Not`` and ``IfExists`` forms; key names in any case. A key missing from the request fails a
   positive operator, passes a negated one, and passes any ``IfExists``
   operator (AWS's rules). An operator this module does not know raises:
@@ -53,7 +53,12 @@ def _list(value: Any) -> list[Any]:
 
 
 def wildcard(pattern: str, value: str, *, case: bool = True) -> bool:
-    """IAM's ``*`` and ``?`` globbing (``Like`` operators, actions, resources)."""
+    """IAM's ``*`` and ``?`` globbing (``Like`` operators, actions, resources).
+
+    A deploy-time value (``${p5/Storage|Bucket}``) is one name: a ``/`` inside it is no path separator, so
+    ``arn:...:s3:::*/*`` (objects) does not match a bucket's ARN because its stack's name has a slash.
+    """
+    pattern, value = (_TOKEN.sub(lambda m: m.group(0).replace("/", "\x00"), text) for text in (pattern, value))
     regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
     return re.fullmatch(regex, value, 0 if case else re.IGNORECASE) is not None
 
@@ -142,7 +147,24 @@ def _arn_like(pattern: str, value: str) -> bool:
     return all(wildcard(p, v) for p, v in zip(pattern_parts, value_parts, strict=True))
 
 
+def _numeric(compare: Callable[[float, float], bool]) -> Callable[[str, str], bool]:
+    """A ``Numeric*`` operator: the request's value compared with the policy's (``value < policy`` for LessThan)."""
+
+    def holds(pattern: str, value: str) -> bool:
+        try:
+            return compare(float(value), float(pattern))
+        except ValueError:
+            return False  # IAM: a value that is no number does not match
+
+    return holds
+
+
 _BASE_OPERATORS: dict[str, Callable[[str, str], bool]] = {
+    "NumericEquals": _numeric(lambda v, p: v == p),
+    "NumericLessThan": _numeric(lambda v, p: v < p),
+    "NumericLessThanEquals": _numeric(lambda v, p: v <= p),
+    "NumericGreaterThan": _numeric(lambda v, p: v > p),
+    "NumericGreaterThanEquals": _numeric(lambda v, p: v >= p),
     "StringEquals": _string_equals,
     "StringEqualsIgnoreCase": _string_equals_ignore_case,
     "StringLike": _string_like,
@@ -157,6 +179,7 @@ _NEGATIONS = {
     "StringNotLike": "StringLike",
     "ArnNotEquals": "ArnEquals",
     "ArnNotLike": "ArnLike",
+    "NumericNotEquals": "NumericEquals",
 }
 
 
@@ -179,7 +202,9 @@ def condition_holds(operator: str, key: str, values: Any, context: Mapping[str, 
         raise UnknownConditionError(f"condition operator {operator} (key {key}) is not one this evaluator judges")
     if not present:
         return if_exists or negated
-    matched = any(compare(str(value), str(by_key[key.lower()])) for value in _list(values))
+    # A service name in a value (``kms:ViaService``) in one spelling, as for principals.
+    actual = _service(str(by_key[key.lower()]))
+    matched = any(compare(_service(str(value)), actual) for value in _list(values))
     return not matched if negated else matched
 
 

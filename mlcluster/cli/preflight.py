@@ -56,6 +56,7 @@ from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_OK, CliError, aws_e
 from mlcluster.cli.plan import ZONE_ID, NodeGroup, Plan, plan_of
 from mlcluster.config import Environment
 from mlcluster.config.observability import observability_enabled
+from mlcluster.pcluster.states import cluster_stack_state
 
 Level = Literal["ERROR", "WARNING"]
 Status = Literal["pass", "fail", "error"]
@@ -949,6 +950,14 @@ def check_names(ctx: Context) -> list[Result]:
         status = str(found[0].get("StackStatus", "")) if found else "DELETE_COMPLETE"
         if status == "DELETE_COMPLETE":
             results.append(Result("names", "pass", "ERROR", key, f"stack {name} is free"))
+        elif key == "cluster.name" and _tags_say_ours(found[0].get("Tags", []), env.name):
+            # ParallelCluster's own stack: its table decides (a rolled-back create still holds the name).
+            state = cluster_stack_state(status)
+            message = f"cluster stack {name} is {status}: {state.reason}"
+            if state.decision in ("ready", "degraded"):
+                results.append(Result("names", "pass", "ERROR", key, message))
+            else:
+                results.append(Result("names", "fail", "ERROR", key, message))
         elif _tags_say_ours(found[0].get("Tags", []), env.name):
             if status in STACK_BLOCKED or status.endswith("_IN_PROGRESS"):
                 results.append(

@@ -24,6 +24,7 @@ from mlcluster.cli.nodes import describe_hyperpod, hyperpod_nodes, pcluster_node
 from mlcluster.cli.orphans import orphan_resources, orphan_stacks
 from mlcluster.cli.progress import progress
 from mlcluster.config.observability import observability_enabled
+from mlcluster.pcluster.states import State, cluster_stack_state, node_state
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn, not when the command starts
     from rich.console import Group
@@ -120,6 +121,8 @@ def _pcluster(target: Target) -> dict[str, Any]:
             if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
                 raise
             status = "NOT_FOUND"
+    missing = State("fail", f"ParallelCluster's stack {name} does not exist")
+    state = missing if status == "NOT_FOUND" else cluster_stack_state(status)
     nodes = pcluster_nodes(target)
     groups = []
     for group in sorted({n.group for n in nodes}):
@@ -138,9 +141,14 @@ def _pcluster(target: Target) -> dict[str, Any]:
         "backend": "pcluster",
         "name": name,
         "status": status,
-        "failure": "",
+        "decision": state.decision,
+        "failure": "" if state.decision == "ready" else state.reason,
         "groups": groups,
-        "failing_nodes": [n.as_dict() for n in nodes if n.status not in HEALTHY_NODE],
+        "failing_nodes": [
+            {**n.as_dict(), "message": n.message or node_state(n.status).reason}
+            for n in nodes
+            if node_state(n.status).decision != "ready"
+        ],
         "log_group": f"/aws/parallelcluster/{name}-<timestamp> (head node: slurmctld, clustermgtd; nodes: slurmd)",
     }
 
@@ -224,7 +232,9 @@ def collect(target: Target) -> dict[str, Any]:
         for o in orphans
     ]
     if cluster is not None:
-        if cluster["status"] not in {"InService", "CREATE_COMPLETE", "UPDATE_COMPLETE"}:
+        if cluster["backend"] == "pcluster" and cluster["decision"] != "ready":
+            problems.append(f"cluster {cluster['name']} is {cluster['status']}: {cluster['failure']}")
+        elif cluster["backend"] != "pcluster" and cluster["status"] != "InService":
             problems.append(f"cluster {cluster['name']} is {cluster['status']}")
         problems += [
             f"node {n['instance_id']} ({n['group']}) is {n['status']}" + (f": {n['message']}" if n["message"] else "")

@@ -992,3 +992,22 @@ def test_zone_exists_asks_ec2(aws: Aws, tmp_path: Path) -> None:
     hp = env_folder(tmp_path, "hyperpod", "us-west-2")
     (by_id,) = preflight.check_zones_exist(context(aws, hp, "hyperpod", "us-west-2"))
     assert (by_id.status, by_id.key) == ("pass", "network.availability_zone_id")
+
+
+@pytest.mark.parametrize(
+    ("status", "ok"),
+    [
+        ("UPDATE_ROLLBACK_COMPLETE", True),  # runs its previous configuration: a deploy may start
+        ("CREATE_COMPLETE", True),
+        ("ROLLBACK_COMPLETE", False),  # a rolled-back create still holds the name: the provider's create fails
+        ("CREATE_FAILED", False),
+        ("UPDATE_IN_PROGRESS", False),
+    ],
+)
+def test_names_parallelcluster_stack_by_its_table(aws: Aws, tmp_path: Path, status: str, ok: bool) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    aws.answer("cloudformation", "DescribeStacks", always=_stacks({"p5-train": status}))
+    results = preflight.check_names(context(aws, folder, "p5", P5_REGION))
+    mine = [r for r in results if r.key == "cluster.name"]
+    assert [r.status for r in mine] == ["pass" if ok else "fail"]
+    assert mine[0].message.startswith(f"cluster stack p5-train is {status}: ")

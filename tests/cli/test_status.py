@@ -268,3 +268,55 @@ def test_status_throttled_reports_call_and_advice(aws: Aws, hyperpod: World) -> 
     assert "DescribeCluster for ml-hyperpod failed: ThrottlingException: Rate exceeded" in result.stderr
     assert "wait a minute" in result.stderr
     assert "Traceback" not in result.output + result.stderr
+
+
+def _pcluster_stack_status(world: World, status: str) -> None:
+    from moto.cloudformation.models import cloudformation_backends
+
+    for stack in cloudformation_backends[ACCOUNT][world.region].stacks.values():
+        if stack.name == world.cluster:
+            stack.status = status
+
+
+@pytest.mark.parametrize(
+    ("stack_status", "healthy", "reason"),
+    [
+        ("UPDATE_COMPLETE", True, ""),
+        ("UPDATE_ROLLBACK_COMPLETE", False, "the cluster runs its previous configuration"),
+        ("UPDATE_IN_PROGRESS", False, "ParallelCluster is updating the cluster"),
+        ("ROLLBACK_COMPLETE", False, "delete the cluster stack, then deploy"),
+    ],
+)
+def test_status_reads_the_parallelcluster_stack_by_its_table(
+    aws: Aws, pcluster: World, stack_status: str, healthy: bool, reason: str
+) -> None:
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", {"Associations": []})
+    aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    _pcluster_stack_status(pcluster, stack_status)
+    result = pcluster.run("status", "p5", "--json")
+    data = json.loads(result.stdout)
+    assert (data["cluster"]["status"], data["healthy"], result.exit_code) == (
+        stack_status,
+        healthy,
+        0 if healthy else 1,
+    )
+    problems = [p for p in data["problems"] if p.startswith("cluster p5-train")]
+    assert problems == ([] if healthy else [f"cluster p5-train is {stack_status}: {data['cluster']['failure']}"])
+    assert reason in data["cluster"]["failure"]
+
+
+def test_status_a_stopped_pcluster_node_needs_attention(aws: Aws, pcluster: World) -> None:
+    from mlcluster.cli.nodes import Node
+
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", {"Associations": []})
+    aws.answer("fsx", "DescribeDataRepositoryTasks", {"DataRepositoryTasks": []})
+    stopped = Node("compute-gpu", "i-0stopped", "p5.48xlarge", "stopped", "", "i-0stopped")
+    pending = Node("compute-gpu", "i-0pending", "p5.48xlarge", "pending", "", "i-0pending")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(status_module, "pcluster_nodes", lambda target: [stopped, pending])
+        result = pcluster.run("status", "p5", "--json")
+    failing = {n["instance_id"]: n["message"] for n in json.loads(result.stdout)["cluster"]["failing_nodes"]}
+    assert failing == {
+        "i-0stopped": "the instance is stopped: nothing in a cluster stops nodes",
+        "i-0pending": "the instance is starting",
+    }

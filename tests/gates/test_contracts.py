@@ -10,6 +10,7 @@ so no contract is proven by a gate that cannot fail.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -163,8 +164,8 @@ def test_condition_operators(operator: str, value: str, context: dict[str, str],
 
 
 def test_an_unknown_operator_is_never_guessed() -> None:
-    with pytest.raises(UnknownConditionError, match="NumericLessThan"):
-        condition_holds("NumericLessThan", "k", "1", {"k": "0"})
+    with pytest.raises(UnknownConditionError, match="DateLessThan"):
+        condition_holds("DateLessThan", "k", "2026-01-01T00:00:00Z", {"k": "2025-01-01T00:00:00Z"})
 
 
 def test_explicit_deny_wins() -> None:
@@ -179,3 +180,215 @@ def test_explicit_deny_wins() -> None:
     deny["Condition"] = {"Bool": {"aws:SecureTransport": "false"}}
     assert evaluate([allow, deny], request).allowed is False
     assert evaluate([allow, deny], Request(request.principal, request.action, "topic", {})).allowed is True
+
+
+# -- the rows added for the FSx association, AMP's and Backup's keys, and ParallelCluster's provider ----------
+
+
+def _fsx_key_statement(statement: dict[str, object]) -> bool:
+    return "aws:PrincipalArn" in str(statement.get("Condition"))
+
+
+def test_the_dra_bucket_key_must_admit_the_fsx_role(broken: Broken) -> None:
+    """Without the key statement for FSx's service-linked role, prod's SSE-KMS bucket cannot be linked."""
+    counted: list[int] = []
+
+    def revert(templates: Templates) -> None:
+        counted.append(_drop_statements(templates, "AWS::KMS::Key", "KeyPolicy", lambda s: not _fsx_key_statement(s)))
+
+    found = failures(broken(revert), contracts.FSX_DRA)
+    assert counted[0] >= 1 and found
+    assert {p.subject for p in found} == {"prod/DataRepository/LustreAssociationDataAB5FE929 (key)"}
+    assert all("AWSServiceRoleForFSxS3Access_${prod/Storage|LustreF8935BA0}" in p.detail for p in found)
+
+
+def _bucket_keys(templates: Templates, enabled: bool) -> None:
+    bucket = templates["prod/Storage"]["Resources"]["DataBucketB1A7365C"]["Properties"]
+    bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["BucketKeyEnabled"] = enabled
+
+
+def _objects_only(templates: Templates) -> None:
+    for key in resources(templates, "prod/Storage", "AWS::KMS::Key").values():
+        for statement in key["Properties"]["KeyPolicy"]["Statement"]:
+            if _fsx_key_statement(statement):
+                like = statement["Condition"]["StringLike"]
+                like["kms:EncryptionContext:aws:s3:arn"] = like["kms:EncryptionContext:aws:s3:arn"][1:]
+
+
+def test_with_bucket_keys_the_encryption_context_is_the_bucket(broken: Broken) -> None:
+    """A key statement for the objects only fails with S3 Bucket Keys on, and holds at the edge with them off."""
+    assert failures(broken(_objects_only), contracts.FSX_DRA)
+
+    def objects_without_bucket_keys(templates: Templates) -> None:
+        _objects_only(templates)
+        _bucket_keys(templates, False)
+
+    assert failures(broken(objects_without_bucket_keys), contracts.FSX_DRA) == []
+
+
+def test_a_bucket_policy_denying_the_fsx_role_fails_the_gate(broken: Broken) -> None:
+    deny = {
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "s3:PutObject",
+        "Resource": "*",
+        "Condition": {"StringLike": {"aws:PrincipalArn": "*AWSServiceRoleForFSxS3Access_*"}},
+    }
+
+    def spoil(templates: Templates) -> None:
+        for stack in templates:
+            for policy in resources(templates, stack, "AWS::S3::BucketPolicy").values():
+                policy["Properties"]["PolicyDocument"]["Statement"].append(deny)
+
+    found = failures(broken(spoil), contracts.FSX_DRA)
+    # Every example exports (NEW, CHANGED): each DRA's PutObject is refused, nothing else.
+    assert len(found) == 6 and all("s3:PutObject" in p.detail and "denied" in p.detail for p in found)
+
+
+def _drop_root(templates: Templates, stack_suffix: str) -> None:
+    for stack in templates:
+        if stack.endswith(stack_suffix):
+            for key in resources(templates, stack, "AWS::KMS::Key").values():
+                document = key["Properties"]["KeyPolicy"]
+                document["Statement"] = [s for s in document["Statement"] if s.get("Action") != "kms:*"]
+
+
+def test_amp_and_the_vault_need_a_key_that_delegates_to_iam(broken: Broken) -> None:
+    """The environment key without its root statement: AMP (hyperpod, p5, trn1) and prod's vault cannot grant."""
+    assembly = broken(lambda t: _drop_root(t, "/Network"))
+    amp = failures(assembly, contracts.AMP_KMS)
+    assert {p.subject.split("/", 1)[0] for p in amp} == {"hyperpod", "p5", "trn1"}
+    assert {p.detail.split(" ")[1] for p in amp} == {
+        "kms:CreateGrant",
+        "kms:DescribeKey",
+        "kms:GenerateDataKey",
+        "kms:Decrypt",
+    }
+    vault = failures(assembly, contracts.BACKUP_KMS)
+    assert vault and all(p.subject == "prod/Storage/DataBucketBackupVault1C2837B9" for p in vault)
+
+
+def test_backup_reads_the_source_bucket_through_its_key(broken: Broken) -> None:
+    found = failures(broken(lambda t: _drop_root(t, "prod/Storage")), contracts.BACKUP_KMS)
+    assert found and all("reads DataBucketB1A7365C" in p.subject for p in found)
+    assert {p.detail.split(" ")[1] for p in found} == {"kms:Decrypt", "kms:DescribeKey"}
+
+
+def _provider_statements(templates: Templates, keep: Callable[[dict[str, object]], bool]) -> None:
+    for stack in templates:
+        for role in resources(templates, stack, "AWS::IAM::Role").values():
+            for policy in role["Properties"].get("Policies", []):
+                if policy["PolicyName"] == "Provider":
+                    document = policy["PolicyDocument"]
+                    document["Statement"] = [s for s in document["Statement"] if keep(s)]
+
+
+def test_the_provider_needs_its_cluster_table(broken: Broken) -> None:
+    found = failures(
+        broken(lambda t: _provider_statements(t, lambda s: s.get("Sid") != "ClusterTables")), contracts.PCLUSTER
+    )
+    assert {p.subject.split("/", 1)[0] for p in found} == {"p4de", "p5", "trn1"}
+    assert all("dynamodb:" in p.detail and "table/parallelcluster-" in p.detail for p in found)
+
+
+def test_the_provider_must_attach_every_configured_policy(broken: Broken) -> None:
+    def narrow(templates: Templates) -> None:
+        for stack in templates:
+            for role in resources(templates, stack, "AWS::IAM::Role").values():
+                for policy in role["Properties"].get("Policies", []):
+                    for statement in policy["PolicyDocument"]["Statement"]:
+                        if statement.get("Sid") == "AttachTheConfiguredPolicies":
+                            statement["Condition"]["ArnEquals"]["iam:PolicyARN"] = statement["Condition"]["ArnEquals"][
+                                "iam:PolicyARN"
+                            ][1:]
+
+    found = failures(broken(narrow), contracts.PCLUSTER)
+    assert found and all("iam:AttachRolePolicy" in p.detail and "(AdditionalIamPolicies)" in p.subject for p in found)
+
+
+def test_the_provider_role_must_require_the_boundary_the_config_names(broken: Broken) -> None:
+    def other_boundary(templates: Templates) -> None:
+        for stack in templates:
+            for cluster in resources(templates, stack, "Custom::PclusterCluster").values():
+                cluster["Properties"]["ClusterConfiguration"]["Iam"]["PermissionsBoundary"] = "arn:aws:iam::1:policy/x"
+
+    found = failures(broken(other_boundary), contracts.PCLUSTER)
+    assert {p.detail.split(" ")[1] for p in found} >= {"iam:CreateRole", "iam:PutRolePolicy", "iam:AttachRolePolicy"}
+
+
+def test_without_managed_dns_the_provider_needs_no_hosted_zones(broken: Broken) -> None:
+    """At the edge: drop Route 53 from the role; it fails unless the configuration turns managed DNS off."""
+    drop = lambda s: s.get("Sid") != "HostedZones"  # noqa: E731
+    found = failures(broken(lambda t: _provider_statements(t, drop)), contracts.PCLUSTER)
+    assert found and all("route53:" in p.detail for p in found)
+
+    def dns_off(templates: Templates) -> None:
+        _provider_statements(templates, drop)
+        for stack in templates:
+            for cluster in resources(templates, stack, "Custom::PclusterCluster").values():
+                slurm = cluster["Properties"]["ClusterConfiguration"]["Scheduling"].setdefault("SlurmSettings", {})
+                slurm["Dns"] = {"DisableManagedDns": True}
+
+    assert failures(broken(dns_off), contracts.PCLUSTER) == []
+
+
+def test_numeric_operators() -> None:
+    assert condition_holds("NumericLessThan", "s3:TlsVersion", "1.2", {"s3:TlsVersion": "1.1"}) is True
+    assert condition_holds("NumericLessThan", "s3:TlsVersion", "1.2", {"s3:TlsVersion": "1.2"}) is False
+    assert condition_holds("NumericNotEquals", "k", "3", {"k": "3"}) is False
+    assert condition_holds("NumericGreaterThanEquals", "k", "3", {"k": "x"}) is False
+
+
+def _groups(templates: Templates) -> list[dict[str, Any]]:
+    out = []
+    for stack in templates:
+        for cluster in resources(templates, stack, "Custom::PclusterCluster").values():
+            config = cluster["Properties"]["ClusterConfiguration"]
+            out += [config["HeadNode"], *config["Scheduling"]["SlurmQueues"]]
+    return out
+
+
+def test_node_scripts_need_the_groups_s3_access(broken: Broken) -> None:
+    def other_prefix(templates: Templates) -> None:
+        for group in _groups(templates):
+            for access in group["Iam"]["S3Access"]:
+                access["KeyName"] = "other/*"
+
+    found = failures(broken(other_prefix), contracts.PCLUSTER_NODES)
+    assert found and all("S3Access grants no s3:GetObject" in p.detail for p in found)
+    assert {p.subject.split("/", 1)[0] for p in found} == {"p4de", "p5", "trn1"}
+
+    def exact_key(templates: Templates) -> None:  # at the edge: the script's own key, no wildcard
+        for group in _groups(templates):
+            for access in group["Iam"]["S3Access"]:
+                access["KeyName"] = "pcluster/run.sh"
+
+    assert failures(broken(exact_key), contracts.PCLUSTER_NODES) == []
+
+
+def test_node_scripts_bucket_must_not_deny_the_node_roles_or_be_sse_kms(broken: Broken) -> None:
+    deny = {
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "s3:GetObject",
+        "Resource": "*",
+        "Condition": {"StringLike": {"aws:PrincipalArn": "arn:*:iam::*:role/parallelcluster/*"}},
+    }
+
+    def spoil(templates: Templates) -> None:
+        for stack in templates:
+            for policy in resources(templates, stack, "AWS::S3::BucketPolicy").values():
+                policy["Properties"]["PolicyDocument"]["Statement"].append(deny)
+
+    found = failures(broken(spoil), contracts.PCLUSTER_NODES)
+    assert found and all("denied" in p.detail for p in found)
+
+    def sse_kms(templates: Templates) -> None:
+        for stack in templates:
+            for logical_id, bucket in resources(templates, stack, "AWS::S3::Bucket").items():
+                if logical_id.startswith("NodeScripts") and "AccessLogs" not in logical_id:
+                    default = bucket["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+                    default["ServerSideEncryptionByDefault"] = {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": "k"}
+
+    found = failures(broken(sse_kms), contracts.PCLUSTER_NODES)
+    assert found and all("grants no kms:Decrypt" in p.detail for p in found)
