@@ -149,7 +149,8 @@ def dot_source(assembly: Assembly, environment: str, report: Report | None = Non
     out = graph.lines
     out += [
         f"digraph {_quote(environment)} {{",
-        '  graph [rankdir=LR, compound=true, fontname="Helvetica", fontsize=11, nodesep=0.3, ranksep=0.6];',
+        # size: at most 13 x 10 inches (it only shrinks), so a picture fits a browser window whole.
+        '  graph [rankdir=LR, compound=true, size="13,10", fontname="Helvetica", fontsize=11, ranksep=0.6];',
         '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", fontname="Helvetica", fontsize=10];',
         '  edge [fontname="Helvetica", fontsize=9, color="#555555"];',
     ]
