@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,24 @@ from tools.environment_pictures import UnknownKindError, dot_source, unknown_kin
 
 MKDOCS = str(Path(sys.executable).parent / "mkdocs")
 EXAMPLES = ("dev", "hyperpod", "p4de", "p5", "prod", "trn1")
+
+
+def test_readme_is_a_front_page_whose_links_exist() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) < 150
+    links = re.findall(r"\]\(([^)#]+)\)", readme)
+    assert "docs/quickstart.md" in links
+    for link in links:
+        assert (ROOT / link).is_file(), link
+
+
+def test_the_version_has_its_changelog_entry() -> None:
+    """The version rule: every version in pyproject.toml has its heading in CHANGELOG.md (and LICENSE exists)."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    assert re.search(
+        rf"^## \[{re.escape(version)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", (ROOT / "CHANGELOG.md").read_text(), re.M
+    )
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").lstrip().startswith("Apache License")
 
 
 def test_cli_reference_is_fresh() -> None:
