@@ -9,6 +9,7 @@ repository path its recipe names must exist; pytest paths must collect tests.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -91,3 +92,88 @@ def test_a_missing_file_in_a_recipe_is_caught(tmp_path: Path) -> None:
     recipe = ".venv/bin/pytest -n 2 --dist loadfile --snapshot-update tests/test_snapshots.py"
     missing = [t for t in PATH_TOKEN.findall(recipe) if not (ROOT / t).exists()]
     assert missing == ["tests/test_snapshots.py"]
+
+
+# ---------------------------------------------------------------- make synth: cost totals from the price cache
+
+
+def _p5_cache(folder: Path) -> None:
+    """The price cache `mlcluster cost p5` leaves, made from the recorded Price List response."""
+    from mlcluster.cli import cost
+    from mlcluster.config import load_environment
+    from tests.cli.test_cost import Listing
+
+    environment = load_environment(folder / "p5.yaml")
+    prices: dict[str, object] = {}
+
+    def recorded(query: cost.Query) -> cost.Price:
+        found = cost.lookup(Listing(1), query)
+        prices[query.cache_key] = found.__dict__
+        return found
+
+    cost.estimate("p5", "us-east-2", cost.plan_of(environment), recorded, "recorded")
+    cost.write_cache(cost.cache_path("us-east-2"), prices, "2026-11-20T18:02:11Z")
+
+
+@pytest.fixture
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache folder of the test's own, no credentials, and any AWS call a failure; the environments folder."""
+    import botocore.client
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for name in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_call(self: object, operation: str, params: object) -> None:
+        raise AssertionError(f"make synth called AWS: {operation}")
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", no_call)
+    return ROOT / "environments"
+
+
+def test_make_synth_runs_the_summary_that_prints_costs() -> None:
+    assert "tools/synth_summary.py" in dry_run("synth")
+
+
+def test_synth_prints_each_cached_total_and_how_to_make_the_cache(
+    offline: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tools import synth_summary
+
+    _p5_cache(offline)
+    monkeypatch.setattr(synth_summary, "synth", lambda selection, outdir: 0)
+    monkeypatch.setattr(synth_summary, "summarize", lambda outdir: ["(stacks)"])
+    monkeypatch.setattr(synth_summary, "reachability", lambda outdir: ["(reachability)"])
+    monkeypatch.setattr(sys, "argv", ["synth_summary.py", "p5,dev"])
+    assert synth_summary.main() == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("cost per environment (mlcluster cost ENV for the table):")
+    # p5 from the recorded prices: 4 x p5.48xlarge, the head node, a NAT gateway, Lustre and gp3 (test_cost).
+    hourly = 4 * 55.04 + 1.536 + 0.045 + (1200 * 0.21 + 1200 * 0.08) / 730
+    assert out[start + 1] == (
+        f"  p5 (us-east-2): USD {hourly:,.2f}-{hourly:,.2f} per hour, "
+        f"{hourly * 730:,.2f}-{hourly * 730:,.2f} per month (On-Demand, min-max nodes; prices cached 2026-11-20)"
+    )
+    # dev's region (us-east-1) has no cache: one line says how to make it.
+    assert out[start + 2] == (
+        "  no price cache for dev (us-east-1): run `mlcluster cost ENV` once with AWS credentials "
+        "(pricing:GetProducts) to create it"
+    )
+    assert len(out) == start + 3
+
+
+def test_a_partial_or_unreadable_cache_never_fails_synth(offline: Path, tmp_path: Path) -> None:
+    from mlcluster.cli import cost
+    from tools import synth_summary
+
+    _p5_cache(offline)
+    cache = cost.cache_path("us-east-2")
+    data = json.loads(cache.read_text())
+    data["prices"] = {k: v for k, v in data["prices"].items() if "m5.8xlarge" not in k}  # the head node's price
+    cache.write_text(json.dumps(data))
+    (line,) = synth_summary.cost_lines("p5", offline)[1:]
+    assert line.endswith("prices cached 2026-11-20; partial: 1 line(s) unpriced)")
+    cache.write_text("{not json")
+    (line,) = synth_summary.cost_lines("p5", offline)[1:]
+    assert line.startswith(f"  p5: no estimate (price cache {cache} is unreadable")
+    assert "Traceback" not in line

@@ -47,12 +47,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import logging
 import os
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,21 +74,18 @@ SYMBOL = re.compile(r"@\{([^}]+)\}")
 ACCOUNT = "123456789012"
 
 
-def key_paths(messages: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """Flatten marshmallow's nested error messages into ``(key path, message)`` pairs."""
-    if isinstance(messages, dict):
-        for key, value in messages.items():
-            sub = (
-                path
-                if key == "_schema"
-                else (f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}".lstrip("."))
-            )
-            yield from key_paths(value, sub)
-    elif isinstance(messages, list):
-        for item in messages:
-            yield from key_paths(item, path) if isinstance(item, (dict, list)) else [(path or "(top level)", str(item))]
-    else:
-        yield path or "(top level)", str(messages)
+def _shared() -> Any:
+    """``mlcluster/pcluster/live_validate.py``, loaded by path (this venv does not install mlcluster)."""
+    path = Path(__file__).resolve().parents[1] / "mlcluster" / "pcluster" / "live_validate.py"
+    spec = importlib.util.spec_from_file_location("mlcluster_live_validate", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: The same schema-then-validators run ``mlcluster preflight`` makes live (one implementation for both).
+LIVE = _shared()
 
 
 class World:
@@ -368,23 +365,8 @@ def patch_missing_calls(world: World) -> None:
 
 def validate(name: str, cluster_name: str, config: dict[str, Any]) -> dict[str, Any]:
     """What ``pcluster create-cluster --dryrun`` finds in ``config``: schema errors, then validator failures."""
-    from marshmallow import ValidationError
-    from pcluster.schemas.cluster_schema import ClusterSchema
-    from pcluster.validators.common import ValidatorContext
-
-    try:
-        model = ClusterSchema(cluster_name=cluster_name).load(config)
-    except ValidationError as exc:
-        return {"schema": [list(p) for p in key_paths(exc.messages)], "failures": []}
-    try:
-        failures = model.validate(None, ValidatorContext())
-    except Exception as exc:  # pcluster turns any error here into "Invalid cluster configuration: ..."
-        message = f"Invalid cluster configuration: {exc}"
-        return {"schema": [], "failures": [{"level": "ERROR", "validator": "(validate)", "message": message}]}
-    return {
-        "schema": [],
-        "failures": [{"level": f.level.name, "validator": f.validator_type, "message": f.message} for f in failures],
-    }
+    result: dict[str, Any] = LIVE.validate(cluster_name, config)
+    return result
 
 
 def speed_up_moto_and_pcluster() -> None:

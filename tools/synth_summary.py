@@ -6,9 +6,11 @@ and acknowledgements per stack, which ParallelCluster nodes are reachable from
 where, and the cdk-nag packs that checked it (the
 synth fails on any unacknowledged finding, so a printed line means they
 passed), then one line per node group with its way out to the internet and
-to S3 (mlcluster/analysis/reachability.py). Exits non-zero when the synth
-fails: a config error prints its one message, a nag finding prints cdk's
-report.
+to S3 (mlcluster/analysis/reachability.py), then each environment's On-Demand
+cost total from the local price cache of ``mlcluster cost`` (no AWS call, no
+credentials; one line saying how to make the cache where there is none). Exits
+non-zero when the synth fails: a config error prints its one message, a nag
+finding prints cdk's report. The cost lines never change the exit status.
 """
 
 from __future__ import annotations
@@ -94,6 +96,44 @@ def reachability(outdir: Path) -> list[str]:
     return lines
 
 
+def cost_lines(selection: str | None, folder: Path) -> list[str]:
+    """Each environment's cost total from the price cache (mlcluster/cli/cost.py), offline; never raises.
+
+    Environments whose region has no cache are named on one line that says how
+    to create it; an environment whose estimate cannot be made says why on its own line.
+    """
+    from mlcluster.cli.context import zone_region
+    from mlcluster.cli.cost import offline_total, total_line
+
+    wanted = set(selection.split(",")) if selection else None
+    lines = ["cost per environment (mlcluster cost ENV for the table):"]
+    uncached: dict[str, str] = {}
+    for path in environment_files(folder):
+        if wanted is not None and path.stem not in wanted:
+            continue
+        try:
+            environment = load_environment(path)
+            region = environment.config.region or zone_region(environment.config)
+            if region is None:
+                lines.append(f"  {path.stem}: no region in the file; run `mlcluster cost {path.stem} --region REGION`")
+                continue
+            found = offline_total(environment, region)
+            if found is None:
+                uncached[path.stem] = region
+            else:
+                lines.append(f"  {total_line(*found)}")
+        except Exception as error:  # the summary must never fail synth; say why instead
+            message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
+            lines.append(f"  {path.stem}: no estimate ({' '.join(str(message).split())})")
+    if uncached:
+        names = ", ".join(f"{name} ({region})" for name, region in uncached.items())
+        lines.append(
+            f"  no price cache for {names}: run `mlcluster cost ENV` once with AWS credentials "
+            "(pricing:GetProducts) to create it"
+        )
+    return lines
+
+
 def main() -> int:
     selection = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ENV") or None
     outdir = ROOT / "cdk.out"
@@ -104,6 +144,8 @@ def main() -> int:
     print("\n".join(summarize(outdir)))
     print()
     print("\n".join(reachability(outdir)))
+    print()
+    print("\n".join(cost_lines(selection, ROOT / "environments")))
     return 0
 
 

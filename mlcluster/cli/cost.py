@@ -30,14 +30,34 @@ PERSISTENT_1/2                         throughputCapacity=<MB/s/TiB tier>; unit 
                                        ``USE2-Storage.SSD.125``; the tiers of the two types do not overlap
                                        (50/100/200 and 125/250/500/1000), so the tier picks the product.
 FSx for OpenZFS           AmazonFSx    regionCode, fileSystemType=OpenZFS, deploymentOption (below);
-                                       storage: storageType=SSD, unit GB-Mo; throughput: unit MiBps-Mo
+                                       storage: productFamily=Storage, storageType=SSD, unit GB-Mo;
+                                       throughput: productFamily=Provisioned Throughput, unit MiBps-Mo
 ========================  ===========  ====================================================================
 
+Where each attribute spelling comes from (checked 2026-11-28; none is an AWS
+page that lists Price List attribute values):
+
+* EC2 instance filters (``instanceType``, ``operatingSystem`` Linux, ``tenancy``
+  Shared, ``preInstalledSw`` NA, ``licenseModel`` No License required,
+  ``capacitystatus`` Used): the example of the Terraform AWS provider's
+  ``aws_pricing_product`` data source (as the Pulumi registry mirrors it,
+  pulumi.com/registry/packages/aws/api-docs/pricing/getproduct).
+* NAT gateway (productFamily ``NAT Gateway``, usage type ``NatGateway-Hours``)
+  and gp3 (productFamily ``Storage``, ``volumeApiName`` gp3):
+  infracost/infracost@f0d5778dedabde98f89452d5cb048348a783e133
+  internal/resources/aws/nat_gateway.go and
+  @da0a5862ad6a970be64ea624fba1a7f79f7bb42e internal/resources/aws/ebs_volume.go.
+* ``locationType`` AWS Region / AWS Local Zone, FSx for Lustre's ``deploymentOption``
+  Persistent with ``throughputCapacity`` tiers, and HyperPod's
+  ``Cluster:ml.<type>`` usage type: not confirmed from a public source here
+  (recorded earlier; the matcher refuses zero or several products, so a wrong
+  spelling shows as an unpriced line, never as a wrong price).
+
 OpenZFS ``deploymentOption`` per deployment type, as the Price List spells it
-(:data:`OPENZFS_DEPLOYMENT_OPTION`): ``SINGLE_AZ_2`` is ``Single-AZ_2`` and
-``MULTI_AZ_1`` is ``Multi-AZ``. The other types (``SINGLE_AZ_1``,
-``SINGLE_AZ_HA_1``, ``SINGLE_AZ_HA_2``) have no spelling checked here: their
-lines stay unpriced and say so, and the estimate is then marked partial.
+(:data:`OPENZFS_DEPLOYMENT_OPTION`, with the source of each spelling). The
+HA types (``SINGLE_AZ_HA_1``, ``SINGLE_AZ_HA_2``) have no spelling found in any
+reliable public source: their lines stay unpriced and say so, and the estimate
+is then marked partial (trn1's, whose /home is SINGLE_AZ_HA_2, among them).
 
 An estimate with any line that should have a price and has none is partial:
 its total says so, ``--json`` carries ``"complete": false`` and the unpriced
@@ -65,6 +85,7 @@ import click
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
 from mlcluster.cli.plan import FileSystem, NodeGroup, Plan, plan_of
+from mlcluster.config import Environment
 
 #: The Price List query API's endpoint region.
 PRICING_REGION = "us-east-1"
@@ -72,8 +93,25 @@ PRICING_REGION = "us-east-1"
 HOURS_PER_MONTH = 730
 #: The Price List ``locationType`` of a Region itself (Local Zones and Wavelength Zones share its regionCode).
 REGION_LOCATION = "AWS Region"
-#: OpenZFS deployment type -> the Price List's ``deploymentOption``, only the spellings seen in price-list products.
-OPENZFS_DEPLOYMENT_OPTION = {"SINGLE_AZ_2": "Single-AZ_2", "MULTI_AZ_1": "Multi-AZ"}
+#: OpenZFS deployment type -> the Price List's ``deploymentOption``, only spellings seen in price-list data:
+#:
+#: ============  ===========  ==================================================================================
+#: type          spelling     source
+#: ============  ===========  ==================================================================================
+#: SINGLE_AZ_1   Single-AZ    infracost/infracost@da0a5862ad6a970be64ea624fba1a7f79f7bb42e
+#:                            internal/resources/aws/fsx_openzfs_file_system.go (productFamily Storage and
+#:                            Provisioned Throughput, fileSystemType OpenZFS, storageType SSD), priced by its golden
+#:                            test .../testdata/fsx_openzfs_file_system_test/ (SINGLE_AZ_1, us-east-1) against the
+#:                            live Price List: 0.09 USD/GB-Mo and 0.26 USD/MBps-Mo
+#: SINGLE_AZ_2   Single-AZ_2  a public pricing tool's test fixture (usage types ``<prefix>-Storage.SAZ2:SSD``,
+#:                            ``<prefix>-ThroughputCapacity.SAZ2``); secondary, not an AWS page
+#: MULTI_AZ_1    Multi-AZ     the same fixture (``Storage.MAZ``); infracost's file above filters OpenZFS Multi-AZ
+#:                            backups by ``deploymentOption`` Multi-AZ
+#: ============  ===========  ==================================================================================
+#:
+#: SINGLE_AZ_HA_1 and SINGLE_AZ_HA_2: no spelling in any source found (searched: infracost, public pricing tools,
+#: AWS pricing pages); left out, so their lines are unpriced and the estimate says it is partial.
+OPENZFS_DEPLOYMENT_OPTION = {"SINGLE_AZ_1": "Single-AZ", "SINGLE_AZ_2": "Single-AZ_2", "MULTI_AZ_1": "Multi-AZ"}
 
 
 @dataclass(frozen=True)
@@ -302,13 +340,23 @@ def _fsx_queries(fs: FileSystem, region: str) -> list[tuple[str, str, float, Que
             fs.capacity_gib,
             unknown
             if option is None
-            else Query("AmazonFSx", (*base, ("deploymentOption", option), ("storageType", "SSD")), "GB-Mo"),
+            else Query(
+                "AmazonFSx",
+                (*base, ("productFamily", "Storage"), ("deploymentOption", option), ("storageType", "SSD")),
+                "GB-Mo",
+            ),
         ),
         (
             f"FSx for OpenZFS {fs.deployment_type} throughput",
             f"{fs.key}.throughput_capacity_mbps",
             fs.throughput,
-            unknown if option is None else Query("AmazonFSx", (*base, ("deploymentOption", option)), "MiBps-Mo"),
+            unknown
+            if option is None
+            else Query(
+                "AmazonFSx",
+                (*base, ("productFamily", "Provisioned Throughput"), ("deploymentOption", option)),
+                "MiBps-Mo",
+            ),
         ),
     ]
 
@@ -442,6 +490,49 @@ def write_cache(path: Path, prices: dict[str, Any], fetched: str) -> None:
     tmp.replace(path)
 
 
+def cached_price(prices: dict[str, Any], path: Path) -> Callable[[Query], Price]:
+    """A price source that reads only the cache's ``prices`` (never AWS); a miss is :class:`PriceNotFoundError`."""
+
+    def cached(query: Query) -> Price:
+        hit = prices.get(query.cache_key)
+        if hit is None:
+            raise PriceNotFoundError("not in the cache; run once without --offline")
+        try:
+            return Price(**hit)
+        except TypeError:
+            raise PriceNotFoundError(f"the cache entry is malformed; delete {path}") from None
+
+    return cached
+
+
+def offline_total(environment: Environment, region: str) -> tuple[Estimate, str] | None:
+    """The estimate of ``environment`` from the price cache of ``region`` alone, and the cache's date.
+
+    None when there is no cache for the region. No AWS call is made and no
+    credentials are read: ``make synth`` prints this for every environment.
+
+    :raises CliError: when the cache cannot be read.
+    """
+    path = cache_path(region)
+    cache = read_cache(path)
+    if cache["fetched"] is None:
+        return None
+    source = f"cached prices fetched {cache['fetched']} ({path})"
+    est = estimate(environment.name, region, plan_of(environment), cached_price(dict(cache["prices"]), path), source)
+    return est, str(cache["fetched"])
+
+
+def total_line(est: Estimate, fetched: str) -> str:
+    """One line: the On-Demand total per hour and per month, min-max, and whether it is partial."""
+    low, high = est.total("min"), est.total("max")
+    partial = "" if est.complete else f"; partial: {len(est.unpriced)} line(s) unpriced"
+    return (
+        f"{est.environment} ({est.region}): USD {_money(low)}-{_money(high)} per hour, "
+        f"{_money(low * HOURS_PER_MONTH)}-{_money(high * HOURS_PER_MONTH)} per month "
+        f"(On-Demand, min-max nodes; prices cached {fetched[:10]}{partial})"
+    )
+
+
 def pricing_client(target: Target) -> Any:
     """A Price List client with the target's credentials, in the Price List API's region."""
     from botocore.config import Config
@@ -544,16 +635,8 @@ def cost(
                 f"no price cache at {path}\n  what to do: run `mlcluster cost {env}` once online", EXIT_FAILED
             )
 
-        def cached(query: Query) -> Price:
-            hit = prices.get(query.cache_key)
-            if hit is None:
-                raise PriceNotFoundError("not in the cache; run once without --offline")
-            try:
-                return Price(**hit)
-            except TypeError:
-                raise PriceNotFoundError(f"the cache entry is malformed; delete {path}") from None
-
-        est = estimate(env, where, plan, cached, f"cached prices fetched {cache['fetched']} ({path})")
+        source = f"cached prices fetched {cache['fetched']} ({path})"
+        est = estimate(env, where, plan, cached_price(prices, path), source)
     else:
         client = pricing_client(target)
 

@@ -1,11 +1,12 @@
 """``mlcluster health``: the nodes' health checks, run now on every idle node, and what Slurm already drained.
 
 The checks are the node-side tool ``mlcluster-health`` (``mlcluster/lifecycle/hyperpod/health.sh``;
-the HyperPod lifecycle installs it, and Slurm runs its quick tier as HealthCheckProgram every 5
-minutes, draining a node that fails a critical check). This command lists the partition's nodes
-with their state and reason, sends this package's copy of the tool through ``srun`` to the idle
-ones (named, exclusive, without queueing), with the counts the instance type must show (so it
-needs nothing installed, on either backend), and prints each failed check with its severity and action.
+the HyperPod lifecycle and ParallelCluster's health_check step install it, and Slurm runs its quick
+tier as HealthCheckProgram every 5 minutes, draining a node that fails a critical check). This
+command lists the partition's nodes with their state and reason, sends this package's copy of the
+tool through ``srun`` to the idle ones (named, exclusive, without queueing), with the counts the
+instance type must show (so it needs nothing installed, on either backend), and prints each failed
+check with its severity and action.
 """
 
 from __future__ import annotations

@@ -304,28 +304,37 @@ class NccomResult:
 
     rows: tuple[NcclRow, ...]
     avg_busbw_gbps: float | None
+    #: nccom-test's own verdict when a size failed (``1 errors found - test failed``), else None.
+    failure: str | None = None
 
     @property
     def peak(self) -> NcclRow | None:
         return max(self.rows, key=lambda r: r.busbw_gbps) if self.rows else None
 
 
-#: nccom-test's table (Neuron "NCCOM-TEST User Guide"): ``size(B) count(elems) type time(us) algbw(GB/s)
-#: busbw(GB/s)``, then ``Avg bus bandwidth:      40.6901GB/s``.
+#: nccom-test's table (Neuron "NCCOM-TEST User Guide", aws-neuron/aws-neuron-sdk
+#: tools/neuron-sys-tools/nccom-test.rst at 86a9286833dc2a1cd23b674f7081061924aa587a): ``size(B)
+#: count(elems) type time(us) algbw(GB/s) busbw(GB/s)``, then ``Avg bus bandwidth:      40.6901GB/s``.
+#: A size that failed prints ``<size>    Failure running neuron-bench - log file <path>`` in its row
+#: and the run ends with ``<N> errors found - test failed``.
 _NCCOM_ROW = re.compile(
     r"^\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<type>[a-z]+\d*)\s+(?P<time>[\d.]+)\s+(?P<algbw>[\d.]+)"
     r"\s+(?P<busbw>[\d.]+)\s*$"
 )
 _NCCOM_AVG = re.compile(r"Avg bus bandwidth:\s*(?P<bw>[\d.]+)\s*GB/s")
+_NCCOM_FAILED = re.compile(r"^\s*\d+ errors? found - test failed\s*$")
 
 
 def parse_nccom(text: str) -> NccomResult:
     """Parse ``nccom-test`` output."""
     rows = []
     avg = None
+    failure = None
     for line in text.splitlines():
         if match := _NCCOM_ROW.match(line):
             rows.append(NcclRow(int(match["size"]), float(match["busbw"]), "0"))
         elif match := _NCCOM_AVG.search(line):
             avg = float(match["bw"])
-    return NccomResult(tuple(rows), avg)
+        elif _NCCOM_FAILED.match(line):
+            failure = line.strip()
+    return NccomResult(tuple(rows), avg, failure)

@@ -10,15 +10,9 @@ check (access denied, throttling past the retries) is a row with status
 Contracts the checks rest on, with their source:
 
 * EC2 On-Demand vCPU quotas per instance family (Service Quotas, service code
-  ``ec2``). Codes: ``L-1216C47A`` Standard (AWS CLI reference example for
-  ``get-aws-default-service-quota``); ``L-417A185B`` P and ``L-DB2E81BA`` G and
-  VT (Service Quotas console links in AWS and vendor guides). The codes of the
-  other families (Trn, Inf, DL, F, X, HPC, High Memory) are not checked against
-  an AWS page; each result prints the ``QuotaName`` AWS returns for its code,
-  so a wrong code shows.
-* EC2 Spot vCPU quotas per family (``All <family> Spot Instance Requests``):
-  :data:`SPOT_VCPU_QUOTAS`, checked against public quota guides and clients,
-  not an AWS page; each result prints the ``QuotaName`` AWS returns.
+  ``ec2``) and Spot vCPU quotas (``All <family> Spot Instance Requests``):
+  :data:`VCPU_QUOTAS` and :data:`SPOT_VCPU_QUOTAS`, every code from the EC2 User
+  Guide (table below); each result also prints the ``QuotaName`` AWS returns.
 * VPCs per Region ``L-F678F1CE`` and NAT gateways per Availability Zone
   ``L-FE5A380F`` (service ``vpc``), EC2-VPC Elastic IPs ``L-0263D0A3`` (service
   ``ec2``; the code AWS's own managed policies grant ``GetServiceQuota`` on).
@@ -35,6 +29,9 @@ Contracts the checks rest on, with their source:
   ``aws-parallelcluster-<version>-<os part>-<arch>*`` (ParallelCluster 3.16
   ``pcluster/aws/ec2.py`` ``get_official_image_id`` and
   ``constants.OS_TO_IMAGE_NAME_PART_MAP``).
+* ParallelCluster's own schema and validators, live (``pcluster-validators``):
+  :mod:`mlcluster.cli.pcluster_live`; skipped until the Network and Storage
+  stacks are deployed, or when no Python with ``aws-parallelcluster`` is found.
 * CDK bootstrap: the ``CDKToolkit`` stack's ``BootstrapVersion`` output. The
   synthesized templates refuse versions 1-5 (their ``CheckBootstrapVersion``
   rule); the pinned CLI (aws-cdk 2.1148.1) ships bootstrap template version 33.
@@ -42,6 +39,7 @@ Contracts the checks rest on, with their source:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -59,9 +57,26 @@ from mlcluster.config.observability import observability_enabled
 from mlcluster.pcluster.states import cluster_stack_state
 
 Level = Literal["ERROR", "WARNING"]
-Status = Literal["pass", "fail", "error"]
+Status = Literal["pass", "fail", "error", "skipped"]
 Clients = Callable[[str], Any]
 
+#: Where each quota code and name used here is written down (checked 2026-11-28):
+#:
+#: ==================================  ================================================================================
+#: constants                           source
+#: ==================================  ================================================================================
+#: VCPU_QUOTAS (all ten codes)         EC2 User Guide, "On-Demand Instance quotas" (AWSEC2/latest/UserGuide/
+#:                                     ec2-on-demand-instances.html): each quota name links its Service Quotas code
+#: SPOT_VCPU_QUOTAS (all eight codes)  EC2 User Guide, "Spot Instance quotas" (AWSEC2/latest/UserGuide/
+#:                                     using-spot-limits.html), the same way
+#: NAT_QUOTA, EIP_QUOTA                Amazon VPC User Guide, "Amazon VPC quotas" (amazon-vpc-limits.html): NAT gateways
+#:                                     per Availability Zone L-FE5A380F; Elastic IP addresses per Region ec2/L-0263D0A3
+#: VPC_QUOTA                           not found on an AWS page here; VPCs per Region L-F678F1CE in several public
+#:                                     deployment guides (aws-samples among them); the row prints AWS's QuotaName
+#: FSX_*_QUOTAS, HYPERPOD_* (names)    not confirmed from an AWS page: matched by exact name, and a name AWS does not
+#:                                     list is a WARNING row that says to check by hand, never a pass
+#: ==================================  ================================================================================
+#:
 #: EC2 On-Demand vCPU quota per instance family prefix: (quota code, family group as AWS names it).
 VCPU_QUOTAS: dict[str, tuple[str, str]] = {
     **{f: ("L-1216C47A", "Standard (A, C, D, H, I, M, R, T, Z)") for f in "acdhimrtz"},
@@ -76,16 +91,16 @@ VCPU_QUOTAS: dict[str, tuple[str, str]] = {
     "hpc": ("L-F7808C92", "HPC"),
     "u": ("L-43DA4232", "High Memory"),
 }
-#: EC2 Spot vCPU quota ("All <group> Spot Instance Requests") per family prefix. P L-7212CCBC and G and VT
-#: L-3819A6DF appear in several public quota guides; the others in one public client each. Each row prints
-#: the QuotaName AWS returns, so a wrong code shows. HPC and High Memory have no Spot instances.
+#: EC2 Spot vCPU quota ("All <group> Spot Instance Requests") per family prefix (EC2 User Guide, "Spot Instance
+#: quotas"). HPC and High Memory have no Spot quota there (no Spot instances).
 SPOT_VCPU_QUOTAS: dict[str, tuple[str, str]] = {
     **{f: ("L-34B43A08", "Standard (A, C, D, H, I, M, R, T, Z)") for f in "acdhimrtz"},
     "p": ("L-7212CCBC", "P"),
     "g": ("L-3819A6DF", "G and VT"),
     "vt": ("L-3819A6DF", "G and VT"),
-    "trn": ("L-5480EFD2", "Trn"),
+    "trn": ("L-6B0D517C", "Trn"),
     "inf": ("L-B5D1601B", "Inf"),
+    "dl": ("L-85EED4F7", "DL"),
     "f": ("L-88CF9481", "F"),
     "x": ("L-E3A00192", "X"),
 }
@@ -148,6 +163,8 @@ class Context:
     client: Clients
     margin: timedelta
     now: datetime
+    #: The environment of a child process that calls AWS as the operator (ParallelCluster's validators).
+    child_environ: Callable[[], dict[str, str]] = lambda: dict(os.environ)
     _vcpus: dict[str, int] | None = None
 
     def vcpus(self, types: Iterable[str]) -> dict[str, int]:
@@ -921,6 +938,13 @@ def check_pcluster_image(ctx: Context) -> list[Result]:
     ]
 
 
+def check_pcluster_validators(ctx: Context) -> list[Result]:
+    """ParallelCluster: its own schema and validators, run live on the configuration with the deployed values."""
+    from mlcluster.cli.pcluster_live import check_pcluster_validators as run
+
+    return run(ctx, ctx.child_environ)
+
+
 def _tags_say_ours(tags: Iterable[dict[str, str]], env: str) -> bool:
     return any(t.get("Key") == ENV_TAG and t.get("Value") == env for t in tags)
 
@@ -1097,6 +1121,7 @@ CHECKS: dict[str, Callable[[Context], list[Result]]] = {
     "capacity-reservation": check_reservations,
     "training-plan": check_training_plans,
     "pcluster-image": check_pcluster_image,
+    "pcluster-validators": check_pcluster_validators,
     "names": check_names,
     "cdk-bootstrap": check_bootstrap,
 }
@@ -1146,6 +1171,30 @@ def clients_for(target: Target) -> Clients:
     return target.client
 
 
+def operator_environ(target: Target) -> dict[str, str]:
+    """This process's environment with the target's credentials and region, for a child that calls AWS.
+
+    The session's credentials are resolved here (profile, SSO, role chain) and
+    handed over as plain variables, so the child acts exactly as this command does.
+    """
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    environ["AWS_DEFAULT_REGION"] = environ["AWS_REGION"] = target.region
+    for name in ("AWS_CA_BUNDLE", "AWS_ENDPOINT_URL", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"):
+        if name in os.environ:
+            environ[name] = os.environ[name]
+    credentials = target.session.get_credentials()
+    if credentials is None:
+        raise CliError("no AWS credentials: configure a profile or pass --profile", EXIT_AWS)
+    frozen = credentials.get_frozen_credentials()
+    if not frozen.access_key or not frozen.secret_key:
+        raise CliError("the AWS credentials have no access key: configure a profile or pass --profile", EXIT_AWS)
+    environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"] = frozen.access_key, frozen.secret_key
+    if frozen.token:
+        environ["AWS_SESSION_TOKEN"] = frozen.token
+    environ["AWS_CONFIG_FILE"] = environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    return environ
+
+
 def render(results: Sequence[Result], env: str, region: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -1153,9 +1202,10 @@ def render(results: Sequence[Result], env: str, region: str) -> None:
     table = Table(title=f"preflight {env} ({region})", show_lines=False)
     for column in ("check", "result", "key", "message"):
         table.add_column(column, overflow="fold")
-    styles = {"pass": "green", "fail": "red", "error": "magenta"}
+    styles = {"pass": "green", "fail": "red", "error": "magenta", "skipped": "yellow"}
+    labels = {"pass": "ok", "error": "AWS ERROR", "skipped": "skipped"}
     for r in results:
-        label = "ok" if r.status == "pass" else ("AWS ERROR" if r.status == "error" else r.level)
+        label = labels.get(r.status, r.level)
         style = "yellow" if r.status == "fail" and r.level == "WARNING" else styles[r.status]
         table.add_row(r.check, f"[{style}]{label}[/]", r.key, r.message)
     console = Console(highlight=False)
@@ -1163,7 +1213,8 @@ def render(results: Sequence[Result], env: str, region: str) -> None:
     failed = sum(1 for r in results if r.status == "fail" and r.level == "ERROR")
     warned = sum(1 for r in results if r.status == "fail" and r.level == "WARNING")
     errors = sum(1 for r in results if r.status == "error")
-    console.print(f"{failed} errors, {warned} warnings, {errors} checks could not run")
+    skipped = sum(1 for r in results if r.status == "skipped")
+    console.print(f"{failed} errors, {warned} warnings, {errors} checks could not run, {skipped} skipped")
 
 
 @click.command()
@@ -1194,8 +1245,11 @@ def preflight(
 ) -> None:
     """Check the account before `cdk deploy`: quotas, zones, reservations, images, names, bootstrap.
 
-    Read-only calls with your credentials. Exit 1 when a check at level ERROR
-    fails, 3 when a check could not run (AWS refused a call), 0 otherwise.
+    Read-only calls with your credentials. ParallelCluster environments also get
+    ParallelCluster's own validators, run live once the Network and Storage stacks
+    are deployed (a Python with aws-parallelcluster: $MLCLUSTER_PCLUSTER_PYTHON, a
+    `pcluster` command on PATH, or ./.venv-pcluster). Exit 1 when a check at level
+    ERROR fails, 3 when a check could not run (AWS refused a call), 0 otherwise.
     """
     target = Target.load(env, environments, region, profile)
     ctx = Context(
@@ -1205,6 +1259,7 @@ def preflight(
         client=clients_for(target),
         margin=timedelta(days=reservation_margin_days),
         now=datetime.now(UTC),
+        child_environ=lambda: operator_environ(target),
     )
     results = run_checks(ctx, skip)
     if as_json:

@@ -59,8 +59,11 @@ NCCL_FILTER = (
 #: nccl-tests in a container: AWS's public image with CUDA, NCCL, the EFA libraries, aws-ofi-nccl and
 #: nccl-tests, pinned by digest (a tag can be moved; a digest cannot). Enroot 4's reference syntax
 #: ``REGISTRY#IMAGE@DIGEST``. The digest is the one the tag
-#: ``cuda13.0.2-efa1.48.0-ofiv1.19.0-ncclv2.30.4-1-testsv2.18.3`` resolved to, as recorded in public
-#: pin files; CUDA 13 needs an NVIDIA driver of the 580 series or later. Override with --nccl-image.
+#: ``cuda13.0.2-efa1.48.0-ofiv1.19.0-ncclv2.30.4-1-testsv2.18.3`` resolved to as third-party pin files
+#: on GitHub record it; neither the image's publisher nor a registry (unreachable where this was
+#: written) confirmed it, so it is NOT verified: ``docker buildx imagetools inspect
+#: public.ecr.aws/hpc-cloud/nccl-tests:<tag>`` prints a tag's digest. CUDA 13 needs an NVIDIA driver of
+#: the 580 series or later. Override with --nccl-image.
 DEFAULT_NCCL_IMAGE = (
     "public.ecr.aws#hpc-cloud/nccl-tests@sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c"
 )
@@ -90,12 +93,34 @@ NEURON_COUNT = (
     'case $(readlink -f "$d/device/driver" 2>/dev/null) in */efa) e=$((e + 1)) ;; esac; done; '
     'echo "MLC-NEURON $h devices=$n efa=$e"'
 )
-#: The port of nccom-test's root communicator across nodes: NEURON_RT_ROOT_COMM_ID=<host>:<port> on the
-#: node nccom-test runs on (Neuron "NCCOM-TEST User Guide", -N above 1; its example port).
+#: The port of nccom-test's root communicator across nodes. Its multi-node ("MPI execution") mode, as
+#: the Neuron SDK 2.28.0 release of the "NCCOM-TEST User Guide" documents it (aws-neuron/aws-neuron-sdk
+#: tools/neuron-sys-tools/nccom-test.rst at 86a9286833dc2a1cd23b674f7081061924aa587a, the release
+#: pins.sh installs): every host given with ``-s, --hosts``, NEURON_RT_ROOT_COMM_ID set to the IP
+#: address of the first host listed and any free port, run on one of the hosts (here the first; its
+#: example puts ``--hosts`` after the operation). MPI may need passwordless SSH between the hosts.
 NCCOM_ROOT_PORT = 44444
+#: The rest of the run: ``-b/-e/-f`` sizes and step factor, ``-d fp32``, ``--check`` (the guide's
+#: correctness check; it leaves time and bandwidth unchanged; given before another option because
+#: 2.28 takes an optional mode after it), ``--non-interactive`` (no progress animation in captured output).
+NCCOM_OPTIONS = "-b 64M -e 1G -f 2 --check -d fp32 --non-interactive"
 #: NeuronCores per Neuron device, for nccom-test's rank count (Neuron "Trn1/Trn1n Architecture":
 #: a Trainium v1 device has two NeuronCore-v2).
 NEURON_CORES_PER_DEVICE = {"trn1.32xlarge": 2, "trn1n.32xlarge": 2}
+
+
+def nccom_run(ranks: int, nodes: int) -> str:
+    """The shell that starts nccom-test on the first node of the job: the hosts by IP address, the first
+    (this node) also as the root communicator (NCCOM_ROOT_PORT), ``ranks`` workers over ``nodes`` nodes."""
+    return (
+        'ips=""; for h in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do '
+        "ip=$(getent ahostsv4 \"$h\" | awk 'NR == 1 {print $1}'); "
+        '[ -n "$ip" ] || { echo "cannot resolve $h" >&2; exit 1; }; ips="$ips $ip"; done; '
+        f'set -- $ips; export NEURON_RT_ROOT_COMM_ID="$1:{NCCOM_ROOT_PORT}"; '
+        f'exec nccom-test -r {ranks} -N {nodes} {NCCOM_OPTIONS} allr --hosts "$@"'
+    )
+
+
 #: An image reference pinned by digest (what --image and --nccl-image accept).
 DIGEST_PINNED = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 #: The NCCL filter, keeping the container check's lines too.
@@ -504,11 +529,7 @@ class Smoke:
             return lacking
         ranks = kind.accelerators * cores * self.nodes
         where = self.placement(self.nodes)
-        run = (
-            'hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -s -d " " -); '
-            f'export NEURON_RT_ROOT_COMM_ID="${{SLURMD_NODENAME:-$(hostname)}}:{NCCOM_ROOT_PORT}"; '
-            f"exec nccom-test -r {ranks} -N {self.nodes} --hosts $hosts -b 64M -e 1G -f 2 -d fp32 allr"
-        )
+        run = nccom_run(ranks, self.nodes)
         script = f"export FI_PROVIDER=efa\ntimeout {timeout} srun {where} --ntasks=1 bash -c {shlex.quote(run)} 2>&1"
         result = self.run("nccom-test all-reduce", script, timeout)
         then = f"rerun `srun {where} --ntasks=1 nccom-test ... allr` and `fi_info -p efa` on a node"
@@ -533,6 +554,8 @@ class Smoke:
             problems.append(f"exited {result.exit_code}")
         if peak is None:
             problems.append("no result rows")
+        if parsed.failure is not None:
+            problems.append(parsed.failure)
         measured = (
             f"peak busbw {peak.busbw_gbps:.1f} GB/s at {peak.size_bytes / 2**20:g} MiB" if peak else "no bandwidth"
         )
@@ -685,7 +708,11 @@ STYLES = {"PASS": "bold green", "FAIL": "bold red", "SKIP": "yellow"}
     metavar="NAME@sha256:DIGEST",
     default=DEFAULT_NCCL_IMAGE,
     show_default=True,
-    help="nccl-tests image of the container step on NVIDIA EFA partitions (pinned by digest).",
+    help=(
+        "nccl-tests image of the container step on NVIDIA EFA partitions (pinned by digest). The default's "
+        "digest is not verified against the registry: get the one you trust with `docker buildx imagetools "
+        "inspect public.ecr.aws/hpc-cloud/nccl-tests:<tag>` and pass it here."
+    ),
 )
 @click.option(
     "--step-timeout", type=click.IntRange(30, 7200), default=900, show_default=True, help="Seconds each step may take."

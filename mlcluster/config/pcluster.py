@@ -453,12 +453,17 @@ class NodeScriptsConfig:
     with NVIDIA GPUs and EFA; the Neuron SDK on queues with Trainium or
     Inferentia. ``docker_group`` adds the OS's default user to the ``docker``
     group on every node, which makes that user root there: off unless asked.
+    ``health_check`` installs mlcluster's node health tool on every compute node
+    and names it Slurm's HealthCheckProgram: every 5 minutes, a node failing a
+    critical quick check (GPU or EFA count, Xid, ECC, Neuron devices) drains
+    itself, the failed checks in its reason (``scontrol show node``).
     """
 
     docker_enroot_pyxis: bool = True
     nccl_efa: bool = True
     neuron: bool = True
     docker_group: bool = False
+    health_check: bool = True
 
 
 @section

@@ -30,6 +30,11 @@ What the renderer decides for you, and why:
 - Slurm ``Sockets``/``CoresPerSocket``/``ThreadsPerCore`` from the
   instance-type table (or your override), always all three, go into the
   compute resource's ``CustomSlurmSettings``.
+- Every compute node gets mlcluster's node health tool, and slurm.conf names it as
+  ``HealthCheckProgram`` (``SlurmSettings.CustomSlurmSettings``; ParallelCluster denies
+  ``Prolog`` there, not this): a node failing a critical quick check drains itself with the
+  reason (``node_scripts.health_check``, on by default). Your own ``HealthCheck*`` settings in
+  ``slurm.custom_settings`` win.
 - FSx for Lustre is mounted at /fsx, optional OpenZFS at /home, optional
   EBS at /apps; root volumes are encrypted gp3.
 """
@@ -47,11 +52,20 @@ from mlcluster.config.pcluster import (
     PclusterConfig,
     QueueConfig,
 )
-from mlcluster.lifecycle.pcluster import ENTRY_SCRIPT
+from mlcluster.lifecycle.pcluster import ENTRY_SCRIPT, HEALTH_CHECK_PROGRAM
 from mlcluster.pcluster.instance_types import SlurmLayout, lookup, slurm_layout
 
 #: Log retention periods (days) ParallelCluster 3.16 accepts for ``RetentionInDays``.
 PCLUSTER_LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
+
+#: Slurm's health check on ParallelCluster compute nodes: mlcluster's quick checks every 5 minutes,
+#: spread over the interval (CYCLE), in any node state; a node failing a critical check drains itself
+#: with the reason (the health_check step installs the program; the same settings as HyperPod's).
+HEALTH_CHECK_SETTINGS = {
+    "HealthCheckProgram": HEALTH_CHECK_PROGRAM,
+    "HealthCheckInterval": "300",
+    "HealthCheckNodeState": "ANY,CYCLE",
+}
 
 _TOKEN = re.compile(r"[$#]\{Token\[[^\]]+\]\}")
 _S3_URL = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<key>.+)")
@@ -229,7 +243,11 @@ def login_node_steps(cfg: PclusterConfig, *, exporters: bool = False) -> list[st
 
 
 def queue_steps(cfg: PclusterConfig, queue: QueueConfig, *, exporters: bool = False) -> list[str]:
-    """The node-script steps a queue's nodes run, chosen by their accelerators and EFA."""
+    """The node-script steps a queue's nodes run, chosen by their accelerators and EFA.
+
+    With ``node_scripts.health_check`` every queue installs the node health tool: slurm.conf names
+    it as the HealthCheckProgram of every slurmd (``health_check_settings``).
+    """
     steps = _container_steps(cfg)
     pairs = [(cr, lookup(cr.instance_type)) for cr in queue.compute_resources]
     if cfg.node_scripts.nccl_efa and any(
@@ -238,7 +256,21 @@ def queue_steps(cfg: PclusterConfig, queue: QueueConfig, *, exporters: bool = Fa
         steps.append("nccl_efa")
     if cfg.node_scripts.neuron and any(info is not None and info.accelerator == "neuron" for _, info in pairs):
         steps.append("neuron")
-    return steps + _exporter_steps(exporters)
+    return [*steps, *_exporter_steps(exporters), *(["health_check"] if cfg.node_scripts.health_check else [])]
+
+
+def health_check_settings(cfg: PclusterConfig) -> dict[str, str]:
+    """The Slurm health-check settings mlcluster adds, less those ``slurm.custom_settings`` sets.
+
+    slurmd runs HealthCheckProgram as root on every compute node every HealthCheckInterval seconds
+    (and when it starts; slurm.conf(5)); ParallelCluster leaves these to CustomSlurmSettings (its
+    deny-list has Prolog and Epilog, not these). Your own setting of a key wins (keys compare
+    case-insensitively, as Slurm's do).
+    """
+    if not cfg.node_scripts.health_check:
+        return {}
+    own = {key.lower() for key in cfg.slurm.custom_settings}
+    return {key: value for key, value in HEALTH_CHECK_SETTINGS.items() if key.lower() not in own}
 
 
 def log_retention(days: int) -> int:
@@ -460,8 +492,9 @@ def _slurm_settings(cfg: PclusterConfig) -> dict[str, Any]:
         "ScaledownIdletime": slurm.scaledown_idle_minutes,
         "QueueUpdateStrategy": slurm.queue_update_strategy,
     }
-    if slurm.custom_settings:
-        out["CustomSlurmSettings"] = [{key: value} for key, value in slurm.custom_settings.items()]
+    settings = {**health_check_settings(cfg), **slurm.custom_settings}
+    if settings:
+        out["CustomSlurmSettings"] = [{key: value} for key, value in settings.items()]
     db = slurm.accounting
     if db is not None:
         database: dict[str, Any] = {

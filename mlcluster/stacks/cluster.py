@@ -40,7 +40,7 @@ from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_EXCLUDE
 from mlcluster.lifecycle.exporters import EXPORTERS_DIR, EXPORTERS_EXCLUDE
 from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX
-from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
+from mlcluster.lifecycle.pcluster import HEALTH_TOOL, PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
 from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
 from mlcluster.pcluster.render import (
@@ -129,6 +129,8 @@ class ClusterStack(cdk.Stack):
                 s3deploy.Source.asset(str(PCLUSTER_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
                 # The exporters step's files, shared with HyperPod, at the top of the prefix too.
                 s3deploy.Source.asset(str(EXPORTERS_DIR), exclude=EXPORTERS_EXCLUDE),
+                # The node health tool (health_check step), shared with HyperPod, as run.sh's HEALTH_FILES.
+                s3deploy.Source.data("health.sh", HEALTH_TOOL.read_text()),
                 *collector_sources,
             ],
             purpose="ParallelCluster node scripts (Docker, Enroot/Pyxis, NCCL/EFA, Neuron)",

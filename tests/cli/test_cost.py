@@ -241,6 +241,10 @@ def test_openzfs_storage_and_throughput(pricing: Aws, tmp_path: Path) -> None:
     assert throughput["price"]["unit"] == "MiBps-Mo" and throughput["unit"] == "MB/s"
     assert throughput["monthly_max"] == pytest.approx(320 * 0.26)
     assert data["complete"] is True
+    openzfs = {"Type": "TERM_MATCH", "Field": "fileSystemType", "Value": "OpenZFS"}
+    zfs_filters = [p["Filters"] for p in pricing.params("GetProducts") if openzfs in p["Filters"]]
+    assert {"Type": "TERM_MATCH", "Field": "productFamily", "Value": "Storage"} in zfs_filters[0]
+    assert {"Type": "TERM_MATCH", "Field": "productFamily", "Value": "Provisioned Throughput"} in zfs_filters[1]
     # A deployment type whose Price List spelling is unchecked is an unpriced line, and the total is partial.
     zfs["deployment_type"] = "SINGLE_AZ_HA_2"
     zfs["throughput_capacity_mbps"] = 320
@@ -256,3 +260,16 @@ def test_openzfs_storage_and_throughput(pricing: Aws, tmp_path: Path) -> None:
     assert partial["unpriced"][0]["note"] == (
         "no price: the Price List spelling of OpenZFS SINGLE_AZ_HA_2 is not known to mlcluster"
     )
+
+
+def test_openzfs_single_az_1_is_priced_as_single_az(pricing: Aws, tmp_path: Path) -> None:
+    """SINGLE_AZ_1 is ``deploymentOption`` Single-AZ (infracost's OpenZFS filters and golden test, data file)."""
+    zfs = {"deployment_type": "SINGLE_AZ_1", "storage_capacity_gib": 300, "throughput_capacity_mbps": 256}
+    data = json.loads(
+        invoke("cost", "p5", "--environments", str(_with_storage(tmp_path, {"openzfs": zfs})), "--json").stdout
+    )
+    by = lines(data)
+    storage, throughput = by["FSx for OpenZFS SINGLE_AZ_1 storage"], by["FSx for OpenZFS SINGLE_AZ_1 throughput"]
+    assert storage["price"]["sku"] == "ZSAZ1SSDUSE2XXXX" and storage["monthly_max"] == pytest.approx(300 * 0.09)
+    assert throughput["price"]["sku"] == "ZSAZ1TPUTUSE2XXX" and throughput["monthly_max"] == pytest.approx(256 * 0.26)
+    assert data["complete"] is True

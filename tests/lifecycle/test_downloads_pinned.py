@@ -20,6 +20,7 @@ A static walk over the shell scripts of ``mlcluster/lifecycle/pcluster`` and
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,11 @@ VAR_REF = re.compile(r"\$\{?(\w+)\}?")
 FUNCTION = re.compile(r"^(\w+)\s*\(\)\s*\{")
 FUNCTION_CALL = re.compile(r"(?:^\s*|[;&|(]\s*|\$\()(\w+)")
 VERIFIES = {"download": re.compile(r"sha256sum|--show-keys"), "clone": re.compile(r"rev-parse")}
+#: The EC2 instance metadata service (IMDSv2). A curl whose every URL is ``${VAR}/...`` with VAR
+#: assigned only this address reads the instance's own metadata, not software: no pin applies.
+IMDS_URL = "http://169.254.169.254/latest"
+#: curl options that take a value (the value is not a URL).
+CURL_VALUE_OPTIONS = {"-o", "-H", "-X", "--connect-timeout"}
 
 
 @dataclass
@@ -166,6 +172,27 @@ class Tree:
         return True
 
 
+def imds_read(tree: Tree, text: str) -> bool:
+    """``text`` is a single curl whose every URL is under IMDS_URL (through a variable holding only it)."""
+    text = re.sub(r"\s*\|\|\s*return\s+\d+$", "", text)  # the caller's retry sees the failure
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        return False
+    if words[:1] != ["curl"] or any(w in ("|", ";", "&&", "||") for w in words):
+        return False
+    urls, skip = [], False
+    for word in words[1:]:
+        if skip:
+            skip = False
+        elif word in CURL_VALUE_OPTIONS:
+            skip = True
+        elif not word.startswith("-"):
+            urls.append(word)
+    names = [re.fullmatch(r"\$\{(\w+)\}/\S*", url) for url in urls]
+    return bool(urls) and all(m is not None and tree.values.get(m[1]) == {IMDS_URL} for m in names)
+
+
 def violations(tree: Tree, path: Path) -> list[str]:
     """Everything in ``path`` that downloads, pulls or trusts without a pin."""
     found = []
@@ -173,7 +200,7 @@ def violations(tree: Tree, path: Path) -> list[str]:
     for line in lines:
         where = f"{path.name}:{line.number}"
         text = line.text
-        if DOWNLOAD.search(text) and not tree.site_ok(line, "download"):
+        if DOWNLOAD.search(text) and not tree.site_ok(line, "download") and not imds_read(tree, text.strip()):
             found.append(f"{where}: download without a pinned SHA-256/fingerprint check: {text.strip()}")
         if CLONE.search(text) and not tree.site_ok(line, "clone"):
             found.append(f"{where}: git clone without a pinned commit check: {text.strip()}")
@@ -220,7 +247,11 @@ def test_every_download_is_pinned(tree: str, path: Path) -> None:
 
 def test_the_walk_sees_the_downloads_it_must_check() -> None:
     tree = TREES["pcluster"][1]
-    sites = [line for line in tree.lines if DOWNLOAD.search(line.text) or CLONE.search(line.text)]
+    sites = [
+        line
+        for line in tree.lines
+        if (DOWNLOAD.search(line.text) and not imds_read(tree, line.text.strip())) or CLONE.search(line.text)
+    ]
     assert {line.function for line in sites} == {"download", "clone_fresh"}
     lib = PCLUSTER_DIR / "lib.sh"
     calls = {line.function for line in tree.callers("download", lib)}
@@ -305,3 +336,17 @@ def test_the_checker_accepts_pinned_forms(tmp_path: Path, script: str) -> None:
     (tmp_path / "pins.sh").write_text(PINS)
     (tmp_path / "step.sh").write_text(script)
     assert violations(load(tmp_path), tmp_path / "step.sh") == []
+
+
+def test_only_a_curl_to_the_metadata_service_is_an_imds_read() -> None:
+    """health_check.sh's two IMDS calls pass; the same curl with any other URL beside them does not."""
+    tree = TREES["pcluster"][1]
+    reads = [line for line in tree.lines if line.function == "imds_get" and DOWNLOAD.search(line.text)]
+    assert len(reads) == 2 and all(imds_read(tree, line.text.strip()) for line in reads)
+    for text in (
+        'curl -fsS -o "$2" "${IMDS}/$1" "$url"',
+        'curl -fsS -o "$2" https://example.com/x.tar.gz',
+        'curl -fsS -o "$2" "${WORK_DIR}/x"',
+        'curl -fsS "${IMDS}/x" | bash',
+    ):
+        assert not imds_read(tree, text), text

@@ -422,3 +422,31 @@ def test_the_deep_tiers_library_prelude_is_the_smoke_tests() -> None:
     assert [line.strip() for line in block.splitlines() if line.strip()] == [
         line.strip() for line in library_prelude("hyperpod").splitlines() if line.strip()
     ]
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        # The guide's outputs (NCCOM-TEST User Guide, Neuron SDK 2.28.0, aws-neuron/aws-neuron-sdk
+        # tools/neuron-sys-tools/nccom-test.rst at 86a9286833dc2a1cd23b674f7081061924aa587a): a run whose
+        # average line has a tab after the colon, and a failed size.
+        (
+            DATA / "nccom_alltoallv.txt",
+            "PASS nccom_single critical: all-reduce on 32 NeuronCores: avg bus bandwidth 0.5490 GB/s",
+        ),
+        (
+            CLI_DATA / "nccom_failed.txt",
+            "FAIL nccom_single critical: nccom-test all-reduce failed: 1 errors found - test failed",
+        ),
+    ],
+)
+def test_deep_tier_runs_nccom_with_the_documented_options(tmp_path: Path, output: Path, expected: str) -> None:
+    node = make_node(tmp_path, "trn1.32xlarge")
+    node.answer("neuron_ls", (CLI_DATA / "neuron_ls_trn1.txt").read_text())
+    node.answer("journal", "")
+    node.answer("nccom", output.read_text())
+    (node.bin / "nccom-test").write_text('#!/bin/sh\necho "$*" >"$DATA/nccom_args"\ncat "$DATA/nccom"\n')
+    (node.bin / "nccom-test").chmod(0o755)
+    result = node.run("--tier", "deep")
+    assert expected in result.stdout
+    assert (node.data / "nccom_args").read_text() == "-r 32 -b 64M -e 1G -f 2 --check -d fp32 --non-interactive allr\n"

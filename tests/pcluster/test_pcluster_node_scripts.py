@@ -20,7 +20,15 @@ import pytest
 from mlcluster.config.schema import ConfigError
 from mlcluster.lifecycle.collector import COLLECTOR_DIR
 from mlcluster.lifecycle.exporters import EXPORTER_FILES, EXPORTERS_DIR
-from mlcluster.lifecycle.pcluster import NODE_SCRIPT_FILES, PCLUSTER_DIR, SUPPORT_FILES
+from mlcluster.lifecycle.hyperpod.plan import HEALTH_EXPECTATIONS
+from mlcluster.lifecycle.pcluster import (
+    HEALTH_CHECK_PROGRAM,
+    HEALTH_TOOL,
+    NODE_SCRIPT_FILES,
+    PCLUSTER_DIR,
+    STEPS,
+    SUPPORT_FILES,
+)
 from mlcluster.pcluster.checks import check_node_scripts
 from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
 from tests.lifecycle.pcluster_sandbox import LISTED
@@ -361,7 +369,7 @@ def test_docker_group_step_only_when_the_file_asks(setting: str, expected: list[
     cfg = pcluster(DOCKER_GROUP_QUEUES + f"node_scripts: {{{setting}}}\n")
     assert head_node_steps(cfg) == expected
     assert login_node_steps(cfg) == expected
-    assert queue_steps(cfg, cfg.queues[0]) == [*expected, "nccl_efa"]
+    assert queue_steps(cfg, cfg.queues[0]) == [*expected, "nccl_efa", "health_check"]
 
 
 def test_docker_group_is_announced_as_root_equivalent() -> None:
@@ -391,3 +399,93 @@ def test_enroot_needs_a_parallelcluster_311_ami(settings: str, warned: bool) -> 
     assert bool(found) == warned
     if warned:
         assert found[0].level == "warning" and "AMIs carry no Enroot (it ships from 3.11)" in found[0].message
+
+
+# -- health_check: the node health tool and Slurm's HealthCheckProgram ------------------------------------
+
+
+def uploaded(tmp_path: Path) -> Path:
+    """The node-script prefix as the stack uploads it: the scripts, and the shared health tool as health.sh."""
+    folder = tmp_path / "s3"
+    folder.mkdir()
+    for path in PCLUSTER_DIR.iterdir():
+        if path.is_file():
+            (folder / path.name).write_bytes(path.read_bytes())
+    (folder / "health.sh").write_bytes(HEALTH_TOOL.read_bytes())
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "expected"),
+    [("p5.48xlarge", (8, 32, 0)), ("trn1.32xlarge", (0, 8, 16)), ("c7i.48xlarge", (0, 0, 0))],
+)
+def test_health_check_step_installs_the_tool_and_the_program(
+    make_node: MakeNode, tmp_path: Path, instance_type: str, expected: tuple[int, int, int]
+) -> None:
+    node = make_node()
+    node.extra_env["STUB_S3_DIR"] = str(uploaded(tmp_path))
+    (node.downloads / "instance-type").write_text(instance_type)
+    (node.downloads / "token").write_text("imds-token")
+    proc = node.run("--role", "compute", "health_check", source="s3://node-scripts/pcluster/")
+    assert proc.returncode == 0, proc.stderr
+    copied = [c.split()[-2] for c in node.calls() if c.startswith("aws s3 cp")]
+    assert copied == [f"s3://node-scripts/pcluster/{name}" for name in (*SUPPORT_FILES, "health_check.sh", "health.sh")]
+    tool = node.root / "usr/local/bin/mlcluster-health"
+    assert tool.read_bytes() == HEALTH_TOOL.read_bytes()
+    assert stat.S_IMODE(tool.stat().st_mode) == 0o755
+    gpus, efa, neuron = expected
+    assert node.text("etc/mlcluster/health.env").splitlines()[1:] == [
+        f"MLC_EXPECT_GPUS={gpus}",
+        f"MLC_EXPECT_EFA={efa}",
+        f"MLC_EXPECT_NEURON={neuron}",
+    ]
+    program = node.root / HEALTH_CHECK_PROGRAM.lstrip("/")
+    assert stat.S_IMODE(program.stat().st_mode) == 0o755
+    assert program.read_text().splitlines()[-1] == "exec /usr/local/bin/mlcluster-health --tier quick --drain"
+    imds = [c for c in node.calls() if c.startswith("curl ")]
+    assert "-X PUT -H X-aws-ec2-metadata-token-ttl-seconds: 60" in imds[0]
+    assert imds[0].endswith("http://169.254.169.254/latest/api/token")
+    assert "X-aws-ec2-metadata-token: imds-token" in imds[1]
+    assert imds[1].endswith("http://169.254.169.254/latest/meta-data/instance-type")
+    before = node.tree()
+    assert node.run("--role", "compute", "health_check", source="s3://node-scripts/pcluster/").returncode == 0
+    assert node.tree() == before
+
+
+def test_health_check_step_fails_clearly_without_imds(make_node: MakeNode, tmp_path: Path) -> None:
+    node = make_node()
+    node.extra_env.update(STUB_S3_DIR=str(uploaded(tmp_path)), STUB_FAIL_URL="meta-data/instance-type")
+    proc = node.run("--role", "compute", "health_check", source="s3://node-scripts/pcluster/")
+    assert proc.returncode == 1
+    assert "step 'health_check' failed" in proc.stderr
+    assert "cannot read this node's instance type from IMDS" in node.text("var/log/mlcluster/health_check.log")
+    assert not (node.root / HEALTH_CHECK_PROGRAM.lstrip("/")).exists()
+
+
+def test_health_check_step_refuses_an_instance_type_that_is_not_one(make_node: MakeNode, tmp_path: Path) -> None:
+    node = make_node()
+    node.extra_env["STUB_S3_DIR"] = str(uploaded(tmp_path))
+    (node.downloads / "instance-type").write_text("p5.48xlarge; reboot")
+    proc = node.run("--role", "compute", "health_check", source="s3://node-scripts/pcluster/")
+    assert proc.returncode == 1
+    assert "IMDS gave an instance type that is not one" in node.text("var/log/mlcluster/health_check.log")
+
+
+def test_health_check_step_table_is_the_lifecycle_table() -> None:
+    """health_check.sh's expectations are mlcluster.lifecycle.hyperpod.plan.HEALTH_EXPECTATIONS, entry for entry."""
+    text = (PCLUSTER_DIR / "health_check.sh").read_text()
+    block = re.search(r"^declare -A HEALTH_EXPECTATIONS=\((.*?)^\)", text, flags=re.M | re.S)
+    assert block
+    table = {
+        name: tuple(int(n) for n in counts.split())
+        for name, counts in re.findall(r'\[([a-z0-9.-]+)\]="([0-9 ]+)"', block.group(1))
+    }
+    assert table == HEALTH_EXPECTATIONS
+
+
+def test_run_sh_fetches_the_health_tool_for_the_health_check_step() -> None:
+    match = re.search(r"^readonly HEALTH_FILES=\(([^)]*)\)", (PCLUSTER_DIR / "run.sh").read_text(), flags=re.M)
+    assert match and match.group(1).split() == ["health.sh"]
+    assert re.search(r"^readonly KNOWN_STEPS=\(([^)]*)\)", (PCLUSTER_DIR / "run.sh").read_text(), flags=re.M)[
+        1
+    ].split() == list(STEPS)

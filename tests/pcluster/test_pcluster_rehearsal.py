@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from mlcluster.config import load_environment
+from mlcluster.lifecycle.pcluster import HEALTH_CHECK_PROGRAM
 from mlcluster.pcluster.render import ZoneSubnet, render_cluster_config
 from tests.pcluster.pcluster_support import (
     ARCHETYPES_YAML,
@@ -253,7 +254,17 @@ def trap_rsa_key_on_ubuntu() -> dict[str, Any]:
     return config
 
 
+def trap_health_check_as_prolog() -> dict[str, Any]:
+    """The node health tool wired as Slurm's Prolog: ParallelCluster manages Prolog and refuses it."""
+    config = table_config(yaml.safe_load(ARCHETYPES_YAML["p5-odcr"])["cluster"]["pcluster"])
+    config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"] = [
+        {"Prolog": "/usr/local/sbin/mlcluster-health-check"}
+    ]
+    return config
+
+
 TRAPS = {
+    "trap/health-check-as-prolog": trap_health_check_as_prolog,
     "trap/rsa-key-on-ubuntu": trap_rsa_key_on_ubuntu,
     "trap/placement-group-on-reservation": trap_placement_group_on_reservation,
     "trap/rocky9-without-image": trap_rocky_without_image,
@@ -301,6 +312,17 @@ def test_the_gate_fails_on_rocky_without_an_image(findings: dict[str, Any]) -> N
     """What the rocky8/rocky9 rule now refuses before deploying: ParallelCluster has no official image."""
     found = problems(findings["trap/rocky9-without-image"])
     assert any(p.startswith("ERROR") for p in found), found
+
+
+def test_the_health_check_program_passes_and_a_prolog_does_not(findings: dict[str, Any]) -> None:
+    """Every variant carries HealthCheckProgram and passes (above); the same hook as Prolog is refused."""
+    assert all(
+        {"HealthCheckProgram": HEALTH_CHECK_PROGRAM}
+        in table_config(cfg)["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]
+        for cfg in VARIANTS.values()
+    )
+    found = problems(findings["trap/health-check-as-prolog"])
+    assert any("CustomSlurmSettingsValidator" in p and "Prolog" in p for p in found), found
 
 
 def test_the_gate_fails_on_an_rsa_key_on_ubuntu(findings: dict[str, Any]) -> None:

@@ -31,6 +31,12 @@ from tests.pcluster.pcluster_support import (
 )
 
 SSM = SESSION_POLICY
+#: The health check every rendering carries unless node_scripts.health_check is off (slurm.conf(5)).
+HEALTH_CHECK = [
+    {"HealthCheckProgram": "/usr/local/sbin/mlcluster-health-check"},
+    {"HealthCheckInterval": "300"},
+    {"HealthCheckNodeState": "ANY,CYCLE"},
+]
 NODE_SCRIPTS_S3 = {"BucketName": BUCKET, "KeyName": "pcluster/*", "EnableWriteAccess": False}
 CR0 = "Scheduling.SlurmQueues[0].ComputeResources[0]"
 Q0 = "Scheduling.SlurmQueues[0]"
@@ -364,21 +370,30 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         one(P5),
         {},
         f"{Q0}.CustomActions.OnNodeConfigured.Sequence",
-        [node_action("compute", "docker", "enroot_pyxis", "nccl_efa")],
+        [node_action("compute", "docker", "enroot_pyxis", "nccl_efa", "health_check")],
     ),
     (
         "gpu queue without efa gets no nccl",
         one(P5 + "\n        efa: false"),
         {},
         f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args",
-        ["--role", "compute", "--source", f"s3://{BUCKET}/pcluster/", "docker", "enroot_pyxis"],
+        ["--role", "compute", "--source", f"s3://{BUCKET}/pcluster/", "docker", "enroot_pyxis", "health_check"],
     ),
     (
         "trainium queue gets neuron",
         one("instance_type: trn1.32xlarge"),
         {},
         f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args",
-        ["--role", "compute", "--source", f"s3://{BUCKET}/pcluster/", "docker", "enroot_pyxis", "neuron"],
+        [
+            "--role",
+            "compute",
+            "--source",
+            f"s3://{BUCKET}/pcluster/",
+            "docker",
+            "enroot_pyxis",
+            "neuron",
+            "health_check",
+        ],
     ),
     (
         "queue user actions",
@@ -393,7 +408,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         one(P5, top="slurm: {scaledown_idle_minutes: 30, queue_update_strategy: TERMINATE}"),
         {},
         "Scheduling.SlurmSettings",
-        {"ScaledownIdletime": 30, "QueueUpdateStrategy": "TERMINATE"},
+        {"ScaledownIdletime": 30, "QueueUpdateStrategy": "TERMINATE", "CustomSlurmSettings": HEALTH_CHECK},
     ),
     ("scheduler", one(P5), {}, "Scheduling.Scheduler", "slurm"),
     ("drain by default", one(P5), {}, "Scheduling.SlurmSettings.QueueUpdateStrategy", "DRAIN"),
@@ -402,7 +417,21 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         one(P5, top="slurm: {custom_settings: {MaxJobCount: '20000', MinJobAge: '600'}}"),
         {},
         "Scheduling.SlurmSettings.CustomSlurmSettings",
-        [{"MaxJobCount": "20000"}, {"MinJobAge": "600"}],
+        [*HEALTH_CHECK, {"MaxJobCount": "20000"}, {"MinJobAge": "600"}],
+    ),
+    (
+        "health check settings you set win",
+        one(P5, top="slurm: {custom_settings: {healthcheckprogram: /opt/site/nhc, HealthCheckInterval: '60'}}"),
+        {},
+        "Scheduling.SlurmSettings.CustomSlurmSettings",
+        [{"HealthCheckNodeState": "ANY,CYCLE"}, {"healthcheckprogram": "/opt/site/nhc"}, {"HealthCheckInterval": "60"}],
+    ),
+    (
+        "health check on a queue without other node scripts",
+        one(P5, top="node_scripts: {docker_enroot_pyxis: false, nccl_efa: false}"),
+        {},
+        f"{Q0}.CustomActions.OnNodeConfigured.Sequence",
+        [node_action("compute", "health_check")],
     ),
     (
         "accounting database",
@@ -554,9 +583,19 @@ ABSENT = [
     ),
     (
         "no node-script access without node scripts",
-        one(P5, queue="ssm: false", top="node_scripts: {docker_enroot_pyxis: false, nccl_efa: false}"),
+        one(
+            P5,
+            queue="ssm: false",
+            top="node_scripts: {docker_enroot_pyxis: false, nccl_efa: false, health_check: false}",
+        ),
         {},
         f"{Q0}.Iam",
+    ),
+    (
+        "no health check settings when health_check is off",
+        one(P5, top="node_scripts: {health_check: false}"),
+        {},
+        "Scheduling.SlurmSettings.CustomSlurmSettings",
     ),
     (
         "no login node scripts without docker",
@@ -602,7 +641,7 @@ def test_archetype_p4de_training_and_g5_inference() -> None:
         "CoresPerSocket": 24,
         "ThreadsPerCore": 2,
     }
-    assert train["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"][-1] == "nccl_efa"
+    assert train["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"][-2:] == ["nccl_efa", "health_check"]
     g5 = infer["ComputeResources"][0]
     assert (g5["MinCount"], g5["MaxCount"], g5["Efa"], g5["Networking"]["PlacementGroup"]) == (
         0,
@@ -619,7 +658,7 @@ def test_archetype_trn1_with_neuron() -> None:
     config = render_cluster_config(archetype("trn1-neuron"), inputs())
     (queue,) = config["Scheduling"]["SlurmQueues"]
     args = queue["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"]
-    assert args[-3:] == ["docker", "enroot_pyxis", "neuron"]
+    assert args[-4:] == ["docker", "enroot_pyxis", "neuron", "health_check"]
     assert queue["ComputeResources"][0]["Efa"] == {"Enabled": True}
     assert queue["ComputeResources"][0]["Networking"]["PlacementGroup"] == {"Enabled": True}
     assert config["Image"] == {"Os": "ubuntu2204"}

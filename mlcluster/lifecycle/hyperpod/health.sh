@@ -359,9 +359,12 @@ check_nccom_single() {
     report SKIP nccom_single critical "no Neuron device expected on this instance type"
     return
   fi
-  out=$(nccom-test -r $((EXPECT_NEURON * 2)) -b 64M -e 1G -f 2 -d fp32 allr 2>&1)
-  avg=$(sed -n 's/^Avg bus bandwidth: *\([0-9.]*\) *GB\/s.*/\1/p' <<<"$out")
-  if [[ -n $avg ]]; then
+  # The options of the NCCOM-TEST guide (Neuron SDK 2.28.0): --check verifies the results (given before
+  # another option: it takes an optional mode), --non-interactive leaves out the progress animation. A
+  # failed size ends the output with `<N> errors found - test failed`.
+  out=$(nccom-test -r $((EXPECT_NEURON * 2)) -b 64M -e 1G -f 2 --check -d fp32 --non-interactive allr 2>&1)
+  avg=$(sed -n 's/^Avg bus bandwidth:[[:space:]]*\([0-9.]*\)[[:space:]]*GB\/s.*/\1/p' <<<"$out")
+  if [[ -n $avg ]] && ! grep -q 'errors\{0,1\} found - test failed' <<<"$out"; then
     report PASS nccom_single critical "all-reduce on $((EXPECT_NEURON * 2)) NeuronCores: avg bus bandwidth $avg GB/s"
   else
     report FAIL nccom_single critical "nccom-test all-reduce failed: $(tail -n 1 <<<"$out")" "$REPLACE"

@@ -3,13 +3,14 @@
 #
 #   run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR [STEP...]
 #
-# Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters, collector. They always run in that
+# Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters, collector, health_check. They always run in that
 # order, whatever order they are given in; with no STEP arguments the list
 # comes from MLCLUSTER_STEPS (spaces or commas). The step scripts and their
 # support files (lib.sh, pins.sh, user_dirs.sh) are copied from --source (an S3 prefix, read with
 # the node's role, or a local folder); the exporters step also gets EXPORTER_FILES (the units, textfile
-# collectors and DCGM fields, shared with HyperPod) and the collector step COLLECTOR_FILES (its
-# installer, target refresher and the configuration mlcluster rendered). Each step logs to /var/log/mlcluster/STEP.log; the first
+# collectors and DCGM fields, shared with HyperPod), the collector step COLLECTOR_FILES (its
+# installer, target refresher and the configuration mlcluster rendered) and the health_check step
+# HEALTH_FILES (the node health tool, shared with HyperPod). Each step logs to /var/log/mlcluster/STEP.log; the first
 # step that fails stops the run, and the error names it. Every step is
 # idempotent, so running this again changes nothing.
 #
@@ -17,10 +18,11 @@
 # MLCLUSTER_RETRY_ATTEMPTS and MLCLUSTER_RETRY_DELAY (seconds, doubled per retry).
 set -euo pipefail
 
-readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron exporters collector)
+readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron exporters collector health_check)
 readonly SUPPORT_FILES=(lib.sh pins.sh user_dirs.sh)
 readonly EXPORTER_FILES=(exporter_units.sh efa_metrics.sh slurm_metrics.sh dcgm_counters.csv)
 readonly COLLECTOR_FILES=(collector_install.sh collector_targets.py collector.yml collector_targets.json)
+readonly HEALTH_FILES=(health.sh)
 ROOT="${MLCLUSTER_ROOT:-}"
 LOG_DIR="${ROOT}/var/log/mlcluster"
 RUN_LOG="${LOG_DIR}/run.log"
@@ -121,6 +123,7 @@ if [[ "${source_uri}" == s3://* ]]; then
   files=("${SUPPORT_FILES[@]}" "${steps[@]/%/.sh}")
   [[ " ${steps[*]} " == *" exporters "* ]] && files+=("${EXPORTER_FILES[@]}")
   [[ " ${steps[*]} " == *" collector "* ]] && files+=("${COLLECTOR_FILES[@]}")
+  [[ " ${steps[*]} " == *" health_check "* ]] && files+=("${HEALTH_FILES[@]}")
   for file in "${files[@]}"; do
     retry aws s3 cp --only-show-errors "${source_uri%/}/${file}" "${download}/${file}" \
       || fail "cannot download ${source_uri%/}/${file}; check the node role's S3 read access"
