@@ -137,6 +137,12 @@ SAFE_WAYS = {
         "Data encrypted under the old key needs that key: keep it enabled until everything is re-encrypted, "
         "then deploy with the allowance"
     ),
+    "AWS::RDS::DBCluster": (
+        "A replaced accounting database is a new, empty one: every cluster's job history, fair-share usage and "
+        "associations stay in the old one (or its final snapshot). Safe way: take a manual snapshot ('aws rds "
+        "create-db-cluster-snapshot'), or move the history with mysqldump as the docs' accounting section "
+        "(docs/contributing/design.md) shows, then deploy with the allowance"
+    ),
     "Custom::PclusterCluster": (
         "A new cluster name is a new cluster: running jobs and the head node's local state are lost. Safe way: "
         "drain the queues (no running jobs), then deploy with the allowance"

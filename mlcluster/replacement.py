@@ -51,6 +51,8 @@ DATA_BEARING_TYPES = frozenset(
         "AWS::APS::Workspace",
         "AWS::Grafana::Workspace",
         "AWS::Logs::LogGroup",
+        # The Slurm accounting database (storage.accounting): job history, fair-share usage, associations.
+        "AWS::RDS::DBCluster",
     }
 )
 #: Deletion and replace policies that keep the resource when CloudFormation deletes it from an
@@ -79,6 +81,8 @@ FATE_DAYS: dict[str, tuple[tuple[str, int | None], ...]] = {
     "AWS::Backup::BackupPlan": (("BackupPlan/BackupPlanRule/*/Lifecycle/DeleteAfterDays", NEVER),),
     # Amazon Managed Service for Prometheus keeps samples 150 days unless told otherwise.
     "AWS::APS::Workspace": (("WorkspaceConfiguration/RetentionPeriodInDays", 150),),
+    # An Aurora cluster without BackupRetentionPeriod keeps automated backups 1 day.
+    "AWS::RDS::DBCluster": (("BackupRetentionPeriod", 1),),
 }
 #: Settings whose value must stay as it was on a data-bearing resource (versioning keeps every
 #: overwritten or deleted object).
@@ -88,11 +92,17 @@ FATE_FIXED: dict[str, tuple[str, ...]] = {"AWS::S3::Bucket": ("VersioningConfigu
 #: weakening; entering them is not. ParallelCluster's ``Custom::PclusterCluster`` deletes the cluster
 #: (head node, its /home, Slurm accounting on it) when the resource goes unless ``DeletionPolicy`` is
 #: ``Retain``; absent, it is ``Delete`` (the ParallelCluster CloudFormation custom resource reference).
+#: An Aurora cluster's ``DeletionProtection`` (a boolean; compared as text) keeps it from deletion.
 FATE_KEPT: dict[str, tuple[tuple[str, frozenset[str], str], ...]] = {
     "Custom::PclusterCluster": (("DeletionPolicy", frozenset({"Retain"}), "Delete"),),
+    # An Aurora cluster with deletion protection refuses DeleteDBCluster (absent: off).
+    "AWS::RDS::DBCluster": (("DeletionProtection", frozenset({"True", "true"}), "False"),),
 }
 #: S3 buckets are data-bearing in the storage stack (the data bucket and its access logs).
 DATA_BUCKET_STACK = "Storage"
+#: Other S3 buckets that hold data, by construct path prefix: HyperPod's patch backups (the
+#: controller's Slurm state and accounting dump, and their access logs; ``PatchBackupBucket``).
+DATA_BUCKET_PATHS = ("Cluster/PatchBackups/",)
 
 #: Create-only properties the bundled schema of ``AWS::FSx::FileSystem`` (a
 #: legacy, non-registry type) leaves out although the CloudFormation template
@@ -204,10 +214,12 @@ class Change:
 
 
 def is_data_bearing(resource_type: str, path: str) -> bool:
-    """Data-bearing types anywhere, plus S3 buckets of the storage stack."""
+    """Data-bearing types anywhere, plus S3 buckets of the storage stack and of :data:`DATA_BUCKET_PATHS`."""
     if resource_type in DATA_BEARING_TYPES:
         return True
-    return resource_type == "AWS::S3::Bucket" and path.split("/", 1)[0] == DATA_BUCKET_STACK
+    if resource_type != "AWS::S3::Bucket":
+        return False
+    return path.split("/", 1)[0] == DATA_BUCKET_STACK or path.startswith(DATA_BUCKET_PATHS)
 
 
 @functools.cache

@@ -27,6 +27,7 @@ from mlcluster.config.pcluster import ComputeResourceConfig, NodeScriptsConfig, 
 from mlcluster.exporters import EXPORTERS, Exporter
 from mlcluster.lifecycle.collector import COLLECTOR_FILES
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+from mlcluster.lifecycle.pcluster import GENERATED_FILES as PCLUSTER_GENERATED_FILES
 from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
 
 COMMON: dict[str, Any] = {
@@ -164,12 +165,11 @@ def _shell_array(path: Path, name: str) -> set[str]:
 
 
 def test_the_node_scripts_fetch_and_trust_exactly_the_collectors_files() -> None:
-    """run.sh downloads what the collector step needs; on_create.sh leaves only the rendered files out of its manifest."""
-    assert _shell_array(PCLUSTER_DIR / "run.sh", "COLLECTOR_FILES") == {
-        *COLLECTOR_FILES,
-        CONFIG_FILE,
-        TARGETS_CONFIG_FILE,
-    }
+    """run.sh downloads the collector's scripts and takes its rendered files from its arguments (the cluster
+    configuration); on_create.sh leaves only the rendered files out of its manifest."""
+    assert _shell_array(PCLUSTER_DIR / "run.sh", "COLLECTOR_FILES") == set(COLLECTOR_FILES)
+    assert _shell_array(PCLUSTER_DIR / "run.sh", "GENERATED_FILES") == {CONFIG_FILE, TARGETS_CONFIG_FILE}
+    assert set(PCLUSTER_GENERATED_FILES) == {CONFIG_FILE, TARGETS_CONFIG_FILE}
     generated = _shell_array(HYPERPOD_DIR / "on_create.sh", "GENERATED_FILES")
     assert {CONFIG_FILE, TARGETS_CONFIG_FILE} <= generated
     assert not set(COLLECTOR_FILES) & generated  # the scripts are checked against the manifest

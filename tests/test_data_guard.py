@@ -368,3 +368,51 @@ def test_names_collide_with_files_not_selected(tmp_path: Path) -> None:
     # The edge: a broken file that is not selected is its own synth's problem, not b's.
     (tmp_path / "a.yaml").write_text("network: [")
     assert [e.name for e in load_environments(tmp_path, ["b"])] == ["b"]
+
+
+# -- issue 33 follow-up: the patch backup bucket holds data ------------------------------------------
+
+
+def with_patch_backups(snapshot: Snapshot) -> Snapshot:
+    """A HyperPod cluster stack's patch backup bucket, its access logs and a lifecycle bucket (scripts)."""
+    snapshot[f"{NAME}-Cluster"].resources.update(
+        {
+            "Backups": resource(
+                "AWS::S3::Bucket",
+                "Cluster/PatchBackups/Resource/Resource/Resource",
+                VersioningConfiguration__Status="Enabled",
+            ),
+            "BackupLogs": resource("AWS::S3::Bucket", "Cluster/PatchBackups/Resource/AccessLogs/Resource"),
+            "Scripts": resource("AWS::S3::Bucket", "Cluster/Lifecycle/Resource/Resource/Resource/Resource", "Delete"),
+        }
+    )
+    return snapshot
+
+
+@pytest.mark.parametrize(
+    ("lid", "change", "told"),
+    [
+        ("Backups", {"create_only": {"BucketName": "new"}}, "Cluster/PatchBackups/Resource/Resource/Resource"),
+        ("Backups", {"deletion_policy": "Delete"}, "DeletionPolicy Retain -> Delete"),
+        ("BackupLogs", {"update_replace_policy": "Delete"}, "UpdateReplacePolicy Retain -> Delete"),
+        (
+            "Backups",
+            {"fate": {"VersioningConfiguration/Status": "Suspended"}},
+            'VersioningConfiguration.Status "Enabled" -> "Suspended"',
+        ),
+    ],
+)
+def test_the_patch_backup_bucket_is_data_bearing(tmp_path: Path, lid: str, change: dict[str, Any], told: str) -> None:
+    data: dict[str, Any] = {**MINIMAL, "retention": {"allow_replacement": []}}
+    env = load_environment(write_env(tmp_path, NAME, data))
+    write_lock(env, Lock(with_patch_backups(deployed()), "deployed"))
+    text = refusal(env, edit(with_patch_backups(deployed()), "Cluster", lid, **change))
+    assert told in text
+
+
+def test_a_lifecycle_bucket_change_is_not_refused(tmp_path: Path) -> None:
+    """The edge: the lifecycle bucket holds scripts every deploy uploads again; replacing it passes."""
+    data: dict[str, Any] = {**MINIMAL, "retention": {"allow_replacement": []}}
+    env = load_environment(write_env(tmp_path, NAME, data))
+    write_lock(env, Lock(with_patch_backups(deployed()), "deployed"))
+    guard(env, edit(with_patch_backups(deployed()), "Cluster", "Scripts", create_only={"BucketName": "new"}))

@@ -2,20 +2,33 @@
 
 Each :class:`Row` says where the data lives, what deletes it, its second copy and how to restore
 it, and carries a check that reads the example templates (the same assembly ``test_examples``
-reads), the synth warnings or the guard's rules. ``test_readme_inventory_matches`` renders the
+reads), the synth warnings or the guard's rules. ``test_docs_inventory_matches`` renders the
 table and finds it on that page, so a row cannot be stated without being checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk.assertions import Template
 
 from mlcluster.config.project import check_environments
-from mlcluster.replacement import DATA_BEARING_TYPES, is_data_bearing
+from mlcluster.constructs.accounting_database import AccountingDatabase
+from mlcluster.replacement import (
+    DATA_BEARING_TYPES,
+    FATE_DAYS,
+    FATE_KEPT,
+    KEEPING_POLICIES,
+    create_only_paths,
+    is_data_bearing,
+)
 from tests.support import ENVIRONMENTS, ROOT
 
 Templates = dict[str, dict[str, Any]]
@@ -34,6 +47,36 @@ def kept(resources: list[dict[str, Any]]) -> bool:
 
 def warned(name: str, key: str) -> bool:
     return any(w.startswith(f"{ENVIRONMENTS}/{name}.yaml: {key}") for w in check_environments(ENVIRONMENTS).warnings)
+
+
+def _accounting_database(_: Templates) -> bool:
+    """No example uses the database yet: the construct as the Storage stack builds it for a retaining environment."""
+    stack = cdk.Stack(cdk.App(), "Acct", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    vpc = ec2.Vpc.from_vpc_attributes(
+        stack,
+        "Vpc",
+        vpc_id="vpc-0123456789abcdef0",
+        availability_zones=["us-west-2a", "us-west-2b"],
+        private_subnet_ids=["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
+    )
+    AccountingDatabase(
+        stack,
+        "Db",
+        vpc=vpc,
+        subnets=vpc.private_subnets,
+        client_security_group=ec2.SecurityGroup.from_security_group_id(stack, "Nodes", "sg-0123456789abcdef0"),
+        encryption_key=kms.Key(stack, "Key"),
+        removal_policy=cdk.RemovalPolicy.RETAIN,
+    )
+    (cluster,) = of_type({"Acct": Template.from_stack(stack).to_json()}, "Acct", "AWS::RDS::DBCluster")
+    guarded = "AWS::RDS::DBCluster" in DATA_BEARING_TYPES and "AWS::RDS::DBCluster" in FATE_KEPT
+    return (
+        guarded
+        and cluster["DeletionPolicy"] == cluster["UpdateReplacePolicy"] == "Snapshot"
+        and cluster["Properties"]["DeletionProtection"] is True
+        and cluster["Properties"]["BackupRetentionPeriod"] == 35
+        and "AWS::RDS::DBCluster" in FATE_DAYS
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +127,26 @@ def _vault(t: Templates) -> bool:
 
 def _logs(t: Templates) -> bool:
     groups = [r for name in ("p5/Network", "p5/Storage") for r in of_type(t, name, "AWS::Logs::LogGroup")]
-    return kept(groups) and {g["Properties"]["RetentionInDays"] for g in groups} == {365}
+    return kept(groups) and {g["Properties"]["RetentionInDays"] for g in groups} == {365} and _create_logs(t)
+
+
+def _create_logs(t: Templates) -> bool:
+    """The logs of a failed cluster create outlive its rollback (``Retain``, not ``RetainExceptOnCreate``)."""
+    cluster = t["hyperpod/Cluster"]["Resources"]
+    diagnostic = [
+        r
+        for lid, r in cluster.items()
+        if r["Type"] == "AWS::Logs::LogGroup" and lid.startswith(("ClusterCheckLogs", "ClusterProviderLogs"))
+    ]
+    (pcluster,) = of_type(t, "p5/Cluster", "Custom::PclusterCluster")
+    node_logs = pcluster["Properties"]["ClusterConfiguration"]["Monitoring"]["Logs"]["CloudWatch"]
+    return (
+        len(diagnostic) == 2
+        and all(r["DeletionPolicy"] == r["UpdateReplacePolicy"] == "Retain" for r in diagnostic)
+        # Named by CloudFormation: a retried deploy never meets a kept group of the same name.
+        and not any("LogGroupName" in r["Properties"] for r in diagnostic)
+        and node_logs["DeletionPolicy"] == "Retain"
+    )
 
 
 def _prometheus(t: Templates) -> bool:
@@ -99,8 +161,17 @@ def _grafana(t: Templates) -> bool:
 
 
 def _home(t: Templates) -> bool:
-    return warned("p5", "cluster.pcluster.shared_storage.home_on_openzfs") and not warned(
-        "trn1", "cluster.pcluster.shared_storage.home_on_openzfs"
+    """p5 and p4de put /home on a retained EBS volume of its own; none of the examples warns of /home."""
+    homes = []
+    for name in ("p5", "p4de"):
+        (cluster,) = of_type(t, f"{name}/Cluster", "Custom::PclusterCluster")
+        storage = cluster["Properties"]["ClusterConfiguration"]["SharedStorage"]
+        homes += [s for s in storage if s["MountDir"] == "/home"]
+    return (
+        len(homes) == 2
+        and all(h["StorageType"] == "Ebs" and h["EbsSettings"]["DeletionPolicy"] == "Retain" for h in homes)
+        and all(h["EbsSettings"]["Encrypted"] is True for h in homes)
+        and not any(warned(name, "cluster.pcluster.shared_storage") for name in ("p5", "p4de", "trn1"))
     )
 
 
@@ -117,6 +188,36 @@ def _scripts(t: Templates) -> bool:
         and {b["DeletionPolicy"] for b in lifecycle} == {"Delete"}
         and kept(of_type(t, "p5/Cluster", "AWS::S3::Bucket"))
     )
+
+
+def _patch_backups(t: Templates) -> bool:
+    cluster = t["hyperpod/Cluster"]["Resources"]
+    buckets = [r for lid, r in cluster.items() if r["Type"] == "AWS::S3::Bucket" and lid.startswith("PatchBackups")]
+    # The construct paths as the example's lock records them (the templates here carry no path metadata).
+    locked = json.loads((ENVIRONMENTS / "hyperpod.lock.json").read_text(encoding="utf-8"))
+    paths = [
+        r["path"]
+        for lid, r in locked["stacks"]["hyperpod-Cluster"]["resources"].items()
+        if r["type"] == "AWS::S3::Bucket" and lid.startswith("PatchBackups")
+    ]
+    versioned = [r for r in buckets if "VersioningConfiguration" in r["Properties"]]
+    return (
+        len(buckets) == len(paths) == 2
+        and kept(buckets)
+        and all(is_data_bearing("AWS::S3::Bucket", path) for path in paths)
+        and all(r["Properties"]["VersioningConfiguration"]["Status"] == "Enabled" for r in versioned)
+        and bool(versioned)
+    )
+
+
+def _lifecycle_logs(t: Templates) -> bool:
+    cluster = t["hyperpod/Cluster"]["Resources"]
+    logs = [
+        r
+        for lid, r in cluster.items()
+        if r["Type"] == "AWS::S3::Bucket" and lid.startswith("Lifecycle") and "AccessLogs" in lid
+    ]
+    return bool(logs) and {r["DeletionPolicy"] for r in logs} == {"Delete"}
 
 
 GUARD = "refused at synth"
@@ -176,7 +277,9 @@ ROWS = [
     Row(
         "log groups (flow logs, Lustre, clusters, handlers)",
         "every stack",
-        f"`retention.log_retention_days` (a shorter one: {GUARD}); `on_delete: destroy`: {GUARD}",
+        f"`retention.log_retention_days` (a shorter one: {GUARD}); `on_delete: destroy`: {GUARD}. A failed "
+        "cluster create keeps its logs: the check and provider groups are `Retain` (not `RetainExceptOnCreate`), "
+        "node logs are the service's own groups (ParallelCluster's retained)",
         "none: export what must outlive the retention ('aws logs create-export-task')",
         "-",
         _logs,
@@ -199,10 +302,13 @@ ROWS = [
     ),
     Row(
         "ParallelCluster `/home` without OpenZFS",
-        "the head node's root volume",
-        "'cdk destroy ENV/Cluster', a new cluster (name, version or head node change), a lost head node",
-        "none: synth warns (`home_on_openzfs: false`)",
-        "-",
+        "an EBS volume of its own, attached to the head node and shared over NFS (`shared_storage.home_volume`, "
+        "on by default)",
+        "nothing of the cluster's: kept (`deletion_policy: Retain`) when the cluster is deleted or replaced; "
+        "`home_volume.enabled: false` puts it on the head node's root volume (synth warns)",
+        "none: the volume is kept, not copied (`deletion_policy: Snapshot` keeps a snapshot instead)",
+        "attach the kept volume (listed by `mlcluster status`) to an instance and copy the homes into the new "
+        "cluster's",
         _home,
     ),
     Row(
@@ -213,6 +319,33 @@ ROWS = [
         "database outside the cluster (`mode: remote`) is the scheduled copy",
         "`mlcluster patch` restores its own copy",
         _accounting,
+    ),
+    Row(
+        "HyperPod patch backups (S3, with their access logs and KMS key)",
+        "Cluster stack (`PatchBackups`)",
+        f"`on_delete: destroy`, a replacement or versioning switched off: {GUARD}",
+        "versioning (every overwritten or deleted version)",
+        "`mlcluster patch` restores its run's copy; an older version by copying it back",
+        _patch_backups,
+    ),
+    Row(
+        "HyperPod lifecycle bucket access logs (who read the node scripts)",
+        "Cluster stack, beside the lifecycle bucket",
+        "the Cluster stack's deletion, with the lifecycle bucket (both emptied and deleted, as scripts every deploy "
+        "uploads again are)",
+        "none: CloudTrail S3 data events would be one",
+        "-",
+        _lifecycle_logs,
+    ),
+    Row(
+        "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`)",
+        "Storage stack (Aurora MySQL Serverless v2)",
+        f"a create-only change (a new key), deletion protection off, shorter backups or `on_delete: destroy`: {GUARD}; "
+        "deleting the stack with protection off leaves a final snapshot and the retained secret",
+        "automated backups (`backup_retention_days`, point-in-time restore) and the final snapshot on delete",
+        "'aws rds restore-db-cluster-to-point-in-time' (or from the snapshot) into a new cluster, then point "
+        "`accounting.mode: remote` at it",
+        _accounting_database,
     ),
     Row(
         "node and lifecycle scripts (S3)",
@@ -255,6 +388,7 @@ def test_every_data_bearing_type_has_a_row() -> None:
         # Clusters: running jobs, and the node-local state in the last two rows.
         "Custom::PclusterCluster": "ParallelCluster `/home` without OpenZFS",
         "AWS::SageMaker::Cluster": "HyperPod Slurm accounting and slurmctld state",
+        "AWS::RDS::DBCluster": "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`)",
     }
     assert set(named) == set(DATA_BEARING_TYPES)
     assert set(named.values()) <= {r.what for r in ROWS}
@@ -263,3 +397,73 @@ def test_every_data_bearing_type_has_a_row() -> None:
 def test_docs_inventory_matches() -> None:
     page = (ROOT / "docs/reference/data.md").read_text(encoding="utf-8")
     assert render() in page, "docs/reference/data.md data inventory is stale; expected:\n" + render()
+
+
+#: Retained resources allowed a fixed physical name, each with why a redeploy after a teardown is safe.
+FIXED_NAMES_SAFE = {
+    ("Custom::PclusterCluster", "ClusterName"): "the name is how pcluster, mlcluster and ParallelCluster's own stack "
+    "address the cluster; a cluster kept by its DeletionPolicy is still running (head node, jobs), so a redeploy "
+    "refused with 'already exists' is the signal to delete or adopt it ('mlcluster status' lists it)",
+}
+#: Name properties of types without a bundled schema (``create_only_paths`` reads cfn-lint's).
+NAME_PROPERTIES = {"Custom::PclusterCluster": ("ClusterName",)}
+
+
+def _retained(resource: dict[str, Any]) -> bool:
+    """Kept when its stack is deleted: by CloudFormation's policy, or by its own (ParallelCluster's ``DeletionPolicy``)."""
+    if resource.get("DeletionPolicy") in KEEPING_POLICIES:
+        return True
+    return any(
+        str(resource["Properties"].get(pointer, default)) in keeping
+        for pointer, keeping, default in FATE_KEPT.get(resource["Type"], ())
+    )
+
+
+def _names(kind: str) -> list[str]:
+    """The type's top-level create-only properties that name it (``BucketName``, ``LogGroupName``...)."""
+    top = [p.split("/")[2] for p in create_only_paths(kind) if p.count("/") == 2]
+    return [p for p in [*top, *NAME_PROPERTIES.get(kind, ())] if p.endswith("Name")]
+
+
+def fixed_names(templates: Templates) -> dict[tuple[str, str], list[str]]:
+    """Retained resources whose name does not change with a new deployment of their stack (no ``AWS::StackId``)."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for stack, template in templates.items():
+        for lid, resource in template["Resources"].items():
+            if not _retained(resource):
+                continue
+            for name in _names(resource["Type"]):
+                value = resource.get("Properties", {}).get(name)
+                if value is not None and "AWS::StackId" not in json.dumps(value):
+                    found.setdefault((resource["Type"], name), []).append(f"{stack}/{lid}")
+    return found
+
+
+def test_no_retained_resource_has_a_fixed_name(example_templates: Templates) -> None:
+    """A retained resource with a fixed name makes a redeploy after a teardown fail with "already exists"."""
+    found = fixed_names(example_templates)
+    assert set(found) == set(FIXED_NAMES_SAFE), found
+    # The check sees what it must: a fixed log group name on a retained group (the edge: the suffix clears it).
+    group = {"Type": "AWS::Logs::LogGroup", "DeletionPolicy": "RetainExceptOnCreate"}
+    named = {"x": {"Resources": {"G": group | {"Properties": {"LogGroupName": "/aws/fsx/lustre/x"}}}}}
+    assert fixed_names(named) == {("AWS::Logs::LogGroup", "LogGroupName"): ["x/G"]}
+    suffixed = {"Fn::Join": ["", ["/aws/fsx/lustre/x-", {"Fn::Select": [2, {"Ref": "AWS::StackId"}]}]]}
+    assert fixed_names({"x": {"Resources": {"G": group | {"Properties": {"LogGroupName": suffixed}}}}}) == {}
+    deleted = {"x": {"Resources": {"G": group | {"DeletionPolicy": "Delete", "Properties": {"LogGroupName": "n"}}}}}
+    assert fixed_names(deleted) == {}
+
+
+def test_retained_names_are_unique_per_deployment(example_templates: Templates) -> None:
+    """The Lustre log group and the backup vault end with the last group of the stack id (deployment_name.py)."""
+    suffix = {
+        "Fn::Select": [4, {"Fn::Split": ["-", {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}]}]
+    }
+    (vault,) = of_type(example_templates, "prod/Storage", "AWS::Backup::BackupVault")
+    assert vault["Properties"]["BackupVaultName"] == {"Fn::Join": ["", ["prod-Storage-", suffix]]}
+    (group,) = [
+        r
+        for r in of_type(example_templates, "prod/Storage", "AWS::Logs::LogGroup")
+        if "LogGroupName" in r["Properties"]
+    ]
+    parts = group["Properties"]["LogGroupName"]["Fn::Join"][1]
+    assert parts[0].startswith("/aws/fsx/lustre/") and parts[-1] == suffix

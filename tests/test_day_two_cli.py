@@ -346,6 +346,13 @@ def test_stack_policy_denies_replace_and_delete_of_data_only() -> None:
     # Buckets outside the storage stack hold no data: nothing to deny on a cluster stack with only a bucket.
     cluster = {"Resources": {"NodeScripts": {"Type": "AWS::S3::Bucket"}}}
     assert len(stack_policy(cluster, "p5-Cluster", ())["Statement"]) == 1
+    # But the patch backups (the controller's Slurm state), found by their construct path, are data.
+    cluster["Resources"]["PatchBackups"] = {
+        "Type": "AWS::S3::Bucket",
+        "Metadata": {"aws:cdk:path": "hyperpod/Cluster/PatchBackups/Resource/Resource/Resource"},
+    }
+    (_, deny) = stack_policy(cluster, "hyperpod-Cluster", ())["Statement"]
+    assert deny["Resource"] == ["LogicalResourceId/PatchBackups"]
 
 
 def test_protect_sets_policies_on_deployed_stacks(cfn: tuple[Any, Stubber], tmp_path: Path) -> None:

@@ -22,7 +22,12 @@ security groups are matched against the file systems' groups:
   guide's "EFA-enabled security groups" asks); the node's subnets in the file
   system's zone (Lustre is single-AZ, and EFA does not cross zones);
 - **OpenZFS** (ParallelCluster nodes that mount it): NFS (TCP and UDP 111,
-  2049, 20001-20003) the same way, and an NFS export covering the node's subnet.
+  2049, 20001-20003) the same way, and an NFS export covering the node's subnet;
+- **the Slurm accounting database** (``storage.accounting``, HyperPod nodes):
+  its port both ways between the nodes' groups and the database's groups, the
+  same for its secret's rotation function (whose subnets must also reach the
+  internet for Secrets Manager, with TCP 443 out), no database ingress from an
+  address range and no database subnet routing to an internet gateway.
 
 A security group without a ``SecurityGroupEgress`` property keeps the
 default allow-all egress rule, as EC2 creates it. ParallelCluster adds groups
@@ -49,6 +54,8 @@ LUSTRE_PORTS: tuple[tuple[str, int, int], ...] = (("tcp", 988, 988), ("tcp", 101
 NFS_PORTS: tuple[tuple[str, int, int], ...] = tuple(
     (proto, low, high) for low, high in ((111, 111), (2049, 2049), (20001, 20003)) for proto in ("tcp", "udp")
 )
+#: An Aurora MySQL cluster's port when its template names none.
+MYSQL_PORT = 3306
 _PROTOCOLS = {"6": "tcp", "17": "udp", "1": "icmp", "-1": "-1", "all": "-1"}
 
 
@@ -270,7 +277,21 @@ class _Network:
         peer = next((self.a.identity(props[k]) for k in keys if props.get(k)), None)
         if peer is None:
             peer = props.get("CidrIp") or props.get("DestinationPrefixListId") or props.get("SourcePrefixListId") or ""
-        return Rule(protocol, int(props.get("FromPort", -1)), int(props.get("ToPort", -1)), str(peer))
+        return Rule(protocol, self._port(props.get("FromPort", -1)), self._port(props.get("ToPort", -1)), str(peer))
+
+    def _port(self, value: Any) -> int:
+        """A rule's port: a number, or an Aurora cluster's ``Endpoint.Port`` (CDK's rotation rules refer to it).
+
+        That attribute is the cluster's ``Port`` property (3306 for MySQL engines when absent); any other
+        attribute cannot be proved here and raises.
+        """
+        if isinstance(value, int) or (isinstance(value, str) and value.lstrip("-").isdigit()):
+            return int(value)
+        text = str(value)
+        found = self.a.resource(text)
+        if found is not None and found.type == "AWS::RDS::DBCluster" and text.endswith(".Endpoint.Port}"):
+            return int(found.properties.get("Port", MYSQL_PORT))
+        raise ValueError(f"{self.env}: a security group rule's port {text} is not a number this gate can read")
 
     def subnet(self, name: str) -> Resource | None:
         found = self.a.resource(name)
@@ -396,6 +417,10 @@ def check_environment(assembly: Assembly, environment: str) -> Report:
         for fs in systems:
             if fs.kind == "LUSTRE" or (fs.kind == "OPENZFS" and group.mounts_openzfs):
                 report.problems += _file_system_problems(net, group, fs, where)
+    # The accounting database (storage.accounting): HyperPod nodes share one group, and the controller's
+    # slurmdbd is the client; ParallelCluster does not use the managed database (its config refuses it).
+    clients = [g for g in report.groups if g.backend == "hyperpod"]
+    report.problems += database_problems(assembly, environment, clients)
     return report
 
 
@@ -440,6 +465,119 @@ def _file_system_problems(net: _Network, group: NodeGroup, fs: FileSystem, where
                     f"{where}: subnet {subnet.name} is in zone {net.zone(subnet)!r}, {name} in {sorted(fs_zones)}: "
                     "every I/O would cross zones (EFA does not)"
                 )
+    return problems
+
+
+@dataclass(frozen=True)
+class Database:
+    """An Aurora cluster (the Slurm accounting database): its port, groups and subnets."""
+
+    resource: Resource
+    port: int
+    security_groups: tuple[str, ...]
+    subnets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RotationFunction:
+    """A Secrets Manager rotation function from the Serverless Application Repository, in the VPC."""
+
+    resource: Resource
+    security_groups: tuple[str, ...]
+    subnets: tuple[str, ...]
+
+
+def databases(assembly: Assembly, environment: str) -> list[Database]:
+    """Every Aurora cluster of the environment, with its DB subnet group's subnets."""
+    out = []
+    for db in assembly.resources(environment, "AWS::RDS::DBCluster"):
+        props = assembly.render(db.stack, dict(db.properties))
+        subnet_group = assembly.resource(str(props.get("DBSubnetGroupName", "")))
+        subnets: list[str] = []
+        if subnet_group is not None:
+            rendered = assembly.render(subnet_group.stack, dict(subnet_group.properties))
+            subnets = [assembly.identity(s) for s in rendered.get("SubnetIds", [])]
+        out.append(
+            Database(
+                db,
+                int(props.get("Port", MYSQL_PORT)),
+                tuple(assembly.identity(g) for g in props.get("VpcSecurityGroupIds", [])),
+                tuple(subnets),
+            )
+        )
+    return out
+
+
+def rotation_functions(assembly: Assembly, environment: str) -> list[RotationFunction]:
+    """Every rotation application CDK's ``add_rotation_single_user`` deploys (its VPC parameters)."""
+    out = []
+    for app in assembly.resources(environment, "AWS::Serverless::Application"):
+        parameters = assembly.render(app.stack, dict(app.properties)).get("Parameters", {})
+        if "vpcSecurityGroupIds" not in parameters:
+            continue
+        groups = str(parameters.get("vpcSecurityGroupIds", "")).split(",")
+        subnets = str(parameters.get("vpcSubnetIds", "")).split(",")
+        out.append(
+            RotationFunction(
+                app,
+                tuple(assembly.identity(g) for g in groups if g),
+                tuple(assembly.identity(s) for s in subnets if s),
+            )
+        )
+    return out
+
+
+def database_problems(assembly: Assembly, environment: str, clients: Sequence[NodeGroup]) -> list[str]:
+    """The accounting database is reached by ``clients`` and its rotation function, and by nothing wider.
+
+    Reached: one of the client's groups lets the database's port out to the database's groups (or
+    subnets), and one of the database's groups admits it from one of the client's groups (a group,
+    never an address range). The rotation function the same way, and its subnets reach the internet
+    (Secrets Manager's API through NAT) with TCP 443 out. Nothing wider: no database group admits
+    anything from an address range or prefix list, and no database subnet routes to an internet gateway.
+    """
+    found = databases(assembly, environment)
+    if not found:
+        return []
+    net = _Network(assembly, environment)
+    problems: list[str] = []
+    for db in found:
+        name = f"{environment}: accounting database {db.resource.name}"
+        port = ("tcp", db.port, db.port)
+        db_cidrs = net.cidrs(db.subnets)
+        if len(db.subnets) < 2:
+            problems.append(f"{name}: its subnet group has {len(db.subnets)} subnet(s); Aurora needs two zones")
+        for subnet in db.subnets:
+            _, target = net.default_target(subnet)
+            if target is not None and target.type == "AWS::EC2::InternetGateway":
+                problems.append(f"{name}: subnet {subnet} routes to an internet gateway (a public subnet)")
+        for group in db.security_groups:
+            for rule in net.ingress.get(group, []):
+                if _is_cidr_peer(rule.peer):
+                    problems.append(f"{name}: security group {group} admits {rule.peer}, an address range")
+        peers: list[tuple[str, tuple[str, ...], tuple[str, ...], bool]] = [
+            (c.name, c.security_groups, c.subnets, c.managed_egress) for c in clients
+        ]
+        peers += [
+            (f"rotation function {f.resource.name}", f.security_groups, f.subnets, False)
+            for f in rotation_functions(assembly, environment)
+        ]
+        for label, groups, _, managed in peers:
+            identities = [assembly.identity(g) for g in groups]
+            if not managed and not net.allows(net.egress, identities, port, db.security_groups, db_cidrs):
+                problems.append(f"{name}: no security group of {label} lets TCP {db.port} out to it")
+            if not net.allows(net.ingress, db.security_groups, port, identities, []):
+                problems.append(f"{name}: its security groups admit no TCP {db.port} from {label}'s groups")
+        for function in rotation_functions(assembly, environment):
+            label = f"{environment}: rotation function {function.resource.name}"
+            identities = [assembly.identity(g) for g in function.security_groups]
+            if not net.allows(net.egress, identities, ("tcp", 443, 443), [], [ANY]):
+                problems.append(f"{label}: no security group lets HTTPS out to Secrets Manager")
+            for subnet_name in function.subnets:
+                resource = net.subnet(subnet_name)
+                internet = net.internet(resource, False)[0] if resource is not None else None
+                if internet is None:
+                    problems.append(f"{label}: subnet {subnet_name} has no way to Secrets Manager's endpoint")
     return problems
 
 

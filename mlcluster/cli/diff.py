@@ -616,10 +616,16 @@ def stack_policy(template: dict[str, Any], stack_name: str, allow: tuple[str, ..
     ``allow`` lists logical ids to leave out of the deny (a deliberate replacement).
     """
     stack_part = "Storage" if stack_name.endswith("-Storage") else stack_name.rsplit("-", 1)[-1]
+
+    def path(lid: str, resource: dict[str, Any]) -> str:
+        """The resource's construct path below the stage (CDK's metadata), or the stack's part and its id."""
+        cdk_path = str(resource.get("Metadata", {}).get("aws:cdk:path", ""))
+        return cdk_path.split("/", 1)[1] if "/" in cdk_path else f"{stack_part}/{lid}"
+
     protected = sorted(
         lid
         for lid, resource in template.get("Resources", {}).items()
-        if is_data_bearing(str(resource.get("Type")), f"{stack_part}/") and lid not in allow
+        if is_data_bearing(str(resource.get("Type")), path(lid, resource)) and lid not in allow
     )
     statements: list[dict[str, Any]] = [{"Effect": "Allow", "Action": "Update:*", "Principal": "*", "Resource": "*"}]
     if protected:

@@ -11,7 +11,12 @@ can be asked for them:
   (nested stacks and the cluster stack ParallelCluster makes are the app's);
 - resources: the Resource Groups Tagging API ``GetResources`` with the tag,
   less every physical resource of the environment's live stacks
-  (``ListStackResources``).
+  (``ListStackResources``), less what belongs to a live file system: FSx
+  copies the file system's tags onto its backups and volumes, which no stack
+  lists; a volume's ARN names its file system
+  (``volume/<file-system-id>/<volume-id>``), a backup's file system is read
+  with ``DescribeBackups``. A backup or volume whose file system is gone is an
+  orphan.
 
 Each orphan comes with what it bills and how to remove it or adopt it again.
 """
@@ -38,6 +43,9 @@ BILLS = {
     "ec2": "instances, NAT gateways, addresses or volumes, every hour",
     "sagemaker": "cluster instances, every hour",
     "sns": "nothing at rest",
+    # The Slurm accounting database (storage.accounting) and its retained master secret, with its final snapshot.
+    "rds": "database storage and snapshots every month, capacity (ACUs) every hour it is not paused",
+    "secretsmanager": "a monthly secret fee",
 }
 
 
@@ -130,11 +138,41 @@ def _owned(arn: str, ids: set[str]) -> bool:
     return arn in ids or any(arn.endswith((f"/{pid}", f":{pid}")) for pid in ids)
 
 
-def orphan_resources(cfn: Any, tagging: Any, environment: Environment) -> list[dict[str, str]]:
-    """Resources tagged with the environment that none of its live stacks holds (retained after a delete)."""
+def _fsx_kind(arn: str) -> tuple[str, list[str]]:
+    """An FSx ARN's resource type and the parts of its id: ``volume/fs-1/fsvol-2`` is ``("volume", ["fs-1", ...])``."""
+    if arn.count(":") < 5 or arn.split(":")[2] != "fsx":
+        return "", []
+    kind, _, rest = arn.split(":", 5)[5].partition("/")
+    return kind, rest.split("/")
+
+
+def _live_backups(fsx: Any, arns: list[str], live_file_systems: set[str]) -> set[str]:
+    """The ARNs among ``arns`` of FSx backups whose file system is live (one of the stacks' file systems)."""
+    backups = [arn for arn in arns if _fsx_kind(arn)[0] == "backup"]
+    if not backups or not live_file_systems:
+        return set()
+    live: set[str] = set()
+    systems = sorted(live_file_systems)
+    with aws_errors("DescribeBackups (the backups of the environment's live file systems)"):
+        for start in range(0, len(systems), 20):  # a filter takes at most 20 values
+            pages = fsx.get_paginator("describe_backups").paginate(
+                Filters=[{"Name": "file-system-id", "Values": systems[start : start + 20]}]
+            )
+            for page in pages:
+                live.update(str(backup.get("ResourceARN", "")) for backup in page.get("Backups", []))
+    return live & set(backups)
+
+
+def orphan_resources(cfn: Any, tagging: Any, fsx: Any, environment: Environment) -> list[dict[str, str]]:
+    """Resources tagged with the environment that none of its live stacks holds (retained after a delete).
+
+    FSx backups and volumes of a live file system carry the environment's tag (copied from the file
+    system) but no stack lists them: they are the file system's, not orphans.
+    """
     # ParallelCluster's own stack is asked too: it exists only while ENV-Cluster's custom resource made it.
     ids = _physical_ids(cfn, [*expected_stacks(environment), environment.cluster_name])
-    found: list[dict[str, str]] = []
+    live_file_systems = {pid for pid in ids if pid.startswith("fs-")}
+    candidates: list[str] = []
     with aws_errors(f"GetResources tagged {ENVIRONMENT_TAG}={environment.name}"):
         pages = tagging.get_paginator("get_resources").paginate(
             TagFilters=[{"Key": ENVIRONMENT_TAG, "Values": [environment.name]}]
@@ -145,14 +183,19 @@ def orphan_resources(cfn: Any, tagging: Any, environment: Environment) -> list[d
                 service = arn.split(":")[2] if arn.count(":") >= 2 else ""
                 if service == "cloudformation" or _owned(arn, ids):
                     continue  # stacks are listed by orphan_stacks
-                found.append(
-                    {
-                        "resource": arn,
-                        "bills": BILLS.get(service, "see the service's pricing"),
-                        "remove": "take what you need from it, then delete it with its service's delete call "
-                        "(for a DRA: --no-delete-data-in-file-system keeps files and objects)",
-                        "adopt": "bring it into the stack that owns it with 'npx cdk import' (same construct), then "
-                        "deploy",
-                    }
-                )
-    return found
+                kind, parts = _fsx_kind(arn)
+                if kind == "volume" and parts[0] in live_file_systems:
+                    continue
+                candidates.append(arn)
+    live_backups = _live_backups(fsx, candidates, live_file_systems)
+    return [
+        {
+            "resource": arn,
+            "bills": BILLS.get(arn.split(":")[2], "see the service's pricing"),
+            "remove": "take what you need from it, then delete it with its service's delete call "
+            "(for a DRA: --no-delete-data-in-file-system keeps files and objects)",
+            "adopt": "bring it into the stack that owns it with 'npx cdk import' (same construct), then deploy",
+        }
+        for arn in candidates
+        if arn not in live_backups
+    ]

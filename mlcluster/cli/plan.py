@@ -130,6 +130,8 @@ def plan_of(env: Environment) -> Plan:
                     root_volume_gib=pc.head_node.root_volume_gib,
                 )
             )
+        if pc.shared_storage.home_volume.enabled and not pc.shared_storage.home_on_openzfs:
+            volumes.append((f"{base}.shared_storage.home_volume.size_gib", pc.shared_storage.home_volume.size_gib))
         if pc.shared_storage.apps is not None:
             volumes.append((f"{base}.shared_storage.apps.size_gib", pc.shared_storage.apps.size_gib))
     if cluster.backend == "hyperpod" and cluster.hyperpod is not None:

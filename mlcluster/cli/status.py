@@ -34,7 +34,14 @@ if TYPE_CHECKING:  # rich is imported when a table is drawn, not when the comman
 #: Outputs worth showing, per stack, in this order (the SSM command outputs are `mlcluster ssh`'s job).
 USEFUL_OUTPUTS = {
     "Cluster": ("ClusterName", "HeadNodePrivateIp", "ValidationMessages"),
-    "Storage": ("DataBucketName", "LustreFileSystemId", "LustreDnsName", "LustreMountName", "OpenZfsDnsName"),
+    "Storage": (
+        "DataBucketName",
+        "LustreFileSystemId",
+        "LustreDnsName",
+        "LustreMountName",
+        "OpenZfsDnsName",
+        "AccountingDatabaseEndpoint",
+    ),
     "Network": ("VpcId", "SecurityGroupId"),
     "Observability": ("DashboardUrl", "ClusterDashboardUrl", "GrafanaUrl", "AlarmTopicArn"),
 }
@@ -225,7 +232,7 @@ def collect(target: Target) -> dict[str, Any]:
     problems = [f"{s['stack']} is {s['status']}" for s in stacks if s["status"] not in HEALTHY_STACK]
     cfn = target.client("cloudformation")
     orphans = orphan_stacks(cfn, target.environment) + orphan_resources(
-        cfn, target.client("resourcegroupstaggingapi"), target.environment
+        cfn, target.client("resourcegroupstaggingapi"), target.client("fsx"), target.environment
     )
     problems += [
         f"{o.get('stack') or o.get('resource')} is left from {target.name} outside the app (bills {o['bills']})"

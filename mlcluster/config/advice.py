@@ -114,13 +114,17 @@ def _dra_exports_deletions(env: Environment) -> list[str]:
 
 def _home_on_head_node(env: Environment) -> list[str]:
     cluster = env.config.cluster
-    if cluster.backend != "pcluster" or cluster.pcluster is None or cluster.pcluster.shared_storage.home_on_openzfs:
+    if cluster.backend != "pcluster" or cluster.pcluster is None:
+        return []
+    shared = cluster.pcluster.shared_storage
+    if shared.home_on_openzfs or shared.home_volume.enabled:
         return []
     return [
-        "cluster.pcluster.shared_storage.home_on_openzfs: false, so /home lives on the head node's root volume: "
-        f"'npx cdk destroy {env.name}/Cluster', a new cluster (a new cluster.name, a ParallelCluster version or "
-        "head node change) or a lost head node deletes every user's home, and nothing copies it. Add "
-        "storage.openzfs and set home_on_openzfs: true"
+        "cluster.pcluster.shared_storage.home_volume.enabled: false and home_on_openzfs: false, so /home lives on "
+        f"the head node's root volume: 'npx cdk destroy {env.name}/Cluster', a new cluster (a new cluster.name, a "
+        "ParallelCluster version or head node change) or a lost head node deletes every user's home, and nothing "
+        "copies it. Remove home_volume.enabled: false (a retained EBS volume at /home), or add storage.openzfs and "
+        "set home_on_openzfs: true"
     ]
 
 

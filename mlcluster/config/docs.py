@@ -236,6 +236,9 @@ def _kind(tp: Any, meta: Mapping[str, Any]) -> str:
         if lo is not None and hi is not None:
             return f"integer {lo:g}-{hi:g}"
         return "integer"
+    if inner is float:
+        lo, hi = meta.get("minimum"), meta.get("maximum")
+        return f"number {lo:g}-{hi:g}" if lo is not None and hi is not None else "number"
     choices: Choices | None = meta.get("choices")
     if choices is not None:
         return choices.what.removeprefix("an ").removeprefix("a ")

@@ -173,11 +173,56 @@ class EnvironmentConfig:
             ids = existing.private_subnet_ids if existing is not None else ()
             zone = ids[0] if ids else self.network.primary_zone_label
             check_lustre_efa(issues, hyperpod, file_system_zone=zone)
+        check_accounting(issues, self)
         for key, value in self.tags.items():
             if not 1 <= len(key) <= 128 or key.lower().startswith("aws:"):
                 issues.add(f"tags.{key}", key, "allowed: tag keys of 1-128 characters not starting with 'aws:'")
             if len(value) > 256:
                 issues.add(f"tags.{key}", value, "allowed: tag values of at most 256 characters")
+
+
+def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
+    """The managed accounting database's rules that span sections.
+
+    An Aurora DB subnet group needs subnets in at least two zones; only HyperPod's controller uses the
+    database (``accounting.mode: managed``), since ParallelCluster's ``Database.PasswordSecretArn``
+    takes a secret holding the bare password while the rotated master secret is JSON; a managed mode
+    needs the database.
+    """
+    database = config.storage.accounting
+    hyperpod = config.cluster.hyperpod if config.cluster.backend == "hyperpod" else None
+    managed = hyperpod is not None and hyperpod.lifecycle.accounting.mode == "managed"
+    if managed and database is None:
+        issues.add(
+            "cluster.hyperpod.lifecycle.accounting.mode",
+            "managed",
+            "needs a storage.accounting section (the database it uses); or use local or remote",
+        )
+    if database is None:
+        return
+    existing = config.network.existing
+    zones = len(existing.private_subnet_ids) if existing is not None else 1 + len(config.network.extra_zones)
+    if zones < 2:
+        issues.add(
+            "storage.accounting",
+            "a database in one zone",
+            "an Aurora DB subnet group needs private subnets in at least two zones: add network.extra_zones "
+            "(or list two private subnets of different zones in network.existing)",
+        )
+    if config.cluster.backend == "pcluster":
+        issues.add(
+            "storage.accounting",
+            "with cluster.backend: pcluster",
+            "not supported for ParallelCluster: SlurmSettings.Database.PasswordSecretArn must hold the bare "
+            "password, and the rotated master secret holds JSON; bring your own database with "
+            "cluster.pcluster.slurm.accounting",
+        )
+    elif config.cluster.backend == "hyperpod" and not managed:
+        issues.add(
+            "storage.accounting",
+            "a database no cluster uses",
+            "set cluster.hyperpod.lifecycle.accounting.mode: managed, or remove storage.accounting",
+        )
 
 
 @section

@@ -193,9 +193,18 @@ class PosixUser:
 
 @section
 class AccountingConfig:
-    """Slurm accounting on the controller."""
+    """Slurm accounting on the controller.
 
-    mode: Literal["none", "local", "remote"] = "local"
+    ``local``: MariaDB on the controller (lost with it); ``remote``: a database you bring (``endpoint``
+    and ``secret_arn``); ``managed``: the environment's ``storage.accounting`` database, which outlives
+    the cluster (the nodes see it as ``remote``, with its endpoint and master secret); ``none``: off.
+    """
+
+    mode: Literal["none", "local", "remote", "managed"] = setting(
+        default="local",
+        doc="local: MariaDB on the controller; remote: endpoint and secret_arn; managed: the environment's "
+        "storage.accounting database; none: no accounting",
+    )
     endpoint: str | None = setting(
         default=None, pattern=r"[A-Za-z0-9.-]+(:\d{1,5})?", allowed="allowed: host or host:port of the database"
     )
@@ -212,7 +221,11 @@ class AccountingConfig:
             if self.secret_arn is None:
                 issues.add("secret_arn", None, "required with mode: remote")
         elif self.endpoint is not None or self.secret_arn is not None:
-            issues.add("mode", self.mode, "endpoint and secret_arn are only used with mode: remote")
+            issues.add(
+                "mode",
+                self.mode,
+                "endpoint and secret_arn are only used with mode: remote (managed takes both from storage.accounting)",
+            )
 
 
 @section

@@ -386,10 +386,29 @@ class AppsVolumeConfig:
 
 
 @section
+class HomeVolumeConfig:
+    """An EBS volume for /home when it is not on OpenZFS, kept when the cluster goes.
+
+    ParallelCluster attaches it to the head node, mounts it at /home and shares it over NFS
+    (``SharedStorage`` of type ``Ebs``): the users' homes live on a volume of their own, not on
+    the head node's root volume, so deleting the cluster, a new cluster or a lost head node
+    leaves them in the account (``Retain``), or in a snapshot (``Snapshot``); ``Delete`` is not
+    offered. A new cluster gets a new, empty volume: the kept one is listed by ``mlcluster
+    status`` and its files are copied over by hand. ``enabled: false`` leaves /home on the head
+    node (synth warns).
+    """
+
+    enabled: bool = True
+    size_gib: int = setting(default=100, minimum=1, maximum=16384)
+    deletion_policy: Literal["Retain", "Snapshot"] = "Retain"
+
+
+@section
 class SharedStorageConfig:
-    """Shared file systems. FSx for Lustre is always mounted at /fsx."""
+    """Shared file systems. FSx for Lustre is always mounted at /fsx; /home on OpenZFS or its own EBS volume."""
 
     home_on_openzfs: bool = False
+    home_volume: HomeVolumeConfig = setting(default=HomeVolumeConfig())
     apps: AppsVolumeConfig | None = None
 
 

@@ -425,6 +425,67 @@ class OpenZfsConfig:
             issues.add("throughput_capacity_mbps", self.throughput_capacity_mbps, problem)
 
 
+#: Aurora Serverless v2 capacity is set in half ACUs; 0 (auto-pause) needs Aurora MySQL 3.08.0 or later.
+ACU_HELP = "allowed: 0 to 256 Aurora capacity units in steps of 0.5"
+
+
+def acu_problem(value: float) -> str | None:
+    """Why ``value`` is not an Aurora Serverless v2 capacity (0-256 ACUs in half steps), or None."""
+    if 0 <= value <= 256 and float(value * 2).is_integer():
+        return None
+    return ACU_HELP
+
+
+@section
+class AccountingDatabaseStorageConfig:
+    """A managed Slurm accounting database that outlives clusters: Aurora MySQL Serverless v2.
+
+    It lives in the Storage stack, in the private subnets (at least two zones: an Aurora subnet group
+    needs them), encrypted with the environment key, TLS only, reachable from the cluster nodes'
+    security group alone. The master credentials are a Secrets Manager secret that a single-user
+    rotation function renews. ``cluster.hyperpod.lifecycle.accounting.mode: managed`` points the
+    controller's slurmdbd at it.
+    """
+
+    min_capacity_acu: float = setting(
+        default=0,
+        minimum=0,
+        maximum=256,
+        doc="the least capacity (ACUs, half steps); 0 pauses the database after auto_pause_minutes without "
+        "connections (slurmdbd keeps one open while a cluster runs, so it pauses only with no cluster)",
+    )
+    max_capacity_acu: float = setting(
+        default=2, minimum=1, maximum=256, doc="the most capacity (ACUs, half steps) the database scales up to"
+    )
+    auto_pause_minutes: int = setting(
+        default=60, minimum=5, maximum=1440, doc="idle minutes before a database with min_capacity_acu 0 pauses"
+    )
+    backup_retention_days: int = setting(
+        default=35, minimum=1, maximum=35, doc="days Aurora keeps automated backups (point-in-time restore)"
+    )
+    rotation_days: int = setting(
+        default=30, minimum=1, maximum=1000, doc="days between rotations of the master password"
+    )
+    alarm_volume_gib: int = setting(
+        default=50, minimum=1, maximum=131072, doc="alarm (observability) when the database holds more than this"
+    )
+    alarm_busy_percent: int = setting(
+        default=90,
+        minimum=10,
+        maximum=100,
+        doc="alarm (observability) when the database's CPU or its use of max_capacity_acu stays at or above this "
+        "share for 15 minutes",
+    )
+
+    def check(self, issues: Issues) -> None:
+        for key in ("min_capacity_acu", "max_capacity_acu"):
+            value = getattr(self, key)
+            if acu_problem(value) is not None:
+                issues.add(key, value, ACU_HELP)
+        if self.min_capacity_acu > self.max_capacity_acu:
+            issues.add("min_capacity_acu", self.min_capacity_acu, f"at most max_capacity_acu ({self.max_capacity_acu})")
+
+
 @section
 class StorageConfig:
     """Data that outlives clusters: the bucket, Lustre and optional OpenZFS.
@@ -440,6 +501,7 @@ class StorageConfig:
     data_bucket: DataBucketConfig = setting(default=DataBucketConfig())
     lustre: LustreConfig = setting(default=LustreConfig())
     openzfs: OpenZfsConfig | None = None
+    accounting: AccountingDatabaseStorageConfig | None = None
 
     def check(self, issues: Issues) -> None:
         associations = self.lustre.data_repository_associations

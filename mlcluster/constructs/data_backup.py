@@ -10,8 +10,11 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from mlcluster.constructs.deployment_name import SUFFIX_LENGTH, deployment_suffix
 from mlcluster.constructs.nag import acknowledge
 
+#: AWS Backup vault names: 2 to 50 letters, digits, hyphens and underscores (BackupVaultName).
+VAULT_NAME_LENGTH = 50
 #: The AWS managed policies AWS Backup documents for a role that backs up and restores S3 buckets.
 S3_BACKUP_POLICIES = ("AWSBackupServiceRolePolicyForS3Backup", "AWSBackupServiceRolePolicyForS3Restore")
 
@@ -44,7 +47,13 @@ class DataBucketBackup(Construct):
     ) -> None:
         """Create the vault, role, plan (named ``plan_name``, unique per account and region) and selection."""
         super().__init__(scope, construct_id)
-        self.vault = backup.BackupVault(self, "Vault", encryption_key=vault_key, removal_policy=removal_policy)
+        # A retained vault keeps its name: one unique to this deployment of the stack lets a redeploy after a
+        # teardown create its own (deployment_name.py); CDK's default name is fixed by the construct path.
+        stack_name = cdk.Stack.of(self).stack_name
+        vault_name = f"{stack_name[: VAULT_NAME_LENGTH - SUFFIX_LENGTH - 1]}-{deployment_suffix()}"
+        self.vault = backup.BackupVault(
+            self, "Vault", backup_vault_name=vault_name, encryption_key=vault_key, removal_policy=removal_policy
+        )
         self.role = iam.Role(
             self,
             "Role",

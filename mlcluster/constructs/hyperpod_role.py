@@ -87,6 +87,7 @@ class HyperPodExecutionRole(Construct):
         data_bucket: s3.IBucket | None = None,
         data_bucket_access: DataAccess | None = None,
         secret_arns: Sequence[str] = (),
+        secret_key_arns: Sequence[str] = (),
         backup_bucket: s3.IBucket | None = None,
         backup_prefix: str | None = None,
         remote_write_workspace_arn: str | None = None,
@@ -104,6 +105,9 @@ class HyperPodExecutionRole(Construct):
             ``read`` when ``data_bucket`` is given, else ``none``.
         :param secret_arns: full ARNs of Secrets Manager secrets the nodes read
             (the Slurm accounting database's credentials). Default: none.
+        :param secret_key_arns: KMS keys that encrypt ``secret_arns``; the nodes may decrypt with them
+            only through Secrets Manager (``kms:ViaService``). Default: none (secrets under the
+            ``aws/secretsmanager`` key need no grant).
         :param backup_bucket: the cluster's patch backup bucket (``PatchBackupBucket``),
             never the data bucket: jobs and the Lustre DRA write that one. Default: none.
         :param backup_prefix: the key prefix of ``backup_bucket``, ending in ``/``, the
@@ -143,8 +147,10 @@ class HyperPodExecutionRole(Construct):
         self._network(stack, vpc, subnets, security_groups)
         if data_bucket is not None and access != "none":
             self._data(stack, data_bucket, access)
+        if secret_key_arns and not secret_arns:
+            raise ValueError("HyperPodExecutionRole: secret_key_arns is only used with secret_arns")
         if secret_arns:
-            self._secrets(secret_arns)
+            self._secrets(stack, secret_arns, secret_key_arns)
         if (backup_prefix is None) != (backup_bucket is None):
             raise ValueError("backup_bucket and backup_prefix: give both (the controller) or neither")
         if backup_bucket is not None and backup_prefix is not None:
@@ -419,16 +425,24 @@ class HyperPodExecutionRole(Construct):
             "bucket; the wildcard is the run folders below that prefix, nothing else in the bucket.",
         )
 
-    def _secrets(self, secret_arns: Sequence[str]) -> None:
-        self._policy(
-            "Secrets",
-            "HyperPod nodes read the listed secrets (Slurm accounting credentials)",
-            [
+    def _secrets(self, stack: cdk.Stack, secret_arns: Sequence[str], key_arns: Sequence[str]) -> None:
+        statements = [
+            iam.PolicyStatement(
+                sid="ReadSecrets", actions=["secretsmanager:GetSecretValue"], resources=list(secret_arns)
+            )
+        ]
+        if key_arns:
+            statements.append(
                 iam.PolicyStatement(
-                    sid="ReadSecrets", actions=["secretsmanager:GetSecretValue"], resources=list(secret_arns)
+                    sid="DecryptSecrets",
+                    actions=["kms:Decrypt"],
+                    resources=list(key_arns),
+                    conditions={
+                        "StringEquals": {"kms:ViaService": f"secretsmanager.{stack.region}.{stack.url_suffix}"}
+                    },
                 )
-            ],
-        )
+            )
+        self._policy("Secrets", "HyperPod nodes read the listed secrets (Slurm accounting credentials)", statements)
 
 
 def _check_props(

@@ -34,6 +34,7 @@ from mlcluster.config.storage import (
     s3_path_problem,
 )
 from mlcluster.constructs.data_bucket import REMOVAL_POLICIES, grant_fsx_data_repository_access
+from mlcluster.constructs.deployment_name import deployment_suffix
 from mlcluster.constructs.nag import acknowledge_compliance
 
 #: The ports Lustre clients and file servers talk on (LNet on 988, the client's 1018-1023 source ports).
@@ -232,7 +233,9 @@ class LustreStorage(Construct):
         self.log_group: logs.LogGroup | None = None
         log_configuration = fsx.CfnFileSystem.LogConfigurationProperty(level=log_level)
         if log_level != "DISABLED":
-            name = log_group_name or f"{LOG_GROUP_PREFIX}lustre/{cdk.Names.unique_id(self)}"
+            # Retained with the file system's data: a fixed name would make a redeploy after a teardown
+            # fail with "already exists" (deployment_name.py).
+            name = log_group_name or f"{LOG_GROUP_PREFIX}lustre/{cdk.Names.unique_id(self)}-{deployment_suffix()}"
             self.log_group = logs.LogGroup(
                 self, "LogGroup", log_group_name=name, retention=log_retention, removal_policy=removal_policy
             )

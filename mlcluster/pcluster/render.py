@@ -23,7 +23,10 @@ What the renderer decides for you, and why:
   runs the metrics collector step and gets ``aps:RemoteWrite`` on that
   workspace; no other node does.
 - Every node role may read the node scripts (``Iam.S3Access`` on the
-  script prefix) and the S3 scripts of your own custom actions.
+  script prefix) and the S3 scripts of your own custom actions. The node
+  scripts' action carries the SHA-256 of every file ``run.sh`` fetches
+  (``--sha256``) and the collector's rendered files (``--file``, base64):
+  ``run.sh`` refuses a file changed in the bucket before any step runs.
 - EFA follows the instance type unless set; the placement group is always
   explicit (ParallelCluster requires that with EFA) and off for reserved
   capacity, whose own placement a new group would contradict (seed 000).
@@ -52,7 +55,13 @@ from mlcluster.config.pcluster import (
     PclusterConfig,
     QueueConfig,
 )
-from mlcluster.lifecycle.pcluster import ENTRY_SCRIPT, HEALTH_CHECK_PROGRAM
+from mlcluster.lifecycle.pcluster import (
+    ENTRY_SCRIPT,
+    GENERATED_FILES,
+    HEALTH_CHECK_PROGRAM,
+    node_files,
+    node_script_sha256,
+)
 from mlcluster.pcluster.instance_types import SlurmLayout, lookup, slurm_layout
 
 #: Log retention periods (days) ParallelCluster 3.16 accepts for ``RetentionInDays``.
@@ -119,6 +128,11 @@ class DeployInputs:
     :param retain_logs: keep the cluster's log group when the cluster is deleted.
     :param tags: tags for every cluster resource (the configuration's own tags win).
     :param exporters: every node runs the metrics exporters step (``observability.prometheus.enabled``).
+    :param node_script_sha256: file name -> hex SHA-256 of the node scripts uploaded to the prefix; default:
+        the files of this package, as the stack uploads them.
+    :param generated_files_base64: file name -> base64 text of the collector's files rendered at deploy time
+        (``GENERATED_FILES``; CloudFormation's ``Fn::Base64`` when they hold deploy-time values); required
+        with ``collector_policy_arn``.
     """
 
     region: str
@@ -140,6 +154,8 @@ class DeployInputs:
     retain_logs: bool = True
     tags: Mapping[str, str] = field(default_factory=dict)
     exporters: bool = False
+    node_script_sha256: Mapping[str, str] = field(default_factory=node_script_sha256)
+    generated_files_base64: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Reject inputs that cannot make a valid configuration, naming the input."""
@@ -294,8 +310,20 @@ def _ssm_policy(inputs: DeployInputs) -> str:
 
 
 def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str]) -> dict[str, Any]:
+    """``run.sh`` with the node's steps and the manifest of what it may run: a digest per fetched file and
+    the text of each generated one, in the configuration only the deploy writes (not in the bucket)."""
     source = f"s3://{inputs.node_script_bucket}/{inputs.node_script_prefix}"
-    return {"Script": f"{source}{ENTRY_SCRIPT}", "Args": ["--role", role, "--source", source, *steps]}
+    manifest: list[str] = []
+    for name in node_files(steps):
+        if name not in inputs.node_script_sha256:
+            raise RenderError(f"node_script_sha256: no SHA-256 for {name}, which the {role} nodes' steps fetch")
+        manifest += ["--sha256", f"{name}={inputs.node_script_sha256[name]}"]
+    if "collector" in steps:
+        for name in GENERATED_FILES:
+            if name not in inputs.generated_files_base64:
+                raise RenderError(f"generated_files_base64: the collector step needs {name}; pass its text")
+            manifest += ["--file", f"{name}={inputs.generated_files_base64[name]}"]
+    return {"Script": f"{source}{ENTRY_SCRIPT}", "Args": ["--role", role, "--source", source, *manifest, *steps]}
 
 
 def _user_action(action: CustomActionConfig) -> dict[str, Any]:
@@ -526,6 +554,22 @@ def _shared_storage(cfg: PclusterConfig, inputs: DeployInputs) -> list[dict[str,
                 "MountDir": "/home",
                 "StorageType": "FsxOpenZfs",
                 "FsxOpenZfsSettings": {"VolumeId": inputs.openzfs_volume_id},
+            }
+        )
+    elif cfg.shared_storage.home_volume.enabled:
+        # /home on a volume of its own that outlives the head node and the cluster (issue 33).
+        home = cfg.shared_storage.home_volume
+        storage.append(
+            {
+                "Name": "home",
+                "MountDir": "/home",
+                "StorageType": "Ebs",
+                "EbsSettings": {
+                    "Size": home.size_gib,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeletionPolicy": home.deletion_policy,
+                },
             }
         )
     apps = cfg.shared_storage.apps

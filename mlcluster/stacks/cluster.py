@@ -18,7 +18,7 @@ from constructs import Construct
 
 from mlcluster.collector import CollectorInputs, hyperpod_inputs, pcluster_inputs, render
 from mlcluster.config import Environment
-from mlcluster.config.hyperpod import HyperPodConfig
+from mlcluster.config.hyperpod import AccountingConfig, HyperPodConfig
 from mlcluster.config.observability import prometheus_enabled
 from mlcluster.config.pcluster import PclusterConfig
 from mlcluster.config.schema import ConfigError, Problem
@@ -50,7 +50,13 @@ from mlcluster.pcluster.render import (
     render_cluster_config,
     user_script_objects,
 )
-from mlcluster.stacks.common import export_output, log_retention, removal_policy, scripts_removal_policy
+from mlcluster.stacks.common import (
+    diagnostic_logs_removal_policy,
+    export_output,
+    log_retention,
+    removal_policy,
+    scripts_removal_policy,
+)
 from mlcluster.stacks.storage import StorageStack
 
 #: Where the ParallelCluster node scripts live in their bucket.
@@ -114,13 +120,13 @@ class ClusterStack(cdk.Stack):
         keeps = env.config.retention.keeps_data
         collector: CollectorInputs | None = None
         collector_sources: list[s3deploy.ISource] = []
+        generated: dict[str, str] = {}
         if self.prometheus is not None:
-            # The head node's collector: its scripts and rendered configuration next to the node scripts.
+            # The head node's collector: its scripts next to the node scripts; its rendered configuration (with
+            # deploy-time values) travels in the cluster configuration as base64 (run.sh --file), not the bucket.
             collector = pcluster_inputs(cfg, **self._collector_common())
-            collector_sources = [
-                s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE),
-                *(s3deploy.Source.data(name, text) for name, text in render(collector).items()),
-            ]
+            collector_sources = [s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE)]
+            generated = {name: cdk.Fn.base64(text) for name, text in render(collector).items()}
         scripts = ScriptBucket(
             self,
             "NodeScripts",
@@ -209,6 +215,7 @@ class ClusterStack(cdk.Stack):
             retain_logs=keeps,
             tags={"mlcluster:environment": env.name, **env.config.tags},
             exporters=prometheus_enabled(env.config),
+            generated_files_base64=generated,
         )
         cluster_config = render_cluster_config(cfg, inputs)
         provider = PclusterProviderRole(
@@ -251,6 +258,17 @@ class ClusterStack(cdk.Stack):
 
     # -- SageMaker HyperPod -----------------------------------------------
 
+    @staticmethod
+    def _hyperpod_accounting(accounting: AccountingConfig, storage: StorageStack) -> AccountingConfig:
+        """``managed`` is ``remote`` to the nodes, at the Storage stack's database and master secret."""
+        if accounting.mode != "managed":
+            return accounting
+        if storage.accounting is None:  # pragma: no cover - the environment check requires storage.accounting
+            raise ValueError("accounting.mode: managed needs storage.accounting")
+        return AccountingConfig(
+            mode="remote", endpoint=storage.accounting.endpoint, secret_arn=storage.accounting.secret.secret_arn
+        )
+
     def _hyperpod(self, cfg: HyperPodConfig, network: NetworkRef, storage: StorageStack) -> None:
         env = self.settings
         workers = {w.instance_group_name: w.partition_name or w.instance_group_name for w in cfg.workers}
@@ -268,7 +286,11 @@ class ClusterStack(cdk.Stack):
             # Every node mounts the environment's OpenZFS volume (homes live there when it is declared).
             openzfs_dns_name=storage.openzfs.dns_name if storage.openzfs is not None else None,
             # The exporters step follows observability.prometheus.enabled (lifecycle.observability is refused).
-            features=dataclasses.replace(cfg.lifecycle, observability=prometheus_enabled(env.config)),
+            features=dataclasses.replace(
+                cfg.lifecycle,
+                observability=prometheus_enabled(env.config),
+                accounting=self._hyperpod_accounting(cfg.lifecycle.accounting, storage),
+            ),
             # The controller's metrics collector, when the environment has a Prometheus workspace.
             collector_files=(
                 render(hyperpod_inputs(cfg, **self._collector_common())) if self.prometheus is not None else None
@@ -278,7 +300,9 @@ class ClusterStack(cdk.Stack):
             # The upload history is kept as the environment keeps its logs.
             log_removal_policy=removal_policy(env),
         )
-        accounting = cfg.lifecycle.accounting
+        accounting = self._hyperpod_accounting(cfg.lifecycle.accounting, storage)
+        # The managed database's secret is under the environment key: the controller decrypts through Secrets Manager.
+        secret_keys = [storage.accounting.encryption_key.key_arn] if storage.accounting is not None else []
         labels = network_zone_labels(env.config.network)
         subnet_of = dict(zip(labels, network.private_subnets, strict=False))
         groups = [group for _, group in cfg.groups()]
@@ -318,6 +342,7 @@ class ClusterStack(cdk.Stack):
                 data_bucket_access=cfg.data_bucket_access,
                 # Only the controller runs slurmdbd, so only its role reads the accounting database's secret.
                 secret_arns=[accounting.secret_arn] if accounting.secret_arn and is_controller else [],
+                secret_key_arns=secret_keys if accounting.secret_arn and is_controller else [],
                 # `mlcluster patch` runs mlcluster-backup on the controller (see mlcluster/cli/patch.py).
                 backup_bucket=backups.bucket if is_controller else None,
                 backup_prefix=f"{PATCH_BACKUP_PREFIX}{env.cluster_name}/" if is_controller else None,
@@ -364,7 +389,8 @@ class ClusterStack(cdk.Stack):
             slurm_config_strategy=cfg.slurm_config_strategy,
             tags={"mlcluster:environment": env.name, **env.config.tags},
             log_retention=log_retention(env),
-            log_removal_policy=removal_policy(env),
+            # The check function's and provider's logs say why a create failed: kept through its rollback.
+            log_removal_policy=diagnostic_logs_removal_policy(env),
         )
         export_output(self, env, "ClusterName", self.hyperpod.cluster_name, "HyperPod cluster name")
         export_output(self, env, "ClusterArn", self.hyperpod.cluster_arn, "HyperPod cluster ARN")

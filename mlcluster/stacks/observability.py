@@ -30,11 +30,14 @@ from mlcluster.config import Environment
 from mlcluster.config.observability import grafana_enabled, prometheus_enabled
 from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
 from mlcluster.constructs.log_key import key_removal_policy
+from mlcluster.constructs.lustre import LOG_GROUP_PREFIX
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints, PrometheusWorkspace
 from mlcluster.stacks.common import export_output, log_retention, removal_policy_except_on_create
 from mlcluster.stacks.storage import StorageStack
 
 FSX = "AWS/FSx"
+#: Aurora metrics, per DB cluster (``DBClusterIdentifier``).
+RDS = "AWS/RDS"
 S3 = "AWS/S3"
 #: The namespace of ParallelCluster's log-based cluster health metrics (dimension ClusterName).
 PCLUSTER = "ParallelCluster"
@@ -124,6 +127,18 @@ class ObservabilityStack(cdk.Stack):
             self.topic.add_subscription(subs.EmailSubscription(address))
         self.alarms: list[cw.Alarm] = []
         self.alarms.append(self._capacity_alarm(cfg.storage.lustre.storage_capacity_gib))
+        if storage.accounting is not None:
+            managed = cfg.cluster.hyperpod is not None and cfg.cluster.hyperpod.lifecycle.accounting.mode == "managed"
+            database = cfg.storage.accounting
+            assert database is not None  # the Storage stack builds the database from this section
+            self.alarms.extend(
+                self._accounting_alarms(
+                    storage.accounting.cluster.cluster_identifier,
+                    volume_gib=database.alarm_volume_gib,
+                    busy_percent=database.alarm_busy_percent,
+                    in_use=self.backend == "hyperpod" and managed,
+                )
+            )
         self.rules: list[events.Rule] = []
         if self.backend == "pcluster":
             self.alarms.append(self._pcluster_unhealthy_alarm(obs.alarms.unhealthy_nodes))
@@ -361,6 +376,79 @@ class ObservabilityStack(cdk.Stack):
         )
         return self._alarm(alarm)
 
+    def _accounting_alarms(
+        self, cluster_identifier: str, *, volume_gib: int, busy_percent: int, in_use: bool
+    ) -> list[cw.Alarm]:
+        """Storage, CPU, capacity and (while a cluster uses it) connections of the Slurm accounting database."""
+
+        def metric(name: str, statistic: str) -> cw.Metric:
+            return cw.Metric(
+                namespace=RDS,
+                metric_name=name,
+                dimensions_map={"DBClusterIdentifier": cluster_identifier},
+                statistic=statistic,
+                period=cdk.Duration.minutes(5),
+            )
+
+        busy = busy_percent
+        volume = volume_gib
+        # A paused database (0 ACUs) sends no CPU or capacity data: missing data is not a breach.
+        specs: list[tuple[str, str, cw.Metric, float, cw.ComparisonOperator, cw.TreatMissingData]] = [
+            (
+                "AccountingDatabaseStorageHigh",
+                f"The Slurm accounting database holds more than {volume} GiB (VolumeBytesUsed)",
+                metric("VolumeBytesUsed", "Maximum"),
+                volume * GIB,
+                cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                cw.TreatMissingData.MISSING,
+            ),
+            (
+                "AccountingDatabaseCpuHigh",
+                f"The Slurm accounting database's CPU stayed at or above {busy}% for 15 minutes",
+                metric("CPUUtilization", "Average"),
+                busy,
+                cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                cw.TreatMissingData.NOT_BREACHING,
+            ),
+            (
+                "AccountingDatabaseCapacityHigh",
+                f"The Slurm accounting database used {busy}% or more of max_capacity_acu for 15 minutes "
+                "(ACUUtilization): raise storage.accounting.max_capacity_acu",
+                metric("ACUUtilization", "Average"),
+                busy,
+                cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                cw.TreatMissingData.NOT_BREACHING,
+            ),
+        ]
+        if in_use:
+            # slurmdbd keeps a connection open while the cluster runs; none means accounting stopped
+            # (the controller is down, or slurmdbd lost the database, e.g. with a password rotated under it).
+            specs.append(
+                (
+                    "AccountingDatabaseNoConnections",
+                    f"Nothing has been connected to the Slurm accounting database for 15 minutes while cluster "
+                    f"{self.cluster_name} uses it: slurmdbd is not recording jobs",
+                    metric("DatabaseConnections", "Maximum"),
+                    1,
+                    cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+                    cw.TreatMissingData.BREACHING,
+                )
+            )
+        alarms = []
+        for construct_id, description, measured, threshold, comparison, missing in specs:
+            alarm = cw.Alarm(
+                self,
+                construct_id,
+                alarm_description=description,
+                metric=measured,
+                threshold=threshold,
+                comparison_operator=comparison,
+                evaluation_periods=3,
+                treat_missing_data=missing,
+            )
+            alarms.append(self._alarm(alarm))
+        return alarms
+
     def pcluster_metric(self, name: str) -> cw.Metric:
         """A ``ParallelCluster`` health metric of this environment's cluster (summed per 5 minutes)."""
         return cw.Metric(
@@ -521,10 +609,10 @@ class ObservabilityStack(cdk.Stack):
     def _links_markdown(self, storage: StorageStack) -> str:
         lines = ["## Logs and other views"]
         if storage.lustre.log_group is not None:
-            name = storage.lustre.log_group.log_group_name
-            lines.append(
-                cdk.Fn.join("", ["* [FSx for Lustre log group ", name, "](", log_groups_url("/aws/fsx/"), ")"])
-            )
+            # By prefix, not by the group's name: the name ends with the storage stack's deployment suffix
+            # (deployment_name.py) and an import of it would tie this stack to that one's exports.
+            prefix = f"{LOG_GROUP_PREFIX}lustre/"
+            lines.append(f"* [FSx for Lustre log group: named {prefix}...]({log_groups_url(prefix)})")
         if self.backend == "pcluster":
             prefix = f"/aws/parallelcluster/{self.cluster_name}-"
             lines.append(

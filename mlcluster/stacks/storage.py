@@ -11,6 +11,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from mlcluster.config import Environment
+from mlcluster.constructs.accounting_database import AccountingDatabase
 from mlcluster.constructs.data_backup import DataBucketBackup
 from mlcluster.constructs.data_bucket import DataBucket
 from mlcluster.constructs.lustre import DataRepositoryAssociationProps, LustreStorage
@@ -162,6 +163,25 @@ class StorageStack(cdk.Stack):
                 removal_policy=policy,
             )
 
+        self.accounting: AccountingDatabase | None = None
+        if cfg.accounting is not None:
+            database = cfg.accounting
+            self.accounting = AccountingDatabase(
+                self,
+                "AccountingDatabase",
+                vpc=network.vpc,
+                subnets=network.private_subnets,
+                # HyperPod nodes share one group; only the controller runs slurmdbd and reads the secret.
+                client_security_group=network.security_group,
+                encryption_key=environment_key,
+                min_capacity_acu=database.min_capacity_acu,
+                max_capacity_acu=database.max_capacity_acu,
+                auto_pause_minutes=database.auto_pause_minutes,
+                backup_retention_days=database.backup_retention_days,
+                rotation_days=database.rotation_days,
+                removal_policy=policy,
+            )
+
         outputs = {
             "DataBucketName": (self.data_bucket.bucket.bucket_name, "S3 data bucket (datasets, checkpoints)"),
             "LustreFileSystemId": (self.lustre.file_system_id, "FSx for Lustre file system, mounted at /fsx"),
@@ -172,6 +192,12 @@ class StorageStack(cdk.Stack):
             outputs["OpenZfsFileSystemId"] = (self.openzfs.file_system_id, "FSx for OpenZFS file system (/home)")
             outputs["OpenZfsDnsName"] = (self.openzfs.dns_name, "FSx for OpenZFS DNS name")
             outputs["OpenZfsRootVolumeId"] = (self.openzfs.root_volume_id, "FSx for OpenZFS root volume (NFS export)")
+        if self.accounting is not None:
+            outputs["AccountingDatabaseEndpoint"] = (self.accounting.endpoint, "Slurm accounting database (host:port)")
+            outputs["AccountingDatabaseSecretArn"] = (
+                self.accounting.secret.secret_arn,
+                "Slurm accounting database master secret (rotated; the controller's role reads it)",
+            )
         for name, (value, description) in outputs.items():
             export_output(self, environment, name, value, description)
 

@@ -76,6 +76,17 @@ def deploy(name: str, body: dict[str, Any], *, protect: bool = False) -> None:
     cfn.create_stack(StackName=name, TemplateBody=json.dumps(body), Tags=TAG, EnableTerminationProtection=protect)
 
 
+def recorded_clients(aws: Aws, *services: str) -> list[Any]:
+    """Fresh clients (not the shared test-side ones) whose requests the recorder checks and answers."""
+    import boto3
+
+    session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
+    made = [session.client(service, region_name=REGION) for service in services]  # type: ignore[call-overload]
+    for client in made:
+        aws.attach(client)
+    return made
+
+
 def lock(envs: Path, *args: str) -> Any:
     return CliRunner().invoke(cli, ["lock", "team", "--environments", str(envs), *args], standalone_mode=False)
 
@@ -391,3 +402,78 @@ def test_a_nested_stacks_resources_are_the_live_stacks() -> None:
     ids = _physical_ids(_NestedCfn(), ["team-Cluster"])
     assert "/aws/lambda/provider" in ids
     assert "arn:aws:cloudformation:us-east-2:123456789012:stack/team-Cluster-Provider-1/abc" in ids
+
+
+def file_system(physical: str) -> dict[str, Any]:
+    """A stack's file system as ``ListStackResources`` sums it up."""
+    return {
+        "LogicalResourceId": "Lustre",
+        "PhysicalResourceId": physical,
+        "ResourceType": "AWS::FSx::FileSystem",
+        "LastUpdatedTimestamp": "2026-11-20T09:00:00Z",
+        "ResourceStatus": "CREATE_COMPLETE",
+    }
+
+
+def test_backups_and_volumes_of_a_live_file_system_are_not_orphans(aws: Aws, tmp_path: Path) -> None:
+    """FSx copies the file system's tags onto its backups and volumes; no stack lists them.
+
+    Those of the live file system (the storage stack's) are its own; those of a file system gone are orphans.
+    """
+    envs = folder(tmp_path)
+    fsx = aws_client("fsx", REGION)
+    subnet = ["subnet-0123456789abcdef0"]
+    live = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=subnet)["FileSystem"]
+    gone = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=subnet)["FileSystem"]
+    live_backup = fsx.create_backup(FileSystemId=live["FileSystemId"], Tags=TAG)["Backup"]["ResourceARN"]
+    gone_backup = fsx.create_backup(FileSystemId=gone["FileSystemId"], Tags=TAG)["Backup"]["ResourceARN"]
+    fsx.delete_file_system(FileSystemId=gone["FileSystemId"])
+    prefix = f"arn:aws:fsx:{REGION}:123456789012"
+    live_volume = f"{prefix}:volume/{live['FileSystemId']}/fsvol-0123456789abcdef0"
+    gone_volume = f"{prefix}:volume/{gone['FileSystemId']}/fsvol-0fedcba987654321f"
+    tagged = [live["ResourceARN"], live_backup, gone_backup, live_volume, gone_volume]
+    aws.answer(
+        "resourcegroupstaggingapi",
+        "GetResources",
+        always={"ResourceTagMappingList": [{"ResourceARN": arn, "Tags": TAG} for arn in tagged]},
+    )
+
+    def listed(params: dict[str, Any]) -> dict[str, Any]:
+        if params["StackName"] != "team-Storage":
+            return error("ValidationError", f"Stack with id {params['StackName']} does not exist")
+        return {"StackResourceSummaries": [file_system(live["FileSystemId"])]}
+
+    aws.answer("cloudformation", "ListStackResources", always=listed)
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", always={"Associations": []})
+    aws.answer("fsx", "DescribeDataRepositoryTasks", always={"DataRepositoryTasks": []})
+    from mlcluster.cli.orphans import orphan_resources
+
+    env = diff_module.load_one(envs, "team")
+    cfn, tagging, fsx = recorded_clients(aws, "cloudformation", "resourcegroupstaggingapi", "fsx")
+    found = [o["resource"] for o in orphan_resources(cfn, tagging, fsx, env)]
+    assert found == [gone_backup, gone_volume]
+    assert aws.params("DescribeBackups") == [
+        {"Filters": [{"Name": "file-system-id", "Values": [live["FileSystemId"]]}]}
+    ]
+
+
+def test_a_failed_backup_lookup_is_reported(aws: Aws, tmp_path: Path) -> None:
+    envs = folder(tmp_path)
+    arn = f"arn:aws:fsx:{REGION}:123456789012:backup/backup-0123456789abcdef0"
+    aws.answer(
+        "resourcegroupstaggingapi",
+        "GetResources",
+        always={"ResourceTagMappingList": [{"ResourceARN": arn, "Tags": TAG}]},
+    )
+    aws.answer("cloudformation", "ListStackResources", always={"StackResourceSummaries": [file_system("fs-1")]})
+    aws.answer("fsx", "DescribeBackups", always=error("AccessDenied", "no fsx:DescribeBackups", 403))
+    from mlcluster.cli.orphans import orphan_resources
+
+    env = diff_module.load_one(envs, "team")
+    clients = recorded_clients(aws, "cloudformation", "resourcegroupstaggingapi", "fsx")
+    with pytest.raises(CliError) as raised:
+        orphan_resources(*clients, env)
+    assert raised.value.exit_code == EXIT_AWS
+    assert "DescribeBackups (the backups of the environment's live file systems) failed: AccessDenied" in (
+        raised.value.message
+    )

@@ -270,6 +270,28 @@ def test_status_throttled_reports_call_and_advice(aws: Aws, hyperpod: World) -> 
     assert "Traceback" not in result.output + result.stderr
 
 
+def test_status_shows_the_accounting_database_endpoint(hyperpod: World, fsx_answers: None) -> None:
+    """With storage.accounting the Storage stack outputs the database's endpoint; status lists it."""
+    from tests.cli.conftest import aws_client
+
+    cfn = aws_client("cloudformation", hyperpod.region)
+    outputs = {
+        o["OutputKey"]: o["OutputValue"]
+        for o in cfn.describe_stacks(StackName="hyperpod-Storage")["Stacks"][0]["Outputs"]
+    }
+    endpoint = "acct.cluster-c0ffee.us-west-2.rds.amazonaws.com:3306"
+    outputs["AccountingDatabaseEndpoint"] = endpoint
+    template = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {key: {"Value": value} for key, value in outputs.items()},
+    }
+    cfn.update_stack(StackName="hyperpod-Storage", TemplateBody=json.dumps(template))
+    result = hyperpod.run("status", "hyperpod", "--json")
+    assert result.exit_code == 0, result.output
+    (storage,) = [s for s in json.loads(result.output)["stacks"] if s["stack"] == "hyperpod-Storage"]
+    assert storage["outputs"]["AccountingDatabaseEndpoint"] == endpoint
+
+
 def _pcluster_stack_status(world: World, status: str) -> None:
     from moto.cloudformation.models import cloudformation_backends
 

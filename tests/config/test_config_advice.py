@@ -73,12 +73,13 @@ WARN = [
         "system must not reach the bucket",
     ),
     (
-        "/home on the ParallelCluster head node",
-        pcluster(),
-        "cluster.pcluster.shared_storage.home_on_openzfs: false, so /home lives on the head node's root volume: "
-        "'npx cdk destroy dev/Cluster', a new cluster (a new cluster.name, a ParallelCluster version or head node "
-        "change) or a lost head node deletes every user's home, and nothing copies it. Add storage.openzfs and set "
-        "home_on_openzfs: true",
+        "/home on the ParallelCluster head node (its own volume switched off)",
+        pcluster().replace("    queues:", "    shared_storage: {home_volume: {enabled: false}}\n    queues:"),
+        "cluster.pcluster.shared_storage.home_volume.enabled: false and home_on_openzfs: false, so /home lives on "
+        "the head node's root volume: 'npx cdk destroy dev/Cluster', a new cluster (a new cluster.name, a "
+        "ParallelCluster version or head node change) or a lost head node deletes every user's home, and nothing "
+        "copies it. Remove home_volume.enabled: false (a retained EBS volume at /home), or add storage.openzfs and "
+        "set home_on_openzfs: true",
     ),
     (
         "HyperPod accounting on the controller",
@@ -98,6 +99,8 @@ QUIET = {
         head="{subnet: public, ssm: false, key_name: ops, ssh_allowed_cidr: 203.0.113.0/24}"
     ).replace("    queues:", "    shared_storage: {home_on_openzfs: true}\n    queues:")
     + "storage: {openzfs: {deployment_type: SINGLE_AZ_HA_2}}\n",
+    # The default: /home on a retained EBS volume of its own.
+    "/home on its own volume": pcluster(),
     "destroy without packs": NET + "retention: {on_delete: destroy}\n",
     "retain with packs": NET + "compliance: {packs: [hipaa-security]}\n",
     "per-zone nat gateways": "network: {availability_zone: us-east-1a, nat_gateways: per_zone, "
@@ -137,8 +140,6 @@ def test_examples_warn_only_where_data_lives_on_a_node() -> None:
     )
     assert found == [
         "hyperpod.yaml cluster.hyperpod.lifecycle.accounting.mode",
-        "p4de.yaml cluster.pcluster.shared_storage.home_on_openzfs",
-        "p5.yaml cluster.pcluster.shared_storage.home_on_openzfs",
     ]
 
 

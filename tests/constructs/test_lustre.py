@@ -217,14 +217,18 @@ def test_default_file_system(built: Built) -> None:
 def test_logs_to_an_fsx_log_group(built: Built) -> None:
     t = built.templates["Default"]
     (group_id, group) = next(iter(t.find_resources("AWS::Logs::LogGroup").items()))
-    name = group["Properties"]["LogGroupName"]
-    assert name.startswith("/aws/fsx/lustre/")
+    # Retained, so named per deployment: the last group of the stack id ends the name (deployment_name.py),
+    # and a redeploy after a teardown does not meet the kept group's name.
+    (prefix, suffix) = group["Properties"]["LogGroupName"]["Fn::Join"][1]
+    stack_uuid = {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}
+    assert suffix == {"Fn::Select": [4, {"Fn::Split": ["-", stack_uuid]}]}
+    assert prefix.startswith("/aws/fsx/lustre/") and prefix.endswith("-")
     assert group["Properties"]["RetentionInDays"] == 365
     fs = file_system(t)
     assert fs["Properties"]["LustreConfiguration"]["LogConfiguration"] == {
         "Level": "WARN_ERROR",
         # The stack's account and region are known, so aws-cdk-lib writes the partition literally.
-        "Destination": f"arn:aws:logs:us-east-1:111111111111:log-group:{name}",
+        "Destination": {"Fn::Join": ["", [f"arn:aws:logs:us-east-1:111111111111:log-group:{prefix}", suffix]]},
     }
     assert group_id in fs["DependsOn"]
 

@@ -282,3 +282,42 @@ def test_the_gate_sees_a_key_delegated_to_iam(
 
     with pytest.raises(AssertionError):
         test_only_the_named_roles_can_use_the_backup_key(broken(delegate))
+
+
+def test_only_a_lambda_function_can_act_as_the_script_buckets_writer(examples: Assembly) -> None:
+    """The precise trust-map row for the node-script and lifecycle buckets: their one object writer is the upload
+    function's role (with a destroy policy also the auto-delete function's); each trusts only the Lambda service,
+    so no principal can assume it, and no resource policy (AWS::Lambda::Permission) lets anyone invoke a function
+    of these stacks. Whoever may act as a writer does so through Lambda with an identity policy of the account
+    (lambda:InvokeFunction, UpdateFunctionCode, UpdateFunctionConfiguration, or iam:PassRole of the role to a new
+    function): an operator right, which a Lambda resource policy cannot take away (it has no Deny, see
+    test_a_lambda_resource_policy_cannot_deny)."""
+    buckets = [
+        b
+        for b in locked_buckets(examples)
+        if "OnlyTheDeployChangesObjects" in {s.sid for s in bucket_policy(examples, b)}
+    ]
+    assert {b.stack for b in buckets} >= {"hyperpod/Cluster", "p5/Cluster"}
+    for bucket in buckets:
+        (lock,) = [s for s in bucket_policy(examples, bucket) if s.sid == "OnlyTheDeployChangesObjects"]
+        writers = lock.conditions["ArnNotEquals"]["aws:PrincipalArn"]
+        assert 1 <= len(writers) <= 2, writers
+        for writer in writers:
+            role = examples.resource(writer.removesuffix(".Arn}") + "}") if writer.endswith(".Arn}") else None
+            assert role is not None and role.type == "AWS::IAM::Role", writer
+            trust = examples.render(role.stack, role.properties["AssumeRolePolicyDocument"])["Statement"]
+            assert [s["Principal"] for s in trust] == [{"Service": "lambda.amazonaws.com"}], (writer, trust)
+            assert all(s["Action"] == "sts:AssumeRole" and s["Effect"] == "Allow" for s in trust)
+        assert not list(examples.resources(bucket.stack.split("/")[0], "AWS::Lambda::Permission")), bucket.stack
+
+
+def test_a_lambda_resource_policy_cannot_deny() -> None:
+    """The contract the row rests on, from botocore's Lambda model: AddPermission (the only way to write a
+    function's resource policy) has no Effect, so it can only allow; an account's own principals with
+    lambda:InvokeFunction in an identity policy are never refused by it."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("lambda")
+    members = set(model.operation_model("AddPermission").input_shape.members)
+    assert "Effect" not in members
+    assert {"FunctionName", "StatementId", "Action", "Principal"} <= members

@@ -13,6 +13,7 @@ and an unprivileged user (``setpriv``) can try to plant things between runs.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import os
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlcluster.lifecycle.exporters import EXPORTER_SCRIPTS
-from mlcluster.lifecycle.pcluster import PCLUSTER_DIR
+from mlcluster.lifecycle.pcluster import ENTRY_SCRIPT, GENERATED_FILES, PCLUSTER_DIR
 
 #: Unprivileged users of the fake node (numeric ids only: nothing is added to this machine).
 ALICE = 2001
@@ -228,6 +229,20 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def manifest_args(folder: Path) -> list[str]:
+    """The ``run.sh`` manifest the deploy would render for the files of ``folder`` as they are now: ``--sha256
+    NAME=HEX`` for each file run.sh fetches, ``--file NAME=BASE64`` for each generated one."""
+    args: list[str] = []
+    for path in sorted(folder.iterdir()):
+        if not path.is_file() or path.is_symlink() or path.name == ENTRY_SCRIPT or path.suffix == ".pyc":
+            continue
+        if path.name in GENERATED_FILES:
+            args += ["--file", f"{path.name}={base64.b64encode(path.read_bytes()).decode()}"]
+        elif path.name != "__init__.py":
+            args += ["--sha256", f"{path.name}={sha256(path.read_bytes())}"]
+    return args
+
+
 class PclusterNode:
     """One fake ParallelCluster node: run ``run.sh`` in it, plant things as a user, look at the result."""
 
@@ -245,6 +260,8 @@ class PclusterNode:
         for folder in (self.bin, self.state, self.downloads):
             folder.mkdir(parents=True)
         self.extra_env: dict[str, str] = {}
+        #: The manifest arguments run() passes; None: the one the deploy would render for ``scripts`` as they are.
+        self.manifest: list[str] | None = None
         self._build_root(os_release, scratch)
         self._build_bin(gpu)
         self._build_scripts()
@@ -364,7 +381,12 @@ class PclusterNode:
         """``run.sh --role ROLE --source <scripts> STEP...`` as ParallelCluster runs it (as root)."""
         command = ["bash", str(self.scripts / "run.sh"), "--role", role, "--source", source or str(self.scripts)]
         return subprocess.run(
-            [*command, *steps], env=self.env(), capture_output=True, text=True, timeout=120, check=False
+            [*command, *(self.manifest if self.manifest is not None else manifest_args(self.scripts)), *steps],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
 
     def run_root(self, *command: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -171,10 +171,12 @@ def test_pcluster_collector_runs_on_the_head_node_only(head: PclusterNode) -> No
 
 
 def test_pcluster_missing_configuration_is_named(head: PclusterNode) -> None:
+    """A configuration that does not carry the collector's rendered file: run.sh refuses before the step runs."""
     (head.scripts / "collector_targets.json").unlink()
     done = head.run("head", "collector")
     assert done.returncode != 0
-    assert "collector_targets.json is missing" in head.log("collector")
+    assert "collector_targets.json has no --file in the arguments" in done.stderr
+    assert not (head.root / "var/log/mlcluster/collector.log").exists()
 
 
 # ---------------------------------------------------------------- HyperPod

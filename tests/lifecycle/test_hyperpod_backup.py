@@ -97,7 +97,7 @@ def test_backup_then_restore_round_trips_and_can_run_again(controller: Sandbox) 
         assert f"backup complete: {URI} (2 files)" in result.stderr
     actions = controller.actions()[before:]
     assert actions.index("systemctl stop slurmctld") < actions.index("systemctl start slurmctld")
-    assert "mysqldump --single-transaction --databases slurm_acct_db" in actions
+    assert "mysqldump --single-transaction slurm_acct_db" in actions  # names no database: loads into the scratch
     assert (controller.state / "systemd/active/slurmctld").exists()
     sums = digests(result)
     assert sums == [
@@ -121,11 +121,12 @@ def test_backup_then_restore_round_trips_and_can_run_again(controller: Sandbox) 
         assert (info.st_uid, info.st_mode & 0o777) == (0, 0o700)
     assert (controller.state / "mysql.sql").read_text().count("slurm_acct_db") > sql_before.count("slurm_acct_db")
     loads = [a for a in controller.actions() if "--user=mlcluster_restore" in a]
-    assert loads and all("--sandbox --protocol=socket --user=mlcluster_restore slurm_acct_db" in a for a in loads)
-    assert (
-        "GRANT ALL PRIVILEGES ON `slurm_acct_db`.* TO 'mlcluster_restore'@'localhost';"
-        in (controller.state / "mysql.sql").read_text()
+    assert loads and all(
+        a.endswith("--sandbox --protocol=socket --user=mlcluster_restore slurm_acct_db_mlcrestore") for a in loads
     )
+    sql = (controller.state / "mysql.sql").read_text()
+    assert "GRANT ALL PRIVILEGES ON `slurm_acct_db_mlcrestore`.* TO 'mlcluster_restore'@'localhost';" in sql
+    assert "GRANT ALL PRIVILEGES ON `slurm_acct_db`.*" not in sql
     assert "systemctl restart slurmdbd" in controller.actions()
     assert (controller.state / "systemd/active/slurmctld").exists()
     assert not list(state.parent.glob(".restore.*"))
@@ -341,8 +342,9 @@ def test_a_shell_escape_in_the_dump_does_not_run_with_the_real_mariadb_client(
         ("CREATE USER 'evil'@'localhost' IDENTIFIED BY 'x';", "CREATE USER privilege"),
         ("GRANT ALL ON *.* TO 'mlcluster_restore'@'localhost';", "denied"),
         ("USE mysql; UPDATE user SET Password='' WHERE User='root';", "denied"),
+        ("CREATE DATABASE /*!32312 IF NOT EXISTS*/ `slurm_acct_db`; USE `slurm_acct_db`; DROP TABLE job;", "denied"),
     ],
-    ids=["into-outfile", "other-database", "create-user", "grant", "use-mysql"],
+    ids=["into-outfile", "other-database", "create-user", "grant", "use-mysql", "names-the-live-database"],
 )
 def test_the_dump_loads_as_an_account_limited_to_the_accounting_database(
     controller: Sandbox, mariadb: Path, tmp_path: Path, statement: str, refusal: str
@@ -379,3 +381,71 @@ def test_the_dump_loads_as_an_account_limited_to_the_accounting_database(
     ).stdout.split()
     assert "mlcluster_restore" not in users and "evil" not in users
     assert (controller.state / "systemd/active/slurmctld").exists()
+
+
+def _real_mysql(controller: Sandbox, mariadb: Path) -> None:
+    """Point the controller's mysql and mysqldump at the real client and the test server."""
+    (controller.base / ".my.cnf").write_text(f"[client]\nsocket={mariadb}\n")
+    for tool in ("mysql", "mysqldump"):
+        link = controller.state / "bin" / tool
+        link.unlink(missing_ok=True)
+        link.symlink_to(shutil.which(tool) or tool)
+
+
+def _sql(mariadb: Path, statement: str) -> list[str]:
+    """Run ``statement`` as MariaDB's root; the result's fields, whitespace-split."""
+    result = subprocess.run(
+        ["mysql", f"--socket={mariadb}", "--user=root", "-N", "-e", statement],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return result.stdout.split()
+
+
+def test_a_dump_that_fails_half_way_leaves_the_accounting_database_untouched(
+    controller: Sandbox, mariadb: Path
+) -> None:
+    """Real MariaDB: the dump loads into a scratch database; slurm_acct_db changes only in one swap, after the
+    whole load succeeded. A load that fails after dropping and refilling a table changes nothing live."""
+    _real_mysql(controller, mariadb)
+    _sql(
+        mariadb,
+        "CREATE DATABASE IF NOT EXISTS slurm_acct_db; DROP TABLE IF EXISTS slurm_acct_db.job;"
+        " CREATE TABLE slurm_acct_db.job (id INT); INSERT INTO slurm_acct_db.job VALUES (7);"
+        " CREATE TABLE IF NOT EXISTS slurm_acct_db.assoc (id INT); DELETE FROM slurm_acct_db.assoc;"
+        " INSERT INTO slurm_acct_db.assoc VALUES (70);",
+    )
+    backup = backup_tool(controller, "backup", URI, KEY)
+    assert backup.returncode == 0, backup.stderr
+    assert "CREATE DATABASE" not in gzip.decompress(s3(controller, "accounting.sql.gz").read_bytes()).decode()
+    # A later change: a new row and a table the backup does not know.
+    _sql(mariadb, "INSERT INTO slurm_acct_db.job VALUES (8); CREATE TABLE slurm_acct_db.later (id INT);")
+
+    # Half-way: job is dropped, recreated and refilled, then a statement fails before assoc is reached.
+    dump = gzip.compress(
+        b"DROP TABLE IF EXISTS job;\nCREATE TABLE job (id INT);\nINSERT INTO job VALUES (1),(2);\n"
+        b"INSERT INTO no_such_table VALUES (3);\nDROP TABLE IF EXISTS assoc;\n"
+    )
+    s3(controller, "accounting.sql.gz").write_bytes(dump)
+    sums = [s for s in digests(backup) if s.startswith("slurmctld")] + [f"accounting.sql.gz={sha(dump)}"]
+    result = backup_tool(controller, "restore", URI, *sums)
+    assert result.returncode == 1, result.stderr
+    assert sorted(_sql(mariadb, "SELECT id FROM slurm_acct_db.job")) == ["7", "8"]
+    assert _sql(mariadb, "SELECT id FROM slurm_acct_db.assoc") == ["70"]
+    assert "loading the accounting dump failed" in result.stderr
+    assert "slurm_acct_db and the controller's state were left as they were" in result.stderr
+    assert _sql(mariadb, "SHOW DATABASES LIKE 'slurm_acct_db%'") == ["slurm_acct_db"]  # no scratch left behind
+    assert "mlcluster_restore" not in _sql(mariadb, "SELECT User FROM mysql.user")
+
+    # A good dump: every table swapped in at once, a table made after the backup gone, no leftovers.
+    backup_again = backup_tool(controller, "backup", URI, KEY)
+    assert backup_again.returncode == 0, backup_again.stderr
+    _sql(mariadb, "INSERT INTO slurm_acct_db.job VALUES (9); CREATE TABLE IF NOT EXISTS slurm_acct_db.later2 (id INT);")
+    restored = backup_tool(controller, "restore", URI, *digests(backup_again))
+    assert restored.returncode == 0, restored.stderr
+    assert sorted(_sql(mariadb, "SELECT id FROM slurm_acct_db.job")) == ["7", "8"]
+    assert _sql(mariadb, "SELECT id FROM slurm_acct_db.assoc") == ["70"]
+    assert _sql(mariadb, "SHOW TABLES FROM slurm_acct_db") == ["assoc", "job", "later"]
+    assert _sql(mariadb, "SHOW DATABASES LIKE 'slurm_acct_db%'") == ["slurm_acct_db"]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,7 +146,7 @@ def test_healthy_p5_passes_the_quick_tier(p5: Node) -> None:
     assert result.stdout.splitlines()[-1] == "ip-10-1-4-190: healthy"
     assert p5.scontrol() == []
     assert "PASS fi_info critical: libfabric's efa provider lists 32 devices" in (
-        (p5.root / "var/log/mlcluster-health.log").read_text()
+        (p5.root / "var/log/mlcluster/health.log").read_text()
     )
 
 
@@ -422,6 +427,90 @@ def test_the_deep_tiers_library_prelude_is_the_smoke_tests() -> None:
     assert [line.strip() for line in block.splitlines() if line.strip()] == [
         line.strip() for line in library_prelude("hyperpod").splitlines() if line.strip()
     ]
+
+
+ALICE = 2001
+
+
+def as_alice(script: str, root: Path) -> subprocess.CompletedProcess[str]:
+    """``bash -c SCRIPT`` as an unprivileged user (uid 2001, no groups), ROOT set to the node's root."""
+    command = ["setpriv", f"--reuid={ALICE}", f"--regid={ALICE}", "--clear-groups", "bash", "-c", script]
+    return subprocess.run(
+        command,
+        env={"PATH": "/usr/bin:/bin", "ROOT": str(root)},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def reachable_p5(p5: Node) -> Iterator[Node]:
+    """The p5 node under a folder an unprivileged user may traverse (pytest's own is root's alone)."""
+    base = Path(tempfile.mkdtemp(prefix="mlc-health-", dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        shutil.copytree(p5.root.parent, base / "node", symlinks=True)
+        node = Node(base / "node/root", base / "node/data", base / "node/bin")
+        for path in (base / "node", node.root, node.root / "var", node.root / "var/log", node.root / "etc"):
+            path.chmod(0o755)
+        yield node
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_user_cannot_make_root_write_the_health_files_elsewhere(reachable_p5: Node) -> None:
+    """The files root writes for mlcluster-health: a user can plant nothing in their folders, and where a folder
+    is not root's alone (a user's, or open to others), root refuses to write or trust anything there."""
+    node = reachable_p5
+    first = node.run("--drain")
+    assert first.returncode == 0, first.stdout + first.stderr
+    for folder in ("var/lib/mlcluster", "var/log/mlcluster"):
+        info = (node.root / folder).lstat()
+        assert (info.st_uid, info.st_mode & 0o7777, stat.S_ISDIR(info.st_mode)) == (0, 0o755, True), folder
+    victim = node.root / "etc/victim"
+    victim.write_text("root's file\n")
+    plant = as_alice(
+        "for p in var/lib/mlcluster/health-xid-since var/log/mlcluster/health.log var/lib/mlcluster/x; do\n"
+        '  ln -sf "$ROOT/etc/victim" "$ROOT/$p" && echo "planted $p"\n'
+        "done\n"
+        'mkdir -p "$ROOT/etc/logrotate.d" 2>/dev/null; touch "$ROOT/etc/logrotate.d/mlcluster-health" && echo planted lr\n'
+        "true",
+        node.root,
+    )
+    assert "planted" not in plant.stdout, plant.stdout
+    assert plant.stderr.count("Permission denied") >= 3, plant.stderr
+
+    # A folder root did not make for itself: alice owns it and plants links at both files.
+    for folder in ("var/lib/mlcluster", "var/log/mlcluster"):
+        shutil.rmtree(node.root / folder)
+        (node.root / folder).mkdir()
+        os.chown(node.root / folder, ALICE, ALICE)
+    plant = as_alice(
+        'ln -s "$ROOT/etc/victim" "$ROOT/var/lib/mlcluster/health-xid-since"\n'
+        'ln -s "$ROOT/etc/victim" "$ROOT/var/log/mlcluster/health.log"\n',
+        node.root,
+    )
+    assert plant.returncode == 0, plant.stderr
+    result = node.run("--drain")
+    assert victim.read_text() == "root's file\n"
+    assert "var/lib/mlcluster is not a folder only root may write" in result.stderr, result.stderr
+    assert (node.root / "var/lib/mlcluster/health-xid-since").is_symlink()  # left as it was, not followed
+
+    # A folder others may write (mode 0777, root's): refused the same way, and a planted "since" is not trusted.
+    for folder in ("var/lib/mlcluster", "var/log/mlcluster"):
+        shutil.rmtree(node.root / folder)
+        (node.root / folder).mkdir(mode=0o777)
+        (node.root / folder).chmod(0o777)
+    (node.root / "var/lib/mlcluster/health-xid-since").write_text("99999999999\n")
+    os.chown(node.root / "var/lib/mlcluster/health-xid-since", ALICE, ALICE)
+    node.answer("journal", (DATA / "journal_xid79.txt").read_text())
+    result = node.run("--drain")
+    assert "FAIL xid critical: Xid 79 since boot" in result.stdout, result.stdout + result.stderr
+    assert (node.root / "var/lib/mlcluster/health-xid-since").read_text() == "99999999999\n"
+    assert not (node.root / "var/log/mlcluster/health.log").exists()
 
 
 @pytest.mark.parametrize(

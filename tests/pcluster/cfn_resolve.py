@@ -3,7 +3,7 @@
 The rendered ParallelCluster configuration inside ``Custom::PclusterCluster``
 refers to resources of its own stack and of the network and storage stacks
 (``Ref``, ``Fn::GetAtt``, ``Fn::ImportValue``, ``Fn::GetStackOutput``,
-``Fn::Join``, ``Fn::Sub``).
+``Fn::Join``, ``Fn::Sub``, ``Fn::Base64``).
 ``Resolver`` follows each reference across the cloud assembly to the
 resource it names and asks ``physical`` for that resource's deploy-time
 value, so tests can judge the configuration exactly as CloudFormation hands
@@ -13,6 +13,7 @@ subnet that a fake AWS (moto) serves.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ class Resolver:
             if key == "Fn::Join":
                 sep, items = arg
                 return sep.join(str(self.resolve(stack, i)) for i in self.resolve(stack, items))
+            if key == "Fn::Base64":  # the string's UTF-8 bytes in base64, as CloudFormation encodes it
+                return base64.b64encode(str(self.resolve(stack, arg)).encode("utf-8")).decode("ascii")
             if key == "Fn::Select":
                 index, items = arg
                 return self.resolve(stack, items)[int(self.resolve(stack, index))]

@@ -286,6 +286,12 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "cluster.pcluster.shared_storage.apps.deletion_policy",
         "'Snapshot'",
     ),
+    (
+        "home volume never deleted with the cluster",
+        {"queues": [queue()], "shared_storage": {"home_volume": {"deletion_policy": "Delete"}}},
+        "cluster.pcluster.shared_storage.home_volume.deletion_policy",
+        "'Retain'",
+    ),
     ("login count", {"queues": [queue()], "login_nodes": {"count": 0}}, "cluster.pcluster.login_nodes.count", "from 1"),
     (
         "group without reservations",
@@ -380,6 +386,9 @@ def test_defaults() -> None:
     assert cfg.slurm.queue_update_strategy == "DRAIN"
     assert cfg.slurm.scaledown_idle_minutes == 10
     assert cfg.shared_storage.home_on_openzfs is False
+    # /home on a retained EBS volume of its own unless switched off (issue 33).
+    home = cfg.shared_storage.home_volume
+    assert (home.enabled, home.size_gib, home.deletion_policy) == (True, 100, "Retain")
     assert cfg.monitoring.logs and cfg.monitoring.dashboards and cfg.monitoring.alarms
     assert not cfg.monitoring.detailed_monitoring
     assert cfg.login_nodes is None

@@ -8,8 +8,11 @@ coreutils, tar and make run as usual, so files land under the scratch root.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import itertools
 import re
+import shutil
 import stat
 import subprocess
 from collections.abc import Callable
@@ -28,12 +31,13 @@ from mlcluster.lifecycle.pcluster import (
     PCLUSTER_DIR,
     STEPS,
     SUPPORT_FILES,
+    node_files,
 )
 from mlcluster.pcluster.checks import check_node_scripts
-from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps
-from tests.lifecycle.pcluster_sandbox import LISTED
+from mlcluster.pcluster.render import head_node_steps, login_node_steps, queue_steps, render_cluster_config
+from tests.lifecycle.pcluster_sandbox import LISTED, manifest_args
 from tests.lifecycle.pcluster_sandbox import STUBS as SANDBOX_STUBS
-from tests.pcluster.pcluster_support import pcluster
+from tests.pcluster.pcluster_support import inputs, pcluster
 from tests.support import ROOT
 
 SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
@@ -136,7 +140,8 @@ class Node:
             "STUB_S3_DIR": str(PCLUSTER_DIR),
             **self.extra_env,
         }
-        command = ["bash", str(PCLUSTER_DIR / "run.sh"), "--source", source or str(PCLUSTER_DIR), *args]
+        manifest = manifest_args(Path(self.extra_env.get("STUB_S3_DIR", PCLUSTER_DIR)))  # the files as uploaded
+        command = ["bash", str(PCLUSTER_DIR / "run.sh"), "--source", source or str(PCLUSTER_DIR), *manifest, *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
 
     def calls(self) -> list[str]:
@@ -399,6 +404,170 @@ def test_enroot_needs_a_parallelcluster_311_ami(settings: str, warned: bool) -> 
     assert bool(found) == warned
     if warned:
         assert found[0].level == "warning" and "AMIs carry no Enroot (it ships from 3.11)" in found[0].message
+
+
+# ---------------------------------------------------------------- the manifest run.sh checks
+
+
+@pytest.fixture
+def bucket(tmp_path: Path) -> Path:
+    """A fake node-script bucket: a folder holding what the stack uploads (the stub aws cp reads it)."""
+    folder = tmp_path / "bucket"
+    folder.mkdir()
+    for path in PCLUSTER_DIR.glob("*.sh"):
+        shutil.copy2(path, folder / path.name)
+    return folder
+
+
+def rendered_args(steps: tuple[str, ...]) -> list[str]:
+    """``--role head`` and the ``--sha256`` arguments the deploy renders for the files ``steps`` fetch."""
+    config = render_cluster_config(
+        pcluster("queues: [{name: q, compute_resources: [{name: c, instance_type: m5.large}]}]\n"),
+        inputs(node_script_bucket="node-scripts"),
+    )
+    action = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]
+    assert action["Script"] == "s3://node-scripts/pcluster/run.sh"
+    args = action["Args"]
+    by_name = dict(value.split("=", 1) for option, value in itertools.pairwise(args) if option == "--sha256")
+    return ["--role", "head", *[x for name in node_files(steps) for x in ("--sha256", f"{name}={by_name[name]}")]]
+
+
+def run_from_bucket(
+    node: Node, bucket: Path, *args: str, steps: tuple[str, ...] = ("docker",)
+) -> subprocess.CompletedProcess[str]:
+    node.extra_env["STUB_S3_DIR"] = str(bucket)
+    command = ["bash", str(PCLUSTER_DIR / "run.sh"), "--source", "s3://node-scripts/pcluster/", *args, *steps]
+    env = {
+        "PATH": f"{node.bin}:/usr/bin:/bin",
+        "HOME": str(node.root),
+        "MLCLUSTER_ROOT": str(node.root),
+        "MLCLUSTER_RETRY_ATTEMPTS": "2",
+        "MLCLUSTER_RETRY_DELAY": "0",
+        "STUB_LOG": str(node.stub_log),
+        "STUB_STATE": str(node.state),
+        "STUB_DOWNLOADS": str(node.downloads),
+        **node.extra_env,
+    }
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_rendered_manifest_lets_the_uploaded_scripts_run(make_node: MakeNode, bucket: Path) -> None:
+    """The digests the deploy renders are those of the files the stack uploads: an untouched bucket runs."""
+    node = make_node(gpu=False)
+    proc = run_from_bucket(node, bucket, *rendered_args(("docker",)))
+    assert proc.returncode == 0, proc.stderr
+    assert node.started_steps() == ["docker"]
+    scripts = node.root / "opt/mlcluster/node-scripts"
+    assert sorted(p.name for p in scripts.iterdir()) == sorted(node_files(("docker",)))
+    assert (scripts.stat().st_uid, stat.S_IMODE(scripts.stat().st_mode)) == (0, 0o755)
+
+
+CANARY = 'touch "$MLCLUSTER_ROOT/canary"\n'
+
+
+@pytest.mark.parametrize("name", ["docker.sh", "lib.sh", "pins.sh"])
+def test_a_file_changed_in_the_bucket_is_refused_before_anything_runs(
+    make_node: MakeNode, bucket: Path, name: str
+) -> None:
+    """Today's bucket policy is the only guard of what run.sh runs as root; now the digests in the
+    configuration are: a changed step or support file stops the run before any step."""
+    node = make_node(gpu=False)
+    args = rendered_args(("docker",))
+    with (bucket / name).open("a") as changed:
+        changed.write(CANARY)
+    proc = run_from_bucket(node, bucket, *args)
+    assert proc.returncode == 1
+    assert not (node.root / "canary").exists()
+    assert f"checksum mismatch for {name}" in proc.stderr, proc.stderr
+    assert "refusing to run" in proc.stderr
+    assert "step docker: starting" not in node.text("var/log/mlcluster/run.log")
+    assert not (node.root / "opt/mlcluster/node-scripts").exists()
+    assert not list((node.root / "opt/mlcluster").glob("node-scripts.new.*"))  # the staging folder went
+
+
+def test_a_missing_file_or_manifest_entry_is_refused(make_node: MakeNode, bucket: Path) -> None:
+    node = make_node(gpu=False)
+    args = rendered_args(("docker",))
+    (bucket / "user_dirs.sh").unlink()
+    proc = run_from_bucket(node, bucket, *args)
+    assert proc.returncode == 1
+    assert "cannot download s3://node-scripts/pcluster/user_dirs.sh" in proc.stderr
+    shutil.copy2(PCLUSTER_DIR / "user_dirs.sh", bucket / "user_dirs.sh")
+    # No digest for docker.sh (an older configuration, or one not rendered by mlcluster): refused.
+    at = next(i for i, a in enumerate(args) if a.startswith("docker.sh="))
+    without = args[: at - 1] + args[at + 1 :]
+    proc = run_from_bucket(node, bucket, *without)
+    assert proc.returncode == 1
+    assert "docker.sh has no --sha256 in the arguments" in proc.stderr
+    proc = run_from_bucket(node, bucket, *args[:-1], "docker.sh=" + "0" * 63)
+    assert proc.returncode == 1
+    assert "is not NAME=HEX" in proc.stderr
+    assert not (node.root / "opt/mlcluster/node-scripts").exists()
+
+
+def test_an_extra_file_never_reaches_the_folder_the_steps_run_from(make_node: MakeNode, bucket: Path) -> None:
+    """An object the configuration does not name is never fetched, and the steps' folder is rebuilt from the
+    checked files alone: what an earlier run (or anyone) left there is gone."""
+    node = make_node(gpu=False)
+    (bucket / "evil.sh").write_text(CANARY)
+    node.add("opt/mlcluster/node-scripts/evil.sh", CANARY, executable=True)
+    node.add("opt/mlcluster/node-scripts/lib.sh", CANARY)
+    proc = run_from_bucket(node, bucket, *rendered_args(("docker",)))
+    assert proc.returncode == 0, proc.stderr
+    assert not any("evil.sh" in c for c in node.calls())
+    scripts = node.root / "opt/mlcluster/node-scripts"
+    assert sorted(p.name for p in scripts.iterdir()) == sorted(node_files(("docker",)))
+    assert (scripts / "lib.sh").read_bytes() == (PCLUSTER_DIR / "lib.sh").read_bytes()
+    assert not (node.root / "canary").exists()
+
+
+def test_a_link_in_a_source_folder_is_refused(make_node: MakeNode, bucket: Path) -> None:
+    """From a local folder: a file replaced by a link (even to the right content) is refused before any step."""
+    node = make_node(gpu=False)
+    args = rendered_args(("docker",))
+    (bucket / "docker.sh").unlink()
+    (bucket / "docker.sh").symlink_to(PCLUSTER_DIR / "docker.sh")
+    proc = subprocess.run(
+        ["bash", str(PCLUSTER_DIR / "run.sh"), "--source", str(bucket), *args, "docker"],
+        env={"PATH": f"{node.bin}:/usr/bin:/bin", "MLCLUSTER_ROOT": str(node.root), "STUB_LOG": str(node.stub_log)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert f"{bucket}/docker.sh is missing or not a regular file (a link is refused)" in proc.stderr
+    assert "step docker: starting" not in node.text("var/log/mlcluster/run.log")
+
+
+def test_the_collectors_rendered_files_come_from_the_arguments_not_the_bucket(
+    make_node: MakeNode, bucket: Path
+) -> None:
+    """collector.yml and collector_targets.json hold deploy-time values: the configuration carries their text."""
+    node = make_node(gpu=False)
+    (bucket / "collector.yml").write_text("planted\n")
+    script = (
+        'set -euo pipefail; here="$(dirname "${BASH_SOURCE[0]}")"; '
+        'cat "$here/collector.yml" >"$MLCLUSTER_ROOT/seen.yml"; cat "$here/collector_targets.json" >>"$MLCLUSTER_ROOT/seen.yml"\n'
+    )
+    for name in ("collector_install.sh", "collector_targets.py"):
+        (bucket / name).write_text("# stand-in\n")
+    (bucket / "collector.sh").write_text(script)
+    digests = {n: hashlib.sha256((bucket / n).read_bytes()).hexdigest() for n in node_files(("collector",))}
+    args = ["--role", "head", *[x for n, d in digests.items() for x in ("--sha256", f"{n}={d}")]]
+    texts = [
+        "--file",
+        "collector.yml=" + base64.b64encode(b"rendered: 1\n").decode(),
+        "--file",
+        "collector_targets.json=e30K",
+    ]
+    missing = run_from_bucket(node, bucket, *args, steps=("collector",))
+    assert missing.returncode == 1
+    assert "collector.yml has no --file in the arguments" in missing.stderr
+    proc = run_from_bucket(node, bucket, *args, *texts, steps=("collector",))
+    assert proc.returncode == 0, proc.stderr
+    assert node.text("seen.yml") == "rendered: 1\n{}\n"
+    assert not any("collector.yml" in c for c in node.calls())
 
 
 # -- health_check: the node health tool and Slurm's HealthCheckProgram ------------------------------------

@@ -56,11 +56,15 @@ ACCEPTED_WARNINGS: dict[tuple[str, str], str] = {
         "the file turned EFA off for this queue (efa: false), e.g. the p4de example's g5 inference queue, "
         "which runs single-node jobs"
     ),
+    ("DeletionPolicyValidator", "The storage 'home' will be retained"): (
+        "an INFO, and the point: /home is an EBS volume of its own kept when the cluster goes "
+        "(shared_storage.home_volume, issue 33)"
+    ),
 }
 
 
 def accepted(failure: dict[str, str]) -> bool:
-    return failure["level"] == "WARNING" and any(
+    return failure["level"] in {"WARNING", "INFO"} and any(
         validator == failure["validator"] and fragment in failure["message"]
         for validator, fragment in ACCEPTED_WARNINGS
     )

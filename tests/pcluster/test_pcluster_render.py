@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
+from mlcluster.lifecycle.pcluster import node_files, node_script_sha256
 from mlcluster.pcluster.render import (
     RenderError,
     ZoneSubnet,
@@ -55,9 +57,15 @@ queues:
 """
 
 
+def manifest(*steps: str) -> list[str]:
+    """The ``--sha256 NAME=HEX`` arguments of the files run.sh fetches for ``steps``, from the package's files."""
+    digests = node_script_sha256()
+    return [arg for name in node_files(steps) for arg in ("--sha256", f"{name}={digests[name]}")]
+
+
 def node_action(role: str, *steps: str) -> dict[str, Any]:
     source = f"s3://{BUCKET}/pcluster/"
-    return {"Script": f"{source}run.sh", "Args": ["--role", role, "--source", source, *steps]}
+    return {"Script": f"{source}run.sh", "Args": ["--role", role, "--source", source, *manifest(*steps), *steps]}
 
 
 def render(yaml_text: str, **overrides: Any) -> dict[str, Any]:
@@ -377,23 +385,14 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         one(P5 + "\n        efa: false"),
         {},
         f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args",
-        ["--role", "compute", "--source", f"s3://{BUCKET}/pcluster/", "docker", "enroot_pyxis", "health_check"],
+        node_action("compute", "docker", "enroot_pyxis", "health_check")["Args"],
     ),
     (
         "trainium queue gets neuron",
         one("instance_type: trn1.32xlarge"),
         {},
         f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args",
-        [
-            "--role",
-            "compute",
-            "--source",
-            f"s3://{BUCKET}/pcluster/",
-            "docker",
-            "enroot_pyxis",
-            "neuron",
-            "health_check",
-        ],
+        node_action("compute", "docker", "enroot_pyxis", "neuron", "health_check")["Args"],
     ),
     (
         "queue user actions",
@@ -455,11 +454,30 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
     ),
     # storage
     (
-        "lustre only",
-        one(P5),
+        "lustre only (/home on the head node: its own volume switched off)",
+        one(P5, top="shared_storage: {home_volume: {enabled: false}}"),
         {},
         "SharedStorage",
         [{"Name": "fsx", "MountDir": "/fsx", "StorageType": "FsxLustre", "FsxLustreSettings": {"FileSystemId": FSX}}],
+    ),
+    (
+        "home volume by default",
+        one(P5),
+        {},
+        "SharedStorage[1]",
+        {
+            "Name": "home",
+            "MountDir": "/home",
+            "StorageType": "Ebs",
+            "EbsSettings": {"Size": 100, "VolumeType": "gp3", "Encrypted": True, "DeletionPolicy": "Retain"},
+        },
+    ),
+    (
+        "home volume as a snapshot",
+        one(P5, top="shared_storage: {home_volume: {size_gib: 500, deletion_policy: Snapshot}}"),
+        {},
+        "SharedStorage[1].EbsSettings",
+        {"Size": 500, "VolumeType": "gp3", "Encrypted": True, "DeletionPolicy": "Snapshot"},
     ),
     (
         "openzfs home",
@@ -477,7 +495,7 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         "apps volume",
         one(P5, top="shared_storage: {apps: {size_gib: 300, deletion_policy: Retain}}"),
         {},
-        "SharedStorage[1]",
+        "SharedStorage[2]",
         {
             "Name": "apps",
             "MountDir": "/apps",
@@ -622,7 +640,7 @@ def test_archetype_p5_on_odcr() -> None:
     assert resource["Efa"] == {"Enabled": True}
     assert (resource["MinCount"], resource["MaxCount"]) == (4, 4)
     assert queue["JobExclusiveAllocation"] is True
-    assert [s["MountDir"] for s in config["SharedStorage"]] == ["/fsx", "/apps"]
+    assert [s["MountDir"] for s in config["SharedStorage"]] == ["/fsx", "/home", "/apps"]
 
 
 def test_archetype_p4de_training_and_g5_inference() -> None:
@@ -768,3 +786,34 @@ def test_every_access_combination_has_a_way_out(head: str, login: str) -> None:
         assert pool["Networking"]["SubnetIds"] == [PUBLIC if login == "internet" else PRIVATE_A]
     for queue in config["Scheduling"]["SlurmQueues"]:
         assert PUBLIC not in queue["Networking"]["SubnetIds"]
+
+
+def test_the_node_action_carries_the_digest_of_every_file_it_fetches_and_the_collectors_texts() -> None:
+    """The manifest is in the cluster configuration (written by the deploy), not in the node-script bucket."""
+    collector = "arn:aws:iam::123456789012:policy/parallelcluster/collector"
+    files = {"collector.yml": "Y29uZmln", "collector_targets.json": "e30K"}
+    config = render(one(P5), collector_policy_arn=collector, generated_files_base64=files)
+    args = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"]
+    steps = args[args.index("collector.yml=Y29uZmln") + 3 :]
+    assert "collector" in steps
+    assert args == [
+        "--role",
+        "head",
+        "--source",
+        f"s3://{BUCKET}/pcluster/",
+        *manifest(*steps),
+        "--file",
+        "collector.yml=Y29uZmln",
+        "--file",
+        "collector_targets.json=e30K",
+        *steps,
+    ]
+    assert f"collector_install.sh={node_script_sha256()['collector_install.sh']}" in args
+    # Without the collector's texts, or a digest for a file a node fetches, nothing is rendered.
+    with pytest.raises(RenderError, match=re.escape("generated_files_base64: the collector step needs collector.yml")):
+        render(one(P5), collector_policy_arn=collector)
+    digests = {k: v for k, v in node_script_sha256().items() if k != "docker.sh"}
+    with pytest.raises(
+        RenderError, match=re.escape("node_script_sha256: no SHA-256 for docker.sh, which the head nodes")
+    ):
+        render(one(P5), node_script_sha256=digests)

@@ -14,10 +14,14 @@
 # digest, refuses an archive with anything but plain files and folders (absolute or '..' paths,
 # links, devices, setuid/setgid bits), all before it changes anything; then it stops slurmctld,
 # extracts the state into a staging folder without the archive's owners and modes, loads the dump
-# as a MariaDB account made for the load with privileges on slurm_acct_db alone (no FILE: no INTO
-# OUTFILE or LOAD_FILE; no CREATE USER, GRANT or other databases; dropped afterwards) and with the
-# client's --sandbox (no `\!` shell escapes), and only once the dump loaded swaps the staged state
-# in; a failed load leaves the current state in place. It starts slurmdbd and slurmctld again.
+# into a scratch database (slurm_acct_db_mlcrestore) as a MariaDB account made for the load with
+# privileges on that scratch database alone (no FILE: no INTO OUTFILE or LOAD_FILE; no CREATE USER,
+# GRANT or other databases; dropped afterwards) and with the client's --sandbox (no `\!` shell
+# escapes). Only once the whole dump loaded does one RENAME TABLE statement (atomic in MariaDB) swap
+# every table of the scratch database into slurm_acct_db, and then the staged state in; a failed
+# load drops the scratch database and leaves slurm_acct_db and the state as they were. The dump is
+# made without --databases, so it names no database (no CREATE DATABASE or USE) and loads wherever
+# it is pointed. It starts slurmdbd and slurmctld again.
 # Both can run again: a second backup replaces the objects, a second restore gives the same state.
 # Exit codes: 0 done, 1 failed (the message says where), 2 bad usage.
 set -euo pipefail
@@ -30,6 +34,10 @@ MLC_STEP=mlcluster-backup
 STATE_ARCHIVE=slurmctld-state.tar.gz
 DATABASE_DUMP=accounting.sql.gz
 DATABASE=slurm_acct_db
+# The dump is loaded into SCRATCH_DATABASE; the tables it replaces wait in OLD_DATABASE for the one
+# statement of the swap. Both are dropped afterwards (and before: a run that died leaves none behind).
+SCRATCH_DATABASE=${DATABASE}_mlcrestore
+OLD_DATABASE=${DATABASE}_mlcold
 # The account the dump is loaded as (created for the load, dropped after it).
 RESTORE_ACCOUNT=mlcluster_restore
 # Files restore writes are root's alone until they are handed to slurmctld's owner.
@@ -74,9 +82,13 @@ WORK=""
 RESTART_ON_EXIT=false
 STAGING=""
 DROP_ACCOUNT=false
+DROP_SCRATCH=false
 cleanup() {
   if [[ $DROP_ACCOUNT == true ]]; then
     root_sql "DROP USER IF EXISTS '$RESTORE_ACCOUNT'@'localhost';" || log "could not drop the MariaDB account $RESTORE_ACCOUNT"
+  fi
+  if [[ $DROP_SCRATCH == true ]]; then
+    root_sql "DROP DATABASE IF EXISTS \`$SCRATCH_DATABASE\`;" || log "could not drop the scratch database $SCRATCH_DATABASE"
   fi
   if [[ -n $STAGING ]]; then
     rm -rf "$STAGING"
@@ -99,7 +111,7 @@ backup() {
   RESTART_ON_EXIT=false
   restart_slurmctld
   if local_accounting; then
-    mysqldump --single-transaction --databases "$DATABASE" | gzip >"$work/$DATABASE_DUMP"
+    mysqldump --single-transaction "$DATABASE" | gzip >"$work/$DATABASE_DUMP"
   fi
   local file sums=()
   for file in "$work"/*.gz; do
@@ -139,23 +151,50 @@ root_sql() {
   mysql --protocol=socket --user=root --batch --execute "$1"
 }
 
-# load_dump FILE : load a gzipped dump as an account limited to the accounting database. The
+# load_dump FILE : load a gzipped dump into the scratch database as an account limited to it. The
 # account's password is random and lives only in a root-only option file for this one load.
 load_dump() {
   local dump=$1 password options=$WORK/restore.cnf
   password=$(head -c 32 /dev/urandom | sha256sum | cut -d' ' -f1)
   DROP_ACCOUNT=true
-  root_sql "CREATE DATABASE IF NOT EXISTS \`$DATABASE\`;
+  DROP_SCRATCH=true
+  root_sql "DROP DATABASE IF EXISTS \`$SCRATCH_DATABASE\`;
+DROP DATABASE IF EXISTS \`$OLD_DATABASE\`;
+CREATE DATABASE \`$SCRATCH_DATABASE\`;
 CREATE OR REPLACE USER '$RESTORE_ACCOUNT'@'localhost' IDENTIFIED BY '$password';
-GRANT ALL PRIVILEGES ON \`$DATABASE\`.* TO '$RESTORE_ACCOUNT'@'localhost';"
+GRANT ALL PRIVILEGES ON \`$SCRATCH_DATABASE\`.* TO '$RESTORE_ACCOUNT'@'localhost';"
   printf '[client]\npassword=%s\n' "$password" >"$options"
   # --sandbox: a `\!` (shell) or file line in the dump is an error, not a command run as root; the
-  # account has no FILE, CREATE USER, GRANT or SUPER privilege and no other database.
+  # account has no FILE, CREATE USER, GRANT or SUPER privilege and no other database (slurm_acct_db
+  # included: a dump that names it is refused, not loaded into it).
   gunzip --stdout "$dump" |
-    mysql --defaults-extra-file="$options" --sandbox --protocol=socket --user="$RESTORE_ACCOUNT" "$DATABASE" ||
-    die "loading the accounting dump failed (output above); the controller's state was left as it was"
+    mysql --defaults-extra-file="$options" --sandbox --protocol=socket --user="$RESTORE_ACCOUNT" "$SCRATCH_DATABASE" ||
+    die "loading the accounting dump failed (output above); $DATABASE and the controller's state were left as they were"
   root_sql "DROP USER IF EXISTS '$RESTORE_ACCOUNT'@'localhost';"
   DROP_ACCOUNT=false
+}
+
+# swap_database : in one RENAME TABLE statement (all or nothing), move every table of the accounting
+# database aside and every table of the scratch database in; then drop both leftovers. The statement
+# is built by the server from information_schema, each name quoted as an identifier.
+swap_database() {
+  root_sql "CREATE DATABASE IF NOT EXISTS \`$DATABASE\`;
+CREATE DATABASE \`$OLD_DATABASE\`;
+SET SESSION group_concat_max_len = 4194304;
+SELECT CONCAT('RENAME TABLE ', GROUP_CONCAT(pair ORDER BY step, name SEPARATOR ', ')) INTO @swap FROM (
+  SELECT 1 AS step, table_name AS name, CONCAT('\`$DATABASE\`.\`', REPLACE(table_name, '\`', '\`\`'), '\` TO \`$OLD_DATABASE\`.\`', REPLACE(table_name, '\`', '\`\`'), '\`') AS pair
+    FROM information_schema.tables WHERE table_schema = '$DATABASE' AND table_type = 'BASE TABLE'
+  UNION ALL
+  SELECT 2, table_name, CONCAT('\`$SCRATCH_DATABASE\`.\`', REPLACE(table_name, '\`', '\`\`'), '\` TO \`$DATABASE\`.\`', REPLACE(table_name, '\`', '\`\`'), '\`')
+    FROM information_schema.tables WHERE table_schema = '$SCRATCH_DATABASE' AND table_type = 'BASE TABLE'
+) AS pairs;
+SET @swap = COALESCE(@swap, 'DO 0');
+PREPARE swap FROM @swap;
+EXECUTE swap;
+DEALLOCATE PREPARE swap;" || die "swapping the restored tables into $DATABASE failed (output above); $DATABASE was left as it was"
+  DROP_SCRATCH=false
+  root_sql "DROP DATABASE IF EXISTS \`$OLD_DATABASE\`; DROP DATABASE IF EXISTS \`$SCRATCH_DATABASE\`;" ||
+    log "the previous accounting tables are left in $OLD_DATABASE (could not drop it)"
 }
 
 restore() {
@@ -193,6 +232,7 @@ restore() {
   # The database first: if its load fails, the state is not swapped (the staging folder goes).
   if [[ -n ${wanted[$DATABASE_DUMP]:-} ]]; then
     load_dump "$work/$DATABASE_DUMP"
+    swap_database
     systemctl restart slurmdbd
   fi
   mv --no-target-directory "$MLC_ROOT$location" "$staging.old"

@@ -41,7 +41,9 @@ TOOL_DIRS=(/opt/slurm/bin /opt/amazon/efa/bin /opt/aws/neuron/bin /usr/local/sbi
 PATH=$(printf "$MLC_ROOT%s:" "${TOOL_DIRS[@]}")${PATH:+$PATH:}/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 ENV_FILE="$MLC_ROOT/etc/mlcluster/health.env"
-LOG_FILE="$MLC_ROOT/var/log/mlcluster-health.log"
+# Root writes its files only into folders that are root's alone (see root_folder): its log, and the
+# time of the previous periodic run. Another user's run (srun) writes neither.
+LOG_FILE="$MLC_ROOT/var/log/mlcluster/health.log"
 # The periodic run (--drain) reads the kernel log from the time of its previous run on (epoch seconds):
 # an Xid that drained the node once is not counted again after the operator reset and resumed it.
 XID_SINCE_FILE="$MLC_ROOT/var/lib/mlcluster/health-xid-since"
@@ -56,8 +58,32 @@ CRITICAL=()
 WARNINGS=0
 REPLACE="drain the node and replace it (HyperPod: aws sagemaker batch-replace-cluster-nodes; ParallelCluster: scontrol update nodename=<node> state=power_down_force)"
 
+# root_only DIR : true when DIR is a folder (not a link) owned by root that no group or other user may
+# write, so no one else can plant a link or a file in it.
+root_only() {
+  local info
+  [[ -d $1 && ! -L $1 ]] && info=$(stat -c '%u %a' -- "$1") && [[ ${info%% *} == 0 ]] && (((8#${info#* } & 8#022) == 0))
+}
+
+# root_folder DIR : for root's own writes: true when DIR is root_only, made so (install -d, root's, 0755)
+# when missing. Only root gets true (another user's run writes nothing). A refusal is said once per folder.
+declare -A REFUSED=()
+root_folder() {
+  local dir=$1
+  ((EUID == 0)) || return 1
+  if [[ ! -e $dir && ! -L $dir ]]; then
+    install -d -m 0755 -o 0 -g 0 -- "$dir" 2>/dev/null || true
+  fi
+  root_only "$dir" && return 0
+  if [[ -z ${REFUSED[$dir]:-} ]]; then
+    REFUSED[$dir]=1
+    printf 'mlcluster-health: %s is not a folder only root may write (owner root, no group or other write, not a link); nothing is written to or read from it\n' "${dir#"$MLC_ROOT"}" >&2
+  fi
+  return 1
+}
+
 log() {
-  if [[ -w ${LOG_FILE%/*} ]]; then
+  if root_folder "${LOG_FILE%/*}" && [[ ! -L $LOG_FILE ]]; then
     printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >>"$LOG_FILE"
   fi
 }
@@ -130,7 +156,9 @@ check_xid() {
     return
   fi
   now=$(date +%s)
-  if [[ -r $XID_SINCE_FILE ]]; then
+  # The previous run's time only from root's own folder and file: one planted by a user could hide an Xid.
+  if root_only "${XID_SINCE_FILE%/*}" && [[ -f $XID_SINCE_FILE && ! -L $XID_SINCE_FILE ]] &&
+    [[ $(stat -c %u -- "$XID_SINCE_FILE") == 0 ]]; then
     since=$(<"$XID_SINCE_FILE")
     [[ $since =~ ^[0-9]+$ ]] || since=""
   fi
@@ -139,8 +167,14 @@ check_xid() {
   else
     since=""
   fi
-  if $1 && mkdir -p "${XID_SINCE_FILE%/*}" 2>/dev/null; then
-    printf '%s\n' "$now" >"$XID_SINCE_FILE" 2>/dev/null || true
+  if $1 && root_folder "${XID_SINCE_FILE%/*}"; then
+    # A new file renamed over the old one: a link in its place is replaced, never followed.
+    local tmp
+    if tmp=$(mktemp "$XID_SINCE_FILE.XXXXXX" 2>/dev/null); then
+      if ! { printf '%s\n' "$now" >"$tmp" && chmod 0644 -- "$tmp" && mv -f -- "$tmp" "$XID_SINCE_FILE"; }; then
+        rm -f -- "$tmp"
+      fi
+    fi
   fi
   # An empty log of the whole boot means it was not readable (it starts with the kernel's banner).
   if ! text=$(kernel_log "$since") || [[ -z $text && -z $since ]]; then

@@ -6,9 +6,19 @@ configuration runs ``run.sh`` from there with the node's role and steps, and
 exporters step, the shared ``mlcluster.lifecycle.exporters`` files uploaded there too, and for the
 health_check step ``HEALTH_TOOL``).
 ``pins.sh`` holds every pinned version, checksum, commit and key fingerprint.
+
+``run.sh`` runs nothing it has not checked: the cluster configuration (which only the deploy writes)
+carries the SHA-256 of every file a node fetches (``--sha256 NAME=HEX``, from :func:`node_script_sha256`)
+and the texts of the files rendered at deploy time (``--file NAME=BASE64``, the collector's), so a file
+changed in the bucket is refused before any step runs.
 """
 
+import hashlib
+from collections.abc import Iterable
 from pathlib import Path
+
+from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_FILES
+from mlcluster.lifecycle.exporters import EXPORTER_FILES, EXPORTERS_DIR
 
 #: The folder holding the scripts.
 PCLUSTER_DIR = Path(__file__).parent
@@ -34,3 +44,30 @@ NCCL_TESTS_ALL_REDUCE = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"
 
 #: The files to upload to the node-script prefix.
 NODE_SCRIPT_FILES = (ENTRY_SCRIPT, *SUPPORT_FILES, *(f"{step}.sh" for step in STEPS))
+
+#: The collector step's files rendered at deploy time (``mlcluster.collector.render``): carried in the
+#: cluster configuration as ``--file NAME=BASE64``, never fetched.
+GENERATED_FILES = ("collector.yml", "collector_targets.json")
+
+
+def node_files(steps: Iterable[str]) -> tuple[str, ...]:
+    """The files ``run.sh`` fetches for ``steps``: its ``SUPPORT_FILES``, step scripts, exporter, health and collector
+    files."""
+    chosen = set(steps)
+    files = [*SUPPORT_FILES, *(f"{step}.sh" for step in STEPS if step in chosen)]
+    if "exporters" in chosen:
+        files += EXPORTER_FILES
+    if "health_check" in chosen:
+        files.append(HEALTH_TOOL.name)
+    if "collector" in chosen:
+        files += COLLECTOR_FILES
+    return tuple(files)
+
+
+def node_script_sha256() -> dict[str, str]:
+    """Name -> hex SHA-256 of every file the stack uploads for ``run.sh`` to fetch, read from this package."""
+    folders = {name: PCLUSTER_DIR for name in (*SUPPORT_FILES, *(f"{step}.sh" for step in STEPS))}
+    folders.update({name: EXPORTERS_DIR for name in EXPORTER_FILES})
+    folders.update({name: COLLECTOR_DIR for name in COLLECTOR_FILES})
+    folders[HEALTH_TOOL.name] = HEALTH_TOOL.parent
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name, folder in folders.items()}

@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # Entry point ParallelCluster runs as OnNodeConfigured on every node of an mlcluster cluster.
 #
-#   run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR [STEP...]
+#   run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR
+#          --sha256 NAME=HEX... [--file NAME=BASE64...] [STEP...]
 #
 # Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters, collector, health_check. They always run in that
 # order, whatever order they are given in; with no STEP arguments the list
 # comes from MLCLUSTER_STEPS (spaces or commas). The step scripts and their
 # support files (lib.sh, pins.sh, user_dirs.sh) are copied from --source (an S3 prefix, read with
 # the node's role, or a local folder); the exporters step also gets EXPORTER_FILES (the units, textfile
-# collectors and DCGM fields, shared with HyperPod), the collector step COLLECTOR_FILES (its
-# installer, target refresher and the configuration mlcluster rendered) and the health_check step
-# HEALTH_FILES (the node health tool, shared with HyperPod). Each step logs to /var/log/mlcluster/STEP.log; the first
+# collectors and DCGM fields, shared with HyperPod) and the collector step COLLECTOR_FILES (its
+# installer and target refresher) and GENERATED_FILES (the configuration mlcluster rendered), and
+# the health_check step HEALTH_FILES (the node health tool, shared with HyperPod).
+#
+# Nothing runs that was not checked. Every file fetched must have the SHA-256 given by its --sha256
+# argument, and the GENERATED_FILES are written from their --file arguments (base64), never fetched:
+# the arguments come from the cluster configuration, which only the deploy writes, not from the
+# bucket the files come from. The files are copied into a new root-only folder, checked there (a
+# changed file, a missing one, a link or anything but a regular file is refused before any step
+# runs), and that folder becomes /opt/mlcluster/node-scripts, which then holds exactly the checked
+# files: a file of the source that the arguments do not name is never copied, so no step can run
+# or read it. Each step logs to /var/log/mlcluster/STEP.log; the first
 # step that fails stops the run, and the error names it. Every step is
 # idempotent, so running this again changes nothing.
 #
@@ -21,7 +31,8 @@ set -euo pipefail
 readonly KNOWN_STEPS=(docker docker_group enroot_pyxis nccl_efa neuron exporters collector health_check)
 readonly SUPPORT_FILES=(lib.sh pins.sh user_dirs.sh)
 readonly EXPORTER_FILES=(exporter_units.sh efa_metrics.sh slurm_metrics.sh dcgm_counters.csv)
-readonly COLLECTOR_FILES=(collector_install.sh collector_targets.py collector.yml collector_targets.json)
+readonly COLLECTOR_FILES=(collector_install.sh collector_targets.py)
+readonly GENERATED_FILES=(collector.yml collector_targets.json)
 readonly HEALTH_FILES=(health.sh)
 ROOT="${MLCLUSTER_ROOT:-}"
 LOG_DIR="${ROOT}/var/log/mlcluster"
@@ -40,7 +51,7 @@ fail() {
 }
 
 usage() {
-  echo "usage: run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR [STEP...]" >&2
+  echo "usage: run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR --sha256 NAME=HEX... [--file NAME=BASE64...] [STEP...]" >&2
   echo "steps: ${KNOWN_STEPS[*]}" >&2
   exit 2
 }
@@ -59,6 +70,8 @@ retry() {
 role=""
 source_uri=""
 requested=()
+sha256_args=()
+file_args=()
 while (($#)); do
   case "$1" in
     --role)
@@ -69,6 +82,16 @@ while (($#)); do
     --source)
       (($# >= 2)) || usage
       source_uri="$2"
+      shift 2
+      ;;
+    --sha256)
+      (($# >= 2)) || usage
+      sha256_args+=("$2")
+      shift 2
+      ;;
+    --file)
+      (($# >= 2)) || usage
+      file_args+=("$2")
       shift 2
       ;;
     -h | --help) usage ;;
@@ -111,30 +134,73 @@ for candidate in "${KNOWN_STEPS[@]}"; do
   done
 done
 
+# The manifest from the arguments: NAME -> SHA-256 of a fetched file, NAME -> base64 of a generated one.
+declare -A SHA256=() CARRIED=()
+for entry in "${sha256_args[@]}"; do
+  [[ "${entry}" =~ ^([A-Za-z0-9_][A-Za-z0-9_.-]*)=([0-9a-f]{64})$ ]] \
+    || fail "--sha256 '${entry:0:80}' is not NAME=HEX (a file name and 64 lowercase hex digits)"
+  SHA256["${BASH_REMATCH[1]}"]="${BASH_REMATCH[2]}"
+done
+for entry in "${file_args[@]}"; do
+  [[ "${entry}" =~ ^([A-Za-z0-9_][A-Za-z0-9_.-]*)=([A-Za-z0-9+/]*={0,2})$ ]] \
+    || fail "--file '${entry:0:80}' is not NAME=BASE64"
+  CARRIED["${BASH_REMATCH[1]}"]="${BASH_REMATCH[2]}"
+done
+
 # One run at a time: ParallelCluster runs this once, an operator may run it again.
 exec 9>"${LOG_DIR}/run.lock"
 flock -w 900 9 || fail "another run.sh holds ${LOG_DIR}/run.lock"
 
-if [[ "${source_uri}" == s3://* ]]; then
-  script_dir="${ROOT}/opt/mlcluster/node-scripts"
-  mkdir -p "${script_dir}"
-  download="$(mktemp -d)"
-  trap 'rm -rf "${download}"' EXIT
-  files=("${SUPPORT_FILES[@]}" "${steps[@]/%/.sh}")
-  [[ " ${steps[*]} " == *" exporters "* ]] && files+=("${EXPORTER_FILES[@]}")
-  [[ " ${steps[*]} " == *" collector "* ]] && files+=("${COLLECTOR_FILES[@]}")
-  [[ " ${steps[*]} " == *" health_check "* ]] && files+=("${HEALTH_FILES[@]}")
-  for file in "${files[@]}"; do
-    retry aws s3 cp --only-show-errors "${source_uri%/}/${file}" "${download}/${file}" \
-      || fail "cannot download ${source_uri%/}/${file}; check the node role's S3 read access"
-    if ! cmp -s "${download}/${file}" "${script_dir}/${file}" 2>/dev/null; then
-      install -m 0755 "${download}/${file}" "${script_dir}/${file}"
-    fi
-  done
-else
-  script_dir="${source_uri%/}"
-  [[ -d "${script_dir}" ]] || fail "--source folder '${script_dir}' does not exist"
+files=("${SUPPORT_FILES[@]}" "${steps[@]/%/.sh}")
+generated=()
+[[ " ${steps[*]} " == *" exporters "* ]] && files+=("${EXPORTER_FILES[@]}")
+[[ " ${steps[*]} " == *" health_check "* ]] && files+=("${HEALTH_FILES[@]}")
+if [[ " ${steps[*]} " == *" collector "* ]]; then
+  files+=("${COLLECTOR_FILES[@]}")
+  generated+=("${GENERATED_FILES[@]}")
 fi
+for file in "${files[@]}"; do
+  [[ -n "${SHA256[${file}]:-}" ]] \
+    || fail "${file} has no --sha256 in the arguments (the cluster configuration mlcluster renders gives one for every file); refusing to run"
+done
+for file in "${generated[@]}"; do
+  [[ -n "${CARRIED[${file}]+set}" ]] \
+    || fail "${file} has no --file in the arguments (the cluster configuration mlcluster renders carries it); refusing to run"
+done
+
+# A new root-only folder (mktemp -d: 0700) next to the one the steps run from; nothing else writes there.
+script_dir="${ROOT}/opt/mlcluster/node-scripts"
+mkdir -p "${script_dir%/*}"
+staging="$(mktemp -d "${script_dir}.new.XXXXXX")"
+trap 'rm -rf "${staging}" "${staging}.old"' EXIT
+for file in "${files[@]}"; do
+  if [[ "${source_uri}" == s3://* ]]; then
+    retry aws s3 cp --only-show-errors "${source_uri%/}/${file}" "${staging}/${file}" \
+      || fail "cannot download ${source_uri%/}/${file}; check the node role's S3 read access"
+  else
+    source_file="${source_uri%/}/${file}"
+    [[ -f "${source_file}" && ! -L "${source_file}" ]] \
+      || fail "${source_file} is missing or not a regular file (a link is refused); refusing to run"
+    cp -- "${source_file}" "${staging}/${file}"
+  fi
+  [[ -f "${staging}/${file}" && ! -L "${staging}/${file}" ]] || fail "${file} is missing after the copy; refusing to run"
+  actual="$(sha256sum <"${staging}/${file}")"
+  actual="${actual%% *}"
+  [[ "${actual}" == "${SHA256[${file}]}" ]] \
+    || fail "checksum mismatch for ${file} (expected ${SHA256[${file}]}, found ${actual}): it was changed after mlcluster uploaded it; refusing to run"
+done
+for file in "${generated[@]}"; do
+  base64 --decode <<<"${CARRIED[${file}]}" >"${staging}/${file}" || fail "--file ${file} is not valid base64; refusing to run"
+done
+say "checked ${#files[@]} files against their SHA-256 and wrote ${#generated[@]} from the arguments"
+chmod 0755 "${staging}"
+chmod 0755 "${staging}"/*
+# The checked folder takes the place of the old one (two renames; the old one goes).
+if [[ -e "${script_dir}" || -L "${script_dir}" ]]; then
+  mv --no-target-directory "${script_dir}" "${staging}.old"
+fi
+mv --no-target-directory "${staging}" "${script_dir}"
+rm -rf "${staging}.old"
 
 say "role ${role}; steps: ${steps[*]:-none}"
 for step in "${steps[@]}"; do

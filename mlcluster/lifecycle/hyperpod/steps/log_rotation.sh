@@ -27,7 +27,7 @@ main() {
 CONF
   install_file "$MLC_ROOT/etc/logrotate.d/mlcluster-health" 644 <<'CONF'
 # Written by mlcluster (log_rotation step).
-/var/log/mlcluster-health.log {
+/var/log/mlcluster/health.log {
     size 10M
     rotate 5
     compress

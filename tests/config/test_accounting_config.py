@@ -1,0 +1,119 @@
+"""``storage.accounting`` and ``accounting.mode: managed``: edges accepted, every refusal naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlcluster.config import ConfigError, load_environment
+from tests.support import write_env
+
+TWO_ZONES = {"availability_zone_id": "use1-az4", "extra_zones": [{"availability_zone_id": "use1-az6"}]}
+WORKER = {"instance_group_name": "gpu", "instance_type": "ml.p5.48xlarge"}
+
+
+def hyperpod(mode: str = "managed", **accounting: Any) -> dict[str, Any]:
+    return {
+        "backend": "hyperpod",
+        "hyperpod": {"workers": [WORKER], "lifecycle": {"accounting": {"mode": mode, **accounting}}},
+    }
+
+
+def environment(
+    database: dict[str, Any] | None = None, cluster: dict[str, Any] | None = None, network: dict[str, Any] = TWO_ZONES
+) -> dict[str, Any]:
+    data: dict[str, Any] = {"network": network, "cluster": cluster or hyperpod()}
+    if database is not None:
+        data["storage"] = {"accounting": database}
+    return data
+
+
+def refusal(tmp_path: Path, data: dict[str, Any], key: str) -> str:
+    path = write_env(tmp_path, "acct", data)
+    with pytest.raises(ConfigError) as caught:
+        load_environment(path)
+    lines = [line for line in str(caught.value).splitlines() if line.startswith(f"{path}: {key}: ")]
+    assert lines, f"nothing reported at {key}: {caught.value}"
+    return lines[0]
+
+
+def test_defaults_pause_at_zero_and_keep_35_days(tmp_path: Path) -> None:
+    config = load_environment(write_env(tmp_path, "acct", environment({}))).config
+    database = config.storage.accounting
+    assert database is not None
+    assert (database.min_capacity_acu, database.max_capacity_acu, database.auto_pause_minutes) == (0, 2, 60)
+    assert (database.backup_retention_days, database.rotation_days) == (35, 30)
+    assert config.cluster.hyperpod is not None
+    assert config.cluster.hyperpod.lifecycle.accounting.mode == "managed"
+
+
+def test_edges_are_accepted(tmp_path: Path) -> None:
+    edges = {
+        "min_capacity_acu": 256,
+        "max_capacity_acu": 256,
+        "auto_pause_minutes": 1440,
+        "backup_retention_days": 1,
+        "rotation_days": 1000,
+    }
+    database = load_environment(write_env(tmp_path, "acct", environment(edges))).config.storage.accounting
+    assert database is not None and database.max_capacity_acu == 256
+    halves = {"min_capacity_acu": 0.5, "max_capacity_acu": 1.5}
+    database = load_environment(write_env(tmp_path, "acct", environment(halves))).config.storage.accounting
+    assert database is not None and (database.min_capacity_acu, database.max_capacity_acu) == (0.5, 1.5)
+
+
+def test_a_database_kept_while_no_cluster_runs(tmp_path: Path) -> None:
+    config = load_environment(write_env(tmp_path, "acct", environment({}, {"backend": "none"}))).config
+    assert config.storage.accounting is not None
+
+
+@pytest.mark.parametrize(
+    ("database", "key", "allowed"),
+    [
+        ({"min_capacity_acu": 0.25}, "storage.accounting.min_capacity_acu", "0 to 256 Aurora capacity units in steps"),
+        ({"max_capacity_acu": 2.2}, "storage.accounting.max_capacity_acu", "in steps of 0.5"),
+        ({"max_capacity_acu": 0.5}, "storage.accounting.max_capacity_acu", "a number from 1 to 256"),
+        ({"min_capacity_acu": 4}, "storage.accounting.min_capacity_acu", "at most max_capacity_acu (2)"),
+        ({"auto_pause_minutes": 4}, "storage.accounting.auto_pause_minutes", "a number from 5 to 1440"),
+        ({"backup_retention_days": 36}, "storage.accounting.backup_retention_days", "a number from 1 to 35"),
+        ({"engine": "mariadb"}, "storage.accounting.engine", "unknown key"),
+    ],
+)
+def test_bad_values_are_named(tmp_path: Path, database: dict[str, Any], key: str, allowed: str) -> None:
+    assert allowed in refusal(tmp_path, environment(database), key)
+
+
+def test_one_zone_is_refused(tmp_path: Path) -> None:
+    line = refusal(tmp_path, environment({}, network={"availability_zone_id": "use1-az4"}), "storage.accounting")
+    assert "at least two zones: add network.extra_zones" in line
+
+
+def test_managed_needs_the_database(tmp_path: Path) -> None:
+    line = refusal(tmp_path, environment(None), "cluster.hyperpod.lifecycle.accounting.mode")
+    assert "needs a storage.accounting section" in line
+
+
+def test_managed_takes_no_endpoint(tmp_path: Path) -> None:
+    cluster = hyperpod(endpoint="db.example.com:3306")
+    line = refusal(tmp_path, environment({}, cluster), "cluster.hyperpod.lifecycle.accounting.mode")
+    assert "managed takes both from storage.accounting" in line
+
+
+def test_a_database_no_cluster_uses_is_refused(tmp_path: Path) -> None:
+    line = refusal(tmp_path, environment({}, hyperpod("local")), "storage.accounting")
+    assert "set cluster.hyperpod.lifecycle.accounting.mode: managed" in line
+
+
+def test_parallelcluster_is_refused_with_the_reason(tmp_path: Path) -> None:
+    cluster = {
+        "backend": "pcluster",
+        "pcluster": {
+            "queues": [
+                {"name": "gpu", "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge", "efa": False}]}
+            ]
+        },
+    }
+    line = refusal(tmp_path, environment({}, cluster), "storage.accounting")
+    assert "PasswordSecretArn must hold the bare password" in line

@@ -1,0 +1,182 @@
+"""A HyperPod environment with the managed Slurm accounting database, synthesized whole.
+
+The stage runs every cdk-nag pack the file lists (NIST 800-53 R5 here) and AwsSolutions: synth
+fails on any unacknowledged finding. The templates then show the database in the Storage stack,
+the controller alone reading its secret, the lifecycle features pointing slurmdbd at it, and the
+Observability stack's alarms on it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import cx_api
+
+from mlcluster.analysis.assembly import Assembly, load_assembly
+from mlcluster.analysis.reachability import check_assembly, databases, rotation_functions
+from mlcluster.app import build_app
+from tests.support import stack_templates, write_env
+
+ENVIRONMENT: dict[str, Any] = {
+    "compliance": {"packs": ["nist-800-53-r5"]},
+    "network": {"availability_zone_id": "usw2-az4", "extra_zones": [{"availability_zone_id": "usw2-az1"}]},
+    "storage": {"accounting": {}},
+    "cluster": {
+        "backend": "hyperpod",
+        "hyperpod": {
+            "workers": [{"instance_group_name": "gpu", "instance_type": "ml.p5.48xlarge"}],
+            "lifecycle": {"accounting": {"mode": "managed"}},
+        },
+    },
+    "observability": {"alarm_emails": ["ops@example.com"]},
+}
+
+
+@pytest.fixture(scope="module")
+def outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("accounting-stack")
+    write_env(tmp / "envs", "acct", {"region": "us-west-2", **ENVIRONMENT})
+    app, _ = build_app(tmp / "envs", outdir=str(tmp / "out"))
+    app.synth()
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def templates(outdir: Path) -> dict[str, dict[str, Any]]:
+    return stack_templates(cx_api.CloudAssembly(str(outdir)))
+
+
+def of_type(template: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def test_the_database_lives_in_the_storage_stack(templates: dict[str, dict[str, Any]]) -> None:
+    storage = templates["acct/Storage"]
+    (cluster,) = of_type(storage, "AWS::RDS::DBCluster").values()
+    assert cluster["DeletionPolicy"] == "Snapshot"
+    assert cluster["Properties"]["DeletionProtection"] is True
+    assert {"AccountingDatabaseEndpoint", "AccountingDatabaseSecretArn"} <= set(storage["Outputs"])
+    assert not of_type(templates["acct/Cluster"], "AWS::RDS::DBCluster")
+
+
+def _policies_of(template: dict[str, Any], role_prefix: str) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in of_type(template, "AWS::IAM::ManagedPolicy").values()
+        if any(r["Ref"].startswith(role_prefix) for r in policy["Properties"].get("Roles", []))
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_only_the_controller_reads_and_decrypts_the_secret(templates: dict[str, dict[str, Any]]) -> None:
+    cluster = templates["acct/Cluster"]
+    controller = {s.get("Sid"): s for s in _policies_of(cluster, "Rolecontroller")}
+    read = controller["ReadSecrets"]
+    assert read["Action"] == "secretsmanager:GetSecretValue"
+    assert read["Resource"]["Fn::GetStackOutput"]["StackName"] == "acct-Storage"
+    decrypt = controller["DecryptSecrets"]
+    assert decrypt["Action"] == "kms:Decrypt"
+    assert decrypt["Resource"]["Fn::GetStackOutput"]["StackName"] == "acct-Network"
+    assert list(decrypt["Condition"]["StringEquals"]) == ["kms:ViaService"]
+    worker = {s.get("Sid") for s in _policies_of(cluster, "Rolegpu")}
+    assert worker and not worker & {"ReadSecrets", "DecryptSecrets"}
+
+
+def test_the_controller_runs_slurmdbd_against_it(outdir: Path, templates: dict[str, dict[str, Any]]) -> None:
+    cluster = templates["acct/Cluster"]
+    (features,) = outdir.glob("asset.*/mlcluster_features.json")
+    accounting = json.loads(features.read_text(encoding="utf-8"))["accounting"]
+    assert accounting["mode"] == "remote"
+    markers: dict[str, Any] = {}
+    for deployment in of_type(cluster, "Custom::CDKBucketDeployment").values():
+        for source in deployment["Properties"].get("SourceMarkers", []):
+            markers.update(source)
+    host, port = accounting["endpoint"].rsplit(":", 1)
+    assert port == "3306"
+    assert markers[host]["Fn::GetStackOutput"]["StackName"] == "acct-Storage"
+    assert markers[accounting["secret_arn"]]["Fn::GetStackOutput"]["StackName"] == "acct-Storage"
+
+
+def test_observability_alarms_on_the_database(templates: dict[str, dict[str, Any]]) -> None:
+    alarms = {k: v["Properties"] for k, v in of_type(templates["acct/Observability"], "AWS::CloudWatch::Alarm").items()}
+    by_metric = {a["MetricName"]: a for a in alarms.values() if a.get("Namespace") == "AWS/RDS"}
+    assert set(by_metric) == {"VolumeBytesUsed", "CPUUtilization", "ACUUtilization", "DatabaseConnections"}
+    assert by_metric["VolumeBytesUsed"]["Threshold"] == 50 * 1024**3  # storage.accounting.alarm_volume_gib
+    assert by_metric["CPUUtilization"]["Threshold"] == 90
+    connections = by_metric["DatabaseConnections"]
+    assert (connections["ComparisonOperator"], connections["TreatMissingData"]) == ("LessThanThreshold", "breaching")
+    for alarm in by_metric.values():
+        (dimension,) = alarm["Dimensions"]
+        assert dimension["Name"] == "DBClusterIdentifier"
+        assert alarm["AlarmActions"] and alarm["OKActions"]
+
+
+@pytest.fixture(scope="module")
+def assembly(outdir: Path) -> Assembly:
+    return load_assembly(outdir)
+
+
+def edited(assembly: Assembly, change: Callable[[dict[str, Any]], None]) -> Assembly:
+    templates = copy.deepcopy(assembly.templates)
+    change(templates["acct/Storage"]["Resources"])
+    return Assembly(templates, assets=assembly.assets, stack_names=assembly.stack_names)
+
+
+def test_the_reachability_gate_proves_the_database_paths(assembly: Assembly) -> None:
+    (report,) = check_assembly(assembly)
+    assert report.problems == []
+    (database,) = databases(assembly, "acct")
+    assert database.port == 3306 and len(database.subnets) == 2
+    (function,) = rotation_functions(assembly, "acct")
+    assert function.subnets == database.subnets
+
+
+def _group(resources: dict[str, Any], description: str) -> dict[str, Any]:
+    (group,) = [
+        r
+        for r in resources.values()
+        if r["Type"] == "AWS::EC2::SecurityGroup" and r["Properties"]["GroupDescription"].startswith(description)
+    ]
+    return group
+
+
+def _without_client_ingress(resources: dict[str, Any]) -> None:
+    for name in [k for k, r in resources.items() if r["Type"] == "AWS::EC2::SecurityGroupIngress"]:
+        if "Fn::GetStackOutput" in resources[name]["Properties"]["SourceSecurityGroupId"]:
+            del resources[name]
+
+
+def _open_to_the_vpc(resources: dict[str, Any]) -> None:
+    _group(resources, "Slurm accounting database -")["Properties"]["SecurityGroupIngress"] = [
+        {"CidrIp": "10.0.0.0/16", "IpProtocol": "tcp", "FromPort": 3306, "ToPort": 3306}
+    ]
+
+
+def _no_https_for_rotation(resources: dict[str, Any]) -> None:
+    _group(resources, "Slurm accounting database secret rotation")["Properties"]["SecurityGroupEgress"] = []
+
+
+def _no_rotation_egress_to_the_database(resources: dict[str, Any]) -> None:
+    for name in [k for k, r in resources.items() if r["Type"] == "AWS::EC2::SecurityGroupEgress"]:
+        del resources[name]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (_without_client_ingress, "its security groups admit no TCP 3306 from instance group"),
+        (_open_to_the_vpc, "admits 10.0.0.0/16, an address range"),
+        (_no_https_for_rotation, "no security group lets HTTPS out to Secrets Manager"),
+        (_no_rotation_egress_to_the_database, "no security group of rotation function"),
+    ],
+)
+def test_the_gate_refuses_a_broken_or_wider_path(
+    assembly: Assembly, change: Callable[[dict[str, Any]], None], problem: str
+) -> None:
+    (report,) = check_assembly(edited(assembly, change))
+    assert any(problem in p for p in report.problems), report.problems
