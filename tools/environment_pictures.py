@@ -20,6 +20,7 @@ behind.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -369,6 +370,7 @@ def write(cdk_out: Path, docs: Path) -> list[Path]:
 
 def synthesize(outdir: Path) -> None:
     """Synthesize every environment of ``environments/`` into ``outdir`` (a fresh folder), as ``app.py`` does."""
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     from mlcluster.app import build_app
 
     shutil.rmtree(outdir, ignore_errors=True)
