@@ -16,8 +16,10 @@ SOURCES := mlcluster tests tools app.py
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
+# Material for MkDocs prints a notice about MkDocs 2 on every build.
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs cdk-context compliance lock test-latest system-deps
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs docs cdk-context compliance lock test-latest system-deps
 
 # DEPS=latest (set by `make test-latest` in its own copy of the tree) installs the newest releases the
 # ranges in pyproject.toml and requirements/*.in allow instead of the locks.
@@ -117,9 +119,17 @@ snapshot-update: setup $(PCLUSTER_VENV)/.installed
 bench: setup $(PCLUSTER_VENV)/.installed
 	$(PY) tools/bench.py
 
-## config-docs: regenerate schema/environment.schema.json and the README's configuration reference
+## config-docs: regenerate schema/environment.schema.json and the environment file reference (docs/reference/environment-file.md)
 config-docs: setup
 	$(PY) tools/gen_config_docs.py
+
+## docs: the documentation site in site/ (mkdocs build --strict): regenerates the references, draws every example from a fresh synth, then opens the site in headless Chromium (screenshots in site/screenshots/)
+docs: setup system-deps
+	$(PY) tools/gen_config_docs.py
+	$(PY) tools/gen_cli_docs.py
+	$(PY) tools/environment_pictures.py --synth cdk.out/docs-synth docs
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+	$(PY) tools/check_site.py site site/screenshots
 
 ## cdk-context: regenerate mlcluster/cdk_context.json (the feature flags the wheel ships) from cdk.json
 cdk-context: setup
@@ -148,4 +158,4 @@ test-latest:
 		exit $$status
 
 clean:
-	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf cdk.out site .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -140,8 +140,8 @@ SAFE_WAYS = {
     "AWS::RDS::DBCluster": (
         "A replaced accounting database is a new, empty one: every cluster's job history, fair-share usage and "
         "associations stay in the old one (or its final snapshot). Safe way: take a manual snapshot ('aws rds "
-        "create-db-cluster-snapshot'), or move the history with mysqldump as the README's accounting section "
-        "shows, then deploy with the allowance"
+        "create-db-cluster-snapshot'), or move the history with mysqldump as the docs' accounting section "
+        "(docs/contributing/design.md) shows, then deploy with the allowance"
     ),
     "Custom::PclusterCluster": (
         "A new cluster name is a new cluster: running jobs and the head node's local state are lost. Safe way: "

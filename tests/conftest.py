@@ -97,6 +97,8 @@ LONGEST_FIRST = (
     "tests/system/test_slurm.py",
     "tests/test_day_two.py",
     "tests/test_compliance.py",
+    # The docs site: a strict MkDocs build and headless Chromium (a minute or more of wall time).
+    "tests/docs/test_site.py",
     "tests/lifecycle/test_hyperpod_isolation.py",
     "tests/test_packaging.py",
     "tests/lifecycle/test_hyperpod_scripts.py",

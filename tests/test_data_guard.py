@@ -4,7 +4,7 @@ The guard (``mlcluster.lockfile.guard``) is given a lock and a snapshot edited t
 the edit produces it: deletion and replace policies, retention settings, termination protection,
 backups, stacks dropped from the app, allowances that name several resources or outlived their
 deploy, a missing lock and a renamed environment file. The real synthesis of the same edits is in
-``tests/test_day_two.py`` (the README's table) and ``tests/test_day_two_guard.py``.
+``tests/test_day_two.py`` (the table of docs/reference/edits.md) and ``tests/test_day_two_guard.py``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The README's data inventory: every resource holding data or history, each row checked here.
+"""The data inventory (docs/reference/data.md): every resource holding data or history, each row checked here.
 
 Each :class:`Row` says where the data lives, what deletes it, its second copy and how to restore
 it, and carries a check that reads the example templates (the same assembly ``test_examples``
-reads), the synth warnings or the guard's rules. ``test_readme_inventory_matches`` renders the
-table and finds it in the README, so a row cannot be stated without being checked.
+reads), the synth warnings or the guard's rules. ``test_docs_inventory_matches`` renders the
+table and finds it on that page, so a row cannot be stated without being checked.
 """
 
 from __future__ import annotations
@@ -441,9 +441,9 @@ def test_every_data_bearing_type_has_a_row() -> None:
     assert set(named.values()) <= {r.what for r in ROWS}
 
 
-def test_readme_inventory_matches() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert render() in readme, "README data inventory is stale; expected:\n" + render()
+def test_docs_inventory_matches() -> None:
+    page = (ROOT / "docs/reference/data.md").read_text(encoding="utf-8")
+    assert render() in page, "docs/reference/data.md data inventory is stale; expected:\n" + render()
 
 
 #: Retained resources allowed a fixed physical name, each with why a redeploy after a teardown is safe.

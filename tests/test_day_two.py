@@ -5,7 +5,7 @@ and OpenZFS; HyperPod), synthesized in its own app under the same stage
 name (so names and hashes match the baseline's), reduced to a snapshot and
 compared with the baseline by ``mlcluster.replacement``. The table states,
 per edit, the resources replaced and whether the synth-time guard refuses
-the edit without an allowance. The README's day-two table is rendered from
+the edit without an allowance. The day-two table (docs/reference/edits.md) is rendered from
 the same results (``render_table``) and checked against them.
 """
 
@@ -597,7 +597,7 @@ def test_a_renamed_file_is_refused_with_the_way(rename: Rename) -> None:
 
 
 def render_table(results: dict[str, Result], rename: Rename | None = None) -> str:
-    """The README's day-two table, rendered from the results (and the rename's refusals)."""
+    """The day-two table (docs/reference/edits.md), rendered from the results (and the rename's refusals)."""
     rows = [
         "| edit (baseline) | refused at synth: data-bearing resources replaced, deleted or kept less well; stacks "
         "dropped or unprotected | other resources replaced | updated in place | safe way, or what the service does |",
@@ -629,10 +629,10 @@ def render_table(results: dict[str, Result], rename: Rename | None = None) -> st
     return "\n".join(rows) + "\n"
 
 
-def test_readme_table_matches(results: dict[str, Result], rename: Rename) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_docs_table_matches(results: dict[str, Result], rename: Rename) -> None:
+    page = (ROOT / "docs/reference/edits.md").read_text(encoding="utf-8")
     table = render_table(results, rename)
-    assert table in readme, "README day-two table is stale; expected:\n" + table
+    assert table in page, "docs/reference/edits.md day-two table is stale; expected:\n" + table
 
 
 def test_the_entry_points_keep_the_template_checks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Every `make` target the README tells users to run exists and points at files that exist.
+"""Every `make` target the README or the docs tell users to run exists and points at files that exist.
 
 `make snapshot-update` once ran a test file that had been renamed away; the
 README still named it and nothing noticed. Running `make test` or `make bench`
@@ -21,7 +21,9 @@ from tests.support import ROOT
 
 #: A target the README names: ``make x`` in backticks, or a code-block line that runs it (not prose: "make a user").
 MAKE_COMMAND = re.compile(r"(?:^[ \t]*|`)make ([a-z][a-z-]*)", re.MULTILINE)
-README_TARGETS = sorted(set(MAKE_COMMAND.findall((ROOT / "README.md").read_text())))
+#: The README and every page of the docs site.
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+README_TARGETS = sorted({t for doc in DOCUMENTS for t in MAKE_COMMAND.findall(doc.read_text(encoding="utf-8"))})
 PATH_TOKEN = re.compile(r"(?<![\w/.-])((?:tests|tools|mlcluster|\.ci|schema)/[\w./*-]+)")
 
 
@@ -31,8 +33,8 @@ def dry_run(target: str) -> str:
     return result.stdout
 
 
-def test_readme_names_the_two_commands() -> None:
-    assert {"synth", "test"} <= set(README_TARGETS)
+def test_readme_names_the_two_commands_and_the_docs() -> None:
+    assert {"synth", "test", "docs"} <= set(MAKE_COMMAND.findall((ROOT / "README.md").read_text(encoding="utf-8")))
 
 
 def test_targets_are_read_from_commands_not_prose() -> None:

@@ -235,7 +235,7 @@ USER_ENV = {
     "COLUMNS": "120",
 }
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-#: Every exit code the README documents.
+#: Every exit code the docs document (docs/use-cases/day-one.md).
 DOCUMENTED = {0, 1, 2, 3, 4, 5, 6}
 
 

@@ -1,8 +1,8 @@
-"""Write the environment file's JSON Schema and the README's configuration reference.
+"""Write the environment file's JSON Schema and the docs site's environment file reference.
 
 Both come from the typed configuration in ``mlcluster/config`` (see
 ``mlcluster.config.docs``). Run ``make config-docs`` after changing a config
-section; ``tests/config/test_docs.py`` fails while either file is stale.
+section; ``tests/config/test_config_schema.py`` fails while either file is stale.
 ``--check`` only reports what is stale (exit 1) and writes nothing.
 """
 
@@ -11,17 +11,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mlcluster.config.docs import SCHEMA_PATH, replace_reference, schema_text
+from mlcluster.config.docs import REFERENCE_PAGE, SCHEMA_PATH, replace_reference, schema_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv: list[str]) -> int:
-    """Regenerate (or with ``--check``, compare) the schema file and the README section."""
+    """Regenerate (or with ``--check``, compare) the schema file and the reference page."""
     check = "--check" in argv
     targets = {
         ROOT / SCHEMA_PATH: schema_text(),
-        ROOT / "README.md": replace_reference((ROOT / "README.md").read_text(encoding="utf-8")),
+        ROOT / REFERENCE_PAGE: replace_reference((ROOT / REFERENCE_PAGE).read_text(encoding="utf-8")),
     }
     stale = []
     for path, text in targets.items():

@@ -10,7 +10,7 @@ included (``mlcluster.analysis.policy_eval``). A proof fails with the
 request and the reason; a contract that meets no instance in any example
 proves nothing, which the gate also refuses.
 
-The README's contract table is :func:`render_table` of :data:`CONTRACTS`;
+The contract table of docs/reference/security.md is :func:`render_table` of :data:`CONTRACTS`;
 ``python -m mlcluster.analysis.contracts`` prints it.
 """
 
@@ -59,7 +59,7 @@ class Contract:
     conditions: str
     page: str
     prove: Prover
-    #: What the page says, in its words, where the row was added with the page read (README: after the URL).
+    #: What the page says, in its words, where the row was added with the page read (the security page: after the URL).
     quote: str = ""
 
 
@@ -1059,7 +1059,7 @@ def prove_all(assembly: Assembly) -> list[Proof]:
 
 
 def render_table() -> str:
-    """The README's contract table, one row per contract."""
+    """The contract table of docs/reference/security.md, one row per contract."""
     lines = [
         "| integration | principal | grant or resource policy | conditions | AWS page |",
         "|---|---|---|---|---|",

@@ -357,8 +357,8 @@ def report(
                 click.echo(f"  {verdict.line()}")
     if dangerous:
         raise CliError(
-            f"{len(dangerous)} data-bearing resource(s) would be replaced or deleted; see the README "
-            "(day two) for the safe way, and retention.allow_replacement to allow it deliberately",
+            f"{len(dangerous)} data-bearing resource(s) would be replaced or deleted; see the docs "
+            "(docs/reference/edits.md) for the safe way, and retention.allow_replacement to allow it deliberately",
             EXIT_REPLACEMENT,
         )
 

@@ -31,7 +31,7 @@ EXIT_REPLACEMENT: Final = 6
 #: The operator pressed Ctrl-C (128 + SIGINT, the shell's convention).
 EXIT_INTERRUPTED: Final = 130
 
-#: Every exit code and its meaning, as ``mlcluster --help`` and the README list them.
+#: Every exit code and its meaning, as ``mlcluster --help`` and the day-one docs page list them.
 EXIT_CODES: Final = {
     EXIT_OK: "success: done, every check passed",
     EXIT_FAILED: "a check failed (smoke step, unhealthy status, invalid environment file)",

@@ -1,12 +1,12 @@
-"""The environment file's JSON Schema and README reference, generated from the typed configuration.
+"""The environment file's JSON Schema and reference page, generated from the typed configuration.
 
 The dataclasses in :mod:`mlcluster.config` are the one source of truth:
 their field types give the JSON types and enumerations (``Literal``), their
 ``setting()`` metadata the patterns, ranges, long value lists (botocore's
 instance types and regions) and descriptions, their docstrings the section
 descriptions. ``tools/gen_config_docs.py`` (``make config-docs``) writes
-``schema/environment.schema.json`` and the README's configuration reference
-from here; tests fail when either is stale.
+``schema/environment.schema.json`` and the docs site's environment file
+reference (``docs/reference/environment-file.md``) from here; tests fail when either is stale.
 
 The schema carries what JSON Schema can say about one key; rules across
 keys (a ``check()`` method) and across files are left to the loader.
@@ -29,8 +29,10 @@ from mlcluster.config.schema import Choices
 SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 #: Where the checked-in schema lives, relative to the repository root.
 SCHEMA_PATH = "schema/environment.schema.json"
-README_BEGIN = "<!-- BEGIN generated configuration reference: edit mlcluster/config, run `make config-docs` -->"
-README_END = "<!-- END generated configuration reference -->"
+#: The docs page holding the generated reference between the markers below.
+REFERENCE_PAGE = "docs/reference/environment-file.md"
+REFERENCE_BEGIN = "<!-- BEGIN generated configuration reference: edit mlcluster/config, run `make config-docs` -->"
+REFERENCE_END = "<!-- END generated configuration reference -->"
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -203,7 +205,7 @@ def schema_text() -> str:
     return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
-# --- README reference -------------------------------------------------------
+# --- The docs site's reference page --------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,7 +293,7 @@ def _rows(cls: type, prefix: str, preset: Any = None) -> Iterator[_Row]:
             yield from _rows(section_cls, f"{path}[]." if item is not None else f"{path}.", _section_default(field))
 
 
-#: README tables: (title, key path prefix); the docstring of the section at that prefix introduces each.
+#: Reference tables: (title, key path prefix); the docstring of the section at that prefix introduces each.
 _GROUPS = (
     ("Top level", ""),
     ("`network:`", "network."),
@@ -318,10 +320,10 @@ def _section_doc(prefix: str) -> str:
 
 
 def reference_markdown() -> str:
-    """The README's configuration reference: one table per section, every key with type, default and meaning."""
+    """The environment file reference page's tables: one per section, every key with type, default and meaning."""
     rows = list(_rows(EnvironmentConfig, ""))
     parts = [
-        README_BEGIN,
+        REFERENCE_BEGIN,
         "",
         f"Generated from `mlcluster/config` (also as the JSON Schema `{SCHEMA_PATH}`, which editors with the "
         "YAML language server use to complete and check the files). Every key is optional unless marked.",
@@ -330,7 +332,7 @@ def reference_markdown() -> str:
         mine = [r for r in rows if _group_of(r.path) == prefix]
         parts += [
             "",
-            f"### {title}",
+            f"## {title}",
             "",
             _section_doc(prefix),
             "",
@@ -338,12 +340,12 @@ def reference_markdown() -> str:
             "|---|---|---|---|",
         ]
         parts += [f"| `{r.path}` | {r.kind} | {r.default} | {r.description} |" for r in mine]
-    parts += ["", README_END]
+    parts += ["", REFERENCE_END]
     return "\n".join(parts) + "\n"
 
 
-def replace_reference(readme: str) -> str:
-    """``readme`` with the text between the markers replaced by :func:`reference_markdown`."""
-    start = readme.index(README_BEGIN)
-    end = readme.index(README_END) + len(README_END) + 1
-    return readme[:start] + reference_markdown() + readme[end:]
+def replace_reference(page: str) -> str:
+    """``page`` with the text between the markers replaced by :func:`reference_markdown`."""
+    start = page.index(REFERENCE_BEGIN)
+    end = page.index(REFERENCE_END) + len(REFERENCE_END) + 1
+    return page[:start] + reference_markdown() + page[end:]

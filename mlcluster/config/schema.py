@@ -133,7 +133,7 @@ def setting(
     shown to the user when a value check fails; ``choices`` is a long list
     of allowed strings checked after ``pattern`` (a typo gets the closest
     names); ``doc`` says what the key does (the JSON Schema's and the
-    README's description).
+    reference page's description).
     """
     meta = {
         "pattern": pattern,

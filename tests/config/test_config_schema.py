@@ -1,4 +1,4 @@
-"""One source of truth: the JSON Schema and README reference are generated from the typed config and kept fresh."""
+"""One source of truth: the JSON Schema and the environment file reference page are generated from the typed config and kept fresh."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import yaml
 from mlcluster.config import awsdata
 from mlcluster.config.docs import (
     GENERATED_FROM,
-    README_BEGIN,
-    README_END,
+    REFERENCE_BEGIN,
+    REFERENCE_END,
+    REFERENCE_PAGE,
     SCHEMA_PATH,
     json_schema,
     reference_markdown,
@@ -60,10 +61,10 @@ def test_checked_in_schema_is_fresh() -> None:
     assert checked_in == json_schema(), "run `make config-docs` and commit schema/environment.schema.json"
 
 
-def test_readme_reference_is_fresh() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start, end = readme.index(README_BEGIN), readme.index(README_END) + len(README_END) + 1
-    assert readme[start:end] == reference_markdown(), "run `make config-docs` and commit README.md"
+def test_reference_page_is_fresh() -> None:
+    page = (ROOT / REFERENCE_PAGE).read_text(encoding="utf-8")
+    start, end = page.index(REFERENCE_BEGIN), page.index(REFERENCE_END) + len(REFERENCE_END) + 1
+    assert page[start:end] == reference_markdown(), f"run `make config-docs` and commit {REFERENCE_PAGE}"
 
 
 def test_generator_check_mode_reports_nothing_stale() -> None:

@@ -135,9 +135,9 @@ def test_event_rules_need_the_topic_and_key_grants(broken: Broken) -> None:
     assert found and all("kms:" in p.detail for p in found)
 
 
-def test_readme_table_is_generated_from_the_contracts() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert render_table() in readme, "README contract table is stale; expected:\n" + render_table()
+def test_docs_table_is_generated_from_the_contracts() -> None:
+    page = (ROOT / "docs/reference/security.md").read_text(encoding="utf-8")
+    assert render_table() in page, "docs/reference/security.md contract table is stale; expected:\n" + render_table()
 
 
 # -- the evaluator -----------------------------------------------------------------------

@@ -12,7 +12,7 @@ Session Manager on a queue, your own placement group with its reservation,
 a Rocky Linux custom image).
 
 Zero errors for every configuration; the warnings that remain are listed in
-``ACCEPTED_WARNINGS`` with the reason (and named in the README). The
+``ACCEPTED_WARNINGS`` with the reason (and named in the docs). The
 ``trap`` variants prove the gate fails: they render what mlcluster used to
 (or what its pre-deploy checks refuse) and must fail here.
 """
@@ -335,7 +335,7 @@ def test_the_gate_fails_on_an_rsa_key_on_ubuntu(findings: dict[str, Any]) -> Non
 
 
 def test_every_accepted_warning_is_seen(findings: dict[str, Any]) -> None:
-    """No stale entry: each accepted warning still occurs somewhere (else remove it, and its README line)."""
+    """No stale entry: each accepted warning still occurs somewhere (else remove it, and its docs line)."""
     seen = {
         key
         for result in findings.values()
