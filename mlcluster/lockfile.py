@@ -145,7 +145,11 @@ SAFE_WAYS = {
         "A replaced accounting database is a new, empty one: every cluster's job history, fair-share usage and "
         "associations stay in the old one (or its final snapshot). Safe way: take a manual snapshot ('aws rds "
         "create-db-cluster-snapshot'), or move the history with mysqldump as the README's accounting section "
-        "shows, then deploy with the allowance"
+        "shows, then deploy with the allowance. To delete the database for good in an environment that keeps "
+        "data: remove storage.accounting with the allowance and deploy (CloudFormation takes a final snapshot, "
+        "then deletes the cluster), then delete that snapshot ('aws rds delete-db-cluster-snapshot "
+        "--db-cluster-snapshot-identifier ID'; 'aws rds describe-db-cluster-snapshots --snapshot-type manual' "
+        "lists it) and the retained master secret ('aws secretsmanager delete-secret --secret-id ARN')"
     ),
     "Custom::PclusterCluster": (
         "A new cluster name is a new cluster: running jobs and the head node's local state are lost. Safe way: "

