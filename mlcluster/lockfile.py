@@ -75,7 +75,8 @@ class Lock:
     #: ``retention.allow_replacement`` entries whose change this lock records as deployed: left in the
     #: file afterwards they would allow a later change unseen, so the guard refuses them.
     allowances_used: tuple[str, ...] = ()
-    #: Changes ``mlcluster lock --accept`` recorded although nothing in the file allowed them.
+    #: Changes ``mlcluster lock --accept`` recorded although nothing in the file allowed them (every lock
+    #: written since carries them forward).
     accepted: tuple[str, ...] = ()
     #: The AWS account and region the lock was read in (``deployed`` and ``new``; None for ``templates``):
     #: a later ``mlcluster lock`` elsewhere would see nothing deployed and record that.

@@ -129,10 +129,16 @@ def test_lock_never_records_over_a_refusal_without_naming_what_it_accepts(aws: A
     result = lock(envs, "--accept", "Storage/Lustre/LogGroup")
     assert result.exception is None, result.output
     data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
-    assert data["accepted"] == [
+    recorded = [
         "team-Storage/Storage/Lustre/LogGroup/Resource (AWS::Logs::LogGroup) WEAKENED: "
         "DeletionPolicy Retain -> Delete; UpdateReplacePolicy Retain -> Delete"
     ]
+    assert data["accepted"] == recorded
+    # A later lock (nothing new to accept) carries the acceptance forward: the record of what was let through.
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert "accepted:" not in result.output  # not reported as accepted again
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["accepted"] == recorded
 
 
 def test_lock_records_the_allowance_its_deploy_used(aws: Aws, tmp_path: Path) -> None:
