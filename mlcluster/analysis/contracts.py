@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlcluster.analysis import pcluster_policies
 from mlcluster.analysis.assembly import Assembly, Resource
 from mlcluster.analysis.iam_calls import SAMPLE, dependent_actions, split_s3
-from mlcluster.analysis.policy_eval import ACCOUNT_ROOT, Request, evaluate, wildcard
+from mlcluster.analysis.policy_eval import Request, evaluate, wildcard
 
 ACCOUNT = "${AWS::AccountId}"
 REGION = "${AWS::Region}"
@@ -70,8 +71,10 @@ def _statements(assembly: Assembly, stack: str, document: Any) -> list[dict[str,
     return [s for s in (rendered.get("Statement", []) if isinstance(rendered, dict) else []) if isinstance(s, dict)]
 
 
-def _check(contract: str, subject: str, statements: list[dict[str, Any]], request: Request) -> Proof:
-    decision = evaluate(statements, request)
+def _check(
+    contract: str, subject: str, statements: list[dict[str, Any]], request: Request, *, root_delegates: bool = True
+) -> Proof:
+    decision = evaluate(statements, request, root_delegates=root_delegates)
     return Proof(contract, subject, decision.allowed, f"{request.describe()}: {decision.reason}")
 
 
@@ -480,6 +483,9 @@ def prove_lambda_trust(assembly: Assembly, environment: str) -> Iterator[Proof]:
 #: policies grant it (its root statement) for a service to create the grants it works with.
 DEPLOYER = ("AWS", f"arn:{PARTITION}:iam::{ACCOUNT}:role/cdk-hnb659fds-cfn-exec-role-{ACCOUNT}-{REGION}")
 #: The service-linked role FSx for Lustre creates per file system to reach a linked bucket.
+#: What S3 asks of an SSE-KMS bucket's key for FSx's service-linked role, each with the object's (or, with S3
+#: Bucket Keys, the bucket's) encryption context.
+FSX_KEY_ACTIONS = ("kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:GenerateDataKey")
 FSX_S3_ROLE = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_"
 
 
@@ -507,11 +513,6 @@ def _not_denied(contract: str, subject: str, statements: list[dict[str, Any]], r
     decision = evaluate(statements, request)
     denied = decision.reason.startswith("denied")
     return Proof(contract, subject, not denied, f"{request.describe()}: {decision.reason} (resource policy)")
-
-
-def _named_only(statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A key policy without its delegation to IAM: for a principal whose own policy (AWS's) grants no use of our key."""
-    return [s for s in statements if not (s.get("Effect") == "Allow" and s.get("Principal") == {"AWS": ACCOUNT_ROOT})]
 
 
 def prove_fsx_dra(assembly: Assembly, environment: str) -> Iterator[Proof]:
@@ -550,10 +551,13 @@ def prove_fsx_dra(assembly: Assembly, environment: str) -> Iterator[Proof]:
             # With S3 Bucket Keys the encryption context is the bucket's ARN, else the object's (FSx guide).
             "kms:EncryptionContext:aws:s3:arn": bucket_arn if bucket_keys else f"{bucket_arn}/{SAMPLE}",
         }
-        # The role's own policy is AWS's and grants no use of our key: the key policy must name it.
-        named = _named_only(key_statements)
-        for action in ("kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:GenerateDataKey", "kms:DescribeKey"):
-            yield _check(FSX_DRA, f"{subject} (key)", named, Request(role, action, key, context))
+        # The role's own policy is AWS's and grants no use of our key: the key policy must name it, however the
+        # root's statement is written. kms:DescribeKey is left out: FSx's documented statement lists it under the
+        # kms:EncryptionContext condition, which DescribeKey never carries, so that statement cannot allow it and
+        # FSx documents the statement as all it needs; only the cryptographic calls (with S3's context) are proven.
+        for action in FSX_KEY_ACTIONS:
+            request = Request(role, action, key, context)
+            yield _check(FSX_DRA, f"{subject} (key)", key_statements, request, root_delegates=False)
 
 
 def _deployer_grants(contract: str, subject: str, assembly: Assembly, key: str, service: str) -> Iterator[Proof]:
@@ -600,77 +604,158 @@ def prove_backup_keys(assembly: Assembly, environment: str) -> Iterator[Proof]:
                 yield _check(BACKUP_KMS, subject, statements, Request(("AWS", role_arn(role)), action, key, context))
 
 
-#: What ParallelCluster's provider does for a cluster, by the feature of the configuration that needs it:
-#: (action, resource after ``arn:<partition>:``, with ``{cluster}`` the cluster's name). The actions are those of
-#: ParallelCluster's documented policies (aws/aws-parallelcluster ``cloudformation/policies/
-#: parallelcluster-policies.yaml``, ParallelClusterClusterPolicy1, ...Policy2 and
-#: DefaultParallelClusterIamAdminPolicy, read at commit 451cc5320d5d8a9318075990ead7f76f74372f85); the
-#: resources are the ones ParallelCluster names for one cluster (its stack, its ``parallelcluster-<cluster>``
-#: table, roles and instance profiles under ``/parallelcluster/<cluster>/``, ``pcluster-*`` functions).
-_EC2: tuple[str, ...] = ("RunInstances", "CreateFleet", "CreateLaunchTemplate", "CreateLaunchTemplateVersion")
-_EC2 += ("CreateSecurityGroup", "AuthorizeSecurityGroupIngress", "CreateNetworkInterface", "CreatePlacementGroup")
-_EC2 += ("CreateTags", "CreateVolume", "DescribeInstances", "TerminateInstances", "DeleteLaunchTemplate")
-_EC2 += ("DeleteSecurityGroup",)
-_STACK_ACTIONS: tuple[str, ...] = ("CreateStack", "UpdateStack", "DeleteStack", "DescribeStacks")
-_STACK_ACTIONS += ("DescribeStackEvents", "DescribeStackResources", "GetTemplate")
-_TABLE_ACTIONS = ("DescribeTable", "CreateTable", "DeleteTable", "GetItem", "PutItem", "UpdateItem", "Query")
-_FUNCTION_ACTIONS = ("CreateFunction", "DeleteFunction", "GetFunction", "InvokeFunction", "AddPermission")
+#: What ParallelCluster's provider does for a cluster. The actions are ParallelCluster's own
+#: (:data:`mlcluster.analysis.pcluster_policies.STATEMENTS`, copied from its documented policy with the source);
+#: here each of its statements gets the resources it acts on for one cluster (after ``arn:<partition>:``, with
+#: ``{cluster}`` the cluster's name) and the feature of the configuration that needs it, or the reason the app
+#: does not need it. A statement of the copy without a decision fails the gate.
 _NODE_ROLE = f"iam::{ACCOUNT}:role/parallelcluster/{{cluster}}/{{cluster}}-RoleHeadNode-{SAMPLE}"
-PCLUSTER_PROVIDER_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "always": (
-        *(
-            (f"cloudformation:{a}", f"cloudformation:{REGION}:{ACCOUNT}:stack/{{cluster}}/{SAMPLE}")
-            for a in _STACK_ACTIONS
+#: The cluster stack's Lambda roles (CleanupResources, CleanupRoute53): path /parallelcluster/, a name
+#: CloudFormation generates from the cluster stack's name (``add_lambda_cfn_role`` in ParallelCluster 3.16).
+_LAMBDA_ROLE = f"iam::{ACCOUNT}:role/parallelcluster/{{cluster}}-CleanupResourcesFunctionExecutionRole-{SAMPLE}"
+_PROFILE = f"iam::{ACCOUNT}:instance-profile/parallelcluster/{{cluster}}/{SAMPLE}"
+_STACK = f"cloudformation:{REGION}:{ACCOUNT}:stack/{{cluster}}/{SAMPLE}"
+_TAGGED = {"aws:TagKeys": "parallelcluster:cluster-name"}
+_NO_CONTEXT: Mapping[str, str] = {}
+_ALWAYS = "always"
+_DNS = "Scheduling.SlurmSettings.Dns (managed)"
+_DASHBOARDS = "Monitoring.Dashboards / Alarms"
+_LOGS = "Monitoring.Logs.CloudWatch"
+_FSX = "SharedStorage FsxLustre (existing)"
+_EFS = "SharedStorage Efs"
+_LOGIN = "LoginNodes.Pools"
+
+
+@dataclass(frozen=True)
+class ProviderUse:
+    """What one statement of ParallelCluster's policy does for a cluster with ``feature``: its actions (or
+    ``actions``, each covered by the statement's, with ``why``) on each target, with the target's context keys."""
+
+    feature: str
+    targets: tuple[tuple[str, Mapping[str, str]], ...]
+    actions: tuple[str, ...] | None = None
+    why: str = ""
+
+
+def _on(*resources: str, context: Mapping[str, str] = _NO_CONTEXT) -> tuple[tuple[str, Mapping[str, str]], ...]:
+    return tuple((r, context) for r in resources)
+
+
+_SLR = f"iam::{ACCOUNT}:role/aws-service-role"
+#: Per Sid of ParallelCluster's policy: the uses, or why the app does not need the statement.
+PCLUSTER_PROVIDER_USES: dict[str, tuple[ProviderUse, ...] | str] = {
+    "EC2ReadAndWrite": (ProviderUse(_ALWAYS, _on("*")),),
+    "DynamoDB": (ProviderUse(_ALWAYS, _on(f"dynamodb:{REGION}:{ACCOUNT}:table/parallelcluster-{{cluster}}")),),
+    "Route53HostedZones": (ProviderUse(_DNS, _on("*")),),
+    "CloudFormationCreateAndUpdate": (ProviderUse(_ALWAYS, _on(_STACK, context=_TAGGED)),),
+    "CloudFormationReadAndDelete": (ProviderUse(_ALWAYS, _on(_STACK)),),
+    "CloudWatch": (ProviderUse(_DASHBOARDS, _on("*")),),
+    "IamRead": (ProviderUse(_ALWAYS, _on(_NODE_ROLE, _LAMBDA_ROLE, _PROFILE)),),
+    "IamInstanceProfile": (ProviderUse(_ALWAYS, _on(_PROFILE)),),
+    "IamPassRole": (
+        ProviderUse(_ALWAYS, _on(_NODE_ROLE, context={"iam:PassedToService": "ec2.amazonaws.com"})),
+        ProviderUse(_ALWAYS, _on(_LAMBDA_ROLE, context={"iam:PassedToService": "lambda.amazonaws.com"})),
+    ),
+    "(no Sid)": "FSx's service-linked roles, for a file system ParallelCluster creates; the app's Storage stack "
+    "creates the file system",
+    "Lambda": (ProviderUse(_ALWAYS, _on(f"lambda:{REGION}:{ACCOUNT}:function:pcluster-{SAMPLE}")),),
+    "S3ResourcesBucket": (
+        ProviderUse(
+            _ALWAYS,
+            _on(f"s3:::parallelcluster-{SAMPLE}-v1-do-not-delete", f"s3:::parallelcluster-{SAMPLE}-v1-do-not-delete/x"),
         ),
-        ("cloudformation:ListStacks", "*"),
-        *((f"dynamodb:{a}", f"dynamodb:{REGION}:{ACCOUNT}:table/parallelcluster-{{cluster}}") for a in _TABLE_ACTIONS),
-        *((f"ec2:{a}", "*") for a in _EC2),
-        *(
-            (f"iam:{a}", _NODE_ROLE)
-            for a in ("GetRole", "CreateRole", "PutRolePolicy", "DeleteRolePolicy", "DeleteRole")
+    ),
+    "S3ParallelClusterReadOnly": (ProviderUse(_ALWAYS, _on(f"s3:::{REGION}-aws-parallelcluster/{SAMPLE}")),),
+    "FSx": (
+        ProviderUse(
+            _FSX,
+            _on(f"fsx:{REGION}:{ACCOUNT}:file-system/{SAMPLE}"),
+            ("fsx:Describe*", "fsx:ListTagsForResource", "fsx:TagResource"),
+            "fsx:* creates file systems too; an existing one is described and tagged",
         ),
-        *(
-            (f"iam:{a}", f"iam::{ACCOUNT}:instance-profile/parallelcluster/{{cluster}}/{SAMPLE}")
-            for a in ("CreateInstanceProfile", "AddRoleToInstanceProfile", "RemoveRoleFromInstanceProfile")
+    ),
+    "EFS": (ProviderUse(_EFS, _on(f"elasticfilesystem:{REGION}:{ACCOUNT}:file-system/{SAMPLE}")),),
+    "CloudWatchLogs": (ProviderUse(_LOGS, _on("*")),),
+    "ResourceGroupRead": (ProviderUse(_ALWAYS, _on(f"resource-groups:{REGION}:{ACCOUNT}:group/{SAMPLE}")),),
+    "LoginNodesFunctionalities": (ProviderUse(_LOGIN, _on("*", context=_TAGGED)),),
+    "LoginNodesFunctionalitiesNoCondition": (ProviderUse(_LOGIN, _on("*")),),
+    "IamRole": (
+        ProviderUse(_ALWAYS, _on(_NODE_ROLE, _LAMBDA_ROLE), ("iam:DeleteRole", "iam:TagRole"), "the cluster's roles"),
+        ProviderUse(
+            _LOGIN,
+            (
+                (
+                    f"{_SLR}/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling",
+                    {"iam:AWSServiceName": "autoscaling.amazonaws.com"},
+                ),
+                (
+                    f"{_SLR}/elasticloadbalancing.amazonaws.com/AWSServiceRoleForElasticLoadBalancing",
+                    {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"},
+                ),
+            ),
+            ("iam:CreateServiceLinkedRole",),
+            "the login pool's Auto Scaling group and load balancer create their service-linked roles on first use",
         ),
-        ("iam:PassRole", _NODE_ROLE),
-        *((f"lambda:{a}", f"lambda:{REGION}:{ACCOUNT}:function:pcluster-{SAMPLE}") for a in _FUNCTION_ACTIONS),
-        ("s3:CreateBucket", f"s3:::parallelcluster-{SAMPLE}-v1-do-not-delete"),
-        ("s3:PutObject", f"s3:::parallelcluster-{SAMPLE}-v1-do-not-delete/{SAMPLE}"),
-        ("s3:GetObject", f"s3:::{REGION}-aws-parallelcluster/{SAMPLE}"),
     ),
-    "Scheduling.SlurmSettings.Dns (managed)": tuple(
-        (f"route53:{a}", "*") for a in ("CreateHostedZone", "ChangeResourceRecordSets", "GetChange", "DeleteHostedZone")
-    ),
-    "Monitoring.Dashboards / Alarms": tuple(
-        (f"cloudwatch:{a}", "*") for a in ("PutDashboard", "DeleteDashboards", "PutMetricAlarm", "DeleteAlarms")
-    ),
-    "Monitoring.Logs.CloudWatch": tuple(
-        (f"logs:{a}", "*") for a in ("CreateLogGroup", "PutRetentionPolicy", "TagResource", "PutMetricFilter")
-    ),
-    "SharedStorage FsxLustre (existing)": (
-        ("fsx:DescribeFileSystems", f"fsx:{REGION}:{ACCOUNT}:file-system/{SAMPLE}"),
-    ),
+    "IamInlinePolicyAndCreateRole": (ProviderUse(_ALWAYS, _on(_NODE_ROLE, _LAMBDA_ROLE)),),
+    "IamPolicy": "proven per policy: each configured policy attached and detached, and a policy an edit dropped "
+    "detached (prove_pcluster_provider)",
 }
 
 
 def _pcluster_features(config: Mapping[str, Any]) -> list[str]:
-    """The features of a rendered ParallelCluster configuration that ``PCLUSTER_PROVIDER_NEEDS`` lists."""
+    """The features of a rendered ParallelCluster configuration that ``PCLUSTER_PROVIDER_USES`` names."""
     monitoring = config.get("Monitoring", {})
     dns = config.get("Scheduling", {}).get("SlurmSettings", {}).get("Dns", {})
     storage = config.get("SharedStorage", [])
-    found = ["always"]
+    found = [_ALWAYS]
     if not dns.get("DisableManagedDns"):
-        found.append("Scheduling.SlurmSettings.Dns (managed)")
+        found.append(_DNS)
     if monitoring.get("Dashboards", {}).get("CloudWatch", {}).get("Enabled", True) or monitoring.get("Alarms", {}).get(
         "Enabled", True
     ):
-        found.append("Monitoring.Dashboards / Alarms")
+        found.append(_DASHBOARDS)
     if monitoring.get("Logs", {}).get("CloudWatch", {}).get("Enabled", True):
-        found.append("Monitoring.Logs.CloudWatch")
+        found.append(_LOGS)
     if any(s.get("StorageType") == "FsxLustre" and s.get("FsxLustreSettings", {}).get("FileSystemId") for s in storage):
-        found.append("SharedStorage FsxLustre (existing)")
+        found.append(_FSX)
+    if any(s.get("StorageType") == "Efs" for s in storage):
+        found.append(_EFS)
+    if config.get("LoginNodes", {}).get("Pools"):
+        found.append(_LOGIN)
     return found
+
+
+def _provider_requests(name: str, features: list[str]) -> Iterator[tuple[str, str, str, Mapping[str, str]]]:
+    """(what, action, resource ARN, context) for each use of ParallelCluster's policy the features need.
+
+    ``what`` is ``<feature> <Sid>`` or, for a statement without a decision, ``undecided <Sid>`` with no action.
+    """
+    for policy, sid, actions in pcluster_policies.STATEMENTS:
+        uses = PCLUSTER_PROVIDER_USES.get(sid)
+        if uses is None:
+            yield f"undecided {policy} {sid}", "", "", {}
+            continue
+        if isinstance(uses, str):
+            continue
+        for use in uses:
+            if use.feature not in features:
+                continue
+            for action in use.actions or actions:
+                if not any(wildcard(granted, action, case=False) for granted in actions):
+                    yield f"undecided {policy} {sid} ({action} is not the statement's)", "", "", {}
+                    continue
+                for resource, context in use.targets:
+                    target = resource if resource == "*" else f"arn:{PARTITION}:" + resource.replace("{cluster}", name)
+                    yield f"{use.feature} {sid}", action, target, context
+
+
+def _owned_policy(assembly: Assembly, cluster: Resource) -> str:
+    """The physical ARN of a node policy the app's Cluster stack owns: CloudFormation names it
+    ``<stack name>-<logical id>-<suffix>`` under the ``/parallelcluster/`` path the app gives it."""
+    names = [name for name, display in assembly.stack_names.items() if display == cluster.stack]
+    stack = names[0] if names else cluster.stack.replace("/", "-")
+    return f"arn:{PARTITION}:iam::{ACCOUNT}:policy/parallelcluster/{stack}-CollectorRemoteWrite121D47A5-{SAMPLE}"
 
 
 def prove_pcluster_provider(assembly: Assembly, environment: str) -> Iterator[Proof]:
@@ -689,24 +774,33 @@ def prove_pcluster_provider(assembly: Assembly, environment: str) -> Iterator[Pr
         name = assembly.text(cluster.stack, cluster.properties["ClusterName"])
         config = assembly.render(cluster.stack, cluster.properties.get("ClusterConfiguration", {}))
         boundary = config.get("Iam", {}).get("PermissionsBoundary")
-        context = {"aws:RequestedRegion": REGION, "iam:PassedToService": "ec2.amazonaws.com"}
+        context = {"aws:RequestedRegion": REGION}
         if boundary is not None:
             context["iam:PermissionsBoundary"] = str(boundary)
-        for feature in _pcluster_features(config):
-            for action, resource in PCLUSTER_PROVIDER_NEEDS[feature]:
-                target = resource if resource == "*" else f"arn:{PARTITION}:" + resource.replace("{cluster}", name)
-                request = Request(as_role, action, target, context)
-                yield _check(PCLUSTER, f"{subject} ({feature})", identity, request)
-        # AdditionalIamPolicies of every group (and the CloudWatch agent's policy with logs on) are attached.
+        features = _pcluster_features(config)
+        for what, action, target, extra in _provider_requests(name, features):
+            if not action:
+                yield Proof(PCLUSTER, f"{subject} ({what})", False, f"no decision in PCLUSTER_PROVIDER_USES for {what}")
+                continue
+            yield _check(
+                PCLUSTER, f"{subject} ({what})", identity, Request(as_role, action, target, {**context, **extra})
+            )
+        # AdditionalIamPolicies of every group (and the CloudWatch agent's policy with logs on) are attached and,
+        # by an edit that drops one, detached: the configured ones, and one of the app's own node policies the
+        # current configuration does not attach (observability turned off drops CollectorRemoteWrite).
         groups = [config.get("HeadNode", {}), *config.get("Scheduling", {}).get("SlurmQueues", [])]
         groups += config.get("LoginNodes", {}).get("Pools", [])
         policies = [str(e["Policy"]) for g in groups for e in g.get("Iam", {}).get("AdditionalIamPolicies", [])]
-        if "Monitoring.Logs.CloudWatch" in _pcluster_features(config):
+        if _LOGS in features:
             policies.append(f"arn:{PARTITION}:iam::aws:policy/CloudWatchAgentServerPolicy")
         node_role = f"arn:{PARTITION}:" + _NODE_ROLE.replace("{cluster}", name)
         for policy in dict.fromkeys(policies):
-            request = Request(as_role, "iam:AttachRolePolicy", node_role, {**context, "iam:PolicyARN": policy})
-            yield _check(PCLUSTER, f"{subject} (AdditionalIamPolicies)", identity, request)
+            for action in ("iam:AttachRolePolicy", "iam:DetachRolePolicy"):
+                request = Request(as_role, action, node_role, {**context, "iam:PolicyARN": policy})
+                yield _check(PCLUSTER, f"{subject} (AdditionalIamPolicies)", identity, request)
+        dropped = {**context, "iam:PolicyARN": _owned_policy(assembly, cluster)}
+        request = Request(as_role, "iam:DetachRolePolicy", node_role, dropped)
+        yield _check(PCLUSTER, f"{subject} (an edit drops a policy)", identity, request)
 
 
 def _custom_action_scripts(group: Mapping[str, Any]) -> Iterator[str]:
@@ -717,15 +811,28 @@ def _custom_action_scripts(group: Mapping[str, Any]) -> Iterator[str]:
                 yield str(step["Script"])
 
 
+def _attached_statements(assembly: Assembly, group: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The statements of a group's ``AdditionalIamPolicies`` that are managed policies of the assembly."""
+    out: list[dict[str, Any]] = []
+    for entry in group.get("Iam", {}).get("AdditionalIamPolicies", []):
+        managed = assembly.resource(assembly.identity(str(entry.get("Policy", ""))))
+        if managed is not None and managed.type == "AWS::IAM::ManagedPolicy":
+            out += _statements(assembly, managed.stack, managed.properties.get("PolicyDocument", {}))
+    return out
+
+
 def prove_pcluster_node_scripts(assembly: Assembly, environment: str) -> Iterator[Proof]:
-    """Each group's CustomActions scripts: its S3Access reads them; the bucket lets its node role; no SSE-KMS."""
+    """Each group's CustomActions scripts (head node, queues, login pools): an S3Access entry or an attached policy
+    lets its node role read them; the bucket does not deny it; no SSE-KMS."""
     for cluster in assembly.resources(environment, "Custom::PclusterCluster"):
         config = assembly.render(cluster.stack, cluster.properties.get("ClusterConfiguration", {}))
         name = assembly.text(cluster.stack, cluster.properties["ClusterName"])
         groups = [("HeadNode", config.get("HeadNode", {}))]
         groups += [(q.get("Name", "?"), q) for q in config.get("Scheduling", {}).get("SlurmQueues", [])]
+        groups += [(f"LoginNodes {p.get('Name', '?')}", p) for p in config.get("LoginNodes", {}).get("Pools", [])]
         for group_name, group in groups:
             access = group.get("Iam", {}).get("S3Access", [])
+            attached = _attached_statements(assembly, group)
             # ParallelCluster puts the group's node roles under /parallelcluster/<cluster>/.
             role = ("AWS", f"arn:{PARTITION}:iam::{ACCOUNT}:role/parallelcluster/{name}/{name}-Role{SAMPLE}")
             for script in dict.fromkeys(_custom_action_scripts(group)):
@@ -736,18 +843,20 @@ def prove_pcluster_node_scripts(assembly: Assembly, environment: str) -> Iterato
                     for a in access
                     if str(a.get("BucketName")) == bucket_name and wildcard(str(a.get("KeyName", "*")), key)
                 ]
+                bucket = assembly.resource(bucket_name)
+                object_arn = f"arn:{PARTITION}:s3:::{bucket.name if bucket is not None else bucket_name}/{key}"
+                read = Request(role, "s3:GetObject", object_arn, {"aws:PrincipalArn": role[1], **SECURE})
+                by_policy = evaluate(attached, read)
                 yield Proof(
                     PCLUSTER_NODES,
                     subject,
-                    bool(granted),
-                    f"S3Access {'grants' if granted else 'grants no'} s3:GetObject on {bucket_name}/{key}",
+                    bool(granted) or by_policy.allowed,
+                    f"S3Access {'grants' if granted else 'grants no'} s3:GetObject on {bucket_name}/{key}; "
+                    f"attached policies: {by_policy.reason}",
                 )
-                bucket = assembly.resource(bucket_name)
                 if bucket is None or bucket.type != "AWS::S3::Bucket":
                     continue  # a bucket outside the app: its owner's policy decides
-                context = {"aws:PrincipalArn": role[1], **SECURE}
-                request = Request(role, "s3:GetObject", f"arn:{PARTITION}:s3:::{bucket.name}/{key}", context)
-                yield _not_denied(PCLUSTER_NODES, subject, bucket_policy(assembly, environment, bucket.name), request)
+                yield _not_denied(PCLUSTER_NODES, subject, bucket_policy(assembly, environment, bucket.name), read)
                 sse_kms, _ = bucket_key(assembly, bucket)
                 yield Proof(
                     PCLUSTER_NODES,
@@ -865,17 +974,22 @@ CONTRACTS: tuple[Contract, ...] = (
         FSX_DRA,
         "AWSServiceRoleForFSxS3Access_<file system id> (FSx's service-linked role, its policy AWS's own)",
         "bucket policy: no deny of s3:ListBucket, GetObject, PutObject (auto export), Get/PutBucketNotification "
-        "(auto import); SSE-KMS bucket: key policy kms:Encrypt, Decrypt, ReEncrypt*, GenerateDataKey*, DescribeKey",
+        "(auto import); SSE-KMS bucket: key policy kms:Encrypt, Decrypt, ReEncrypt*, GenerateDataKey* (FSx's statement "
+        "also lists DescribeKey, under an encryption-context condition DescribeKey never meets: not proven)",
         "key: aws:PrincipalArn = that role, kms:CallerAccount = this account, kms:ViaService = s3.<region>, "
         "kms:EncryptionContext:aws:s3:arn = the bucket (S3 Bucket Keys on) or its objects; requests over TLS",
         "https://docs.aws.amazon.com/fsx/latest/LustreGuide/s3-server-side-encryption-support.html",
         prove_fsx_dra,
-        "If you want to link your Amazon File Cache to an S3 bucket encrypted using SSE-KMS encryption, you must add "
-        "a statement to your customer managed key policy that allows Amazon File Cache to encrypt and decrypt objects "
-        "in your S3 bucket using your AWS KMS key ... If you're using an AWS KMS with a CMK to encrypt your S3 bucket "
-        "with S3 Bucket Keys enabled, set the EncryptionContext to the bucket ARN, not the object ARN (the same FSx "
-        "service-linked role, as the FSx File Cache guide words it: "
-        "https://docs.aws.amazon.com/fsx/latest/FileCacheGuide/s3-server-side-encryption-support.html)",
+        "the Lustre guide's page, read in its Spanish edition (https://docs.aws.amazon.com/es_es/fsx/latest/"
+        "LustreGuide/s3-server-side-encryption-support.html; the English one was not in the stored corpus): 'Si desea "
+        "vincular su sistema de archivos Amazon FSx a un bucket de S3 cifrado mediante el cifrado SSE-KMS, debe "
+        "añadir una declaración a su política de claves gestionadas por el cliente que permita a Amazon FSx cifrar y "
+        "descifrar los objetos de su bucket de S3 mediante su clave de KMS.' Its statement: Principal "
+        "AWSServiceRoleForFSxS3Access_fsx_file_system_id, Action kms:Encrypt, kms:Decrypt, kms:ReEncrypt*, "
+        "kms:GenerateDataKey*, kms:DescribeKey, Condition StringEquals kms:CallerAccount, kms:ViaService "
+        "s3.bucket-region.amazonaws.com, StringLike kms:EncryptionContext:aws:s3:arn arn:aws:s3:::bucket_name/* (with "
+        "S3 Bucket Keys, per the English File Cache guide's same statement: 'set the EncryptionContext to the bucket "
+        "ARN, not the object ARN')",
     ),
     Contract(
         AMP_KMS,
@@ -905,12 +1019,18 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(
         PCLUSTER,
         "lambda.amazonaws.com, then the provider's CustomLambdaRole (it also creates the cluster stack's resources)",
-        "trust policy; role policy: for each feature the configuration uses, the actions of ParallelCluster's "
-        "documented policies on the resources it names for this cluster (its stack, table parallelcluster-<cluster>, "
-        "roles and instance profiles under /parallelcluster/<cluster>/, pcluster-* functions, its buckets); "
-        "iam:AttachRolePolicy for every AdditionalIamPolicies entry (and CloudWatchAgentServerPolicy with logs on)",
+        "trust policy; role policy: every statement of ParallelCluster's documented policy (copied in "
+        "pcluster_policies.py with its source) has a decision: for each feature the configuration uses (managed DNS, "
+        "dashboards and alarms, logs, existing FSx, login pools), its actions, delete and tagging included, on the "
+        "resources it names for this cluster (its stack, table parallelcluster-<cluster>, node roles and instance "
+        "profiles under /parallelcluster/<cluster>/, the CleanupResources/CleanupRoute53 Lambda roles "
+        "/parallelcluster/<cluster>-*, pcluster-* functions, its buckets, the login pool's Auto Scaling group, load "
+        "balancer and their service-linked roles); iam:AttachRolePolicy and DetachRolePolicy for every "
+        "AdditionalIamPolicies entry (and CloudWatchAgentServerPolicy with logs on); DetachRolePolicy for a node "
+        "policy of the stack an edit dropped",
         "aws:RequestedRegion = the region; iam:PermissionsBoundary = the configuration's Iam.PermissionsBoundary; "
-        "iam:PassedToService = ec2; iam:PolicyARN = the attached policy",
+        "iam:PassedToService = ec2 (node roles) or lambda (Lambda roles); aws:TagKeys = parallelcluster:cluster-name "
+        "(stacks, login pool); iam:PolicyARN = the attached or detached policy",
         "https://docs.aws.amazon.com/parallelcluster/latest/ug/iam-roles-in-parallelcluster-v3.html",
         prove_pcluster_provider,
         "action lists from aws/aws-parallelcluster cloudformation/policies/parallelcluster-policies.yaml "
@@ -920,8 +1040,9 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract(
         PCLUSTER_NODES,
         "each group's node role (ParallelCluster makes it under /parallelcluster/<cluster>/)",
-        "the group's Iam.S3Access names the script's bucket with a KeyName matching it (ParallelCluster grants "
-        "s3:GetObject from it); the bucket policy does not deny that role; the bucket is not SSE-KMS",
+        "the group's (head node, each queue, each login pool) Iam.S3Access names the script's bucket with a KeyName "
+        "matching it (ParallelCluster grants s3:GetObject from it), or one of its AdditionalIamPolicies allows "
+        "s3:GetObject on the script; the bucket policy does not deny that role; the bucket is not SSE-KMS",
         "requests over TLS",
         "https://docs.aws.amazon.com/parallelcluster/latest/ug/custom-bootstrap-actions-config-v3.html",
         prove_pcluster_node_scripts,

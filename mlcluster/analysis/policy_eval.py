@@ -13,8 +13,14 @@ canonical strings such as ``${AWS::AccountId}`` or ``${p5/Observability|Topic}``
 - Conditions: ``String*``, ``Arn*`` (part by part), ``Numeric*``, ``Bool`` and ``Null``
   operators, their ``Not`` and ``IfExists`` forms; key names in any case. A key missing from the request fails a
   positive operator, passes a negated one, and passes any ``IfExists``
-  operator (AWS's rules). An operator this module does not know raises:
-  a proof must never rest on a condition it could not read.
+  operator (AWS's rules). An operator this module does not know raises, and so does a condition value it
+  cannot read: a policy variable (``${aws:username}``, resolved per request by IAM) or a ``Numeric*`` value
+  that is no number. A proof must never rest on a condition it could not read.
+- Partitions: ``${AWS::Partition}`` stands for any partition, and ``${AWS::URLSuffix}`` is read as
+  ``amazonaws.com``, which holds in the commercial (``aws``) and GovCloud partitions but not in China
+  (``amazonaws.com.cn``) or the isolated regions. The gate proves the commercial partition: a literal ARN
+  or service name of another partition raises :class:`UnsupportedPartitionError` instead of being compared
+  as if it were commercial.
 """
 
 from __future__ import annotations
@@ -45,7 +51,11 @@ class Request:
 
 
 class UnknownConditionError(ValueError):
-    """A condition operator the evaluator cannot judge."""
+    """A condition operator, or a condition value, the evaluator cannot judge."""
+
+
+class UnsupportedPartitionError(ValueError):
+    """A literal ARN or service name of a partition other than the commercial one (``aws``)."""
 
 
 def _list(value: Any) -> list[Any]:
@@ -63,21 +73,39 @@ def wildcard(pattern: str, value: str, *, case: bool = True) -> bool:
     return re.fullmatch(regex, value, 0 if case else re.IGNORECASE) is not None
 
 
+#: The URL suffixes of the partitions whose suffix is not ``amazonaws.com`` (China, the isolated regions).
+_OTHER_SUFFIXES = (".amazonaws.com.cn", ".c2s.ic.gov", ".sc2s.sgov.gov", ".cloud.adc-e.uk", ".csp.hci.ic.gov")
+
+
 def _partition(value: str) -> str:
-    return re.sub(r"^arn:aws(-[a-z-]+)?:", "arn:${AWS::Partition}:", value)
+    """``arn:aws:...`` as ``arn:${AWS::Partition}:...``; an ARN of another partition raises."""
+    other = re.match(r"arn:(aws-[a-z-]+):", value)
+    if other is not None:
+        raise UnsupportedPartitionError(f"{value}: partition {other.group(1)} (the gate proves the aws partition)")
+    return re.sub(r"^arn:aws:", "arn:${AWS::Partition}:", value)
 
 
 def _service(name: str) -> str:
-    """A service principal in one spelling (``logs.${AWS::Region}.${AWS::URLSuffix}``: ``...amazonaws.com``)."""
+    """A service principal in one spelling (``logs.${AWS::Region}.${AWS::URLSuffix}``: ``...amazonaws.com``).
+
+    A service name of a partition whose URL suffix is not ``amazonaws.com`` raises.
+    """
+    if name.endswith(_OTHER_SUFFIXES):
+        raise UnsupportedPartitionError(f"{name}: a service name outside the aws partition")
     return name.replace("${AWS::URLSuffix}", "amazonaws.com")
 
 
-def _principal_matches(principal: Any, request: Request, *, exact: bool = False) -> bool:
+#: A policy variable (``${aws:username}``, ``${aws:PrincipalTag/team}``, ``${*}``), as opposed to the
+#: assembly's deploy-time values (``${AWS::Region}``, ``${p5/Storage|Bucket}``).
+_POLICY_VARIABLE = re.compile(r"\$\{(?:[*?$]|(?!AWS::)[A-Za-z0-9-]+:(?!:)[^}]*)\}")
+
+
+def _principal_matches(principal: Any, request: Request, *, exact: bool = False, delegate: bool = True) -> bool:
     """Whether ``principal`` names the request's principal.
 
     ``{"AWS": "*"}`` is ``"*"`` (IAM user guide, "AWS JSON policy elements:
     Principal"). The account root in ``Principal`` stands for every
-    principal of the account; ``exact`` (a ``NotPrincipal``) takes names as
+    principal of the account (``delegate``); ``exact`` (a ``NotPrincipal``) takes names as
     they are: a NotPrincipal of the root exempts the root only.
     """
     if principal is None:
@@ -86,7 +114,7 @@ def _principal_matches(principal: Any, request: Request, *, exact: bool = False)
         return True
     kind, name = request.principal
     named = [str(p) for p in _list(principal.get(kind, []))] if isinstance(principal, dict) else []
-    if kind == "AWS" and isinstance(principal, dict) and not exact:
+    if kind == "AWS" and isinstance(principal, dict) and not exact and delegate:
         root = [p for p in named if _partition(p) in (ACCOUNT_ROOT, "${AWS::AccountId}")]
         # The account's root lets any principal of the account in, subject to its own IAM policies; a role of
         # the assembly (a canonical ``${stack|Role.Arn}``) is one.
@@ -152,9 +180,13 @@ def _numeric(compare: Callable[[float, float], bool]) -> Callable[[str, str], bo
 
     def holds(pattern: str, value: str) -> bool:
         try:
-            return compare(float(value), float(pattern))
+            wanted = float(pattern)
         except ValueError:
-            return False  # IAM: a value that is no number does not match
+            raise UnknownConditionError(f"numeric condition value {pattern!r} is no number") from None
+        try:
+            return compare(float(value), wanted)
+        except ValueError:
+            return False  # IAM: a request value that is no number does not match
 
     return holds
 
@@ -191,6 +223,11 @@ def condition_holds(operator: str, key: str, values: Any, context: Mapping[str, 
     """
     if_exists = operator.endswith("IfExists")
     base = operator.removesuffix("IfExists")
+    for value in _list(values):
+        if _POLICY_VARIABLE.search(str(value)):
+            raise UnknownConditionError(
+                f"condition {operator} {key}: {value} is a policy variable, resolved per request"
+            )
     by_key = {name.lower(): value for name, value in context.items()}
     present = key.lower() in by_key
     if base == "Null":
@@ -216,12 +253,16 @@ def _conditions_hold(statement: Mapping[str, Any], context: Mapping[str, str]) -
     return True
 
 
-def statement_matches(statement: Mapping[str, Any], request: Request) -> bool:
-    """Whether ``statement`` applies to ``request`` (principal, action, resource and conditions)."""
+def statement_matches(statement: Mapping[str, Any], request: Request, *, root_delegates: bool = True) -> bool:
+    """Whether ``statement`` applies to ``request`` (principal, action, resource and conditions).
+
+    ``root_delegates=False``: the account root in ``Principal`` admits the root only, not the account's other
+    principals (see :func:`evaluate`).
+    """
     if "NotPrincipal" in statement:
         if _principal_matches(statement["NotPrincipal"], request, exact=True):
             return False
-    elif not _principal_matches(statement.get("Principal"), request):
+    elif not _principal_matches(statement.get("Principal"), request, delegate=root_delegates):
         return False
     return (
         _action_matches(statement, request.action)
@@ -238,11 +279,17 @@ class Decision:
     reason: str
 
 
-def evaluate(statements: Sequence[Mapping[str, Any]], request: Request) -> Decision:
-    """Explicit deny, then allow, then the implicit deny: AWS's order within one policy set."""
+def evaluate(statements: Sequence[Mapping[str, Any]], request: Request, *, root_delegates: bool = True) -> Decision:
+    """Explicit deny, then allow, then the implicit deny: AWS's order within one policy set.
+
+    A resource policy naming the account root lets the account's IAM policies grant access (``root_delegates``,
+    AWS's behaviour). Pass False for a principal whose own IAM policy grants nothing on the resource (a
+    service-linked role with AWS's policy): then only a statement naming the principal itself can allow, whatever
+    form the root takes in the policy (``arn:...:root``, a bare account id, a one-item list).
+    """
     allows = []
     for index, statement in enumerate(statements):
-        if not statement_matches(statement, request):
+        if not statement_matches(statement, request, root_delegates=root_delegates):
             continue
         name = str(statement.get("Sid") or f"statement {index}")
         if statement.get("Effect") == "Deny":
@@ -253,4 +300,13 @@ def evaluate(statements: Sequence[Mapping[str, Any]], request: Request) -> Decis
     return Decision(False, "no statement allows it (implicit deny)")
 
 
-__all__ = ["ACCOUNT_ROOT", "Decision", "Request", "UnknownConditionError", "condition_holds", "evaluate", "wildcard"]
+__all__ = [
+    "ACCOUNT_ROOT",
+    "Decision",
+    "Request",
+    "UnknownConditionError",
+    "UnsupportedPartitionError",
+    "condition_holds",
+    "evaluate",
+    "wildcard",
+]

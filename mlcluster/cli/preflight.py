@@ -949,6 +949,30 @@ def _tags_say_ours(tags: Iterable[dict[str, str]], env: str) -> bool:
     return any(t.get("Key") == ENV_TAG and t.get("Value") == env for t in tags)
 
 
+def _rollback_failed(cfn: Any, stack: str) -> str:
+    """What to do about one of our stacks in UPDATE_ROLLBACK_FAILED: the resources that could not roll back, and the
+    command that continues the rollback past them.
+
+    The Cluster stack gets there when ParallelCluster's custom resource (``Custom::PclusterCluster``) fails to roll
+    back: CloudFormation then refuses every update until ``continue-update-rollback`` is run, skipping it. The
+    cluster itself is ParallelCluster's stack; its own state is reported by ``mlcluster status``.
+    """
+    failed: list[tuple[str, str]] = []
+    for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack):
+        for summary in page.get("StackResourceSummaries", []):
+            if summary.get("ResourceStatus") == "UPDATE_FAILED":
+                failed.append((str(summary["LogicalResourceId"]), str(summary.get("ResourceType", ""))))
+    # The custom resource first: it is the one ParallelCluster's provider leaves behind.
+    failed.sort(key=lambda item: item[1] != "Custom::PclusterCluster")
+    skip = " ".join(logical_id for logical_id, _ in failed) or "<logical id of the resource that failed>"
+    named = ", ".join(f"{logical_id} ({kind})" for logical_id, kind in failed) or "no resource in UPDATE_FAILED"
+    return (
+        f"stack {stack} (this environment's) is UPDATE_ROLLBACK_FAILED ({named}): CloudFormation refuses every "
+        f"update until the rollback is continued: `aws cloudformation continue-update-rollback --stack-name {stack} "
+        f"--resources-to-skip {skip}`, then `mlcluster status` and deploy"
+    )
+
+
 def check_names(ctx: Context) -> list[Result]:
     """Stack, bucket and cluster names the environment takes are free, or carry this environment's tag."""
     from botocore.exceptions import ClientError
@@ -983,7 +1007,9 @@ def check_names(ctx: Context) -> list[Result]:
             else:
                 results.append(Result("names", "fail", "ERROR", key, message))
         elif _tags_say_ours(found[0].get("Tags", []), env.name):
-            if status in STACK_BLOCKED or status.endswith("_IN_PROGRESS"):
+            if status == "UPDATE_ROLLBACK_FAILED":
+                results.append(Result("names", "fail", "ERROR", key, _rollback_failed(cfn, name)))
+            elif status in STACK_BLOCKED or status.endswith("_IN_PROGRESS"):
                 results.append(
                     Result(
                         "names",

@@ -20,7 +20,7 @@ import click
 
 from mlcluster.cli.context import STACK_SUFFIXES, Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
-from mlcluster.cli.nodes import describe_hyperpod, hyperpod_nodes, pcluster_nodes
+from mlcluster.cli.nodes import Node, describe_hyperpod, hyperpod_nodes, pcluster_nodes
 from mlcluster.cli.orphans import orphan_resources, orphan_stacks
 from mlcluster.cli.progress import progress
 from mlcluster.config.observability import observability_enabled
@@ -116,6 +116,11 @@ def _hyperpod(target: Target) -> dict[str, Any]:
     }
 
 
+def _node(node: Node) -> State:
+    """The decision for one ParallelCluster node by its instance state (the head node is held to ``running``)."""
+    return node_state(node.status, head_node=node.group == "head-node")
+
+
 def _pcluster(target: Target) -> dict[str, Any]:
     name = target.output("Cluster", "ClusterName")
     # ParallelCluster builds the cluster as a CloudFormation stack named after the cluster.
@@ -152,9 +157,11 @@ def _pcluster(target: Target) -> dict[str, Any]:
         "failure": "" if state.decision == "ready" else state.reason,
         "groups": groups,
         "failing_nodes": [
-            {**n.as_dict(), "message": n.message or node_state(n.status).reason}
-            for n in nodes
-            if node_state(n.status).decision != "ready"
+            {**n.as_dict(), "message": n.message or _node(n).reason} for n in nodes if _node(n).decision == "fail"
+        ],
+        # Starting and terminating compute nodes: a dynamic fleet scaling, shown for information, no problem.
+        "scaling_nodes": [
+            {**n.as_dict(), "message": n.message or _node(n).reason} for n in nodes if _node(n).decision == "wait"
         ],
         "log_group": f"/aws/parallelcluster/{name}-<timestamp> (head node: slurmctld, clustermgtd; nodes: slurmd)",
     }
@@ -311,6 +318,11 @@ def render(data: dict[str, Any]) -> Group:
             for n in cluster["failing_nodes"]:
                 failing.add_row(n["group"], n["instance_id"], _state(n["status"], HEALTHY_NODE), n["message"])
             parts.append(failing)
+        if cluster.get("scaling_nodes"):
+            scaling = _table("Scaling nodes (no problem)", "group", "instance", "state")
+            for n in cluster["scaling_nodes"]:
+                scaling.add_row(n["group"], n["instance_id"], n["status"])
+            parts.append(scaling)
         parts.append(Text(f"logs: {cluster['log_group']}"))
     lustre = data["lustre"]
     if lustre is not None:

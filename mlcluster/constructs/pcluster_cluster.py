@@ -492,6 +492,23 @@ class PclusterProviderRole(Construct):
                     **with_boundary,
                 },
             ),
+            # An edit that drops a policy from AdditionalIamPolicies (observability off drops CollectorRemoteWrite)
+            # detaches one the new configuration no longer names: any node policy of this stack (CloudFormation
+            # names them <stack name>-<logical id>-<suffix> under /parallelcluster/), or the CloudWatch agent's.
+            iam.PolicyStatement(
+                sid="DetachTheAppsPolicies",
+                actions=["iam:DetachRolePolicy"],
+                resources=[node_roles],
+                conditions={
+                    "ArnLike": {
+                        "iam:PolicyARN": [
+                            f"{iam_arn}:policy/parallelcluster/{stack.stack_name}-*",
+                            f"arn:{partition}:iam::aws:policy/CloudWatchAgentServerPolicy",
+                        ]
+                    },
+                    **with_boundary,
+                },
+            ),
             iam.PolicyStatement(
                 sid="PassClusterRoles",
                 actions=["iam:PassRole"],

@@ -60,8 +60,13 @@ CLUSTER_STACK_STATES: dict[str, State] = {
     "UPDATE_ROLLBACK_IN_PROGRESS": State("wait", "the last update failed and is being rolled back"),
     "UPDATE_ROLLBACK_FAILED": State("fail", _STUCK),
     "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS": State("wait", "the rollback is done; new resources are removed"),
+    # ParallelCluster's maintainers (aws/aws-parallelcluster PR #7150): the stack's rollback can complete while
+    # the head node still applies its own rollback of the configuration (cfn-hup runs chef on the node).
     "UPDATE_ROLLBACK_COMPLETE": State(
-        "degraded", "the last update failed and was rolled back: the cluster runs its previous configuration"
+        "degraded",
+        "the last update failed and was rolled back: the cluster runs its previous configuration once the head "
+        "node's own rollback has finished; confirm it did in /var/log/chef-client.log on the head node before "
+        "deploying",
     ),
     "REVIEW_IN_PROGRESS": State("wait", "a change set is being created for a new stack"),
     "IMPORT_IN_PROGRESS": State("wait", "resources are being imported"),
@@ -73,9 +78,10 @@ CLUSTER_STACK_STATES: dict[str, State] = {
 
 #: EC2 ``InstanceStateName`` of a ParallelCluster node -> decision.
 NODE_STATES: dict[str, State] = {
-    "pending": State("wait", "the instance is starting"),
+    # A dynamic fleet starts and terminates compute nodes as jobs come and go: both are normal, not failures.
+    "pending": State("wait", "the instance is starting (Slurm scales up)"),
     "running": State("ready", "the instance runs"),
-    "shutting-down": State("fail", "the instance is terminating (Slurm replaces a failed compute node)"),
+    "shutting-down": State("wait", "the instance is terminating (Slurm scales down, or replaces a failed node)"),
     "terminated": State("fail", "the instance is terminated"),
     "stopping": State("fail", "the instance is stopping: nothing in a cluster stops nodes"),
     "stopped": State("fail", "the instance is stopped: nothing in a cluster stops nodes"),
@@ -88,6 +94,12 @@ def cluster_stack_state(status: str) -> State:
     return CLUSTER_STACK_STATES.get(status, unknown)
 
 
-def node_state(status: str) -> State:
-    """The decision for an EC2 instance state of a node (unknown states: a failure to look at)."""
-    return NODE_STATES.get(status, State("fail", f"{status} is no EC2 instance state mlcluster knows"))
+def node_state(status: str, *, head_node: bool = False) -> State:
+    """The decision for an EC2 instance state of a node (unknown states: a failure to look at).
+
+    The head node is no fleet: once the cluster exists, anything but ``running`` needs a look.
+    """
+    state = NODE_STATES.get(status, State("fail", f"{status} is no EC2 instance state mlcluster knows"))
+    if head_node and state.decision == "wait":
+        return State("fail", f"the head node is {status}: the cluster has no head node while it is")
+    return state

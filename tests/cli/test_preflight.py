@@ -938,13 +938,56 @@ def _stacks(statuses: dict[str, str]) -> Any:
 def test_names_own_stack_in_a_blocked_state_fails(aws: Aws, tmp_path: Path, status: str, ok: bool) -> None:
     folder = env_folder(tmp_path, "p5", P5_REGION)
     aws.answer("cloudformation", "DescribeStacks", always=_stacks({"p5-Observability": status}))
+    aws.answer("cloudformation", "ListStackResources", always={"StackResourceSummaries": []})
     results = preflight.check_names(context(aws, folder, "p5", P5_REGION))
     asked = [p["StackName"] for p in aws.params("DescribeStacks")]
     assert asked == ["p5-Network", "p5-Storage", "p5-Cluster", "p5-DataRepository", "p5-Observability", "p5-train"]
     mine = [r for r in results if "p5-Observability" in r.message]
     assert [r.status for r in mine] == ["pass" if ok else "fail"]
-    if not ok:
+    if not ok and status != "UPDATE_ROLLBACK_FAILED":
         assert f"stack p5-Observability (this environment's) is {status}: wait for it" in mine[0].message
+
+
+def _resource(logical_id: str, kind: str, status: str) -> dict[str, Any]:
+    return {
+        "LogicalResourceId": logical_id,
+        "ResourceType": kind,
+        "ResourceStatus": status,
+        "LastUpdatedTimestamp": NOW,
+    }
+
+
+def test_names_our_cluster_stack_stuck_in_update_rollback_failed_names_the_fix(aws: Aws, tmp_path: Path) -> None:
+    """ENV-Cluster in UPDATE_ROLLBACK_FAILED: preflight names continue-update-rollback and the resource to skip."""
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    aws.answer("cloudformation", "DescribeStacks", always=_stacks({"p5-Cluster": "UPDATE_ROLLBACK_FAILED"}))
+    page = {
+        "StackResourceSummaries": [
+            _resource("ProviderRole1234", "AWS::IAM::Role", "UPDATE_COMPLETE"),
+            _resource("ClusterE4D3A1B2", "Custom::PclusterCluster", "UPDATE_FAILED"),
+        ]
+    }
+    aws.answer("cloudformation", "ListStackResources", always=page)
+    results = preflight.check_names(context(aws, folder, "p5", P5_REGION))
+    mine = [r for r in results if "p5-Cluster" in r.message]
+    assert [(r.status, r.level) for r in mine] == [("fail", "ERROR")]
+    assert mine[0].message == (
+        "stack p5-Cluster (this environment's) is UPDATE_ROLLBACK_FAILED (ClusterE4D3A1B2 (Custom::PclusterCluster)): "
+        "CloudFormation refuses every update until the rollback is continued: `aws cloudformation "
+        "continue-update-rollback --stack-name p5-Cluster --resources-to-skip ClusterE4D3A1B2`, then "
+        "`mlcluster status` and deploy"
+    )
+    assert aws.params("ListStackResources") == [{"StackName": "p5-Cluster"}]
+
+
+def test_names_a_rollback_failed_stack_that_cannot_be_listed_is_an_error_row(aws: Aws, tmp_path: Path) -> None:
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    aws.answer("cloudformation", "DescribeStacks", always=_stacks({"p5-Cluster": "UPDATE_ROLLBACK_FAILED"}))
+    aws.answer("cloudformation", "ListStackResources", always=error("AccessDenied", "not allowed", 403))
+    ctx = context(aws, folder, "p5", P5_REGION)
+    results = preflight.run_checks(ctx, skip=[c for c in preflight.CHECKS if c != "names"])
+    assert [(r.check, r.status) for r in results] == [("names", "error")]
+    assert "AccessDenied" in results[0].message
 
 
 def test_names_data_repository_stack_only_with_associations(aws: Aws, tmp_path: Path) -> None:
@@ -1025,3 +1068,5 @@ def test_names_parallelcluster_stack_by_its_table(aws: Aws, tmp_path: Path, stat
     mine = [r for r in results if r.key == "cluster.name"]
     assert [r.status for r in mine] == ["pass" if ok else "fail"]
     assert mine[0].message.startswith(f"cluster stack p5-train is {status}: ")
+    if status == "UPDATE_ROLLBACK_COMPLETE":  # the head node's own rollback may still run (PR #7150)
+        assert "confirm it did in /var/log/chef-client.log on the head node before deploying" in mine[0].message

@@ -304,7 +304,7 @@ def _pcluster_stack_status(world: World, status: str) -> None:
     ("stack_status", "healthy", "reason"),
     [
         ("UPDATE_COMPLETE", True, ""),
-        ("UPDATE_ROLLBACK_COMPLETE", False, "the cluster runs its previous configuration"),
+        ("UPDATE_ROLLBACK_COMPLETE", False, "confirm it did in /var/log/chef-client.log on the head node"),
         ("UPDATE_IN_PROGRESS", False, "ParallelCluster is updating the cluster"),
         ("ROLLBACK_COMPLETE", False, "delete the cluster stack, then deploy"),
     ],
@@ -338,7 +338,38 @@ def test_status_a_stopped_pcluster_node_needs_attention(aws: Aws, pcluster: Worl
         patch.setattr(status_module, "pcluster_nodes", lambda target: [stopped, pending])
         result = pcluster.run("status", "p5", "--json")
     failing = {n["instance_id"]: n["message"] for n in json.loads(result.stdout)["cluster"]["failing_nodes"]}
-    assert failing == {
-        "i-0stopped": "the instance is stopped: nothing in a cluster stops nodes",
-        "i-0pending": "the instance is starting",
+    assert failing == {"i-0stopped": "the instance is stopped: nothing in a cluster stops nodes"}
+
+
+def test_status_a_scaling_fleet_is_no_problem(aws: Aws, pcluster: World) -> None:
+    """pending and shutting-down compute nodes are Slurm scaling a dynamic fleet: information, not problems;
+    the head node in those states is one."""
+    from mlcluster.cli.nodes import Node
+
+    aws.answer("fsx", "DescribeDataRepositoryAssociations", always={"Associations": []})
+    aws.answer("fsx", "DescribeDataRepositoryTasks", always={"DataRepositoryTasks": []})
+    head = Node("head-node", "i-0head", "m5.2xlarge", "running", "", "i-0head")
+    starting = Node("compute-gpu", "i-0pending", "p5.48xlarge", "pending", "", "i-0pending")
+    stopping = Node("compute-gpu", "i-0stopping", "p5.48xlarge", "shutting-down", "", "i-0stopping")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(status_module, "pcluster_nodes", lambda target: [head, starting, stopping])
+        result = pcluster.run("status", "p5", "--json")
+        text = pcluster.run("status", "p5")
+    data = json.loads(result.stdout)
+    assert (data["healthy"], data["problems"], data["cluster"]["failing_nodes"]) == (True, [], [])
+    assert {n["instance_id"]: n["message"] for n in data["cluster"]["scaling_nodes"]} == {
+        "i-0pending": "the instance is starting (Slurm scales up)",
+        "i-0stopping": "the instance is terminating (Slurm scales down, or replaces a failed node)",
     }
+    assert "Scaling nodes (no problem)" in text.stdout and "i-0stopping" in text.stdout
+
+    head = Node("head-node", "i-0head", "m5.2xlarge", "shutting-down", "", "i-0head")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(status_module, "pcluster_nodes", lambda target: [head])
+        result = pcluster.run("status", "p5", "--json")
+    data = json.loads(result.stdout)
+    assert data["healthy"] is False
+    assert data["problems"] == [
+        "node i-0head (head-node) is shutting-down: the head node is shutting-down: the cluster has no head node "
+        "while it is"
+    ]

@@ -9,6 +9,8 @@ so no contract is proven by a gate that cannot fail.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -151,7 +153,7 @@ def test_readme_table_is_generated_from_the_contracts() -> None:
         ("StringNotEquals", "1", {}, True),  # and passes a negated one
         ("StringNotEquals", "1", {"k": "1"}, False),
         ("StringLike", "a*", {"k": "abc"}, True),
-        ("ArnLike", "arn:aws:cloudwatch:r:1:alarm:*", {"k": "arn:aws-cn:cloudwatch:r:1:alarm:x"}, True),
+        ("ArnLike", "arn:aws:cloudwatch:r:1:alarm:*", {"k": "arn:${AWS::Partition}:cloudwatch:r:1:alarm:x"}, True),
         ("ArnEquals", "arn:aws:x:r:1:y", {"k": "arn:aws:x:r:1:z"}, False),
         ("Bool", "false", {"k": "true"}, False),
         ("Bool", "false", {}, False),
@@ -303,7 +305,8 @@ def test_the_provider_must_attach_every_configured_policy(broken: Broken) -> Non
                             ][1:]
 
     found = failures(broken(narrow), contracts.PCLUSTER)
-    assert found and all("iam:AttachRolePolicy" in p.detail and "(AdditionalIamPolicies)" in p.subject for p in found)
+    assert found and all("(AdditionalIamPolicies)" in p.subject for p in found)
+    assert {p.detail.split(" ")[1] for p in found} == {"iam:AttachRolePolicy", "iam:DetachRolePolicy"}
 
 
 def test_the_provider_role_must_require_the_boundary_the_config_names(broken: Broken) -> None:
@@ -392,3 +395,168 @@ def test_node_scripts_bucket_must_not_deny_the_node_roles_or_be_sse_kms(broken: 
 
     found = failures(broken(sse_kms), contracts.PCLUSTER_NODES)
     assert found and all("grants no kms:Decrypt" in p.detail for p in found)
+
+
+def _provider_documents(templates: Templates) -> list[dict[str, Any]]:
+    out = []
+    for stack in templates:
+        for role in resources(templates, stack, "AWS::IAM::Role").values():
+            out += [
+                p["PolicyDocument"] for p in role["Properties"].get("Policies", []) if p["PolicyName"] == "Provider"
+            ]
+    return out
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        "iam:TagRole",
+        "iam:DeleteInstanceProfile",
+        "iam:DetachRolePolicy",
+        "iam:CreateServiceLinkedRole",
+        "iam:GetInstanceProfile",
+        "iam:SimulatePrincipalPolicy",
+        "lambda:TagResource",
+        "dynamodb:TagResource",
+        "route53:GetHostedZone",
+        "route53:ListResourceRecordSets",
+        "ec2:AuthorizeSecurityGroupEgress",
+        "ec2:DeleteVolume",
+        "logs:DeleteLogGroup",
+        "autoscaling:CreateAutoScalingGroup",
+    ],
+)
+def test_every_action_of_parallelclusters_policy_is_proven(broken: Broken, action: str) -> None:
+    """The outside review's list: each action of ParallelCluster's policy taken from the ProviderRole fails."""
+
+    def drop(templates: Templates) -> None:
+        for document in _provider_documents(templates):
+            for statement in document["Statement"]:
+                if isinstance(statement["Action"], list) and action in statement["Action"]:
+                    statement["Action"].remove(action)
+                elif statement["Action"] == action:
+                    statement["Action"] = "none:none"
+
+    found = failures(broken(drop), contracts.PCLUSTER)
+    assert found and all(f" {action} " in p.detail for p in found)
+    assert {p.subject.split("/", 1)[0] for p in found} <= {"p4de", "p5", "trn1"}
+
+
+def test_the_lambda_roles_must_be_passable_to_lambda(broken: Broken) -> None:
+    def only_ec2(templates: Templates) -> None:
+        for document in _provider_documents(templates):
+            for statement in document["Statement"]:
+                if statement.get("Sid") == "PassClusterRoles":
+                    passed = statement["Condition"]["StringEqualsIfExists"]
+                    passed["iam:PassedToService"] = [s for s in passed["iam:PassedToService"] if "lambda" not in str(s)]
+
+    found = failures(broken(only_ec2), contracts.PCLUSTER)
+    assert found and all("iam:PassRole" in p.detail and "CleanupResources" in p.detail for p in found)
+
+    def no_lambda_roles(templates: Templates) -> None:  # role/parallelcluster/<cluster>-* taken away
+        lambda_roles = re.compile(r'role/parallelcluster/[a-z0-9-]+-\*"')
+        for document in _provider_documents(templates):
+            for statement in document["Statement"]:
+                if isinstance(statement.get("Resource"), list):
+                    keep = [r for r in statement["Resource"] if not lambda_roles.search(json.dumps(r))]
+                    statement["Resource"] = keep
+
+    found = failures(broken(no_lambda_roles), contracts.PCLUSTER)
+    assert found and all("CleanupResourcesFunctionExecutionRole" in p.detail for p in found)
+    assert {p.detail.split(" ")[1] for p in found} >= {"iam:PassRole", "iam:CreateRole", "iam:DeleteRole"}
+
+
+def test_a_statement_of_parallelclusters_policy_without_a_decision_fails(
+    broken: Broken, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uses = dict(contracts.PCLUSTER_PROVIDER_USES)
+    del uses["ResourceGroupRead"]
+    monkeypatch.setattr(contracts, "PCLUSTER_PROVIDER_USES", uses)
+    found = failures(broken(lambda t: None), contracts.PCLUSTER)
+    assert found and all("no decision" in p.detail and "ResourceGroupRead" in p.detail for p in found)
+
+
+def test_an_edit_that_drops_a_policy_can_detach_it(broken: Broken) -> None:
+    """Item 2: observability off drops CollectorRemoteWrite; the provider must detach it, or the update rolls back."""
+
+    def configured_only(templates: Templates) -> None:
+        _provider_statements(templates, lambda s: s.get("Sid") != "DetachTheAppsPolicies")
+
+    found = failures(broken(configured_only), contracts.PCLUSTER)
+    assert found and all("(an edit drops a policy)" in p.subject for p in found)
+    assert all("iam:DetachRolePolicy" in p.detail and "-Cluster-CollectorRemoteWrite" in p.detail for p in found)
+    assert {p.subject.split("/", 1)[0] for p in found} == {"p4de", "p5", "trn1"}
+
+
+def _root_spelled(spelling: Callable[[Any], Any]) -> Callable[[Templates], None]:
+    """Drop the FSx key statement and write the root's principal another way (the outside review's variants)."""
+
+    def change(templates: Templates) -> None:
+        _drop_statements(templates, "AWS::KMS::Key", "KeyPolicy", lambda s: not _fsx_key_statement(s))
+        for stack in templates:
+            for key in resources(templates, stack, "AWS::KMS::Key").values():
+                for statement in key["Properties"]["KeyPolicy"]["Statement"]:
+                    principal = statement.get("Principal")
+                    if isinstance(principal, dict) and ":root" in json.dumps(principal.get("AWS")):
+                        principal["AWS"] = spelling(principal["AWS"])
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        pytest.param(lambda root: [root], id="one-item list"),
+        pytest.param(lambda root: {"Ref": "AWS::AccountId"}, id="bare account id"),
+        pytest.param(lambda root: [{"Ref": "AWS::AccountId"}], id="bare account id in a list"),
+    ],
+)
+def test_the_roots_delegation_never_stands_in_for_the_fsx_statement(broken: Broken, spelling: Any) -> None:
+    found = failures(broken(_root_spelled(spelling)), contracts.FSX_DRA)
+    assert {p.subject for p in found} == {"prod/DataRepository/LustreAssociationDataAB5FE929 (key)"}
+    assert {p.detail.split(" ")[1] for p in found} == set(contracts.FSX_KEY_ACTIONS)
+
+
+def test_the_fsx_key_proof_sends_only_the_calls_that_carry_the_encryption_context(examples: Assembly) -> None:
+    """kms:DescribeKey carries no encryption context, and FSx's documented statement allows it only under one."""
+    proofs = [p for p in prove_all(examples) if p.contract == contracts.FSX_DRA and p.subject.endswith("(key)")]
+    assert {p.detail.split(" ")[1] for p in proofs} == {
+        "kms:Encrypt",
+        "kms:Decrypt",
+        "kms:ReEncryptFrom",
+        "kms:GenerateDataKey",
+    }
+    assert all("kms:EncryptionContext:aws:s3:arn=" in p.detail for p in proofs)
+
+
+def _login_pools(templates: Templates) -> list[dict[str, Any]]:
+    out = []
+    for stack in templates:
+        for cluster in resources(templates, stack, "Custom::PclusterCluster").values():
+            out += cluster["Properties"]["ClusterConfiguration"].get("LoginNodes", {}).get("Pools", [])
+    return out
+
+
+def test_login_pool_scripts_need_a_policy_that_reads_them(broken: Broken, examples: Assembly) -> None:
+    """p4de's login pool runs the node scripts: removing NodeScriptRead from the pool fails the gate."""
+    proofs = [p for p in prove_all(examples) if p.contract == contracts.PCLUSTER_NODES and " LoginNodes " in p.subject]
+    assert proofs and all(p.ok for p in proofs)
+    assert any("attached policies: allowed" in p.detail for p in proofs)
+
+    def no_script_read(templates: Templates) -> None:
+        for pool in _login_pools(templates):
+            policies = pool["Iam"]["AdditionalIamPolicies"]
+            pool["Iam"]["AdditionalIamPolicies"] = [p for p in policies if "NodeScriptRead" not in json.dumps(p)]
+
+    found = failures(broken(no_script_read), contracts.PCLUSTER_NODES)
+    assert found and all(" LoginNodes login " in p.subject and p.subject.startswith("p4de/") for p in found)
+    assert all("S3Access grants no s3:GetObject" in p.detail and "implicit deny" in p.detail for p in found)
+
+    def s3_access_instead(templates: Templates) -> None:  # at the edge: an S3Access entry for the script suffices
+        no_script_read(templates)
+        for pool in _login_pools(templates):
+            script = pool["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Script"]
+            bucket = script["Fn::Join"][1][1]
+            pool["Iam"]["S3Access"] = [{"BucketName": bucket, "KeyName": "pcluster/*"}]
+
+    assert failures(broken(s3_access_instead), contracts.PCLUSTER_NODES) == []

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from mlcluster.analysis.policy_eval import ACCOUNT_ROOT, Request, condition_holds, evaluate
+from mlcluster.analysis.policy_eval import (
+    ACCOUNT_ROOT,
+    Request,
+    UnknownConditionError,
+    UnsupportedPartitionError,
+    condition_holds,
+    evaluate,
+)
 
 ALARM = "arn:aws:cloudwatch:us-east-1:111111111111:alarm:gpu-nodes"
 
@@ -26,9 +33,7 @@ ALARM = "arn:aws:cloudwatch:us-east-1:111111111111:alarm:gpu-nodes"
         # the partition is compared in one spelling
         (
             "arn:${AWS::Partition}:cloudwatch:${AWS::Region}:${AWS::AccountId}:alarm:*",
-            ALARM.replace("aws", "aws-cn", 1)
-            .replace("us-east-1", "${AWS::Region}")
-            .replace("111111111111", "${AWS::AccountId}"),
+            ALARM.replace("us-east-1", "${AWS::Region}").replace("111111111111", "${AWS::AccountId}"),
             True,
         ),
         # a wildcard never spans a colon between parts: the account cannot be skipped or shifted
@@ -131,3 +136,86 @@ def test_not_principal_naming_a_role_exempts_that_role() -> None:
     statements = _deny_all_but({"AWS": ROLE})
     assert evaluate(statements, _publish(("AWS", ROLE))).allowed is True
     assert evaluate(statements, _publish(("AWS", "arn:aws:iam::${AWS::AccountId}:role/other"))).allowed is False
+
+
+FSX_ROLE = "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/x.amazonaws.com/AWSServiceRoleForX"
+
+
+@pytest.mark.parametrize(
+    "root",
+    [
+        ACCOUNT_ROOT,
+        [ACCOUNT_ROOT],
+        "${AWS::AccountId}",
+        ["${AWS::AccountId}"],
+        "arn:aws:iam::${AWS::AccountId}:root",
+    ],
+)
+def test_root_delegation_can_be_turned_off_whatever_the_roots_spelling(root: Any) -> None:
+    """For a principal whose own policy grants nothing on the resource, the root's statement must not count
+    (outside review: a one-item list or a bare account id slipped past a filter on the statement's shape)."""
+    key = [{"Effect": "Allow", "Principal": {"AWS": root}, "Action": "kms:*", "Resource": "*"}]
+    request = Request(("AWS", FSX_ROLE), "kms:Decrypt", "*")
+    assert evaluate(key, request).allowed is True
+    assert evaluate(key, request, root_delegates=False).allowed is False
+    # at the edge: a statement naming the principal itself still allows, and the root itself is still the root
+    named = [*key, {"Effect": "Allow", "Principal": {"AWS": FSX_ROLE}, "Action": "kms:Decrypt", "Resource": "*"}]
+    assert evaluate(named, request, root_delegates=False).allowed is True
+    if root in (ACCOUNT_ROOT, [ACCOUNT_ROOT]):
+        assert evaluate(key, Request(("AWS", ACCOUNT_ROOT), "kms:Decrypt", "*"), root_delegates=False).allowed
+
+
+@pytest.mark.parametrize(
+    ("operator", "value"),
+    [
+        ("StringEquals", "${aws:username}"),
+        ("StringLike", "home/${aws:username}/*"),
+        ("ArnLike", "arn:aws:iam::${aws:PrincipalAccount}:role/*"),
+        ("StringEquals", "${aws:PrincipalTag/team}"),
+        ("StringLike", "${*}"),
+    ],
+)
+def test_a_policy_variable_in_a_condition_is_never_guessed(operator: str, value: str) -> None:
+    with pytest.raises(UnknownConditionError, match="policy variable"):
+        condition_holds(operator, "aws:SourceArn", [value], {"aws:SourceArn": "x"})
+
+
+def test_deploy_time_values_are_no_policy_variables() -> None:
+    """At the edge: the assembly's ``${AWS::AccountId}`` and ``${stack|Output}`` are read, not refused."""
+    context = {"aws:SourceAccount": "${AWS::AccountId}"}
+    assert condition_holds("StringEquals", "aws:SourceAccount", "${AWS::AccountId}", context) is True
+    topic = {"aws:SourceArn": "${p5/Observability|Topic}"}
+    assert condition_holds("ArnEquals", "aws:SourceArn", "${p5/Observability|Topic}", topic) is True
+
+
+@pytest.mark.parametrize("value", ["one", "", "1.2.3", "${AWS::AccountId}"])
+def test_a_numeric_condition_value_that_is_no_number_is_never_guessed(value: str) -> None:
+    with pytest.raises(UnknownConditionError, match="no number"):
+        condition_holds("NumericLessThan", "s3:TlsVersion", value, {"s3:TlsVersion": "1.2"})
+    assert condition_holds("NumericLessThan", "s3:TlsVersion", "1.3", {"s3:TlsVersion": "1.2"}) is True
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        {"Effect": "Allow", "Principal": "*", "Action": "sns:Publish", "Resource": "arn:aws-cn:sns:cn-north-1:1:t"},
+        {"Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com.cn"}, "Action": "*", "Resource": "*"},
+        {
+            "Effect": "Allow",
+            "Principal": "*",
+            "Action": "*",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"kms:ViaService": "s3.cn-north-1.amazonaws.com.cn"}},
+        },
+        {"Effect": "Allow", "Principal": "*", "Action": "*", "Resource": "arn:aws-us-gov:sns:us-gov-west-1:1:t"},
+    ],
+)
+def test_another_partition_is_refused_not_read_as_commercial(statement: dict[str, Any]) -> None:
+    request = Request(
+        ("Service", "cloudwatch.${AWS::URLSuffix}"),
+        "sns:Publish",
+        "arn:aws:sns:us-east-1:1:t",
+        {"kms:ViaService": "s3.us-east-1.amazonaws.com"},
+    )
+    with pytest.raises(UnsupportedPartitionError):
+        evaluate([statement], request)

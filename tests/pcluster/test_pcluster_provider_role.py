@@ -80,6 +80,15 @@ def test_provider_role_creates_roles_only_with_the_boundary_and_attaches_only_th
     unique = [p for i, p in enumerate(configured) if p not in configured[:i]]
     assert allowed[:-1] == unique
     assert json.dumps(allowed[-1]).endswith(':iam::aws:policy/CloudWatchAgentServerPolicy"]]}')
+    # Detach (an edit that drops a policy): this stack's node policies by their name, or the CloudWatch agent's;
+    # never attach by that pattern.
+    detach = by_sid["DetachTheAppsPolicies"]
+    assert as_list(detach["Action"]) == ["iam:DetachRolePolicy"]
+    assert detach["Condition"]["StringEquals"]["iam:PermissionsBoundary"] == boundary_ref
+    patterns = json.dumps(detach["Condition"]["ArnLike"]["iam:PolicyARN"])
+    assert f':policy/parallelcluster/{example}-Cluster-*"' in patterns
+    assert patterns.endswith(':iam::aws:policy/CloudWatchAgentServerPolicy"]]}]')
+    assert json.dumps(detach["Resource"]).endswith('/*"]]}')  # the node roles, role/parallelcluster/<cluster>/*
     # No IAM action is granted on every resource, and every IAM resource is this cluster's or read-only.
     for sid, statement in by_sid.items():
         actions = as_list(statement["Action"])
