@@ -449,9 +449,7 @@ def test_backups_and_volumes_of_a_live_file_system_are_not_orphans(aws: Aws, tmp
         backups = moto_fsx.describe_backups(Filters=params["Filters"])["Backups"]
         kinds = {live_backup: "AUTOMATIC", manual_backup: "USER_INITIATED"}
         return {
-            "Backups": [
-                {**b, "Type": kinds[b["ResourceARN"]], "FileSystem": {"FileSystemId": system}} for b in backups
-            ]
+            "Backups": [{**b, "Type": kinds[b["ResourceARN"]], "FileSystem": {"FileSystemId": system}} for b in backups]
         }
 
     aws.answer("fsx", "DescribeBackups", always=typed)
