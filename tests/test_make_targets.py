@@ -147,7 +147,7 @@ def test_synth_prints_each_cached_total_and_how_to_make_the_cache(
     out = capsys.readouterr().out.splitlines()
     start = out.index("cost per environment (mlcluster cost ENV for the table):")
     # p5 from the recorded prices: 4 x p5.48xlarge, the head node, a NAT gateway, Lustre and gp3 (test_cost).
-    hourly = 4 * 55.04 + 1.536 + 0.045 + (1200 * 0.21 + 1200 * 0.08) / 730
+    hourly = 4 * 55.04 + 1.536 + 0.045 + (1200 * 0.21 + 1300 * 0.08) / 730  # gp3: roots, /home, /apps
     assert out[start + 1] == (
         f"  p5 (us-east-2): USD {hourly:,.2f}-{hourly:,.2f} per hour, "
         f"{hourly * 730:,.2f}-{hourly * 730:,.2f} per month (On-Demand, min-max nodes; prices cached 2026-11-20)"
@@ -169,9 +169,34 @@ def test_a_partial_or_unreadable_cache_never_fails_synth(offline: Path, tmp_path
     data = json.loads(cache.read_text())
     data["prices"] = {k: v for k, v in data["prices"].items() if "m5.8xlarge" not in k}  # the head node's price
     cache.write_text(json.dumps(data))
-    (line,) = synth_summary.cost_lines("p5", offline)[1:]
-    assert line.endswith("prices cached 2026-11-20; partial: 1 line(s) unpriced)")
+    total, missing = synth_summary.cost_lines("p5", offline)[1:]
+    assert total.endswith("prices cached 2026-11-20; partial: 1 line(s) unpriced)")
+    assert missing == (
+        "    not in the us-east-2 price cache: head node: m5.8xlarge: "
+        "run `mlcluster cost p5` once with AWS credentials to add them"
+    )
     cache.write_text("{not json")
     (line,) = synth_summary.cost_lines("p5", offline)[1:]
     assert line.startswith(f"  p5: no estimate (price cache {cache} is unreadable")
     assert "Traceback" not in line
+
+
+def test_a_cache_filled_by_another_environment_gives_no_figure(offline: Path) -> None:
+    """The region's cache holds only another environment's prices: no USD 0.00 total, the lines named instead."""
+    from mlcluster.cli import cost
+    from tools import synth_summary
+
+    _p5_cache(offline)
+    cache = cost.cache_path("us-east-2")
+    data = json.loads(cache.read_text())
+    (compute,) = [k for k in data["prices"] if "p5.48xlarge" in k]
+    data["prices"] = {compute.replace("p5.48xlarge", "g5.48xlarge"): data["prices"][compute]}
+    cache.write_text(json.dumps(data))
+    lines = synth_summary.cost_lines("p5", offline)[1:]
+    assert lines == [
+        "  p5 (us-east-2): no figure: none of its lines is priced in the price cache of 2026-11-20",
+        "    not in the us-east-2 price cache: head node: m5.8xlarge; queue compute-gpu/p5: p5.48xlarge; "
+        "FSx for Lustre PERSISTENT_2 250 MB/s/TiB; NAT gateway; EBS gp3 (root and /apps volumes): "
+        "run `mlcluster cost p5` once with AWS credentials to add them",
+    ]
+    assert not any("USD" in line for line in lines)

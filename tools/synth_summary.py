@@ -100,10 +100,12 @@ def cost_lines(selection: str | None, folder: Path) -> list[str]:
     """Each environment's cost total from the price cache (mlcluster/cli/cost.py), offline; never raises.
 
     Environments whose region has no cache are named on one line that says how
-    to create it; an environment whose estimate cannot be made says why on its own line.
+    to create it; an environment whose estimate cannot be made says why on its own line;
+    one whose lines the cache lacks (filled by another environment) names them
+    and says to run ``mlcluster cost ENV`` once, and shows no figure when none is priced.
     """
     from mlcluster.cli.context import zone_region
-    from mlcluster.cli.cost import offline_total, total_line
+    from mlcluster.cli.cost import offline_total, total_lines
 
     wanted = set(selection.split(",")) if selection else None
     lines = ["cost per environment (mlcluster cost ENV for the table):"]
@@ -121,7 +123,7 @@ def cost_lines(selection: str | None, folder: Path) -> list[str]:
             if found is None:
                 uncached[path.stem] = region
             else:
-                lines.append(f"  {total_line(*found)}")
+                lines += [f"  {line}" for line in total_lines(*found)]
         except Exception as error:  # the summary must never fail synth; say why instead
             message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
             lines.append(f"  {path.stem}: no estimate ({' '.join(str(message).split())})")

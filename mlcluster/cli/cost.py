@@ -180,6 +180,8 @@ class Estimate:
     region: str
     source: str
     lines: list[Line] = field(default_factory=list)
+    #: The lines unpriced only because the price cache lacks them (an offline estimate).
+    not_cached: list[Line] = field(default_factory=list)
 
     def total(self, which: str) -> float:
         return sum(getattr(line, f"hourly_{which}") or 0.0 for line in self.lines)
@@ -221,6 +223,10 @@ class Estimate:
 
 class PriceNotFoundError(Exception):
     """The price list has no single product for a query."""
+
+
+class NotCachedError(PriceNotFoundError):
+    """The price cache has no entry for a query: one online run of ``mlcluster cost`` would add it."""
 
 
 def _matches(query: Query, attributes: dict[str, str]) -> bool:
@@ -431,6 +437,8 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
             line.price = price(wanted_query)
         except PriceNotFoundError as missing:
             line.note = f"no price: {missing}"
+            if isinstance(missing, NotCachedError):
+                result.not_cached.append(line)
         line.priced()
         result.lines.append(line)
     if plan.prometheus:
@@ -496,7 +504,7 @@ def cached_price(prices: dict[str, Any], path: Path) -> Callable[[Query], Price]
     def cached(query: Query) -> Price:
         hit = prices.get(query.cache_key)
         if hit is None:
-            raise PriceNotFoundError("not in the cache; run once without --offline")
+            raise NotCachedError("not in the cache; run once without --offline")
         try:
             return Price(**hit)
         except TypeError:
@@ -522,15 +530,31 @@ def offline_total(environment: Environment, region: str) -> tuple[Estimate, str]
     return est, str(cache["fetched"])
 
 
-def total_line(est: Estimate, fetched: str) -> str:
-    """One line: the On-Demand total per hour and per month, min-max, and whether it is partial."""
+def total_lines(est: Estimate, fetched: str) -> list[str]:
+    """The On-Demand total per hour and per month, min-max, whether it is partial, and what the cache lacks.
+
+    No figure when no line has a price (a region's cache filled by another
+    environment): a total of the lines that are priced would read as the
+    environment's cost. A second line names the lines the cache lacks and the
+    one command that adds them.
+    """
     low, high = est.total("min"), est.total("max")
-    partial = "" if est.complete else f"; partial: {len(est.unpriced)} line(s) unpriced"
-    return (
-        f"{est.environment} ({est.region}): USD {_money(low)}-{_money(high)} per hour, "
-        f"{_money(low * HOURS_PER_MONTH)}-{_money(high * HOURS_PER_MONTH)} per month "
-        f"(On-Demand, min-max nodes; prices cached {fetched[:10]}{partial})"
-    )
+    head = f"{est.environment} ({est.region}): "
+    if all(line.price is None for line in est.lines):
+        lines = [f"{head}no figure: none of its lines is priced in the price cache of {fetched[:10]}"]
+    else:
+        partial = "" if est.complete else f"; partial: {len(est.unpriced)} line(s) unpriced"
+        lines = [
+            f"{head}USD {_money(low)}-{_money(high)} per hour, "
+            f"{_money(low * HOURS_PER_MONTH)}-{_money(high * HOURS_PER_MONTH)} per month "
+            f"(On-Demand, min-max nodes; prices cached {fetched[:10]}{partial})"
+        ]
+    if est.not_cached:
+        lines.append(
+            f"  not in the {est.region} price cache: {'; '.join(line.resource for line in est.not_cached)}: "
+            f"run `mlcluster cost {est.environment}` once with AWS credentials to add them"
+        )
+    return lines
 
 
 def pricing_client(target: Target) -> Any:

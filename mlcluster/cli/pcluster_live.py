@@ -15,9 +15,12 @@ of the configuration the validators see, and the row names them.
 
 The validators run in a Python that has ``aws-parallelcluster`` (it pins CDK v1,
 so it cannot share mlcluster's environment), found in this order:
-``$MLCLUSTER_PCLUSTER_PYTHON``; the interpreter of a ``pcluster`` command on
-``PATH`` (``pipx install aws-parallelcluster``); ``.venv-pcluster/bin/python``
-in the current folder (a checkout after ``make test``). That Python runs
+``$MLCLUSTER_PCLUSTER_PYTHON``; the Python of a ``pcluster`` command on the
+absolute entries of ``PATH`` (``pipx install aws-parallelcluster``);
+``.venv-pcluster/bin/python`` beside mlcluster's own source tree (a checkout
+after ``make test``; never the current folder). Each must be an executable
+owned by the operator or root that no one else can write (:func:`find_python`):
+it runs with the operator's credentials. That Python runs
 ``mlcluster/pcluster/live_validate.py`` with the operator's credentials and
 region in its environment; each validator failure becomes a row at its own
 level (ERROR, WARNING; INFO as a passing row) with the validator's message.
@@ -29,11 +32,16 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import click
 
 from mlcluster.cli.errors import EXIT_AWS, CliError
 
@@ -44,6 +52,8 @@ CHECK = "pcluster-validators"
 KEY = "cluster.pcluster"
 #: The variable naming a Python that has aws-parallelcluster.
 PYTHON_VARIABLE = "MLCLUSTER_PCLUSTER_PYTHON"
+#: The checkout's own ParallelCluster Python (``make test`` makes it); absent for a wheel install.
+CHECKOUT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-pcluster" / "bin" / "python"
 #: The script that runs the validators (it imports nothing from mlcluster).
 RUNNER = Path(__file__).resolve().parents[1] / "pcluster" / "live_validate.py"
 #: A stand-in for the Cluster stack's own resources; entries holding it are left out before validating.
@@ -67,27 +77,116 @@ def install_hint(version: str) -> str:
     )
 
 
-def find_python(environ: Mapping[str, str] | None = None) -> Path | None:
-    """A Python with ``aws-parallelcluster``: the variable, a ``pcluster`` command's interpreter, or ./.venv-pcluster.
+def _head(path: Path) -> bytes:
+    """The first bytes of ``path``: enough for a launcher's first two lines."""
+    with path.open("rb") as file:
+        return file.read(4096)
 
-    :raises CliError: when :data:`PYTHON_VARIABLE` names something that is not an executable file.
+
+def _unsafe(path: Path) -> str | None:
+    """Why ``path`` may not run with the operator's credentials, or None when it may.
+
+    It must be absolute, an executable file owned by this user or root and
+    writable by no one else, in a folder of the same kind; when it is a link
+    (a venv's ``python``), the file it resolves to and that file's folder too.
+    Otherwise anyone who can write the file or its folder chooses what runs.
+    """
+    if not path.is_absolute():
+        return "is not an absolute path"
+    if not path.is_file() or not os.access(path, os.X_OK):
+        return "is not an executable file"
+    target = path.resolve()
+    for item in dict.fromkeys((path.parent, target, target.parent)):
+        try:
+            info = item.stat()
+        except OSError as error:
+            return f"cannot be checked ({error})"
+        if info.st_uid not in (os.getuid(), 0):
+            return f"is unsafe: {item} is owned by uid {info.st_uid}, not by you or root"
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"is unsafe: {item} is writable by group or others (mode {stat.filemode(info.st_mode)})"
+    return None
+
+
+def _named_python(text: str) -> Path | None:
+    """``text`` as an interpreter path when it is absolute and names a python* program."""
+    path = Path(text)
+    return path if path.is_absolute() and path.name.startswith("python") else None
+
+
+def command_python(command: Path) -> Path | None:
+    """The Python a ``pcluster`` command runs, or None when it cannot be told safely.
+
+    In order: a real (non-script) ``python`` beside the command's resolved file
+    (a venv or pipx's ``venvs/<name>/bin``; a pyenv or asdf shim folder's
+    ``python`` is itself a script, so it does not count); the first line's
+    interpreter when it is absolute and named ``python*`` (``#!/usr/bin/env
+    python`` is not); pip's launcher for a path with spaces or too long,
+    ``#!/bin/sh`` then ``'''exec' "<python>" "$0" "$@"``.
+    """
+    try:
+        beside = command.resolve().parent / "python"
+        if beside.is_file() and _head(beside)[:2] != b"#!":
+            return beside
+        lines = _head(command).split(b"\n")
+    except OSError:
+        return None
+    first = lines[0].decode(errors="replace")
+    if not first.startswith("#!"):
+        return None
+    words = first[2:].split()
+    found = _named_python(words[0]) if words else None
+    if found is not None:
+        return found
+    second = lines[1].decode(errors="replace") if len(lines) > 1 else ""
+    if words == ["/bin/sh"] and second.startswith("'''exec' "):
+        try:
+            tokens = shlex.split(second)
+        except ValueError:
+            return None
+        if len(tokens) > 1 and tokens[0] == "exec":
+            return _named_python(tokens[1])
+    return None
+
+
+def find_python(environ: Mapping[str, str] | None = None) -> Path | str | None:
+    """The Python to run the validators: the variable, a ``pcluster`` command's, or the checkout's ``.venv-pcluster``.
+
+    Only absolute ``PATH`` entries are searched (an empty or relative entry
+    would find a ``pcluster`` in whatever folder the operator stands in), and
+    the current folder is never looked in: a file planted there would run with
+    the operator's credentials. The first source present decides: a Path to run,
+    a message (a WARNING row) when its Python cannot be told or is unsafe
+    (:func:`_unsafe`), or None when there is none at all.
+
+    :raises CliError: when :data:`PYTHON_VARIABLE` names a program that is missing or unsafe.
     """
     env = os.environ if environ is None else environ
     given = env.get(PYTHON_VARIABLE)
     if given:
         path = Path(given).expanduser()
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise CliError(f"{PYTHON_VARIABLE}={given} is not an executable file: point it at a Python", EXIT_AWS)
+        problem = _unsafe(path)
+        if problem:
+            raise CliError(f"{PYTHON_VARIABLE}={given} {problem}: point it at a Python of your own", EXIT_AWS)
         return path
-    command = shutil.which("pcluster", path=env.get("PATH"))
+    search = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if Path(p).is_absolute())
+    command = shutil.which("pcluster", path=search) if search else None
     if command is not None:
-        first = Path(command).read_bytes()[:512].split(b"\n", 1)[0]
-        if first.startswith(b"#!"):
-            interpreter = Path(first[2:].decode(errors="replace").strip().split(" ", 1)[0])
-            if interpreter.is_file():
-                return interpreter
-    local = Path.cwd() / ".venv-pcluster" / "bin" / "python"
-    return local if local.is_file() else None
+        python = command_python(Path(command))
+        if python is None:
+            return (
+                f"skipped: cannot tell which Python the pcluster command {command} runs "
+                f"(a shim, or an interpreter not named by an absolute python* path): set {PYTHON_VARIABLE}"
+            )
+        problem = _unsafe(python)
+        if problem:
+            return f"skipped: {python}, the Python of the pcluster command {command}, {problem}"
+        return python
+    local = CHECKOUT_PYTHON
+    if not local.exists():
+        return None
+    problem = _unsafe(local)
+    return f"skipped: {local} {problem}" if problem else local
 
 
 def _stack_outputs(ctx: Context, suffix: str) -> dict[str, str] | None:
@@ -114,6 +213,7 @@ def _partition(region: str) -> str:
 def deployed_config(ctx: Context) -> tuple[dict[str, Any], list[str]] | str:
     """The cluster configuration with the deployed values, and the key paths left out; or why it cannot be made."""
     from mlcluster.config.observability import prometheus_enabled
+    from mlcluster.lifecycle.pcluster import GENERATED_FILES
     from mlcluster.pcluster.checks import network_zone_labels
     from mlcluster.pcluster.render import DeployInputs, ZoneSubnet, render_cluster_config
 
@@ -162,6 +262,8 @@ def deployed_config(ctx: Context) -> tuple[dict[str, Any], list[str]] | str:
         retain_home=env.config.retention.keeps_data,
         tags={"mlcluster:environment": env.name, **env.config.tags},
         exporters=prometheus_enabled(env.config),
+        # The collector's files are rendered by the Cluster stack into its node step, which is left out whole.
+        generated_files_base64=dict.fromkeys(GENERATED_FILES, owned),
     )
     left_out: list[str] = []
     config = without_cluster_owned(render_cluster_config(cfg, inputs), "", left_out)
@@ -252,17 +354,28 @@ def check_pcluster_validators(ctx: Context, child_environ: Callable[[], dict[str
                 CHECK, "skipped", "WARNING", KEY, f"skipped: no aws-parallelcluster found; {install_hint(pc.version)}"
             )
         ]
+    if isinstance(python, str):
+        return [Result(CHECK, "skipped", "WARNING", KEY, f"{python}; {install_hint(pc.version)}")]
+    click.echo(f"running ParallelCluster's validators under {python}...", err=True)
     try:
         answer = run_validators(python, ctx.env.cluster_name, config, child_environ())
     except CliError as error:
         if "has no aws-parallelcluster package" in error.message:
             return [Result(CHECK, "skipped", "WARNING", KEY, f"skipped: {error.message}; {install_hint(pc.version)}")]
         raise
-    return results_of(answer, pc.version, left_out)
+    return results_of(answer, pc.version, left_out, python)
 
 
-def results_of(answer: Mapping[str, Any], version: str, left_out: list[str]) -> list[Result]:
-    """Rows for the runner's answer: each schema error and validator failure at its level, or one pass row."""
+def results_of(answer: Mapping[str, Any], version: str, left_out: list[str], python: Path) -> list[Result]:
+    """Rows for the runner's answer: each schema error and validator failure at its level, or one pass row.
+
+    Every row ends with the interpreter that ran the validators, so the operator
+    sees whose answer it is.
+    """
+    return [replace(row, message=f"{row.message} (run under {python})") for row in _rows(answer, version, left_out)]
+
+
+def _rows(answer: Mapping[str, Any], version: str, left_out: list[str]) -> list[Result]:
     from mlcluster.cli.preflight import Result
 
     installed = str(answer.get("version", "?"))

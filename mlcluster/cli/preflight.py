@@ -1274,7 +1274,8 @@ def preflight(
     Read-only calls with your credentials. ParallelCluster environments also get
     ParallelCluster's own validators, run live once the Network and Storage stacks
     are deployed (a Python with aws-parallelcluster: $MLCLUSTER_PCLUSTER_PYTHON, a
-    `pcluster` command on PATH, or ./.venv-pcluster). Exit 1 when a check at level
+    `pcluster` command on PATH, or the checkout's .venv-pcluster; never the
+    current folder, and only one no one else can write). Exit 1 when a check at level
     ERROR fails, 3 when a check could not run (AWS refused a call), 0 otherwise.
     """
     target = Target.load(env, environments, region, profile)

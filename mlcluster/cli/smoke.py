@@ -121,6 +121,22 @@ def nccom_run(ranks: int, nodes: int) -> str:
     )
 
 
+def nccom_script(placement: str, first: str, ranks: int, nodes: int, timeout: int) -> str:
+    """The smoke step's shell: allocate every node of ``placement``, then start :func:`nccom_run` once, on ``first``.
+
+    ``salloc`` holds the whole allocation (``SLURM_JOB_NODELIST`` names every node) and runs its
+    command on the submitting host; the ``srun`` inside it is one task on ``first``. A lone
+    ``srun -N 2 --ntasks=1`` would not do: srun lowers the node count to the task count ("can't run
+    1 processes on 2 nodes, setting nnodes to 1"), so the job, and nccom-test's host list, would
+    hold one node.
+    """
+    return (
+        "export FI_PROVIDER=efa\n"
+        f"timeout {timeout} salloc {placement} srun -N 1 -n 1 -w {shlex.quote(first)} "
+        f"bash -c {shlex.quote(nccom_run(ranks, nodes))} 2>&1"
+    )
+
+
 #: An image reference pinned by digest (what --image and --nccl-image accept).
 DIGEST_PINNED = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 #: The NCCL filter, keeping the container check's lines too.
@@ -529,10 +545,13 @@ class Smoke:
             return lacking
         ranks = kind.accelerators * cores * self.nodes
         where = self.placement(self.nodes)
-        run = nccom_run(ranks, self.nodes)
-        script = f"export FI_PROVIDER=efa\ntimeout {timeout} srun {where} --ntasks=1 bash -c {shlex.quote(run)} 2>&1"
+        first = self.idle_nodes[0]
+        script = nccom_script(where, first, ranks, self.nodes, timeout)
         result = self.run("nccom-test all-reduce", script, timeout)
-        then = f"rerun `srun {where} --ntasks=1 nccom-test ... allr` and `fi_info -p efa` on a node"
+        then = (
+            f"rerun `salloc {where} srun -N 1 -n 1 -w {first} nccom-test ... allr --hosts ...` "
+            "and `fi_info -p efa` on a node"
+        )
         if failed := self.failed_run("nccom", result, then):
             return failed
         parsed = parse_nccom(result.stdout)

@@ -312,9 +312,26 @@ def _ssm_policy(inputs: DeployInputs) -> str:
     return inputs.session_manager_policy_arn
 
 
-def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str]) -> dict[str, Any]:
+def efa_off_types(queue: QueueConfig) -> list[str]:
+    """The queue's EFA-capable instance types whose compute resource has EFA off (``efa: false``).
+
+    The health_check step expects no EFA device on these (``run.sh --no-efa``): the instance type
+    alone would make every node expect its full EFA count, fail, drain and be replaced in a loop.
+    A node cannot tell which compute resource it belongs to, so a type listed here with EFA on in
+    another compute resource of the queue expects none there either (a missed check, never a loop).
+    """
+    off = []
+    for cr in queue.compute_resources:
+        info = lookup(cr.instance_type)
+        if info is not None and info.efa and not efa_enabled(cr) and cr.instance_type not in off:
+            off.append(cr.instance_type)
+    return off
+
+
+def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str], options: Sequence[str] = ()) -> dict[str, Any]:
     """``run.sh`` with the node's steps and the manifest of what it may run: a digest per fetched file and
-    the text of each generated one, in the configuration only the deploy writes (not in the bucket)."""
+    the text of each generated one, in the configuration only the deploy writes (not in the bucket);
+    ``options`` are run.sh's other options (``--no-efa``)."""
     source = f"s3://{inputs.node_script_bucket}/{inputs.node_script_prefix}"
     manifest: list[str] = []
     for name in node_files(steps):
@@ -326,7 +343,10 @@ def _node_action(inputs: DeployInputs, role: str, steps: Sequence[str]) -> dict[
             if name not in inputs.generated_files_base64:
                 raise RenderError(f"generated_files_base64: the collector step needs {name}; pass its text")
             manifest += ["--file", f"{name}={inputs.generated_files_base64[name]}"]
-    return {"Script": f"{source}{ENTRY_SCRIPT}", "Args": ["--role", role, "--source", source, *manifest, *steps]}
+    return {
+        "Script": f"{source}{ENTRY_SCRIPT}",
+        "Args": ["--role", role, "--source", source, *manifest, *options, *steps],
+    }
 
 
 def _user_action(action: CustomActionConfig) -> dict[str, Any]:
@@ -341,11 +361,12 @@ def _custom_actions(
     role: str,
     steps: Sequence[str],
     events: Mapping[str, Sequence[CustomActionConfig]],
+    options: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """``CustomActions``: mlcluster's node scripts first in OnNodeConfigured, then your own actions."""
+    """``CustomActions``: mlcluster's node scripts (with run.sh ``options``) first in OnNodeConfigured, then yours."""
     out: dict[str, Any] = {}
     for event, actions in events.items():
-        sequence = [_node_action(inputs, role, steps)] if event == "OnNodeConfigured" and steps else []
+        sequence = [_node_action(inputs, role, steps, options)] if event == "OnNodeConfigured" and steps else []
         sequence += [_user_action(a) for a in actions]
         if sequence:
             out[event] = {"Sequence": sequence}
@@ -502,8 +523,13 @@ def _queue(cfg: PclusterConfig, queue: QueueConfig, inputs: DeployInputs) -> dic
         "ComputeSettings": {"LocalStorage": _root_volume(queue.root_volume_gib)},
         "JobExclusiveAllocation": queue.job_exclusive_allocation,
     }
+    no_efa = efa_off_types(queue) if "health_check" in steps else []
     custom = _custom_actions(
-        inputs, "compute", steps, {"OnNodeStart": actions.on_node_start, "OnNodeConfigured": actions.on_node_configured}
+        inputs,
+        "compute",
+        steps,
+        {"OnNodeStart": actions.on_node_start, "OnNodeConfigured": actions.on_node_configured},
+        ["--no-efa", ",".join(no_efa)] if no_efa else [],
     )
     if custom:
         out["CustomActions"] = custom

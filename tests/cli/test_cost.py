@@ -78,10 +78,10 @@ def test_cost_p5_from_the_recorded_price_list(pricing: Aws, tmp_path: Path) -> N
     assert lustre["monthly_max"] == pytest.approx(1200 * 0.21)
     assert by["NAT gateway"]["monthly_max"] == pytest.approx(0.045 * 730)
     ebs = by["EBS gp3 (root and /apps volumes)"]
-    assert (ebs["quantity_min"], ebs["quantity_max"]) == (200 + 4 * 200 + 200, 200 + 4 * 200 + 200)
+    assert (ebs["quantity_min"], ebs["quantity_max"]) == (200 + 4 * 200 + 100 + 200, 200 + 4 * 200 + 100 + 200)
     assert by["Managed Prometheus workspace"]["note"].startswith("usage-based")
     assert by["Managed Grafana workspace"]["hourly_max"] is None
-    expected = 4 * 55.04 + 1.536 + 0.045 + (1200 * 0.21 + 1200 * 0.08) / 730
+    expected = 4 * 55.04 + 1.536 + 0.045 + (1200 * 0.21 + 1300 * 0.08) / 730  # gp3: roots, /home, /apps
     assert data["total"]["hourly_max"] == pytest.approx(expected)
     assert data["total"]["monthly_max"] == pytest.approx(expected * 730)
     # Every query filtered by region and, for EC2 instances, by the On-Demand Linux shared product.

@@ -10,6 +10,8 @@ against a moto world that holds what those outputs name
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from mlcluster.cli import pcluster_live, preflight
+from mlcluster.cli.errors import CliError
 from tests.cli.conftest import REPO, Aws, aws_client, error, invoke
 from tests.cli.test_preflight import P5_REGION, RESERVATION, context, env_folder
 from tests.pcluster.pcluster_support import PCLUSTER_PYTHON
@@ -160,12 +163,10 @@ def test_describe_stacks_refused_is_an_error_row(aws: Aws, tmp_path: Path) -> No
 
 
 def test_without_parallelcluster_it_says_how_to_get_it(
-    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_checkout: None
 ) -> None:
     deployed(aws)
-    monkeypatch.delenv(pcluster_live.PYTHON_VARIABLE, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no pcluster command
-    monkeypatch.chdir(tmp_path)  # no .venv-pcluster here
     (row,) = run(p5(aws, tmp_path))
     assert (row.status, row.level) == ("skipped", "WARNING")
     assert "no aws-parallelcluster found" in row.message
@@ -180,15 +181,173 @@ def test_without_parallelcluster_it_says_how_to_get_it(
     assert row.status == "error" and "is not an executable file" in row.message
 
 
-def test_a_pcluster_command_on_path_gives_its_interpreter(tmp_path: Path) -> None:
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text("")
-    command = tmp_path / "bin" / "pcluster"
-    command.parent.mkdir()
-    command.write_text(f"#!{python}\nimport sys\n")
-    command.chmod(0o755)
+def program(path: Path, text: str | bytes, mode: int = 0o755) -> Path:
+    """An executable file at ``path`` (its folders made) with this content."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, str):
+        path.write_text(text)
+    else:
+        path.write_bytes(text)
+    path.chmod(mode)
+    return path
+
+
+#: What a real interpreter starts with (not a script): a sibling ``python`` that is one counts.
+BINARY = b"\x7fELF\x02\x01\x01\x00"
+#: A runner stand-in that answers "no findings" without running anything: what a planted file would print.
+FAKE_PASS = """#!/bin/sh\ncat >/dev/null; echo '{"version": "3.16.1", "schema": [], "failures": []}'\n"""
+#: One validator WARNING, in the runner's answer format.
+FAILURES = '"failures": [{"level": "WARNING", "validator": "KeyPairValidator", "message": "no key pair"}]'
+
+
+def pip_launcher(python: Path) -> str:
+    """pip's launcher for an interpreter path with spaces or too long for ``#!``."""
+    return f"#!/bin/sh\n'''exec' \"{python}\" \"$0\" \"$@\"\n' '''\nimport sys\n"
+
+
+@pytest.fixture
+def no_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No variable and no checkout ``.venv-pcluster``: only what a test adds is found."""
+    monkeypatch.delenv(pcluster_live.PYTHON_VARIABLE, raising=False)
+    monkeypatch.setattr(pcluster_live, "CHECKOUT_PYTHON", tmp_path / "no-checkout" / "python", raising=False)
+
+
+def test_a_pcluster_command_on_path_gives_its_interpreter(tmp_path: Path, no_checkout: None) -> None:
+    python = program(tmp_path / "usr" / "bin" / "python3.11", BINARY)
+    command = program(tmp_path / "bin" / "pcluster", f"#!{python}\nimport sys\n")
     assert pcluster_live.find_python({"PATH": str(command.parent)}) == python
+    # pip's launcher: #!/bin/sh, then the interpreter on the second line.
+    spaced = program(tmp_path / "my venv" / "bin" / "python3", BINARY)
+    command.write_text(pip_launcher(spaced))
+    assert pcluster_live.find_python({"PATH": str(command.parent)}) == spaced
+
+
+def test_a_venv_or_pipx_pcluster_gives_the_python_beside_it(tmp_path: Path, no_checkout: None) -> None:
+    """pipx links ~/.local/bin/pcluster to venvs/<name>/bin/pcluster: the python beside the resolved file."""
+    venv = tmp_path / "pipx" / "venvs" / "aws-parallelcluster" / "bin"
+    program(venv / "pcluster", pip_launcher(Path("/elsewhere/python")))
+    python = program(venv / "python", BINARY)
+    link = tmp_path / "local" / "bin" / "pcluster"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(venv / "pcluster")
+    assert pcluster_live.find_python({"PATH": str(link.parent)}) == python
+
+
+@pytest.mark.parametrize(
+    ("first", "sibling"),
+    [
+        ("#!/usr/bin/env bash\nexec pyenv exec pcluster\n", "#!/usr/bin/env bash\nexec pyenv exec python\n"),
+        ("#!/usr/bin/env python\nimport sys\n", None),
+        ('#!/bin/sh\nexec /opt/tool "$@"\n', None),
+    ],
+    ids=["pyenv-shim", "env-python", "plain-sh"],
+)
+def test_a_pcluster_whose_python_cannot_be_told_is_skipped_with_a_warning(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_checkout: None, first: str, sibling: str | None
+) -> None:
+    deployed(aws)
+    shims = tmp_path / "shims"
+    command = program(shims / "pcluster", first)
+    if sibling is not None:
+        program(shims / "python", sibling)  # a shim folder's python is a script too, not an interpreter
+    monkeypatch.setenv("PATH", str(shims))
+    (row,) = run(p5(aws, tmp_path))
+    assert (row.status, row.level) == ("skipped", "WARNING")
+    assert f"cannot tell which Python the pcluster command {command} runs" in row.message
+    assert "set MLCLUSTER_PCLUSTER_PYTHON" in row.message
+
+
+def test_a_planted_venv_in_the_current_folder_is_never_run(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_checkout: None
+) -> None:
+    """A .venv-pcluster/bin/python or ./pcluster in /tmp or a shared folder must not run with the operator's keys."""
+    deployed(aws)
+    planted = tmp_path / "shared"
+    fake = program(planted / ".venv-pcluster" / "bin" / "python", FAKE_PASS)
+    program(planted / "pcluster", f"#!{fake}\n")
+    program(planted / "bin" / "pcluster", f"#!{fake}\n")
+    monkeypatch.chdir(planted)
+    for path in ("", ".", f"{os.pathsep}.", "bin"):  # empty and relative PATH entries name the current folder
+        monkeypatch.setenv("PATH", path)
+        assert pcluster_live.find_python() is None
+        (row,) = run(p5(aws, tmp_path))
+        assert row.status == "skipped" and "no aws-parallelcluster found" in row.message, row
+
+
+@pytest.mark.parametrize("mode", [0o775, 0o757])
+def test_a_candidate_others_can_write_is_refused(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_checkout: None, mode: int
+) -> None:
+    deployed(aws)
+    # The variable naming a group- or other-writable program: an error row, nothing run.
+    shared = program(tmp_path / "bin" / "python", FAKE_PASS, mode)
+    monkeypatch.setenv(pcluster_live.PYTHON_VARIABLE, str(shared))
+    (row,) = run(p5(aws, tmp_path))
+    assert (row.status, row.level) == ("error", "ERROR")
+    assert row.message == (
+        f"MLCLUSTER_PCLUSTER_PYTHON={shared} is unsafe: {shared} is writable by group or others "
+        f"(mode {stat.filemode(stat.S_IFREG | mode)}): point it at a Python of your own"
+    )
+    # A safe file in a folder others can write (anyone could swap it): refused too.
+    shared.chmod(0o755)
+    shared.parent.chmod(0o777)
+    (row,) = run(p5(aws, tmp_path))
+    assert row.status == "error" and f"is unsafe: {shared.parent} is writable by group or others" in row.message
+    # The same file and folder, writable only by their owner: accepted (the edge).
+    shared.parent.chmod(0o755)
+    (row,) = run(p5(aws, tmp_path))
+    assert row.status == "pass" and row.message.endswith(f"(run under {shared})")
+    # A relative variable is refused: it would name a file in the current folder.
+    monkeypatch.setenv(pcluster_live.PYTHON_VARIABLE, "bin/python")
+    monkeypatch.chdir(tmp_path)
+    (row,) = run(p5(aws, tmp_path))
+    assert row.status == "error" and "bin/python is not an absolute path" in row.message
+    # The Python of a pcluster command on PATH, or the checkout's, others can write: a skipped row naming it.
+    monkeypatch.delenv(pcluster_live.PYTHON_VARIABLE)
+    python = program(tmp_path / "venv" / "bin" / "python3", BINARY, mode)
+    command = program(tmp_path / "venv" / "bin" / "pcluster", f"#!{python}\n")
+    monkeypatch.setenv("PATH", str(command.parent))
+    (row,) = run(p5(aws, tmp_path))
+    assert (row.status, row.level) == ("skipped", "WARNING")
+    assert row.message.startswith(f"skipped: {python}, the Python of the pcluster command {command}, is unsafe: ")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(pcluster_live, "CHECKOUT_PYTHON", python)
+    (row,) = run(p5(aws, tmp_path))
+    assert row.status == "skipped" and row.message.startswith(f"skipped: {python} is unsafe: ")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_a_candidate_another_user_owns_is_refused(tmp_path: Path, no_checkout: None) -> None:
+    theirs = program(tmp_path / "bin" / "python", FAKE_PASS)
+    os.chown(theirs, 12345, -1)
+    with pytest.raises(CliError, match=f"is unsafe: {theirs} is owned by uid 12345, not by you or root"):
+        pcluster_live.find_python({pcluster_live.PYTHON_VARIABLE: str(theirs)})
+    os.chown(theirs, 0, -1)
+    os.chown(theirs.parent, 12345, -1)  # their folder: they could swap the file
+    with pytest.raises(CliError, match=f"is unsafe: {theirs.parent} is owned by uid 12345"):
+        pcluster_live.find_python({pcluster_live.PYTHON_VARIABLE: str(theirs)})
+
+
+def test_the_checkout_python_is_beside_mlcluster_not_the_current_folder() -> None:
+    import mlcluster
+
+    expected = Path(mlcluster.__file__).resolve().parents[1] / ".venv-pcluster" / "bin" / "python"
+    assert getattr(pcluster_live, "CHECKOUT_PYTHON", None) == expected
+
+
+def test_every_row_names_the_interpreter_and_stderr_says_it_runs(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployed(aws)
+    python = program(tmp_path / "bin" / "python", FAKE_PASS.replace('"failures": []', FAILURES))
+    monkeypatch.setenv(pcluster_live.PYTHON_VARIABLE, str(python))
+    others = [arg for c in preflight.CHECKS if c != "pcluster-validators" for arg in ("--skip", c)]
+    folder = str(env_folder(tmp_path, "p5", P5_REGION))
+    result = invoke("preflight", "p5", "--environments", folder, *others, "--json")
+    rows = json.loads(result.stdout)["results"]  # stdout is the JSON alone
+    assert [r["status"] for r in rows] == ["fail", "pass"]
+    assert all(r["message"].endswith(f" (run under {python})") for r in rows), rows
+    assert result.stderr == f"running ParallelCluster's validators under {python}...\n"
 
 
 def test_the_runner_crashing_is_an_error_row(aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -242,6 +401,10 @@ def test_without_cluster_owned_drops_whole_entries() -> None:
     ]
 
 
+#: An interpreter path the rows name.
+PY = Path("/opt/pcluster/bin/python")
+
+
 def test_findings_keep_their_level_and_message() -> None:
     answer = {
         "version": "3.15.0",
@@ -252,22 +415,24 @@ def test_findings_keep_their_level_and_message() -> None:
             {"level": "INFO", "validator": "InstanceTypeValidator", "message": "fyi"},
         ],
     }
-    rows = [(r.status, r.level, r.key, r.message) for r in pcluster_live.results_of(answer, "3.16.1", [])]
+    rows = [(r.status, r.level, r.key, r.message) for r in pcluster_live.results_of(answer, "3.16.1", [], PY)]
     assert rows[0][:3] == ("fail", "WARNING", "cluster.pcluster.version")
     assert "3.15.0's validators, the cluster uses 3.16.1" in rows[0][3]
+    under = f" (run under {PY})"
     assert rows[1:] == [
         (
             "fail",
             "ERROR",
             "cluster.pcluster",
-            "ParallelCluster schema: Scheduling.SlurmQueues[0].Name: Must match pattern",
+            "ParallelCluster schema: Scheduling.SlurmQueues[0].Name: Must match pattern" + under,
         ),
-        ("fail", "ERROR", "cluster.pcluster", "SubnetsValidator: subnet-1 does not exist"),
-        ("fail", "WARNING", "cluster.pcluster", "KeyPairValidator: no key pair"),
-        ("pass", "WARNING", "cluster.pcluster", "INFO: InstanceTypeValidator: fyi"),
+        ("fail", "ERROR", "cluster.pcluster", "SubnetsValidator: subnet-1 does not exist" + under),
+        ("fail", "WARNING", "cluster.pcluster", "KeyPairValidator: no key pair" + under),
+        ("pass", "WARNING", "cluster.pcluster", "INFO: InstanceTypeValidator: fyi" + under),
     ]
-    (passed,) = pcluster_live.results_of({"version": "3.16.1", "schema": [], "failures": []}, "3.16.1", ["A.B"])
-    assert passed.status == "pass" and passed.message.endswith("not checked (the Cluster stack creates them): A.B")
+    (passed,) = pcluster_live.results_of({"version": "3.16.1", "schema": [], "failures": []}, "3.16.1", ["A.B"], PY)
+    assert passed.status == "pass"
+    assert passed.message.endswith(f"not checked (the Cluster stack creates them): A.B{under}")
 
 
 @needs_pcluster

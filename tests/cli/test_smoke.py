@@ -428,7 +428,11 @@ def test_smoke_trn1_checks_neuron_devices_and_runs_nccom(trn1: World, node: Fake
         "(no expectation for this type (pass --min-busbw))",
     ]
     nccom = next(script for script in node.scripts if "nccom-test" in script)
-    assert "--nodelist=compute-trn-st-trn1-1,compute-trn-st-trn1-2 --exclusive --immediate=60 --ntasks=1" in nccom
+    # Both nodes allocated, the launcher started once, on the first (tests/system/test_slurm.py runs it).
+    assert (
+        "salloc -N 2 -p compute-trn --nodelist=compute-trn-st-trn1-1,compute-trn-st-trn1-2 --exclusive --immediate=60 "
+        "srun -N 1 -n 1 -w compute-trn-st-trn1-1 bash -c" in nccom
+    )
     assert "export FI_PROVIDER=efa" in nccom
     # The documented multi-node form (NCCOM-TEST guide, Neuron SDK 2.28.0: "MPI Execution"): every host
     # after the operation with --hosts, NEURON_RT_ROOT_COMM_ID the first host's IP address and a port.

@@ -125,7 +125,7 @@ def test_backup_then_restore_round_trips_and_can_run_again(controller: Sandbox) 
         a.endswith("--sandbox --protocol=socket --user=mlcluster_restore slurm_acct_db_mlcrestore") for a in loads
     )
     sql = (controller.state / "mysql.sql").read_text()
-    assert "GRANT ALL PRIVILEGES ON `slurm_acct_db_mlcrestore`.* TO 'mlcluster_restore'@'localhost';" in sql
+    assert "GRANT ALL PRIVILEGES ON `slurm\\_acct\\_db\\_mlcrestore`.* TO 'mlcluster_restore'@'localhost';" in sql
     assert "GRANT ALL PRIVILEGES ON `slurm_acct_db`.*" not in sql
     assert "systemctl restart slurmdbd" in controller.actions()
     assert (controller.state / "systemd/active/slurmctld").exists()
@@ -449,3 +449,54 @@ def test_a_dump_that_fails_half_way_leaves_the_accounting_database_untouched(
     assert _sql(mariadb, "SELECT id FROM slurm_acct_db.assoc") == ["70"]
     assert _sql(mariadb, "SHOW TABLES FROM slurm_acct_db") == ["assoc", "job", "later"]
     assert _sql(mariadb, "SHOW DATABASES LIKE 'slurm_acct_db%'") == ["slurm_acct_db"]
+
+
+def test_a_dump_made_by_the_earlier_backup_with_databases_still_restores(controller: Sandbox, mariadb: Path) -> None:
+    """Real MariaDB: the earlier backup.sh dumped with ``--databases slurm_acct_db``, so its dump opens with
+    mysqldump's CREATE DATABASE and USE lines. A patch that backs up with the old tool and restores with the
+    new one must still restore: those two whole lines are dropped, nothing else that names the database is."""
+    _real_mysql(controller, mariadb)
+    _sql(
+        mariadb,
+        "CREATE DATABASE IF NOT EXISTS slurm_acct_db; DROP TABLE IF EXISTS slurm_acct_db.job;"
+        " DROP TABLE IF EXISTS slurm_acct_db.later; DROP TABLE IF EXISTS slurm_acct_db.later2;"
+        " CREATE TABLE slurm_acct_db.job (id INT); INSERT INTO slurm_acct_db.job VALUES (41);",
+    )
+    backup = backup_tool(controller, "backup", URI, KEY)
+    assert backup.returncode == 0, backup.stderr
+    old_style = subprocess.run(
+        ["mysqldump", f"--socket={mariadb}", "--user=root", "--single-transaction", "--databases", "slurm_acct_db"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert b"CREATE DATABASE /*!32312 IF NOT EXISTS*/ `slurm_acct_db`" in old_style
+    assert b"\nUSE `slurm_acct_db`;\n" in old_style
+    dump = gzip.compress(old_style)
+    s3(controller, "accounting.sql.gz").write_bytes(dump)
+    _sql(mariadb, "INSERT INTO slurm_acct_db.job VALUES (42);")
+    sums = [s for s in digests(backup) if s.startswith("slurmctld")] + [f"accounting.sql.gz={sha(dump)}"]
+    restored = backup_tool(controller, "restore", URI, *sums)
+    assert restored.returncode == 0, restored.stderr
+    assert _sql(mariadb, "SELECT id FROM slurm_acct_db.job") == ["41"]
+    assert _sql(mariadb, "SHOW DATABASES LIKE 'slurm_acct_db%'") == ["slurm_acct_db"]
+
+
+def test_the_restore_account_reaches_the_scratch_database_only_not_names_its_underscores_match(
+    controller: Sandbox, mariadb: Path
+) -> None:
+    """Real MariaDB: in a database-level grant `_` matches any character; the grant escapes it, so a dump
+    cannot create a look-alike database (``slurm-acct-db-mlcrestore``) that survives the clean-up."""
+    _real_mysql(controller, mariadb)
+    _sql(mariadb, "CREATE DATABASE IF NOT EXISTS slurm_acct_db;")
+    backup = backup_tool(controller, "backup", URI, KEY)
+    assert backup.returncode == 0, backup.stderr
+    dump = gzip.compress(
+        b"CREATE DATABASE `slurm-acct-db-mlcrestore`;\nCREATE TABLE `slurm-acct-db-mlcrestore`.t (id INT);\n"
+    )
+    s3(controller, "accounting.sql.gz").write_bytes(dump)
+    sums = [s for s in digests(backup) if s.startswith("slurmctld")] + [f"accounting.sql.gz={sha(dump)}"]
+    result = backup_tool(controller, "restore", URI, *sums)
+    assert result.returncode == 1, result.stderr
+    assert "denied" in result.stderr, result.stderr
+    assert _sql(mariadb, "SHOW DATABASES LIKE 'slurm%mlcrestore'") == []

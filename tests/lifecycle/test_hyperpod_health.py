@@ -7,6 +7,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,13 @@ DATA = Path(__file__).parent / "data/health"
 CLI_DATA = Path(__file__).parents[1] / "cli/transcripts"
 HEALTH = HYPERPOD_DIR / "health.sh"
 
+#: journalctl's two output formats (journalctl(1), --output): "short", like a syslog file
+#: (``Nov 27 10:02:17 HOST kernel: MESSAGE``), the default; "cat", the message alone. The journal files
+#: hold the short form; the stub prints whichever the arguments ask for.
+JOURNAL = (
+    'case " $* " in *" -o cat "*) sed -E "s/^[A-Z][a-z]{2} [ 0-9]{2} [0-9:]{8} [^ ]+ kernel: //" "$DATA/$1" ;; '
+    '*) cat "$DATA/$1" ;; esac'
+)
 #: nvidia-smi answers -L and the two --query-gpu calls from files; an old driver rejects the
 #: clocks_event_reasons.* names as nvidia-smi does ("is not a valid field to query").
 STUBS = {
@@ -33,7 +41,7 @@ STUBS = {
   *) exit 2 ;;
 esac
 """,
-    "journalctl": 'cat "$DATA/journal"\n',
+    "journalctl": f'journal() {{ {JOURNAL}; }}\njournal journal "$@"\n',
     "fi_info": 'cat "$DATA/fi_info"\n',
     "neuron-ls": 'cat "$DATA/neuron_ls"\n',
     "dcgmi": 'cat "$DATA/dcgmi"; [ ! -e "$DATA/dcgmi_fails" ]\n',
@@ -354,7 +362,8 @@ def test_the_periodic_check_counts_only_xids_after_its_last_run(p5: Node) -> Non
     """An Xid 79 drains the node once; after a reset and resume the old kernel line must not drain it again."""
     journal_stub = (
         'printf "%s\\n" "$*" >>"$DATA/journal.args"\n'
-        'case "$*" in *--since*) cat "$DATA/journal_new" ;; *) cat "$DATA/journal" ;; esac\n'
+        f"journal() {{ {JOURNAL}; }}\n"
+        'case "$*" in *--since*) journal journal_new "$@" ;; *) journal journal "$@" ;; esac\n'
     )
     (p5.bin / "journalctl").write_text("#!/bin/sh\n" + journal_stub)
     p5.answer("journal", (DATA / "journal_xid79.txt").read_text())
@@ -366,7 +375,7 @@ def test_the_periodic_check_counts_only_xids_after_its_last_run(p5: Node) -> Non
     again = p5.run("--drain")
     assert again.returncode == 0, again.stdout
     assert f"PASS xid critical: no Xid since @{since}" in again.stdout
-    assert (p5.data / "journal.args").read_text().splitlines()[-1] == f"-k -b --no-pager -q --since @{since}"
+    assert (p5.data / "journal.args").read_text().splitlines()[-1] == f"-k -b --no-pager -q -o cat --since @{since}"
     assert len(p5.scontrol()) == 1
 
 
@@ -539,3 +548,126 @@ def test_deep_tier_runs_nccom_with_the_documented_options(tmp_path: Path, output
     result = node.run("--tier", "deep")
     assert expected in result.stdout
     assert (node.data / "nccom_args").read_text() == "-r 32 -b 64M -e 1G -f 2 --check -d fp32 --non-interactive allr\n"
+
+
+# -- the kernel log: only the driver's own lines count ----------------------------------------------------
+#: The reviewer's planted line: a segfault message names the program and its file, both the user's
+#: choice, so any user can put "NVRM: Xid ..." inside a kernel line.
+PLANTED = (
+    "Nov 27 10:05:00 ip-10-1-4-190 kernel: inj[22925]: segfault at 0 ip 00007f36718ef000 sp 00007ffd0 "
+    "error 15 in x NVRM: Xid (PCI:0000:53:00): 79, pid=1[0,7f36718ef000+1000]\n"
+    "Nov 27 10:05:01 ip-10-1-4-190 kernel: inj[22926]: segfault at 0 ip 0 sp 0 error 15 in "
+    "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, x[0,1+1000]\n"
+)
+REAL_XID = "Nov 27 10:02:17 ip-10-1-4-190 kernel: NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+REAL_SXID = "Nov 27 10:02:18 ip-10-1-4-190 kernel: nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error\n"
+
+
+def test_a_planted_xid_inside_another_kernel_line_is_not_an_xid(p5: Node) -> None:
+    p5.answer("journal", PLANTED)
+    result = p5.run("--drain")
+    assert "PASS xid critical: no Xid since boot" in result.stdout, result.stdout
+    assert "sxid" not in checks(result.stdout)
+    assert result.returncode == 0 and p5.scontrol() == []
+
+
+def test_the_drivers_own_xid_and_sxid_lines_are_detected(p5: Node) -> None:
+    p5.answer("journal", PLANTED + REAL_XID + REAL_SXID)
+    result = p5.run("--drain")
+    assert "FAIL xid critical: Xid 79 since boot" in result.stdout, result.stdout
+    assert checks(result.stdout)["sxid"] == "FAIL warning"
+    assert len(p5.scontrol()) == 1
+
+
+def test_without_journalctl_dmesg_is_read_without_its_timestamps(p5: Node) -> None:
+    """dmesg prints ``[  12.345678] MESSAGE``; ``--notime`` the message alone (dmesg(1))."""
+    (p5.bin / "journalctl").write_text("#!/bin/sh\nexit 1\n")
+    (p5.bin / "dmesg").write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" --notime "*) sed -E "s/^[A-Z][a-z]{2} [ 0-9]{2} [0-9:]{8} [^ ]+ kernel: //" "$DATA/journal" ;; '
+        '*) sed -E "s/^[A-Z][a-z]{2} [ 0-9]{2} [0-9:]{8} [^ ]+ kernel: /[  123.456789] /" "$DATA/journal" ;; esac\n'
+    )
+    (p5.bin / "dmesg").chmod(0o755)
+    p5.answer("journal", PLANTED)
+    assert "PASS xid critical: no Xid since boot" in p5.run().stdout
+    p5.answer("journal", PLANTED + REAL_XID)
+    assert "FAIL xid critical: Xid 79 since boot" in p5.run().stdout
+
+
+# -- time limits inside slurmd's 60 s ------------------------------------------------------------------------
+def hang(node: Node, tool: str) -> None:
+    """``tool`` hangs (a wedged driver); each call is counted in DATA/<tool>.calls."""
+    (node.bin / tool).write_text(f'#!/bin/sh\necho x >>"$DATA/{tool}.calls"\nexec sleep 30\n')
+    (node.bin / tool).chmod(0o755)
+
+
+def calls(node: Node, tool: str) -> int:
+    path = node.data / f"{tool}.calls"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_hanging_nvidia_smi_is_critical_called_once_and_the_node_drains(p5: Node) -> None:
+    hang(p5, "nvidia-smi")
+    started = time.monotonic()
+    result = p5.run("--drain", MLC_HEALTH_TOOL_TIMEOUT_S="1")
+    elapsed = time.monotonic() - started
+    found = checks(result.stdout)
+    assert found["gpu_count"] == found["ecc"] == found["throttle"] == "FAIL critical", result.stdout
+    assert "FAIL gpu_count critical: nvidia-smi did not answer within 1 s. Action: a hung driver" in result.stdout
+    assert calls(p5, "nvidia-smi") == 1  # later checks do not wait for it again
+    assert elapsed < 10
+    assert p5.scontrol() == [
+        "update nodename=ip-10-1-4-190 state=drain reason=mlcluster-health: gpu_count ecc throttle failed"
+    ]
+
+
+@pytest.mark.parametrize(("tool", "check"), [("fi_info", "fi_info"), ("journalctl", "xid")])
+def test_a_hanging_tool_fails_its_check_as_critical(p5: Node, tool: str, check: str) -> None:
+    hang(p5, tool)
+    result = p5.run("--drain", MLC_HEALTH_TOOL_TIMEOUT_S="1")
+    assert f"FAIL {check} critical: {tool} did not answer within 1 s" in result.stdout, result.stdout
+    assert result.returncode == 1
+    assert p5.scontrol() == [f"update nodename=ip-10-1-4-190 state=drain reason=mlcluster-health: {check} failed"]
+    if tool == "journalctl":
+        assert not (p5.root / "var/lib/mlcluster/health-xid-since").exists()
+
+
+def test_a_hanging_neuron_ls_is_critical(tmp_path: Path) -> None:
+    node = make_node(tmp_path, "trn1.32xlarge")
+    node.answer("journal", "")
+    node.efa(8)
+    blocks = (DATA / "fi_info_p5.txt").read_text().split("provider: efa\n")[1:9]
+    node.answer("fi_info", "".join("provider: efa\n" + block for block in blocks))
+    hang(node, "neuron-ls")
+    result = node.run(MLC_HEALTH_TOOL_TIMEOUT_S="1")
+    assert "FAIL neuron critical: neuron-ls did not answer within 1 s" in result.stdout, result.stdout
+
+
+def test_a_critical_xid_is_seen_again_until_the_node_is_drained(p5: Node) -> None:
+    """A run whose drain did not happen (scontrol failed, or slurmd killed the run) keeps the Xid window."""
+    since = p5.root / "var/lib/mlcluster/health-xid-since"
+    p5.answer("journal", REAL_XID)
+    (p5.bin / "scontrol").write_text('#!/bin/sh\nprintf "%s\\n" "$*" >>"$DATA/scontrol.log"\nexit 1\n')
+    first = p5.run("--drain")
+    assert "FAIL xid critical: Xid 79 since boot" in first.stdout
+    assert not since.exists()
+    (p5.bin / "scontrol").write_text('#!/bin/sh\nprintf "%s\\n" "$*" >>"$DATA/scontrol.log"\n')
+    second = p5.run("--drain")
+    assert "FAIL xid critical: Xid 79 since boot" in second.stdout
+    assert since.read_text().strip().isdigit()
+    assert len(p5.scontrol()) == 2
+
+
+def test_no_critical_xid_moves_the_window_on(p5: Node) -> None:
+    p5.run("--drain")
+    assert (p5.root / "var/lib/mlcluster/health-xid-since").read_text().strip().isdigit()
+
+
+def test_a_missing_nvidia_smi_is_a_warning_for_every_gpu_check(p5: Node) -> None:
+    """``missing``: a tool not installed never drains a node on its own (ECC and throttle included)."""
+    (p5.bin / "nvidia-smi").unlink()
+    result = p5.run("--drain")
+    found = checks(result.stdout)
+    assert found["gpu_count"] == found["ecc"] == found["throttle"] == "FAIL warning", result.stdout
+    assert "FAIL ecc warning: nvidia-smi not found (PATH=" in result.stdout
+    assert result.returncode == 0 and p5.scontrol() == []

@@ -621,14 +621,90 @@ def test_health_check_step_installs_the_tool_and_the_program(
     assert node.tree() == before
 
 
-def test_health_check_step_fails_clearly_without_imds(make_node: MakeNode, tmp_path: Path) -> None:
+def test_health_check_step_without_imds_warns_and_expects_nothing(make_node: MakeNode, tmp_path: Path) -> None:
+    """IMDS not answering leaves the node booting (a failed step fails the bootstrap): no expectations, a warning."""
     node = make_node()
     node.extra_env.update(STUB_S3_DIR=str(uploaded(tmp_path)), STUB_FAIL_URL="meta-data/instance-type")
     proc = node.run("--role", "compute", "health_check", source="s3://node-scripts/pcluster/")
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING: cannot read this node's instance type from IMDS" in node.text("var/log/mlcluster/health_check.log")
+    assert node.text("etc/mlcluster/health.env").splitlines()[1:] == [
+        "MLC_EXPECT_GPUS=0",
+        "MLC_EXPECT_EFA=0",
+        "MLC_EXPECT_NEURON=0",
+    ]
+    assert (node.root / HEALTH_CHECK_PROGRAM.lstrip("/")).exists()
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "no_efa", "expected"),
+    [
+        ("p5.48xlarge", "p4de.24xlarge,p5.48xlarge", (8, 0, 0)),
+        ("trn1.32xlarge", "trn1.32xlarge", (0, 0, 16)),
+        ("p4de.24xlarge", "p4de.24xlarge", (8, 0, 0)),
+        # a type that is only a prefix or a suffix of a listed one keeps its EFA
+        ("p5.48xlarge", "p5.48xlarge2,xp5.48xlarge", (8, 32, 0)),
+    ],
+)
+def test_health_check_step_expects_no_efa_where_efa_is_off(
+    make_node: MakeNode, tmp_path: Path, instance_type: str, no_efa: str, expected: tuple[int, int, int]
+) -> None:
+    node = make_node()
+    node.extra_env["STUB_S3_DIR"] = str(uploaded(tmp_path))
+    (node.downloads / "instance-type").write_text(instance_type)
+    proc = node.run("--role", "compute", "--no-efa", no_efa, "health_check", source="s3://node-scripts/pcluster/")
+    assert proc.returncode == 0, proc.stderr
+    gpus, efa, neuron = expected
+    assert node.text("etc/mlcluster/health.env").splitlines()[1:] == [
+        f"MLC_EXPECT_GPUS={gpus}",
+        f"MLC_EXPECT_EFA={efa}",
+        f"MLC_EXPECT_NEURON={neuron}",
+    ]
+
+
+def test_health_check_env_for_efa_off_lets_the_tool_skip_efa(make_node: MakeNode, tmp_path: Path) -> None:
+    """The written health.env, read by the real tool on a p5 without EFA devices or fi_info: no EFA check fails."""
+    node = make_node()
+    node.extra_env["STUB_S3_DIR"] = str(uploaded(tmp_path))
+    (node.downloads / "instance-type").write_text("p5.48xlarge")
+    assert (
+        node.run(
+            "--role", "compute", "--no-efa", "p5.48xlarge", "health_check", source="s3://node-scripts/pcluster/"
+        ).returncode
+        == 0
+    )
+    done = subprocess.run(
+        ["bash", str(HEALTH_TOOL), "--tier", "quick", "--expect-gpus", "0"],
+        env={"PATH": "/usr/bin:/bin", "MLC_ROOT": str(node.root)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = done.stdout.splitlines()
+    assert [line.split()[1:3] for line in lines if " efa_count " in line or " fi_info " in line] == [
+        ["SKIP", "efa_count"],
+        ["SKIP", "fi_info"],
+    ], done.stdout
+
+
+def test_run_sh_refuses_a_no_efa_list_that_is_not_instance_types(make_node: MakeNode) -> None:
+    node = make_node()
+    proc = node.run("--role", "compute", "--no-efa", "p5.48xlarge;reboot", "health_check")
     assert proc.returncode == 1
-    assert "step 'health_check' failed" in proc.stderr
-    assert "cannot read this node's instance type from IMDS" in node.text("var/log/mlcluster/health_check.log")
-    assert not (node.root / HEALTH_CHECK_PROGRAM.lstrip("/")).exists()
+    assert "--no-efa takes instance types separated by commas (got 'p5.48xlarge;reboot')" in proc.stderr
+
+
+def test_health_check_step_installs_log_rotation(make_node: MakeNode, tmp_path: Path) -> None:
+    """The HyperPod log_rotation rule for /var/log/mlcluster/health.log, on ParallelCluster nodes too."""
+    node = make_node()
+    node.extra_env["STUB_S3_DIR"] = str(uploaded(tmp_path))
+    (node.downloads / "instance-type").write_text("p5.48xlarge")
+    assert node.run("--role", "compute", "health_check", source="s3://node-scripts/pcluster/").returncode == 0
+    rule = node.text("etc/logrotate.d/mlcluster-health")
+    hyperpod = (HEALTH_TOOL.parent / "steps/log_rotation.sh").read_text()
+    body = rule.split("\n", 1)[1]
+    assert body in hyperpod
+    assert body.startswith("/var/log/mlcluster/health.log {\n    size 10M\n")
 
 
 def test_health_check_step_refuses_an_instance_type_that_is_not_one(make_node: MakeNode, tmp_path: Path) -> None:

@@ -385,7 +385,22 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         one(P5 + "\n        efa: false"),
         {},
         f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args",
-        node_action("compute", "docker", "enroot_pyxis", "health_check")["Args"],
+        # The health check expects no EFA device on p5 here (else every node drains and is replaced).
+        [
+            *node_action("compute", "docker", "enroot_pyxis", "health_check")["Args"][:-3],
+            "--no-efa",
+            "p5.48xlarge",
+            "docker",
+            "enroot_pyxis",
+            "health_check",
+        ],
+    ),
+    (
+        "efa off and no health check: no --no-efa",
+        one(P5 + "\n        efa: false", top="node_scripts: {health_check: false}"),
+        {},
+        f"{Q0}.CustomActions.OnNodeConfigured.Sequence[0].Args",
+        node_action("compute", "docker", "enroot_pyxis")["Args"],
     ),
     (
         "trainium queue gets neuron",
@@ -838,3 +853,28 @@ def test_the_node_action_carries_the_digest_of_every_file_it_fetches_and_the_col
         RenderError, match=re.escape("node_script_sha256: no SHA-256 for docker.sh, which the head nodes")
     ):
         render(one(P5), node_script_sha256=digests)
+
+
+def test_efa_off_types_reach_the_health_check_step_per_queue() -> None:
+    """Every EFA-capable type with EFA off in a queue, once; not a type without EFA, not EFA left on."""
+    config = render(
+        """
+queues:
+  - name: train
+    compute_resources:
+      - {name: a, instance_type: p4de.24xlarge, efa: false}
+      - {name: b, instance_type: trn1.32xlarge, efa: false}
+      - {name: c, instance_type: p5.48xlarge}
+      - {name: d, instance_type: m5.xlarge, efa: false}
+  - name: other
+    compute_resources:
+      - {name: e, instance_type: p5.48xlarge}
+"""
+    )
+    train, other = (
+        q["CustomActions"]["OnNodeConfigured"]["Sequence"][0]["Args"] for q in config["Scheduling"]["SlurmQueues"]
+    )
+    at = train.index("--no-efa")
+    assert train[at : at + 2] == ["--no-efa", "p4de.24xlarge,trn1.32xlarge"]
+    assert train[at + 2 :][-1] == "health_check"  # after the manifest, before the steps
+    assert "--no-efa" not in other

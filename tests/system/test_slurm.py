@@ -134,6 +134,43 @@ def test_srun_hostname_on_every_node_parses_to_the_node_names(cluster: SlurmClus
     assert sorted(parse_hostnames(done.stdout)) == list(NODES)
 
 
+def test_smoke_nccom_step_allocates_every_node_and_starts_once_on_the_first(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """smoke's nccom step as it builds it, with stand-ins for getent (an address per node) and nccom-test.
+
+    The allocation must hold both nodes (nccom-test's ``--hosts`` gets two addresses) and the launcher
+    must run once, on the first node: a lone ``srun -N 2 --ntasks=1`` gets a one-node job.
+    """
+    from mlcluster.cli.smoke import Partition, Smoke, nccom_script
+
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "getent").write_text('#!/bin/sh\necho "127.0.0.${2#node-} STREAM $2"\n')
+    (tools / "nccom-test").write_text(
+        '#!/bin/sh\necho "MLC-NCCOM on=$SLURMD_NODENAME root=$NEURON_RT_ROOT_COMM_ID $*"\n'
+    )
+    for tool in tools.iterdir():
+        tool.chmod(0o755)
+    smoke = Smoke.__new__(Smoke)  # only placement() is used: the partition and its idle nodes
+    smoke.partition, smoke.idle_nodes = Partition(PARTITION, "trn1.32xlarge"), list(NODES[:2])
+    script = nccom_script(smoke.placement(2), NODES[0], 64, 2, 30)
+    done = slurm(
+        cluster,
+        "bash",
+        "-c",
+        "set -o pipefail\n" + script,
+        env={**cluster.env, "PATH": f"{tools}:{os.environ['PATH']}"},
+        timeout_s=60,
+    )
+    assert done.returncode == 0, done.stdout
+    runs = [line for line in done.stdout.splitlines() if line.startswith("MLC-NCCOM ")]
+    assert runs == [
+        f"MLC-NCCOM on={NODES[0]} root=127.0.0.1:44444 -r 64 -N 2 -b 64M -e 1G -f 2 --check -d fp32 "
+        "--non-interactive allr --hosts 127.0.0.1 127.0.0.2"
+    ], done.stdout
+
+
 def test_srun_on_a_busy_partition_waits_and_its_messages_are_not_host_names(
     cluster: SlurmCluster, hostname_shim: str
 ) -> None:

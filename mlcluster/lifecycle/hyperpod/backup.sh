@@ -162,12 +162,16 @@ load_dump() {
 DROP DATABASE IF EXISTS \`$OLD_DATABASE\`;
 CREATE DATABASE \`$SCRATCH_DATABASE\`;
 CREATE OR REPLACE USER '$RESTORE_ACCOUNT'@'localhost' IDENTIFIED BY '$password';
-GRANT ALL PRIVILEGES ON \`$SCRATCH_DATABASE\`.* TO '$RESTORE_ACCOUNT'@'localhost';"
+GRANT ALL PRIVILEGES ON \`${SCRATCH_DATABASE//_/\\_}\`.* TO '$RESTORE_ACCOUNT'@'localhost';"
   printf '[client]\npassword=%s\n' "$password" >"$options"
   # --sandbox: a `\!` (shell) or file line in the dump is an error, not a command run as root; the
   # account has no FILE, CREATE USER, GRANT or SUPER privilege and no other database (slurm_acct_db
-  # included: a dump that names it is refused, not loaded into it).
+  # included: a statement that names it is refused, not loaded into it). The grant escapes `_`, which
+  # a database-level grant reads as a wildcard. Dumps of the earlier backup.sh were made with
+  # --databases: the two whole lines mysqldump writes for that (CREATE DATABASE, USE) are dropped so
+  # those backups still restore into the scratch database; any other mention of it stays and is refused.
   gunzip --stdout "$dump" |
+    sed -E "/^CREATE DATABASE \/\*!32312 IF NOT EXISTS\*\/ \`$DATABASE\`( [^;]*)?;\$/d; /^USE \`$DATABASE\`;\$/d" |
     mysql --defaults-extra-file="$options" --sandbox --protocol=socket --user="$RESTORE_ACCOUNT" "$SCRATCH_DATABASE" ||
     die "loading the accounting dump failed (output above); $DATABASE and the controller's state were left as they were"
   root_sql "DROP USER IF EXISTS '$RESTORE_ACCOUNT'@'localhost';"

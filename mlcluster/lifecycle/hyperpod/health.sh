@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# mlcluster-health: tiered health checks of one node's accelerators and network, installed by the
-# install_tools step as /usr/local/bin/mlcluster-health and run by Slurm as its HealthCheckProgram
-# (quick tier, --drain) and by `mlcluster health ENV` through srun.
+# mlcluster-health: tiered health checks of one node's accelerators and network, installed as
+# /usr/local/bin/mlcluster-health (HyperPod: the install_tools step; ParallelCluster: the health_check
+# step) and run by Slurm as its HealthCheckProgram (quick tier, --drain) and by `mlcluster health ENV`
+# through srun.
 #
 #   mlcluster-health [--tier quick|deep] [--drain] [--expect-gpus N] [--expect-efa N] [--expect-neuron N]
 #
@@ -10,7 +11,13 @@
 # jobs: --drain drains it, with the failed checks as the reason `scontrol show node` prints) and
 # warning (the node works; plan the action). Exit 1 when a critical check failed.
 # The expected counts come from /etc/mlcluster/health.env (written for this node's instance type by
-# the install_tools step); the flags override them.
+# the install_tools or health_check step; EFA 0 where the compute resource has EFA off); the flags
+# override them.
+#
+# slurmd kills HealthCheckProgram after 60 s: every tool of the quick tier (nvidia-smi, journalctl or
+# dmesg, fi_info, neuron-ls, scontrol) runs under `timeout` (MLC_HEALTH_TOOL_TIMEOUT_S, default 10 s); a
+# tool that does not answer in time fails its check as critical, and is not called again in this run
+# (a hung driver hangs every call), so a run stays within slurmd's limit and the node still drains.
 #
 # Quick (seconds): GPU count, Xid/SXid in the kernel log, ECC and row remapping, clock slowdown,
 # EFA device count, `fi_info -p efa`, the locked-memory limit (`ulimit -l`), Neuron device count.
@@ -22,8 +29,11 @@
 # - `nvidia-smi --query-gpu=... --format=csv,noheader`: comma-separated values, `[N/A]` where a field
 #   does not apply; field names as `nvidia-smi --help-query-gpu` lists them (clocks_event_reasons.*
 #   since driver 535, clocks_throttle_reasons.* before).
-# - Kernel log: `NVRM: Xid (PCI:0000:53:00): 79, pid=..., ...` and `nvidia-nvswitch?: SXid (PCI:...): 12028, ...`
+# - Kernel log, messages only (`journalctl -k -o cat`, `dmesg --notime`): the driver's lines START with
+#   `NVRM: Xid (PCI:0000:53:00): 79, pid=..., ...` and `nvidia-nvswitch<N>: SXid (PCI:...): 12028, ...`
 #   (NVIDIA "Xid Errors" guide; the codes it says need a GPU reset or node service are CRITICAL_XIDS).
+#   Only lines starting so count: other kernel lines carry text users choose (a segfault line names
+#   the program and its file), and a planted "NVRM: Xid ..." inside one must not drain the node.
 # - `fi_info -p efa -t FI_EP_RDM`: one block per EFA device, each starting `provider: efa` (fi_info(1)).
 # - `neuron-ls`: a table with one row per device whose first cell is its number (Neuron "Neuron LS User Guide").
 # - `dcgmi diag -r 2`: a `| Test | Pass/Fail/Skip ... |` table and a non-zero exit status on a failure
@@ -53,6 +63,15 @@ NCCL_TESTS=/opt/mlcluster/nccl-tests/bin/all_reduce_perf
 # ECC (95), GSP errors (119, 120). Xid 94 (contained ECC error) only ends the application using the
 # memory (RESTART_APP): a warning, as in awsome-distributed-training's GPU health checks.
 CRITICAL_XIDS=" 48 64 74 79 95 119 120 "
+# Seconds each quick-tier tool may take (see the header); a test sets a shorter one.
+TOOL_TIMEOUT_S=${MLC_HEALTH_TOOL_TIMEOUT_S:-10}
+[[ $TOOL_TIMEOUT_S =~ ^[1-9][0-9]{0,2}$ ]] || TOOL_TIMEOUT_S=10
+# A folder marking the tools that timed out in this run (a file per tool; the calls run in command
+# substitutions, whose variables do not reach this shell): their later calls fail at once. And the Xid
+# window's end to record once the run is through (see check_xid).
+HUNG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mlcluster-health.XXXXXX" 2>/dev/null) || HUNG_DIR=""
+trap '[[ -z $HUNG_DIR ]] || rm -rf -- "$HUNG_DIR"' EXIT
+XID_PENDING=""
 HOST=$(hostname -s 2>/dev/null || echo unknown-host)
 CRITICAL=()
 WARNINGS=0
@@ -113,9 +132,36 @@ missing() {
   return 0
 }
 
+# tool COMMAND ARGS...: COMMAND under `timeout` (TOOL_TIMEOUT_S); status 124 when it did not finish in
+# time, then and for every later call of COMMAND in this run (marked in HUNG_DIR).
+tool() {
+  local status=0
+  if [[ -n $HUNG_DIR && -e $HUNG_DIR/$1 ]]; then
+    return 124
+  fi
+  timeout -k 2 "$TOOL_TIMEOUT_S" "$@" || status=$?
+  if ((status == 124 || status == 137)); then
+    [[ -z $HUNG_DIR ]] || : >"$HUNG_DIR/$1"
+    return 124
+  fi
+  return "$status"
+}
+
+# hung CHECK TOOL: when TOOL timed out in this run, report CHECK critical (the node must not take jobs
+# with a tool, usually its driver, that hangs) and return 0.
+hung() {
+  if [[ -z $HUNG_DIR || ! -e $HUNG_DIR/$2 ]]; then
+    return 1
+  fi
+  report FAIL "$1" critical "$2 did not answer within ${TOOL_TIMEOUT_S} s" "a hung driver or service: reboot the node; if it persists, $REPLACE"
+  return 0
+}
+
 # query FIELDS: nvidia-smi's CSV for FIELDS, one GPU a line, spaces after commas removed.
 query() {
-  nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null | sed 's/, /,/g'
+  local out
+  out=$(tool nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null) || return
+  printf '%s\n' "${out//, /,}"
 }
 
 check_gpu_count() {
@@ -127,7 +173,8 @@ check_gpu_count() {
   if missing nvidia-smi gpu_count; then
     return
   fi
-  if ! out=$(nvidia-smi -L 2>&1); then
+  if ! out=$(tool nvidia-smi -L 2>&1); then
+    hung gpu_count nvidia-smi && return
     report FAIL gpu_count critical "nvidia-smi failed: ${out%%$'\n'*}" "reboot the node; if nvidia-smi still fails, $REPLACE"
     return
   fi
@@ -139,16 +186,34 @@ check_gpu_count() {
   fi
 }
 
-# kernel_log [SINCE]: this boot's kernel log, from epoch SINCE on when given (journalctl; dmesg has
-# no wall-clock filter, so without journalctl the whole boot is read).
+# kernel_log [SINCE]: this boot's kernel messages without their time or host prefix (so a driver line
+# starts with the driver's own prefix), from epoch SINCE on when given (journalctl; dmesg has no
+# wall-clock filter, so without journalctl the whole boot is read).
 kernel_log() {
+  local status=0
   if command -v journalctl >/dev/null 2>&1; then
-    journalctl -k -b --no-pager -q ${1:+--since "@$1"} 2>/dev/null && return
+    tool journalctl -k -b --no-pager -q -o cat ${1:+--since "@$1"} 2>/dev/null || status=$?
+    ((status == 0 || status == 124)) && return "$status"
   fi
-  dmesg 2>/dev/null
+  tool dmesg --notime 2>/dev/null
 }
 
-# check_xid DRAIN: with DRAIN true, count only Xids since the previous periodic run and record this one.
+# record_xid_since: the periodic run's kernel-log window ends at XID_PENDING (the time this run read it).
+record_xid_since() {
+  local tmp
+  if root_folder "${XID_SINCE_FILE%/*}"; then
+    # A new file renamed over the old one: a link in its place is replaced, never followed.
+    if tmp=$(mktemp "$XID_SINCE_FILE.XXXXXX" 2>/dev/null); then
+      if ! { printf '%s\n' "$XID_PENDING" >"$tmp" && chmod 0644 -- "$tmp" && mv -f -- "$tmp" "$XID_SINCE_FILE"; }; then
+        rm -f -- "$tmp"
+      fi
+    fi
+  fi
+  XID_PENDING=""
+}
+
+# check_xid DRAIN: with DRAIN true, count only Xids since the previous periodic run and record this one
+# (at once when no critical Xid is found, else once drain() has drained the node).
 check_xid() {
   local text codes code critical="" other="" since="" now window="since boot"
   if ((EXPECT_GPUS == 0)); then
@@ -167,21 +232,18 @@ check_xid() {
   else
     since=""
   fi
-  if $1 && root_folder "${XID_SINCE_FILE%/*}"; then
-    # A new file renamed over the old one: a link in its place is replaced, never followed.
-    local tmp
-    if tmp=$(mktemp "$XID_SINCE_FILE.XXXXXX" 2>/dev/null); then
-      if ! { printf '%s\n' "$now" >"$tmp" && chmod 0644 -- "$tmp" && mv -f -- "$tmp" "$XID_SINCE_FILE"; }; then
-        rm -f -- "$tmp"
-      fi
-    fi
-  fi
   # An empty log of the whole boot means it was not readable (it starts with the kernel's banner).
   if ! text=$(kernel_log "$since") || [[ -z $text && -z $since ]]; then
+    if hung xid journalctl || hung xid dmesg; then
+      return
+    fi
     report SKIP xid critical "the kernel log is not readable by $(id -un) (run as root)"
     return
   fi
-  codes=$(sed -n 's/.*NVRM: Xid (\([^)]*\)): \([0-9][0-9]*\),.*/\2/p' <<<"$text" | sort -n -u | tr '\n' ' ')
+  # The window moves on (record_xid_since) when no critical Xid was found, or once the node is drained:
+  # a run killed before its drain sees the Xid again next time.
+  XID_PENDING=$now
+  codes=$(sed -nE 's/^NVRM: Xid \(PCI:[0-9a-fA-F:.]+\): ([0-9]+),.*/\1/p' <<<"$text" | sort -n -u | tr '\n' ' ')
   for code in $codes; do
     if [[ $CRITICAL_XIDS == *" $code "* ]]; then critical+="$code "; else other+="$code "; fi
   done
@@ -192,7 +254,10 @@ check_xid() {
   else
     report PASS xid critical "no Xid $window"
   fi
-  if grep -q 'SXid (' <<<"$text"; then
+  if [[ -z $critical ]] && $1; then
+    record_xid_since
+  fi
+  if grep -Eq '^nvidia-nvswitch[0-9]*: SXid \(' <<<"$text"; then
     report FAIL sxid warning "NVSwitch SXid errors $window" "check the fabric manager (systemctl status nvidia-fabricmanager) and NVLink"
   fi
 }
@@ -203,7 +268,11 @@ check_ecc() {
     report SKIP ecc critical "no NVIDIA GPU expected on this instance type"
     return
   fi
+  if missing nvidia-smi ecc || hung ecc nvidia-smi; then
+    return
+  fi
   if ! rows=$(query index,ecc.errors.uncorrected.volatile.total,remapped_rows.failure,remapped_rows.pending) || [[ -z $rows ]]; then
+    hung ecc nvidia-smi && return
     report FAIL ecc critical "nvidia-smi cannot report ECC" "reboot the node; if it persists, $REPLACE"
     return
   fi
@@ -230,10 +299,14 @@ check_throttle() {
     report SKIP throttle warning "no NVIDIA GPU expected on this instance type"
     return
   fi
+  if missing nvidia-smi throttle || hung throttle nvidia-smi; then
+    return
+  fi
   rows=$(query index,clocks_event_reasons.hw_slowdown,clocks_event_reasons.hw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown) ||
     rows=$(query index,clocks_throttle_reasons.hw_slowdown,clocks_throttle_reasons.hw_thermal_slowdown,clocks_throttle_reasons.hw_power_brake_slowdown) ||
     rows=""
   if [[ -z $rows ]]; then
+    hung throttle nvidia-smi && return
     report FAIL throttle warning "nvidia-smi cannot report clock event reasons" "check the driver (nvidia-smi -q -d PERFORMANCE)"
     return
   fi
@@ -277,7 +350,8 @@ check_fi_info() {
   if missing fi_info fi_info; then
     return
   fi
-  if ! out=$(fi_info -p efa -t FI_EP_RDM 2>&1); then
+  if ! out=$(tool fi_info -p efa -t FI_EP_RDM 2>&1); then
+    hung fi_info fi_info && return
     report FAIL fi_info critical "fi_info -p efa failed: ${out%%$'\n'*}" "reinstall the EFA software (the EFA installer), then reboot"
     return
   fi
@@ -308,7 +382,7 @@ check_memlock() {
 }
 
 check_neuron() {
-  local count
+  local out count
   if ((EXPECT_NEURON == 0)); then
     report SKIP neuron critical "no Neuron device expected on this instance type"
     return
@@ -316,7 +390,10 @@ check_neuron() {
   if missing neuron-ls neuron; then
     return
   fi
-  count=$(neuron-ls 2>/dev/null | awk -F'|' 'NF > 2 && $2 ~ /^ *[0-9]+ *$/ {n++} END {print n + 0}')
+  if ! out=$(tool neuron-ls 2>/dev/null) && hung neuron neuron-ls; then
+    return
+  fi
+  count=$(awk -F'|' 'NF > 2 && $2 ~ /^ *[0-9]+ *$/ {n++} END {print n + 0}' <<<"$out")
   if ((count == EXPECT_NEURON)); then
     report PASS neuron critical "$count Neuron devices"
   else
@@ -411,7 +488,10 @@ drain() {
   if missing scontrol drain; then
     return
   fi
-  if scontrol update nodename="$node" state=drain reason="$reason"; then
+  if tool scontrol update nodename="$node" state=drain reason="$reason"; then
+    if [[ -n $XID_PENDING ]]; then
+      record_xid_since
+    fi
     log "drained $node: $reason"
     printf '%s: drained %s (%s)\n' "$HOST" "$node" "$reason"
   else

@@ -5,7 +5,12 @@
 #   next to these scripts; `mlcluster health ENV` runs it through srun).
 # - /etc/mlcluster/health.env: what it expects on this node (GPUs, EFA devices, Neuron devices), from
 #   the instance type IMDS reports and HEALTH_EXPECTATIONS below (the table of
-#   mlcluster.lifecycle.hyperpod.plan; a test keeps the two equal). Other types expect nothing.
+#   mlcluster.lifecycle.hyperpod.plan; a test keeps the two equal). Other types expect nothing. A type
+#   in MLCLUSTER_NO_EFA (run.sh --no-efa: its compute resource has `efa: false`) expects no EFA device,
+#   so the EFA checks skip instead of draining every node. When IMDS cannot be read the step warns and
+#   expects nothing (the checks then skip; the node still boots) rather than failing the bootstrap.
+# - /etc/logrotate.d/mlcluster-health: /var/log/mlcluster/health.log rotated by size (the rule of the
+#   HyperPod log_rotation step; slurmd runs the check every 5 minutes).
 # - /usr/local/sbin/mlcluster-health-check: the program the rendered slurm.conf names as
 #   HealthCheckProgram (SlurmSettings.CustomSlurmSettings; ParallelCluster allows it, unlike Prolog).
 #   slurmd runs it as root every HealthCheckInterval and when it starts; a node failing a critical
@@ -43,10 +48,19 @@ put_file /usr/local/bin/mlcluster-health 0755 <"${HERE}/health.sh"
 
 work="$(work_dir)"
 trap 'rm -rf "${work}"' EXIT
-retry imds_get meta-data/instance-type "${work}/instance-type" || die "cannot read this node's instance type from IMDS"
-instance_type="$(<"${work}/instance-type")"
-[[ "${instance_type}" =~ ^[a-z0-9-]+\.[a-z0-9]+$ ]] || die "IMDS gave an instance type that is not one: '${instance_type}'"
-read -r gpus efa neuron <<<"${HEALTH_EXPECTATIONS[${instance_type}]:-0 0 0}"
+if retry imds_get meta-data/instance-type "${work}/instance-type"; then
+  instance_type="$(<"${work}/instance-type")"
+  [[ "${instance_type}" =~ ^[a-z0-9-]+\.[a-z0-9]+$ ]] || die "IMDS gave an instance type that is not one: '${instance_type}'"
+  read -r gpus efa neuron <<<"${HEALTH_EXPECTATIONS[${instance_type}]:-0 0 0}"
+else
+  instance_type="an instance type IMDS did not give"
+  gpus=0 efa=0 neuron=0
+  warn "cannot read this node's instance type from IMDS: mlcluster-health expects no GPU, EFA or Neuron device (its checks skip); rerun this step once IMDS answers"
+fi
+if ((efa > 0)) && [[ ",${MLCLUSTER_NO_EFA:-}," == *",${instance_type},"* ]]; then
+  log "EFA is off for ${instance_type} in this queue (efa: false): mlcluster-health expects no EFA device"
+  efa=0
+fi
 put_file /etc/mlcluster/health.env 0644 <<EOF
 # Written by mlcluster (health_check) for ${instance_type}: what mlcluster-health expects.
 MLC_EXPECT_GPUS=${gpus}
@@ -62,5 +76,17 @@ put_file /usr/local/sbin/mlcluster-health-check 0755 <<'EOF'
 PATH=/opt/slurm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 exec /usr/local/bin/mlcluster-health --tier quick --drain
+EOF
+put_file /etc/logrotate.d/mlcluster-health 0644 <<'EOF'
+# Written by mlcluster (health_check step).
+/var/log/mlcluster/health.log {
+    size 10M
+    rotate 5
+    compress
+    delaycompress
+    missingok
+    notifempty
+    nomail
+}
 EOF
 log "mlcluster-health expects ${gpus} GPUs, ${efa} EFA devices, ${neuron} Neuron devices on ${instance_type}"

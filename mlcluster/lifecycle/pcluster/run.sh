@@ -2,7 +2,11 @@
 # Entry point ParallelCluster runs as OnNodeConfigured on every node of an mlcluster cluster.
 #
 #   run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR
-#          --sha256 NAME=HEX... [--file NAME=BASE64...] [STEP...]
+#          --sha256 NAME=HEX... [--file NAME=BASE64...] [--no-efa TYPE[,TYPE...]] [STEP...]
+#
+# --no-efa: the EFA-capable instance types of this queue whose compute resource has EFA off
+# (mlcluster.pcluster.render.efa_off_types); the health_check step expects no EFA device on them.
+# Steps see it as MLCLUSTER_NO_EFA.
 #
 # Steps: docker, docker_group, enroot_pyxis, nccl_efa, neuron, exporters, collector, health_check. They always run in that
 # order, whatever order they are given in; with no STEP arguments the list
@@ -51,7 +55,7 @@ fail() {
 }
 
 usage() {
-  echo "usage: run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR --sha256 NAME=HEX... [--file NAME=BASE64...] [STEP...]" >&2
+  echo "usage: run.sh --role head|compute|login --source s3://BUCKET/PREFIX/|DIR --sha256 NAME=HEX... [--file NAME=BASE64...] [--no-efa TYPE[,TYPE...]] [STEP...]" >&2
   echo "steps: ${KNOWN_STEPS[*]}" >&2
   exit 2
 }
@@ -69,6 +73,7 @@ retry() {
 
 role=""
 source_uri=""
+no_efa=""
 requested=()
 sha256_args=()
 file_args=()
@@ -94,6 +99,11 @@ while (($#)); do
       file_args+=("$2")
       shift 2
       ;;
+    --no-efa)
+      (($# >= 2)) || usage
+      no_efa="$2"
+      shift 2
+      ;;
     -h | --help) usage ;;
     -*)
       echo "run.sh: unknown option '$1'" >&2
@@ -111,6 +121,8 @@ case "${role}" in
   head | compute | login) ;;
   *) fail "--role must be head, compute or login (got '${role}')" ;;
 esac
+[[ -z "${no_efa}" || "${no_efa}" =~ ^[a-z0-9-]+\.[a-z0-9]+(,[a-z0-9-]+\.[a-z0-9]+)*$ ]] \
+  || fail "--no-efa takes instance types separated by commas (got '${no_efa}')"
 [[ -n "${source_uri}" ]] || fail "--source is required: the S3 prefix or folder holding the step scripts"
 if ((${#requested[@]} == 0)) && [[ -n "${MLCLUSTER_STEPS:-}" ]]; then
   read -r -a requested <<<"${MLCLUSTER_STEPS//,/ }"
@@ -208,7 +220,7 @@ for step in "${steps[@]}"; do
   [[ -f "${script}" ]] || fail "step '${step}': ${script} is missing"
   say "step ${step}: starting"
   status=0
-  MLCLUSTER_STEP="${step}" MLCLUSTER_NODE_ROLE="${role}" bash "${script}" >>"${LOG_DIR}/${step}.log" 2>&1 || status=$?
+  MLCLUSTER_STEP="${step}" MLCLUSTER_NODE_ROLE="${role}" MLCLUSTER_NO_EFA="${no_efa}" bash "${script}" >>"${LOG_DIR}/${step}.log" 2>&1 || status=$?
   if ((status != 0)); then
     tail -n 20 "${LOG_DIR}/${step}.log" >&2 || true
     fail "step '${step}' failed with exit code ${status}; see /var/log/mlcluster/${step}.log"
