@@ -14,7 +14,10 @@ the resource, the reason, the environment key and the safe way, when a
 data-bearing resource (file system, DRA, bucket, KMS key, backup vault or
 plan, Prometheus or Grafana workspace, log group, cluster) would be replaced,
 deleted, or kept less well (a policy that no longer retains it, shorter
-retention, backups or versioning off); when a stack the lock records would
+retention, backups or versioning off); when a running ParallelCluster
+cluster would get or lose shared storage at a head-node path that holds
+files (``/home``: the homes would be hidden under an empty volume, as
+ParallelCluster copies them only at create); when a stack the lock records would
 leave the app (CDK never deletes it: it keeps running unseen); and when a
 stack holding data loses termination protection. ``retention.allow_replacement``
 lets one named resource through, for the one deploy that makes the change:
@@ -45,6 +48,7 @@ from mlcluster.config.schema import NOT_A_VALUE
 from mlcluster.replacement import (
     HYPERPOD_TYPE,
     KEEPING_POLICIES,
+    MOUNT_REASON,
     Change,
     Snapshot,
     compare,
@@ -71,7 +75,8 @@ class Lock:
     #: ``retention.allow_replacement`` entries whose change this lock records as deployed: left in the
     #: file afterwards they would allow a later change unseen, so the guard refuses them.
     allowances_used: tuple[str, ...] = ()
-    #: Changes ``mlcluster lock --accept`` recorded although nothing in the file allowed them.
+    #: Changes ``mlcluster lock --accept`` recorded although nothing in the file allowed them (every lock
+    #: written since carries them forward).
     accepted: tuple[str, ...] = ()
     #: The AWS account and region the lock was read in (``deployed`` and ``new``; None for ``templates``):
     #: a later ``mlcluster lock`` elsewhere would see nothing deployed and record that.
@@ -141,7 +146,11 @@ SAFE_WAYS = {
         "A replaced accounting database is a new, empty one: every cluster's job history, fair-share usage and "
         "associations stay in the old one (or its final snapshot). Safe way: take a manual snapshot ('aws rds "
         "create-db-cluster-snapshot'), or move the history with mysqldump as the docs' accounting section "
-        "(docs/contributing/design.md) shows, then deploy with the allowance"
+        "(docs/contributing/design.md) shows, then deploy with the allowance. To delete the database for good in an environment that keeps "
+        "data: remove storage.accounting with the allowance and deploy (CloudFormation takes a final snapshot, "
+        "then deletes the cluster), then delete that snapshot ('aws rds delete-db-cluster-snapshot "
+        "--db-cluster-snapshot-identifier ID'; 'aws rds describe-db-cluster-snapshots --snapshot-type manual' "
+        "lists it) and the retained master secret ('aws secretsmanager delete-secret --secret-id ARN')"
     ),
     "Custom::PclusterCluster": (
         "A new cluster name is a new cluster: running jobs and the head node's local state are lost. Safe way: "
@@ -189,6 +198,20 @@ WEAKER = (
     "this resource deliberately, take its second copy first (for a Lustre file system with DRAs an export "
     "data repository task, FSx backs up only file systems not linked to a data repository; otherwise a "
     "user-initiated FSx backup, kept after the file system; an S3 copy; a log export) and allow it"
+)
+
+
+#: Why shared storage added to or taken from a running cluster at /home loses homes, and the safe way.
+HOME_MOUNT = (
+    "ParallelCluster adds or removes shared storage on a running cluster (under its QueueUpdateStrategy) but "
+    "copies what is at the mount dir only when a cluster is created: a volume added at /home is mounted over the "
+    "head node's /home, so every user's home is hidden under an empty volume (a volume taken away leaves them on "
+    "it, out of sight). Safe way: to keep /home on the head node, set "
+    "cluster.pcluster.shared_storage.home_volume.enabled: false (synth then warns that /home lives on the head "
+    "node). To move /home onto its own volume, copy the homes first: on the head node, with no jobs running and "
+    "users logged out, 'sudo rsync -aHAX /home/ /fsx/home-copy/' (outside the DRA paths), deploy with the "
+    "allowance, then 'sudo rsync -aHAX /fsx/home-copy/ /home/' onto the new volume and check it (the old copies "
+    "stay on the root volume under the mount); the README's upgrade note for /home explains it"
 )
 
 
@@ -273,6 +296,8 @@ def config_key(change: Change) -> str:
         r.startswith(("DeletionPolicy", "UpdateReplacePolicy")) for r in change.reasons
     ):
         return "retention.on_delete"
+    if any(r.startswith(MOUNT_REASON) for r in change.reasons):
+        return "cluster.pcluster.shared_storage.home_volume"
     if change.action == "weaken" and change.type == "AWS::Logs::LogGroup":
         return "retention.log_retention_days"
     for prefix, key in CONFIG_KEYS:
@@ -427,6 +452,10 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
         if not change.dangerous or allowed(change, allowances):
             continue
         why = WEAKER if change.action == "weaken" else SAFE_WAYS.get(change.type, "Data in it is lost")
+        if any(r.startswith(MOUNT_REASON) for r in change.reasons):
+            # A mount over the homes: its own safe way (the weaker-policy text would not fit).
+            only_mounts = all(r.startswith(MOUNT_REASON) for r in change.reasons)
+            why = HOME_MOUNT if only_mounts else f"{why}. {HOME_MOUNT}"
         problems.append(
             Problem(
                 config_key(change),

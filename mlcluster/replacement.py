@@ -92,12 +92,25 @@ FATE_FIXED: dict[str, tuple[str, ...]] = {"AWS::S3::Bucket": ("VersioningConfigu
 #: weakening; entering them is not. ParallelCluster's ``Custom::PclusterCluster`` deletes the cluster
 #: (head node, its /home, Slurm accounting on it) when the resource goes unless ``DeletionPolicy`` is
 #: ``Retain``; absent, it is ``Delete`` (the ParallelCluster CloudFormation custom resource reference).
-#: An Aurora cluster's ``DeletionProtection`` (a boolean; compared as text) keeps it from deletion.
+#: An Aurora cluster's ``DeletionProtection`` is not one of them: the accounting database keeps it off (a
+#: failed create must roll back) and its ``DeletionPolicy: Snapshot`` and backups are what the guard holds.
 FATE_KEPT: dict[str, tuple[tuple[str, frozenset[str], str], ...]] = {
     "Custom::PclusterCluster": (("DeletionPolicy", frozenset({"Retain"}), "Delete"),),
-    # An Aurora cluster with deletion protection refuses DeleteDBCluster (absent: off).
-    "AWS::RDS::DBCluster": (("DeletionProtection", frozenset({"True", "true"}), "False"),),
 }
+#: ParallelCluster's custom resource type.
+PCLUSTER_TYPE = "Custom::PclusterCluster"
+#: Where a ParallelCluster cluster's fate records its shared storage: ``{MountDir: StorageType}``. A lock
+#: written before this was recorded has no such key (its mounts are unknown).
+MOUNTS_KEY = "ClusterConfiguration/SharedStorage"
+#: Head-node paths that hold files before ParallelCluster mounts anything there. ParallelCluster lets an
+#: update add or remove shared storage (under ``QueueUpdateStrategy``) but copies what was at the path only
+#: when the cluster is created (``mount_home``): storage added to a running cluster at ``/home`` hides every
+#: user's home under an empty volume, and storage taken away leaves them on the volume, out of sight.
+EXISTING_PATHS = frozenset(
+    {"/home", "/opt", "/usr", "/var", "/etc", "/root", "/srv", "/tmp", "/boot", "/bin", "/sbin", "/lib", "/lib64"}
+)
+#: The reason prefix of a mount change over an existing path (:func:`mount_changes`).
+MOUNT_REASON = "SharedStorage MountDir"
 #: S3 buckets are data-bearing in the storage stack (the data bucket and its access logs).
 DATA_BUCKET_STACK = "Storage"
 #: Other S3 buckets that hold data, by construct path prefix: HyperPod's patch backups (the
@@ -290,7 +303,34 @@ def _fate_values(resource_type: str, properties: Mapping[str, Any]) -> dict[str,
         found = _lookup(dict(properties), pointer.split("/"))
         if found is not _ABSENT:
             values[pointer] = found
+    if resource_type == PCLUSTER_TYPE:
+        storage = _lookup(dict(properties), MOUNTS_KEY.split("/"))
+        values[MOUNTS_KEY] = {
+            str(item["MountDir"]): str(item.get("StorageType"))
+            for item in (storage if isinstance(storage, list) else [])
+            if isinstance(item, dict) and "MountDir" in item
+        }
     return values
+
+
+def mount_changes(before: Mapping[str, str] | None, after: Mapping[str, str]) -> list[str]:
+    """Shared storage added, removed or changed at a head-node path that already holds files (``EXISTING_PATHS``).
+
+    ``before`` is None for a lock that predates the record of mounts: read as no shared storage at those
+    paths (the ParallelCluster default), with a hint to record the deployed mounts.
+    """
+    known = before if before is not None else {}
+    hint = (
+        " (this lock does not record the cluster's mounts: if the deployed cluster already has it, run "
+        "'mlcluster lock' to read them from the deployed stacks)"
+        if before is None
+        else ""
+    )
+    return [
+        f"{MOUNT_REASON} {path}: {known.get(path, 'head node')} -> {after.get(path, 'head node')}{hint}"
+        for path in sorted((known.keys() | after.keys()) & EXISTING_PATHS)
+        if known.get(path) != after.get(path)
+    ]
 
 
 def _refs(value: Any) -> Iterator[tuple[str | None, str]]:
@@ -443,6 +483,8 @@ def weakenings(old: ResourceState, new: ResourceState) -> list[str]:
         was, now = str(old.fate.get(pointer, default)), str(new.fate.get(pointer, default))
         if was in keeping and now not in keeping:
             found.append(f"{pointer.replace('/', '.')} {was} -> {now}")
+    if new.type == PCLUSTER_TYPE:
+        found += mount_changes(old.fate.get(MOUNTS_KEY), new.fate.get(MOUNTS_KEY, {}))
     return found
 
 

@@ -46,6 +46,9 @@ def edited(**properties: Any) -> dict[str, Any]:
 def test_the_database_is_data_bearing_with_a_safe_way() -> None:
     assert "AWS::RDS::DBCluster" in DATA_BEARING_TYPES
     assert "mysqldump" in SAFE_WAYS["AWS::RDS::DBCluster"]
+    # How to delete it for good where data is kept: the final snapshot and the retained secret by hand.
+    assert "aws rds delete-db-cluster-snapshot --db-cluster-snapshot-identifier ID" in SAFE_WAYS["AWS::RDS::DBCluster"]
+    assert "aws secretsmanager delete-secret --secret-id ARN" in SAFE_WAYS["AWS::RDS::DBCluster"]
 
 
 def test_a_new_key_replaces_the_database_and_is_data_bearing() -> None:
@@ -64,15 +67,26 @@ def _weakenings(after: dict[str, Any]) -> list[str]:
     return weakenings(before, state(after)["acct-Storage"].resources["Db"])
 
 
-def test_shorter_backups_no_protection_or_no_snapshot_weaken_it() -> None:
+def test_shorter_backups_or_no_snapshot_weaken_it() -> None:
     assert _weakenings(edited(BackupRetentionPeriod=7)) == ["BackupRetentionPeriod 35 -> 7"]
     # Absent, Aurora keeps automated backups one day.
     assert _weakenings(edited(BackupRetentionPeriod=None)) == ["BackupRetentionPeriod 35 -> 1"]
-    assert _weakenings(edited(DeletionProtection=False)) == ["DeletionProtection True -> False"]
-    assert _weakenings(edited(DeletionProtection=None)) == ["DeletionProtection True -> False"]
     deleted = copy.deepcopy(CLUSTER)
     deleted["DeletionPolicy"] = deleted["UpdateReplacePolicy"] = "Delete"
     assert _weakenings(deleted) == ["DeletionPolicy Snapshot -> Delete", "UpdateReplacePolicy Snapshot -> Delete"]
+
+
+def test_deletion_protection_going_off_is_not_refused() -> None:
+    """A lock recorded with protection on (deployed before it went off) lets the construct's new default through.
+
+    The construct keeps protection off (a failed create must roll back); the snapshot policy and the
+    backups are what the guard holds, and they still weaken when they go.
+    """
+    assert _weakenings(edited(DeletionProtection=False)) == []
+    assert _weakenings(edited(DeletionProtection=None)) == []
+    deleted = edited(DeletionProtection=False)
+    deleted["DeletionPolicy"] = "Delete"
+    assert _weakenings(deleted) == ["DeletionPolicy Snapshot -> Delete"]
 
 
 def test_keeping_more_is_not_a_weakening() -> None:

@@ -59,7 +59,7 @@ def test_the_database_lives_in_the_storage_stack(templates: dict[str, dict[str, 
     storage = templates["acct/Storage"]
     (cluster,) = of_type(storage, "AWS::RDS::DBCluster").values()
     assert cluster["DeletionPolicy"] == "Snapshot"
-    assert cluster["Properties"]["DeletionProtection"] is True
+    assert cluster["Properties"]["DeletionProtection"] is False
     assert {"AccountingDatabaseEndpoint", "AccountingDatabaseSecretArn"} <= set(storage["Outputs"])
     assert not of_type(templates["acct/Cluster"], "AWS::RDS::DBCluster")
 

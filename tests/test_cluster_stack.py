@@ -86,6 +86,9 @@ def test_pcluster_stack(templates: dict[str, dict[str, Any]]) -> None:
     config = props["ClusterConfiguration"]
     (fsx,) = [s for s in config["SharedStorage"] if s["StorageType"] == "FsxLustre"]
     assert fsx["FsxLustreSettings"]["FileSystemId"]["Fn::GetStackOutput"]["StackName"] == "pc-Storage"
+    # The /home volume follows on_delete: destroy (nothing left billing after a throw-away environment).
+    (home,) = [s for s in config["SharedStorage"] if s["MountDir"] == "/home"]
+    assert home["EbsSettings"]["DeletionPolicy"] == "Delete"
     assert config["Imds"]["ImdsSupport"] == "v2.0"
     # Nodes run the uploaded scripts on first boot: the cluster waits for the upload.
     (upload_id,) = of_type(t, "Custom::CDKBucketDeployment")

@@ -259,7 +259,78 @@ def test_a_parallelcluster_cluster_no_longer_retained_is_refused(
 def test_the_parallelcluster_deletion_policy_is_read_from_the_template() -> None:
     cluster = {"Type": "Custom::PclusterCluster", "Properties": {"ClusterName": "c", "DeletionPolicy": "Retain"}}
     state = stack_state({"Resources": {"Cluster": cluster}}, {"Cluster": "Cluster/Cluster/Resource"})
-    assert state.resources["Cluster"].fate == {"DeletionPolicy": "Retain"}
+    assert state.resources["Cluster"].fate == {"DeletionPolicy": "Retain", "ClusterConfiguration/SharedStorage": {}}
+
+
+# -- /home: shared storage added to a running ParallelCluster cluster ------------------------------------
+
+LUSTRE_MOUNT = {"Name": "fsx", "MountDir": "/fsx", "StorageType": "FsxLustre", "FsxLustreSettings": {}}
+HOME_EBS = {"Name": "home", "MountDir": "/home", "StorageType": "Ebs", "EbsSettings": {"Size": 100}}
+
+
+def cluster_with(*storage: dict[str, Any]) -> Snapshot:
+    """``deployed()`` with its cluster's fate read from a template whose ClusterConfiguration has ``storage``."""
+    template = {
+        "Resources": {
+            "Cluster": {
+                "Type": "Custom::PclusterCluster",
+                "Properties": {
+                    "ClusterName": "p5-train",
+                    "DeletionPolicy": "Retain",
+                    "ClusterConfiguration": {"SharedStorage": list(storage)},
+                },
+            }
+        }
+    }
+    read = stack_state(template, {"Cluster": "Cluster/Cluster/Resource"}).resources["Cluster"]
+    return edit(deployed(), "Cluster", "Cluster", fate=read.fate)
+
+
+def test_the_lock_records_the_clusters_mounts() -> None:
+    fate = cluster_with(LUSTRE_MOUNT, HOME_EBS)[f"{NAME}-Cluster"].resources["Cluster"].fate
+    assert fate["ClusterConfiguration/SharedStorage"] == {"/fsx": "FsxLustre", "/home": "Ebs"}
+
+
+def test_home_volume_added_to_a_deployed_cluster_is_refused_with_the_safe_way(tmp_path: Path) -> None:
+    """A lock recorded without /home (the cluster as deployed before the default) and the new default."""
+    env = environment(tmp_path)
+    write_lock(env, Lock(cluster_with(LUSTRE_MOUNT), "deployed"))
+    text = refusal(env, cluster_with(LUSTRE_MOUNT, HOME_EBS))
+    assert "cluster.pcluster.shared_storage.home_volume: this edit weakens p5-Cluster/Cluster/Cluster/Resource" in text
+    assert "SharedStorage MountDir /home: head node -> Ebs" in text
+    assert "every user's home is hidden under an empty volume" in text
+    assert "sudo rsync -aHAX /home/ /fsx/home-copy/" in text
+    assert "home_volume.enabled: false" in text and "README's upgrade note" in text
+    assert "add 'Cluster/Cluster' to retention.allow_replacement" in text
+    # The single-resource allowance lets it through; a mount elsewhere (/apps) is no change of an existing path.
+    guard(environment(tmp_path, allow=("Cluster/Cluster",)), cluster_with(LUSTRE_MOUNT, HOME_EBS))
+    write_lock(env, Lock(cluster_with(LUSTRE_MOUNT), "deployed"))
+    guard(env, cluster_with(LUSTRE_MOUNT, {"Name": "apps", "MountDir": "/apps", "StorageType": "Ebs"}))
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "told"),
+    [
+        ((HOME_EBS,), (), "/home: Ebs -> head node"),
+        ((HOME_EBS,), ({**HOME_EBS, "StorageType": "Efs"},), "/home: Ebs -> Efs"),
+        ((), ({"Name": "o", "MountDir": "/opt", "StorageType": "Efs"},), "/opt: head node -> Efs"),
+    ],
+)
+def test_a_mount_over_an_existing_path_changed_is_refused(
+    tmp_path: Path, before: tuple[dict[str, Any], ...], after: tuple[dict[str, Any], ...], told: str
+) -> None:
+    env = environment(tmp_path)
+    write_lock(env, Lock(cluster_with(LUSTRE_MOUNT, *before), "deployed"))
+    assert f"SharedStorage MountDir {told}" in refusal(env, cluster_with(LUSTRE_MOUNT, *after))
+    # The edge: the same /home mount kept passes.
+    guard(env, cluster_with(LUSTRE_MOUNT, *before))
+
+
+def test_a_lock_that_predates_the_mount_record_refuses_a_home_mount_with_a_hint(tmp_path: Path) -> None:
+    """``deployed()``'s cluster fate has no mounts key, as every lock written before it."""
+    text = refusal(environment(tmp_path), cluster_with(LUSTRE_MOUNT, HOME_EBS))
+    assert "/home: head node -> Ebs (this lock does not record the cluster's mounts" in text
+    guard(environment(tmp_path), cluster_with(LUSTRE_MOUNT))
 
 
 def test_an_allowance_naming_nothing_is_refused(tmp_path: Path) -> None:

@@ -26,8 +26,10 @@ from mlcluster.replacement import (
     FATE_DAYS,
     FATE_KEPT,
     KEEPING_POLICIES,
+    MOUNTS_KEY,
     create_only_paths,
     is_data_bearing,
+    stack_state,
 )
 from tests.support import ENVIRONMENTS, ROOT
 
@@ -69,11 +71,12 @@ def _accounting_database(_: Templates) -> bool:
         removal_policy=cdk.RemovalPolicy.RETAIN,
     )
     (cluster,) = of_type({"Acct": Template.from_stack(stack).to_json()}, "Acct", "AWS::RDS::DBCluster")
-    guarded = "AWS::RDS::DBCluster" in DATA_BEARING_TYPES and "AWS::RDS::DBCluster" in FATE_KEPT
+    guarded = "AWS::RDS::DBCluster" in DATA_BEARING_TYPES
     return (
         guarded
         and cluster["DeletionPolicy"] == cluster["UpdateReplacePolicy"] == "Snapshot"
-        and cluster["Properties"]["DeletionProtection"] is True
+        # Off, so a failed first create rolls back; the snapshot policy and the guard keep the data.
+        and cluster["Properties"]["DeletionProtection"] is False
         and cluster["Properties"]["BackupRetentionPeriod"] == 35
         and "AWS::RDS::DBCluster" in FATE_DAYS
     )
@@ -172,6 +175,14 @@ def _home(t: Templates) -> bool:
         and all(h["StorageType"] == "Ebs" and h["EbsSettings"]["DeletionPolicy"] == "Retain" for h in homes)
         and all(h["EbsSettings"]["Encrypted"] is True for h in homes)
         and not any(warned(name, "cluster.pcluster.shared_storage") for name in ("p5", "p4de", "trn1"))
+        # The guard sees the mount: the lock's record of the cluster names /home and its kind.
+        and [
+            state.fate[MOUNTS_KEY].get("/home")
+            for name in ("p5", "p4de")
+            for state in stack_state(t[f"{name}/Cluster"], {}).resources.values()
+            if state.type == "Custom::PclusterCluster"
+        ]
+        == ["Ebs", "Ebs"]
     )
 
 
@@ -349,8 +360,10 @@ ROWS = [
         "ParallelCluster `/home` without OpenZFS",
         "an EBS volume of its own, attached to the head node and shared over NFS (`shared_storage.home_volume`, "
         "on by default)",
-        "nothing of the cluster's: kept (`deletion_policy: Retain`) when the cluster is deleted or replaced; "
-        "`home_volume.enabled: false` puts it on the head node's root volume (synth warns)",
+        "nothing of the cluster's: kept (`deletion_policy: Retain`; `Delete` by default with `on_delete: destroy`) "
+        f"when the cluster is deleted or replaced; a mount added at or removed from `/home` of a running cluster: {GUARD} "
+        "(the homes would be hidden); `home_volume.enabled: false` puts it on the head node's root volume (synth "
+        "warns)",
         "none: the volume is kept, not copied (`deletion_policy: Snapshot` keeps a snapshot instead)",
         "attach the kept volume (listed by `mlcluster status`) to an instance and copy the homes into the new "
         "cluster's",
@@ -387,8 +400,9 @@ ROWS = [
     Row(
         "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`)",
         "Storage stack (Aurora MySQL Serverless v2)",
-        f"a create-only change (a new key), deletion protection off, shorter backups or `on_delete: destroy`: {GUARD}; "
-        "deleting the stack with protection off leaves a final snapshot and the retained secret",
+        f"a create-only change (a new key), its removal, shorter backups or `on_delete: destroy`: {GUARD}; deleting the "
+        "stack (termination protection off) leaves a final snapshot and the retained secret (deletion protection "
+        "stays off so a failed create can roll back)",
         "automated backups (`backup_retention_days`, point-in-time restore) and the final snapshot on delete",
         "'aws rds restore-db-cluster-to-point-in-time' (or from the snapshot) into a new cluster, then point "
         "`accounting.mode: remote` at it",

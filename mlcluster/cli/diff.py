@@ -579,7 +579,9 @@ def lock(
     gone_accepted = _gone(loaded, source, gone, accept)
     used, accepted = settle(loaded, old, snapshot, accept)
     accepted += gone_accepted
-    path = write_lock(loaded, Lock(snapshot, source, tuple(used), tuple(accepted), account=account, region=chosen))
+    # Earlier acceptances stay in the record: a rewritten lock (--from-templates included) must not forget them.
+    recorded = sorted({*(old.accepted if old is not None else ()), *accepted})
+    path = write_lock(loaded, Lock(snapshot, source, tuple(used), tuple(recorded), account=account, region=chosen))
     count = sum(len(state.resources) for state in snapshot.values())
     if as_json:
         echo_json(

@@ -147,7 +147,12 @@ def _fsx_kind(arn: str) -> tuple[str, list[str]]:
 
 
 def _live_backups(fsx: Any, arns: list[str], live_file_systems: set[str]) -> set[str]:
-    """The ARNs among ``arns`` of FSx backups whose file system is live (one of the stacks' file systems)."""
+    """The ARNs among ``arns`` of the automatic FSx backups of a live file system (one of the stacks').
+
+    Only ``AUTOMATIC`` backups belong to the file system: they follow its backup retention and go with it.
+    ``USER_INITIATED`` and ``AWS_BACKUP`` ones (DescribeBackups returns them too under the same filter) are
+    kept after the file system and bill until someone deletes them, so they stay listed.
+    """
     backups = [arn for arn in arns if _fsx_kind(arn)[0] == "backup"]
     if not backups or not live_file_systems:
         return set()
@@ -159,7 +164,11 @@ def _live_backups(fsx: Any, arns: list[str], live_file_systems: set[str]) -> set
                 Filters=[{"Name": "file-system-id", "Values": systems[start : start + 20]}]
             )
             for page in pages:
-                live.update(str(backup.get("ResourceARN", "")) for backup in page.get("Backups", []))
+                live.update(
+                    str(backup.get("ResourceARN", ""))
+                    for backup in page.get("Backups", [])
+                    if backup.get("Type") == "AUTOMATIC"
+                )
     return live & set(backups)
 
 

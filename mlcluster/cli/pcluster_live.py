@@ -258,6 +258,7 @@ def deployed_config(ctx: Context) -> tuple[dict[str, Any], list[str]] | str:
         reservation_group_arns={g.name: f"arn:aws:resource-groups:{owned}" for g in cfg.capacity_reservation_groups},
         log_retention_days=env.config.retention.log_retention_days,
         retain_logs=env.config.retention.keeps_data,
+        retain_home=env.config.retention.keeps_data,
         tags={"mlcluster:environment": env.name, **env.config.tags},
         exporters=prometheus_enabled(env.config),
     )

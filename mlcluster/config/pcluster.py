@@ -392,15 +392,20 @@ class HomeVolumeConfig:
     ParallelCluster attaches it to the head node, mounts it at /home and shares it over NFS
     (``SharedStorage`` of type ``Ebs``): the users' homes live on a volume of their own, not on
     the head node's root volume, so deleting the cluster, a new cluster or a lost head node
-    leaves them in the account (``Retain``), or in a snapshot (``Snapshot``); ``Delete`` is not
-    offered. A new cluster gets a new, empty volume: the kept one is listed by ``mlcluster
-    status`` and its files are copied over by hand. ``enabled: false`` leaves /home on the head
-    node (synth warns).
+    leaves them in the account (``Retain``), or in a snapshot (``Snapshot``). Unset, the policy
+    follows ``retention.on_delete``: ``Retain`` for ``retain``, ``Delete`` for ``destroy`` (a
+    throw-away environment leaves nothing billing). A new cluster gets a new, empty volume: the
+    kept one is listed by ``mlcluster status`` and its files are copied over by hand.
+    ``enabled: false`` leaves /home on the head node (synth warns).
     """
 
     enabled: bool = True
     size_gib: int = setting(default=100, minimum=1, maximum=16384)
-    deletion_policy: Literal["Retain", "Snapshot"] = "Retain"
+    deletion_policy: Literal["Delete", "Retain", "Snapshot"] | None = setting(
+        default=None,
+        doc="what ParallelCluster does with the volume when the cluster is deleted; unset: Retain, or Delete "
+        "with retention.on_delete: destroy",
+    )
 
 
 @section

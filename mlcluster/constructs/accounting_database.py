@@ -52,10 +52,13 @@ class AccountingDatabase(Construct):
       Repository, in ``subnets`` with a group of its own that reaches the database on 3306 and
       Secrets Manager on 443 (through the subnets' NAT route).
     - Automated backups kept 35 days.
-    - ``removal_policy`` RETAIN or SNAPSHOT keep the data: deletion protection on, and a final
-      snapshot when the stack deletes the cluster (SNAPSHOT, which RETAIN is turned into: the
-      cluster is deleted only with deletion protection off, and then a snapshot remains).
-      DESTROY: no protection, no snapshot.
+    - ``removal_policy`` RETAIN or SNAPSHOT keep the data: a final snapshot when CloudFormation
+      deletes the cluster (SNAPSHOT, which RETAIN is turned into) and the master secret retained.
+      DESTROY: no snapshot. Deletion protection stays off in both: RDS refuses to delete a
+      protected cluster, so a first create of the stack that fails would end in
+      ``ROLLBACK_FAILED`` (and a replacement could not delete the old cluster). What keeps the
+      database is the lock-file guard (it refuses ``on_delete: destroy``, shorter backups, a
+      replacement or a removal at synth), the stack's termination protection and the snapshot.
 
     Attributes: ``cluster`` (the ``DatabaseCluster``), ``secret``, ``encryption_key``, ``endpoint`` (``host:port``),
     ``security_group``, ``rotation_security_group``.
@@ -151,7 +154,8 @@ class AccountingDatabase(Construct):
             storage_encryption_key=encryption_key,
             backup=rds.BackupProps(retention=cdk.Duration.days(backup_retention_days)),
             copy_tags_to_snapshot=True,
-            deletion_protection=keeps,
+            # Off: see the class docstring (a failed create must be able to roll back).
+            deletion_protection=False,
             removal_policy=cdk.RemovalPolicy.SNAPSHOT if keeps else cdk.RemovalPolicy.DESTROY,
         )
         secret = self.cluster.secret
@@ -184,14 +188,17 @@ class AccountingDatabase(Construct):
             "authentication tokens, so the master secret (rotated, read by the controller's role alone) is its "
             "credential.",
         )
-        if not keeps:
-            reason = (
-                "removal_policy DESTROY is a throw-away environment's choice (retention.on_delete: destroy): "
-                "deletion protection would make its stacks undeletable; retained environments get protection "
-                "and a final snapshot."
-            )
-            acknowledge(cluster, "AwsSolutions-RDS10", reason)
-            acknowledge_compliance(cluster, "RDSInstanceDeletionProtectionEnabled", reason)
+        reason = (
+            "RDS refuses to delete a protected cluster, so a failed first create of the stack would end in "
+            "ROLLBACK_FAILED and a replacement could not remove the old cluster; the data is kept instead by the "
+            "DeletionPolicy Snapshot (a final snapshot) and the lock-file guard, which refuses on_delete: destroy, "
+            "shorter backups, a replacement or a removal of the database at synth"
+            if keeps
+            else "removal_policy DESTROY is a throw-away environment's choice (retention.on_delete: destroy): "
+            "deletion protection would make its stacks undeletable."
+        )
+        acknowledge(cluster, "AwsSolutions-RDS10", reason)
+        acknowledge_compliance(cluster, "RDSInstanceDeletionProtectionEnabled", reason)
         acknowledge(
             cluster,
             "AwsSolutions-RDS11",

@@ -129,6 +129,8 @@ class DeployInputs:
     :param partition: the AWS partition, for managed policy ARNs.
     :param log_retention_days: CloudWatch log retention (rounded up to a value ParallelCluster accepts).
     :param retain_logs: keep the cluster's log group when the cluster is deleted.
+    :param retain_home: keep the /home volume when the cluster is deleted, unless
+        ``home_volume.deletion_policy`` says otherwise (``retention.on_delete``: False for ``destroy``).
     :param tags: tags for every cluster resource (the configuration's own tags win).
     :param exporters: every node runs the metrics exporters step (``observability.prometheus.enabled``).
     :param node_script_sha256: file name -> hex SHA-256 of the node scripts uploaded to the prefix, carried
@@ -152,6 +154,7 @@ class DeployInputs:
     partition: str = "aws"
     log_retention_days: int = 365
     retain_logs: bool = True
+    retain_home: bool = True
     tags: Mapping[str, str] = field(default_factory=dict)
     exporters: bool = False
     node_script_sha256: Mapping[str, str] = field(default_factory=node_script_sha256)
@@ -592,6 +595,7 @@ def _shared_storage(cfg: PclusterConfig, inputs: DeployInputs) -> list[dict[str,
     elif cfg.shared_storage.home_volume.enabled:
         # /home on a volume of its own that outlives the head node and the cluster (issue 33).
         home = cfg.shared_storage.home_volume
+        policy = home.deletion_policy or ("Retain" if inputs.retain_home else "Delete")
         storage.append(
             {
                 "Name": "home",
@@ -601,7 +605,7 @@ def _shared_storage(cfg: PclusterConfig, inputs: DeployInputs) -> list[dict[str,
                     "Size": home.size_gib,
                     "VolumeType": "gp3",
                     "Encrypted": True,
-                    "DeletionPolicy": home.deletion_policy,
+                    "DeletionPolicy": policy,
                 },
             }
         )

@@ -215,6 +215,7 @@ class ClusterStack(cdk.Stack):
             reservation_group_arns=reservation_groups,
             log_retention_days=env.config.retention.log_retention_days,
             retain_logs=keeps,
+            retain_home=keeps,
             tags={"mlcluster:environment": env.name, **env.config.tags},
             exporters=prometheus_enabled(env.config),
         )

@@ -129,10 +129,16 @@ def test_lock_never_records_over_a_refusal_without_naming_what_it_accepts(aws: A
     result = lock(envs, "--accept", "Storage/Lustre/LogGroup")
     assert result.exception is None, result.output
     data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
-    assert data["accepted"] == [
+    recorded = [
         "team-Storage/Storage/Lustre/LogGroup/Resource (AWS::Logs::LogGroup) WEAKENED: "
         "DeletionPolicy Retain -> Delete; UpdateReplacePolicy Retain -> Delete"
     ]
+    assert data["accepted"] == recorded
+    # A later lock (nothing new to accept) carries the acceptance forward: the record of what was let through.
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert "accepted:" not in result.output  # not reported as accepted again
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["accepted"] == recorded
 
 
 def test_lock_records_the_allowance_its_deploy_used(aws: Aws, tmp_path: Path) -> None:
@@ -418,7 +424,9 @@ def file_system(physical: str) -> dict[str, Any]:
 def test_backups_and_volumes_of_a_live_file_system_are_not_orphans(aws: Aws, tmp_path: Path) -> None:
     """FSx copies the file system's tags onto its backups and volumes; no stack lists them.
 
-    Those of the live file system (the storage stack's) are its own; those of a file system gone are orphans.
+    The automatic backups and the volumes of the live file system (the storage stack's) are its own; a
+    user-initiated backup of it outlives it and bills (listed), and so does everything of a file system gone.
+    moto's FSx backups carry no ``Type``: DescribeBackups answers with moto's own backups, typed as FSx would.
     """
     envs = folder(tmp_path)
     fsx = aws_client("fsx", REGION)
@@ -426,12 +434,25 @@ def test_backups_and_volumes_of_a_live_file_system_are_not_orphans(aws: Aws, tmp
     live = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=subnet)["FileSystem"]
     gone = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=subnet)["FileSystem"]
     live_backup = fsx.create_backup(FileSystemId=live["FileSystemId"], Tags=TAG)["Backup"]["ResourceARN"]
+    manual_backup = fsx.create_backup(FileSystemId=live["FileSystemId"], Tags=TAG)["Backup"]["ResourceARN"]
     gone_backup = fsx.create_backup(FileSystemId=gone["FileSystemId"], Tags=TAG)["Backup"]["ResourceARN"]
     fsx.delete_file_system(FileSystemId=gone["FileSystemId"])
     prefix = f"arn:aws:fsx:{REGION}:123456789012"
     live_volume = f"{prefix}:volume/{live['FileSystemId']}/fsvol-0123456789abcdef0"
     gone_volume = f"{prefix}:volume/{gone['FileSystemId']}/fsvol-0fedcba987654321f"
-    tagged = [live["ResourceARN"], live_backup, gone_backup, live_volume, gone_volume]
+    tagged = [live["ResourceARN"], live_backup, manual_backup, gone_backup, live_volume, gone_volume]
+    moto_fsx = fsx  # the name ``fsx`` is the recorded client below
+
+    def typed(params: dict[str, Any]) -> dict[str, Any]:
+        """moto's answer to the same filters, each backup with the Type and FileSystem FSx gives it (moto omits them)."""
+        (system,) = params["Filters"][0]["Values"]
+        backups = moto_fsx.describe_backups(Filters=params["Filters"])["Backups"]
+        kinds = {live_backup: "AUTOMATIC", manual_backup: "USER_INITIATED"}
+        return {
+            "Backups": [{**b, "Type": kinds[b["ResourceARN"]], "FileSystem": {"FileSystemId": system}} for b in backups]
+        }
+
+    aws.answer("fsx", "DescribeBackups", always=typed)
     aws.answer(
         "resourcegroupstaggingapi",
         "GetResources",
@@ -451,7 +472,7 @@ def test_backups_and_volumes_of_a_live_file_system_are_not_orphans(aws: Aws, tmp
     env = diff_module.load_one(envs, "team")
     cfn, tagging, fsx = recorded_clients(aws, "cloudformation", "resourcegroupstaggingapi", "fsx")
     found = [o["resource"] for o in orphan_resources(cfn, tagging, fsx, env)]
-    assert found == [gone_backup, gone_volume]
+    assert found == [manual_backup, gone_backup, gone_volume]
     assert aws.params("DescribeBackups") == [
         {"Filters": [{"Name": "file-system-id", "Values": [live["FileSystemId"]]}]}
     ]

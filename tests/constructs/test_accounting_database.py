@@ -93,7 +93,8 @@ def test_default_database_is_encrypted_protected_and_pauses(templates: dict[str,
     assert p["StorageEncrypted"] is True
     assert p["KmsKeyId"] == {"Fn::GetAtt": [_key_id(templates["Default"]), "Arn"]}
     assert p["BackupRetentionPeriod"] == 35
-    assert p["DeletionProtection"] is True
+    # Off: RDS refuses to delete a protected cluster, so a failed first create would end in ROLLBACK_FAILED.
+    assert p["DeletionProtection"] is False
     assert cluster["DeletionPolicy"] == "Snapshot"
     assert cluster["UpdateReplacePolicy"] == "Snapshot"
     writer = only(templates["Default"], "AWS::RDS::DBInstance")

@@ -490,6 +490,27 @@ CASES: list[tuple[str, str, dict[str, Any], str, Any]] = [
         },
     ),
     (
+        "home volume deleted with the cluster where retention.on_delete is destroy",
+        one(P5),
+        {"retain_home": False},
+        "SharedStorage[1].EbsSettings.DeletionPolicy",
+        "Delete",
+    ),
+    (
+        "home volume kept where the file says so, even with on_delete destroy",
+        one(P5, top="shared_storage: {home_volume: {deletion_policy: Retain}}"),
+        {"retain_home": False},
+        "SharedStorage[1].EbsSettings.DeletionPolicy",
+        "Retain",
+    ),
+    (
+        "home volume deleted where the file says so",
+        one(P5, top="shared_storage: {home_volume: {deletion_policy: Delete}}"),
+        {},
+        "SharedStorage[1].EbsSettings.DeletionPolicy",
+        "Delete",
+    ),
+    (
         "home volume as a snapshot",
         one(P5, top="shared_storage: {home_volume: {size_gib: 500, deletion_policy: Snapshot}}"),
         {},
