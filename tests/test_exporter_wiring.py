@@ -44,10 +44,8 @@ def test_pcluster_nodes_run_the_exporters_step_last_when_prometheus_is_on(
     assert lists, "no node runs mlcluster's node scripts"
     for steps in lists:
         assert ("exporters" in steps) is wanted, steps
-        # Last but for the head node's collector, which scrapes them (test_collector_gate.py checks where it runs).
-        node_steps = [step for step in steps if step != "collector"]
-        assert not wanted or node_steps[-1] == "exporters"
-        assert "collector" not in steps or steps[-1] == "collector"
+        # After every step that installs software: only the collector and the health check come later.
+        assert not wanted or set(steps[steps.index("exporters") + 1 :]) <= {"collector", "health_check"}
     assert wanted is (name != "p4de")
 
 

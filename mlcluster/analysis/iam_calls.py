@@ -59,6 +59,8 @@ from mlcluster.analysis.assembly import Assembly, Resource
 
 #: Stands for a value the deploy does not fix (a file name chosen at run time).
 SAMPLE = "mlc-run-time-value"
+#: Stands for a deploy-time KMS key ARN where the node scripts check the value's shape.
+SAMPLE_KMS_KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000"
 #: Options that identify the resource of a CLI call, by service.
 RESOURCE_OPTIONS: dict[str, tuple[str, ...]] = {
     "secretsmanager": ("--secret-id",),
@@ -610,6 +612,10 @@ def _hyperpod_plan(assembly: Assembly, environment: str, uri: str, group: str) -
                 # Deploy-time values are markers the upload replaces with JSON values; any string stands in.
                 text = _MARKER.sub(json.dumps(SAMPLE), (folder / file).read_text())
                 documents[file] = json.loads(text)
+    backup = documents.get(plan.FEATURES_FILE, {}).get("scheduled_backup")
+    if isinstance(backup, dict) and backup.get("key_arn") == SAMPLE:
+        # The daily copy's key is a deploy-time ARN the plan checks for shape: a sample of that shape.
+        backup["key_arn"] = SAMPLE_KMS_KEY_ARN
     features = plan.parse_features(documents.get(plan.FEATURES_FILE, {}))
     params = plan.parse_provisioning(documents.get(plan.PROVISIONING_FILE, {}))
     partitions = {g.instance_group_name: g.partition_name for g in params.worker_groups}

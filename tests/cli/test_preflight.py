@@ -26,7 +26,7 @@ from tests.cli.conftest import REPO, Aws, aws_client, error, invoke
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 P5_REGION = "us-east-2"
 RESERVATION = "cr-0123456789abcdef0"
-#: The terminal width of the README's sample output.
+#: The terminal width of the docs' sample output.
 README_COLUMNS = 160
 
 
@@ -180,9 +180,10 @@ def test_p5_low_quota_and_expired_reservation_fail_with_exit_1(
     assert result.exit_code == 1
     assert "3 errors, 0 warnings, 0 checks could not run, 1 skipped" in result.output
     assert "Traceback" not in result.output
-    # The README's sample is this output, whole (trailing spaces aside).
+    # The docs' sample (docs/use-cases/deploy.md) is this output, whole (trailing spaces aside).
     sample = "\n".join(["```", "$ mlcluster preflight p5", *(x.rstrip() for x in result.output.splitlines()), "```"])
-    assert sample in (REPO / "README.md").read_text(encoding="utf-8"), "README preflight sample is stale:\n" + sample
+    page = (REPO / "docs/use-cases/deploy.md").read_text(encoding="utf-8")
+    assert sample in page, "docs/use-cases/deploy.md preflight sample is stale:\n" + sample
     as_json = invoke("preflight", "p5", "--environments", str(folder), "--json")
     assert as_json.exit_code == 1
     messages = [r["message"] for r in json.loads(as_json.stdout)["results"] if r["status"] == "fail"]

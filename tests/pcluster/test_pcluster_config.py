@@ -287,8 +287,8 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "'Snapshot'",
     ),
     (
-        "home volume never deleted with the cluster",
-        {"queues": [queue()], "shared_storage": {"home_volume": {"deletion_policy": "Delete"}}},
+        "home volume deletion policy",
+        {"queues": [queue()], "shared_storage": {"home_volume": {"deletion_policy": "Keep"}}},
         "cluster.pcluster.shared_storage.home_volume.deletion_policy",
         "'Retain'",
     ),
@@ -388,7 +388,8 @@ def test_defaults() -> None:
     assert cfg.shared_storage.home_on_openzfs is False
     # /home on a retained EBS volume of its own unless switched off (issue 33).
     home = cfg.shared_storage.home_volume
-    assert (home.enabled, home.size_gib, home.deletion_policy) == (True, 100, "Retain")
+    # Unset: Retain, or Delete with retention.on_delete: destroy (decided at render).
+    assert (home.enabled, home.size_gib, home.deletion_policy) == (True, 100, None)
     assert cfg.monitoring.logs and cfg.monitoring.dashboards and cfg.monitoring.alarms
     assert not cfg.monitoring.detailed_monitoring
     assert cfg.login_nodes is None
