@@ -122,8 +122,8 @@ class ClusterStack(cdk.Stack):
         collector_sources: list[s3deploy.ISource] = []
         if self.prometheus is not None:
             # The head node's collector: its scripts and rendered configuration (deploy-time values) next to the
-            # node scripts. The head node fetches them with --bucket-trusted: carrying them in its arguments
-            # would change HeadNode.CustomActions, which ParallelCluster refuses to update.
+            # node scripts. The head node fetches them without a manifest (it trusts the bucket): carrying them in
+            # its arguments would change HeadNode.CustomActions, which ParallelCluster refuses to update.
             collector = pcluster_inputs(cfg, **self._collector_common())
             collector_sources = [
                 s3deploy.Source.asset(str(COLLECTOR_DIR), exclude=COLLECTOR_EXCLUDE),
