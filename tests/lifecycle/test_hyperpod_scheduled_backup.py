@@ -326,3 +326,19 @@ def test_a_failed_day_does_not_spend_the_next_days_start_limit(controller: Sandb
     """Finding 3: 4 starts per 6 h (a failed day's retries are forgotten before the next day's run)."""
     service = controller.read(UNIT + ".service").splitlines()
     assert {"StartLimitIntervalSec=6h", "StartLimitBurst=4", "Restart=on-failure", "RestartSec=15min"} <= set(service)
+
+
+def test_job_state_caught_unlinked_is_not_a_fresh_folder_and_is_never_uploaded_without_it(controller: Sandbox) -> None:
+    """Finding 2: only job_state.old there (the unlink/link window) -> archived again, not skipped or uploaded."""
+    state = controller.root / STATE.lstrip("/")
+    (state / "job_state").unlink(missing_ok=True)
+    (state / "job_state.old").write_text("jobs, previous save\n")
+    before = len(controller.actions())
+    try:
+        done = run_tool(controller, "scheduled", URI, KEY, MLC_RETRY_DELAY="0", MLC_MAX_ATTEMPTS="2")
+    finally:
+        (state / "job_state.old").unlink()
+        (state / "job_state").write_text("jobs\n")
+    assert done.returncode == 1, done.stderr
+    assert "the archive lacks job_state" in done.stderr and "could not archive" in done.stderr
+    assert not [a for a in controller.actions()[before:] if a.startswith("aws s3api put-object")]

@@ -150,9 +150,10 @@ backup() {
 # when a '*_state' file present before it is not in the archive (made while slurmctld had unlinked it).
 archive_live() {
   local folder=$1 archive=$2 file listing
-  local -a before=()
+  # job_state always (scheduled checked the folder is not a fresh one: only FILE.old there is the window).
+  local -a before=(job_state)
   for file in "$folder"/*_state; do
-    [[ -f $file ]] && before+=("${file##*/}")
+    [[ -f $file && ${file##*/} != job_state ]] && before+=("${file##*/}")
   done
   # GNU tar exits 1 when a file changed while it was read (slurmctld saved meanwhile): try again.
   tar --create --gzip --warning=no-file-changed --file "$archive" --directory "$folder" . || return 1
