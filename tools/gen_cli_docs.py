@@ -23,7 +23,11 @@ WIDTH = 100
 
 def _sections(command: click.Command, parent: click.Context | None, name: str) -> list[str]:
     """The help of ``command`` and, for a group, of each subcommand in the order ``--help`` lists them."""
-    ctx = click.Context(command, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
+    # The command's own context settings (the root's ``-h``) as ``mlcluster`` itself uses them: click caches each
+    # command's help option the first time it is built, so a context without them would change ``--help`` for
+    # the rest of the process.
+    settings = {**command.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}
+    ctx = click.Context(command, info_name=name, parent=parent, **settings)
     path = ctx.command_path
     out = [f"## `{path}`", "", "```text", command.get_help(ctx), "```", ""]
     if isinstance(command, click.Group):
