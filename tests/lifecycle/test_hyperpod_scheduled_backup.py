@@ -9,6 +9,7 @@ with SSE-KMS under ``URI/<weekday>/`` (seven rotating copies, nothing deleted by
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import io
@@ -228,3 +229,116 @@ def test_a_worker_has_no_timer(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert not (sandbox.root / (UNIT.lstrip("/") + ".timer")).exists()
     assert "scheduled_backup" not in sandbox.step_order()
+
+
+def run_tool(sandbox: Sandbox, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed mlcluster-backup with ARGS (and EXTRA_ENV), as root would."""
+    env = {**sandbox.env(), "MLC_LIFECYCLE_DIR": str(sandbox.root / "opt/mlcluster/lifecycle"), **extra_env}
+    return subprocess.run(
+        ["bash", str(sandbox.root / "usr/local/sbin/mlcluster-backup"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_one_lock_keeps_the_daily_copy_off_a_running_backup_or_restore(controller: Sandbox) -> None:
+    """Finding 1: the daily copy skips (exit 0, logged) and backup/restore wait, then fail clearly."""
+    (controller.root / STATE.lstrip("/") / "job_state").write_text("jobs\n")
+    lock = controller.root / "run/mlcluster-backup.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as holder:  # another run holding the lock
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        before = len(controller.actions())
+        skipped = run_tool(controller, "scheduled", URI, KEY)
+        assert skipped.returncode == 0, skipped.stderr
+        assert "another mlcluster-backup is running; this daily copy is skipped" in skipped.stderr
+        assert not [a for a in controller.actions()[before:] if a.startswith(("aws", "mysqldump"))]
+        started = time.monotonic()
+        waited = run_tool(controller, "backup", URI, KEY, MLC_BACKUP_LOCK_WAIT_SECONDS="1")
+        assert waited.returncode == 1
+        assert time.monotonic() - started >= 1
+        assert "another mlcluster-backup held" in waited.stderr and "nothing was changed" in waited.stderr
+        assert not [a for a in controller.actions()[before:] if a.startswith(("aws", "mysqldump", "systemctl"))]
+        refused = run_tool(
+            controller, "restore", URI, "slurmctld-state.tar.gz=" + "0" * 64, MLC_BACKUP_LOCK_WAIT_SECONDS="1"
+        )
+        assert refused.returncode == 1 and "another mlcluster-backup held" in refused.stderr
+    # The lock free again: the same runs go through.
+    assert run_tool(controller, "scheduled", URI, KEY).returncode == 0
+    assert run_tool(controller, "backup", URI, KEY, MLC_BACKUP_LOCK_WAIT_SECONDS="1").returncode == 0
+
+
+def test_a_freshly_initialised_state_folder_never_overwrites_a_weekday_copy(controller: Sandbox) -> None:
+    """Finding 1: no job_state at all (a new controller before its restore) -> skipped, nothing uploaded."""
+    job_state = controller.root / STATE.lstrip("/") / "job_state"
+    job_state.unlink(missing_ok=True)
+    before = len(controller.actions())
+    try:
+        done = run_tool(controller, "scheduled", URI, KEY)
+    finally:
+        job_state.write_text("jobs\n")
+    assert done.returncode == 0, done.stderr
+    assert "has no job_state (freshly initialised?); this daily copy is skipped" in done.stderr
+    assert not [a for a in controller.actions()[before:] if a.startswith(("aws", "mysqldump"))]
+
+
+@pytest.mark.parametrize("misses", [1, 99])
+def test_an_archive_missing_a_state_file_is_retried_and_never_uploaded(controller: Sandbox, misses: int) -> None:
+    """Finding 2: slurmctld unlinks FILE then links FILE.new to it; a tar in between misses FILE."""
+    (controller.root / STATE.lstrip("/") / "job_state").write_text("jobs v2\n")
+    real_tar = shutil.which("tar")
+    assert real_tar is not None
+    stub = controller.bin / "tar"  # ahead of the real tar on PATH
+    counter = controller.root.parent / f"tar.count.{misses}"
+    counter.write_text("0")
+    # Stand-in tar: the first MISSES archives are made in the window where job_state is unlinked.
+    stub.write_text(
+        "#!/bin/bash\n"
+        f"n=$(cat {counter}); if [[ $1 == --create ]] && ((n < {misses})); then echo $((n + 1)) >{counter}; "
+        f'exec {real_tar} --exclude=./job_state "$@"; fi\nexec {real_tar} "$@"\n'
+    )
+    stub.chmod(0o755)
+    before = len(controller.actions())
+    try:
+        done = run_tool(controller, "scheduled", URI, KEY, MLC_RETRY_DELAY="0")
+    finally:
+        stub.unlink()
+    puts = [a for a in controller.actions()[before:] if a.startswith("aws s3api put-object")]
+    assert "the archive lacks job_state" in done.stderr
+    if misses == 1:
+        assert done.returncode == 0, done.stderr
+        assert len(puts) == 3
+        day = re.findall(rf"scheduled copy complete: {re.escape(URI)}/(\w+);", done.stderr)[0]
+        folder = controller.state / "s3" / BUCKET / PREFIX / day
+        with tarfile.open(fileobj=io.BytesIO((folder / "slurmctld-state.tar.gz").read_bytes())) as archive:
+            member = archive.extractfile("./job_state")
+            assert member is not None and member.read() == b"jobs v2\n"
+    else:
+        assert done.returncode == 1
+        assert "could not archive" in done.stderr
+        assert puts == []
+
+
+def test_a_failed_day_does_not_spend_the_next_days_start_limit(controller: Sandbox) -> None:
+    """Finding 3: 4 starts per 6 h (a failed day's retries are forgotten before the next day's run)."""
+    service = controller.read(UNIT + ".service").splitlines()
+    assert {"StartLimitIntervalSec=6h", "StartLimitBurst=4", "Restart=on-failure", "RestartSec=15min"} <= set(service)
+
+
+def test_job_state_caught_unlinked_is_not_a_fresh_folder_and_is_never_uploaded_without_it(controller: Sandbox) -> None:
+    """Finding 2: only job_state.old there (the unlink/link window) -> archived again, not skipped or uploaded."""
+    state = controller.root / STATE.lstrip("/")
+    (state / "job_state").unlink(missing_ok=True)
+    (state / "job_state.old").write_text("jobs, previous save\n")
+    before = len(controller.actions())
+    try:
+        done = run_tool(controller, "scheduled", URI, KEY, MLC_RETRY_DELAY="0", MLC_MAX_ATTEMPTS="2")
+    finally:
+        (state / "job_state.old").unlink()
+        (state / "job_state").write_text("jobs\n")
+    assert done.returncode == 1, done.stderr
+    assert "the archive lacks job_state" in done.stderr and "could not archive" in done.stderr
+    assert not [a for a in controller.actions()[before:] if a.startswith("aws s3api put-object")]

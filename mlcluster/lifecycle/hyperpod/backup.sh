@@ -9,13 +9,25 @@
 #
 # scheduled is the daily copy (the scheduled_backup step's timer runs it): it does NOT stop slurmctld, so
 # submissions are never refused. It copies StateSaveLocation as it is: slurmctld writes each state file
-# as FILE.new and renames it over FILE (keeping FILE.old), so every file in the archive is one whole save,
+# as FILE.new, then unlink(FILE), link(FILE.old), unlink(FILE), link(FILE.new, FILE) - not one rename
+# (SchedMD's state_save.c / job_mgr.c) - so a tar in that window can find no FILE at all. Every
+# '*_state' file present before the tar must be in the archive; one missing is an archive made in that
+# window, and it is made again (the retry loop), never uploaded. Each file archived is one whole save,
 # but two files may come from saves a few seconds apart (a job started between them may be in one and
-# not the other); slurmctld reconciles that against the nodes when it starts from it. The database is
+# not the other); slurmctld reconciles that against the nodes when it starts from it. A state folder
+# with no job_state at all (a new controller before its restore ran) is not copied: an empty state
+# never overwrites a weekday's copy. The database is
 # dumped with mysqldump --single-transaction (one consistent InnoDB snapshot, no lock). The files go to
 # PREFIX/<weekday>/ (Mon..Sun, UTC): seven copies rotate by overwriting, so nothing needs a lifecycle
 # rule to delete old ones (the bucket is versioned; overwritten copies stay as noncurrent versions).
-# A SHA256SUMS file is uploaded last beside them, and the digests are logged to the journal too.
+# A SHA256SUMS file is uploaded last beside them, and the digests are logged to the journal too (the
+# journal is lost with the controller: a restore from a daily copy rests on SHA256SUMS, which whoever can
+# write the prefix can rewrite; see docs/reference/security.md). A run that died half-way leaves a
+# weekday whose files disagree with its SHA256SUMS; the bucket's noncurrent versions recover it.
+#
+# All three verbs take one lock (/run/mlcluster-backup.lock, flock): a daily copy that finds backup or
+# restore running skips (exit 0, logged) rather than dump a database in the middle of restore's RENAME
+# TABLE; backup and restore wait for it up to MLC_BACKUP_LOCK_WAIT_SECONDS (default 1800) and then fail.
 #
 # backup stops slurmctld for the copy (running jobs go on; slurmd keeps them) and starts it again,
 # dumps the database, uploads slurmctld-state.tar.gz and accounting.sql.gz (local accounting only)
@@ -134,15 +146,37 @@ backup() {
   printf '%s\n' "${sums[@]}"
 }
 
+# archive_live FOLDER ARCHIVE : tar FOLDER (slurmctld running) into ARCHIVE; fail when the tar failed or
+# when a '*_state' file present before it is not in the archive (made while slurmctld had unlinked it).
+archive_live() {
+  local folder=$1 archive=$2 file listing
+  # job_state always (scheduled checked the folder is not a fresh one: only FILE.old there is the window).
+  local -a before=(job_state)
+  for file in "$folder"/*_state; do
+    [[ -f $file && ${file##*/} != job_state ]] && before+=("${file##*/}")
+  done
+  # GNU tar exits 1 when a file changed while it was read (slurmctld saved meanwhile): try again.
+  tar --create --gzip --warning=no-file-changed --file "$archive" --directory "$folder" . || return 1
+  listing=$(tar --list --gzip --file "$archive") || return 1
+  for file in "${before[@]}"; do
+    if ! grep -qxF -- "./$file" <<<"$listing"; then
+      log "the archive lacks $file (slurmctld was replacing it); archiving again"
+      return 1
+    fi
+  done
+}
+
 # scheduled s3://BUCKET/PREFIX KMS_KEY_ARN : the daily copy, slurmctld left running (see the header).
 scheduled() {
   local uri key_arn=$2 work=$WORK location
   uri=$1/$(date -u +%a)
   location=$(state_location)
+  if [[ ! -e $MLC_ROOT$location/job_state && ! -e $MLC_ROOT$location/job_state.old ]]; then
+    log "$location has no job_state (freshly initialised?); this daily copy is skipped so it cannot overwrite $uri"
+    return 0
+  fi
   log "copying slurmctld's state from $location without stopping it"
-  # GNU tar exits 1 when a file changed while it was read (slurmctld saved meanwhile): try again.
-  retry 5 "archive $location" tar --create --gzip --warning=no-file-changed --file "$work/$STATE_ARCHIVE" \
-    --directory "$MLC_ROOT$location" . || die "could not archive $location"
+  retry 5 "archive $location" archive_live "$MLC_ROOT$location" "$work/$STATE_ARCHIVE" || die "could not archive $location"
   if local_accounting; then
     mysqldump --single-transaction "$DATABASE" | gzip >"$work/$DATABASE_DUMP"
   fi
@@ -279,6 +313,22 @@ restore() {
   log "restore complete from $uri"
 }
 
+# take_lock COMMAND : hold /run/mlcluster-backup.lock until this process exits (see the header).
+take_lock() {
+  local lock=$MLC_ROOT/run/mlcluster-backup.lock wait=${MLC_BACKUP_LOCK_WAIT_SECONDS:-1800}
+  mkdir -p "${lock%/*}"
+  exec 9>>"$lock"
+  if [[ $1 == scheduled ]]; then
+    flock --nonblock 9 || {
+      log "another mlcluster-backup is running; this daily copy is skipped"
+      exit 0
+    }
+  else
+    flock --wait "$wait" 9 ||
+      die "another mlcluster-backup held $lock for ${wait}s (a daily copy, backup or restore); nothing was changed, run $1 again"
+  fi
+}
+
 main() {
   (($# >= 2)) || usage
   local command=$1 uri=${2%/}
@@ -300,6 +350,7 @@ main() {
   [[ $MLC_ROLE == controller ]] || die "this is a $MLC_ROLE node; run mlcluster-backup on the controller"
   mkdir -p "$TMP_DIR"
   chmod 700 "$TMP_DIR"
+  take_lock "$command"
   WORK=$(mktemp -d "$TMP_DIR/$command.XXXXXX")
   trap cleanup EXIT
   case $command in

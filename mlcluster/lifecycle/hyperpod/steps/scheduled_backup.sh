@@ -5,7 +5,7 @@
 # A systemd timer (daily, spread over an hour, caught up after downtime: Persistent) starts a oneshot
 # service that runs /usr/local/sbin/mlcluster-backup as root; its output goes to the journal
 # (journalctl -u mlcluster-backup-scheduled), and a failed run is started again 15 minutes later,
-# up to 4 times a day. The bucket, prefix and key come from mlcluster_features.json (node.env), whose
+# at most 4 starts in 6 hours. The bucket, prefix and key come from mlcluster_features.json (node.env), whose
 # copy on_create.sh checks: no value is read from a place a user or job can write.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
@@ -23,8 +23,9 @@ main() {
 Description=mlcluster: daily copy of slurmctld's state and the accounting database to S3
 After=network-online.target slurmctld.service mariadb.service
 Wants=network-online.target
-# A failed run is tried again (Restart=on-failure) at most 4 times in a day.
-StartLimitIntervalSec=1d
+# A failed run is tried again (Restart=on-failure, 15 minutes apart), at most 4 starts in 6 hours: a
+# day that failed has left the window before the next day's run, which the limit never refuses.
+StartLimitIntervalSec=6h
 StartLimitBurst=4
 
 [Service]
