@@ -494,6 +494,34 @@ def test_a_file_changed_in_the_bucket_is_refused_before_anything_runs(
     assert not list((node.root / "opt/mlcluster").glob("node-scripts.new.*"))  # the staging folder went
 
 
+@pytest.mark.parametrize("kind", ["group-writable", "world-writable sticky", "link"])
+def test_a_folder_others_could_write_above_the_checked_copy_is_refused(
+    make_node: MakeNode, bucket: Path, tmp_path: Path, kind: str
+) -> None:
+    """/opt/mlcluster holds the checked copy until it runs: if others could write it they could swap the copy,
+    so run.sh refuses before fetching anything. A folder of root's, 0755, is the edge that runs."""
+    node = make_node(gpu=False)
+    args = rendered_args(("docker",))
+    parent = node.root / "opt/mlcluster"
+    if kind == "link":
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir(mode=0o755)
+        parent.parent.mkdir(parents=True, exist_ok=True)
+        parent.symlink_to(elsewhere)
+    else:
+        parent.mkdir(parents=True, exist_ok=True)
+        parent.chmod(0o775 if kind == "group-writable" else 0o1777)
+    proc = run_from_bucket(node, bucket, *args)
+    assert proc.returncode == 1, proc.stderr
+    assert "must be a folder of uid" in proc.stderr and "refusing to run" in proc.stderr
+    assert not list(parent.glob("node-scripts*"))
+    assert "step docker: starting" not in node.text("var/log/mlcluster/run.log")
+    if kind != "link":
+        parent.chmod(0o755)
+        ok = run_from_bucket(node, bucket, *args)
+        assert ok.returncode == 0, ok.stderr
+
+
 def test_a_missing_file_or_manifest_entry_is_refused(make_node: MakeNode, bucket: Path) -> None:
     node = make_node(gpu=False)
     args = rendered_args(("docker",))

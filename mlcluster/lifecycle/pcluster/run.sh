@@ -191,6 +191,13 @@ fi
 # A new root-only folder (mktemp -d: 0700) next to the one the steps run from; nothing else writes there.
 script_dir="${ROOT}/opt/mlcluster/node-scripts"
 mkdir -p "${script_dir%/*}"
+# The folder that holds the checked copy must be this user's (root's on a node) and writable by no group or
+# other, and not a link: whoever could write there could swap the checked folder before it runs.
+parent_info="$(stat -c '%u %a' -- "${script_dir%/*}")" || fail "cannot read ${script_dir%/*}"
+if [[ ! -d "${script_dir%/*}" || -L "${script_dir%/*}" || "${parent_info%% *}" != "${EUID}" ]] \
+  || (((8#${parent_info#* } & 8#022) != 0)); then
+  fail "${script_dir%/*} must be a folder of uid ${EUID} that no group or other may write, not a link (owner and mode: ${parent_info}); refusing to run"
+fi
 staging="$(mktemp -d "${script_dir}.new.XXXXXX")"
 trap 'rm -rf "${staging}" "${staging}.old"' EXIT
 for file in "${files[@]}"; do
