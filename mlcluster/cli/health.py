@@ -25,7 +25,7 @@ from mlcluster.cli.context import Target, echo_json, environment_options, json_o
 from mlcluster.cli.errors import EXIT_FAILED, CliError
 from mlcluster.cli.nccl import efa_devices
 from mlcluster.cli.nodes import cluster_name, controller
-from mlcluster.cli.smoke import IMMEDIATE_SECONDS, Partition, partitions
+from mlcluster.cli.smoke import IMMEDIATE_SECONDS, Partition, choose_partition
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
 from mlcluster.pcluster.instance_types import INSTANCE_TYPES
 
@@ -162,13 +162,7 @@ def health(
 
     target = Target.load(env, environments, region, profile)
     target.require_backend("pcluster", "hyperpod")
-    known = partitions(target)
-    chosen = next((p for p in known if p.name == partition), None) if partition else known[0]
-    if chosen is None:
-        raise CliError(
-            f"--partition {partition}: not a partition of {env} (allowed: {', '.join(p.name for p in known)})",
-            EXIT_FAILED,
-        )
+    chosen = choose_partition(target, partition)
     node = controller(target)
     console = Console(stderr=True, soft_wrap=True)
 

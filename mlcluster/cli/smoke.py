@@ -186,6 +186,18 @@ def partitions(target: Target) -> list[Partition]:
     return [Partition(w.partition_name or w.instance_group_name, w.instance_type) for w in cluster.hyperpod.workers]
 
 
+def choose_partition(target: Target, partition: str | None) -> Partition:
+    """The partition ``--partition`` names (the first one when not given), or a CliError listing the allowed."""
+    known = partitions(target)
+    chosen = next((p for p in known if p.name == partition), None) if partition else known[0]
+    if chosen is None:
+        raise CliError(
+            f"--partition {partition}: not a partition of {target.name} (allowed: {', '.join(p.name for p in known)})",
+            EXIT_FAILED,
+        )
+    return chosen
+
+
 class Smoke:
     """Runs the steps against one cluster and collects their outcomes."""
 
@@ -785,13 +797,7 @@ def smoke(
             )
     target = Target.load(env, environments, region, profile)
     target.require_backend("pcluster", "hyperpod")
-    known = partitions(target)
-    chosen = next((p for p in known if p.name == partition), None) if partition else known[0]
-    if chosen is None:
-        raise CliError(
-            f"--partition {partition}: not a partition of {env} (allowed: {', '.join(p.name for p in known)})",
-            EXIT_FAILED,
-        )
+    chosen = choose_partition(target, partition)
     node = controller(target)
     console = Console(stderr=True, soft_wrap=True)
     smoke_run = Smoke(target, node, console, nodes, chosen)
