@@ -671,3 +671,25 @@ def test_a_missing_nvidia_smi_is_a_warning_for_every_gpu_check(p5: Node) -> None
     assert found["gpu_count"] == found["ecc"] == found["throttle"] == "FAIL warning", result.stdout
     assert "FAIL ecc warning: nvidia-smi not found (PATH=" in result.stdout
     assert result.returncode == 0 and p5.scontrol() == []
+
+
+def test_the_hung_tool_markers_live_in_a_fresh_folder_of_roots_that_planted_names_cannot_reach(
+    p5: Node, tmp_path: Path
+) -> None:
+    """Root's run keeps its hung-tool markers in a folder ``mktemp -d`` makes (new, 0700, random name) under
+    TMPDIR: names a user planted in a shared TMPDIR (a link, a look-alike folder) are neither written nor removed,
+    and the folder is gone after the run."""
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    target = tmp_path / "root-file"
+    target.write_text("untouched\n")
+    (shared / "mlcluster-health.AAAAAA").symlink_to(target)
+    (shared / "mlcluster-health.BBBBBB").mkdir()
+    (shared / "mlcluster-health.BBBBBB" / "nvidia-smi").symlink_to(target)
+    hang(p5, "nvidia-smi")
+    result = p5.run("--drain", MLC_HEALTH_TOOL_TIMEOUT_S="1", TMPDIR=str(shared))
+    assert "FAIL gpu_count critical: nvidia-smi did not answer within 1 s" in result.stdout, result.stdout
+    assert calls(p5, "nvidia-smi") == 1  # the marker was written in the run's own folder, and read back
+    assert target.read_text() == "untouched\n"
+    assert sorted(p.name for p in shared.iterdir()) == ["mlcluster-health.AAAAAA", "mlcluster-health.BBBBBB"]
