@@ -451,8 +451,11 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
     return sorted(set(used)), accepted
 
 
-def _previous_lock(env: Environment) -> Lock | None:
-    """The lock being replaced; a format-1 lock (before policies were recorded) is replaced without a check."""
+def _previous_lock(env: Environment, *, announce: bool = True) -> Lock | None:
+    """The lock being replaced; a format-1 lock (before policies were recorded) is replaced without a check.
+
+    ``announce`` says so on the terminal (not when the caller refuses a format-1 lock anyway).
+    """
     try:
         return load_lock(env)
     except ConfigError as error:
@@ -463,7 +466,8 @@ def _previous_lock(env: Environment) -> Lock | None:
             earlier = False
         if not earlier:
             raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
-        click.echo(f"{path}: format 1 (no policies recorded) is replaced; changes since it are not checked")
+        if announce:
+            click.echo(f"{path}: format 1 (no policies recorded) is replaced; changes since it are not checked")
         return None
 
 
@@ -510,6 +514,36 @@ def _gone(env: Environment, source: LockSource, gone: list[str], accept: tuple[s
     return [f"{stack} gone (destroyed)" for stack in gone]
 
 
+#: What each existing lock says, for the refusal of ``--from-templates`` over it.
+_LOCK_KINDS = {
+    "deployed": "was read from the deployed stacks",
+    "new": "declares that nothing is deployed ('--new'), read from the account",
+}
+
+
+def _templates_may_replace(env: Environment, old: Lock | None) -> None:
+    """Refuse ``--from-templates`` over any lock but one the templates wrote (format 2, source ``templates``).
+
+    Over no lock it records a first one; over a lock of the templates it refuses what ``settle`` and
+    ``_gone`` refuse. Over a format-1 lock (every environment deployed before 0.2.0, loaded as None), a
+    lock read from the deployed stacks or a ``--new`` lock, it would record the working tree as deployed
+    although it never was, and the next synth's guard would compare with that: refused, with the way.
+    """
+    path = lock_path(env)
+    if old is None and not path.exists():
+        return
+    if old is not None and old.source == "templates":
+        return
+    what = _LOCK_KINDS[old.source] if old is not None else "is format 1 (written before 0.2.0 for a deployed one)"
+    raise CliError(
+        f"{path} {what}; --from-templates would record the working tree as deployed although it never was, and "
+        "the guard would then let through every change the templates make. Run "
+        f"'mlcluster lock {env.name}' with credentials for its account (it reads the deployed stacks), and "
+        "name with --accept each data-bearing change it reports that you mean to record",
+        EXIT_FAILED,
+    )
+
+
 @click.command("lock")
 @click.argument("env")
 @_environments_option
@@ -548,18 +582,12 @@ def lock(
             f"'mlcluster lock {loaded.name}' with credentials for its account to record what is deployed",
             EXIT_FAILED,
         )
-    old = _previous_lock(loaded)
+    old = _previous_lock(loaded, announce=not from_templates)
     source: LockSource
     account: str | None = None
     chosen: str | None = None
     if from_templates:
-        if old is not None and old.source == "deployed":
-            raise CliError(
-                f"{lock_path(loaded)} was read from the deployed stacks; --from-templates would record the working "
-                "tree as deployed although it never was. Run 'mlcluster lock "
-                f"{loaded.name}' with credentials for its account after the deploy",
-                EXIT_FAILED,
-            )
+        _templates_may_replace(loaded, old)
         with tempfile.TemporaryDirectory(prefix="mlcluster-lock-") as tmp:
             snapshot = snapshot_from_assembly(synthesize(folder, loaded.name, Path(tmp)), loaded.name)
         source = "templates"

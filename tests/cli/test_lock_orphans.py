@@ -498,3 +498,42 @@ def test_a_failed_backup_lookup_is_reported(aws: Aws, tmp_path: Path) -> None:
     assert "DescribeBackups (the backups of the environment's live file systems) failed: AccessDenied" in (
         raised.value.message
     )
+
+
+@pytest.mark.parametrize(
+    ("existing", "told"),
+    [
+        ({"format": 1, "stacks": {}}, "is format 1 (written before 0.2.0"),
+        (None, "declares that nothing is deployed ('--new')"),
+    ],
+)
+def test_from_templates_never_overwrites_a_format_1_or_new_lock(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existing: dict[str, Any] | None, told: str
+) -> None:
+    """Review finding 1: only no lock, or a lock the templates wrote, may be rewritten from the templates."""
+    from mlcluster.replacement import stack_state
+
+    envs = folder(tmp_path)
+    if existing is None:
+        assert lock(envs, "--new").exception is None
+    else:
+        (envs / "team.lock.json").write_text(json.dumps(existing), encoding="utf-8")
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    storage = {"team-Storage": stack_state(template(policy="Delete"), {}, termination_protection=False)}
+    monkeypatch.setattr(diff_module, "synthesize", lambda folder, name, out: out)
+    monkeypatch.setattr(diff_module, "snapshot_from_assembly", lambda assembly, name: storage)
+    result = lock(envs, "--from-templates")
+    assert isinstance(result.exception, CliError), result.output
+    assert result.exception.exit_code == EXIT_FAILED
+    assert told in result.exception.message
+    assert "Run 'mlcluster lock team' with credentials" in result.exception.message
+    assert "--accept" in result.exception.message
+    assert "is replaced; changes since it are not checked" not in result.output
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    # The edges: no lock at all is a first lock from the templates, and a templates lock is rewritten.
+    (envs / "team.lock.json").unlink()
+    result = lock(envs, "--from-templates")
+    assert result.exception is None, result.output
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["source"] == "templates"
+    result = lock(envs, "--from-templates")
+    assert result.exception is None, result.output
