@@ -53,7 +53,16 @@ from mlcluster.cli.errors import EXIT_FAILED, EXIT_REPLACEMENT, EXIT_USAGE, CliE
 from mlcluster.cli.progress import progress
 from mlcluster.config import ConfigError, Environment, load_environments
 from mlcluster.config.names import STACKS
-from mlcluster.lockfile import Lock, LockSource, allowed, load_lock, lock_path, resource_name, write_lock
+from mlcluster.lockfile import (
+    Lock,
+    LockSource,
+    allowed,
+    load_lock,
+    lock_path,
+    resource_name,
+    unprotected,
+    write_lock,
+)
 from mlcluster.replacement import (
     Snapshot,
     compare,
@@ -415,13 +424,19 @@ def deployed_snapshot(cfn: Any, env: Environment) -> Snapshot:
     return snapshot
 
 
+#: How ``--accept`` names a stack whose termination protection went off outside the app.
+PROTECTION = "termination-protection:"
+
+
 def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """The allowances ``new`` used since ``old``, and the accepted changes; refuse any other data-bearing change.
 
     A data-bearing resource replaced, deleted or weakened since the last lock was either allowed by
     the environment file (the allowance is then used up: the lock records it) or happened outside it
     (a deploy from another branch, a console edit): the lock records that only when ``--accept``
-    names the resource, so no refusal is cleared by re-locking.
+    names the resource, so no refusal is cleared by re-locking. A stack holding data that is not
+    retained and lost termination protection is the same: allowed when the file names each such
+    resource (the guard's rule), else recorded only with ``--accept termination-protection:<stack>``.
     """
     if old is None:
         return [], []
@@ -440,6 +455,18 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
             accepted.append(f"{change.stack}/{change.describe()}")
         else:
             unexplained.append(f"  {change.stack}: {change.describe()}  (--accept {name})")
+    for stack, exposed in unprotected(old.snapshot, new).items():
+        # The guard's rule: protection may go off when the file allows each resource it exposes by name.
+        covering = [entry for entry in allowances if any(entry in (path, resource_name(path)) for path in exposed)]
+        if all(any(entry in (path, resource_name(path)) for entry in allowances) for path in exposed):
+            used += covering
+        elif f"{PROTECTION}{stack}" in accept:
+            accepted.append(f"{stack} termination protection off (exposes {', '.join(exposed)})")
+        else:
+            unexplained.append(
+                f"  {stack}: termination protection off, so a stack deletion deletes {', '.join(exposed)}  "
+                f"(--accept {PROTECTION}{stack})"
+            )
     if unexplained:
         raise CliError(
             "these data-bearing changes since the last lock were not allowed by the environment file:\n"
@@ -558,7 +585,8 @@ def _templates_may_replace(env: Environment, old: Lock | None) -> None:
     "--accept",
     multiple=True,
     metavar="RESOURCE",
-    help="Record a data-bearing change the environment file did not allow (a construct path, as printed).",
+    help="Record a data-bearing change the environment file did not allow (a construct path, a destroyed stack, "
+    "or termination-protection:STACK, as printed).",
 )
 @json_option
 def lock(

@@ -537,3 +537,39 @@ def test_from_templates_never_overwrites_a_format_1_or_new_lock(
     assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["source"] == "templates"
     result = lock(envs, "--from-templates")
     assert result.exception is None, result.output
+
+
+def test_termination_protection_switched_off_outside_the_app_is_recorded_only_when_named(
+    aws: Aws, tmp_path: Path
+) -> None:
+    """Review finding 5: protection off on a stack whose log group is not retained needs --accept or an allowance."""
+    envs = folder(tmp_path)
+    deploy("team-Storage", template(policy="Delete"), protect=True)
+    assert lock(envs).exception is None
+    # moto has no UpdateTerminationProtection: the same stack made again without it reads the same.
+    aws_client("cloudformation", REGION).delete_stack(StackName="team-Storage")
+    deploy("team-Storage", template(policy="Delete"), protect=False)
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    result = lock(envs)
+    assert isinstance(result.exception, CliError), result.output
+    assert result.exception.exit_code == EXIT_FAILED
+    assert "team-Storage: termination protection off, so a stack deletion deletes Storage/Lustre/LogGroup/Resource" in (
+        result.exception.message
+    )
+    assert "(--accept termination-protection:team-Storage)" in result.exception.message
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    # Another stack's name accepts nothing.
+    assert isinstance(lock(envs, "--accept", "termination-protection:team-Network").exception, CliError)
+    # The edges: named by --accept, or allowed by the file resource by resource (the guard's rule), it is recorded.
+    result = lock(envs, "--accept", "termination-protection:team-Storage")
+    assert result.exception is None, result.output
+    data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
+    assert data["stacks"]["team-Storage"]["termination_protection"] is False
+    assert data["accepted"] == ["team-Storage termination protection off (exposes Storage/Lustre/LogGroup/Resource)"]
+    (envs / "team.lock.json").write_text(before, encoding="utf-8")
+    envs = folder(tmp_path, allow_replacement=["Storage/Lustre/LogGroup"])
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["allowances_used"] == [
+        "Storage/Lustre/LogGroup"
+    ]
