@@ -49,10 +49,13 @@ from mlcluster.replacement import (
     HYPERPOD_TYPE,
     KEEPING_POLICIES,
     MOUNT_REASON,
+    PCLUSTER_TYPE,
     Change,
+    ResourceState,
     Snapshot,
     compare,
     is_data_bearing,
+    keeping,
     snapshot_from_json,
     snapshot_to_json,
 )
@@ -154,8 +157,13 @@ SAFE_WAYS = {
         "lists it) and the retained master secret ('aws secretsmanager delete-secret --secret-id ARN')"
     ),
     "Custom::PclusterCluster": (
-        "A new cluster name is a new cluster: running jobs and the head node's local state are lost. Safe way: "
-        "drain the queues (no running jobs), then deploy with the allowance"
+        "A new cluster name is a new cluster: running jobs are not moved, and the new head node starts without "
+        "the old one's local state. The old cluster is not deleted in an environment that retains "
+        "(retention.on_delete: retain sets the custom resource's DeletionPolicy property to Retain): it keeps "
+        "running and billing (head node, static nodes, a /home volume with DeletionPolicy Delete) until you delete "
+        "it with 'pcluster delete-cluster -n <old cluster name> --region <region>'. With DeletionPolicy Delete it "
+        "is deleted with its head node. Safe way: drain the queues (no running jobs), copy what lives on the head "
+        "node, deploy with the allowance, then delete the old cluster"
     ),
     "AWS::SageMaker::Cluster": (
         "A new HyperPod cluster replaces the old one: running jobs are lost. Safe way: drain the "
@@ -470,8 +478,9 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
     return problems
 
 
-def _retained(resources: Sequence[tuple[str, str, str]]) -> str:
-    return ", ".join(f"{path} ({kind})" for path, kind, policy in resources if policy in KEEPING_POLICIES) or "none"
+def _retained(resources: Collection[ResourceState]) -> str:
+    """The resources kept when their stack is deleted (a keeping policy, or a ParallelCluster cluster's property)."""
+    return ", ".join(f"{r.path} ({r.type})" for r in resources if keeping(r) is not None) or "none"
 
 
 def unprotected(locked: Snapshot, snapshot: Snapshot) -> dict[str, list[str]]:
@@ -502,8 +511,8 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
     problems: list[Problem] = []
     for stack in sorted(set(locked) - set(snapshot)):
         part = stack_part(environment, stack)
-        resources = [(r.path, r.type, r.deletion_policy) for r in locked[stack].resources.values()]
-        holding = ", ".join(sorted(path for path, kind, _ in resources if is_data_bearing(kind, path))) or "none"
+        resources = list(locked[stack].resources.values())
+        holding = ", ".join(sorted(r.path for r in resources if is_data_bearing(r.type, r.path))) or "none"
         unprotect = (
             "aws cloudformation update-termination-protection --no-enable-termination-protection "
             f"--stack-name {stack}; "
@@ -550,31 +559,46 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
     return problems
 
 
-def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, changes: Sequence[Change]) -> list[str]:
-    """What an accepted edit leaves running: retained resources removed from a stack that stays.
-
-    CloudFormation does not delete a resource with ``DeletionPolicy: Retain`` that leaves the template:
-    it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack.
-    """
-    found: list[str] = []
-    for change in changes:
-        if change.action != "remove" or change.stack not in snapshot:
-            continue
-        old = locked[change.stack].resources[change.logical_id]
-        if old.deletion_policy not in KEEPING_POLICIES or (
-            change.dangerous and not allowed(change, environment.config.retention.allow_replacement)
-        ):
-            continue
-        extra = (
+def _left_running(environment: Environment, change: Change, old: ResourceState) -> str:
+    """How to end a resource kept outside its stack (see :func:`notices`)."""
+    if change.type == "AWS::FSx::DataRepositoryAssociation":
+        return (
             ": it keeps importing from and exporting to the bucket (deletions too), and the path cannot be "
             "associated again until it is gone; delete it with 'aws fsx delete-data-repository-association "
             "--association-id ID --no-delete-data-in-file-system' (files and objects stay)"
-            if change.type == "AWS::FSx::DataRepositoryAssociation"
-            else ": delete it by hand when it is no longer needed ('mlcluster status' lists it)"
         )
+    if change.type == PCLUSTER_TYPE:
+        name = old.create_only.get("ClusterName", "<cluster name>")
+        region = environment.config.region or "<region>"
+        return (
+            f": cluster {name} (head node, static nodes) keeps running and billing. Once its jobs are done and "
+            "what lives on its head node is copied, delete it with ParallelCluster's CLI: 'pcluster "
+            f"delete-cluster -n {name} --region {region}' (or delete its own CloudFormation stack, {name})"
+        )
+    return ": delete it by hand when it is no longer needed ('mlcluster status' lists it)"
+
+
+def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, changes: Sequence[Change]) -> list[str]:
+    """What an accepted edit leaves running: kept resources removed from a stack that stays, or replaced.
+
+    CloudFormation does not delete a resource with ``DeletionPolicy: Retain`` that leaves the template:
+    it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack. A
+    ParallelCluster cluster whose custom resource has the ``DeletionPolicy`` *property* ``Retain`` is
+    kept by ParallelCluster when the resource is deleted or replaced (:func:`~mlcluster.replacement.keeping`).
+    """
+    found: list[str] = []
+    for change in changes:
+        replaced = change.action == "replace" and change.type == PCLUSTER_TYPE
+        if (change.action != "remove" and not replaced) or change.stack not in snapshot:
+            continue
+        old = locked[change.stack].resources[change.logical_id]
+        kept = keeping(old, replaced=replaced)
+        if kept is None or (change.dangerous and not allowed(change, environment.config.retention.allow_replacement)):
+            continue
         found.append(
-            f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) leaves the "
-            f"template but DeletionPolicy {old.deletion_policy} keeps it running outside the stack{extra}"
+            f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) "
+            f"{'is replaced' if replaced else 'leaves the template'} but {kept} keeps "
+            f"{'the old one' if replaced else 'it'} running outside the stack{_left_running(environment, change, old)}"
         )
     return found
 

@@ -226,6 +226,24 @@ class Change:
         return f"{self.path} ({self.type}) {verb[self.action]}{why}"
 
 
+def keeping(resource: ResourceState, *, replaced: bool = False) -> str | None:
+    """What keeps ``resource`` running when it leaves its stack (or is ``replaced``), or None when it goes.
+
+    CloudFormation skips the delete under a keeping ``DeletionPolicy`` (``UpdateReplacePolicy`` for a
+    replacement). Otherwise it asks the resource to delete itself, and a setting of ``FATE_KEPT`` (the
+    ParallelCluster custom resource's ``DeletionPolicy`` property) may still keep it: ParallelCluster then
+    leaves the cluster, head node and static nodes running.
+    """
+    policy = resource.update_replace_policy if replaced else resource.deletion_policy
+    if policy in KEEPING_POLICIES:
+        return f"{'UpdateReplacePolicy' if replaced else 'DeletionPolicy'} {policy}"
+    for pointer, values, default in FATE_KEPT.get(resource.type, ()):
+        value = str(resource.fate.get(pointer, default))
+        if value in values:
+            return f"its {pointer.replace('/', '.')} property {value}"
+    return None
+
+
 def is_data_bearing(resource_type: str, path: str) -> bool:
     """Data-bearing types anywhere, plus S3 buckets of the storage stack and of :data:`DATA_BUCKET_PATHS`."""
     if resource_type in DATA_BEARING_TYPES:

@@ -487,3 +487,48 @@ def test_a_lifecycle_bucket_change_is_not_refused(tmp_path: Path) -> None:
     env = load_environment(write_env(tmp_path, NAME, data))
     write_lock(env, Lock(with_patch_backups(deployed()), "deployed"))
     guard(env, edit(with_patch_backups(deployed()), "Cluster", "Scripts", create_only={"BucketName": "new"}))
+
+
+# -- review finding 2: a ParallelCluster cluster kept by its custom resource's DeletionPolicy property --------
+
+
+def kept_cluster(policy: str, name: str = "p5-train") -> Snapshot:
+    """``deployed()`` whose cluster is kept or deleted by the custom resource's property (attribute Delete)."""
+    return edit(deployed(), "Cluster", "Cluster", create_only={"ClusterName": name}, fate={"DeletionPolicy": policy})
+
+
+@pytest.mark.parametrize("how", ["remove", "replace"])
+def test_a_retained_parallelcluster_cluster_removed_or_replaced_is_reported_as_still_billing(
+    tmp_path: Path, how: str
+) -> None:
+    env = environment(tmp_path, allow=("Cluster/Cluster",))
+    write_lock(env, Lock(kept_cluster("Retain"), "deployed"))
+    after = kept_cluster("Retain", "p5-train2")
+    if how == "remove":
+        del after[f"{NAME}-Cluster"].resources["Cluster"]
+    _, notes = guard(env, after)
+    (note,) = notes
+    verb = "leaves the template" if how == "remove" else "is replaced"
+    assert (
+        f"p5-Cluster/Cluster/Cluster/Resource (Custom::PclusterCluster) {verb} but its DeletionPolicy property" in note
+    )
+    assert "cluster p5-train (head node, static nodes) keeps running and billing" in note
+    assert "'pcluster delete-cluster -n p5-train --region <region>'" in note
+    # The edge: with the property Delete, ParallelCluster deletes the cluster: nothing is left to report.
+    write_lock(env, Lock(kept_cluster("Delete"), "deployed"))
+    assert guard(env, after)[1] == []
+
+
+def test_the_cluster_safe_way_says_a_retained_cluster_keeps_billing(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    write_lock(env, Lock(kept_cluster("Retain"), "deployed"))
+    text = refusal(env, kept_cluster("Retain", "p5-train2"))
+    assert "REPLACED" not in text and "replaces p5-Cluster/Cluster/Cluster/Resource" in text
+    assert "running jobs and the head node's local state are lost" not in text
+    assert "keeps running and billing" in text and "pcluster delete-cluster -n <old cluster name>" in text
+    # A dropped Cluster stack names the cluster among what its deletion keeps.
+    snapshot = deployed()
+    del snapshot[f"{NAME}-Cluster"]
+    assert "kept when the stack is deleted (Retain): Cluster/Cluster/Resource (Custom::PclusterCluster)" in refusal(
+        env, snapshot
+    )
