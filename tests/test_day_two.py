@@ -357,7 +357,8 @@ EDITS = [
         refused={PCLUSTER_CLUSTER},
         # The node roles' permissions boundary is named after the cluster.
         also_replaced={"Cluster/NodeRoleBoundary/Resource"},
-        safe_way="drain the queues, then allow",
+        safe_way="drain the queues and copy what is on the head node, then allow; a retained old cluster keeps "
+        "billing until pcluster delete-cluster",
     ),
     # -- HyperPod -------------------------------------------------------------------
     edit("HyperPod worker count 2 -> 4", "hyperpod", {f"{HP}.workers.0.instance_count": 4}),
