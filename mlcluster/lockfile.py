@@ -50,6 +50,7 @@ from mlcluster.replacement import (
     KEEPING_POLICIES,
     MOUNT_REASON,
     PCLUSTER_TYPE,
+    VOLUME_POLICY_REASON,
     Change,
     ResourceState,
     Snapshot,
@@ -224,6 +225,23 @@ HOME_MOUNT = (
 )
 
 
+#: The environment key of each shared volume mlcluster gives a ParallelCluster cluster, by mount dir.
+VOLUME_KEYS = {
+    "/home": "cluster.pcluster.shared_storage.home_volume.deletion_policy",
+    "/apps": "cluster.pcluster.shared_storage.apps.deletion_policy",
+}
+
+#: Why a shared volume that ParallelCluster no longer keeps loses data, and the safe way.
+VOLUME_POLICY = (
+    "ParallelCluster deletes a volume whose DeletionPolicy is Delete when the cluster is deleted (a 'cdk destroy' "
+    "of the Cluster stack, a new cluster name) or the volume leaves SharedStorage: every file on it goes, with no "
+    "snapshot (for /home: every user's home). The change itself is made in place, so nothing else refuses it. "
+    "Safe way: keep deletion_policy Retain or Snapshot (unset, it follows retention.on_delete). To give the volume "
+    "up deliberately, copy its files first (for /home: 'sudo rsync -aHAX /home/ /fsx/home-copy/' on the head node, "
+    "outside the DRA paths, or to S3) and allow it"
+)
+
+
 def lock_path(environment: Environment) -> Path:
     """``environments/<name>.lock.json`` beside ``environments/<name>.yaml``."""
     return Path(environment.source).with_suffix(".lock.json")
@@ -307,6 +325,10 @@ def config_key(change: Change) -> str:
         return "retention.on_delete"
     if any(r.startswith(MOUNT_REASON) for r in change.reasons):
         return "cluster.pcluster.shared_storage.home_volume"
+    for reason in change.reasons:
+        if reason.startswith(VOLUME_POLICY_REASON):
+            mount = reason.removeprefix(VOLUME_POLICY_REASON).split(":", 1)[0].strip()
+            return VOLUME_KEYS.get(mount, "cluster.pcluster.shared_storage")
     if change.action == "weaken" and change.type == "AWS::Logs::LogGroup":
         return "retention.log_retention_days"
     for prefix, key in CONFIG_KEYS:
@@ -465,6 +487,9 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
             # A mount over the homes: its own safe way (the weaker-policy text would not fit).
             only_mounts = all(r.startswith(MOUNT_REASON) for r in change.reasons)
             why = HOME_MOUNT if only_mounts else f"{why}. {HOME_MOUNT}"
+        if any(r.startswith(VOLUME_POLICY_REASON) for r in change.reasons):
+            only_volumes = all(r.startswith(VOLUME_POLICY_REASON) for r in change.reasons)
+            why = VOLUME_POLICY if only_volumes else f"{why}. {VOLUME_POLICY}"
         problems.append(
             Problem(
                 config_key(change),

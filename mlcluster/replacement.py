@@ -111,6 +111,21 @@ EXISTING_PATHS = frozenset(
 )
 #: The reason prefix of a mount change over an existing path (:func:`mount_changes`).
 MOUNT_REASON = "SharedStorage MountDir"
+#: Where a ParallelCluster cluster's fate records what ParallelCluster does with each volume or file system
+#: it made for the cluster when the cluster is deleted or the storage leaves it: ``{MountDir: DeletionPolicy}``.
+#: A lock written before this was recorded has no such key (the policies are unknown, nothing is compared).
+VOLUME_POLICIES_KEY = "ClusterConfiguration/SharedStorage/DeletionPolicy"
+#: ParallelCluster's storage types that it creates and may delete: ``StorageType -> (settings key, the key
+#: naming an existing resource instead)``. ParallelCluster's schema (``cluster_schema.py``, ``cluster_config.py``
+#: of aws-parallelcluster 3): ``DeletionPolicy`` defaults to ``Delete`` for storage it creates, has no effect on
+#: an existing volume or file system (nothing of it is deleted), and changes in place (update policy SUPPORTED).
+MANAGED_STORAGE: dict[str, tuple[str, str]] = {
+    "Ebs": ("EbsSettings", "VolumeId"),
+    "Efs": ("EfsSettings", "FileSystemId"),
+    "FsxLustre": ("FsxLustreSettings", "FileSystemId"),
+}
+#: The reason prefix of a volume ParallelCluster no longer keeps (:func:`volume_policy_changes`).
+VOLUME_POLICY_REASON = "SharedStorage DeletionPolicy"
 #: S3 buckets are data-bearing in the storage stack (the data bucket and its access logs).
 DATA_BUCKET_STACK = "Storage"
 #: Other S3 buckets that hold data, by construct path prefix: HyperPod's patch backups (the
@@ -323,12 +338,40 @@ def _fate_values(resource_type: str, properties: Mapping[str, Any]) -> dict[str,
             values[pointer] = found
     if resource_type == PCLUSTER_TYPE:
         storage = _lookup(dict(properties), MOUNTS_KEY.split("/"))
+        items = [item for item in (storage if isinstance(storage, list) else []) if isinstance(item, dict)]
         values[MOUNTS_KEY] = {
-            str(item["MountDir"]): str(item.get("StorageType"))
-            for item in (storage if isinstance(storage, list) else [])
-            if isinstance(item, dict) and "MountDir" in item
+            str(item["MountDir"]): str(item.get("StorageType")) for item in items if "MountDir" in item
         }
+        values[VOLUME_POLICIES_KEY] = volume_policies(items)
     return values
+
+
+def volume_policies(storage: list[dict[str, Any]]) -> dict[str, str]:
+    """``{MountDir: DeletionPolicy}`` of the shared storage ParallelCluster creates (``MANAGED_STORAGE``)."""
+    policies: dict[str, str] = {}
+    for item in storage:
+        kind = MANAGED_STORAGE.get(str(item.get("StorageType")))
+        if kind is None or "MountDir" not in item:
+            continue
+        found = item.get(kind[0])
+        settings: dict[str, Any] = found if isinstance(found, dict) else {}
+        if kind[1] not in settings:
+            policies[str(item["MountDir"])] = str(settings.get("DeletionPolicy", "Delete"))
+    return policies
+
+
+def volume_policy_changes(before: Mapping[str, str] | None, after: Mapping[str, str]) -> list[str]:
+    """Storage kept on both sides whose ParallelCluster ``DeletionPolicy`` no longer keeps it (Retain -> Delete).
+
+    ``before`` is None for a lock that predates the record: nothing is known, nothing is compared.
+    """
+    if before is None:
+        return []
+    return [
+        f"{VOLUME_POLICY_REASON} {path}: {before[path]} -> {after[path]}"
+        for path in sorted(before.keys() & after.keys())
+        if before[path] in KEEPING_POLICIES and after[path] not in KEEPING_POLICIES
+    ]
 
 
 def mount_changes(before: Mapping[str, str] | None, after: Mapping[str, str]) -> list[str]:
@@ -503,6 +546,7 @@ def weakenings(old: ResourceState, new: ResourceState) -> list[str]:
             found.append(f"{pointer.replace('/', '.')} {was} -> {now}")
     if new.type == PCLUSTER_TYPE:
         found += mount_changes(old.fate.get(MOUNTS_KEY), new.fate.get(MOUNTS_KEY, {}))
+        found += volume_policy_changes(old.fate.get(VOLUME_POLICIES_KEY), new.fate.get(VOLUME_POLICIES_KEY, {}))
     return found
 
 

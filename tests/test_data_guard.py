@@ -259,7 +259,11 @@ def test_a_parallelcluster_cluster_no_longer_retained_is_refused(
 def test_the_parallelcluster_deletion_policy_is_read_from_the_template() -> None:
     cluster = {"Type": "Custom::PclusterCluster", "Properties": {"ClusterName": "c", "DeletionPolicy": "Retain"}}
     state = stack_state({"Resources": {"Cluster": cluster}}, {"Cluster": "Cluster/Cluster/Resource"})
-    assert state.resources["Cluster"].fate == {"DeletionPolicy": "Retain", "ClusterConfiguration/SharedStorage": {}}
+    assert state.resources["Cluster"].fate == {
+        "DeletionPolicy": "Retain",
+        "ClusterConfiguration/SharedStorage": {},
+        "ClusterConfiguration/SharedStorage/DeletionPolicy": {},
+    }
 
 
 # -- /home: shared storage added to a running ParallelCluster cluster ------------------------------------
@@ -532,3 +536,57 @@ def test_the_cluster_safe_way_says_a_retained_cluster_keeps_billing(tmp_path: Pa
     assert "kept when the stack is deleted (Retain): Cluster/Cluster/Resource (Custom::PclusterCluster)" in refusal(
         env, snapshot
     )
+
+
+# -- review finding 3: a shared volume's own DeletionPolicy (ParallelCluster's EbsSettings) -------------------
+
+
+def home_volume(policy: str | None) -> dict[str, Any]:
+    settings: dict[str, Any] = {"Size": 100} | ({} if policy is None else {"DeletionPolicy": policy})
+    return {**HOME_EBS, "EbsSettings": settings}
+
+
+def test_the_lock_records_each_created_volumes_deletion_policy() -> None:
+    existing = {
+        "Name": "old",
+        "MountDir": "/data",
+        "StorageType": "Ebs",
+        "EbsSettings": {"VolumeId": "vol-0123456789abcdef0"},
+    }
+    efs = {"Name": "e", "MountDir": "/efs", "StorageType": "Efs", "EfsSettings": {"DeletionPolicy": "Retain"}}
+    fate = (
+        cluster_with(LUSTRE_MOUNT, home_volume("Snapshot"), existing, efs)[f"{NAME}-Cluster"].resources["Cluster"].fate
+    )
+    # ParallelCluster's default for storage it creates is Delete; an existing volume is never deleted (not recorded).
+    assert fate["ClusterConfiguration/SharedStorage/DeletionPolicy"] == {
+        "/fsx": "Delete",
+        "/home": "Snapshot",
+        "/efs": "Retain",
+    }
+
+
+@pytest.mark.parametrize(("before", "after"), [("Retain", "Delete"), ("Snapshot", "Delete"), ("Retain", None)])
+def test_a_home_volume_no_longer_kept_is_refused(tmp_path: Path, before: str, after: str | None) -> None:
+    env = environment(tmp_path)
+    write_lock(env, Lock(cluster_with(LUSTRE_MOUNT, home_volume(before)), "deployed"))
+    text = refusal(env, cluster_with(LUSTRE_MOUNT, home_volume(after)))
+    assert (
+        "cluster.pcluster.shared_storage.home_volume.deletion_policy: this edit weakens p5-Cluster/Cluster/Cluster"
+        in (text)
+    )
+    assert f"SharedStorage DeletionPolicy /home: {before} -> Delete" in text
+    assert "ParallelCluster deletes a volume whose DeletionPolicy is Delete" in text
+    assert "add 'Cluster/Cluster' to retention.allow_replacement" in text
+    # The edges: allowed by name it passes; Retain -> Snapshot, or Delete -> Retain, keeps the volume and passes.
+    guard(environment(tmp_path / "allowed", allow=("Cluster/Cluster",)), cluster_with(LUSTRE_MOUNT, home_volume(after)))
+    guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Snapshot" if before == "Retain" else "Retain")))
+    write_lock(env, Lock(cluster_with(LUSTRE_MOUNT, home_volume("Delete")), "deployed"))
+    guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Retain")))
+
+
+def test_a_lock_that_predates_the_volume_policy_record_compares_nothing(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    locked = cluster_with(LUSTRE_MOUNT, home_volume("Retain"))
+    del locked[f"{NAME}-Cluster"].resources["Cluster"].fate["ClusterConfiguration/SharedStorage/DeletionPolicy"]
+    write_lock(env, Lock(locked, "deployed"))
+    guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Delete")))
