@@ -22,7 +22,10 @@ leave the app (CDK never deletes it: it keeps running unseen); and when a
 stack holding data loses termination protection. ``retention.allow_replacement``
 lets one named resource through, for the one deploy that makes the change:
 an entry that names several resources, or that allows nothing any more (its
-deploy is in the lock), is refused too. An environment without a lock file
+deploy is in the lock), is refused too. Until ``mlcluster lock`` records that
+deploy, ``<name>.allowances.json`` beside the lock remembers the form each
+allowance let through, and a synth asking it for another form is refused
+(the first may be deployed already). An environment without a lock file
 is refused (``mlcluster lock`` records what is deployed, nothing for a new
 one), and so is a lock file whose environment file is gone (a rename).
 
@@ -38,6 +41,7 @@ the old cluster's plans as well.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -679,21 +683,126 @@ def orphan_locks(directory: Path) -> list[ConfigError]:
     return errors
 
 
+def in_flight_path(environment: Environment) -> Path:
+    """``environments/<name>.allowances.json``: the allowances a synth used since the lock was written."""
+    return Path(environment.source).with_suffix(".allowances.json")
+
+
+def _form(resource: ResourceState) -> str:
+    """A digest of what decides ``resource``'s fate: type, create-only values, policies, retention settings.
+
+    The rest of its properties is left out, so an in-place update of an allowed resource keeps its form.
+    """
+    state = resource.to_json()
+    return _digest(
+        {key: state[key] for key in ("type", "create_only", "deletion_policy", "update_replace_policy", "fate")}
+    )
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def allowances_in_flight(
+    environment: Environment, lock: Lock, snapshot: Snapshot, changes: Sequence[Change]
+) -> dict[str, dict[str, str]]:
+    """``{entry: {"resource": path, "form": digest}}`` for each allowance this synth uses, and the form it allows."""
+    pending = {change.path for change in changes if change.dangerous}
+    pending |= {path for exposed in unprotected(lock.snapshot, snapshot).values() for path in exposed}
+    forms = {r.path: _form(r) for state in snapshot.values() for r in state.resources.values()}
+    found: dict[str, dict[str, str]] = {}
+    for entry in environment.config.retention.allow_replacement:
+        for path in sorted(pending):
+            if entry in (path, resource_name(path)):
+                # A removed resource has no form: "absent" is the form its allowance allows.
+                found[entry] = {"resource": path, "form": forms.get(path, "absent")}
+    return found
+
+
+def _read_in_flight(environment: Environment, lock_digest: str) -> dict[str, dict[str, str]]:
+    """The record's allowances when it was written over this very lock file, else none (the lock moved on)."""
+    path = in_flight_path(environment)
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data["lock"] != lock_digest:
+            return {}
+        return {str(k): {"resource": str(v["resource"]), "form": str(v["form"])} for k, v in data["allowances"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ConfigError(
+            str(path),
+            [
+                Problem(
+                    "(allowances in flight)",
+                    NOT_A_VALUE,
+                    f"cannot be read ({error}); run 'mlcluster lock {environment.name}' with credentials, which "
+                    "records what is deployed and removes this file",
+                )
+            ],
+        ) from None
+
+
+def stale_allowances(
+    environment: Environment, recorded: dict[str, dict[str, str]], in_flight: dict[str, dict[str, str]]
+) -> list[Problem]:
+    """Each allowance an earlier synth used for another form of its resource than this synth asks for.
+
+    That synth may have been deployed: its allowance is then used up, and this edit would replace or
+    weaken the resource again, unseen. Only ``mlcluster lock`` (which reads what is deployed) tells.
+    """
+    name = environment.name
+    problems: list[Problem] = []
+    for entry, now in sorted(in_flight.items()):
+        before = recorded.get(entry)
+        if before is None or before == now:
+            continue
+        problems.append(
+            Problem(
+                "retention.allow_replacement",
+                NOT_A_VALUE,
+                f"'{entry}' was used by an earlier synth since the lock was written, for another form of "
+                f"{before['resource']} than this edit makes ({in_flight_path(environment).name} records it). If "
+                "that synth was deployed, the allowance is used up and this edit would change the resource again "
+                f"unseen. Run 'mlcluster lock {name}' with credentials: it reads what is deployed (if the earlier "
+                "change was deployed, the lock records it and the allowance is refused until you remove it; if "
+                "not, the allowance is free again for this edit) and removes the record",
+            )
+        )
+    return problems
+
+
+def record_in_flight(environment: Environment, lock_digest: str, in_flight: dict[str, dict[str, str]]) -> None:
+    """Add this synth's allowances to the record kept until the next ``mlcluster lock`` (never drop one)."""
+    if not in_flight:
+        return
+    recorded = _read_in_flight(environment, lock_digest)
+    document = {"lock": lock_digest, "allowances": dict(sorted((recorded | in_flight).items()))}
+    in_flight_path(environment).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def guard(environment: Environment, snapshot: Snapshot) -> tuple[list[Change], list[str]]:
     """Compare ``snapshot`` with the lock; raise ``ConfigError`` on a change it does not allow.
 
+    An allowance used by this synth is recorded beside the lock (:func:`in_flight_path`) with the form
+    of the resource it allows, until ``mlcluster lock`` rewrites the lock: a later synth that asks the
+    same allowance for another form is refused (:func:`stale_allowances`), as the first may be deployed.
     Returns the changes and the notices (:func:`notices`) for the edit.
     """
     lock = load_lock(environment)
     if lock is None:
         raise ConfigError(environment.source, [missing_lock(environment)])
+    lock_digest = hashlib.sha256(lock_path(environment).read_bytes()).hexdigest()
     changes = compare(lock.snapshot, snapshot)
     dropped = set(lock.snapshot) - set(snapshot)
+    in_flight = allowances_in_flight(environment, lock, snapshot, changes)
     problems = (
         stack_refusals(environment, lock.snapshot, snapshot)
         + refusals(environment, changes, dropped=dropped)
         + allowance_problems(environment, lock, snapshot, changes)
+        + stale_allowances(environment, _read_in_flight(environment, lock_digest), in_flight)
     )
     if problems:
         raise ConfigError(environment.source, problems)
+    record_in_flight(environment, lock_digest, in_flight)
     return changes, notices(environment, lock.snapshot, snapshot, changes)

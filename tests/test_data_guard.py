@@ -590,3 +590,45 @@ def test_a_lock_that_predates_the_volume_policy_record_compares_nothing(tmp_path
     del locked[f"{NAME}-Cluster"].resources["Cluster"].fate["ClusterConfiguration/SharedStorage/DeletionPolicy"]
     write_lock(env, Lock(locked, "deployed"))
     guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Delete")))
+
+
+# -- review finding 4: an allowance expires with the deploy that used it, lock or no lock yet ---------------
+
+
+def test_an_allowance_used_by_a_synth_allows_only_that_form_until_the_next_lock(tmp_path: Path) -> None:
+    """Deployed with the allowance but not locked yet: a second edit of the same resource is refused."""
+    from mlcluster.lockfile import in_flight_path
+
+    env = environment(tmp_path, allow=("Storage/Lustre",))
+    first = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
+    guard(env, first)
+    record = json.loads(in_flight_path(env).read_text(encoding="utf-8"))
+    assert record["allowances"]["Storage/Lustre"]["resource"] == "Storage/Lustre/Resource"
+    # The edges: the same form again (cdk deploy synthesizes again), or an in-place update of it, passes.
+    guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}))
+    guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}, digest="d1"))
+    second = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "SCRATCH_2"})
+    text = refusal(env, second)
+    assert (
+        "retention.allow_replacement: 'Storage/Lustre' was used by an earlier synth since the lock was written" in text
+    )
+    assert f"'mlcluster lock {NAME}' with credentials" in text
+    # Weakening it instead (a policy) is another form too.
+    assert "was used by an earlier synth" in refusal(
+        env,
+        edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}, deletion_policy="Delete"),
+    )
+    # A lock written since (another lock file: pulled, or 'mlcluster lock') makes the record stale: the edit passes.
+    write_lock(env, Lock(deployed(), "deployed", accepted=("elsewhere",)))
+    guard(env, second)
+    # A record nobody can read is refused with the way, never ignored.
+    in_flight_path(env).write_text("{", encoding="utf-8")
+    assert "(allowances in flight): cannot be read" in refusal(env, second)
+
+
+def test_a_synth_without_an_allowance_records_nothing(tmp_path: Path) -> None:
+    from mlcluster.lockfile import in_flight_path
+
+    env = environment(tmp_path)
+    guard(env, deployed())
+    assert not in_flight_path(env).exists()

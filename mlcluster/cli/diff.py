@@ -57,6 +57,7 @@ from mlcluster.lockfile import (
     Lock,
     LockSource,
     allowed,
+    in_flight_path,
     load_lock,
     lock_path,
     resource_name,
@@ -634,10 +635,15 @@ def lock(
     gone = sorted(set(old.snapshot) - set(snapshot)) if old is not None else []
     gone_accepted = _gone(loaded, source, gone, accept)
     used, accepted = settle(loaded, old, snapshot, accept)
+    # A used allowance still in the file stays used: forgotten, it would let the next change of its resource through.
+    still = set(loaded.config.retention.allow_replacement) & set(old.allowances_used if old is not None else ())
+    used = sorted({*used, *still})
     accepted += gone_accepted
     # Earlier acceptances stay in the record: a rewritten lock (--from-templates included) must not forget them.
     recorded = sorted({*(old.accepted if old is not None else ()), *accepted})
     path = write_lock(loaded, Lock(snapshot, source, tuple(used), tuple(recorded), account=account, region=chosen))
+    # What the synths since the last lock allowed is now read from what is deployed (the used allowances).
+    in_flight_path(loaded).unlink(missing_ok=True)
     count = sum(len(state.resources) for state in snapshot.values())
     if as_json:
         echo_json(

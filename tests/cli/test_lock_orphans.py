@@ -573,3 +573,30 @@ def test_termination_protection_switched_off_outside_the_app_is_recorded_only_wh
     assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["allowances_used"] == [
         "Storage/Lustre/LogGroup"
     ]
+
+
+def test_lock_ends_the_synths_record_and_keeps_a_used_allowance_while_it_is_in_the_file(
+    aws: Aws, tmp_path: Path
+) -> None:
+    """Review finding 4: the lock, read from what is deployed, replaces the synths' record of allowances."""
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    assert lock(envs).exception is None
+    aws_client("cloudformation", REGION).update_stack(
+        StackName="team-Storage", TemplateBody=json.dumps(template(days=90))
+    )
+    envs = folder(tmp_path, allow_replacement=["Storage/Lustre/LogGroup"])
+    record = envs / "team.allowances.json"
+    record.write_text('{"lock": "x", "allowances": {}}', encoding="utf-8")
+    assert lock(envs).exception is None
+    assert not record.exists()
+    # Locked again with the allowance still in the file: still used (forgotten, it would allow the next change).
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["allowances_used"] == [
+        "Storage/Lustre/LogGroup"
+    ]
+    # The edge: removed from the file, the next lock forgets it.
+    envs = folder(tmp_path)
+    assert lock(envs).exception is None
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["allowances_used"] == []
