@@ -632,3 +632,37 @@ def test_a_synth_without_an_allowance_records_nothing(tmp_path: Path) -> None:
     env = environment(tmp_path)
     guard(env, deployed())
     assert not in_flight_path(env).exists()
+
+
+def test_the_rendered_home_volume_policy_reaches_the_guard(tmp_path: Path) -> None:
+    """The same edit through ParallelCluster's rendered configuration (render.py), not a hand-made one."""
+    from mlcluster.pcluster.render import render_cluster_config
+    from tests.pcluster.pcluster_support import inputs, pcluster
+
+    def cluster(home: dict[str, Any]) -> Snapshot:
+        section = {
+            "queues": [{"name": "train", "compute_resources": [{"name": "gpu", "instance_type": "p5.48xlarge"}]}],
+            "shared_storage": {"home_volume": home},
+        }
+        config = render_cluster_config(pcluster(section), inputs())
+        template = {
+            "Resources": {
+                "Cluster": {
+                    "Type": "Custom::PclusterCluster",
+                    "Properties": {
+                        "ClusterName": "p5-train",
+                        "DeletionPolicy": "Retain",
+                        "ClusterConfiguration": config,
+                    },
+                }
+            }
+        }
+        read = stack_state(template, {"Cluster": "Cluster/Cluster/Resource"}).resources["Cluster"]
+        return edit(deployed(), "Cluster", "Cluster", create_only=read.create_only, fate=read.fate)
+
+    env = environment(tmp_path)
+    write_lock(env, Lock(cluster({}), "deployed"))  # unset: Retain in an environment that retains
+    assert "SharedStorage DeletionPolicy /home: Retain -> Delete" in refusal(
+        env, cluster({"deletion_policy": "Delete"})
+    )
+    guard(env, cluster({"deletion_policy": "Snapshot"}))
