@@ -388,7 +388,9 @@ def test_hyperpod_health_events_are_forwarded(observability: dict[str, dict[str,
         assert rule["EventPattern"]["detail"]["ClusterName"] == [CLUSTER_NAMES["hyperpod"]]
     health = rules["SageMaker HyperPod Cluster Node Health Event"]["EventPattern"]["detail"]["HealthSummary"]
     assert health == {"HealthStatus": [{"anything-but": ["Healthy"]}]}
-    assert not resources(observability["hyperpod"], "AWS::CloudWatch::Alarm")[1:]  # capacity only
+    # Capacity, and the daily copy of the controller's state (test_hyperpods_daily_copy_missing...).
+    alarms = resources(observability["hyperpod"], "AWS::CloudWatch::Alarm")
+    assert [a.get("MetricName") for a in alarms] == ["FreeDataStorageCapacity", SCHEDULED_COPY_METRIC]
 
 
 def sns_topics(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
