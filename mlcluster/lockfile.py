@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 from mlcluster.config import ConfigError, Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
+from mlcluster.deploy_outcomes import outcome_checks
 from mlcluster.replacement import (
     HYPERPOD_TYPE,
     KEEPING_POLICIES,
@@ -640,11 +641,13 @@ def guard(environment: Environment, snapshot: Snapshot) -> tuple[list[Change], l
         raise ConfigError(environment.source, [missing_lock(environment)])
     changes = compare(lock.snapshot, snapshot)
     dropped = set(lock.snapshot) - set(snapshot)
+    outcome_problems, outcome_notes = outcome_checks(environment, lock.snapshot, snapshot)
     problems = (
         stack_refusals(environment, lock.snapshot, snapshot)
         + refusals(environment, changes, dropped=dropped)
         + allowance_problems(environment, lock, snapshot, changes)
+        + outcome_problems
     )
     if problems:
         raise ConfigError(environment.source, problems)
-    return changes, notices(environment, lock.snapshot, snapshot, changes)
+    return changes, notices(environment, lock.snapshot, snapshot, changes) + outcome_notes
