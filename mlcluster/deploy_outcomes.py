@@ -23,9 +23,9 @@ rolling the stack back, and says which need ``mlcluster update ENV``:
   can change it, the registry schema cfn-lint bundles does not list it as
   create-only, but the CloudFormation resource specification the CDK CLI
   ships (``db.json.gz``: ``causesReplacement: yes``) says replacement. Treated
-  as the strictest, a replacement of the file system: refused unless the file
-  system is allowed in ``retention.allow_replacement``, with the in-place way
-  (the FSx API) named.
+  as the strictest, a replacement of the file system: refused, with the
+  in-place way (the FSx API) named. (A file system replaced anyway, by a
+  create-only change the data guard allowed, may change it too.)
 - A replaced DRA (its ``FileSystemPath`` or ``DataRepositoryPath`` changed):
   CloudFormation creates the new association before it removes the old one,
   which ``DeletionPolicy: Retain`` keeps; FSx refuses a DRA whose paths
@@ -227,16 +227,11 @@ def _storage_key(path: str) -> str:
     return "storage.openzfs" if "OpenZfs" in path else "storage.lustre"
 
 
-def _allowed(path: str, allowances: Sequence[str]) -> bool:
-    return any(entry in (path, path.split("/Resource", 1)[0]) for entry in allowances)
-
-
 def _file_system_checks(
     environment: Environment, locked: Snapshot, snapshot: Snapshot
 ) -> tuple[list[Problem], list[str]]:
     problems: list[Problem] = []
     notes: list[str] = []
-    allowances = environment.config.retention.allow_replacement
     for stack, _, old, new in _kept(locked, snapshot, FSX_TYPE):
         key = _storage_key(new.path)
         if CAPACITY not in old.settings:
@@ -263,7 +258,8 @@ def _file_system_checks(
                 "and refuses another capacity increase until this one has completed"
             )
         old_throughput, new_throughput = old.settings.get(THROUGHPUT), new.settings.get(THROUGHPUT)
-        if THROUGHPUT in old.settings and old_throughput != new_throughput and not _allowed(new.path, allowances):
+        replaced = old.create_only != new.create_only  # a new file system anyway (the data guard decides on it)
+        if THROUGHPUT in old.settings and old_throughput != new_throughput and not replaced:
             problems.append(
                 Problem(
                     f"{key}.throughput_mbps_per_tib",
@@ -273,9 +269,9 @@ def _file_system_checks(
                     "CloudFormation's resource specification marks the property as replacing the file system, so "
                     "a deploy may create a new, empty file system. Safe way: keep the value in this file and change "
                     "the throughput with 'aws fsx update-file-system --file-system-id ID --lustre-configuration "
-                    f"PerUnitStorageThroughput={_show(new_throughput)}' (the data stays); or, to replace the file "
-                    f"system knowingly, take its second copy and add '{new.path.split('/Resource', 1)[0]}' to "
-                    "retention.allow_replacement for that deploy.",
+                    f"PerUnitStorageThroughput={_show(new_throughput)}' (in place, the data stays). A new file "
+                    "system with another throughput is a replacement: a create-only change such as the deployment "
+                    "type, with its second copy taken and retention.allow_replacement.",
                 )
             )
     return problems, notes
