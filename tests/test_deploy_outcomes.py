@@ -10,18 +10,23 @@ way) and the edge accepted. The real synthesis of the head-node edit is in
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from mlcluster.app import build_app, main, synth_guarded
 from mlcluster.config import ConfigError, Environment, load_environment
 from mlcluster.deploy_outcomes import cluster_key
 from mlcluster.lockfile import Lock, guard, write_lock
-from mlcluster.replacement import Snapshot, snapshot_from_json, snapshot_to_json, stack_state
+from mlcluster.replacement import Snapshot, snapshot_from_assembly, snapshot_from_json, snapshot_to_json, stack_state
 from tests.pcluster.test_update_policy_contract import P4DE
-from tests.support import MINIMAL, write_env
+from tests.support import ENVIRONMENTS, MINIMAL, write_env
 
 NAME = "p4de"
 PROVIDER_URL = {
@@ -284,3 +289,58 @@ def test_a_dra_moved_clear_of_both_paths_is_only_the_data_guards(tmp_path: Path)
 )
 def test_config_paths_map_to_environment_keys(path: str, key: str) -> None:
     assert cluster_key(path) == key
+
+
+# -- the real synthesis: the example p4de, locked from its templates, then edited ---------------------------
+
+
+@pytest.fixture(scope="module")
+def p4de_locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project folder with a copy of p4de.yaml, synthesized and locked from its templates."""
+    root = tmp_path_factory.mktemp("outcomes")
+    envs = root / "environments"
+    envs.mkdir()
+    shutil.copy(ENVIRONMENTS / f"{NAME}.yaml", envs / f"{NAME}.yaml")
+    write_lock(load_environment(envs / f"{NAME}.yaml"), Lock({}, "new"))
+    app, stages = build_app(envs, outdir=str(root / "cdk.out"), template_checks=False)
+    assembly = synth_guarded(app, stages)
+    (stage,) = stages
+    write_lock(stage.environment, Lock(snapshot_from_assembly(Path(assembly.directory), stage.stage_name), "templates"))
+    return root
+
+
+def run_app(root: Path, name: str, change: Any) -> tuple[object, str]:
+    """``app.py``'s ``main`` on a copy of the locked p4de with ``change`` applied: its exit code and stderr."""
+    envs = root / name / "environments"
+    envs.mkdir(parents=True)
+    shutil.copy(root / "environments" / f"{NAME}.lock.json", envs / f"{NAME}.lock.json")
+    data = yaml.safe_load((root / "environments" / f"{NAME}.yaml").read_text(encoding="utf-8"))
+    change(data["cluster"]["pcluster"])
+    write_env(envs, NAME, data)
+    err = io.StringIO()
+    code: object = 0
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
+        patch.chdir(envs.parent)
+        try:
+            main()
+        except SystemExit as exit_:
+            code = exit_.code
+    return code, err.getvalue()
+
+
+def test_synth_refuses_the_head_node_instance_type_of_the_example(p4de_locked: Path) -> None:
+    code, err = run_app(p4de_locked, "head", lambda c: c.setdefault("head_node", {}).update(instance_type="m5.4xlarge"))
+    assert code == 1
+    assert "mlcluster: change refused (no template of this synth is left in the output to deploy)" in err
+    assert (
+        "environments/p4de.yaml: cluster.pcluster.head_node.instance_type: this edit changes HeadNode.InstanceType "
+        'of the ParallelCluster cluster in p4de-Cluster from "m5.8xlarge" to "m5.4xlarge"'
+    ) in err
+    assert "Traceback" not in err
+
+
+def test_synth_passes_a_queue_removal_with_the_update_note(p4de_locked: Path) -> None:
+    code, err = run_app(p4de_locked, "queue", lambda c: c["queues"].pop())
+    assert code == 0, err
+    assert "mlcluster: warning: environments/p4de.yaml: the cluster in p4de-Cluster applies these changes only" in err
+    assert "cluster.pcluster.queues[inference-gpu]" in err and "'mlcluster update p4de'" in err
