@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 
 from mlcluster.config import Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
-from mlcluster.pcluster.update_policy import ClusterChange, cluster_changes
+from mlcluster.pcluster.update_policy import ClusterChange, cluster_changes, rollback_changes
 from mlcluster.replacement import PCLUSTER_TYPE, ResourceState, Snapshot
 
 FSX_TYPE = "AWS::FSx::FileSystem"
@@ -154,12 +154,32 @@ def _cluster_problem(stack: str, change: ClusterChange) -> Problem:
     )
 
 
-def _fleet_note(environment: Environment, stack: str, changes: Sequence[ClusterChange]) -> str:
+def _fleet_note(environment: Environment, stack: str, changes: Sequence[ClusterChange], *, rollback: bool) -> str:
     listed = "; ".join(f"{cluster_key(c.path)} ({c.path}: {_show(c.old)} -> {_show(c.new)})" for c in changes)
+    if rollback:
+        return (
+            f"{environment.source}: the cluster in {stack} applies this edit with its fleet running, but should "
+            f"anything else in the same deploy fail after the cluster is updated, ParallelCluster takes the "
+            f"rollback's changes back only with the fleet stopped: {listed}. Deploy it with 'mlcluster update "
+            f"{environment.name}', or alone; if a 'cdk deploy' rollback stops in UPDATE_ROLLBACK_FAILED, stop the "
+            f"fleet ('pcluster update-compute-fleet --status STOP_REQUESTED') and run 'aws cloudformation "
+            f"continue-update-rollback --stack-name {stack}'"
+        )
     return (
         f"{environment.source}: the cluster in {stack} applies these changes only with its compute fleet stopped: "
         f"{listed}. Deploy them with 'mlcluster update {environment.name}' (it stops the fleet, deploys and starts "
         "it again); a plain 'cdk deploy' fails at the cluster resource and rolls the stack back"
+    )
+
+
+def _stuck_note(environment: Environment, stack: str, change: ClusterChange) -> str:
+    return (
+        f"{environment.source}: {cluster_key(change.path)}: should this deploy fail after the cluster in {stack} is "
+        f"updated, ParallelCluster would refuse the rollback's change of {change.path} ({_show(change.old)} -> "
+        f"{_show(change.new)}, update policy {change.policy}) and the stack would stop in UPDATE_ROLLBACK_FAILED. "
+        "Deploy this edit on its own (no other change in the same deploy); if the rollback stops anyway: 'aws "
+        f"cloudformation continue-update-rollback --stack-name {stack} --resources-to-skip <the cluster's logical "
+        f"id>', then 'mlcluster lock {environment.name}'"
     )
 
 
@@ -215,11 +235,18 @@ def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
         if CONFIGURATION not in old.settings:
             notes.append(_unrecorded(environment, f"the cluster configuration of {stack}"))
             continue
-        changes = cluster_changes(old.settings[CONFIGURATION], new.settings.get(CONFIGURATION, {}))
-        problems += [_cluster_problem(stack, c) for c in changes if c.outcome == "refused"]
+        before, after = old.settings[CONFIGURATION], new.settings.get(CONFIGURATION, {})
+        changes = cluster_changes(before, after)
+        refused = [c for c in changes if c.outcome == "refused"]
+        problems += [_cluster_problem(stack, c) for c in refused]
+        if refused:
+            continue
+        back = rollback_changes(before, after)
         stops = [c for c in changes if c.outcome == "fleet_stop"]
-        if stops:
-            notes.append(_fleet_note(environment, stack, stops))
+        stops_back = [c for c in back if c.outcome == "fleet_stop"]
+        if stops or stops_back:
+            notes.append(_fleet_note(environment, stack, stops or stops_back, rollback=not stops))
+        notes += [_stuck_note(environment, stack, c) for c in back if c.outcome == "refused"]
     return problems, notes
 
 

@@ -167,10 +167,35 @@ def test_a_fleet_stop_change_passes_with_the_update_note(tmp_path: Path) -> None
 
 
 def test_an_in_place_change_passes_without_a_note(tmp_path: Path) -> None:
+    """A change ParallelCluster applies either way with the fleet running (a queue's root volume under DRAIN)."""
+    env = environment(tmp_path, templates())
+    volume = edited(
+        lambda c: c["Scheduling"]["SlurmQueues"][0]["ComputeSettings"]["LocalStorage"]["RootVolume"].update(Size=400)
+    )
+    assert guard(env, templates(config=volume))[1] == []
+    assert guard(env, templates())[1] == []
+
+
+def test_a_change_whose_rollback_needs_the_fleet_stopped_is_noted(tmp_path: Path) -> None:
+    """More nodes apply with the fleet running; taking them back (a rollback) needs it stopped."""
     env = environment(tmp_path, templates())
     raised = edited(lambda c: c["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0].update(MaxCount=8))
-    assert guard(env, templates(config=raised))[1] == []
-    assert guard(env, templates())[1] == []
+    (note,) = guard(env, templates(config=raised))[1]
+    assert "applies this edit with its fleet running, but should anything else in the same deploy fail" in note
+    assert "MaxCount: 8 -> 4" in note and f"'mlcluster update {NAME}'" in note
+    assert f"continue-update-rollback --stack-name {NAME}-Cluster" in note
+
+
+def test_a_change_whose_rollback_parallelcluster_refuses_is_noted(tmp_path: Path) -> None:
+    """Login nodes added: once they run, ParallelCluster refuses to take them away, so a rollback would stop."""
+    without = edited(lambda c: c.pop("LoginNodes"))
+    env = environment(tmp_path, templates(config=without))
+    notes = guard(env, templates())[1]
+    assert any(
+        "cluster.pcluster.login_nodes: should this deploy fail after the cluster in p4de-Cluster is updated, "
+        "ParallelCluster would refuse the rollback's change of LoginNodes" in note
+        for note in notes
+    ), notes
 
 
 def test_a_new_cluster_name_is_left_to_the_data_guard(tmp_path: Path) -> None:

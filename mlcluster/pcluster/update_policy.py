@@ -464,3 +464,14 @@ def cluster_changes(old_config: Mapping[str, Any], new_config: Mapping[str, Any]
         outcome, way = _outcome(raw, raws, old_config, new_config)
         out.append(ClusterChange(raw.path, raw.policy, outcome, raw.old, raw.new, way))
     return out
+
+
+def rollback_changes(old_config: Mapping[str, Any], new_config: Mapping[str, Any]) -> list[ClusterChange]:
+    """What CloudFormation's rollback of the deploy ``old_config`` -> ``new_config`` asks ParallelCluster when the
+    cluster was updated and something after it failed: the changes back, judged on the cluster as updated.
+
+    A rollback the provider refuses stops the stack in ``UPDATE_ROLLBACK_FAILED``; one that needs the fleet
+    stopped succeeds only while the fleet still is (``mlcluster update`` keeps it stopped until the stack is
+    settled whenever either direction needs it).
+    """
+    return cluster_changes(new_config, old_config)

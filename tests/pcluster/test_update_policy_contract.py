@@ -32,6 +32,7 @@ from mlcluster.pcluster.update_policy import (
     cluster_changes,
     pcluster_version,
     policy_tree,
+    rollback_changes,
 )
 from tests.pcluster.pcluster_support import PCLUSTER_PYTHON, inputs, pcluster
 from tests.support import ENVIRONMENTS, ROOT
@@ -177,6 +178,7 @@ EDITS: dict[str, tuple[Config, Config, list[str]]] = {
         edited(P4DE, lambda c: c["LoginNodes"]["Pools"][0].update(Count=0, InstanceType="c7i.4xlarge")),
         ["in_place"],
     ),
+    "login nodes added": (edited(P4DE, no_login), P4DE, ["in_place"]),
     "login pool count": (P4DE, edited(P4DE, lambda c: c["LoginNodes"]["Pools"][0].update(Count=2)), ["in_place"]),
     "external EFS added, login running": (
         P4DE,
@@ -251,6 +253,8 @@ def pcluster_says() -> dict[str, list[dict[str, Any]]]:
     """ParallelCluster's ConfigPatch and policy checks on every edit (one run of its venv for all)."""
     needs_pcluster()
     pairs = {name: [old, new] for name, (old, new, _) in EDITS.items()}
+    # The rollback of each: from the cluster as updated back to the old configuration.
+    pairs |= {f"{name} (rollback)": [new, old] for name, (old, new, _) in EDITS.items()}
     script = (
         "import json, sys\n"
         f"sys.path.insert(0, {str(ROOT / 'tools')!r})\n"
@@ -366,3 +370,34 @@ def test_a_refused_change_names_the_safe_way() -> None:
 def test_no_change_no_changes() -> None:
     assert cluster_changes(P4DE, copy.deepcopy(P4DE)) == []
     assert cluster_changes(P5, P5) == []
+
+
+# -- rollbacks: what CloudFormation asks ParallelCluster when a deploy fails after the cluster was updated ---
+
+#: Edits ParallelCluster applies whose rollback it refuses once they are applied (login nodes then run): a
+#: rollback reaching the cluster would stop in UPDATE_ROLLBACK_FAILED. The guard notes each at synth
+#: (tests/test_deploy_outcomes.py) with the way out.
+STUCK_ROLLBACKS = {"login nodes added"}
+
+
+@pytest.mark.parametrize("name", list(EDITS))
+def test_rollbacks_are_what_parallelclusters_checks_decide(
+    name: str, pcluster_says: dict[str, list[dict[str, Any]]]
+) -> None:
+    old, new, _ = EDITS[name]
+    back = rollback_changes(old, new)
+    theirs = pcluster_says[f"{name} (rollback)"]
+    assert [(c.path, c.policy) for c in back] == [(their_path(c), c["policy"]) for c in theirs]
+    assert [c.outcome for c in back] == [their_outcome(c) for c in theirs]
+
+
+def test_only_the_known_rollbacks_would_stop() -> None:
+    """Every edit the guard lets through: its rollback is applied (in place, or with the fleet stopped, which
+    'mlcluster update' keeps until the stacks settle), except the ones the guard notes."""
+    stuck = {
+        name
+        for name, (old, new, _) in EDITS.items()
+        if all(c.outcome != "refused" for c in cluster_changes(old, new))
+        and any(c.outcome == "refused" for c in rollback_changes(old, new))
+    }
+    assert stuck == STUCK_ROLLBACKS
