@@ -26,6 +26,14 @@ deploy is in the lock), is refused too. An environment without a lock file
 is refused (``mlcluster lock`` records what is deployed, nothing for a new
 one), and so is a lock file whose environment file is gone (a rename).
 
+The same synth also refuses an edit whose deploy would fail and roll back
+(``mlcluster.deploy_outcomes``): a change ParallelCluster refuses on the
+running cluster (its update policies, read from its package), a new
+ParallelCluster release for a kept cluster, a file system made smaller, a
+Lustre throughput change, a DRA replaced over its own retained paths; and it
+notes the changes ``mlcluster update ENV`` must deploy (the compute fleet
+stopped). The lock records what those rules compare (``ResourceState.settings``).
+
 A HyperPod cluster whose groups draw instances from a training plan is
 refused even with the allowance when it would be replaced (issue 10, path
 7): CloudFormation creates the new cluster before it deletes the old one,
