@@ -317,12 +317,29 @@ def _overlap(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
+def _dra_pairs(locked: Snapshot, snapshot: Snapshot) -> list[tuple[str, ResourceState, ResourceState, str]]:
+    """``(stack, old, new, how)`` of every DRA the deploy creates while a retained one stays in its place: a kept
+    logical id whose create-only paths change (a replacement), or one removed (retained, so it keeps running)
+    while another is added in the same stack (a new ``file_system_path`` is a new construct id)."""
+    pairs: list[tuple[str, ResourceState, ResourceState, str]] = []
+    for stack in sorted(set(locked) & set(snapshot)):
+        before, after = locked[stack].resources, snapshot[stack].resources
+        for lid, old in sorted(before.items()):
+            if old.type != DRA_TYPE or old.deletion_policy not in ("Retain", "RetainExceptOnCreate"):
+                continue
+            if lid in after and after[lid].type == DRA_TYPE:
+                if after[lid].create_only != old.create_only:
+                    pairs.append((stack, old, after[lid], "replaces"))
+                continue
+            added = [r for k, r in sorted(after.items()) if k not in before and r.type == DRA_TYPE]
+            pairs += [(stack, old, new, "removes (and keeps) and adds beside it") for new in added]
+    return pairs
+
+
 def _dra_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[Problem]:
     problems: list[Problem] = []
     name = environment.name
-    for stack, _, old, new in _kept(locked, snapshot, DRA_TYPE):
-        if old.create_only == new.create_only or old.deletion_policy not in ("Retain", "RetainExceptOnCreate"):
-            continue
+    for stack, old, new, how in _dra_pairs(locked, snapshot):
         same_fs = old.create_only.get("FileSystemId") == new.create_only.get("FileSystemId")
         clash = [
             field
@@ -338,15 +355,15 @@ def _dra_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) 
             Problem(
                 "storage.lustre.data_repository_associations",
                 NOT_A_VALUE,
-                f"this edit replaces the DRA {stack}/{new.path} ({_show(path)} -> "
+                f"this edit {how} the DRA {stack}/{old.path} ({_show(path)} -> "
                 f"{_show(new.create_only.get('FileSystemPath'))}): CloudFormation creates the new association "
-                f"before it removes the old one, which DeletionPolicy {old.deletion_policy} keeps, and FSx refuses "
-                f"an association whose {' and '.join(clash)} overlaps another's, so the deploy fails and rolls back "
-                "(retention.allow_replacement does not help). Safe way, in two deploys: (1) run an export data "
-                f"repository task for {_show(path)}, remove this association from the file and deploy, then delete "
-                "the retained one with 'aws fsx delete-data-repository-association --association-id ID "
+                f"while the old one, which DeletionPolicy {old.deletion_policy} keeps, still holds its paths, and FSx "
+                f"refuses an association whose {' and '.join(clash)} overlaps another's, so the deploy fails and "
+                "rolls back (retention.allow_replacement does not help). Safe way, in two deploys: (1) run an "
+                f"export data repository task for {_show(path)}, remove this association from the file and deploy, "
+                "then delete the retained one with 'aws fsx delete-data-repository-association --association-id ID "
                 f"--no-delete-data-in-file-system' and run 'mlcluster lock {name}'; (2) add it back with the new "
-                "path and deploy.",
+                "paths and deploy.",
             )
         )
     return problems

@@ -225,13 +225,14 @@ EDITS = [
         "pcluster",
         {f"{DRAS}.1.data_bucket_prefix": "checkpoints/"},
         refused={CKPT},
-        safe_way="export the path first (data repository export task), then allow",
+        deploy="refused",
+        safe_way="the new DRA would be created while the retained old one holds /ckpt (an allowance does not help): "
+        "export the path, remove the DRA and deploy, delete the retained one, then add it with the new prefix",
     ),
     edit(
         "change a DRA's file system path",
         "pcluster",
         {f"{DRAS}.1.file_system_path": "/checkpoints"},
-        refused={CKPT},
         deploy="refused",
         safe_way="the new DRA would overlap the retained old one: export the path, remove the DRA and deploy, "
         "delete the retained one, then add it with the new path",
@@ -647,7 +648,11 @@ def test_a_removed_retained_dra_is_reported_as_still_running(results: dict[str, 
     (note,) = results["remove a DRA"].notes
     assert "DataRepository/Lustre/AssociationCkpt" in note and "keeps it running outside the stack" in note
     assert "--no-delete-data-in-file-system" in note
-    assert all(not results[e.name].notes for e in EDITS if e.name != "remove a DRA")
+    # A new file_system_path is a new DRA (its construct id names the path): the old one is removed and retained
+    # too, and that edit is refused at synth (the new one would overlap it).
+    moved = "change a DRA's file system path"
+    assert results[moved].deploy == "refused" and "AssociationCkpt" in results[moved].notes[0]
+    assert all(not results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,6 +54,7 @@ def templates(
     throughput: int = 250,
     zfs_capacity: int = 512,
     dra: tuple[str, str] = ("/data", "/"),
+    dra_id: str = "Data",
 ) -> Snapshot:
     """The snapshot of p4de's cluster, storage and DRA stacks with the values given."""
     cluster = {
@@ -99,7 +100,7 @@ def templates(
             {"Lustre": "Storage/Lustre/Resource", "Zfs": "Storage/OpenZfs/Resource"},
         ),
         f"{NAME}-DataRepository": stack_state(
-            {"Resources": {"Data": association}}, {"Data": "DataRepository/Lustre/AssociationData"}
+            {"Resources": {dra_id: association}}, {dra_id: f"DataRepository/Lustre/Association{dra_id}"}
         ),
     }
 
@@ -290,6 +291,17 @@ def test_a_dra_moved_clear_of_both_paths_is_only_the_data_guards(tmp_path: Path)
     guard(env, templates(dra=("/datasets", "/datasets/")))
     assert "DataRepositoryPath overlaps" in refusal(env, templates(dra=("/datasets", "/data/sets/")))
     assert "FileSystemPath overlaps" in refusal(env, templates(dra=("/data/sets", "/datasets/")))
+
+
+def test_a_dra_whose_path_moves_is_a_new_dra_beside_the_retained_one(tmp_path: Path) -> None:
+    """The construct id names the path: a new file_system_path removes (and retains) the old DRA and adds one."""
+    env = environment(tmp_path, templates())
+    text = refusal(env, templates(dra=("/datasets", "/"), dra_id="Datasets"))
+    assert "this edit removes (and keeps) and adds beside it the DRA" in text
+    assert "DataRepositoryPath overlaps" in text and "in two deploys" in text
+    # Clear of both paths, FSx creates it (the retained old one is the data guard's notice).
+    env = environment(tmp_path, templates(dra=("/data", "/data/")))
+    guard(env, templates(dra=("/datasets", "/datasets/"), dra_id="Datasets"))
 
 
 @pytest.mark.parametrize(
