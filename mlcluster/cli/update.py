@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -66,31 +66,13 @@ from mlcluster.config.names import STACKS
 if TYPE_CHECKING:
     from rich.console import Console
 
-
-class ClusterChange(Protocol):
-    """One difference between the deployed and the new ``ClusterConfiguration`` and its deploy outcome.
-
-    ``outcome`` is one of :data:`OUTCOMES`; ``safe_way`` says what to do instead for a refused one.
-    """
-
-    @property
-    def path(self) -> str: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def outcome(self) -> str: ...
-    @property
-    def old(self) -> Any: ...
-    @property
-    def new(self) -> Any: ...
-    @property
-    def safe_way(self) -> str: ...
+    from mlcluster.pcluster.update_policy import ClusterChange
 
 
-#: Classifies the changes from the deployed to the new configuration (``cluster_changes`` of update_policy).
-Classifier = Callable[[dict[str, Any], dict[str, Any]], Sequence[ClusterChange]]
+#: The update rules: deployed and new configuration in, changes out (``update_policy.cluster_changes``).
+Classifier = Callable[[dict[str, Any], dict[str, Any]], Sequence["ClusterChange"]]
 
-#: What the classifier may say of a change, and what ``update`` does with it.
+#: What the update rules may say of a change (``update_policy.OUTCOMES``), and what ``update`` does with it.
 OUTCOMES: dict[str, str] = {
     "in_place": "deploy",
     "fleet_stop": "stop the fleet, deploy, start it",
@@ -273,13 +255,19 @@ def queue_infos(config: dict[str, Any], nodes: list[Node]) -> list[QueueInfo]:
     infos: list[QueueInfo] = []
     for queue in config.get("Scheduling", {}).get("SlurmQueues", []) or []:
         resources = tuple(
-            f"{cr.get('Name')} ({cr.get('InstanceType') or ','.join(i.get('InstanceType', '') for i in cr.get('Instances', []))}"
-            f", {cr.get('MinCount', 0)}..{cr.get('MaxCount', 10)})"
+            f"{cr.get('Name')} ({_instance_types(cr)}, {cr.get('MinCount', 0)}..{cr.get('MaxCount', 10)} nodes)"
             for cr in queue.get("ComputeResources", []) or []
         )
         running = sum(1 for n in nodes if n.group == queue.get("Name") and n.status in {"running", "pending"})
         infos.append(QueueInfo(str(queue.get("Name")), resources, running))
     return infos
+
+
+def _instance_types(resource: dict[str, Any]) -> str:
+    """A compute resource's ``InstanceType``, or its ``Instances`` list joined."""
+    if resource.get("InstanceType"):
+        return str(resource["InstanceType"])
+    return ",".join(str(i.get("InstanceType", "")) for i in resource.get("Instances", []) or [])
 
 
 def queue_names(config: dict[str, Any]) -> list[str]:
@@ -327,7 +315,7 @@ def render_plan(plan: Plan) -> list[str]:
         pending = [j for j in plan.jobs if not j.running]
         lines += ["", f"jobs that would be killed ({len(running)}, from squeue on the head node):"]
         lines += [
-            f"  {j.job_id:<8} {j.partition:<16} {j.user:<12} {j.state:<10} {j.nodes:>3} nodes  {j.elapsed:>11}  {j.name}"
+            f"  {j.job_id:<8} {j.partition:<16} {j.user:<12} {j.state:<10} {j.nodes:>3} nodes {j.elapsed:>11}  {j.name}"
             for j in running
         ] or ["  none"]
         lost = [j for j in pending if j.partition in plan.removed_queues]
@@ -429,7 +417,8 @@ class Fleet:
                     )
                 if time.monotonic() >= deadline:
                     raise CliError(
-                        f"the compute fleet of {self.cluster} was still {status} after {timeout} s (waiting for {goal})",
+                        f"the compute fleet of {self.cluster} was still {status} after {timeout} s "
+                        f"(waiting for {goal})",
                         EXIT_TIMEOUT,
                     )
                 spinner.update(f"compute fleet of {self.cluster}: {status} (waiting for {goal})")
@@ -497,8 +486,8 @@ class UpdateState:
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as out:
                 json.dump(self.data, out, indent=2)
-            os.chmod(temporary, 0o600)
-            os.replace(temporary, self.path)
+            Path(temporary).chmod(0o600)
+            Path(temporary).replace(self.path)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
@@ -553,7 +542,9 @@ def checked_state(stored: Any, path: Path, environment: str, cluster: str, regio
     else:
         for name, record in steps.items():
             at = record.get("at") if isinstance(record, dict) else None
-            if not (isinstance(record, dict) and set(record) == {"at"} and isinstance(at, str) and TIMESTAMP.fullmatch(at)):
+            if not (
+                isinstance(record, dict) and set(record) == {"at"} and isinstance(at, str) and TIMESTAMP.fullmatch(at)
+            ):
                 bad(f"steps.{name}", record, '{"at": "<UTC time>"}')
     if problems:
         raise CliError(
@@ -579,8 +570,10 @@ def stack_states(target: Target, cluster: str) -> dict[str, str]:
             states[name] = str(stacks[0]["StackStatus"]) if stacks else "not found"
         except ClientError as error:
             info = error.response.get("Error", {})
-            states[name] = "not found" if "does not exist" in str(info.get("Message", "")) else (
-                f"unknown (DescribeStacks failed: {info.get('Code')})"
+            states[name] = (
+                "not found"
+                if "does not exist" in str(info.get("Message", ""))
+                else (f"unknown (DescribeStacks failed: {info.get('Code')})")
             )
         except BotoCoreError as error:
             states[name] = f"unknown (DescribeStacks failed: {type(error).__name__})"
@@ -690,8 +683,11 @@ class Run:
             if decision in {None, "refuse"}:
                 raise CliError(
                     f"the compute fleet of {self.cluster} is {status}: "
-                    + ("a start or stop is under way" if decision == "refuse" and status != "UNKNOWN" else
-                       "mlcluster cannot tell its state")
+                    + (
+                        "a start or stop is under way"
+                        if decision == "refuse" and status != "UNKNOWN"
+                        else "mlcluster cannot tell its state"
+                    )
                     + f"; nothing was changed\n  what to do: `mlcluster status {self.target.name}`; run again once "
                     "it is RUNNING or STOPPED",
                     EXIT_FAILED,
