@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from mlcluster.cli import update as update_module
-from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_SETUP, EXIT_TIMEOUT
+from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_SETUP, EXIT_TIMEOUT, CliError
 from mlcluster.config import load_environment
 from mlcluster.pcluster.render import ZoneSubnet, render_cluster_config
 from mlcluster.pcluster.update_policy import cluster_changes
@@ -714,7 +714,7 @@ def test_every_fleet_status_of_parallelcluster_has_a_decision() -> None:
     facts = json.loads(done.stdout)
     for table in (update_module.BEFORE_STOP, update_module.STOP_WAIT, update_module.START_WAIT):
         assert set(table) == set(facts["statuses"])
-    assert (update_module.FLEET_KEY, update_module.FLEET_TABLE_PREFIX) == (facts["key"], facts["prefix"])
+    assert (facts["key"], facts["prefix"]) == (update_module.FLEET_KEY, update_module.FLEET_TABLE_PREFIX)
     # The stack states ParallelCluster starts and stops a fleet from, run over every CloudFormation StackStatus.
     assert set(facts["working"]) == update_module.WORKING_STACK_STATES
 
@@ -729,5 +729,5 @@ def test_squeue_lines_keep_a_pipe_in_the_job_name_and_refuse_garbage() -> None:
     jobs = update_module.parse_squeue(SQUEUE)
     assert [j.name for j in jobs][-1] == "batch-embed|nightly"
     assert [j.running for j in jobs] == [True, True, False, False]
-    with pytest.raises(update_module.CliError, match="squeue printed a line mlcluster cannot read"):
+    with pytest.raises(CliError, match="squeue printed a line mlcluster cannot read"):
         update_module.parse_squeue("slurm_load_jobs error: Unable to contact slurm controller\n")
