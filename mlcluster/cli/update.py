@@ -240,6 +240,9 @@ class Plan:
     queues: list[QueueInfo] = field(default_factory=list)
     removed_queues: list[str] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
+    #: The new configuration's ``QueueUpdateStrategy`` and the queues whose nodes it replaces in place.
+    strategy: str = "COMPUTE_FLEET_STOP"
+    replaced: list[str] = field(default_factory=list)
 
     @property
     def refused(self) -> list[ClusterChange]:
@@ -248,6 +251,29 @@ class Plan:
     @property
     def stops_fleet(self) -> bool:
         return any(c.outcome == "fleet_stop" for c in self.changes)
+
+
+#: Update policies whose in-place change ParallelCluster carries out by replacing the queue's nodes as
+#: ``QueueUpdateStrategy`` says (``pcluster.config.update_policy``; see update_policy's table).
+STRATEGY_POLICIES = frozenset({"QUEUE_UPDATE_STRATEGY", "MANAGED_PLACEMENT_GROUP", "MANAGED_FSX"})
+QUEUE_PATH = re.compile(r"Scheduling\.SlurmQueues\[([^\]]+)\]")
+
+
+def replaced_queues(changes: Sequence[ClusterChange], strategy: str) -> list[str]:
+    """The queues whose nodes ParallelCluster replaces for in-place changes (DRAIN or TERMINATE).
+
+    A change under a queue with a strategy-dependent policy replaces its nodes; with TERMINATE, removing a
+    compute resource (``RESIZE_UPDATE_STRATEGY_ON_REMOVE``) terminates its nodes too. Additions replace nothing.
+    """
+    names: set[str] = set()
+    for change in changes:
+        match = QUEUE_PATH.match(change.path)
+        if change.outcome != "in_place" or match is None or change.old is None:
+            continue
+        removal = change.policy == "RESIZE_UPDATE_STRATEGY_ON_REMOVE" and change.new is None
+        if change.policy in STRATEGY_POLICIES or (removal and strategy == "TERMINATE"):
+            names.add(match[1])
+    return sorted(names)
 
 
 def queue_infos(config: dict[str, Any], nodes: list[Node]) -> list[QueueInfo]:
@@ -337,8 +363,28 @@ def render_plan(plan: Plan) -> list[str]:
             "steps: 1 stop the compute fleet, 2 cdk deploy, 3 start the fleet, 4 verify",
         ]
     else:
+        lines += _replaced_lines(plan)
         lines += ["", "steps: 1 cdk deploy, 2 verify (the compute fleet keeps running)"]
     return lines
+
+
+def _replaced_lines(plan: Plan) -> list[str]:
+    """What ParallelCluster's QueueUpdateStrategy does to the nodes and jobs of the queues an update replaces."""
+    if not plan.replaced:
+        return []
+    running = [j for j in plan.jobs if j.running and j.partition in plan.replaced]
+    fate = (
+        "each runs to its end, then ParallelCluster replaces its nodes"
+        if plan.strategy == "DRAIN"
+        else "ParallelCluster terminates their nodes at once: they would be killed"
+    )
+    return [
+        "",
+        f"nodes replaced by ParallelCluster (QueueUpdateStrategy {plan.strategy}) in: {', '.join(plan.replaced)}",
+        f"jobs running there ({len(running)}, from squeue on the head node): {fate}",
+        *(f"  {j.job_id:<8} {j.partition:<16} {j.user:<12} {j.state:<10} {j.nodes:>3} nodes {j.elapsed:>11}  {j.name}"
+          for j in running),
+    ]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------- the fleet
@@ -715,16 +761,27 @@ class Run:
         self.state.mark("start")
 
     def restore(self, timeout: int) -> str:
-        """After a failure: start the fleet again if this run stopped it and ParallelCluster allows it."""
+        """After a failure: start the fleet again if this run stopped it and ParallelCluster allows it.
+
+        The fleet starts only when ParallelCluster's own stack is in a working state (its rule for a
+        start) and the environment's cluster stack is settled: never while CloudFormation may still be
+        applying the new configuration (a deploy that ran out of time).
+        """
         if self.state.data["fleet_before"] not in {"RUNNING", "PROTECTED"}:
             return "the compute fleet was not stopped by this run"
-        own = stack_states(self.target, self.cluster).get(self.cluster, "unknown")
+        states = stack_states(self.target, self.cluster)
+        own, stack = states.get(self.cluster, "unknown"), f"{self.target.name}-Cluster"
         if own not in WORKING_STACK_STATES:
             return (
                 f"the compute fleet stays STOPPED: ParallelCluster's stack {self.cluster} is {own}, and a fleet "
                 "starts only from " + ", ".join(sorted(WORKING_STACK_STATES))
             )
+        if states.get(stack) not in SETTLED_STACK_STATES:
+            return f"the compute fleet stays STOPPED: {stack} is {states.get(stack)}, not settled"
         try:
+            if self.fleet.status() == "RUNNING":
+                self.state.unmark("stop")
+                return f"the compute fleet of {self.cluster} is RUNNING (it was not stopped)"
             self.start(timeout)
         except CliError as error:
             self.state.unmark("start")
@@ -753,11 +810,16 @@ def _plan(run: Run, new_config: dict[str, Any], classify: Classifier, with_jobs:
     if unknown:
         raise CliError(f"the update rules returned outcomes mlcluster does not know: {', '.join(unknown)}", EXIT_FAILED)
     plan = Plan(run.target.name, run.cluster, run.target.region, config_digest(new_config), changes)
-    if plan.stops_fleet and not plan.refused:
+    plan.strategy = str(new_config.get("Scheduling", {}).get("SlurmSettings", {}).get("QueueUpdateStrategy", ""))
+    plan.strategy = plan.strategy or "COMPUTE_FLEET_STOP"  # ParallelCluster's default
+    plan.replaced = replaced_queues(changes, plan.strategy)
+    if plan.refused:
+        return plan
+    if plan.stops_fleet:
         plan.queues = queue_infos(old_config, pcluster_nodes(run.target))
         plan.removed_queues = sorted(set(queue_names(old_config)) - set(queue_names(new_config)))
-        if with_jobs:
-            plan.jobs = run.read_jobs()
+    if with_jobs and (plan.stops_fleet or plan.replaced):
+        plan.jobs = run.read_jobs()
     return plan
 
 
@@ -882,6 +944,7 @@ def update_environment(
                     EXIT_FAILED,
                 )
             run.state.data = checked
+            _check_stacks_settled(run)
             console.print(f"resuming update run {checked['run']} (done: {', '.join(checked['steps']) or 'nothing'})")
         else:
             for line in render_plan(plan):

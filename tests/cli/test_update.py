@@ -441,8 +441,18 @@ def test_a_deploy_that_runs_out_of_time_reports_the_stack_in_progress(p4de: Worl
     assert result.exit_code == EXIT_FAILED
     assert "cdk deploy did not finish in 300 s" in result.stderr
     assert "p4de-Cluster: UPDATE_IN_PROGRESS  -> CloudFormation is still working" in result.stderr
-    # ParallelCluster cannot start a fleet while its own stack is... here its stack is settled, so it restarts.
-    assert cloud.fleet() == "RUNNING"
+    # The update may still be applying the new configuration: the fleet is not started under it.
+    assert "the compute fleet stays STOPPED: p4de-Cluster is UPDATE_IN_PROGRESS, not settled" in result.stderr
+    assert cloud.fleet() == "STOPPED"
+    # A resume waits for CloudFormation: it refuses while the stack is in progress, and goes on once it settled.
+    refused = p4de.run("update", ENV, "--resume", "--yes")
+    assert refused.exit_code == EXIT_FAILED and "these stacks are not settled" in refused.stderr
+    assert len(cloud.deploys) == 1
+    cloud.deploy_mode = "ok"
+    cloud.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_COMPLETE")
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
 
 
 def test_another_stack_failing_after_the_cluster_update_still_starts_the_fleet(p4de: World, cloud: Cloud) -> None:
@@ -731,3 +741,28 @@ def test_squeue_lines_keep_a_pipe_in_the_job_name_and_refuse_garbage() -> None:
     assert [j.running for j in jobs] == [True, True, False, False]
     with pytest.raises(CliError, match="squeue printed a line mlcluster cannot read"):
         update_module.parse_squeue("slurm_load_jobs error: Unable to contact slurm controller\n")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "fate"),
+    [
+        ("DRAIN", "each runs to its end, then ParallelCluster replaces its nodes"),
+        ("TERMINATE", "ParallelCluster terminates their nodes at once: they would be killed"),
+    ],
+)
+def test_a_queue_update_strategy_change_names_the_jobs_on_the_replaced_nodes(
+    p4de: World, cloud: Cloud, aws: Aws, strategy: str, fate: str
+) -> None:
+    old = copy.deepcopy(cloud.deployed)
+    old["Scheduling"]["SlurmSettings"]["QueueUpdateStrategy"] = strategy
+    cloud.deployed = old
+    new = copy.deepcopy(old)
+    new["Scheduling"]["SlurmQueues"][1]["CustomActions"] = {}
+    cloud.new = new
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "in_place      Scheduling.SlurmQueues[inference-gpu].CustomActions" in result.stdout
+    assert f"nodes replaced by ParallelCluster (QueueUpdateStrategy {strategy}) in: inference-gpu" in result.stdout
+    assert f"jobs running there (1, from squeue on the head node): {fate}" in result.stdout
+    assert "  1043     inference-gpu    bob" in result.stdout and "1042" not in result.stdout
+    assert fleet_writes(aws) == [] and cloud.fleet_at_deploy == ["RUNNING"] and cloud.deployed == new
