@@ -26,6 +26,14 @@ deploy is in the lock), is refused too. An environment without a lock file
 is refused (``mlcluster lock`` records what is deployed, nothing for a new
 one), and so is a lock file whose environment file is gone (a rename).
 
+The same synth also refuses an edit whose deploy would fail and roll back
+(``mlcluster.deploy_outcomes``): a change ParallelCluster refuses on the
+running cluster (its update policies, read from its package), a new
+ParallelCluster release for a kept cluster, a file system made smaller, a
+Lustre throughput change, a DRA replaced over its own retained paths; and it
+notes the changes ``mlcluster update ENV`` must deploy (the compute fleet
+stopped). The lock records what those rules compare (``ResourceState.settings``).
+
 A HyperPod cluster whose groups draw instances from a training plan is
 refused even with the allowance when it would be replaced (issue 10, path
 7): CloudFormation creates the new cluster before it deletes the old one,
@@ -45,6 +53,7 @@ from typing import Any, Literal
 
 from mlcluster.config import ConfigError, Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
+from mlcluster.deploy_outcomes import outcome_checks
 from mlcluster.replacement import (
     HYPERPOD_TYPE,
     KEEPING_POLICIES,
@@ -640,11 +649,13 @@ def guard(environment: Environment, snapshot: Snapshot) -> tuple[list[Change], l
         raise ConfigError(environment.source, [missing_lock(environment)])
     changes = compare(lock.snapshot, snapshot)
     dropped = set(lock.snapshot) - set(snapshot)
+    outcome_problems, outcome_notes = outcome_checks(environment, lock.snapshot, snapshot)
     problems = (
         stack_refusals(environment, lock.snapshot, snapshot)
         + refusals(environment, changes, dropped=dropped)
         + allowance_problems(environment, lock, snapshot, changes)
+        + outcome_problems
     )
     if problems:
         raise ConfigError(environment.source, problems)
-    return changes, notices(environment, lock.snapshot, snapshot, changes)
+    return changes, notices(environment, lock.snapshot, snapshot, changes) + outcome_notes

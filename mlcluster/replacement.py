@@ -99,6 +99,19 @@ FATE_KEPT: dict[str, tuple[tuple[str, frozenset[str], str], ...]] = {
 }
 #: ParallelCluster's custom resource type.
 PCLUSTER_TYPE = "Custom::PclusterCluster"
+#: Settings the lock records because they decide whether a deploy of an edit succeeds, not whether data is
+#: replaced (``mlcluster.deploy_outcomes`` reads them): the whole ParallelCluster configuration (its update
+#: policies), a file system's capacity and throughput (FSx cannot shrink; the resource specification replaces
+#: on a throughput change) and a nested stack's template URL (ParallelCluster's provider names its release).
+OUTCOME_SETTINGS: dict[str, tuple[str, ...]] = {
+    PCLUSTER_TYPE: ("ClusterConfiguration",),
+    "AWS::FSx::FileSystem": (
+        "StorageCapacity",
+        "LustreConfiguration/PerUnitStorageThroughput",
+        "LustreConfiguration/DeploymentType",
+    ),
+    "AWS::CloudFormation::Stack": ("TemplateURL",),
+}
 #: Where a ParallelCluster cluster's fate records its shared storage: ``{MountDir: StorageType}``. A lock
 #: written before this was recorded has no such key (its mounts are unknown).
 MOUNTS_KEY = "ClusterConfiguration/SharedStorage"
@@ -167,10 +180,17 @@ class ResourceState:
     update_replace_policy: str = "Delete"
     #: The values of the settings in ``FATE_DAYS`` and ``FATE_FIXED`` of its type, by pointer.
     fate: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The values of the settings in ``OUTCOME_SETTINGS`` of its type, by pointer: what decides whether a
+    #: deploy of an edit can succeed (``mlcluster.deploy_outcomes``). Empty in a lock written before it.
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The lock file's form."""
-        return dataclasses.asdict(self)
+        """The lock file's form (``settings`` only when there are some: the other resources' entries stay as
+        they were)."""
+        out = dataclasses.asdict(self)
+        if not self.settings:
+            del out["settings"]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,6 +333,16 @@ def _fate_values(resource_type: str, properties: Mapping[str, Any]) -> dict[str,
     return values
 
 
+def _outcome_settings(resource_type: str, properties: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of ``resource_type``'s ``OUTCOME_SETTINGS`` present in ``properties``."""
+    values: dict[str, Any] = {}
+    for pointer in OUTCOME_SETTINGS.get(resource_type, ()):
+        found = _lookup(dict(properties), pointer.split("/"))
+        if found is not _ABSENT:
+            values[pointer] = found
+    return values
+
+
 def mount_changes(before: Mapping[str, str] | None, after: Mapping[str, str]) -> list[str]:
     """Shared storage added, removed or changed at a head-node path that already holds files (``EXISTING_PATHS``).
 
@@ -364,6 +394,7 @@ def stack_state(
             deletion_policy=str(resource.get("DeletionPolicy", "Delete")),
             update_replace_policy=str(resource.get("UpdateReplacePolicy", "Delete")),
             fate=_fate_values(str(resource["Type"]), resource.get("Properties", {})),
+            settings=_outcome_settings(str(resource["Type"]), resource.get("Properties", {})),
         )
         for logical_id, resource in template.get("Resources", {}).items()
     }

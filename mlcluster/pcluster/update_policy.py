@@ -41,7 +41,8 @@ RESIZE_UPDATE_STRATEGY_ON_REMOVE   in_place for an added queue or compute resour
                                    ``SlurmQueues`` with TERMINATE; else fleet_stop
 MANAGED_PLACEMENT_GROUP            fleet_stop when a managed placement group goes away, else as
                                    QUEUE_UPDATE_STRATEGY
-SHARED_STORAGE_UPDATE_POLICY       refused at ``/home`` or with login nodes running (unless external EFS/FSx);
+SHARED_STORAGE_UPDATE_POLICY       refused at ``/home``, for a moved ``MountDir`` (ParallelCluster's check raises
+                                   on it), or with login nodes running (unless external EFS/FSx);
                                    fleet_stop unless external EFS/FSx or a queue update strategy; else in_place
 COMPUTE_FLEET_STOP_ON_REMOVE       in_place when an item is added under ``SlurmQueues``, else fleet_stop
 COMPUTE_FLEET_STOP                 fleet_stop
@@ -119,6 +120,33 @@ MOUNT_DIR_WAY = (
 )
 CHEF_WAY = "ParallelCluster updates only some ExtraChefAttributes. Safe way: restore the others, or a new cluster"
 ADC_WAY = "ParallelCluster refuses tag changes in the us-iso* regions. Safe way: restore the tags, or a new cluster"
+
+
+#: The policies ``_outcome`` reads the condition of; any other (a new ParallelCluster release's) is refused
+#: until mlcluster learns it (tests/pcluster/test_update_policy_contract.py lists the data file's).
+KNOWN_POLICIES = frozenset(
+    {
+        "SUPPORTED",
+        "IGNORED",
+        "SUPPORTED_UNLESS_ADC",
+        "EXTRA_CHEF_ATTRIBUTES",
+        "QUEUE_UPDATE_STRATEGY",
+        "RESIZE_UPDATE_STRATEGY_ON_REMOVE",
+        "MANAGED_PLACEMENT_GROUP",
+        "SHARED_STORAGE_UPDATE_POLICY",
+        "COMPUTE_FLEET_STOP_ON_REMOVE",
+        "COMPUTE_FLEET_STOP",
+        "MANAGED_FSX",
+        "LOGIN_NODES_POOLS_UPDATE_POLICY",
+        "LOGIN_NODES_STOP",
+        "LOGIN_NODES_POOL_STOP",
+        "COMPUTE_AND_LOGIN_NODES_STOP",
+        "HEAD_NODE_STOP",
+        "READ_ONLY_RESOURCE_BUCKET",
+        "UNKNOWN",
+        "UNSUPPORTED",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -436,3 +464,14 @@ def cluster_changes(old_config: Mapping[str, Any], new_config: Mapping[str, Any]
         outcome, way = _outcome(raw, raws, old_config, new_config)
         out.append(ClusterChange(raw.path, raw.policy, outcome, raw.old, raw.new, way))
     return out
+
+
+def rollback_changes(old_config: Mapping[str, Any], new_config: Mapping[str, Any]) -> list[ClusterChange]:
+    """What CloudFormation's rollback of the deploy ``old_config`` -> ``new_config`` asks ParallelCluster when the
+    cluster was updated and something after it failed: the changes back, judged on the cluster as updated.
+
+    A rollback the provider refuses stops the stack in ``UPDATE_ROLLBACK_FAILED``; one that needs the fleet
+    stopped succeeds only while the fleet still is (``mlcluster update`` keeps it stopped until the stack is
+    settled whenever either direction needs it).
+    """
+    return cluster_changes(new_config, old_config)
