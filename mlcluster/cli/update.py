@@ -59,7 +59,15 @@ import click
 
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, current_project, environment_options, environments_folder
-from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_SETUP, EXIT_TIMEOUT, CliError, aws_errors
+from mlcluster.cli.errors import (
+    EXIT_AWS,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_SETUP,
+    EXIT_TIMEOUT,
+    CliError,
+    aws_errors,
+)
 from mlcluster.cli.nodes import Node, cluster_name, pcluster_nodes
 from mlcluster.config.names import STACKS
 
@@ -979,8 +987,19 @@ def update_environment(
             }
             _check_stacks_settled(run)
             run.state.save()
-        _carry_out(run, argv, stop_timeout, deploy_timeout)
+        try:
+            _carry_out(run, argv, stop_timeout, deploy_timeout)
+        except KeyboardInterrupt:
+            done = ", ".join(run.state.data["steps"]) or "nothing"
+            raise CliError(
+                f"interrupted; done: {done} (the fleet and stacks are as the last step left them: "
+                f"`mlcluster status {env}`)\n" + run.resume_line(),
+                EXIT_INTERRUPTED,
+            ) from None
     click.echo(f"updated {env} (run {run.state.data['run']}): " + ", ".join(run.state.data["steps"]))
+    click.echo(
+        f"next: `mlcluster lock {env}` and commit {env}.lock.json (the next synth compares with the deployed state)"
+    )
 
 
 def _check_stacks_settled(run: Run) -> None:
@@ -1041,7 +1060,10 @@ def _carry_out(run: Run, argv: list[str], stop_timeout: int, deploy_timeout: int
         except CliError as error:
             raise run.failed(error, "starting the compute fleet", stop_timeout, restore=False) from None
     if not state.done("verify"):
-        _verify(run, planned)
+        try:
+            _verify(run, planned)
+        except CliError as error:
+            raise run.failed(error, "verifying the update", stop_timeout, restore=False) from None
         state.mark("verify")
     state.data["complete"] = _now()
     state.save()
@@ -1069,11 +1091,7 @@ def _verify(run: Run, planned: str) -> None:
         if now != wanted:
             problems.append(f"the compute fleet is {now}, expected {wanted}")
     if problems:
-        raise CliError(
-            "verification failed: " + "; ".join(problems) + "\n  stacks now:\n"
-            + "\n".join(stack_advice(run.target, states)) + "\n" + run.resume_line(),
-            EXIT_FAILED,
-        )  # fmt: skip
+        raise CliError("; ".join(problems), EXIT_FAILED)
 
 
 def _abandon(run: Run, checked: dict[str, Any] | None, timeout: int) -> None:

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from mlcluster.cli import update as update_module
-from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_SETUP, EXIT_TIMEOUT, CliError
+from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_TIMEOUT, CliError
 from mlcluster.config import load_environment
 from mlcluster.pcluster.render import ZoneSubnet, render_cluster_config
 from mlcluster.pcluster.update_policy import cluster_changes
@@ -186,6 +186,8 @@ class Cloud:
     def deploy(self, argv: list[str], timeout: int) -> int:
         self.deploys.append(argv)
         self.fleet_at_deploy.append(self.fleet())
+        if self.deploy_mode == "silent":
+            return 0  # exits 0 but the cluster stack keeps its configuration
         if self.deploy_mode == "timeout":
             self.set_stack(f"{ENV}-Cluster", "UPDATE_IN_PROGRESS")
             return -1
@@ -328,7 +330,8 @@ def test_update_stops_deploys_the_planned_assembly_starts_and_verifies(p4de: Wor
     saved = stored(p4de)
     assert list(saved["steps"]) == ["stop", "deploy", "start", "verify"] and saved["complete"]
     assert saved["fleet_before"] == "RUNNING" and saved["stop"] is True
-    assert result.stdout.splitlines()[-1] == f"updated p4de (run {saved['run']}): stop, deploy, start, verify"
+    assert result.stdout.splitlines()[-2] == f"updated p4de (run {saved['run']}): stop, deploy, start, verify"
+    assert result.stdout.splitlines()[-1].startswith("next: `mlcluster lock p4de` and commit p4de.lock.json")
     # Only the operator can read or write the state.
     assert state_path(p4de).stat().st_mode & 0o777 == 0o600
     assert state_path(p4de).parent.stat().st_mode & 0o777 == 0o700
@@ -766,3 +769,67 @@ def test_a_queue_update_strategy_change_names_the_jobs_on_the_replaced_nodes(
     assert f"jobs running there (1, from squeue on the head node): {fate}" in result.stdout
     assert "  1043     inference-gpu    bob" in result.stdout and "1042" not in result.stdout
     assert fleet_writes(aws) == [] and cloud.fleet_at_deploy == ["RUNNING"] and cloud.deployed == new
+
+
+def test_ctrl_c_during_the_deploy_says_how_to_resume(
+    p4de: World, cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+
+    def interrupted(argv: list[str], timeout: int) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(update_module, "run_deploy", interrupted)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_INTERRUPTED
+    assert "interrupted; done: stop" in result.stderr and "`mlcluster update p4de --resume`" in result.stderr
+    assert cloud.fleet() == "STOPPED" and list(stored(p4de)["steps"]) == ["stop"]
+
+
+def test_a_state_file_of_another_user_is_refused(p4de: World, cloud: Cloud) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    path = plant(p4de, a_state())
+    os.chown(path, 4242, -1)
+    result = p4de.run("update", ENV, "--resume")
+    assert result.exit_code == EXIT_FAILED
+    assert f"{path}: owned by uid 4242, not by you (uid 0)" in result.stderr and cloud.deploys == []
+
+
+@pytest.mark.parametrize(("operation", "code"), [("GetTemplate", "AccessDenied"), ("GetItem", "ThrottlingException")])
+def test_a_failed_read_after_the_deploy_fails_the_run_and_resumes(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch, operation: str, code: str
+) -> None:
+    """Denied or throttled reads after the deploy (the start's GetItem, the verification's GetTemplate)."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    deploy = cloud.deploy
+    service = "cloudformation" if operation == "GetTemplate" else "dynamodb"
+
+    def deploy_then_refuse(argv: list[str], timeout: int) -> int:
+        code_ = deploy(argv, timeout)
+        aws.answer(service, operation, always=error(code, "refused", 400))
+        return code_
+
+    monkeypatch.setattr(update_module, "run_deploy", deploy_then_refuse)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_AWS, result.output
+    assert code in result.stderr and "Traceback" not in result.output
+    assert "p4de-Cluster: UPDATE_COMPLETE" in result.stderr and "`mlcluster update p4de --resume`" in result.stderr
+    assert stored(p4de)["complete"] is None and "verify" not in stored(p4de)["steps"]
+    aws.sticky.pop((service, operation))
+    aws.answer("cloudformation", "GetTemplate", always=cloud.get_template)
+    resumed = p4de.run("update", ENV, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert len(cloud.deploys) == 1 and cloud.fleet() == "RUNNING" and stored(p4de)["complete"]
+
+
+def test_verification_catches_a_deploy_that_did_not_apply_the_plan(p4de: World, cloud: Cloud) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "silent"
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert (
+        "verifying the update failed: the deployed configuration of p4de-Cluster is not the planned one"
+        in result.stderr
+    )
+    assert stored(p4de)["complete"] is None and "verify" not in stored(p4de)["steps"]
