@@ -399,7 +399,11 @@ def _replaced_lines(plan: Plan) -> list[str]:
 
 
 class Fleet:
-    """ParallelCluster's compute fleet status item, read and written as ``pcluster`` does."""
+    """ParallelCluster's compute fleet status item, read and written as ``pcluster`` does.
+
+    The JSON item is ParallelCluster's since 3.2; ``Custom::PclusterCluster`` exists since 3.6, so every
+    cluster mlcluster deploys has it.
+    """
 
     def __init__(self, target: Target, cluster: str) -> None:
         self.target = target
@@ -799,7 +803,14 @@ class Run:
         return f"the compute fleet of {self.cluster} was started again: the cluster runs its previous configuration"
 
     def failed(self, error: CliError, what: str, restore_timeout: int, *, restore: bool = True) -> CliError:
-        """``error`` with what happened to the fleet, every stack's state and the resume/abandon commands."""
+        """``error`` with what happened to the fleet, every stack's state and the resume/abandon commands.
+
+        A run that failed before it changed anything (the fleet's status not even recorded) is forgotten:
+        running the command again starts afresh.
+        """
+        if self.state.data["fleet_before"] is None and not self.state.data["steps"]:
+            self.state.remove()
+            return CliError(f"{what} failed: {error.message}", error.exit_code)
         fleet_line = self.restore(restore_timeout) if restore else "the compute fleet was left as it is"
         states = stack_states(self.target, self.cluster)
         message = (

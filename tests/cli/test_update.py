@@ -605,6 +605,8 @@ def test_a_fleet_already_moving_is_left_alone(p4de: World, cloud: Cloud, aws: Aw
     assert result.exit_code == EXIT_FAILED
     assert f"the compute fleet of p4de-train is {fleet}" in result.stderr
     assert fleet_writes(aws) == [] and cloud.deploys == []
+    # Nothing was changed, so nothing is kept to resume: the next run plans afresh.
+    assert not state_path(p4de).exists() and "--resume" not in result.stderr
 
 
 def test_a_stopped_fleet_stays_stopped(p4de: World, cloud: Cloud, aws: Aws) -> None:
