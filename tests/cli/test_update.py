@@ -290,6 +290,10 @@ steps: 1 stop the compute fleet, 2 cdk deploy, 3 start the fleet, 4 verify
 """
 
 
+#: The question after the plan (stderr), answered ``n``.
+QUESTION = "stop the compute fleet of p4de-train, deploy and start it again? [y/N]: n\n"
+
+
 def test_plan_only_shows_a_queue_removal_and_changes_nothing(p4de: World, cloud: Cloud, aws: Aws) -> None:
     cloud.new = edited(p4de.environments, drop_inference_queue)
     result = p4de.run("update", ENV, "--plan-only")
@@ -301,9 +305,10 @@ def test_plan_only_shows_a_queue_removal_and_changes_nothing(p4de: World, cloud:
 
 
 def test_docs_show_the_plan_the_command_prints() -> None:
-    """The day-two page's sample is this module's PLAN, word for word (``mlcluster update p4de --plan-only``)."""
+    """The day-two page's sample is this module's PLAN and QUESTION, word for word (``mlcluster update p4de``)."""
     page = (Path(__file__).resolve().parents[2] / "docs" / "use-cases" / "day-two.md").read_text()
-    assert "$ mlcluster update p4de --plan-only\n" + PLAN in page
+    # The console script (main()) reports click's Abort as "mlcluster: aborted" (exit 130).
+    assert "$ mlcluster update p4de\n" + PLAN + QUESTION + "mlcluster: aborted\n```" in page
 
 
 def test_update_stops_deploys_the_planned_assembly_starts_and_verifies(p4de: World, cloud: Cloud, aws: Aws) -> None:
@@ -380,6 +385,7 @@ def test_answering_no_changes_nothing(p4de: World, cloud: Cloud, aws: Aws) -> No
     cloud.new = edited(p4de.environments, drop_inference_queue)
     result = p4de.run("update", ENV, input="n\n")
     assert result.exit_code != 0
+    assert result.stdout == PLAN and QUESTION in result.stderr
     assert fleet_writes(aws) == [] and cloud.deploys == [] and not state_path(p4de).exists()
 
 
