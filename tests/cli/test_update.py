@@ -841,3 +841,27 @@ def test_verification_catches_a_deploy_that_did_not_apply_the_plan(p4de: World, 
         in result.stderr
     )
     assert stored(p4de)["complete"] is None and "verify" not in stored(p4de)["steps"]
+
+
+def test_an_outcome_the_command_does_not_know_stops_it_before_any_change(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    """The update rules are injected (``classify``): an outcome outside OUTCOMES is an error, never a deploy."""
+    from mlcluster.pcluster.update_policy import ClusterChange
+
+    def rules(old: dict[str, Any], new: dict[str, Any]) -> list[ClusterChange]:
+        return [ClusterChange("HeadNode.InstanceType", "SUPPORTED", "maybe", "m5.8xlarge", "m5.16xlarge")]  # type: ignore[arg-type]
+
+    with pytest.raises(CliError, match="the update rules returned outcomes mlcluster does not know: maybe"):
+        update_module.update_environment(
+            ENV,
+            p4de.environments,
+            None,
+            None,
+            yes=True,
+            plan_only=False,
+            resume=False,
+            abandon=False,
+            stop_timeout=60,
+            deploy_timeout=300,
+            classify=rules,
+        )
+    assert fleet_writes(aws) == [] and cloud.deploys == []
