@@ -127,6 +127,7 @@ PC_FLEET_STOP = (
 UPDATE_DOES = {
     "refused": "nothing: refused at synth",
     "fleet_stop": "stops the compute fleet, deploys, starts it",
+    "rollback_stop": "stops the compute fleet (the rollback would need it stopped), deploys, starts it",
     "in_place": "deploys",
 }
 HP = "cluster.hyperpod"
@@ -152,7 +153,8 @@ class Edit:
     #: Stacks the guard refuses as a whole: dropped from the app, or losing termination protection.
     stacks: frozenset[str] = frozenset()
     #: The deploy outcome (``mlcluster.deploy_outcomes``): ``refused`` at synth as a deploy that would fail,
-    #: ``fleet_stop`` (passes with the note that ``mlcluster update`` must deploy it), or ``in_place``.
+    #: ``fleet_stop`` (passes with the note that ``mlcluster update`` must deploy it), ``rollback_stop`` (in place,
+    #: but its rollback needs the fleet stopped: noted, and ``mlcluster update`` stops it), or ``in_place``.
     deploy: str = "in_place"
 
 
@@ -351,7 +353,12 @@ EDITS = [
         stacks={"dt-Cluster dropped", "dt-Observability dropped"},
         safe_way="copy /home off the head node, destroy the Cluster stack first, lock, then edit",
     ),
-    edit("queue max count 2 -> 4", "pcluster", {f"{PC}.queues.0.compute_resources.0.max_count": 4}),
+    edit(
+        "queue max count 2 -> 4",
+        "pcluster",
+        {f"{PC}.queues.0.compute_resources.0.max_count": 4},
+        deploy="rollback_stop",
+    ),
     edit(
         "queue instance type p5 -> p4de",
         "pcluster",
@@ -397,6 +404,7 @@ EDITS = [
                 "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge", "max_count": 4}],
             }
         },
+        deploy="rollback_stop",
     ),
     edit(
         "head node instance type",
@@ -595,7 +603,8 @@ def results(tmp_path_factory: pytest.TempPathFactory, baselines: dict[str, Snaps
         assert len(stack_refusals(env, before, after)) == len(stacks)
         problems, outcome_notes = outcome_checks(env, before, after)
         fleet = [note for note in outcome_notes if "compute fleet stopped" in note]
-        deploy = "refused" if problems else "fleet_stop" if fleet else "in_place"
+        back = [note for note in outcome_notes if "rollback's changes back only with the fleet stopped" in note]
+        deploy = "refused" if problems else "fleet_stop" if fleet else "rollback_stop" if back else "in_place"
         out[item.name] = Result(changes, refused, stacks, notices(env, before, after, changes), deploy)
     print(f"day-two table: {len(EDITS)} edits + {len(BASES)} baselines in {time.perf_counter() - started:.1f} s")
     return out
