@@ -385,7 +385,9 @@ def render_plan(plan: Plan) -> list[str]:
                 "and ParallelCluster makes that change only with the fleet stopped (else the stack stops in "
                 "UPDATE_ROLLBACK_FAILED): "
                 + "; ".join(f"{c.path} back to {_short(c.new)} (policy {c.policy})" for c in plan.stops_back)
-                + ". The head node, login nodes and file systems keep running:"
+                + ". To keep the fleet running and accept that risk, deploy with "
+                f"`npx cdk deploy '{plan.environment}/*'` instead. The head node, login nodes and file systems keep "
+                "running:"
             )
         for queue in plan.queues:
             gone = "  (removed by this update)" if queue.name in plan.removed_queues else ""

@@ -421,6 +421,9 @@ def test_an_in_place_change_whose_rollback_needs_the_fleet_stopped_stops_it(
         result.stdout
     )
     assert back in result.stdout
+    assert "To keep the fleet running and accept that risk, deploy with `npx cdk deploy 'p4de/*'` instead." in (
+        result.stdout
+    )
     assert "steps: 1 stop the compute fleet, 2 cdk deploy, 3 start the fleet, 4 verify" in result.stdout
     assert cloud.fleet_at_deploy == ["STOPPED"] and fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
     assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
