@@ -622,6 +622,20 @@ def test_the_head_node_runs_the_collector_from_the_bucket_with_its_rendered_argu
     assert not (node.root / "seen").exists()
 
 
+def test_the_package_docstring_names_the_head_and_login_arguments_rendered() -> None:
+    """The module's prose about the head node and login pools names the options their rendered action has
+    (``--role``, ``--source``), and does not claim they run with ``--bucket-trusted``, which is not rendered."""
+    import mlcluster.lifecycle.pcluster as package
+
+    doc = " ".join((package.__doc__ or "").split())
+    sentence = doc[doc.index("The head node and login pools") :].split(". ")[0]
+    rendered = {a for args in head_and_login_args().values() for a in args if a.startswith("--")}
+    assert rendered == {"--role", "--source"}
+    named = set(re.findall(r"``(--[a-z0-9-]+)``", sentence))
+    assert rendered <= named, sentence
+    assert not re.search(r"run with ``--bucket-trusted``", doc), sentence
+
+
 def test_the_login_pool_runs_from_the_bucket_too(make_node: MakeNode, bucket: Path) -> None:
     node = make_node(gpu=False)
     args = head_and_login_args()["login"]
