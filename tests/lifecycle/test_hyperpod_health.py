@@ -693,3 +693,45 @@ def test_the_hung_tool_markers_live_in_a_fresh_folder_of_roots_that_planted_name
     assert calls(p5, "nvidia-smi") == 1  # the marker was written in the run's own folder, and read back
     assert target.read_text() == "untouched\n"
     assert sorted(p.name for p in shared.iterdir()) == ["mlcluster-health.AAAAAA", "mlcluster-health.BBBBBB"]
+
+
+#: A hanging nvidia-smi that first lists its TMPDIR (the caller's, inherited) into DATA/tmpdir.
+LISTS_TMPDIR = '#!/bin/sh\nls -A "$TMPDIR" >"$DATA/tmpdir"\necho x >>"$DATA/nvidia-smi.calls"\nexec sleep 30\n'
+
+
+def test_roots_run_ignores_a_callers_tmpdir(reachable_p5: Node) -> None:
+    """``sudo -E`` keeps a user's TMPDIR: root's hung-tool folder must not be made inside the user's folder (the
+    user could rename it and plant links there). Root's run uses /tmp; the markers still work."""
+    node = reachable_p5
+    users_tmp = node.root.parent / "alice-tmp"
+    users_tmp.mkdir(mode=0o700)
+    os.chown(users_tmp, ALICE, ALICE)
+    (node.bin / "nvidia-smi").write_text(LISTS_TMPDIR)
+    result = node.run("--drain", MLC_HEALTH_TOOL_TIMEOUT_S="1", TMPDIR=str(users_tmp))
+    assert "FAIL gpu_count critical: nvidia-smi did not answer within 1 s" in result.stdout, result.stdout
+    assert calls(node, "nvidia-smi") == 1  # the marker folder (under /tmp) was written and read back
+    assert (node.data / "tmpdir").read_text() == ""  # nothing of root's in the user's folder while it ran
+    assert list(users_tmp.iterdir()) == []
+
+
+def test_a_users_run_keeps_its_own_tmpdir(reachable_p5: Node) -> None:
+    """The edge that must keep working: an unprivileged run (srun as the user) makes its folder in its TMPDIR."""
+    node = reachable_p5
+    users_tmp = node.root.parent / "alice-tmp"
+    users_tmp.mkdir(mode=0o700)
+    os.chown(users_tmp, ALICE, ALICE)
+    for folder in (node.data, node.bin):
+        folder.chmod(0o777)
+    (node.bin / "nvidia-smi").write_text(LISTS_TMPDIR)
+    (node.bin / "nvidia-smi").chmod(0o755)
+    result = as_alice(
+        f"export TMPDIR={users_tmp} DATA={node.data} MLC_ROOT={node.root} MLC_HEALTH_TOOL_TIMEOUT_S=1 "
+        f"PATH={node.bin}:/usr/bin:/bin; exec bash {HEALTH}",
+        node.root,
+    )
+    assert "FAIL gpu_count critical: nvidia-smi did not answer within 1 s" in result.stdout, (
+        result.stdout + result.stderr
+    )
+    assert (node.data / "tmpdir").read_text().startswith("mlcluster-health.")
+    assert calls(node, "nvidia-smi") == 1
+    assert list(users_tmp.iterdir()) == []  # removed after the run

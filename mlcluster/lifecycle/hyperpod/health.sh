@@ -68,8 +68,16 @@ TOOL_TIMEOUT_S=${MLC_HEALTH_TOOL_TIMEOUT_S:-10}
 [[ $TOOL_TIMEOUT_S =~ ^[1-9][0-9]{0,2}$ ]] || TOOL_TIMEOUT_S=10
 # A folder marking the tools that timed out in this run (a file per tool; the calls run in command
 # substitutions, whose variables do not reach this shell): their later calls fail at once. And the Xid
-# window's end to record once the run is through (see check_xid).
-HUNG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mlcluster-health.XXXXXX" 2>/dev/null) || HUNG_DIR=""
+# window's end to record once the run is through (see check_xid). Root's run ignores TMPDIR: a caller's
+# environment kept by `sudo -E` would put root's folder inside a folder that user owns, where the user
+# could swap it; root's goes under /tmp (sticky: no one else can rename or remove it). Another user's
+# run uses its own TMPDIR.
+if ((EUID == 0)); then
+  HUNG_PARENT=/tmp
+else
+  HUNG_PARENT=${TMPDIR:-/tmp}
+fi
+HUNG_DIR=$(mktemp -d "$HUNG_PARENT/mlcluster-health.XXXXXX" 2>/dev/null) || HUNG_DIR=""
 trap '[[ -z $HUNG_DIR ]] || rm -rf -- "$HUNG_DIR"' EXIT
 XID_PENDING=""
 HOST=$(hostname -s 2>/dev/null || echo unknown-host)
