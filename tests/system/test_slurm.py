@@ -231,6 +231,30 @@ def test_srun_errors_parse_to_no_hosts(cluster: SlurmCluster) -> None:
     assert parse_hostnames(done.stdout) == []
 
 
+def test_update_reads_running_and_pending_jobs_from_squeue(cluster: SlurmCluster) -> None:
+    """``mlcluster update``'s squeue script, run as written, parses to the jobs Slurm has (a ``|`` in a name too)."""
+    from mlcluster.cli.update import parse_squeue, squeue_script
+
+    name = "train|v2"
+    submitted = slurm(cluster, "sbatch", "--parsable", "-p", PARTITION, "-J", name, "--array=0-3", "--wrap", "sleep 30")
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    try:
+        until(
+            "3 array tasks running",
+            lambda: slurm(cluster, "squeue", "--noheader", "--array", "-o", "%T").stdout.split().count("RUNNING") == 3,
+        )
+        done = slurm(cluster, "bash", "-c", squeue_script())
+        assert done.returncode == 0, done.stderr
+        jobs = [j for j in parse_squeue(done.stdout) if j.job_id.startswith(f"{job}_")]
+        assert {j.name for j in jobs} == {name} and {j.partition for j in jobs} == {PARTITION}
+        assert sum(j.running for j in jobs) == 3 and [j.nodes for j in jobs if j.running] == [1, 1, 1]
+        # squeue folds pending array tasks into one line (``<job>_[3]``): one pending job, not a running one.
+        assert [j.state for j in jobs if not j.running] == ["PENDING"]
+    finally:
+        slurm(cluster, "scancel", job)
+
+
 # -- the Slurm exporter --------------------------------------------------------------------------------
 def exporter_samples(cluster: SlurmCluster, out_dir: Path) -> dict[str, dict[tuple[str, str], float]]:
     """Run mlcluster-slurm-metrics once; metric -> (partition, state) -> value, read with prometheus_client."""
