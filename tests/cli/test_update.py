@@ -616,6 +616,31 @@ def test_a_deploy_that_ends_with_the_new_template_still_moving_keeps_the_fleet_s
     assert cloud.fleet() == "RUNNING" and fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
 
 
+def test_a_timed_out_deploy_that_settled_on_the_new_configuration_says_so(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of time, but CloudFormation finished just after: the fleet starts again, and the message does not claim
+    the old configuration; --resume then redeploys (nothing to change) and verifies."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    deploy = cloud.deploy
+
+    def finished_late(argv: list[str], timeout: int) -> int:
+        assert deploy(argv, timeout) == 0
+        return -1
+
+    monkeypatch.setattr(update_module, "run_deploy", finished_late)
+    result = p4de.run("update", ENV, "--yes", "--deploy-timeout", "300")
+    assert result.exit_code == EXIT_FAILED
+    assert "cdk deploy did not finish in 300 s" in result.stderr
+    assert "the compute fleet of p4de-train was started again (its stack has the new configuration)" in result.stderr
+    assert "runs its previous configuration" not in result.stderr
+    assert cloud.fleet() == "RUNNING" and stored(p4de)["steps"] == {}
+    monkeypatch.setattr(update_module, "run_deploy", deploy)
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
+
+
 def test_another_stack_failing_after_the_cluster_update_still_starts_the_fleet(p4de: World, cloud: Cloud) -> None:
     cloud.new = edited(p4de.environments, drop_inference_queue)
     cloud.deploy_mode = "other-stack"
