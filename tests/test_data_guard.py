@@ -603,18 +603,19 @@ def test_an_allowance_used_by_a_synth_allows_only_that_form_until_the_next_lock(
     first = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
     guard(env, first)
     record = json.loads(in_flight_path(env).read_text(encoding="utf-8"))
-    assert record["allowances"]["Storage/Lustre"]["resource"] == "Storage/Lustre/Resource"
+    assert record["resources"]["Storage/Lustre/Resource"]["allowance"] == "Storage/Lustre"
     # The edges: the same form again (cdk deploy synthesizes again), or an in-place update of it, passes.
     guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}))
     guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}, digest="d1"))
     second = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "SCRATCH_2"})
     text = refusal(env, second)
     assert (
-        "retention.allow_replacement: 'Storage/Lustre' was used by an earlier synth since the lock was written" in text
+        "retention.allow_replacement: an earlier synth since the lock was written let Storage/Lustre/Resource "
+        "through ('Storage/Lustre'" in text
     )
     assert f"'mlcluster lock {NAME}' with credentials" in text
     # Weakening it instead (a policy) is another form too.
-    assert "was used by an earlier synth" in refusal(
+    assert "an earlier synth since the lock was written let" in refusal(
         env,
         edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}, deletion_policy="Delete"),
     )
@@ -624,6 +625,58 @@ def test_an_allowance_used_by_a_synth_allows_only_that_form_until_the_next_lock(
     # A record nobody can read is refused with the way, never ignored.
     in_flight_path(env).write_text("{", encoding="utf-8")
     assert "(allowances in flight): cannot be read" in refusal(env, second)
+
+
+@pytest.mark.parametrize(
+    ("later_allow", "later"),
+    [
+        # Review r3 finding 2: the same resource through another spelling of the entry, in another form.
+        (("Storage/Lustre/Resource",), {"create_only": {"DeploymentType": "SCRATCH_2"}}),
+        # The edit reverted and the allowance removed: the deployed file system is the replaced one, so the locked
+        # form would replace it again.
+        ((), {}),
+        # The allowance removed, the resource weakened instead.
+        ((), {"create_only": {"DeploymentType": "PERSISTENT_1"}, "deletion_policy": "Delete"}),
+    ],
+)
+def test_a_recorded_resource_in_another_form_is_refused_however_the_file_names_it(
+    tmp_path: Path, later_allow: tuple[str, ...], later: dict[str, Any]
+) -> None:
+    from mlcluster.lockfile import in_flight_path
+
+    env = environment(tmp_path, allow=("Storage/Lustre",))
+    guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}))
+    env = load_environment(
+        write_env(tmp_path, NAME, {**MINIMAL, "retention": {"allow_replacement": list(later_allow)}})
+    )
+    snapshot = edit(deployed(), "Storage", "Lustre", **later) if later else deployed()
+    text = refusal(env, snapshot)
+    assert "an earlier synth since the lock was written let Storage/Lustre/Resource through ('Storage/Lustre'" in text
+    assert f"Run 'mlcluster lock {NAME}' with credentials" in text
+    # The edges: the recorded form itself passes, through either spelling (cdk deploy synthesizes again), and
+    # after 'mlcluster lock' removed the record the reverted file passes (the lock then says what is deployed).
+    for spelling in ("Storage/Lustre", "Storage/Lustre/Resource"):
+        again = load_environment(write_env(tmp_path, NAME, {**MINIMAL, "retention": {"allow_replacement": [spelling]}}))
+        guard(again, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}))
+    in_flight_path(env).unlink()
+    guard(load_environment(write_env(tmp_path, NAME, MINIMAL)), deployed())
+
+
+def test_a_record_of_the_earlier_format_is_read_by_the_resource_it_names(tmp_path: Path) -> None:
+    import hashlib
+
+    from mlcluster.lockfile import _form, in_flight_path
+
+    env = environment(tmp_path, allow=("Storage/Lustre",))
+    recorded = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
+    form = _form(recorded[f"{NAME}-Storage"].resources["Lustre"])
+    digest = hashlib.sha256(lock_path(env).read_bytes()).hexdigest()
+    earlier = {"lock": digest, "allowances": {"Storage/Lustre": {"resource": "Storage/Lustre/Resource", "form": form}}}
+    in_flight_path(env).write_text(json.dumps(earlier), encoding="utf-8")
+    assert "let Storage/Lustre/Resource through ('Storage/Lustre'" in refusal(
+        env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "SCRATCH_2"})
+    )
+    guard(env, recorded)
 
 
 def test_a_synth_without_an_allowance_records_nothing(tmp_path: Path) -> None:
