@@ -172,13 +172,12 @@ SAFE_WAYS = {
         "lists it) and the retained master secret ('aws secretsmanager delete-secret --secret-id ARN')"
     ),
     "Custom::PclusterCluster": (
-        "A new cluster name is a new cluster: running jobs are not moved, and the new head node starts without "
-        "the old one's local state. The old cluster is not deleted in an environment that retains "
-        "(retention.on_delete: retain sets the custom resource's DeletionPolicy property to Retain): it keeps "
-        "running and billing (head node, static nodes, a /home volume with DeletionPolicy Delete) until you delete "
-        "it with 'pcluster delete-cluster -n <old cluster name> --region <region>'. With DeletionPolicy Delete it "
-        "is deleted with its head node. Safe way: drain the queues (no running jobs), copy what lives on the head "
-        "node, deploy with the allowance, then delete the old cluster"
+        "Deleting the cluster deletes its head node and, with it, what lives there (/home unless it is on "
+        "OpenZFS, the scheduler's local state); where the custom resource's DeletionPolicy property is Retain "
+        "(retention.on_delete: retain) ParallelCluster keeps the cluster running and billing until 'pcluster "
+        "delete-cluster -n <cluster name> --region <region>'. A rename is refused apart: ParallelCluster cannot "
+        "rename a cluster. Safe way: drain the queues (no running jobs), copy what lives on the head node, then "
+        "deploy with the allowance"
     ),
     "AWS::SageMaker::Cluster": (
         "A new HyperPod cluster replaces the old one: running jobs are lost. Safe way: drain the "
@@ -451,6 +450,35 @@ def _what(change: Change) -> str:
     )
 
 
+#: What ParallelCluster's custom resource provider answers an update that changes ``ClusterName``
+#: (its ``cloudformation/custom_resource`` handler; aws-parallelcluster's integration tests assert it).
+RENAME_REFUSED = "Cannot update the ClusterName in the properties."
+
+
+def cluster_rename_refusal(environment: Environment, change: Change) -> Problem:
+    """Why a ParallelCluster cluster cannot be renamed by a deploy, with or without an allowance, and the way.
+
+    ParallelCluster's provider fails the update of a new ``ClusterName`` (it never creates a second
+    cluster), so the deploy fails and CloudFormation rolls the stack back: an allowance would only let
+    a deploy through that cannot succeed.
+    """
+    name = environment.name
+    region = environment.config.region or "<region>"
+    return Problem(
+        "cluster.name",
+        NOT_A_VALUE,
+        f"{_what(change)}. ParallelCluster's provider refuses a new ClusterName on a running cluster "
+        f"('{RENAME_REFUSED}'): the deploy fails and CloudFormation rolls the stack back, with "
+        "retention.allow_replacement too. To rename the cluster: (1) drain the queues (no running jobs) and copy "
+        "what lives on the head node (/home unless it is on OpenZFS); (2) keep the old name in this file and "
+        f"destroy the cluster stack (npx cdk destroy --exclusively '{name}/Cluster'; the storage stacks keep the "
+        "data); where the custom resource's DeletionPolicy property is Retain (retention.on_delete: retain) "
+        "ParallelCluster keeps the cluster, so delete it then with 'pcluster delete-cluster -n <old cluster name> "
+        f"--region {region}' (only once its stack is destroyed); (3) run 'mlcluster lock {name}'; (4) set the new "
+        "name and deploy.",
+    )
+
+
 def training_plan_refusal(environment: Environment, change: Change, groups: Sequence[tuple[str, int, str]]) -> Problem:
     """Why a HyperPod cluster on a training plan cannot be replaced by CloudFormation, and the safe way."""
     name = environment.name
@@ -481,8 +509,9 @@ def stack_part(environment: Environment, stack: str) -> str:
 def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Collection[str] = ()) -> list[Problem]:
     """One problem per dangerous change the environment does not allow.
 
-    A HyperPod cluster replaced while groups ask a training plan for instances is refused whatever
-    the allowances say (:func:`training_plan_refusal`). Changes in the ``dropped`` stacks are
+    A HyperPod cluster replaced while groups ask a training plan for instances, and a ParallelCluster
+    cluster renamed, are refused whatever the allowances say (:func:`training_plan_refusal`,
+    :func:`cluster_rename_refusal`). Changes in the ``dropped`` stacks are
     refused once per stack by :func:`stack_refusals`.
     """
     allowances = environment.config.retention.allow_replacement
@@ -493,6 +522,10 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
             continue
         if change.type == HYPERPOD_TYPE and change.action == "replace" and plan_groups:
             problems.append(training_plan_refusal(environment, change, plan_groups))
+            continue
+        if change.type == PCLUSTER_TYPE and change.action == "replace":
+            # Its one create-only value is ClusterName (replacement.CUSTOM_CREATE_ONLY): a rename.
+            problems.append(cluster_rename_refusal(environment, change))
             continue
         if not change.dangerous or allowed(change, allowances):
             continue
@@ -623,21 +656,21 @@ def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, chan
     CloudFormation does not delete a resource with ``DeletionPolicy: Retain`` that leaves the template:
     it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack. A
     ParallelCluster cluster whose custom resource has the ``DeletionPolicy`` *property* ``Retain`` is
-    kept by ParallelCluster when the resource is deleted or replaced (:func:`~mlcluster.replacement.keeping`).
+    kept by ParallelCluster when the resource is deleted (:func:`~mlcluster.replacement.keeping`).
     """
     found: list[str] = []
     for change in changes:
-        replaced = change.action == "replace" and change.type == PCLUSTER_TYPE
-        if (change.action != "remove" and not replaced) or change.stack not in snapshot:
+        # A replaced cluster (a rename) is refused (cluster_rename_refusal): only removals are left to note.
+        if change.action != "remove" or change.stack not in snapshot:
             continue
         old = locked[change.stack].resources[change.logical_id]
-        kept = keeping(old, replaced=replaced)
+        kept = keeping(old)
         if kept is None or (change.dangerous and not allowed(change, environment.config.retention.allow_replacement)):
             continue
         found.append(
             f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) "
-            f"{'is replaced' if replaced else 'leaves the template'} but {kept} keeps "
-            f"{'the old one' if replaced else 'it'} running outside the stack{_left_running(environment, change, old)}"
+            f"leaves the template but {kept} keeps it running outside the stack"
+            + _left_running(environment, change, old)
         )
     return found
 

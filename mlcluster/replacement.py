@@ -8,7 +8,8 @@ schemas), adds the few the bundled schema of a legacy type omits, and
 applies our custom resources' documented rules:
 
 - ``Custom::PclusterCluster``: ParallelCluster cannot rename a cluster, so a
-  new ``ClusterName`` is a new cluster.
+  new ``ClusterName`` counts as a replacement (which its provider refuses:
+  the guard refuses the rename, ``mlcluster.lockfile.cluster_rename_refusal``).
 - ``AWS::SageMaker::Cluster`` (HyperPod): besides the schema's
   ``ClusterName``, ``VpcConfig`` and ``Orchestrator``, an instance group's
   ``InstanceType``, ``ExecutionRole`` and ``ThreadsPerCore`` are fixed when
@@ -261,17 +262,16 @@ class Change:
         return f"{self.path} ({self.type}) {verb[self.action]}{why}"
 
 
-def keeping(resource: ResourceState, *, replaced: bool = False) -> str | None:
-    """What keeps ``resource`` running when it leaves its stack (or is ``replaced``), or None when it goes.
+def keeping(resource: ResourceState) -> str | None:
+    """What keeps ``resource`` running when it leaves its stack, or None when it goes.
 
-    CloudFormation skips the delete under a keeping ``DeletionPolicy`` (``UpdateReplacePolicy`` for a
-    replacement). Otherwise it asks the resource to delete itself, and a setting of ``FATE_KEPT`` (the
-    ParallelCluster custom resource's ``DeletionPolicy`` property) may still keep it: ParallelCluster then
-    leaves the cluster, head node and static nodes running.
+    CloudFormation skips the delete under a keeping ``DeletionPolicy``. Otherwise it asks the resource
+    to delete itself, and a setting of ``FATE_KEPT`` (the ParallelCluster custom resource's
+    ``DeletionPolicy`` property) may still keep it: ParallelCluster then leaves the cluster, head node
+    and static nodes running.
     """
-    policy = resource.update_replace_policy if replaced else resource.deletion_policy
-    if policy in KEEPING_POLICIES:
-        return f"{'UpdateReplacePolicy' if replaced else 'DeletionPolicy'} {policy}"
+    if resource.deletion_policy in KEEPING_POLICIES:
+        return f"DeletionPolicy {resource.deletion_policy}"
     for pointer, values, default in FATE_KEPT.get(resource.type, ()):
         value = str(resource.fate.get(pointer, default))
         if value in values:

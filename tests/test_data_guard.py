@@ -501,20 +501,16 @@ def kept_cluster(policy: str, name: str = "p5-train") -> Snapshot:
     return edit(deployed(), "Cluster", "Cluster", create_only={"ClusterName": name}, fate={"DeletionPolicy": policy})
 
 
-@pytest.mark.parametrize("how", ["remove", "replace"])
-def test_a_retained_parallelcluster_cluster_removed_or_replaced_is_reported_as_still_billing(
-    tmp_path: Path, how: str
-) -> None:
+def test_a_retained_parallelcluster_cluster_removed_is_reported_as_still_billing(tmp_path: Path) -> None:
     env = environment(tmp_path, allow=("Cluster/Cluster",))
     write_lock(env, Lock(kept_cluster("Retain"), "deployed"))
-    after = kept_cluster("Retain", "p5-train2")
-    if how == "remove":
-        del after[f"{NAME}-Cluster"].resources["Cluster"]
+    after = kept_cluster("Retain")
+    del after[f"{NAME}-Cluster"].resources["Cluster"]
     _, notes = guard(env, after)
     (note,) = notes
-    verb = "leaves the template" if how == "remove" else "is replaced"
     assert (
-        f"p5-Cluster/Cluster/Cluster/Resource (Custom::PclusterCluster) {verb} but its DeletionPolicy property" in note
+        "p5-Cluster/Cluster/Cluster/Resource (Custom::PclusterCluster) leaves the template but its DeletionPolicy "
+        "property" in note
     )
     assert "cluster p5-train (head node, static nodes) keeps running and billing" in note
     assert "'pcluster delete-cluster -n p5-train --region <region>'" in note
@@ -523,13 +519,42 @@ def test_a_retained_parallelcluster_cluster_removed_or_replaced_is_reported_as_s
     assert guard(env, after)[1] == []
 
 
+@pytest.mark.parametrize("allow", [(), ("Cluster/Cluster",), ("Cluster/Cluster/Resource",)])
+@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+def test_a_parallelcluster_cluster_rename_is_refused_even_with_the_allowance(
+    tmp_path: Path, allow: tuple[str, ...], policy: str
+) -> None:
+    """r3 finding 5: ParallelCluster's provider refuses a new ClusterName, so the deploy would only roll back.
+
+    Before, the allowance let it through with a notice to 'pcluster delete-cluster' the old name, which
+    after the rollback is the live cluster.
+    """
+    env = environment(tmp_path, allow=allow)
+    write_lock(env, Lock(kept_cluster(policy), "deployed"))
+    text = refusal(env, kept_cluster(policy, "p5-train2"))
+    assert "cluster.name: this edit replaces p5-Cluster/Cluster/Cluster/Resource" in text
+    assert "'Cannot update the ClusterName in the properties.'" in text
+    assert "the deploy fails and CloudFormation rolls the stack back, with retention.allow_replacement too" in text
+    assert "npx cdk destroy --exclusively 'p5/Cluster'" in text
+    assert (
+        "'pcluster delete-cluster -n <old cluster name> --region <region>' (only once its stack is destroyed)" in text
+    )
+    assert "run 'mlcluster lock p5'; (4) set the new name and deploy" in text
+    assert "To allow it, add" not in text
+    # The edge: the same name with the allowance left out of the file is no change at all.
+    env = environment(tmp_path / "same")
+    write_lock(env, Lock(kept_cluster(policy), "deployed"))
+    assert guard(env, kept_cluster(policy)) == ([], [])
+
+
 def test_the_cluster_safe_way_says_a_retained_cluster_keeps_billing(tmp_path: Path) -> None:
     env = environment(tmp_path)
     write_lock(env, Lock(kept_cluster("Retain"), "deployed"))
-    text = refusal(env, kept_cluster("Retain", "p5-train2"))
-    assert "REPLACED" not in text and "replaces p5-Cluster/Cluster/Cluster/Resource" in text
-    assert "running jobs and the head node's local state are lost" not in text
-    assert "keeps running and billing" in text and "pcluster delete-cluster -n <old cluster name>" in text
+    removed = kept_cluster("Retain")
+    del removed[f"{NAME}-Cluster"].resources["Cluster"]
+    text = refusal(env, removed)
+    assert "deletes p5-Cluster/Cluster/Cluster/Resource" in text
+    assert "keeps the cluster running and billing" in text and "pcluster delete-cluster -n <cluster name>" in text
     # A dropped Cluster stack names the cluster among what its deletion keeps.
     snapshot = deployed()
     del snapshot[f"{NAME}-Cluster"]
