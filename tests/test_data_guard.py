@@ -609,12 +609,77 @@ def test_a_home_volume_no_longer_kept_is_refused(tmp_path: Path, before: str, af
     guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Retain")))
 
 
-def test_a_lock_that_predates_the_volume_policy_record_compares_nothing(tmp_path: Path) -> None:
+#: The Lustre file system as the render mounts it: an existing one (ParallelCluster never deletes it).
+EXISTING_LUSTRE = {**LUSTRE_MOUNT, "FsxLustreSettings": {"FileSystemId": "fs-0123456789abcdef0"}}
+
+
+def predating(*storage: dict[str, Any], configuration: bool, mounts: bool = True, policy: str = "Retain") -> Snapshot:
+    """A lock of ``cluster_with(*storage)`` written before the volume policies were recorded.
+
+    ``configuration``: it has the whole ClusterConfiguration (issue 29's record); ``mounts``: the mounts
+    record; ``policy``: the custom resource's DeletionPolicy property (Retain with on_delete: retain).
+    """
+    locked = cluster_with(*storage)
+    cluster = locked[f"{NAME}-Cluster"].resources["Cluster"]
+    fate = {k: v for k, v in cluster.fate.items() if k != "ClusterConfiguration/SharedStorage/DeletionPolicy"}
+    if not mounts:
+        del fate["ClusterConfiguration/SharedStorage"]
+    fate["DeletionPolicy"] = policy
+    settings = {"ClusterConfiguration": {"SharedStorage": list(storage)}} if configuration else {}
+    locked[f"{NAME}-Cluster"].resources["Cluster"] = dataclasses.replace(cluster, fate=fate, settings=settings)
+    return locked
+
+
+@pytest.mark.parametrize("configuration", [True, False])
+def test_a_lock_that_predates_the_volume_policy_record_reads_them_from_what_the_render_did(
+    tmp_path: Path, configuration: bool
+) -> None:
+    """r3 finding 4: before the record, /home was Retain with on_delete: retain (the custom resource's property).
+
+    With the configuration recorded the policies are read from it; without, reconstructed from the property.
+    """
     env = environment(tmp_path)
-    locked = cluster_with(LUSTRE_MOUNT, home_volume("Retain"))
-    del locked[f"{NAME}-Cluster"].resources["Cluster"].fate["ClusterConfiguration/SharedStorage/DeletionPolicy"]
+    locked = predating(EXISTING_LUSTRE, home_volume("Retain"), configuration=configuration)
     write_lock(env, Lock(locked, "deployed"))
-    guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Delete")))
+    text = refusal(env, cluster_with(EXISTING_LUSTRE, home_volume("Delete")))
+    assert "SharedStorage DeletionPolicy /home: Retain -> Delete" in text
+    assert "DeletionPolicy /fsx" not in text  # an existing file system: ParallelCluster never deletes it
+    # The edge: still kept (Snapshot) passes.
+    guard(env, cluster_with(EXISTING_LUSTRE, home_volume("Snapshot")))
+
+
+def test_a_predating_lock_read_from_its_configuration_knows_a_volume_was_delete(tmp_path: Path) -> None:
+    """The recorded configuration says Delete although the property was Retain (home_volume.deletion_policy set)."""
+    env = environment(tmp_path)
+    write_lock(env, Lock(predating(EXISTING_LUSTRE, home_volume("Delete"), configuration=True), "deployed"))
+    guard(env, cluster_with(EXISTING_LUSTRE, home_volume("Delete")))
+
+
+def test_a_predating_lock_without_the_mounts_record_still_compares_the_volume_policy(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    write_lock(
+        env, Lock(predating(EXISTING_LUSTRE, home_volume("Retain"), configuration=False, mounts=False), "deployed")
+    )
+    assert "SharedStorage DeletionPolicy /home: Retain -> Delete" in refusal(
+        env, cluster_with(EXISTING_LUSTRE, home_volume("Delete"))
+    )
+
+
+def test_a_lock_that_predates_the_volume_policy_record_with_an_unkept_cluster_reads_delete(tmp_path: Path) -> None:
+    """With on_delete: destroy the property was Delete and so was the /home volume: Delete -> Delete is no change."""
+    env = environment(tmp_path)
+    locked = predating(EXISTING_LUSTRE, home_volume("Delete"), configuration=False, policy="Delete")
+    write_lock(env, Lock(locked, "deployed"))
+    guard(env, cluster_with(EXISTING_LUSTRE, home_volume("Delete")))
+
+
+def test_a_volume_added_since_a_lock_that_predates_the_record_is_not_a_weakening(tmp_path: Path) -> None:
+    """The mounts record says /home was not there: a new /home volume with Delete weakens nothing."""
+    env = environment(tmp_path)
+    write_lock(env, Lock(predating(EXISTING_LUSTRE, configuration=False), "deployed"))
+    text = refusal(env, cluster_with(EXISTING_LUSTRE, home_volume("Delete")))
+    assert "SharedStorage MountDir /home: head node -> Ebs" in text  # the mount over the homes, refused apart
+    assert "SharedStorage DeletionPolicy" not in text
 
 
 # -- review finding 4: an allowance expires with the deploy that used it, lock or no lock yet ---------------
