@@ -745,11 +745,10 @@ def protect(
 ) -> None:
     """Set a stack policy on ENV's deployed stacks denying replacement or deletion of data.
 
-    It runs with credentials before every deploy, so it also refuses a lock written from the templates
-    (``--from-templates``) while stacks of ENV exist: that lock never read them, and the synth's guard
-    would let through every change the templates already make. The policies are set first (they only
-    protect), then the refusal stops the deploy that follows in the documented workflow.
+    Then refuse a lock written --from-templates while stacks of ENV are deployed (it never read them).
     """
+    # protect runs with credentials before every deploy in the documented workflow: the refusal stops the
+    # deploy, as the synth's guard would let through every change such a lock's templates already make.
     loaded = load_one(environments_folder(environments), env)
     locked = _previous_lock(loaded, announce=False)
     cfn, _, _, _ = _clients(loaded, region, profile)
