@@ -5,6 +5,8 @@
 #
 #   mlcluster-backup backup  s3://BUCKET/PREFIX KMS_KEY_ARN
 #   mlcluster-backup restore s3://BUCKET/PREFIX FILE=SHA256 [FILE=SHA256]
+#     (the digests from the journal or from mlcluster's state or output; the bucket's SHA256SUMS only when
+#     neither exists, after a controller replacement, and then trusting whoever can write the prefix)
 #   mlcluster-backup scheduled s3://BUCKET/PREFIX KMS_KEY_ARN
 #
 # scheduled is the daily copy (the scheduled_backup step's timer runs it): it does NOT stop slurmctld, so
@@ -67,7 +69,13 @@ RESTORE_ACCOUNT=mlcluster_restore
 umask 077
 
 usage() {
-  printf 'usage: mlcluster-backup backup|scheduled s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX FILE=SHA256...\n' >&2
+  cat >&2 <<'EOF_USAGE'
+usage: mlcluster-backup backup|scheduled s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX FILE=SHA256...
+restore's FILE=SHA256 digests should come from the journal (the daily copy's "restore with:" line in
+journalctl -u mlcluster-backup-scheduled) or from mlcluster (patch state or its output). The bucket's
+SHA256SUMS is a last resort, after a controller replacement took the journal: whoever can write the prefix
+can rewrite that file together with the copy it vouches for (docs/reference/security.md, daily copies).
+EOF_USAGE
   exit 2
 }
 
