@@ -411,8 +411,8 @@ EDITS = [
         "pcluster",
         {f"{PC}.head_node.instance_type": "m5.4xlarge"},
         deploy="refused",
-        safe_way="ParallelCluster policy UNSUPPORTED: a new cluster (a second environment, or a new cluster.name, "
-        "allowed)",
+        safe_way="ParallelCluster policy UNSUPPORTED: a new cluster (a second environment, or destroy the Cluster "
+        "stack first)",
     ),
     edit(
         "login nodes added",
@@ -435,8 +435,9 @@ EDITS = [
         refused={PCLUSTER_CLUSTER},
         # The node roles' permissions boundary is named after the cluster.
         also_replaced={"Cluster/NodeRoleBoundary/Resource"},
-        safe_way="drain the queues and copy what is on the head node, then allow; a retained old cluster keeps "
-        "billing until pcluster delete-cluster",
+        safe_way="ParallelCluster's provider refuses a rename (an allowance does not help): drain the queues, copy "
+        "what is on the head node, destroy the Cluster stack (then pcluster delete-cluster where retained), lock, "
+        "deploy the new name",
     ),
     # -- HyperPod -------------------------------------------------------------------
     edit("HyperPod worker count 2 -> 4", "hyperpod", {f"{HP}.workers.0.instance_count": 4}),
