@@ -24,10 +24,17 @@ stands after each step:
    planned;
 4. **start** the fleet again (``START_REQUESTED``, wait for ``RUNNING``) when it
    was running before, and **verify** that the deployed configuration is the
-   planned one and every stack is settled.
+   planned one and every stack is settled. ``RUNNING`` is clusterstatusmgtd's
+   word that the partitions are UP, not that the static nodes have booted.
+
+The fleet stops when a change needs it, or when its rollback would
+(``Plan.stops_fleet``): a queue added applies with the fleet running, but
+taking it back is a removal that needs it stopped.
 
 On a failure the fleet is started again where ParallelCluster allows it (its
-cluster stack in a working state), and the message lists every stack's state
+cluster stack in a working state) and ``<env>-Cluster`` is settled (never while
+a deploy that failed or ran out of time may still be applying or rolling back;
+:meth:`Run.start_blocker`), and the message lists every stack's state
 (``DescribeStacks``) and the commands that resume (``mlcluster update ENV
 --resume``) or give up (``--abandon``: restart the fleet and forget the run).
 
