@@ -2,7 +2,10 @@
 # Step accounting (controller): Slurm accounting through slurmdbd, with either a local MariaDB
 # (database, user and a random password created once) or a remote MySQL-compatible database
 # whose username and password come from a Secrets Manager secret. Credentials never reach the
-# logs or a command line.
+# logs or a command line. With a remote database the secret may be rotated: the step installs
+# /usr/local/sbin/mlcluster-accounting-secret (accounting_secret.sh), runs it before every start of
+# slurmdbd (a systemd drop-in) and every few minutes from a timer, which restarts slurmdbd when the
+# secret's credentials changed.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -29,9 +32,9 @@ FLUSH PRIVILEGES;
 SQL
 }
 
-# write_slurmdbd_conf HOST PORT USER PASSWORD
-write_slurmdbd_conf() {
-  install_file "$SLURMDBD_CONF" 600 "$(ids_of slurm)" <<CONF
+# slurmdbd_conf HOST PORT USER PASSWORD : print slurmdbd.conf.
+slurmdbd_conf() {
+  cat <<CONF
 # Written by mlcluster (accounting step). Holds the database password: keep it mode 600.
 AuthType=auth/munge
 DbdHost=$(hostname -s)
@@ -80,17 +83,75 @@ local_database() {
     retry 5 "create the accounting database" create_database "$password"
     log "created database $DATABASE and its user slurm"
   fi
-  write_slurmdbd_conf localhost 3306 slurm "$password"
+  install_file "$SLURMDBD_CONF" 600 "$(ids_of slurm)" < <(slurmdbd_conf localhost 3306 slurm "$password")
 }
 
+SECRET_TOOL=/usr/local/sbin/mlcluster-accounting-secret
+SECRET_UNIT=mlcluster-accounting-secret
+SECRET_MINUTES=${MLC_ACCOUNTING_SECRET_MINUTES:-5}
+
+# remote_database : slurmdbd.conf with the secret's username and password (plan checks both can sit in
+# the file), then the tool, the drop-in and the timer that keep them equal to the secret after rotation.
 remote_database() {
-  local secret user password
+  local secret draft
   secret=$(retry 5 "read the database secret $MLC_ACCOUNTING_SECRET_ARN" aws secretsmanager get-secret-value \
     --region "$MLC_ACCOUNTING_SECRET_REGION" --secret-id "$MLC_ACCOUNTING_SECRET_ARN" \
     --query SecretString --output text)
-  user=$(plan secret-field --key username <<<"$secret")
-  password=$(plan secret-field --key password <<<"$secret")
-  write_slurmdbd_conf "$MLC_ACCOUNTING_HOST" "$MLC_ACCOUNTING_PORT" "$user" "$password"
+  draft=$(mktemp "$TMP_DIR/slurmdbd.conf.XXXXXX")
+  slurmdbd_conf "$MLC_ACCOUNTING_HOST" "$MLC_ACCOUNTING_PORT" "" "" >"$draft"
+  install_from "$SLURMDBD_CONF" 600 "$(ids_of slurm)" plan slurmdbd-credentials --conf "$draft" <<<"$secret"
+  rm -f "$draft"
+  secret_refresh
+}
+
+# secret_refresh : install mlcluster-accounting-secret, run it before each start of slurmdbd (the "+"
+# runs it as root even when the unit names another User=) and every SECRET_MINUTES minutes.
+secret_refresh() {
+  local changed=false
+  install_file "$MLC_ROOT$SECRET_TOOL" 755 <"$MLC_LIFECYCLE_DIR/accounting_secret.sh"
+  install_file "$SYSTEMD_DIR/slurmdbd.service.d/mlcluster-secret.conf" 644 <<UNIT
+# Written by mlcluster (accounting step): slurmdbd logs in with the secret's current password.
+[Service]
+ExecStartPre=+$SECRET_TOOL refresh
+UNIT
+  changed=$FILE_CHANGED
+  install_file "$SYSTEMD_DIR/$SECRET_UNIT.service" 644 <<UNIT
+# Written by mlcluster (accounting step): after a rotation of the accounting secret, restart slurmdbd with it.
+[Unit]
+Description=mlcluster: apply a rotated accounting database secret to slurmdbd
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=oneshot
+ExecStart=$SECRET_TOOL watch
+StandardOutput=journal
+StandardError=journal
+UNIT
+  if [[ $FILE_CHANGED == true ]]; then
+    changed=true
+  fi
+  install_file "$SYSTEMD_DIR/$SECRET_UNIT.timer" 644 <<UNIT
+# Written by mlcluster (accounting step).
+[Unit]
+Description=mlcluster: check the accounting database secret every $SECRET_MINUTES minutes
+
+[Timer]
+OnBootSec=${SECRET_MINUTES}min
+OnUnitActiveSec=${SECRET_MINUTES}min
+
+[Install]
+WantedBy=timers.target
+UNIT
+  if [[ $FILE_CHANGED == true ]]; then
+    changed=true
+  fi
+  FILE_CHANGED=$changed
+  enable_boot_unit "$SECRET_UNIT.timer"
+  if ! systemctl is-active --quiet "$SECRET_UNIT.timer"; then
+    retry 3 "start $SECRET_UNIT.timer" systemctl start "$SECRET_UNIT.timer"
+  fi
+  log "slurmdbd reads the accounting secret before each start and every $SECRET_MINUTES minutes"
 }
 
 main() {
