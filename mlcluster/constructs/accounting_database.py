@@ -53,7 +53,12 @@ class AccountingDatabase(Construct):
       Secrets Manager on 443 (through the subnets' NAT route).
     - Automated backups kept 35 days.
     - ``removal_policy`` RETAIN or SNAPSHOT keep the data: a final snapshot when CloudFormation
-      deletes the cluster (SNAPSHOT, which RETAIN is turned into) and the master secret retained.
+      deletes the cluster (SNAPSHOT, which RETAIN is turned into) and the master secret retained
+      (``RetainExceptOnCreate``: a first create that rolls back deletes it). The cluster keeps
+      ``Snapshot``: a DeletionPolicy holds one value, and ``RetainExceptOnCreate`` would leave a
+      deleted stack's database running (billing its ACUs) instead of a snapshot; so a rolled-back first
+      create leaves one snapshot of the empty database (it carries the environment tag, so
+      ``mlcluster orphans`` lists it).
       DESTROY: no snapshot. Deletion protection stays off in both: RDS refuses to delete a
       protected cluster, so a first create of the stack that fails would end in
       ``ROLLBACK_FAILED`` (and a replacement could not delete the old cluster). What keeps the
@@ -163,10 +168,11 @@ class AccountingDatabase(Construct):
             raise ValueError(f"AccountingDatabase {self.node.path}: the cluster has no master secret")
         self.secret: secretsmanager.ISecret = secret
         if keeps:
-            # The secret outlives the stack with the snapshot it opens (``secret`` is its target attachment).
+            # The secret outlives the stack with the snapshot it opens (``secret`` is its target attachment),
+            # but not a first create that rolls back (RetainExceptOnCreate: nothing to open then).
             generated = self.cluster.node.find_child("Secret").node.default_child
             assert isinstance(generated, cdk.CfnResource)
-            generated.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+            generated.apply_removal_policy(cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE)
         self.rotation = self.cluster.add_rotation_single_user(
             automatically_after=cdk.Duration.days(rotation_days),
             vpc_subnets=ec2.SubnetSelection(subnets=list(subnets)),

@@ -159,7 +159,8 @@ def test_master_secret_is_under_the_key_retained_and_rotated(templates: dict[str
     template = templates["Default"]
     secret = only(template, "AWS::SecretsManager::Secret")
     assert secret["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [_key_id(template), "Arn"]}
-    assert secret["DeletionPolicy"] == "Retain"
+    # Kept on delete and replacement, deleted when the first create rolls back (no snapshot to open then).
+    assert (secret["DeletionPolicy"], secret["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain")
     assert secret["Properties"]["GenerateSecretString"]["SecretStringTemplate"] == '{"username":"slurm"}'
     schedule = only(template, "AWS::SecretsManager::RotationSchedule")
     assert schedule["Properties"]["RotationRules"] == {"ScheduleExpression": "rate(30 days)"}
