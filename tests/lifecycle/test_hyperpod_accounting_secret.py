@@ -120,7 +120,9 @@ def test_refresh_before_a_start_applies_the_secret_without_restarting(controller
         ('quote"d', "a quote"),
     ],
 )
-def test_a_secret_the_file_cannot_hold_is_refused_and_the_file_kept(controller: Sandbox, password: str, why: str) -> None:
+def test_a_secret_the_file_cannot_hold_is_refused_and_the_file_kept(
+    controller: Sandbox, password: str, why: str
+) -> None:
     before = controller.read(CONF)
     result = tool(controller, "watch", STUB_SECRET=secret(password))
     assert result.returncode == 1, why
