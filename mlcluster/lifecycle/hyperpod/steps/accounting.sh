@@ -49,6 +49,32 @@ StorageUser=$3
 StoragePass=$4
 StorageLoc=$DATABASE
 CONF
+  if [[ -n ${5:-} ]]; then
+    printf 'StorageParameters=SSL_CA=%s\n' "$5"
+  fi
+}
+
+# The Amazon RDS root CAs (rds-ca-roots.pem, pinned in the package and checked by on_create.sh's
+# manifest, never read from a bucket a user can write), for slurmdbd to verify the server's certificate.
+RDS_CA_REAL=/etc/mlcluster/rds-ca-roots.pem
+RDS_HOST='\.([a-z]{2}(-[a-z]+)+-[0-9]+)\.rds\.amazonaws\.com(\.cn)?$'
+
+# rds_ca HOST : install the RDS roots and print their path when HOST is an RDS/Aurora endpoint of a region
+# the bundle covers; print nothing (with a warning) otherwise: the server still requires TLS
+# (require_secure_transport on the managed database), but slurmdbd then does not check whose certificate it is.
+rds_ca() {
+  local region
+  if [[ ! $1 =~ $RDS_HOST ]]; then
+    warn "$1 is not an Amazon RDS endpoint: slurmdbd.conf gets no SSL_CA (add the server's CA by hand to verify it)"
+    return 0
+  fi
+  region=${BASH_REMATCH[1]}
+  if ! grep -q "^# Amazon RDS $region Root CA " "$MLC_LIFECYCLE_DIR/rds-ca-roots.pem"; then
+    warn "rds-ca-roots.pem has no root CA for $region: slurmdbd.conf gets no SSL_CA (TLS unverified by the client)"
+    return 0
+  fi
+  install_file "$MLC_ROOT$RDS_CA_REAL" 644 <"$MLC_LIFECYCLE_DIR/rds-ca-roots.pem"
+  printf '%s\n' "$RDS_CA_REAL"
 }
 
 # The database files live off the root volume (controller_data_dir), so patching keeps them.
@@ -93,12 +119,13 @@ SECRET_MINUTES=${MLC_ACCOUNTING_SECRET_MINUTES:-5}
 # remote_database : slurmdbd.conf with the secret's username and password (plan checks both can sit in
 # the file), then the tool, the drop-in and the timer that keep them equal to the secret after rotation.
 remote_database() {
-  local secret draft
+  local secret draft ca
   secret=$(retry 5 "read the database secret $MLC_ACCOUNTING_SECRET_ARN" aws secretsmanager get-secret-value \
     --region "$MLC_ACCOUNTING_SECRET_REGION" --secret-id "$MLC_ACCOUNTING_SECRET_ARN" \
     --query SecretString --output text)
+  ca=$(rds_ca "$MLC_ACCOUNTING_HOST")
   draft=$(mktemp "$TMP_DIR/slurmdbd.conf.XXXXXX")
-  slurmdbd_conf "$MLC_ACCOUNTING_HOST" "$MLC_ACCOUNTING_PORT" "" "" >"$draft"
+  slurmdbd_conf "$MLC_ACCOUNTING_HOST" "$MLC_ACCOUNTING_PORT" "" "" "$ca" >"$draft"
   install_from "$SLURMDBD_CONF" 600 "$(ids_of slurm)" plan slurmdbd-credentials --conf "$draft" <<<"$secret"
   rm -f "$draft"
   secret_refresh
