@@ -200,10 +200,8 @@ def _hyperpod_groups(environment: str, spec: dict[str, Any]) -> list[NodeGroup]:
     typed = [g for g in groups if g.get("SlurmConfig", {}).get("NodeType")]
     for index, group in enumerate(groups):
         own = group.get("OverrideVpcConfig") or vpc
-        if typed:
-            controller = group.get("SlurmConfig", {}).get("NodeType") == "Controller"
-        else:
-            controller = index == 0
+        node_type = group.get("SlurmConfig", {}).get("NodeType")
+        controller = node_type == "Controller" if typed else index == 0
         out.append(
             NodeGroup(
                 environment,
