@@ -18,7 +18,7 @@ import pytest
 from aws_cdk import cx_api
 
 from mlcluster.analysis.assembly import Assembly, load_assembly
-from mlcluster.analysis.reachability import check_assembly, databases, rotation_functions
+from mlcluster.analysis.reachability import _hyperpod_groups, check_assembly, databases, rotation_functions
 from mlcluster.app import build_app
 from tests.support import stack_templates, write_env
 
@@ -230,3 +230,21 @@ def test_the_gate_refuses_a_database_open_to_every_node(assembly: Assembly) -> N
     assert any("admit TCP 3306 from instance group gpu, which does not run slurmdbd" in p for p in report.problems), (
         report.problems
     )
+
+
+def test_the_gate_finds_the_controller_by_its_slurm_node_type_or_first_place() -> None:
+    """HyperPod's ``SlurmConfig.NodeType`` names the controller when given; else HyperPodCluster lists it first."""
+    vpc = {"Subnets": ["subnet-a"], "SecurityGroupIds": ["sg-nodes"]}
+    typed = {
+        "VpcConfig": vpc,
+        "InstanceGroups": [
+            {"InstanceGroupName": "gpu", "SlurmConfig": {"NodeType": "Compute"}},
+            {"InstanceGroupName": "ctl", "SlurmConfig": {"NodeType": "Controller"}},
+        ],
+    }
+    assert [(g.name, g.slurm_controller) for g in _hyperpod_groups("e", typed)] == [
+        ("instance group gpu", False),
+        ("instance group ctl", True),
+    ]
+    untyped = {"VpcConfig": vpc, "InstanceGroups": [{"InstanceGroupName": "ctl"}, {"InstanceGroupName": "gpu"}]}
+    assert [g.slurm_controller for g in _hyperpod_groups("e", untyped)] == [True, False]
