@@ -11,7 +11,7 @@
 # with the secret's current password. If the secret cannot be read then (Secrets Manager unreachable,
 # access denied), slurmdbd starts with the password the file has, with a warning, as long as the file
 # has one: a start must not depend on a service the old password may not need. watch runs from the
-# mlcluster-accounting-secret timer (every MLC_ACCOUNTING_SECRET_MINUTES minutes, default 5): a rotation
+# mlcluster-accounting-secret timer (every 5 minutes): a rotation
 # sets the new password in the database and then in the secret, so within one interval slurmdbd is
 # restarted with it. slurmctld queues accounting records while slurmdbd is down or cannot log in
 # (slurm.conf(5): MaxDBDMsgs) and sends them once it is back, so the window loses no records. A failed

@@ -114,7 +114,7 @@ local_database() {
 
 SECRET_TOOL=/usr/local/sbin/mlcluster-accounting-secret
 SECRET_UNIT=mlcluster-accounting-secret
-SECRET_MINUTES=${MLC_ACCOUNTING_SECRET_MINUTES:-5}
+SECRET_MINUTES=5
 
 # remote_database : slurmdbd.conf with the secret's username and password (plan checks both can sit in
 # the file), then the tool, the drop-in and the timer that keep them equal to the secret after rotation.
