@@ -235,6 +235,11 @@ def test_bad_usage_exits_2(controller: Sandbox, args: tuple[str, ...]) -> None:
         "usage: mlcluster-backup backup|scheduled s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX "
         "FILE=SHA256..." in (result.stderr)
     )
+    # Where restore's digests may come from: the journal or mlcluster, never the bucket's SHA256SUMS.
+    said = " ".join(result.stderr.split())
+    assert "digests must come from the journal" in said
+    assert "journalctl -u mlcluster-backup-scheduled" in said
+    assert "from mlcluster (patch state or its output), never from the bucket's SHA256SUMS" in said
 
 
 def test_a_missing_backup_fails_with_the_s3_error(controller: Sandbox) -> None:
