@@ -522,7 +522,10 @@ def test_the_single_put_limit_is_s3s_five_gib_and_can_only_be_lowered() -> None:
 def stub_dump_controller(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
     """A controller of its own whose mysqldump stays the stub: its dump is the same bytes every run (the real
     client, which other tests link into the shared controller, writes the time into each dump)."""
-    sandbox = Sandbox(tmp_path_factory.mktemp("sized"), ips=CONTROLLER_IP)
+    # The daily copy publishes its metric for the cluster node.env names (the scheduled_backup feature).
+    scheduled = {"bucket": "ops-backups-123", "key_arn": KEY, "prefix": "ml/scheduled/", "cluster_name": "ml"}
+    features = {**FEATURES, "docker": False, "enroot_pyxis": False, "scheduled_backup": scheduled}
+    sandbox = Sandbox(tmp_path_factory.mktemp("sized"), ips=CONTROLLER_IP, features=features)
     result = sandbox.run()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return sandbox
