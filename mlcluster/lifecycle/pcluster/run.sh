@@ -202,7 +202,7 @@ fi
 
 # A new root-only folder (mktemp -d: 0700) next to the one the steps run from; nothing else writes there.
 script_dir="${ROOT}/opt/mlcluster/node-scripts"
-mkdir -p "${script_dir%/*}"
+(umask 022 && mkdir -p -- "${script_dir%/*}") # 0755 under any umask of root's, as the log folder
 # The folder that holds the checked copy must be this user's (root's on a node) and writable by no group or
 # other, and not a link: whoever could write there could swap the checked folder before it runs.
 parent_info="$(stat -c '%u %a' -- "${script_dir%/*}")" || fail "cannot read ${script_dir%/*}"
