@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from mlcluster.cli import health as health_module
-from mlcluster.cli.health import check_script, parse_health, step_batches
+from mlcluster.cli.health import check_script, expect_args, parse_health, parse_steps, script_seconds, step_batches
 from mlcluster.cli.smoke import NodeKind, Partition
 from tests.cli.conftest import Aws, FakeNode, World
 
@@ -81,8 +81,8 @@ def test_health_healthy_cluster_and_json(hyperpod: World, node: FakeNode) -> Non
     assert "timeout 1800 srun" in script and 'bash -c "$h" mlcluster-health --tier deep "$@"' in script
     # nccl-tests are built with MPI=1: the deep tier's all_reduce needs Slurm's PMIx server (the smoke test's --mpi),
     # one rank on one node per job step: each node is its own MPI world and gets its own verdict
-    assert "--ntasks-per-node=1 --mpi=pmix bash -c" in script
-    assert "--mpi=pmix" not in script.replace("--ntasks-per-node=1 --mpi=pmix bash -c", "")
+    assert "--ntasks-per-node=1 --mpi=pmix --cpu-bind=none bash -c" in script
+    assert "--mpi=pmix" not in script.replace("--ntasks-per-node=1 --mpi=pmix --cpu-bind=none bash -c", "")
     assert steps(script) == [
         "step 00000 1 ip-10-1-4-190 --expect-gpus 8 --expect-efa 32 --expect-neuron 0 &",
         "step 00001 1 ip-10-1-5-138 --expect-gpus 8 --expect-efa 32 --expect-neuron 0 &",
@@ -192,7 +192,8 @@ def test_hyperpod_groups_of_different_types_in_one_partition_use_the_nodes_own_f
 # -- the check script itself, under bash, with a stand-in srun ------------------------------------------------------
 #: srun as the check script calls it: records its arguments and how many sruns run at once, then prints what
 #: $DATA/<node> holds for each node of --nodelist (hangs when $DATA/<node>.hang exists) and exits with
-#: $DATA/<node>.code.
+#: $DATA/<node>.code. A node with $DATA/<node>.busy (taken by another job) fails the whole step with srun's
+#: allocation error, before any node runs anything.
 FAKE_SRUN = r"""#!/bin/bash
 line=""; prev=""
 for a in "$@"; do if [ "$prev" = -c ]; then line+=" SCRIPT"; else line+=" $a"; fi; prev=$a; done
@@ -204,6 +205,12 @@ while (($#)); do
     -N) count=$2; shift ;;
   esac
   shift
+done
+for host in ${nodes//,/ }; do
+  if [ -e "$DATA/$host.busy" ]; then
+    echo "srun: error: Unable to allocate resources: Requested nodes are busy" >&2
+    exit 1
+  fi
 done
 touch "$DATA/running.$$"
 n=$(ls "$DATA" | grep -c '^running\.')
@@ -243,19 +250,12 @@ def test_the_deep_tier_gives_each_node_its_own_verdict_under_bash(
     kind = NodeKind("p5", "p5.48xlarge", efa=True)
     batches = step_batches(names, dict.fromkeys(names, kind), "deep")
     script = check_script("q", batches, "deep", 2)
-    done = subprocess.run(
-        ["bash", "-c", "set -o pipefail\n" + script],
-        env={"PATH": f"{tools}:/usr/bin:/bin", "DATA": str(data), "TMPDIR": str(scratch)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_script(script, tools, data, scratch)
     calls = (data / "calls").read_text().splitlines()
     assert len(calls) == 5 and all(c.startswith("-N 1 -p q --nodelist=q-st-p5-") for c in calls), calls
     assert all(
         c.endswith(
-            "--mpi=pmix bash -c SCRIPT mlcluster-health --tier deep --expect-gpus 8 --expect-efa 32 --expect-neuron 0"
+            "--cpu-bind=none bash -c SCRIPT mlcluster-health --tier deep --expect-gpus 8 --expect-efa 32 --expect-neuron 0"
         )
         for c in calls
     ), calls
@@ -265,6 +265,94 @@ def test_the_deep_tier_gives_each_node_its_own_verdict_under_bash(
     assert [(f.host, f.check) for f in failures] == [("q-st-p5-2", "nccl_single")]
     assert exits == {"q-st-p5-2": 1, "q-st-p5-4": 124}
     assert list(scratch.iterdir()) == []  # the script's own folder went
+    # the deep tier binds no CPU (one rank drives all 8 GPUs with its threads), as the smoke test
+    assert all("--mpi=pmix --cpu-bind=none bash -c" in c for c in calls), calls
+    # a progress line on stderr as each step ends (keeps a long session's output flowing); the parser ignores them
+    progress = sorted(line for line in done.stderr.splitlines() if line.startswith("MLC-PROGRESS "))
+    assert progress == [
+        "MLC-PROGRESS q-st-p5-1 exit=0",
+        "MLC-PROGRESS q-st-p5-2 exit=1",
+        "MLC-PROGRESS q-st-p5-3 exit=0",
+        "MLC-PROGRESS q-st-p5-4 exit=124",
+        "MLC-PROGRESS q-st-p5-5 exit=0",
+    ], done.stderr
+    assert parse_health(done.stdout + done.stderr) == parse_health(done.stdout)
+    assert parse_steps(done.stdout + done.stderr) == parse_steps(done.stdout)
+
+
+def run_script(
+    script: str, tools: Path, data: Path, scratch: Path, prelude: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """The check script under bash, with the stand-in srun first on PATH."""
+    return subprocess.run(
+        ["bash", "-c", "set -o pipefail\n" + prelude + script],
+        env={"PATH": f"{tools}:/usr/bin:/bin", "DATA": str(data), "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def fake_cluster(tmp_path: Path, names: list[str]) -> tuple[Path, Path, Path]:
+    """The stand-in srun's folders: its data (each node healthy), its bin, a TMPDIR."""
+    data, tools, scratch = tmp_path / "data", tmp_path / "bin", tmp_path / "tmp"
+    for folder in (data, tools, scratch):
+        folder.mkdir()
+    (tools / "srun").write_text(FAKE_SRUN)
+    (tools / "srun").chmod(0o755)
+    for name in names:
+        (data / name).write_text(f"{name}: healthy\n")
+    return data, tools, scratch
+
+
+def test_a_quick_batch_refused_for_one_taken_node_runs_again_node_by_node(tmp_path: Path) -> None:
+    """The quick tier's one ``srun -N 3`` fails for all when one node was taken after the listing: its nodes run
+    again, one step each; the free ones answer, the taken one keeps srun's own words (not dropped by the filter)."""
+    names = ["q-st-p5-1", "q-st-p5-2", "q-st-p5-3"]
+    data, tools, scratch = fake_cluster(tmp_path, names)
+    (data / "q-st-p5-2.busy").touch()
+    kind = NodeKind("p5", "p5.48xlarge", efa=True)
+    batches = step_batches(names, dict.fromkeys(names, kind), "quick")
+    done = run_script(check_script("q", batches, "quick", 5), tools, data, scratch)
+    calls = [c.split(" --exclusive")[0] for c in (data / "calls").read_text().splitlines()]
+    assert calls[0] == "-N 3 -p q --nodelist=q-st-p5-1,q-st-p5-2,q-st-p5-3"
+    assert sorted(calls[1:]) == [f"-N 1 -p q --nodelist={n}" for n in names]
+    failures, answered, exits = parse_health(done.stdout)
+    assert (failures, answered) == ([], {"q-st-p5-1", "q-st-p5-3"}), done.stdout
+    assert exits == {"q-st-p5-2": 1}, done.stdout
+    said, errors = parse_steps(done.stdout)
+    assert said == {"q-st-p5-2": "srun: error: Unable to allocate resources: Requested nodes are busy"}
+    assert errors == ["srun: error: Unable to allocate resources: Requested nodes are busy"]
+    # a batch that answered (even with a critical node) does not run again
+    (data / "q-st-p5-2.busy").unlink()
+    (data / "calls").unlink()
+    (data / "q-st-p5-2").write_text("q-st-p5-2 FAIL ecc critical: GPU 1. Action: x\nq-st-p5-2: 1 critical, 0 warning\n")
+    (data / "q-st-p5-2.code").write_text("1")
+    done = run_script(check_script("q", batches, "quick", 5), tools, data, scratch)
+    assert len((data / "calls").read_text().splitlines()) == 1
+    assert parse_health(done.stdout)[1] == set(names)
+    # the timeout allows the rerun: a wave of batches, then the batches' nodes one by one
+    assert script_seconds(batches, 120) == 2 * 120 + 120
+    assert script_seconds(step_batches(names, dict.fromkeys(names, kind), "deep"), 1800) == 1800 + 120
+
+
+def test_the_throttle_sleeps_where_bash_has_no_wait_n(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bash 4.2 (Amazon Linux 2) has no ``wait -n``: it fails at once, and the throttle must sleep, not spin."""
+    monkeypatch.setattr(health_module, "CONCURRENT_STEPS", 2)
+    names = [f"q-st-p5-{i}" for i in range(1, 6)]
+    data, tools, scratch = fake_cluster(tmp_path, names)
+    kind = NodeKind("p5", "p5.48xlarge", efa=True)
+    old_bash = (
+        'wait() { if [ "${1:-}" = -n ]; then echo x >>"$DATA/waits"; '
+        'echo "bash: wait: -n: invalid option" >&2; return 2; fi; builtin wait "$@"; }\n'
+    )
+    script = check_script("q", step_batches(names, dict.fromkeys(names, kind), "deep"), "deep", 5)
+    done = run_script(script, tools, data, scratch, prelude=old_bash)
+    assert parse_health(done.stdout)[1] == set(names), done.stdout + done.stderr
+    assert max(int(n) for n in (data / "concurrency").read_text().split()) <= 2
+    assert len((data / "waits").read_text().split()) < 15
+    assert "invalid option" not in done.stderr
 
 
 def test_health_a_node_whose_step_timed_out_says_so(hyperpod: World, node: FakeNode) -> None:
