@@ -371,3 +371,91 @@ def test_health_a_node_whose_step_timed_out_says_so(hyperpod: World, node: FakeN
         "no answer from mlcluster-health (its job step timed out after 1800 s)"
     )
     assert nodes["ip-10-1-6-21"]["failures"][0]["detail"] == "no answer from mlcluster-health (its job step exited 1)"
+
+
+def test_health_a_node_that_warned_and_then_hung_is_critical(hyperpod: World, node: FakeNode) -> None:
+    """A node that printed a warning and then hung (no summary, its step ended by ``timeout``) ran only part of
+    its checks: critical, with the warning kept beside the health_tool failure, and the command exits 1."""
+    node.on("sinfo -h -N", "ip-10-1-4-190|idle|none\nip-10-1-5-138|idle|none\n")
+    node.on(
+        "mlcluster-health",
+        "ip-10-1-4-190: healthy\n"
+        "ip-10-1-5-138 FAIL xid warning: Xid 13 since boot. Action: look up each code\n"
+        "MLC-STEP ip-10-1-5-138 exit=124\n",
+        code=1,
+    )
+    result = hyperpod.run("health", "hyperpod", "--tier", "deep", "--json")
+    assert result.exit_code == 1, result.output
+    nodes = {n["node"]: n for n in json.loads(result.stdout)["nodes"]}
+    assert nodes["ip-10-1-5-138"]["verdict"] == "critical"
+    assert [(f["check"], f["severity"]) for f in nodes["ip-10-1-5-138"]["failures"]] == [
+        ("xid", "warning"),
+        ("health_tool", "critical"),
+    ]
+    assert nodes["ip-10-1-5-138"]["failures"][1]["detail"] == (
+        "no answer from mlcluster-health (its job step timed out after 1800 s)"
+    )
+
+
+def test_health_a_node_srun_could_not_allocate_is_not_checked(hyperpod: World, node: FakeNode) -> None:
+    """A node taken by a job between the listing and srun: srun's own error is shown and the node is "not
+    checked" (it was never reached), not critical; another srun error (a node failure) stays critical."""
+    node.on("sinfo -h -N", "ip-10-1-4-190|idle|none\nip-10-1-5-138|idle|none\n")
+    busy = "srun: error: Unable to allocate resources: Requested nodes are busy"
+    node.on("mlcluster-health", f"ip-10-1-4-190: healthy\n{busy}\nMLC-STEP ip-10-1-5-138 exit=1 {busy}\n", code=0)
+    result = hyperpod.run("health", "hyperpod")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1] == f"NOT CHECKED ip-10-1-5-138: srun could not allocate it ({busy}); run the checks again"
+    assert busy in lines[2:]
+    assert lines[-1] == "2 nodes in p5: 1 checked (quick), 0 critical"
+    node.scripts.clear()
+    lost = "srun: error: Node failure on ip-10-1-5-138"
+    node.on("mlcluster-health", f"ip-10-1-4-190: healthy\n{lost}\nMLC-STEP ip-10-1-5-138 exit=1 {lost}\n", code=0)
+    data = json.loads(hyperpod.run("health", "hyperpod", "--json").stdout)
+    assert data["srun_errors"] == [lost]
+    assert data["nodes"][1]["verdict"] == "critical"
+    assert (
+        data["nodes"][1]["failures"][0]["detail"] == f"no answer from mlcluster-health (its job step exited 1: {lost})"
+    )
+
+
+def test_health_output_cut_at_run_commands_limit_leaves_the_rest_not_checked(pcluster: World, node: FakeNode) -> None:
+    """Run Command keeps 24000 characters of output: a node whose lines fell past the cut was never heard, not
+    found broken: "not checked (output truncated)" with what to do, not critical; the nodes heard are kept."""
+    node.on("sinfo -h -N", "compute-gpu-st-p5-1|idle|none\ncompute-gpu-st-p5-2|idle|none\n")
+    warning = "compute-gpu-st-p5-1 FAIL xid warning: Xid 13 since boot, with a long detail. Action: look up each code\n"
+    text = warning * (24000 // len(warning) + 1)
+    node.on("mlcluster-health", text[:24000], code=0)
+    result = pcluster.run("health", "p5", "--json")
+    assert result.exit_code == 0, result.output
+    nodes = {n["node"]: n for n in json.loads(result.stdout)["nodes"]}
+    assert nodes["compute-gpu-st-p5-1"]["verdict"] == "warning"
+    assert nodes["compute-gpu-st-p5-2"]["verdict"] == "not checked"
+    assert nodes["compute-gpu-st-p5-2"]["note"].startswith("output truncated at 24000 characters before its answer")
+    assert "--partition" in nodes["compute-gpu-st-p5-2"]["note"]
+    # one character less is the whole output: a node with no line at all then is critical
+    node.on("mlcluster-health", text[:23999], code=0)
+    nodes = {n["node"]: n for n in json.loads(pcluster.run("health", "p5", "--json").stdout)["nodes"]}
+    assert nodes["compute-gpu-st-p5-2"]["verdict"] == "critical"
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "efa", "expected"),
+    [
+        # in the tables: the counts (the edge that is accepted)
+        ("p5.48xlarge", True, "--expect-gpus 8 --expect-efa 32 --expect-neuron 0"),
+        ("ml.trn1.32xlarge", True, "--expect-gpus 0 --expect-efa 8 --expect-neuron 16"),
+        ("g5.48xlarge", False, "--expect-gpus 8 --expect-efa 0 --expect-neuron 0"),
+        ("m5.large", True, "--expect-gpus 0 --expect-efa 0 --expect-neuron 0"),
+        # not in INSTANCE_TYPES, or an EFA type with EFA on and no EFA_DEVICES count: the node's own health.env
+        ("p6e-gb200.36xlarge", True, "--require-env"),
+        ("ml.p6e-gb200.36xlarge", True, "--require-env"),
+        ("g5.48xlarge", True, "--require-env"),
+        ("g6e.48xlarge", True, "--require-env"),
+    ],
+)
+def test_types_missing_from_the_tables_use_the_nodes_own_file(instance_type: str, efa: bool, expected: str) -> None:
+    """An instance type the tables do not know would be checked against zeros and pass: it runs with
+    --require-env, so its own health.env decides (or it fails)."""
+    assert expect_args(NodeKind("r", instance_type, efa)) == expected
