@@ -231,7 +231,7 @@ def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
     notes: list[str] = []
     for stack, _, old, new in _kept(locked, snapshot, PCLUSTER_TYPE):
         if old.create_only.get("ClusterName") != new.create_only.get("ClusterName"):
-            continue  # a new cluster (the data guard decides on the replacement)
+            continue  # a rename: the data guard refuses it (lockfile.cluster_rename_refusal)
         if CONFIGURATION not in old.settings:
             notes.append(_unrecorded(environment, f"the cluster configuration of {stack}"))
             continue

@@ -34,7 +34,16 @@ from mlcluster.lifecycle.exporters import EXPORTERS_DIR
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
 from tests.cli.conftest import transcript
 from tests.support import ROOT
-from tests.system.slurm_cluster import CLOUD_NODE, CLOUD_PARTITION, NODES, PARTITION, SlurmCluster
+from tests.system.slurm_cluster import (
+    CLOUD_NODE,
+    CLOUD_PARTITION,
+    CLUSTER_NAME,
+    DB_PASSWORD,
+    NODES,
+    PARTITION,
+    ClusterError,
+    SlurmCluster,
+)
 from tests.system.system_tools import program, run
 
 WAIT_S = 30.0
@@ -565,3 +574,41 @@ def test_restore_loads_the_dump_in_the_clients_sandbox(
     assert done.returncode != 0, done.stdout + done.stderr
     assert not witness.exists()
     until("slurmctld answers", lambda: slurm(cluster, "scontrol", "ping").stdout.count("UP") == 1)
+
+
+def _apply_secret(cluster: SlurmCluster, secret: dict[str, str]) -> None:
+    """What mlcluster-accounting-secret does to slurmdbd.conf: plan.py's slurmdbd-credentials, then a rename."""
+    conf = cluster.root / "etc/slurmdbd.conf"
+    done = subprocess.run(
+        [sys.executable, str(HYPERPOD_DIR / "plan.py"), "slurmdbd-credentials", "--conf", str(conf)],
+        input=json.dumps(secret),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    staged = conf.with_name("slurmdbd.conf.staged")
+    staged.write_text(done.stdout, encoding="utf-8")
+    staged.chmod(0o600)
+    staged.replace(conf)
+
+
+def test_slurmdbd_logs_in_after_a_rotation_only_with_the_rewritten_file(cluster: SlurmCluster) -> None:
+    """Issue 30, item 1, against the real slurmdbd and MariaDB: a rotation changes the database password; a
+    restart with the old file fails (the defect), a restart after the secret tool's rewrite logs in."""
+
+    def rotate(password: str) -> None:
+        cluster.sql(f"ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';")
+
+    rotated = "Rotated-Pass2!$%&()*+,-./:;<=>?@[]^_`{|}~"
+    try:
+        rotate(rotated)
+        with pytest.raises(ClusterError):
+            cluster.service("restart", "slurmdbd")
+        _apply_secret(cluster, {"username": "slurm", "password": rotated})
+        cluster.service("start", "slurmdbd")
+        listed = run("sacctmgr", "-n", "-P", "show", "cluster", "format=cluster", env=cluster.env)
+        assert CLUSTER_NAME in listed.stdout.split(), listed.stderr
+    finally:
+        rotate(DB_PASSWORD)
+        _apply_secret(cluster, {"username": "slurm", "password": DB_PASSWORD})
+        cluster.service("restart", "slurmdbd")
