@@ -12,7 +12,8 @@ What a node must show comes from its own kind: on ParallelCluster the compute re
 names (``<queue>-<st|dy>-<resource>-<n>``), with that resource's instance type and ``efa`` setting; on
 HyperPod the partition's instance group. Where HyperPod groups of different types share a partition
 (Slurm's node names are host names there) the node's own ``/etc/mlcluster/health.env``, written by the
-lifecycle for its instance type, decides (``--require-env``: a node without it fails).
+lifecycle for its instance type, decides (``--require-env``: a node without it fails); so it does for a
+type this package's tables do not know (:func:`counts_known`).
 
 The quick tier runs one job step per kind of node; the deep tier one per node (``-N 1``), each its own
 single-node all-reduce, so one bad node fails alone (one ``srun -N <n> --mpi=pmix`` would join every
