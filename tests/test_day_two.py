@@ -721,7 +721,12 @@ def test_a_removed_retained_dra_is_reported_as_still_running(results: dict[str, 
     # too, and that edit is refused at synth (the new one would overlap it).
     moved = "change a DRA's file system path"
     assert results[moved].deploy == "refused" and "AssociationCkpt" in results[moved].notes[0]
-    assert all(not results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved))
+    # The accounting database removed (allowed): its retained secret stays outside the stack, and synth says so.
+    dropped_db = "accounting database removed (back to local)"
+    (secret_note,) = results[dropped_db].notes
+    assert "AccountingDatabase/Cluster/Secret/Resource" in secret_note and "leaves the template" in secret_note
+    noted = {e.name: results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved, dropped_db)}
+    assert {name: notes for name, notes in noted.items() if notes} == {}
 
 
 @dataclasses.dataclass(frozen=True)
