@@ -196,6 +196,11 @@ def run_module(name: str, minutes: float) -> dict[str, Any]:
         copy_tree(work)
         with (work / "pyproject.toml").open("a") as fh:
             fh.write(mutmut_config(module))
+        # The tests run inside mutants/ and some run the pinned CDK CLI from node_modules: link it there
+        # (mutmut keeps what it finds in mutants/; copying node_modules would take minutes).
+        if (ROOT / "node_modules").is_dir():
+            (work / "mutants").mkdir()
+            (work / "mutants" / "node_modules").symlink_to(ROOT / "node_modules")
         print(f"mutation: {name}: mutmut over {', '.join(module.mutate)} against {', '.join(module.tests)}", flush=True)
         log = work / "mutmut.log"
         start = time.monotonic()
@@ -213,9 +218,9 @@ def run_module(name: str, minutes: float) -> dict[str, Any]:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait()
                 print(f"mutation: {name}: stopped after {minutes:g} minutes; the rest is 'not checked'", flush=True)
-        if proc.returncode not in (0, -signal.SIGTERM) and not (work / "mutants").is_dir():
-            sys.exit(f"mutation: {name}: mutmut failed:\n{log.read_text()[-3000:]}")
         result = summarize(statuses(work), load_equivalent().get(name, {}))
+        if proc.returncode not in (0, -signal.SIGTERM) or result["not checked"] == result["total"]:
+            sys.exit(f"mutation: {name}: mutmut failed (exit {proc.returncode}):\n{log.read_text()[-3000:]}")
         result["seconds"] = round(time.monotonic() - start)
         result["mutate"] = list(module.mutate)
         result["tests"] = list(module.tests)
