@@ -68,7 +68,9 @@ GUARD_TESTS = (
 )
 # In priority order: where a silent bug loses data, then opens access, then misreads AWS.
 MODULES: dict[str, Module] = {
-    "lockfile": Module(mutate=("mlcluster/lockfile.py",), tests=GUARD_TESTS),
+    "lockfile": Module(
+        mutate=("mlcluster/lockfile.py",), tests=(*GUARD_TESTS, "tests/mutation_kills/test_lockfile.py")
+    ),
     "replacement": Module(
         mutate=("mlcluster/replacement.py",),
         tests=(
