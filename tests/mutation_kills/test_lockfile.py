@@ -13,7 +13,16 @@ import pytest
 
 from mlcluster.config import Environment, load_environment
 from mlcluster.config.schema import NOT_A_VALUE
-from mlcluster.lockfile import Lock, allowed, missing_lock, read_lock_file, training_plan_refusal, write_lock
+from mlcluster.lockfile import (
+    Lock,
+    allowed,
+    load_lock,
+    missing_lock,
+    read_lock,
+    read_lock_file,
+    training_plan_refusal,
+    write_lock,
+)
 from mlcluster.replacement import HYPERPOD_TYPE, Change
 from tests.support import ENVIRONMENTS
 
@@ -88,3 +97,12 @@ def test_the_training_plan_refusal_names_every_group_plan_and_the_allowance_the_
         "destroy the cluster stack first (npx cdk destroy 'dev/Cluster'; the storage stacks keep the data), make the "
         "edit, run 'mlcluster lock dev', then deploy."
     )
+
+
+def test_an_environment_without_a_lock_file_has_no_locked_snapshot(tmp_path: Path) -> None:
+    """read_lock: no lock file reads as None (the guard then refuses with missing_lock), not as an error."""
+    environment = dev(tmp_path)
+    assert load_lock(environment) is None
+    assert read_lock(environment) is None
+    write_lock(environment, Lock({}, "new"))
+    assert read_lock(environment) == {}
