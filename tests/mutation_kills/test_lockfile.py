@@ -18,12 +18,13 @@ from mlcluster.lockfile import (
     allowed,
     load_lock,
     missing_lock,
+    notices,
     read_lock,
     read_lock_file,
     training_plan_refusal,
     write_lock,
 )
-from mlcluster.replacement import HYPERPOD_TYPE, Change
+from mlcluster.replacement import HYPERPOD_TYPE, Change, ResourceState, StackState
 from tests.support import ENVIRONMENTS
 
 
@@ -106,3 +107,50 @@ def test_an_environment_without_a_lock_file_has_no_locked_snapshot(tmp_path: Pat
     assert read_lock(environment) is None
     write_lock(environment, Lock({}, "new"))
     assert read_lock(environment) == {}
+
+
+def state(kind: str, path: str, policy: str) -> ResourceState:
+    return ResourceState(kind, path, {}, "digest", deletion_policy=policy)
+
+
+def test_notices_name_each_retained_resource_an_accepted_edit_leaves_running(tmp_path: Path) -> None:
+    """notices: every removed resource whose policy keeps it, in a stack that stays, unless the guard refuses it.
+
+    A skipped change (a dropped stack, a deleted resource) comes first, so a loop that stopped there would
+    report nothing after it; the DRA gets its own way to delete it.
+    """
+    text = (ENVIRONMENTS / "dev.yaml").read_text()
+    text = text.replace("retention:\n", "retention:\n  allow_replacement: [Storage/Allowed]\n", 1)
+    (tmp_path / "dev.yaml").write_text(text)
+    environment = load_environment(tmp_path / "dev.yaml")
+    resources = {
+        "Deleted": state("AWS::Logs::LogGroup", "Storage/Deleted/Resource", "Delete"),
+        "Refused": state("AWS::FSx::FileSystem", "Storage/Refused/Resource", "Retain"),
+        "Allowed": state("AWS::FSx::FileSystem", "Storage/Allowed/Resource", "Retain"),
+        "Group": state("AWS::EC2::SecurityGroup", "Storage/Group/Resource", "RetainExceptOnCreate"),
+        "Dra": state("AWS::FSx::DataRepositoryAssociation", "DataRepository/Dra/Resource", "Retain"),
+    }
+    locked = {"dev-Storage": StackState(resources, {}), "dev-Gone": StackState({}, {})}
+    after = {"dev-Storage": StackState({}, {})}
+
+    def removed(logical_id: str, stack: str = "dev-Storage") -> Change:
+        old = resources.get(logical_id) or state("AWS::Logs::LogGroup", "Gone/X/Resource", "Retain")
+        return Change(stack, logical_id, old.type, old.path, "remove")
+
+    changes = [removed("X", "dev-Gone"), removed("Deleted"), removed("Refused")]
+    changes += [removed("Allowed"), removed("Group"), removed("Dra")]
+    found = notices(environment, locked, after, changes)
+    source = environment.source
+    keeps = "leaves the template but DeletionPolicy"
+    assert found == [
+        f"{source}: (see the reasons): dev-Storage/Storage/Allowed/Resource (AWS::FSx::FileSystem) {keeps} Retain keeps "
+        "it running outside the stack: delete it by hand when it is no longer needed ('mlcluster status' lists it)",
+        f"{source}: (see the reasons): dev-Storage/Storage/Group/Resource (AWS::EC2::SecurityGroup) {keeps} "
+        "RetainExceptOnCreate keeps it running outside the stack: delete it by hand when it is no longer needed "
+        "('mlcluster status' lists it)",
+        f"{source}: storage.lustre.data_repository_associations: dev-Storage/DataRepository/Dra/Resource "
+        f"(AWS::FSx::DataRepositoryAssociation) {keeps} Retain keeps it running outside the stack: it keeps "
+        "importing from and exporting to the bucket (deletions too), and the path cannot be associated again until "
+        "it is gone; delete it with 'aws fsx delete-data-repository-association --association-id ID "
+        "--no-delete-data-in-file-system' (files and objects stay)",
+    ]
