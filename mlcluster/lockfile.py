@@ -22,9 +22,20 @@ leave the app (CDK never deletes it: it keeps running unseen); and when a
 stack holding data loses termination protection. ``retention.allow_replacement``
 lets one named resource through, for the one deploy that makes the change:
 an entry that names several resources, or that allows nothing any more (its
-deploy is in the lock), is refused too. An environment without a lock file
+deploy is in the lock), is refused too. Until ``mlcluster lock`` records that
+deploy, ``<name>.allowances.json`` beside the lock remembers the form each
+allowance let through, and a synth asking it for another form is refused
+(the first may be deployed already). An environment without a lock file
 is refused (``mlcluster lock`` records what is deployed, nothing for a new
 one), and so is a lock file whose environment file is gone (a rename).
+
+The same synth also refuses an edit whose deploy would fail and roll back
+(``mlcluster.deploy_outcomes``): a change ParallelCluster refuses on the
+running cluster (its update policies, read from its package), a new
+ParallelCluster release for a kept cluster, a file system made smaller, a
+Lustre throughput change, a DRA replaced over its own retained paths; and it
+notes the changes ``mlcluster update ENV`` must deploy (the compute fleet
+stopped). The lock records what those rules compare (``ResourceState.settings``).
 
 A HyperPod cluster whose groups draw instances from a training plan is
 refused even with the allowance when it would be replaced (issue 10, path
@@ -38,6 +49,7 @@ the old cluster's plans as well.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -45,14 +57,19 @@ from typing import Any, Literal
 
 from mlcluster.config import ConfigError, Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
+from mlcluster.deploy_outcomes import outcome_checks
 from mlcluster.replacement import (
     HYPERPOD_TYPE,
     KEEPING_POLICIES,
     MOUNT_REASON,
+    PCLUSTER_TYPE,
+    VOLUME_POLICY_REASON,
     Change,
+    ResourceState,
     Snapshot,
     compare,
     is_data_bearing,
+    keeping,
     snapshot_from_json,
     snapshot_to_json,
 )
@@ -154,8 +171,13 @@ SAFE_WAYS = {
         "lists it) and the retained master secret ('aws secretsmanager delete-secret --secret-id ARN')"
     ),
     "Custom::PclusterCluster": (
-        "A new cluster name is a new cluster: running jobs and the head node's local state are lost. Safe way: "
-        "drain the queues (no running jobs), then deploy with the allowance"
+        "A new cluster name is a new cluster: running jobs are not moved, and the new head node starts without "
+        "the old one's local state. The old cluster is not deleted in an environment that retains "
+        "(retention.on_delete: retain sets the custom resource's DeletionPolicy property to Retain): it keeps "
+        "running and billing (head node, static nodes, a /home volume with DeletionPolicy Delete) until you delete "
+        "it with 'pcluster delete-cluster -n <old cluster name> --region <region>'. With DeletionPolicy Delete it "
+        "is deleted with its head node. Safe way: drain the queues (no running jobs), copy what lives on the head "
+        "node, deploy with the allowance, then delete the old cluster"
     ),
     "AWS::SageMaker::Cluster": (
         "A new HyperPod cluster replaces the old one: running jobs are lost. Safe way: drain the "
@@ -213,6 +235,23 @@ HOME_MOUNT = (
     "users logged out, 'sudo rsync -aHAX /home/ /fsx/home-copy/' (outside the DRA paths), deploy with the "
     "allowance, then 'sudo rsync -aHAX /fsx/home-copy/ /home/' onto the new volume and check it (the old copies "
     "stay on the root volume under the mount); the README's upgrade note for /home explains it"
+)
+
+
+#: The environment key of each shared volume mlcluster gives a ParallelCluster cluster, by mount dir.
+VOLUME_KEYS = {
+    "/home": "cluster.pcluster.shared_storage.home_volume.deletion_policy",
+    "/apps": "cluster.pcluster.shared_storage.apps.deletion_policy",
+}
+
+#: Why a shared volume that ParallelCluster no longer keeps loses data, and the safe way.
+VOLUME_POLICY = (
+    "ParallelCluster deletes a volume whose DeletionPolicy is Delete when the cluster is deleted (a 'cdk destroy' "
+    "of the Cluster stack, a new cluster name) or the volume leaves SharedStorage: every file on it goes, with no "
+    "snapshot (for /home: every user's home). The change itself is made in place, so nothing else refuses it. "
+    "Safe way: keep deletion_policy Retain or Snapshot (unset, it follows retention.on_delete). To give the volume "
+    "up deliberately, copy its files first (for /home: 'sudo rsync -aHAX /home/ /fsx/home-copy/' on the head node, "
+    "outside the DRA paths, or to S3) and allow it"
 )
 
 
@@ -299,6 +338,10 @@ def config_key(change: Change) -> str:
         return "retention.on_delete"
     if any(r.startswith(MOUNT_REASON) for r in change.reasons):
         return "cluster.pcluster.shared_storage.home_volume"
+    for reason in change.reasons:
+        if reason.startswith(VOLUME_POLICY_REASON):
+            mount = reason.removeprefix(VOLUME_POLICY_REASON).split(":", 1)[0].strip()
+            return VOLUME_KEYS.get(mount, "cluster.pcluster.shared_storage")
     if change.action == "weaken" and change.type == "AWS::Logs::LogGroup":
         return "retention.log_retention_days"
     for prefix, key in CONFIG_KEYS:
@@ -457,6 +500,9 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
             # A mount over the homes: its own safe way (the weaker-policy text would not fit).
             only_mounts = all(r.startswith(MOUNT_REASON) for r in change.reasons)
             why = HOME_MOUNT if only_mounts else f"{why}. {HOME_MOUNT}"
+        if any(r.startswith(VOLUME_POLICY_REASON) for r in change.reasons):
+            only_volumes = all(r.startswith(VOLUME_POLICY_REASON) for r in change.reasons)
+            why = VOLUME_POLICY if only_volumes else f"{why}. {VOLUME_POLICY}"
         problems.append(
             Problem(
                 config_key(change),
@@ -470,8 +516,9 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
     return problems
 
 
-def _retained(resources: Sequence[tuple[str, str, str]]) -> str:
-    return ", ".join(f"{path} ({kind})" for path, kind, policy in resources if policy in KEEPING_POLICIES) or "none"
+def _retained(resources: Collection[ResourceState]) -> str:
+    """The resources kept when their stack is deleted (a keeping policy, or a ParallelCluster cluster's property)."""
+    return ", ".join(f"{r.path} ({r.type})" for r in resources if keeping(r) is not None) or "none"
 
 
 def unprotected(locked: Snapshot, snapshot: Snapshot) -> dict[str, list[str]]:
@@ -502,8 +549,8 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
     problems: list[Problem] = []
     for stack in sorted(set(locked) - set(snapshot)):
         part = stack_part(environment, stack)
-        resources = [(r.path, r.type, r.deletion_policy) for r in locked[stack].resources.values()]
-        holding = ", ".join(sorted(path for path, kind, _ in resources if is_data_bearing(kind, path))) or "none"
+        resources = list(locked[stack].resources.values())
+        holding = ", ".join(sorted(r.path for r in resources if is_data_bearing(r.type, r.path))) or "none"
         unprotect = (
             "aws cloudformation update-termination-protection --no-enable-termination-protection "
             f"--stack-name {stack}; "
@@ -550,31 +597,46 @@ def stack_refusals(environment: Environment, locked: Snapshot, snapshot: Snapsho
     return problems
 
 
-def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, changes: Sequence[Change]) -> list[str]:
-    """What an accepted edit leaves running: retained resources removed from a stack that stays.
-
-    CloudFormation does not delete a resource with ``DeletionPolicy: Retain`` that leaves the template:
-    it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack.
-    """
-    found: list[str] = []
-    for change in changes:
-        if change.action != "remove" or change.stack not in snapshot:
-            continue
-        old = locked[change.stack].resources[change.logical_id]
-        if old.deletion_policy not in KEEPING_POLICIES or (
-            change.dangerous and not allowed(change, environment.config.retention.allow_replacement)
-        ):
-            continue
-        extra = (
+def _left_running(environment: Environment, change: Change, old: ResourceState) -> str:
+    """How to end a resource kept outside its stack (see :func:`notices`)."""
+    if change.type == "AWS::FSx::DataRepositoryAssociation":
+        return (
             ": it keeps importing from and exporting to the bucket (deletions too), and the path cannot be "
             "associated again until it is gone; delete it with 'aws fsx delete-data-repository-association "
             "--association-id ID --no-delete-data-in-file-system' (files and objects stay)"
-            if change.type == "AWS::FSx::DataRepositoryAssociation"
-            else ": delete it by hand when it is no longer needed ('mlcluster status' lists it)"
         )
+    if change.type == PCLUSTER_TYPE:
+        name = old.create_only.get("ClusterName", "<cluster name>")
+        region = environment.config.region or "<region>"
+        return (
+            f": cluster {name} (head node, static nodes) keeps running and billing. Once its jobs are done and "
+            "what lives on its head node is copied, delete it with ParallelCluster's CLI: 'pcluster "
+            f"delete-cluster -n {name} --region {region}' (or delete its own CloudFormation stack, {name})"
+        )
+    return ": delete it by hand when it is no longer needed ('mlcluster status' lists it)"
+
+
+def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, changes: Sequence[Change]) -> list[str]:
+    """What an accepted edit leaves running: kept resources removed from a stack that stays, or replaced.
+
+    CloudFormation does not delete a resource with ``DeletionPolicy: Retain`` that leaves the template:
+    it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack. A
+    ParallelCluster cluster whose custom resource has the ``DeletionPolicy`` *property* ``Retain`` is
+    kept by ParallelCluster when the resource is deleted or replaced (:func:`~mlcluster.replacement.keeping`).
+    """
+    found: list[str] = []
+    for change in changes:
+        replaced = change.action == "replace" and change.type == PCLUSTER_TYPE
+        if (change.action != "remove" and not replaced) or change.stack not in snapshot:
+            continue
+        old = locked[change.stack].resources[change.logical_id]
+        kept = keeping(old, replaced=replaced)
+        if kept is None or (change.dangerous and not allowed(change, environment.config.retention.allow_replacement)):
+            continue
         found.append(
-            f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) leaves the "
-            f"template but DeletionPolicy {old.deletion_policy} keeps it running outside the stack{extra}"
+            f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) "
+            f"{'is replaced' if replaced else 'leaves the template'} but {kept} keeps "
+            f"{'the old one' if replaced else 'it'} running outside the stack{_left_running(environment, change, old)}"
         )
     return found
 
@@ -630,21 +692,128 @@ def orphan_locks(directory: Path) -> list[ConfigError]:
     return errors
 
 
+def in_flight_path(environment: Environment) -> Path:
+    """``environments/<name>.allowances.json``: the allowances a synth used since the lock was written."""
+    return Path(environment.source).with_suffix(".allowances.json")
+
+
+def _form(resource: ResourceState) -> str:
+    """A digest of what decides ``resource``'s fate: type, create-only values, policies, retention settings.
+
+    The rest of its properties is left out, so an in-place update of an allowed resource keeps its form.
+    """
+    state = resource.to_json()
+    return _digest(
+        {key: state[key] for key in ("type", "create_only", "deletion_policy", "update_replace_policy", "fate")}
+    )
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def allowances_in_flight(
+    environment: Environment, lock: Lock, snapshot: Snapshot, changes: Sequence[Change]
+) -> dict[str, dict[str, str]]:
+    """``{entry: {"resource": path, "form": digest}}`` for each allowance this synth uses, and the form it allows."""
+    pending = {change.path for change in changes if change.dangerous}
+    pending |= {path for exposed in unprotected(lock.snapshot, snapshot).values() for path in exposed}
+    forms = {r.path: _form(r) for state in snapshot.values() for r in state.resources.values()}
+    found: dict[str, dict[str, str]] = {}
+    for entry in environment.config.retention.allow_replacement:
+        for path in sorted(pending):
+            if entry in (path, resource_name(path)):
+                # A removed resource has no form: "absent" is the form its allowance allows.
+                found[entry] = {"resource": path, "form": forms.get(path, "absent")}
+    return found
+
+
+def _read_in_flight(environment: Environment, lock_digest: str) -> dict[str, dict[str, str]]:
+    """The record's allowances when it was written over this very lock file, else none (the lock moved on)."""
+    path = in_flight_path(environment)
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data["lock"] != lock_digest:
+            return {}
+        return {str(k): {"resource": str(v["resource"]), "form": str(v["form"])} for k, v in data["allowances"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ConfigError(
+            str(path),
+            [
+                Problem(
+                    "(allowances in flight)",
+                    NOT_A_VALUE,
+                    f"cannot be read ({error}); run 'mlcluster lock {environment.name}' with credentials, which "
+                    "records what is deployed and removes this file",
+                )
+            ],
+        ) from None
+
+
+def stale_allowances(
+    environment: Environment, recorded: dict[str, dict[str, str]], in_flight: dict[str, dict[str, str]]
+) -> list[Problem]:
+    """Each allowance an earlier synth used for another form of its resource than this synth asks for.
+
+    That synth may have been deployed: its allowance is then used up, and this edit would replace or
+    weaken the resource again, unseen. Only ``mlcluster lock`` (which reads what is deployed) tells.
+    """
+    name = environment.name
+    problems: list[Problem] = []
+    for entry, now in sorted(in_flight.items()):
+        before = recorded.get(entry)
+        if before is None or before == now:
+            continue
+        problems.append(
+            Problem(
+                "retention.allow_replacement",
+                NOT_A_VALUE,
+                f"'{entry}' was used by an earlier synth since the lock was written, for another form of "
+                f"{before['resource']} than this edit makes ({in_flight_path(environment).name} records it). If "
+                "that synth was deployed, the allowance is used up and this edit would change the resource again "
+                f"unseen. Run 'mlcluster lock {name}' with credentials: it reads what is deployed (if the earlier "
+                "change was deployed, the lock records it and the allowance is refused until you remove it; if "
+                "not, the allowance is free again for this edit) and removes the record",
+            )
+        )
+    return problems
+
+
+def record_in_flight(environment: Environment, lock_digest: str, in_flight: dict[str, dict[str, str]]) -> None:
+    """Add this synth's allowances to the record kept until the next ``mlcluster lock`` (never drop one)."""
+    if not in_flight:
+        return
+    recorded = _read_in_flight(environment, lock_digest)
+    document = {"lock": lock_digest, "allowances": dict(sorted((recorded | in_flight).items()))}
+    in_flight_path(environment).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def guard(environment: Environment, snapshot: Snapshot) -> tuple[list[Change], list[str]]:
     """Compare ``snapshot`` with the lock; raise ``ConfigError`` on a change it does not allow.
 
+    An allowance used by this synth is recorded beside the lock (:func:`in_flight_path`) with the form
+    of the resource it allows, until ``mlcluster lock`` rewrites the lock: a later synth that asks the
+    same allowance for another form is refused (:func:`stale_allowances`), as the first may be deployed.
     Returns the changes and the notices (:func:`notices`) for the edit.
     """
     lock = load_lock(environment)
     if lock is None:
         raise ConfigError(environment.source, [missing_lock(environment)])
+    lock_digest = hashlib.sha256(lock_path(environment).read_bytes()).hexdigest()
     changes = compare(lock.snapshot, snapshot)
     dropped = set(lock.snapshot) - set(snapshot)
+    in_flight = allowances_in_flight(environment, lock, snapshot, changes)
+    outcome_problems, outcome_notes = outcome_checks(environment, lock.snapshot, snapshot)
     problems = (
         stack_refusals(environment, lock.snapshot, snapshot)
         + refusals(environment, changes, dropped=dropped)
         + allowance_problems(environment, lock, snapshot, changes)
+        + stale_allowances(environment, _read_in_flight(environment, lock_digest), in_flight)
+        + outcome_problems
     )
     if problems:
         raise ConfigError(environment.source, problems)
-    return changes, notices(environment, lock.snapshot, snapshot, changes)
+    record_in_flight(environment, lock_digest, in_flight)
+    return changes, notices(environment, lock.snapshot, snapshot, changes) + outcome_notes

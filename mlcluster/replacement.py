@@ -99,6 +99,19 @@ FATE_KEPT: dict[str, tuple[tuple[str, frozenset[str], str], ...]] = {
 }
 #: ParallelCluster's custom resource type.
 PCLUSTER_TYPE = "Custom::PclusterCluster"
+#: Settings the lock records because they decide whether a deploy of an edit succeeds, not whether data is
+#: replaced (``mlcluster.deploy_outcomes`` reads them): the whole ParallelCluster configuration (its update
+#: policies), a file system's capacity and throughput (FSx cannot shrink; the resource specification replaces
+#: on a throughput change) and a nested stack's template URL (ParallelCluster's provider names its release).
+OUTCOME_SETTINGS: dict[str, tuple[str, ...]] = {
+    PCLUSTER_TYPE: ("ClusterConfiguration",),
+    "AWS::FSx::FileSystem": (
+        "StorageCapacity",
+        "LustreConfiguration/PerUnitStorageThroughput",
+        "LustreConfiguration/DeploymentType",
+    ),
+    "AWS::CloudFormation::Stack": ("TemplateURL",),
+}
 #: Where a ParallelCluster cluster's fate records its shared storage: ``{MountDir: StorageType}``. A lock
 #: written before this was recorded has no such key (its mounts are unknown).
 MOUNTS_KEY = "ClusterConfiguration/SharedStorage"
@@ -111,6 +124,21 @@ EXISTING_PATHS = frozenset(
 )
 #: The reason prefix of a mount change over an existing path (:func:`mount_changes`).
 MOUNT_REASON = "SharedStorage MountDir"
+#: Where a ParallelCluster cluster's fate records what ParallelCluster does with each volume or file system
+#: it made for the cluster when the cluster is deleted or the storage leaves it: ``{MountDir: DeletionPolicy}``.
+#: A lock written before this was recorded has no such key (the policies are unknown, nothing is compared).
+VOLUME_POLICIES_KEY = "ClusterConfiguration/SharedStorage/DeletionPolicy"
+#: ParallelCluster's storage types that it creates and may delete: ``StorageType -> (settings key, the key
+#: naming an existing resource instead)``. ParallelCluster's schema (``cluster_schema.py``, ``cluster_config.py``
+#: of aws-parallelcluster 3): ``DeletionPolicy`` defaults to ``Delete`` for storage it creates, has no effect on
+#: an existing volume or file system (nothing of it is deleted), and changes in place (update policy SUPPORTED).
+MANAGED_STORAGE: dict[str, tuple[str, str]] = {
+    "Ebs": ("EbsSettings", "VolumeId"),
+    "Efs": ("EfsSettings", "FileSystemId"),
+    "FsxLustre": ("FsxLustreSettings", "FileSystemId"),
+}
+#: The reason prefix of a volume ParallelCluster no longer keeps (:func:`volume_policy_changes`).
+VOLUME_POLICY_REASON = "SharedStorage DeletionPolicy"
 #: S3 buckets are data-bearing in the storage stack (the data bucket and its access logs).
 DATA_BUCKET_STACK = "Storage"
 #: Other S3 buckets that hold data, by construct path prefix: HyperPod's patch backups (the
@@ -167,10 +195,17 @@ class ResourceState:
     update_replace_policy: str = "Delete"
     #: The values of the settings in ``FATE_DAYS`` and ``FATE_FIXED`` of its type, by pointer.
     fate: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The values of the settings in ``OUTCOME_SETTINGS`` of its type, by pointer: what decides whether a
+    #: deploy of an edit can succeed (``mlcluster.deploy_outcomes``). Empty in a lock written before it.
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The lock file's form."""
-        return dataclasses.asdict(self)
+        """The lock file's form (``settings`` only when there are some: the other resources' entries stay as
+        they were)."""
+        out = dataclasses.asdict(self)
+        if not self.settings:
+            del out["settings"]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +259,24 @@ class Change:
             "weaken": "WEAKENED",
         }
         return f"{self.path} ({self.type}) {verb[self.action]}{why}"
+
+
+def keeping(resource: ResourceState, *, replaced: bool = False) -> str | None:
+    """What keeps ``resource`` running when it leaves its stack (or is ``replaced``), or None when it goes.
+
+    CloudFormation skips the delete under a keeping ``DeletionPolicy`` (``UpdateReplacePolicy`` for a
+    replacement). Otherwise it asks the resource to delete itself, and a setting of ``FATE_KEPT`` (the
+    ParallelCluster custom resource's ``DeletionPolicy`` property) may still keep it: ParallelCluster then
+    leaves the cluster, head node and static nodes running.
+    """
+    policy = resource.update_replace_policy if replaced else resource.deletion_policy
+    if policy in KEEPING_POLICIES:
+        return f"{'UpdateReplacePolicy' if replaced else 'DeletionPolicy'} {policy}"
+    for pointer, values, default in FATE_KEPT.get(resource.type, ()):
+        value = str(resource.fate.get(pointer, default))
+        if value in values:
+            return f"its {pointer.replace('/', '.')} property {value}"
+    return None
 
 
 def is_data_bearing(resource_type: str, path: str) -> bool:
@@ -305,11 +358,49 @@ def _fate_values(resource_type: str, properties: Mapping[str, Any]) -> dict[str,
             values[pointer] = found
     if resource_type == PCLUSTER_TYPE:
         storage = _lookup(dict(properties), MOUNTS_KEY.split("/"))
+        items = [item for item in (storage if isinstance(storage, list) else []) if isinstance(item, dict)]
         values[MOUNTS_KEY] = {
-            str(item["MountDir"]): str(item.get("StorageType"))
-            for item in (storage if isinstance(storage, list) else [])
-            if isinstance(item, dict) and "MountDir" in item
+            str(item["MountDir"]): str(item.get("StorageType")) for item in items if "MountDir" in item
         }
+        values[VOLUME_POLICIES_KEY] = volume_policies(items)
+    return values
+
+
+def volume_policies(storage: list[dict[str, Any]]) -> dict[str, str]:
+    """``{MountDir: DeletionPolicy}`` of the shared storage ParallelCluster creates (``MANAGED_STORAGE``)."""
+    policies: dict[str, str] = {}
+    for item in storage:
+        kind = MANAGED_STORAGE.get(str(item.get("StorageType")))
+        if kind is None or "MountDir" not in item:
+            continue
+        found = item.get(kind[0])
+        settings: dict[str, Any] = found if isinstance(found, dict) else {}
+        if kind[1] not in settings:
+            policies[str(item["MountDir"])] = str(settings.get("DeletionPolicy", "Delete"))
+    return policies
+
+
+def volume_policy_changes(before: Mapping[str, str] | None, after: Mapping[str, str]) -> list[str]:
+    """Storage kept on both sides whose ParallelCluster ``DeletionPolicy`` no longer keeps it (Retain -> Delete).
+
+    ``before`` is None for a lock that predates the record: nothing is known, nothing is compared.
+    """
+    if before is None:
+        return []
+    return [
+        f"{VOLUME_POLICY_REASON} {path}: {before[path]} -> {after[path]}"
+        for path in sorted(before.keys() & after.keys())
+        if before[path] in KEEPING_POLICIES and after[path] not in KEEPING_POLICIES
+    ]
+
+
+def _outcome_settings(resource_type: str, properties: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of ``resource_type``'s ``OUTCOME_SETTINGS`` present in ``properties``."""
+    values: dict[str, Any] = {}
+    for pointer in OUTCOME_SETTINGS.get(resource_type, ()):
+        found = _lookup(dict(properties), pointer.split("/"))
+        if found is not _ABSENT:
+            values[pointer] = found
     return values
 
 
@@ -364,6 +455,7 @@ def stack_state(
             deletion_policy=str(resource.get("DeletionPolicy", "Delete")),
             update_replace_policy=str(resource.get("UpdateReplacePolicy", "Delete")),
             fate=_fate_values(str(resource["Type"]), resource.get("Properties", {})),
+            settings=_outcome_settings(str(resource["Type"]), resource.get("Properties", {})),
         )
         for logical_id, resource in template.get("Resources", {}).items()
     }
@@ -485,6 +577,7 @@ def weakenings(old: ResourceState, new: ResourceState) -> list[str]:
             found.append(f"{pointer.replace('/', '.')} {was} -> {now}")
     if new.type == PCLUSTER_TYPE:
         found += mount_changes(old.fate.get(MOUNTS_KEY), new.fate.get(MOUNTS_KEY, {}))
+        found += volume_policy_changes(old.fate.get(VOLUME_POLICIES_KEY), new.fate.get(VOLUME_POLICIES_KEY, {}))
     return found
 
 

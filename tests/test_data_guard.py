@@ -259,7 +259,11 @@ def test_a_parallelcluster_cluster_no_longer_retained_is_refused(
 def test_the_parallelcluster_deletion_policy_is_read_from_the_template() -> None:
     cluster = {"Type": "Custom::PclusterCluster", "Properties": {"ClusterName": "c", "DeletionPolicy": "Retain"}}
     state = stack_state({"Resources": {"Cluster": cluster}}, {"Cluster": "Cluster/Cluster/Resource"})
-    assert state.resources["Cluster"].fate == {"DeletionPolicy": "Retain", "ClusterConfiguration/SharedStorage": {}}
+    assert state.resources["Cluster"].fate == {
+        "DeletionPolicy": "Retain",
+        "ClusterConfiguration/SharedStorage": {},
+        "ClusterConfiguration/SharedStorage/DeletionPolicy": {},
+    }
 
 
 # -- /home: shared storage added to a running ParallelCluster cluster ------------------------------------
@@ -487,3 +491,178 @@ def test_a_lifecycle_bucket_change_is_not_refused(tmp_path: Path) -> None:
     env = load_environment(write_env(tmp_path, NAME, data))
     write_lock(env, Lock(with_patch_backups(deployed()), "deployed"))
     guard(env, edit(with_patch_backups(deployed()), "Cluster", "Scripts", create_only={"BucketName": "new"}))
+
+
+# -- review finding 2: a ParallelCluster cluster kept by its custom resource's DeletionPolicy property --------
+
+
+def kept_cluster(policy: str, name: str = "p5-train") -> Snapshot:
+    """``deployed()`` whose cluster is kept or deleted by the custom resource's property (attribute Delete)."""
+    return edit(deployed(), "Cluster", "Cluster", create_only={"ClusterName": name}, fate={"DeletionPolicy": policy})
+
+
+@pytest.mark.parametrize("how", ["remove", "replace"])
+def test_a_retained_parallelcluster_cluster_removed_or_replaced_is_reported_as_still_billing(
+    tmp_path: Path, how: str
+) -> None:
+    env = environment(tmp_path, allow=("Cluster/Cluster",))
+    write_lock(env, Lock(kept_cluster("Retain"), "deployed"))
+    after = kept_cluster("Retain", "p5-train2")
+    if how == "remove":
+        del after[f"{NAME}-Cluster"].resources["Cluster"]
+    _, notes = guard(env, after)
+    (note,) = notes
+    verb = "leaves the template" if how == "remove" else "is replaced"
+    assert (
+        f"p5-Cluster/Cluster/Cluster/Resource (Custom::PclusterCluster) {verb} but its DeletionPolicy property" in note
+    )
+    assert "cluster p5-train (head node, static nodes) keeps running and billing" in note
+    assert "'pcluster delete-cluster -n p5-train --region <region>'" in note
+    # The edge: with the property Delete, ParallelCluster deletes the cluster: nothing is left to report.
+    write_lock(env, Lock(kept_cluster("Delete"), "deployed"))
+    assert guard(env, after)[1] == []
+
+
+def test_the_cluster_safe_way_says_a_retained_cluster_keeps_billing(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    write_lock(env, Lock(kept_cluster("Retain"), "deployed"))
+    text = refusal(env, kept_cluster("Retain", "p5-train2"))
+    assert "REPLACED" not in text and "replaces p5-Cluster/Cluster/Cluster/Resource" in text
+    assert "running jobs and the head node's local state are lost" not in text
+    assert "keeps running and billing" in text and "pcluster delete-cluster -n <old cluster name>" in text
+    # A dropped Cluster stack names the cluster among what its deletion keeps.
+    snapshot = deployed()
+    del snapshot[f"{NAME}-Cluster"]
+    assert "kept when the stack is deleted (Retain): Cluster/Cluster/Resource (Custom::PclusterCluster)" in refusal(
+        env, snapshot
+    )
+
+
+# -- review finding 3: a shared volume's own DeletionPolicy (ParallelCluster's EbsSettings) -------------------
+
+
+def home_volume(policy: str | None) -> dict[str, Any]:
+    settings: dict[str, Any] = {"Size": 100} | ({} if policy is None else {"DeletionPolicy": policy})
+    return {**HOME_EBS, "EbsSettings": settings}
+
+
+def test_the_lock_records_each_created_volumes_deletion_policy() -> None:
+    existing = {
+        "Name": "old",
+        "MountDir": "/data",
+        "StorageType": "Ebs",
+        "EbsSettings": {"VolumeId": "vol-0123456789abcdef0"},
+    }
+    efs = {"Name": "e", "MountDir": "/efs", "StorageType": "Efs", "EfsSettings": {"DeletionPolicy": "Retain"}}
+    fate = (
+        cluster_with(LUSTRE_MOUNT, home_volume("Snapshot"), existing, efs)[f"{NAME}-Cluster"].resources["Cluster"].fate
+    )
+    # ParallelCluster's default for storage it creates is Delete; an existing volume is never deleted (not recorded).
+    assert fate["ClusterConfiguration/SharedStorage/DeletionPolicy"] == {
+        "/fsx": "Delete",
+        "/home": "Snapshot",
+        "/efs": "Retain",
+    }
+
+
+@pytest.mark.parametrize(("before", "after"), [("Retain", "Delete"), ("Snapshot", "Delete"), ("Retain", None)])
+def test_a_home_volume_no_longer_kept_is_refused(tmp_path: Path, before: str, after: str | None) -> None:
+    env = environment(tmp_path)
+    write_lock(env, Lock(cluster_with(LUSTRE_MOUNT, home_volume(before)), "deployed"))
+    text = refusal(env, cluster_with(LUSTRE_MOUNT, home_volume(after)))
+    assert (
+        "cluster.pcluster.shared_storage.home_volume.deletion_policy: this edit weakens p5-Cluster/Cluster/Cluster"
+        in (text)
+    )
+    assert f"SharedStorage DeletionPolicy /home: {before} -> Delete" in text
+    assert "ParallelCluster deletes a volume whose DeletionPolicy is Delete" in text
+    assert "add 'Cluster/Cluster' to retention.allow_replacement" in text
+    # The edges: allowed by name it passes; Retain -> Snapshot, or Delete -> Retain, keeps the volume and passes.
+    guard(environment(tmp_path / "allowed", allow=("Cluster/Cluster",)), cluster_with(LUSTRE_MOUNT, home_volume(after)))
+    guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Snapshot" if before == "Retain" else "Retain")))
+    write_lock(env, Lock(cluster_with(LUSTRE_MOUNT, home_volume("Delete")), "deployed"))
+    guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Retain")))
+
+
+def test_a_lock_that_predates_the_volume_policy_record_compares_nothing(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    locked = cluster_with(LUSTRE_MOUNT, home_volume("Retain"))
+    del locked[f"{NAME}-Cluster"].resources["Cluster"].fate["ClusterConfiguration/SharedStorage/DeletionPolicy"]
+    write_lock(env, Lock(locked, "deployed"))
+    guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Delete")))
+
+
+# -- review finding 4: an allowance expires with the deploy that used it, lock or no lock yet ---------------
+
+
+def test_an_allowance_used_by_a_synth_allows_only_that_form_until_the_next_lock(tmp_path: Path) -> None:
+    """Deployed with the allowance but not locked yet: a second edit of the same resource is refused."""
+    from mlcluster.lockfile import in_flight_path
+
+    env = environment(tmp_path, allow=("Storage/Lustre",))
+    first = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
+    guard(env, first)
+    record = json.loads(in_flight_path(env).read_text(encoding="utf-8"))
+    assert record["allowances"]["Storage/Lustre"]["resource"] == "Storage/Lustre/Resource"
+    # The edges: the same form again (cdk deploy synthesizes again), or an in-place update of it, passes.
+    guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}))
+    guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}, digest="d1"))
+    second = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "SCRATCH_2"})
+    text = refusal(env, second)
+    assert (
+        "retention.allow_replacement: 'Storage/Lustre' was used by an earlier synth since the lock was written" in text
+    )
+    assert f"'mlcluster lock {NAME}' with credentials" in text
+    # Weakening it instead (a policy) is another form too.
+    assert "was used by an earlier synth" in refusal(
+        env,
+        edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}, deletion_policy="Delete"),
+    )
+    # A lock written since (another lock file: pulled, or 'mlcluster lock') makes the record stale: the edit passes.
+    write_lock(env, Lock(deployed(), "deployed", accepted=("elsewhere",)))
+    guard(env, second)
+    # A record nobody can read is refused with the way, never ignored.
+    in_flight_path(env).write_text("{", encoding="utf-8")
+    assert "(allowances in flight): cannot be read" in refusal(env, second)
+
+
+def test_a_synth_without_an_allowance_records_nothing(tmp_path: Path) -> None:
+    from mlcluster.lockfile import in_flight_path
+
+    env = environment(tmp_path)
+    guard(env, deployed())
+    assert not in_flight_path(env).exists()
+
+
+def test_the_rendered_home_volume_policy_reaches_the_guard(tmp_path: Path) -> None:
+    """The same edit through ParallelCluster's rendered configuration (render.py), not a hand-made one."""
+    from mlcluster.pcluster.render import render_cluster_config
+    from tests.pcluster.pcluster_support import inputs, pcluster
+
+    def cluster(home: dict[str, Any]) -> Snapshot:
+        section = {
+            "queues": [{"name": "train", "compute_resources": [{"name": "gpu", "instance_type": "p5.48xlarge"}]}],
+            "shared_storage": {"home_volume": home},
+        }
+        config = render_cluster_config(pcluster(section), inputs())
+        template = {
+            "Resources": {
+                "Cluster": {
+                    "Type": "Custom::PclusterCluster",
+                    "Properties": {
+                        "ClusterName": "p5-train",
+                        "DeletionPolicy": "Retain",
+                        "ClusterConfiguration": config,
+                    },
+                }
+            }
+        }
+        read = stack_state(template, {"Cluster": "Cluster/Cluster/Resource"}).resources["Cluster"]
+        return edit(deployed(), "Cluster", "Cluster", create_only=read.create_only, fate=read.fate)
+
+    env = environment(tmp_path)
+    write_lock(env, Lock(cluster({}), "deployed"))  # unset: Retain in an environment that retains
+    assert "SharedStorage DeletionPolicy /home: Retain -> Delete" in refusal(
+        env, cluster({"deletion_policy": "Delete"})
+    )
+    guard(env, cluster({"deletion_policy": "Snapshot"}))

@@ -21,12 +21,14 @@ from aws_cdk.assertions import Template
 
 from mlcluster.config.project import check_environments
 from mlcluster.constructs.accounting_database import AccountingDatabase
+from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_METRIC
 from mlcluster.replacement import (
     DATA_BEARING_TYPES,
     FATE_DAYS,
     FATE_KEPT,
     KEEPING_POLICIES,
     MOUNTS_KEY,
+    VOLUME_POLICIES_KEY,
     create_only_paths,
     is_data_bearing,
     stack_state,
@@ -177,12 +179,12 @@ def _home(t: Templates) -> bool:
         and not any(warned(name, "cluster.pcluster.shared_storage") for name in ("p5", "p4de", "trn1"))
         # The guard sees the mount: the lock's record of the cluster names /home and its kind.
         and [
-            state.fate[MOUNTS_KEY].get("/home")
+            (state.fate[MOUNTS_KEY].get("/home"), state.fate[VOLUME_POLICIES_KEY].get("/home"))
             for name in ("p5", "p4de")
             for state in stack_state(t[f"{name}/Cluster"], {}).resources.values()
             if state.type == "Custom::PclusterCluster"
         ]
-        == ["Ebs", "Ebs"]
+        == [("Ebs", "Retain"), ("Ebs", "Retain")]
     )
 
 
@@ -232,6 +234,11 @@ def _accounting(t: Templates) -> bool:
         )
         and {"OnlySseKms", "OnlyThisKey", "OnlyTheOperatorWritesTheState", "NoOtherNodeRole"} <= sids
         and not warned("hyperpod", "cluster.hyperpod.lifecycle")
+        and any(
+            r["Properties"].get("MetricName") == SCHEDULED_COPY_METRIC
+            and r["Properties"]["TreatMissingData"] == "breaching"
+            for r in of_type(t, "hyperpod/Observability", "AWS::CloudWatch::Alarm")
+        )
     )
 
 
@@ -362,8 +369,8 @@ ROWS = [
         "on by default)",
         "nothing of the cluster's: kept (`deletion_policy: Retain`; `Delete` by default with `on_delete: destroy`) "
         f"when the cluster is deleted or replaced; a mount added at or removed from `/home` of a running cluster: {GUARD} "
-        "(the homes would be hidden); `home_volume.enabled: false` puts it on the head node's root volume (synth "
-        "warns)",
+        "(the homes would be hidden); `deletion_policy: Delete` where it was kept: refused at synth like "
+        "`on_delete: destroy`; `home_volume.enabled: false` puts it on the head node's root volume (synth warns)",
         "none: the volume is kept, not copied (`deletion_policy: Snapshot` keeps a snapshot instead)",
         "attach the kept volume (listed by `mlcluster status`) to an instance and copy the homes into the new "
         "cluster's",
@@ -375,7 +382,8 @@ ROWS = [
         "a controller replacement, the cluster's deletion",
         "a daily copy to the patch backup bucket (`lifecycle.scheduled_backup`, on by default; "
         "`scheduled/<weekday>/`, seven kept by overwriting) and the copy `mlcluster patch` takes around a patch; "
-        "synth warns when `scheduled_backup: false` leaves local accounting without it",
+        "synth warns when `scheduled_backup: false` leaves local accounting without it; two days without a "
+        "copy set the Observability stack's alarm off, and `mlcluster status` shows the last copy's age",
         "`mlcluster patch` restores its own copy; a daily copy with `mlcluster-backup restore` and the digests "
         "its run logged (or its `SHA256SUMS`)",
         _accounting,

@@ -24,6 +24,7 @@ import pytest
 import mlcluster.app
 from mlcluster.app import build_app, project_context
 from mlcluster.config import load_environment
+from mlcluster.deploy_outcomes import outcome_checks
 from mlcluster.lockfile import (
     Lock,
     missing_lock,
@@ -119,9 +120,15 @@ RETAINED = LOG_GROUPS | {
     "Storage/OpenZfs/Resource",
 }
 PC_FLEET_STOP = (
-    "ParallelCluster policy COMPUTE_FLEET_STOP (its cluster schema): stop the compute fleet first "
-    "('pcluster update-compute-fleet --status STOP_REQUESTED') or the update fails and rolls back"
+    "ParallelCluster policy COMPUTE_FLEET_STOP (its cluster schema): applied with the compute fleet stopped; "
+    "a plain 'cdk deploy' fails at the cluster resource and rolls back"
 )
+#: What ``mlcluster update ENV`` does with an edit, by its deploy outcome (``mlcluster.deploy_outcomes``).
+UPDATE_DOES = {
+    "refused": "nothing: refused at synth",
+    "fleet_stop": "stops the compute fleet, deploys, starts it",
+    "in_place": "deploys",
+}
 HP = "cluster.hyperpod"
 DRAS = "storage.lustre.data_repository_associations"
 _DELETE = object()
@@ -144,6 +151,9 @@ class Edit:
     note: str = ""
     #: Stacks the guard refuses as a whole: dropped from the app, or losing termination protection.
     stacks: frozenset[str] = frozenset()
+    #: The deploy outcome (``mlcluster.deploy_outcomes``): ``refused`` at synth as a deploy that would fail,
+    #: ``fleet_stop`` (passes with the note that ``mlcluster update`` must deploy it), or ``in_place``.
+    deploy: str = "in_place"
 
 
 def edit(name: str, base: str, settings: dict[str, Any], **kwargs: Any) -> Edit:
@@ -160,8 +170,20 @@ def edit(name: str, base: str, settings: dict[str, Any], **kwargs: Any) -> Edit:
 
 EDITS = [
     # -- storage -------------------------------------------------------------
-    edit("Lustre capacity 1200 -> 2400 GiB", "pcluster", {"storage.lustre.storage_capacity_gib": 2400}),
-    edit("Lustre throughput 250 -> 500 MB/s/TiB", "pcluster", {"storage.lustre.throughput_mbps_per_tib": 500}),
+    edit(
+        "Lustre capacity 1200 -> 2400 GiB",
+        "pcluster",
+        {"storage.lustre.storage_capacity_gib": 2400},
+        note="grows in place; FSx optimizes for hours and takes no other increase meanwhile (synth notes it)",
+    ),
+    edit(
+        "Lustre throughput 250 -> 500 MB/s/TiB",
+        "pcluster",
+        {"storage.lustre.throughput_mbps_per_tib": 500},
+        deploy="refused",
+        safe_way="FSx changes it in place but CloudFormation's resource specification replaces: keep the file's "
+        "value, run 'aws fsx update-file-system --lustre-configuration PerUnitStorageThroughput=500'",
+    ),
     edit(
         "Lustre deployment type PERSISTENT_2 -> PERSISTENT_1",
         "pcluster",
@@ -203,7 +225,17 @@ EDITS = [
         "pcluster",
         {f"{DRAS}.1.data_bucket_prefix": "checkpoints/"},
         refused={CKPT},
-        safe_way="export the path first (data repository export task), then allow",
+        deploy="refused",
+        safe_way="the new DRA would be created while the retained old one holds /ckpt (an allowance does not help): "
+        "export the path, remove the DRA and deploy, delete the retained one, then add it with the new prefix",
+    ),
+    edit(
+        "change a DRA's file system path",
+        "pcluster",
+        {f"{DRAS}.1.file_system_path": "/checkpoints"},
+        deploy="refused",
+        safe_way="the new DRA would overlap the retained old one: export the path, remove the DRA and deploy, "
+        "delete the retained one, then add it with the new path",
     ),
     edit("change a DRA's auto-import events", "pcluster", {f"{DRAS}.1.auto_import_events": ["NEW"]}),
     edit(
@@ -238,6 +270,13 @@ EDITS = [
         safe_way="keep the name; or copy objects to the new bucket first, then allow",
     ),
     edit("OpenZFS throughput 160 -> 320 MB/s", "pcluster", {"storage.openzfs.throughput_capacity_mbps": 320}),
+    edit(
+        "OpenZFS capacity 256 -> 128 GiB",
+        "pcluster",
+        {"storage.openzfs.storage_capacity_gib": 128},
+        deploy="refused",
+        safe_way="FSx cannot shrink a file system: keep 256 GiB, or copy /home to a new, smaller one",
+    ),
     edit(
         "OpenZFS deployment type HA_2 -> SINGLE_AZ_2",
         "pcluster",
@@ -318,6 +357,36 @@ EDITS = [
         "pcluster",
         {f"{PC}.queues.0.compute_resources.0.instance_type": "p4de.24xlarge"},
         note=PC_FLEET_STOP,
+        deploy="fleet_stop",
+    ),
+    edit(
+        "queue min count 2 -> 1",
+        "pcluster",
+        {f"{PC}.queues.0.compute_resources.0.min_count": 1},
+        note="ParallelCluster policy RESIZE_UPDATE_STRATEGY_ON_REMOVE: fewer static nodes only with the fleet "
+        "stopped (or QueueUpdateStrategy TERMINATE)",
+        deploy="fleet_stop",
+    ),
+    edit(
+        "Slurm scaledown idle time 10 -> 30 min",
+        "pcluster",
+        {f"{PC}.slurm.scaledown_idle_minutes": 30},
+        note=PC_FLEET_STOP,
+        deploy="fleet_stop",
+    ),
+    edit(
+        "detailed monitoring on",
+        "pcluster",
+        {f"{PC}.monitoring.detailed_monitoring": True},
+        note=PC_FLEET_STOP,
+        deploy="fleet_stop",
+    ),
+    edit(
+        "operating system alinux2023 -> ubuntu2204",
+        "pcluster",
+        {f"{PC}.os": "ubuntu2204"},
+        deploy="refused",
+        safe_way="ParallelCluster policy UNSUPPORTED: a new cluster (a second environment)",
     ),
     edit(
         "queue added",
@@ -333,8 +402,9 @@ EDITS = [
         "head node instance type",
         "pcluster",
         {f"{PC}.head_node.instance_type": "m5.4xlarge"},
-        note="ParallelCluster's update policy for HeadNode.InstanceType is UNSUPPORTED: the update fails and rolls "
-        "back; a new head node type needs a new cluster (new cluster.name, allowed)",
+        deploy="refused",
+        safe_way="ParallelCluster policy UNSUPPORTED: a new cluster (a second environment, or a new cluster.name, "
+        "allowed)",
     ),
     edit(
         "login nodes added",
@@ -346,9 +416,9 @@ EDITS = [
         "ParallelCluster version",
         "pcluster",
         {f"{PC}.version": "3.15.0"},
-        note="only the provider stack changes, which gives the cluster a new ServiceToken; CloudFormation does not "
-        "allow a custom resource's ServiceToken to change and ParallelCluster does not upgrade clusters: use a new "
-        "cluster.name (replacement, allowed) for a new version",
+        deploy="refused",
+        safe_way="the provider would move, the cluster stay: ParallelCluster does not upgrade clusters; a new "
+        "cluster (a second environment, or destroy the Cluster stack first)",
     ),
     edit(
         "ParallelCluster cluster name",
@@ -357,7 +427,8 @@ EDITS = [
         refused={PCLUSTER_CLUSTER},
         # The node roles' permissions boundary is named after the cluster.
         also_replaced={"Cluster/NodeRoleBoundary/Resource"},
-        safe_way="drain the queues, then allow",
+        safe_way="drain the queues and copy what is on the head node, then allow; a retained old cluster keeps "
+        "billing until pcluster delete-cluster",
     ),
     # -- HyperPod -------------------------------------------------------------------
     edit("HyperPod worker count 2 -> 4", "hyperpod", {f"{HP}.workers.0.instance_count": 4}),
@@ -498,6 +569,8 @@ class Result:
     stacks: frozenset[str]
     #: What synth prints about what the accepted edit leaves running.
     notes: list[str]
+    #: The deploy outcome the guard finds (``refused``, ``fleet_stop``, ``in_place``).
+    deploy: str
 
 
 @pytest.fixture(scope="module")
@@ -520,7 +593,10 @@ def results(tmp_path_factory: pytest.TempPathFactory, baselines: dict[str, Snaps
         # The guard's own rules say the same (no allowance in the edits).
         assert len(refusals(env, changes, dropped=dropped)) == len(refused)
         assert len(stack_refusals(env, before, after)) == len(stacks)
-        out[item.name] = Result(changes, refused, stacks, notices(env, before, after, changes))
+        problems, outcome_notes = outcome_checks(env, before, after)
+        fleet = [note for note in outcome_notes if "compute fleet stopped" in note]
+        deploy = "refused" if problems else "fleet_stop" if fleet else "in_place"
+        out[item.name] = Result(changes, refused, stacks, notices(env, before, after, changes), deploy)
     print(f"day-two table: {len(EDITS)} edits + {len(BASES)} baselines in {time.perf_counter() - started:.1f} s")
     return out
 
@@ -535,6 +611,12 @@ def test_edit_replaces_what_the_table_says(item: Edit, results: dict[str, Result
     exact = {path for path in replaced if not any(path.startswith(prefix) for prefix in wildcards)}
     assert exact == item.also_replaced - {f"{prefix}*" for prefix in wildcards}, [c.describe() for c in result.changes]
     assert all(any(path.startswith(prefix) for path in replaced) for prefix in wildcards)
+
+
+@pytest.mark.parametrize("item", EDITS, ids=[e.name for e in EDITS])
+def test_edit_deploys_as_the_table_says(item: Edit, results: dict[str, Result]) -> None:
+    """The deploy outcome: refused at synth (a deploy that would fail), needs the fleet stopped, or in place."""
+    assert results[item.name].deploy == item.deploy
 
 
 def test_storage_replacement_changes_the_cluster_stack(results: dict[str, Result]) -> None:
@@ -567,7 +649,11 @@ def test_a_removed_retained_dra_is_reported_as_still_running(results: dict[str, 
     (note,) = results["remove a DRA"].notes
     assert "DataRepository/Lustre/AssociationCkpt" in note and "keeps it running outside the stack" in note
     assert "--no-delete-data-in-file-system" in note
-    assert all(not results[e.name].notes for e in EDITS if e.name != "remove a DRA")
+    # A new file_system_path is a new DRA (its construct id names the path): the old one is removed and retained
+    # too, and that edit is refused at synth (the new one would overlap it).
+    moved = "change a DRA's file system path"
+    assert results[moved].deploy == "refused" and "AssociationCkpt" in results[moved].notes[0]
+    assert all(not results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -600,8 +686,9 @@ def render_table(results: dict[str, Result], rename: Rename | None = None) -> st
     """The day-two table (docs/reference/edits.md), rendered from the results (and the rename's refusals)."""
     rows = [
         "| edit (baseline) | refused at synth: data-bearing resources replaced, deleted or kept less well; stacks "
-        "dropped or unprotected | other resources replaced | updated in place | safe way, or what the service does |",
-        "|---|---|---|---|---|",
+        "dropped or unprotected | other resources replaced | updated in place | safe way, or what the service does "
+        "| what `mlcluster update` does |",
+        "|---|---|---|---|---|---|",
     ]
     for item in EDITS:
         result = results[item.name]
@@ -615,16 +702,18 @@ def render_table(results: dict[str, Result], rename: Rename | None = None) -> st
             )
             if part
         )
+        blocked = refused or result.deploy == "refused"
+        does = UPDATE_DOES["refused"] if blocked else UPDATE_DOES[result.deploy]
         rows.append(
             f"| {item.name} ({item.base}) | {refused or 'no'} | {_summary(replaced) or '-'} | "
-            f"{len(updated)} | {item.safe_way or item.note or '-'} |"
+            f"{len(updated)} | {item.safe_way or item.note or '-'} | {does} |"
         )
     if rename is not None:
         rows.append(
             f"| environment file renamed {STAGE}.yaml -> {STAGE}2.yaml (pcluster) | `{STAGE}.lock.json` records "
             f"deployed stacks without its file; `{STAGE}2` has no lock | - | 0 | keep {STAGE}.yaml; to rename: "
             "deploy the new file, copy the data, destroy the old stacks, lock the old name (nothing deployed), then "
-            "delete its file and lock |"
+            f"delete its file and lock | {UPDATE_DOES['refused']} |"
         )
     return "\n".join(rows) + "\n"
 

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from mlcluster.app import build_app
 from mlcluster.config import ConfigError, Environment, load_environment
 from mlcluster.config.observability import is_accelerated, observability_enabled, prometheus_enabled
+from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_METRIC, SCHEDULED_COPY_NAMESPACE
 from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
 
 #: Metrics the dashboard and alarms may use: (namespace, metric) -> dimension names -> allowed fixed values.
@@ -28,6 +30,8 @@ from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
 #: AWS/S3: S3 user guide, "Metrics and dimensions" (daily storage metrics, BucketName + StorageType).
 #: ParallelCluster: aws-parallelcluster cli/src/pcluster/templates/cw_dashboard_builder.py (3.x), the
 #:   log-based cluster health metrics with dimension ClusterName, made when logs and the dashboard are on.
+#: /aws/sagemaker/Clusters MlclusterScheduledCopy: published by the HyperPod controller's daily copy
+#:   (lifecycle/hyperpod/backup.sh publish_copy_metric) with dimension ClusterName.
 #: AWS/EC2 is not read directly: its StatusCheckFailed needs an InstanceId this stack does not know; the head
 #:   node's is watched by ParallelCluster's alarm <cluster>-HeadNode-Health (cluster_stack.py), forwarded here.
 PUBLISHED: dict[tuple[str, str], dict[str, tuple[str, ...] | None]] = {
@@ -43,6 +47,7 @@ PUBLISHED: dict[tuple[str, str], dict[str, tuple[str, ...] | None]] = {
         )
     },
     ("AWS/FSx", "AgeOfOldestQueuedMessage"): {"FileSystemId": None, "Publisher": ("AutoImport", "AutoExport")},
+    (SCHEDULED_COPY_NAMESPACE, SCHEDULED_COPY_METRIC): {"ClusterName": None},
     ("AWS/S3", "BucketSizeBytes"): {"BucketName": None, "StorageType": ("StandardStorage",)},
     ("AWS/S3", "NumberOfObjects"): {"BucketName": None, "StorageType": ("AllStorageTypes",)},
     **{
@@ -324,6 +329,48 @@ def test_unhealthy_nodes_alarm_reads_parallelclusters_metrics(
         assert stat["Metric"]["Dimensions"] == [{"Name": "ClusterName", "Value": CLUSTER_NAMES[name]}]
 
 
+def test_hyperpods_daily_copy_missing_two_days_sets_an_alarm_off(observability: dict[str, dict[str, Any]]) -> None:
+    """Failures of the controller's daily copy reach the topic, not only the controller's journal."""
+    (alarm,) = [
+        a
+        for a in resources(observability["hyperpod"], "AWS::CloudWatch::Alarm")
+        if a.get("MetricName") == SCHEDULED_COPY_METRIC
+    ]
+    assert alarm["Namespace"] == SCHEDULED_COPY_NAMESPACE
+    assert alarm["Dimensions"] == [{"Name": "ClusterName", "Value": CLUSTER_NAMES["hyperpod"]}]
+    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (
+        "Sum",
+        86400,
+        2,
+        2,
+    )
+    # CloudWatch allows Period x EvaluationPeriods up to 7 days for periods of an hour or more.
+    assert alarm["Period"] * alarm["EvaluationPeriods"] <= 7 * 86400
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "LessThanThreshold")
+    assert alarm["TreatMissingData"] == "breaching"  # no run at all is the failure to see
+    assert "journalctl -u mlcluster-backup-scheduled" in alarm["AlarmDescription"]
+    assert len(alarm["AlarmActions"]) == 1 and alarm["AlarmActions"] == alarm["OKActions"]
+    # The edge: ParallelCluster environments have no daily copy, hence no such alarm.
+    for name in ("p5", "p4de", "trn1", "dev", "prod"):
+        assert not [
+            a
+            for a in resources(observability[name], "AWS::CloudWatch::Alarm")
+            if a.get("MetricName") == SCHEDULED_COPY_METRIC
+        ]
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_the_daily_copy_alarm_follows_the_lifecycle_switch(tmp_path: Path, copy: bool) -> None:
+    data = yaml.safe_load((ENVIRONMENTS / "hyperpod.yaml").read_text(encoding="utf-8"))
+    data["cluster"]["hyperpod"].setdefault("lifecycle", {})["scheduled_backup"] = copy
+    write_env(tmp_path, "hyperpod", data)
+    _, stages = build_app(tmp_path, outdir=str(tmp_path / "out"), template_checks=False)
+    (stage,) = stages
+    assert stage.observability_stack is not None
+    ids = [alarm.node.id for alarm in stage.observability_stack.alarms]
+    assert ("ScheduledCopyMissing" in ids) is copy
+
+
 def test_head_node_alarm_of_parallelcluster_is_forwarded(observability: dict[str, dict[str, Any]]) -> None:
     (rule,) = resources(observability["p5"], "AWS::Events::Rule")
     pattern = rule["EventPattern"]
@@ -341,7 +388,9 @@ def test_hyperpod_health_events_are_forwarded(observability: dict[str, dict[str,
         assert rule["EventPattern"]["detail"]["ClusterName"] == [CLUSTER_NAMES["hyperpod"]]
     health = rules["SageMaker HyperPod Cluster Node Health Event"]["EventPattern"]["detail"]["HealthSummary"]
     assert health == {"HealthStatus": [{"anything-but": ["Healthy"]}]}
-    assert not resources(observability["hyperpod"], "AWS::CloudWatch::Alarm")[1:]  # capacity only
+    # Capacity, and the daily copy of the controller's state (test_hyperpods_daily_copy_missing...).
+    alarms = resources(observability["hyperpod"], "AWS::CloudWatch::Alarm")
+    assert [a.get("MetricName") for a in alarms] == ["FreeDataStorageCapacity", SCHEDULED_COPY_METRIC]
 
 
 def sns_topics(template: dict[str, Any]) -> dict[str, dict[str, Any]]:

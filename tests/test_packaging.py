@@ -184,6 +184,7 @@ def test_wheel_installs_and_works_in_an_external_app(wheel: Path, consumer: Path
     for shipped in (
         "mlcluster/py.typed",
         "mlcluster/cdk_context.json",
+        "mlcluster/pcluster/update_policies.json",
         "mlcluster/lifecycle/hyperpod/on_create.sh",
         "mlcluster/handlers/hyperpod_cluster/app.py",
         "mlcluster/handlers/grafana_provisioner/app.py",

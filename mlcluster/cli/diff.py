@@ -53,7 +53,17 @@ from mlcluster.cli.errors import EXIT_FAILED, EXIT_REPLACEMENT, EXIT_USAGE, CliE
 from mlcluster.cli.progress import progress
 from mlcluster.config import ConfigError, Environment, load_environments
 from mlcluster.config.names import STACKS
-from mlcluster.lockfile import Lock, LockSource, allowed, load_lock, lock_path, resource_name, write_lock
+from mlcluster.lockfile import (
+    Lock,
+    LockSource,
+    allowed,
+    in_flight_path,
+    load_lock,
+    lock_path,
+    resource_name,
+    unprotected,
+    write_lock,
+)
 from mlcluster.replacement import (
     Snapshot,
     compare,
@@ -415,13 +425,19 @@ def deployed_snapshot(cfn: Any, env: Environment) -> Snapshot:
     return snapshot
 
 
+#: How ``--accept`` names a stack whose termination protection went off outside the app.
+PROTECTION = "termination-protection:"
+
+
 def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """The allowances ``new`` used since ``old``, and the accepted changes; refuse any other data-bearing change.
 
     A data-bearing resource replaced, deleted or weakened since the last lock was either allowed by
     the environment file (the allowance is then used up: the lock records it) or happened outside it
     (a deploy from another branch, a console edit): the lock records that only when ``--accept``
-    names the resource, so no refusal is cleared by re-locking.
+    names the resource, so no refusal is cleared by re-locking. A stack holding data that is not
+    retained and lost termination protection is the same: allowed when the file names each such
+    resource (the guard's rule), else recorded only with ``--accept termination-protection:<stack>``.
     """
     if old is None:
         return [], []
@@ -440,6 +456,18 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
             accepted.append(f"{change.stack}/{change.describe()}")
         else:
             unexplained.append(f"  {change.stack}: {change.describe()}  (--accept {name})")
+    for stack, exposed in unprotected(old.snapshot, new).items():
+        # The guard's rule: protection may go off when the file allows each resource it exposes by name.
+        covering = [entry for entry in allowances if any(entry in (path, resource_name(path)) for path in exposed)]
+        if all(any(entry in (path, resource_name(path)) for entry in allowances) for path in exposed):
+            used += covering
+        elif f"{PROTECTION}{stack}" in accept:
+            accepted.append(f"{stack} termination protection off (exposes {', '.join(exposed)})")
+        else:
+            unexplained.append(
+                f"  {stack}: termination protection off, so a stack deletion deletes {', '.join(exposed)}  "
+                f"(--accept {PROTECTION}{stack})"
+            )
     if unexplained:
         raise CliError(
             "these data-bearing changes since the last lock were not allowed by the environment file:\n"
@@ -451,8 +479,11 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
     return sorted(set(used)), accepted
 
 
-def _previous_lock(env: Environment) -> Lock | None:
-    """The lock being replaced; a format-1 lock (before policies were recorded) is replaced without a check."""
+def _previous_lock(env: Environment, *, announce: bool = True) -> Lock | None:
+    """The lock being replaced; a format-1 lock (before policies were recorded) is replaced without a check.
+
+    ``announce`` says so on the terminal (not when the caller refuses a format-1 lock anyway).
+    """
     try:
         return load_lock(env)
     except ConfigError as error:
@@ -463,7 +494,8 @@ def _previous_lock(env: Environment) -> Lock | None:
             earlier = False
         if not earlier:
             raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
-        click.echo(f"{path}: format 1 (no policies recorded) is replaced; changes since it are not checked")
+        if announce:
+            click.echo(f"{path}: format 1 (no policies recorded) is replaced; changes since it are not checked")
         return None
 
 
@@ -510,6 +542,36 @@ def _gone(env: Environment, source: LockSource, gone: list[str], accept: tuple[s
     return [f"{stack} gone (destroyed)" for stack in gone]
 
 
+#: What each existing lock says, for the refusal of ``--from-templates`` over it.
+_LOCK_KINDS = {
+    "deployed": "was read from the deployed stacks",
+    "new": "declares that nothing is deployed ('--new'), read from the account",
+}
+
+
+def _templates_may_replace(env: Environment, old: Lock | None) -> None:
+    """Refuse ``--from-templates`` over any lock but one the templates wrote (format 2, source ``templates``).
+
+    Over no lock it records a first one; over a lock of the templates it refuses what ``settle`` and
+    ``_gone`` refuse. Over a format-1 lock (every environment deployed before 0.2.0, loaded as None), a
+    lock read from the deployed stacks or a ``--new`` lock, it would record the working tree as deployed
+    although it never was, and the next synth's guard would compare with that: refused, with the way.
+    """
+    path = lock_path(env)
+    if old is None and not path.exists():
+        return
+    if old is not None and old.source == "templates":
+        return
+    what = _LOCK_KINDS[old.source] if old is not None else "is format 1 (written before 0.2.0 for a deployed one)"
+    raise CliError(
+        f"{path} {what}; --from-templates would record the working tree as deployed although it never was, and "
+        "the guard would then let through every change the templates make. Run "
+        f"'mlcluster lock {env.name}' with credentials for its account (it reads the deployed stacks), and "
+        "name with --accept each data-bearing change it reports that you mean to record",
+        EXIT_FAILED,
+    )
+
+
 @click.command("lock")
 @click.argument("env")
 @_environments_option
@@ -524,7 +586,8 @@ def _gone(env: Environment, source: LockSource, gone: list[str], accept: tuple[s
     "--accept",
     multiple=True,
     metavar="RESOURCE",
-    help="Record a data-bearing change the environment file did not allow (a construct path, as printed).",
+    help="Record a data-bearing change the environment file did not allow (a construct path, a destroyed stack, "
+    "or termination-protection:STACK, as printed).",
 )
 @json_option
 def lock(
@@ -548,18 +611,12 @@ def lock(
             f"'mlcluster lock {loaded.name}' with credentials for its account to record what is deployed",
             EXIT_FAILED,
         )
-    old = _previous_lock(loaded)
+    old = _previous_lock(loaded, announce=not from_templates)
     source: LockSource
     account: str | None = None
     chosen: str | None = None
     if from_templates:
-        if old is not None and old.source == "deployed":
-            raise CliError(
-                f"{lock_path(loaded)} was read from the deployed stacks; --from-templates would record the working "
-                "tree as deployed although it never was. Run 'mlcluster lock "
-                f"{loaded.name}' with credentials for its account after the deploy",
-                EXIT_FAILED,
-            )
+        _templates_may_replace(loaded, old)
         with tempfile.TemporaryDirectory(prefix="mlcluster-lock-") as tmp:
             snapshot = snapshot_from_assembly(synthesize(folder, loaded.name, Path(tmp)), loaded.name)
         source = "templates"
@@ -578,10 +635,15 @@ def lock(
     gone = sorted(set(old.snapshot) - set(snapshot)) if old is not None else []
     gone_accepted = _gone(loaded, source, gone, accept)
     used, accepted = settle(loaded, old, snapshot, accept)
+    # A used allowance still in the file stays used: forgotten, it would let the next change of its resource through.
+    still = set(loaded.config.retention.allow_replacement) & set(old.allowances_used if old is not None else ())
+    used = sorted({*used, *still})
     accepted += gone_accepted
     # Earlier acceptances stay in the record: a rewritten lock (--from-templates included) must not forget them.
     recorded = sorted({*(old.accepted if old is not None else ()), *accepted})
     path = write_lock(loaded, Lock(snapshot, source, tuple(used), tuple(recorded), account=account, region=chosen))
+    # What the synths since the last lock allowed is now read from what is deployed (the used allowances).
+    in_flight_path(loaded).unlink(missing_ok=True)
     count = sum(len(state.resources) for state in snapshot.values())
     if as_json:
         echo_json(

@@ -19,6 +19,7 @@ from mlcluster.cli.preflight import preflight
 from mlcluster.cli.smoke import smoke
 from mlcluster.cli.ssh import ssh, ssh_config
 from mlcluster.cli.status import status
+from mlcluster.cli.update import update
 from mlcluster.cli.validate import validate
 
 
@@ -109,6 +110,7 @@ cli.add_command(patch)
 cli.add_command(validate)
 cli.add_command(preflight)
 cli.add_command(cost)
+cli.add_command(update)
 for command in (diff.diff, diff.lock, diff.protect):
     cli.add_command(command)
 

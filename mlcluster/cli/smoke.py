@@ -38,6 +38,7 @@ from mlcluster.cli.parsers import (
     parse_sinfo,
 )
 from mlcluster.pcluster.instance_types import INSTANCE_TYPES, InstanceType
+from mlcluster.pcluster.render import efa_enabled
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -170,20 +171,76 @@ class Step:
 
 
 @dataclass(frozen=True)
+class NodeKind:
+    """One kind of node of a partition, and what it must show: a ParallelCluster compute resource (its
+    instance type and its own ``efa`` setting) or a HyperPod instance group (EFA on where the type has it)."""
+
+    resource: str
+    instance_type: str
+    efa: bool
+
+    def efa_devices(self) -> int:
+        """EFA devices one node must show: the type's, or 0 where the compute resource has EFA off."""
+        return (efa_devices(self.instance_type) or 0) if self.efa else 0
+
+    def expectations(self) -> tuple[int, int, int]:
+        """(NVIDIA GPUs, EFA devices, Neuron devices) one node of this kind must show."""
+        info = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
+        gpus = info.accelerators if info is not None and info.accelerator == "nvidia" else 0
+        neuron = info.accelerators if info is not None and info.accelerator == "neuron" else 0
+        return gpus, self.efa_devices(), neuron
+
+
+@dataclass(frozen=True)
 class Partition:
-    """The partition under test and the instance type of its nodes."""
+    """The partition under test and the kinds of node in it (one per compute resource / instance group)."""
 
     name: str
-    instance_type: str
+    kinds: tuple[NodeKind, ...]
+    #: ParallelCluster names its Slurm nodes ``<queue>-<st|dy>-<compute resource>-<index>``; HyperPod by host.
+    backend: str = "hyperpod"
+
+    @property
+    def uniform(self) -> bool:
+        """True when every node of the partition must show the same (one instance type and EFA setting)."""
+        return len({k.expectations() for k in self.kinds}) == 1
+
+    def kind_of(self, node: str) -> NodeKind | None:
+        """The kind of Slurm node ``node``: from its name on ParallelCluster, the only kind of a uniform
+        partition on HyperPod; None when the name does not tell (HyperPod groups of different types sharing
+        a partition: Slurm's node names are host names)."""
+        if self.backend == "pcluster":
+            for kind in self.kinds:
+                if re.fullmatch(rf"{re.escape(self.name)}-(?:st|dy)-{re.escape(kind.resource)}-[0-9]+", node):
+                    return kind
+            return None
+        return self.kinds[0] if self.uniform else None
 
 
 def partitions(target: Target) -> list[Partition]:
-    """The cluster's Slurm partitions and their (first) instance type, from the environment file."""
+    """The cluster's Slurm partitions and their kinds of node, from the environment file.
+
+    ParallelCluster: one kind per compute resource of the queue, with its own instance type and ``efa``
+    setting (as rendered). HyperPod: one per worker group whose partition it is (EFA is on for every type
+    that has it).
+    """
     cluster = target.environment.config.cluster
     if cluster.pcluster is not None:
-        return [Partition(q.name, q.compute_resources[0].instance_type) for q in cluster.pcluster.queues]
+        return [
+            Partition(
+                q.name,
+                tuple(NodeKind(cr.name, cr.instance_type, efa_enabled(cr)) for cr in q.compute_resources),
+                "pcluster",
+            )
+            for q in cluster.pcluster.queues
+        ]
     assert cluster.hyperpod is not None  # require_backend ran first
-    return [Partition(w.partition_name or w.instance_group_name, w.instance_type) for w in cluster.hyperpod.workers]
+    grouped: dict[str, list[NodeKind]] = {}
+    for w in cluster.hyperpod.workers:
+        info = INSTANCE_TYPES.get(w.instance_type.removeprefix("ml."))
+        kind = NodeKind(w.instance_group_name, w.instance_type, info is not None and info.efa)
+        grouped.setdefault(w.partition_name or w.instance_group_name, []).append(kind)
+    return [Partition(name, tuple(kinds), "hyperpod") for name, kinds in grouped.items()]
 
 
 def choose_partition(target: Target, partition: str | None) -> Partition:
@@ -209,8 +266,15 @@ class Smoke:
         self.partition = partition
         self.steps: list[Step] = []
         self.partition_nodes = 0
-        #: Nodes of the partition sinfo reported idle: the only ones the later steps name.
+        #: Nodes of the partition sinfo reported idle: the only ones the later steps name (all of one kind).
         self.idle_nodes: list[str] = []
+        #: The kind of node under test (sinfo picks the one with the most idle nodes in a mixed partition).
+        self.kind = partition.kinds[0]
+
+    @property
+    def instance_type(self) -> str:
+        """The instance type of the nodes under test."""
+        return self.kind.instance_type
 
     def placement(self, count: int) -> str:
         """srun options that run on ``count`` of the idle nodes, alone, or fail at once if they are taken.
@@ -266,7 +330,13 @@ class Smoke:
         usable = sum(r.nodes for r in mine if r.usable)
         self.partition_nodes = sum(r.nodes for r in mine)
         self.idle_nodes = [name for name, state in parse_node_states(result.stdout) if state == "idle"]
-        data = {"rows": [r.__dict__ for r in rows], "idle_nodes": self.idle_nodes}
+        all_idle = len(self.idle_nodes)
+        unknown = self.choose_kind()
+        data = {
+            "rows": [r.__dict__ for r in rows],
+            "idle_nodes": self.idle_nodes,
+            "kind": {"resource": self.kind.resource, "instance_type": self.instance_type, "efa": self.kind.efa},
+        }
         if not result.ok or not rows:
             return Step(
                 "sinfo",
@@ -286,15 +356,31 @@ class Smoke:
                 result.command_id,
                 data,
             )
-        bad = ", ".join(f"{r.nodes} {r.state} ({r.nodelist})" for r in mine if not r.usable)
-        idle = len(self.idle_nodes)
-        summary = f"partition {self.partition.name}: {usable} of {self.partition_nodes} nodes usable, {idle} idle"
-        if idle < self.nodes:
-            busy = usable - idle
+        if unknown:
+            kinds = ", ".join(f"{k.resource}: {k.instance_type}" for k in self.partition.kinds)
             return Step(
                 "sinfo",
                 "FAIL",
-                f"{summary}, {self.nodes} idle needed; not usable: {bad or 'none'}"
+                f"partition {self.partition.name} mixes node kinds ({kinds}) and Slurm's node names do not say "
+                f"which is which ({', '.join(unknown[:5])})",
+                "give each instance group its own partition_name, or pass --partition with a partition of one kind",
+                result.command_id,
+                data,
+            )
+        bad = ", ".join(f"{r.nodes} {r.state} ({r.nodelist})" for r in mine if not r.usable)
+        idle = len(self.idle_nodes)
+        summary = f"partition {self.partition.name}: {usable} of {self.partition_nodes} nodes usable, {all_idle} idle"
+        if len(self.partition.kinds) > 1:
+            summary += (
+                f", {idle} of them {self.kind.resource} ({self.instance_type}{'' if self.kind.efa else ', EFA off'})"
+            )
+        if idle < self.nodes:
+            busy = usable - all_idle
+            return Step(
+                "sinfo",
+                "FAIL",
+                f"{summary}, {self.nodes} idle{' of one kind' if len(self.partition.kinds) > 1 else ''} needed; "
+                f"not usable: {bad or 'none'}"
                 + (f"; {busy} busy with jobs (the smoke test runs on idle nodes only)" if busy > 0 else ""),
                 self.look(result, then),
                 result.command_id,
@@ -303,6 +389,21 @@ class Smoke:
         return Step(
             "sinfo", "PASS", summary + (f" (not usable: {bad})" if bad else ""), command_id=result.command_id, data=data
         )
+
+    def choose_kind(self) -> list[str]:
+        """Keep the idle nodes of one kind, the one with the most (the first in the file on a tie); the idle
+        nodes whose kind their name does not tell, when the partition is not uniform (then nothing is kept)."""
+        if self.partition.uniform:
+            return []
+        kinds = {name: self.partition.kind_of(name) for name in self.idle_nodes}
+        unknown = [name for name, kind in kinds.items() if kind is None]
+        if unknown:
+            self.idle_nodes = []
+            return unknown
+        counts = [sum(k == kind for k in kinds.values()) for kind in self.partition.kinds]
+        self.kind = self.partition.kinds[counts.index(max(counts))]
+        self.idle_nodes = [name for name, kind in kinds.items() if kind == self.kind]
+        return []
 
     def hostname(self, timeout: int) -> Step:
         if lacking := self.lacking("srun", self.nodes):
@@ -370,13 +471,15 @@ class Smoke:
 
     def nccl_kind(self, name: str) -> tuple[InstanceType | None, Step | None]:
         """The partition's instance type when an NCCL step applies to it, else the SKIP that says why."""
-        kind = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
+        kind = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
         if self.nodes < 2:
             return None, Step(name, "SKIP", "all_reduce across nodes needs --nodes 2 or more")
         if kind is None or kind.accelerator != "nvidia":
-            return None, Step(name, "SKIP", f"{self.partition.instance_type} has no NVIDIA GPUs")
+            return None, Step(name, "SKIP", f"{self.instance_type} has no NVIDIA GPUs")
         if not kind.efa:
-            return None, Step(name, "SKIP", f"{self.partition.instance_type} has no EFA")
+            return None, Step(name, "SKIP", f"{self.instance_type} has no EFA")
+        if not self.kind.efa:
+            return None, Step(name, "SKIP", f"{self.kind.resource}: EFA is off (efa: false)")
         return kind, self.lacking(name, self.nodes)
 
     def nccl(self, timeout: int, min_busbw: float | None) -> Step:
@@ -424,13 +527,13 @@ class Smoke:
 
     def container(self, image: str | None, nccl_image: str, timeout: int, min_busbw: float | None) -> Step:
         """nccl-tests in a container through Pyxis on NVIDIA EFA partitions; elsewhere a plain Pyxis job."""
-        info = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
-        if info is None or info.accelerator != "nvidia" or not info.efa or self.nodes < 2:
+        info = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
+        if info is None or info.accelerator != "nvidia" or not info.efa or not self.kind.efa or self.nodes < 2:
             return self.pyxis(image, timeout)
         kind, skip = self.nccl_kind("container")
         if skip is not None or kind is None:
             return skip or Step("container", "SKIP", "no NVIDIA EFA partition")
-        devices = efa_devices(self.partition.instance_type)
+        devices = efa_devices(self.instance_type)
         where = self.placement(self.nodes)
         pyxis = f"--container-image={shlex.quote(nccl_image)} {CONTAINER_OPTIONS}"
         # One allocation, two job steps sharing a named container: the image is imported once per
@@ -472,7 +575,7 @@ class Smoke:
             return Step(
                 "container",
                 "SKIP",
-                f"{self.partition.instance_type}: pass --image NAME@sha256:DIGEST to run a Pyxis job on this partition",
+                f"{self.instance_type}: pass --image NAME@sha256:DIGEST to run a Pyxis job on this partition",
             )
         if lacking := self.lacking("container", 1):
             return lacking
@@ -502,9 +605,9 @@ class Smoke:
 
     def neuron(self, timeout: int) -> Step:
         """neuron-ls on every node: each must list the instance type's Neuron devices."""
-        kind = INSTANCE_TYPES.get(self.partition.instance_type.removeprefix("ml."))
+        kind = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
         if kind is None or kind.accelerator != "neuron":
-            return Step("neuron", "SKIP", f"{self.partition.instance_type} has no Neuron devices")
+            return Step("neuron", "SKIP", f"{self.instance_type} has no Neuron devices")
         if lacking := self.lacking("neuron", self.nodes):
             return lacking
         where = self.placement(self.nodes)
@@ -515,7 +618,7 @@ class Smoke:
             return failed
         seen = parse_neuron_counts(result.stdout)
         short = {host: count for host, count in seen.items() if count != kind.accelerators}
-        efa_expected = efa_devices(self.partition.instance_type) if kind.efa else None
+        efa_expected = self.kind.efa_devices() or None
         efa_seen = parse_neuron_efa(result.stdout)
         efa_short = (
             {host: efa_seen.get(host) for host in seen if efa_seen.get(host) != efa_expected} if efa_expected else {}
@@ -544,15 +647,15 @@ class Smoke:
 
     def nccom(self, timeout: int, min_busbw: float | None) -> Step:
         """A two-or-more-node ``nccom-test`` all-reduce over EFA, from the first node of an exclusive allocation."""
-        name = self.partition.instance_type.removeprefix("ml.")
+        name = self.instance_type.removeprefix("ml.")
         kind = INSTANCE_TYPES.get(name)
         if kind is None or kind.accelerator != "neuron":
-            return Step("nccom", "SKIP", f"{self.partition.instance_type} has no Neuron devices")
+            return Step("nccom", "SKIP", f"{self.instance_type} has no Neuron devices")
         if self.nodes < 2:
             return Step("nccom", "SKIP", "all-reduce across nodes needs --nodes 2 or more")
         cores = NEURON_CORES_PER_DEVICE.get(name)
-        if not kind.efa or cores is None:
-            return Step("nccom", "SKIP", f"{self.partition.instance_type}: no multi-node nccom-test for this type")
+        if not kind.efa or not self.kind.efa or cores is None:
+            return Step("nccom", "SKIP", f"{self.instance_type}: no multi-node nccom-test for this type")
         if lacking := self.lacking("nccom", self.nodes):
             return lacking
         ranks = kind.accelerators * cores * self.nodes
@@ -568,9 +671,9 @@ class Smoke:
             return failed
         parsed = parse_nccom(result.stdout)
         peak = parsed.peak
-        expect = expectation(self.partition.instance_type, min_busbw)
+        expect = expectation(self.instance_type, min_busbw)
         data: dict[str, Any] = {
-            "instance_type": self.partition.instance_type,
+            "instance_type": self.instance_type,
             "nodes": self.nodes,
             "ranks": ranks,
             "avg_busbw_gbytes": parsed.avg_busbw_gbps,
@@ -593,7 +696,7 @@ class Smoke:
         bound, mark = line_rate_mark(expect, min_busbw)
         if mark is not None and peak is not None and peak.busbw_gbps < mark:
             problems.append(f"below {mark:g} GB/s")
-        summary = f"{measured} across {self.nodes} x {self.partition.instance_type}, {ranks} ranks ({bound})"
+        summary = f"{measured} across {self.nodes} x {self.instance_type}, {ranks} ranks ({bound})"
         if problems:
             tail = result.stdout.strip()[-300:] if peak is None else ""
             return Step(
@@ -621,11 +724,11 @@ class Smoke:
         The pass mark comes from :func:`mlcluster.cli.nccl_marks.pass_mark`: 80% of a published
         measurement at the same message size where one exists, else half the line rate.
         """
-        devices = efa_devices(self.partition.instance_type)
+        devices = efa_devices(self.instance_type)
         parsed = parse_all_reduce(result.stdout)
         peak = parsed.peak
         data: dict[str, Any] = {
-            "instance_type": self.partition.instance_type,
+            "instance_type": self.instance_type,
             "nodes": self.nodes,
             "provider": parsed.provider,
             "efa_devices_found": {str(count): host for count, host in sorted(parsed.nics.items())},
@@ -654,11 +757,11 @@ class Smoke:
             short = {count: host for count, host in parsed.nics.items() if count != devices}
             problems += [f"aws-ofi-nccl found {count} EFA devices on {host}" for count, host in sorted(short.items())]
             if short:
-                problems[-1] += f" ({devices} expected on {self.partition.instance_type.removeprefix('ml.')})"
+                problems[-1] += f" ({devices} expected on {self.instance_type.removeprefix('ml.')})"
         measured = (
             f"peak busbw {peak.busbw_gbps:.1f} GB/s at {peak.size_bytes / 2**30:g} GiB" if peak else "no bandwidth"
         )
-        mark = pass_mark(self.partition.instance_type, self.nodes, [r.size_bytes for r in parsed.rows], min_busbw)
+        mark = pass_mark(self.instance_type, self.nodes, [r.size_bytes for r in parsed.rows], min_busbw)
         judged = next((r for r in parsed.rows if mark is not None and r.size_bytes == mark.size_bytes), peak)
         if mark is None:
             bound = "no expectation for this type (pass --min-busbw)"
@@ -692,7 +795,7 @@ class Smoke:
             )
             if value
         )
-        summary = f"{measured} across {self.nodes} x {self.partition.instance_type} over {fabric} ({bound})" + (
+        summary = f"{measured} across {self.nodes} x {self.instance_type} over {fabric} ({bound})" + (
             f"; {versions}" if versions else ""
         )
         if problems:

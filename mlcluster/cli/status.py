@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from mlcluster.cli.nodes import Node, describe_hyperpod, hyperpod_nodes, pcluste
 from mlcluster.cli.orphans import orphan_resources, orphan_stacks
 from mlcluster.cli.progress import progress
 from mlcluster.config.observability import observability_enabled
+from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX, SCHEDULED_BACKUP_FOLDER
 from mlcluster.pcluster.states import State, cluster_stack_state, node_state
 
 if TYPE_CHECKING:  # rich is imported when a table is drawn, not when the command starts
@@ -52,6 +53,9 @@ TASK_KINDS = {
     "AUTO_RELEASE_DATA": "auto-release",
 }
 HEALTHY_STACK = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE"}
+#: A HyperPod controller's daily copy older than this needs attention (as the Observability alarm: two days).
+DAILY_COPY_LATE = timedelta(hours=48)
+DAILY_COPY_LATE_TEXT = "over 48 h"
 HEALTHY_NODE = {"Running", "running"}
 
 
@@ -113,6 +117,37 @@ def _hyperpod(target: Target) -> dict[str, Any]:
         "groups": groups,
         "failing_nodes": [n.as_dict() for n in nodes if n.status not in HEALTHY_NODE],
         "log_group": f"/aws/sagemaker/Clusters/{name}/{arn.rsplit('/', 1)[-1]}",
+        "daily_copy": _daily_copy(target, described.get("CreationTime")),
+    }
+
+
+def _daily_copy(target: Target, created: Any) -> dict[str, Any] | None:
+    """The newest daily copy of the controller's Slurm state in the patch backup bucket, and whether it is late.
+
+    A copy is complete when its ``SHA256SUMS`` is there (``mlcluster-backup scheduled`` uploads it last).
+    It is late when the newest is older than ``DAILY_COPY_LATE``, or there is none and the cluster is older
+    than that. None when the environment has no daily copy (``lifecycle.scheduled_backup: false``).
+    """
+    hyperpod = target.environment.config.cluster.hyperpod
+    if hyperpod is None or not hyperpod.lifecycle.scheduled_backup:
+        return None
+    bucket = target.output("Cluster", "PatchBackupBucketName")
+    prefix = f"{PATCH_BACKUP_PREFIX}{target.environment.cluster_name}/{SCHEDULED_BACKUP_FOLDER}"
+    newest: datetime | None = None
+    key = ""
+    with aws_errors(f"ListObjectsV2 s3://{bucket}/{prefix}"):
+        for page in target.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                if str(item["Key"]).endswith("/SHA256SUMS") and (newest is None or item["LastModified"] > newest):
+                    newest, key = item["LastModified"], str(item["Key"])
+    now = datetime.now(UTC)
+    since = newest if newest is not None else created if isinstance(created, datetime) else None
+    return {
+        "where": f"s3://{bucket}/{prefix}",
+        "last": newest,
+        "last_copy": f"s3://{bucket}/{key}" if key else "",
+        "age_hours": None if newest is None else round((now - newest).total_seconds() / 3600, 1),
+        "late": since is not None and now - since > DAILY_COPY_LATE,
     }
 
 
@@ -254,6 +289,13 @@ def collect(target: Target) -> dict[str, Any]:
             f"node {n['instance_id']} ({n['group']}) is {n['status']}" + (f": {n['message']}" if n["message"] else "")
             for n in cluster["failing_nodes"]
         ]
+        copy = cluster.get("daily_copy")
+        if copy is not None and copy["late"]:
+            last = f"the last is {copy['age_hours']} h old" if copy["last"] is not None else "there is none"
+            problems.append(
+                f"no daily copy of the controller's Slurm state in {copy['where']} for {DAILY_COPY_LATE_TEXT} "
+                f"({last}); on the controller: journalctl -u mlcluster-backup-scheduled"
+            )
     if lustre is not None:
         if lustre["lifecycle"] != "AVAILABLE":
             problems.append(f"{lustre['file_system']} is {lustre['lifecycle']}")
@@ -324,6 +366,16 @@ def render(data: dict[str, Any]) -> Group:
                 scaling.add_row(n["group"], n["instance_id"], n["status"])
             parts.append(scaling)
         parts.append(Text(f"logs: {cluster['log_group']}"))
+        copy = cluster.get("daily_copy")
+        if copy is not None:
+            last = (
+                f"last {copy['age_hours']} h ago ({_when(copy['last'])}, {copy['last_copy']})"
+                if copy["last"] is not None
+                else f"none yet in {copy['where']}"
+            )
+            parts.append(
+                Text(f"daily copy of the controller's Slurm state: {last}", style="red" if copy["late"] else "")
+            )
     lustre = data["lustre"]
     if lustre is not None:
         fs = _table(f"FSx for Lustre {lustre['file_system']}", "lifecycle", "type", "capacity", "throughput", "mount")

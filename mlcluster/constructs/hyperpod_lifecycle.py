@@ -67,8 +67,8 @@ def features_document(
     """The content of ``mlcluster_features.json`` (see the lifecycle scripts' README).
 
     ``collector``: the controller runs the metrics collector (its step reads the collector files).
-    ``scheduled_backup``: ``bucket``, ``key_arn`` and ``prefix`` of the controller's daily copy (the
-    scheduled_backup step); none when ``features.scheduled_backup`` is false.
+    ``scheduled_backup``: ``bucket``, ``key_arn``, ``prefix`` and ``cluster_name`` (its metric's dimension) of
+    the controller's daily copy (the scheduled_backup step); none when ``features.scheduled_backup`` is false.
     """
     accounting: dict[str, str] = {"mode": features.accounting.mode}
     if features.accounting.endpoint is not None:
@@ -172,8 +172,9 @@ class HyperPodLifecycle(Construct):
         :param features: what the scripts set up. Default: ``LifecycleConfig()``.
         :param collector_files: the metrics collector's rendered files (``mlcluster.collector.render``); the
             controller then runs the collector step. Default: none (no collector).
-        :param scheduled_backup: ``bucket`` (name), ``key_arn`` and ``prefix`` (ending in ``/``) of the
-            patch backup bucket where the controller puts its daily copy of the Slurm state, when
+        :param scheduled_backup: ``bucket`` (name), ``key_arn``, ``prefix`` (ending in ``/``) of the
+            patch backup bucket where the controller puts its daily copy of the Slurm state, and
+            ``cluster_name`` (the HyperPod cluster, the dimension of the metric each copy publishes), when
             ``features.scheduled_backup`` is true. Default: none (no daily copy).
         :param prefix: the key prefix of the upload, ending in ``/``. Default: ``lifecycle/``.
         :param scripts_dir: the folder to upload; must hold ``on_create.sh``.

@@ -309,6 +309,8 @@ class ClusterStack(cdk.Stack):
                 "bucket": backups.bucket.bucket_name,
                 "key_arn": backups.key.key_arn,
                 "prefix": f"{PATCH_BACKUP_PREFIX}{env.cluster_name}/{SCHEDULED_BACKUP_FOLDER}",
+                # The dimension of the metric each copy publishes (the Observability stack's alarm).
+                "cluster_name": env.cluster_name,
             },
             removal_policy=scripts_removal_policy(),
             log_retention=log_retention(env),

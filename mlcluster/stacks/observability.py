@@ -32,6 +32,7 @@ from mlcluster.constructs.grafana_workspace import GrafanaWorkspace
 from mlcluster.constructs.log_key import key_removal_policy
 from mlcluster.constructs.lustre import LOG_GROUP_PREFIX
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints, PrometheusWorkspace
+from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_METRIC, SCHEDULED_COPY_NAMESPACE
 from mlcluster.stacks.common import export_output, log_retention, removal_policy_except_on_create
 from mlcluster.stacks.storage import StorageStack
 
@@ -93,7 +94,8 @@ class ObservabilityStack(cdk.Stack):
     Alarms: Lustre free capacity below the file's share; ParallelCluster
     nodes failing health checks (its own metrics) and its head-node health
     alarm forwarded; HyperPod node-health and cluster-failure events
-    forwarded; with Prometheus, the workspace's alert rules
+    forwarded, and no daily copy of its controller's Slurm state for two days; with Prometheus, the
+    workspace's alert rules
     (``mlcluster.alert_rules``). Everything notifies one topic, encrypted
     with a key of this stack; the topic and key policies let CloudWatch, EventBridge (and AMP) publish.
     """
@@ -145,6 +147,8 @@ class ObservabilityStack(cdk.Stack):
             self.rules.append(self._pcluster_head_node_rule())
         elif self.backend == "hyperpod":
             self.rules.extend(self._hyperpod_rules())
+            if cfg.cluster.hyperpod is not None and cfg.cluster.hyperpod.lifecycle.scheduled_backup:
+                self.alarms.append(self._scheduled_copy_alarm())
         if self.rules:
             self._admit_event_rules(self.rules)
 
@@ -448,6 +452,37 @@ class ObservabilityStack(cdk.Stack):
             )
             alarms.append(self._alarm(alarm))
         return alarms
+
+    def _scheduled_copy_alarm(self) -> cw.Alarm:
+        """No daily copy of the HyperPod controller's Slurm state reached S3 for two days.
+
+        Each copy that reached the patch backup bucket publishes one data point (``mlcluster-backup
+        scheduled``); a failed run, a stopped timer or a lost controller publishes none, and missing
+        data breaches. Two daily periods (``datapoints_to_alarm`` 2 of 2) leave room for the timer's
+        random delay and a day skipped while a patch backup held the tool's lock.
+        """
+        metric = cw.Metric(
+            namespace=SCHEDULED_COPY_NAMESPACE,
+            metric_name=SCHEDULED_COPY_METRIC,
+            dimensions_map={"ClusterName": self.cluster_name},
+            statistic="Sum",
+            period=cdk.Duration.days(1),
+        )
+        alarm = cw.Alarm(
+            self,
+            "ScheduledCopyMissing",
+            alarm_description=f"No daily copy of HyperPod cluster {self.cluster_name}'s Slurm state (slurmctld "
+            "state, local accounting) reached the patch backup bucket for two days. On the controller: "
+            "'journalctl -u mlcluster-backup-scheduled' and 'systemctl list-timers mlcluster-backup-scheduled'. "
+            "It also goes off while the cluster is deleted",
+            metric=metric,
+            threshold=1,
+            comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+            evaluation_periods=2,
+            datapoints_to_alarm=2,
+            treat_missing_data=cw.TreatMissingData.BREACHING,
+        )
+        return self._alarm(alarm)
 
     def pcluster_metric(self, name: str) -> cw.Metric:
         """A ``ParallelCluster`` health metric of this environment's cluster (summed per 5 minutes)."""

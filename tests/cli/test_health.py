@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
+import pytest
+import yaml
+
+from mlcluster.cli import health as health_module
+from mlcluster.cli.health import check_script, parse_health, step_batches
+from mlcluster.cli.smoke import NodeKind, Partition
 from tests.cli.conftest import Aws, FakeNode, World
 
 NODES = (
@@ -39,16 +47,21 @@ def test_health_checks_idle_nodes_and_reports_drained_ones(hyperpod: World, node
     assert lines[-1] == "4 nodes in p5: 2 checked (quick), 2 critical"
     assert "2 node(s) with critical findings: ip-10-1-5-138, ip-10-1-7-9" in result.stderr
     script = node.scripts[1]
+    assert "h='#!/usr/bin/env bash\n# mlcluster-health:" in script and "check_fi_info()" in script
     assert (
-        "timeout 120 srun -N 2 -p p5 --nodelist=ip-10-1-4-190,ip-10-1-7-9 --exclusive --immediate=60 "
-        "--ntasks-per-node=1 bash -c '#!/usr/bin/env bash\n# mlcluster-health:"
+        'timeout 120 srun -N "$count" -p p5 --nodelist="$nodes" --exclusive --immediate=60 '
+        '--ntasks-per-node=1 bash -c "$h" mlcluster-health --tier quick "$@"'
     ) in script
-    # the tool goes with the command, with what a p5.48xlarge must show: 8 GPUs, 32 EFA devices
-    assert (
-        "' mlcluster-health --tier quick --expect-gpus 8 --expect-efa 32 --expect-neuron 0 2>&1 | grep -E"
-    ) in script
-    assert "check_fi_info()" in script
+    # the quick tier: one job step for the group's nodes, with what a p5.48xlarge must show: 8 GPUs, 32 EFA devices
+    assert steps(script) == [
+        "step 00000 2 ip-10-1-4-190,ip-10-1-7-9 --expect-gpus 8 --expect-efa 32 --expect-neuron 0 &"
+    ]
     assert "sinfo -h -N -p p5 -o '%N|%t|%E'" in node.scripts[0]
+
+
+def steps(script: str) -> list[str]:
+    """The job steps the check script starts (one ``step`` line each)."""
+    return [line for line in script.splitlines() if line.startswith("step ")]
 
 
 def test_health_healthy_cluster_and_json(hyperpod: World, node: FakeNode) -> None:
@@ -64,10 +77,20 @@ def test_health_healthy_cluster_and_json(hyperpod: World, node: FakeNode) -> Non
         ("ip-10-1-5-138", "warning"),
     ]
     assert data["nodes"][1]["failures"][0]["action"] == "look up each code"
-    assert "timeout 1800 srun" in node.scripts[1] and "mlcluster-health --tier deep --expect-gpus 8" in node.scripts[1]
-    # nccl-tests are built with MPI=1: the deep tier's all_reduce needs Slurm's PMIx server (the smoke test's --mpi)
-    assert "--ntasks-per-node=1 --mpi=pmix bash -c" in node.scripts[1]
-    assert "--mpi=pmix" not in node.scripts[1].replace("--ntasks-per-node=1 --mpi=pmix bash -c", "")
+    script = node.scripts[1]
+    assert "timeout 1800 srun" in script and 'bash -c "$h" mlcluster-health --tier deep "$@"' in script
+    # nccl-tests are built with MPI=1: the deep tier's all_reduce needs Slurm's PMIx server (the smoke test's --mpi),
+    # one rank on one node per job step: each node is its own MPI world and gets its own verdict
+    assert "--ntasks-per-node=1 --mpi=pmix bash -c" in script
+    assert "--mpi=pmix" not in script.replace("--ntasks-per-node=1 --mpi=pmix bash -c", "")
+    assert steps(script) == [
+        "step 00000 1 ip-10-1-4-190 --expect-gpus 8 --expect-efa 32 --expect-neuron 0 &",
+        "step 00001 1 ip-10-1-5-138 --expect-gpus 8 --expect-efa 32 --expect-neuron 0 &",
+    ]
+    assert (
+        data["nodes"][0]["expects"]
+        == "--expect-gpus 8 --expect-efa 32 --expect-neuron 0 (worker-group-1: ml.p5.48xlarge)"
+    )
 
 
 def test_health_a_node_without_the_tool_is_critical(hyperpod: World, node: FakeNode) -> None:
@@ -79,7 +102,7 @@ def test_health_a_node_without_the_tool_is_critical(hyperpod: World, node: FakeN
     )
     result = hyperpod.run("health", "hyperpod")
     assert result.exit_code == 1
-    assert "     health_tool (critical): no answer from mlcluster-health (srun exited 2)" in result.stdout
+    assert "     health_tool (critical): no answer from mlcluster-health (the checks exited 2)" in result.stdout
 
 
 def test_health_no_nodes_and_unknown_partition(hyperpod: World, node: FakeNode) -> None:
@@ -99,3 +122,164 @@ def test_health_session_that_times_out_is_an_error(hyperpod: World, node: FakeNo
     result = hyperpod.run("health", "hyperpod")
     assert result.exit_code == 1
     assert "quick checks did not finish on" in result.stderr
+
+
+# -- expectations per node: each compute resource's own instance type and efa setting -----------------------------
+def mixed_queue(world: World) -> None:
+    """The p5 environment's queue with a second compute resource: p4de.24xlarge with EFA off (``efa: false``)."""
+    path = world.environments / f"{world.env}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["cluster"]["pcluster"]["queues"][0]["compute_resources"].append(
+        {"name": "p4de-noefa", "instance_type": "p4de.24xlarge", "min_count": 0, "max_count": 2, "efa": False}
+    )
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_health_expects_each_compute_resources_own_type_and_efa(pcluster: World, node: FakeNode) -> None:
+    """A queue of a p5 resource (EFA on) and a p4de resource with ``efa: false``: each node is checked against its
+    own resource (named in its Slurm name), so the p4de nodes expect no EFA device instead of the p5's 32."""
+    mixed_queue(pcluster)
+    node.on(
+        "sinfo -h -N",
+        "compute-gpu-st-p5-1|idle|none\ncompute-gpu-dy-p4de-noefa-1|idle|none\ncompute-gpu-st-p5-2|idle|none\n",
+    )
+    node.on(
+        "mlcluster-health",
+        "compute-gpu-st-p5-1: healthy\ncompute-gpu-st-p5-2: healthy\ncompute-gpu-dy-p4de-noefa-1: healthy\n",
+    )
+    result = pcluster.run("health", "p5", "--json")
+    assert result.exit_code == 0, result.output
+    assert steps(node.scripts[1]) == [
+        "step 00000 2 compute-gpu-st-p5-1,compute-gpu-st-p5-2 --expect-gpus 8 --expect-efa 32 --expect-neuron 0 &",
+        "step 00001 1 compute-gpu-dy-p4de-noefa-1 --expect-gpus 8 --expect-efa 0 --expect-neuron 0 &",
+    ]
+    expects = {n["node"]: n["expects"] for n in json.loads(result.stdout)["nodes"]}
+    assert expects["compute-gpu-dy-p4de-noefa-1"].endswith("(p4de-noefa: p4de.24xlarge)")
+    # deep: one job step per node, each with its own node's counts
+    node.scripts.clear()
+    assert pcluster.run("health", "p5", "--tier", "deep").exit_code == 0
+    assert steps(node.scripts[1]) == [
+        "step 00000 1 compute-gpu-st-p5-1 --expect-gpus 8 --expect-efa 32 --expect-neuron 0 &",
+        "step 00001 1 compute-gpu-dy-p4de-noefa-1 --expect-gpus 8 --expect-efa 0 --expect-neuron 0 &",
+        "step 00002 1 compute-gpu-st-p5-2 --expect-gpus 8 --expect-efa 32 --expect-neuron 0 &",
+    ]
+
+
+def test_node_kinds_from_parallelclusters_node_names() -> None:
+    """``<queue>-<st|dy>-<resource>-<n>``: a resource whose name starts like another's is told apart; a name of
+    another queue or shape is no kind."""
+    p5, p5big = NodeKind("p5", "p5.48xlarge", efa=True), NodeKind("p5-big", "p5en.48xlarge", efa=True)
+    queue = Partition("gpu", (p5, p5big), "pcluster")
+    assert queue.kind_of("gpu-st-p5-1") == p5
+    assert queue.kind_of("gpu-dy-p5-12") == p5
+    assert queue.kind_of("gpu-st-p5-big-3") == p5big
+    assert queue.kind_of("other-st-p5-1") is None
+    assert queue.kind_of("gpu-xx-p5-1") is None
+    assert queue.kind_of("gpu-st-p5-") is None
+
+
+def test_hyperpod_groups_of_different_types_in_one_partition_use_the_nodes_own_file() -> None:
+    """HyperPod names Slurm nodes by host: where groups of different types share a partition the operator command
+    cannot tell them apart, so those nodes run with --require-env (their own health.env decides, or they fail);
+    groups of one type are uniform and get the counts."""
+    mixed = Partition("gpu", (NodeKind("a", "ml.p5.48xlarge", True), NodeKind("b", "ml.p4d.24xlarge", True)))
+    assert mixed.kind_of("ip-10-1-4-190") is None
+    assert step_batches(["ip-10-1-4-190"], {"ip-10-1-4-190": None}, "quick") == [(["ip-10-1-4-190"], "--require-env")]
+    same = Partition("gpu", (NodeKind("a", "ml.p5.48xlarge", True), NodeKind("b", "ml.p5.48xlarge", True)))
+    assert same.uniform and same.kind_of("ip-10-1-4-190") == same.kinds[0]
+
+
+# -- the check script itself, under bash, with a stand-in srun ------------------------------------------------------
+#: srun as the check script calls it: records its arguments and how many sruns run at once, then prints what
+#: $DATA/<node> holds for each node of --nodelist (hangs when $DATA/<node>.hang exists) and exits with
+#: $DATA/<node>.code.
+FAKE_SRUN = r"""#!/bin/bash
+line=""; prev=""
+for a in "$@"; do if [ "$prev" = -c ]; then line+=" SCRIPT"; else line+=" $a"; fi; prev=$a; done
+printf '%s\n' "${line# }" >>"$DATA/calls"
+nodes=""; count=""
+while (($#)); do
+  case $1 in
+    --nodelist=*) nodes=${1#--nodelist=} ;;
+    -N) count=$2; shift ;;
+  esac
+  shift
+done
+touch "$DATA/running.$$"
+n=$(ls "$DATA" | grep -c '^running\.')
+echo "$n" >>"$DATA/concurrency"
+sleep 0.3
+code=0
+for host in ${nodes//,/ }; do
+  if [ -e "$DATA/$host.hang" ]; then rm -f "$DATA/running.$$"; exec sleep 30; fi
+  cat "$DATA/$host"
+  [ ! -e "$DATA/$host.code" ] || code=$(<"$DATA/$host.code")
+done
+rm -f "$DATA/running.$$"
+exit "$code"
+"""
+
+
+def test_the_deep_tier_gives_each_node_its_own_verdict_under_bash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One bad node (its single-node all-reduce fails) is critical alone, a hung node's step ends at its timeout,
+    the others are healthy; at most CONCURRENT_STEPS sruns run at once."""
+    monkeypatch.setattr(health_module, "CONCURRENT_STEPS", 2)
+    data, tools, scratch = tmp_path / "data", tmp_path / "bin", tmp_path / "tmp"
+    for folder in (data, tools, scratch):
+        folder.mkdir()
+    (tools / "srun").write_text(FAKE_SRUN)
+    (tools / "srun").chmod(0o755)
+    names = ["q-st-p5-1", "q-st-p5-2", "q-st-p5-3", "q-st-p5-4", "q-st-p5-5"]
+    for name in names:
+        (data / name).write_text(f"{name}: healthy\n")
+    (data / "q-st-p5-2").write_text(
+        "q-st-p5-2 FAIL nccl_single critical: all_reduce on 8 GPUs failed: x. Action: check NVLink\n"
+        "q-st-p5-2: 1 critical, 0 warning\n"
+    )
+    (data / "q-st-p5-2.code").write_text("1")
+    (data / "q-st-p5-4.hang").touch()
+    kind = NodeKind("p5", "p5.48xlarge", efa=True)
+    batches = step_batches(names, dict.fromkeys(names, kind), "deep")
+    script = check_script("q", batches, "deep", 2)
+    done = subprocess.run(
+        ["bash", "-c", "set -o pipefail\n" + script],
+        env={"PATH": f"{tools}:/usr/bin:/bin", "DATA": str(data), "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    calls = (data / "calls").read_text().splitlines()
+    assert len(calls) == 5 and all(c.startswith("-N 1 -p q --nodelist=q-st-p5-") for c in calls), calls
+    assert all(
+        c.endswith(
+            "--mpi=pmix bash -c SCRIPT mlcluster-health --tier deep --expect-gpus 8 --expect-efa 32 --expect-neuron 0"
+        )
+        for c in calls
+    ), calls
+    assert max(int(n) for n in (data / "concurrency").read_text().split()) == 2
+    failures, answered, exits = parse_health(done.stdout)
+    assert answered == {"q-st-p5-1", "q-st-p5-2", "q-st-p5-3", "q-st-p5-5"}, done.stdout
+    assert [(f.host, f.check) for f in failures] == [("q-st-p5-2", "nccl_single")]
+    assert exits == {"q-st-p5-2": 1, "q-st-p5-4": 124}
+    assert list(scratch.iterdir()) == []  # the script's own folder went
+
+
+def test_health_a_node_whose_step_timed_out_says_so(hyperpod: World, node: FakeNode) -> None:
+    """A node's job step ended by ``timeout`` (124) or refused by srun: named per node, the others unaffected."""
+    node.on("sinfo -h -N", "ip-10-1-4-190|idle|none\nip-10-1-5-138|idle|none\nip-10-1-6-21|idle|none\n")
+    node.on(
+        "mlcluster-health",
+        "ip-10-1-4-190: healthy\nMLC-STEP ip-10-1-5-138 exit=124\nMLC-STEP ip-10-1-6-21 exit=1\n",
+        code=1,
+    )
+    result = hyperpod.run("health", "hyperpod", "--tier", "deep", "--json")
+    assert result.exit_code == 1
+    nodes = {n["node"]: n for n in json.loads(result.stdout)["nodes"]}
+    assert nodes["ip-10-1-4-190"]["verdict"] == "healthy"
+    assert nodes["ip-10-1-5-138"]["failures"][0]["detail"] == (
+        "no answer from mlcluster-health (its job step timed out after 1800 s)"
+    )
+    assert nodes["ip-10-1-6-21"]["failures"][0]["detail"] == "no answer from mlcluster-health (its job step exited 1)"

@@ -19,6 +19,7 @@ COMMANDS = [
     ["smoke"],
     ["health"],
     ["patch"],
+    ["update"],
     ["preflight"],
     ["cost"],
     ["validate"],

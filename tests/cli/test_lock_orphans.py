@@ -498,3 +498,105 @@ def test_a_failed_backup_lookup_is_reported(aws: Aws, tmp_path: Path) -> None:
     assert "DescribeBackups (the backups of the environment's live file systems) failed: AccessDenied" in (
         raised.value.message
     )
+
+
+@pytest.mark.parametrize(
+    ("existing", "told"),
+    [
+        ({"format": 1, "stacks": {}}, "is format 1 (written before 0.2.0"),
+        (None, "declares that nothing is deployed ('--new')"),
+    ],
+)
+def test_from_templates_never_overwrites_a_format_1_or_new_lock(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existing: dict[str, Any] | None, told: str
+) -> None:
+    """Review finding 1: only no lock, or a lock the templates wrote, may be rewritten from the templates."""
+    from mlcluster.replacement import stack_state
+
+    envs = folder(tmp_path)
+    if existing is None:
+        assert lock(envs, "--new").exception is None
+    else:
+        (envs / "team.lock.json").write_text(json.dumps(existing), encoding="utf-8")
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    storage = {"team-Storage": stack_state(template(policy="Delete"), {}, termination_protection=False)}
+    monkeypatch.setattr(diff_module, "synthesize", lambda folder, name, out: out)
+    monkeypatch.setattr(diff_module, "snapshot_from_assembly", lambda assembly, name: storage)
+    result = lock(envs, "--from-templates")
+    assert isinstance(result.exception, CliError), result.output
+    assert result.exception.exit_code == EXIT_FAILED
+    assert told in result.exception.message
+    assert "Run 'mlcluster lock team' with credentials" in result.exception.message
+    assert "--accept" in result.exception.message
+    assert "is replaced; changes since it are not checked" not in result.output
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    # The edges: no lock at all is a first lock from the templates, and a templates lock is rewritten.
+    (envs / "team.lock.json").unlink()
+    result = lock(envs, "--from-templates")
+    assert result.exception is None, result.output
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["source"] == "templates"
+    result = lock(envs, "--from-templates")
+    assert result.exception is None, result.output
+
+
+def test_termination_protection_switched_off_outside_the_app_is_recorded_only_when_named(
+    aws: Aws, tmp_path: Path
+) -> None:
+    """Review finding 5: protection off on a stack whose log group is not retained needs --accept or an allowance."""
+    envs = folder(tmp_path)
+    deploy("team-Storage", template(policy="Delete"), protect=True)
+    assert lock(envs).exception is None
+    # moto has no UpdateTerminationProtection: the same stack made again without it reads the same.
+    aws_client("cloudformation", REGION).delete_stack(StackName="team-Storage")
+    deploy("team-Storage", template(policy="Delete"), protect=False)
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    result = lock(envs)
+    assert isinstance(result.exception, CliError), result.output
+    assert result.exception.exit_code == EXIT_FAILED
+    assert "team-Storage: termination protection off, so a stack deletion deletes Storage/Lustre/LogGroup/Resource" in (
+        result.exception.message
+    )
+    assert "(--accept termination-protection:team-Storage)" in result.exception.message
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    # Another stack's name accepts nothing.
+    assert isinstance(lock(envs, "--accept", "termination-protection:team-Network").exception, CliError)
+    # The edges: named by --accept, or allowed by the file resource by resource (the guard's rule), it is recorded.
+    result = lock(envs, "--accept", "termination-protection:team-Storage")
+    assert result.exception is None, result.output
+    data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
+    assert data["stacks"]["team-Storage"]["termination_protection"] is False
+    assert data["accepted"] == ["team-Storage termination protection off (exposes Storage/Lustre/LogGroup/Resource)"]
+    (envs / "team.lock.json").write_text(before, encoding="utf-8")
+    envs = folder(tmp_path, allow_replacement=["Storage/Lustre/LogGroup"])
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["allowances_used"] == [
+        "Storage/Lustre/LogGroup"
+    ]
+
+
+def test_lock_ends_the_synths_record_and_keeps_a_used_allowance_while_it_is_in_the_file(
+    aws: Aws, tmp_path: Path
+) -> None:
+    """Review finding 4: the lock, read from what is deployed, replaces the synths' record of allowances."""
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    assert lock(envs).exception is None
+    aws_client("cloudformation", REGION).update_stack(
+        StackName="team-Storage", TemplateBody=json.dumps(template(days=90))
+    )
+    envs = folder(tmp_path, allow_replacement=["Storage/Lustre/LogGroup"])
+    record = envs / "team.allowances.json"
+    record.write_text('{"lock": "x", "allowances": {}}', encoding="utf-8")
+    assert lock(envs).exception is None
+    assert not record.exists()
+    # Locked again with the allowance still in the file: still used (forgotten, it would allow the next change).
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["allowances_used"] == [
+        "Storage/Lustre/LogGroup"
+    ]
+    # The edge: removed from the file, the next lock forgets it.
+    envs = folder(tmp_path)
+    assert lock(envs).exception is None
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["allowances_used"] == []

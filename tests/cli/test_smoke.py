@@ -544,3 +544,59 @@ def test_parse_nccom_reads_the_guides_published_runs() -> None:
     assert good.peak is not None and (good.peak.size_bytes, good.peak.busbw_gbps) == (1073741824, 47.09)
     failed = parse_nccom(transcript("nccom_failed.txt"))
     assert (failed.rows, failed.avg_busbw_gbps, failed.failure) == ((), None, "1 errors found - test failed")
+
+
+#: sinfo of a queue with two compute resources: p5 (EFA on) and p4de-noefa (efa: false), three idle p4de nodes.
+SINFO_MIXED = (
+    "PARTITION    AVAIL  TIMELIMIT  NODES  STATE NODELIST\n"
+    "compute-gpu*    up   infinite      5   idle compute-gpu-st-p5-[1-2],compute-gpu-dy-p4de-noefa-[1-3]\n"
+    "MLC-NODES\n"
+    "compute-gpu-st-p5-1 idle\ncompute-gpu-dy-p4de-noefa-1 idle\ncompute-gpu-dy-p4de-noefa-2 idle\n"
+    "compute-gpu-st-p5-2 idle\ncompute-gpu-dy-p4de-noefa-3 idle\n"
+)
+
+
+def with_resources(world: World, *resources: dict[str, object]) -> None:
+    """The environment's first queue with ``resources`` after its own."""
+    path = world.environments / f"{world.env}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["cluster"]["pcluster"]["queues"][0]["compute_resources"] += list(resources)
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_smoke_mixed_queue_tests_one_resources_nodes_with_its_own_type_and_efa(pcluster: World, node: FakeNode) -> None:
+    """A queue of p5 (EFA on) and p4de with ``efa: false``: smoke takes the resource with the most idle nodes
+    (p4de-noefa, 3), names only its nodes, and skips the EFA steps instead of failing them as the p5's would."""
+    with_resources(
+        pcluster, {"name": "p4de-noefa", "instance_type": "p4de.24xlarge", "min_count": 0, "max_count": 3, "efa": False}
+    )
+    node.on("sinfo", SINFO_MIXED)
+    node.on(" hostname", "compute-gpu-dy-p4de-noefa-1\ncompute-gpu-dy-p4de-noefa-2\n")
+    result = pcluster.run("smoke", "p5", "--nodes", "2", "--json")
+    assert result.exit_code == 0, result.output
+    steps = {s["step"]: s for s in json.loads(result.stdout)["steps"]}
+    assert steps["sinfo"]["summary"] == (
+        "partition compute-gpu: 5 of 5 nodes usable, 5 idle, 3 of them p4de-noefa (p4de.24xlarge, EFA off)"
+    )
+    assert steps["sinfo"]["data"]["kind"] == {"resource": "p4de-noefa", "instance_type": "p4de.24xlarge", "efa": False}
+    assert "--nodelist=compute-gpu-dy-p4de-noefa-1,compute-gpu-dy-p4de-noefa-2 " in node.scripts[1]
+    assert steps["nccl"]["outcome"] == "SKIP"
+    assert steps["nccl"]["summary"] == "p4de-noefa: EFA is off (efa: false)"
+    assert steps["container"]["outcome"] == "SKIP"  # the plain Pyxis job: no --image given
+    assert len(node.scripts) == 2  # sinfo and srun hostname: nothing ran against EFA
+
+
+def test_smoke_a_tie_takes_the_first_resource_of_the_file(pcluster: World, node: FakeNode) -> None:
+    """Two idle nodes each: the file's first resource (p5, EFA on) is the one tested, with its 32 EFA devices."""
+    with_resources(
+        pcluster, {"name": "p4de-noefa", "instance_type": "p4de.24xlarge", "min_count": 0, "max_count": 3, "efa": False}
+    )
+    node.on("sinfo", SINFO_MIXED.replace("compute-gpu-dy-p4de-noefa-3 idle\n", "compute-gpu-dy-p4de-noefa-3 alloc\n"))
+    node.on(" hostname", "compute-gpu-st-p5-1\ncompute-gpu-st-p5-2\n")
+    node.on(BARE_METAL_NCCL, transcript("all_reduce_socket.txt"))
+    node.on("--container-image", transcript("container_p5.txt"))
+    result = pcluster.run("smoke", "p5", "--nodes", "2", "--json")
+    steps = {s["step"]: s for s in json.loads(result.stdout)["steps"]}
+    assert steps["sinfo"]["data"]["kind"]["resource"] == "p5"
+    assert steps["nccl"]["data"]["efa_devices_expected"] == 32
+    assert "--nodelist=compute-gpu-st-p5-1,compute-gpu-st-p5-2 " in node.scripts[1]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -104,6 +104,7 @@ def test_status_shows_stacks_cluster_nodes_lustre_dras_and_outputs(
         "DescribeStacks",
         "DescribeCluster",
         "ListClusterNodes",
+        "ListObjectsV2",  # the controller's daily copies
         "DescribeFileSystems",
         "DescribeDataRepositoryAssociations",
         "DescribeDataRepositoryTasks",
@@ -373,3 +374,65 @@ def test_status_a_scaling_fleet_is_no_problem(aws: Aws, pcluster: World) -> None
         "node i-0head (head-node) is shutting-down: the head node is shutting-down: the cluster has no head node "
         "while it is"
     ]
+
+
+# -- the HyperPod controller's daily copy (review of issue 33, item 6) -----------------------------------------
+
+COPIES = "mlcluster/patch/ml-hyperpod/scheduled/"
+
+
+def copies(world: World, *ages_hours: float) -> dict[str, Any]:
+    """A ListObjectsV2 page: one weekday folder per age, each with its archive and its SHA256SUMS."""
+    now = datetime.now(UTC)
+    contents = []
+    for day, age in zip(("Mon", "Tue", "Wed"), ages_hours, strict=False):
+        when = now - timedelta(hours=age)
+        for name in ("slurmctld-state.tar.gz", "SHA256SUMS"):
+            contents.append({"Key": f"{COPIES}{day}/{name}", "LastModified": when, "Size": 10})
+    return {"Name": world.backup_bucket, "Prefix": COPIES, "KeyCount": len(contents), "Contents": contents}
+
+
+def test_status_shows_the_age_of_the_last_daily_copy(aws: Aws, hyperpod: World, fsx_answers: None) -> None:
+    from tests.cli.conftest import aws_client
+
+    aws_client("s3", hyperpod.region).put_object(
+        Bucket=hyperpod.backup_bucket, Key=f"{COPIES}Tue/SHA256SUMS", Body=b"x"
+    )
+    aws_client("s3", hyperpod.region).put_object(Bucket=hyperpod.backup_bucket, Key=f"{COPIES}Tue/a.gz", Body=b"x")
+    result = hyperpod.run("status", "hyperpod")
+    assert result.exit_code == 0, result.output
+    assert "daily copy of the controller's Slurm state: last 0.0 h ago" in result.output
+    assert f"s3://{hyperpod.backup_bucket}/{COPIES}Tue/SHA256SUMS" in result.output.replace("\n", "")
+    assert aws.params("ListObjectsV2") == [{"Bucket": hyperpod.backup_bucket, "Prefix": COPIES}]
+
+
+@pytest.mark.parametrize(("ages", "late"), [((49.0, 80.0), True), ((47.5, 80.0), False)])
+def test_status_needs_attention_when_the_last_daily_copy_is_over_two_days_old(
+    aws: Aws, hyperpod: World, fsx_answers: None, ages: tuple[float, ...], late: bool
+) -> None:
+    aws.answer("s3", "ListObjectsV2", copies(hyperpod, *ages))
+    result = hyperpod.run("status", "hyperpod", "--json")
+    data = json.loads(result.stdout)
+    copy = data["cluster"]["daily_copy"]
+    assert copy["late"] is late and copy["age_hours"] == ages[0]  # the newest copy counts
+    assert copy["last_copy"] == f"s3://{hyperpod.backup_bucket}/{COPIES}Mon/SHA256SUMS"
+    told = [p for p in data["problems"] if "no daily copy of the controller's Slurm state" in p]
+    assert bool(told) is late and result.exit_code == (1 if late else 0)
+    if late:
+        assert "the last is 49.0 h old" in told[0] and "journalctl -u mlcluster-backup-scheduled" in told[0]
+
+
+def test_status_says_when_there_is_no_daily_copy_yet(aws: Aws, hyperpod: World, fsx_answers: None) -> None:
+    """A cluster created minutes ago has none yet: said, not a problem (the alarm waits two days too)."""
+    result = hyperpod.run("status", "hyperpod")
+    assert result.exit_code == 0, result.output
+    assert f"daily copy of the controller's Slurm state: none yet in s3://{hyperpod.backup_bucket}/{COPIES}" in (
+        result.output.replace("\n", "")
+    )
+
+
+def test_status_reports_a_failed_daily_copy_lookup(aws: Aws, hyperpod: World, fsx_answers: None) -> None:
+    aws.answer("s3", "ListObjectsV2", error("AccessDenied", "Access Denied", 403))
+    result = hyperpod.run("status", "hyperpod")
+    assert result.exit_code == 3
+    assert f"ListObjectsV2 s3://{hyperpod.backup_bucket}/{COPIES} failed: AccessDenied" in result.stderr

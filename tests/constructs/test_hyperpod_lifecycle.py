@@ -318,6 +318,7 @@ def test_the_daily_copy_is_written_only_when_on() -> None:
         "bucket": "hyperpod-cluster-patchbackups-1a2b3c",
         "key_arn": "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
         "prefix": "mlcluster/patch/ml/scheduled/",
+        "cluster_name": "ml",
     }
     on = features_document(LifecycleConfig(), scheduled_backup=target)
     assert on["scheduled_backup"] == target

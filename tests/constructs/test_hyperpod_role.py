@@ -25,6 +25,7 @@ from mlcluster.constructs.hyperpod_role import HyperPodExecutionRole
 from mlcluster.constructs.nag import flatten_resource
 from mlcluster.constructs.network import ClusterNetwork
 from mlcluster.constructs.patch_backup import PatchBackupBucket
+from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_NAMESPACE
 
 SECRET = "arn:aws:secretsmanager:us-east-1:111111111111:secret:slurm-db-AbCdEf"
 LIFECYCLE_BUCKET = "mlc-lifecycle-test-111111111111-us-east-1"
@@ -128,6 +129,8 @@ def test_metrics_only_in_the_hyperpod_namespace(built: Built) -> None:
     assert metrics["Action"] == "cloudwatch:PutMetricData"
     assert metrics["Resource"] == "*"
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Clusters"}}
+    # The daily copy's data point (mlcluster-backup scheduled) goes to that namespace: no grant of its own.
+    assert metrics["Condition"]["StringEquals"]["cloudwatch:namespace"] == SCHEDULED_COPY_NAMESPACE
 
 
 def test_session_manager_channels(built: Built) -> None:

@@ -157,28 +157,88 @@ def test_failed_update_then_rollback(world: World, fake: FakeSageMaker, clock: C
     _only_looked(fake)
 
 
-@pytest.mark.parametrize("resource_type", [app.PREFLIGHT, app.NODES_READY])
-def test_rollback_update_is_answered_without_a_check(
-    world: World, fake: FakeSageMaker, clock: Clock, resource_type: str
-) -> None:
+def test_rollback_node_check_is_answered_without_a_check(world: World, fake: FakeSageMaker, clock: Clock) -> None:
     """aws/aws-cdk#17040: the rollback's Update (same physical id) must not fail again and stop the rollback.
 
-    The cluster is still RollingBack, which fails the node check and keeps the
-    pre-flight waiting until it fails; during UPDATE_ROLLBACK_IN_PROGRESS
-    neither looks at it.
+    The cluster is still RollingBack, which would fail the node check; during UPDATE_ROLLBACK_IN_PROGRESS it
+    does not look at it.
     """
     cluster = fake.add("ml-cluster", COUNTS, status="RollingBack")
     world.stack.status = "UPDATE_ROLLBACK_IN_PROGRESS"
-    old, new = world.props(_spec(world)), world.props(_spec(world, workers=4))
-    if resource_type == app.PREFLIGHT:
-        event = update_event("ml-cluster-preflight", old, new)
-    else:
-        event = nodes_event(cluster.arn, COUNTS, "Update", old={**COUNTS, "workers": 4})
+    event = nodes_event(cluster.arn, COUNTS, "Update", old={**COUNTS, "workers": 4})
     result = app.on_event(event)
     assert result == {"PhysicalResourceId": event["PhysicalResourceId"], "Data": {"Checked": app.NOT_CHECKED}}
     assert world.stack.calls == [{"StackName": event["StackId"]}]
     assert fake.calls == []
     assert clock.sleeps == []
+
+
+def test_rollback_preflight_waits_for_a_busy_cluster_then_answers(
+    world: World, fake: FakeSageMaker, clock: Clock
+) -> None:
+    """Issue 29 (the issue-25 follow-up): the failed update may still run (Updating, RollingBack); the
+    rollback's UpdateCluster would meet a ConflictException, so the pre-flight waits (bounded) until it is
+    InService, without checking anything, and answers success."""
+    fake.add("ml-cluster", COUNTS, status="RollingBack").upcoming = ["Updating", "InService"]
+    world.stack.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+    old, new = world.props(_spec(world)), world.props(_spec(world, workers=4))
+    event = update_event("ml-cluster-preflight", old, new)
+    result = app.on_event(event)
+    assert result == {"PhysicalResourceId": event["PhysicalResourceId"], "Data": {"Checked": app.NOT_CHECKED}}
+    assert clock.sleeps == [app.POLL_SECONDS, app.POLL_SECONDS]
+    assert [operation for operation, _ in fake.calls] == ["DescribeCluster"] * 3
+
+
+@pytest.mark.parametrize(
+    ("setup", "sleeps"),
+    [
+        ("busy for ever", app.MAX_WAIT_SECONDS // app.POLL_SECONDS),
+        ("gone", 0),
+        ("deleting", 0),
+        ("throttled", 0),
+        ("denied", 0),
+        ("bad properties", 0),
+    ],
+)
+def test_rollback_preflight_answers_success_whatever_it_meets(
+    world: World, fake: FakeSageMaker, clock: Clock, setup: str, sleeps: int
+) -> None:
+    """No path of the rollback's pre-flight fails: a failure would stop the rollback in UPDATE_ROLLBACK_FAILED."""
+    world.stack.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+    old, new = world.props(_spec(world)), world.props(_spec(world, workers=4))
+    if setup == "busy for ever":
+        fake.add("ml-cluster", COUNTS, status="Updating")
+    elif setup == "deleting":
+        fake.add("ml-cluster", COUNTS, status="Deleting")
+    elif setup == "throttled":
+        fake.errors["DescribeCluster"] = [("ThrottlingException", "Rate exceeded")] * 10
+    elif setup == "denied":
+        fake.errors["DescribeCluster"] = [("AccessDeniedException", "not authorized")]
+    elif setup == "bad properties":
+        old = {"ClusterSpec": "not json"}
+    event = update_event("ml-cluster-preflight", old, new)
+    result = app.on_event(event)
+    assert result == {"PhysicalResourceId": event["PhysicalResourceId"], "Data": {"Checked": app.NOT_CHECKED}}
+    assert len(clock.sleeps) == sleeps
+    assert all(operation == "DescribeCluster" for operation, _ in fake.calls)
+
+
+@pytest.mark.parametrize("resource_type", [app.PREFLIGHT, app.NODES_READY])
+@pytest.mark.parametrize("properties", ["good", "garbage"])
+def test_delete_never_fails(world: World, fake: FakeSageMaker, resource_type: str, properties: str) -> None:
+    """A Delete (the rollback of a create, the cleanup of a replaced physical id, a stack deletion) removes
+    nothing of ours and calls nothing: it cannot fail, whatever the properties."""
+    props: Any = world.props(_spec(world)) if properties == "good" else {"ClusterSpec": 7}
+    event = {
+        "RequestType": "Delete",
+        "ResourceType": resource_type,
+        "LogicalResourceId": "Check",
+        "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/dev-Cluster/1",
+        "PhysicalResourceId": "ml-cluster-preflight",
+        "ResourceProperties": props,
+    }
+    assert app.on_event(event) == {"PhysicalResourceId": "ml-cluster-preflight"}
+    assert fake.calls == [] and world.stack.calls == []
 
 
 @pytest.mark.parametrize(

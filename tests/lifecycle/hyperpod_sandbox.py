@@ -412,6 +412,15 @@ if [[ $1 == s3api && $2 == put-object ]]; then
   cp "${opt[--body]}" "$dst"
   exit 0
 fi
+if [[ $1 == cloudwatch && $2 == put-metric-data ]]; then
+  # PutMetricData, refused (AccessDenied) while STUB_METRIC_DENIED is set.
+  act "$@"
+  [[ -z ${STUB_METRIC_DENIED:-} ]] || {
+    echo "An error occurred (AccessDenied) when calling the PutMetricData operation" >&2
+    exit 254
+  }
+  exit 0
+fi
 [[ $1 == s3 && $2 == cp ]] || exit 2
 act "$@"
 src=${*: -2:1} dst=${*: -1}

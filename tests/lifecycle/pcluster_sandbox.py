@@ -64,8 +64,12 @@ case "$*" in
 esac
 """,
     "dpkg": "echo amd64\n",
-    "apt-cache": '[[ " ${STUB_UNAVAILABLE:-} " != *" ${*: -1} "* ]]\n',
-    "dnf": """if [[ " $* " == *" list "* ]]; then [[ " ${STUB_UNAVAILABLE:-} " != *" ${*: -1} "* ]]; exit; fi
+    # madison and --showduplicates list the versions a repository offers: the file STUB_PACKAGE_VERSIONS, in the
+    # tool's own format (none when unset).
+    "apt-cache": 'if [[ $1 == madison ]]; then cat "${STUB_PACKAGE_VERSIONS:-/dev/null}"; exit; fi\n'
+    '[[ " ${STUB_UNAVAILABLE:-} " != *" ${*: -1} "* ]]\n',
+    "dnf": """if [[ " $* " == *" --showduplicates "* ]]; then cat "${STUB_PACKAGE_VERSIONS:-/dev/null}"; exit; fi
+if [[ " $* " == *" list "* ]]; then [[ " ${STUB_UNAVAILABLE:-} " != *" ${*: -1} "* ]]; exit; fi
 skip=0
 for a in "$@"; do
   if ((skip)); then skip=0; continue; fi

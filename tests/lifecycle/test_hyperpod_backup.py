@@ -234,6 +234,13 @@ def test_bad_usage_exits_2(controller: Sandbox, args: tuple[str, ...]) -> None:
         "usage: mlcluster-backup backup|scheduled s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX "
         "FILE=SHA256..." in (result.stderr)
     )
+    # Where restore's digests come from: the journal or mlcluster; the bucket's SHA256SUMS only as a last
+    # resort (after a controller replacement), with whom that trusts (the trust map's daily-copy row).
+    said = " ".join(result.stderr.split())
+    assert "digests should come from the journal" in said
+    assert "journalctl -u mlcluster-backup-scheduled" in said
+    assert "from mlcluster (patch state or its output). The bucket's SHA256SUMS is a last resort" in said
+    assert "whoever can write the prefix can rewrite that file" in said
 
 
 def test_a_missing_backup_fails_with_the_s3_error(controller: Sandbox) -> None:

@@ -261,11 +261,11 @@ def test_shellcheck_clean() -> None:
 def test_the_operator_commands_inline_copy_runs_without_health_env(p5: Node) -> None:
     """`mlcluster health` sends the script with the instance type's counts; no installed file is needed."""
     from mlcluster.cli.health import health_command
-    from mlcluster.cli.smoke import Partition
+    from mlcluster.cli.smoke import NodeKind
 
     (p5.root / "etc/mlcluster/health.env").unlink()
     p5.run()  # writes the proc(5) limits file
-    command = health_command(Partition("p5", "ml.p5.48xlarge"), "quick")
+    command = health_command(NodeKind("p5-group", "ml.p5.48xlarge", efa=True), "quick")
     result = subprocess.run(
         ["bash", "-c", command],
         env={"PATH": f"{p5.bin}:/usr/bin:/bin", "MLC_ROOT": str(p5.root), "DATA": str(p5.data)},
@@ -693,3 +693,158 @@ def test_the_hung_tool_markers_live_in_a_fresh_folder_of_roots_that_planted_name
     assert calls(p5, "nvidia-smi") == 1  # the marker was written in the run's own folder, and read back
     assert target.read_text() == "untouched\n"
     assert sorted(p.name for p in shared.iterdir()) == ["mlcluster-health.AAAAAA", "mlcluster-health.BBBBBB"]
+
+
+#: A hanging nvidia-smi that first lists its TMPDIR (the caller's, inherited) into DATA/tmpdir.
+LISTS_TMPDIR = '#!/bin/sh\nls -A "$TMPDIR" >"$DATA/tmpdir"\necho x >>"$DATA/nvidia-smi.calls"\nexec sleep 30\n'
+
+
+def test_roots_run_ignores_a_callers_tmpdir(reachable_p5: Node) -> None:
+    """``sudo -E`` keeps a user's TMPDIR: root's hung-tool folder must not be made inside the user's folder (the
+    user could rename it and plant links there). Root's run uses /tmp; the markers still work."""
+    node = reachable_p5
+    users_tmp = node.root.parent / "alice-tmp"
+    users_tmp.mkdir(mode=0o700)
+    os.chown(users_tmp, ALICE, ALICE)
+    (node.bin / "nvidia-smi").write_text(LISTS_TMPDIR)
+    result = node.run("--drain", MLC_HEALTH_TOOL_TIMEOUT_S="1", TMPDIR=str(users_tmp))
+    assert "FAIL gpu_count critical: nvidia-smi did not answer within 1 s" in result.stdout, result.stdout
+    assert calls(node, "nvidia-smi") == 1  # the marker folder (under /tmp) was written and read back
+    assert (node.data / "tmpdir").read_text() == ""  # nothing of root's in the user's folder while it ran
+    assert list(users_tmp.iterdir()) == []
+
+
+def test_a_users_run_keeps_its_own_tmpdir(reachable_p5: Node) -> None:
+    """The edge that must keep working: an unprivileged run (srun as the user) makes its folder in its TMPDIR."""
+    node = reachable_p5
+    users_tmp = node.root.parent / "alice-tmp"
+    users_tmp.mkdir(mode=0o700)
+    os.chown(users_tmp, ALICE, ALICE)
+    for folder in (node.data, node.bin):
+        folder.chmod(0o777)
+    (node.bin / "nvidia-smi").write_text(LISTS_TMPDIR)
+    (node.bin / "nvidia-smi").chmod(0o755)
+    result = as_alice(
+        f"export TMPDIR={users_tmp} DATA={node.data} MLC_ROOT={node.root} MLC_HEALTH_TOOL_TIMEOUT_S=1 "
+        f"PATH={node.bin}:/usr/bin:/bin; exec bash {HEALTH}",
+        node.root,
+    )
+    assert "FAIL gpu_count critical: nvidia-smi did not answer within 1 s" in result.stdout, (
+        result.stdout + result.stderr
+    )
+    assert (node.data / "tmpdir").read_text().startswith("mlcluster-health.")
+    assert calls(node, "nvidia-smi") == 1
+    assert list(users_tmp.iterdir()) == []  # removed after the run
+
+
+# -- the deep tier's repair advice, per backend; nccom-test found, bounded and sized by neuron-ls ----------------
+@pytest.mark.parametrize(
+    ("marker", "advice"),
+    [
+        ("opt/ml/config/resource_config.json", "sudo bash /opt/mlcluster/lifecycle/on_create.sh nccl_tests"),
+        (
+            "opt/parallelcluster/",
+            "sudo MLCLUSTER_STEP=nccl_efa MLCLUSTER_NODE_ROLE=compute bash /opt/mlcluster/node-scripts/nccl_efa.sh",
+        ),
+    ],
+)
+def test_missing_nccl_tests_advice_names_the_backends_own_step(p5: Node, marker: str, advice: str) -> None:
+    """HyperPod's nodes carry resource_config.json, ParallelCluster's /opt/parallelcluster: the advice to
+    reinstall nccl-tests names that backend's step only."""
+    path = p5.root / marker
+    if marker.endswith("/"):
+        path.mkdir(parents=True)
+    else:
+        path.parent.mkdir(parents=True)
+        path.write_text("{}\n")
+    result = p5.run("--tier", "deep")
+    line = next(line for line in result.stdout.splitlines() if " nccl_single " in line)
+    assert line.startswith("ip-10-1-4-190 FAIL nccl_single critical: /opt/mlcluster/nccl-tests/bin/all_reduce_perf")
+    assert line.endswith(
+        f"Action: re-run the {'lifecycle' if 'ml/config' in marker else 'node'} step: {advice}"
+        + ("" if "ml/config" in marker else " (its log: /var/log/mlcluster/nccl_efa.log)")
+    ), line
+    other = "on_create.sh" if "parallelcluster" in marker else "nccl_efa.sh"
+    assert other not in line
+
+
+def test_missing_nccl_tests_advice_on_an_unknown_node_names_both(p5: Node) -> None:
+    result = p5.run("--tier", "deep")
+    line = next(line for line in result.stdout.splitlines() if " nccl_single " in line)
+    assert "Action: HyperPod: re-run the lifecycle step: sudo bash /opt/mlcluster/lifecycle/on_create.sh" in line
+    assert "; ParallelCluster: re-run the node step: sudo MLCLUSTER_STEP=nccl_efa" in line
+
+
+def trn_node(tmp_path: Path, instance_type: str, neuron_ls: str) -> Node:
+    node = make_node(tmp_path, instance_type)
+    node.answer("neuron_ls", neuron_ls)
+    node.answer("journal", "")
+    node.answer("nccom", (DATA / "nccom_alltoallv.txt").read_text())
+    return node
+
+
+def nccom_stub(node: Node, body: str = 'cat "$DATA/nccom"') -> None:
+    (node.bin / "nccom-test").write_text(f'#!/bin/sh\necho "$*" >"$DATA/nccom_args"\n{body}\n')
+    (node.bin / "nccom-test").chmod(0o755)
+
+
+def trn2_neuron_ls(cores: int) -> str:
+    """neuron-ls's table (the trn1 transcript's layout, Neuron "Neuron LS User Guide") for 16 Trainium2
+    devices showing ``cores`` NeuronCores each: 4 with the default LNC=2, 8 with LNC=1."""
+    head, *_ = (CLI_DATA / "neuron_ls_trn1.txt").read_text().split("| 0      |", 1)
+    rows = "".join(f"| {i:<6} | {cores:<6} | 96 GB  | 1, 3, 4, 12   | 0000:{16 + i:02x}:1c.0 |\n" for i in range(16))
+    return head.replace("trn1.32xlarge", "trn2.48xlarge") + rows
+
+
+@pytest.mark.parametrize(("cores", "ranks"), [(4, 64), (8, 128)])
+def test_trn2_nccom_ranks_are_the_neuroncores_neuron_ls_lists(tmp_path: Path, cores: int, ranks: int) -> None:
+    """trn2: 8 physical NeuronCores per device, 4 logical with the default LNC=2: the rank count is read from
+    neuron-ls, not assumed 2 per device as on trn1."""
+    node = trn_node(tmp_path, "trn2.48xlarge", trn2_neuron_ls(cores))
+    nccom_stub(node)
+    result = node.run("--tier", "deep")
+    assert "PASS neuron critical: 16 Neuron devices" in result.stdout, result.stdout
+    assert f"PASS nccom_single critical: all-reduce on {ranks} NeuronCores" in result.stdout
+    assert (node.data / "nccom_args").read_text().startswith(f"-r {ranks} -b 64M")
+
+
+def test_a_missing_nccom_test_is_a_warning_not_zero_bandwidth(tmp_path: Path) -> None:
+    node = trn_node(tmp_path, "trn1.32xlarge", (CLI_DATA / "neuron_ls_trn1.txt").read_text())
+    result = node.run("--tier", "deep")
+    assert "FAIL nccom_single warning: nccom-test not found (PATH=" in result.stdout, result.stdout
+    assert "nccom_single critical" not in result.stdout
+
+
+def test_a_hanging_nccom_test_fails_within_its_bound(tmp_path: Path) -> None:
+    node = trn_node(tmp_path, "trn1.32xlarge", (CLI_DATA / "neuron_ls_trn1.txt").read_text())
+    nccom_stub(node, "exec sleep 60")
+    started = time.monotonic()
+    result = node.run("--tier", "deep", MLC_HEALTH_DEEP_TIMEOUT_S="2")
+    assert time.monotonic() - started < 30
+    assert "FAIL nccom_single critical: nccom-test all-reduce did not finish within 2 s" in result.stdout, result.stdout
+
+
+def test_a_hanging_all_reduce_and_dcgm_fail_within_their_bound(p5: Node) -> None:
+    nccl = p5.root / "opt/mlcluster/nccl-tests/bin/all_reduce_perf"
+    nccl.parent.mkdir(parents=True)
+    nccl.write_text("#!/bin/sh\nexec sleep 60\n")
+    nccl.chmod(0o755)
+    (p5.bin / "dcgmi").write_text("#!/bin/sh\nexec sleep 60\n")
+    started = time.monotonic()
+    result = p5.run("--tier", "deep", MLC_HEALTH_DEEP_TIMEOUT_S="2")
+    assert time.monotonic() - started < 30
+    assert "FAIL dcgm_diag critical: dcgmi diag -r 2 did not finish within 2 s" in result.stdout, result.stdout
+    assert "FAIL nccl_single critical: all_reduce on 8 GPUs failed: all_reduce_perf exited 124" in result.stdout
+
+
+def test_require_env_fails_a_node_without_health_env_and_accepts_one_with_it(p5: Node) -> None:
+    """`mlcluster health` sends --require-env where it cannot tell a node's kind: the node's own file decides, and
+    a node without it fails instead of skipping every check."""
+    result = p5.run("--require-env")
+    assert result.returncode == 0, result.stdout
+    assert "PASS efa_count critical: 32 EFA devices" in result.stdout
+    (p5.root / "etc/mlcluster/health.env").unlink()
+    result = p5.run("--require-env")
+    assert result.returncode == 1
+    assert "FAIL expectations critical: /etc/mlcluster/health.env is missing" in result.stdout, result.stdout
+    assert p5.run().returncode == 0  # without the option: every check skips, as before

@@ -22,14 +22,21 @@ from pathlib import Path
 
 import pytest
 
-from mlcluster.lifecycle.hyperpod.plan import LifecycleInputError, parse_features, plan_steps
+from mlcluster.lifecycle.hyperpod.plan import (
+    SCHEDULED_COPY_METRIC,
+    SCHEDULED_COPY_NAMESPACE,
+    LifecycleInputError,
+    parse_features,
+    plan_steps,
+)
 from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, WORKER_IP, Sandbox
 
 BUCKET = "hyperpod-cluster-patchbackups-1a2b3c"
 KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 PREFIX = "mlcluster/patch/ml/scheduled/"
 URI = f"s3://{BUCKET}/{PREFIX.rstrip('/')}"
-SCHEDULED = {"bucket": BUCKET, "key_arn": KEY, "prefix": PREFIX}
+CLUSTER = "ml-hyperpod"
+SCHEDULED = {"bucket": BUCKET, "key_arn": KEY, "prefix": PREFIX, "cluster_name": CLUSTER}
 UNIT = "/etc/systemd/system/mlcluster-backup-scheduled"
 STATE = "/opt/sagemaker/mlcluster/slurmctld"
 
@@ -82,6 +89,9 @@ def test_the_step_runs_on_the_controller_only_and_only_when_asked() -> None:
         ("prefix", "mlcluster/patch/ml/scheduled"),  # no trailing '/'
         ("prefix", "mlcluster/../state.json/"),
         ("prefix", "/absolute/"),
+        ("cluster_name", "-leading-dash"),
+        ("cluster_name", "a" * 64),
+        ("cluster_name", "ml;reboot"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_key(key: str, value: str) -> None:
@@ -90,10 +100,17 @@ def test_a_bad_value_is_refused_naming_the_key(key: str, value: str) -> None:
 
 
 def test_the_edges_are_accepted_and_a_missing_key_is_named() -> None:
-    edge = {"bucket": "a" * 63, "key_arn": KEY.replace("aws:", "aws-us-gov:", 1), "prefix": "x/"}
+    edge = {
+        "bucket": "a" * 63,
+        "key_arn": KEY.replace("aws:", "aws-us-gov:", 1),
+        "prefix": "x/",
+        "cluster_name": "a" * 63,
+    }
     assert parse_features(with_backup(scheduled_backup=edge)).scheduled_backup is not None
     with pytest.raises(LifecycleInputError, match=r"scheduled_backup\.key_arn is missing"):
-        parse_features(with_backup(scheduled_backup={"bucket": BUCKET, "prefix": PREFIX}))
+        parse_features(with_backup(scheduled_backup={"bucket": BUCKET, "prefix": PREFIX, "cluster_name": CLUSTER}))
+    with pytest.raises(LifecycleInputError, match=r"scheduled_backup\.cluster_name is missing"):
+        parse_features(with_backup(scheduled_backup={"bucket": BUCKET, "key_arn": KEY, "prefix": PREFIX}))
     with pytest.raises(LifecycleInputError, match=r"scheduled_backup\.region = "):
         parse_features(with_backup(scheduled_backup={**SCHEDULED, "region": "us-east-1"}))
 
@@ -163,6 +180,37 @@ def test_the_scheduled_copy_keeps_slurmctld_running_and_rotates_by_weekday(contr
         assert f"{digest}  {name}\n" in sums
         assert f"{name}={digest}" in result.stderr  # the restore command, in the journal
     assert f"scheduled copy complete: {URI}/{day}" in result.stderr
+    # Last, the data point the Observability stack's alarm reads: HyperPod's namespace, this cluster.
+    assert actions[-1] == (
+        f"aws cloudwatch put-metric-data --namespace {SCHEDULED_COPY_NAMESPACE} --metric-name {SCHEDULED_COPY_METRIC} "
+        f"--dimensions ClusterName={CLUSTER} --value 1 --unit Count"
+    )
+
+
+def test_a_metric_that_cannot_be_put_fails_the_run_after_the_copy(controller: Sandbox) -> None:
+    """The copy is in S3, but without its data point the alarm goes off: the run fails so systemd retries."""
+    state = controller.root / STATE.lstrip("/")
+    (state / "job_state").write_text("jobs v2\n")
+    before = len(controller.actions())
+    env = {
+        **controller.env(),
+        "MLC_LIFECYCLE_DIR": str(controller.root / "opt/mlcluster/lifecycle"),
+        "STUB_METRIC_DENIED": "1",
+        "MLC_MAX_ATTEMPTS": "2",
+    }
+    done = subprocess.run(
+        ["bash", str(controller.root / "usr/local/sbin/mlcluster-backup"), "scheduled", URI, KEY],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "the copy is in S3 but MlclusterScheduledCopy was not published" in done.stderr
+    actions = controller.actions()[before:]
+    assert len([a for a in actions if a.startswith("aws s3api put-object")]) == 3
+    assert len([a for a in actions if a.startswith("aws cloudwatch put-metric-data")]) == 2
 
 
 def test_the_copy_restores_with_the_tool_patch_uses(controller: Sandbox) -> None:

@@ -235,42 +235,92 @@ def test_aws_ofi_nccl_is_built_from_the_verified_release(make_node: MakeNode) ->
     assert "aws-ofi-nccl 1.19.0: https://github.com/aws/aws-ofi-nccl/releases/download/v1.19.0/" in node.log("nccl_efa")
 
 
-@pytest.mark.parametrize(
-    ("os_release", "wanted"),
-    [
-        (AMAZON_LINUX, ["libnccl-2.27.7-1+cuda12.9", "libnccl-devel-2.27.7-1+cuda12.9"]),
-        (UBUNTU, ["libnccl2=2.27.7-1+cuda12.9", "libnccl-dev=2.27.7-1+cuda12.9"]),
-    ],
-)
-def test_nccl_is_installed_pinned_for_the_nodes_cuda(make_node: MakeNode, os_release: str, wanted: list[str]) -> None:
-    """No NCCL on the AMI: the pinned release, built for this node's CUDA (version.json), runtime and headers."""
+#: What NVIDIA's CUDA repositories list for NCCL's development package, in each tool's own format
+#: (apt-cache(8) madison: "package | version | source"; dnf/yum list --showduplicates: "name.arch version repo").
+#: The 2.27.7-1 builds are the ones public pins name (libnccl2/libnccl-dev 2.27.7-1+cuda12.4, +cuda12.9 and
+#: +cuda13.0: Dockerfiles and install scripts on GitHub, and NVIDIA's redist archives nccl_2.27.7-1+cuda13.0);
+#: neighbouring releases show that only the pinned NCCL counts.
+APT_REPO = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64  Packages"
+NCCL_BUILDS = ("2.26.5-1+cuda12.9", "2.27.7-1+cuda12.4", "2.27.7-1+cuda12.9", "2.27.7-1+cuda13.0", "2.28.3-1+cuda12.8")
+MADISON = "".join(f" libnccl-dev | {v} | {APT_REPO}\n" for v in reversed(NCCL_BUILDS))
+DNF_LIST = "Available Packages\n" + "".join(f"libnccl-devel.x86_64    {v}    cuda-rhel9-x86_64\n" for v in NCCL_BUILDS)
+
+
+def nccl_node(make_node: MakeNode, os_release: str, cuda: str, driver: str | None) -> PclusterNode:
+    """A node without NCCL, with CUDA ``cuda`` (version.json), a driver for CUDA ``driver`` (nvidia-smi's header;
+    None: nvidia-smi prints nothing) and the repository's NCCL builds."""
     node = make_node(os_release=os_release)
     (node.root / "usr/local/cuda/include/nccl.h").unlink()
     (node.root / "usr/local/cuda/version.json").write_text(
-        '{\n   "cuda" : {\n      "name" : "CUDA SDK",\n      "version" : "12.9.1"\n   },\n'
+        '{\n   "cuda" : {\n      "name" : "CUDA SDK",\n      "version" : "' + cuda + '"\n   },\n'
         '   "cuda_cccl" : {\n      "version" : "12.9.27"\n   }\n}\n'
     )
+    listing = node.state / "package-versions"
+    listing.write_text(MADISON if os_release == UBUNTU else DNF_LIST)
+    node.extra_env["STUB_PACKAGE_VERSIONS"] = str(listing)
+    if driver is not None:
+        (node.bin / "nvidia-smi.gpu").write_text(
+            "#!/bin/sh\n"
+            "echo '+-----------------------------------------------------------------------------------------+'\n"
+            f"echo '| NVIDIA-SMI 570.172.08             Driver Version: 570.172.08     CUDA Version: {driver}     |'\n"
+        )
+    return node
+
+
+@pytest.mark.parametrize(
+    ("os_release", "cuda", "driver", "build"),
+    [
+        (AMAZON_LINUX, "12.9.1", None, "12.9"),  # published for the toolkit's own CUDA
+        (UBUNTU, "12.9.1", "12.9", "12.9"),
+        (UBUNTU, "12.8.1", "12.8", "12.4"),  # none for 12.8; 12.9 is newer than the driver: the nearest older one
+        (UBUNTU, "12.8.1", "13.0", "12.9"),  # a newer driver takes the nearest, 12.9
+        (AMAZON_LINUX, "12.6.3", "12.6", "12.4"),
+        (UBUNTU, "13.0.2", "13.0", "13.0"),  # CUDA 13: never a 12.x build
+    ],
+)
+def test_nccl_is_the_published_build_nearest_the_nodes_cuda_within_its_driver(
+    make_node: MakeNode, os_release: str, cuda: str, driver: str | None, build: str
+) -> None:
+    """No NCCL on the AMI: the pinned release, in the build the repository lists that is nearest the node's CUDA
+    and not newer than its driver supports (nvidia-smi), runtime and headers; never the repository's newest."""
+    node = nccl_node(make_node, os_release, cuda, driver)
     proc = node.run("compute", "nccl_efa")
     assert proc.returncode == 1  # the stub package manager installs no files: the step says so
-    installed = (node.state / "pkgs").read_text().splitlines()
-    assert [line for line in installed if "nccl" in line] == wanted
-    assert "libnccl-dev\n" not in (node.state / "pkgs").read_text()  # never the repository's newest
+    installed = [line for line in (node.state / "pkgs").read_text().splitlines() if "nccl" in line]
+    if os_release == UBUNTU:
+        assert installed == [f"libnccl2=2.27.7-1+cuda{build}", f"libnccl-dev=2.27.7-1+cuda{build}"]
+    else:
+        assert installed == [f"libnccl-2.27.7-1+cuda{build}", f"libnccl-devel-2.27.7-1+cuda{build}"]
     assert "NCCL 2.27.7-1 installed but NCCL (nccl.h and libnccl.so) is not under" in node.log("nccl_efa")
+    nearest = f"has no build for CUDA {cuda.rsplit('.', 1)[0]}: using the nearest"
+    assert (nearest in node.log("nccl_efa")) == (build != cuda.rsplit(".", 1)[0])
 
 
-def test_no_nccl_anywhere_skips_nccl_tests_with_a_warning(make_node: MakeNode) -> None:
-    node = make_node()
-    (node.root / "usr/local/cuda/include/nccl.h").unlink()
-    (node.root / "usr/local/cuda/version.json").write_text('{"cuda": {"version": "12.4.1"}}\n')
-    node.extra_env["STUB_UNAVAILABLE"] = "libnccl-devel-2.27.7-1+cuda12.4"
+@pytest.mark.parametrize(("cuda", "driver"), [("12.2.2", "12.2"), ("12.9.1", "12.2"), ("11.8.0", "12.4")])
+def test_no_fitting_nccl_build_skips_nccl_tests_naming_the_builds_offered(
+    make_node: MakeNode, cuda: str, driver: str
+) -> None:
+    """CUDA 12.2 (no 12.x build that old), a driver older than every build, CUDA 11: a warning naming what the
+    repository offers; nccl-tests are not built, the rest of the step still runs."""
+    node = nccl_node(make_node, UBUNTU, cuda, driver)
     proc = node.run("compute", "nccl_efa")
     assert proc.returncode == 0, proc.stderr
+    major_minor = cuda.rsplit(".", 1)[0]
     assert (
-        "no repository offers libnccl-devel 2.27.7-1+cuda12.4; nccl-tests not installed at /opt/mlcluster/nccl-tests/bin"
-        in (node.log("nccl_efa"))
-    )
+        f"no build of libnccl-dev 2.27.7-1 fits CUDA {major_minor} (driver: up to CUDA {driver}); the repositories "
+        "offer it for CUDA: 12.4, 12.9, 13.0; nccl-tests not installed at /opt/mlcluster/nccl-tests/bin"
+    ) in node.log("nccl_efa")
+    assert not [line for line in (node.state / "pkgs").read_text().splitlines() if "nccl" in line]
     assert not (node.root / "opt/mlcluster/nccl-tests").exists()
     assert "FI_PROVIDER=efa" in node.text("etc/nccl.conf")  # the plugin and environment are still set up
+
+
+def test_no_nccl_in_any_repository_says_none(make_node: MakeNode) -> None:
+    node = nccl_node(make_node, AMAZON_LINUX, "12.4.1", None)
+    (node.state / "package-versions").write_text("")
+    proc = node.run("compute", "nccl_efa")
+    assert proc.returncode == 0, proc.stderr
+    assert "offer it for CUDA: none; nccl-tests not installed" in node.log("nccl_efa")
 
 
 @pytest.mark.parametrize(

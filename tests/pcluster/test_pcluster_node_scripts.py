@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import re
 import shutil
 import stat
@@ -522,6 +523,57 @@ def test_a_folder_others_could_write_above_the_checked_copy_is_refused(
         assert ok.returncode == 0, ok.stderr
 
 
+@pytest.mark.parametrize("kind", ["group-writable", "world-writable sticky", "link", "another user's"])
+def test_a_log_folder_others_could_write_is_refused_before_anything_is_written(
+    make_node: MakeNode, bucket: Path, tmp_path: Path, kind: str
+) -> None:
+    """/var/log/mlcluster gets root's run log, step logs and lock: a folder another user could write (or a link to
+    one) would let them plant a link that root writes through. run.sh refuses before writing anything there,
+    and a folder of root's, 0755, is the edge that runs."""
+    node = make_node(gpu=False)
+    args = rendered_args(("docker",))
+    logs = node.root / "var/log/mlcluster"
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    if kind == "link":
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir(mode=0o755)
+        (elsewhere / "run.log").symlink_to(victim)
+        logs.parent.mkdir(parents=True, exist_ok=True)
+        logs.symlink_to(elsewhere)
+    else:
+        logs.mkdir(parents=True, exist_ok=True)
+        logs.chmod({"group-writable": 0o775, "world-writable sticky": 0o1777}.get(kind, 0o755))
+        if kind == "another user's":
+            os.chown(logs, 2001, 2001)
+        for name in ("run.log", "run.lock", "docker.log"):
+            (logs / name).symlink_to(victim)
+    proc = run_from_bucket(node, bucket, *args)
+    assert proc.returncode == 1, proc.stderr
+    assert "var/log/mlcluster must be a folder of uid 0" in proc.stderr and "refusing to run" in proc.stderr
+    assert victim.read_text() == "root's file\n"
+    assert not (node.root / "opt/mlcluster/node-scripts").exists()
+    assert node.started_steps() == []
+    if kind != "link":
+        for name in ("run.log", "run.lock", "docker.log"):
+            (logs / name).unlink()
+        os.chown(logs, 0, 0)
+        logs.chmod(0o755)
+        ok = run_from_bucket(node, bucket, *args)
+        assert ok.returncode == 0, ok.stderr
+        assert victim.read_text() == "root's file\n"
+
+
+def test_the_run_lock_is_opened_for_appending(make_node: MakeNode, bucket: Path) -> None:
+    """run.sh takes its lock on /var/log/mlcluster/run.lock without truncating what is there (``>>``, not ``>``)."""
+    node = make_node(gpu=False)
+    node.add("var/log/mlcluster/run.lock", "kept\n")
+    (node.root / "var/log/mlcluster").chmod(0o755)
+    proc = run_from_bucket(node, bucket, *rendered_args(("docker",)))
+    assert proc.returncode == 0, proc.stderr
+    assert node.text("var/log/mlcluster/run.lock") == "kept\n"
+
+
 def test_a_missing_file_or_manifest_entry_is_refused(make_node: MakeNode, bucket: Path) -> None:
     node = make_node(gpu=False)
     args = rendered_args(("docker",))
@@ -620,6 +672,20 @@ def test_the_head_node_runs_the_collector_from_the_bucket_with_its_rendered_argu
     assert proc.returncode == 1
     assert "cannot download s3://node-scripts/pcluster/collector_targets.json" in proc.stderr
     assert not (node.root / "seen").exists()
+
+
+def test_the_package_docstring_names_the_head_and_login_arguments_rendered() -> None:
+    """The module's prose about the head node and login pools names the options their rendered action has
+    (``--role``, ``--source``), and does not claim they run with ``--bucket-trusted``, which is not rendered."""
+    import mlcluster.lifecycle.pcluster as package
+
+    doc = " ".join((package.__doc__ or "").split())
+    sentence = doc[doc.index("The head node and login pools") :].split(". ")[0]
+    rendered = {a for args in head_and_login_args().values() for a in args if a.startswith("--")}
+    assert rendered == {"--role", "--source"}
+    named = set(re.findall(r"``(--[a-z0-9-]+)``", sentence))
+    assert rendered <= named, sentence
+    assert not re.search(r"run with ``--bucket-trusted``", doc), sentence
 
 
 def test_the_login_pool_runs_from_the_bucket_too(make_node: MakeNode, bucket: Path) -> None:

@@ -142,7 +142,7 @@ def test_smoke_nccom_step_allocates_every_node_and_starts_once_on_the_first(
     The allocation must hold both nodes (nccom-test's ``--hosts`` gets two addresses) and the launcher
     must run once, on the first node: a lone ``srun -N 2 --ntasks=1`` gets a one-node job.
     """
-    from mlcluster.cli.smoke import Partition, Smoke, nccom_script
+    from mlcluster.cli.smoke import NodeKind, Partition, Smoke, nccom_script
 
     tools = tmp_path / "tools"
     tools.mkdir()
@@ -153,7 +153,8 @@ def test_smoke_nccom_step_allocates_every_node_and_starts_once_on_the_first(
     for tool in tools.iterdir():
         tool.chmod(0o755)
     smoke = Smoke.__new__(Smoke)  # only placement() is used: the partition and its idle nodes
-    smoke.partition, smoke.idle_nodes = Partition(PARTITION, "trn1.32xlarge"), list(NODES[:2])
+    smoke.partition = Partition(PARTITION, (NodeKind("trn1", "trn1.32xlarge", efa=True),))
+    smoke.idle_nodes = list(NODES[:2])
     script = nccom_script(smoke.placement(2), NODES[0], 64, 2, 30)
     done = slurm(
         cluster,
@@ -169,6 +170,38 @@ def test_smoke_nccom_step_allocates_every_node_and_starts_once_on_the_first(
         f"MLC-NCCOM on={NODES[0]} root=127.0.0.1:44444 -r 64 -N 2 -b 64M -e 1G -f 2 --check -d fp32 "
         "--non-interactive allr --hosts 127.0.0.1 127.0.0.2"
     ], done.stdout
+
+
+@pytest.mark.parametrize("tier", ["quick", "deep"])
+def test_health_check_script_gives_every_node_its_own_answer(cluster: SlurmCluster, tmp_path: Path, tier: str) -> None:
+    """``mlcluster health``'s check script as it builds it, health.sh inline, against real srun: the quick tier one
+    job step for the nodes of one kind, the deep tier one ``-N 1 --mpi=pmix`` step per node; each node answers
+    for itself (a type with no accelerators: every check skips, so each says healthy)."""
+    from mlcluster.cli.health import check_script, parse_health, step_batches
+    from mlcluster.cli.smoke import NodeKind
+
+    kind = NodeKind("plain", "m5.large", efa=True)
+    batches = step_batches(list(NODES), dict.fromkeys(NODES, kind), tier)
+    assert len(batches) == (len(NODES) if tier == "deep" else 1)
+    script = check_script(PARTITION, batches, tier, 60)
+    # health.sh puts the tool folders under MLC_ROOT first on its PATH: a hostname there that prints the Slurm node
+    # name (every node of this machine has one host name); srun passes MLC_ROOT on to the job.
+    shim = tmp_path / "root/usr/bin/hostname"
+    shim.parent.mkdir(parents=True)
+    shim.write_text('#!/bin/sh\necho "$SLURMD_NODENAME"\n')
+    shim.chmod(0o755)
+    env = {**cluster.env, "MLC_ROOT": str(tmp_path / "root")}
+    done = slurm(cluster, "bash", "-c", "set -o pipefail\n" + script, env=env, timeout_s=120)
+    failures, answered, exits = parse_health(done.stdout)
+    assert (failures, exits) == ([], {}), done.stdout + done.stderr
+    assert answered == set(NODES), done.stdout + done.stderr
+    if tier == "deep":
+        # A node drained after the listing: its own step fails at its --immediate bound, the others still answer.
+        assert slurm(cluster, "scontrol", "update", "nodename=node-2", "state=drain", "reason=test").returncode == 0
+        done = slurm(cluster, "bash", "-c", "set -o pipefail\n" + script, env=env, timeout_s=120)
+        failures, answered, exits = parse_health(done.stdout)
+        assert answered == {"node-1", "node-3"}, done.stdout + done.stderr
+        assert list(exits) == ["node-2"] and exits["node-2"] != 0, done.stdout
 
 
 def test_srun_on_a_busy_partition_waits_and_its_messages_are_not_host_names(
@@ -196,6 +229,30 @@ def test_srun_errors_parse_to_no_hosts(cluster: SlurmCluster) -> None:
     # The line the parser test (tests/cli/test_parsers.py) feeds by hand is what srun prints.
     assert "srun: error: Unable to allocate resources: Invalid partition name specified" in done.stdout
     assert parse_hostnames(done.stdout) == []
+
+
+def test_update_reads_running_and_pending_jobs_from_squeue(cluster: SlurmCluster) -> None:
+    """``mlcluster update``'s squeue script, run as written, parses to the jobs Slurm has (a ``|`` in a name too)."""
+    from mlcluster.cli.update import parse_squeue, squeue_script
+
+    name = "train|v2"
+    submitted = slurm(cluster, "sbatch", "--parsable", "-p", PARTITION, "-J", name, "--array=0-3", "--wrap", "sleep 30")
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    try:
+        until(
+            "3 array tasks running",
+            lambda: slurm(cluster, "squeue", "--noheader", "--array", "-o", "%T").stdout.split().count("RUNNING") == 3,
+        )
+        done = slurm(cluster, "bash", "-c", squeue_script())
+        assert done.returncode == 0, done.stderr
+        jobs = [j for j in parse_squeue(done.stdout) if j.job_id.startswith(f"{job}_")]
+        assert {j.name for j in jobs} == {name} and {j.partition for j in jobs} == {PARTITION}
+        assert sum(j.running for j in jobs) == 3 and [j.nodes for j in jobs if j.running] == [1, 1, 1]
+        # squeue folds pending array tasks into one line (``<job>_[3]``): one pending job, not a running one.
+        assert [j.state for j in jobs if not j.running] == ["PENDING"]
+    finally:
+        slurm(cluster, "scancel", job)
 
 
 # -- the Slurm exporter --------------------------------------------------------------------------------

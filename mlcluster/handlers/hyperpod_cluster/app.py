@@ -24,7 +24,9 @@ properties (the Provider framework keeps the physical id, aws/aws-cdk#17040).
 Every Update first asks DescribeStacks for the event's stack: while it is
 ``UPDATE_ROLLBACK_IN_PROGRESS`` neither checks (``Checked`` says "not checked
 during rollback"), since a check failing again would leave the stack in
-UPDATE_ROLLBACK_FAILED; if the stack cannot be read, the event fails.
+UPDATE_ROLLBACK_FAILED; the pre-flight still waits, bounded, for a busy
+cluster (so the rollback's UpdateCluster meets no conflict) and then answers
+success whatever it found. If the stack cannot be read, the event fails.
 
 Properties: ``ClusterSpec`` (JSON of the CreateCluster request the cluster
 resource is built from) and ``ProvisioningParametersKey`` for the pre-flight;
@@ -117,8 +119,12 @@ def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]
         raise ValueError(f"ResourceType {kind!r} is not {PREFLIGHT} or {NODES_READY}")
     if request == "Update" and _rolling_back(event):
         # The Provider framework keeps the physical id, so a rollback reaches us as an Update (aws/aws-cdk#17040).
-        # Checking again cannot help: a failure would stop the rollback in UPDATE_ROLLBACK_FAILED.
+        # Checking again cannot help: a failure would stop the rollback in UPDATE_ROLLBACK_FAILED. The pre-flight
+        # still waits, bounded, for a busy cluster (the failed update may still run), so that CloudFormation's
+        # UpdateCluster back to the old properties does not meet a ConflictException; then it answers success.
         logger.info("stack %s is %s: %s not checked", event["StackId"], ROLLBACK_STATUS, kind)
+        if kind == PREFLIGHT:
+            _wait_for_rollback(event, _deadline(context))
         return {"PhysicalResourceId": event["PhysicalResourceId"], "Data": {"Checked": NOT_CHECKED}}
     deadline = _deadline(context)
     if kind == PREFLIGHT:
@@ -143,6 +149,30 @@ def _rolling_back(event: Mapping[str, Any]) -> bool:
     if len(stacks) != 1:
         raise RuntimeError(f"DescribeStacks for {stack_id} returned {len(stacks)} stacks, expected exactly one")
     return str(stacks[0].get("StackStatus")) == ROLLBACK_STATUS
+
+
+def _wait_for_rollback(event: Mapping[str, Any], deadline: float) -> None:
+    """During a rollback: wait while the cluster is busy (``BUSY_STATUSES``), at most until ``deadline``.
+
+    Never raises: whatever it meets (bad properties, a cluster gone, an AWS
+    error, the end of the wait) is logged and the rollback goes on; a failure
+    here would stop it in UPDATE_ROLLBACK_FAILED.
+    """
+    try:
+        name = _parse(event.get("ResourceProperties"), "ResourceProperties").name
+        while True:
+            cluster = describe_cluster(clients().sagemaker, name)
+            status = None if cluster is None else str(cluster.get("ClusterStatus"))
+            if status not in BUSY_STATUSES:
+                logger.info("rollback: cluster %s is %s; answering", name, status or "gone")
+                return
+            if clock() + POLL_SECONDS > deadline:
+                logger.warning("rollback: cluster %s still %s at the end of the wait; answering", name, status)
+                return
+            logger.info("rollback: cluster %s is %s; looking again in %s s", name, status, POLL_SECONDS)
+            sleep(POLL_SECONDS)
+    except Exception:  # nothing may fail a rollback: the reason goes to the log
+        logger.exception("rollback: waiting for the cluster failed; answering")
 
 
 def _deadline(context: object) -> float:

@@ -5,6 +5,8 @@
 #
 #   mlcluster-backup backup  s3://BUCKET/PREFIX KMS_KEY_ARN
 #   mlcluster-backup restore s3://BUCKET/PREFIX FILE=SHA256 [FILE=SHA256]
+#     (the digests from the journal or from mlcluster's state or output; the bucket's SHA256SUMS only when
+#     neither exists, after a controller replacement, and then trusting whoever can write the prefix)
 #   mlcluster-backup scheduled s3://BUCKET/PREFIX KMS_KEY_ARN
 #
 # scheduled is the daily copy (the scheduled_backup step's timer runs it): it does NOT stop slurmctld, so
@@ -67,7 +69,13 @@ RESTORE_ACCOUNT=mlcluster_restore
 umask 077
 
 usage() {
-  printf 'usage: mlcluster-backup backup|scheduled s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX FILE=SHA256...\n' >&2
+  cat >&2 <<'EOF_USAGE'
+usage: mlcluster-backup backup|scheduled s3://BUCKET/PREFIX KMS_KEY_ARN | restore s3://BUCKET/PREFIX FILE=SHA256...
+restore's FILE=SHA256 digests should come from the journal (the daily copy's "restore with:" line in
+journalctl -u mlcluster-backup-scheduled) or from mlcluster (patch state or its output). The bucket's
+SHA256SUMS is a last resort, after a controller replacement took the journal: whoever can write the prefix
+can rewrite that file together with the copy it vouches for (docs/reference/security.md, daily copies).
+EOF_USAGE
   exit 2
 }
 
@@ -186,6 +194,19 @@ scheduled() {
     s3_put "$file" "$uri/${file##*/}" "$key_arn"
   done
   log "scheduled copy complete: $uri; restore with: mlcluster-backup restore $uri $(awk '{printf "%s%s=%s", sep, $2, $1; sep=" "}' "$work/SHA256SUMS")"
+  publish_copy_metric
+}
+
+# publish_copy_metric : one data point (1) of the metric the Observability stack's alarm reads: a day without
+# one (a failed run, a stopped timer, a lost controller) sets the alarm off. A metric that cannot be put fails
+# the run (systemd tries again), so the copy is never reported only in the journal.
+publish_copy_metric() {
+  [[ -n ${MLC_SCHEDULED_BACKUP_CLUSTER:-} && -n ${MLC_SCHEDULED_BACKUP_NAMESPACE:-} && -n ${MLC_SCHEDULED_BACKUP_METRIC:-} ]] ||
+    die "node.env has no MLC_SCHEDULED_BACKUP_CLUSTER, _NAMESPACE or _METRIC: the copy is in S3 but its metric was not published"
+  retry 5 "publish $MLC_SCHEDULED_BACKUP_METRIC" aws cloudwatch put-metric-data \
+    --namespace "$MLC_SCHEDULED_BACKUP_NAMESPACE" --metric-name "$MLC_SCHEDULED_BACKUP_METRIC" \
+    --dimensions "ClusterName=$MLC_SCHEDULED_BACKUP_CLUSTER" --value 1 --unit Count ||
+    die "the copy is in S3 but $MLC_SCHEDULED_BACKUP_METRIC was not published (the alarm will go off); this run fails so systemd tries again"
 }
 
 # check_archive FILE : refuse a state archive with anything restore would not have written: members

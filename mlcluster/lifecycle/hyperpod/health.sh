@@ -5,6 +5,7 @@
 # through srun.
 #
 #   mlcluster-health [--tier quick|deep] [--drain] [--expect-gpus N] [--expect-efa N] [--expect-neuron N]
+#                    [--require-env]
 #
 # One line per check: `<host> PASS|FAIL|SKIP <check> <severity>: <detail>[. Action: <action>]`, then
 # `<host>: healthy` or `<host>: N critical, M warning`. Severities: critical (the node must not run
@@ -12,7 +13,9 @@
 # warning (the node works; plan the action). Exit 1 when a critical check failed.
 # The expected counts come from /etc/mlcluster/health.env (written for this node's instance type by
 # the install_tools or health_check step; EFA 0 where the compute resource has EFA off); the flags
-# override them.
+# override them. --require-env (`mlcluster health` on a node whose kind it cannot tell from its name)
+# fails the node critically when that file is missing: without it nothing says what the node must show,
+# and every check would skip.
 #
 # slurmd kills HealthCheckProgram after 60 s: every tool of the quick tier (nvidia-smi, journalctl or
 # dmesg, fi_info, neuron-ls, scontrol) runs under `timeout` (MLC_HEALTH_TOOL_TIMEOUT_S, default 10 s); a
@@ -22,7 +25,8 @@
 # Quick (seconds): GPU count, Xid/SXid in the kernel log, ECC and row remapping, clock slowdown,
 # EFA device count, `fi_info -p efa`, the locked-memory limit (`ulimit -l`), Neuron device count.
 # Deep (minutes, exclusive node): DCGM diagnostics level 2, NCCL all_reduce on this node's GPUs,
-# nccom-test all-reduce on this node's NeuronCores.
+# nccom-test all-reduce on this node's NeuronCores; each under `timeout` (MLC_HEALTH_DEEP_TIMEOUT_S,
+# default 540 s).
 #
 # Formats read, with their sources:
 # - `nvidia-smi -L`: one `GPU <i>: <name> (UUID: GPU-...)` line per GPU (nvidia-smi(1)).
@@ -66,10 +70,26 @@ CRITICAL_XIDS=" 48 64 74 79 95 119 120 "
 # Seconds each quick-tier tool may take (see the header); a test sets a shorter one.
 TOOL_TIMEOUT_S=${MLC_HEALTH_TOOL_TIMEOUT_S:-10}
 [[ $TOOL_TIMEOUT_S =~ ^[1-9][0-9]{0,2}$ ]] || TOOL_TIMEOUT_S=10
+# Seconds each deep-tier run (dcgmi diag, all_reduce_perf, nccom-test) may take: the three stay within
+# the 1800 s `mlcluster health --tier deep` gives a node, and a hung one fails its check instead.
+DEEP_TIMEOUT_S=${MLC_HEALTH_DEEP_TIMEOUT_S:-540}
+[[ $DEEP_TIMEOUT_S =~ ^[1-9][0-9]{0,3}$ ]] || DEEP_TIMEOUT_S=540
+# NeuronCores neuron-ls lists on this node (check_neuron): nccom-test's rank count. Read from the tool, not
+# a table: a Trainium2 device has 8 physical NeuronCores, exposed as 4 with the default logical NeuronCore
+# config (LNC=2) or 8 with LNC=1 (Neuron "Logical NeuronCore configuration"); a trn1 device has 2.
+NEURON_CORES=0
 # A folder marking the tools that timed out in this run (a file per tool; the calls run in command
 # substitutions, whose variables do not reach this shell): their later calls fail at once. And the Xid
-# window's end to record once the run is through (see check_xid).
-HUNG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mlcluster-health.XXXXXX" 2>/dev/null) || HUNG_DIR=""
+# window's end to record once the run is through (see check_xid). Root's run ignores TMPDIR: a caller's
+# environment kept by `sudo -E` would put root's folder inside a folder that user owns, where the user
+# could swap it; root's goes under /tmp (sticky: no one else can rename or remove it). Another user's
+# run uses its own TMPDIR.
+if ((EUID == 0)); then
+  HUNG_PARENT=/tmp
+else
+  HUNG_PARENT=${TMPDIR:-/tmp}
+fi
+HUNG_DIR=$(mktemp -d "$HUNG_PARENT/mlcluster-health.XXXXXX" 2>/dev/null) || HUNG_DIR=""
 trap '[[ -z $HUNG_DIR ]] || rm -rf -- "$HUNG_DIR"' EXIT
 XID_PENDING=""
 HOST=$(hostname -s 2>/dev/null || echo unknown-host)
@@ -394,6 +414,8 @@ check_neuron() {
     return
   fi
   count=$(awk -F'|' 'NF > 2 && $2 ~ /^ *[0-9]+ *$/ {n++} END {print n + 0}' <<<"$out")
+  # The NEURON CORES column of the same rows (neuron-ls: DEVICE, CORES, MEMORY, ...).
+  NEURON_CORES=$(awk -F'|' 'NF > 3 && $2 ~ /^ *[0-9]+ *$/ && $3 ~ /^ *[0-9]+ *$/ {n += $3} END {print n + 0}' <<<"$out")
   if ((count == EXPECT_NEURON)); then
     report PASS neuron critical "$count Neuron devices"
   else
@@ -411,22 +433,46 @@ check_dcgm() {
     report SKIP dcgm_diag critical "dcgmi is not installed"
     return
   fi
-  if out=$(dcgmi diag -r 2 2>&1); then
+  if out=$(timeout -k 10 "$DEEP_TIMEOUT_S" dcgmi diag -r 2 2>&1); then
     report PASS dcgm_diag critical "dcgmi diag -r 2 passed"
+  elif (($? == 124)); then
+    report FAIL dcgm_diag critical "dcgmi diag -r 2 did not finish within $DEEP_TIMEOUT_S s" "check nv-hostengine (systemctl status nvidia-dcgm); if it persists, $REPLACE"
   else
     out=$(grep -E '\| *Fail' <<<"$out" | sed -E 's/^\| *//; s/ *\| */: /g; s/: *$//' | head -n 3 | paste -s -d ';' -)
     report FAIL dcgm_diag critical "dcgmi diag -r 2 failed${out:+: $out}" "$REPLACE"
   fi
 }
 
+# How each backend installs nccl-tests again: HyperPod's lifecycle step nccl_tests, ParallelCluster's node
+# step nccl_efa (run.sh keeps the checked step scripts in /opt/mlcluster/node-scripts).
+NCCL_TESTS_HYPERPOD="re-run the lifecycle step: sudo bash /opt/mlcluster/lifecycle/on_create.sh nccl_tests"
+NCCL_TESTS_PCLUSTER="re-run the node step: sudo MLCLUSTER_STEP=nccl_efa MLCLUSTER_NODE_ROLE=compute bash /opt/mlcluster/node-scripts/nccl_efa.sh (its log: /var/log/mlcluster/nccl_efa.log)"
+
+# backend: the service this node belongs to, for repair advice: HyperPod writes
+# /opt/ml/config/resource_config.json on every node; ParallelCluster installs itself in /opt/parallelcluster.
+backend() {
+  if [[ -e $MLC_ROOT/opt/ml/config/resource_config.json ]]; then
+    echo hyperpod
+  elif [[ -d $MLC_ROOT/opt/parallelcluster ]]; then
+    echo pcluster
+  else
+    echo unknown
+  fi
+}
+
 check_nccl_single() {
-  local out avg
+  local out avg advice
   if ((EXPECT_GPUS == 0)); then
     report SKIP nccl_single critical "no NVIDIA GPU expected on this instance type"
     return
   fi
   if [[ ! -x $MLC_ROOT$NCCL_TESTS ]]; then
-    report FAIL nccl_single critical "$NCCL_TESTS is not installed" "re-run the lifecycle step: sudo bash /opt/mlcluster/lifecycle/on_create.sh nccl_tests"
+    case $(backend) in
+      hyperpod) advice=$NCCL_TESTS_HYPERPOD ;;
+      pcluster) advice=$NCCL_TESTS_PCLUSTER ;;
+      *) advice="HyperPod: $NCCL_TESTS_HYPERPOD; ParallelCluster: $NCCL_TESTS_PCLUSTER" ;;
+    esac
+    report FAIL nccl_single critical "$NCCL_TESTS is not installed" "$advice"
     return
   fi
   # The library path of `mlcluster smoke` (nccl-tests link Open MPI and NCCL without an rpath).
@@ -453,7 +499,8 @@ check_nccl_single() {
     mlc_dir cuda . /usr/local/cuda/lib64
     export LD_LIBRARY_PATH="$mlc_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     # END library_prelude
-    "$MLC_ROOT$NCCL_TESTS" -b 1G -e 4G -f 2 -g "$EXPECT_GPUS" 2>&1
+    timeout -k 10 "$DEEP_TIMEOUT_S" "$MLC_ROOT$NCCL_TESTS" -b 1G -e 4G -f 2 -g "$EXPECT_GPUS" 2>&1 ||
+      echo "all_reduce_perf exited $? (124: did not finish within $DEEP_TIMEOUT_S s)"
   )
   avg=$(sed -n 's/^# *Avg bus bandwidth *: *\([0-9.]*\).*/\1/p' <<<"$out")
   if [[ -n $avg ]] && grep -q '^# *Out of bounds values *: 0 OK' <<<"$out"; then
@@ -465,18 +512,29 @@ check_nccl_single() {
 }
 
 check_nccom_single() {
-  local out avg
+  local out avg status=0
   if ((EXPECT_NEURON == 0)); then
     report SKIP nccom_single critical "no Neuron device expected on this instance type"
     return
   fi
+  if missing nccom-test nccom_single; then
+    return
+  fi
+  if ((NEURON_CORES == 0)); then
+    report FAIL nccom_single critical "neuron-ls listed no NeuronCores to run nccom-test on" "check the driver (modinfo neuron; sudo dmesg | grep -i neuron); if it persists, $REPLACE"
+    return
+  fi
   # The options of the NCCOM-TEST guide (Neuron SDK 2.28.0): --check verifies the results (given before
   # another option: it takes an optional mode), --non-interactive leaves out the progress animation. A
-  # failed size ends the output with `<N> errors found - test failed`.
-  out=$(nccom-test -r $((EXPECT_NEURON * 2)) -b 64M -e 1G -f 2 --check -d fp32 --non-interactive allr 2>&1)
+  # failed size ends the output with `<N> errors found - test failed`. One rank per NeuronCore neuron-ls lists.
+  out=$(timeout -k 10 "$DEEP_TIMEOUT_S" nccom-test -r "$NEURON_CORES" -b 64M -e 1G -f 2 --check -d fp32 --non-interactive allr 2>&1) || status=$?
+  if ((status == 124 || status == 137)); then
+    report FAIL nccom_single critical "nccom-test all-reduce did not finish within $DEEP_TIMEOUT_S s" "check the Neuron runtime (neuron-top; sudo dmesg | grep -i neuron); if it persists, $REPLACE"
+    return
+  fi
   avg=$(sed -n 's/^Avg bus bandwidth:[[:space:]]*\([0-9.]*\)[[:space:]]*GB\/s.*/\1/p' <<<"$out")
   if [[ -n $avg ]] && ! grep -q 'errors\{0,1\} found - test failed' <<<"$out"; then
-    report PASS nccom_single critical "all-reduce on $((EXPECT_NEURON * 2)) NeuronCores: avg bus bandwidth $avg GB/s"
+    report PASS nccom_single critical "all-reduce on $NEURON_CORES NeuronCores: avg bus bandwidth $avg GB/s"
   else
     report FAIL nccom_single critical "nccom-test all-reduce failed: $(tail -n 1 <<<"$out")" "$REPLACE"
   fi
@@ -501,7 +559,7 @@ drain() {
 }
 
 main() {
-  local tier=quick drain_node=false
+  local tier=quick drain_node=false require_env=false
   EXPECT_GPUS=0 EXPECT_EFA=0 EXPECT_NEURON=0
   if [[ -r $ENV_FILE ]]; then
     # shellcheck disable=SC1090
@@ -515,12 +573,17 @@ main() {
       --expect-gpus) EXPECT_GPUS=${2:-} && shift 2 ;;
       --expect-efa) EXPECT_EFA=${2:-} && shift 2 ;;
       --expect-neuron) EXPECT_NEURON=${2:-} && shift 2 ;;
+      --require-env) require_env=true && shift ;;
       *) tier=bad && break ;;
     esac
   done
   if [[ $tier != quick && $tier != deep ]] || ! [[ $EXPECT_GPUS =~ ^[0-9]+$ && $EXPECT_EFA =~ ^[0-9]+$ && $EXPECT_NEURON =~ ^[0-9]+$ ]]; then
-    echo "usage: mlcluster-health [--tier quick|deep] [--drain] [--expect-gpus N] [--expect-efa N] [--expect-neuron N]" >&2
+    echo "usage: mlcluster-health [--tier quick|deep] [--drain] [--expect-gpus N] [--expect-efa N] [--expect-neuron N] [--require-env]" >&2
     exit 2
+  fi
+  if $require_env && [[ ! -r $ENV_FILE ]]; then
+    report FAIL expectations critical "${ENV_FILE#"$MLC_ROOT"} is missing: nothing says what this node must show" \
+      "re-run the lifecycle step that writes it (HyperPod: install_tools; ParallelCluster: health_check)"
   fi
   check_gpu_count
   check_xid "$drain_node"

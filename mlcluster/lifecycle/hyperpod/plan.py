@@ -134,16 +134,27 @@ class Accounting:
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}")
 KEY_PREFIX = re.compile(r"([A-Za-z0-9._-]+/)+")
-SCHEDULED_BACKUP_KEYS = ("bucket", "key_arn", "prefix")
+#: The metric each daily copy that reached S3 publishes (value 1, dimension ``ClusterName``), which the
+#: Observability stack's alarm reads. The namespace is HyperPod's own, the one the execution role may already
+#: put metrics in (``cloudwatch:namespace`` condition of ``mlcluster.constructs.hyperpod_role``): no new grant.
+SCHEDULED_COPY_NAMESPACE = "/aws/sagemaker/Clusters"
+SCHEDULED_COPY_METRIC = "MlclusterScheduledCopy"
+#: A HyperPod cluster name (SageMaker's ClusterName pattern, 1-63 characters).
+CLUSTER_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+SCHEDULED_BACKUP_KEYS = ("bucket", "key_arn", "prefix", "cluster_name")
 
 
 @dataclass(frozen=True)
 class ScheduledBackup:
-    """Where the controller's daily copy goes: the patch backup bucket, its key, and a prefix ending in ``/``."""
+    """Where the controller's daily copy goes: the patch backup bucket, its key, and a prefix ending in ``/``.
+
+    ``cluster_name``: the HyperPod cluster's name, the dimension of the metric each copy publishes.
+    """
 
     bucket: str
     key_arn: str
     prefix: str
+    cluster_name: str
 
     @property
     def uri(self) -> str:
@@ -160,6 +171,7 @@ def _parse_scheduled_backup(source: str, value: object) -> ScheduledBackup | Non
         ("bucket", BUCKET_NAME, "an S3 bucket name"),
         ("key_arn", KMS_KEY_ARN, "a KMS key ARN"),
         ("prefix", KEY_PREFIX, "a key prefix of letters, digits, '.', '_', '-' ending in '/'"),
+        ("cluster_name", CLUSTER_NAME, "a HyperPod cluster name (letters, digits, '-'; 1-63 characters)"),
     )
     found: dict[str, str] = {}
     for key, shape, allowed in checks:
@@ -169,7 +181,9 @@ def _parse_scheduled_backup(source: str, value: object) -> ScheduledBackup | Non
         if not isinstance(item, str) or not shape.fullmatch(item) or "/../" in f"/{item}":
             raise _bad(source, f"scheduled_backup.{key}", item, f"allowed: {allowed}")
         found[key] = item
-    return ScheduledBackup(bucket=found["bucket"], key_arn=found["key_arn"], prefix=found["prefix"])
+    return ScheduledBackup(
+        bucket=found["bucket"], key_arn=found["key_arn"], prefix=found["prefix"], cluster_name=found["cluster_name"]
+    )
 
 
 @dataclass(frozen=True)
@@ -567,6 +581,9 @@ def node_env(node: Node, params: ProvisioningParameters, features: Features) -> 
         "MLC_CONTROLLER_WAIT_MINUTES": str(features.controller_wait_minutes),
         "MLC_SCHEDULED_BACKUP_URI": features.scheduled_backup.uri if features.scheduled_backup else "",
         "MLC_SCHEDULED_BACKUP_KEY_ARN": features.scheduled_backup.key_arn if features.scheduled_backup else "",
+        "MLC_SCHEDULED_BACKUP_CLUSTER": features.scheduled_backup.cluster_name if features.scheduled_backup else "",
+        "MLC_SCHEDULED_BACKUP_NAMESPACE": SCHEDULED_COPY_NAMESPACE if features.scheduled_backup else "",
+        "MLC_SCHEDULED_BACKUP_METRIC": SCHEDULED_COPY_METRIC if features.scheduled_backup else "",
         "MLC_OPENZFS_DNS_NAME": params.openzfs.dns_name if params.openzfs else "",
         "MLC_OPENZFS_VOLUME_PATH": params.openzfs.volume_path if params.openzfs else "",
         "MLC_OPENZFS_MOUNT_POINT": params.openzfs.mount_point if params.openzfs else "",

@@ -10,9 +10,11 @@ health_check step ``HEALTH_TOOL``).
 On compute nodes ``run.sh`` runs nothing it has not checked: the queue's action in the cluster
 configuration (which only the deploy writes) carries the SHA-256 of every file a node fetches
 (``--sha256 NAME=HEX``, from :func:`node_script_sha256`), so a file changed in the bucket is refused
-before any step runs. The head node and login pools run with ``--bucket-trusted`` (no digests, the
-collector's rendered files fetched from the bucket): ParallelCluster refuses any change to their
-``CustomActions`` on update, so their arguments must not follow each script release.
+before any step runs. The head node and login pools run with ``--role``, ``--source`` and their steps
+only: no ``--sha256`` means bucket-trusted (``run.sh`` fetches every file, the collector's rendered
+files too, and trusts the bucket only the deploy role may write; ``--bucket-trusted`` says the same
+explicitly but is not rendered). ParallelCluster refuses any change to their ``CustomActions`` on
+update, so their arguments must not follow each script release.
 """
 
 import hashlib
@@ -48,7 +50,7 @@ NCCL_TESTS_ALL_REDUCE = "/opt/mlcluster/nccl-tests/bin/all_reduce_perf"
 NODE_SCRIPT_FILES = (ENTRY_SCRIPT, *SUPPORT_FILES, *(f"{step}.sh" for step in STEPS))
 
 #: The collector step's files rendered at deploy time (``mlcluster.collector.render``): uploaded by the
-#: stack next to the scripts and fetched by the head node (``--bucket-trusted``).
+#: stack next to the scripts and fetched by the head node (bucket-trusted: no ``--sha256``).
 GENERATED_FILES = ("collector.yml", "collector_targets.json")
 
 

@@ -89,19 +89,68 @@ cuda_version() {
   [[ -n "${version}" ]] && echo "${version}"
 }
 
-# install_nccl_package: NCCL's runtime and development packages at the pinned release, built for
-# this node's CUDA (NVIDIA's CUDA repository, which ParallelCluster configures). Returns 1, with
-# a warning, when no repository offers it: nccl-tests are then not built.
+# NVIDIA publishes each NCCL release for a few CUDA minors only: the package version is
+# <NCCL>+cuda<major>.<minor> (libnccl2 / libnccl-dev 2.27.7-1+cuda12.9 on apt, libnccl / libnccl-devel on
+# dnf and yum), and 2.27.7-1 exists for CUDA 12.4, 12.9 and 13.0, not for every toolkit an AMI carries.
+# The build is chosen from what the repositories list, not composed from the AMI's CUDA.
+
+# nccl_builds PACKAGE: the CUDA versions (major.minor) the repositories offer PACKAGE at NCCL_PACKAGE_VERSION
+# for, one a line, oldest first (`apt-cache madison`: "name | version | source"; `dnf|yum list
+# --showduplicates`: "name.arch version repository").
+nccl_builds() {
+  local versions
+  if [[ "$(pkg_manager)" == apt ]]; then
+    versions="$(apt-cache madison "$1" 2>/dev/null | awk -F'|' 'NF >= 3 {gsub(/ /, "", $2); print $2}')"
+  else
+    versions="$("$(pkg_manager)" -q list --showduplicates --available "$1" 2>/dev/null | awk 'NF >= 2 {print $2}')"
+  fi
+  sed -n "s/^${NCCL_PACKAGE_VERSION//./\\.}+cuda\([0-9][0-9]*\.[0-9][0-9]*\)$/\1/p" <<<"${versions}" | sort -u -V
+}
+
+# driver_cuda: the newest CUDA the NVIDIA driver supports (nvidia-smi's header: "CUDA Version: 12.8").
+driver_cuda() {
+  local version
+  command -v nvidia-smi >/dev/null 2>&1 || return 1
+  version="$(timeout 60 nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n 1)"
+  [[ -n "${version}" ]] && echo "${version}"
+}
+
+# pick_cuda_build CUDA LIMIT: of the builds on stdin (major.minor, oldest first), the one of CUDA's major
+# nearest CUDA that is not newer than LIMIT (what the driver supports: a newer build fails at init with
+# "unhandled cuda error"); the older one on a tie. Nothing, status 1, when none fits.
+pick_cuda_build() {
+  local major="${1%%.*}" minor="${1#*.}" limit_major="${2%%.*}" limit_minor="${2#*.}" build distance best="" best_distance=""
+  while read -r build; do
+    [[ "${build}" =~ ^([0-9]+)\.([0-9]+)$ ]] || continue
+    ((BASH_REMATCH[1] == major)) || continue
+    ((BASH_REMATCH[1] < limit_major || (BASH_REMATCH[1] == limit_major && BASH_REMATCH[2] <= limit_minor))) || continue
+    distance=$((BASH_REMATCH[2] > minor ? BASH_REMATCH[2] - minor : minor - BASH_REMATCH[2]))
+    if [[ -z "${best_distance}" ]] || ((distance < best_distance)); then
+      best="${build}" best_distance="${distance}"
+    fi
+  done
+  [[ -n "${best}" ]] && echo "${best}"
+}
+
+# install_nccl_package: NCCL's runtime and development packages at the pinned release, the build for the
+# CUDA nearest this node's (NVIDIA's CUDA repository, which ParallelCluster configures) that its driver
+# supports. Returns 1, with a warning naming the builds offered, when none fits: nccl-tests are then not built.
 install_nccl_package() {
-  local cuda runtime=libnccl devel=libnccl-devel sep=- version
+  local cuda limit runtime=libnccl devel=libnccl-devel sep=- builds offered build version
   cuda="$(cuda_version)" || die "cannot read the CUDA version (${CUDA_HOME}/version.json or nvcc --version)"
-  version="${NCCL_PACKAGE_VERSION}+cuda${cuda}"
+  limit="$(driver_cuda)" || limit="${cuda}"
   if [[ "$(os_family)" == ubuntu ]]; then
     runtime=libnccl2 devel=libnccl-dev sep='='
   fi
-  if ! pkg_available "${devel}${sep}${version}"; then
-    warn "no NCCL on this node (nccl.h and libnccl.so under ${NCCL_CANDIDATES[*]}) and no repository offers ${devel} ${version}; nccl-tests not installed at ${NCCL_TESTS_PREFIX}/bin"
+  builds="$(nccl_builds "${devel}")"
+  offered="${builds//$'\n'/, }"
+  if ! build="$(pick_cuda_build "${cuda}" "${limit}" <<<"${builds}")"; then
+    warn "no NCCL on this node (nccl.h and libnccl.so under ${NCCL_CANDIDATES[*]}) and no build of ${devel} ${NCCL_PACKAGE_VERSION} fits CUDA ${cuda} (driver: up to CUDA ${limit}); the repositories offer it for CUDA: ${offered:-none}; nccl-tests not installed at ${NCCL_TESTS_PREFIX}/bin"
     return 1
+  fi
+  version="${NCCL_PACKAGE_VERSION}+cuda${build}"
+  if [[ "${build}" != "${cuda}" ]]; then
+    log "NCCL ${NCCL_PACKAGE_VERSION} has no build for CUDA ${cuda}: using the nearest the driver supports (up to CUDA ${limit}), ${version}"
   fi
   log "installing NCCL ${version} (${runtime}, ${devel})"
   pkg_install "${runtime}${sep}${version}" "${devel}${sep}${version}"

@@ -14,9 +14,10 @@
 # - nccl-tests 2.17.6: source archive SHA-256 as pinned by Spack
 #   (packages/nccl_tests/package.py).
 # - NCCL 2.27.7-1 (libnccl2 / libnccl-dev, libnccl / libnccl-devel): installed only when the AMI
-#   has no NCCL, from NVIDIA's CUDA repository, as the build for the node's CUDA (the package
-#   version is <NCCL>+cuda<major.minor>, e.g. 2.27.7-1+cuda12.9); the same NCCL release as
-#   AWS's public nccl-tests image tagged ncclv2.27.7-1.
+#   has no NCCL, from NVIDIA's CUDA repository (the package version is <NCCL>+cuda<major.minor>,
+#   e.g. 2.27.7-1+cuda12.9; each release is published for a few CUDA minors only), in the build the
+#   repository lists that is nearest the node's CUDA and not newer than its driver supports
+#   (nccl_efa.sh); the same NCCL release as AWS's public nccl-tests image tagged ncclv2.27.7-1.
 # - Pyxis 0.20.0: the commit tag v0.20.0 of NVIDIA/pyxis points to (the version
 #   ParallelCluster's cookbook installs). Built only when the AMI lacks it.
 # - Neuron SDK 2.28.0 (2026-02-26): the system package versions of that

@@ -126,7 +126,16 @@ while (($#)); do
   esac
 done
 
+# The log folder gets root's run log, step logs and lock: it must be this user's (root's on a node), writable
+# by no group or other, and not a link, or another user could plant a link there and have root write through
+# it. Checked before anything is written into it (say() appends to run.log), so a refusal goes to stderr only.
 mkdir -p "${LOG_DIR}"
+log_info="$(stat -c '%u %a' -- "${LOG_DIR}")" || { echo "run.sh: cannot read ${LOG_DIR}" >&2; exit 1; }
+if [[ ! -d "${LOG_DIR}" || -L "${LOG_DIR}" || "${log_info%% *}" != "${EUID}" ]] \
+  || (((8#${log_info#* } & 8#022) != 0)); then
+  echo "run.sh: ERROR: ${LOG_DIR} must be a folder of uid ${EUID} that no group or other may write, not a link (owner and mode: ${log_info}); refusing to run" >&2
+  exit 1
+fi
 case "${role}" in
   head | compute | login) ;;
   *) fail "--role must be head, compute or login (got '${role}')" ;;
@@ -174,7 +183,8 @@ for entry in "${sha256_args[@]}"; do
 done
 
 # One run at a time: ParallelCluster runs this once, an operator may run it again.
-exec 9>"${LOG_DIR}/run.lock"
+# Opened for appending: a lock file that already exists is never truncated.
+exec 9>>"${LOG_DIR}/run.lock"
 flock -w 900 9 || fail "another run.sh holds ${LOG_DIR}/run.lock"
 
 files=("${SUPPORT_FILES[@]}" "${steps[@]/%/.sh}")

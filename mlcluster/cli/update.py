@@ -1,0 +1,1124 @@
+"""``mlcluster update ENV``: a ParallelCluster change that needs the compute fleet stopped, carried out safely.
+
+ParallelCluster refuses many cluster updates while the compute fleet runs
+(removing a queue, changing an instance type, lowering ``MinCount``...), and a
+refused update of its ``Custom::PclusterCluster`` fails the stack update. This
+command does what an operator would do by hand, in order, and says where it
+stands after each step:
+
+1. **plan**: synthesize the environment (the same subprocess as ``mlcluster
+   diff``), read the deployed ``ClusterConfiguration`` (``GetTemplate`` of
+   ``<env>-Cluster``), classify every difference with the update rules
+   (:mod:`mlcluster.pcluster.update_policy`), and show what changes, what
+   stops (queues, compute resources and their running nodes), for about how
+   long, and which Slurm jobs would be killed (``squeue`` on the head node,
+   through the same Run Command transport as ``smoke`` and ``health``). A
+   refused change prints its safe way and the command exits 1 having changed
+   nothing;
+2. **stop** the compute fleet as ``pcluster update-compute-fleet --status
+   STOP_REQUESTED`` does: a conditional write of ``STOP_REQUESTED`` to the
+   ``COMPUTE_FLEET`` item of the cluster's DynamoDB table
+   (``parallelcluster-<cluster>``), then a bounded wait for ``STOPPED``;
+3. **deploy** the synthesized cloud assembly with the project's pinned CDK CLI
+   (``cdk deploy --app <assembly> '<env>/*'``), so what is deployed is what was
+   planned;
+4. **start** the fleet again (``START_REQUESTED``, wait for ``RUNNING``) when it
+   was running before, and **verify** that the deployed configuration is the
+   planned one and every stack is settled.
+
+On a failure the fleet is started again where ParallelCluster allows it (its
+cluster stack in a working state), and the message lists every stack's state
+(``DescribeStacks``) and the commands that resume (``mlcluster update ENV
+--resume``) or give up (``--abandon``: restart the fleet and forget the run).
+
+Progress is kept in a state file only the operator can write
+(``$XDG_STATE_HOME/mlcluster/update/<region>/<env>.json``, else
+``~/.local/state/...``; mode 0600 in a 0700 folder). A state file that is a
+link, not owned by the operator, or writable by group or others is refused, and
+every field read back is checked (:func:`checked_state`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from mlcluster.cli import runcommand
+from mlcluster.cli.context import Target, current_project, environment_options, environments_folder
+from mlcluster.cli.errors import (
+    EXIT_AWS,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_SETUP,
+    EXIT_TIMEOUT,
+    CliError,
+    aws_errors,
+)
+from mlcluster.cli.nodes import Node, cluster_name, pcluster_nodes
+from mlcluster.config.names import STACKS
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mlcluster.pcluster.update_policy import ClusterChange
+
+
+#: The update rules: deployed and new configuration in, changes out (``update_policy.cluster_changes``).
+Classifier = Callable[[dict[str, Any], dict[str, Any]], Sequence["ClusterChange"]]
+
+#: What the update rules may say of a change (``update_policy.OUTCOMES``), and what ``update`` does with it.
+OUTCOMES: dict[str, str] = {
+    "in_place": "deploy",
+    "fleet_stop": "stop the fleet, deploy, start it",
+    "refused": "refuse, print the safe way",
+    "replaces_data": "refuse, print the safe way",
+}
+
+#: ParallelCluster's compute fleet item (``pcluster.models.compute_fleet_status_manager.JsonComputeFleetStatusManager``,
+#: 3.2 and later): table ``parallelcluster-<cluster>``, key ``Id``, status under ``Data.status``.
+FLEET_TABLE_PREFIX = "parallelcluster-"
+FLEET_KEY = "COMPUTE_FLEET"
+
+#: Every ``ComputeFleetStatus`` of ParallelCluster (3.16) and what the command does when it finds it before
+#: stopping: ``stop`` (request STOP_REQUESTED), ``stopped`` (nothing to stop, nothing to start after), or
+#: ``refuse`` (another request is under way, or the status is unreadable).
+BEFORE_STOP: dict[str, str] = {
+    "RUNNING": "stop",
+    "PROTECTED": "stop",
+    "STOPPED": "stopped",
+    "STOP_REQUESTED": "refuse",
+    "STOPPING": "refuse",
+    "START_REQUESTED": "refuse",
+    "STARTING": "refuse",
+    "UNKNOWN": "refuse",
+}
+#: Every ``ComputeFleetStatus`` while waiting for the fleet to stop: ``wait``, ``done``, or ``fail`` (someone
+#: else changed the request, or ParallelCluster cannot tell).
+STOP_WAIT: dict[str, str] = {
+    "STOP_REQUESTED": "wait",
+    "STOPPING": "wait",
+    "STOPPED": "done",
+    "RUNNING": "fail",
+    "PROTECTED": "fail",
+    "START_REQUESTED": "fail",
+    "STARTING": "fail",
+    "UNKNOWN": "fail",
+}
+#: Every ``ComputeFleetStatus`` while waiting for the fleet to start. PROTECTED means clustermgtd put
+#: partitions with repeated bootstrap failures out of service: a failure to report, not a success.
+START_WAIT: dict[str, str] = {
+    "START_REQUESTED": "wait",
+    "STARTING": "wait",
+    "RUNNING": "done",
+    "PROTECTED": "fail",
+    "STOP_REQUESTED": "fail",
+    "STOPPING": "fail",
+    "STOPPED": "fail",
+    "UNKNOWN": "fail",
+}
+#: ParallelCluster starts or stops a fleet only while its cluster stack is in one of these
+#: (``pcluster.aws.aws_resources.StackInfo.is_working_status``).
+WORKING_STACK_STATES = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE"})
+#: Stack states from which a deploy may start (nothing in progress, nothing stuck).
+SETTLED_STACK_STATES = WORKING_STACK_STATES | {"IMPORT_COMPLETE", "IMPORT_ROLLBACK_COMPLETE"}
+
+#: Seconds between fleet status polls (ParallelCluster's own wait polls every 15 s).
+POLL_SECONDS = 15.0
+#: The outage estimate's parts, in minutes: clustermgtd acts on a stop within its one-minute loop and
+#: terminates the nodes; the custom resource polls the cluster update every two minutes; static nodes boot
+#: and run their node scripts after a start. Typical values, not measurements of this cluster.
+ESTIMATE_MINUTES = {"stop": 5, "deploy": 20, "start and node boot": 15}
+#: squeue's output: job id, partition, user, state, node count, elapsed time, name (last: it may hold ``|``).
+SQUEUE_FORMAT = "%i|%P|%u|%T|%D|%M|%j"
+#: Slurm job states whose job runs on nodes: a fleet stop kills these.
+RUNNING_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
+STEPS = ("stop", "deploy", "start", "verify")
+RUN_ID = re.compile(r"\d{8}T\d{6}Z")
+TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def default_classifier() -> Classifier:
+    """The update rules of :mod:`mlcluster.pcluster.update_policy` (imported when needed)."""
+    from mlcluster.pcluster.update_policy import cluster_changes
+
+    return cluster_changes
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """SHA-256 of a configuration in canonical JSON: what the state file records as "the plan"."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def cluster_configuration(template: dict[str, Any], where: str) -> dict[str, Any]:
+    """The ``ClusterConfiguration`` of the one ``Custom::PclusterCluster`` in ``template``."""
+    found = [
+        r.get("Properties", {}).get("ClusterConfiguration")
+        for r in template.get("Resources", {}).values()
+        if r.get("Type") == "Custom::PclusterCluster"
+    ]
+    if len(found) != 1 or not isinstance(found[0], dict):
+        raise CliError(
+            f"{where} has {len(found)} Custom::PclusterCluster resources with a ClusterConfiguration; expected one\n"
+            "  what to do: check that this is a ParallelCluster environment deployed by mlcluster",
+            EXIT_FAILED,
+        )
+    return dict(found[0])
+
+
+# ----------------------------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Job:
+    """One Slurm job, as ``squeue`` prints it with :data:`SQUEUE_FORMAT`."""
+
+    job_id: str
+    partition: str
+    user: str
+    state: str
+    nodes: int
+    elapsed: str
+    name: str
+
+    @property
+    def running(self) -> bool:
+        return self.state in RUNNING_JOB_STATES
+
+
+def parse_squeue(text: str) -> list[Job]:
+    """The jobs of ``squeue -h -o SQUEUE_FORMAT`` output; a line that does not parse is an error, never skipped."""
+    jobs: list[Job] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.strip().split("|", 6)
+        if len(parts) != 7 or not parts[4].isdigit():
+            raise CliError(
+                f"squeue printed a line mlcluster cannot read: {line[:200]!r}\n"
+                "  what to do: `mlcluster ssh ENV` and run `squeue` to see why",
+                EXIT_FAILED,
+            )
+        job_id, partition, user, state, nodes, elapsed, name = parts
+        jobs.append(Job(job_id, partition, user, state, int(nodes), elapsed, name))
+    return jobs
+
+
+def squeue_script() -> str:
+    """Print every job of every partition (hidden ones too) in :data:`SQUEUE_FORMAT`; fail when squeue fails."""
+    return f"squeue --all --noheader --format {shlex.quote(SQUEUE_FORMAT)}\n"
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue of the deployed configuration: its compute resources and the nodes EC2 has for it."""
+
+    name: str
+    resources: tuple[str, ...]
+    running_nodes: int
+
+
+@dataclass
+class Plan:
+    """What ``update`` would do: the changes, whether the fleet stops, what that stops and kills, and refusals."""
+
+    environment: str
+    cluster: str
+    region: str
+    digest: str
+    changes: list[ClusterChange]
+    queues: list[QueueInfo] = field(default_factory=list)
+    removed_queues: list[str] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    #: The new configuration's ``QueueUpdateStrategy`` and the queues whose nodes it replaces in place.
+    strategy: str = "COMPUTE_FLEET_STOP"
+    replaced: list[str] = field(default_factory=list)
+
+    @property
+    def refused(self) -> list[ClusterChange]:
+        return [c for c in self.changes if c.outcome in {"refused", "replaces_data"}]
+
+    @property
+    def stops_fleet(self) -> bool:
+        return any(c.outcome == "fleet_stop" for c in self.changes)
+
+
+#: Update policies whose in-place change ParallelCluster carries out by replacing the queue's nodes as
+#: ``QueueUpdateStrategy`` says (``pcluster.config.update_policy``; see update_policy's table).
+STRATEGY_POLICIES = frozenset({"QUEUE_UPDATE_STRATEGY", "MANAGED_PLACEMENT_GROUP", "MANAGED_FSX"})
+QUEUE_PATH = re.compile(r"Scheduling\.SlurmQueues\[([^\]]+)\]")
+
+
+def replaced_queues(changes: Sequence[ClusterChange], strategy: str) -> list[str]:
+    """The queues whose nodes ParallelCluster replaces for in-place changes (DRAIN or TERMINATE).
+
+    A change under a queue with a strategy-dependent policy replaces its nodes; with TERMINATE, removing a
+    compute resource (``RESIZE_UPDATE_STRATEGY_ON_REMOVE``) terminates its nodes too. Additions replace nothing.
+    """
+    names: set[str] = set()
+    for change in changes:
+        match = QUEUE_PATH.match(change.path)
+        if change.outcome != "in_place" or match is None or change.old is None:
+            continue
+        removal = change.policy == "RESIZE_UPDATE_STRATEGY_ON_REMOVE" and change.new is None
+        if change.policy in STRATEGY_POLICIES or (removal and strategy == "TERMINATE"):
+            names.add(match[1])
+    return sorted(names)
+
+
+def queue_infos(config: dict[str, Any], nodes: list[Node]) -> list[QueueInfo]:
+    """The queues of ``config`` with their compute resources and running node count (from EC2)."""
+    infos: list[QueueInfo] = []
+    for queue in config.get("Scheduling", {}).get("SlurmQueues", []) or []:
+        resources = tuple(
+            f"{cr.get('Name')} ({_instance_types(cr)}, {cr.get('MinCount', 0)}..{cr.get('MaxCount', 10)} nodes)"
+            for cr in queue.get("ComputeResources", []) or []
+        )
+        running = sum(1 for n in nodes if n.group == queue.get("Name") and n.status in {"running", "pending"})
+        infos.append(QueueInfo(str(queue.get("Name")), resources, running))
+    return infos
+
+
+def _instance_types(resource: dict[str, Any]) -> str:
+    """A compute resource's ``InstanceType``, or its ``Instances`` list joined."""
+    if resource.get("InstanceType"):
+        return str(resource["InstanceType"])
+    return ",".join(str(i.get("InstanceType", "")) for i in resource.get("Instances", []) or [])
+
+
+def queue_names(config: dict[str, Any]) -> list[str]:
+    return [str(q.get("Name")) for q in config.get("Scheduling", {}).get("SlurmQueues", []) or []]
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+def render_plan(plan: Plan) -> list[str]:
+    """The plan as lines of text (what the operator reads before answering)."""
+    lines = [
+        f"mlcluster update {plan.environment}: plan (nothing has been changed yet)",
+        f"cluster {plan.cluster} (ParallelCluster), stack {plan.environment}-Cluster in {plan.region}",
+        "",
+    ]
+    if not plan.changes:
+        lines.append("cluster configuration: no change (the deploy applies the other stacks' changes, if any)")
+    else:
+        lines.append(f"changes to the cluster configuration ({len(plan.changes)}):")
+        for change in plan.changes:
+            lines.append(f"  {change.outcome:<13} {change.path}  (ParallelCluster policy {change.policy})")
+            lines.append(f"                old: {_short(change.old)}")
+            lines.append(f"                new: {_short(change.new)}")
+    if plan.refused:
+        lines += ["", "REFUSED: these changes cannot be made by an update; nothing will be changed:"]
+        for change in plan.refused:
+            lines.append(f"  {change.path}: {change.safe_way}")
+        return lines
+    if plan.stops_fleet:
+        total = sum(q.running_nodes for q in plan.queues)
+        lines += [
+            "",
+            f"what stops: the whole compute fleet ({total} running nodes), as ParallelCluster requires for the "
+            "changes marked fleet_stop; the head node, login nodes and file systems keep running:",
+        ]
+        for queue in plan.queues:
+            gone = "  (removed by this update)" if queue.name in plan.removed_queues else ""
+            lines.append(f"  queue {queue.name}: {queue.running_nodes} running; {', '.join(queue.resources)}{gone}")
+        running = [j for j in plan.jobs if j.running]
+        pending = [j for j in plan.jobs if not j.running]
+        lines += ["", f"jobs that would be killed ({len(running)}, from squeue on the head node):"]
+        lines += [
+            f"  {j.job_id:<8} {j.partition:<16} {j.user:<12} {j.state:<10} {j.nodes:>3} nodes {j.elapsed:>11}  {j.name}"
+            for j in running
+        ] or ["  none"]
+        lost = [j for j in pending if j.partition in plan.removed_queues]
+        lines.append(
+            f"jobs left pending: {len(pending) - len(lost)} (they wait for the fleet to start again)"
+            + (
+                f"; {len(lost)} pending in removed queues ({', '.join(j.job_id for j in lost)}) never run: "
+                "cancel or move them (`scontrol update job=ID partition=...`)"
+                if lost
+                else ""
+            )
+        )
+        minutes = sum(ESTIMATE_MINUTES.values())
+        parts = ", ".join(f"{k} {v}" for k, v in ESTIMATE_MINUTES.items())
+        lines += [
+            "",
+            f"compute outage: about {minutes} minutes ({parts}) - an estimate from typical times, not a measurement",
+            "",
+            "steps: 1 stop the compute fleet, 2 cdk deploy, 3 start the fleet, 4 verify",
+        ]
+    else:
+        lines += _replaced_lines(plan)
+        lines += ["", "steps: 1 cdk deploy, 2 verify (the compute fleet keeps running)"]
+    return lines
+
+
+def _replaced_lines(plan: Plan) -> list[str]:
+    """What ParallelCluster's QueueUpdateStrategy does to the nodes and jobs of the queues an update replaces."""
+    if not plan.replaced:
+        return []
+    running = [j for j in plan.jobs if j.running and j.partition in plan.replaced]
+    fate = (
+        "each runs to its end, then ParallelCluster replaces its nodes"
+        if plan.strategy == "DRAIN"
+        else "ParallelCluster terminates their nodes at once: they would be killed"
+    )
+    return [
+        "",
+        f"nodes replaced by ParallelCluster (QueueUpdateStrategy {plan.strategy}) in: {', '.join(plan.replaced)}",
+        f"jobs running there ({len(running)}, from squeue on the head node): {fate}",
+        *(f"  {j.job_id:<8} {j.partition:<16} {j.user:<12} {j.state:<10} {j.nodes:>3} nodes {j.elapsed:>11}  {j.name}"
+          for j in running),
+    ]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------- the fleet
+
+
+class Fleet:
+    """ParallelCluster's compute fleet status item, read and written as ``pcluster`` does.
+
+    The JSON item is ParallelCluster's since 3.2; ``Custom::PclusterCluster`` exists since 3.6, so every
+    cluster mlcluster deploys has it.
+    """
+
+    def __init__(self, target: Target, cluster: str) -> None:
+        self.target = target
+        self.cluster = cluster
+        self.table = f"{FLEET_TABLE_PREFIX}{cluster}"
+
+    def status(self) -> str:
+        """The fleet's status (consistent read); a missing item is ``UNKNOWN``, as ParallelCluster reads it."""
+        with aws_errors(f"GetItem {FLEET_KEY} from DynamoDB table {self.table}"):
+            item = self.target.client("dynamodb").get_item(
+                TableName=self.table, Key={"Id": {"S": FLEET_KEY}}, ConsistentRead=True
+            )
+        data = item.get("Item", {}).get("Data", {}).get("M", {})
+        return str(data.get("status", {}).get("S", "UNKNOWN"))
+
+    def request(self, current: str, wanted: str) -> None:
+        """Write ``wanted`` only if the status is still ``current`` (ParallelCluster's conditional update)."""
+        from botocore.exceptions import ClientError
+
+        with aws_errors(f"UpdateItem {FLEET_KEY} in DynamoDB table {self.table} ({current} -> {wanted})"):
+            try:
+                self.target.client("dynamodb").update_item(
+                    TableName=self.table,
+                    Key={"Id": {"S": FLEET_KEY}},
+                    UpdateExpression="SET #dt.#st = :s, #dt.#lut = :t",
+                    ConditionExpression="#dt.#st = :current",
+                    ExpressionAttributeNames={"#dt": "Data", "#st": "status", "#lut": "lastStatusUpdatedTime"},
+                    ExpressionAttributeValues={
+                        ":s": {"S": wanted},
+                        ":t": {"S": str(datetime.now(UTC))},
+                        ":current": {"S": current},
+                    },
+                )
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                raise CliError(
+                    f"the compute fleet of {self.cluster} changed status while mlcluster asked for {wanted} "
+                    f"(it was {current}): someone else is starting or stopping it\n"
+                    f"  what to do: `mlcluster status {self.target.name}`; run the command again once the fleet "
+                    "is settled",
+                    EXIT_FAILED,
+                ) from None
+
+    def wait(self, table: dict[str, str], goal: str, timeout: int, console: Console) -> None:
+        """Poll until the decision of ``table`` is ``done``; ``fail`` or an unknown status or the timeout raise."""
+        deadline = time.monotonic() + timeout
+        with console.status(f"waiting for the compute fleet of {self.cluster} to be {goal}") as spinner:
+            while True:
+                status = self.status()
+                decision = table.get(status)
+                if decision is None:
+                    raise CliError(
+                        f"the compute fleet of {self.cluster} is {status!r}, a status mlcluster does not know "
+                        f"(known: {', '.join(sorted(table))})",
+                        EXIT_FAILED,
+                    )
+                if decision == "done":
+                    return
+                if decision == "fail":
+                    raise CliError(
+                        f"the compute fleet of {self.cluster} went {status} while mlcluster waited for {goal}"
+                        + (
+                            ": clustermgtd put queues with repeated bootstrap failures out of service"
+                            if status == "PROTECTED"
+                            else ": another request changed it, or ParallelCluster cannot read its status"
+                        ),
+                        EXIT_FAILED,
+                    )
+                if time.monotonic() >= deadline:
+                    raise CliError(
+                        f"the compute fleet of {self.cluster} was still {status} after {timeout} s "
+                        f"(waiting for {goal})",
+                        EXIT_TIMEOUT,
+                    )
+                spinner.update(f"compute fleet of {self.cluster}: {status} (waiting for {goal})")
+                time.sleep(POLL_SECONDS)
+
+
+# ----------------------------------------------------------------------------------------------- the state file
+
+
+def state_root() -> Path:
+    """The operator's state folder: ``$XDG_STATE_HOME/mlcluster``, else ``~/.local/state/mlcluster``."""
+    base = os.environ.get("XDG_STATE_HOME")
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "state"
+    return root / "mlcluster"
+
+
+def _check_private(path: Path, *, folder: bool) -> None:
+    """Refuse ``path`` unless it is the operator's own, not a link, and not writable by group or others."""
+    info = path.lstat()
+    kind = stat.S_ISDIR(info.st_mode) if folder else stat.S_ISREG(info.st_mode)
+    problems = []
+    if not kind:
+        problems.append("a link or another kind of file" if stat.S_ISLNK(info.st_mode) else "not a plain file/folder")
+    if info.st_uid != os.geteuid():
+        problems.append(f"owned by uid {info.st_uid}, not by you (uid {os.geteuid()})")
+    if info.st_mode & 0o022:
+        problems.append(f"writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})")
+    if problems:
+        raise CliError(
+            f"{path}: {'; '.join(problems)}: only you may write mlcluster's update state; nothing was run\n"
+            f"  what to do: find out who made it so; remove it (and `chmod 700` its folder), then run again",
+            EXIT_FAILED,
+        )
+
+
+class UpdateState:
+    """The update run's progress in the operator's state folder (0600 file in 0700 folders)."""
+
+    def __init__(self, environment: str, region: str) -> None:
+        self.folder = state_root() / "update" / region
+        self.path = self.folder / f"{environment}.json"
+        self.data: dict[str, Any] = {}
+
+    def load(self) -> Any | None:
+        """The stored JSON, or ``None``; the file and every folder up to the state root are checked first."""
+        if not self.path.exists() and not self.path.is_symlink():
+            return None
+        for folder in (state_root(), state_root() / "update", self.folder):
+            _check_private(folder, folder=True)
+        _check_private(self.path, folder=False)
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise CliError(
+                f"{self.path} cannot be read as JSON ({error})\n  what to do: inspect it; remove it to start over",
+                EXIT_FAILED,
+            ) from None
+
+    def save(self) -> None:
+        """Write atomically: a new 0600 file in the checked folder, then rename over the old one."""
+        for folder in (state_root(), state_root() / "update", self.folder):
+            folder.mkdir(mode=0o700, exist_ok=True, parents=True)
+            _check_private(folder, folder=True)
+        handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".update-", suffix=".json")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(self.data, out, indent=2)
+            Path(temporary).chmod(0o600)
+            Path(temporary).replace(self.path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def done(self, step: str) -> bool:
+        return step in self.data["steps"]
+
+    def mark(self, step: str) -> None:
+        self.data["steps"][step] = {"at": _now()}
+        self.save()
+
+    def unmark(self, step: str) -> None:
+        self.data["steps"].pop(step, None)
+        self.save()
+
+
+def checked_state(stored: Any, path: Path, environment: str, cluster: str, region: str) -> dict[str, Any]:
+    """``stored`` when every field is one this command writes; else a CliError naming each bad field."""
+    problems: list[str] = []
+
+    def bad(key: str, value: Any, allowed: str) -> None:
+        problems.append(f"{key}: {json.dumps(value, default=str)[:120]} is not allowed; allowed: {allowed}")
+
+    if not isinstance(stored, dict):
+        raise CliError(f"{path} is not an update state object; remove it to start over", EXIT_FAILED)
+    known = {"format", "run", "environment", "cluster", "region", "plan_sha256", "stop", "fleet_before", "steps"}
+    known |= {"complete"}
+    for key in sorted(set(stored) - known):
+        bad(key, stored[key], "no such key")
+    if stored.get("format") != 1:
+        bad("format", stored.get("format"), "1")
+    if not (isinstance(stored.get("run"), str) and RUN_ID.fullmatch(stored["run"])):
+        bad("run", stored.get("run"), "a run id such as 20260101T120000Z")
+    for key, expected in (("environment", environment), ("cluster", cluster), ("region", region)):
+        if stored.get(key) != expected:
+            bad(key, stored.get(key), repr(expected))
+    if not (isinstance(stored.get("plan_sha256"), str) and SHA256.fullmatch(stored["plan_sha256"])):
+        bad("plan_sha256", stored.get("plan_sha256"), "a SHA-256 in lower-case hex")
+    if not isinstance(stored.get("stop"), bool):
+        bad("stop", stored.get("stop"), "true or false")
+    if stored.get("fleet_before") not in {None, *BEFORE_STOP}:
+        bad("fleet_before", stored.get("fleet_before"), "null or a ComputeFleetStatus")
+    complete = stored.get("complete")
+    if complete is not None and not (isinstance(complete, str) and TIMESTAMP.fullmatch(complete)):
+        bad("complete", complete, "null or a UTC time")
+    steps = stored.get("steps")
+    if not isinstance(steps, dict) or any(s not in STEPS for s in steps):
+        bad("steps", steps, "an object keyed by " + ", ".join(STEPS))
+    else:
+        for name, record in steps.items():
+            at = record.get("at") if isinstance(record, dict) else None
+            if not (
+                isinstance(record, dict) and set(record) == {"at"} and isinstance(at, str) and TIMESTAMP.fullmatch(at)
+            ):
+                bad(f"steps.{name}", record, '{"at": "<UTC time>"}')
+    if problems:
+        raise CliError(
+            f"{path} is not a state this command wrote; nothing was run:\n  "
+            + "\n  ".join(problems)
+            + "\n  what to do: remove it, check the cluster (`mlcluster status ENV`) and run `mlcluster update` again",
+            EXIT_FAILED,
+        )
+    return dict(stored)
+
+
+# ----------------------------------------------------------------------------------------------- stacks and deploy
+
+
+def stack_states(target: Target, cluster: str) -> dict[str, str]:
+    """Every stack of the environment and ParallelCluster's own cluster stack, with its status (or why not)."""
+    states: dict[str, str] = {}
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    for name in [f"{target.name}-{part}" for part in STACKS] + [cluster]:
+        try:
+            stacks = target.client("cloudformation").describe_stacks(StackName=name)["Stacks"]
+            states[name] = str(stacks[0]["StackStatus"]) if stacks else "not found"
+        except ClientError as error:
+            info = error.response.get("Error", {})
+            states[name] = (
+                "not found"
+                if "does not exist" in str(info.get("Message", ""))
+                else (f"unknown (DescribeStacks failed: {info.get('Code')})")
+            )
+        except BotoCoreError as error:
+            states[name] = f"unknown (DescribeStacks failed: {type(error).__name__})"
+    return states
+
+
+def stack_advice(target: Target, states: dict[str, str]) -> list[str]:
+    """One line per stack: its state and, where it is stuck, the command that moves it on."""
+    lines = []
+    for name, status in states.items():
+        hint = ""
+        if status == "UPDATE_ROLLBACK_FAILED":
+            hint = f"  -> `aws cloudformation continue-update-rollback --region {target.region} --stack-name {name}`"
+        elif status.endswith("_IN_PROGRESS"):
+            hint = "  -> CloudFormation is still working: wait for it to settle"
+        lines.append(f"  {name}: {status}{hint}")
+    return lines
+
+
+def cdk_cli() -> Path:
+    """The project's pinned CDK CLI (``node_modules/.bin/cdk`` beside cdk.json)."""
+    cli = current_project().root / "node_modules" / ".bin" / "cdk"
+    if not cli.exists():
+        raise CliError(
+            f"the CDK CLI is not installed: {cli} does not exist\n"
+            "  what to do: run `npm ci` in the project (package.json pins the CDK CLI version)",
+            EXIT_SETUP,
+        )
+    return cli
+
+
+def deploy_command(assembly: Path, environment: str, profile: str | None) -> list[str]:
+    """``cdk deploy`` of every stack of ``environment`` from the already synthesized ``assembly``."""
+    return [
+        str(cdk_cli()), "deploy", "--app", str(assembly), f"{environment}/*",
+        "--require-approval", "never", "--progress", "events",
+        *(["--profile", profile] if profile else []),
+    ]  # fmt: skip
+
+
+def run_deploy(argv: list[str], timeout: int) -> int:
+    """Run the CDK CLI with its output on the operator's terminal; its exit code (-1 on the timeout)."""
+    try:
+        # stdout to stderr: the CLI's progress is a log, stdout stays for the command's result.
+        done = subprocess.run(argv, stdout=2, cwd=current_project().root, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return -1
+    return done.returncode
+
+
+# ----------------------------------------------------------------------------------------------- the command
+
+
+@dataclass
+class Run:
+    """One update run: the target, its cluster, fleet, state and console."""
+
+    target: Target
+    cluster: str
+    fleet: Fleet
+    state: UpdateState
+    console: Console
+
+    def deployed_config(self) -> dict[str, Any]:
+        name = f"{self.target.name}-Cluster"
+        with aws_errors(f"GetTemplate for {name}"):
+            body = self.target.client("cloudformation").get_template(StackName=name, TemplateStage="Original")[
+                "TemplateBody"
+            ]
+        template = body if isinstance(body, dict) else json.loads(body)
+        return cluster_configuration(template, f"the deployed {name}")
+
+    def read_jobs(self) -> list[Job]:
+        from mlcluster.cli.nodes import controller
+
+        node = controller(self.target)
+        result = runcommand.run(
+            self.target,
+            node,
+            squeue_script(),
+            comment=f"mlcluster update {self.target.name}: squeue",
+            timeout_seconds=120,
+            user=self.target.default_user,
+            console=self.console,
+        )
+        if not result.ok:
+            raise CliError(
+                f"squeue on the head node failed ({result.status}, exit {result.exit_code}): "
+                f"{(result.stdout + result.stderr).strip()[-300:]}\n  what to do: "
+                f"{runcommand.where_to_look(self.target, node, result)}; nothing was changed",
+                EXIT_FAILED,
+            )
+        return parse_squeue(result.stdout)
+
+    def resume_line(self) -> str:
+        env = self.target.name
+        return (
+            f"  resume: `mlcluster update {env} --resume`; give up: `mlcluster update {env} --abandon` "
+            f"(starts the fleet if this run stopped it, forgets the run; state in {self.state.path})"
+        )
+
+    def stop(self, timeout: int) -> None:
+        """Stop the fleet if it runs; records what it was, so the end (or a failure) restores it."""
+        status = self.fleet.status()
+        decision = BEFORE_STOP.get(status)
+        if self.state.data["fleet_before"] is None:
+            if decision in {None, "refuse"}:
+                raise CliError(
+                    f"the compute fleet of {self.cluster} is {status}: "
+                    + (
+                        "a start or stop is under way"
+                        if decision == "refuse" and status != "UNKNOWN"
+                        else "mlcluster cannot tell its state"
+                    )
+                    + f"; nothing was changed\n  what to do: `mlcluster status {self.target.name}`; run again once "
+                    "it is RUNNING or STOPPED",
+                    EXIT_FAILED,
+                )
+            self.state.data["fleet_before"] = status
+            self.state.save()
+        if status != "STOPPED":
+            if status not in {"STOP_REQUESTED", "STOPPING"}:
+                self.fleet.request(status, "STOP_REQUESTED")
+                self.console.print(f"requested STOP_REQUESTED for the compute fleet of {self.cluster} (was {status})")
+            self.fleet.wait(STOP_WAIT, "STOPPED", timeout, self.console)
+        self.state.mark("stop")
+        self.console.print(f"the compute fleet of {self.cluster} is STOPPED")
+
+    def start(self, timeout: int) -> None:
+        """Start the fleet again if this run found it running; a fleet that was stopped stays stopped."""
+        if self.state.data["fleet_before"] in {"RUNNING", "PROTECTED"}:
+            status = self.fleet.status()
+            if START_WAIT.get(status) != "done":
+                if status not in {"START_REQUESTED", "STARTING"}:
+                    self.fleet.request(status, "START_REQUESTED")
+                    self.console.print(f"requested START_REQUESTED for the compute fleet of {self.cluster}")
+                self.fleet.wait(START_WAIT, "RUNNING", timeout, self.console)
+            self.console.print(f"the compute fleet of {self.cluster} is RUNNING")
+        self.state.mark("start")
+
+    def restore(self, timeout: int) -> str:
+        """After a failure: start the fleet again if this run stopped it and ParallelCluster allows it.
+
+        The fleet starts only when ParallelCluster's own stack is in a working state (its rule for a
+        start) and the environment's cluster stack is settled: never while CloudFormation may still be
+        applying the new configuration (a deploy that ran out of time).
+        """
+        if self.state.data["fleet_before"] not in {"RUNNING", "PROTECTED"}:
+            return "the compute fleet was not stopped by this run"
+        states = stack_states(self.target, self.cluster)
+        own, stack = states.get(self.cluster, "unknown"), f"{self.target.name}-Cluster"
+        if own not in WORKING_STACK_STATES:
+            return (
+                f"the compute fleet stays STOPPED: ParallelCluster's stack {self.cluster} is {own}, and a fleet "
+                "starts only from " + ", ".join(sorted(WORKING_STACK_STATES))
+            )
+        if states.get(stack) not in SETTLED_STACK_STATES:
+            return f"the compute fleet stays STOPPED: {stack} is {states.get(stack)}, not settled"
+        try:
+            if self.fleet.status() == "RUNNING":
+                self.state.unmark("stop")
+                return f"the compute fleet of {self.cluster} is RUNNING (it was not stopped)"
+            self.start(timeout)
+        except CliError as error:
+            self.state.unmark("start")
+            return f"starting the compute fleet again failed too: {error.message.splitlines()[0]}"
+        self.state.unmark("start")
+        self.state.unmark("stop")
+        return f"the compute fleet of {self.cluster} was started again: the cluster runs its previous configuration"
+
+    def failed(self, error: CliError, what: str, restore_timeout: int, *, restore: bool = True) -> CliError:
+        """``error`` with what happened to the fleet, every stack's state and the resume/abandon commands.
+
+        A run that failed before it changed anything (the fleet's status not even recorded) is forgotten:
+        running the command again starts afresh.
+        """
+        if self.state.data["fleet_before"] is None and not self.state.data["steps"]:
+            self.state.remove()
+            return CliError(f"{what} failed: {error.message}", error.exit_code)
+        fleet_line = self.restore(restore_timeout) if restore else "the compute fleet was left as it is"
+        states = stack_states(self.target, self.cluster)
+        message = (
+            f"{what} failed: {error.message}\n  {fleet_line}\n  stacks now:\n  "
+            + "\n  ".join(line.strip() for line in stack_advice(self.target, states))
+            + "\n"
+            + self.resume_line()
+        )
+        return CliError(message, error.exit_code)
+
+
+def _plan(run: Run, new_config: dict[str, Any], classify: Classifier, with_jobs: bool) -> Plan:
+    old_config = run.deployed_config()
+    changes = list(classify(old_config, new_config))
+    unknown = sorted({c.outcome for c in changes} - set(OUTCOMES))
+    if unknown:
+        raise CliError(f"the update rules returned outcomes mlcluster does not know: {', '.join(unknown)}", EXIT_FAILED)
+    plan = Plan(run.target.name, run.cluster, run.target.region, config_digest(new_config), changes)
+    plan.strategy = str(new_config.get("Scheduling", {}).get("SlurmSettings", {}).get("QueueUpdateStrategy", ""))
+    plan.strategy = plan.strategy or "COMPUTE_FLEET_STOP"  # ParallelCluster's default
+    plan.replaced = replaced_queues(changes, plan.strategy)
+    if plan.refused:
+        return plan
+    if plan.stops_fleet:
+        plan.queues = queue_infos(old_config, pcluster_nodes(run.target))
+        plan.removed_queues = sorted(set(queue_names(old_config)) - set(queue_names(new_config)))
+    if with_jobs and (plan.stops_fleet or plan.replaced):
+        plan.jobs = run.read_jobs()
+    return plan
+
+
+def synthesize_assembly(folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any]]:
+    """Synthesize ``environment`` (as ``mlcluster diff`` does) and return the assembly and its cluster template."""
+    from mlcluster.cli.diff import stack_artifacts, synthesize
+
+    assembly = synthesize(folder, environment, outdir)
+    for stack in stack_artifacts(assembly, environment):
+        if stack.name == f"{environment}-Cluster":
+            return assembly, json.loads(stack.template_file.read_text(encoding="utf-8"))
+    raise CliError(f"the synthesized {environment} has no stack {environment}-Cluster", EXIT_FAILED)
+
+
+@click.command()
+@environment_options
+@click.option("--yes", is_flag=True, help="Do not ask before stopping the fleet and deploying.")
+@click.option("--plan-only", is_flag=True, help="Show the plan and exit (nothing is changed; the squeue read runs).")
+@click.option("--resume", is_flag=True, help="Continue the run a failure or interruption stopped.")
+@click.option("--abandon", is_flag=True, help="Start the fleet if the stored run stopped it, and forget the run.")
+@click.option(
+    "--stop-timeout", type=click.IntRange(60, 7200), default=1200, show_default=True,
+    help="Seconds to wait for the compute fleet to stop, and to start again.",
+)  # fmt: skip
+@click.option(
+    "--deploy-timeout", type=click.IntRange(300, 6 * 3600), default=3 * 3600, show_default=True,
+    help="Seconds the cdk deploy may take.",
+)  # fmt: skip
+def update(
+    env: str,
+    environments: Path | None,
+    region: str | None,
+    profile: str | None,
+    yes: bool,
+    plan_only: bool,
+    resume: bool,
+    abandon: bool,
+    stop_timeout: int,
+    deploy_timeout: int,
+) -> None:
+    """Apply ENV's cluster change safely: plan, stop the compute fleet if needed, deploy, start, verify.
+
+    For ParallelCluster environments. The plan lists the configuration changes
+    and, when ParallelCluster needs the compute fleet stopped for them, the
+    queues and running nodes that stop, the Slurm jobs that would be killed
+    (squeue on the head node) and an outage estimate. A change no update can
+    make is refused with its safe way (exit 1, nothing changed). After the
+    answer (or --yes) the fleet is stopped, the synthesized assembly deployed
+    with the project's CDK CLI, the fleet started again and the result
+    verified. A failure restarts the fleet where possible and prints every
+    stack's state; --resume continues, --abandon gives up. HyperPod
+    environments are refused: deploy them with `npx cdk deploy` (no fleet to
+    stop; `mlcluster diff` shows replacements first).
+    """
+    update_environment(
+        env, environments, region, profile,
+        yes=yes, plan_only=plan_only, resume=resume, abandon=abandon,
+        stop_timeout=stop_timeout, deploy_timeout=deploy_timeout,
+    )  # fmt: skip
+
+
+def update_environment(
+    env: str,
+    environments: Path | None,
+    region: str | None,
+    profile: str | None,
+    *,
+    yes: bool,
+    plan_only: bool,
+    resume: bool,
+    abandon: bool,
+    stop_timeout: int,
+    deploy_timeout: int,
+    classify: Classifier | None = None,
+) -> None:
+    """The command's work, with the update rules injectable (``classify``; default :func:`default_classifier`)."""
+    from rich.console import Console
+
+    if sum((plan_only, resume, abandon)) > 1:
+        raise CliError("--plan-only, --resume and --abandon exclude each other", EXIT_FAILED)
+    target = Target.load(env, environments, region, profile)
+    if target.backend == "hyperpod":
+        raise CliError(
+            f"environment {env} is a HyperPod environment: `mlcluster update` does not apply to it. HyperPod's "
+            "AWS::SageMaker::Cluster updates in place (UpdateCluster) with no compute fleet to stop\n"
+            f"  what to do: `mlcluster diff {env}` (replacements are refused at synth), then "
+            f"`npx cdk deploy '{env}/*'`; platform software: `mlcluster patch {env}`",
+            EXIT_FAILED,
+        )
+    target.require_backend("pcluster")
+    console = Console(stderr=True, soft_wrap=True)
+    name = cluster_name(target)
+    run = Run(target, name, Fleet(target, name), UpdateState(env, target.region), console)
+    stored = run.state.load()
+    checked = checked_state(stored, run.state.path, env, name, target.region) if stored is not None else None
+    unfinished = checked is not None and checked["complete"] is None
+    if abandon:
+        _abandon(run, checked if unfinished else None, stop_timeout)
+        return
+    if unfinished and not resume and not plan_only:
+        assert checked is not None
+        raise CliError(
+            f"an update of {env} (run {checked['run']}) did not finish: done "
+            f"{', '.join(checked['steps']) or 'nothing'}; nothing was run\n" + run.resume_line(),
+            EXIT_FAILED,
+        )
+    if resume and not unfinished:
+        raise CliError(f"no unfinished update of {env} to resume ({run.state.path}); run without --resume", EXIT_FAILED)
+    with tempfile.TemporaryDirectory(prefix="mlcluster-update-") as tmp:
+        assembly, template = synthesize_assembly(environments_folder(environments), env, Path(tmp))
+        new_config = cluster_configuration(template, f"the synthesized {env}-Cluster")
+        plan = _plan(run, new_config, classify or default_classifier(), with_jobs=not resume)
+        # The CLI is looked for before anything is changed: a missing one stops the command here.
+        argv = deploy_command(assembly, env, profile) if not plan_only else []
+        if resume:
+            assert checked is not None
+            if checked["plan_sha256"] != plan.digest:
+                raise CliError(
+                    f"the environment changed since run {checked['run']} planned it (the synthesized cluster "
+                    f"configuration differs); nothing was run\n  what to do: undo the edit and --resume, or "
+                    f"`mlcluster update {env} --abandon` and plan again",
+                    EXIT_FAILED,
+                )
+            run.state.data = checked
+            _check_stacks_settled(run)
+            console.print(f"resuming update run {checked['run']} (done: {', '.join(checked['steps']) or 'nothing'})")
+        else:
+            for line in render_plan(plan):
+                click.echo(line)
+            if plan.refused:
+                raise CliError(
+                    f"{len(plan.refused)} change(s) cannot be made by an update of {name}; nothing was changed "
+                    "(each line above names the safe way)",
+                    EXIT_FAILED,
+                )
+            if plan_only:
+                return
+            if not yes:
+                click.confirm(
+                    f"stop the compute fleet of {name}, deploy and start it again?"
+                    if plan.stops_fleet
+                    else f"deploy {env}?",
+                    abort=True,
+                    err=True,
+                )
+            run.state.data = {
+                "format": 1,
+                "run": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+                "environment": env,
+                "cluster": name,
+                "region": target.region,
+                "plan_sha256": plan.digest,
+                "stop": plan.stops_fleet,
+                "fleet_before": None,
+                "steps": {},
+                "complete": None,
+            }
+            _check_stacks_settled(run)
+            run.state.save()
+        try:
+            _carry_out(run, argv, stop_timeout, deploy_timeout)
+        except KeyboardInterrupt:
+            done = ", ".join(run.state.data["steps"]) or "nothing"
+            raise CliError(
+                f"interrupted; done: {done} (the fleet and stacks are as the last step left them: "
+                f"`mlcluster status {env}`)\n" + run.resume_line(),
+                EXIT_INTERRUPTED,
+            ) from None
+    click.echo(f"updated {env} (run {run.state.data['run']}): " + ", ".join(run.state.data["steps"]))
+    click.echo(
+        f"next: `mlcluster lock {env}` and commit {env}.lock.json (the next synth compares with the deployed state)"
+    )
+
+
+def _check_stacks_settled(run: Run) -> None:
+    """Refuse to start while any deployed stack is in progress or stuck (its state is not a settled one)."""
+    states = stack_states(run.target, run.cluster)
+    unsettled = {n: s for n, s in states.items() if s != "not found" and s not in SETTLED_STACK_STATES}
+    if unsettled:
+        raise CliError(
+            "these stacks are not settled; nothing was changed:\n"
+            + "\n".join(stack_advice(run.target, unsettled))
+            + f"\n  what to do: let them settle (or fix them as shown), then run `mlcluster update {run.target.name}`",
+            EXIT_AWS if any(s.startswith("unknown") for s in unsettled.values()) else EXIT_FAILED,
+        )
+
+
+def _carry_out(run: Run, argv: list[str], stop_timeout: int, deploy_timeout: int) -> None:
+    """The steps not yet done, in order; each failure restarts the fleet where possible and says where it stands."""
+    state = run.state
+    planned = state.data["plan_sha256"]
+    if state.data["stop"] and not state.done("deploy"):
+        try:
+            run.stop(stop_timeout)
+        except CliError as error:
+            # A stop that was requested but did not finish is undone: the fleet may be half stopped.
+            raise run.failed(error, "stopping the compute fleet", stop_timeout) from None
+    if not state.done("deploy"):
+        run.console.print(f"deploying: {shlex.join(argv)}")
+        code = run_deploy(argv, deploy_timeout)
+        if code != 0:
+            applied = _deployed_digest(run) == planned
+            reason = f"cdk deploy exited {code}" if code != -1 else f"cdk deploy did not finish in {deploy_timeout} s"
+            if not applied:
+                raise run.failed(CliError(reason, EXIT_FAILED), "the deploy", stop_timeout) from None
+            # The cluster stack took the new configuration; another stack failed. Start the fleet, then report.
+            state.mark("deploy")
+            try:
+                if state.data["stop"]:
+                    run.start(stop_timeout)
+            except CliError as error:
+                raise run.failed(error, "starting the compute fleet", stop_timeout, restore=False) from None
+            raise run.failed(
+                CliError(
+                    f"{reason} after the cluster took the new configuration: another stack failed "
+                    f"(redeploy it with `npx cdk deploy '{run.target.name}/*'`)",
+                    EXIT_FAILED,
+                ),
+                "the deploy",
+                stop_timeout,
+                restore=False,
+            )
+        state.mark("deploy")
+    if not state.done("start"):
+        try:
+            if state.data["stop"]:
+                run.start(stop_timeout)
+            else:
+                state.mark("start")
+        except CliError as error:
+            raise run.failed(error, "starting the compute fleet", stop_timeout, restore=False) from None
+    if not state.done("verify"):
+        try:
+            _verify(run, planned)
+        except CliError as error:
+            raise run.failed(error, "verifying the update", stop_timeout, restore=False) from None
+        state.mark("verify")
+    state.data["complete"] = _now()
+    state.save()
+
+
+def _deployed_digest(run: Run) -> str | None:
+    """The digest of the deployed configuration, or ``None`` when it cannot be read."""
+    try:
+        return config_digest(run.deployed_config())
+    except CliError:
+        return None
+
+
+def _verify(run: Run, planned: str) -> None:
+    """The deployed configuration is the planned one, every stack settled, the fleet as it was before."""
+    problems: list[str] = []
+    if config_digest(run.deployed_config()) != planned:
+        problems.append(f"the deployed configuration of {run.target.name}-Cluster is not the planned one")
+    states = stack_states(run.target, run.cluster)
+    problems += [f"{n} is {s}" for n, s in states.items() if s != "not found" and s not in SETTLED_STACK_STATES]
+    before = run.state.data["fleet_before"]
+    if before is not None:
+        now = run.fleet.status()
+        wanted = "STOPPED" if before == "STOPPED" else "RUNNING"
+        if now != wanted:
+            problems.append(f"the compute fleet is {now}, expected {wanted}")
+    if problems:
+        raise CliError("; ".join(problems), EXIT_FAILED)
+
+
+def _abandon(run: Run, checked: dict[str, Any] | None, timeout: int) -> None:
+    """Start the fleet if the stored run stopped it, then remove the state file."""
+    if checked is None:
+        raise CliError(f"no unfinished update of {run.target.name} to abandon ({run.state.path})", EXIT_FAILED)
+    run.state.data = checked
+    if checked["fleet_before"] in {"RUNNING", "PROTECTED"} and run.fleet.status() != "RUNNING":
+        own = stack_states(run.target, run.cluster).get(run.cluster, "unknown")
+        if own not in WORKING_STACK_STATES:
+            raise CliError(
+                f"ParallelCluster's stack {run.cluster} is {own}: the fleet cannot be started from there; the run is "
+                f"kept\n" + "\n".join(stack_advice(run.target, stack_states(run.target, run.cluster))),
+                EXIT_FAILED,
+            )
+        run.state.data["steps"].setdefault("stop", {"at": _now()})
+        run.start(timeout)
+    run.state.remove()
+    click.echo(f"abandoned update run {checked['run']} of {run.target.name}; the fleet is as it was before it")

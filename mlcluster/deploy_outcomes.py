@@ -1,0 +1,380 @@
+"""Whether a deploy of an edit can succeed, told at synth from the lock and the services' own rules.
+
+The data guard (``mlcluster.lockfile``) stops edits that replace data. This
+module stops the edits that synthesize cleanly and then fail at deploy,
+rolling the stack back, and says which need ``mlcluster update ENV``:
+
+- ParallelCluster (``Custom::PclusterCluster``): the lock records the
+  deployed ``ClusterConfiguration``; ``mlcluster.pcluster.update_policy``
+  sorts each changed key by ParallelCluster's own update policy. A change
+  ParallelCluster refuses on this cluster fails synth naming the environment
+  key, the old and new value and the safe way; a change that needs the
+  compute fleet stopped passes with a note that ``mlcluster update ENV`` must
+  deploy it (a plain ``cdk deploy`` fails at the custom resource).
+- ParallelCluster's release (``cluster.pcluster.version``): the provider
+  stack would move to the new release while the cluster stays on the one it
+  was created with, and ParallelCluster never upgrades a cluster in place:
+  refused with the procedure (a new cluster).
+- FSx ``StorageCapacity`` lowered: FSx cannot shrink a file system
+  (``UpdateFileSystem``: "The value must be greater than the current storage
+  capacity"): refused. Raised: a note (the increase runs for hours and a
+  second one waits for it).
+- Lustre ``PerUnitStorageThroughput`` changed: FSx's ``UpdateFileSystem``
+  can change it, the registry schema cfn-lint bundles does not list it as
+  create-only, but the CloudFormation resource specification the CDK CLI
+  ships (``db.json.gz``: ``causesReplacement: yes``) says replacement. Treated
+  as the strictest, a replacement of the file system: refused, with the
+  in-place way (the FSx API) named. (A file system replaced anyway, by a
+  create-only change the data guard allowed, may change it too.)
+- A replaced DRA (its ``FileSystemPath`` or ``DataRepositoryPath`` changed):
+  CloudFormation creates the new association before it removes the old one,
+  which ``DeletionPolicy: Retain`` keeps; FSx refuses a DRA whose paths
+  overlap another's, so the create fails while the old one holds its paths.
+  Refused even with the allowance, with the two-step way.
+
+Settings a lock written before they were recorded lacks are not compared: a
+note says to run ``mlcluster lock``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+
+from mlcluster.config import Environment, Problem
+from mlcluster.config.schema import NOT_A_VALUE
+from mlcluster.pcluster.update_policy import ClusterChange, cluster_changes, rollback_changes
+from mlcluster.replacement import PCLUSTER_TYPE, ResourceState, Snapshot
+
+FSX_TYPE = "AWS::FSx::FileSystem"
+DRA_TYPE = "AWS::FSx::DataRepositoryAssociation"
+STACK_TYPE = "AWS::CloudFormation::Stack"
+#: ParallelCluster's provider template names its release: ``.../parallelcluster/<version>/templates/...``.
+PROVIDER_VERSION = re.compile(r"/parallelcluster/(\d+\.\d+\.\d+)/templates/custom_resource/")
+CAPACITY = "StorageCapacity"
+THROUGHPUT = "LustreConfiguration/PerUnitStorageThroughput"
+CONFIGURATION = "ClusterConfiguration"
+
+#: The environment key behind a ClusterConfiguration path: ``(pattern, key)``, the first match wins; ``{q}`` and
+#: ``{c}`` are the queue's and the compute resource's names.
+CLUSTER_KEYS: tuple[tuple[str, str], ...] = (
+    (r"HeadNode\.InstanceType$", "cluster.pcluster.head_node.instance_type"),
+    (r"HeadNode\.Networking\.", "cluster.pcluster.head_node.subnet"),
+    (r"HeadNode\.Ssh\.KeyName$", "cluster.pcluster.head_node.key_name"),
+    (r"HeadNode\.LocalStorage\.", "cluster.pcluster.head_node.root_volume_gib"),
+    (r"HeadNode\.CustomActions\.", "cluster.pcluster.head_node.custom_actions"),
+    (r"HeadNode\.Iam\.", "cluster.pcluster.head_node.additional_iam_policies"),
+    (r"HeadNode\b", "cluster.pcluster.head_node"),
+    (r"Image\.Os$", "cluster.pcluster.os"),
+    (r"Image\b", "cluster.pcluster.custom_ami"),
+    (r"Scheduling\.SlurmSettings\.ScaledownIdletime$", "cluster.pcluster.slurm.scaledown_idle_minutes"),
+    (r"Scheduling\.SlurmSettings\.Database\b", "cluster.pcluster.slurm.accounting"),
+    (r"Scheduling\.SlurmSettings\.CustomSlurmSettings\b", "cluster.pcluster.slurm.custom_settings"),
+    (r"Scheduling\.SlurmSettings\b", "cluster.pcluster.slurm"),
+    (
+        r"ComputeResources\[(?P<c>[^\]]*)\]\.InstanceType$",
+        "cluster.pcluster.queues[{q}].compute_resources[{c}].instance_type",
+    ),
+    (r"ComputeResources\[(?P<c>[^\]]*)\]\.MinCount$", "cluster.pcluster.queues[{q}].compute_resources[{c}].min_count"),
+    (r"ComputeResources\[(?P<c>[^\]]*)\]\.MaxCount$", "cluster.pcluster.queues[{q}].compute_resources[{c}].max_count"),
+    (r"ComputeResources\[(?P<c>[^\]]*)\]\.Efa\.", "cluster.pcluster.queues[{q}].compute_resources[{c}].efa"),
+    (
+        r"ComputeResources\[(?P<c>[^\]]*)\]\.Networking\.",
+        "cluster.pcluster.queues[{q}].compute_resources[{c}].placement_group",
+    ),
+    (r"ComputeResources\[(?P<c>[^\]]*)\]", "cluster.pcluster.queues[{q}].compute_resources[{c}]"),
+    (r"SlurmQueues\[(?P<q>[^\]]*)\]\.ComputeSettings\.", "cluster.pcluster.queues[{q}].root_volume_gib"),
+    (r"SlurmQueues\[(?P<q>[^\]]*)\]\.Networking\.", "cluster.pcluster.queues[{q}].zones"),
+    (r"SlurmQueues\[(?P<q>[^\]]*)\]\.CustomActions\.", "cluster.pcluster.queues[{q}].custom_actions"),
+    (r"SlurmQueues\[(?P<q>[^\]]*)\]\.CapacityType$", "cluster.pcluster.queues[{q}].capacity_type"),
+    (r"SlurmQueues\[(?P<q>[^\]]*)\]\.Image\.", "cluster.pcluster.queues[{q}].custom_ami"),
+    (r"SlurmQueues\[(?P<q>[^\]]*)\]", "cluster.pcluster.queues[{q}]"),
+    (r"SharedStorage\[home\]", "cluster.pcluster.shared_storage.home_volume"),
+    (r"SharedStorage\[apps\]", "cluster.pcluster.shared_storage.apps"),
+    (r"SharedStorage\[fsx\]", "storage.lustre"),
+    (r"SharedStorage\b", "cluster.pcluster.shared_storage"),
+    (r"Monitoring\.DetailedMonitoring$", "cluster.pcluster.monitoring.detailed_monitoring"),
+    (r"Monitoring\b", "cluster.pcluster.monitoring"),
+    (r"LoginNodes\.Pools\[[^\]]*\]\.InstanceType$", "cluster.pcluster.login_nodes.instance_type"),
+    (r"LoginNodes\.Pools\[[^\]]*\]\.Count$", "cluster.pcluster.login_nodes.count"),
+    (r"LoginNodes\b", "cluster.pcluster.login_nodes"),
+    (r"Tags\b", "cluster.pcluster.tags"),
+)
+
+
+def cluster_key(path: str) -> str:
+    """The environment key whose edit changes ``path`` of the ClusterConfiguration (``cluster.pcluster`` when
+    no finer key is known)."""
+    queue = re.search(r"SlurmQueues\[(?P<q>[^\]]*)\]", path)
+    for pattern, key in CLUSTER_KEYS:
+        found = re.search(pattern, path)
+        if found:
+            names = {"q": queue.group("q") if queue else "", **found.groupdict()}
+            return key.format(**names)
+    return "cluster.pcluster"
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "(absent)"
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _kept(locked: Snapshot, snapshot: Snapshot, kind: str) -> list[tuple[str, str, ResourceState, ResourceState]]:
+    """``(stack, logical id, locked, new)`` of every resource of ``kind`` both sides have whose properties change
+    (an unchanged resource is left alone by the deploy)."""
+    return [
+        (stack, lid, old, snapshot[stack].resources[lid])
+        for stack in sorted(set(locked) & set(snapshot))
+        for lid, old in sorted(locked[stack].resources.items())
+        if old.type == kind
+        and lid in snapshot[stack].resources
+        and snapshot[stack].resources[lid].type == kind
+        and snapshot[stack].resources[lid].digest != old.digest
+    ]
+
+
+def _unrecorded(environment: Environment, what: str) -> str:
+    return (
+        f"{environment.source}: the lock does not record {what} as deployed, so this synth cannot tell whether the "
+        f"deploy can apply the edit: run 'mlcluster lock {environment.name}' (it reads the deployed stacks)"
+    )
+
+
+def _cluster_problem(stack: str, change: ClusterChange) -> Problem:
+    return Problem(
+        cluster_key(change.path),
+        NOT_A_VALUE,
+        f"this edit changes {change.path} of the ParallelCluster cluster in {stack} from {_show(change.old)} to "
+        f"{_show(change.new)}, and ParallelCluster refuses that change on this cluster (update policy "
+        f"{change.policy}): the deploy would fail at the cluster resource and roll the stack back. "
+        f"{change.safe_way}.",
+    )
+
+
+def _fleet_note(environment: Environment, stack: str, changes: Sequence[ClusterChange], *, rollback: bool) -> str:
+    listed = "; ".join(f"{cluster_key(c.path)} ({c.path}: {_show(c.old)} -> {_show(c.new)})" for c in changes)
+    if rollback:
+        return (
+            f"{environment.source}: the cluster in {stack} applies this edit with its fleet running, but should "
+            f"anything else in the same deploy fail after the cluster is updated, ParallelCluster takes the "
+            f"rollback's changes back only with the fleet stopped: {listed}. Deploy it with 'mlcluster update "
+            f"{environment.name}', or alone; if a 'cdk deploy' rollback stops in UPDATE_ROLLBACK_FAILED, stop the "
+            f"fleet ('pcluster update-compute-fleet --status STOP_REQUESTED') and run 'aws cloudformation "
+            f"continue-update-rollback --stack-name {stack}'"
+        )
+    return (
+        f"{environment.source}: the cluster in {stack} applies these changes only with its compute fleet stopped: "
+        f"{listed}. Deploy them with 'mlcluster update {environment.name}' (it stops the fleet, deploys and starts "
+        "it again); a plain 'cdk deploy' fails at the cluster resource and rolls the stack back"
+    )
+
+
+def _stuck_note(environment: Environment, stack: str, change: ClusterChange) -> str:
+    return (
+        f"{environment.source}: {cluster_key(change.path)}: should this deploy fail after the cluster in {stack} is "
+        f"updated, ParallelCluster would refuse the rollback's change of {change.path} ({_show(change.old)} -> "
+        f"{_show(change.new)}, update policy {change.policy}) and the stack would stop in UPDATE_ROLLBACK_FAILED. "
+        "Deploy this edit on its own (no other change in the same deploy); if the rollback stops anyway: 'aws "
+        f"cloudformation continue-update-rollback --stack-name {stack} --resources-to-skip <the cluster's logical "
+        f"id>', then 'mlcluster lock {environment.name}'"
+    )
+
+
+def _version(template_url: object) -> str | None:
+    found = PROVIDER_VERSION.search(json.dumps(template_url, default=str))
+    return found.group(1) if found else None
+
+
+def _version_problem(environment: Environment, stack: str, old: str, new: str) -> Problem:
+    name = environment.name
+    return Problem(
+        "cluster.pcluster.version",
+        NOT_A_VALUE,
+        f"this edit moves ParallelCluster's provider in {stack} from {old} to {new}, but ParallelCluster never "
+        f"upgrades a cluster in place: the cluster stays on {old} and the new provider refuses every later change "
+        f"of it. Safe way: keep version: {old} for this cluster. To move to {new}, build a new cluster: either a "
+        f"second environment with version {new} next to this one (move users and jobs, copy what /home holds, "
+        f"then tear this one down), or, with no jobs running and /home copied, destroy the cluster stack (npx cdk "
+        f"destroy --exclusively '{name}/Cluster'; the storage stacks keep the data), set version: {new}, run "
+        f"'mlcluster lock {name}', and deploy.",
+    )
+
+
+def _version_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> tuple[list[Problem], list[str]]:
+    """The provider stack of a cluster both sides keep (under the same name) moved to another release."""
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for stack, _, old_provider, new_provider in _kept(locked, snapshot, STACK_TYPE):
+        clusters = [
+            (lid, old)
+            for lid, old in locked[stack].resources.items()
+            if old.type == PCLUSTER_TYPE
+            and lid in snapshot[stack].resources
+            and snapshot[stack].resources[lid].create_only.get("ClusterName") == old.create_only.get("ClusterName")
+        ]
+        if not clusters:
+            continue
+        before = _version(old_provider.settings.get("TemplateURL"))
+        after = _version(new_provider.settings.get("TemplateURL"))
+        if "TemplateURL" not in old_provider.settings:
+            notes.append(_unrecorded(environment, f"ParallelCluster's release in {stack}"))
+        elif before and after and before != after:
+            problems.append(_version_problem(environment, stack, before, after))
+    return problems, notes
+
+
+def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> tuple[list[Problem], list[str]]:
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for stack, _, old, new in _kept(locked, snapshot, PCLUSTER_TYPE):
+        if old.create_only.get("ClusterName") != new.create_only.get("ClusterName"):
+            continue  # a new cluster (the data guard decides on the replacement)
+        if CONFIGURATION not in old.settings:
+            notes.append(_unrecorded(environment, f"the cluster configuration of {stack}"))
+            continue
+        before, after = old.settings[CONFIGURATION], new.settings.get(CONFIGURATION, {})
+        changes = cluster_changes(before, after)
+        refused = [c for c in changes if c.outcome == "refused"]
+        problems += [_cluster_problem(stack, c) for c in refused]
+        if refused:
+            continue
+        back = rollback_changes(before, after)
+        stops = [c for c in changes if c.outcome == "fleet_stop"]
+        stops_back = [c for c in back if c.outcome == "fleet_stop"]
+        if stops or stops_back:
+            notes.append(_fleet_note(environment, stack, stops or stops_back, rollback=not stops))
+        notes += [_stuck_note(environment, stack, c) for c in back if c.outcome == "refused"]
+    return problems, notes
+
+
+def _storage_key(path: str) -> str:
+    return "storage.openzfs" if "OpenZfs" in path else "storage.lustre"
+
+
+def _file_system_checks(
+    environment: Environment, locked: Snapshot, snapshot: Snapshot
+) -> tuple[list[Problem], list[str]]:
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for stack, _, old, new in _kept(locked, snapshot, FSX_TYPE):
+        key = _storage_key(new.path)
+        if CAPACITY not in old.settings:
+            notes.append(_unrecorded(environment, f"the capacity of {stack}/{new.path}"))
+            continue
+        before, after = old.settings.get(CAPACITY), new.settings.get(CAPACITY)
+        if isinstance(before, int) and isinstance(after, int) and after < before:
+            problems.append(
+                Problem(
+                    f"{key}.storage_capacity_gib",
+                    NOT_A_VALUE,
+                    f"this edit lowers the storage capacity of {stack}/{new.path} from {before} to {after} GiB, but "
+                    "FSx cannot shrink a file system (UpdateFileSystem takes only a larger capacity): the deploy "
+                    f"would fail and roll the stack back. Safe way: keep storage_capacity_gib: {before} (or more). "
+                    "A smaller file system is a new one: copy its data out first (for Lustre an export data "
+                    "repository task per DRA path, and what lies outside them to S3), then replace it "
+                    "deliberately and let the DRAs import again.",
+                )
+            )
+        elif isinstance(before, int) and isinstance(after, int) and after > before:
+            notes.append(
+                f"{environment.source}: {key}.storage_capacity_gib: {stack}/{new.path} grows from {before} to "
+                f"{after} GiB in place; FSx then optimizes the storage for hours (performance can vary meanwhile) "
+                "and refuses another capacity increase until this one has completed"
+            )
+        old_throughput, new_throughput = old.settings.get(THROUGHPUT), new.settings.get(THROUGHPUT)
+        replaced = old.create_only != new.create_only  # a new file system anyway (the data guard decides on it)
+        if THROUGHPUT in old.settings and old_throughput != new_throughput and not replaced:
+            problems.append(
+                Problem(
+                    f"{key}.throughput_mbps_per_tib",
+                    NOT_A_VALUE,
+                    f"this edit changes the per-unit throughput of {stack}/{new.path} from {_show(old_throughput)} "
+                    f"to {_show(new_throughput)} MB/s/TiB. FSx can change it in place (UpdateFileSystem), but "
+                    "CloudFormation's resource specification marks the property as replacing the file system, so "
+                    "a deploy may create a new, empty file system. Safe way: keep the value in this file and change "
+                    "the throughput with 'aws fsx update-file-system --file-system-id ID --lustre-configuration "
+                    f"PerUnitStorageThroughput={_show(new_throughput)}' (in place, the data stays). A new file "
+                    "system with another throughput is a replacement: a create-only change such as the deployment "
+                    "type, with its second copy taken and retention.allow_replacement.",
+                )
+            )
+    return problems, notes
+
+
+def _path_text(value: object) -> str:
+    """A DRA path as text; an intrinsic (the bucket's name) as its JSON, so equal tokens compare equal."""
+    if isinstance(value, Mapping) and list(value) == ["Fn::Join"]:
+        sep, parts = value["Fn::Join"]
+        return str(sep).join(p if isinstance(p, str) else json.dumps(p, sort_keys=True) for p in parts)
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _overlap(a: str, b: str) -> bool:
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
+def _dra_pairs(locked: Snapshot, snapshot: Snapshot) -> list[tuple[str, ResourceState, ResourceState, str]]:
+    """``(stack, old, new, how)`` of every DRA the deploy creates while a retained one stays in its place: a kept
+    logical id whose create-only paths change (a replacement), or one removed (retained, so it keeps running)
+    while another is added in the same stack (a new ``file_system_path`` is a new construct id)."""
+    pairs: list[tuple[str, ResourceState, ResourceState, str]] = []
+    for stack in sorted(set(locked) & set(snapshot)):
+        before, after = locked[stack].resources, snapshot[stack].resources
+        for lid, old in sorted(before.items()):
+            if old.type != DRA_TYPE or old.deletion_policy not in ("Retain", "RetainExceptOnCreate"):
+                continue
+            if lid in after and after[lid].type == DRA_TYPE:
+                if after[lid].create_only != old.create_only:
+                    pairs.append((stack, old, after[lid], "replaces"))
+                continue
+            added = [r for k, r in sorted(after.items()) if k not in before and r.type == DRA_TYPE]
+            pairs += [(stack, old, new, "removes (and keeps) and adds beside it") for new in added]
+    return pairs
+
+
+def _dra_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[Problem]:
+    problems: list[Problem] = []
+    name = environment.name
+    for stack, old, new, how in _dra_pairs(locked, snapshot):
+        same_fs = old.create_only.get("FileSystemId") == new.create_only.get("FileSystemId")
+        clash = [
+            field
+            for field in ("FileSystemPath", "DataRepositoryPath")
+            if field in old.create_only
+            and field in new.create_only
+            and _overlap(_path_text(old.create_only[field]), _path_text(new.create_only[field]))
+        ]
+        if not same_fs or not clash:
+            continue
+        path = old.create_only.get("FileSystemPath")
+        problems.append(
+            Problem(
+                "storage.lustre.data_repository_associations",
+                NOT_A_VALUE,
+                f"this edit {how} the DRA {stack}/{old.path} ({_show(path)} -> "
+                f"{_show(new.create_only.get('FileSystemPath'))}): CloudFormation creates the new association "
+                f"while the old one, which DeletionPolicy {old.deletion_policy} keeps, still holds its paths, and FSx "
+                f"refuses an association whose {' and '.join(clash)} overlaps another's, so the deploy fails and "
+                "rolls back (retention.allow_replacement does not help). Safe way, in two deploys: (1) run an "
+                f"export data repository task for {_show(path)}, remove this association from the file and deploy, "
+                "then delete the retained one with 'aws fsx delete-data-repository-association --association-id ID "
+                f"--no-delete-data-in-file-system' and run 'mlcluster lock {name}'; (2) add it back with the new "
+                "paths and deploy.",
+            )
+        )
+    return problems
+
+
+def outcome_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> tuple[list[Problem], list[str]]:
+    """The problems (edits whose deploy would fail) and notes (edits that need ``mlcluster update``) of an edit."""
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for check in (_version_checks, _cluster_checks, _file_system_checks):
+        more, more_notes = check(environment, locked, snapshot)
+        problems += more
+        notes += more_notes
+    return problems + _dra_checks(environment, locked, snapshot), notes

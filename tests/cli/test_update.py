@@ -1,0 +1,867 @@
+"""``mlcluster update`` against moto (CloudFormation, EC2, SSM, DynamoDB), a stateful ParallelCluster and Slurm.
+
+The fakes keep state the way the real services do:
+
+- :class:`Cloud` holds the deployed ``ClusterConfiguration`` of ``p4de-Cluster`` (served as ``GetTemplate``,
+  validated against botocore's output shape), and its ``deploy`` stands in for the CDK CLI: like
+  ParallelCluster's custom resource, it fails the update (stack ``UPDATE_ROLLBACK_COMPLETE``) when a change
+  needs the compute fleet stopped and the fleet is not ``STOPPED``; other failure modes set the states a
+  failed update leaves (``UPDATE_ROLLBACK_FAILED``, still ``UPDATE_IN_PROGRESS`` after a timeout, another
+  stack rolled back);
+- the compute fleet is ParallelCluster's ``COMPUTE_FLEET`` item in a moto DynamoDB table
+  ``parallelcluster-p4de-train``; each poll's sleep moves it on as clustermgtd does
+  (``STOP_REQUESTED`` -> ``STOPPING`` -> ``STOPPED``, ``START_REQUESTED`` -> ``STARTING`` -> ``RUNNING``),
+  or keeps it stuck, or ends a start in ``PROTECTED``;
+- the head node answers ``squeue`` in Slurm's own ``--format`` output.
+
+The configurations are rendered from ``environments/p4de.yaml`` by mlcluster's renderer, and the changes
+are classified by the real update rules (:mod:`mlcluster.pcluster.update_policy`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlcluster.cli import update as update_module
+from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SETUP, EXIT_TIMEOUT, CliError
+from mlcluster.config import load_environment
+from mlcluster.pcluster.render import ZoneSubnet, render_cluster_config
+from mlcluster.pcluster.update_policy import cluster_changes
+from tests.cli.conftest import (
+    ACCOUNT,
+    Aws,
+    FakeNode,
+    World,
+    _copy_env,
+    _network,
+    _stack,
+    _storage,
+    aws_client,
+    error,
+    invoke,
+)
+from tests.pcluster.pcluster_support import PCLUSTER_PYTHON, inputs
+
+REGION, ENV, CLUSTER = "us-west-2", "p4de", "p4de-train"
+TABLE = f"parallelcluster-{CLUSTER}"
+#: ``squeue --all --noheader --format '%i|%P|%u|%T|%D|%M|%j'`` on a busy p4de cluster.
+SQUEUE = (
+    "1042|compute-gpu|alice|RUNNING|4|2-03:11:09|llama-70b-pretrain\n"
+    "1043|inference-gpu|bob|RUNNING|1|5:02|vllm-serve\n"
+    "1044|compute-gpu|alice|PENDING|4|0:00|llama-eval\n"
+    "1045|inference-gpu|carol|PENDING|1|0:00|batch-embed|nightly\n"
+)
+
+
+def rendered(environments: Path) -> dict[str, Any]:
+    """The ClusterConfiguration mlcluster renders for ``environments/p4de.yaml`` (plain IDs for the tokens)."""
+    cfg = load_environment(environments / f"{ENV}.yaml").config.cluster.pcluster
+    assert cfg is not None
+    subnets = (ZoneSubnet(zone="us-west-2b", subnet_id="subnet-0aaaaaaaaaaaaaaa1"),)
+    return render_cluster_config(cfg, inputs(region=REGION, private_subnets=subnets, openzfs_volume_id=None))
+
+
+def edited(environments: Path, edit: Any) -> dict[str, Any]:
+    """Apply ``edit`` to the environment file's data and render the result (the "new" configuration)."""
+    path = environments / f"{ENV}.yaml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data))
+    return rendered(environments)
+
+
+def drop_inference_queue(data: dict[str, Any]) -> None:
+    data["cluster"]["pcluster"]["queues"] = [
+        q for q in data["cluster"]["pcluster"]["queues"] if q["name"] != "inference-gpu"
+    ]
+
+
+class FakeTime:
+    """``update.time``: each sleep advances a clock and lets the fleet and its watcher move on."""
+
+    def __init__(self, cloud: Cloud) -> None:
+        self.now = 0.0
+        self.cloud = cloud
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 1.0)
+        self.cloud.tick()
+
+
+class Cloud:
+    """The deployed cluster stack, ParallelCluster's fleet item, and the CDK CLI's deploy."""
+
+    def __init__(self, world: World, aws: Aws, monkeypatch: pytest.MonkeyPatch, old: dict[str, Any]) -> None:
+        self.world = world
+        self.aws = aws
+        self.deployed = old
+        self.new = old
+        self.deploys: list[list[str]] = []
+        self.fleet_at_deploy: list[str] = []
+        self.deploy_mode = "ok"
+        self.stop_mode = "ok"
+        self.start_mode = "ok"
+        self.assembly = world.environments.parent / "assembly"
+        aws.answer("cloudformation", "GetTemplate", always=self.get_template)
+        ddb = aws_client("dynamodb", REGION)
+        ddb.create_table(
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "Id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "Id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        self.set_fleet("RUNNING")
+        monkeypatch.setattr(update_module, "synthesize_assembly", self.synthesize)
+        monkeypatch.setattr(update_module, "run_deploy", self.deploy)
+        monkeypatch.setattr(update_module, "time", FakeTime(self))
+
+    # -- CloudFormation
+    def get_template(self, params: dict[str, Any]) -> dict[str, Any]:
+        assert params == {"StackName": f"{ENV}-Cluster", "TemplateStage": "Original"}
+        return {"TemplateBody": json.dumps(self.template(self.deployed))}
+
+    @staticmethod
+    def template(config: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "Resources": {
+                "ClusterPcluster1A2B3C4D": {
+                    "Type": "Custom::PclusterCluster",
+                    "Properties": {"ServiceToken": "arn", "ClusterName": CLUSTER, "ClusterConfiguration": config},
+                }
+            }
+        }
+
+    def set_stack(self, name: str, status: str) -> None:
+        from moto.cloudformation.models import cloudformation_backends
+
+        for stack in cloudformation_backends[ACCOUNT][REGION].stacks.values():
+            if stack.name == name:
+                stack.status = status
+
+    # -- the compute fleet
+    def fleet(self) -> str:
+        item = aws_client("dynamodb", REGION).get_item(TableName=TABLE, Key={"Id": {"S": "COMPUTE_FLEET"}})
+        return str(item["Item"]["Data"]["M"]["status"]["S"])
+
+    def set_fleet(self, status: str) -> None:
+        aws_client("dynamodb", REGION).put_item(
+            TableName=TABLE,
+            Item={
+                "Id": {"S": "COMPUTE_FLEET"},
+                "Data": {"M": {"status": {"S": status}, "lastStatusUpdatedTime": {"S": "2026-11-27 10:00:00+00:00"}}},
+            },
+        )
+
+    def tick(self) -> None:
+        """clustermgtd's loop: one step of the requested transition per poll."""
+        status = self.fleet()
+        following = {
+            "STOP_REQUESTED": "STOPPING",
+            "STOPPING": "STOPPING" if self.stop_mode == "stuck" else "STOPPED",
+            "START_REQUESTED": "STARTING",
+            "STARTING": "PROTECTED" if self.start_mode == "protected" else "RUNNING",
+        }
+        if status in following:
+            self.set_fleet(following[status])
+
+    # -- synthesis and the CDK CLI
+    def synthesize(self, folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any]]:
+        assert (folder, environment) == (self.world.environments, ENV)
+        return self.assembly, self.template(self.new)
+
+    def needs_stop(self) -> bool:
+        return any(c.outcome == "fleet_stop" for c in cluster_changes(self.deployed, self.new))
+
+    def deploy(self, argv: list[str], timeout: int) -> int:
+        self.deploys.append(argv)
+        self.fleet_at_deploy.append(self.fleet())
+        if self.deploy_mode == "silent":
+            return 0  # exits 0 but the cluster stack keeps its configuration
+        if self.deploy_mode == "timeout":
+            self.set_stack(f"{ENV}-Cluster", "UPDATE_IN_PROGRESS")
+            return -1
+        if self.deploy_mode == "stuck":
+            self.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_FAILED")
+            self.set_stack(CLUSTER, "UPDATE_FAILED")
+            return 1
+        if self.deploy_mode == "fail" or (self.needs_stop() and self.fleet() != "STOPPED"):
+            # ParallelCluster refuses the update; CloudFormation rolls the stack back to the old configuration.
+            self.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_COMPLETE")
+            return 1
+        self.deployed = copy.deepcopy(self.new)
+        self.set_stack(f"{ENV}-Cluster", "UPDATE_COMPLETE")
+        self.set_stack(CLUSTER, "UPDATE_COMPLETE")
+        if self.deploy_mode == "other-stack":
+            self.set_stack(f"{ENV}-Storage", "UPDATE_ROLLBACK_COMPLETE")
+            return 1
+        return 0
+
+
+@pytest.fixture
+def p4de(aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    """environments/p4de.yaml deployed in us-west-2: stacks, a head node, 4 p4de and 2 g5 nodes, FSx, the bucket."""
+    folder = _copy_env(tmp_path, ENV, REGION)
+    subnet, group = _network(REGION)
+    _stack(REGION, f"{ENV}-Network", {"VpcId": "vpc-1", "SecurityGroupId": group})
+    bucket, fs_id = _storage(ENV, REGION, subnet)
+    ec2 = aws_client("ec2", REGION)
+
+    def launch(node_type: str, instance_type: str, count: int, queue: str | None = None) -> list[str]:
+        tags = [
+            {"Key": "parallelcluster:cluster-name", "Value": CLUSTER},
+            {"Key": "parallelcluster:node-type", "Value": node_type},
+            *([{"Key": "parallelcluster:queue-name", "Value": queue}] if queue else []),
+        ]
+        made = ec2.run_instances(
+            ImageId="ami-12c6146b",
+            InstanceType=instance_type,
+            MinCount=count,
+            MaxCount=count,
+            SubnetId=subnet,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )
+        return [i["InstanceId"] for i in made["Instances"]]
+
+    head = launch("HeadNode", "m5.8xlarge", 1)[0]
+    launch("Compute", "p4de.24xlarge", 4, "compute-gpu")
+    launch("Compute", "g5.12xlarge", 2, "inference-gpu")
+    _stack(REGION, CLUSTER, {})  # ParallelCluster's own stack, named after the cluster
+    _stack(REGION, f"{ENV}-Cluster", {"ClusterName": CLUSTER, "HeadNodeInstanceId": head})
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return World(folder, ENV, REGION, CLUSTER, bucket, fs_id, head_node=head)
+
+
+@pytest.fixture
+def cloud(p4de: World, aws: Aws, monkeypatch: pytest.MonkeyPatch, node: FakeNode) -> Cloud:
+    made = Cloud(p4de, aws, monkeypatch, rendered(p4de.environments))
+    node.on("squeue --all --noheader", SQUEUE)
+    return made
+
+
+def state_path(world: World) -> Path:
+    return Path(os.environ["XDG_STATE_HOME"]) / "mlcluster" / "update" / REGION / f"{ENV}.json"
+
+
+def stored(world: World) -> dict[str, Any]:
+    return dict(json.loads(state_path(world).read_text()))
+
+
+def fleet_writes(aws: Aws) -> list[str]:
+    return [p["ExpressionAttributeValues"][":s"]["S"] for p in aws.params("UpdateItem")]
+
+
+PLAN = """\
+mlcluster update p4de: plan (nothing has been changed yet)
+cluster p4de-train (ParallelCluster), stack p4de-Cluster in us-west-2
+
+changes to the cluster configuration (1):
+  fleet_stop    Scheduling.SlurmQueues[inference-gpu]  (ParallelCluster policy RESIZE_UPDATE_STRATEGY_ON_REMOVE)
+                old: {"CapacityType": "ONDEMAND", "ComputeResources": [{"CustomSlurmSett...
+                new: -
+
+what stops: the whole compute fleet (6 running nodes), as ParallelCluster requires for the changes marked \
+fleet_stop; the head node, login nodes and file systems keep running:
+  queue compute-gpu: 4 running; p4de (p4de.24xlarge, 4..4 nodes)
+  queue inference-gpu: 2 running; g5 (g5.12xlarge, 0..10 nodes)  (removed by this update)
+
+jobs that would be killed (2, from squeue on the head node):
+  1042     compute-gpu      alice        RUNNING      4 nodes  2-03:11:09  llama-70b-pretrain
+  1043     inference-gpu    bob          RUNNING      1 nodes        5:02  vllm-serve
+jobs left pending: 1 (they wait for the fleet to start again); 1 pending in removed queues (1045) never run: \
+cancel or move them (`scontrol update job=ID partition=...`)
+
+compute outage: about 40 minutes (stop 5, deploy 20, start and node boot 15) - an estimate from typical times, \
+not a measurement
+
+steps: 1 stop the compute fleet, 2 cdk deploy, 3 start the fleet, 4 verify
+"""
+
+
+#: The question after the plan (stderr), answered ``n``.
+QUESTION = "stop the compute fleet of p4de-train, deploy and start it again? [y/N]: n\n"
+
+
+def test_plan_only_shows_a_queue_removal_and_changes_nothing(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    result = p4de.run("update", ENV, "--plan-only")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == PLAN
+    assert fleet_writes(aws) == [] and cloud.deploys == []
+    assert not state_path(p4de).exists()
+    assert cloud.fleet() == "RUNNING"
+
+
+def test_docs_show_the_plan_the_command_prints() -> None:
+    """The day-two page's sample is this module's PLAN and QUESTION, word for word (``mlcluster update p4de``)."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "use-cases" / "day-two.md").read_text()
+    # The console script (main()) reports click's Abort as "mlcluster: aborted" (exit 130).
+    assert "$ mlcluster update p4de\n" + PLAN + QUESTION + "mlcluster: aborted\n```" in page
+
+
+def test_update_stops_deploys_the_planned_assembly_starts_and_verifies(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == 0, result.output
+    assert fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
+    # Every write is conditional on the status read before it, as ParallelCluster's own manager writes it.
+    assert [p["ExpressionAttributeValues"][":current"]["S"] for p in aws.params("UpdateItem")] == ["RUNNING", "STOPPED"]
+    assert cloud.fleet_at_deploy == ["STOPPED"]
+    (argv,) = cloud.deploys
+    assert argv[0].endswith("node_modules/.bin/cdk") and Path(argv[0]).exists()
+    assert argv[1:] == [
+        "deploy",
+        "--app",
+        str(cloud.assembly),
+        "p4de/*",
+        "--require-approval",
+        "never",
+        "--progress",
+        "events",
+    ]
+    assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
+    saved = stored(p4de)
+    assert list(saved["steps"]) == ["stop", "deploy", "start", "verify"] and saved["complete"]
+    assert saved["fleet_before"] == "RUNNING" and saved["stop"] is True
+    assert result.stdout.splitlines()[-2] == f"updated p4de (run {saved['run']}): stop, deploy, start, verify"
+    assert result.stdout.splitlines()[-1].startswith("next: `mlcluster lock p4de` and commit p4de.lock.json")
+    # Only the operator can read or write the state.
+    assert state_path(p4de).stat().st_mode & 0o777 == 0o600
+    assert state_path(p4de).parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_without_the_stop_a_plain_deploy_would_fail(p4de: World, cloud: Cloud) -> None:
+    """The fake is ParallelCluster's rule: the queue removal with the fleet running rolls the stack back."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    assert cloud.deploy(["cdk", "deploy"], 60) == 1
+    assert cloud.deployed != cloud.new
+
+
+def test_an_in_place_change_deploys_with_the_fleet_running(p4de: World, cloud: Cloud, aws: Aws, node: FakeNode) -> None:
+    def add_queue(data: dict[str, Any]) -> None:
+        data["cluster"]["pcluster"]["queues"].append(
+            {"name": "debug", "compute_resources": [{"name": "c5", "instance_type": "c5.xlarge", "efa": False}]}
+        )
+
+    cloud.new = edited(p4de.environments, add_queue)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "in_place      Scheduling.SlurmQueues[debug]" in result.stdout
+    assert "steps: 1 cdk deploy, 2 verify (the compute fleet keeps running)" in result.stdout
+    assert fleet_writes(aws) == [] and cloud.fleet_at_deploy == ["RUNNING"]
+    assert node.scripts == []  # no job is killed, so Slurm is not asked
+    assert cloud.deployed == cloud.new
+
+
+def test_a_refused_change_prints_the_safe_way_and_changes_nothing(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    def head_node(data: dict[str, Any]) -> None:
+        data["cluster"]["pcluster"]["head_node"] = {"instance_type": "m5.16xlarge"}
+
+    cloud.new = edited(p4de.environments, head_node)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "REFUSED" in result.stdout
+    assert (
+        "  HeadNode.InstanceType: ParallelCluster never changes this on an existing cluster. Safe way:" in result.stdout
+    )
+    assert "cannot be made by an update of p4de-train; nothing was changed" in result.stderr
+    assert "Traceback" not in result.output
+    assert fleet_writes(aws) == [] and cloud.deploys == [] and not state_path(p4de).exists()
+
+
+def test_answering_no_changes_nothing(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    result = p4de.run("update", ENV, input="n\n")
+    assert result.exit_code != 0
+    assert result.stdout == PLAN and QUESTION in result.stderr
+    assert fleet_writes(aws) == [] and cloud.deploys == [] and not state_path(p4de).exists()
+
+
+def test_a_failed_deploy_restarts_the_fleet_names_each_stack_and_resumes(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "fail"
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "the deploy failed: cdk deploy exited 1" in result.stderr
+    assert "was started again: the cluster runs its previous configuration" in result.stderr
+    assert "p4de-Cluster: UPDATE_ROLLBACK_COMPLETE" in result.stderr
+    assert "p4de-Network: CREATE_COMPLETE" in result.stderr and "p4de-Observability: not found" in result.stderr
+    assert "`mlcluster update p4de --resume`" in result.stderr
+    assert "Traceback" not in result.output
+    assert cloud.fleet() == "RUNNING" and fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
+    assert stored(p4de)["steps"] == {} and stored(p4de)["complete"] is None
+    # A plain re-run does not start a second run over the first.
+    again = p4de.run("update", ENV, "--yes")
+    assert again.exit_code == EXIT_FAILED and "did not finish" in again.stderr and len(cloud.deploys) == 1
+    cloud.deploy_mode = "ok"
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.fleet_at_deploy == ["STOPPED", "STOPPED"] and cloud.deployed == cloud.new
+    assert cloud.fleet() == "RUNNING" and stored(p4de)["complete"]
+
+
+def test_a_stuck_rollback_leaves_the_fleet_stopped_and_says_how_to_continue(
+    p4de: World, cloud: Cloud, aws: Aws
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "stuck"
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "the compute fleet stays STOPPED: ParallelCluster's stack p4de-train is UPDATE_FAILED" in result.stderr
+    assert (
+        "p4de-Cluster: UPDATE_ROLLBACK_FAILED  -> `aws cloudformation continue-update-rollback --region us-west-2 "
+        "--stack-name p4de-Cluster`" in result.stderr
+    )
+    assert cloud.fleet() == "STOPPED" and fleet_writes(aws) == ["STOP_REQUESTED"]
+    # The operator continues the rollback; --abandon then starts the fleet and forgets the run.
+    cloud.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_COMPLETE")
+    cloud.set_stack(CLUSTER, "UPDATE_ROLLBACK_COMPLETE")
+    abandoned = p4de.run("update", ENV, "--abandon")
+    assert abandoned.exit_code == 0, abandoned.output
+    assert cloud.fleet() == "RUNNING" and not state_path(p4de).exists()
+
+
+def test_abandon_refuses_while_parallelcluster_cannot_start_the_fleet(p4de: World, cloud: Cloud) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "stuck"
+    p4de.run("update", ENV, "--yes")
+    result = p4de.run("update", ENV, "--abandon")
+    assert result.exit_code == EXIT_FAILED
+    assert "ParallelCluster's stack p4de-train is UPDATE_FAILED" in result.stderr
+    assert cloud.fleet() == "STOPPED" and state_path(p4de).exists()
+
+
+def test_a_deploy_that_runs_out_of_time_reports_the_stack_in_progress(p4de: World, cloud: Cloud) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "timeout"
+    result = p4de.run("update", ENV, "--yes", "--deploy-timeout", "300")
+    assert result.exit_code == EXIT_FAILED
+    assert "cdk deploy did not finish in 300 s" in result.stderr
+    assert "p4de-Cluster: UPDATE_IN_PROGRESS  -> CloudFormation is still working" in result.stderr
+    # The update may still be applying the new configuration: the fleet is not started under it.
+    assert "the compute fleet stays STOPPED: p4de-Cluster is UPDATE_IN_PROGRESS, not settled" in result.stderr
+    assert cloud.fleet() == "STOPPED"
+    # A resume waits for CloudFormation: it refuses while the stack is in progress, and goes on once it settled.
+    refused = p4de.run("update", ENV, "--resume", "--yes")
+    assert refused.exit_code == EXIT_FAILED and "these stacks are not settled" in refused.stderr
+    assert len(cloud.deploys) == 1
+    cloud.deploy_mode = "ok"
+    cloud.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_COMPLETE")
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
+
+
+def test_another_stack_failing_after_the_cluster_update_still_starts_the_fleet(p4de: World, cloud: Cloud) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "other-stack"
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "after the cluster took the new configuration" in result.stderr
+    assert "p4de-Storage: UPDATE_ROLLBACK_COMPLETE" in result.stderr
+    assert cloud.fleet() == "RUNNING" and cloud.deployed == cloud.new
+    assert list(stored(p4de)["steps"]) == ["stop", "deploy", "start"]
+
+
+def test_a_stop_that_runs_out_of_time_starts_the_fleet_again(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode = "stuck"
+    result = p4de.run("update", ENV, "--yes", "--stop-timeout", "60")
+    assert result.exit_code == EXIT_TIMEOUT
+    assert "stopping the compute fleet failed: the compute fleet of p4de-train was still STOPPING after 60 s" in (
+        result.stderr
+    )
+    assert cloud.deploys == [] and cloud.fleet() == "RUNNING"
+    assert fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
+    assert stored(p4de)["steps"] == {}
+    cloud.stop_mode = "ok"
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
+
+
+def test_a_start_that_fails_keeps_the_deploy_and_resumes_at_the_start(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.start_mode = "protected"
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "starting the compute fleet failed" in result.stderr and "went PROTECTED" in result.stderr
+    assert "bootstrap failures" in result.stderr
+    assert list(stored(p4de)["steps"]) == ["stop", "deploy"]
+    cloud.start_mode = "ok"
+    resumed = p4de.run("update", ENV, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert len(cloud.deploys) == 1  # the deploy is not run again
+    assert cloud.fleet() == "RUNNING" and list(stored(p4de)["steps"]) == ["stop", "deploy", "start", "verify"]
+
+
+def test_a_second_run_after_success_has_nothing_to_stop(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    assert p4de.run("update", ENV, "--yes").exit_code == 0
+    again = p4de.run("update", ENV, "--yes")
+    assert again.exit_code == 0, again.output
+    assert "cluster configuration: no change" in again.stdout
+    assert fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]  # nothing more
+    assert cloud.fleet_at_deploy == ["STOPPED", "RUNNING"]
+
+
+@pytest.mark.parametrize(
+    ("service", "operation", "code", "exit_code"),
+    [
+        ("cloudformation", "GetTemplate", "AccessDenied", EXIT_AWS),
+        ("cloudformation", "GetTemplate", "Throttling", EXIT_AWS),
+        ("ec2", "DescribeInstances", "UnauthorizedOperation", EXIT_AWS),
+        ("ssm", "SendCommand", "AccessDeniedException", EXIT_AWS),
+        ("dynamodb", "GetItem", "AccessDeniedException", EXIT_AWS),
+        ("dynamodb", "GetItem", "ThrottlingException", EXIT_AWS),
+        ("dynamodb", "UpdateItem", "AccessDeniedException", EXIT_AWS),
+        ("dynamodb", "UpdateItem", "ConditionalCheckFailedException", EXIT_FAILED),
+        ("cloudformation", "DescribeStacks", "AccessDenied", EXIT_AWS),
+    ],
+)
+def test_a_failed_aws_call_before_the_deploy_is_never_read_as_success(
+    p4de: World,
+    cloud: Cloud,
+    aws: Aws,
+    monkeypatch: pytest.MonkeyPatch,
+    service: str,
+    operation: str,
+    code: str,
+    exit_code: int,
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    if operation == "DescribeStacks":
+        # The first DescribeStacks finds the cluster's name; the pre-deploy check of every stack is refused.
+        original = update_module.stack_states
+
+        def refused(target: Any, cluster: str) -> dict[str, str]:
+            aws.answer(service, operation, always=error(code, "denied", 403))
+            return original(target, cluster)
+
+        monkeypatch.setattr(update_module, "stack_states", refused)
+    else:
+        aws.answer(service, operation, always=error(code, "refused", 400))
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == exit_code, result.output
+    assert "Traceback" not in result.output
+    assert cloud.deploys == [] and cloud.fleet() == "RUNNING"
+    assert code in result.stderr or "changed status" in result.stderr
+
+
+def test_a_denied_start_after_the_deploy_keeps_the_run_for_resume(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    deploy = cloud.deploy
+
+    def deploy_then_deny(argv: list[str], timeout: int) -> int:
+        code = deploy(argv, timeout)
+        aws.answer("dynamodb", "UpdateItem", error("AccessDeniedException", "not allowed: dynamodb:UpdateItem"))
+        return code
+
+    monkeypatch.setattr(update_module, "run_deploy", deploy_then_deny)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_AWS
+    assert "UpdateItem COMPUTE_FLEET in DynamoDB table parallelcluster-p4de-train (STOPPED -> START_REQUESTED)" in (
+        result.stderr
+    )
+    assert "--resume" in result.stderr and cloud.fleet() == "STOPPED"
+    assert list(stored(p4de)["steps"]) == ["stop", "deploy"]
+    resumed = p4de.run("update", ENV, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.fleet() == "RUNNING" and len(cloud.deploys) == 1
+
+
+def test_a_missing_cdk_cli_stops_before_anything_changes(p4de: World, cloud: Cloud, aws: Aws, tmp_path: Path) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    app = tmp_path / "app"
+    app.mkdir()
+    result = invoke("--app-dir", str(app), "update", ENV, "--yes", "--environments", str(p4de.environments))
+    assert result.exit_code == EXIT_SETUP
+    assert "the CDK CLI is not installed" in result.stderr and "npm ci" in result.stderr
+    assert fleet_writes(aws) == [] and not state_path(p4de).exists()
+
+
+def test_unsettled_stacks_stop_the_update_before_the_fleet(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_stack(f"{ENV}-Storage", "UPDATE_ROLLBACK_FAILED")
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "p4de-Storage: UPDATE_ROLLBACK_FAILED  -> `aws cloudformation continue-update-rollback" in result.stderr
+    assert fleet_writes(aws) == [] and cloud.deploys == []
+
+
+@pytest.mark.parametrize("fleet", ["STOPPING", "START_REQUESTED", "UNKNOWN"])
+def test_a_fleet_already_moving_is_left_alone(p4de: World, cloud: Cloud, aws: Aws, fleet: str) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_fleet(fleet)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert f"the compute fleet of p4de-train is {fleet}" in result.stderr
+    assert fleet_writes(aws) == [] and cloud.deploys == []
+    # Nothing was changed, so nothing is kept to resume: the next run plans afresh.
+    assert not state_path(p4de).exists() and "--resume" not in result.stderr
+
+
+def test_a_stopped_fleet_stays_stopped(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_fleet("STOPPED")
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == 0, result.output
+    assert fleet_writes(aws) == [] and cloud.fleet() == "STOPPED" and cloud.deployed == cloud.new
+
+
+# ------------------------------------------------------------------------------------------ the state file
+
+
+def plant(world: World, data: Any, mode: int = 0o600) -> Path:
+    path = state_path(world)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for folder in (path.parent, path.parent.parent, path.parent.parent.parent):
+        folder.chmod(0o700)
+    path.write_text(json.dumps(data))
+    path.chmod(mode)
+    return path
+
+
+def a_state(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "format": 1,
+        "run": "20261127T100000Z",
+        "environment": ENV,
+        "cluster": CLUSTER,
+        "region": REGION,
+        "plan_sha256": "0" * 64,
+        "stop": True,
+        "fleet_before": "RUNNING",
+        "steps": {"stop": {"at": "2026-11-27T10:00:00Z"}},
+        "complete": None,
+    }
+    return data | changes
+
+
+def test_a_state_file_writable_by_others_is_refused(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    path = plant(p4de, a_state(), mode=0o666)
+    result = p4de.run("update", ENV, "--resume", "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert f"{path}: writable by group or others (mode 0666)" in result.stderr
+    assert fleet_writes(aws) == [] and cloud.deploys == []
+
+
+def test_a_linked_state_file_is_refused(p4de: World, cloud: Cloud, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "planted.json"
+    elsewhere.write_text(json.dumps(a_state()))
+    path = plant(p4de, {})
+    path.unlink()
+    path.symlink_to(elsewhere)
+    result = p4de.run("update", ENV, "--resume")
+    assert result.exit_code == EXIT_FAILED and "a link or another kind of file" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"cluster": "someone-else"}, "cluster:"),
+        ({"steps": {"deploy": {"at": "2026-11-27T10:00:00Z", "extra": 1}}}, "steps.deploy:"),
+        ({"fleet_before": "HALF"}, "fleet_before:"),
+        ({"plan_sha256": "xyz"}, "plan_sha256:"),
+        ({"owner": "me"}, "owner:"),
+    ],
+)
+def test_a_state_this_command_did_not_write_is_refused(
+    p4de: World, cloud: Cloud, change: dict[str, Any], named: str
+) -> None:
+    plant(p4de, a_state(**change))
+    result = p4de.run("update", ENV, "--resume")
+    assert result.exit_code == EXIT_FAILED
+    assert "is not a state this command wrote; nothing was run" in result.stderr and f"  {named}" in result.stderr
+    assert cloud.deploys == []
+
+
+def test_resume_refuses_an_environment_edited_since_the_plan(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "fail"
+    p4de.run("update", ENV, "--yes")
+    cloud.new = rendered(p4de.environments) | {"Region": "us-west-2", "Tags": [{"Key": "x", "Value": "y"}]}
+    result = p4de.run("update", ENV, "--resume", "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "the environment changed since run" in result.stderr
+    assert len(cloud.deploys) == 1
+
+
+def test_resume_without_a_run_and_hyperpod_are_refused(p4de: World, cloud: Cloud) -> None:
+    result = p4de.run("update", ENV, "--resume")
+    assert result.exit_code == EXIT_FAILED and "no unfinished update of p4de to resume" in result.stderr
+
+
+def test_hyperpod_environments_are_refused_with_the_way(hyperpod: World) -> None:
+    result = hyperpod.run("update", "hyperpod", "--plan-only")
+    assert result.exit_code == EXIT_FAILED
+    assert "HyperPod environment" in result.stderr and "npx cdk deploy 'hyperpod/*'" in result.stderr
+
+
+# ------------------------------------------------------------------------------------------ contracts
+
+
+def test_every_fleet_status_of_parallelcluster_has_a_decision() -> None:
+    """The three decision tables cover exactly ParallelCluster's ComputeFleetStatus enum (the pinned package)."""
+    if not PCLUSTER_PYTHON.exists():
+        pytest.skip(".venv-pcluster is not installed (make setup)")
+    code = (
+        "import json, types, botocore.session; "
+        "from pcluster.models.compute_fleet_status_manager import ComputeFleetStatus as S; "
+        "from pcluster.models.compute_fleet_status_manager import JsonComputeFleetStatusManager as M; "
+        "from pcluster.constants import PCLUSTER_DYNAMODB_PREFIX as P; "
+        "from pcluster.aws.aws_resources import StackInfo; "
+        "model = botocore.session.get_session().get_service_model('cloudformation'); "
+        "states = model.shape_for('StackStatus').enum; "
+        "working = [s for s in states if StackInfo.is_working_status.fget(types.SimpleNamespace(status=s))]; "
+        "print(json.dumps({'statuses': [s.value for s in S], 'key': M.DB_KEY, 'prefix': P, 'working': working}))"
+    )
+    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
+    done = subprocess.run([str(PCLUSTER_PYTHON), "-c", code], capture_output=True, text=True, check=True, env=env)
+    facts = json.loads(done.stdout)
+    for table in (update_module.BEFORE_STOP, update_module.STOP_WAIT, update_module.START_WAIT):
+        assert set(table) == set(facts["statuses"])
+    assert (facts["key"], facts["prefix"]) == (update_module.FLEET_KEY, update_module.FLEET_TABLE_PREFIX)
+    # The stack states ParallelCluster starts and stops a fleet from, run over every CloudFormation StackStatus.
+    assert set(facts["working"]) == update_module.WORKING_STACK_STATES
+
+
+def test_every_outcome_of_the_update_rules_has_a_decision() -> None:
+    from mlcluster.pcluster.update_policy import OUTCOMES
+
+    assert set(update_module.OUTCOMES) == set(OUTCOMES)
+
+
+def test_squeue_lines_keep_a_pipe_in_the_job_name_and_refuse_garbage() -> None:
+    jobs = update_module.parse_squeue(SQUEUE)
+    assert [j.name for j in jobs][-1] == "batch-embed|nightly"
+    assert [j.running for j in jobs] == [True, True, False, False]
+    with pytest.raises(CliError, match="squeue printed a line mlcluster cannot read"):
+        update_module.parse_squeue("slurm_load_jobs error: Unable to contact slurm controller\n")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "fate"),
+    [
+        ("DRAIN", "each runs to its end, then ParallelCluster replaces its nodes"),
+        ("TERMINATE", "ParallelCluster terminates their nodes at once: they would be killed"),
+    ],
+)
+def test_a_queue_update_strategy_change_names_the_jobs_on_the_replaced_nodes(
+    p4de: World, cloud: Cloud, aws: Aws, strategy: str, fate: str
+) -> None:
+    old = copy.deepcopy(cloud.deployed)
+    old["Scheduling"]["SlurmSettings"]["QueueUpdateStrategy"] = strategy
+    cloud.deployed = old
+    new = copy.deepcopy(old)
+    new["Scheduling"]["SlurmQueues"][1]["CustomActions"] = {}
+    cloud.new = new
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "in_place      Scheduling.SlurmQueues[inference-gpu].CustomActions" in result.stdout
+    assert f"nodes replaced by ParallelCluster (QueueUpdateStrategy {strategy}) in: inference-gpu" in result.stdout
+    assert f"jobs running there (1, from squeue on the head node): {fate}" in result.stdout
+    assert "  1043     inference-gpu    bob" in result.stdout and "1042" not in result.stdout
+    assert fleet_writes(aws) == [] and cloud.fleet_at_deploy == ["RUNNING"] and cloud.deployed == new
+
+
+def test_ctrl_c_during_the_deploy_says_how_to_resume(
+    p4de: World, cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+
+    def interrupted(argv: list[str], timeout: int) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(update_module, "run_deploy", interrupted)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_INTERRUPTED
+    assert "interrupted; done: stop" in result.stderr and "`mlcluster update p4de --resume`" in result.stderr
+    assert cloud.fleet() == "STOPPED" and list(stored(p4de)["steps"]) == ["stop"]
+
+
+def test_a_state_file_of_another_user_is_refused(p4de: World, cloud: Cloud) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    path = plant(p4de, a_state())
+    os.chown(path, 4242, -1)
+    result = p4de.run("update", ENV, "--resume")
+    assert result.exit_code == EXIT_FAILED
+    assert f"{path}: owned by uid 4242, not by you (uid 0)" in result.stderr and cloud.deploys == []
+
+
+@pytest.mark.parametrize(("operation", "code"), [("GetTemplate", "AccessDenied"), ("GetItem", "ThrottlingException")])
+def test_a_failed_read_after_the_deploy_fails_the_run_and_resumes(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch, operation: str, code: str
+) -> None:
+    """Denied or throttled reads after the deploy (the start's GetItem, the verification's GetTemplate)."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    deploy = cloud.deploy
+    service = "cloudformation" if operation == "GetTemplate" else "dynamodb"
+
+    def deploy_then_refuse(argv: list[str], timeout: int) -> int:
+        code_ = deploy(argv, timeout)
+        aws.answer(service, operation, always=error(code, "refused", 400))
+        return code_
+
+    monkeypatch.setattr(update_module, "run_deploy", deploy_then_refuse)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_AWS, result.output
+    assert code in result.stderr and "Traceback" not in result.output
+    assert "p4de-Cluster: UPDATE_COMPLETE" in result.stderr and "`mlcluster update p4de --resume`" in result.stderr
+    assert stored(p4de)["complete"] is None and "verify" not in stored(p4de)["steps"]
+    aws.sticky.pop((service, operation))
+    aws.answer("cloudformation", "GetTemplate", always=cloud.get_template)
+    resumed = p4de.run("update", ENV, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert len(cloud.deploys) == 1 and cloud.fleet() == "RUNNING" and stored(p4de)["complete"]
+
+
+def test_verification_catches_a_deploy_that_did_not_apply_the_plan(p4de: World, cloud: Cloud) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "silent"
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert (
+        "verifying the update failed: the deployed configuration of p4de-Cluster is not the planned one"
+        in result.stderr
+    )
+    assert stored(p4de)["complete"] is None and "verify" not in stored(p4de)["steps"]
+
+
+def test_an_outcome_the_command_does_not_know_stops_it_before_any_change(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    """The update rules are injected (``classify``): an outcome outside OUTCOMES is an error, never a deploy."""
+    from mlcluster.pcluster.update_policy import ClusterChange
+
+    def rules(old: dict[str, Any], new: dict[str, Any]) -> list[ClusterChange]:
+        return [ClusterChange("HeadNode.InstanceType", "SUPPORTED", "maybe", "m5.8xlarge", "m5.16xlarge")]  # type: ignore[arg-type]
+
+    with pytest.raises(CliError, match="the update rules returned outcomes mlcluster does not know: maybe"):
+        update_module.update_environment(
+            ENV,
+            p4de.environments,
+            None,
+            None,
+            yes=True,
+            plan_only=False,
+            resume=False,
+            abandon=False,
+            stop_timeout=60,
+            deploy_timeout=300,
+            classify=rules,
+        )
+    assert fleet_writes(aws) == [] and cloud.deploys == []

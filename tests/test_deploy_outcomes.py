@@ -1,0 +1,383 @@
+"""Issue 29: the synth guard knows each edit's deploy outcome (``mlcluster.deploy_outcomes``).
+
+The lock and the new snapshot are reduced from templates built here the way
+the stacks render them (``stack_state``): a ``Custom::PclusterCluster`` with the
+rendered p4de configuration and its provider stack, the Lustre and OpenZFS
+file systems, a DRA. Each rule: the edit refused (key, old and new value, safe
+way) and the edge accepted. The real synthesis of the head-node edit is in
+``tests/test_day_two_guard.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlcluster.app import build_app, main, synth_guarded
+from mlcluster.config import ConfigError, Environment, load_environment
+from mlcluster.deploy_outcomes import cluster_key
+from mlcluster.lockfile import Lock, guard, write_lock
+from mlcluster.replacement import Snapshot, snapshot_from_assembly, snapshot_from_json, snapshot_to_json, stack_state
+from tests.pcluster.test_update_policy_contract import P4DE
+from tests.support import ENVIRONMENTS, MINIMAL, write_env
+
+NAME = "p4de"
+PROVIDER_URL = {
+    "Fn::Sub": "https://${AWS::Region}-aws-parallelcluster.s3.${AWS::Region}.${AWS::URLSuffix}"
+    "/parallelcluster/{v}/templates/custom_resource/cluster.yaml"
+}
+BUCKET = {"Fn::GetStackOutput": {"OutputName": "Bucket", "StackName": f"{NAME}-Storage"}}
+DRA = "DataRepository/Lustre/AssociationData"
+FILE_SYSTEM = {"Fn::GetStackOutput": {"OutputName": "Lustre", "StackName": f"{NAME}-Storage"}}
+
+
+def provider(version: str) -> dict[str, Any]:
+    return {
+        "Type": "AWS::CloudFormation::Stack",
+        "Properties": {"TemplateURL": {"Fn::Sub": PROVIDER_URL["Fn::Sub"].replace("{v}", version)}},
+    }
+
+
+def templates(
+    *,
+    config: dict[str, Any] | None = None,
+    version: str = "3.16.1",
+    cluster_name: str = "p4de-train",
+    capacity: int = 2400,
+    throughput: int = 250,
+    zfs_capacity: int = 512,
+    dra: tuple[str, str] = ("/data", "/"),
+    dra_id: str = "Data",
+) -> Snapshot:
+    """The snapshot of p4de's cluster, storage and DRA stacks with the values given."""
+    cluster = {
+        "Type": "Custom::PclusterCluster",
+        "DeletionPolicy": "Retain",
+        "Properties": {
+            "ServiceToken": {"Fn::GetAtt": ["Provider", "Outputs.ServiceToken"]},
+            "ClusterName": cluster_name,
+            "ClusterConfiguration": P4DE if config is None else config,
+            "DeletionPolicy": "Retain",
+        },
+    }
+    lustre = {
+        "Type": "AWS::FSx::FileSystem",
+        "DeletionPolicy": "Retain",
+        "Properties": {
+            "FileSystemType": "LUSTRE",
+            "StorageCapacity": capacity,
+            "LustreConfiguration": {"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": throughput},
+        },
+    }
+    zfs = {
+        "Type": "AWS::FSx::FileSystem",
+        "DeletionPolicy": "Retain",
+        "Properties": {"FileSystemType": "OPENZFS", "StorageCapacity": zfs_capacity},
+    }
+    association = {
+        "Type": "AWS::FSx::DataRepositoryAssociation",
+        "DeletionPolicy": "Retain",
+        "Properties": {
+            "FileSystemId": FILE_SYSTEM,
+            "FileSystemPath": dra[0],
+            "DataRepositoryPath": {"Fn::Join": ["", ["s3://", BUCKET, dra[1]]]},
+        },
+    }
+    return {
+        f"{NAME}-Cluster": stack_state(
+            {"Resources": {"Cluster": cluster, "Provider": provider(version)}},
+            {"Cluster": "Cluster/Cluster/Resource", "Provider": "Cluster/Cluster/Provider"},
+        ),
+        f"{NAME}-Storage": stack_state(
+            {"Resources": {"Lustre": lustre, "Zfs": zfs}},
+            {"Lustre": "Storage/Lustre/Resource", "Zfs": "Storage/OpenZfs/Resource"},
+        ),
+        f"{NAME}-DataRepository": stack_state(
+            {"Resources": {dra_id: association}}, {dra_id: f"DataRepository/Lustre/Association{dra_id}"}
+        ),
+    }
+
+
+def environment(tmp_path: Path, deployed: Snapshot, **retention: Any) -> Environment:
+    env = load_environment(write_env(tmp_path, NAME, {**MINIMAL, "retention": retention}))
+    write_lock(env, Lock(deployed, "deployed"))
+    return env
+
+
+def refusal(env: Environment, snapshot: Snapshot) -> str:
+    with pytest.raises(ConfigError) as raised:
+        guard(env, snapshot)
+    return str(raised.value)
+
+
+def edited(edit: Any) -> dict[str, Any]:
+    config = copy.deepcopy(P4DE)
+    edit(config)
+    return config
+
+
+# -- ParallelCluster ---------------------------------------------------------------------------------------
+
+
+def test_the_lock_records_the_cluster_configuration_and_round_trips() -> None:
+    snapshot = templates()
+    cluster = snapshot[f"{NAME}-Cluster"].resources["Cluster"]
+    assert cluster.settings["ClusterConfiguration"] == P4DE
+    assert snapshot_from_json(snapshot_to_json(snapshot)) == snapshot
+    provider_entry = snapshot_to_json(snapshot)[f"{NAME}-Cluster"]["resources"]["Provider"]
+    assert "/parallelcluster/3.16.1/templates/" in provider_entry["settings"]["TemplateURL"]["Fn::Sub"]
+    # Resources without such settings keep their lock entries exactly as before (no "settings" key).
+    plain = stack_state({"Resources": {"Topic": {"Type": "AWS::SNS::Topic", "Properties": {"A": 1}}}}, {})
+    assert "settings" not in snapshot_to_json({"s": plain})["s"]["resources"]["Topic"]
+
+
+def test_a_head_node_instance_type_change_is_refused_naming_the_key_and_the_way(tmp_path: Path) -> None:
+    env = environment(tmp_path, templates())
+    text = refusal(env, templates(config=edited(lambda c: c["HeadNode"].update(InstanceType="m5.4xlarge"))))
+    assert (
+        "cluster.pcluster.head_node.instance_type: this edit changes HeadNode.InstanceType of the ParallelCluster "
+        f'cluster in {NAME}-Cluster from "m5.8xlarge" to "m5.4xlarge"'
+    ) in text
+    assert "update policy UNSUPPORTED" in text and "roll the stack back" in text
+    assert "Safe way: deploy a second environment (a new cluster)" in text
+
+
+def test_an_os_change_is_refused(tmp_path: Path) -> None:
+    env = environment(tmp_path, templates())
+    text = refusal(env, templates(config=edited(lambda c: c["Image"].update(Os="ubuntu2204"))))
+    assert (
+        'cluster.pcluster.os: this edit changes Image.Os of the ParallelCluster cluster in p4de-Cluster from "alinux2023"'
+        in text
+    )
+
+
+def test_a_fleet_stop_change_passes_with_the_update_note(tmp_path: Path) -> None:
+    env = environment(tmp_path, templates())
+    _, notes = guard(env, templates(config=edited(lambda c: c["Scheduling"]["SlurmQueues"].pop())))
+    (note,) = notes
+    assert "applies these changes only with its compute fleet stopped" in note
+    assert "cluster.pcluster.queues[inference-gpu] (Scheduling.SlurmQueues[inference-gpu]:" in note
+    assert f"'mlcluster update {NAME}'" in note and "a plain 'cdk deploy' fails at the cluster resource" in note
+
+
+def test_an_in_place_change_passes_without_a_note(tmp_path: Path) -> None:
+    """A change ParallelCluster applies either way with the fleet running (a queue's root volume under DRAIN)."""
+    env = environment(tmp_path, templates())
+    volume = edited(
+        lambda c: c["Scheduling"]["SlurmQueues"][0]["ComputeSettings"]["LocalStorage"]["RootVolume"].update(Size=400)
+    )
+    assert guard(env, templates(config=volume))[1] == []
+    assert guard(env, templates())[1] == []
+
+
+def test_a_change_whose_rollback_needs_the_fleet_stopped_is_noted(tmp_path: Path) -> None:
+    """More nodes apply with the fleet running; taking them back (a rollback) needs it stopped."""
+    env = environment(tmp_path, templates())
+    raised = edited(lambda c: c["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0].update(MaxCount=8))
+    (note,) = guard(env, templates(config=raised))[1]
+    assert "applies this edit with its fleet running, but should anything else in the same deploy fail" in note
+    assert "MaxCount: 8 -> 4" in note and f"'mlcluster update {NAME}'" in note
+    assert f"continue-update-rollback --stack-name {NAME}-Cluster" in note
+
+
+def test_a_change_whose_rollback_parallelcluster_refuses_is_noted(tmp_path: Path) -> None:
+    """Login nodes added: once they run, ParallelCluster refuses to take them away, so a rollback would stop."""
+    without = edited(lambda c: c.pop("LoginNodes"))
+    env = environment(tmp_path, templates(config=without))
+    notes = guard(env, templates())[1]
+    assert any(
+        "cluster.pcluster.login_nodes: should this deploy fail after the cluster in p4de-Cluster is updated, "
+        "ParallelCluster would refuse the rollback's change of LoginNodes" in note
+        for note in notes
+    ), notes
+
+
+def test_a_new_cluster_name_is_left_to_the_data_guard(tmp_path: Path) -> None:
+    """A renamed cluster is a new cluster: ParallelCluster's update policies do not apply (the data guard's
+    replacement rule does, with its allowance)."""
+    env = environment(tmp_path, templates(), allow_replacement=["Cluster/Cluster"])
+    new = edited(lambda c: c["HeadNode"].update(InstanceType="m5.4xlarge"))
+    guard(env, templates(config=new, cluster_name="p4de-train2"))
+
+
+def test_a_lock_without_the_configuration_notes_it_and_checks_nothing(tmp_path: Path) -> None:
+    old = templates()
+    bare = snapshot_to_json(old)
+    for stack in bare.values():
+        for resource in stack["resources"].values():
+            resource.pop("settings", None)
+    env = environment(tmp_path, snapshot_from_json(bare))
+    _, notes = guard(env, templates(config=edited(lambda c: c["HeadNode"].update(InstanceType="m5.4xlarge"))))
+    assert any(f"the lock does not record the cluster configuration of {NAME}-Cluster" in n for n in notes)
+    assert any(f"run 'mlcluster lock {NAME}'" in n for n in notes)
+
+
+# -- the ParallelCluster release ---------------------------------------------------------------------------
+
+
+def test_a_version_change_of_a_deployed_cluster_is_refused_with_the_procedure(tmp_path: Path) -> None:
+    env = environment(tmp_path, templates())
+    text = refusal(env, templates(version="3.17.0"))
+    assert (
+        "cluster.pcluster.version: this edit moves ParallelCluster's provider in p4de-Cluster from 3.16.1 to 3.17.0"
+        in text
+    )
+    assert "never upgrades a cluster in place" in text
+    assert "keep version: 3.16.1" in text and "npx cdk destroy --exclusively 'p4de/Cluster'" in text
+
+
+def test_the_same_version_or_a_new_cluster_passes(tmp_path: Path) -> None:
+    guard(environment(tmp_path, templates()), templates(version="3.16.1"))
+    env = environment(tmp_path, templates(), allow_replacement=["Cluster/Cluster"])
+    guard(env, templates(version="3.17.0", cluster_name="p4de-next"))
+
+
+# -- FSx ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "told"),
+    [
+        ({"capacity": 1200}, "storage.lustre.storage_capacity_gib", "from 2400 to 1200 GiB"),
+        ({"zfs_capacity": 256}, "storage.openzfs.storage_capacity_gib", "from 512 to 256 GiB"),
+    ],
+)
+def test_a_file_system_cannot_shrink(tmp_path: Path, edit: dict[str, int], key: str, told: str) -> None:
+    env = environment(tmp_path, templates())
+    text = refusal(env, templates(**edit))
+    assert f"{key}: this edit lowers the storage capacity" in text and told in text
+    assert "FSx cannot shrink a file system" in text and "Safe way: keep storage_capacity_gib" in text
+
+
+def test_a_file_system_grows_with_a_note(tmp_path: Path) -> None:
+    env = environment(tmp_path, templates())
+    (note,) = guard(env, templates(capacity=4800))[1]
+    assert "storage.lustre.storage_capacity_gib" in note and "grows from 2400 to 4800 GiB in place" in note
+    assert "refuses another capacity increase until this one has completed" in note
+
+
+def test_a_throughput_change_is_refused_with_the_in_place_way(tmp_path: Path) -> None:
+    env = environment(tmp_path, templates())
+    text = refusal(env, templates(throughput=500))
+    assert "storage.lustre.throughput_mbps_per_tib: this edit changes the per-unit throughput" in text
+    assert "from 250 to 500 MB/s/TiB" in text
+    assert "--lustre-configuration PerUnitStorageThroughput=500" in text
+    guard(env, templates(throughput=250))
+
+
+# -- DRAs --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("allow", [[], [DRA]])
+def test_a_dra_path_change_is_refused_even_allowed(tmp_path: Path, allow: list[str]) -> None:
+    env = environment(tmp_path, templates(), allow_replacement=allow)
+    text = refusal(env, templates(dra=("/datasets", "/")))
+    assert "storage.lustre.data_repository_associations: this edit replaces the DRA" in text
+    assert '"/data" -> "/datasets"' in text and "DataRepositoryPath overlaps" in text
+    assert "in two deploys" in text and "--no-delete-data-in-file-system" in text
+
+
+def test_a_dra_moved_clear_of_both_paths_is_only_the_data_guards(tmp_path: Path) -> None:
+    """New file-system and repository paths that overlap neither of the old ones: FSx creates it. The bucket's
+    root overlaps every prefix of it."""
+    env = environment(tmp_path, templates(dra=("/data", "/data/")), allow_replacement=[DRA])
+    guard(env, templates(dra=("/datasets", "/datasets/")))
+    assert "DataRepositoryPath overlaps" in refusal(env, templates(dra=("/datasets", "/data/sets/")))
+    assert "FileSystemPath overlaps" in refusal(env, templates(dra=("/data/sets", "/datasets/")))
+
+
+def test_a_dra_whose_path_moves_is_a_new_dra_beside_the_retained_one(tmp_path: Path) -> None:
+    """The construct id names the path: a new file_system_path removes (and retains) the old DRA and adds one."""
+    env = environment(tmp_path, templates())
+    text = refusal(env, templates(dra=("/datasets", "/"), dra_id="Datasets"))
+    assert "this edit removes (and keeps) and adds beside it the DRA" in text
+    assert "DataRepositoryPath overlaps" in text and "in two deploys" in text
+    # Clear of both paths, FSx creates it (the retained old one is the data guard's notice).
+    env = environment(tmp_path, templates(dra=("/data", "/data/")))
+    guard(env, templates(dra=("/datasets", "/datasets/"), dra_id="Datasets"))
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        ("HeadNode.InstanceType", "cluster.pcluster.head_node.instance_type"),
+        ("Image.Os", "cluster.pcluster.os"),
+        (
+            "Scheduling.SlurmQueues[gpu].ComputeResources[p5].InstanceType",
+            "cluster.pcluster.queues[gpu].compute_resources[p5].instance_type",
+        ),
+        (
+            "Scheduling.SlurmQueues[gpu].ComputeResources[p5].MinCount",
+            "cluster.pcluster.queues[gpu].compute_resources[p5].min_count",
+        ),
+        ("Scheduling.SlurmQueues[gpu]", "cluster.pcluster.queues[gpu]"),
+        ("Scheduling.SlurmSettings.ScaledownIdletime", "cluster.pcluster.slurm.scaledown_idle_minutes"),
+        ("SharedStorage[apps]", "cluster.pcluster.shared_storage.apps"),
+        ("Monitoring.DetailedMonitoring", "cluster.pcluster.monitoring.detailed_monitoring"),
+        ("Region", "cluster.pcluster"),
+    ],
+)
+def test_config_paths_map_to_environment_keys(path: str, key: str) -> None:
+    assert cluster_key(path) == key
+
+
+# -- the real synthesis: the example p4de, locked from its templates, then edited ---------------------------
+
+
+@pytest.fixture(scope="module")
+def p4de_locked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project folder with a copy of p4de.yaml, synthesized and locked from its templates."""
+    root = tmp_path_factory.mktemp("outcomes")
+    envs = root / "environments"
+    envs.mkdir()
+    shutil.copy(ENVIRONMENTS / f"{NAME}.yaml", envs / f"{NAME}.yaml")
+    write_lock(load_environment(envs / f"{NAME}.yaml"), Lock({}, "new"))
+    app, stages = build_app(envs, outdir=str(root / "cdk.out"), template_checks=False)
+    assembly = synth_guarded(app, stages)
+    (stage,) = stages
+    write_lock(stage.environment, Lock(snapshot_from_assembly(Path(assembly.directory), stage.stage_name), "templates"))
+    return root
+
+
+def run_app(root: Path, name: str, change: Any) -> tuple[object, str]:
+    """``app.py``'s ``main`` on a copy of the locked p4de with ``change`` applied: its exit code and stderr."""
+    envs = root / name / "environments"
+    envs.mkdir(parents=True)
+    shutil.copy(root / "environments" / f"{NAME}.lock.json", envs / f"{NAME}.lock.json")
+    data = yaml.safe_load((root / "environments" / f"{NAME}.yaml").read_text(encoding="utf-8"))
+    change(data["cluster"]["pcluster"])
+    write_env(envs, NAME, data)
+    err = io.StringIO()
+    code: object = 0
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
+        patch.chdir(envs.parent)
+        try:
+            main()
+        except SystemExit as exit_:
+            code = exit_.code
+    return code, err.getvalue()
+
+
+def test_synth_refuses_the_head_node_instance_type_of_the_example(p4de_locked: Path) -> None:
+    code, err = run_app(p4de_locked, "head", lambda c: c.setdefault("head_node", {}).update(instance_type="m5.4xlarge"))
+    assert code == 1
+    assert "mlcluster: change refused (no template of this synth is left in the output to deploy)" in err
+    assert (
+        "environments/p4de.yaml: cluster.pcluster.head_node.instance_type: this edit changes HeadNode.InstanceType "
+        'of the ParallelCluster cluster in p4de-Cluster from "m5.8xlarge" to "m5.4xlarge"'
+    ) in err
+    assert "Traceback" not in err
+
+
+def test_synth_passes_a_queue_removal_with_the_update_note(p4de_locked: Path) -> None:
+    code, err = run_app(p4de_locked, "queue", lambda c: c["queues"].pop())
+    assert code == 0, err
+    assert "mlcluster: warning: environments/p4de.yaml: the cluster in p4de-Cluster applies these changes only" in err
+    assert "cluster.pcluster.queues[inference-gpu]" in err and "'mlcluster update p4de'" in err
