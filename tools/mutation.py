@@ -77,6 +77,7 @@ MODULES: dict[str, Module] = {
             *GUARD_TESTS,
             "tests/cli/test_lock_orphans.py",
             "tests/test_data_inventory.py",
+            "tests/mutation_kills/test_replacement.py",
         ),
     ),
     "analysis": Module(mutate=("mlcluster/analysis/*",), tests=("tests/gates",)),

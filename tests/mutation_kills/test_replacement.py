@@ -1,0 +1,47 @@
+"""The replacement guard's building blocks (mlcluster/replacement.py): behaviour `make mutation` showed no test asserted."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlcluster.replacement import Change, template_paths
+
+
+@pytest.mark.parametrize(
+    ("action", "reasons", "expected"),
+    [
+        ("add", (), "Storage/Lustre/Resource (AWS::FSx::FileSystem) added"),
+        ("remove", (), "Storage/Lustre/Resource (AWS::FSx::FileSystem) removed"),
+        ("update", (), "Storage/Lustre/Resource (AWS::FSx::FileSystem) updated in place"),
+        ("replace", ("A: 1 -> 2",), "Storage/Lustre/Resource (AWS::FSx::FileSystem) REPLACED: A: 1 -> 2"),
+        (
+            "weaken",
+            ("DeletionPolicy Retain -> Delete", "B: x -> y"),
+            "Storage/Lustre/Resource (AWS::FSx::FileSystem) WEAKENED: DeletionPolicy Retain -> Delete; B: x -> y",
+        ),
+    ],
+)
+def test_a_change_describes_itself_with_its_verb_and_every_reason(
+    action: str, reasons: tuple[str, ...], expected: str
+) -> None:
+    """Change.describe: what the refusal and the day-two table print; no reason, no trailing colon."""
+    change = Change("p5-Storage", "Lustre1", "AWS::FSx::FileSystem", "Storage/Lustre/Resource", action, reasons)
+    assert change.describe() == expected
+
+
+def test_template_paths_read_the_cdk_path_below_the_stage_and_skip_what_has_none() -> None:
+    """template_paths: a deployed template may have no Resources, a resource without metadata or a non-string path."""
+    assert template_paths({}, "p5") == {}
+    template = {
+        "Resources": {
+            "Bucket1": {"Type": "AWS::S3::Bucket", "Metadata": {"aws:cdk:path": "p5/Storage/DataBucket/Resource"}},
+            "Other": {"Type": "AWS::S3::Bucket", "Metadata": {"aws:cdk:path": "elsewhere/Thing/Resource"}},
+            "NoMetadata": {"Type": "AWS::SNS::Topic"},
+            "NotAString": {"Type": "AWS::SNS::Topic", "Metadata": {"aws:cdk:path": ["p5", "X"]}},
+            "NotADict": "AWS::SNS::Topic",
+        }
+    }
+    assert template_paths(template, "p5") == {
+        "Bucket1": "Storage/DataBucket/Resource",
+        "Other": "elsewhere/Thing/Resource",
+    }
