@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from mlcluster.replacement import Change, template_paths
+from mlcluster.replacement import Change, ResourceState, StackState, compare, template_paths
 
 
 @pytest.mark.parametrize(
@@ -45,3 +47,28 @@ def test_template_paths_read_the_cdk_path_below_the_stage_and_skip_what_has_none
         "Bucket1": "Storage/DataBucket/Resource",
         "Other": "elsewhere/Thing/Resource",
     }
+
+
+def test_a_replacement_reason_prints_values_with_sorted_keys_and_cuts_long_ones() -> None:
+    """compare: the reason text goes into the lock (accepted changes) and refusals: the same change must read the
+    same whatever order the template's keys came in, and a long value is cut to 80 characters."""
+    long_value = "s3://" + "x" * 100
+    old = ResourceState(
+        "AWS::FSx::FileSystem",
+        "Storage/Lustre/Resource",
+        {"/LustreConfiguration": {"b": 1, "a": 2}, "/StorageType": long_value},
+        "d1",
+    )
+    new = ResourceState(
+        "AWS::FSx::FileSystem", "Storage/Lustre/Resource", {"/LustreConfiguration": {"b": 1, "a": 3}}, "d2"
+    )
+    before = {"p5-Storage": StackState({"Lustre1": old}, {})}
+    after = {"p5-Storage": StackState({"Lustre1": new}, {})}
+    (change,) = compare(before, after)
+    assert change.action == "replace"
+    cut = json.dumps(long_value)[:77] + "..."
+    assert change.reasons == (
+        '.LustreConfiguration {"a": 2, "b": 1} -> {"a": 3, "b": 1}',
+        f".StorageType {cut} -> null",
+    )
+    assert len(cut) == 80
