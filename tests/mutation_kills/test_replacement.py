@@ -72,3 +72,14 @@ def test_a_replacement_reason_prints_values_with_sorted_keys_and_cuts_long_ones(
         f".StorageType {cut} -> null",
     )
     assert len(cut) == 80
+
+
+@pytest.mark.parametrize(("length", "printed"), [(80, "whole"), (81, "cut")])
+def test_a_reason_value_of_80_characters_prints_whole_and_of_81_is_cut(length: int, printed: str) -> None:
+    """compare: the edge of the 80-character cut, on the JSON text of the value (quotes included)."""
+    value = "v" * (length - 2)  # the JSON string adds two quotes
+    old = ResourceState("AWS::FSx::FileSystem", "Storage/Lustre/Resource", {"/StorageType": value}, "d1")
+    new = ResourceState("AWS::FSx::FileSystem", "Storage/Lustre/Resource", {"/StorageType": "SSD"}, "d2")
+    (change,) = compare({"s": StackState({"L": old}, {})}, {"s": StackState({"L": new}, {})})
+    shown = json.dumps(value) if printed == "whole" else json.dumps(value)[:77] + "..."
+    assert change.reasons == (f'.StorageType {shown} -> "SSD"',)
