@@ -48,6 +48,8 @@ PYTHON = Path(sys.executable)
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
 SURVIVED = {"survived", "no tests", "suspicious"}
 # What the tests need of the tree besides the package and its tests (mutmut copies these into mutants/).
+#: The node-script mutants' tests: behaviour only (a lint test fails on any planted text, proving nothing).
+PYTEST_K = ("-k", "not shellcheck")
 ALSO_COPY = ["tests", "environments", "schema", "docs", "tools", "requirements", "app.py", "cdk.json", "pyproject.toml"]
 
 
@@ -200,6 +202,7 @@ def run_module(name: str, minutes: float, only: list[str] | None = None) -> dict
     module = MODULES[name]
     with tempfile.TemporaryDirectory(prefix=f"mlcluster-mutation-{name}-") as tmp:
         work = Path(tmp)
+        work.chmod(0o755)  # some tests run a program as another user, who must reach the copy
         copy_tree(work)
         with (work / "pyproject.toml").open("a") as fh:
             fh.write(mutmut_config(module))
@@ -268,8 +271,10 @@ def run_shell(minutes: float) -> dict[str, Any]:
     mutants = yaml.safe_load(SHELL_MUTANTS.read_text())
     killed, survivors = 0, []
     deadline = time.monotonic() + minutes * 60
+    baseline: dict[tuple[str, ...], bool] = {}
     with tempfile.TemporaryDirectory(prefix="mlcluster-mutation-shell-") as tmp:
         work = Path(tmp)
+        work.chmod(0o755)  # some node tests run a script as another user, who must reach the copy
         copy_tree(work)
         for mutant in mutants:
             if time.monotonic() > deadline:
@@ -281,19 +286,15 @@ def run_shell(minutes: float) -> dict[str, Any]:
                 sys.exit(f"{SHELL_MUTANTS.name}: {mutant['id']}: 'old' must occur exactly once in {mutant['file']}")
             target.write_text(original.replace(mutant["old"], mutant["new"]))
             try:
-                run = subprocess.run(
-                    [str(PYTHON), "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:randomly", "-p", "no:cacheprovider"]
-                    # A lint finding on the planted text is no proof a test would catch the bug: behaviour only.
-                    + ["-k", "not shellcheck"]
-                    + mutant["tests"],
-                    cwd=work,
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
+                run = run_tests(work, mutant["tests"])
             finally:
                 target.write_text(original)
             caught = run.returncode == 1
+            if caught and tuple(mutant["tests"]) not in baseline:
+                # A failure proves the mutant caught only if the same tests pass on the unmutated copy.
+                baseline[tuple(mutant["tests"])] = run_tests(work, mutant["tests"]).returncode == 0
+            if caught and not baseline[tuple(mutant["tests"])]:
+                sys.exit(f"mutation: shell: {', '.join(mutant['tests'])} fail on the unmutated copy; nothing is proven")
             failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED")]
             print(f"mutation: shell: {mutant['id']}: {'killed' if caught else 'SURVIVED'} {failed[:1]}", flush=True)
             if caught:
@@ -312,6 +313,32 @@ def run_shell(minutes: float) -> dict[str, Any]:
         "survivors": survivors,
         "stale_equivalents": [],
     }
+
+
+def run_tests(work: Path, tests: list[str]) -> subprocess.CompletedProcess[str]:
+    """The named tests on the copy in ``work``, stopping at the first failure; lint tests left out."""
+    return subprocess.run(
+        # A lint finding on the planted text is no proof a test would catch the bug: behaviour only (-k).
+        [
+            str(PYTHON),
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            *PYTEST_K,
+            *tests,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def write_results(new: dict[str, dict[str, Any]]) -> None:
