@@ -8,7 +8,6 @@ occurs in its script (so it would plant nothing), an equivalent mutant without a
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -101,24 +100,3 @@ def test_the_config_mutmut_reads_mutates_only_the_module_and_runs_only_its_tests
     assert config["only_mutate"] == ["mlcluster/lockfile.py"]
     assert config["pytest_add_cli_args_test_selection"] == list(TOOL.MODULES["lockfile"].tests)
     assert config["source_paths"] == ["mlcluster"]
-
-
-def test_a_recheck_of_the_survivors_moves_the_killed_and_the_recorded_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    results = tmp_path / "results.json"
-    last = {"killed": 8, "survived": 3, "equivalent": 0, "kill_rate": 0.7273, "date": "d", "not checked": 0}
-    last["survivors"] = ["m.x_a__mutmut_1 (survived)", "m.x_a__mutmut_2 (no tests)", "m.x_a__mutmut_3 (survived)"]
-    results.write_text(json.dumps({"modules": {"lockfile": last}}))
-    equivalent = tmp_path / "equivalent.yaml"
-    equivalent.write_text("lockfile:\n  m.x_a__mutmut_3: the same for every input\n")
-    monkeypatch.setattr(TOOL, "RESULTS", results)
-    monkeypatch.setattr(TOOL, "EQUIVALENT", equivalent)
-    assert TOOL.last_survivors("lockfile") == ["m.x_a__mutmut_1", "m.x_a__mutmut_2", "m.x_a__mutmut_3"]
-    result = TOOL.recheck(
-        "lockfile", {"m.x_a__mutmut_1": "killed", "m.x_a__mutmut_2": "no tests", "m.x_a__mutmut_3": "survived"}
-    )
-    assert (result["killed"], result["survived"], result["equivalent"]) == (9, 1, 1)
-    assert result["survivors"] == ["m.x_a__mutmut_2 (no tests)"]
-    assert result["kill_rate"] == 0.9
-    assert result["before_recheck"]["kill_rate"] == 0.7273

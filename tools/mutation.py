@@ -15,9 +15,8 @@ Mutants recorded in ``mutation/equivalent.yaml`` (mutant name and why no test ca
 original) are left out of the kill rate. The result of every module run, with the date and mutmut's
 version, is merged into ``mutation/results.json``; `make bench` prints it.
 
-Usage: ``python tools/mutation.py [--module NAME]... [--minutes N] [--survivors] [--report]``; no module
-runs everything (``--module shell``: the node-script mutants). ``--survivors`` checks only the last
-run's survivors again (after new tests) and merges them into that result; ``--report`` prints the table.
+Usage: ``python tools/mutation.py [--module NAME]... [--minutes N] [--report]``; no module runs
+everything (``--module shell``: the node-script mutants); ``--report`` prints the last table.
 """
 
 from __future__ import annotations
@@ -194,11 +193,8 @@ def summarize(found: dict[str, str], equivalent: dict[str, str]) -> dict[str, An
     }
 
 
-def run_module(name: str, minutes: float, only: list[str] | None = None) -> dict[str, Any]:
-    """mutmut over one module in a fresh copy of the tree; stops after ``minutes`` (the result says so).
-
-    ``only``: these mutants alone (the survivors of the last run, after new tests), merged into the last result.
-    """
+def run_module(name: str, minutes: float) -> dict[str, Any]:
+    """mutmut over one module in a fresh copy of the tree; stops after ``minutes`` (the result says so)."""
     module = MODULES[name]
     with tempfile.TemporaryDirectory(prefix=f"mlcluster-mutation-{name}-") as tmp:
         work = Path(tmp)
@@ -216,7 +212,7 @@ def run_module(name: str, minutes: float, only: list[str] | None = None) -> dict
         start = time.monotonic()
         with log.open("w") as out:
             proc = subprocess.Popen(
-                [str(PYTHON), "-m", "mutmut", "run", "--max-children", "1", *(only or [])],
+                [str(PYTHON), "-m", "mutmut", "run", "--max-children", "1"],
                 cwd=work,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -228,42 +224,13 @@ def run_module(name: str, minutes: float, only: list[str] | None = None) -> dict
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait()
                 print(f"mutation: {name}: stopped after {minutes:g} minutes; the rest is 'not checked'", flush=True)
-        found = statuses(work)
-        if only is not None:
-            return recheck(name, {n: found.get(n, "not checked") for n in only})
-        result = summarize(found, load_equivalent().get(name, {}))
+        result = summarize(statuses(work), load_equivalent().get(name, {}))
         if proc.returncode not in (0, -signal.SIGTERM) or result["not checked"] == result["total"]:
             sys.exit(f"mutation: {name}: mutmut failed (exit {proc.returncode}):\n{log.read_text()[-3000:]}")
         result["seconds"] = round(time.monotonic() - start)
         result["mutate"] = list(module.mutate)
         result["tests"] = list(module.tests)
         return result
-
-
-def last_survivors(name: str) -> list[str]:
-    """The names of the survivors the last full run of ``name`` recorded in ``mutation/results.json``."""
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"modules": {}}
-    if name not in data["modules"]:
-        sys.exit(f"mutation: {name} has no result yet; run it whole first")
-    return [entry.split(" (")[0] for entry in data["modules"][name]["survivors"]]
-
-
-def recheck(name: str, rechecked: dict[str, str]) -> dict[str, Any]:
-    """The last result of ``name`` with its survivors checked again: now killed, now equivalent, or still alive."""
-    last = json.loads(RESULTS.read_text())["modules"][name]
-    equivalent = load_equivalent().get(name, {})
-    killed = [n for n, status in rechecked.items() if n not in equivalent and status in KILLED]
-    recorded = [n for n in rechecked if n in equivalent]
-    still = [f"{n} ({status})" for n, status in rechecked.items() if n not in equivalent and status not in KILLED]
-    result = dict(last)
-    result["killed"] = last["killed"] + len(killed)
-    result["equivalent"] = last["equivalent"] + len(recorded)
-    result["survived"] = len(still)
-    result["survivors"] = still
-    decided = result["killed"] + result["survived"]
-    result["kill_rate"] = round(result["killed"] / decided, 4) if decided else None
-    result["before_recheck"] = {k: last[k] for k in ("killed", "survived", "equivalent", "kill_rate", "date")}
-    return result
 
 
 def run_shell(minutes: float) -> dict[str, Any]:
@@ -373,9 +340,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--module", action="append", choices=[*MODULES, "shell"], default=[])
     parser.add_argument("--minutes", type=float, default=60.0, help="stop one module after this long (default 60)")
-    parser.add_argument(
-        "--survivors", action="store_true", help="run only the last run's survivors of each module, and merge"
-    )
     parser.add_argument("--report", action="store_true", help="print the last result (mutation/results.json) only")
     args = parser.parse_args()
     if args.report:
@@ -389,8 +353,7 @@ def main() -> int:
         if name == "shell":
             results[name] = run_shell(args.minutes)
         else:
-            only = last_survivors(name) if args.survivors else None
-            results[name] = run_module(name, args.minutes, only)
+            results[name] = run_module(name, args.minutes)
         write_results({name: results[name]})
         for survivor in results[name]["survivors"]:
             print(f"  survived: {survivor}")
