@@ -161,7 +161,8 @@ def _fleet_note(environment: Environment, stack: str, changes: Sequence[ClusterC
             f"{environment.source}: the cluster in {stack} applies this edit with its fleet running, but should "
             f"anything else in the same deploy fail after the cluster is updated, ParallelCluster takes the "
             f"rollback's changes back only with the fleet stopped: {listed}. Deploy it with 'mlcluster update "
-            f"{environment.name}', or alone; if a 'cdk deploy' rollback stops in UPDATE_ROLLBACK_FAILED, stop the "
+            f"{environment.name}' (it stops the fleet for such an edit too, so a rollback can complete); a plain "
+            f"'cdk deploy' keeps the fleet running, and if its rollback stops in UPDATE_ROLLBACK_FAILED, stop the "
             f"fleet ('pcluster update-compute-fleet --status STOP_REQUESTED') and run 'aws cloudformation "
             f"continue-update-rollback --stack-name {stack}'"
         )
@@ -231,7 +232,7 @@ def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
     notes: list[str] = []
     for stack, _, old, new in _kept(locked, snapshot, PCLUSTER_TYPE):
         if old.create_only.get("ClusterName") != new.create_only.get("ClusterName"):
-            continue  # a new cluster (the data guard decides on the replacement)
+            continue  # a rename: the data guard refuses it (lockfile.cluster_rename_refusal)
         if CONFIGURATION not in old.settings:
             notes.append(_unrecorded(environment, f"the cluster configuration of {stack}"))
             continue

@@ -23,9 +23,10 @@ stack holding data loses termination protection. ``retention.allow_replacement``
 lets one named resource through, for the one deploy that makes the change:
 an entry that names several resources, or that allows nothing any more (its
 deploy is in the lock), is refused too. Until ``mlcluster lock`` records that
-deploy, ``<name>.allowances.json`` beside the lock remembers the form each
-allowance let through, and a synth asking it for another form is refused
-(the first may be deployed already). An environment without a lock file
+deploy, ``<name>.allowances.json`` beside the lock remembers, by construct
+path, the form each allowance let a resource through with, and any synth
+giving that resource another form is refused, whether the allowance is still
+in the file, spelled another way or gone (the first may be deployed already). An environment without a lock file
 is refused (``mlcluster lock`` records what is deployed, nothing for a new
 one), and so is a lock file whose environment file is gone (a rename).
 
@@ -171,13 +172,12 @@ SAFE_WAYS = {
         "lists it) and the retained master secret ('aws secretsmanager delete-secret --secret-id ARN')"
     ),
     "Custom::PclusterCluster": (
-        "A new cluster name is a new cluster: running jobs are not moved, and the new head node starts without "
-        "the old one's local state. The old cluster is not deleted in an environment that retains "
-        "(retention.on_delete: retain sets the custom resource's DeletionPolicy property to Retain): it keeps "
-        "running and billing (head node, static nodes, a /home volume with DeletionPolicy Delete) until you delete "
-        "it with 'pcluster delete-cluster -n <old cluster name> --region <region>'. With DeletionPolicy Delete it "
-        "is deleted with its head node. Safe way: drain the queues (no running jobs), copy what lives on the head "
-        "node, deploy with the allowance, then delete the old cluster"
+        "Deleting the cluster deletes its head node and, with it, what lives there (/home unless it is on "
+        "OpenZFS, the scheduler's local state); where the custom resource's DeletionPolicy property is Retain "
+        "(retention.on_delete: retain) ParallelCluster keeps the cluster running and billing until 'pcluster "
+        "delete-cluster -n <cluster name> --region <region>'. A rename is refused apart: ParallelCluster cannot "
+        "rename a cluster. Safe way: drain the queues (no running jobs), copy what lives on the head node, then "
+        "deploy with the allowance"
     ),
     "AWS::SageMaker::Cluster": (
         "A new HyperPod cluster replaces the old one: running jobs are lost. Safe way: drain the "
@@ -450,6 +450,35 @@ def _what(change: Change) -> str:
     )
 
 
+#: What ParallelCluster's custom resource provider answers an update that changes ``ClusterName``
+#: (its ``cloudformation/custom_resource`` handler; aws-parallelcluster's integration tests assert it).
+RENAME_REFUSED = "Cannot update the ClusterName in the properties."
+
+
+def cluster_rename_refusal(environment: Environment, change: Change) -> Problem:
+    """Why a ParallelCluster cluster cannot be renamed by a deploy, with or without an allowance, and the way.
+
+    ParallelCluster's provider fails the update of a new ``ClusterName`` (it never creates a second
+    cluster), so the deploy fails and CloudFormation rolls the stack back: an allowance would only let
+    a deploy through that cannot succeed.
+    """
+    name = environment.name
+    region = environment.config.region or "<region>"
+    return Problem(
+        "cluster.name",
+        NOT_A_VALUE,
+        f"{_what(change)}. ParallelCluster's provider refuses a new ClusterName on a running cluster "
+        f"('{RENAME_REFUSED}'): the deploy fails and CloudFormation rolls the stack back, with "
+        "retention.allow_replacement too. To rename the cluster: (1) drain the queues (no running jobs) and copy "
+        "what lives on the head node (/home unless it is on OpenZFS); (2) keep the old name in this file and "
+        f"destroy the cluster stack (npx cdk destroy --exclusively '{name}/Cluster'; the storage stacks keep the "
+        "data); where the custom resource's DeletionPolicy property is Retain (retention.on_delete: retain) "
+        "ParallelCluster keeps the cluster, so delete it then with 'pcluster delete-cluster -n <old cluster name> "
+        f"--region {region}' (only once its stack is destroyed); (3) run 'mlcluster lock {name}'; (4) set the new "
+        "name and deploy.",
+    )
+
+
 def training_plan_refusal(environment: Environment, change: Change, groups: Sequence[tuple[str, int, str]]) -> Problem:
     """Why a HyperPod cluster on a training plan cannot be replaced by CloudFormation, and the safe way."""
     name = environment.name
@@ -480,8 +509,9 @@ def stack_part(environment: Environment, stack: str) -> str:
 def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Collection[str] = ()) -> list[Problem]:
     """One problem per dangerous change the environment does not allow.
 
-    A HyperPod cluster replaced while groups ask a training plan for instances is refused whatever
-    the allowances say (:func:`training_plan_refusal`). Changes in the ``dropped`` stacks are
+    A HyperPod cluster replaced while groups ask a training plan for instances, and a ParallelCluster
+    cluster renamed, are refused whatever the allowances say (:func:`training_plan_refusal`,
+    :func:`cluster_rename_refusal`). Changes in the ``dropped`` stacks are
     refused once per stack by :func:`stack_refusals`.
     """
     allowances = environment.config.retention.allow_replacement
@@ -492,6 +522,10 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
             continue
         if change.type == HYPERPOD_TYPE and change.action == "replace" and plan_groups:
             problems.append(training_plan_refusal(environment, change, plan_groups))
+            continue
+        if change.type == PCLUSTER_TYPE and change.action == "replace":
+            # Its one create-only value is ClusterName (replacement.CUSTOM_CREATE_ONLY): a rename.
+            problems.append(cluster_rename_refusal(environment, change))
             continue
         if not change.dangerous or allowed(change, allowances):
             continue
@@ -622,21 +656,21 @@ def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, chan
     CloudFormation does not delete a resource with ``DeletionPolicy: Retain`` that leaves the template:
     it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack. A
     ParallelCluster cluster whose custom resource has the ``DeletionPolicy`` *property* ``Retain`` is
-    kept by ParallelCluster when the resource is deleted or replaced (:func:`~mlcluster.replacement.keeping`).
+    kept by ParallelCluster when the resource is deleted (:func:`~mlcluster.replacement.keeping`).
     """
     found: list[str] = []
     for change in changes:
-        replaced = change.action == "replace" and change.type == PCLUSTER_TYPE
-        if (change.action != "remove" and not replaced) or change.stack not in snapshot:
+        # A replaced cluster (a rename) is refused (cluster_rename_refusal): only removals are left to note.
+        if change.action != "remove" or change.stack not in snapshot:
             continue
         old = locked[change.stack].resources[change.logical_id]
-        kept = keeping(old, replaced=replaced)
+        kept = keeping(old)
         if kept is None or (change.dangerous and not allowed(change, environment.config.retention.allow_replacement)):
             continue
         found.append(
             f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) "
-            f"{'is replaced' if replaced else 'leaves the template'} but {kept} keeps "
-            f"{'the old one' if replaced else 'it'} running outside the stack{_left_running(environment, change, old)}"
+            f"leaves the template but {kept} keeps it running outside the stack"
+            + _left_running(environment, change, old)
         )
     return found
 
@@ -712,24 +746,36 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _forms(snapshot: Snapshot) -> dict[str, str]:
+    """The form (:func:`_form`) of every resource of ``snapshot``, by construct path."""
+    return {r.path: _form(r) for state in snapshot.values() for r in state.resources.values()}
+
+
 def allowances_in_flight(
     environment: Environment, lock: Lock, snapshot: Snapshot, changes: Sequence[Change]
 ) -> dict[str, dict[str, str]]:
-    """``{entry: {"resource": path, "form": digest}}`` for each allowance this synth uses, and the form it allows."""
+    """``{path: {"form": digest, "allowance": entry}}`` for each resource an allowance of this synth lets through.
+
+    Keyed by the resource's construct path, not by the entry: ``Storage/Lustre`` and
+    ``Storage/Lustre/Resource`` name the same resource, and the record must not tell them apart.
+    """
     pending = {change.path for change in changes if change.dangerous}
     pending |= {path for exposed in unprotected(lock.snapshot, snapshot).values() for path in exposed}
-    forms = {r.path: _form(r) for state in snapshot.values() for r in state.resources.values()}
+    forms = _forms(snapshot)
     found: dict[str, dict[str, str]] = {}
     for entry in environment.config.retention.allow_replacement:
         for path in sorted(pending):
             if entry in (path, resource_name(path)):
                 # A removed resource has no form: "absent" is the form its allowance allows.
-                found[entry] = {"resource": path, "form": forms.get(path, "absent")}
+                found[path] = {"form": forms.get(path, "absent"), "allowance": entry}
     return found
 
 
 def _read_in_flight(environment: Environment, lock_digest: str) -> dict[str, dict[str, str]]:
-    """The record's allowances when it was written over this very lock file, else none (the lock moved on)."""
+    """The record's resources when it was written over this very lock file, else none (the lock moved on).
+
+    A record of the earlier format (keyed by the allowance entry) is read by the resource it names.
+    """
     path = in_flight_path(environment)
     if not path.is_file():
         return {}
@@ -737,7 +783,13 @@ def _read_in_flight(environment: Environment, lock_digest: str) -> dict[str, dic
         data = json.loads(path.read_text(encoding="utf-8"))
         if data["lock"] != lock_digest:
             return {}
-        return {str(k): {"resource": str(v["resource"]), "form": str(v["form"])} for k, v in data["allowances"].items()}
+        if "resources" in data:
+            return {
+                str(k): {"form": str(v["form"]), "allowance": str(v["allowance"])} for k, v in data["resources"].items()
+            }
+        return {
+            str(v["resource"]): {"form": str(v["form"]), "allowance": str(k)} for k, v in data["allowances"].items()
+        }
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ConfigError(
             str(path),
@@ -753,49 +805,52 @@ def _read_in_flight(environment: Environment, lock_digest: str) -> dict[str, dic
 
 
 def stale_allowances(
-    environment: Environment, recorded: dict[str, dict[str, str]], in_flight: dict[str, dict[str, str]]
+    environment: Environment, recorded: dict[str, dict[str, str]], snapshot: Snapshot
 ) -> list[Problem]:
-    """Each allowance an earlier synth used for another form of its resource than this synth asks for.
+    """Each resource an earlier synth let through in another form than this synth gives it.
 
-    That synth may have been deployed: its allowance is then used up, and this edit would replace or
-    weaken the resource again, unseen. Only ``mlcluster lock`` (which reads what is deployed) tells.
+    That synth may have been deployed: the resource is then at the recorded form, and this edit would
+    replace or weaken it again unseen, whether it asks the allowance again, spells it another way,
+    removes it or reverts the file to the locked form (the deployed resource is no longer there). Only
+    ``mlcluster lock`` (which reads what is deployed) tells, and it removes the record.
     """
     name = environment.name
+    forms = _forms(snapshot)
     problems: list[Problem] = []
-    for entry, now in sorted(in_flight.items()):
-        before = recorded.get(entry)
-        if before is None or before == now:
+    for path, before in sorted(recorded.items()):
+        if forms.get(path, "absent") == before["form"]:
             continue
         problems.append(
             Problem(
                 "retention.allow_replacement",
                 NOT_A_VALUE,
-                f"'{entry}' was used by an earlier synth since the lock was written, for another form of "
-                f"{before['resource']} than this edit makes ({in_flight_path(environment).name} records it). If "
-                "that synth was deployed, the allowance is used up and this edit would change the resource again "
-                f"unseen. Run 'mlcluster lock {name}' with credentials: it reads what is deployed (if the earlier "
-                "change was deployed, the lock records it and the allowance is refused until you remove it; if "
-                "not, the allowance is free again for this edit) and removes the record",
+                f"an earlier synth since the lock was written let {path} through ('{before['allowance']}', recorded "
+                f"in {in_flight_path(environment).name}) in another form than this edit gives it. If that synth "
+                "was deployed, this edit would replace, delete or weaken the resource again unseen (reverting the "
+                "edit or removing the allowance too: the deployed resource is the changed one). Run "
+                f"'mlcluster lock {name}' with credentials: it reads what is deployed (if the earlier change was "
+                "deployed, the lock records it and the next change needs an allowance again; if not, the lock is "
+                "unchanged) and removes the record",
             )
         )
     return problems
 
 
 def record_in_flight(environment: Environment, lock_digest: str, in_flight: dict[str, dict[str, str]]) -> None:
-    """Add this synth's allowances to the record kept until the next ``mlcluster lock`` (never drop one)."""
+    """Add this synth's resources to the record kept until the next ``mlcluster lock`` (never drop one)."""
     if not in_flight:
         return
     recorded = _read_in_flight(environment, lock_digest)
-    document = {"lock": lock_digest, "allowances": dict(sorted((recorded | in_flight).items()))}
+    document = {"lock": lock_digest, "resources": dict(sorted((recorded | in_flight).items()))}
     in_flight_path(environment).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def guard(environment: Environment, snapshot: Snapshot) -> tuple[list[Change], list[str]]:
     """Compare ``snapshot`` with the lock; raise ``ConfigError`` on a change it does not allow.
 
-    An allowance used by this synth is recorded beside the lock (:func:`in_flight_path`) with the form
-    of the resource it allows, until ``mlcluster lock`` rewrites the lock: a later synth that asks the
-    same allowance for another form is refused (:func:`stale_allowances`), as the first may be deployed.
+    A resource an allowance of this synth lets through is recorded beside the lock (:func:`in_flight_path`)
+    with its form, until ``mlcluster lock`` rewrites the lock: a later synth that gives it another form is
+    refused (:func:`stale_allowances`), allowance or not, as the first may be deployed.
     Returns the changes and the notices (:func:`notices`) for the edit.
     """
     lock = load_lock(environment)
@@ -810,7 +865,7 @@ def guard(environment: Environment, snapshot: Snapshot) -> tuple[list[Change], l
         stack_refusals(environment, lock.snapshot, snapshot)
         + refusals(environment, changes, dropped=dropped)
         + allowance_problems(environment, lock, snapshot, changes)
-        + stale_allowances(environment, _read_in_flight(environment, lock_digest), in_flight)
+        + stale_allowances(environment, _read_in_flight(environment, lock_digest), snapshot)
         + outcome_problems
     )
     if problems:

@@ -8,7 +8,8 @@ schemas), adds the few the bundled schema of a legacy type omits, and
 applies our custom resources' documented rules:
 
 - ``Custom::PclusterCluster``: ParallelCluster cannot rename a cluster, so a
-  new ``ClusterName`` is a new cluster.
+  new ``ClusterName`` counts as a replacement (which its provider refuses:
+  the guard refuses the rename, ``mlcluster.lockfile.cluster_rename_refusal``).
 - ``AWS::SageMaker::Cluster`` (HyperPod): besides the schema's
   ``ClusterName``, ``VpcConfig`` and ``Orchestrator``, an instance group's
   ``InstanceType``, ``ExecutionRole`` and ``ThreadsPerCore`` are fixed when
@@ -126,7 +127,7 @@ EXISTING_PATHS = frozenset(
 MOUNT_REASON = "SharedStorage MountDir"
 #: Where a ParallelCluster cluster's fate records what ParallelCluster does with each volume or file system
 #: it made for the cluster when the cluster is deleted or the storage leaves it: ``{MountDir: DeletionPolicy}``.
-#: A lock written before this was recorded has no such key (the policies are unknown, nothing is compared).
+#: A lock written before this was recorded has no such key (:func:`locked_volume_policies` reconstructs them).
 VOLUME_POLICIES_KEY = "ClusterConfiguration/SharedStorage/DeletionPolicy"
 #: ParallelCluster's storage types that it creates and may delete: ``StorageType -> (settings key, the key
 #: naming an existing resource instead)``. ParallelCluster's schema (``cluster_schema.py``, ``cluster_config.py``
@@ -261,17 +262,16 @@ class Change:
         return f"{self.path} ({self.type}) {verb[self.action]}{why}"
 
 
-def keeping(resource: ResourceState, *, replaced: bool = False) -> str | None:
-    """What keeps ``resource`` running when it leaves its stack (or is ``replaced``), or None when it goes.
+def keeping(resource: ResourceState) -> str | None:
+    """What keeps ``resource`` running when it leaves its stack, or None when it goes.
 
-    CloudFormation skips the delete under a keeping ``DeletionPolicy`` (``UpdateReplacePolicy`` for a
-    replacement). Otherwise it asks the resource to delete itself, and a setting of ``FATE_KEPT`` (the
-    ParallelCluster custom resource's ``DeletionPolicy`` property) may still keep it: ParallelCluster then
-    leaves the cluster, head node and static nodes running.
+    CloudFormation skips the delete under a keeping ``DeletionPolicy``. Otherwise it asks the resource
+    to delete itself, and a setting of ``FATE_KEPT`` (the ParallelCluster custom resource's
+    ``DeletionPolicy`` property) may still keep it: ParallelCluster then leaves the cluster, head node
+    and static nodes running.
     """
-    policy = resource.update_replace_policy if replaced else resource.deletion_policy
-    if policy in KEEPING_POLICIES:
-        return f"{'UpdateReplacePolicy' if replaced else 'DeletionPolicy'} {policy}"
+    if resource.deletion_policy in KEEPING_POLICIES:
+        return f"DeletionPolicy {resource.deletion_policy}"
     for pointer, values, default in FATE_KEPT.get(resource.type, ()):
         value = str(resource.fate.get(pointer, default))
         if value in values:
@@ -380,13 +380,36 @@ def volume_policies(storage: list[dict[str, Any]]) -> dict[str, str]:
     return policies
 
 
-def volume_policy_changes(before: Mapping[str, str] | None, after: Mapping[str, str]) -> list[str]:
+def locked_volume_policies(old: ResourceState, after: Mapping[str, str]) -> dict[str, str]:
+    """``{MountDir: DeletionPolicy}`` of the volumes ParallelCluster made for the cluster, as locked in ``old``.
+
+    A lock written before :data:`VOLUME_POLICIES_KEY` was recorded does not say them. Its own record of
+    the whole configuration (``OUTCOME_SETTINGS``), when it has one, does: they are read from it. Else
+    they are reconstructed from what the render did then: a /home volume without its own
+    ``deletion_policy`` followed ``retention.on_delete`` (Retain with ``retain``), which also set the
+    custom resource's ``DeletionPolicy`` property to Retain. So each volume of ``after`` at a path the
+    lock records a mount at (every one when the mounts are not recorded either) is taken as Retain
+    when that property was Retain: a weakening is refused with the way, never let through unseen.
+    """
+    if VOLUME_POLICIES_KEY in old.fate:
+        return dict(old.fate[VOLUME_POLICIES_KEY])
+    configuration = old.settings.get("ClusterConfiguration")
+    if isinstance(configuration, dict):
+        storage = _lookup(configuration, MOUNTS_KEY.split("/")[1:])
+        return volume_policies(
+            [item for item in (storage if isinstance(storage, list) else []) if isinstance(item, dict)]
+        )
+    if str(old.fate.get("DeletionPolicy", "Delete")) != "Retain":
+        return {}
+    mounts = old.fate.get(MOUNTS_KEY)
+    return {path: "Retain" for path in after if mounts is None or path in mounts}
+
+
+def volume_policy_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
     """Storage kept on both sides whose ParallelCluster ``DeletionPolicy`` no longer keeps it (Retain -> Delete).
 
-    ``before`` is None for a lock that predates the record: nothing is known, nothing is compared.
+    ``before`` comes from :func:`locked_volume_policies` (reconstructed for a lock that predates the record).
     """
-    if before is None:
-        return []
     return [
         f"{VOLUME_POLICY_REASON} {path}: {before[path]} -> {after[path]}"
         for path in sorted(before.keys() & after.keys())
@@ -577,7 +600,8 @@ def weakenings(old: ResourceState, new: ResourceState) -> list[str]:
             found.append(f"{pointer.replace('/', '.')} {was} -> {now}")
     if new.type == PCLUSTER_TYPE:
         found += mount_changes(old.fate.get(MOUNTS_KEY), new.fate.get(MOUNTS_KEY, {}))
-        found += volume_policy_changes(old.fate.get(VOLUME_POLICIES_KEY), new.fate.get(VOLUME_POLICIES_KEY, {}))
+        after = new.fate.get(VOLUME_POLICIES_KEY, {})
+        found += volume_policy_changes(locked_volume_policies(old, after), after)
     return found
 
 

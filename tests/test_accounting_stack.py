@@ -18,7 +18,7 @@ import pytest
 from aws_cdk import cx_api
 
 from mlcluster.analysis.assembly import Assembly, load_assembly
-from mlcluster.analysis.reachability import check_assembly, databases, rotation_functions
+from mlcluster.analysis.reachability import _hyperpod_groups, check_assembly, databases, rotation_functions
 from mlcluster.app import build_app
 from tests.support import stack_templates, write_env
 
@@ -136,6 +136,26 @@ def test_the_reachability_gate_proves_the_database_paths(assembly: Assembly) -> 
     assert function.subnets == database.subnets
 
 
+def test_only_the_controller_carries_the_database_client_group(templates: dict[str, dict[str, Any]]) -> None:
+    """Issue 30, item 4: the controller's OverrideVpcConfig adds the client group; the workers do not have it."""
+    storage = templates["acct/Storage"]["Resources"]
+    client = _client_group_id(storage)
+    (cluster,) = of_type(templates["acct/Cluster"], "AWS::SageMaker::Cluster").values()
+    groups = {g["InstanceGroupName"]: g for g in cluster["Properties"]["InstanceGroups"]}
+    default = cluster["Properties"]["VpcConfig"]
+    controller = groups.pop("controller-machine")["OverrideVpcConfig"]
+    assert controller["Subnets"] == default["Subnets"]
+    (extra,) = [g for g in controller["SecurityGroupIds"] if g not in default["SecurityGroupIds"]]
+    assert "Fn::GetStackOutput" in extra or "Fn::ImportValue" in extra
+    assert client in str(extra)
+    for name, group in groups.items():
+        assert client not in str(group.get("OverrideVpcConfig", {})), name
+    # The client group admits nothing and sends only MySQL to the database (inline: no default allow-all).
+    assert "SecurityGroupIngress" not in storage[client]["Properties"]
+    (egress,) = storage[client]["Properties"]["SecurityGroupEgress"]
+    assert (egress["IpProtocol"], egress["FromPort"], egress["ToPort"]) == ("tcp", 3306, 3306)
+
+
 def _group(resources: dict[str, Any], description: str) -> dict[str, Any]:
     (group,) = [
         r
@@ -145,9 +165,20 @@ def _group(resources: dict[str, Any], description: str) -> dict[str, Any]:
     return group
 
 
+def _client_group_id(resources: dict[str, Any]) -> str:
+    (name,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "AWS::EC2::SecurityGroup"
+        and r["Properties"]["GroupDescription"].startswith("Slurm accounting database clients")
+    ]
+    return name
+
+
 def _without_client_ingress(resources: dict[str, Any]) -> None:
+    client = {"Fn::GetAtt": [_client_group_id(resources), "GroupId"]}
     for name in [k for k, r in resources.items() if r["Type"] == "AWS::EC2::SecurityGroupIngress"]:
-        if "Fn::GetStackOutput" in resources[name]["Properties"]["SourceSecurityGroupId"]:
+        if resources[name]["Properties"]["SourceSecurityGroupId"] == client:
             del resources[name]
 
 
@@ -169,7 +200,7 @@ def _no_rotation_egress_to_the_database(resources: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
-        (_without_client_ingress, "its security groups admit no TCP 3306 from instance group"),
+        (_without_client_ingress, "its security groups admit no TCP 3306 from instance group controller-machine"),
         (_open_to_the_vpc, "admits 10.0.0.0/16, an address range"),
         (_no_https_for_rotation, "no security group lets HTTPS out to Secrets Manager"),
         (_no_rotation_egress_to_the_database, "no security group of rotation function"),
@@ -180,3 +211,40 @@ def test_the_gate_refuses_a_broken_or_wider_path(
 ) -> None:
     (report,) = check_assembly(edited(assembly, change))
     assert any(problem in p for p in report.problems), report.problems
+
+
+def test_the_gate_refuses_a_database_open_to_every_node(assembly: Assembly) -> None:
+    """Issue 30, item 4: admitting the nodes' shared group (the way it was before) lets the workers in: refused."""
+    templates = copy.deepcopy(assembly.templates)
+    (cluster,) = of_type(templates["acct/Cluster"], "AWS::SageMaker::Cluster").values()
+    nodes = cluster["Properties"]["VpcConfig"]["SecurityGroupIds"][0]
+    storage = templates["acct/Storage"]["Resources"]
+    (database,) = [r for r in storage.values() if r["Type"] == "AWS::RDS::DBCluster"]
+    (group,) = database["Properties"]["VpcSecurityGroupIds"]
+    storage["AdmitEveryNode"] = {
+        "Type": "AWS::EC2::SecurityGroupIngress",
+        "Properties": {"GroupId": group, "IpProtocol": "tcp", "FromPort": 3306, "ToPort": 3306},
+    }
+    storage["AdmitEveryNode"]["Properties"]["SourceSecurityGroupId"] = nodes
+    (report,) = check_assembly(Assembly(templates, assets=assembly.assets, stack_names=assembly.stack_names))
+    assert any("admit TCP 3306 from instance group gpu, which does not run slurmdbd" in p for p in report.problems), (
+        report.problems
+    )
+
+
+def test_the_gate_finds_the_controller_by_its_slurm_node_type_or_first_place() -> None:
+    """HyperPod's ``SlurmConfig.NodeType`` names the controller when given; else HyperPodCluster lists it first."""
+    vpc = {"Subnets": ["subnet-a"], "SecurityGroupIds": ["sg-nodes"]}
+    typed = {
+        "VpcConfig": vpc,
+        "InstanceGroups": [
+            {"InstanceGroupName": "gpu", "SlurmConfig": {"NodeType": "Compute"}},
+            {"InstanceGroupName": "ctl", "SlurmConfig": {"NodeType": "Controller"}},
+        ],
+    }
+    assert [(g.name, g.slurm_controller) for g in _hyperpod_groups("e", typed)] == [
+        ("instance group gpu", False),
+        ("instance group ctl", True),
+    ]
+    untyped = {"VpcConfig": vpc, "InstanceGroups": [{"InstanceGroupName": "ctl"}, {"InstanceGroupName": "gpu"}]}
+    assert [g.slurm_controller for g in _hyperpod_groups("e", untyped)] == [True, False]

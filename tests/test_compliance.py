@@ -232,7 +232,7 @@ def test_compliance_report_lists_every_rule_of_every_pack_with_a_status(
     assert list(chosen_assemblies(every_pack_outdir, None)) == list(EXAMPLES)
     out, written = every_pack_report
     assert written == list(EXAMPLES)
-    assert sorted(p.name for p in out.glob("*.md")) == [f"{n}.md" for n in EXAMPLES]
+    assert sorted(p.name for p in out.glob("*.md")) == sorted(f"{n}.md" for n in EXAMPLES)
     with (out / "dev.csv").open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     by_pack: dict[str, list[dict[str, str]]] = {pack: [] for pack in PACK_NAMES}

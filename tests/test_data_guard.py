@@ -501,20 +501,16 @@ def kept_cluster(policy: str, name: str = "p5-train") -> Snapshot:
     return edit(deployed(), "Cluster", "Cluster", create_only={"ClusterName": name}, fate={"DeletionPolicy": policy})
 
 
-@pytest.mark.parametrize("how", ["remove", "replace"])
-def test_a_retained_parallelcluster_cluster_removed_or_replaced_is_reported_as_still_billing(
-    tmp_path: Path, how: str
-) -> None:
+def test_a_retained_parallelcluster_cluster_removed_is_reported_as_still_billing(tmp_path: Path) -> None:
     env = environment(tmp_path, allow=("Cluster/Cluster",))
     write_lock(env, Lock(kept_cluster("Retain"), "deployed"))
-    after = kept_cluster("Retain", "p5-train2")
-    if how == "remove":
-        del after[f"{NAME}-Cluster"].resources["Cluster"]
+    after = kept_cluster("Retain")
+    del after[f"{NAME}-Cluster"].resources["Cluster"]
     _, notes = guard(env, after)
     (note,) = notes
-    verb = "leaves the template" if how == "remove" else "is replaced"
     assert (
-        f"p5-Cluster/Cluster/Cluster/Resource (Custom::PclusterCluster) {verb} but its DeletionPolicy property" in note
+        "p5-Cluster/Cluster/Cluster/Resource (Custom::PclusterCluster) leaves the template but its DeletionPolicy "
+        "property" in note
     )
     assert "cluster p5-train (head node, static nodes) keeps running and billing" in note
     assert "'pcluster delete-cluster -n p5-train --region <region>'" in note
@@ -523,13 +519,42 @@ def test_a_retained_parallelcluster_cluster_removed_or_replaced_is_reported_as_s
     assert guard(env, after)[1] == []
 
 
+@pytest.mark.parametrize("allow", [(), ("Cluster/Cluster",), ("Cluster/Cluster/Resource",)])
+@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+def test_a_parallelcluster_cluster_rename_is_refused_even_with_the_allowance(
+    tmp_path: Path, allow: tuple[str, ...], policy: str
+) -> None:
+    """r3 finding 5: ParallelCluster's provider refuses a new ClusterName, so the deploy would only roll back.
+
+    Before, the allowance let it through with a notice to 'pcluster delete-cluster' the old name, which
+    after the rollback is the live cluster.
+    """
+    env = environment(tmp_path, allow=allow)
+    write_lock(env, Lock(kept_cluster(policy), "deployed"))
+    text = refusal(env, kept_cluster(policy, "p5-train2"))
+    assert "cluster.name: this edit replaces p5-Cluster/Cluster/Cluster/Resource" in text
+    assert "'Cannot update the ClusterName in the properties.'" in text
+    assert "the deploy fails and CloudFormation rolls the stack back, with retention.allow_replacement too" in text
+    assert "npx cdk destroy --exclusively 'p5/Cluster'" in text
+    assert (
+        "'pcluster delete-cluster -n <old cluster name> --region <region>' (only once its stack is destroyed)" in text
+    )
+    assert "run 'mlcluster lock p5'; (4) set the new name and deploy" in text
+    assert "To allow it, add" not in text
+    # The edge: the same name with the allowance left out of the file is no change at all.
+    env = environment(tmp_path / "same")
+    write_lock(env, Lock(kept_cluster(policy), "deployed"))
+    assert guard(env, kept_cluster(policy)) == ([], [])
+
+
 def test_the_cluster_safe_way_says_a_retained_cluster_keeps_billing(tmp_path: Path) -> None:
     env = environment(tmp_path)
     write_lock(env, Lock(kept_cluster("Retain"), "deployed"))
-    text = refusal(env, kept_cluster("Retain", "p5-train2"))
-    assert "REPLACED" not in text and "replaces p5-Cluster/Cluster/Cluster/Resource" in text
-    assert "running jobs and the head node's local state are lost" not in text
-    assert "keeps running and billing" in text and "pcluster delete-cluster -n <old cluster name>" in text
+    removed = kept_cluster("Retain")
+    del removed[f"{NAME}-Cluster"].resources["Cluster"]
+    text = refusal(env, removed)
+    assert "deletes p5-Cluster/Cluster/Cluster/Resource" in text
+    assert "keeps the cluster running and billing" in text and "pcluster delete-cluster -n <cluster name>" in text
     # A dropped Cluster stack names the cluster among what its deletion keeps.
     snapshot = deployed()
     del snapshot[f"{NAME}-Cluster"]
@@ -584,12 +609,77 @@ def test_a_home_volume_no_longer_kept_is_refused(tmp_path: Path, before: str, af
     guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Retain")))
 
 
-def test_a_lock_that_predates_the_volume_policy_record_compares_nothing(tmp_path: Path) -> None:
+#: The Lustre file system as the render mounts it: an existing one (ParallelCluster never deletes it).
+EXISTING_LUSTRE = {**LUSTRE_MOUNT, "FsxLustreSettings": {"FileSystemId": "fs-0123456789abcdef0"}}
+
+
+def predating(*storage: dict[str, Any], configuration: bool, mounts: bool = True, policy: str = "Retain") -> Snapshot:
+    """A lock of ``cluster_with(*storage)`` written before the volume policies were recorded.
+
+    ``configuration``: it has the whole ClusterConfiguration (issue 29's record); ``mounts``: the mounts
+    record; ``policy``: the custom resource's DeletionPolicy property (Retain with on_delete: retain).
+    """
+    locked = cluster_with(*storage)
+    cluster = locked[f"{NAME}-Cluster"].resources["Cluster"]
+    fate = {k: v for k, v in cluster.fate.items() if k != "ClusterConfiguration/SharedStorage/DeletionPolicy"}
+    if not mounts:
+        del fate["ClusterConfiguration/SharedStorage"]
+    fate["DeletionPolicy"] = policy
+    settings = {"ClusterConfiguration": {"SharedStorage": list(storage)}} if configuration else {}
+    locked[f"{NAME}-Cluster"].resources["Cluster"] = dataclasses.replace(cluster, fate=fate, settings=settings)
+    return locked
+
+
+@pytest.mark.parametrize("configuration", [True, False])
+def test_a_lock_that_predates_the_volume_policy_record_reads_them_from_what_the_render_did(
+    tmp_path: Path, configuration: bool
+) -> None:
+    """r3 finding 4: before the record, /home was Retain with on_delete: retain (the custom resource's property).
+
+    With the configuration recorded the policies are read from it; without, reconstructed from the property.
+    """
     env = environment(tmp_path)
-    locked = cluster_with(LUSTRE_MOUNT, home_volume("Retain"))
-    del locked[f"{NAME}-Cluster"].resources["Cluster"].fate["ClusterConfiguration/SharedStorage/DeletionPolicy"]
+    locked = predating(EXISTING_LUSTRE, home_volume("Retain"), configuration=configuration)
     write_lock(env, Lock(locked, "deployed"))
-    guard(env, cluster_with(LUSTRE_MOUNT, home_volume("Delete")))
+    text = refusal(env, cluster_with(EXISTING_LUSTRE, home_volume("Delete")))
+    assert "SharedStorage DeletionPolicy /home: Retain -> Delete" in text
+    assert "DeletionPolicy /fsx" not in text  # an existing file system: ParallelCluster never deletes it
+    # The edge: still kept (Snapshot) passes.
+    guard(env, cluster_with(EXISTING_LUSTRE, home_volume("Snapshot")))
+
+
+def test_a_predating_lock_read_from_its_configuration_knows_a_volume_was_delete(tmp_path: Path) -> None:
+    """The recorded configuration says Delete although the property was Retain (home_volume.deletion_policy set)."""
+    env = environment(tmp_path)
+    write_lock(env, Lock(predating(EXISTING_LUSTRE, home_volume("Delete"), configuration=True), "deployed"))
+    guard(env, cluster_with(EXISTING_LUSTRE, home_volume("Delete")))
+
+
+def test_a_predating_lock_without_the_mounts_record_still_compares_the_volume_policy(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    write_lock(
+        env, Lock(predating(EXISTING_LUSTRE, home_volume("Retain"), configuration=False, mounts=False), "deployed")
+    )
+    assert "SharedStorage DeletionPolicy /home: Retain -> Delete" in refusal(
+        env, cluster_with(EXISTING_LUSTRE, home_volume("Delete"))
+    )
+
+
+def test_a_lock_that_predates_the_volume_policy_record_with_an_unkept_cluster_reads_delete(tmp_path: Path) -> None:
+    """With on_delete: destroy the property was Delete and so was the /home volume: Delete -> Delete is no change."""
+    env = environment(tmp_path)
+    locked = predating(EXISTING_LUSTRE, home_volume("Delete"), configuration=False, policy="Delete")
+    write_lock(env, Lock(locked, "deployed"))
+    guard(env, cluster_with(EXISTING_LUSTRE, home_volume("Delete")))
+
+
+def test_a_volume_added_since_a_lock_that_predates_the_record_is_not_a_weakening(tmp_path: Path) -> None:
+    """The mounts record says /home was not there: a new /home volume with Delete weakens nothing."""
+    env = environment(tmp_path)
+    write_lock(env, Lock(predating(EXISTING_LUSTRE, configuration=False), "deployed"))
+    text = refusal(env, cluster_with(EXISTING_LUSTRE, home_volume("Delete")))
+    assert "SharedStorage MountDir /home: head node -> Ebs" in text  # the mount over the homes, refused apart
+    assert "SharedStorage DeletionPolicy" not in text
 
 
 # -- review finding 4: an allowance expires with the deploy that used it, lock or no lock yet ---------------
@@ -603,18 +693,19 @@ def test_an_allowance_used_by_a_synth_allows_only_that_form_until_the_next_lock(
     first = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
     guard(env, first)
     record = json.loads(in_flight_path(env).read_text(encoding="utf-8"))
-    assert record["allowances"]["Storage/Lustre"]["resource"] == "Storage/Lustre/Resource"
+    assert record["resources"]["Storage/Lustre/Resource"]["allowance"] == "Storage/Lustre"
     # The edges: the same form again (cdk deploy synthesizes again), or an in-place update of it, passes.
     guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}))
     guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}, digest="d1"))
     second = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "SCRATCH_2"})
     text = refusal(env, second)
     assert (
-        "retention.allow_replacement: 'Storage/Lustre' was used by an earlier synth since the lock was written" in text
+        "retention.allow_replacement: an earlier synth since the lock was written let Storage/Lustre/Resource "
+        "through ('Storage/Lustre'" in text
     )
     assert f"'mlcluster lock {NAME}' with credentials" in text
     # Weakening it instead (a policy) is another form too.
-    assert "was used by an earlier synth" in refusal(
+    assert "an earlier synth since the lock was written let" in refusal(
         env,
         edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}, deletion_policy="Delete"),
     )
@@ -624,6 +715,58 @@ def test_an_allowance_used_by_a_synth_allows_only_that_form_until_the_next_lock(
     # A record nobody can read is refused with the way, never ignored.
     in_flight_path(env).write_text("{", encoding="utf-8")
     assert "(allowances in flight): cannot be read" in refusal(env, second)
+
+
+@pytest.mark.parametrize(
+    ("later_allow", "later"),
+    [
+        # Review r3 finding 2: the same resource through another spelling of the entry, in another form.
+        (("Storage/Lustre/Resource",), {"create_only": {"DeploymentType": "SCRATCH_2"}}),
+        # The edit reverted and the allowance removed: the deployed file system is the replaced one, so the locked
+        # form would replace it again.
+        ((), {}),
+        # The allowance removed, the resource weakened instead.
+        ((), {"create_only": {"DeploymentType": "PERSISTENT_1"}, "deletion_policy": "Delete"}),
+    ],
+)
+def test_a_recorded_resource_in_another_form_is_refused_however_the_file_names_it(
+    tmp_path: Path, later_allow: tuple[str, ...], later: dict[str, Any]
+) -> None:
+    from mlcluster.lockfile import in_flight_path
+
+    env = environment(tmp_path, allow=("Storage/Lustre",))
+    guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}))
+    env = load_environment(
+        write_env(tmp_path, NAME, {**MINIMAL, "retention": {"allow_replacement": list(later_allow)}})
+    )
+    snapshot = edit(deployed(), "Storage", "Lustre", **later) if later else deployed()
+    text = refusal(env, snapshot)
+    assert "an earlier synth since the lock was written let Storage/Lustre/Resource through ('Storage/Lustre'" in text
+    assert f"Run 'mlcluster lock {NAME}' with credentials" in text
+    # The edges: the recorded form itself passes, through either spelling (cdk deploy synthesizes again), and
+    # after 'mlcluster lock' removed the record the reverted file passes (the lock then says what is deployed).
+    for spelling in ("Storage/Lustre", "Storage/Lustre/Resource"):
+        again = load_environment(write_env(tmp_path, NAME, {**MINIMAL, "retention": {"allow_replacement": [spelling]}}))
+        guard(again, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}))
+    in_flight_path(env).unlink()
+    guard(load_environment(write_env(tmp_path, NAME, MINIMAL)), deployed())
+
+
+def test_a_record_of_the_earlier_format_is_read_by_the_resource_it_names(tmp_path: Path) -> None:
+    import hashlib
+
+    from mlcluster.lockfile import _form, in_flight_path
+
+    env = environment(tmp_path, allow=("Storage/Lustre",))
+    recorded = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
+    form = _form(recorded[f"{NAME}-Storage"].resources["Lustre"])
+    digest = hashlib.sha256(lock_path(env).read_bytes()).hexdigest()
+    earlier = {"lock": digest, "allowances": {"Storage/Lustre": {"resource": "Storage/Lustre/Resource", "form": form}}}
+    in_flight_path(env).write_text(json.dumps(earlier), encoding="utf-8")
+    assert "let Storage/Lustre/Resource through ('Storage/Lustre'" in refusal(
+        env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "SCRATCH_2"})
+    )
+    guard(env, recorded)
 
 
 def test_a_synth_without_an_allowance_records_nothing(tmp_path: Path) -> None:

@@ -13,14 +13,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import aws_cdk as cdk
 import pytest
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_kms as kms
-from aws_cdk.assertions import Template
 
 from mlcluster.config.project import check_environments
-from mlcluster.constructs.accounting_database import AccountingDatabase
 from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_METRIC
 from mlcluster.replacement import (
     DATA_BEARING_TYPES,
@@ -53,26 +48,10 @@ def warned(name: str, key: str) -> bool:
     return any(w.startswith(f"{ENVIRONMENTS}/{name}.yaml: {key}") for w in check_environments(ENVIRONMENTS).warnings)
 
 
-def _accounting_database(_: Templates) -> bool:
-    """No example uses the database yet: the construct as the Storage stack builds it for a retaining environment."""
-    stack = cdk.Stack(cdk.App(), "Acct", env=cdk.Environment(account="111111111111", region="us-west-2"))
-    vpc = ec2.Vpc.from_vpc_attributes(
-        stack,
-        "Vpc",
-        vpc_id="vpc-0123456789abcdef0",
-        availability_zones=["us-west-2a", "us-west-2b"],
-        private_subnet_ids=["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
-    )
-    AccountingDatabase(
-        stack,
-        "Db",
-        vpc=vpc,
-        subnets=vpc.private_subnets,
-        client_security_group=ec2.SecurityGroup.from_security_group_id(stack, "Nodes", "sg-0123456789abcdef0"),
-        encryption_key=kms.Key(stack, "Key"),
-        removal_policy=cdk.RemovalPolicy.RETAIN,
-    )
-    (cluster,) = of_type({"Acct": Template.from_stack(stack).to_json()}, "Acct", "AWS::RDS::DBCluster")
+def _accounting_database(t: Templates) -> bool:
+    """The hyperpod-accounting example's database, as its Storage stack builds it for a retaining environment."""
+    (cluster,) = of_type(t, "hyperpod-accounting/Storage", "AWS::RDS::DBCluster")
+    (secret,) = of_type(t, "hyperpod-accounting/Storage", "AWS::SecretsManager::Secret")
     guarded = "AWS::RDS::DBCluster" in DATA_BEARING_TYPES
     return (
         guarded
@@ -80,6 +59,8 @@ def _accounting_database(_: Templates) -> bool:
         # Off, so a failed first create rolls back; the snapshot policy and the guard keep the data.
         and cluster["Properties"]["DeletionProtection"] is False
         and cluster["Properties"]["BackupRetentionPeriod"] == 35
+        # The master secret outlives the stack, but not a first create that rolls back.
+        and (secret["DeletionPolicy"], secret["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain")
         and "AWS::RDS::DBCluster" in FATE_DAYS
     )
 
@@ -470,6 +451,8 @@ def test_docs_inventory_matches() -> None:
 
 #: Retained resources allowed a fixed physical name, each with why a redeploy after a teardown is safe.
 FIXED_NAMES_SAFE = {
+    ("AWS::RDS::DBCluster", "DBSubnetGroupName"): "a reference to the Storage stack's own DB subnet group, whose "
+    "name CloudFormation generates; it names where the accounting database lives, not the database",
     ("Custom::PclusterCluster", "ClusterName"): "the name is how pcluster, mlcluster and ParallelCluster's own stack "
     "address the cluster; a cluster kept by its DeletionPolicy is still running (head node, jobs), so a redeploy "
     "refused with 'already exists' is the signal to delete or adopt it ('mlcluster status' lists it)",

@@ -1,7 +1,7 @@
 """Day two: every edit operators make, synthesized before and after, with what it replaces.
 
-Each edit is applied to one of two baselines (ParallelCluster with two DRAs
-and OpenZFS; HyperPod), synthesized in its own app under the same stage
+Each edit is applied to one of the baselines (ParallelCluster with two DRAs
+and OpenZFS; HyperPod; data only; HyperPod with the managed accounting database), synthesized in its own app under the same stage
 name (so names and hashes match the baseline's), reduced to a snapshot and
 compared with the baseline by ``mlcluster.replacement``. The table states,
 per edit, the resources replaced and whether the synth-time guard refuses
@@ -91,7 +91,21 @@ DATA_ONLY: dict[str, Any] = {
     **{k: v for k, v in PCLUSTER.items() if k != "cluster"},
     "storage": {**PCLUSTER["storage"], "data_bucket": {"encryption": "kms", "backup": {}}},
 }
-BASES = {"pcluster": PCLUSTER, "hyperpod": HYPERPOD, "data-only": DATA_ONLY}
+#: HyperPod with the managed Slurm accounting database (Aurora needs a second zone).
+HYPERPOD_ACCOUNTING: dict[str, Any] = {
+    **HYPERPOD,
+    "network": {"availability_zone_id": "usw2-az4", "extra_zones": [{"availability_zone_id": "usw2-az1"}]},
+    "storage": {"accounting": {}},
+    "cluster": {
+        **HYPERPOD["cluster"],
+        "hyperpod": {
+            **HYPERPOD["cluster"]["hyperpod"],
+            "lifecycle": {**HYPERPOD["cluster"]["hyperpod"]["lifecycle"], "accounting": {"mode": "managed"}},
+        },
+    },
+}
+BASES = {"pcluster": PCLUSTER, "hyperpod": HYPERPOD, "data-only": DATA_ONLY, "hyperpod-accounting": HYPERPOD_ACCOUNTING}
+ACCOUNTING_DB = "Storage/AccountingDatabase/Cluster/Resource"
 
 LUSTRE = "Storage/Lustre/Resource"
 OPENZFS = "Storage/OpenZfs/Resource"
@@ -127,6 +141,7 @@ PC_FLEET_STOP = (
 UPDATE_DOES = {
     "refused": "nothing: refused at synth",
     "fleet_stop": "stops the compute fleet, deploys, starts it",
+    "rollback_stop": "stops the compute fleet (the rollback would need it stopped), deploys, starts it",
     "in_place": "deploys",
 }
 HP = "cluster.hyperpod"
@@ -152,7 +167,8 @@ class Edit:
     #: Stacks the guard refuses as a whole: dropped from the app, or losing termination protection.
     stacks: frozenset[str] = frozenset()
     #: The deploy outcome (``mlcluster.deploy_outcomes``): ``refused`` at synth as a deploy that would fail,
-    #: ``fleet_stop`` (passes with the note that ``mlcluster update`` must deploy it), or ``in_place``.
+    #: ``fleet_stop`` (passes with the note that ``mlcluster update`` must deploy it), ``rollback_stop`` (in place,
+    #: but its rollback needs the fleet stopped: noted, and ``mlcluster update`` stops it), or ``in_place``.
     deploy: str = "in_place"
 
 
@@ -351,7 +367,12 @@ EDITS = [
         stacks={"dt-Cluster dropped", "dt-Observability dropped"},
         safe_way="copy /home off the head node, destroy the Cluster stack first, lock, then edit",
     ),
-    edit("queue max count 2 -> 4", "pcluster", {f"{PC}.queues.0.compute_resources.0.max_count": 4}),
+    edit(
+        "queue max count 2 -> 4",
+        "pcluster",
+        {f"{PC}.queues.0.compute_resources.0.max_count": 4},
+        deploy="rollback_stop",
+    ),
     edit(
         "queue instance type p5 -> p4de",
         "pcluster",
@@ -397,14 +418,15 @@ EDITS = [
                 "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge", "max_count": 4}],
             }
         },
+        deploy="rollback_stop",
     ),
     edit(
         "head node instance type",
         "pcluster",
         {f"{PC}.head_node.instance_type": "m5.4xlarge"},
         deploy="refused",
-        safe_way="ParallelCluster policy UNSUPPORTED: a new cluster (a second environment, or a new cluster.name, "
-        "allowed)",
+        safe_way="ParallelCluster policy UNSUPPORTED: a new cluster (a second environment, or destroy the Cluster "
+        "stack first)",
     ),
     edit(
         "login nodes added",
@@ -427,8 +449,9 @@ EDITS = [
         refused={PCLUSTER_CLUSTER},
         # The node roles' permissions boundary is named after the cluster.
         also_replaced={"Cluster/NodeRoleBoundary/Resource"},
-        safe_way="drain the queues and copy what is on the head node, then allow; a retained old cluster keeps "
-        "billing until pcluster delete-cluster",
+        safe_way="ParallelCluster's provider refuses a rename (an allowance does not help): drain the queues, copy "
+        "what is on the head node, destroy the Cluster stack (then pcluster delete-cluster where retained), lock, "
+        "deploy the new name",
     ),
     # -- HyperPod -------------------------------------------------------------------
     edit("HyperPod worker count 2 -> 4", "hyperpod", {f"{HP}.workers.0.instance_count": 4}),
@@ -453,6 +476,50 @@ EDITS = [
         {"cluster.name": "dt-hp2"},
         refused={HYPERPOD_CLUSTER},
         safe_way="drain the partitions, then allow",
+    ),
+    # -- the managed Slurm accounting database (issue 30) -------------------------
+    edit(
+        "HyperPod managed accounting database added (a second zone)",
+        "hyperpod",
+        {
+            "network.extra_zones": [{"availability_zone_id": "usw2-az1"}],
+            "storage.accounting": {},
+            f"{HP}.lifecycle.accounting": {"mode": "managed"},
+        },
+        note="the controller group gains an OverrideVpcConfig (the database's client group), which UpdateCluster "
+        "may not take on a running group (not checked): create the cluster again, moving a local database first "
+        "(design notes, 'Moving a local HyperPod accounting database')",
+    ),
+    edit(
+        "accounting database max capacity 2 -> 8 ACUs",
+        "hyperpod-accounting",
+        {"storage.accounting.max_capacity_acu": 8},
+    ),
+    edit(
+        "accounting database min capacity 0 -> 0.5 ACUs",
+        "hyperpod-accounting",
+        {"storage.accounting.min_capacity_acu": 0.5},
+        note="the database no longer pauses: its ACUs bill every hour",
+    ),
+    edit(
+        "accounting database backups 35 -> 7 days",
+        "hyperpod-accounting",
+        {"storage.accounting.backup_retention_days": 7},
+        refused={ACCOUNTING_DB},
+        safe_way="take a manual snapshot (aws rds create-db-cluster-snapshot), then allow",
+    ),
+    edit(
+        "accounting database secret rotation 30 -> 90 days",
+        "hyperpod-accounting",
+        {"storage.accounting.rotation_days": 90},
+    ),
+    edit(
+        "accounting database removed (back to local)",
+        "hyperpod-accounting",
+        {"storage.accounting": _DELETE, f"{HP}.lifecycle.accounting": {"mode": "local"}},
+        refused={ACCOUNTING_DB},
+        safe_way="mysqldump it first, then allow: the final snapshot and the retained secret stay and bill until "
+        "deleted by hand",
     ),
 ]
 
@@ -547,7 +614,7 @@ def test_checks_change_no_snapshot(
     assert not (baselines_dir / base / "out" / "validation-report.json").exists()
     report = json.loads((tmp_path / "out" / "validation-report.json").read_text(encoding="utf-8"))
     reported = [plugin["pluginName"] for plugin in report["pluginReports"]]
-    assert reported == ([] if base == "hyperpod" else ["CloudFormation Validate"])
+    assert reported == ([] if base.startswith("hyperpod") else ["CloudFormation Validate"])
     # The acknowledgements (and checkov's skips) are written for the checks.
     written = acknowledged(tmp_path / "out")
     assert any("AwsSolutions-" in rule for rule in written)
@@ -595,7 +662,8 @@ def results(tmp_path_factory: pytest.TempPathFactory, baselines: dict[str, Snaps
         assert len(stack_refusals(env, before, after)) == len(stacks)
         problems, outcome_notes = outcome_checks(env, before, after)
         fleet = [note for note in outcome_notes if "compute fleet stopped" in note]
-        deploy = "refused" if problems else "fleet_stop" if fleet else "in_place"
+        back = [note for note in outcome_notes if "rollback's changes back only with the fleet stopped" in note]
+        deploy = "refused" if problems else "fleet_stop" if fleet else "rollback_stop" if back else "in_place"
         out[item.name] = Result(changes, refused, stacks, notices(env, before, after, changes), deploy)
     print(f"day-two table: {len(EDITS)} edits + {len(BASES)} baselines in {time.perf_counter() - started:.1f} s")
     return out
@@ -653,7 +721,12 @@ def test_a_removed_retained_dra_is_reported_as_still_running(results: dict[str, 
     # too, and that edit is refused at synth (the new one would overlap it).
     moved = "change a DRA's file system path"
     assert results[moved].deploy == "refused" and "AssociationCkpt" in results[moved].notes[0]
-    assert all(not results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved))
+    # The accounting database removed (allowed): its retained secret stays outside the stack, and synth says so.
+    dropped_db = "accounting database removed (back to local)"
+    (secret_note,) = results[dropped_db].notes
+    assert "AccountingDatabase/Cluster/Secret/Resource" in secret_note and "leaves the template" in secret_note
+    noted = {e.name: results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved, dropped_db)}
+    assert {name: notes for name, notes in noted.items() if notes} == {}
 
 
 @dataclasses.dataclass(frozen=True)

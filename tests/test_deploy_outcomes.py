@@ -183,7 +183,8 @@ def test_a_change_whose_rollback_needs_the_fleet_stopped_is_noted(tmp_path: Path
     raised = edited(lambda c: c["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0].update(MaxCount=8))
     (note,) = guard(env, templates(config=raised))[1]
     assert "applies this edit with its fleet running, but should anything else in the same deploy fail" in note
-    assert "MaxCount: 8 -> 4" in note and f"'mlcluster update {NAME}'" in note
+    assert "MaxCount: 8 -> 4" in note
+    assert f"'mlcluster update {NAME}' (it stops the fleet for such an edit too, so a rollback can complete)" in note
     assert f"continue-update-rollback --stack-name {NAME}-Cluster" in note
 
 
@@ -200,11 +201,13 @@ def test_a_change_whose_rollback_parallelcluster_refuses_is_noted(tmp_path: Path
 
 
 def test_a_new_cluster_name_is_left_to_the_data_guard(tmp_path: Path) -> None:
-    """A renamed cluster is a new cluster: ParallelCluster's update policies do not apply (the data guard's
-    replacement rule does, with its allowance)."""
+    """A rename is refused by the data guard alone, allowance or not (ParallelCluster's provider refuses a new
+    ClusterName: lockfile.cluster_rename_refusal); the update policies are not applied to it on top."""
     env = environment(tmp_path, templates(), allow_replacement=["Cluster/Cluster"])
     new = edited(lambda c: c["HeadNode"].update(InstanceType="m5.4xlarge"))
-    guard(env, templates(config=new, cluster_name="p4de-train2"))
+    text = refusal(env, templates(config=new, cluster_name="p4de-train2"))
+    assert "'Cannot update the ClusterName in the properties.'" in text
+    assert "update policy" not in text and "cluster.pcluster.head_node" not in text  # no update-policy refusal
 
 
 def test_a_lock_without_the_configuration_notes_it_and_checks_nothing(tmp_path: Path) -> None:
@@ -233,10 +236,12 @@ def test_a_version_change_of_a_deployed_cluster_is_refused_with_the_procedure(tm
     assert "keep version: 3.16.1" in text and "npx cdk destroy --exclusively 'p4de/Cluster'" in text
 
 
-def test_the_same_version_or_a_new_cluster_passes(tmp_path: Path) -> None:
+def test_the_same_version_passes_and_a_renamed_cluster_is_left_to_the_data_guard(tmp_path: Path) -> None:
     guard(environment(tmp_path, templates()), templates(version="3.16.1"))
     env = environment(tmp_path, templates(), allow_replacement=["Cluster/Cluster"])
-    guard(env, templates(version="3.17.0", cluster_name="p4de-next"))
+    text = refusal(env, templates(version="3.17.0", cluster_name="p4de-next"))
+    assert "Cannot update the ClusterName" in text
+    assert "cluster.pcluster.version" not in text
 
 
 # -- FSx ---------------------------------------------------------------------------------------------------

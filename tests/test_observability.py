@@ -349,6 +349,11 @@ def test_hyperpods_daily_copy_missing_two_days_sets_an_alarm_off(observability: 
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "LessThanThreshold")
     assert alarm["TreatMissingData"] == "breaching"  # no run at all is the failure to see
     assert "journalctl -u mlcluster-backup-scheduled" in alarm["AlarmDescription"]
+    # r3 finding 6: a controller created before the daily copy never publishes the metric; the alarm says where
+    # to look and how to install the scripts (docs/upgrading.md, checked below).
+    assert "'mlcluster status hyperpod' shows the last copy's age" in alarm["AlarmDescription"]
+    assert "docs/upgrading.md ('0.2.0: the controller's daily copy')" in alarm["AlarmDescription"]
+    assert len(alarm["AlarmDescription"]) <= 1024  # PutMetricAlarm's AlarmDescription max (botocore model)
     assert len(alarm["AlarmActions"]) == 1 and alarm["AlarmActions"] == alarm["OKActions"]
     # The edge: ParallelCluster environments have no daily copy, hence no such alarm.
     for name in ("p5", "p4de", "trn1", "dev", "prod"):
@@ -357,6 +362,22 @@ def test_hyperpods_daily_copy_missing_two_days_sets_an_alarm_off(observability: 
             for a in resources(observability[name], "AWS::CloudWatch::Alarm")
             if a.get("MetricName") == SCHEDULED_COPY_METRIC
         ]
+
+
+def test_the_upgrade_note_installs_the_daily_copy_on_an_existing_controller() -> None:
+    """The note the alarm points to exists and names steps the controller runs (a renamed step would break it)."""
+    import re
+
+    from mlcluster.lifecycle.hyperpod.plan import STEPS
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "upgrading.md").read_text(encoding="utf-8")
+    section = page.split("### 0.2.0: the controller's daily copy\n", 1)[1].split("\n### ", 1)[0]
+    (command,) = re.findall(r'sudo bash "\$dir/on_create.sh" (.+)', section)
+    steps = command.split()
+    assert steps == ["install_tools", "scheduled_backup"]
+    assert set(steps) <= {step.name for step in STEPS}
+    assert "sudo systemctl start mlcluster-backup-scheduled.service" in section
+    assert "LifeCycleConfig.SourceS3Uri" in section
 
 
 @pytest.mark.parametrize("copy", [True, False])

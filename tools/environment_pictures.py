@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mlcluster.analysis.assembly import Assembly, Resource, load_assembly
-from mlcluster.analysis.reachability import Report, check_environment, file_systems
+from mlcluster.analysis.reachability import Report, check_environment, databases, file_systems
 
 #: Resource types that appear in the picture, and as what.
 DRAWN: dict[str, str] = {
@@ -47,6 +47,7 @@ DRAWN: dict[str, str] = {
     "AWS::S3::Bucket": "a bucket",
     "AWS::Backup::BackupVault": "the backup vault",
     "AWS::SageMaker::Cluster": "the HyperPod cluster's node groups, in their subnets",
+    "AWS::RDS::DBCluster": "the Slurm accounting database, in its first subnet",
     "Custom::PclusterCluster": "the ParallelCluster cluster's node groups, in their subnets",
     "AWS::CloudWatch::Dashboard": "an observability piece",
     "AWS::CloudWatch::Alarm": "an observability piece (counted)",
@@ -86,6 +87,14 @@ FOLDED: dict[str, str] = {
     "Custom::HyperPodPreflight": "the HyperPod cluster's read-only check before it",
     "Custom::HyperPodNodesReady": "the HyperPod cluster's node check after it",
     "Custom::GrafanaProvisioning": "the Grafana workspace's dashboards and data source",
+    "AWS::RDS::DBInstance": "the accounting database's writer, drawn as its cluster",
+    "AWS::RDS::DBClusterParameterGroup": "the accounting database's settings (TLS only)",
+    "AWS::RDS::DBSubnetGroup": "the accounting database's subnets, drawn as where it sits",
+    "AWS::SecretsManager::Secret": "the accounting database's master secret: the security model page",
+    "AWS::SecretsManager::SecretTargetAttachment": "ties the master secret to its database",
+    "AWS::SecretsManager::RotationSchedule": "the master secret's rotation: the security model page",
+    "AWS::SecretsManager::ResourcePolicy": "permissions: the security model page",
+    "AWS::Serverless::Application": "the master secret's rotation function (Serverless Application Repository)",
 }
 _HASH = re.compile(r"[0-9A-F]{8}$")
 
@@ -170,6 +179,9 @@ def dot_source(assembly: Assembly, environment: str, report: Report | None = Non
         if fs.efa:
             label += ", EFA"
         inside[fs.subnets[0] if fs.subnets else ""].append((fs.resource.name, label, {"fillcolor": "#e8f0fe"}))
+    for db in databases(assembly, environment):
+        label = "Aurora MySQL Serverless v2\n(Slurm accounting)"
+        inside[db.subnets[0] if db.subnets else ""].append((db.resource.name, label, {"fillcolor": "#e8f0fe"}))
     for group in report.groups:
         label = group.name + ("\nEFA" if group.efa else "")
         if len(group.subnets) > 1:

@@ -61,6 +61,8 @@ from mlcluster.analysis.assembly import Assembly, Resource
 SAMPLE = "mlc-run-time-value"
 #: Stands for a deploy-time KMS key ARN where the node scripts check the value's shape.
 SAMPLE_KMS_KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000"
+#: A deploy-time accounting secret ARN's shape, for the plan's check (the calls use the rendered value).
+SAMPLE_SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mlc-run-time-value-AbCdEf"
 #: Options that identify the resource of a CLI call, by service.
 RESOURCE_OPTIONS: dict[str, tuple[str, ...]] = {
     "secretsmanager": ("--secret-id",),
@@ -74,7 +76,9 @@ S3_VALUE_OPTIONS = frozenset(
     {"--region", "--profile", "--endpoint-url", "--include", "--exclude", "--sse", "--sse-kms-key-id", "--acl"}
 )
 _AWS = re.compile(r"(?:^|[\s;(|&`])aws\s+([a-z0-9-]+)\s+([a-z0-9-]+)(.*)$")
-_MARKER = re.compile(r"\"?<<marker:0x[0-9a-f]+:\d+>>\"?")
+_MARKER = re.compile(r"\"<<marker:0x[0-9a-f]+:\d+>>\"")
+#: A marker inside a longer string (the managed accounting endpoint: ``<<marker>>:3306``).
+_INNER_MARKER = re.compile(r"<<marker:0x[0-9a-f]+:\d+>>")
 #: A shell variable (``$name``, ``${name}``, ``${name%/}``); canonical ``${stack|Id}`` and ``${AWS::X}`` are not.
 _VAR = re.compile(r"\$(?:\{([A-Za-z_]\w*)([^}|:]*)\}|([A-Za-z_]\w*))")
 _OPTION_VAR = re.compile(r"^\s*(--[a-z][a-z0-9-]*)\)\s*$((?:(?!;;).)*?)\b([A-Za-z_]\w*)=\"?\$2\"?", re.M | re.S)
@@ -415,18 +419,31 @@ def managed_policy_statements(assembly: Assembly, arn: str) -> list[Statement]:
 
 def _deployed_folder(assembly: Assembly, environment: str, uri: str) -> list[Path]:
     """The asset folders a bucket deployment uploads to the bucket and prefix of ``uri``."""
+    return [folder for folder, _ in _deployed_sources(assembly, environment, uri)]
+
+
+def _deployed_sources(assembly: Assembly, environment: str, uri: str) -> list[tuple[Path, dict[str, str]]]:
+    """Each asset folder uploaded to ``uri``'s bucket and prefix, with its deploy-time markers rendered.
+
+    A bucket deployment writes each token of a source's files as a marker (``<<marker:0x..:N>>``) and fills
+    it in at deploy time from its ``SourceMarkers`` entry; here each marker maps to its value as the
+    policies render it (``${stack|LogicalId}``), so a value the scripts call with matches its grant.
+    """
     bucket, key = split_s3(uri)
-    folders: list[Path] = []
+    out: list[tuple[Path, dict[str, str]]] = []
     for deployment in assembly.resources(environment, "Custom::CDKBucketDeployment"):
         target = assembly.text(deployment.stack, deployment.properties.get("DestinationBucketName"))
         prefix = str(deployment.properties.get("DestinationBucketKeyPrefix", ""))
         if assembly.identity(target) != assembly.identity(bucket) or not key.startswith(prefix):
             continue
-        for object_key in deployment.properties.get("SourceObjectKeys", []):
+        all_markers = deployment.properties.get("SourceMarkers", [])
+        for index, object_key in enumerate(deployment.properties.get("SourceObjectKeys", [])):
             folder = assembly.asset_folder(str(object_key))
-            if folder is not None:
-                folders.append(folder)
-    return folders
+            if folder is None:
+                continue
+            markers = all_markers[index] if index < len(all_markers) and isinstance(all_markers[index], dict) else {}
+            out.append((folder, {m: assembly.text(deployment.stack, v) for m, v in markers.items()}))
+    return out
 
 
 #: The collector's rendered configuration, uploaded next to the node scripts (``mlcluster.collector.CONFIG_FILE``).
@@ -593,6 +610,9 @@ def check_hyperpod(assembly: Assembly, environment: str) -> Report:
                 if (folder / "plan.py").is_file():
                     steps, env = _hyperpod_plan(assembly, environment, uri, name)
                     calls += script_calls(folder, ["lib.sh", "plan.py", *steps])
+                    if "steps/accounting.sh" in steps and env.get("MLC_ACCOUNTING_MODE") == "remote":
+                        # Installed by the step, run by slurmdbd's ExecStartPre and its timer: the same role.
+                        calls += script_calls(folder, ["accounting_secret.sh"])
                     if "steps/collector.sh" in steps:
                         calls += collector_calls(assembly, environment, uri)
                 elif (folder / "on_create.sh").is_file():
@@ -601,21 +621,42 @@ def check_hyperpod(assembly: Assembly, environment: str) -> Report:
     return report
 
 
+def _rendered_json(text: str, markers: Mapping[str, str] | None) -> Any:
+    """A generated JSON file with each deploy-time marker replaced: by ``markers``' value, else by ``SAMPLE``.
+
+    The upload replaces each marker (a whole JSON string, or a part of one, as the managed accounting
+    endpoint's host) with its deploy-time value.
+    """
+    found = markers or {}
+    text = _MARKER.sub(lambda m: json.dumps(found.get(m.group(0)[1:-1], SAMPLE)), text)
+    return json.loads(_INNER_MARKER.sub(lambda m: found.get(m.group(0), SAMPLE), text))
+
+
 def _hyperpod_plan(assembly: Assembly, environment: str, uri: str, group: str) -> tuple[list[str], dict[str, str]]:
-    """The step scripts ``group`` runs and its ``node.env``, from the generated files deployed next to them."""
+    """The step scripts ``group`` runs and its ``node.env``, from the generated files deployed next to them.
+
+    The plan checks the values' shapes, so a sample of each shape stands in for a deploy-time value; the
+    accounting secret's ARN is then set to the value as the policies name it (``${stack|LogicalId}``), so
+    that the calls that read it are matched against the grant that should allow them.
+    """
     from mlcluster.lifecycle.hyperpod import plan
 
     documents: dict[str, Any] = {}
-    for folder in _deployed_folder(assembly, environment, uri):
+    rendered: dict[str, Any] = {}
+    for folder, markers in _deployed_sources(assembly, environment, uri):
         for file in (plan.FEATURES_FILE, plan.PROVISIONING_FILE):
             if (folder / file).is_file():
-                # Deploy-time values are markers the upload replaces with JSON values; any string stands in.
-                text = _MARKER.sub(json.dumps(SAMPLE), (folder / file).read_text())
-                documents[file] = json.loads(text)
+                raw = (folder / file).read_text()
+                documents[file] = _rendered_json(raw, None)
+                rendered[file] = _rendered_json(raw, markers)
     backup = documents.get(plan.FEATURES_FILE, {}).get("scheduled_backup")
     if isinstance(backup, dict) and backup.get("key_arn") == SAMPLE:
         # The daily copy's key is a deploy-time ARN the plan checks for shape: a sample of that shape.
         backup["key_arn"] = SAMPLE_KMS_KEY_ARN
+    accounting = documents.get(plan.FEATURES_FILE, {}).get("accounting")
+    if isinstance(accounting, dict) and accounting.get("secret_arn") == SAMPLE:
+        # The managed database's secret is a deploy-time ARN too.
+        accounting["secret_arn"] = SAMPLE_SECRET_ARN
     features = plan.parse_features(documents.get(plan.FEATURES_FILE, {}))
     params = plan.parse_provisioning(documents.get(plan.PROVISIONING_FILE, {}))
     partitions = {g.instance_group_name: g.partition_name for g in params.worker_groups}
@@ -624,7 +665,11 @@ def _hyperpod_plan(assembly: Assembly, environment: str, uri: str, group: str) -
     )
     node = plan.Node(role, group, SAMPLE, SAMPLE, SAMPLE, partitions.get(group))
     steps = [f"steps/{step}.sh" for step in plan.plan_steps(role, features)]
-    return steps, dict(plan.node_env(node, params, features))
+    env = dict(plan.node_env(node, params, features))
+    secret = rendered.get(plan.FEATURES_FILE, {}).get("accounting", {}).get("secret_arn")
+    if env.get("MLC_ACCOUNTING_SECRET_ARN") == SAMPLE_SECRET_ARN and isinstance(secret, str):
+        env["MLC_ACCOUNTING_SECRET_ARN"] = secret
+    return steps, env
 
 
 # -- Lambda handlers -----------------------------------------------------------------

@@ -23,8 +23,9 @@ security groups are matched against the file systems' groups:
   system's zone (Lustre is single-AZ, and EFA does not cross zones);
 - **OpenZFS** (ParallelCluster nodes that mount it): NFS (TCP and UDP 111,
   2049, 20001-20003) the same way, and an NFS export covering the node's subnet;
-- **the Slurm accounting database** (``storage.accounting``, HyperPod nodes):
-  its port both ways between the nodes' groups and the database's groups, the
+- **the Slurm accounting database** (``storage.accounting``, the HyperPod
+  controller): its port both ways between the controller's groups and the
+  database's groups, none from the other instance groups' groups, the
   same for its secret's rotation function (whose subnets must also reach the
   internet for Secrets Manager, with TCP 443 out), no database ingress from an
   address range and no database subnet routing to an internet gateway.
@@ -74,6 +75,9 @@ class NodeGroup:
     public_ip: bool = False
     efa: bool = False
     mounts_openzfs: bool = False
+    #: The node that runs slurmctld and slurmdbd (HyperPod: the controller group, ``SlurmConfig.NodeType``
+    #: ``Controller`` when given, else the first group, as ``HyperPodCluster`` lists it first).
+    slurm_controller: bool = False
 
 
 @dataclass(frozen=True)
@@ -192,8 +196,12 @@ def _pcluster_groups(environment: str, config: dict[str, Any]) -> list[NodeGroup
 def _hyperpod_groups(environment: str, spec: dict[str, Any]) -> list[NodeGroup]:
     vpc = spec.get("VpcConfig", {})
     out = []
-    for group in spec.get("InstanceGroups", []):
+    groups = spec.get("InstanceGroups", [])
+    typed = [g for g in groups if g.get("SlurmConfig", {}).get("NodeType")]
+    for index, group in enumerate(groups):
         own = group.get("OverrideVpcConfig") or vpc
+        node_type = group.get("SlurmConfig", {}).get("NodeType")
+        controller = node_type == "Controller" if typed else index == 0
         out.append(
             NodeGroup(
                 environment,
@@ -202,6 +210,7 @@ def _hyperpod_groups(environment: str, spec: dict[str, Any]) -> list[NodeGroup]:
                 tuple(own.get("Subnets", [])),
                 tuple(own.get("SecurityGroupIds", [])),
                 efa=True,
+                slurm_controller=controller,
             )
         )
     return out
@@ -417,10 +426,13 @@ def check_environment(assembly: Assembly, environment: str) -> Report:
         for fs in systems:
             if fs.kind == "LUSTRE" or (fs.kind == "OPENZFS" and group.mounts_openzfs):
                 report.problems += _file_system_problems(net, group, fs, where)
-    # The accounting database (storage.accounting): HyperPod nodes share one group, and the controller's
-    # slurmdbd is the client; ParallelCluster does not use the managed database (its config refuses it).
-    clients = [g for g in report.groups if g.backend == "hyperpod"]
-    report.problems += database_problems(assembly, environment, clients)
+    # The accounting database (storage.accounting): the HyperPod controller's slurmdbd is the only client;
+    # the other instance groups must not be admitted. ParallelCluster does not use the managed database
+    # (its config refuses it).
+    hyperpod = [g for g in report.groups if g.backend == "hyperpod"]
+    clients = [g for g in hyperpod if g.slurm_controller]
+    others = [g for g in hyperpod if not g.slurm_controller]
+    report.problems += database_problems(assembly, environment, clients, others)
     return report
 
 
@@ -527,14 +539,17 @@ def rotation_functions(assembly: Assembly, environment: str) -> list[RotationFun
     return out
 
 
-def database_problems(assembly: Assembly, environment: str, clients: Sequence[NodeGroup]) -> list[str]:
+def database_problems(
+    assembly: Assembly, environment: str, clients: Sequence[NodeGroup], others: Sequence[NodeGroup] = ()
+) -> list[str]:
     """The accounting database is reached by ``clients`` and its rotation function, and by nothing wider.
 
     Reached: one of the client's groups lets the database's port out to the database's groups (or
     subnets), and one of the database's groups admits it from one of the client's groups (a group,
     never an address range). The rotation function the same way, and its subnets reach the internet
     (Secrets Manager's API through NAT) with TCP 443 out. Nothing wider: no database group admits
-    anything from an address range or prefix list, and no database subnet routes to an internet gateway.
+    anything from an address range or prefix list, no database subnet routes to an internet gateway, and
+    no group of ``others`` (the cluster's nodes that do not run slurmdbd) is admitted to its port.
     """
     found = databases(assembly, environment)
     if not found:
@@ -568,6 +583,12 @@ def database_problems(assembly: Assembly, environment: str, clients: Sequence[No
                 problems.append(f"{name}: no security group of {label} lets TCP {db.port} out to it")
             if not net.allows(net.ingress, db.security_groups, port, identities, []):
                 problems.append(f"{name}: its security groups admit no TCP {db.port} from {label}'s groups")
+        for other in others:
+            identities = [assembly.identity(g) for g in other.security_groups]
+            if net.allows(net.ingress, db.security_groups, port, identities, []):
+                problems.append(
+                    f"{name}: its security groups admit TCP {db.port} from {other.name}, which does not run slurmdbd"
+                )
         for function in rotation_functions(assembly, environment):
             label = f"{environment}: rotation function {function.resource.name}"
             identities = [assembly.identity(g) for g in function.security_groups]

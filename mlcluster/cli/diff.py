@@ -441,7 +441,8 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
     """
     if old is None:
         return [], []
-    allowances = env.config.retention.allow_replacement
+    # An allowance the last lock records as used allowed its deploy; left in the file it allows nothing more.
+    allowances = [entry for entry in env.config.retention.allow_replacement if entry not in old.allowances_used]
     used: list[str] = []
     accepted: list[str] = []
     unexplained: list[str] = []
@@ -550,14 +551,25 @@ _LOCK_KINDS = {
 
 
 def _templates_may_replace(env: Environment, old: Lock | None) -> None:
-    """Refuse ``--from-templates`` over any lock but one the templates wrote (format 2, source ``templates``).
+    """Refuse ``--from-templates`` over any lock but one the templates wrote, or while allowances are in flight.
 
-    Over no lock it records a first one; over a lock of the templates it refuses what ``settle`` and
-    ``_gone`` refuse. Over a format-1 lock (every environment deployed before 0.2.0, loaded as None), a
-    lock read from the deployed stacks or a ``--new`` lock, it would record the working tree as deployed
-    although it never was, and the next synth's guard would compare with that: refused, with the way.
+    Over a lock of the templates it refuses what ``settle`` and ``_gone`` refuse. Over a format-1 lock
+    (every environment deployed before 0.2.0, loaded as None), a lock read from the deployed stacks or a
+    ``--new`` lock, it would record the working tree as deployed although it never was, and the next
+    synth's guard would compare with that: refused, with the way. While ``<env>.allowances.json`` exists a
+    synth let a replacement through that may be deployed: only the deployed stacks tell, so refused too.
+    Over no lock at all, the caller proves nothing is deployed first (:func:`_nothing_deployed`).
     """
     path = lock_path(env)
+    record = in_flight_path(env)
+    if record.exists():
+        raise CliError(
+            f"{record} records replacements a synth allowed since {path} was written; they may be deployed, and "
+            "--from-templates would forget them without reading what is. Run "
+            f"'mlcluster lock {env.name}' with credentials for its account (it reads the deployed stacks and "
+            "removes the record)",
+            EXIT_FAILED,
+        )
     if old is None and not path.exists():
         return
     if old is not None and old.source == "templates":
@@ -570,6 +582,22 @@ def _templates_may_replace(env: Environment, old: Lock | None) -> None:
         "name with --accept each data-bearing change it reports that you mean to record",
         EXIT_FAILED,
     )
+
+
+def _nothing_deployed(env: Environment, region: str | None, profile: str | None, why: str) -> None:
+    """Refuse unless CloudFormation has no stack of ``env`` (``DescribeStacks`` of each); ``why`` says who asks.
+
+    A first lock from the templates (or ``--new``) declares the working tree's state the deployed one:
+    over deployed stacks the guard would then let through every edit the templates already make.
+    """
+    cfn, _, ask_account, chosen = _clients(env, region, profile)
+    snapshot = deployed_snapshot(cfn, env)
+    if snapshot:
+        raise CliError(
+            f"{why} declares that nothing of {env.name} is deployed, but account {ask_account()} in {chosen} has "
+            f"{', '.join(sorted(snapshot))}. Run 'mlcluster lock {env.name}' to record them",
+            EXIT_FAILED,
+        )
 
 
 @click.command("lock")
@@ -617,6 +645,8 @@ def lock(
     chosen: str | None = None
     if from_templates:
         _templates_may_replace(loaded, old)
+        if not lock_path(loaded).exists():
+            _nothing_deployed(loaded, region, profile, "a first lock --from-templates")
         with tempfile.TemporaryDirectory(prefix="mlcluster-lock-") as tmp:
             snapshot = snapshot_from_assembly(synthesize(folder, loaded.name, Path(tmp)), loaded.name)
         source = "templates"
@@ -713,8 +743,14 @@ def stack_policy(template: dict[str, Any], stack_name: str, allow: tuple[str, ..
 def protect(
     env: str, environments: Path | None, region: str | None, profile: str | None, allow: tuple[str, ...], as_json: bool
 ) -> None:
-    """Set a stack policy on ENV's deployed stacks denying replacement or deletion of data."""
+    """Set a stack policy on ENV's deployed stacks denying replacement or deletion of data.
+
+    Then refuse a lock written --from-templates while stacks of ENV are deployed (it never read them).
+    """
+    # protect runs with credentials before every deploy in the documented workflow: the refusal stops the
+    # deploy, as the synth's guard would let through every change such a lock's templates already make.
     loaded = load_one(environments_folder(environments), env)
+    locked = _previous_lock(loaded, announce=False)
     cfn, _, _, _ = _clients(loaded, region, profile)
     protected = apply_protection(cfn, loaded, allow, quiet=as_json)
     if as_json:
@@ -723,6 +759,16 @@ def protect(
         raise CliError(
             f"protect: nothing protected: no stack of {loaded.name} is deployed in {cfn.meta.region_name}\n"
             "  what to do: deploy first (`npx cdk deploy`), or check the account and region",
+            EXIT_FAILED,
+        )
+    if locked is not None and locked.source == "templates":
+        raise CliError(
+            f"{lock_path(loaded)} was written from the templates (--from-templates), but "
+            f"{', '.join(sorted(protected))} are deployed: the synth's guard compares with templates that were "
+            "never read from them. Run "
+            f"'mlcluster lock {loaded.name}' with credentials for its account (it reads the deployed stacks; name "
+            "with --accept each data-bearing change it reports that you mean to record), commit the lock, then "
+            "deploy",
             EXIT_FAILED,
         )
 

@@ -43,17 +43,24 @@ class AccountingDatabase(Construct):
     - In ``subnets`` only (private subnets of at least two zones); not publicly accessible.
     - Storage and the master secret encrypted with ``encryption_key``.
     - ``require_secure_transport`` ON in the cluster parameter group: every connection uses TLS.
-    - A security group of its own admitting TCP 3306 from ``client_security_group`` (the nodes
-      that run slurmdbd) and from the rotation function's group, and sending nothing. The
-      client group's own egress is its owner's: no rule is added to it (it may live in another
-      stack, and an environment's node group already sends everywhere).
+    - A security group of its own admitting TCP 3306 from the client group and from the rotation
+      function's group, and sending nothing. The client group is ``client_security_group`` when
+      given (its egress is its owner's: no rule is added to it), else a group this construct makes
+      (attribute ``client_security_group``) that admits nothing and sends only TCP 3306 to the
+      database: attach it to the node that runs slurmdbd alone (HyperPod: the controller group's
+      ``OverrideVpcConfig``), so no other node of the cluster reaches the database's port.
     - The master secret (JSON: ``username``, ``password``, ``host``, ``port``, ...) rotated every
       30 days by the single-user rotation function CDK deploys from the Serverless Application
       Repository, in ``subnets`` with a group of its own that reaches the database on 3306 and
       Secrets Manager on 443 (through the subnets' NAT route).
     - Automated backups kept 35 days.
     - ``removal_policy`` RETAIN or SNAPSHOT keep the data: a final snapshot when CloudFormation
-      deletes the cluster (SNAPSHOT, which RETAIN is turned into) and the master secret retained.
+      deletes the cluster (SNAPSHOT, which RETAIN is turned into) and the master secret retained
+      (``RetainExceptOnCreate``: a first create that rolls back deletes it). The cluster keeps
+      ``Snapshot``: a DeletionPolicy holds one value, and ``RetainExceptOnCreate`` would leave a
+      deleted stack's database running (billing its ACUs) instead of a snapshot; so a rolled-back first
+      create leaves one snapshot of the empty database (it carries the environment tag, so
+      ``mlcluster orphans`` lists it).
       DESTROY: no snapshot. Deletion protection stays off in both: RDS refuses to delete a
       protected cluster, so a first create of the stack that fails would end in
       ``ROLLBACK_FAILED`` (and a replacement could not delete the old cluster). What keeps the
@@ -61,7 +68,7 @@ class AccountingDatabase(Construct):
       replacement or a removal at synth), the stack's termination protection and the snapshot.
 
     Attributes: ``cluster`` (the ``DatabaseCluster``), ``secret``, ``encryption_key``, ``endpoint`` (``host:port``),
-    ``security_group``, ``rotation_security_group``.
+    ``security_group``, ``rotation_security_group``, ``client_security_group``.
     """
 
     def __init__(
@@ -71,8 +78,8 @@ class AccountingDatabase(Construct):
         *,
         vpc: ec2.IVpc,
         subnets: Sequence[ec2.ISubnet],
-        client_security_group: ec2.ISecurityGroup,
         encryption_key: kms.IKey,
+        client_security_group: ec2.ISecurityGroup | None = None,
         min_capacity_acu: float = 0,
         max_capacity_acu: float = 2,
         auto_pause_minutes: int = 60,
@@ -85,6 +92,7 @@ class AccountingDatabase(Construct):
         :param vpc: the VPC of ``subnets``.
         :param subnets: private subnets in at least two zones (an Aurora DB subnet group needs them).
         :param client_security_group: the group of the nodes that run slurmdbd; the only client admitted.
+            Default: a group of the database's own (``client_security_group``), for the slurmdbd node alone.
         :param encryption_key: the key that encrypts the storage, its backups and the master secret.
         :param min_capacity_acu: 0 to 256 in half steps; 0 pauses the idle database. Default: 0.
         :param max_capacity_acu: 1 to 256 in half steps, at least ``min_capacity_acu``. Default: 2.
@@ -121,9 +129,30 @@ class AccountingDatabase(Construct):
             allow_all_outbound=False,
             description="Slurm accounting database secret rotation - MySQL to the database, HTTPS to Secrets Manager",
         )
-        self.security_group.add_ingress_rule(
-            client_security_group, ec2.Port.tcp(PORT), "slurmdbd on the cluster's nodes"
-        )
+        if client_security_group is None:
+            client_security_group = ec2.SecurityGroup(
+                self,
+                "ClientSecurityGroup",
+                vpc=vpc,
+                allow_all_outbound=False,
+                description="Slurm accounting database clients - the node that runs slurmdbd; MySQL to the database",
+            )
+            # Inline (not an AWS::EC2::SecurityGroupEgress resource, which CDK makes for a peer in the same
+            # stack): only a SecurityGroupEgress property removes EC2's default allow-all egress rule.
+            client = client_security_group.node.default_child
+            assert isinstance(client, ec2.CfnSecurityGroup)
+            client.security_group_egress = [
+                ec2.CfnSecurityGroup.EgressProperty(
+                    ip_protocol="tcp",
+                    from_port=PORT,
+                    to_port=PORT,
+                    destination_security_group_id=self.security_group.security_group_id,
+                    description="MySQL over TLS to the Slurm accounting database",
+                )
+            ]
+        #: The group admitted to the database's port (attach it to the node that runs slurmdbd).
+        self.client_security_group: ec2.ISecurityGroup = client_security_group
+        self.security_group.add_ingress_rule(client_security_group, ec2.Port.tcp(PORT), "slurmdbd's node")
         self.rotation_security_group.add_egress_rule(
             ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "Secrets Manager's API through the subnets' NAT route"
         )
@@ -163,10 +192,11 @@ class AccountingDatabase(Construct):
             raise ValueError(f"AccountingDatabase {self.node.path}: the cluster has no master secret")
         self.secret: secretsmanager.ISecret = secret
         if keeps:
-            # The secret outlives the stack with the snapshot it opens (``secret`` is its target attachment).
+            # The secret outlives the stack with the snapshot it opens (``secret`` is its target attachment),
+            # but not a first create that rolls back (RetainExceptOnCreate: nothing to open then).
             generated = self.cluster.node.find_child("Secret").node.default_child
             assert isinstance(generated, cdk.CfnResource)
-            generated.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+            generated.apply_removal_policy(cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE)
         self.rotation = self.cluster.add_rotation_single_user(
             automatically_after=cdk.Duration.days(rotation_days),
             vpc_subnets=ec2.SubnetSelection(subnets=list(subnets)),

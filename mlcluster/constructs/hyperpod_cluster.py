@@ -116,6 +116,7 @@ class HyperPodCluster(Construct):
         lifecycle: HyperPodLifecycle,
         login: InstanceGroupConfig | None = None,
         group_subnets: Mapping[str, Sequence[ec2.ISubnet]] | None = None,
+        controller_security_groups: Sequence[ec2.ISecurityGroup] = (),
         node_recovery: Literal["Automatic", "None"] = "Automatic",
         slurm_config_strategy: SlurmStrategy | None = None,
         tags: Mapping[str, str] | None = None,
@@ -137,6 +138,10 @@ class HyperPodCluster(Construct):
         :param group_subnets: instance group name -> subnets that group uses
             instead of ``subnets`` (``OverrideVpcConfig``, same security groups).
             Default: none.
+        :param controller_security_groups: groups the controller gets besides ``security_groups``
+            (its ``OverrideVpcConfig``, in its own subnets or ``subnets``), e.g. the Slurm accounting
+            database's client group, so that only the node running slurmdbd reaches the database.
+            At most 5 groups in all. Default: none.
         :param node_recovery: ``Automatic`` or ``None``. Default: ``Automatic``.
         :param slurm_config_strategy: ``Managed``, ``Overwrite`` or ``Merge`` turns on
             HyperPod's Slurm configuration (``Orchestrator.Slurm``) with each group's
@@ -159,6 +164,7 @@ class HyperPodCluster(Construct):
             security_groups=security_groups,
             execution_roles=execution_roles,
             group_subnets=overrides,
+            controller_security_groups=controller_security_groups,
             lifecycle=lifecycle,
             node_recovery=node_recovery,
             slurm_config_strategy=slurm_config_strategy,
@@ -174,13 +180,17 @@ class HyperPodCluster(Construct):
         node_types = {controller.instance_group_name: "Controller"}
         if login is not None:
             node_types[login.instance_group_name] = "Login"
+        if controller_security_groups:
+            # The controller's own OverrideVpcConfig: its subnets (or the cluster's) and the extra groups.
+            overrides.setdefault(controller.instance_group_name, list(subnets))
+        controller_ids = security_group_ids + [g.security_group_id for g in controller_security_groups]
         instance_groups = [
             self._group(
                 group,
                 execution_roles[group.instance_group_name],
                 lifecycle,
                 overrides.get(group.instance_group_name),
-                security_group_ids,
+                controller_ids if group is controller else security_group_ids,
                 node_types.get(group.instance_group_name, "Compute") if slurm_config_strategy else None,
             )
             for group in groups
@@ -607,6 +617,7 @@ def _check_props(
     security_groups: Sequence[ec2.ISecurityGroup],
     execution_roles: Mapping[str, iam.IRole],
     group_subnets: Mapping[str, Sequence[ec2.ISubnet]],
+    controller_security_groups: Sequence[ec2.ISecurityGroup],
     lifecycle: HyperPodLifecycle,
     node_recovery: str,
     slurm_config_strategy: str | None,
@@ -662,6 +673,11 @@ def _check_props(
         problems.append(f"subnets: {len(subnets)} given; HyperPod allows 1 to 16 (private subnets)")
     if not 1 <= len(security_groups) <= 5:
         problems.append(f"security_groups: {len(security_groups)} given; HyperPod allows 1 to 5")
+    elif len(security_groups) + len(controller_security_groups) > 5:
+        problems.append(
+            f"controller_security_groups: {len(controller_security_groups)} given besides {len(security_groups)} "
+            "security_groups; HyperPod allows 5 groups on an instance group in all"
+        )
     if node_recovery not in ("Automatic", "None"):
         problems.append(f"node_recovery: {node_recovery!r} is not allowed; use 'Automatic' or 'None'")
     if len(tags) > MAX_TAGS:

@@ -20,12 +20,17 @@ LAMBDA = frozenset({"AWS::Lambda::Function"})
 BUCKET = frozenset({"AWS::S3::Bucket"})
 IAM_POLICY = frozenset({"AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::Role"})
 KMS_KEY = frozenset({"AWS::KMS::Key"})
+RDS_CLUSTER = frozenset({"AWS::RDS::DBCluster"})
+RDS_INSTANCE = frozenset({"AWS::RDS::DBInstance"})
 
 #: checkov's counterparts of cdk-nag rules: the check id and the resource types it judges, by the
 #: finding id or by the rule name the compliance packs share. An acknowledgement of such a finding
 #: also skips the checkov check on those resources with the same reason, so the two cannot drift.
 CHECKOV_COUNTERPARTS: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
     "LambdaDLQ": (("CKV_AWS_116", LAMBDA),),
+    # IAM database authentication on an Aurora cluster (the Slurm accounting database).
+    "AwsSolutions-RDS6": (("CKV_AWS_162", RDS_CLUSTER),),
+    "RDSEnhancedMonitoringEnabled": (("CKV_AWS_118", RDS_INSTANCE),),
     "LambdaConcurrency": (("CKV_AWS_115", LAMBDA),),
     "LambdaInsideVPC": (("CKV_AWS_117", LAMBDA),),
     "AwsSolutions-S1": (("CKV_AWS_18", BUCKET),),

@@ -395,6 +395,12 @@ class ClusterStack(cdk.Stack):
             execution_roles=roles,
             lifecycle=lifecycle,
             group_subnets=group_subnets,
+            # With the managed accounting database, its client group on the controller alone (slurmdbd's node).
+            controller_security_groups=(
+                [storage.accounting.client_security_group]
+                if storage.accounting is not None and cfg.lifecycle.accounting.mode == "managed"
+                else []
+            ),
             node_recovery=cfg.node_recovery,
             slurm_config_strategy=cfg.slurm_config_strategy,
             tags={"mlcluster:environment": env.name, **env.config.tags},

@@ -472,9 +472,12 @@ class ObservabilityStack(cdk.Stack):
             self,
             "ScheduledCopyMissing",
             alarm_description=f"No daily copy of HyperPod cluster {self.cluster_name}'s Slurm state (slurmctld "
-            "state, local accounting) reached the patch backup bucket for two days. On the controller: "
+            "state, local accounting) reached the patch backup bucket for two days. "
+            f"'mlcluster status {self.settings.name}' shows the last copy's age. On the controller: "
             "'journalctl -u mlcluster-backup-scheduled' and 'systemctl list-timers mlcluster-backup-scheduled'. "
-            "It also goes off while the cluster is deleted",
+            "A controller created before the daily copy existed has neither the timer nor the tool that "
+            "publishes this metric: docs/upgrading.md ('0.2.0: the controller's daily copy') says how to "
+            "install the new lifecycle scripts on it. It also goes off while the cluster is deleted",
             metric=metric,
             threshold=1,
             comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,

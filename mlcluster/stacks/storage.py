@@ -171,8 +171,8 @@ class StorageStack(cdk.Stack):
                 "AccountingDatabase",
                 vpc=network.vpc,
                 subnets=network.private_subnets,
-                # HyperPod nodes share one group; only the controller runs slurmdbd and reads the secret.
-                client_security_group=network.security_group,
+                # No client group given: the database makes one, which the Cluster stack attaches to the
+                # HyperPod controller alone (it runs slurmdbd and reads the secret); workers get no path.
                 encryption_key=environment_key,
                 min_capacity_acu=database.min_capacity_acu,
                 max_capacity_acu=database.max_capacity_acu,

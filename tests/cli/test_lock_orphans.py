@@ -600,3 +600,160 @@ def test_lock_ends_the_synths_record_and_keeps_a_used_allowance_while_it_is_in_t
     envs = folder(tmp_path)
     assert lock(envs).exception is None
     assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["allowances_used"] == []
+
+
+# -- review r3: no lock records the working tree over deployed stacks; a used allowance allows nothing more ---------
+
+
+def templates_of(monkeypatch: pytest.MonkeyPatch, snapshot: Any) -> None:
+    """The synth of ``lock --from-templates`` answers ``snapshot`` (no CDK run)."""
+    monkeypatch.setattr(diff_module, "synthesize", lambda folder, name, out: out)
+    monkeypatch.setattr(diff_module, "snapshot_from_assembly", lambda assembly, name: snapshot)
+
+
+def test_a_first_lock_from_the_templates_is_refused_while_stacks_are_deployed(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r3 finding 1: removing the lock and writing it --from-templates would record on_delete destroy unseen."""
+    from mlcluster.replacement import stack_state
+
+    envs = folder(tmp_path)
+    deploy("team-Storage", template(), protect=True)
+    templates_of(
+        monkeypatch, {"team-Storage": stack_state(template(policy="Delete"), {}, termination_protection=False)}
+    )
+    result = lock(envs, "--from-templates")
+    assert isinstance(result.exception, CliError), result.output
+    assert result.exception.exit_code == EXIT_FAILED
+    assert (
+        "a first lock --from-templates declares that nothing of team is deployed, but account 123456789012 in "
+        "us-east-2 has team-Storage. Run 'mlcluster lock team' to record them"
+    ) in result.exception.message
+    assert not (envs / "team.lock.json").exists()
+    # The edge: nothing deployed in the account, the first lock is written from the templates.
+    aws_client("cloudformation", REGION).delete_stack(StackName="team-Storage")
+    result = lock(envs, "--from-templates")
+    assert result.exception is None, result.output
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["source"] == "templates"
+
+
+def test_a_first_lock_from_the_templates_without_credentials_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing proves that nothing is deployed: no lock is written."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    envs = folder(tmp_path)
+    templates_of(monkeypatch, {})
+    result = lock(envs, "--from-templates")
+    assert isinstance(result.exception, CliError), result.output
+    assert result.exception.exit_code == EXIT_SETUP
+    assert not (envs / "team.lock.json").exists()
+
+
+def test_from_templates_is_refused_while_a_synth_recorded_allowances(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r3 finding 1: over a templates lock it would delete the record without reading what is deployed."""
+    from mlcluster.replacement import stack_state
+
+    envs = folder(tmp_path)
+    templates_of(monkeypatch, {"team-Storage": stack_state(template(), {}, termination_protection=True)})
+    assert lock(envs, "--from-templates").exception is None
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    record = envs / "team.allowances.json"
+    record.write_text('{"lock": "x", "resources": {}}', encoding="utf-8")
+    result = lock(envs, "--from-templates")
+    assert isinstance(result.exception, CliError), result.output
+    assert result.exception.exit_code == EXIT_FAILED
+    assert f"{record} records replacements a synth allowed since" in result.exception.message
+    assert "Run 'mlcluster lock team' with credentials" in result.exception.message
+    assert record.exists()
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    # The edge: without the record the templates lock is rewritten from the templates.
+    record.unlink()
+    assert lock(envs, "--from-templates").exception is None
+
+
+def test_protect_refuses_a_templates_lock_while_stacks_are_deployed(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r3 finding 1: protect runs with credentials before every deploy; a templates lock never read the stacks."""
+    from mlcluster.replacement import stack_state
+
+    envs = folder(tmp_path)
+    templates_of(monkeypatch, {"team-Storage": stack_state(template(), {}, termination_protection=True)})
+    assert lock(envs, "--from-templates").exception is None
+    deploy("team-Storage", template())
+
+    def protect() -> Any:
+        return CliRunner().invoke(cli, ["protect", "team", "--environments", str(envs)], standalone_mode=False)
+
+    result = protect()
+    assert isinstance(result.exception, CliError), result.output
+    assert result.exception.exit_code == EXIT_FAILED
+    assert "team.lock.json was written from the templates (--from-templates), but team-Storage are deployed" in (
+        result.exception.message
+    )
+    assert "Run 'mlcluster lock team' with credentials" in result.exception.message
+    # The policy is set all the same (it only protects).
+    policy = aws_client("cloudformation", REGION).get_stack_policy(StackName="team-Storage")["StackPolicyBody"]
+    assert "LogicalResourceId/DataCD34" in policy
+    # The edge: a lock read from the deployed stacks passes.
+    (envs / "team.lock.json").unlink()
+    assert lock(envs, "--new").exception is not None  # stacks exist: --new refuses too
+    assert lock(envs).exception is None
+    result = protect()
+    assert result.exception is None, result.output
+
+
+def test_a_used_allowance_left_in_the_file_does_not_allow_a_later_change(aws: Aws, tmp_path: Path) -> None:
+    """r3 finding 3: the lock counted an allowance it recorded as used again, for the next change of its resource."""
+    envs = folder(tmp_path)
+    deploy("team-Storage", template())
+    assert lock(envs).exception is None
+    cfn = aws_client("cloudformation", REGION)
+    cfn.update_stack(StackName="team-Storage", TemplateBody=json.dumps(template(days=90)))
+    envs = folder(tmp_path, allow_replacement=["Storage/Lustre/LogGroup"])
+    assert lock(envs).exception is None
+    # Deployed again from elsewhere, shorter still, with the used allowance still in the file.
+    cfn.update_stack(StackName="team-Storage", TemplateBody=json.dumps(template(days=30)))
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    result = lock(envs)
+    assert isinstance(result.exception, CliError), result.output
+    assert "not allowed by the environment file" in result.exception.message
+    assert "RetentionInDays 90 -> 30" in result.exception.message
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    # The edge: named by --accept, the later change is recorded.
+    result = lock(envs, "--accept", "Storage/Lustre/LogGroup")
+    assert result.exception is None, result.output
+
+
+def test_a_used_allowance_left_in_the_file_does_not_cover_termination_protection_going_off_again(
+    aws: Aws, tmp_path: Path
+) -> None:
+    """r3 finding 3, termination protection: moto has no UpdateTerminationProtection, so the stack is made again."""
+    cfn = aws_client("cloudformation", REGION)
+    envs = folder(tmp_path)
+    deploy("team-Storage", template(policy="Delete"), protect=True)
+    assert lock(envs).exception is None
+    cfn.delete_stack(StackName="team-Storage")
+    deploy("team-Storage", template(policy="Delete"), protect=False)
+    envs = folder(tmp_path, allow_replacement=["Storage/Lustre/LogGroup"])
+    assert lock(envs).exception is None  # the allowance is used by that deploy
+    cfn.delete_stack(StackName="team-Storage")
+    deploy("team-Storage", template(policy="Delete"), protect=True)
+    assert lock(envs).exception is None  # protection back on: nothing to explain
+    cfn.delete_stack(StackName="team-Storage")
+    deploy("team-Storage", template(policy="Delete"), protect=False)
+    before = (envs / "team.lock.json").read_text(encoding="utf-8")
+    result = lock(envs)
+    assert isinstance(result.exception, CliError), result.output
+    assert "(--accept termination-protection:team-Storage)" in result.exception.message
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == before
+    # The edge: named by --accept, it is recorded.
+    result = lock(envs, "--accept", "termination-protection:team-Storage")
+    assert result.exception is None, result.output

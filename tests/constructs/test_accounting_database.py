@@ -46,6 +46,10 @@ def props(stack: cdk.Stack, subnet_count: int = 2) -> dict[str, Any]:
 
 VARIANTS: dict[str, Callable[[cdk.Stack], AccountingDatabase]] = {
     "Default": lambda st: AccountingDatabase(st, "Db", **props(st)),
+    # No client group given: the database makes its own (for the node that runs slurmdbd alone).
+    "OwnClient": lambda st: AccountingDatabase(
+        st, "Db", **{k: v for k, v in props(st).items() if k != "client_security_group"}
+    ),
     "Options": lambda st: AccountingDatabase(
         st,
         "Db",
@@ -159,7 +163,8 @@ def test_master_secret_is_under_the_key_retained_and_rotated(templates: dict[str
     template = templates["Default"]
     secret = only(template, "AWS::SecretsManager::Secret")
     assert secret["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [_key_id(template), "Arn"]}
-    assert secret["DeletionPolicy"] == "Retain"
+    # Kept on delete and replacement, deleted when the first create rolls back (no snapshot to open then).
+    assert (secret["DeletionPolicy"], secret["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain")
     assert secret["Properties"]["GenerateSecretString"]["SecretStringTemplate"] == '{"username":"slurm"}'
     schedule = only(template, "AWS::SecretsManager::RotationSchedule")
     assert schedule["Properties"]["RotationRules"] == {"ScheduleExpression": "rate(30 days)"}
@@ -228,3 +233,46 @@ def test_props_at_the_edges_are_accepted() -> None:
     )
     cluster = only(Template.from_stack(stack).to_json(), "AWS::RDS::DBCluster")
     assert cluster["Properties"]["ServerlessV2ScalingConfiguration"] == {"MinCapacity": 256, "MaxCapacity": 256}
+
+
+def _by_id(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def test_without_a_client_group_the_database_makes_one_for_slurmdbds_node(
+    templates: dict[str, dict[str, Any]],
+) -> None:
+    """Issue 30, item 4: a group that admits nothing and sends only MySQL to the database, the only one admitted."""
+    template = templates["OwnClient"]
+    groups = _by_id(template, "AWS::EC2::SecurityGroup")
+    (client,) = [
+        k
+        for k, g in groups.items()
+        if g["Properties"]["GroupDescription"].startswith("Slurm accounting database clients")
+    ]
+    (database,) = [
+        k for k, g in groups.items() if g["Properties"]["GroupDescription"].startswith("Slurm accounting database -")
+    ]
+    assert "SecurityGroupIngress" not in groups[client]["Properties"]
+    # Inline: only the SecurityGroupEgress property removes EC2's default allow-all egress.
+    assert groups[client]["Properties"]["SecurityGroupEgress"] == [
+        {
+            "IpProtocol": "tcp",
+            "FromPort": 3306,
+            "ToPort": 3306,
+            "DestinationSecurityGroupId": {"Fn::GetAtt": [database, "GroupId"]},
+            "Description": "MySQL over TLS to the Slurm accounting database",
+        }
+    ]
+    assert not [
+        r
+        for r in of_type(template, "AWS::EC2::SecurityGroupEgress")
+        if r["Properties"]["GroupId"] == {"Fn::GetAtt": [client, "GroupId"]}
+    ]
+    sources = [
+        r["Properties"]["SourceSecurityGroupId"]
+        for r in of_type(template, "AWS::EC2::SecurityGroupIngress")
+        if r["Properties"]["GroupId"] == {"Fn::GetAtt": [database, "GroupId"]} and r["Properties"]["FromPort"] == 3306
+    ]
+    assert {"Fn::GetAtt": [client, "GroupId"]} in sources
+    assert CLIENT_SG not in str(sources)

@@ -470,3 +470,30 @@ def test_bad_props_are_named(parts: dict[str, Any], changes: dict[str, Any], mes
     with pytest.raises(ValueError, match="HyperPodCluster: ") as caught:
         make(parts, **changes)
     assert message in str(caught.value)
+
+
+def test_controller_security_groups_reach_the_controller_alone(parts: dict[str, Any]) -> None:
+    """Issue 30, item 4: the accounting database's client group on the controller's OverrideVpcConfig only."""
+    cluster = make(parts, controller_security_groups=parts["groups"][1:5])  # 1 + 4 = 5 groups: the edge
+    by_name = {g["InstanceGroupName"]: g for g in cluster.spec["InstanceGroups"]}
+    controller = by_name.pop("controller-machine")["OverrideVpcConfig"]
+    assert controller["Subnets"] == cluster.spec["VpcConfig"]["Subnets"]
+    assert controller["SecurityGroupIds"] == [g.security_group_id for g in parts["groups"][:5]]
+    assert all("OverrideVpcConfig" not in group for group in by_name.values())
+    assert cluster.spec["VpcConfig"]["SecurityGroupIds"] == [parts["groups"][0].security_group_id]
+
+
+def test_controller_security_groups_keep_the_controllers_own_subnets(parts: dict[str, Any]) -> None:
+    chosen = parts["subnets"][3:5]
+    cluster = make(parts, group_subnets={"controller-machine": chosen}, controller_security_groups=parts["groups"][1:2])
+    (controller,) = [g for g in cluster.spec["InstanceGroups"] if g["InstanceGroupName"] == "controller-machine"]
+    assert controller["OverrideVpcConfig"]["Subnets"] == [s.subnet_id for s in chosen]
+
+
+def test_more_than_five_groups_on_the_controller_are_refused(parts: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="HyperPodCluster: ") as caught:
+        make(parts, security_groups=parts["groups"][:2], controller_security_groups=parts["groups"][2:6])
+    assert (
+        "controller_security_groups: 4 given besides 2 security_groups; HyperPod allows 5 groups on an instance "
+        "group in all"
+    ) in str(caught.value)

@@ -215,13 +215,15 @@ def test_remote_accounting_secret_must_be_granted(examples: Assembly, tmp_path: 
 
     assembly = _assets_with(examples, tmp_path, remote)
     findings = [str(f) for f in check_environment(assembly, "hyperpod").findings]
-    (finding,) = findings
-    assert re.fullmatch(
-        r"hyperpod: instance group controller-machine: steps/accounting.sh:\d+ `aws secretsmanager "
-        f"get-secret-value` needs secretsmanager:GetSecretValue on {re.escape(secret)}, which the node role does "
-        "not allow",
-        finding,
-    ), finding
+    # The step reads it once; mlcluster-accounting-secret (slurmdbd's ExecStartPre and timer) reads it again.
+    assert len(findings) == 2, findings
+    for finding, script in zip(findings, ("steps/accounting.sh", "accounting_secret.sh"), strict=True):
+        assert re.fullmatch(
+            rf"hyperpod: instance group controller-machine: {re.escape(script)}:\d+ `aws secretsmanager "
+            f"get-secret-value` needs secretsmanager:GetSecretValue on {re.escape(secret)}, which the node role does "
+            "not allow",
+            finding,
+        ), finding
     templates = json.loads(json.dumps(assembly.templates))
     # Each instance group has its own role; the secret is the controller's to read.
     (cluster,) = resources(templates, "hyperpod/Cluster", "AWS::SageMaker::Cluster").values()

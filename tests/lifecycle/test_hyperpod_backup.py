@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
 from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, WORKER_IP, Sandbox
 
 STATE = "/opt/sagemaker/mlcluster/slurmctld"
@@ -36,9 +37,9 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
     return sandbox
 
 
-def backup_tool(sandbox: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
+def backup_tool(sandbox: Sandbox, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     """Run the installed /usr/local/sbin/mlcluster-backup the way SSM Run Command would."""
-    env = {**sandbox.env(), "MLC_LIFECYCLE_DIR": str(sandbox.root / "opt/mlcluster/lifecycle")}
+    env = {**sandbox.env(), "MLC_LIFECYCLE_DIR": str(sandbox.root / "opt/mlcluster/lifecycle"), **extra}
     return subprocess.run(
         ["bash", str(sandbox.root / "usr/local/sbin/mlcluster-backup"), *args],
         env=env,
@@ -510,3 +511,55 @@ def test_the_restore_account_reaches_the_scratch_database_only_not_names_its_und
     assert result.returncode == 1, result.stderr
     assert "denied" in result.stderr, result.stderr
     assert _sql(mariadb, "SHOW DATABASES LIKE 'slurm%mlcrestore'") == []
+
+
+def test_the_single_put_limit_is_s3s_five_gib_and_can_only_be_lowered() -> None:
+    """S3 takes at most 5 GiB in one PutObject; the bucket policy leaves no multipart way around it."""
+    script = (HYPERPOD_DIR / "backup.sh").read_text(encoding="utf-8")
+    assert f"\nS3_PUT_LIMIT={5 * 1024**3}\n" in script
+    assert "S3_PUT_MAX_BYTES > S3_PUT_LIMIT" in script
+
+
+@pytest.fixture(scope="module")
+def stub_dump_controller(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
+    """A controller of its own whose mysqldump stays the stub: its dump is the same bytes every run (the real
+    client, which other tests link into the shared controller, writes the time into each dump)."""
+    # The daily copy publishes its metric for the cluster node.env names (the scheduled_backup feature).
+    scheduled = {"bucket": "ops-backups-123", "key_arn": KEY, "prefix": "ml/scheduled/", "cluster_name": "ml"}
+    features = {**FEATURES, "docker": False, "enroot_pyxis": False, "scheduled_backup": scheduled}
+    sandbox = Sandbox(tmp_path_factory.mktemp("sized"), ips=CONTROLLER_IP, features=features)
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return sandbox
+
+
+@pytest.mark.parametrize("verb", ["backup", "scheduled"])
+def test_a_file_over_the_single_put_limit_stops_the_run_before_any_upload(
+    stub_dump_controller: Sandbox, verb: str
+) -> None:
+    """Issue 30, item 5: a file over the limit fails naming itself, its size and the limit; nothing is uploaded.
+
+    The limit is lowered to the largest file's size (found by a first run): that size is accepted, one byte less
+    is refused. The files are the same in both runs (same state, the stub's dump)."""
+    controller = stub_dump_controller
+    state = controller.root / STATE.lstrip("/")
+    (state / "job_state").write_text("jobs for the size check\n")
+    uri = f"{URI}-size-{verb}"
+    first = backup_tool(controller, verb, uri, KEY)
+    assert first.returncode == 0, first.stderr
+    prefix = controller.state / "s3" / uri.removeprefix("s3://")
+    sizes = {path.name: path.stat().st_size for path in prefix.rglob("*.gz")}
+    largest = max(sizes, key=lambda name: sizes[name])
+    at_edge = backup_tool(controller, verb, uri, KEY, MLC_S3_PUT_MAX_BYTES=str(sizes[largest]))
+    assert at_edge.returncode == 0, at_edge.stderr
+    shutil.rmtree(prefix)
+    before = len(controller.actions())
+    over = backup_tool(controller, verb, uri, KEY, MLC_S3_PUT_MAX_BYTES=str(sizes[largest] - 1))
+    assert over.returncode == 1
+    assert (
+        f"{largest} is {sizes[largest]} bytes; one upload to the backup bucket takes at most {sizes[largest] - 1} "
+        "bytes (S3's single-PUT limit, 5 GiB; the bucket takes no multipart uploads). Nothing was uploaded."
+    ) in over.stderr
+    assert not [a for a in controller.actions()[before:] if a.startswith("aws s3")]
+    assert not prefix.exists()
+    assert (controller.state / "systemd/active/slurmctld").exists()  # a failed backup never leaves it stopped

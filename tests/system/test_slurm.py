@@ -34,7 +34,16 @@ from mlcluster.lifecycle.exporters import EXPORTERS_DIR
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
 from tests.cli.conftest import transcript
 from tests.support import ROOT
-from tests.system.slurm_cluster import CLOUD_NODE, CLOUD_PARTITION, NODES, PARTITION, SlurmCluster
+from tests.system.slurm_cluster import (
+    CLOUD_NODE,
+    CLOUD_PARTITION,
+    CLUSTER_NAME,
+    DB_PASSWORD,
+    NODES,
+    PARTITION,
+    ClusterError,
+    SlurmCluster,
+)
 from tests.system.system_tools import program, run
 
 WAIT_S = 30.0
@@ -202,6 +211,36 @@ def test_health_check_script_gives_every_node_its_own_answer(cluster: SlurmClust
         failures, answered, exits = parse_health(done.stdout)
         assert answered == {"node-1", "node-3"}, done.stdout + done.stderr
         assert list(exits) == ["node-2"] and exits["node-2"] != 0, done.stdout
+
+
+def test_health_quick_batch_with_a_taken_node_reruns_node_by_node(
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One node taken by a job after the listing: real srun refuses the quick tier's ``srun -N 3`` with its own
+    words (what ``mlcluster health`` calls NOT_ALLOCATED), the nodes run again one by one, and the free ones answer."""
+    from mlcluster.cli import health as health_module
+    from mlcluster.cli.health import NOT_ALLOCATED, check_script, parse_health, parse_steps, step_batches
+    from mlcluster.cli.smoke import NodeKind
+
+    monkeypatch.setattr(health_module, "IMMEDIATE_SECONDS", 3)
+    blocker = slurm(cluster, "sbatch", "--parsable", "-p", PARTITION, "-w", "node-1", "--wrap", "sleep 120")
+    assert blocker.returncode == 0, blocker.stderr
+    kind = NodeKind("plain", "m5.large", efa=True)
+    batches = step_batches(list(NODES), dict.fromkeys(NODES, kind), "quick")
+    shim = tmp_path / "root/usr/bin/hostname"
+    shim.parent.mkdir(parents=True)
+    shim.write_text('#!/bin/sh\necho "$SLURMD_NODENAME"\n')
+    shim.chmod(0o755)
+    env = {**cluster.env, "MLC_ROOT": str(tmp_path / "root")}
+    script = "set -o pipefail\n" + check_script(PARTITION, batches, "quick", 60)
+    done = slurm(cluster, "bash", "-c", script, env=env, timeout_s=120)
+    failures, answered, exits = parse_health(done.stdout)
+    assert failures == [], done.stdout
+    assert answered == set(NODES) - {"node-1"}, done.stdout + done.stderr
+    assert list(exits) == ["node-1"], done.stdout
+    said, errors = parse_steps(done.stdout)
+    assert NOT_ALLOCATED in said["node-1"] and said["node-1"] in errors, done.stdout
+    slurm(cluster, "scancel", blocker.stdout.strip())
 
 
 def test_srun_on_a_busy_partition_waits_and_its_messages_are_not_host_names(
@@ -535,3 +574,41 @@ def test_restore_loads_the_dump_in_the_clients_sandbox(
     assert done.returncode != 0, done.stdout + done.stderr
     assert not witness.exists()
     until("slurmctld answers", lambda: slurm(cluster, "scontrol", "ping").stdout.count("UP") == 1)
+
+
+def _apply_secret(cluster: SlurmCluster, secret: dict[str, str]) -> None:
+    """What mlcluster-accounting-secret does to slurmdbd.conf: plan.py's slurmdbd-credentials, then a rename."""
+    conf = cluster.root / "etc/slurmdbd.conf"
+    done = subprocess.run(
+        [sys.executable, str(HYPERPOD_DIR / "plan.py"), "slurmdbd-credentials", "--conf", str(conf)],
+        input=json.dumps(secret),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    staged = conf.with_name("slurmdbd.conf.staged")
+    staged.write_text(done.stdout, encoding="utf-8")
+    staged.chmod(0o600)
+    staged.replace(conf)
+
+
+def test_slurmdbd_logs_in_after_a_rotation_only_with_the_rewritten_file(cluster: SlurmCluster) -> None:
+    """Issue 30, item 1, against the real slurmdbd and MariaDB: a rotation changes the database password; a
+    restart with the old file fails (the defect), a restart after the secret tool's rewrite logs in."""
+
+    def rotate(password: str) -> None:
+        cluster.sql(f"ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';")
+
+    rotated = "Rotated-Pass2!$%&()*+,-./:;<=>?@[]^_`{|}~"
+    try:
+        rotate(rotated)
+        with pytest.raises(ClusterError):
+            cluster.service("restart", "slurmdbd")
+        _apply_secret(cluster, {"username": "slurm", "password": rotated})
+        cluster.service("start", "slurmdbd")
+        listed = run("sacctmgr", "-n", "-P", "show", "cluster", "format=cluster", env=cluster.env)
+        assert CLUSTER_NAME in listed.stdout.split(), listed.stderr
+    finally:
+        rotate(DB_PASSWORD)
+        _apply_secret(cluster, {"username": "slurm", "password": DB_PASSWORD})
+        cluster.service("restart", "slurmdbd")

@@ -20,6 +20,10 @@ SCHEDULED_BACKUP_FOLDER = "scheduled/"
 
 #: The folder to upload as the HyperPod ``LifeCycleConfig.SourceS3Uri`` prefix.
 HYPERPOD_DIR = Path(__file__).parent
+#: The Amazon RDS root CAs slurmdbd verifies a remote RDS/Aurora accounting database against (uploaded with
+#: the scripts, checked by on_create.sh's manifest, installed by the accounting step), and its pinned SHA-256.
+RDS_CA_ROOTS = "rds-ca-roots.pem"
+RDS_CA_ROOTS_SHA256 = "27904d6ae42e1442c74d10d32a9a85d73d7bc87f53cc735d75199b0f60c5d216"
 #: The entrypoint HyperPod runs; it carries the manifest, so it is not listed in it.
 ENTRYPOINT = "on_create.sh"
 #: The line of ``on_create.sh`` that :func:`render_on_create` replaces with the manifest.

@@ -91,6 +91,30 @@ local_accounting() {
   [[ ${MLC_ACCOUNTING_MODE:-none} == local ]]
 }
 
+# The largest object one PutObject takes: 5 GiB (Amazon S3 User Guide, "Uploading objects"). A multipart
+# upload is no way around it here: the bucket policy denies every s3:PutObject request without the SSE-KMS
+# header, and UploadPart requests (s3:PutObject) carry none. MLC_S3_PUT_MAX_BYTES only lowers it.
+S3_PUT_LIMIT=5368709120
+S3_PUT_MAX_BYTES=${MLC_S3_PUT_MAX_BYTES:-$S3_PUT_LIMIT}
+if ! [[ $S3_PUT_MAX_BYTES =~ ^[0-9]+$ ]] || ((S3_PUT_MAX_BYTES > S3_PUT_LIMIT)); then
+  S3_PUT_MAX_BYTES=$S3_PUT_LIMIT
+fi
+
+# check_sizes FILE... : every file fits one PutObject; else stop before anything is uploaded, naming the
+# file, its size and the limit (the weekday's or the patch's earlier copy stays as it was).
+check_sizes() {
+  local file size
+  for file in "$@"; do
+    size=$(stat -c %s -- "$file")
+    if ((size > S3_PUT_MAX_BYTES)); then
+      die "${file##*/} is $size bytes; one upload to the backup bucket takes at most $S3_PUT_MAX_BYTES bytes" \
+        "(S3's single-PUT limit, 5 GiB; the bucket takes no multipart uploads). Nothing was uploaded." \
+        "Make it smaller: purge old accounting records (slurmdbd.conf PurgeJobAfter, PurgeStepAfter) or" \
+        "move accounting to a managed database (storage.accounting, accounting.mode managed)"
+    fi
+  done
+}
+
 # s3_put FILE s3://BUCKET/KEY KMS_KEY_ARN : one PutObject (no multipart upload) naming SSE-KMS and the key,
 # as the bucket policy requires.
 s3_put() {
@@ -145,6 +169,7 @@ backup() {
     mysqldump --single-transaction "$DATABASE" | gzip >"$work/$DATABASE_DUMP"
   fi
   local file sums=()
+  check_sizes "$work"/*.gz
   for file in "$work"/*.gz; do
     s3_put "$file" "$uri/${file##*/}" "$key_arn"
     sums+=("MLCLUSTER_SHA256 $(sha256sum <"$file" | cut -d' ' -f1) ${file##*/}")
@@ -189,6 +214,7 @@ scheduled() {
     mysqldump --single-transaction "$DATABASE" | gzip >"$work/$DATABASE_DUMP"
   fi
   local file
+  check_sizes "$work"/*.gz
   (cd "$work" && sha256sum -- *.gz >SHA256SUMS)
   for file in "$work"/*.gz "$work/SHA256SUMS"; do
     s3_put "$file" "$uri/${file##*/}" "$key_arn"

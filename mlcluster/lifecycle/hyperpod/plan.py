@@ -775,6 +775,35 @@ def secret_field(secret: str, key: str, source: str = "the accounting secret") -
     return value
 
 
+#: What a StorageUser or StoragePass may hold in slurmdbd.conf: printable ASCII without a space, ``#`` (a
+#: comment in Slurm's config parser), ``\`` (its escape) or ``"`` (its quoting). A newline would let whoever
+#: writes the secret add a line (e.g. another StorageHost) to the file slurmdbd runs with.
+SLURMDBD_VALUE = re.compile(r"[!$-\[\]-~]+")
+
+
+def slurmdbd_credentials(conf: str, secret: str, source: str = "slurmdbd.conf") -> str:
+    """``conf`` (slurmdbd.conf) with StorageUser and StoragePass set from ``secret`` (the JSON secret).
+
+    Every other line stays as it is. Both keys must already be in ``conf`` (the accounting step writes
+    them): a file without them is not one mlcluster wrote. Errors never echo the secret.
+    """
+    values = {"StorageUser": secret_field(secret, "username"), "StoragePass": secret_field(secret, "password")}
+    for key, value in values.items():
+        if not SLURMDBD_VALUE.fullmatch(value):
+            field = "username" if key == "StorageUser" else "password"
+            raise LifecycleInputError(
+                f"the accounting secret: field '{field}' has a character slurmdbd.conf cannot hold; "
+                "allowed: printable ASCII without space, '#', '\\' or '\"'"
+            )
+    lines = conf.splitlines(keepends=True)
+    for key, value in values.items():
+        found = [i for i, line in enumerate(lines) if line.split("=", 1)[0].strip().lower() == key.lower()]
+        if len(found) != 1:
+            raise LifecycleInputError(f"{source} has {len(found)} {key} line(s); allowed: exactly one")
+        lines[found[0]] = f"{key}={value}\n"
+    return "".join(lines)
+
+
 def new_password(length: int = 32) -> str:
     """A random password of letters and digits (nothing to quote in SQL or slurmdbd.conf)."""
     return "".join(secrets.choice(PASSWORD_CHARS) for _ in range(length))
@@ -856,6 +885,10 @@ def _cmd_secret_field(args: argparse.Namespace) -> str:
     return secret_field(sys.stdin.read(), args.key) + "\n"
 
 
+def _cmd_slurmdbd_credentials(args: argparse.Namespace) -> str:
+    return slurmdbd_credentials(_read(Path(args.conf)), sys.stdin.read(), source=args.conf)
+
+
 def _cmd_password(_: argparse.Namespace) -> str:
     return new_password() + "\n"
 
@@ -874,6 +907,10 @@ def _parser() -> argparse.ArgumentParser:
         "efa-interfaces": (_cmd_efa_interfaces, "print the EFA devices LNet uses on this instance type"),
         "health-env": (_cmd_health_env, "print what mlcluster-health expects on this instance type"),
         "secret-field": (_cmd_secret_field, "print one field of a JSON secret read from stdin"),
+        "slurmdbd-credentials": (
+            _cmd_slurmdbd_credentials,
+            "print slurmdbd.conf with StorageUser and StoragePass from a JSON secret read from stdin",
+        ),
         "password": (_cmd_password, "print a new random password"),
     }
     subs = {name: sub.add_parser(name, help=text) for name, (_, text) in commands.items()}
@@ -902,6 +939,7 @@ def _parser() -> argparse.ArgumentParser:
     subs["efa-interfaces"].add_argument("--instance-type", required=True, help="e.g. ml.p5.48xlarge")
     subs["efa-interfaces"].add_argument("devices", nargs="*", help="the EFA devices of /sys/class/infiniband")
     subs["secret-field"].add_argument("--key", required=True)
+    subs["slurmdbd-credentials"].add_argument("--conf", required=True, help="the slurmdbd.conf to start from")
     subs["health-env"].add_argument("--instance-type", required=True, help="e.g. ml.p5.48xlarge")
     return parser
 

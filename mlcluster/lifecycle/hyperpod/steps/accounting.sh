@@ -2,7 +2,10 @@
 # Step accounting (controller): Slurm accounting through slurmdbd, with either a local MariaDB
 # (database, user and a random password created once) or a remote MySQL-compatible database
 # whose username and password come from a Secrets Manager secret. Credentials never reach the
-# logs or a command line.
+# logs or a command line. With a remote database the secret may be rotated: the step installs
+# /usr/local/sbin/mlcluster-accounting-secret (accounting_secret.sh), runs it before every start of
+# slurmdbd (a systemd drop-in) and every few minutes from a timer, which restarts slurmdbd when the
+# secret's credentials changed.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR/.. source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -29,9 +32,9 @@ FLUSH PRIVILEGES;
 SQL
 }
 
-# write_slurmdbd_conf HOST PORT USER PASSWORD
-write_slurmdbd_conf() {
-  install_file "$SLURMDBD_CONF" 600 "$(ids_of slurm)" <<CONF
+# slurmdbd_conf HOST PORT USER PASSWORD : print slurmdbd.conf.
+slurmdbd_conf() {
+  cat <<CONF
 # Written by mlcluster (accounting step). Holds the database password: keep it mode 600.
 AuthType=auth/munge
 DbdHost=$(hostname -s)
@@ -46,6 +49,32 @@ StorageUser=$3
 StoragePass=$4
 StorageLoc=$DATABASE
 CONF
+  if [[ -n ${5:-} ]]; then
+    printf 'StorageParameters=SSL_CA=%s\n' "$5"
+  fi
+}
+
+# The Amazon RDS root CAs (rds-ca-roots.pem, pinned in the package and checked by on_create.sh's
+# manifest, never read from a bucket a user can write), for slurmdbd to verify the server's certificate.
+RDS_CA_REAL=/etc/mlcluster/rds-ca-roots.pem
+RDS_HOST='\.([a-z]{2}(-[a-z]+)+-[0-9]+)\.rds\.amazonaws\.com(\.cn)?$'
+
+# rds_ca HOST : install the RDS roots and print their path when HOST is an RDS/Aurora endpoint of a region
+# the bundle covers; print nothing (with a warning) otherwise: the server still requires TLS
+# (require_secure_transport on the managed database), but slurmdbd then does not check whose certificate it is.
+rds_ca() {
+  local region
+  if [[ ! $1 =~ $RDS_HOST ]]; then
+    warn "$1 is not an Amazon RDS endpoint: slurmdbd.conf gets no SSL_CA (add the server's CA by hand to verify it)"
+    return 0
+  fi
+  region=${BASH_REMATCH[1]}
+  if ! grep -q "^# Amazon RDS $region Root CA " "$MLC_LIFECYCLE_DIR/rds-ca-roots.pem"; then
+    warn "rds-ca-roots.pem has no root CA for $region: slurmdbd.conf gets no SSL_CA (TLS unverified by the client)"
+    return 0
+  fi
+  install_file "$MLC_ROOT$RDS_CA_REAL" 644 <"$MLC_LIFECYCLE_DIR/rds-ca-roots.pem"
+  printf '%s\n' "$RDS_CA_REAL"
 }
 
 # The database files live off the root volume (controller_data_dir), so patching keeps them.
@@ -80,17 +109,76 @@ local_database() {
     retry 5 "create the accounting database" create_database "$password"
     log "created database $DATABASE and its user slurm"
   fi
-  write_slurmdbd_conf localhost 3306 slurm "$password"
+  install_file "$SLURMDBD_CONF" 600 "$(ids_of slurm)" < <(slurmdbd_conf localhost 3306 slurm "$password")
 }
 
+SECRET_TOOL=/usr/local/sbin/mlcluster-accounting-secret
+SECRET_UNIT=mlcluster-accounting-secret
+SECRET_MINUTES=5
+
+# remote_database : slurmdbd.conf with the secret's username and password (plan checks both can sit in
+# the file), then the tool, the drop-in and the timer that keep them equal to the secret after rotation.
 remote_database() {
-  local secret user password
+  local secret draft ca
   secret=$(retry 5 "read the database secret $MLC_ACCOUNTING_SECRET_ARN" aws secretsmanager get-secret-value \
     --region "$MLC_ACCOUNTING_SECRET_REGION" --secret-id "$MLC_ACCOUNTING_SECRET_ARN" \
     --query SecretString --output text)
-  user=$(plan secret-field --key username <<<"$secret")
-  password=$(plan secret-field --key password <<<"$secret")
-  write_slurmdbd_conf "$MLC_ACCOUNTING_HOST" "$MLC_ACCOUNTING_PORT" "$user" "$password"
+  ca=$(rds_ca "$MLC_ACCOUNTING_HOST")
+  draft=$(mktemp "$TMP_DIR/slurmdbd.conf.XXXXXX")
+  slurmdbd_conf "$MLC_ACCOUNTING_HOST" "$MLC_ACCOUNTING_PORT" "" "" "$ca" >"$draft"
+  install_from "$SLURMDBD_CONF" 600 "$(ids_of slurm)" plan slurmdbd-credentials --conf "$draft" <<<"$secret"
+  rm -f "$draft"
+  secret_refresh
+}
+
+# secret_refresh : install mlcluster-accounting-secret, run it before each start of slurmdbd (the "+"
+# runs it as root even when the unit names another User=) and every SECRET_MINUTES minutes.
+secret_refresh() {
+  local changed=false
+  install_file "$MLC_ROOT$SECRET_TOOL" 755 <"$MLC_LIFECYCLE_DIR/accounting_secret.sh"
+  install_file "$SYSTEMD_DIR/slurmdbd.service.d/mlcluster-secret.conf" 644 <<UNIT
+# Written by mlcluster (accounting step): slurmdbd logs in with the secret's current password.
+[Service]
+ExecStartPre=+$SECRET_TOOL refresh
+UNIT
+  changed=$FILE_CHANGED
+  install_file "$SYSTEMD_DIR/$SECRET_UNIT.service" 644 <<UNIT
+# Written by mlcluster (accounting step): after a rotation of the accounting secret, restart slurmdbd with it.
+[Unit]
+Description=mlcluster: apply a rotated accounting database secret to slurmdbd
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=oneshot
+ExecStart=$SECRET_TOOL watch
+StandardOutput=journal
+StandardError=journal
+UNIT
+  if [[ $FILE_CHANGED == true ]]; then
+    changed=true
+  fi
+  install_file "$SYSTEMD_DIR/$SECRET_UNIT.timer" 644 <<UNIT
+# Written by mlcluster (accounting step).
+[Unit]
+Description=mlcluster: check the accounting database secret every $SECRET_MINUTES minutes
+
+[Timer]
+OnBootSec=${SECRET_MINUTES}min
+OnUnitActiveSec=${SECRET_MINUTES}min
+
+[Install]
+WantedBy=timers.target
+UNIT
+  if [[ $FILE_CHANGED == true ]]; then
+    changed=true
+  fi
+  FILE_CHANGED=$changed
+  enable_boot_unit "$SECRET_UNIT.timer"
+  if ! systemctl is-active --quiet "$SECRET_UNIT.timer"; then
+    retry 3 "start $SECRET_UNIT.timer" systemctl start "$SECRET_UNIT.timer"
+  fi
+  log "slurmdbd reads the accounting secret before each start and every $SECRET_MINUTES minutes"
 }
 
 main() {

@@ -1,0 +1,186 @@
+"""slurmdbd after a rotation of the remote accounting database's secret (accounting_secret.sh).
+
+Contract (accounting_secret.sh's header): the accounting step (mode remote) installs
+``/usr/local/sbin/mlcluster-accounting-secret``, a slurmdbd drop-in whose ``ExecStartPre=+`` runs
+``refresh`` as root before every start, and a timer that runs ``watch`` every 5 minutes. ``refresh``
+rewrites slurmdbd.conf's StorageUser and StoragePass from the secret (root's rename, mode 600, owner
+kept) only when they differ; ``watch`` restarts slurmdbd when they did. A secret slurmdbd.conf cannot
+hold is refused and the file left alone; the password never reaches a log or a command line. A start
+whose secret cannot be read goes on with the file's password; a watch that cannot read it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.lifecycle.hyperpod_sandbox import CONTROLLER_IP, FEATURES, Sandbox
+
+ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:slurm-db-AbCdEf"
+REMOTE = {"mode": "remote", "endpoint": "db.example.internal:3306", "secret_arn": ARN}
+MINIMAL = {**FEATURES, "users": [], "docker": False, "enroot_pyxis": False, "home_on_fsx": False, "accounting": REMOTE}
+CONF = "/opt/slurm/etc/slurmdbd.conf"
+TOOL = "usr/local/sbin/mlcluster-accounting-secret"
+
+
+def secret(password: str, username: str = "slurm") -> str:
+    return json.dumps({"username": username, "password": password, "host": "db.example.internal", "port": 3306})
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Sandbox:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return sandbox
+
+
+def tool(sandbox: Sandbox, verb: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed tool the way systemd does (as root, from the copy in /opt/mlcluster/lifecycle)."""
+    return subprocess.run(
+        ["bash", str(sandbox.root / TOOL), verb],
+        env={**sandbox.env(), "MLC_LIFECYCLE_DIR": str(sandbox.root / "opt/mlcluster/lifecycle"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def credentials(sandbox: Sandbox) -> tuple[str, str]:
+    conf = sandbox.read(CONF)
+    return conf.split("StorageUser=")[1].split("\n")[0], conf.split("StoragePass=")[1].split("\n")[0]
+
+
+def restarts(sandbox: Sandbox) -> int:
+    return sandbox.actions().count("systemctl restart slurmdbd")
+
+
+def test_the_step_installs_the_tool_the_drop_in_and_the_timer(controller: Sandbox) -> None:
+    info = (controller.root / TOOL).stat()
+    assert (info.st_uid, info.st_mode & 0o777) == (0, 0o755)
+    drop_in = controller.read("/etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf")
+    assert "[Service]\nExecStartPre=+/usr/local/sbin/mlcluster-accounting-secret refresh\n" in drop_in
+    service = controller.read("/etc/systemd/system/mlcluster-accounting-secret.service")
+    assert "Type=oneshot\nExecStart=/usr/local/sbin/mlcluster-accounting-secret watch\n" in service
+    timer = controller.read("/etc/systemd/system/mlcluster-accounting-secret.timer")
+    assert "OnBootSec=5min\nOnUnitActiveSec=5min\n" in timer
+    actions = controller.actions()
+    assert "systemctl enable mlcluster-accounting-secret.timer" in actions
+    assert "systemctl start mlcluster-accounting-secret.timer" in actions
+    # The drop-in is in place (and systemd reloaded) before slurmdbd's first start.
+    assert actions.index("systemctl daemon-reload") < actions.index("systemctl start slurmdbd")
+    assert credentials(controller) == ("slurm", "first-Pass1")
+
+
+def test_watch_after_a_rotation_rewrites_the_file_and_restarts_slurmdbd_once(controller: Sandbox) -> None:
+    before = controller.read(CONF)
+    result = tool(controller, "watch", STUB_SECRET=secret("rotated-Pass2"))
+    assert result.returncode == 0, result.stderr
+    assert credentials(controller) == ("slurm", "rotated-Pass2")
+    # Only the two credential lines changed; the file stays slurm's, mode 600, written by a rename.
+    assert [a for a in before.splitlines() if not a.startswith("StoragePass=")] == [
+        a for a in controller.read(CONF).splitlines() if not a.startswith("StoragePass=")
+    ]
+    info = (controller.root / CONF.lstrip("/")).stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (401, 401, 0o600)
+    assert not list((controller.root / "opt/slurm/etc").glob("*.mlcluster.*"))
+    assert restarts(controller) == 1
+    assert "rotated-Pass2" not in result.stdout + result.stderr + "\n".join(controller.actions())
+    # Nothing changed since: no second restart.
+    again = tool(controller, "watch", STUB_SECRET=secret("rotated-Pass2"))
+    assert again.returncode == 0, again.stderr
+    assert restarts(controller) == 1
+
+
+def test_watch_leaves_a_stopped_slurmdbd_stopped(controller: Sandbox) -> None:
+    (controller.state / "systemd/active/slurmdbd").unlink()
+    result = tool(controller, "watch", STUB_SECRET=secret("rotated-Pass2"))
+    assert result.returncode == 0, result.stderr
+    assert credentials(controller) == ("slurm", "rotated-Pass2")
+    assert restarts(controller) == 0
+
+
+def test_refresh_before_a_start_applies_the_secret_without_restarting(controller: Sandbox) -> None:
+    result = tool(controller, "refresh", STUB_SECRET=secret("rotated-Pass2", username="slurm2"))
+    assert result.returncode == 0, result.stderr
+    assert credentials(controller) == ("slurm2", "rotated-Pass2")
+    assert restarts(controller) == 0
+
+
+@pytest.mark.parametrize(
+    ("password", "why"),
+    [
+        ("new\nStorageHost=attacker.example", "a newline would add a line"),
+        ("half#comment", "'#' starts a comment"),
+        ("with space", "a space ends the value"),
+        ('quote"d', "a quote"),
+    ],
+)
+def test_a_secret_the_file_cannot_hold_is_refused_and_the_file_kept(
+    controller: Sandbox, password: str, why: str
+) -> None:
+    before = controller.read(CONF)
+    result = tool(controller, "watch", STUB_SECRET=secret(password))
+    assert result.returncode == 1, why
+    assert "field 'password' has a character slurmdbd.conf cannot hold" in result.stderr
+    assert "the accounting secret could not be applied; slurmdbd keeps running as it is" in result.stderr
+    assert controller.read(CONF) == before
+    assert restarts(controller) == 0
+    assert password not in result.stderr
+
+
+def test_the_widest_password_the_file_can_hold_is_applied(controller: Sandbox) -> None:
+    edge = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '#\\"')
+    result = tool(controller, "watch", STUB_SECRET=secret(edge))
+    assert result.returncode == 0, result.stderr
+    assert credentials(controller) == ("slurm", edge)
+
+
+def test_a_secret_that_is_not_json_is_refused_without_echoing_it(controller: Sandbox) -> None:
+    result = tool(controller, "watch", STUB_SECRET="plain-Password9")
+    assert result.returncode == 1
+    assert "the accounting secret is not a JSON object" in result.stderr
+    assert "plain-Password9" not in result.stderr
+    assert credentials(controller) == ("slurm", "first-Pass1")
+
+
+def test_watch_fails_when_the_secret_cannot_be_read(controller: Sandbox) -> None:
+    # AccessDenied, throttling or no route to Secrets Manager: the aws CLI exits non-zero (retried 3 times).
+    result = tool(controller, "watch", STUB_FAIL="aws")
+    assert result.returncode == 1
+    assert "read the accounting secret" in result.stderr and "giving up" in result.stderr
+    assert credentials(controller) == ("slurm", "first-Pass1")
+    assert restarts(controller) == 0
+
+
+def test_a_start_without_the_secret_goes_on_with_the_files_password(controller: Sandbox) -> None:
+    result = tool(controller, "refresh", STUB_FAIL="aws")
+    assert result.returncode == 0, result.stderr
+    assert "slurmdbd starts with the password slurmdbd.conf already has" in result.stderr
+    assert credentials(controller) == ("slurm", "first-Pass1")
+
+
+def test_a_start_without_the_secret_and_without_a_password_fails(controller: Sandbox) -> None:
+    conf = controller.root / CONF.lstrip("/")
+    conf.write_text(conf.read_text().replace("StoragePass=first-Pass1\n", "StoragePass=\n"))
+    result = tool(controller, "refresh", STUB_FAIL="aws")
+    assert result.returncode == 1
+    assert "slurmdbd.conf has no password and the accounting secret could not be applied" in result.stderr
+
+
+def test_the_tool_refuses_local_accounting_and_bad_usage(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features={**MINIMAL, "accounting": {"mode": "local"}})
+    assert sandbox.run().returncode == 0
+    assert not (sandbox.root / TOOL).exists()
+    sandbox_tool = sandbox.lifecycle / "accounting_secret.sh"
+    env = {**sandbox.env(), "MLC_LIFECYCLE_DIR": str(sandbox.lifecycle)}
+    local = subprocess.run(["bash", str(sandbox_tool), "watch"], env=env, capture_output=True, text=True, check=False)
+    assert local.returncode == 1
+    assert "accounting mode is 'local' in node.env; the secret is only read for mode remote" in local.stderr
+    usage = subprocess.run(["bash", str(sandbox_tool), "rotate"], env=env, capture_output=True, text=True, check=False)
+    assert usage.returncode == 2
+    assert "usage: mlcluster-accounting-secret refresh|watch" in usage.stderr
