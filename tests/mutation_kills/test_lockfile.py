@@ -24,7 +24,7 @@ from mlcluster.lockfile import (
     training_plan_refusal,
     write_lock,
 )
-from mlcluster.replacement import HYPERPOD_TYPE, PCLUSTER_TYPE, Change, ResourceState, StackState
+from mlcluster.replacement import HYPERPOD_TYPE, Change, ResourceState, StackState
 from tests.support import ENVIRONMENTS
 
 
@@ -154,33 +154,3 @@ def test_notices_name_each_retained_resource_an_accepted_edit_leaves_running(tmp
         "it is gone; delete it with 'aws fsx delete-data-repository-association --association-id ID "
         "--no-delete-data-in-file-system' (files and objects stay)",
     ]
-
-
-def test_a_replaced_parallelcluster_cluster_kept_by_its_property_is_named_with_the_way_to_delete_it(
-    tmp_path: Path,
-) -> None:
-    """notices: ParallelCluster keeps the old cluster when its DeletionPolicy property is Retain; another replaced
-    type, or a cluster the property does not keep, gives no notice."""
-    text = (ENVIRONMENTS / "dev.yaml").read_text()
-    text = text.replace("retention:\n", "retention:\n  allow_replacement: [Cluster/Pcluster]\n", 1)
-    (tmp_path / "dev.yaml").write_text(text)
-    environment = load_environment(tmp_path / "dev.yaml")
-    kept = ResourceState(
-        PCLUSTER_TYPE, "Cluster/Pcluster/Resource", {"ClusterName": "dev-c"}, "d", fate={"DeletionPolicy": "Retain"}
-    )
-    gone = ResourceState(PCLUSTER_TYPE, "Cluster/Gone/Resource", {"ClusterName": "dev-g"}, "d")
-    bucket = ResourceState("AWS::SNS::Topic", "Cluster/Topic/Resource", {}, "d", update_replace_policy="Retain")
-    locked = {"dev-Cluster": StackState({"Pcluster": kept, "Gone": gone, "Topic": bucket}, {})}
-    changes = [
-        Change("dev-Cluster", "Topic", bucket.type, bucket.path, "replace", ("TopicName: a -> b",)),
-        Change("dev-Cluster", "Gone", gone.type, gone.path, "replace", ("ClusterName: a -> b",)),
-        Change("dev-Cluster", "Pcluster", kept.type, kept.path, "replace", ("ClusterName: a -> b",)),
-    ]
-    (notice,) = notices(environment, locked, {"dev-Cluster": StackState({}, {})}, changes)
-    assert notice == (
-        f"{environment.source}: cluster: dev-Cluster/Cluster/Pcluster/Resource (Custom::PclusterCluster) is replaced "
-        "but its DeletionPolicy property Retain keeps the old one running outside the stack: cluster dev-c (head "
-        "node, static nodes) keeps running and billing. Once its jobs are done and what lives on its head node is "
-        "copied, delete it with ParallelCluster's CLI: 'pcluster delete-cluster -n dev-c --region <region>' (or "
-        "delete its own CloudFormation stack, dev-c)"
-    )
