@@ -19,7 +19,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 # Material for MkDocs prints a notice about MkDocs 2 on every build.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup synth test lint typecheck pytest snapshot-update bench clean config-docs docs cdk-context compliance lock test-latest system-deps
+.PHONY: setup synth test lint typecheck pytest snapshot-update bench mutation clean config-docs docs cdk-context compliance lock test-latest system-deps
 
 # DEPS=latest (set by `make test-latest` in its own copy of the tree) installs the newest releases the
 # ranges in pyproject.toml and requirements/*.in allow instead of the locks.
@@ -118,6 +118,10 @@ snapshot-update: setup $(PCLUSTER_VENV)/.installed
 
 bench: setup $(PCLUSTER_VENV)/.installed
 	$(PY) tools/bench.py
+
+## mutation: mutation testing (not part of make test; minutes per module): mutmut over the modules that guard data, access and AWS calls, each against its own tests, and the hand-written node-script mutants (mutation/shell_mutants.yaml); prints the kill rate per module and writes mutation/results.json. MODULE=lockfile (or replacement, analysis, handlers, config-files, cli, constructs-security, shell) runs one; MINUTES=N stops a module after N minutes (default 60)
+mutation: setup
+	PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(PY) tools/mutation.py $(if $(MODULE),--module $(MODULE)) $(if $(MINUTES),--minutes $(MINUTES))
 
 ## config-docs: regenerate schema/environment.schema.json and the environment file reference (docs/reference/environment-file.md)
 config-docs: setup

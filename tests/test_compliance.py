@@ -50,7 +50,7 @@ def test_environment_key_rotates_and_lets_logs_use_it_for_this_accounts_groups_o
     (logs_statement,) = [s for s in statements if s.get("Sid") == "CloudWatchLogsForThisAccountsLogGroups"]
     assert logs_statement["Principal"] == {
         "Service": {"Fn::Join": ["", ["logs.", {"Ref": "AWS::Region"}, ".", {"Ref": "AWS::URLSuffix"}]]}
-    } or "logs." in json.dumps(logs_statement["Principal"])
+    }
     condition = logs_statement["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
     assert condition == {
         "Fn::Join": [
@@ -65,10 +65,16 @@ def test_environment_key_rotates_and_lets_logs_use_it_for_this_accounts_groups_o
                 ":log-group:*",
             ],
         ]
-    } or json.dumps(condition).endswith(':log-group:*"]]}')
-    # Everything else is CDK's account-root statement: no other principal gets the key.
+    }
+    # Everything else is CDK's account-root statement: no other principal (no other account) gets the key.
     others = [s for s in statements if s is not logs_statement]
-    assert all("AWS" in s["Principal"] and ":root" in json.dumps(s["Principal"]) for s in others)
+    assert others and all(
+        s["Principal"]
+        == {
+            "AWS": {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::", {"Ref": "AWS::AccountId"}, ":root"]]}
+        }
+        for s in others
+    )
 
 
 def test_prod_backs_its_data_bucket_up_into_a_vault_under_the_environment_key(

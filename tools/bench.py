@@ -8,7 +8,9 @@ Measured in one run on this machine:
 - the wall time of ``make test``'s pytest run in this checkout (target < 120 s), and its
   CPU time (user + sys of pytest, its workers and everything they ran);
 - the wall time of the whole ``make test`` (installs included) in a fresh
-  clone of this checkout's HEAD, as CI runs it.
+  clone of this checkout's HEAD, as CI runs it;
+- the last ``make mutation`` result (mutation/results.json: kill rate per module), which bench
+  does not rerun (it takes much longer than the rest).
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def main() -> int:
     print(f"{'make test, fresh clone (installs)':<34} {fresh_seconds:>8.1f}   {fresh_summary}")
     print(f"worst synth/floor ratio: {worst:.2f} (target <= 2.0) {'OK' if worst <= 2.0 else 'OVER TARGET'}")
     print(f"pytest: {test_seconds:.1f} s (target < 120 s) {'OK' if test_seconds < 120 else 'OVER TARGET'}")
+    print("last make mutation (mutation/results.json):")
+    subprocess.run([sys.executable, str(ROOT / "tools" / "mutation.py"), "--report"], cwd=ROOT, check=False)
     return run.returncode
 
 

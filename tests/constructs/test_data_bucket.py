@@ -258,7 +258,10 @@ def test_fsx_statement_names_a_known_bucket_and_any_bucket_otherwise(built: Buil
     generated = fsx_statement(built.templates["KmsCreated"])["Condition"]["StringLike"]
     # Naming a generated bucket in its own key's policy would be a dependency cycle.
     assert "Data" not in json.dumps(generated)
-    assert ":s3:::*" in json.dumps(generated)
+    assert [json.dumps(v) for v in generated["kms:EncryptionContext:aws:s3:arn"]] == [
+        json.dumps({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::*"]]}),
+        json.dumps({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::*/*"]]}),
+    ]
 
 
 def test_grant_results(built: Built) -> None:

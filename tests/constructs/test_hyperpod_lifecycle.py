@@ -115,7 +115,13 @@ def test_bucket_is_secured_like_the_data_bucket(built: Built) -> None:
     assert props["VersioningConfiguration"] == {"Status": "Enabled"}
     (rule,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
     assert rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
-    assert all(props["PublicAccessBlockConfiguration"].values())
+    # All four settings, each true: all() over the values would pass with one setting alone.
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
     assert "DestinationBucketName" in props["LoggingConfiguration"]
     assert bucket["DeletionPolicy"] == "Retain"
     policies = [
@@ -124,7 +130,21 @@ def test_bucket_is_secured_like_the_data_bucket(built: Built) -> None:
         if p["Properties"]["Bucket"] == {"Ref": name}
     ]
     (statements,) = policies
-    assert any(s["Effect"] == "Deny" and "aws:SecureTransport" in json.dumps(s.get("Condition")) for s in statements)
+    # Exactly CDK's enforce_ssl statement: a Deny of every S3 action on the bucket and its objects when
+    # aws:SecureTransport is "false" (a "true" there would refuse TLS requests and allow plain HTTP ones).
+    tls = [s for s in statements if "aws:SecureTransport" in json.dumps(s.get("Condition"))]
+    assert tls == [
+        {
+            "Action": "s3:*",
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            "Effect": "Deny",
+            "Principal": {"AWS": "*"},
+            "Resource": [
+                {"Fn::GetAtt": [name, "Arn"]},
+                {"Fn::Join": ["", [{"Fn::GetAtt": [name, "Arn"]}, "/*"]]},
+            ],
+        }
+    ]
 
 
 def test_upload_goes_under_the_prefix_and_prunes(built: Built) -> None:

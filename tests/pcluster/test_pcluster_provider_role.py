@@ -93,10 +93,13 @@ def test_provider_role_creates_roles_only_with_the_boundary_and_attaches_only_th
     for sid, statement in by_sid.items():
         actions = as_list(statement["Action"])
         if any(a.startswith("iam:") and a not in ("iam:GetRole", "iam:GetRolePolicy") for a in actions):
-            text = json.dumps(statement["Resource"])
             assert statement["Resource"] != "*", sid
             if sid != "ReadIam":
-                assert "parallelcluster/" in text or "aws-service-role" in text, sid
+                # Every resource of the statement is the cluster's (path parallelcluster/), or, for the
+                # service-linked roles only, a service-linked role: not one or the other for any statement.
+                expected = "aws-service-role/" if sid == "ServiceLinkedRoles" else "parallelcluster/"
+                for resource in as_list(statement["Resource"]):
+                    assert expected in json.dumps(resource), (sid, resource)
         assert "iam:*" not in actions and "*" not in actions, sid
 
 

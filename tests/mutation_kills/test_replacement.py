@@ -1,0 +1,85 @@
+"""The replacement guard's building blocks (mlcluster/replacement.py): behaviour `make mutation` showed no test asserted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlcluster.replacement import Change, ResourceState, StackState, compare, template_paths
+
+
+@pytest.mark.parametrize(
+    ("action", "reasons", "expected"),
+    [
+        ("add", (), "Storage/Lustre/Resource (AWS::FSx::FileSystem) added"),
+        ("remove", (), "Storage/Lustre/Resource (AWS::FSx::FileSystem) removed"),
+        ("update", (), "Storage/Lustre/Resource (AWS::FSx::FileSystem) updated in place"),
+        ("replace", ("A: 1 -> 2",), "Storage/Lustre/Resource (AWS::FSx::FileSystem) REPLACED: A: 1 -> 2"),
+        (
+            "weaken",
+            ("DeletionPolicy Retain -> Delete", "B: x -> y"),
+            "Storage/Lustre/Resource (AWS::FSx::FileSystem) WEAKENED: DeletionPolicy Retain -> Delete; B: x -> y",
+        ),
+    ],
+)
+def test_a_change_describes_itself_with_its_verb_and_every_reason(
+    action: str, reasons: tuple[str, ...], expected: str
+) -> None:
+    """Change.describe: what the refusal and the day-two table print; no reason, no trailing colon."""
+    change = Change("p5-Storage", "Lustre1", "AWS::FSx::FileSystem", "Storage/Lustre/Resource", action, reasons)
+    assert change.describe() == expected
+
+
+def test_template_paths_read_the_cdk_path_below_the_stage_and_skip_what_has_none() -> None:
+    """template_paths: a deployed template may have no Resources, a resource without metadata or a non-string path."""
+    assert template_paths({}, "p5") == {}
+    template = {
+        "Resources": {
+            "Bucket1": {"Type": "AWS::S3::Bucket", "Metadata": {"aws:cdk:path": "p5/Storage/DataBucket/Resource"}},
+            "Other": {"Type": "AWS::S3::Bucket", "Metadata": {"aws:cdk:path": "elsewhere/Thing/Resource"}},
+            "NoMetadata": {"Type": "AWS::SNS::Topic"},
+            "NotAString": {"Type": "AWS::SNS::Topic", "Metadata": {"aws:cdk:path": ["p5", "X"]}},
+            "NotADict": "AWS::SNS::Topic",
+        }
+    }
+    assert template_paths(template, "p5") == {
+        "Bucket1": "Storage/DataBucket/Resource",
+        "Other": "elsewhere/Thing/Resource",
+    }
+
+
+def test_a_replacement_reason_prints_values_with_sorted_keys_and_cuts_long_ones() -> None:
+    """compare: the reason text goes into the lock (accepted changes) and refusals: the same change must read the
+    same whatever order the template's keys came in, and a long value is cut to 80 characters."""
+    long_value = "s3://" + "x" * 100
+    old = ResourceState(
+        "AWS::FSx::FileSystem",
+        "Storage/Lustre/Resource",
+        {"/LustreConfiguration": {"b": 1, "a": 2}, "/StorageType": long_value},
+        "d1",
+    )
+    new = ResourceState(
+        "AWS::FSx::FileSystem", "Storage/Lustre/Resource", {"/LustreConfiguration": {"b": 1, "a": 3}}, "d2"
+    )
+    before = {"p5-Storage": StackState({"Lustre1": old}, {})}
+    after = {"p5-Storage": StackState({"Lustre1": new}, {})}
+    (change,) = compare(before, after)
+    assert change.action == "replace"
+    cut = json.dumps(long_value)[:77] + "..."
+    assert change.reasons == (
+        '.LustreConfiguration {"a": 2, "b": 1} -> {"a": 3, "b": 1}',
+        f".StorageType {cut} -> null",
+    )
+    assert len(cut) == 80
+
+
+@pytest.mark.parametrize(("length", "printed"), [(80, "whole"), (81, "cut")])
+def test_a_reason_value_of_80_characters_prints_whole_and_of_81_is_cut(length: int, printed: str) -> None:
+    """compare: the edge of the 80-character cut, on the JSON text of the value (quotes included)."""
+    value = "v" * (length - 2)  # the JSON string adds two quotes
+    old = ResourceState("AWS::FSx::FileSystem", "Storage/Lustre/Resource", {"/StorageType": value}, "d1")
+    new = ResourceState("AWS::FSx::FileSystem", "Storage/Lustre/Resource", {"/StorageType": "SSD"}, "d2")
+    (change,) = compare({"s": StackState({"L": old}, {})}, {"s": StackState({"L": new}, {})})
+    shown = json.dumps(value) if printed == "whole" else json.dumps(value)[:77] + "..."
+    assert change.reasons == (f'.StorageType {shown} -> "SSD"',)

@@ -1,0 +1,368 @@
+"""`make mutation`: do the tests catch a planted bug in the code that guards data, access and AWS calls?
+
+Two kinds of mutants, one target (not part of `make test`: it takes many minutes):
+
+- Python modules, mutated by mutmut 3 (``mutmut run --max-children 1``: one worker, the machine is
+  shared). Each module in ``MODULES`` is mutated in a fresh copy of this tree, against its own test
+  files only; mutmut's per-test mapping then runs, for each mutant, only the tests that reached the
+  mutated function. A mutant no test reaches ("no tests") counts as a survivor.
+- The node scripts (shell, which no Python tool mutates): the hand-written replacements in
+  ``mutation/shell_mutants.yaml``, each applied alone to a copy of the tree, then the tests it names
+  run against the copy (they find the scripts through the ``mlcluster.lifecycle`` package of the
+  copy, which the copy's ``pythonpath = ["."]`` puts first). Every one must be killed.
+
+Mutants recorded in ``mutation/equivalent.yaml`` (mutant name and why no test can tell it from the
+original) are left out of the kill rate. The result of every module run, with the date and mutmut's
+version, is merged into ``mutation/results.json``; `make bench` prints it.
+
+Usage: ``python tools/mutation.py [--module NAME]... [--minutes N] [--report]``; no module runs
+everything (``--module shell``: the node-script mutants); ``--report`` prints the last table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "mutation" / "results.json"
+EQUIVALENT = ROOT / "mutation" / "equivalent.yaml"
+SHELL_MUTANTS = ROOT / "mutation" / "shell_mutants.yaml"
+PYTHON = Path(sys.executable)
+# mutmut's statuses (mutmut/stats.py, status_by_exit_code) and how the kill rate counts them.
+KILLED = {"killed", "timeout", "caught by type check", "segfault"}
+SURVIVED = {"survived", "no tests", "suspicious"}
+# What the tests need of the tree besides the package and its tests (mutmut copies these into mutants/).
+#: The node-script mutants' tests: behaviour only (a lint test fails on any planted text, proving nothing).
+PYTEST_K = ("-k", "not shellcheck")
+ALSO_COPY = ["tests", "environments", "schema", "docs", "tools", "requirements", "app.py", "cdk.json", "pyproject.toml"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Module:
+    """One unit of `make mutation`: the files mutmut mutates and the test files that own them."""
+
+    mutate: tuple[str, ...]
+    tests: tuple[str, ...]
+
+
+GUARD_TESTS = (
+    "tests/test_day_two.py",
+    "tests/test_day_two_guard.py",
+    "tests/test_accounting_guard.py",
+    "tests/test_day_two_training_plan.py",
+    "tests/test_data_guard.py",
+)
+# In priority order: where a silent bug loses data, then opens access, then misreads AWS.
+MODULES: dict[str, Module] = {
+    "lockfile": Module(
+        mutate=("mlcluster/lockfile.py",), tests=(*GUARD_TESTS, "tests/mutation_kills/test_lockfile.py")
+    ),
+    "replacement": Module(
+        mutate=("mlcluster/replacement.py",),
+        tests=(
+            *GUARD_TESTS,
+            "tests/cli/test_lock_orphans.py",
+            "tests/test_data_inventory.py",
+            "tests/mutation_kills/test_replacement.py",
+        ),
+    ),
+    "analysis": Module(mutate=("mlcluster/analysis/*",), tests=("tests/gates",)),
+    "handlers": Module(mutate=("mlcluster/handlers/*",), tests=("tests/handlers",)),
+    "config-files": Module(
+        mutate=("mlcluster/config/yamlfile.py", "mlcluster/config/names.py"),
+        tests=("tests/config", "tests/test_config.py", "tests/gates/test_contracts.py"),
+    ),
+    "cli": Module(mutate=("mlcluster/cli/*",), tests=("tests/cli", "tests/test_day_two_cli.py")),
+    "constructs-security": Module(
+        mutate=(
+            "mlcluster/constructs/data_bucket.py",
+            "mlcluster/constructs/script_bucket.py",
+            "mlcluster/constructs/log_key.py",
+            "mlcluster/constructs/hyperpod_role.py",
+            "mlcluster/constructs/network.py",
+        ),
+        tests=("tests/constructs", "tests/test_network.py"),
+    ),
+}
+
+
+def copy_tree(dest: Path) -> None:
+    """The tree as git sees it (tracked and new files, ignores respected) into ``dest``; node_modules linked."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
+    pack = subprocess.run(
+        ["tar", "--null", "--ignore-failed-read", "-T", "-", "-cf", "-"],
+        cwd=ROOT,
+        input=files,
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-xf", "-", "-C", str(dest)], input=pack, check=True)
+    if (ROOT / "node_modules").is_dir():
+        (dest / "node_modules").symlink_to(ROOT / "node_modules")
+
+
+def toml_list(items: tuple[str, ...] | list[str]) -> str:
+    """A TOML array of strings (json quoting is valid TOML for these plain paths)."""
+    return json.dumps(list(items))
+
+
+def mutmut_config(module: Module) -> str:
+    """The ``[tool.mutmut]`` table for one module: mutate its files only, run its own tests only."""
+    return (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["mlcluster"]\n'
+        f"only_mutate = {toml_list(module.mutate)}\n"
+        f"also_copy = {toml_list(ALSO_COPY)}\n"
+        f"pytest_add_cli_args_test_selection = {toml_list(module.tests)}\n"
+        'pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider"]\n'
+    )
+
+
+def load_equivalent() -> dict[str, dict[str, str]]:
+    """``mutation/equivalent.yaml``: module -> {mutant name: reason}; every reason must be given."""
+    data = yaml.safe_load(EQUIVALENT.read_text()) or {}
+    for module, entries in data.items():
+        if module not in MODULES:
+            sys.exit(f"{EQUIVALENT.name}: unknown module {module!r}; known: {', '.join(MODULES)}")
+        for name, reason in (entries or {}).items():
+            if not isinstance(reason, str) or not reason.strip():
+                sys.exit(f"{EQUIVALENT.name}: {module}: {name} has no reason")
+    return {module: dict(entries or {}) for module, entries in data.items()}
+
+
+def statuses(work: Path) -> dict[str, str]:
+    """Every mutant of the run in ``work`` and its mutmut status (`mutmut results --all true`)."""
+    out = subprocess.run(
+        [str(PYTHON), "-m", "mutmut", "results", "--all", "true"],
+        cwd=work,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep:
+            found[name] = status
+    return found
+
+
+def summarize(found: dict[str, str], equivalent: dict[str, str]) -> dict[str, Any]:
+    """Counts, kill rate and the survivors' names; a recorded equivalent that no longer exists is an error."""
+    stale = sorted(set(equivalent) - set(found))
+    counts = {"killed": 0, "survived": 0, "equivalent": 0, "not checked": 0}
+    survivors = []
+    for name, status in sorted(found.items()):
+        if name in equivalent:
+            counts["equivalent"] += 1
+        elif status in KILLED:
+            counts["killed"] += 1
+        elif status in SURVIVED:
+            counts["survived"] += 1
+            survivors.append(f"{name} ({status})")
+        else:
+            counts["not checked"] += 1
+    decided = counts["killed"] + counts["survived"]
+    return {
+        **counts,
+        "total": len(found),
+        "kill_rate": round(counts["killed"] / decided, 4) if decided else None,
+        "complete": counts["not checked"] == 0,
+        "survivors": survivors,
+        "stale_equivalents": stale,
+    }
+
+
+def run_module(name: str, minutes: float) -> dict[str, Any]:
+    """mutmut over one module in a fresh copy of the tree; stops after ``minutes`` (the result says so)."""
+    module = MODULES[name]
+    with tempfile.TemporaryDirectory(prefix=f"mlcluster-mutation-{name}-") as tmp:
+        work = Path(tmp)
+        work.chmod(0o755)  # some tests run a program as another user, who must reach the copy
+        copy_tree(work)
+        with (work / "pyproject.toml").open("a") as fh:
+            fh.write(mutmut_config(module))
+        # The tests run inside mutants/ and some run the pinned CDK CLI from node_modules: link it there
+        # (mutmut keeps what it finds in mutants/; copying node_modules would take minutes).
+        if (ROOT / "node_modules").is_dir():
+            (work / "mutants").mkdir()
+            (work / "mutants" / "node_modules").symlink_to(ROOT / "node_modules")
+        print(f"mutation: {name}: mutmut over {', '.join(module.mutate)} against {', '.join(module.tests)}", flush=True)
+        log = work / "mutmut.log"
+        start = time.monotonic()
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [str(PYTHON), "-m", "mutmut", "run", "--max-children", "1"],
+                cwd=work,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                proc.wait(timeout=minutes * 60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+                print(f"mutation: {name}: stopped after {minutes:g} minutes; the rest is 'not checked'", flush=True)
+        result = summarize(statuses(work), load_equivalent().get(name, {}))
+        if proc.returncode not in (0, -signal.SIGTERM) or result["not checked"] == result["total"]:
+            sys.exit(f"mutation: {name}: mutmut failed (exit {proc.returncode}):\n{log.read_text()[-3000:]}")
+        result["seconds"] = round(time.monotonic() - start)
+        result["mutate"] = list(module.mutate)
+        result["tests"] = list(module.tests)
+        return result
+
+
+def run_shell(minutes: float) -> dict[str, Any]:
+    """Each hand-written node-script mutant alone in one copy of the tree; the tests it names must fail."""
+    mutants = yaml.safe_load(SHELL_MUTANTS.read_text())
+    killed, survivors = 0, []
+    deadline = time.monotonic() + minutes * 60
+    baseline: dict[tuple[str, ...], bool] = {}
+    with tempfile.TemporaryDirectory(prefix="mlcluster-mutation-shell-") as tmp:
+        work = Path(tmp)
+        work.chmod(0o755)  # some node tests run a script as another user, who must reach the copy
+        copy_tree(work)
+        for mutant in mutants:
+            if time.monotonic() > deadline:
+                survivors.append(f"{mutant['id']} (not checked: out of time)")
+                continue
+            target = work / mutant["file"]
+            original = target.read_text()
+            if original.count(mutant["old"]) != 1:
+                sys.exit(f"{SHELL_MUTANTS.name}: {mutant['id']}: 'old' must occur exactly once in {mutant['file']}")
+            target.write_text(original.replace(mutant["old"], mutant["new"]))
+            try:
+                run = run_tests(work, mutant["tests"])
+            finally:
+                target.write_text(original)
+            caught = run.returncode == 1
+            if caught and tuple(mutant["tests"]) not in baseline:
+                # A failure proves the mutant caught only if the same tests pass on the unmutated copy.
+                baseline[tuple(mutant["tests"])] = run_tests(work, mutant["tests"]).returncode == 0
+            if caught and not baseline[tuple(mutant["tests"])]:
+                sys.exit(f"mutation: shell: {', '.join(mutant['tests'])} fail on the unmutated copy; nothing is proven")
+            failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED")]
+            print(f"mutation: shell: {mutant['id']}: {'killed' if caught else 'SURVIVED'} {failed[:1]}", flush=True)
+            if caught:
+                killed += 1
+            else:
+                survivors.append(f"{mutant['id']} (pytest exit {run.returncode})")
+    total = len(mutants)
+    return {
+        "killed": killed,
+        "survived": total - killed,
+        "equivalent": 0,
+        "not checked": 0,
+        "total": total,
+        "kill_rate": round(killed / total, 4) if total else None,
+        "complete": True,
+        "survivors": survivors,
+        "stale_equivalents": [],
+    }
+
+
+def run_tests(work: Path, tests: list[str]) -> subprocess.CompletedProcess[str]:
+    """The named tests on the copy in ``work``, stopping at the first failure; lint tests left out."""
+    return subprocess.run(
+        # A lint finding on the planted text is no proof a test would catch the bug: behaviour only (-k).
+        [
+            str(PYTHON),
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            *PYTEST_K,
+            *tests,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def write_results(new: dict[str, dict[str, Any]]) -> None:
+    """Merge this run's modules into ``mutation/results.json`` (modules not run keep their last result)."""
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"modules": {}}
+    stamp = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "tool": "mutmut",
+        "tool_version": metadata.version("mutmut"),
+    }
+    for name, result in new.items():
+        tool = (
+            {"tool": "hand-written mutants", "tool_version": "mutation/shell_mutants.yaml"} if name == "shell" else {}
+        )
+        data["modules"][name] = {**stamp, **tool, **result}
+    RESULTS.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def table(data: dict[str, Any]) -> str:
+    """The kill-rate table `make mutation` and `make bench` print."""
+    lines = [f"{'module':<22} {'killed':>7} {'survived':>9} {'equiv':>6} {'unchecked':>10} {'kill rate':>10}  date"]
+    for name, r in data["modules"].items():
+        rate = "-" if r["kill_rate"] is None else f"{r['kill_rate']:.0%}"
+        lines.append(
+            f"{name:<22} {r['killed']:>7} {r['survived']:>9} {r['equivalent']:>6} {r['not checked']:>10} {rate:>10}"
+            f"  {r['date']} ({r['tool']} {r['tool_version']})"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--module", action="append", choices=[*MODULES, "shell"], default=[])
+    parser.add_argument("--minutes", type=float, default=60.0, help="stop one module after this long (default 60)")
+    parser.add_argument("--report", action="store_true", help="print the last result (mutation/results.json) only")
+    args = parser.parse_args()
+    if args.report:
+        print(table(json.loads(RESULTS.read_text())) if RESULTS.exists() else "no mutation/results.json yet")
+        return 0
+    if shutil.which("git") is None:
+        sys.exit("mutation: git is needed to copy the tree")
+    chosen = args.module or [*MODULES, "shell"]
+    results: dict[str, dict[str, Any]] = {}
+    for name in chosen:
+        if name == "shell":
+            results[name] = run_shell(args.minutes)
+        else:
+            results[name] = run_module(name, args.minutes)
+        write_results({name: results[name]})
+        for survivor in results[name]["survivors"]:
+            print(f"  survived: {survivor}")
+        for stale in results[name]["stale_equivalents"]:
+            print(f"  {EQUIVALENT.name} names a mutant that no longer exists: {stale}")
+    print(table(json.loads(RESULTS.read_text())))
+    bad = [n for n, r in results.items() if r["survived"] or r["stale_equivalents"] or not r["complete"]]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
