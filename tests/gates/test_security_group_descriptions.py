@@ -125,7 +125,10 @@ def _template(kind: str, props: dict[str, Any]) -> dict[str, Any]:
         ),
         (
             "AWS::EC2::SecurityGroup",
-            {"GroupDescription": "g", "SecurityGroupEgress": [{"CidrIp": "0.0.0.0/0", "Description": "the API\u2019s"}]},
+            {
+                "GroupDescription": "g",
+                "SecurityGroupEgress": [{"CidrIp": "0.0.0.0/0", "Description": "the API\u2019s"}],
+            },
             "SecurityGroupEgress[0].Description",
         ),
         (
