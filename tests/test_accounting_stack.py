@@ -156,6 +156,25 @@ def test_only_the_controller_carries_the_database_client_group(templates: dict[s
     assert (egress["IpProtocol"], egress["FromPort"], egress["ToPort"]) == ("tcp", 3306, 3306)
 
 
+def _interface_groups(template: dict[str, Any], role_prefix: str) -> list[str]:
+    """The security groups a role may name when it creates a network interface (its Network policy)."""
+    (create,) = [s for s in _policies_of(template, role_prefix) if s.get("Sid") == "CreateInterfacesInClusterSubnets"]
+    return [json.dumps(r) for r in create["Resource"] if ":security-group/" in json.dumps(r)]
+
+
+def test_only_the_controllers_role_may_create_its_eni_with_the_client_group(
+    templates: dict[str, dict[str, Any]],
+) -> None:
+    """Issue 30c, item 1: the controller's ENI carries the client group, so its role's CreateNetworkInterface must
+    name it (else HyperPod's create of the controller is denied); a worker's role must not."""
+    client = _client_group_id(templates["acct/Storage"]["Resources"])
+    cluster = templates["acct/Cluster"]
+    controller = _interface_groups(cluster, "Rolecontroller")
+    assert len(controller) == 2 and sum(client in g for g in controller) == 1
+    worker = _interface_groups(cluster, "Rolegpu")
+    assert len(worker) == 1 and client not in worker[0]
+
+
 def _group(resources: dict[str, Any], description: str) -> dict[str, Any]:
     (group,) = [
         r

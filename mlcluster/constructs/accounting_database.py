@@ -152,9 +152,11 @@ class AccountingDatabase(Construct):
             ]
         #: The group admitted to the database's port (attach it to the node that runs slurmdbd).
         self.client_security_group: ec2.ISecurityGroup = client_security_group
-        self.security_group.add_ingress_rule(client_security_group, ec2.Port.tcp(PORT), "slurmdbd's node")
+        self.security_group.add_ingress_rule(
+            client_security_group, ec2.Port.tcp(PORT), "The node running slurmdbd (the controller)"
+        )
         self.rotation_security_group.add_egress_rule(
-            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "Secrets Manager's API through the subnets' NAT route"
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "Secrets Manager API through the NAT route of the subnets"
         )
         parameters = rds.ParameterGroup(
             self,

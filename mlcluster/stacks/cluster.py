@@ -337,6 +337,12 @@ class ClusterStack(cdk.Stack):
             raise ConfigError(env.source, problems)
         override_subnets = [subnet for chosen in group_subnets.values() for subnet in chosen]
         node_subnets = list(dict.fromkeys([network.private_subnets[0], *override_subnets]))
+        # With the managed accounting database, its client group on the controller alone (slurmdbd's node).
+        controller_security_groups: list[ec2.ISecurityGroup] = (
+            [storage.accounting.client_security_group]
+            if storage.accounting is not None and cfg.lifecycle.accounting.mode == "managed"
+            else []
+        )
         roles: dict[str, iam.IRole] = {}
         for group in groups:
             is_controller = group is cfg.controller
@@ -345,7 +351,8 @@ class ClusterStack(cdk.Stack):
                 f"Role-{group.instance_group_name}",
                 vpc=network.vpc,
                 subnets=node_subnets,
-                security_groups=[network.security_group],
+                # The controller's ENI also carries the accounting client group: its role may name it at creation.
+                security_groups=[network.security_group, *(controller_security_groups if is_controller else [])],
                 lifecycle_bucket=lifecycle.bucket,
                 lifecycle_prefix=lifecycle.prefix,
                 data_bucket=storage.data_bucket.bucket,
@@ -396,11 +403,7 @@ class ClusterStack(cdk.Stack):
             lifecycle=lifecycle,
             group_subnets=group_subnets,
             # With the managed accounting database, its client group on the controller alone (slurmdbd's node).
-            controller_security_groups=(
-                [storage.accounting.client_security_group]
-                if storage.accounting is not None and cfg.lifecycle.accounting.mode == "managed"
-                else []
-            ),
+            controller_security_groups=controller_security_groups,
             node_recovery=cfg.node_recovery,
             slurm_config_strategy=cfg.slurm_config_strategy,
             tags={"mlcluster:environment": env.name, **env.config.tags},

@@ -149,7 +149,7 @@ def test_only_the_nodes_group_and_the_rotation_function_reach_the_database(
     assert rotation_egress == [
         {
             "CidrIp": "0.0.0.0/0",
-            "Description": "Secrets Manager's API through the subnets' NAT route",
+            "Description": "Secrets Manager API through the NAT route of the subnets",
             "FromPort": 443,
             "IpProtocol": "tcp",
             "ToPort": 443,

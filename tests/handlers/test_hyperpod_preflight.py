@@ -149,16 +149,31 @@ def test_source_uri_that_is_not_s3_is_reported(world: World, sagemaker_calls: Ca
 
 def test_security_groups_without_self_rules_are_reported(world: World, sagemaker_calls: Calls) -> None:
     spec = world.spec(
-        VpcConfig={
-            "SecurityGroupIds": [world.sg, world.sg_ingress_only, world.sg_no_rules],
-            "Subnets": [world.private_subnet],
-        }
+        VpcConfig={"SecurityGroupIds": [world.sg_ingress_only, world.sg_no_rules], "Subnets": [world.private_subnet]}
     )
     err = _fails_preflight(world, sagemaker_calls, world.props(spec))
     assert [p.split(" (all protocols")[0] for p in err.problems] == [
         f"security group {world.sg_ingress_only} lacks the self-referencing egress rule(s)",
         f"security group {world.sg_no_rules} lacks the self-referencing ingress and egress rule(s)",
     ]
+    assert "no other group of VpcConfig has both" in err.problems[0]
+
+
+def test_one_group_with_self_rules_per_config_suffices(world: World, sagemaker_calls: Calls) -> None:
+    """Issue 30c, item 2: the controller's OverrideVpcConfig adds the accounting client group (no self rules)."""
+    spec = world.spec()
+    client_group = {"SecurityGroupIds": [world.sg, world.sg_no_rules], "Subnets": [world.private_subnet]}
+    spec["InstanceGroups"][0]["OverrideVpcConfig"] = client_group
+    assert app.on_event(create_event(world.props(spec)))["Data"] == {"ClusterName": world.name}
+    # The same client group alone on a group's override is refused: that group's nodes share no open group.
+    name = spec["InstanceGroups"][2]["InstanceGroupName"]
+    spec["InstanceGroups"][2]["OverrideVpcConfig"] = {**client_group, "SecurityGroupIds": [world.sg_no_rules]}
+    sagemaker_calls.clear()
+    err = _fails_preflight(world, sagemaker_calls, world.props(spec))
+    assert [p.split(" (all protocols")[0] for p in err.problems] == [
+        f"security group {world.sg_no_rules} lacks the self-referencing ingress and egress rule(s)"
+    ]
+    assert f"no other group of InstanceGroups[{name}].OverrideVpcConfig has both" in err.problems[0]
 
 
 def test_every_failed_check_is_reported_at_once(world: World, sagemaker_calls: Calls) -> None:

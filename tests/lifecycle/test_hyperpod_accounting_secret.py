@@ -63,7 +63,8 @@ def test_the_step_installs_the_tool_the_drop_in_and_the_timer(controller: Sandbo
     info = (controller.root / TOOL).stat()
     assert (info.st_uid, info.st_mode & 0o777) == (0, 0o755)
     drop_in = controller.read("/etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf")
-    assert "[Service]\nExecStartPre=+/usr/local/sbin/mlcluster-accounting-secret refresh\n" in drop_in
+    assert "[Service]\nExecStartPre=+/usr/bin/env MLC_MAX_ATTEMPTS=2 AWS_MAX_ATTEMPTS=1 " in drop_in
+    assert "/usr/local/sbin/mlcluster-accounting-secret refresh\n" in drop_in
     service = controller.read("/etc/systemd/system/mlcluster-accounting-secret.service")
     assert "Type=oneshot\nExecStart=/usr/local/sbin/mlcluster-accounting-secret watch\n" in service
     timer = controller.read("/etc/systemd/system/mlcluster-accounting-secret.timer")
@@ -162,6 +163,52 @@ def test_a_start_without_the_secret_goes_on_with_the_files_password(controller: 
     assert result.returncode == 0, result.stderr
     assert "slurmdbd starts with the password slurmdbd.conf already has" in result.stderr
     assert credentials(controller) == ("slurm", "first-Pass1")
+
+
+def test_a_start_that_cannot_read_the_secret_falls_back_inside_slurmdbds_start_timeout(
+    controller: Sandbox, tmp_path: Path
+) -> None:
+    """Issue 30c, item 4: the drop-in's ExecStartPre, run as systemd would, gives up on the secret in time.
+
+    systemd kills a start that outlasts TimeoutStartSec (90 s by default) and then the fallback to the file's
+    password never runs. Each aws call is one attempt (AWS_MAX_ATTEMPTS=1) of at most the tool's connect and
+    read timeouts; the tool's retries, their pauses and two minutes for slurmdbd itself fit in the limit.
+    """
+    drop_in = controller.read("/etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf")
+    settings = dict(line.split("=", 1) for line in drop_in.splitlines() if "=" in line and not line.startswith("#"))
+    limit = int(settings["TimeoutStartSec"])
+    command = settings["ExecStartPre"].removeprefix("+").split()
+    assert command[0] == "/usr/bin/env"
+    # A failing aws that notes the attempts it was allowed; nothing of the test process's environment leaks in.
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "aws").write_text('#!/bin/bash\necho "${AWS_MAX_ATTEMPTS:-unset} $*" >>"$FAKE_AWS_LOG"\nexit 255\n')
+    (fake / "aws").chmod(0o755)
+    log = tmp_path / "aws.log"
+    env = {k: v for k, v in controller.env().items() if k not in ("MLC_MAX_ATTEMPTS", "MLC_RETRY_DELAY")}
+    env |= {"PATH": f"{fake}:{env['PATH']}", "FAKE_AWS_LOG": str(log), "MLC_RETRY_DELAY": "0"}
+    env |= {"MLC_LIFECYCLE_DIR": str(controller.root / "opt/mlcluster/lifecycle")}
+    tool_path = str(controller.root / command[-2].lstrip("/"))
+    result = subprocess.run(
+        ["/usr/bin/env", *command[1:-2], "bash", tool_path, command[-1]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "slurmdbd starts with the password slurmdbd.conf already has" in result.stderr
+    calls = log.read_text().splitlines()
+    assert [c.split()[0] for c in calls] == ["1"] * len(calls)
+    script = (controller.root / TOOL).read_text()
+    connect = int(script.split("--cli-connect-timeout ")[1].split()[0])
+    read = int(script.split("--cli-read-timeout ")[1].split()[0])
+    assert all(f"--cli-connect-timeout {connect} --cli-read-timeout {read}" in c for c in calls)
+    pauses = sum(min(2 * 2**n, 60) for n in range(len(calls) - 1))  # lib.sh retry: 2 s, doubling
+    worst = len(calls) * (connect + read) + pauses
+    assert (len(calls), worst) == (2, 62)
+    assert worst + 120 <= limit
 
 
 def test_a_start_without_the_secret_and_without_a_password_fails(controller: Sandbox) -> None:

@@ -140,20 +140,43 @@ def _check_provisioning_parameters(s3: S3Client, bucket: str, prefix: str, props
 
 
 def check_network(ec2: EC2Client, spec: dict[str, Any]) -> list[str]:
-    """The subnets are private and the security groups carry the self-referencing rules.
+    """The subnets are private and each VPC configuration has a group carrying the self-referencing rules.
 
-    Covers the cluster's ``VpcConfig`` and any group's ``OverrideVpcConfig``.
+    Covers the cluster's ``VpcConfig`` and any group's ``OverrideVpcConfig``. EFA and Slurm traffic between
+    nodes needs all-protocol ingress and egress to and from a group the nodes share (HyperPod's prerequisites,
+    as EFA's); an ENI's groups' rules add up, so one such group per configuration suffices. The others (the
+    accounting database's client group on the controller, for one) may admit nothing.
     """
-    configs = [spec["VpcConfig"]] + [
-        g["OverrideVpcConfig"] for g in spec["InstanceGroups"] if g.get("OverrideVpcConfig")
+    configs = [("VpcConfig", spec["VpcConfig"])] + [
+        (f"InstanceGroups[{g.get('InstanceGroupName')}].OverrideVpcConfig", g["OverrideVpcConfig"])
+        for g in spec["InstanceGroups"]
+        if g.get("OverrideVpcConfig")
     ]
-    subnets = list(dict.fromkeys(s for c in configs for s in c["Subnets"]))
-    groups = list(dict.fromkeys(g for c in configs for g in c["SecurityGroupIds"]))
+    subnets = list(dict.fromkeys(s for _, c in configs for s in c["Subnets"]))
     problems: list[str] = []
     for subnet in subnets:
         problems += _check_subnet(ec2, subnet)
-    for group in groups:
-        problems += _check_security_group(ec2, group)
+    inspected: dict[str, list[str] | str] = {}
+    for group in dict.fromkeys(g for _, c in configs for g in c["SecurityGroupIds"]):
+        inspected[group] = _missing_self_rules(ec2, group)
+    # A group that cannot be inspected is reported once, whichever configurations name it.
+    problems += [found for found in inspected.values() if isinstance(found, str)]
+    reported: set[str] = set()
+    for where, config in configs:
+        missing = {g: inspected[g] for g in config["SecurityGroupIds"]}
+        lacking = {g: m for g, m in missing.items() if not isinstance(m, str)}
+        # Passes only with a group known to carry both rules (one that cannot be inspected is reported above).
+        if not all(lacking.values()):
+            continue
+        for group, directions in lacking.items():
+            if group in reported:
+                continue
+            reported.add(group)
+            problems.append(
+                f"security group {group} lacks the self-referencing {' and '.join(directions)} rule(s) (all "
+                f"protocols, source/destination the group itself), and no other group of {where} has both; EFA and "
+                "Slurm traffic between nodes needs both in at least one of them, or creation fails its health checks"
+            )
     return problems
 
 
@@ -190,33 +213,27 @@ def _check_subnet(ec2: EC2Client, subnet_id: str) -> list[str]:
     return problems
 
 
-def _check_security_group(ec2: EC2Client, group_id: str) -> list[str]:
+def _missing_self_rules(ec2: EC2Client, group_id: str) -> list[str] | str:
+    """The directions (ingress, egress) the group lacks a self rule in, or why it cannot be inspected."""
     try:
         found = ec2.describe_security_groups(GroupIds=[group_id])["SecurityGroups"]
     except ClientError as err:
         if error_code(err).startswith("InvalidGroup"):
-            return [f"security group {group_id}: not found ({error_text(err)})"]
-        return [
+            return f"security group {group_id}: not found ({error_text(err)})"
+        return (
             f"security group {group_id}: cannot inspect it ({error_text(err)}); the handler needs "
             "ec2:DescribeSecurityGroups"
-        ]
+        )
     if not found:
-        return [f"security group {group_id}: not found"]
+        return f"security group {group_id}: not found"
     group = found[0]
-    missing = [
+    return [
         direction
         for direction, rules in (
             ("ingress", group.get("IpPermissions", [])),
             ("egress", group.get("IpPermissionsEgress", [])),
         )
         if not _has_self_rule(rules, group_id)
-    ]
-    if not missing:
-        return []
-    return [
-        f"security group {group_id} lacks the self-referencing {' and '.join(missing)} rule(s) (all protocols, "
-        "source/destination the group itself); EFA and Slurm traffic between nodes needs both, or creation fails "
-        "its health checks"
     ]
 
 

@@ -115,6 +115,12 @@ local_database() {
 SECRET_TOOL=/usr/local/sbin/mlcluster-accounting-secret
 SECRET_UNIT=mlcluster-accounting-secret
 SECRET_MINUTES=5
+# Before a start, the secret is read at most twice, each time one AWS CLI attempt (10 s to connect, 20 s to
+# read, accounting_secret.sh): about 62 s with the 2 s pause, so the fallback to the file's password runs well
+# inside slurmdbd's start timeout, raised from systemd's 90 s default so slurmdbd itself still has about three minutes
+# (an Aurora database resuming from zero capacity answers in about 15 s).
+SECRET_START_ATTEMPTS=2
+SECRET_START_TIMEOUT_SEC=240
 
 # remote_database : slurmdbd.conf with the secret's username and password (plan checks both can sit in
 # the file), then the tool, the drop-in and the timer that keep them equal to the secret after rotation.
@@ -132,14 +138,16 @@ remote_database() {
 }
 
 # secret_refresh : install mlcluster-accounting-secret, run it before each start of slurmdbd (the "+"
-# runs it as root even when the unit names another User=) and every SECRET_MINUTES minutes.
+# runs it as root even when the unit names another User=; bounded as SECRET_START_* say) and every
+# SECRET_MINUTES minutes.
 secret_refresh() {
   local changed=false
   install_file "$MLC_ROOT$SECRET_TOOL" 755 <"$MLC_LIFECYCLE_DIR/accounting_secret.sh"
   install_file "$SYSTEMD_DIR/slurmdbd.service.d/mlcluster-secret.conf" 644 <<UNIT
 # Written by mlcluster (accounting step): slurmdbd logs in with the secret's current password.
 [Service]
-ExecStartPre=+$SECRET_TOOL refresh
+ExecStartPre=+/usr/bin/env MLC_MAX_ATTEMPTS=$SECRET_START_ATTEMPTS AWS_MAX_ATTEMPTS=1 $SECRET_TOOL refresh
+TimeoutStartSec=$SECRET_START_TIMEOUT_SEC
 UNIT
   changed=$FILE_CHANGED
   install_file "$SYSTEMD_DIR/$SECRET_UNIT.service" 644 <<UNIT
