@@ -242,8 +242,10 @@ class HyperPodExecutionRole(Construct):
         )
 
     def _copy_metric(self, namespace: str) -> None:
-        if namespace == CLUSTER_METRIC_NAMESPACE or namespace.startswith("AWS/") or not METRIC_NAMESPACE.fullmatch(
-            namespace
+        if (
+            namespace == CLUSTER_METRIC_NAMESPACE
+            or namespace.startswith("AWS/")
+            or not METRIC_NAMESPACE.fullmatch(namespace)
         ):
             raise ValueError(
                 f"copy_metric_namespace: {namespace!r} is not allowed; use a namespace of mlcluster's own "

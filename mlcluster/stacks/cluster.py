@@ -362,7 +362,9 @@ class ClusterStack(cdk.Stack):
                     self.prometheus.workspace_arn if is_controller and self.prometheus is not None else None
                 ),
                 # Only the controller runs the daily copy: no job on another node may publish its data point.
-                copy_metric_namespace=SCHEDULED_COPY_NAMESPACE if is_controller else None,
+                copy_metric_namespace=(
+                    SCHEDULED_COPY_NAMESPACE if is_controller and cfg.lifecycle.scheduled_backup else None
+                ),
                 description=f"SageMaker HyperPod instance group {group.instance_group_name} of {env.cluster_name}",
             ).role
         backups.deny_roles(
