@@ -263,7 +263,6 @@ def test_update_reads_running_and_pending_jobs_from_squeue(cluster: SlurmCluster
         read = parse_squeue(done.stdout, mark)
         assert "1" not in {j.job_id for j in read}
         jobs = [j for j in read if j.job_id.startswith(f"{job}_")]
-        assert len(jobs) == len(read)
         assert {j.name for j in jobs} == {printable(name)} and {j.partition for j in jobs} == {PARTITION}
         assert printable(name) == "train|v2\\n1|debug|root|RUNNING|9|0:01|forged\\x1b[2J"
         assert sum(j.running for j in jobs) == 3 and [j.nodes for j in jobs if j.running] == [1, 1, 1]
