@@ -161,7 +161,8 @@ def _fleet_note(environment: Environment, stack: str, changes: Sequence[ClusterC
             f"{environment.source}: the cluster in {stack} applies this edit with its fleet running, but should "
             f"anything else in the same deploy fail after the cluster is updated, ParallelCluster takes the "
             f"rollback's changes back only with the fleet stopped: {listed}. Deploy it with 'mlcluster update "
-            f"{environment.name}', or alone; if a 'cdk deploy' rollback stops in UPDATE_ROLLBACK_FAILED, stop the "
+            f"{environment.name}' (it stops the fleet for such an edit too, so a rollback can complete); a plain "
+            f"'cdk deploy' keeps the fleet running, and if its rollback stops in UPDATE_ROLLBACK_FAILED, stop the "
             f"fleet ('pcluster update-compute-fleet --status STOP_REQUESTED') and run 'aws cloudformation "
             f"continue-update-rollback --stack-name {stack}'"
         )

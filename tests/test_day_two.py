@@ -141,6 +141,7 @@ PC_FLEET_STOP = (
 UPDATE_DOES = {
     "refused": "nothing: refused at synth",
     "fleet_stop": "stops the compute fleet, deploys, starts it",
+    "rollback_stop": "stops the compute fleet (the rollback would need it stopped), deploys, starts it",
     "in_place": "deploys",
 }
 HP = "cluster.hyperpod"
@@ -166,7 +167,8 @@ class Edit:
     #: Stacks the guard refuses as a whole: dropped from the app, or losing termination protection.
     stacks: frozenset[str] = frozenset()
     #: The deploy outcome (``mlcluster.deploy_outcomes``): ``refused`` at synth as a deploy that would fail,
-    #: ``fleet_stop`` (passes with the note that ``mlcluster update`` must deploy it), or ``in_place``.
+    #: ``fleet_stop`` (passes with the note that ``mlcluster update`` must deploy it), ``rollback_stop`` (in place,
+    #: but its rollback needs the fleet stopped: noted, and ``mlcluster update`` stops it), or ``in_place``.
     deploy: str = "in_place"
 
 
@@ -365,7 +367,12 @@ EDITS = [
         stacks={"dt-Cluster dropped", "dt-Observability dropped"},
         safe_way="copy /home off the head node, destroy the Cluster stack first, lock, then edit",
     ),
-    edit("queue max count 2 -> 4", "pcluster", {f"{PC}.queues.0.compute_resources.0.max_count": 4}),
+    edit(
+        "queue max count 2 -> 4",
+        "pcluster",
+        {f"{PC}.queues.0.compute_resources.0.max_count": 4},
+        deploy="rollback_stop",
+    ),
     edit(
         "queue instance type p5 -> p4de",
         "pcluster",
@@ -411,6 +418,7 @@ EDITS = [
                 "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge", "max_count": 4}],
             }
         },
+        deploy="rollback_stop",
     ),
     edit(
         "head node instance type",
@@ -654,7 +662,8 @@ def results(tmp_path_factory: pytest.TempPathFactory, baselines: dict[str, Snaps
         assert len(stack_refusals(env, before, after)) == len(stacks)
         problems, outcome_notes = outcome_checks(env, before, after)
         fleet = [note for note in outcome_notes if "compute fleet stopped" in note]
-        deploy = "refused" if problems else "fleet_stop" if fleet else "in_place"
+        back = [note for note in outcome_notes if "rollback's changes back only with the fleet stopped" in note]
+        deploy = "refused" if problems else "fleet_stop" if fleet else "rollback_stop" if back else "in_place"
         out[item.name] = Result(changes, refused, stacks, notices(env, before, after, changes), deploy)
     print(f"day-two table: {len(EDITS)} edits + {len(BASES)} baselines in {time.perf_counter() - started:.1f} s")
     return out
@@ -712,7 +721,12 @@ def test_a_removed_retained_dra_is_reported_as_still_running(results: dict[str, 
     # too, and that edit is refused at synth (the new one would overlap it).
     moved = "change a DRA's file system path"
     assert results[moved].deploy == "refused" and "AssociationCkpt" in results[moved].notes[0]
-    assert all(not results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved))
+    # The accounting database removed (allowed): its retained secret stays outside the stack, and synth says so.
+    dropped_db = "accounting database removed (back to local)"
+    (secret_note,) = results[dropped_db].notes
+    assert "AccountingDatabase/Cluster/Secret/Resource" in secret_note and "leaves the template" in secret_note
+    noted = {e.name: results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved, dropped_db)}
+    assert {name: notes for name, notes in noted.items() if notes} == {}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -183,7 +183,8 @@ def test_a_change_whose_rollback_needs_the_fleet_stopped_is_noted(tmp_path: Path
     raised = edited(lambda c: c["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0].update(MaxCount=8))
     (note,) = guard(env, templates(config=raised))[1]
     assert "applies this edit with its fleet running, but should anything else in the same deploy fail" in note
-    assert "MaxCount: 8 -> 4" in note and f"'mlcluster update {NAME}'" in note
+    assert "MaxCount: 8 -> 4" in note
+    assert f"'mlcluster update {NAME}' (it stops the fleet for such an edit too, so a rollback can complete)" in note
     assert f"continue-update-rollback --stack-name {NAME}-Cluster" in note
 
 

@@ -12,7 +12,8 @@ What a node must show comes from its own kind: on ParallelCluster the compute re
 names (``<queue>-<st|dy>-<resource>-<n>``), with that resource's instance type and ``efa`` setting; on
 HyperPod the partition's instance group. Where HyperPod groups of different types share a partition
 (Slurm's node names are host names there) the node's own ``/etc/mlcluster/health.env``, written by the
-lifecycle for its instance type, decides (``--require-env``: a node without it fails).
+lifecycle for its instance type, decides (``--require-env``: a node without it fails); so it does for a
+type this package's tables do not know (:func:`counts_known`).
 
 The quick tier runs one job step per kind of node; the deep tier one per node (``-N 1``), each its own
 single-node all-reduce, so one bad node fails alone (one ``srun -N <n> --mpi=pmix`` would join every
@@ -36,16 +37,27 @@ import click
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
 from mlcluster.cli.errors import EXIT_FAILED, CliError
+from mlcluster.cli.nccl import efa_devices
 from mlcluster.cli.nodes import cluster_name, controller
 from mlcluster.cli.smoke import IMMEDIATE_SECONDS, NodeKind, choose_partition
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+from mlcluster.pcluster.instance_types import INSTANCE_TYPES
 
 HEALTH = "mlcluster-health"
 #: The line the check script adds for a job step that did not end with 0: a critical finding (1, with the
 #: node's summary), or srun could not start it, ``timeout`` ended it (124), the tool was killed.
 STEP_EXIT = "MLC-STEP"
-#: Keeps the output under Run Command's 2500 characters: failed checks, each node's summary, failed job steps.
-HEALTH_FILTER = f"grep -E ' FAIL |: healthy$|: [0-9]+ critical, [0-9]+ warning$|: drained |^{STEP_EXIT} '"
+#: A node's summary line (health.sh's last line): it ran every check.
+SUMMARY_PATTERN = ": healthy$|: [0-9]+ critical, [0-9]+ warning$"
+#: Keeps the output under Run Command's limit: failed checks, each node's summary, failed job steps and
+#: srun's own errors (``srun: error: Unable to allocate resources: ...``: why a step never reached its nodes).
+HEALTH_FILTER = f"grep -E ' FAIL |{SUMMARY_PATTERN}|: drained |^{STEP_EXIT} |^srun: error'"
+#: The line the check script writes to stderr as each job step ends, so a long deep run keeps output flowing
+#: (a Session Manager session ends after its idle timeout, 20 minutes by default); the parser ignores it.
+PROGRESS = "MLC-PROGRESS"
+#: srun's words when it could not get the nodes it named (another job took one after the listing, or
+#: ``--immediate`` ran out): the nodes were never reached, so they are "not checked", not critical.
+NOT_ALLOCATED = "Unable to allocate resources"
 #: Job steps (srun) running at once: the controller starts one srun process per step, and the deep tier
 #: runs one step per node.
 CONCURRENT_STEPS = 16
@@ -61,7 +73,8 @@ _CHECK = re.compile(
     r"(?:\. Action: (?P<action>.*))?$"
 )
 _SUMMARY = re.compile(r"^(?:\d+:\s+)?(?P<host>\S+): (?:healthy|(?P<critical>\d+) critical, (?P<warning>\d+) warning)$")
-_STEP_EXIT = re.compile(rf"^{STEP_EXIT} (?P<nodes>\S+) exit=(?P<code>\d+)$")
+_STEP_EXIT = re.compile(rf"^{STEP_EXIT} (?P<nodes>\S+) exit=(?P<code>\d+)(?: (?P<said>.*))?$")
+_SRUN_ERROR = re.compile(r"^srun: error: .*$")
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,8 @@ class NodeHealth:
     #: What the node was checked against (mlcluster-health's options, and the kind of node they come from).
     expects: str = ""
     failures: list[Failure] = field(default_factory=list)
+    #: Why a node that was idle was not checked after all (srun could not allocate it, the output was cut).
+    note: str = ""
 
     @property
     def verdict(self) -> str:
@@ -105,14 +120,25 @@ class NodeHealth:
             "checked": self.checked,
             "expects": self.expects,
             "verdict": self.verdict,
+            "note": self.note,
             "failures": [f.__dict__ for f in self.failures],
         }
 
 
+def counts_known(kind: NodeKind) -> bool:
+    """True when this package's tables say what a node of ``kind`` must show: its instance type is in
+    INSTANCE_TYPES and, where EFA is on for an EFA type, nccl.EFA_DEVICES has its device count. Otherwise the
+    counts would be zeros, checked against nothing (a p6e-gb200 or g6e.48xlarge node would pass)."""
+    info = INSTANCE_TYPES.get(kind.instance_type.removeprefix("ml."))
+    if info is None:
+        return False
+    return not (kind.efa and info.efa and efa_devices(kind.instance_type) is None)
+
+
 def expect_args(kind: NodeKind | None) -> str:
-    """mlcluster-health's options for a node of ``kind``: the counts it must show; for a node whose kind is
-    not known, its own health.env, required (``--require-env``)."""
-    if kind is None:
+    """mlcluster-health's options for a node of ``kind``: the counts it must show; for a node whose kind or
+    whose counts are not known, its own health.env, required (``--require-env``: a node without it fails)."""
+    if kind is None or not counts_known(kind):
         return "--require-env"
     gpus, efa, neuron = kind.expectations()
     return f"--expect-gpus {gpus} --expect-efa {efa} --expect-neuron {neuron}"
@@ -138,32 +164,62 @@ def check_script(partition: str, batches: Sequence[tuple[Sequence[str], str]], t
     """The shell run on the controller: the tool once in a variable, one ``srun`` per batch (named nodes,
     exclusive, without queueing, under ``timeout``), at most CONCURRENT_STEPS at once, each step's output in
     its own file, then all of them through HEALTH_FILTER. The deep tier's all_reduce_perf is an MPI program
-    (nccl-tests built with MPI=1, as in smoke): ``--mpi=pmix``, one rank on one node."""
+    (nccl-tests built with MPI=1, as in smoke): ``--mpi=pmix``, one rank on one node, ``--cpu-bind=none`` (as
+    the smoke test and AWS's nccl-tests scripts: the one rank drives every GPU with its own threads).
+
+    A step that fails names its nodes and srun's first error (STEP_EXIT line) and each step says on stderr
+    that it ended (PROGRESS). A batch of several nodes (the quick tier) that failed with no node's summary
+    (one node taken by another job fails the whole ``srun -N``) runs again one step per node, so each node
+    answers for itself. The throttle waits with ``wait -n`` where bash has it (4.3 on) and sleeps a second
+    where it does not (bash 4.2 of Amazon Linux 2), instead of spinning."""
     script = (HYPERPOD_DIR / "health.sh").read_text(encoding="utf-8")
-    mpi = " --mpi=pmix" if tier == "deep" else ""
+    extra = " --mpi=pmix --cpu-bind=none" if tier == "deep" else ""
+    throttle = f'while [ "$(jobs -rp | wc -l)" -ge {CONCURRENT_STEPS} ]; do wait -n 2>/dev/null || sleep 1; done'
     lines = [
         f"h={shlex.quote(script)}",
         "o=$(mktemp -d) || exit 1",
         "trap 'rm -rf \"$o\"' EXIT",
         "step() {",
-        "  local label=$1 count=$2 nodes=$3 status=0",
+        "  local label=$1 count=$2 nodes=$3 status=0 said",
         "  shift 3",
         f'  timeout {seconds} srun -N "$count" -p {shlex.quote(partition)} --nodelist="$nodes" --exclusive '
-        f'--immediate={IMMEDIATE_SECONDS} --ntasks-per-node=1{mpi} bash -c "$h" {HEALTH} --tier {tier} "$@" '
+        f'--immediate={IMMEDIATE_SECONDS} --ntasks-per-node=1{extra} bash -c "$h" {HEALTH} --tier {tier} "$@" '
         '>"$o/$label" 2>&1 </dev/null || status=$?',
-        f'  if [ "$status" -ne 0 ]; then echo "{STEP_EXIT} $nodes exit=$status" >>"$o/$label"; fi',
+        '  if [ "$status" -ne 0 ]; then',
+        "    said=$(grep -m 1 '^srun: error' \"$o/$label\" | tr -s '[:space:]' ' ')",
+        f'    echo "{STEP_EXIT} $nodes exit=$status${{said:+ $said}}" >>"$o/$label"',
+        "  fi",
+        f'  echo "{PROGRESS} $nodes exit=$status" >&2',
+        "}",
+        "again() {",
+        "  local label=$1 nodes=$2 node",
+        "  shift 2",
+        f'  grep -q "^{STEP_EXIT} " "$o/$label" || return 0',
+        f"  ! grep -qE '{SUMMARY_PATTERN}' \"$o/$label\" || return 0",
+        f'  sed -i "s/^{STEP_EXIT} /{STEP_EXIT}-BATCH /" "$o/$label"',
+        "  for node in ${nodes//,/ }; do",
+        '    step "$label-$node" 1 "$node" "$@" &',
+        f"    {throttle}",
+        "  done",
         "}",
     ]
     for index, (names, args) in enumerate(batches):
         lines.append(f"step {index:05d} {len(names)} {shlex.quote(','.join(names))} {args} &")
-        lines.append(f'while [ "$(jobs -rp | wc -l)" -ge {CONCURRENT_STEPS} ]; do wait -n; done')
+        lines.append(throttle)
+    lines.append("wait")
+    for index, (names, args) in enumerate(batches):
+        if len(names) > 1:
+            lines.append(f"again {index:05d} {shlex.quote(','.join(names))} {args}")
     lines += ["wait", f'cat "$o"/* | {HEALTH_FILTER}']
     return "\n".join(lines) + "\n"
 
 
-def script_seconds(batches: int, seconds: int) -> int:
-    """How long the check script may take: its waves of CONCURRENT_STEPS job steps, each bounded by ``seconds``."""
-    return math.ceil(batches / CONCURRENT_STEPS) * seconds + 120
+def script_seconds(batches: Sequence[tuple[Sequence[str], str]], seconds: int) -> int:
+    """How long the check script may take: its waves of CONCURRENT_STEPS job steps, each bounded by ``seconds``,
+    then, at worst, every node of a batch of several again in a step of its own."""
+    again = sum(len(names) for names, _ in batches if len(names) > 1)
+    waves = math.ceil(len(batches) / CONCURRENT_STEPS) + math.ceil(again / CONCURRENT_STEPS)
+    return waves * seconds + 120
 
 
 def parse_nodes(text: str) -> list[NodeHealth]:
@@ -194,6 +250,53 @@ def parse_health(text: str) -> tuple[list[Failure], set[str], dict[str, int]]:
         elif match := _STEP_EXIT.match(line):
             exits.update(dict.fromkeys(match["nodes"].split(","), int(match["code"])))
     return failures, done, exits
+
+
+def parse_steps(text: str) -> tuple[dict[str, str], list[str]]:
+    """What srun said about each node whose job step failed (the STEP_EXIT line's tail, empty when it said
+    nothing), and srun's error lines, each once, in order."""
+    said: dict[str, str] = {}
+    errors: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if match := _STEP_EXIT.match(line):
+            said.update(dict.fromkeys(match["nodes"].split(","), (match["said"] or "").strip()))
+        elif _SRUN_ERROR.match(line) and line not in errors:
+            errors.append(line)
+    return said, errors
+
+
+def unanswered(
+    item: NodeHealth, *, partition: str, code: int | None, said: str, exit_code: int, truncated: bool, seconds: int
+) -> None:
+    """Record why idle node ``item`` printed no summary: not checked when srun could not allocate it or the
+    output was cut before its lines; otherwise a critical ``health_tool`` failure beside any lines it printed
+    (a node that warned and then hung is not "warning")."""
+    if code is not None and NOT_ALLOCATED in said:
+        item.note = f"srun could not allocate it ({said}); run the checks again"
+        return
+    if code is None and truncated:
+        item.note = (
+            f"output truncated at {runcommand.OUTPUT_LIMIT} characters before its answer; "
+            "fix the nodes listed and run again, or check a smaller partition with --partition"
+        )
+        return
+    why = (
+        f"its job step timed out after {seconds} s"
+        if code == 124
+        else f"its job step exited {code}"
+        if code is not None
+        else f"the checks exited {exit_code}"
+    )
+    item.failures.append(
+        Failure(
+            item.name,
+            "health_tool",
+            "critical",
+            f"no answer from {HEALTH} ({why}{': ' + said if said else ''})",
+            f"look at `srun -w {item.name} -p {partition} hostname` and the node's slurmd log",
+        )
+    )
 
 
 @click.command()
@@ -263,32 +366,27 @@ def health(
         seconds = TIER_SECONDS[tier]
         kinds = {n.name: chosen.kind_of(n.name) for n in idle}
         batches = step_batches([n.name for n in idle], kinds, tier)
-        timeout = script_seconds(len(batches), seconds)
+        timeout = script_seconds(batches, seconds)
         result = run(f"{tier} checks", check_script(chosen.name, batches, tier, seconds), timeout)
         failures, done, exits = parse_health(result.stdout)
+        said, srun_errors = parse_steps(result.stdout)
         for item in idle:
             kind = kinds[item.name]
             item.expects = expect_args(kind) + (f" ({kind.resource}: {kind.instance_type})" if kind else "")
             item.checked = item.name in done
             item.failures = [f for f in failures if f.host == item.name]
-            if not item.checked and not item.failures:
-                code = exits.get(item.name)
-                why = (
-                    f"its job step timed out after {seconds} s"
-                    if code == 124
-                    else f"its job step exited {code}"
-                    if code is not None
-                    else f"the checks exited {result.exit_code}"
+            if not item.checked:
+                unanswered(
+                    item,
+                    partition=chosen.name,
+                    code=exits.get(item.name),
+                    said=said.get(item.name, ""),
+                    exit_code=result.exit_code,
+                    truncated=result.truncated,
+                    seconds=seconds,
                 )
-                item.failures.append(
-                    Failure(
-                        item.name,
-                        "health_tool",
-                        "critical",
-                        f"no answer from {HEALTH} ({why})",
-                        f"look at `srun -w {item.name} -p {chosen.name} hostname` and the node's slurmd log",
-                    )
-                )
+    else:
+        srun_errors = []
     critical = [n for n in nodes if n.verdict == "critical"]
     if as_json:
         echo_json(
@@ -298,6 +396,7 @@ def health(
                 "partition": chosen.name,
                 "tier": tier,
                 "healthy": not critical,
+                "srun_errors": srun_errors,
                 "nodes": [n.as_dict() for n in nodes],
             }
         )
@@ -307,11 +406,14 @@ def health(
         for item in nodes:
             why = f" ({item.reason})" if item.reason else ""
             busy = "" if item.checked or item.state == "idle" else f": {item.state}, not checked now{why}"
-            out.print(f"[{styles[item.verdict]}]{item.verdict.upper()}[/] {item.name}{busy or why}", markup=True)
+            note = f": {item.note}" if item.note else ""
+            out.print(f"[{styles[item.verdict]}]{item.verdict.upper()}[/] {item.name}{busy or why}{note}", markup=True)
             for failure in item.failures:
                 out.print(f"     {failure.check} ({failure.severity}): {failure.detail}", markup=False)
                 if failure.action:
                     out.print(f"       action: {failure.action}", markup=False)
+        for line in srun_errors:
+            out.print(line, markup=False)
         checked = sum(n.checked for n in nodes)
         out.print(
             f"{len(nodes)} nodes in {chosen.name}: {checked} checked ({tier}), {len(critical)} critical", markup=False

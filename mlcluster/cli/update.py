@@ -24,10 +24,17 @@ stands after each step:
    planned;
 4. **start** the fleet again (``START_REQUESTED``, wait for ``RUNNING``) when it
    was running before, and **verify** that the deployed configuration is the
-   planned one and every stack is settled.
+   planned one and every stack is settled. ``RUNNING`` is clusterstatusmgtd's
+   word that the partitions are UP, not that the static nodes have booted.
+
+The fleet stops when a change needs it, or when its rollback would
+(``Plan.stops_fleet``): a queue added applies with the fleet running, but
+taking it back is a removal that needs it stopped.
 
 On a failure the fleet is started again where ParallelCluster allows it (its
-cluster stack in a working state), and the message lists every stack's state
+cluster stack in a working state) and ``<env>-Cluster`` is settled (never while
+a deploy that failed or ran out of time may still be applying or rolling back;
+:meth:`Run.start_blocker`), and the message lists every stack's state
 (``DescribeStacks``) and the commands that resume (``mlcluster update ENV
 --resume``) or give up (``--abandon``: restart the fleet and forget the run).
 
@@ -36,6 +43,31 @@ Progress is kept in a state file only the operator can write
 ``~/.local/state/...``; mode 0600 in a 0700 folder). A state file that is a
 link, not owned by the operator, or writable by group or others is refused, and
 every field read back is checked (:func:`checked_state`).
+
+How ParallelCluster's provider Lambda (``Custom::PclusterCluster``; its
+``cloudformation/custom_resource/cluster.yaml``, crhelper polling every two
+minutes) meets a failed update, and what :func:`stack_advice` prints for it
+(aws/aws-parallelcluster#5686):
+
+=================================  ===========================  ===============================
+step                               ParallelCluster's stack      ``<env>-Cluster``
+=================================  ===========================  ===============================
+forward Update; provider polls     ``UPDATE_IN_PROGRESS``       ``UPDATE_IN_PROGRESS``
+its own update fails: poll sees    ``UPDATE_ROLLBACK_COMPLETE`` ``UPDATE_IN_PROGRESS``, then
+``clusterStatus`` UPDATE_FAILED    (old configuration)          ``UPDATE_ROLLBACK_IN_PROGRESS``
+rollback Update, old config:       unchanged                    ``UPDATE_ROLLBACK_IN_PROGRESS``
+"No changes found", swallowed
+rollback poll: still               unchanged                    ``UPDATE_ROLLBACK_FAILED``
+UPDATE_FAILED, the rollback fails
+``continue-update-rollback         unchanged                    ``UPDATE_ROLLBACK_COMPLETE``:
+--resources-to-skip <the custom                                 then ``mlcluster update --resume``
+resource>`` (safe: it already
+runs the old configuration)
+=================================  ===========================  ===============================
+
+Only that pair of states (ParallelCluster's stack ``UPDATE_ROLLBACK_COMPLETE``,
+``<env>-Cluster`` ``UPDATE_ROLLBACK_FAILED``) gets the skip; any other stuck
+rollback gets a plain ``continue-update-rollback``.
 """
 
 from __future__ import annotations
@@ -272,6 +304,8 @@ class Plan:
     region: str
     digest: str
     changes: list[ClusterChange]
+    #: The changes a rollback of this deploy asks ParallelCluster for (new -> old), judged on the updated cluster.
+    rollback: list[ClusterChange] = field(default_factory=list)
     queues: list[QueueInfo] = field(default_factory=list)
     removed_queues: list[str] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
@@ -284,8 +318,17 @@ class Plan:
         return [c for c in self.changes if c.outcome in {"refused", "replaces_data"}]
 
     @property
+    def stops_back(self) -> list[ClusterChange]:
+        """Changes that apply with the fleet running but whose rollback ParallelCluster makes only with it stopped."""
+        if any(c.outcome == "fleet_stop" for c in self.changes):
+            return []
+        return [c for c in self.rollback if c.outcome == "fleet_stop"]
+
+    @property
     def stops_fleet(self) -> bool:
-        return any(c.outcome == "fleet_stop" for c in self.changes)
+        """The fleet stops when either direction needs it: a rollback refused by a running fleet gets stuck in
+        ``UPDATE_ROLLBACK_FAILED`` (:func:`mlcluster.pcluster.update_policy.rollback_changes`)."""
+        return any(c.outcome == "fleet_stop" for c in self.changes) or bool(self.stops_back)
 
 
 #: Update policies whose in-place change ParallelCluster carries out by replacing the queue's nodes as
@@ -369,6 +412,17 @@ def render_plan(plan: Plan) -> list[str]:
             f"what stops: the whole compute fleet ({total} running nodes), as ParallelCluster requires for the "
             "changes marked fleet_stop; the head node, login nodes and file systems keep running:",
         ]
+        if plan.stops_back:
+            lines[-1] = (
+                f"what stops: the whole compute fleet ({total} running nodes). These changes apply with it running, "
+                "but should the deploy fail after the cluster took them, CloudFormation's rollback takes them back "
+                "and ParallelCluster makes that change only with the fleet stopped (else the stack stops in "
+                "UPDATE_ROLLBACK_FAILED): "
+                + "; ".join(f"{c.path} back to {_short(c.new)} (policy {c.policy})" for c in plan.stops_back)
+                + ". To keep the fleet running and accept that risk, deploy with "
+                f"`npx cdk deploy '{plan.environment}/*'` instead. The head node, login nodes and file systems keep "
+                "running:"
+            )
         for queue in plan.queues:
             gone = "  (removed by this update)" if queue.name in plan.removed_queues else ""
             lines.append(f"  queue {queue.name}: {queue.running_nodes} running; {', '.join(queue.resources)}{gone}")
@@ -665,13 +719,35 @@ def stack_states(target: Target, cluster: str) -> dict[str, str]:
     return states
 
 
-def stack_advice(target: Target, states: dict[str, str]) -> list[str]:
-    """One line per stack: its state and, where it is stuck, the command that moves it on."""
+#: Where the custom resource's logical id could not be read (GetTemplate failed): the operator finds it.
+UNKNOWN_RESOURCE = "<logical id of the Custom::PclusterCluster>"
+
+
+def stack_advice(
+    target: Target, states: dict[str, str], *, cluster: str = "", resource: str = "", shown: set[str] | None = None
+) -> list[str]:
+    """One line per stack (of ``shown``, default all): its state and, where it is stuck, the command that moves it on.
+
+    ``<env>-Cluster`` in ``UPDATE_ROLLBACK_FAILED`` while ParallelCluster's stack ``cluster`` is
+    ``UPDATE_ROLLBACK_COMPLETE`` is the provider's stuck rollback (module table): the command skips the
+    ``Custom::PclusterCluster`` (logical id ``resource``), which only CloudFormation's record still disagrees on.
+    """
     lines = []
+    provider_stuck = bool(cluster) and states.get(cluster) == "UPDATE_ROLLBACK_COMPLETE"
     for name, status in states.items():
+        if shown is not None and name not in shown:
+            continue
         hint = ""
         if status == "UPDATE_ROLLBACK_FAILED":
-            hint = f"  -> `aws cloudformation continue-update-rollback --region {target.region} --stack-name {name}`"
+            hint = f"  -> `aws cloudformation continue-update-rollback --region {target.region} --stack-name {name}"
+            if provider_stuck and name == f"{target.name}-Cluster":
+                hint += (
+                    f" --resources-to-skip {resource or UNKNOWN_RESOURCE}` (safe: ParallelCluster's stack {cluster} "
+                    "rolled back, the cluster already runs its old configuration; its provider cannot finish the "
+                    "rollback by itself)"
+                )
+            else:
+                hint += "`"
         elif status.endswith("_IN_PROGRESS"):
             hint = "  -> CloudFormation is still working: wait for it to settle"
         lines.append(f"  {name}: {status}{hint}")
@@ -754,6 +830,39 @@ class Run:
             )
         return parse_squeue(result.stdout, mark)
 
+    def advice(self, states: dict[str, str], shown: set[str] | None = None) -> list[str]:
+        """:func:`stack_advice` for this run, with the custom resource's logical id read when it is needed."""
+        resource = ""
+        if states.get(f"{self.target.name}-Cluster") == "UPDATE_ROLLBACK_FAILED":
+            resource = self.cluster_resource()
+        return stack_advice(self.target, states, cluster=self.cluster, resource=resource, shown=shown)
+
+    def cluster_resource(self) -> str:
+        """The logical id of the ``Custom::PclusterCluster`` in ``<env>-Cluster`` (``""`` when unreadable)."""
+        try:
+            with aws_errors(f"GetTemplate for {self.target.name}-Cluster"):
+                body = self.target.client("cloudformation").get_template(
+                    StackName=f"{self.target.name}-Cluster", TemplateStage="Original"
+                )["TemplateBody"]
+        except CliError:
+            return ""  # the advice names the resource in words instead
+        template = body if isinstance(body, dict) else json.loads(body)
+        found = [k for k, r in template.get("Resources", {}).items() if r.get("Type") == "Custom::PclusterCluster"]
+        return found[0] if len(found) == 1 else ""
+
+    def start_blocker(self, states: dict[str, str] | None = None) -> str | None:
+        """Why the fleet must not start now, or ``None``: ParallelCluster starts a fleet only from a working
+        state of its own stack, and never while CloudFormation may still be applying ``<env>-Cluster``."""
+        states = states if states is not None else stack_states(self.target, self.cluster)
+        own, stack = states.get(self.cluster, "unknown"), f"{self.target.name}-Cluster"
+        if own not in WORKING_STACK_STATES:
+            return f"ParallelCluster's stack {self.cluster} is {own}, and a fleet starts only from " + ", ".join(
+                sorted(WORKING_STACK_STATES)
+            )
+        if states.get(stack) not in SETTLED_STACK_STATES:
+            return f"{stack} is {states.get(stack)}, not settled"
+        return None
+
     def resume_line(self) -> str:
         env = self.target.name
         return (
@@ -809,15 +918,9 @@ class Run:
         """
         if self.state.data["fleet_before"] not in {"RUNNING", "PROTECTED"}:
             return "the compute fleet was not stopped by this run"
-        states = stack_states(self.target, self.cluster)
-        own, stack = states.get(self.cluster, "unknown"), f"{self.target.name}-Cluster"
-        if own not in WORKING_STACK_STATES:
-            return (
-                f"the compute fleet stays STOPPED: ParallelCluster's stack {self.cluster} is {own}, and a fleet "
-                "starts only from " + ", ".join(sorted(WORKING_STACK_STATES))
-            )
-        if states.get(stack) not in SETTLED_STACK_STATES:
-            return f"the compute fleet stays STOPPED: {stack} is {states.get(stack)}, not settled"
+        blocker = self.start_blocker()
+        if blocker is not None:
+            return f"the compute fleet stays STOPPED: {blocker}"
         try:
             if self.fleet.status() == "RUNNING":
                 self.state.unmark("stop")
@@ -828,6 +931,8 @@ class Run:
             return f"starting the compute fleet again failed too: {error.message.splitlines()[0]}"
         self.state.unmark("start")
         self.state.unmark("stop")
+        if _deployed_digest(self) == self.state.data["plan_sha256"]:
+            return f"the compute fleet of {self.cluster} was started again (its stack has the new configuration)"
         return f"the compute fleet of {self.cluster} was started again: the cluster runs its previous configuration"
 
     def failed(self, error: CliError, what: str, restore_timeout: int, *, restore: bool = True) -> CliError:
@@ -843,7 +948,7 @@ class Run:
         states = stack_states(self.target, self.cluster)
         message = (
             f"{what} failed: {error.message}\n  {fleet_line}\n  stacks now:\n  "
-            + "\n  ".join(line.strip() for line in stack_advice(self.target, states))
+            + "\n  ".join(line.strip() for line in self.advice(states))
             + "\n"
             + self.resume_line()
         )
@@ -853,10 +958,12 @@ class Run:
 def _plan(run: Run, new_config: dict[str, Any], classify: Classifier, with_jobs: bool) -> Plan:
     old_config = run.deployed_config()
     changes = list(classify(old_config, new_config))
-    unknown = sorted({c.outcome for c in changes} - set(OUTCOMES))
+    # The rollback's changes, as update_policy.rollback_changes judges them: the same rules, new -> old.
+    rollback = list(classify(new_config, old_config))
+    unknown = sorted({c.outcome for c in changes + rollback} - set(OUTCOMES))
     if unknown:
         raise CliError(f"the update rules returned outcomes mlcluster does not know: {', '.join(unknown)}", EXIT_FAILED)
-    plan = Plan(run.target.name, run.cluster, run.target.region, config_digest(new_config), changes)
+    plan = Plan(run.target.name, run.cluster, run.target.region, config_digest(new_config), changes, rollback)
     plan.strategy = str(new_config.get("Scheduling", {}).get("SlurmSettings", {}).get("QueueUpdateStrategy", ""))
     plan.strategy = plan.strategy or "COMPUTE_FLEET_STOP"  # ParallelCluster's default
     plan.replaced = replaced_queues(changes, plan.strategy)
@@ -1048,7 +1155,7 @@ def _check_stacks_settled(run: Run) -> None:
     if unsettled:
         raise CliError(
             "these stacks are not settled; nothing was changed:\n"
-            + "\n".join(stack_advice(run.target, unsettled))
+            + "\n".join(run.advice(states, shown=set(unsettled)))
             + f"\n  what to do: let them settle (or fix them as shown), then run `mlcluster update {run.target.name}`",
             EXIT_AWS if any(s.startswith("unknown") for s in unsettled.values()) else EXIT_FAILED,
         )
@@ -1068,10 +1175,22 @@ def _carry_out(run: Run, argv: list[str], stop_timeout: int, deploy_timeout: int
         run.console.print(f"deploying: {shlex.join(argv)}")
         code = run_deploy(argv, deploy_timeout)
         if code != 0:
-            applied = _deployed_digest(run) == planned
+            # A timed-out deploy is not settled whatever the template shows: CloudFormation may still be applying
+            # it (or rolling it back), so it goes the failure's way, whose restore() starts nothing under it.
+            applied = code != -1 and _deployed_digest(run) == planned
             reason = f"cdk deploy exited {code}" if code != -1 else f"cdk deploy did not finish in {deploy_timeout} s"
             if not applied:
                 raise run.failed(CliError(reason, EXIT_FAILED), "the deploy", stop_timeout) from None
+            blocker = run.start_blocker() if state.data["stop"] else None
+            if blocker is not None:
+                # The new template is in place but a stack is still moving (a rollback under way, say): a start
+                # now would run the fleet under it. The deploy step stays undone: --resume checks and redeploys.
+                raise run.failed(
+                    CliError(f"{reason}; the compute fleet stays STOPPED: {blocker}", EXIT_FAILED),
+                    "the deploy",
+                    stop_timeout,
+                    restore=False,
+                )
             # The cluster stack took the new configuration; another stack failed. Start the fleet, then report.
             state.mark("deploy")
             try:
@@ -1139,11 +1258,11 @@ def _abandon(run: Run, checked: dict[str, Any] | None, timeout: int) -> None:
         raise CliError(f"no unfinished update of {run.target.name} to abandon ({run.state.path})", EXIT_FAILED)
     run.state.data = checked
     if checked["fleet_before"] in {"RUNNING", "PROTECTED"} and run.fleet.status() != "RUNNING":
-        own = stack_states(run.target, run.cluster).get(run.cluster, "unknown")
-        if own not in WORKING_STACK_STATES:
+        states = stack_states(run.target, run.cluster)
+        blocker = run.start_blocker(states)
+        if blocker is not None:
             raise CliError(
-                f"ParallelCluster's stack {run.cluster} is {own}: the fleet cannot be started from there; the run is "
-                f"kept\n" + "\n".join(stack_advice(run.target, stack_states(run.target, run.cluster))),
+                f"{blocker}: the fleet is not started from there; the run is kept\n" + "\n".join(run.advice(states)),
                 EXIT_FAILED,
             )
         run.state.data["steps"].setdefault("stop", {"at": _now()})

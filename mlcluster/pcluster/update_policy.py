@@ -471,7 +471,8 @@ def rollback_changes(old_config: Mapping[str, Any], new_config: Mapping[str, Any
     cluster was updated and something after it failed: the changes back, judged on the cluster as updated.
 
     A rollback the provider refuses stops the stack in ``UPDATE_ROLLBACK_FAILED``; one that needs the fleet
-    stopped succeeds only while the fleet still is (``mlcluster update`` keeps it stopped until the stack is
-    settled whenever either direction needs it).
+    stopped succeeds only while the fleet still is: ``mlcluster update`` stops the fleet whenever either
+    direction needs it (``Plan.stops_fleet`` in ``mlcluster.cli.update``) and starts it again only once both
+    cluster stacks are settled (``Run.start_blocker``).
     """
     return cluster_changes(new_config, old_config)

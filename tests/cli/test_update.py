@@ -193,9 +193,29 @@ class Cloud:
         if self.deploy_mode == "timeout":
             self.set_stack(f"{ENV}-Cluster", "UPDATE_IN_PROGRESS")
             return -1
+        if self.deploy_mode == "timeout-new-template":
+            # Out of time while CloudFormation applies the new template: GetTemplate already shows it.
+            self.deployed = copy.deepcopy(self.new)
+            self.set_stack(f"{ENV}-Cluster", "UPDATE_IN_PROGRESS")
+            self.set_stack(CLUSTER, "UPDATE_IN_PROGRESS")
+            return -1
+        if self.deploy_mode == "rolling-back-new-template":
+            # The deploy failed and CloudFormation is rolling the Cluster stack back (template still the new one).
+            self.deployed = copy.deepcopy(self.new)
+            self.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_IN_PROGRESS")
+            self.set_stack(CLUSTER, "UPDATE_IN_PROGRESS")
+            return 1
         if self.deploy_mode == "stuck":
+            # aws-parallelcluster#5686: ParallelCluster's own update failed and rolled back (its stack
+            # UPDATE_ROLLBACK_COMPLETE, the cluster UPDATE_FAILED on its old configuration); the provider fails
+            # CloudFormation's rollback too, which stops in UPDATE_ROLLBACK_FAILED.
             self.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_FAILED")
-            self.set_stack(CLUSTER, "UPDATE_FAILED")
+            self.set_stack(CLUSTER, "UPDATE_ROLLBACK_COMPLETE")
+            return 1
+        if self.deploy_mode == "stuck-in-progress":
+            # A rollback stuck while ParallelCluster's own stack is still moving: no resource may be skipped yet.
+            self.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_FAILED")
+            self.set_stack(CLUSTER, "UPDATE_IN_PROGRESS")
             return 1
         if self.deploy_mode == "fail" or (self.needs_stop() and self.fleet() != "STOPPED"):
             # ParallelCluster refuses the update; CloudFormation rolls the stack back to the old configuration.
@@ -353,19 +373,63 @@ def test_without_the_stop_a_plain_deploy_would_fail(p4de: World, cloud: Cloud) -
 
 
 def test_an_in_place_change_deploys_with_the_fleet_running(p4de: World, cloud: Cloud, aws: Aws, node: FakeNode) -> None:
-    def add_queue(data: dict[str, Any]) -> None:
-        data["cluster"]["pcluster"]["queues"].append(
-            {"name": "debug", "compute_resources": [{"name": "c5", "instance_type": "c5.xlarge", "efa": False}]}
-        )
-
-    cloud.new = edited(p4de.environments, add_queue)
+    """A change in place both ways (log retention; its rollback too) deploys with the fleet running."""
+    new = copy.deepcopy(cloud.deployed)
+    new["Monitoring"]["Logs"]["CloudWatch"]["RetentionInDays"] = 30
+    cloud.new = new
     result = p4de.run("update", ENV, "--yes")
     assert result.exit_code == 0, result.output
-    assert "in_place      Scheduling.SlurmQueues[debug]" in result.stdout
+    assert "in_place      Monitoring.Logs.CloudWatch.RetentionInDays" in result.stdout
     assert "steps: 1 cdk deploy, 2 verify (the compute fleet keeps running)" in result.stdout
     assert fleet_writes(aws) == [] and cloud.fleet_at_deploy == ["RUNNING"]
     assert node.scripts == []  # no job is killed, so Slurm is not asked
     assert cloud.deployed == cloud.new
+
+
+def add_debug_queue(data: dict[str, Any]) -> None:
+    data["cluster"]["pcluster"]["queues"].append(
+        {"name": "debug", "compute_resources": [{"name": "c5", "instance_type": "c5.xlarge", "efa": False}]}
+    )
+
+
+def grow_inference(data: dict[str, Any]) -> None:
+    for queue in data["cluster"]["pcluster"]["queues"]:
+        if queue["name"] == "inference-gpu":
+            for resource in queue["compute_resources"]:
+                resource["max_count"] = 20
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "back"),
+    [
+        (add_debug_queue, "Scheduling.SlurmQueues[debug]", "Scheduling.SlurmQueues[debug] back to -"),
+        (
+            grow_inference,
+            "Scheduling.SlurmQueues[inference-gpu].ComputeResources[g5].MaxCount",
+            "Scheduling.SlurmQueues[inference-gpu].ComputeResources[g5].MaxCount back to 10",
+        ),
+    ],
+)
+def test_an_in_place_change_whose_rollback_needs_the_fleet_stopped_stops_it(
+    p4de: World, cloud: Cloud, aws: Aws, edit: Any, path: str, back: str
+) -> None:
+    """Added queue, raised MaxCount: in place forward, but the rollback (removal, lowering) needs the fleet
+    stopped; deployed with it running, a failure later in the deploy leaves the stack UPDATE_ROLLBACK_FAILED."""
+    cloud.new = edited(p4de.environments, edit)
+    assert all(c.outcome == "in_place" for c in cluster_changes(cloud.deployed, cloud.new))
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == 0, result.output
+    assert f"in_place      {path}" in result.stdout
+    assert "These changes apply with it running, but should the deploy fail after the cluster took them" in (
+        result.stdout
+    )
+    assert back in result.stdout
+    assert "To keep the fleet running and accept that risk, deploy with `npx cdk deploy 'p4de/*'` instead." in (
+        result.stdout
+    )
+    assert "steps: 1 stop the compute fleet, 2 cdk deploy, 3 start the fleet, 4 verify" in result.stdout
+    assert cloud.fleet_at_deploy == ["STOPPED"] and fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
+    assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
 
 
 def test_a_refused_change_prints_the_safe_way_and_changes_nothing(p4de: World, cloud: Cloud, aws: Aws) -> None:
@@ -415,35 +479,86 @@ def test_a_failed_deploy_restarts_the_fleet_names_each_stack_and_resumes(p4de: W
     assert cloud.fleet() == "RUNNING" and stored(p4de)["complete"]
 
 
-def test_a_stuck_rollback_leaves_the_fleet_stopped_and_says_how_to_continue(
-    p4de: World, cloud: Cloud, aws: Aws
-) -> None:
+#: The command that clears aws-parallelcluster#5686: the custom resource skipped (its id from GetTemplate).
+SKIP = (
+    "p4de-Cluster: UPDATE_ROLLBACK_FAILED  -> `aws cloudformation continue-update-rollback --region us-west-2 "
+    "--stack-name p4de-Cluster --resources-to-skip ClusterPcluster1A2B3C4D` (safe: ParallelCluster's stack "
+    "p4de-train rolled back, the cluster already runs its old configuration"
+)
+
+
+def test_a_stuck_rollback_prints_the_skip_that_clears_it_and_resumes(p4de: World, cloud: Cloud, aws: Aws) -> None:
     cloud.new = edited(p4de.environments, drop_inference_queue)
     cloud.deploy_mode = "stuck"
     result = p4de.run("update", ENV, "--yes")
     assert result.exit_code == EXIT_FAILED
-    assert "the compute fleet stays STOPPED: ParallelCluster's stack p4de-train is UPDATE_FAILED" in result.stderr
+    assert "the compute fleet stays STOPPED: p4de-Cluster is UPDATE_ROLLBACK_FAILED, not settled" in result.stderr
+    assert "p4de-train: UPDATE_ROLLBACK_COMPLETE" in result.stderr
+    assert SKIP in result.stderr
+    assert cloud.fleet() == "STOPPED" and fleet_writes(aws) == ["STOP_REQUESTED"]
+    # A resume before the skip refuses (the stack is stuck) and repeats the way out.
+    refused = p4de.run("update", ENV, "--resume", "--yes")
+    assert refused.exit_code == EXIT_FAILED and SKIP in refused.stderr and len(cloud.deploys) == 1
+    # The operator runs the printed continue-update-rollback; --resume then stops (already), deploys and starts.
+    cloud.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_COMPLETE")
+    cloud.deploy_mode = "ok"
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.fleet_at_deploy == ["STOPPED", "STOPPED"] and cloud.deployed == cloud.new
+    assert cloud.fleet() == "RUNNING" and fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
+
+
+def test_a_stuck_rollback_while_parallelcluster_still_moves_skips_nothing(p4de: World, cloud: Cloud) -> None:
+    """The skip is safe only once ParallelCluster's stack rolled back; otherwise the plain command is printed."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "stuck-in-progress"
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "the compute fleet stays STOPPED: ParallelCluster's stack p4de-train is UPDATE_IN_PROGRESS" in result.stderr
     assert (
         "p4de-Cluster: UPDATE_ROLLBACK_FAILED  -> `aws cloudformation continue-update-rollback --region us-west-2 "
-        "--stack-name p4de-Cluster`" in result.stderr
+        "--stack-name p4de-Cluster`\n" in result.stderr
     )
-    assert cloud.fleet() == "STOPPED" and fleet_writes(aws) == ["STOP_REQUESTED"]
-    # The operator continues the rollback; --abandon then starts the fleet and forgets the run.
-    cloud.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_COMPLETE")
-    cloud.set_stack(CLUSTER, "UPDATE_ROLLBACK_COMPLETE")
-    abandoned = p4de.run("update", ENV, "--abandon")
-    assert abandoned.exit_code == 0, abandoned.output
-    assert cloud.fleet() == "RUNNING" and not state_path(p4de).exists()
+    assert "--resources-to-skip" not in result.stderr and cloud.fleet() == "STOPPED"
 
 
-def test_abandon_refuses_while_parallelcluster_cannot_start_the_fleet(p4de: World, cloud: Cloud) -> None:
+def test_the_skip_names_the_resource_in_words_when_gettemplate_is_denied(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "stuck"
+    deploy = cloud.deploy
+
+    def deploy_then_deny(argv: list[str], timeout: int) -> int:
+        code = deploy(argv, timeout)
+        aws.answer("cloudformation", "GetTemplate", always=error("AccessDenied", "denied", 403))
+        return code
+
+    monkeypatch.setattr(update_module, "run_deploy", deploy_then_deny)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED and "Traceback" not in result.output
+    assert "--resources-to-skip <logical id of the Custom::PclusterCluster>` (safe:" in result.stderr
+
+
+def test_abandon_starts_the_fleet_only_once_the_stacks_settled(p4de: World, cloud: Cloud) -> None:
     cloud.new = edited(p4de.environments, drop_inference_queue)
     cloud.deploy_mode = "stuck"
     p4de.run("update", ENV, "--yes")
     result = p4de.run("update", ENV, "--abandon")
     assert result.exit_code == EXIT_FAILED
-    assert "ParallelCluster's stack p4de-train is UPDATE_FAILED" in result.stderr
+    assert "p4de-Cluster is UPDATE_ROLLBACK_FAILED, not settled: the fleet is not started" in result.stderr
+    assert SKIP in result.stderr
     assert cloud.fleet() == "STOPPED" and state_path(p4de).exists()
+    cloud.set_stack(CLUSTER, "UPDATE_IN_PROGRESS")
+    cloud.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_COMPLETE")
+    busy = p4de.run("update", ENV, "--abandon")
+    assert busy.exit_code == EXIT_FAILED and "ParallelCluster's stack p4de-train is UPDATE_IN_PROGRESS" in busy.stderr
+    assert cloud.fleet() == "STOPPED"
+    # The operator continued the rollback and ParallelCluster settled: --abandon starts the fleet, forgets the run.
+    cloud.set_stack(CLUSTER, "UPDATE_ROLLBACK_COMPLETE")
+    abandoned = p4de.run("update", ENV, "--abandon")
+    assert abandoned.exit_code == 0, abandoned.output
+    assert cloud.fleet() == "RUNNING" and not state_path(p4de).exists()
 
 
 def test_a_deploy_that_runs_out_of_time_reports_the_stack_in_progress(p4de: World, cloud: Cloud) -> None:
@@ -462,6 +577,68 @@ def test_a_deploy_that_runs_out_of_time_reports_the_stack_in_progress(p4de: Worl
     assert len(cloud.deploys) == 1
     cloud.deploy_mode = "ok"
     cloud.set_stack(f"{ENV}-Cluster", "UPDATE_ROLLBACK_COMPLETE")
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason", "blocker"),
+    [
+        (
+            "timeout-new-template",
+            "cdk deploy did not finish in 300 s",
+            "the compute fleet stays STOPPED: ParallelCluster's stack p4de-train is UPDATE_IN_PROGRESS",
+        ),
+        (
+            "rolling-back-new-template",
+            "cdk deploy exited 1; the compute fleet stays STOPPED: ParallelCluster's stack p4de-train is "
+            "UPDATE_IN_PROGRESS",
+            "the compute fleet was left as it is",
+        ),
+    ],
+)
+def test_a_deploy_that_ends_with_the_new_template_still_moving_keeps_the_fleet_stopped(
+    p4de: World, cloud: Cloud, aws: Aws, mode: str, reason: str, blocker: str
+) -> None:
+    """The new template in place is not a finished update: no start while either cluster stack still moves."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = mode
+    result = p4de.run("update", ENV, "--yes", "--deploy-timeout", "300")
+    assert result.exit_code == EXIT_FAILED
+    assert reason in result.stderr and blocker in result.stderr
+    assert "`mlcluster update p4de --resume`" in result.stderr
+    assert cloud.fleet() == "STOPPED" and fleet_writes(aws) == ["STOP_REQUESTED"]
+    assert "deploy" not in stored(p4de)["steps"]
+    # Once CloudFormation settled, --resume redeploys (nothing left to change) and starts the fleet.
+    cloud.set_stack(CLUSTER, "UPDATE_COMPLETE")
+    cloud.set_stack(f"{ENV}-Cluster", "UPDATE_COMPLETE")
+    cloud.deploy_mode = "ok"
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.fleet() == "RUNNING" and fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
+
+
+def test_a_timed_out_deploy_that_settled_on_the_new_configuration_says_so(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of time, but CloudFormation finished just after: the fleet starts again, and the message does not claim
+    the old configuration; --resume then redeploys (nothing to change) and verifies."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    deploy = cloud.deploy
+
+    def finished_late(argv: list[str], timeout: int) -> int:
+        assert deploy(argv, timeout) == 0
+        return -1
+
+    monkeypatch.setattr(update_module, "run_deploy", finished_late)
+    result = p4de.run("update", ENV, "--yes", "--deploy-timeout", "300")
+    assert result.exit_code == EXIT_FAILED
+    assert "cdk deploy did not finish in 300 s" in result.stderr
+    assert "the compute fleet of p4de-train was started again (its stack has the new configuration)" in result.stderr
+    assert "runs its previous configuration" not in result.stderr
+    assert cloud.fleet() == "RUNNING" and stored(p4de)["steps"] == {}
+    monkeypatch.setattr(update_module, "run_deploy", deploy)
     resumed = p4de.run("update", ENV, "--resume", "--yes")
     assert resumed.exit_code == 0, resumed.output
     assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"

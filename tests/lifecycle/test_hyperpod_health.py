@@ -808,11 +808,15 @@ def test_trn2_nccom_ranks_are_the_neuroncores_neuron_ls_lists(tmp_path: Path, co
     assert (node.data / "nccom_args").read_text().startswith(f"-r {ranks} -b 64M")
 
 
-def test_a_missing_nccom_test_is_a_warning_not_zero_bandwidth(tmp_path: Path) -> None:
+def test_a_missing_nccom_test_fails_the_deep_tier(tmp_path: Path) -> None:
+    """nccom-test ships with neuron-ls (aws-neuronx-tools): a Neuron node without it ran no all-reduce, and the
+    deep tier must not pass it (a missing quick-tier tool stays a warning)."""
     node = trn_node(tmp_path, "trn1.32xlarge", (CLI_DATA / "neuron_ls_trn1.txt").read_text())
     result = node.run("--tier", "deep")
-    assert "FAIL nccom_single warning: nccom-test not found (PATH=" in result.stdout, result.stdout
-    assert "nccom_single critical" not in result.stdout
+    assert "FAIL nccom_single critical: nccom-test not found (PATH=" in result.stdout, result.stdout
+    assert "Action: install aws-neuronx-tools" in result.stdout
+    assert "nccom_single warning" not in result.stdout
+    assert result.returncode == 1
 
 
 def test_a_hanging_nccom_test_fails_within_its_bound(tmp_path: Path) -> None:

@@ -564,6 +564,25 @@ def test_a_log_folder_others_could_write_is_refused_before_anything_is_written(
         assert victim.read_text() == "root's file\n"
 
 
+def test_the_log_folder_run_sh_makes_under_a_group_writable_umask_is_accepted(
+    make_node: MakeNode, bucket: Path
+) -> None:
+    """Root's umask may be 0002: the folders run.sh makes itself and then checks (the log folder, /opt/mlcluster
+    above the checked copy) must still be 0755, or its own checks refuse every run."""
+    node = make_node(gpu=False)
+    logs = node.root / "var/log/mlcluster"
+    assert not logs.exists()
+    previous = os.umask(0o002)
+    try:
+        proc = run_from_bucket(node, bucket, *rendered_args(("docker",)))
+    finally:
+        os.umask(previous)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(logs.stat().st_mode) == 0o755
+    assert stat.S_IMODE((node.root / "opt/mlcluster").stat().st_mode) == 0o755
+    assert node.started_steps() == ["docker"]
+
+
 def test_the_run_lock_is_opened_for_appending(make_node: MakeNode, bucket: Path) -> None:
     """run.sh takes its lock on /var/log/mlcluster/run.lock without truncating what is there (``>>``, not ``>``)."""
     node = make_node(gpu=False)

@@ -213,6 +213,36 @@ def test_health_check_script_gives_every_node_its_own_answer(cluster: SlurmClust
         assert list(exits) == ["node-2"] and exits["node-2"] != 0, done.stdout
 
 
+def test_health_quick_batch_with_a_taken_node_reruns_node_by_node(
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One node taken by a job after the listing: real srun refuses the quick tier's ``srun -N 3`` with its own
+    words (what ``mlcluster health`` calls NOT_ALLOCATED), the nodes run again one by one, and the free ones answer."""
+    from mlcluster.cli import health as health_module
+    from mlcluster.cli.health import NOT_ALLOCATED, check_script, parse_health, parse_steps, step_batches
+    from mlcluster.cli.smoke import NodeKind
+
+    monkeypatch.setattr(health_module, "IMMEDIATE_SECONDS", 3)
+    blocker = slurm(cluster, "sbatch", "--parsable", "-p", PARTITION, "-w", "node-1", "--wrap", "sleep 120")
+    assert blocker.returncode == 0, blocker.stderr
+    kind = NodeKind("plain", "m5.large", efa=True)
+    batches = step_batches(list(NODES), dict.fromkeys(NODES, kind), "quick")
+    shim = tmp_path / "root/usr/bin/hostname"
+    shim.parent.mkdir(parents=True)
+    shim.write_text('#!/bin/sh\necho "$SLURMD_NODENAME"\n')
+    shim.chmod(0o755)
+    env = {**cluster.env, "MLC_ROOT": str(tmp_path / "root")}
+    script = "set -o pipefail\n" + check_script(PARTITION, batches, "quick", 60)
+    done = slurm(cluster, "bash", "-c", script, env=env, timeout_s=120)
+    failures, answered, exits = parse_health(done.stdout)
+    assert failures == [], done.stdout
+    assert answered == set(NODES) - {"node-1"}, done.stdout + done.stderr
+    assert list(exits) == ["node-1"], done.stdout
+    said, errors = parse_steps(done.stdout)
+    assert NOT_ALLOCATED in said["node-1"] and said["node-1"] in errors, done.stdout
+    slurm(cluster, "scancel", blocker.stdout.strip())
+
+
 def test_srun_on_a_busy_partition_waits_and_its_messages_are_not_host_names(
     cluster: SlurmCluster, hostname_shim: str
 ) -> None:

@@ -28,6 +28,26 @@ UPDATE_ROLLBACK_FAILED; the pre-flight still waits, bounded, for a busy
 cluster (so the rollback's UpdateCluster meets no conflict) and then answers
 success whatever it found. If the stack cannot be read, the event fails.
 
+That rollback wait is capped (``MAX_WAIT_SECONDS``, about 12 minutes: one
+Lambda invocation lasts at most 15). A cluster still busy after it (a large
+group still being replaced) makes the rollback's UpdateCluster meet a
+ConflictException, and the stack stops in UPDATE_ROLLBACK_FAILED. The way out
+(docs/use-cases/day-two.md): wait until ``DescribeCluster`` says InService or
+Failed, then ``aws cloudformation continue-update-rollback --stack-name
+<env>-Cluster`` (skip nothing: the cluster has to go back to its old
+properties). CloudFormation then retries the resources that did not roll
+back; this pre-flight had already answered, so its wait is not counted on.
+
+Why the handler does not answer "not finished" instead: the Provider framework
+(``aws_cdk.custom_resources.Provider``) can only keep polling through an
+``isComplete`` handler, a Step Functions waiter bounded by its ``totalTimeout``
+(at most two hours). That would add a state machine to every HyperPod
+environment, on the path of every create and update too, and its own timeout
+still ends a rollback in UPDATE_ROLLBACK_FAILED, with the same way out. A
+failure here can only stop a rollback, never help it, so the handler answers
+within one invocation and the documented continue-update-rollback covers the
+longer case.
+
 Properties: ``ClusterSpec`` (JSON of the CreateCluster request the cluster
 resource is built from) and ``ProvisioningParametersKey`` for the pre-flight;
 ``ClusterArn`` (a resolved attribute of the cluster resource),

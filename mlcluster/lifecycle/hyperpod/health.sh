@@ -517,7 +517,10 @@ check_nccom_single() {
     report SKIP nccom_single critical "no Neuron device expected on this instance type"
     return
   fi
-  if missing nccom-test nccom_single; then
+  # Critical, unlike a missing tool of the quick tier: nccom-test ships in aws-neuronx-tools with neuron-ls,
+  # so a Neuron node without it lacks its tools, and the deep tier would pass it with no all-reduce run.
+  if ! command -v nccom-test >/dev/null 2>&1; then
+    report FAIL nccom_single critical "nccom-test not found (PATH=$PATH): no all-reduce ran" "install aws-neuronx-tools (it ships neuron-ls and nccom-test); if it is installed, fix its folder in mlcluster-health's TOOL_DIRS"
     return
   fi
   if ((NEURON_CORES == 0)); then

@@ -129,7 +129,9 @@ done
 # The log folder gets root's run log, step logs and lock: it must be this user's (root's on a node), writable
 # by no group or other, and not a link, or another user could plant a link there and have root write through
 # it. Checked before anything is written into it (say() appends to run.log), so a refusal goes to stderr only.
-mkdir -p "${LOG_DIR}"
+# Made under umask 022 (0755 folders): root's umask may be 0002, and the check below would refuse a folder
+# it made group-writable.
+(umask 022 && mkdir -p -- "${LOG_DIR}")
 log_info="$(stat -c '%u %a' -- "${LOG_DIR}")" || { echo "run.sh: cannot read ${LOG_DIR}" >&2; exit 1; }
 if [[ ! -d "${LOG_DIR}" || -L "${LOG_DIR}" || "${log_info%% *}" != "${EUID}" ]] \
   || (((8#${log_info#* } & 8#022) != 0)); then
@@ -200,7 +202,7 @@ fi
 
 # A new root-only folder (mktemp -d: 0700) next to the one the steps run from; nothing else writes there.
 script_dir="${ROOT}/opt/mlcluster/node-scripts"
-mkdir -p "${script_dir%/*}"
+(umask 022 && mkdir -p -- "${script_dir%/*}") # 0755 under any umask of root's, as the log folder
 # The folder that holds the checked copy must be this user's (root's on a node) and writable by no group or
 # other, and not a link: whoever could write there could swap the checked folder before it runs.
 parent_info="$(stat -c '%u %a' -- "${script_dir%/*}")" || fail "cannot read ${script_dir%/*}"
