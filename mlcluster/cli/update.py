@@ -824,7 +824,7 @@ class Run:
         if not result.ok:
             raise CliError(
                 f"squeue on the head node failed ({result.status}, exit {result.exit_code}): "
-                f"{(result.stdout + result.stderr).strip()[-300:]}\n  what to do: "
+                f"{printable((result.stdout + result.stderr).strip()[-300:])}\n  what to do: "
                 f"{runcommand.where_to_look(self.target, node, result)}; nothing was changed",
                 EXIT_FAILED,
             )

@@ -1091,3 +1091,18 @@ def test_an_outcome_the_command_does_not_know_stops_it_before_any_change(p4de: W
             classify=rules,
         )
     assert fleet_writes(aws) == [] and cloud.deploys == []
+
+
+def test_a_failed_squeue_is_reported_with_its_output_escaped(
+    p4de: World, cloud: Cloud, aws: Aws, node: FakeNode
+) -> None:
+    """squeue's output can hold job names: a failure quotes it with control characters escaped, changing nothing."""
+    out = f"{MARK}1046|compute-gpu|mallory|RUNNING|1|0:01|\x1b]0;owned\x07\nsqueue: error: Socket timed out\n"
+    node.on(f"squeue --all --noheader --format '{MARK}", out, code=1)
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    result = p4de.run("update", ENV, "--plan-only")
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "squeue on the head node failed (Failed, exit 1)" in result.output
+    assert "\\x1b]0;owned\\x07\\nsqueue: error: Socket timed out" in result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert fleet_writes(aws) == [] and cloud.deploys == []
