@@ -772,17 +772,36 @@ def allowances_in_flight(
 
 
 def _read_in_flight(environment: Environment, lock_digest: str) -> dict[str, dict[str, str]]:
-    """The record's resources when it was written over this very lock file, else none (the lock moved on).
+    """The record's resources; the record must have been written over this very lock file.
 
-    A record of the earlier format (keyed by the allowance entry) is read by the resource it names.
+    ``mlcluster lock`` removes the record when it rewrites the lock, and ``--from-templates`` refuses while
+    it exists, so a record that names another lock file's digest means the lock file's bytes changed some
+    other way (a merge, a checkout, line endings): the replacements it records may still be deployed, so it
+    is refused with the way, never dropped. A record of the earlier format (keyed by the allowance entry) is
+    read by the resource it names.
     """
     path = in_flight_path(environment)
     if not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        if data["lock"] != lock_digest:
-            return {}
+        recorded_digest = str(data["lock"])
+        if recorded_digest != lock_digest:
+            raise ConfigError(
+                str(path),
+                [
+                    Problem(
+                        "(allowances in flight)",
+                        NOT_A_VALUE,
+                        f"was written over another version of {lock_path(environment).name} (SHA-256 "
+                        f"{recorded_digest[:16]}..., now {lock_digest[:16]}...): the lock file changed since "
+                        "without 'mlcluster lock' (a merge, a "
+                        "checkout, line endings), while the replacements this file records may be deployed. Run "
+                        f"'mlcluster lock {environment.name}' with credentials: it reads what is deployed and "
+                        "removes this file",
+                    )
+                ],
+            )
         if "resources" in data:
             return {
                 str(k): {"form": str(v["form"]), "allowance": str(v["allowance"])} for k, v in data["resources"].items()

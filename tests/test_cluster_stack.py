@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from aws_cdk import cx_api
 
+from mlcluster.analysis.policy_eval import Request, evaluate
 from mlcluster.app import build_app
 from mlcluster.config import ConfigError
+from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_NAMESPACE
 from tests.support import ROOT, stack_templates, write_env
 
 ZONE = {"network": {"availability_zone": "us-east-1a"}}
@@ -156,6 +158,40 @@ def test_hyperpod_one_role_per_group_and_only_the_controller_reads_the_secret(
         # Data bucket: read by default; nothing that writes or deletes objects anywhere.
         assert granted["DataObjects"] == {"s3:GetObject"}
         assert not {a for a in every if a.startswith(("s3:Put", "s3:Delete"))}
+
+
+def test_only_the_hyperpod_controller_may_publish_the_daily_copy_metric(templates: dict[str, dict[str, Any]]) -> None:
+    """Issue 33 item 1: a job on any other node (which can read its node's role) cannot keep the copy alarm quiet.
+
+    Each group's managed policies are evaluated as that role's identity policy: ``PutMetricData`` in the
+    copy's namespace is allowed for the controller only, and HyperPod's own namespace stays every node's.
+    """
+    t = templates["hp/Cluster"]
+    ((_, cluster),) = of_type(t, "AWS::SageMaker::Cluster").items()
+    roles = {
+        g["InstanceGroupName"]: g["ExecutionRole"]["Fn::GetAtt"][0] for g in cluster["Properties"]["InstanceGroups"]
+    }
+
+    def may_put(role_id: str, namespace: str) -> bool:
+        principal = ("AWS", f"arn:aws:iam::111111111111:role/{role_id}")
+        statements = [
+            {**statement, "Principal": {"AWS": principal[1]}}
+            for policy in of_type(t, "AWS::IAM::ManagedPolicy").values()
+            if {"Ref": role_id} in policy["Properties"].get("Roles", [])
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        ]
+        request = Request(principal, "cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": namespace})
+        return evaluate(statements, request).allowed
+
+    assert SCHEDULED_COPY_NAMESPACE != "/aws/sagemaker/Clusters"
+    assert may_put(roles["controller-machine"], SCHEDULED_COPY_NAMESPACE)
+    others = [name for name in roles if name != "controller-machine"]
+    assert others == ["workers", "spill", "efa"]
+    for name in others:
+        assert not may_put(roles[name], SCHEDULED_COPY_NAMESPACE), name
+        assert may_put(roles[name], "/aws/sagemaker/Clusters"), name
+    # The grant is the namespace, not a prefix of it.
+    assert not may_put(roles["controller-machine"], f"{SCHEDULED_COPY_NAMESPACE}X")
 
 
 def test_hyperpod_controller_may_write_only_its_patch_backup_prefix(templates: dict[str, dict[str, Any]]) -> None:

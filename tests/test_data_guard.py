@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mlcluster.config import ConfigError, Environment, load_environment, load_environments
-from mlcluster.lockfile import Lock, guard, lock_path, orphan_locks, read_lock_file, write_lock
+from mlcluster.lockfile import Lock, guard, in_flight_path, lock_path, orphan_locks, read_lock_file, write_lock
 from mlcluster.replacement import ResourceState, Snapshot, StackState, stack_state
 from tests.support import MINIMAL, write_env
 
@@ -295,6 +295,12 @@ def test_the_lock_records_the_clusters_mounts() -> None:
     assert fate["ClusterConfiguration/SharedStorage"] == {"/fsx": "FsxLustre", "/home": "Ebs"}
 
 
+def relock(env: Environment, lock: Lock) -> None:
+    """What ``mlcluster lock`` does: write the lock and remove the record of allowances in flight."""
+    write_lock(env, lock)
+    in_flight_path(env).unlink(missing_ok=True)
+
+
 def test_home_volume_added_to_a_deployed_cluster_is_refused_with_the_safe_way(tmp_path: Path) -> None:
     """A lock recorded without /home (the cluster as deployed before the default) and the new default."""
     env = environment(tmp_path)
@@ -308,7 +314,7 @@ def test_home_volume_added_to_a_deployed_cluster_is_refused_with_the_safe_way(tm
     assert "add 'Cluster/Cluster' to retention.allow_replacement" in text
     # The single-resource allowance lets it through; a mount elsewhere (/apps) is no change of an existing path.
     guard(environment(tmp_path, allow=("Cluster/Cluster",)), cluster_with(LUSTRE_MOUNT, HOME_EBS))
-    write_lock(env, Lock(cluster_with(LUSTRE_MOUNT), "deployed"))
+    relock(env, Lock(cluster_with(LUSTRE_MOUNT), "deployed"))
     guard(env, cluster_with(LUSTRE_MOUNT, {"Name": "apps", "MountDir": "/apps", "StorageType": "Ebs"}))
 
 
@@ -515,7 +521,7 @@ def test_a_retained_parallelcluster_cluster_removed_is_reported_as_still_billing
     assert "cluster p5-train (head node, static nodes) keeps running and billing" in note
     assert "'pcluster delete-cluster -n p5-train --region <region>'" in note
     # The edge: with the property Delete, ParallelCluster deletes the cluster: nothing is left to report.
-    write_lock(env, Lock(kept_cluster("Delete"), "deployed"))
+    relock(env, Lock(kept_cluster("Delete"), "deployed"))
     assert guard(env, after)[1] == []
 
 
@@ -687,7 +693,6 @@ def test_a_volume_added_since_a_lock_that_predates_the_record_is_not_a_weakening
 
 def test_an_allowance_used_by_a_synth_allows_only_that_form_until_the_next_lock(tmp_path: Path) -> None:
     """Deployed with the allowance but not locked yet: a second edit of the same resource is refused."""
-    from mlcluster.lockfile import in_flight_path
 
     env = environment(tmp_path, allow=("Storage/Lustre",))
     first = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
@@ -709,8 +714,17 @@ def test_an_allowance_used_by_a_synth_allows_only_that_form_until_the_next_lock(
         env,
         edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}, deletion_policy="Delete"),
     )
-    # A lock written since (another lock file: pulled, or 'mlcluster lock') makes the record stale: the edit passes.
+    # Issue 30 item 5: the lock file's bytes changed without 'mlcluster lock' (a merge, a checkout, line endings):
+    # the record is not dropped, every synth is refused with the way, the record kept.
+    kept = in_flight_path(env).read_text(encoding="utf-8")
     write_lock(env, Lock(deployed(), "deployed", accepted=("elsewhere",)))
+    for later in (second, first, deployed()):
+        text = refusal(env, later)
+        assert "(allowances in flight): was written over another version of" in text
+        assert f"Run 'mlcluster lock {NAME}' with credentials: it reads what is deployed and removes this file" in text
+    assert in_flight_path(env).read_text(encoding="utf-8") == kept
+    # The edge: once 'mlcluster lock' rewrote the lock and removed the record, the edit passes.
+    in_flight_path(env).unlink()
     guard(env, second)
     # A record nobody can read is refused with the way, never ignored.
     in_flight_path(env).write_text("{", encoding="utf-8")
@@ -732,7 +746,6 @@ def test_an_allowance_used_by_a_synth_allows_only_that_form_until_the_next_lock(
 def test_a_recorded_resource_in_another_form_is_refused_however_the_file_names_it(
     tmp_path: Path, later_allow: tuple[str, ...], later: dict[str, Any]
 ) -> None:
-    from mlcluster.lockfile import in_flight_path
 
     env = environment(tmp_path, allow=("Storage/Lustre",))
     guard(env, edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"}))
@@ -755,7 +768,7 @@ def test_a_recorded_resource_in_another_form_is_refused_however_the_file_names_i
 def test_a_record_of_the_earlier_format_is_read_by_the_resource_it_names(tmp_path: Path) -> None:
     import hashlib
 
-    from mlcluster.lockfile import _form, in_flight_path
+    from mlcluster.lockfile import _form
 
     env = environment(tmp_path, allow=("Storage/Lustre",))
     recorded = edit(deployed(), "Storage", "Lustre", create_only={"DeploymentType": "PERSISTENT_1"})
@@ -770,7 +783,6 @@ def test_a_record_of_the_earlier_format_is_read_by_the_resource_it_names(tmp_pat
 
 
 def test_a_synth_without_an_allowance_records_nothing(tmp_path: Path) -> None:
-    from mlcluster.lockfile import in_flight_path
 
     env = environment(tmp_path)
     guard(env, deployed())

@@ -30,8 +30,11 @@ from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
 #: AWS/S3: S3 user guide, "Metrics and dimensions" (daily storage metrics, BucketName + StorageType).
 #: ParallelCluster: aws-parallelcluster cli/src/pcluster/templates/cw_dashboard_builder.py (3.x), the
 #:   log-based cluster health metrics with dimension ClusterName, made when logs and the dashboard are on.
-#: /aws/sagemaker/Clusters MlclusterScheduledCopy: published by the HyperPod controller's daily copy
+#: mlcluster/ScheduledCopy MlclusterScheduledCopy: published by the HyperPod controller's daily copy
 #:   (lifecycle/hyperpod/backup.sh publish_copy_metric) with dimension ClusterName.
+#: AWS/RDS: Aurora user guide, "Amazon CloudWatch metrics for Amazon Aurora" (VolumeBytesUsed is cluster-level;
+#:   CPUUtilization, ACUUtilization and DatabaseConnections are instance-level) and "Amazon CloudWatch dimensions
+#:   for Aurora" (DBClusterIdentifier aggregates a cluster's instances): the accounting database's alarms.
 #: AWS/EC2 is not read directly: its StatusCheckFailed needs an InstanceId this stack does not know; the head
 #:   node's is watched by ParallelCluster's alarm <cluster>-HeadNode-Health (cluster_stack.py), forwarded here.
 PUBLISHED: dict[tuple[str, str], dict[str, tuple[str, ...] | None]] = {
@@ -48,6 +51,10 @@ PUBLISHED: dict[tuple[str, str], dict[str, tuple[str, ...] | None]] = {
     },
     ("AWS/FSx", "AgeOfOldestQueuedMessage"): {"FileSystemId": None, "Publisher": ("AutoImport", "AutoExport")},
     (SCHEDULED_COPY_NAMESPACE, SCHEDULED_COPY_METRIC): {"ClusterName": None},
+    **{
+        ("AWS/RDS", name): {"DBClusterIdentifier": None}
+        for name in ("VolumeBytesUsed", "CPUUtilization", "ACUUtilization", "DatabaseConnections")
+    },
     ("AWS/S3", "BucketSizeBytes"): {"BucketName": None, "StorageType": ("StandardStorage",)},
     ("AWS/S3", "NumberOfObjects"): {"BucketName": None, "StorageType": ("AllStorageTypes",)},
     **{

@@ -76,6 +76,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shlex
 import stat
 import subprocess
@@ -175,6 +176,8 @@ POLL_SECONDS = 15.0
 #: and run their node scripts after a start. Typical values, not measurements of this cluster.
 ESTIMATE_MINUTES = {"stop": 5, "deploy": 20, "start and node boot": 15}
 #: squeue's output: job id, partition, user, state, node count, elapsed time, name (last: it may hold ``|``).
+#: Each record starts with a mark drawn afresh for each read (:func:`squeue_script`): any cluster user names
+#: their jobs, and a name may hold a newline, which must neither break the read nor start a record of its own.
 SQUEUE_FORMAT = "%i|%P|%u|%T|%D|%M|%j"
 #: Slurm job states whose job runs on nodes: a fleet stop kills these.
 RUNNING_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
@@ -236,27 +239,51 @@ class Job:
         return self.state in RUNNING_JOB_STATES
 
 
-def parse_squeue(text: str) -> list[Job]:
-    """The jobs of ``squeue -h -o SQUEUE_FORMAT`` output; a line that does not parse is an error, never skipped."""
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable written as its escape (``\\n``, ``\\x1b``, ``\\u202e``).
+
+    Job names and the other squeue fields are written by cluster users and end up on the operator's
+    terminal: a control or format character there must not move the cursor, recolour or hide text.
+    """
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def record_mark() -> str:
+    """A fresh mark that starts each squeue record: no job name written before the read can hold it."""
+    return f"mlc{secrets.token_hex(12)}:"
+
+
+def parse_squeue(text: str, mark: str) -> list[Job]:
+    """The jobs of :func:`squeue_script` output, every field :func:`printable`; a record that does not parse
+    (or text before the first record, such as an error) is an error, never skipped.
+
+    Records are split at a newline followed by ``mark``, so a newline in a job name stays in that name.
+    """
+
+    def unreadable(record: str) -> CliError:
+        return CliError(
+            f"squeue printed a line mlcluster cannot read: {record[:200]!r}\n"
+            "  what to do: `mlcluster ssh ENV` and run `squeue` to see why",
+            EXIT_FAILED,
+        )
+
+    head, *records = ("\n" + text).split("\n" + mark)
+    if head.strip():
+        raise unreadable(head.strip())
     jobs: list[Job] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.strip().split("|", 6)
+    for record in records:
+        parts = record.removesuffix("\n").split("|", 6)
         if len(parts) != 7 or not parts[4].isdigit():
-            raise CliError(
-                f"squeue printed a line mlcluster cannot read: {line[:200]!r}\n"
-                "  what to do: `mlcluster ssh ENV` and run `squeue` to see why",
-                EXIT_FAILED,
-            )
-        job_id, partition, user, state, nodes, elapsed, name = parts
+            raise unreadable(record)
+        job_id, partition, user, state, nodes, elapsed, name = (printable(part) for part in parts)
         jobs.append(Job(job_id, partition, user, state, int(nodes), elapsed, name))
     return jobs
 
 
-def squeue_script() -> str:
-    """Print every job of every partition (hidden ones too) in :data:`SQUEUE_FORMAT`; fail when squeue fails."""
-    return f"squeue --all --noheader --format {shlex.quote(SQUEUE_FORMAT)}\n"
+def squeue_script(mark: str) -> str:
+    """Print every job of every partition (hidden ones too) in :data:`SQUEUE_FORMAT`, each record after ``mark``;
+    fail when squeue fails."""
+    return f"squeue --all --noheader --format {shlex.quote(mark + SQUEUE_FORMAT)}\n"
 
 
 @dataclass(frozen=True)
@@ -784,10 +811,11 @@ class Run:
         from mlcluster.cli.nodes import controller
 
         node = controller(self.target)
+        mark = record_mark()
         result = runcommand.run(
             self.target,
             node,
-            squeue_script(),
+            squeue_script(mark),
             comment=f"mlcluster update {self.target.name}: squeue",
             timeout_seconds=120,
             user=self.target.default_user,
@@ -796,11 +824,11 @@ class Run:
         if not result.ok:
             raise CliError(
                 f"squeue on the head node failed ({result.status}, exit {result.exit_code}): "
-                f"{(result.stdout + result.stderr).strip()[-300:]}\n  what to do: "
+                f"{printable((result.stdout + result.stderr).strip()[-300:])}\n  what to do: "
                 f"{runcommand.where_to_look(self.target, node, result)}; nothing was changed",
                 EXIT_FAILED,
             )
-        return parse_squeue(result.stdout)
+        return parse_squeue(result.stdout, mark)
 
     def advice(self, states: dict[str, str], shown: set[str] | None = None) -> list[str]:
         """:func:`stack_advice` for this run, with the custom resource's logical id read when it is needed."""

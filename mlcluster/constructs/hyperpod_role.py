@@ -31,6 +31,8 @@ DataAccess = Literal["none", "read", "read_write"]
 DATA_ACCESS: tuple[DataAccess, ...] = ("none", "read", "read_write")
 #: A lifecycle prefix: S3 key characters, ending in '/', not starting with one.
 PREFIX = re.compile(r"[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*/")
+#: A CloudWatch namespace (botocore's cloudwatch model, shape Namespace: 1-255 characters, pattern ``[^:].*``).
+METRIC_NAMESPACE = re.compile(r"[^:].{0,254}")
 SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+")
 
 
@@ -66,6 +68,11 @@ class HyperPodExecutionRole(Construct):
       read and write objects under that prefix of the data bucket only, so
       ``mlcluster-backup`` can save and restore what the root volume holds
       around a software patch even when the data bucket is read-only.
+    - ``ScheduledCopyMetric`` (when a namespace is given, for the controller):
+      ``cloudwatch:PutMetricData`` only in that namespace, mlcluster's own, so
+      that no job on a worker or login node (which can read its node's role
+      credentials) can publish the daily copy's data point and keep its alarm
+      quiet. ``Telemetry``'s ``/aws/sagemaker/Clusters`` is every node's.
     - ``PrometheusRemoteWrite`` (when a workspace is given, for the
       controller, whose collector signs its writes with this role):
       ``aps:RemoteWrite`` on that workspace only.
@@ -91,6 +98,7 @@ class HyperPodExecutionRole(Construct):
         backup_bucket: s3.IBucket | None = None,
         backup_prefix: str | None = None,
         remote_write_workspace_arn: str | None = None,
+        copy_metric_namespace: str | None = None,
         description: str = "SageMaker HyperPod cluster nodes: logs, metrics, SSM, lifecycle scripts, VPC interfaces",
     ) -> None:
         """Create the role and its policies.
@@ -115,6 +123,8 @@ class HyperPodExecutionRole(Construct):
             state). Default: none.
         :param remote_write_workspace_arn: an Amazon Managed Service for Prometheus workspace the nodes
             remote-write to (the controller's metrics collector). Default: none.
+        :param copy_metric_namespace: a CloudWatch namespace the nodes may put metrics in, besides HyperPod's
+            (the controller's daily copy metric); neither HyperPod's nor an ``AWS/`` one. Default: none.
         :param description: the role's description, e.g. naming its instance group.
         """
         super().__init__(scope, construct_id)
@@ -162,6 +172,8 @@ class HyperPodExecutionRole(Construct):
                     "runs as root on the controller (use the cluster's PatchBackupBucket)"
                 )
             self._backup(stack, backup_bucket, backup_prefix)
+        if copy_metric_namespace is not None:
+            self._copy_metric(copy_metric_namespace)
         if remote_write_workspace_arn is not None:
             self._policy(
                 "PrometheusRemoteWrite",
@@ -227,6 +239,35 @@ class HyperPodExecutionRole(Construct):
             "AwsSolutions-IAM5[Resource::*]",
             "cloudwatch:PutMetricData has no resource-level permissions; the statement is limited by the "
             "cloudwatch:namespace condition to HyperPod's /aws/sagemaker/Clusters namespace.",
+        )
+
+    def _copy_metric(self, namespace: str) -> None:
+        if (
+            namespace == CLUSTER_METRIC_NAMESPACE
+            or namespace.startswith("AWS/")
+            or not METRIC_NAMESPACE.fullmatch(namespace)
+        ):
+            raise ValueError(
+                f"copy_metric_namespace: {namespace!r} is not allowed; use a namespace of mlcluster's own "
+                f"(1-255 characters, not starting with ':', not {CLUSTER_METRIC_NAMESPACE} and not AWS/...)"
+            )
+        policy = self._policy(
+            "ScheduledCopyMetric",
+            f"Metrics of this node's own in {namespace} (the controller's daily copy)",
+            [
+                iam.PolicyStatement(
+                    sid="ScheduledCopyMetric",
+                    actions=["cloudwatch:PutMetricData"],
+                    resources=["*"],
+                    conditions={"StringEquals": {"cloudwatch:namespace": namespace}},
+                ),
+            ],
+        )
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::*]",
+            f"cloudwatch:PutMetricData has no resource-level permissions; the statement is limited by the "
+            f"cloudwatch:namespace condition to {namespace}, which only the controller's role may write.",
         )
 
     def _session_manager(self) -> None:

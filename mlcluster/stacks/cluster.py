@@ -40,6 +40,7 @@ from mlcluster.constructs.script_bucket import ScriptBucket
 from mlcluster.lifecycle.collector import COLLECTOR_DIR, COLLECTOR_EXCLUDE
 from mlcluster.lifecycle.exporters import EXPORTERS_DIR, EXPORTERS_EXCLUDE
 from mlcluster.lifecycle.hyperpod import PATCH_BACKUP_PREFIX, SCHEDULED_BACKUP_FOLDER
+from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_NAMESPACE
 from mlcluster.lifecycle.pcluster import HEALTH_TOOL, PCLUSTER_DIR
 from mlcluster.pcluster.checks import network_zone_labels
 from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
@@ -366,6 +367,10 @@ class ClusterStack(cdk.Stack):
                 # Only the controller runs the metrics collector, so only its role may write to the workspace.
                 remote_write_workspace_arn=(
                     self.prometheus.workspace_arn if is_controller and self.prometheus is not None else None
+                ),
+                # Only the controller runs the daily copy: no job on another node may publish its data point.
+                copy_metric_namespace=(
+                    SCHEDULED_COPY_NAMESPACE if is_controller and cfg.lifecycle.scheduled_backup else None
                 ),
                 description=f"SageMaker HyperPod instance group {group.instance_group_name} of {env.cluster_name}",
             ).role

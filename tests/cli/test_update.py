@@ -52,12 +52,14 @@ from tests.pcluster.pcluster_support import PCLUSTER_PYTHON, inputs
 
 REGION, ENV, CLUSTER = "us-west-2", "p4de", "p4de-train"
 TABLE = f"parallelcluster-{CLUSTER}"
-#: ``squeue --all --noheader --format '%i|%P|%u|%T|%D|%M|%j'`` on a busy p4de cluster.
+#: The record mark of every squeue read in these tests (``record_mark`` draws a fresh one per read).
+MARK = "mlc0123456789abcdef01234567:"
+#: ``squeue --all --noheader --format 'MARK%i|%P|%u|%T|%D|%M|%j'`` on a busy p4de cluster.
 SQUEUE = (
-    "1042|compute-gpu|alice|RUNNING|4|2-03:11:09|llama-70b-pretrain\n"
-    "1043|inference-gpu|bob|RUNNING|1|5:02|vllm-serve\n"
-    "1044|compute-gpu|alice|PENDING|4|0:00|llama-eval\n"
-    "1045|inference-gpu|carol|PENDING|1|0:00|batch-embed|nightly\n"
+    f"{MARK}1042|compute-gpu|alice|RUNNING|4|2-03:11:09|llama-70b-pretrain\n"
+    f"{MARK}1043|inference-gpu|bob|RUNNING|1|5:02|vllm-serve\n"
+    f"{MARK}1044|compute-gpu|alice|PENDING|4|0:00|llama-eval\n"
+    f"{MARK}1045|inference-gpu|carol|PENDING|1|0:00|batch-embed|nightly\n"
 )
 
 
@@ -267,7 +269,8 @@ def p4de(aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
 @pytest.fixture
 def cloud(p4de: World, aws: Aws, monkeypatch: pytest.MonkeyPatch, node: FakeNode) -> Cloud:
     made = Cloud(p4de, aws, monkeypatch, rendered(p4de.environments))
-    node.on("squeue --all --noheader", SQUEUE)
+    monkeypatch.setattr(update_module, "record_mark", lambda: MARK)
+    node.on(f"squeue --all --noheader --format '{MARK}", SQUEUE)
     return made
 
 
@@ -924,11 +927,57 @@ def test_every_outcome_of_the_update_rules_has_a_decision() -> None:
 
 
 def test_squeue_lines_keep_a_pipe_in_the_job_name_and_refuse_garbage() -> None:
-    jobs = update_module.parse_squeue(SQUEUE)
+    jobs = update_module.parse_squeue(SQUEUE, MARK)
     assert [j.name for j in jobs][-1] == "batch-embed|nightly"
     assert [j.running for j in jobs] == [True, True, False, False]
     with pytest.raises(CliError, match="squeue printed a line mlcluster cannot read"):
-        update_module.parse_squeue("slurm_load_jobs error: Unable to contact slurm controller\n")
+        update_module.parse_squeue("slurm_load_jobs error: Unable to contact slurm controller\n", MARK)
+    # Text before the first record (an error, then records) is refused too, never skipped.
+    with pytest.raises(CliError, match="cannot read: 'squeue: error: x'"):
+        update_module.parse_squeue("squeue: error: x\n" + SQUEUE, MARK)
+    with pytest.raises(CliError, match="cannot read"):
+        update_module.parse_squeue(f"{MARK}1042|gpu|alice|RUNNING|many|1:00|x\n", MARK)
+    assert update_module.parse_squeue("", MARK) == []
+
+
+def test_a_newline_in_a_job_name_neither_blocks_the_read_nor_adds_a_job() -> None:
+    """Issue 30 item 3: any cluster user names jobs; a name with lines that look like records stays one name."""
+    forged = "x\n1999|compute-gpu|root|RUNNING|64|9:99:99|forged\nmore"
+    text = SQUEUE + f"{MARK}1046|compute-gpu|mallory|RUNNING|1|0:01|{forged}\n"
+    jobs = update_module.parse_squeue(text, MARK)
+    assert [j.job_id for j in jobs] == ["1042", "1043", "1044", "1045", "1046"]
+    assert jobs[-1].user == "mallory"
+    assert jobs[-1].name == "x\\n1999|compute-gpu|root|RUNNING|64|9:99:99|forged\\nmore"
+    # Each read draws its own mark, which the script prints before every record.
+    marks = {update_module.record_mark() for _ in range(3)}
+    assert len(marks) == 3
+    mark = marks.pop()
+    assert f"--format '{mark}%i|%P|%u|%T|%D|%M|%j'" in update_module.squeue_script(mark)
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("\x1b[2J\x1b]0;owned\x07", "\\x1b[2J\\x1b]0;owned\\x07"),  # clear screen, set title, bell
+        ("ok\rDONE", "ok\\rDONE"),  # carriage return over the line
+        ("evil\u202etxt.exe", "evil\\u202etxt.exe"),  # right-to-left override (a format character)
+        ("[bold]ünïcödé 模型 ok[/]", "[bold]ünïcödé 模型 ok[/]"),  # printable text, markup-like too, unchanged
+    ],
+)
+def test_every_job_field_is_shown_with_its_control_characters_escaped(raw: str, shown: str) -> None:
+    (job,) = update_module.parse_squeue(f"{MARK}7|gpu{raw}|u{raw}|RUNNING|1|0:01|{raw}\n", MARK)
+    assert (job.partition, job.user, job.name) == (f"gpu{shown}", f"u{shown}", shown)
+    assert job.name.isprintable()
+
+
+def test_the_plan_shows_a_hostile_job_name_escaped(p4de: World, cloud: Cloud, aws: Aws, node: FakeNode) -> None:
+    hostile = f"{MARK}1046|compute-gpu|mallory|RUNNING|1|0:01|\x1b[2Jx\nline two\n"
+    node.on(f"squeue --all --noheader --format '{MARK}", SQUEUE + hostile)
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    result = p4de.run("update", ENV, "--plan-only")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output
+    assert "mallory      RUNNING      1 nodes        0:01  \\x1b[2Jx\\nline two\n" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -1041,4 +1090,19 @@ def test_an_outcome_the_command_does_not_know_stops_it_before_any_change(p4de: W
             deploy_timeout=300,
             classify=rules,
         )
+    assert fleet_writes(aws) == [] and cloud.deploys == []
+
+
+def test_a_failed_squeue_is_reported_with_its_output_escaped(
+    p4de: World, cloud: Cloud, aws: Aws, node: FakeNode
+) -> None:
+    """squeue's output can hold job names: a failure quotes it with control characters escaped, changing nothing."""
+    out = f"{MARK}1046|compute-gpu|mallory|RUNNING|1|0:01|\x1b]0;owned\x07\nsqueue: error: Socket timed out\n"
+    node.on(f"squeue --all --noheader --format '{MARK}", out, code=1)
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    result = p4de.run("update", ENV, "--plan-only")
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "squeue on the head node failed (Failed, exit 1)" in result.output
+    assert "\\x1b]0;owned\\x07\\nsqueue: error: Socket timed out" in result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
     assert fleet_writes(aws) == [] and cloud.deploys == []

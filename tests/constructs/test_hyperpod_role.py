@@ -10,6 +10,7 @@ export cdk-nag reports, which the synth proves.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +130,44 @@ def test_metrics_only_in_the_hyperpod_namespace(built: Built) -> None:
     assert metrics["Action"] == "cloudwatch:PutMetricData"
     assert metrics["Resource"] == "*"
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Clusters"}}
-    # The daily copy's data point (mlcluster-backup scheduled) goes to that namespace: no grant of its own.
-    assert metrics["Condition"]["StringEquals"]["cloudwatch:namespace"] == SCHEDULED_COPY_NAMESPACE
+    # Every node's role holds this one: the daily copy's data point must not be in it (jobs could forge it).
+    assert metrics["Condition"]["StringEquals"]["cloudwatch:namespace"] != SCHEDULED_COPY_NAMESPACE
+    assert not resources(built.template, "AWS::IAM::ManagedPolicy", "FullScheduledCopyMetric")
+
+
+def test_copy_metric_namespace_is_its_own_policy() -> None:
+    app = cdk.App()
+    stack = cdk.Stack(app, "Cluster")
+    net = ClusterNetwork(stack, "Net", availability_zone_id="use1-az4")
+    HyperPodExecutionRole(
+        stack,
+        "Controller",
+        vpc=net.vpc,
+        subnets=net.private_subnets,
+        security_groups=[net.security_group],
+        lifecycle_bucket=s3.Bucket.from_bucket_name(stack, "LifecycleBucket", LIFECYCLE_BUCKET),
+        copy_metric_namespace=SCHEDULED_COPY_NAMESPACE,
+    )
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()  # the wildcard is acknowledged
+    built = Built(Path(), Template.from_stack(stack).to_json())
+    metric = statement(built, "Controller", "ScheduledCopyMetric", "ScheduledCopyMetric")
+    assert metric["Action"] == "cloudwatch:PutMetricData"
+    assert metric["Condition"] == {"StringEquals": {"cloudwatch:namespace": SCHEDULED_COPY_NAMESPACE}}
+
+
+@pytest.mark.parametrize("namespace", ["/aws/sagemaker/Clusters", "AWS/EC2", ":x", "", "n" * 256])
+def test_copy_metric_namespace_is_never_a_shared_one(parts: dict[str, Any], namespace: str) -> None:
+    with pytest.raises(ValueError, match=f"copy_metric_namespace: {re.escape(repr(namespace))} is not allowed"):
+        HyperPodExecutionRole(
+            parts["stack"],
+            f"BadNamespace{len(parts['stack'].node.children)}",
+            vpc=parts["vpc"],
+            subnets=parts["subnets"][:1],
+            security_groups=parts["groups"][:1],
+            lifecycle_bucket=parts["bucket"],
+            copy_metric_namespace=namespace,
+        )
 
 
 def test_session_manager_channels(built: Built) -> None:

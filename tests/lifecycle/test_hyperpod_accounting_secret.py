@@ -12,6 +12,7 @@ whose secret cannot be read goes on with the file's password; a watch that canno
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -231,3 +232,55 @@ def test_the_tool_refuses_local_accounting_and_bad_usage(tmp_path: Path) -> None
     usage = subprocess.run(["bash", str(sandbox_tool), "rotate"], env=env, capture_output=True, text=True, check=False)
     assert usage.returncode == 2
     assert "usage: mlcluster-accounting-secret refresh|watch" in usage.stderr
+
+
+@pytest.mark.parametrize("verb", ["refresh", "watch"])
+def test_a_linked_slurmdbd_conf_is_refused_and_its_target_never_copied(controller: Sandbox, verb: str) -> None:
+    """Issue 30 item 4: root must not read a link's target into slurmdbd.conf (or write through it)."""
+    conf = controller.root / CONF.lstrip("/")
+    target = controller.root / "etc/shadow-like"
+    target.write_text("root:$6$secret-hash:19000::::::\nStoragePass=from-the-target\n")
+    target.chmod(0o600)
+    conf.unlink()
+    conf.symlink_to(target)
+    result = tool(controller, verb, STUB_SECRET=secret("rotated-Pass2"))
+    assert result.returncode == 1
+    assert f"{conf} is a symbolic link; refusing to follow it" in result.stderr
+    assert conf.is_symlink() and conf.readlink() == target
+    assert target.read_text() == "root:$6$secret-hash:19000::::::\nStoragePass=from-the-target\n"
+    assert "secret-hash" not in result.stderr + result.stdout
+    assert restarts(controller) == 0
+
+
+def test_a_folder_others_can_write_or_a_linked_folder_is_refused(controller: Sandbox) -> None:
+    conf = controller.root / CONF.lstrip("/")
+    folder = conf.parent
+    before = conf.read_text()
+    folder.chmod(0o775)
+    result = tool(controller, "watch", STUB_SECRET=secret("rotated-Pass2"))
+    assert result.returncode == 1
+    assert f"{folder} is owned by uid 0 with mode 775" in result.stderr and "refusing to touch" in result.stderr
+    assert conf.read_text() == before
+    # At the edge: root's and 0755 again is accepted.
+    folder.chmod(0o755)
+    assert tool(controller, "watch", STUB_SECRET=secret("rotated-Pass2")).returncode == 0
+    assert credentials(controller) == ("slurm", "rotated-Pass2")
+    # A folder that is a link to a real one of root's is refused as well.
+    real = folder.with_name("etc-real")
+    folder.rename(real)
+    folder.symlink_to(real)
+    result = tool(controller, "watch", STUB_SECRET=secret("rotated-Pass3"))
+    assert result.returncode == 1
+    assert f"{folder} is not a folder (or is a link)" in result.stderr
+    assert "StoragePass=rotated-Pass2\n" in (real / "slurmdbd.conf").read_text()
+
+
+def test_a_folder_of_another_owner_is_refused(controller: Sandbox) -> None:
+    conf = controller.root / CONF.lstrip("/")
+    os.chown(conf.parent, 2001, 0)
+    result = tool(controller, "refresh", STUB_SECRET=secret("rotated-Pass2"))
+    # refresh falls back to the file's password for a secret it cannot read, never for an unsafe folder.
+    assert result.returncode == 1
+    assert "is owned by uid 2001 with mode 755" in result.stderr
+    assert "slurmdbd.conf was not read or written" in result.stderr
+    assert credentials(controller) == ("slurm", "first-Pass1")

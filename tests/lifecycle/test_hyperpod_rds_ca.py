@@ -82,6 +82,8 @@ def controller(tmp_path: Path, endpoint: str) -> tuple[Sandbox, subprocess.Compl
     [
         "mlc-acct.cluster-c9akciq32.us-west-2.rds.amazonaws.com",
         "mlc-acct.cluster-c9akciq32.ap-northeast-1.rds.amazonaws.com",
+        # us-east-1 has a Beta and a Preview root too: "Amazon RDS Beta us-east-1 ..." is not this region's.
+        "mlc-acct.cluster-ro-c9akciq32.us-east-1.rds.amazonaws.com",
     ],
 )
 def test_an_rds_endpoint_gets_the_pinned_roots_as_ssl_ca(tmp_path: Path, host: str) -> None:
@@ -89,7 +91,17 @@ def test_an_rds_endpoint_gets_the_pinned_roots_as_ssl_ca(tmp_path: Path, host: s
     conf = sandbox.read("/opt/slurm/etc/slurmdbd.conf")
     assert f"StorageHost={host}\n" in conf and CA_LINE in conf
     installed = sandbox.root / "etc/mlcluster/rds-ca-roots.pem"
-    assert installed.read_bytes() == BUNDLE.read_bytes()
+    # Only the endpoint's region's three roots: slurmdbd checks the chain, not the name (issue 33 item 2).
+    region = host.split(".")[-4]
+    text = installed.read_text(encoding="ascii")
+    names = [
+        c.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value
+        for c in x509.load_pem_x509_certificates(text.encode())
+    ]
+    assert sorted(names) == [
+        f"Amazon RDS {region} Root CA {kind}" for kind in ("ECC384 G1", "RSA2048 G1", "RSA4096 G1")
+    ]
+    assert text in BUNDLE.read_text(encoding="ascii")  # copied as they are, comment lines included
     info = installed.stat()
     assert (info.st_uid, info.st_mode & 0o777) == (0, 0o644)
     # The rotated secret is applied without losing the line.

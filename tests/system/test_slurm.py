@@ -271,10 +271,14 @@ def test_srun_errors_parse_to_no_hosts(cluster: SlurmCluster) -> None:
 
 
 def test_update_reads_running_and_pending_jobs_from_squeue(cluster: SlurmCluster) -> None:
-    """``mlcluster update``'s squeue script, run as written, parses to the jobs Slurm has (a ``|`` in a name too)."""
-    from mlcluster.cli.update import parse_squeue, squeue_script
+    """``mlcluster update``'s squeue script, run as written, parses to the jobs Slurm has.
 
-    name = "train|v2"
+    The name holds a ``|``, a newline followed by what looks like a record, and an escape: Slurm keeps them,
+    and the read neither fails nor counts another job, and shows the name escaped.
+    """
+    from mlcluster.cli.update import parse_squeue, printable, record_mark, squeue_script
+
+    name = "train|v2\n1|debug|root|RUNNING|9|0:01|forged\x1b[2J"
     submitted = slurm(cluster, "sbatch", "--parsable", "-p", PARTITION, "-J", name, "--array=0-3", "--wrap", "sleep 30")
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
@@ -283,10 +287,14 @@ def test_update_reads_running_and_pending_jobs_from_squeue(cluster: SlurmCluster
             "3 array tasks running",
             lambda: slurm(cluster, "squeue", "--noheader", "--array", "-o", "%T").stdout.split().count("RUNNING") == 3,
         )
-        done = slurm(cluster, "bash", "-c", squeue_script())
+        mark = record_mark()
+        done = slurm(cluster, "bash", "-c", squeue_script(mark))
         assert done.returncode == 0, done.stderr
-        jobs = [j for j in parse_squeue(done.stdout) if j.job_id.startswith(f"{job}_")]
-        assert {j.name for j in jobs} == {name} and {j.partition for j in jobs} == {PARTITION}
+        read = parse_squeue(done.stdout, mark)
+        assert "1" not in {j.job_id for j in read}
+        jobs = [j for j in read if j.job_id.startswith(f"{job}_")]
+        assert {j.name for j in jobs} == {printable(name)} and {j.partition for j in jobs} == {PARTITION}
+        assert printable(name) == "train|v2\\n1|debug|root|RUNNING|9|0:01|forged\\x1b[2J"
         assert sum(j.running for j in jobs) == 3 and [j.nodes for j in jobs if j.running] == [1, 1, 1]
         # squeue folds pending array tasks into one line (``<job>_[3]``): one pending job, not a running one.
         assert [j.state for j in jobs if not j.running] == ["PENDING"]

@@ -19,7 +19,8 @@
 #
 # The file is written through a temporary file in its folder and a rename (root-owned, mode 600,
 # owner slurm as the accounting step made it); a secret whose values slurmdbd.conf cannot hold (a
-# newline, '#', a space) is refused and the file left as it is. The password reaches no log, no command
+# newline, '#', a space) is refused and the file left as it is. A slurmdbd.conf that is a link or not a
+# regular file, or a folder that is a link, not root's, or writable by group or others, is refused too. The password reaches no log, no command
 # line and no file but slurmdbd.conf. Exit codes: 0 done, 1 failed, 2 bad usage.
 set -euo pipefail
 
@@ -48,15 +49,36 @@ has_password() {
   [[ -f $SLURMDBD_CONF ]] && grep -qE '^StoragePass=.+' "$SLURMDBD_CONF"
 }
 
+# conf_is_safe : slurmdbd.conf is a regular file, not a link, in a real folder of root's that group
+# and others cannot write. Root reads the file whole and renames its copy over it: a link (or a folder
+# someone else can change) would make root copy another file's contents, or write where they point.
+conf_is_safe() {
+  local dir uid mode
+  dir=$(dirname -- "$SLURMDBD_CONF")
+  if [[ ! -d $dir || -L $dir ]]; then
+    log "$dir is not a folder (or is a link); refusing to touch $SLURMDBD_CONF"
+    return 1
+  fi
+  read -r uid mode <<<"$(owner_mode "$dir")"
+  if [[ $uid != 0 ]] || ((8#$mode & 8#022)); then
+    log "$dir is owned by uid $uid with mode $mode (root's, not writable by group or others, expected); refusing to touch $SLURMDBD_CONF"
+    return 1
+  fi
+  if [[ -L $SLURMDBD_CONF ]]; then
+    log "$SLURMDBD_CONF is a symbolic link; refusing to follow it (the accounting step writes a plain file)"
+    return 1
+  fi
+  if [[ ! -f $SLURMDBD_CONF ]]; then
+    log "$SLURMDBD_CONF is missing or not a regular file; run the accounting step first (sudo bash /opt/mlcluster/lifecycle/on_create.sh accounting)"
+    return 1
+  fi
+}
+
 # refresh : rewrite slurmdbd.conf from the secret when it differs; sets FILE_CHANGED. Returns 1 when
 # the secret cannot be read or holds values slurmdbd.conf cannot take (the file is then unchanged).
 refresh() {
   local secret out owner
   FILE_CHANGED=false
-  [[ -f $SLURMDBD_CONF ]] || {
-    log "$SLURMDBD_CONF is missing; run the accounting step first (sudo bash /opt/mlcluster/lifecycle/on_create.sh accounting)"
-    return 1
-  }
   secret=$(read_secret) || return 1
   mkdir -p "$TMP_DIR"
   out=$(mktemp "$TMP_DIR/slurmdbd.conf.XXXXXX")
@@ -78,6 +100,8 @@ main() {
   load_node_env
   [[ ${MLC_ACCOUNTING_MODE:-} == remote && -n ${MLC_ACCOUNTING_SECRET_ARN:-} ]] ||
     die "accounting mode is '${MLC_ACCOUNTING_MODE:-}' in node.env; the secret is only read for mode remote"
+  # Both verbs, a start's refresh too: slurmdbd must not start from a file someone else could swap.
+  conf_is_safe || die "slurmdbd.conf was not read or written"
   case $1 in
     refresh)
       if ! refresh; then

@@ -56,8 +56,23 @@ CONF
 
 # The Amazon RDS root CAs (rds-ca-roots.pem, pinned in the package and checked by on_create.sh's
 # manifest, never read from a bucket a user can write), for slurmdbd to verify the server's certificate.
+# slurmdbd verifies the certificate's CHAIN only, not its name: Slurm sets the CA with mysql_ssl_set
+# and never turns on MariaDB Connector/C's host check (MYSQL_OPT_SSL_VERIFY_SERVER_CERT). Any
+# certificate a trusted root signed is accepted for the endpoint, so the step installs only the
+# endpoint's own region's roots (RSA2048, RSA4096, ECC384 G1): a database in another region, or
+# another customer's database in that region, still passes. TLS stops passive reading; the
+# endpoint's name is not verified.
 RDS_CA_REAL=/etc/mlcluster/rds-ca-roots.pem
 RDS_HOST='\.([a-z]{2}(-[a-z]+)+-[0-9]+)\.rds\.amazonaws\.com(\.cn)?$'
+
+# region_roots REGION : the bundle on stdin, with only the certificates whose comment line names
+# "Amazon RDS REGION Root CA ..." (each comment line names the certificate after it).
+region_roots() {
+  awk -v want="# Amazon RDS $1 Root CA " '
+    /^# / { keep = (index($0, want) == 1) }
+    keep { print }
+  '
+}
 
 # rds_ca HOST : install the RDS roots and print their path when HOST is an RDS/Aurora endpoint of a region
 # the bundle covers; print nothing (with a warning) otherwise: the server still requires TLS
@@ -73,7 +88,7 @@ rds_ca() {
     warn "rds-ca-roots.pem has no root CA for $region: slurmdbd.conf gets no SSL_CA (TLS unverified by the client)"
     return 0
   fi
-  install_file "$MLC_ROOT$RDS_CA_REAL" 644 <"$MLC_LIFECYCLE_DIR/rds-ca-roots.pem"
+  install_file "$MLC_ROOT$RDS_CA_REAL" 644 < <(region_roots "$region" <"$MLC_LIFECYCLE_DIR/rds-ca-roots.pem")
   printf '%s\n' "$RDS_CA_REAL"
 }
 
