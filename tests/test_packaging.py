@@ -408,9 +408,13 @@ def test_wheel_every_command_against_moto(user: User, moto_endpoint: str) -> Non
     assert "_mlcluster_completion()" in completion.stdout
     valid = user.run(here, "validate", "--json")
     assert json.loads(valid.stdout)["environments"] == ["dev", "hyperpod"]
+    # dev's committed lock was written from the templates: protect still sets the stack policy on what is
+    # deployed, then refuses (exit 1) until the lock is read from the deployed stacks.
     protected = user.run(here, "protect", "dev", "--json", **aws)
-    assert protected.returncode == 0, protected.stderr
+    assert protected.returncode == 1, protected.stderr
     assert set(json.loads(protected.stdout)["protected"]) == {"dev-Network"}
+    assert "was written from the templates (--from-templates), but dev-Network are deployed" in protected.stderr
+    assert "Run 'mlcluster lock dev' with credentials" in protected.stderr
     for args, code, text in [
         (("ssh", "hyperpod", "--print"), 3, "stack hyperpod-Cluster does not exist in us-west-2"),
         (("ssh-config", "hyperpod"), 3, "stack hyperpod-Cluster does not exist in us-west-2"),
