@@ -371,6 +371,27 @@ def hyperpod(aws: Aws, tmp_path: Path) -> World:
     return World(folder, env, region, name, bucket, fs_id, arn, backup_bucket=backup_bucket)
 
 
+def launch_pcluster_nodes(
+    region: str, cluster: str, subnet: str, node_type: str, instance_type: str, count: int, queue: str | None = None
+) -> list[str]:
+    """``count`` EC2 instances tagged as ParallelCluster tags its nodes (cluster name, node type, queue)."""
+    tags = [
+        {"Key": "parallelcluster:cluster-name", "Value": cluster},
+        {"Key": "parallelcluster:node-type", "Value": node_type},
+    ]
+    if queue:
+        tags.append({"Key": "parallelcluster:queue-name", "Value": queue})
+    made = aws_client("ec2", region).run_instances(
+        ImageId="ami-12c6146b",
+        InstanceType=instance_type,
+        MinCount=count,
+        MaxCount=count,
+        SubnetId=subnet,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )
+    return [i["InstanceId"] for i in made["Instances"]]
+
+
 @pytest.fixture
 def pcluster(aws: Aws, tmp_path: Path) -> World:
     """environments/p5.yaml deployed in us-east-2: stacks, a head node and 4 p5 compute nodes, FSx, the bucket."""
@@ -381,27 +402,8 @@ def pcluster(aws: Aws, tmp_path: Path) -> World:
     _stack(region, f"{env}-Network", {"VpcId": "vpc-1", "SecurityGroupId": group})
     bucket, fs_id = _storage(env, region, subnet)
     _observability(region, env, name, grafana=True)
-    ec2 = aws_client("ec2", region)
-
-    def launch(node_type: str, instance_type: str, count: int, queue: str | None = None) -> list[str]:
-        tags = [
-            {"Key": "parallelcluster:cluster-name", "Value": name},
-            {"Key": "parallelcluster:node-type", "Value": node_type},
-        ]
-        if queue:
-            tags.append({"Key": "parallelcluster:queue-name", "Value": queue})
-        made = ec2.run_instances(
-            ImageId="ami-12c6146b",
-            InstanceType=instance_type,
-            MinCount=count,
-            MaxCount=count,
-            SubnetId=subnet,
-            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-        )
-        return [i["InstanceId"] for i in made["Instances"]]
-
-    head = launch("HeadNode", "m5.8xlarge", 1)[0]
-    launch("Compute", "p5.48xlarge", 4, "compute-gpu")
+    head = launch_pcluster_nodes(region, name, subnet, "HeadNode", "m5.8xlarge", 1)[0]
+    launch_pcluster_nodes(region, name, subnet, "Compute", "p5.48xlarge", 4, "compute-gpu")
     _stack(region, name, {})  # ParallelCluster's own stack, named after the cluster
     _stack(
         region,

@@ -47,6 +47,7 @@ from tests.cli.conftest import (
     aws_client,
     error,
     invoke,
+    launch_pcluster_nodes,
 )
 from tests.pcluster.pcluster_support import PCLUSTER_PYTHON, inputs
 
@@ -237,27 +238,9 @@ def p4de(aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     subnet, group = _network(REGION)
     _stack(REGION, f"{ENV}-Network", {"VpcId": "vpc-1", "SecurityGroupId": group})
     bucket, fs_id = _storage(ENV, REGION, subnet)
-    ec2 = aws_client("ec2", REGION)
-
-    def launch(node_type: str, instance_type: str, count: int, queue: str | None = None) -> list[str]:
-        tags = [
-            {"Key": "parallelcluster:cluster-name", "Value": CLUSTER},
-            {"Key": "parallelcluster:node-type", "Value": node_type},
-            *([{"Key": "parallelcluster:queue-name", "Value": queue}] if queue else []),
-        ]
-        made = ec2.run_instances(
-            ImageId="ami-12c6146b",
-            InstanceType=instance_type,
-            MinCount=count,
-            MaxCount=count,
-            SubnetId=subnet,
-            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-        )
-        return [i["InstanceId"] for i in made["Instances"]]
-
-    head = launch("HeadNode", "m5.8xlarge", 1)[0]
-    launch("Compute", "p4de.24xlarge", 4, "compute-gpu")
-    launch("Compute", "g5.12xlarge", 2, "inference-gpu")
+    head = launch_pcluster_nodes(REGION, CLUSTER, subnet, "HeadNode", "m5.8xlarge", 1)[0]
+    launch_pcluster_nodes(REGION, CLUSTER, subnet, "Compute", "p4de.24xlarge", 4, "compute-gpu")
+    launch_pcluster_nodes(REGION, CLUSTER, subnet, "Compute", "g5.12xlarge", 2, "inference-gpu")
     _stack(REGION, CLUSTER, {})  # ParallelCluster's own stack, named after the cluster
     _stack(REGION, f"{ENV}-Cluster", {"ClusterName": CLUSTER, "HeadNodeInstanceId": head})
     state = tmp_path / "state"
