@@ -336,25 +336,38 @@ def test_unhealthy_nodes_alarm_reads_parallelclusters_metrics(
         assert stat["Metric"]["Dimensions"] == [{"Name": "ClusterName", "Value": CLUSTER_NAMES[name]}]
 
 
+def reads_copy_metric(alarm: dict[str, Any]) -> bool:
+    """Whether an alarm reads the daily-copy metric, directly or through a metric-math expression."""
+    stats = [m.get("MetricStat", {}).get("Metric", {}) for m in alarm.get("Metrics", [])]
+    return SCHEDULED_COPY_METRIC in {alarm.get("MetricName"), *(s.get("MetricName") for s in stats)}
+
+
 def test_hyperpods_daily_copy_missing_two_days_sets_an_alarm_off(observability: dict[str, dict[str, Any]]) -> None:
     """Failures of the controller's daily copy reach the topic, not only the controller's journal."""
     (alarm,) = [
-        a
-        for a in resources(observability["hyperpod"], "AWS::CloudWatch::Alarm")
-        if a.get("MetricName") == SCHEDULED_COPY_METRIC
+        a for a in resources(observability["hyperpod"], "AWS::CloudWatch::Alarm") if reads_copy_metric(a)
     ]
-    assert alarm["Namespace"] == SCHEDULED_COPY_NAMESPACE
-    assert alarm["Dimensions"] == [{"Name": "ClusterName", "Value": CLUSTER_NAMES["hyperpod"]}]
-    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (
+    # Issue 33c item 1: the alarm reads FILL(m1, 0), so a day without a copy is a 0 even when other days have
+    # points (CloudWatch then ignores TreatMissingData); only the expression returns data.
+    assert "MetricName" not in alarm and "Period" not in alarm
+    expression, source = sorted(alarm["Metrics"], key=lambda m: m["Id"] != "expr_1")
+    assert set(expression) >= {"Expression", "Id"} and expression["Expression"] == "FILL(m1, 0)"
+    assert expression.get("ReturnData", True) is True and expression.get("Period", 86400) == 86400
+    assert source["Id"] == "m1" and source["ReturnData"] is False
+    stat = source["MetricStat"]
+    assert stat["Metric"]["Namespace"] == SCHEDULED_COPY_NAMESPACE
+    assert stat["Metric"]["MetricName"] == SCHEDULED_COPY_METRIC
+    assert stat["Metric"]["Dimensions"] == [{"Name": "ClusterName", "Value": CLUSTER_NAMES["hyperpod"]}]
+    assert (stat["Stat"], stat["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (
         "Sum",
         86400,
         2,
         2,
     )
     # CloudWatch allows Period x EvaluationPeriods up to 7 days for periods of an hour or more.
-    assert alarm["Period"] * alarm["EvaluationPeriods"] <= 7 * 86400
+    assert stat["Period"] * alarm["EvaluationPeriods"] <= 7 * 86400
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "LessThanThreshold")
-    assert alarm["TreatMissingData"] == "breaching"  # no run at all is the failure to see
+    assert alarm["TreatMissingData"] == "breaching"  # no point at all (a controller lost for days) still breaches
     assert "journalctl -u mlcluster-backup-scheduled" in alarm["AlarmDescription"]
     # r3 finding 6: a controller created before the daily copy never publishes the metric; the alarm says where
     # to look and how to install the scripts (docs/upgrading.md, checked below).
@@ -367,7 +380,7 @@ def test_hyperpods_daily_copy_missing_two_days_sets_an_alarm_off(observability: 
         assert not [
             a
             for a in resources(observability[name], "AWS::CloudWatch::Alarm")
-            if a.get("MetricName") == SCHEDULED_COPY_METRIC
+            if reads_copy_metric(a)
         ]
 
 
@@ -418,7 +431,8 @@ def test_hyperpod_health_events_are_forwarded(observability: dict[str, dict[str,
     assert health == {"HealthStatus": [{"anything-but": ["Healthy"]}]}
     # Capacity, and the daily copy of the controller's state (test_hyperpods_daily_copy_missing...).
     alarms = resources(observability["hyperpod"], "AWS::CloudWatch::Alarm")
-    assert [a.get("MetricName") for a in alarms] == ["FreeDataStorageCapacity", SCHEDULED_COPY_METRIC]
+    assert [a.get("MetricName") for a in alarms] == ["FreeDataStorageCapacity", None]
+    assert reads_copy_metric(alarms[1])
 
 
 def sns_topics(template: dict[str, Any]) -> dict[str, dict[str, Any]]:

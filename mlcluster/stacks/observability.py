@@ -457,16 +457,26 @@ class ObservabilityStack(cdk.Stack):
         """No daily copy of the HyperPod controller's Slurm state reached S3 for two days.
 
         Each copy that reached the patch backup bucket publishes one data point (``mlcluster-backup
-        scheduled``); a failed run, a stopped timer or a lost controller publishes none, and missing
-        data breaches. Two daily periods (``datapoints_to_alarm`` 2 of 2) leave room for the timer's
-        random delay and a day skipped while a patch backup held the tool's lock.
+        scheduled``), and the ``scheduled_backup`` step publishes one when it installs the timer, so the
+        two-day clock starts at node creation (the first copy runs only after the next midnight plus up to an
+        hour). A failed run, a stopped timer or a lost controller publishes none. The alarm reads
+        ``FILL(m1, 0)``: CloudWatch ignores TreatMissingData once any real point is in the evaluation range, so
+        a day without a point must be a 0, not a gap; with no point at all (no seed yet, a controller lost
+        for days) missing data still breaches. Two daily periods (``datapoints_to_alarm`` 2 of 2) leave room
+        for the timer's random delay and a day skipped while a patch backup held the tool's lock.
         """
-        metric = cw.Metric(
+        copies = cw.Metric(
             namespace=SCHEDULED_COPY_NAMESPACE,
             metric_name=SCHEDULED_COPY_METRIC,
             dimensions_map={"ClusterName": self.cluster_name},
             statistic="Sum",
             period=cdk.Duration.days(1),
+        )
+        metric = cw.MathExpression(
+            expression="FILL(m1, 0)",
+            using_metrics={"m1": copies},
+            period=cdk.Duration.days(1),
+            label="Daily copies (a day without one is 0)",
         )
         alarm = cw.Alarm(
             self,

@@ -225,14 +225,17 @@ scheduled() {
 
 # publish_copy_metric : one data point (1) of the metric the Observability stack's alarm reads: a day without
 # one (a failed run, a stopped timer, a lost controller) sets the alarm off. A metric that cannot be put fails
-# the run (systemd tries again), so the copy is never reported only in the journal.
+# the run (systemd tries again), so the copy is never reported only in the journal. Except AccessDenied: the
+# grant is gone because lifecycle.scheduled_backup was turned off (and the alarm with it) while this timer still
+# runs; the copy did reach S3, so the run succeeds with a warning instead of failing and retrying every day.
 publish_copy_metric() {
-  [[ -n ${MLC_SCHEDULED_BACKUP_CLUSTER:-} && -n ${MLC_SCHEDULED_BACKUP_NAMESPACE:-} && -n ${MLC_SCHEDULED_BACKUP_METRIC:-} ]] ||
-    die "node.env has no MLC_SCHEDULED_BACKUP_CLUSTER, _NAMESPACE or _METRIC: the copy is in S3 but its metric was not published"
-  retry 5 "publish $MLC_SCHEDULED_BACKUP_METRIC" aws cloudwatch put-metric-data \
-    --namespace "$MLC_SCHEDULED_BACKUP_NAMESPACE" --metric-name "$MLC_SCHEDULED_BACKUP_METRIC" \
-    --dimensions "ClusterName=$MLC_SCHEDULED_BACKUP_CLUSTER" --value 1 --unit Count ||
+  [[ -n ${MLC_SCHEDULED_BACKUP_CLUSTER:-} && -n ${MLC_SCHEDULED_BACKUP_NAMESPACE:-} && -n ${MLC_SCHEDULED_BACKUP_METRIC:-} && -n ${MLC_SCHEDULED_BACKUP_REGION:-} ]] ||
+    die "node.env has no MLC_SCHEDULED_BACKUP_CLUSTER, _NAMESPACE, _METRIC or _REGION: the copy is in S3 but its metric was not published"
+  retry 5 "publish $MLC_SCHEDULED_BACKUP_METRIC" put_copy_metric 1 ||
     die "the copy is in S3 but $MLC_SCHEDULED_BACKUP_METRIC was not published (the alarm will go off); this run fails so systemd tries again"
+  if [[ $COPY_METRIC_DENIED == true ]]; then
+    warn "the copy is in S3 but this node may no longer publish $MLC_SCHEDULED_BACKUP_METRIC (AccessDenied): if lifecycle.scheduled_backup was turned off, stop this timer: systemctl disable --now mlcluster-backup-scheduled.timer"
+  fi
 }
 
 # check_archive FILE : refuse a state archive with anything restore would not have written: members

@@ -42,6 +42,23 @@ plan() {
   python3 "$MLC_LIFECYCLE_DIR/plan.py" "$@"
 }
 
+# put_copy_metric VALUE : one data point of the controller's daily-copy metric (node.env's namespace, metric,
+# cluster dimension and region: the AWS CLI on a node has no default region). AccessDenied (the grant was removed
+# when lifecycle.scheduled_backup was turned off, while the controller's timer still runs) sets
+# COPY_METRIC_DENIED=true and returns 0, so a retry loop stops; any other failure returns 1.
+COPY_METRIC_DENIED=false
+put_copy_metric() {
+  local err
+  if err=$(aws cloudwatch put-metric-data --region "$MLC_SCHEDULED_BACKUP_REGION" \
+    --namespace "$MLC_SCHEDULED_BACKUP_NAMESPACE" --metric-name "$MLC_SCHEDULED_BACKUP_METRIC" \
+    --dimensions "ClusterName=$MLC_SCHEDULED_BACKUP_CLUSTER" --value "$1" --unit Count 2>&1 >/dev/null); then
+    return 0
+  fi
+  printf '%s\n' "$err" >&2
+  [[ $err == *"(AccessDenied"* ]] || return 1
+  COPY_METRIC_DENIED=true
+}
+
 # Load /etc/mlcluster/node.env (written by identify_node).
 load_node_env() {
   [[ -f $NODE_ENV ]] || die "$NODE_ENV is missing; run on_create.sh, which writes it first (step identify_node)"

@@ -162,6 +162,11 @@ class ScheduledBackup:
         """``s3://<bucket>/<prefix>`` without the trailing ``/`` (``mlcluster-backup``'s argument)."""
         return f"s3://{self.bucket}/{self.prefix.rstrip('/')}"
 
+    @property
+    def region(self) -> str:
+        """The key's region, the bucket's and the metric's: the AWS CLI on a node has no default region."""
+        return self.key_arn.split(":")[3]
+
 
 def _parse_scheduled_backup(source: str, value: object) -> ScheduledBackup | None:
     if value is None:
@@ -585,6 +590,7 @@ def node_env(node: Node, params: ProvisioningParameters, features: Features) -> 
         "MLC_SCHEDULED_BACKUP_CLUSTER": features.scheduled_backup.cluster_name if features.scheduled_backup else "",
         "MLC_SCHEDULED_BACKUP_NAMESPACE": SCHEDULED_COPY_NAMESPACE if features.scheduled_backup else "",
         "MLC_SCHEDULED_BACKUP_METRIC": SCHEDULED_COPY_METRIC if features.scheduled_backup else "",
+        "MLC_SCHEDULED_BACKUP_REGION": features.scheduled_backup.region if features.scheduled_backup else "",
         "MLC_OPENZFS_DNS_NAME": params.openzfs.dns_name if params.openzfs else "",
         "MLC_OPENZFS_VOLUME_PATH": params.openzfs.volume_path if params.openzfs else "",
         "MLC_OPENZFS_MOUNT_POINT": params.openzfs.mount_point if params.openzfs else "",

@@ -17,6 +17,8 @@ UNIT=mlcluster-backup-scheduled
 main() {
   [[ -n ${MLC_SCHEDULED_BACKUP_URI:-} && -n ${MLC_SCHEDULED_BACKUP_KEY_ARN:-} ]] ||
     die "node.env has no MLC_SCHEDULED_BACKUP_URI or MLC_SCHEDULED_BACKUP_KEY_ARN (mlcluster_features.json scheduled_backup)"
+  [[ -n ${MLC_SCHEDULED_BACKUP_CLUSTER:-} && -n ${MLC_SCHEDULED_BACKUP_NAMESPACE:-} && -n ${MLC_SCHEDULED_BACKUP_METRIC:-} && -n ${MLC_SCHEDULED_BACKUP_REGION:-} ]] ||
+    die "node.env has no MLC_SCHEDULED_BACKUP_CLUSTER, _NAMESPACE, _METRIC or _REGION (mlcluster_features.json scheduled_backup)"
   install_file "$SYSTEMD_DIR/$UNIT.service" 644 <<EOF_UNIT
 # Written by mlcluster (scheduled_backup step): the daily copy of the controller's Slurm state.
 [Unit]
@@ -58,6 +60,13 @@ EOF_UNIT
   enable_boot_unit "$UNIT.timer"
   if ! systemctl is-active --quiet "$UNIT.timer"; then
     retry 3 "start $UNIT.timer" systemctl start "$UNIT.timer"
+  fi
+  # The seed: one data point now starts the alarm's two-day clock at node creation (the first copy runs only
+  # after the next midnight plus up to an hour, and Persistent= does not start a timer that never ran).
+  retry 5 "seed $MLC_SCHEDULED_BACKUP_METRIC" put_copy_metric 1 ||
+    die "could not publish the first $MLC_SCHEDULED_BACKUP_METRIC data point (cloudwatch:PutMetricData in $MLC_SCHEDULED_BACKUP_NAMESPACE)"
+  if [[ $COPY_METRIC_DENIED == true ]]; then
+    die "this node may not publish $MLC_SCHEDULED_BACKUP_METRIC (AccessDenied): the controller group's role lacks cloudwatch:PutMetricData in $MLC_SCHEDULED_BACKUP_NAMESPACE"
   fi
   log "daily copy scheduled to $MLC_SCHEDULED_BACKUP_URI/<weekday>/ (journalctl -u $UNIT)"
 }
