@@ -413,10 +413,10 @@ if [[ $1 == s3api && $2 == put-object ]]; then
   exit 0
 fi
 if [[ $1 == cloudwatch && $2 == put-metric-data ]]; then
-  # PutMetricData, refused (AccessDenied) while STUB_METRIC_DENIED is set.
+  # PutMetricData, refused with the error code in STUB_METRIC_ERROR (AccessDenied, Throttling, ...) while it is set.
   act "$@"
-  [[ -z ${STUB_METRIC_DENIED:-} ]] || {
-    echo "An error occurred (AccessDenied) when calling the PutMetricData operation" >&2
+  [[ -z ${STUB_METRIC_ERROR:-} ]] || {
+    echo "An error occurred ($STUB_METRIC_ERROR) when calling the PutMetricData operation: refused" >&2
     exit 254
   }
   exit 0

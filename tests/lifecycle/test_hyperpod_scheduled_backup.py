@@ -115,6 +115,14 @@ def test_the_edges_are_accepted_and_a_missing_key_is_named() -> None:
         parse_features(with_backup(scheduled_backup={**SCHEDULED, "region": "us-east-1"}))
 
 
+def test_the_metric_region_is_the_keys_region(controller: Sandbox) -> None:
+    """Issue 33c item 2: the AWS CLI on a node has no default region; node.env carries the key ARN's region."""
+    gov = KEY.replace("aws:kms:us-east-1", "aws-us-gov:kms:us-gov-west-1", 1)
+    found = parse_features(with_backup(scheduled_backup={**SCHEDULED, "key_arn": gov})).scheduled_backup
+    assert found is not None and found.region == "us-gov-west-1"
+    assert "MLC_SCHEDULED_BACKUP_REGION=us-east-1" in controller.read("/etc/mlcluster/node.env").splitlines()
+
+
 def test_the_controller_gets_a_daily_persistent_retried_timer(controller: Sandbox) -> None:
     service = controller.read(UNIT + ".service").splitlines()
     timer = controller.read(UNIT + ".timer").splitlines()
@@ -124,6 +132,32 @@ def test_the_controller_gets_a_daily_persistent_retried_timer(controller: Sandbo
     assert {"OnCalendar=daily", "RandomizedDelaySec=1h", "Persistent=true", "WantedBy=timers.target"} <= set(timer)
     assert (controller.state / "systemd/enabled/mlcluster-backup-scheduled.timer").exists()
     assert (controller.state / "systemd/active/mlcluster-backup-scheduled.timer").exists()
+
+
+SEED = (
+    f"aws cloudwatch put-metric-data --region us-east-1 --namespace {SCHEDULED_COPY_NAMESPACE} "
+    f"--metric-name {SCHEDULED_COPY_METRIC} --dimensions ClusterName={CLUSTER} --value 1 --unit Count"
+)
+
+
+def test_the_step_seeds_the_metric_after_starting_the_timer(controller: Sandbox) -> None:
+    """Issue 33c item 1: one data point at node creation starts the alarm's two-day clock (the first copy runs
+    only after the next midnight plus up to an hour); same namespace, dimension and the key's region."""
+    actions = controller.actions()
+    assert SEED in actions
+    assert actions.index(SEED) > actions.index("systemctl start mlcluster-backup-scheduled.timer")
+
+
+@pytest.mark.parametrize(("code", "message"), [("AccessDenied", "lacks cloudwatch:PutMetricData"), ("Throttling", "")])
+def test_a_seed_that_cannot_be_put_fails_the_step(controller: Sandbox, code: str, message: str) -> None:
+    """At creation the grant must be there: a refused or failing seed fails the step, naming the metric."""
+    before = len(controller.actions())
+    result = controller.run("on_create.sh", "scheduled_backup", STUB_METRIC_ERROR=code, MLC_MAX_ATTEMPTS="2")
+    assert result.returncode != 0
+    assert f"({code})" in result.stderr + result.stdout
+    assert message in result.stderr + result.stdout
+    seeds = [a for a in controller.actions()[before:] if a == SEED]
+    assert len(seeds) == (1 if code == "AccessDenied" else 2)
 
 
 def test_a_second_run_of_the_step_changes_nothing(controller: Sandbox) -> None:
@@ -182,35 +216,55 @@ def test_the_scheduled_copy_keeps_slurmctld_running_and_rotates_by_weekday(contr
     assert f"scheduled copy complete: {URI}/{day}" in result.stderr
     # Last, the data point the Observability stack's alarm reads: HyperPod's namespace, this cluster.
     assert actions[-1] == (
-        f"aws cloudwatch put-metric-data --namespace {SCHEDULED_COPY_NAMESPACE} --metric-name {SCHEDULED_COPY_METRIC} "
-        f"--dimensions ClusterName={CLUSTER} --value 1 --unit Count"
+        f"aws cloudwatch put-metric-data --region us-east-1 --namespace {SCHEDULED_COPY_NAMESPACE} "
+        f"--metric-name {SCHEDULED_COPY_METRIC} --dimensions ClusterName={CLUSTER} --value 1 --unit Count"
     )
 
 
-def test_a_metric_that_cannot_be_put_fails_the_run_after_the_copy(controller: Sandbox) -> None:
-    """The copy is in S3, but without its data point the alarm goes off: the run fails so systemd retries."""
-    state = controller.root / STATE.lstrip("/")
-    (state / "job_state").write_text("jobs v2\n")
-    before = len(controller.actions())
+def metric_refused_run(sandbox: Sandbox, code: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """One scheduled copy whose PutMetricData calls all fail with ``code``; the run and its actions."""
+    state = sandbox.root / STATE.lstrip("/")
+    (state / "job_state").write_text(f"jobs {code}\n")
+    before = len(sandbox.actions())
     env = {
-        **controller.env(),
-        "MLC_LIFECYCLE_DIR": str(controller.root / "opt/mlcluster/lifecycle"),
-        "STUB_METRIC_DENIED": "1",
+        **sandbox.env(),
+        "MLC_LIFECYCLE_DIR": str(sandbox.root / "opt/mlcluster/lifecycle"),
+        "STUB_METRIC_ERROR": code,
         "MLC_MAX_ATTEMPTS": "2",
     }
     done = subprocess.run(
-        ["bash", str(controller.root / "usr/local/sbin/mlcluster-backup"), "scheduled", URI, KEY],
+        ["bash", str(sandbox.root / "usr/local/sbin/mlcluster-backup"), "scheduled", URI, KEY],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+    return done, sandbox.actions()[before:]
+
+
+@pytest.mark.parametrize("code", ["Throttling", "InternalServiceFault", "InvalidParameterValue"])
+def test_a_metric_that_cannot_be_put_fails_the_run_after_the_copy(controller: Sandbox, code: str) -> None:
+    """The copy is in S3, but without its data point the alarm goes off: the run fails so systemd retries."""
+    done, actions = metric_refused_run(controller, code)
     assert done.returncode != 0
     assert "the copy is in S3 but MlclusterScheduledCopy was not published" in done.stderr
-    actions = controller.actions()[before:]
+    assert f"({code})" in done.stderr  # the AWS error reaches the journal
     assert len([a for a in actions if a.startswith("aws s3api put-object")]) == 3
-    assert len([a for a in actions if a.startswith("aws cloudwatch put-metric-data")]) == 2
+    assert len([a for a in actions if a.startswith("aws cloudwatch put-metric-data --region us-east-1 ")]) == 2
+
+
+@pytest.mark.parametrize("code", ["AccessDenied", "AccessDeniedException"])
+def test_a_metric_refused_access_after_the_copy_is_a_warning(controller: Sandbox, code: str) -> None:
+    """Issue 33c item 3: scheduled_backup turned off removed the grant, not the timer: the copy succeeded,
+    so the run succeeds (no retry every 15 minutes) and the journal says to stop the timer."""
+    done, actions = metric_refused_run(controller, code)
+    assert done.returncode == 0, done.stderr
+    assert f"({code})" in done.stderr
+    assert "WARNING: the copy is in S3 but this node may no longer publish MlclusterScheduledCopy" in done.stderr
+    assert "systemctl disable --now mlcluster-backup-scheduled.timer" in done.stderr
+    assert len([a for a in actions if a.startswith("aws s3api put-object")]) == 3
+    assert len([a for a in actions if a.startswith("aws cloudwatch put-metric-data")]) == 1  # not retried
 
 
 def test_the_copy_restores_with_the_tool_patch_uses(controller: Sandbox) -> None:
