@@ -344,9 +344,7 @@ def reads_copy_metric(alarm: dict[str, Any]) -> bool:
 
 def test_hyperpods_daily_copy_missing_two_days_sets_an_alarm_off(observability: dict[str, dict[str, Any]]) -> None:
     """Failures of the controller's daily copy reach the topic, not only the controller's journal."""
-    (alarm,) = [
-        a for a in resources(observability["hyperpod"], "AWS::CloudWatch::Alarm") if reads_copy_metric(a)
-    ]
+    (alarm,) = [a for a in resources(observability["hyperpod"], "AWS::CloudWatch::Alarm") if reads_copy_metric(a)]
     # Issue 33c item 1: the alarm reads FILL(m1, 0), so a day without a copy is a 0 even when other days have
     # points (CloudWatch then ignores TreatMissingData); only the expression returns data.
     assert "MetricName" not in alarm and "Period" not in alarm
@@ -377,11 +375,7 @@ def test_hyperpods_daily_copy_missing_two_days_sets_an_alarm_off(observability: 
     assert len(alarm["AlarmActions"]) == 1 and alarm["AlarmActions"] == alarm["OKActions"]
     # The edge: ParallelCluster environments have no daily copy, hence no such alarm.
     for name in ("p5", "p4de", "trn1", "dev", "prod"):
-        assert not [
-            a
-            for a in resources(observability[name], "AWS::CloudWatch::Alarm")
-            if reads_copy_metric(a)
-        ]
+        assert not [a for a in resources(observability[name], "AWS::CloudWatch::Alarm") if reads_copy_metric(a)]
 
 
 def test_the_upgrade_note_installs_the_daily_copy_on_an_existing_controller() -> None:

@@ -134,10 +134,11 @@ class Accounting:
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}")
 KEY_PREFIX = re.compile(r"([A-Za-z0-9._-]+/)+")
-#: The metric each daily copy that reached S3 publishes (value 1, dimension ``ClusterName``), which the
-#: Observability stack's alarm reads. The namespace is mlcluster's own, which only the controller group's role may
-#: put metrics in (``copy_metric_namespace`` of ``mlcluster.constructs.hyperpod_role``): every node's role may
-#: write HyperPod's ``/aws/sagemaker/Clusters``, and jobs on workers can use their node's role.
+#: The metric each daily copy that reached S3 publishes (value 1, dimension ``ClusterName``; the scheduled_backup
+#: step publishes one more at node creation to start the clock), which the Observability stack's alarm reads.
+#: The namespace is mlcluster's own, which only the controller group's role may put metrics in
+#: (``copy_metric_namespace`` of ``mlcluster.constructs.hyperpod_role``): every node's role may write HyperPod's
+#: ``/aws/sagemaker/Clusters``, and jobs on workers can use their node's role.
 SCHEDULED_COPY_NAMESPACE = "mlcluster/ScheduledCopy"
 SCHEDULED_COPY_METRIC = "MlclusterScheduledCopy"
 #: A HyperPod cluster name (SageMaker's ClusterName pattern, 1-63 characters).
