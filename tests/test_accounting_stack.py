@@ -267,3 +267,90 @@ def test_the_gate_finds_the_controller_by_its_slurm_node_type_or_first_place() -
     ]
     untyped = {"VpcConfig": vpc, "InstanceGroups": [{"InstanceGroupName": "ctl"}, {"InstanceGroupName": "gpu"}]}
     assert [g.slurm_controller for g in _hyperpod_groups("e", untyped)] == [True, False]
+
+
+def _database_ingress(resources: dict[str, Any]) -> dict[str, Any]:
+    """The database group's TCP 3306 ingress resources, by logical ID (the rotation's port is a GetAtt)."""
+    (group,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "AWS::EC2::SecurityGroup"
+        and r["Properties"]["GroupDescription"].startswith("Slurm accounting database -")
+    ]
+    return {
+        k: r["Properties"]
+        for k, r in resources.items()
+        if r["Type"] == "AWS::EC2::SecurityGroupIngress"
+        and r["Properties"]["GroupId"] == {"Fn::GetAtt": [group, "GroupId"]}
+        and r["Properties"]["FromPort"] == 3306
+    }
+
+
+#: The rule b0ae860 deployed for the node group (its only client then): the flag must render this logical ID, or
+#: CloudFormation would remove the deployed rule and add a new one, cutting slurmdbd off in between.
+NODE_GROUP_RULE = "AccountingDatabaseSecurityGroupfromacctNetworkSecurityGroupRef"
+
+
+@pytest.fixture(scope="module")
+def bridged_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("accounting-bridge")
+    environment = copy.deepcopy(ENVIRONMENT)
+    environment["storage"]["accounting"]["admit_node_group"] = True
+    write_env(tmp / "envs", "acct", {"region": "us-west-2", **environment})
+    app, _ = build_app(tmp / "envs", outdir=str(tmp / "out"))
+    app.synth()
+    return tmp / "out"
+
+
+def test_by_default_the_database_admits_the_client_group_alone(templates: dict[str, dict[str, Any]]) -> None:
+    """Issue 30d, item 1: without admit_node_group the only 3306 rule is the client group's, and the database
+    carries no mark that would let the gate accept the workers."""
+    storage = templates["acct/Storage"]["Resources"]
+    (rule,) = _database_ingress(storage).values()
+    assert rule["SourceSecurityGroupId"] == {"Fn::GetAtt": [_client_group_id(storage), "GroupId"]}
+    (database,) = of_type(templates["acct/Storage"], "AWS::RDS::DBCluster").values()
+    assert "mlcluster:admitsNodeGroup" not in database.get("Metadata", {})
+
+
+def test_admit_node_group_keeps_the_nodes_rule_beside_the_client_group(bridged_outdir: Path) -> None:
+    """Issue 30d, item 1: with admit_node_group the node group's rule (the logical ID an environment deployed before
+    the client group has) stays beside the client group's, and the database is marked as admitting it knowingly."""
+    templates = stack_templates(cx_api.CloudAssembly(str(bridged_outdir)))
+    storage = templates["acct/Storage"]["Resources"]
+    rules = _database_ingress(storage)
+    assert len(rules) == 2
+    (node_rule,) = [k for k in rules if k.startswith(NODE_GROUP_RULE)]
+    (cluster,) = of_type(templates["acct/Cluster"], "AWS::SageMaker::Cluster").values()
+    nodes = cluster["Properties"]["VpcConfig"]["SecurityGroupIds"][0]
+    # Both name the Network stack's one group output (the Cluster reads it as the nodes' group).
+    assert json.dumps(rules[node_rule]["SourceSecurityGroupId"]).count("NetworkSecurityGroup") == 1
+    assert "NetworkSecurityGroup" in json.dumps(nodes)
+    (client_rule,) = [v for k, v in rules.items() if k != node_rule]
+    assert client_rule["SourceSecurityGroupId"] == {"Fn::GetAtt": [_client_group_id(storage), "GroupId"]}
+    (database,) = of_type(templates["acct/Storage"], "AWS::RDS::DBCluster").values()
+    assert database["Metadata"]["mlcluster:admitsNodeGroup"] is True
+
+
+def test_the_gate_accepts_the_workers_path_only_when_the_flag_marks_it(bridged_outdir: Path) -> None:
+    """Issue 30d, item 1: the gate passes the bridged environment (the controller still proven, the workers admitted
+    knowingly); the same templates without the flag's mark are refused for the workers' path."""
+    bridged = load_assembly(bridged_outdir)
+    (report,) = check_assembly(bridged)
+    assert report.problems == []
+
+    def unmarked(resources: dict[str, Any]) -> None:
+        (database,) = [r for r in resources.values() if r["Type"] == "AWS::RDS::DBCluster"]
+        del database["Metadata"]["mlcluster:admitsNodeGroup"]
+
+    (report,) = check_assembly(edited(bridged, unmarked))
+    assert any("admit TCP 3306 from instance group gpu, which does not run slurmdbd" in p for p in report.problems), (
+        report.problems
+    )
+
+    def marked_loosely(resources: dict[str, Any]) -> None:
+        """Only the boolean true the construct writes counts, not a string a hand edit might leave."""
+        (database,) = [r for r in resources.values() if r["Type"] == "AWS::RDS::DBCluster"]
+        database["Metadata"]["mlcluster:admitsNodeGroup"] = "true"
+
+    (report,) = check_assembly(edited(bridged, marked_loosely))
+    assert any("which does not run slurmdbd" in p for p in report.problems), report.problems
