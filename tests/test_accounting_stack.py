@@ -20,6 +20,9 @@ from aws_cdk import cx_api
 from mlcluster.analysis.assembly import Assembly, load_assembly
 from mlcluster.analysis.reachability import _hyperpod_groups, check_assembly, databases, rotation_functions
 from mlcluster.app import build_app
+from mlcluster.config import load_environment
+from mlcluster.deploy_outcomes import outcome_checks
+from mlcluster.replacement import Snapshot, snapshot_from_assembly
 from tests.support import stack_templates, write_env
 
 ENVIRONMENT: dict[str, Any] = {
@@ -354,3 +357,37 @@ def test_the_gate_accepts_the_workers_path_only_when_the_flag_marks_it(bridged_o
 
     (report,) = check_assembly(edited(bridged, marked_loosely))
     assert any("which does not run slurmdbd" in p for p in report.problems), report.problems
+
+
+def _before_the_client_group(snapshot: Snapshot) -> Snapshot:
+    """What an environment deployed before the client group locked: the node group's 3306 rule, no client rule."""
+    old = copy.deepcopy(snapshot)
+    resources = old["acct-Storage"].resources
+    for lid in [
+        k for k in resources if k.startswith("AccountingDatabaseSecurityGroupfromacctStorageAccountingDatabaseClient")
+    ]:
+        del resources[lid]
+    return old
+
+
+def test_the_lock_guard_refuses_an_upgrade_that_cuts_slurmdbd_off(outdir: Path, bridged_outdir: Path) -> None:
+    """Issue 30d, item 1: a lock with the node group's rule and none for the client group (a cluster created before
+    it) refuses the default edit, which removes that rule; admit_node_group passes; once the lock shows the client
+    group's rule (relocked after the bridge deploy) setting it back to false passes."""
+    environment = load_environment(outdir.parent / "envs" / "acct.yaml")
+    default = snapshot_from_assembly(outdir, "acct")
+    bridged = snapshot_from_assembly(bridged_outdir, "acct")
+    old = _before_the_client_group(bridged)
+    assert len(old["acct-Storage"].resources) == len(bridged["acct-Storage"].resources) - 1
+
+    problems, _ = outcome_checks(environment, old, default)
+    (problem,) = [p for p in problems if p.path == "storage.accounting.admit_node_group"]
+    assert "acct-Storage/AccountingDatabaseSecurityGroupfromacctNetworkSecurityGroupRef" in problem.allowed
+    assert "set storage.accounting.admit_node_group: true and deploy" in problem.allowed
+    assert "storage.accounting.admit_node_group" not in [p.path for p in outcome_checks(environment, old, bridged)[0]]
+    assert "storage.accounting.admit_node_group" not in [
+        p.path for p in outcome_checks(environment, bridged, default)[0]
+    ]
+    assert "storage.accounting.admit_node_group" not in [
+        p.path for p in outcome_checks(environment, default, default)[0]
+    ]
