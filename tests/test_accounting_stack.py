@@ -318,16 +318,20 @@ def test_by_default_the_database_admits_the_client_group_alone(templates: dict[s
 def test_admit_node_group_keeps_the_nodes_rule_beside_the_client_group(bridged_outdir: Path) -> None:
     """Issue 30d, item 1: with admit_node_group the node group's rule (the logical ID an environment deployed before
     the client group has) stays beside the client group's, and the database is marked as admitting it knowingly."""
-    templates = stack_templates(cx_api.CloudAssembly(str(bridged_outdir)))
+    templates: dict[str, dict[str, Any]] = stack_templates(cx_api.CloudAssembly(str(bridged_outdir)))
     storage = templates["acct/Storage"]["Resources"]
     rules = _database_ingress(storage)
     assert len(rules) == 2
     (node_rule,) = [k for k in rules if k.startswith(NODE_GROUP_RULE)]
     (cluster,) = of_type(templates["acct/Cluster"], "AWS::SageMaker::Cluster").values()
     nodes = cluster["Properties"]["VpcConfig"]["SecurityGroupIds"][0]
-    # Both name the Network stack's one group output (the Cluster reads it as the nodes' group).
-    assert json.dumps(rules[node_rule]["SourceSecurityGroupId"]).count("NetworkSecurityGroup") == 1
-    assert "NetworkSecurityGroup" in json.dumps(nodes)
+    # The rule's source is the Network stack's output the Cluster gives every node as its group.
+    source = rules[node_rule]["SourceSecurityGroupId"]["Fn::GetStackOutput"]
+    assert (source["StackName"], source["OutputName"]) == (
+        nodes["Fn::GetStackOutput"]["StackName"],
+        nodes["Fn::GetStackOutput"]["OutputName"],
+    )
+    assert "NetworkSecurityGroup" in source["OutputName"]
     (client_rule,) = [v for k, v in rules.items() if k != node_rule]
     assert client_rule["SourceSecurityGroupId"] == {"Fn::GetAtt": [_client_group_id(storage), "GroupId"]}
     (database,) = of_type(templates["acct/Storage"], "AWS::RDS::DBCluster").values()
