@@ -32,6 +32,13 @@ rolling the stack back, and says which need ``mlcluster update ENV``:
   overlap another's, so the create fails while the old one holds its paths.
   Refused even with the allowance, with the two-step way.
 
+- The managed accounting database's rule admitting MySQL from every node's
+  group (``network.security_group``) removed while the lock shows no rule for
+  the controller's client group: the running controller was created before
+  that group and reaches the database only through the removed rule, so
+  slurmdbd would be cut off until the cluster is created again. Refused with
+  the way through (``storage.accounting.admit_node_group``, docs/upgrading.md).
+
 Settings a lock written before they were recorded lacks are not compared: a
 note says to run ``mlcluster lock``.
 """
@@ -45,7 +52,7 @@ from collections.abc import Mapping, Sequence
 from mlcluster.config import Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
 from mlcluster.pcluster.update_policy import ClusterChange, cluster_changes, rollback_changes
-from mlcluster.replacement import PCLUSTER_TYPE, ResourceState, Snapshot
+from mlcluster.replacement import PCLUSTER_TYPE, ResourceState, Snapshot, StackState
 
 FSX_TYPE = "AWS::FSx::FileSystem"
 DRA_TYPE = "AWS::FSx::DataRepositoryAssociation"
@@ -370,6 +377,57 @@ def _dra_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) 
     return problems
 
 
+#: The construct path of an ingress rule of the accounting database's security group (below the stage).
+DATABASE_INGRESS = "Storage/AccountingDatabase/SecurityGroup/from "
+#: The logical ID of the database's own client group: a rule whose source names it admits that group.
+CLIENT_GROUP = re.compile(r"^AccountingDatabaseClientSecurityGroup[0-9A-F]{8}$")
+
+
+def _database_sources(stack: StackState) -> dict[str, str]:
+    """The accounting database's MySQL ingress rules of a stack: ``{logical id: "client" or "nodes"}``. The
+    client group's rule names the group in the same stack (``Fn::GetAtt``); the node group's names the Network
+    stack's group (a cross-stack reference); the rotation function's (another port, a ``GetAtt`` of the
+    endpoint's port) is neither."""
+    out: dict[str, str] = {}
+    for lid, resource in stack.resources.items():
+        if resource.type != "AWS::EC2::SecurityGroupIngress" or not resource.path.startswith(DATABASE_INGRESS):
+            continue
+        if resource.create_only.get("FromPort") != 3306:
+            continue
+        source = resource.create_only.get("SourceSecurityGroupId")
+        attribute = source.get("Fn::GetAtt") if isinstance(source, Mapping) else None
+        if isinstance(attribute, list) and attribute and CLIENT_GROUP.match(str(attribute[0])):
+            out[lid] = "client"
+        elif isinstance(source, Mapping) and ({"Fn::GetStackOutput", "Fn::ImportValue"} & set(source)):
+            out[lid] = "nodes"
+    return out
+
+
+def _accounting_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[Problem]:
+    problems: list[Problem] = []
+    for stack in sorted(set(locked) & set(snapshot)):
+        before = _database_sources(locked[stack])
+        if "client" in before.values():
+            continue  # the lock was written with the client group: a cluster created since may hold it
+        for lid, source in sorted(before.items()):
+            if source != "nodes" or lid in snapshot[stack].resources:
+                continue
+            problems.append(
+                Problem(
+                    "storage.accounting.admit_node_group",
+                    NOT_A_VALUE,
+                    f"this edit removes {stack}/{lid}, the rule that admits MySQL to the Slurm accounting database "
+                    "from every node's group, and the lock shows no rule for the controller's client group: the "
+                    "running controller was created before that group and reaches the database only through this "
+                    "rule, so slurmdbd would lose its database until the cluster is created again. Safe way: set "
+                    "storage.accounting.admit_node_group: true and deploy (the rule stays beside the client "
+                    f"group's), recreate the cluster, run 'mlcluster lock {environment.name}', then set it back to "
+                    "false (docs/upgrading.md)",
+                )
+            )
+    return problems
+
+
 def outcome_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> tuple[list[Problem], list[str]]:
     """The problems (edits whose deploy would fail) and notes (edits that need ``mlcluster update``) of an edit."""
     problems: list[Problem] = []
@@ -378,4 +436,6 @@ def outcome_checks(environment: Environment, locked: Snapshot, snapshot: Snapsho
         more, more_notes = check(environment, locked, snapshot)
         problems += more
         notes += more_notes
-    return problems + _dra_checks(environment, locked, snapshot), notes
+    return problems + _dra_checks(environment, locked, snapshot) + _accounting_checks(
+        environment, locked, snapshot
+    ), notes

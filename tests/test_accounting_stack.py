@@ -20,6 +20,9 @@ from aws_cdk import cx_api
 from mlcluster.analysis.assembly import Assembly, load_assembly
 from mlcluster.analysis.reachability import _hyperpod_groups, check_assembly, databases, rotation_functions
 from mlcluster.app import build_app
+from mlcluster.config import load_environment
+from mlcluster.deploy_outcomes import outcome_checks
+from mlcluster.replacement import Snapshot, snapshot_from_assembly
 from tests.support import stack_templates, write_env
 
 ENVIRONMENT: dict[str, Any] = {
@@ -267,3 +270,128 @@ def test_the_gate_finds_the_controller_by_its_slurm_node_type_or_first_place() -
     ]
     untyped = {"VpcConfig": vpc, "InstanceGroups": [{"InstanceGroupName": "ctl"}, {"InstanceGroupName": "gpu"}]}
     assert [g.slurm_controller for g in _hyperpod_groups("e", untyped)] == [True, False]
+
+
+def _database_ingress(resources: dict[str, Any]) -> dict[str, Any]:
+    """The database group's TCP 3306 ingress resources, by logical ID (the rotation's port is a GetAtt)."""
+    (group,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "AWS::EC2::SecurityGroup"
+        and r["Properties"]["GroupDescription"].startswith("Slurm accounting database -")
+    ]
+    return {
+        k: r["Properties"]
+        for k, r in resources.items()
+        if r["Type"] == "AWS::EC2::SecurityGroupIngress"
+        and r["Properties"]["GroupId"] == {"Fn::GetAtt": [group, "GroupId"]}
+        and r["Properties"]["FromPort"] == 3306
+    }
+
+
+#: The rule b0ae860 deployed for the node group (its only client then): the flag must render this logical ID, or
+#: CloudFormation would remove the deployed rule and add a new one, cutting slurmdbd off in between.
+NODE_GROUP_RULE = "AccountingDatabaseSecurityGroupfromacctNetworkSecurityGroupRef"
+
+
+@pytest.fixture(scope="module")
+def bridged_outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("accounting-bridge")
+    environment = copy.deepcopy(ENVIRONMENT)
+    environment["storage"]["accounting"]["admit_node_group"] = True
+    write_env(tmp / "envs", "acct", {"region": "us-west-2", **environment})
+    app, _ = build_app(tmp / "envs", outdir=str(tmp / "out"))
+    app.synth()
+    return tmp / "out"
+
+
+def test_by_default_the_database_admits_the_client_group_alone(templates: dict[str, dict[str, Any]]) -> None:
+    """Issue 30d, item 1: without admit_node_group the only 3306 rule is the client group's, and the database
+    carries no mark that would let the gate accept the workers."""
+    storage = templates["acct/Storage"]["Resources"]
+    (rule,) = _database_ingress(storage).values()
+    assert rule["SourceSecurityGroupId"] == {"Fn::GetAtt": [_client_group_id(storage), "GroupId"]}
+    (database,) = of_type(templates["acct/Storage"], "AWS::RDS::DBCluster").values()
+    assert "mlcluster:admitsNodeGroup" not in database.get("Metadata", {})
+
+
+def test_admit_node_group_keeps_the_nodes_rule_beside_the_client_group(bridged_outdir: Path) -> None:
+    """Issue 30d, item 1: with admit_node_group the node group's rule (the logical ID an environment deployed before
+    the client group has) stays beside the client group's, and the database is marked as admitting it knowingly."""
+    templates: dict[str, dict[str, Any]] = stack_templates(cx_api.CloudAssembly(str(bridged_outdir)))
+    storage = templates["acct/Storage"]["Resources"]
+    rules = _database_ingress(storage)
+    assert len(rules) == 2
+    (node_rule,) = [k for k in rules if k.startswith(NODE_GROUP_RULE)]
+    (cluster,) = of_type(templates["acct/Cluster"], "AWS::SageMaker::Cluster").values()
+    nodes = cluster["Properties"]["VpcConfig"]["SecurityGroupIds"][0]
+    # The rule's source is the Network stack's output the Cluster gives every node as its group.
+    source = rules[node_rule]["SourceSecurityGroupId"]["Fn::GetStackOutput"]
+    assert (source["StackName"], source["OutputName"]) == (
+        nodes["Fn::GetStackOutput"]["StackName"],
+        nodes["Fn::GetStackOutput"]["OutputName"],
+    )
+    assert "NetworkSecurityGroup" in source["OutputName"]
+    (client_rule,) = [v for k, v in rules.items() if k != node_rule]
+    assert client_rule["SourceSecurityGroupId"] == {"Fn::GetAtt": [_client_group_id(storage), "GroupId"]}
+    (database,) = of_type(templates["acct/Storage"], "AWS::RDS::DBCluster").values()
+    assert database["Metadata"]["mlcluster:admitsNodeGroup"] is True
+
+
+def test_the_gate_accepts_the_workers_path_only_when_the_flag_marks_it(bridged_outdir: Path) -> None:
+    """Issue 30d, item 1: the gate passes the bridged environment (the controller still proven, the workers admitted
+    knowingly); the same templates without the flag's mark are refused for the workers' path."""
+    bridged = load_assembly(bridged_outdir)
+    (report,) = check_assembly(bridged)
+    assert report.problems == []
+
+    def unmarked(resources: dict[str, Any]) -> None:
+        (database,) = [r for r in resources.values() if r["Type"] == "AWS::RDS::DBCluster"]
+        del database["Metadata"]["mlcluster:admitsNodeGroup"]
+
+    (report,) = check_assembly(edited(bridged, unmarked))
+    assert any("admit TCP 3306 from instance group gpu, which does not run slurmdbd" in p for p in report.problems), (
+        report.problems
+    )
+
+    def marked_loosely(resources: dict[str, Any]) -> None:
+        """Only the boolean true the construct writes counts, not a string a hand edit might leave."""
+        (database,) = [r for r in resources.values() if r["Type"] == "AWS::RDS::DBCluster"]
+        database["Metadata"]["mlcluster:admitsNodeGroup"] = "true"
+
+    (report,) = check_assembly(edited(bridged, marked_loosely))
+    assert any("which does not run slurmdbd" in p for p in report.problems), report.problems
+
+
+def _before_the_client_group(snapshot: Snapshot) -> Snapshot:
+    """What an environment deployed before the client group locked: the node group's 3306 rule, no client rule."""
+    old = copy.deepcopy(snapshot)
+    resources = old["acct-Storage"].resources
+    for lid in [
+        k for k in resources if k.startswith("AccountingDatabaseSecurityGroupfromacctStorageAccountingDatabaseClient")
+    ]:
+        del resources[lid]
+    return old
+
+
+def test_the_lock_guard_refuses_an_upgrade_that_cuts_slurmdbd_off(outdir: Path, bridged_outdir: Path) -> None:
+    """Issue 30d, item 1: a lock with the node group's rule and none for the client group (a cluster created before
+    it) refuses the default edit, which removes that rule; admit_node_group passes; once the lock shows the client
+    group's rule (relocked after the bridge deploy) setting it back to false passes."""
+    environment = load_environment(outdir.parent / "envs" / "acct.yaml")
+    default = snapshot_from_assembly(outdir, "acct")
+    bridged = snapshot_from_assembly(bridged_outdir, "acct")
+    old = _before_the_client_group(bridged)
+    assert len(old["acct-Storage"].resources) == len(bridged["acct-Storage"].resources) - 1
+
+    problems, _ = outcome_checks(environment, old, default)
+    (problem,) = [p for p in problems if p.path == "storage.accounting.admit_node_group"]
+    assert "acct-Storage/AccountingDatabaseSecurityGroupfromacctNetworkSecurityGroupRef" in problem.allowed
+    assert "set storage.accounting.admit_node_group: true and deploy" in problem.allowed
+    assert "storage.accounting.admit_node_group" not in [p.path for p in outcome_checks(environment, old, bridged)[0]]
+    assert "storage.accounting.admit_node_group" not in [
+        p.path for p in outcome_checks(environment, bridged, default)[0]
+    ]
+    assert "storage.accounting.admit_node_group" not in [
+        p.path for p in outcome_checks(environment, default, default)[0]
+    ]

@@ -48,6 +48,10 @@ from typing import Any
 
 from mlcluster.analysis.assembly import Assembly, Resource
 
+#: Metadata key on an accounting database's cluster resource: true when every node's group is admitted on purpose
+#: (``storage.accounting.admit_node_group``, the upgrade bridge); the gate then accepts the workers' path.
+ADMITS_NODE_GROUP = "mlcluster:admitsNodeGroup"
+
 ANY = "0.0.0.0/0"
 #: LNet (988) and the Lustre client's privileged source ports (1018-1023).
 LUSTRE_PORTS: tuple[tuple[str, int, int], ...] = (("tcp", 988, 988), ("tcp", 1018, 1023))
@@ -549,7 +553,8 @@ def database_problems(
     never an address range). The rotation function the same way, and its subnets reach the internet
     (Secrets Manager's API through NAT) with TCP 443 out. Nothing wider: no database group admits
     anything from an address range or prefix list, no database subnet routes to an internet gateway, and
-    no group of ``others`` (the cluster's nodes that do not run slurmdbd) is admitted to its port.
+    no group of ``others`` (the cluster's nodes that do not run slurmdbd) is admitted to its port, unless
+    the database's resource carries :data:`ADMITS_NODE_GROUP` (admitted knowingly, for an upgrade).
     """
     found = databases(assembly, environment)
     if not found:
@@ -583,6 +588,8 @@ def database_problems(
                 problems.append(f"{name}: no security group of {label} lets TCP {db.port} out to it")
             if not net.allows(net.ingress, db.security_groups, port, identities, []):
                 problems.append(f"{name}: its security groups admit no TCP {db.port} from {label}'s groups")
+        if _admits_node_group(assembly, db):
+            continue
         for other in others:
             identities = [assembly.identity(g) for g in other.security_groups]
             if net.allows(net.ingress, db.security_groups, port, identities, []):
@@ -600,6 +607,14 @@ def database_problems(
                 if internet is None:
                     problems.append(f"{label}: subnet {subnet_name} has no way to Secrets Manager's endpoint")
     return problems
+
+
+def _admits_node_group(assembly: Assembly, db: Database) -> bool:
+    """The database admits every node on purpose: ``storage.accounting.admit_node_group`` marked its cluster
+    resource (``mlcluster:admitsNodeGroup`` in its ``Metadata``), the bridge for a cluster created before the
+    controller had a client group of its own. Only that mark accepts the workers' path to the port."""
+    resource = assembly.templates[db.resource.stack]["Resources"].get(db.resource.logical_id, {})
+    return resource.get("Metadata", {}).get(ADMITS_NODE_GROUP) is True
 
 
 def check_assembly(assembly: Assembly) -> list[Report]:

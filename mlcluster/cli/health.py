@@ -332,6 +332,7 @@ def health(
     Exit code 0 when no node has a critical finding, 1 otherwise.
     """
     from rich.console import Console
+    from rich.markup import escape
 
     target = Target.load(env, environments, region, profile)
     target.require_backend("pcluster", "hyperpod")
@@ -401,13 +402,16 @@ def health(
             }
         )
     else:
+        # The names, states, reasons and notes come from Slurm and srun (a drain reason is anyone's free text):
+        # escaped, so a "[" in them prints as written instead of being read as Rich markup.
         out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
         styles = {"critical": "bold red", "warning": "yellow", "healthy": "bold green", "not checked": "dim"}
         for item in nodes:
             why = f" ({item.reason})" if item.reason else ""
             busy = "" if item.checked or item.state == "idle" else f": {item.state}, not checked now{why}"
             note = f": {item.note}" if item.note else ""
-            out.print(f"[{styles[item.verdict]}]{item.verdict.upper()}[/] {item.name}{busy or why}{note}", markup=True)
+            plain = escape(f"{item.name}{busy or why}{note}")
+            out.print(f"[{styles[item.verdict]}]{item.verdict.upper()}[/] {plain}", markup=True)
             for failure in item.failures:
                 out.print(f"     {failure.check} ({failure.severity}): {failure.detail}", markup=False)
                 if failure.action:

@@ -441,10 +441,10 @@ class AccountingDatabaseStorageConfig:
     """A managed Slurm accounting database that outlives clusters: Aurora MySQL Serverless v2.
 
     It lives in the Storage stack, in the private subnets (at least two zones: an Aurora subnet group
-    needs them), encrypted with the environment key, TLS only, reachable from the cluster nodes'
-    security group alone. The master credentials are a Secrets Manager secret that a single-user
-    rotation function renews. ``cluster.hyperpod.lifecycle.accounting.mode: managed`` points the
-    controller's slurmdbd at it.
+    needs them), encrypted with the environment key, TLS only, reachable from the HyperPod controller's
+    client group alone (and from every node's group while ``admit_node_group`` bridges an upgrade). The
+    master credentials are a Secrets Manager secret that a single-user rotation function renews.
+    ``cluster.hyperpod.lifecycle.accounting.mode: managed`` points the controller's slurmdbd at it.
     """
 
     min_capacity_acu: float = setting(
@@ -475,6 +475,13 @@ class AccountingDatabaseStorageConfig:
         maximum=100,
         doc="alarm (observability) when the database's CPU or its use of max_capacity_acu stays at or above this "
         "share for 15 minutes",
+    )
+    admit_node_group: bool = setting(
+        default=False,
+        doc="also admit MySQL from every cluster node's group (network.security_group), as before the controller "
+        "had a client group of its own: set true while upgrading an environment whose HyperPod cluster was created "
+        "before that group (its running controller lacks it), recreate the cluster, then set false "
+        "(docs/upgrading.md)",
     )
 
     def check(self, issues: Issues) -> None:

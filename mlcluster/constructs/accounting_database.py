@@ -23,6 +23,7 @@ from aws_cdk import aws_rds as rds
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from mlcluster.analysis.reachability import ADMITS_NODE_GROUP
 from mlcluster.config.storage import acu_problem
 from mlcluster.constructs.nag import acknowledge, acknowledge_compliance
 
@@ -80,6 +81,7 @@ class AccountingDatabase(Construct):
         subnets: Sequence[ec2.ISubnet],
         encryption_key: kms.IKey,
         client_security_group: ec2.ISecurityGroup | None = None,
+        node_security_group: ec2.ISecurityGroup | None = None,
         min_capacity_acu: float = 0,
         max_capacity_acu: float = 2,
         auto_pause_minutes: int = 60,
@@ -93,6 +95,10 @@ class AccountingDatabase(Construct):
         :param subnets: private subnets in at least two zones (an Aurora DB subnet group needs them).
         :param client_security_group: the group of the nodes that run slurmdbd; the only client admitted.
             Default: a group of the database's own (``client_security_group``), for the slurmdbd node alone.
+        :param node_security_group: a group of every node of the cluster, admitted beside the client group
+            (``storage.accounting.admit_node_group``): the path slurmdbd used before the client group, kept
+            while a cluster created before it runs on. The database's ``Metadata`` says so
+            (:data:`ADMITS_NODE_GROUP`), so the reachability gate accepts the workers' path. Default: none.
         :param encryption_key: the key that encrypts the storage, its backups and the master secret.
         :param min_capacity_acu: 0 to 256 in half steps; 0 pauses the idle database. Default: 0.
         :param max_capacity_acu: 1 to 256 in half steps, at least ``min_capacity_acu``. Default: 2.
@@ -155,6 +161,12 @@ class AccountingDatabase(Construct):
         self.security_group.add_ingress_rule(
             client_security_group, ec2.Port.tcp(PORT), "The node running slurmdbd (the controller)"
         )
+        if node_security_group is not None:
+            # The same call (so the same logical ID) as when the node group was the only client: CloudFormation
+            # keeps the deployed rule in place instead of removing it.
+            self.security_group.add_ingress_rule(
+                node_security_group, ec2.Port.tcp(PORT), "slurmdbd on the cluster's nodes"
+            )
         self.rotation_security_group.add_egress_rule(
             ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "Secrets Manager API through the NAT route of the subnets"
         )
@@ -206,6 +218,10 @@ class AccountingDatabase(Construct):
         )
         # add_rotation_single_user opens the database's port from the rotation group (and out of it) itself.
         self.endpoint = f"{self.cluster.cluster_endpoint.hostname}:{PORT}"
+        if node_security_group is not None:
+            database = self.cluster.node.default_child
+            assert isinstance(database, rds.CfnDBCluster)
+            database.cfn_options.metadata = {**(database.cfn_options.metadata or {}), ADMITS_NODE_GROUP: True}
         self._acknowledge(keeps=keeps)
 
     def _acknowledge(self, *, keeps: bool) -> None:

@@ -172,7 +172,9 @@ class StorageStack(cdk.Stack):
                 vpc=network.vpc,
                 subnets=network.private_subnets,
                 # No client group given: the database makes one, which the Cluster stack attaches to the
-                # HyperPod controller alone (it runs slurmdbd and reads the secret); workers get no path.
+                # HyperPod controller alone (it runs slurmdbd and reads the secret); workers get no path, unless
+                # admit_node_group keeps the old path from every node for a cluster created before that group.
+                node_security_group=network.security_group if database.admit_node_group else None,
                 encryption_key=environment_key,
                 min_capacity_acu=database.min_capacity_acu,
                 max_capacity_acu=database.max_capacity_acu,

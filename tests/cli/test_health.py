@@ -459,3 +459,19 @@ def test_types_missing_from_the_tables_use_the_nodes_own_file(instance_type: str
     """An instance type the tables do not know would be checked against zeros and pass: it runs with
     --require-env, so its own health.env decides (or it fails)."""
     assert expect_args(NodeKind("r", instance_type, efa)) == expected
+
+
+def test_health_prints_brackets_in_reasons_and_srun_text_as_written(hyperpod: World, node: FakeNode) -> None:
+    """A drain reason is free text anyone with scontrol can set, and srun's errors quote what they like: a
+    ``[bold]`` or a stray ``[/x]`` in them is printed as written, not read as Rich markup (which would drop it
+    or raise MarkupError mid-report)."""
+    node.on("sinfo -h -N", "ip-10-1-4-190|idle|none\nip-10-1-5-138|drain|ops [bold]rma[/x] ticket [42]\n"
+            "ip-10-1-6-21|idle|none\n")  # fmt: skip
+    said = "srun: error: [/x] Unable to allocate resources: Requested nodes are busy [bold]"
+    node.on("mlcluster-health", f"ip-10-1-4-190: healthy\n{said}\nMLC-STEP ip-10-1-6-21 exit=1 {said}\n", code=0)
+    result = hyperpod.run("health", "hyperpod")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1] == "NOT CHECKED ip-10-1-5-138: drain, not checked now (ops [bold]rma[/x] ticket [42])"
+    assert lines[2] == f"NOT CHECKED ip-10-1-6-21: srun could not allocate it ({said}); run the checks again"
+    assert said in lines[3:]
