@@ -21,6 +21,7 @@ are classified by the real update rules (:mod:`mlcluster.pcluster.update_policy`
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import subprocess
@@ -125,7 +126,12 @@ class Cloud:
             BillingMode="PAY_PER_REQUEST",
         )
         self.set_fleet("RUNNING")
+        #: The other stacks' templates, as their digest covers them (an edit there changes the run's plan).
+        self.other_stacks = "as locked"
+        #: What the lock-file guard says; tests of the real guard synthesize for real instead.
+        self.guard_refusal: str | None = None
         monkeypatch.setattr(update_module, "synthesize_assembly", self.synthesize)
+        monkeypatch.setattr(update_module, "guard_assembly", self.guard)
         monkeypatch.setattr(update_module, "run_deploy", self.deploy)
         monkeypatch.setattr(update_module, "time", FakeTime(self))
 
@@ -179,9 +185,16 @@ class Cloud:
             self.set_fleet(following[status])
 
     # -- synthesis and the CDK CLI
-    def synthesize(self, folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any]]:
+    def synthesize(self, folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any], str]:
         assert (folder, environment) == (self.world.environments, ENV)
-        return self.assembly, self.template(self.new)
+        stacks = json.dumps([self.template(self.new), self.other_stacks])
+        return self.assembly, self.template(self.new), hashlib.sha256(stacks.encode()).hexdigest()
+
+    def guard(self, folder: Path, environment: str, assembly: Path) -> list[str]:
+        assert (folder, environment, assembly) == (self.world.environments, ENV, self.assembly)
+        if self.guard_refusal is not None:
+            raise CliError(self.guard_refusal, EXIT_FAILED)
+        return []
 
     def needs_stop(self) -> bool:
         return any(c.outcome == "fleet_stop" for c in cluster_changes(self.deployed, self.new))
@@ -807,6 +820,7 @@ def a_state(**changes: Any) -> dict[str, Any]:
         "cluster": CLUSTER,
         "region": REGION,
         "plan_sha256": "0" * 64,
+        "stacks_sha256": "0" * 64,
         "stop": True,
         "fleet_before": "RUNNING",
         "steps": {"stop": {"at": "2026-11-27T10:00:00Z"}},
@@ -840,6 +854,7 @@ def test_a_linked_state_file_is_refused(p4de: World, cloud: Cloud, tmp_path: Pat
         ({"steps": {"deploy": {"at": "2026-11-27T10:00:00Z", "extra": 1}}}, "steps.deploy:"),
         ({"fleet_before": "HALF"}, "fleet_before:"),
         ({"plan_sha256": "xyz"}, "plan_sha256:"),
+        ({"stacks_sha256": None}, "stacks_sha256:"),
         ({"owner": "me"}, "owner:"),
     ],
 )
@@ -862,6 +877,28 @@ def test_resume_refuses_an_environment_edited_since_the_plan(p4de: World, cloud:
     assert result.exit_code == EXIT_FAILED
     assert "the environment changed since run" in result.stderr
     assert len(cloud.deploys) == 1
+
+
+def test_resume_refuses_an_edit_to_another_stack_since_the_plan(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "fail"
+    p4de.run("update", ENV, "--yes")
+    cloud.deploy_mode = "ok"
+    cloud.other_stacks = "p4de-Storage edited"  # the cluster configuration is the planned one
+    result = p4de.run("update", ENV, "--resume", "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "the environment changed since run" in result.stderr and "the synthesized templates differ" in result.stderr
+    assert len(cloud.deploys) == 1
+    cloud.other_stacks = "as locked"
+    assert p4de.run("update", ENV, "--resume", "--yes").exit_code == 0 and len(cloud.deploys) == 2
+
+
+def test_a_refusal_of_the_lock_files_changes_nothing(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.guard_refusal = "the lock files refuse the synthesized p4de"
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED and "the lock files refuse the synthesized p4de" in result.stderr
+    assert fleet_writes(aws) == [] and cloud.deploys == [] and not state_path(p4de).exists()
 
 
 def test_resume_without_a_run_and_hyperpod_are_refused(p4de: World, cloud: Cloud) -> None:
