@@ -24,6 +24,7 @@ import copy
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from mlcluster.pcluster.update_policy import cluster_changes
 from tests.cli.conftest import (
     ACCOUNT,
     Aws,
+    REPO,
     FakeNode,
     World,
     _copy_env,
@@ -53,6 +55,10 @@ from tests.cli.conftest import (
 from tests.pcluster.pcluster_support import PCLUSTER_PYTHON, inputs
 
 REGION, ENV, CLUSTER = "us-west-2", "p4de", "p4de-train"
+#: The real synthesis and lock-file guard, before the ``cloud`` fixture replaces them.
+SYNTHESIZE, GUARD = update_module.synthesize_assembly, update_module.guard_assembly
+#: The real ``subprocess.run`` for the synthesis process (the ``node`` fixture fakes Session Manager through it).
+RUN = subprocess.run
 TABLE = f"parallelcluster-{CLUSTER}"
 #: The record mark of every squeue read in these tests (``record_mark`` draws a fresh one per read).
 MARK = "mlc0123456789abcdef01234567:"
@@ -899,6 +905,43 @@ def test_a_refusal_of_the_lock_files_changes_nothing(p4de: World, cloud: Cloud, 
     result = p4de.run("update", ENV, "--yes")
     assert result.exit_code == EXIT_FAILED and "the lock files refuse the synthesized p4de" in result.stderr
     assert fleet_writes(aws) == [] and cloud.deploys == [] and not state_path(p4de).exists()
+
+
+def test_the_lock_files_guard_what_update_deploys(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real synthesis and guard: a weakening `cdk synth` refuses is refused; an in-place edit plans."""
+    # The project's file and its lock as they are (the world's copy pins the region, which the lock does not).
+    for name in (f"{ENV}.yaml", f"{ENV}.lock.json"):
+        shutil.copy(REPO / "environments" / name, p4de.environments)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setattr(update_module, "synthesize_assembly", SYNTHESIZE)
+    monkeypatch.setattr(update_module, "guard_assembly", GUARD)
+    monkeypatch.setattr(subprocess, "run", RUN)  # p4de's nodes answer through Run Command, not sessions
+    edited(p4de.environments, lambda data: data.update(retention={"on_delete": "destroy"}))
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "the lock files refuse the synthesized p4de (the check `cdk synth` runs); nothing was changed" in (
+        result.stderr
+    )
+    assert "retention" in result.stderr and "Traceback" not in result.stderr
+    assert fleet_writes(aws) == [] and cloud.deploys == [] and not state_path(p4de).exists()
+
+    def in_place(data: dict[str, Any]) -> None:
+        data.pop("retention")
+        data["cluster"]["pcluster"]["queues"][1]["compute_resources"][0]["max_count"] = 12
+
+    def synthesized_and_deployed(folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any], str]:
+        # The fake GetTemplate answers the synthesized configuration: the plan compares like with like.
+        assembly, template, digest = SYNTHESIZE(folder, environment, outdir)
+        cloud.deployed = update_module.cluster_configuration(template, "the synthesized p4de-Cluster")
+        return assembly, template, digest
+
+    monkeypatch.setattr(update_module, "synthesize_assembly", synthesized_and_deployed)
+    edited(p4de.environments, in_place)
+    result = p4de.run("update", ENV, "--plan-only")
+    assert result.exit_code == 0, result.output
+    assert "lock files refuse" not in result.stderr and "plan (nothing has been changed yet)" in result.stdout
 
 
 def test_resume_without_a_run_and_hyperpod_are_refused(p4de: World, cloud: Cloud) -> None:
