@@ -39,8 +39,8 @@ from mlcluster.pcluster.render import ZoneSubnet, render_cluster_config
 from mlcluster.pcluster.update_policy import cluster_changes
 from tests.cli.conftest import (
     ACCOUNT,
-    Aws,
     REPO,
+    Aws,
     FakeNode,
     World,
     _copy_env,
@@ -910,12 +910,22 @@ def test_a_refusal_of_the_lock_files_changes_nothing(p4de: World, cloud: Cloud, 
 def test_the_lock_files_guard_what_update_deploys(
     p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Real synthesis and guard: a weakening `cdk synth` refuses is refused; an in-place edit plans."""
+    """Real synthesis and guard: a weakening `cdk synth` refuses is refused; an in-place edit plans.
+
+    The cluster configuration stays as deployed, so without the guard the weakening would be deployed.
+    """
     # The project's file and its lock as they are (the world's copy pins the region, which the lock does not).
     for name in (f"{ENV}.yaml", f"{ENV}.lock.json"):
         shutil.copy(REPO / "environments" / name, p4de.environments)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setattr(update_module, "synthesize_assembly", SYNTHESIZE)
+
+    def synthesized_and_deployed(folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any], str]:
+        # The fake GetTemplate answers the synthesized configuration: the plan compares like with like.
+        assembly, template, digest = SYNTHESIZE(folder, environment, outdir)
+        cloud.deployed = update_module.cluster_configuration(template, "the synthesized p4de-Cluster")
+        return assembly, template, digest
+
+    monkeypatch.setattr(update_module, "synthesize_assembly", synthesized_and_deployed)
     monkeypatch.setattr(update_module, "guard_assembly", GUARD)
     monkeypatch.setattr(subprocess, "run", RUN)  # p4de's nodes answer through Run Command, not sessions
     edited(p4de.environments, lambda data: data.update(retention={"on_delete": "destroy"}))
@@ -931,13 +941,6 @@ def test_the_lock_files_guard_what_update_deploys(
         data.pop("retention")
         data["cluster"]["pcluster"]["queues"][1]["compute_resources"][0]["max_count"] = 12
 
-    def synthesized_and_deployed(folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any], str]:
-        # The fake GetTemplate answers the synthesized configuration: the plan compares like with like.
-        assembly, template, digest = SYNTHESIZE(folder, environment, outdir)
-        cloud.deployed = update_module.cluster_configuration(template, "the synthesized p4de-Cluster")
-        return assembly, template, digest
-
-    monkeypatch.setattr(update_module, "synthesize_assembly", synthesized_and_deployed)
     edited(p4de.environments, in_place)
     result = p4de.run("update", ENV, "--plan-only")
     assert result.exit_code == 0, result.output
