@@ -890,13 +890,36 @@ class Run:
                 )
             self.state.data["fleet_before"] = status
             self.state.save()
-        if status != "STOPPED":
+        if status == "STOPPED":
+            self.check_no_compute_instances()
+        else:
             if status not in {"STOP_REQUESTED", "STOPPING"}:
                 self.fleet.request(status, "STOP_REQUESTED")
                 self.console.print(f"requested STOP_REQUESTED for the compute fleet of {self.cluster} (was {status})")
             self.fleet.wait(STOP_WAIT, "STOPPED", timeout, self.console)
         self.state.mark("stop")
         self.console.print(f"the compute fleet of {self.cluster} is STOPPED")
+
+    def check_no_compute_instances(self) -> None:
+        """Refuse a ``STOPPED`` status item that EC2 contradicts.
+
+        Compute nodes' role may write ParallelCluster's status table, so a job can forge ``STOPPED``;
+        the instances' ParallelCluster tags (EC2 DescribeInstances) it cannot. A compute instance
+        pending, running, stopping or shutting down means the fleet is not stopped.
+        """
+        live = [
+            node
+            for node in pcluster_nodes(self.target)
+            if node.group not in {"head-node", "LoginNode"} and node.status != "stopped"
+        ]
+        if live:
+            raise CliError(
+                f"the status item of {self.cluster} says STOPPED but EC2 shows {len(live)} compute instance(s) "
+                f"not stopped ({', '.join(f'{n.instance_id} {n.status}' for n in live[:5])}): the status item "
+                "disagrees with EC2; nothing was deployed\n  what to do: check who wrote the item "
+                f"(DynamoDB table parallelcluster-{self.cluster}) and `mlcluster status {self.target.name}`",
+                EXIT_FAILED,
+            )
 
     def start(self, timeout: int) -> None:
         """Start the fleet again if this run found it running; a fleet that was stopped stays stopped."""

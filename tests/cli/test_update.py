@@ -189,6 +189,9 @@ class Cloud:
         }
         if status in following:
             self.set_fleet(following[status])
+        if status == "STOPPING" and self.fleet() == "STOPPED" and compute_instances():
+            # clustermgtd terminates the compute instances before it reports STOPPED.
+            aws_client("ec2", REGION).terminate_instances(InstanceIds=compute_instances())
 
     # -- synthesis and the CDK CLI
     def synthesize(self, folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any], str]:
@@ -797,9 +800,27 @@ def test_a_fleet_already_moving_is_left_alone(p4de: World, cloud: Cloud, aws: Aw
     assert not state_path(p4de).exists() and "--resume" not in result.stderr
 
 
+def compute_instances() -> list[str]:
+    ec2 = aws_client("ec2", REGION)
+    filters = [{"Name": "tag:parallelcluster:node-type", "Values": ["Compute"]}]
+    return [i["InstanceId"] for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+
+
+def test_a_forged_stopped_status_with_compute_instances_running_is_refused(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    """Any compute node's job may write the status item; EC2's ParallelCluster tags it cannot."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_fleet("STOPPED")  # forged: the 6 compute instances run
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "says STOPPED but EC2 shows 6 compute instance(s) not stopped" in result.stderr
+    assert "the status item disagrees with EC2; nothing was deployed" in result.stderr
+    assert cloud.deploys == [] and fleet_writes(aws) == []
+
+
 def test_a_stopped_fleet_stays_stopped(p4de: World, cloud: Cloud, aws: Aws) -> None:
     cloud.new = edited(p4de.environments, drop_inference_queue)
     cloud.set_fleet("STOPPED")
+    aws_client("ec2", REGION).terminate_instances(InstanceIds=compute_instances())
     result = p4de.run("update", ENV, "--yes")
     assert result.exit_code == 0, result.output
     assert fleet_writes(aws) == [] and cloud.fleet() == "STOPPED" and cloud.deployed == cloud.new
