@@ -192,6 +192,10 @@ def test_wheel_installs_and_works_in_an_external_app(wheel: Path, consumer: Path
         assert shipped in names, f"the wheel lacks {shipped}"
     assert not any(name.startswith(("tests/", "tools/", "environments/")) for name in names)
     assert "cdk.json" not in names
+    # The package is exactly what git tracks under mlcluster/: no bytecode a test run left beside the node
+    # scripts and handlers (package-data globs would take it), nothing tracked left out.
+    tracked = subprocess.run(["git", "ls-files", "mlcluster"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert {name for name in names if name.startswith("mlcluster/")} == set(tracked.stdout.split())
     target = consumer
     py = target / "bin" / "python"
     app_dir = tmp_path / "consumer"
