@@ -15,8 +15,7 @@ from aws_cdk import cx_api
 from mlcluster.appdir import find_project
 from mlcluster.config import ConfigError
 from mlcluster.config.project import check_environments
-from mlcluster.lockfile import guard, orphan_locks
-from mlcluster.replacement import snapshot_from_assembly
+from mlcluster.lockfile import guard_assembly
 
 if TYPE_CHECKING:
     from mlcluster.stacks.stage import EnvironmentStage
@@ -100,21 +99,14 @@ def synth_guarded(app: cdk.App, stages: list[EnvironmentStage]) -> cx_api.CloudA
     fails reading them. Notices about what an accepted edit leaves running are printed as warnings.
     """
     assembly = app.synth()
-    refused: list[ConfigError] = []
-    for directory in sorted({Path(stage.environment.source).parent for stage in stages}):
-        refused += orphan_locks(directory)
-    for stage in stages:
-        try:
-            _, notes = guard(stage.environment, snapshot_from_assembly(Path(assembly.directory), stage.stage_name))
-        except ConfigError as error:
-            refused.append(error)
-            continue
-        for note in notes:
-            print(f"mlcluster: warning: {note}", file=sys.stderr)
-    if refused:
+    try:
+        notes = guard_assembly(Path(assembly.directory), [stage.environment for stage in stages])
+    except ConfigError:
         for stage in stages:
             shutil.rmtree(Path(assembly.directory) / f"assembly-{stage.stage_name}", ignore_errors=True)
-        raise ConfigError.combine(refused)
+        raise
+    for note in notes:
+        print(f"mlcluster: warning: {note}", file=sys.stderr)
     return assembly
 
 

@@ -71,6 +71,7 @@ from mlcluster.replacement import (
     compare,
     is_data_bearing,
     keeping,
+    snapshot_from_assembly,
     snapshot_from_json,
     snapshot_to_json,
 )
@@ -862,6 +863,30 @@ def record_in_flight(environment: Environment, lock_digest: str, in_flight: dict
     recorded = _read_in_flight(environment, lock_digest)
     document = {"lock": lock_digest, "resources": dict(sorted((recorded | in_flight).items()))}
     in_flight_path(environment).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def guard_assembly(assembly_dir: Path, environments: Sequence[Environment]) -> list[str]:
+    """Run :func:`guard` on each environment's stage of the synthesized ``assembly_dir``; return the notices.
+
+    The one check between a synthesized assembly and a deploy of it: ``cdk synth``
+    (``mlcluster.app.synth_guarded``) and ``mlcluster update`` both call it, so neither can deploy a
+    change the lock files refuse. Raises ``ConfigError`` naming every refused change of every
+    environment, and every lock file in the environments' folders whose environment file is gone.
+    """
+    refused: list[ConfigError] = []
+    for directory in sorted({Path(environment.source).parent for environment in environments}):
+        refused += orphan_locks(directory)
+    notes: list[str] = []
+    for environment in environments:
+        try:
+            _, found = guard(environment, snapshot_from_assembly(assembly_dir, environment.name))
+        except ConfigError as error:
+            refused.append(error)
+            continue
+        notes += found
+    if refused:
+        raise ConfigError.combine(refused)
+    return notes
 
 
 def guard(environment: Environment, snapshot: Snapshot) -> tuple[list[Change], list[str]]:

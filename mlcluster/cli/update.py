@@ -656,7 +656,7 @@ def checked_state(stored: Any, path: Path, environment: str, cluster: str, regio
     if not isinstance(stored, dict):
         raise CliError(f"{path} is not an update state object; remove it to start over", EXIT_FAILED)
     known = {"format", "run", "environment", "cluster", "region", "plan_sha256", "stop", "fleet_before", "steps"}
-    known |= {"complete"}
+    known |= {"complete", "stacks_sha256"}
     for key in sorted(set(stored) - known):
         bad(key, stored[key], "no such key")
     if stored.get("format") != 1:
@@ -666,8 +666,9 @@ def checked_state(stored: Any, path: Path, environment: str, cluster: str, regio
     for key, expected in (("environment", environment), ("cluster", cluster), ("region", region)):
         if stored.get(key) != expected:
             bad(key, stored.get(key), repr(expected))
-    if not (isinstance(stored.get("plan_sha256"), str) and SHA256.fullmatch(stored["plan_sha256"])):
-        bad("plan_sha256", stored.get("plan_sha256"), "a SHA-256 in lower-case hex")
+    for key in ("plan_sha256", "stacks_sha256"):
+        if not (isinstance(stored.get(key), str) and SHA256.fullmatch(stored[key])):
+            bad(key, stored.get(key), "a SHA-256 in lower-case hex")
     if not isinstance(stored.get("stop"), bool):
         bad("stop", stored.get("stop"), "true or false")
     if stored.get("fleet_before") not in {None, *BEFORE_STOP}:
@@ -889,13 +890,36 @@ class Run:
                 )
             self.state.data["fleet_before"] = status
             self.state.save()
-        if status != "STOPPED":
+        if status == "STOPPED":
+            self.check_no_compute_instances()
+        else:
             if status not in {"STOP_REQUESTED", "STOPPING"}:
                 self.fleet.request(status, "STOP_REQUESTED")
                 self.console.print(f"requested STOP_REQUESTED for the compute fleet of {self.cluster} (was {status})")
             self.fleet.wait(STOP_WAIT, "STOPPED", timeout, self.console)
         self.state.mark("stop")
         self.console.print(f"the compute fleet of {self.cluster} is STOPPED")
+
+    def check_no_compute_instances(self) -> None:
+        """Refuse a ``STOPPED`` status item that EC2 contradicts.
+
+        Compute nodes' role may write ParallelCluster's status table, so a job can forge ``STOPPED``;
+        the instances' ParallelCluster tags (EC2 DescribeInstances) it cannot. A compute instance
+        pending, running, stopping or shutting down means the fleet is not stopped.
+        """
+        live = [
+            node
+            for node in pcluster_nodes(self.target)
+            if node.group not in {"head-node", "LoginNode"} and node.status != "stopped"
+        ]
+        if live:
+            raise CliError(
+                f"the status item of {self.cluster} says STOPPED but EC2 shows {len(live)} compute instance(s) "
+                f"not stopped ({', '.join(f'{n.instance_id} {n.status}' for n in live[:5])}): the status item "
+                "disagrees with EC2; nothing was deployed\n  what to do: check who wrote the item "
+                f"(DynamoDB table parallelcluster-{self.cluster}) and `mlcluster status {self.target.name}`",
+                EXIT_FAILED,
+            )
 
     def start(self, timeout: int) -> None:
         """Start the fleet again if this run found it running; a fleet that was stopped stays stopped."""
@@ -977,15 +1001,51 @@ def _plan(run: Run, new_config: dict[str, Any], classify: Classifier, with_jobs:
     return plan
 
 
-def synthesize_assembly(folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any]]:
-    """Synthesize ``environment`` (as ``mlcluster diff`` does) and return the assembly and its cluster template."""
+def synthesize_assembly(folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any], str]:
+    """Synthesize ``environment`` (as ``mlcluster diff`` does) and return the assembly, its cluster template, and
+    the digest of every stack's template (:func:`assembly_digest`)."""
     from mlcluster.cli.diff import stack_artifacts, synthesize
 
     assembly = synthesize(folder, environment, outdir)
     for stack in stack_artifacts(assembly, environment):
         if stack.name == f"{environment}-Cluster":
-            return assembly, json.loads(stack.template_file.read_text(encoding="utf-8"))
+            template = json.loads(stack.template_file.read_text(encoding="utf-8"))
+            return assembly, template, assembly_digest(assembly, environment)
     raise CliError(f"the synthesized {environment} has no stack {environment}-Cluster", EXIT_FAILED)
+
+
+def assembly_digest(assembly: Path, environment: str) -> str:
+    """SHA-256 over every stack name and template of ``environment`` in ``assembly``: what ``--resume`` deploys.
+
+    An edit between a run and its resume to any stack, not only the cluster's, changes it.
+    """
+    from mlcluster.cli.diff import stack_artifacts
+
+    digest = hashlib.sha256()
+    for stack in sorted(stack_artifacts(assembly, environment), key=lambda artifact: artifact.name):
+        digest.update(f"{stack.name}\0{hashlib.sha256(stack.template_file.read_bytes()).hexdigest()}\0".encode())
+    return digest.hexdigest()
+
+
+def guard_assembly(folder: Path, environment: str, assembly: Path) -> list[str]:
+    """The lock-file guard of ``cdk synth`` on the assembly this update deploys; returns its notices.
+
+    ``mlcluster.lockfile.guard_assembly`` is the same check ``cdk synth`` runs (replacements, weakenings,
+    termination protection, allowances in flight or stale, deploy outcomes): its refusal is a
+    :class:`CliError` before anything is changed.
+    """
+    from mlcluster.cli.diff import load_one
+    from mlcluster.config import ConfigError
+    from mlcluster.lockfile import guard_assembly as guard
+
+    try:
+        return guard(assembly, [load_one(folder, environment)])
+    except ConfigError as error:
+        raise CliError(
+            f"the lock files refuse the synthesized {environment} (the check `cdk synth` runs); nothing was "
+            f"changed\n{error}",
+            EXIT_FAILED,
+        ) from None
 
 
 @click.command()
@@ -1083,17 +1143,20 @@ def update_environment(
     if resume and not unfinished:
         raise CliError(f"no unfinished update of {env} to resume ({run.state.path}); run without --resume", EXIT_FAILED)
     with tempfile.TemporaryDirectory(prefix="mlcluster-update-") as tmp:
-        assembly, template = synthesize_assembly(environments_folder(environments), env, Path(tmp))
+        folder = environments_folder(environments)
+        assembly, template, stacks_digest = synthesize_assembly(folder, env, Path(tmp))
+        for note in guard_assembly(folder, env, assembly):
+            click.echo(f"mlcluster: warning: {note}", err=True)
         new_config = cluster_configuration(template, f"the synthesized {env}-Cluster")
         plan = _plan(run, new_config, classify or default_classifier(), with_jobs=not resume)
         # The CLI is looked for before anything is changed: a missing one stops the command here.
         argv = deploy_command(assembly, env, profile) if not plan_only else []
         if resume:
             assert checked is not None
-            if checked["plan_sha256"] != plan.digest:
+            if checked["plan_sha256"] != plan.digest or checked["stacks_sha256"] != stacks_digest:
                 raise CliError(
-                    f"the environment changed since run {checked['run']} planned it (the synthesized cluster "
-                    f"configuration differs); nothing was run\n  what to do: undo the edit and --resume, or "
+                    f"the environment changed since run {checked['run']} planned it (the synthesized templates "
+                    f"differ); nothing was run\n  what to do: undo the edit and --resume, or "
                     f"`mlcluster update {env} --abandon` and plan again",
                     EXIT_FAILED,
                 )
@@ -1126,6 +1189,7 @@ def update_environment(
                 "cluster": name,
                 "region": target.region,
                 "plan_sha256": plan.digest,
+                "stacks_sha256": stacks_digest,
                 "stop": plan.stops_fleet,
                 "fleet_before": None,
                 "steps": {},

@@ -21,8 +21,10 @@ are classified by the real update rules (:mod:`mlcluster.pcluster.update_policy`
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from mlcluster.pcluster.render import ZoneSubnet, render_cluster_config
 from mlcluster.pcluster.update_policy import cluster_changes
 from tests.cli.conftest import (
     ACCOUNT,
+    REPO,
     Aws,
     FakeNode,
     World,
@@ -52,6 +55,10 @@ from tests.cli.conftest import (
 from tests.pcluster.pcluster_support import PCLUSTER_PYTHON, inputs
 
 REGION, ENV, CLUSTER = "us-west-2", "p4de", "p4de-train"
+#: The real synthesis and lock-file guard, before the ``cloud`` fixture replaces them.
+SYNTHESIZE, GUARD = update_module.synthesize_assembly, update_module.guard_assembly
+#: The real ``subprocess.run`` for the synthesis process (the ``node`` fixture fakes Session Manager through it).
+RUN = subprocess.run
 TABLE = f"parallelcluster-{CLUSTER}"
 #: The record mark of every squeue read in these tests (``record_mark`` draws a fresh one per read).
 MARK = "mlc0123456789abcdef01234567:"
@@ -125,7 +132,12 @@ class Cloud:
             BillingMode="PAY_PER_REQUEST",
         )
         self.set_fleet("RUNNING")
+        #: The other stacks' templates, as their digest covers them (an edit there changes the run's plan).
+        self.other_stacks = "as locked"
+        #: What the lock-file guard says; tests of the real guard synthesize for real instead.
+        self.guard_refusal: str | None = None
         monkeypatch.setattr(update_module, "synthesize_assembly", self.synthesize)
+        monkeypatch.setattr(update_module, "guard_assembly", self.guard)
         monkeypatch.setattr(update_module, "run_deploy", self.deploy)
         monkeypatch.setattr(update_module, "time", FakeTime(self))
 
@@ -177,11 +189,21 @@ class Cloud:
         }
         if status in following:
             self.set_fleet(following[status])
+        if status == "STOPPING" and self.fleet() == "STOPPED" and compute_instances():
+            # clustermgtd terminates the compute instances before it reports STOPPED.
+            aws_client("ec2", REGION).terminate_instances(InstanceIds=compute_instances())
 
     # -- synthesis and the CDK CLI
-    def synthesize(self, folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any]]:
+    def synthesize(self, folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any], str]:
         assert (folder, environment) == (self.world.environments, ENV)
-        return self.assembly, self.template(self.new)
+        stacks = json.dumps([self.template(self.new), self.other_stacks])
+        return self.assembly, self.template(self.new), hashlib.sha256(stacks.encode()).hexdigest()
+
+    def guard(self, folder: Path, environment: str, assembly: Path) -> list[str]:
+        assert (folder, environment, assembly) == (self.world.environments, ENV, self.assembly)
+        if self.guard_refusal is not None:
+            raise CliError(self.guard_refusal, EXIT_FAILED)
+        return []
 
     def needs_stop(self) -> bool:
         return any(c.outcome == "fleet_stop" for c in cluster_changes(self.deployed, self.new))
@@ -778,9 +800,27 @@ def test_a_fleet_already_moving_is_left_alone(p4de: World, cloud: Cloud, aws: Aw
     assert not state_path(p4de).exists() and "--resume" not in result.stderr
 
 
+def compute_instances() -> list[str]:
+    ec2 = aws_client("ec2", REGION)
+    filters = [{"Name": "tag:parallelcluster:node-type", "Values": ["Compute"]}]
+    return [i["InstanceId"] for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+
+
+def test_a_forged_stopped_status_with_compute_instances_running_is_refused(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    """Any compute node's job may write the status item; EC2's ParallelCluster tags it cannot."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_fleet("STOPPED")  # forged: the 6 compute instances run
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "says STOPPED but EC2 shows 6 compute instance(s) not stopped" in result.stderr
+    assert "the status item disagrees with EC2; nothing was deployed" in result.stderr
+    assert cloud.deploys == [] and fleet_writes(aws) == []
+
+
 def test_a_stopped_fleet_stays_stopped(p4de: World, cloud: Cloud, aws: Aws) -> None:
     cloud.new = edited(p4de.environments, drop_inference_queue)
     cloud.set_fleet("STOPPED")
+    aws_client("ec2", REGION).terminate_instances(InstanceIds=compute_instances())
     result = p4de.run("update", ENV, "--yes")
     assert result.exit_code == 0, result.output
     assert fleet_writes(aws) == [] and cloud.fleet() == "STOPPED" and cloud.deployed == cloud.new
@@ -807,6 +847,7 @@ def a_state(**changes: Any) -> dict[str, Any]:
         "cluster": CLUSTER,
         "region": REGION,
         "plan_sha256": "0" * 64,
+        "stacks_sha256": "0" * 64,
         "stop": True,
         "fleet_before": "RUNNING",
         "steps": {"stop": {"at": "2026-11-27T10:00:00Z"}},
@@ -840,6 +881,7 @@ def test_a_linked_state_file_is_refused(p4de: World, cloud: Cloud, tmp_path: Pat
         ({"steps": {"deploy": {"at": "2026-11-27T10:00:00Z", "extra": 1}}}, "steps.deploy:"),
         ({"fleet_before": "HALF"}, "fleet_before:"),
         ({"plan_sha256": "xyz"}, "plan_sha256:"),
+        ({"stacks_sha256": None}, "stacks_sha256:"),
         ({"owner": "me"}, "owner:"),
     ],
 )
@@ -862,6 +904,68 @@ def test_resume_refuses_an_environment_edited_since_the_plan(p4de: World, cloud:
     assert result.exit_code == EXIT_FAILED
     assert "the environment changed since run" in result.stderr
     assert len(cloud.deploys) == 1
+
+
+def test_resume_refuses_an_edit_to_another_stack_since_the_plan(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "fail"
+    p4de.run("update", ENV, "--yes")
+    cloud.deploy_mode = "ok"
+    cloud.other_stacks = "p4de-Storage edited"  # the cluster configuration is the planned one
+    result = p4de.run("update", ENV, "--resume", "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "the environment changed since run" in result.stderr and "the synthesized templates differ" in result.stderr
+    assert len(cloud.deploys) == 1
+    cloud.other_stacks = "as locked"
+    assert p4de.run("update", ENV, "--resume", "--yes").exit_code == 0 and len(cloud.deploys) == 2
+
+
+def test_a_refusal_of_the_lock_files_changes_nothing(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.guard_refusal = "the lock files refuse the synthesized p4de"
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED and "the lock files refuse the synthesized p4de" in result.stderr
+    assert fleet_writes(aws) == [] and cloud.deploys == [] and not state_path(p4de).exists()
+
+
+def test_the_lock_files_guard_what_update_deploys(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real synthesis and guard: a weakening `cdk synth` refuses is refused; an in-place edit plans.
+
+    The cluster configuration stays as deployed, so without the guard the weakening would be deployed.
+    """
+    # The project's file and its lock as they are (the world's copy pins the region, which the lock does not).
+    for name in (f"{ENV}.yaml", f"{ENV}.lock.json"):
+        shutil.copy(REPO / "environments" / name, p4de.environments)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+
+    def synthesized_and_deployed(folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any], str]:
+        # The fake GetTemplate answers the synthesized configuration: the plan compares like with like.
+        assembly, template, digest = SYNTHESIZE(folder, environment, outdir)
+        cloud.deployed = update_module.cluster_configuration(template, "the synthesized p4de-Cluster")
+        return assembly, template, digest
+
+    monkeypatch.setattr(update_module, "synthesize_assembly", synthesized_and_deployed)
+    monkeypatch.setattr(update_module, "guard_assembly", GUARD)
+    monkeypatch.setattr(subprocess, "run", RUN)  # p4de's nodes answer through Run Command, not sessions
+    edited(p4de.environments, lambda data: data.update(retention={"on_delete": "destroy"}))
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "the lock files refuse the synthesized p4de (the check `cdk synth` runs); nothing was changed" in (
+        result.stderr
+    )
+    assert "retention" in result.stderr and "Traceback" not in result.stderr
+    assert fleet_writes(aws) == [] and cloud.deploys == [] and not state_path(p4de).exists()
+
+    def in_place(data: dict[str, Any]) -> None:
+        data.pop("retention")
+        data["cluster"]["pcluster"]["queues"][1]["compute_resources"][0]["max_count"] = 12
+
+    edited(p4de.environments, in_place)
+    result = p4de.run("update", ENV, "--plan-only")
+    assert result.exit_code == 0, result.output
+    assert "lock files refuse" not in result.stderr and "plan (nothing has been changed yet)" in result.stdout
 
 
 def test_resume_without_a_run_and_hyperpod_are_refused(p4de: World, cloud: Cloud) -> None:
