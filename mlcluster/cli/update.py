@@ -78,6 +78,7 @@ import os
 import re
 import secrets
 import shlex
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -98,6 +99,7 @@ from mlcluster.cli.errors import (
     EXIT_INTERRUPTED,
     EXIT_SETUP,
     EXIT_TIMEOUT,
+    EXIT_USAGE,
     CliError,
     aws_errors,
 )
@@ -755,16 +757,46 @@ def stack_advice(
     return lines
 
 
+#: The CDK CLI release mlcluster pins (package.json ``aws-cdk``). A CLI found on ``PATH`` instead of the project's
+#: must be of this major version and no older: a newer major cannot read the assemblies aws-cdk-lib 2 writes, and
+#: an older 2.x may not know their schema version.
+PINNED_CDK_CLI = (2, 1148, 1)
+CDK_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)\b")
+
+
 def cdk_cli() -> Path:
-    """The project's pinned CDK CLI (``node_modules/.bin/cdk`` beside cdk.json)."""
-    cli = current_project().root / "node_modules" / ".bin" / "cdk"
-    if not cli.exists():
+    """The CDK CLI that deploys: the project's pinned one (``node_modules/.bin/cdk`` beside cdk.json), else ``cdk``.
+
+    An app of the library's users brings its own CLI, often a global ``cdk``: that one is taken from the absolute
+    entries of ``PATH`` only, and only if ``cdk --version`` is 2.x, at least :data:`PINNED_CDK_CLI`.
+    """
+    project_cli = current_project().root / "node_modules" / ".bin" / "cdk"
+    if project_cli.exists():
+        return project_cli
+    pinned = ".".join(map(str, PINNED_CDK_CLI))
+    search = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p).is_absolute())
+    found = shutil.which("cdk", path=search)
+    if found is None:
         raise CliError(
-            f"the CDK CLI is not installed: {cli} does not exist\n"
-            "  what to do: run `npm ci` in the project (package.json pins the CDK CLI version)",
+            f"the CDK CLI is not installed: neither {project_cli} nor a `cdk` on PATH\n"
+            f"  what to do: run `npm ci` in an mlcluster checkout (package.json pins it), or install aws-cdk@{pinned} "
+            "(`npm install -g aws-cdk@" + pinned + "`) for your own app",
             EXIT_SETUP,
         )
-    return cli
+    try:
+        said = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise CliError(f"the CDK CLI {found} did not answer `--version`: {err}", EXIT_SETUP) from err
+    match = CDK_VERSION.match(said.stdout.strip())
+    version = tuple(int(part) for part in match.groups()) if match else None
+    if said.returncode != 0 or version is None or version[0] != PINNED_CDK_CLI[0] or version < PINNED_CDK_CLI:
+        shown = said.stdout.strip() or said.stderr.strip() or f"exit {said.returncode}"
+        raise CliError(
+            f"the CDK CLI on PATH ({found}) says {shown!r}; mlcluster deploys with aws-cdk 2.x, {pinned} or newer\n"
+            f"  what to do: `npm install -g aws-cdk@{pinned}`, or run from an mlcluster checkout after `npm ci`",
+            EXIT_SETUP,
+        )
+    return Path(found)
 
 
 def deploy_command(assembly: Path, environment: str, profile: str | None) -> list[str]:
@@ -1113,7 +1145,7 @@ def update_environment(
     from rich.console import Console
 
     if sum((plan_only, resume, abandon)) > 1:
-        raise CliError("--plan-only, --resume and --abandon exclude each other", EXIT_FAILED)
+        raise CliError("--plan-only, --resume and --abandon exclude each other", EXIT_USAGE)
     target = Target.load(env, environments, region, profile)
     if target.backend == "hyperpod":
         raise CliError(

@@ -1,0 +1,87 @@
+"""Which CDK CLI ``mlcluster update`` deploys with: the project's pinned one, else a ``cdk`` on PATH of the pinned major.
+
+A library user's app has no ``node_modules`` of ours (user review: ``update`` could plan but never deploy there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mlcluster.cli import update
+from mlcluster.cli.errors import EXIT_SETUP, EXIT_USAGE, CliError
+from tests.support import ROOT
+
+
+def _fake_cdk(folder: Path, says: str, code: int = 0) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    cli = folder / "cdk"
+    cli.write_text(f"#!/bin/sh\necho '{says}'\nexit {code}\n")
+    cli.chmod(0o755)
+    return cli
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's app folder without node_modules, and a PATH holding only the test's bin folder."""
+    app = tmp_path / "app"
+    app.mkdir()
+    monkeypatch.setattr(update, "current_project", lambda: SimpleNamespace(root=app))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    return tmp_path
+
+
+def test_the_pin_is_the_one_package_json_installs() -> None:
+    pinned = json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+    assert ".".join(map(str, update.PINNED_CDK_CLI)) == pinned
+
+
+def test_the_projects_pinned_cli_comes_first(project: Path) -> None:
+    mine = _fake_cdk(project / "app" / "node_modules" / ".bin", "2.1148.1 (build x)")
+    _fake_cdk(project / "bin", "2.1200.0 (build y)")
+    assert update.cdk_cli() == mine
+
+
+@pytest.mark.parametrize("says", ["2.1148.1 (build a1b2c3d)", "2.1200.0 (build z)"])
+def test_a_cdk_on_path_of_the_pinned_major_and_no_older_is_taken(project: Path, says: str) -> None:
+    on_path = _fake_cdk(project / "bin", says)
+    assert update.cdk_cli() == on_path
+
+
+@pytest.mark.parametrize(
+    ("says", "code"), [("3.0.0 (build n)", 0), ("2.1148.0 (build o)", 0), ("2.99.0", 0), ("garbage", 0), ("", 1)]
+)
+def test_a_cdk_on_path_of_another_major_or_older_is_refused(project: Path, says: str, code: int) -> None:
+    _fake_cdk(project / "bin", says, code)
+    with pytest.raises(CliError) as raised:
+        update.cdk_cli()
+    assert raised.value.exit_code == EXIT_SETUP
+    assert "mlcluster deploys with aws-cdk 2.x, 2.1148.1 or newer" in str(raised.value)
+
+
+def test_no_cli_anywhere_says_how_to_install_it(project: Path) -> None:
+    with pytest.raises(CliError) as raised:
+        update.cdk_cli()
+    assert raised.value.exit_code == EXIT_SETUP
+    assert "npm install -g aws-cdk@2.1148.1" in str(raised.value)
+
+
+def test_a_relative_path_entry_is_not_searched(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_cdk(project / "rel", "2.1148.1")
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("PATH", "rel" + os.pathsep + str(project / "bin"))
+    with pytest.raises(CliError):
+        update.cdk_cli()
+
+
+def test_options_that_exclude_each_other_are_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(CliError) as raised:
+        update.update_environment(
+            "p4de", tmp_path, None, None,
+            yes=False, plan_only=False, resume=True, abandon=True, stop_timeout=60, deploy_timeout=300,
+        )  # fmt: skip
+    assert raised.value.exit_code == EXIT_USAGE
