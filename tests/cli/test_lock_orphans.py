@@ -654,15 +654,21 @@ def test_a_first_lock_from_the_templates_without_credentials_is_refused(
     assert not (envs / "team.lock.json").exists()
 
 
-def test_from_templates_is_refused_while_a_synth_recorded_allowances(
-    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """r3 finding 1: over a templates lock it would delete the record without reading what is deployed."""
+def templates_locked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder whose team.lock.json is written from the templates of a termination-protected Storage stack."""
     from mlcluster.replacement import stack_state
 
     envs = folder(tmp_path)
     templates_of(monkeypatch, {"team-Storage": stack_state(template(), {}, termination_protection=True)})
     assert lock(envs, "--from-templates").exception is None
+    return envs
+
+
+def test_from_templates_is_refused_while_a_synth_recorded_allowances(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r3 finding 1: over a templates lock it would delete the record without reading what is deployed."""
+    envs = templates_locked(tmp_path, monkeypatch)
     before = (envs / "team.lock.json").read_text(encoding="utf-8")
     record = envs / "team.allowances.json"
     record.write_text('{"lock": "x", "resources": {}}', encoding="utf-8")
@@ -682,11 +688,7 @@ def test_protect_refuses_a_templates_lock_while_stacks_are_deployed(
     aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """r3 finding 1: protect runs with credentials before every deploy; a templates lock never read the stacks."""
-    from mlcluster.replacement import stack_state
-
-    envs = folder(tmp_path)
-    templates_of(monkeypatch, {"team-Storage": stack_state(template(), {}, termination_protection=True)})
-    assert lock(envs, "--from-templates").exception is None
+    envs = templates_locked(tmp_path, monkeypatch)
     deploy("team-Storage", template())
 
     def protect() -> Any:
