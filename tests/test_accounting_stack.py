@@ -395,3 +395,13 @@ def test_the_lock_guard_refuses_an_upgrade_that_cuts_slurmdbd_off(outdir: Path, 
     assert "storage.accounting.admit_node_group" not in [
         p.path for p in outcome_checks(environment, default, default)[0]
     ]
+
+def test_the_bridged_environment_has_only_descriptions_ec2_accepts(bridged_outdir: Path) -> None:
+    """The node-group rule admit_node_group adds once said "cluster's": EC2 refuses an apostrophe (final AWS re-review).
+
+    The description gate runs over the examples only, and no example sets the flag.
+    """
+    from tests.gates.test_security_group_descriptions import problems
+
+    templates = stack_templates(cx_api.CloudAssembly(str(bridged_outdir)))
+    assert problems(templates) == []

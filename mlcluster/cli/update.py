@@ -765,26 +765,32 @@ CDK_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)\b")
 
 
 def cdk_cli() -> Path:
-    """The CDK CLI that deploys: the project's pinned one (``node_modules/.bin/cdk`` beside cdk.json), else ``cdk``.
+    """The CDK CLI that deploys: the project's (``node_modules/.bin/cdk`` beside its cdk.json), else ``cdk`` on PATH.
 
-    An app of the library's users brings its own CLI, often a global ``cdk``: that one is taken from the absolute
-    entries of ``PATH`` only, and only if ``cdk --version`` is 2.x, at least :data:`PINNED_CDK_CLI`.
+    Either is used only if ``cdk --version``, run in the project folder the deploy runs in (version managers
+    choose per folder), is 2.x and at least :data:`PINNED_CDK_CLI`. Without a cdk.json the current folder is
+    nobody's project, so a ``node_modules`` there is never run (anyone who can write the folder could plant
+    one); a ``cdk`` on PATH is taken from its absolute entries only.
     """
-    project_cli = current_project().root / "node_modules" / ".bin" / "cdk"
-    if project_cli.exists():
-        return project_cli
+    project = current_project()
     pinned = ".".join(map(str, PINNED_CDK_CLI))
-    search = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p).is_absolute())
-    found = shutil.which("cdk", path=search)
+    project_cli = project.root / "node_modules" / ".bin" / "cdk"
+    if project.cdk_json is not None and project_cli.exists():
+        found: str | None = str(project_cli)
+    else:
+        search = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p).is_absolute())
+        found = shutil.which("cdk", path=search)
     if found is None:
         raise CliError(
-            f"the CDK CLI is not installed: neither {project_cli} nor a `cdk` on PATH\n"
+            f"the CDK CLI is not installed: neither {project_cli} (beside a cdk.json) nor a `cdk` on PATH\n"
             f"  what to do: run `npm ci` in an mlcluster checkout (package.json pins it), or install aws-cdk@{pinned} "
             "(`npm install -g aws-cdk@" + pinned + "`) for your own app",
             EXIT_SETUP,
         )
     try:
-        said = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=120, check=False)
+        said = subprocess.run(
+            [found, "--version"], capture_output=True, text=True, timeout=120, check=False, cwd=project.root
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise CliError(f"the CDK CLI {found} did not answer `--version`: {err}", EXIT_SETUP) from err
     match = CDK_VERSION.match(said.stdout.strip())
@@ -792,8 +798,8 @@ def cdk_cli() -> Path:
     if said.returncode != 0 or version is None or version[0] != PINNED_CDK_CLI[0] or version < PINNED_CDK_CLI:
         shown = said.stdout.strip() or said.stderr.strip() or f"exit {said.returncode}"
         raise CliError(
-            f"the CDK CLI on PATH ({found}) says {shown!r}; mlcluster deploys with aws-cdk 2.x, {pinned} or newer\n"
-            f"  what to do: `npm install -g aws-cdk@{pinned}`, or run from an mlcluster checkout after `npm ci`",
+            f"the CDK CLI {found} says {shown!r}; mlcluster deploys with aws-cdk 2.x, {pinned} or newer\n"
+            f"  what to do: `npm ci` in an mlcluster checkout, or `npm install -g aws-cdk@{pinned}`",
             EXIT_SETUP,
         )
     return Path(found)
@@ -937,12 +943,13 @@ class Run:
 
         Compute nodes' role may write ParallelCluster's status table, so a job can forge ``STOPPED``;
         the instances' ParallelCluster tags (EC2 DescribeInstances) it cannot. A compute instance
-        pending, running, stopping or shutting down means the fleet is not stopped.
+        pending, running or stopping means the fleet is not stopped; one shutting down is being terminated
+        (clustermgtd's last terminations can trail its STOPPED) and runs no job.
         """
         live = [
             node
             for node in pcluster_nodes(self.target)
-            if node.group not in {"head-node", "LoginNode"} and node.status != "stopped"
+            if node.group not in {"head-node", "LoginNode"} and node.status not in {"stopped", "shutting-down"}
         ]
         if live:
             raise CliError(

@@ -165,7 +165,7 @@ class AccountingDatabase(Construct):
             # The same call (so the same logical ID) as when the node group was the only client: CloudFormation
             # keeps the deployed rule in place instead of removing it.
             self.security_group.add_ingress_rule(
-                node_security_group, ec2.Port.tcp(PORT), "slurmdbd on the cluster's nodes"
+                node_security_group, ec2.Port.tcp(PORT), "slurmdbd on the cluster nodes"
             )
         self.rotation_security_group.add_egress_rule(
             ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "Secrets Manager API through the NAT route of the subnets"

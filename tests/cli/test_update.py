@@ -21,6 +21,7 @@ are classified by the real update rules (:mod:`mlcluster.pcluster.update_policy`
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -815,6 +816,26 @@ def test_a_forged_stopped_status_with_compute_instances_running_is_refused(p4de:
     assert "says STOPPED but EC2 shows 6 compute instance(s) not stopped" in result.stderr
     assert "the status item disagrees with EC2; nothing was deployed" in result.stderr
     assert cloud.deploys == [] and fleet_writes(aws) == []
+
+
+def test_a_stopped_fleet_whose_last_instances_are_shutting_down_is_trusted(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edge of the EC2 check: instances being terminated run no job (final AWS re-review)."""
+    real = update_module.pcluster_nodes
+
+    def terminating(target: Any) -> Any:
+        return [
+            node if node.group in {"head-node", "LoginNode"} else dataclasses.replace(node, status="shutting-down")
+            for node in real(target)
+        ]
+
+    monkeypatch.setattr(update_module, "pcluster_nodes", terminating)
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_fleet("STOPPED")
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == 0, result.output
+    assert fleet_writes(aws) == [] and cloud.deployed == cloud.new
 
 
 def test_a_stopped_fleet_stays_stopped(p4de: World, cloud: Cloud, aws: Aws) -> None:

@@ -30,7 +30,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A user's app folder without node_modules, and a PATH holding only the test's bin folder."""
     app = tmp_path / "app"
     app.mkdir()
-    monkeypatch.setattr(update, "current_project", lambda: SimpleNamespace(root=app))
+    monkeypatch.setattr(update, "current_project", lambda: SimpleNamespace(root=app, cdk_json=None))
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     return tmp_path
 
@@ -40,10 +40,38 @@ def test_the_pin_is_the_one_package_json_installs() -> None:
     assert ".".join(map(str, update.PINNED_CDK_CLI)) == pinned
 
 
-def test_the_projects_pinned_cli_comes_first(project: Path) -> None:
+def _with_cdk_json(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = project / "app"
+    (app / "cdk.json").write_text("{}")
+    monkeypatch.setattr(update, "current_project", lambda: SimpleNamespace(root=app, cdk_json=app / "cdk.json"))
+
+
+def test_the_projects_pinned_cli_comes_first(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _with_cdk_json(project, monkeypatch)
     mine = _fake_cdk(project / "app" / "node_modules" / ".bin", "2.1148.1 (build x)")
     _fake_cdk(project / "bin", "2.1200.0 (build y)")
     assert update.cdk_cli() == mine
+
+
+def test_the_projects_cli_is_version_checked_too(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _with_cdk_json(project, monkeypatch)
+    _fake_cdk(project / "app" / "node_modules" / ".bin", "1.0.0")
+    with pytest.raises(CliError) as raised:
+        update.cdk_cli()
+    assert raised.value.exit_code == EXIT_SETUP
+
+
+def test_without_a_cdk_json_a_node_modules_in_the_folder_is_never_run(project: Path) -> None:
+    """The current folder is nobody's project: a planted node_modules/.bin/cdk there is not taken (re-review)."""
+    _fake_cdk(project / "app" / "node_modules" / ".bin", "2.1148.1 (planted)")
+    on_path = _fake_cdk(project / "bin", "2.1148.1 (build y)")
+    assert update.cdk_cli() == on_path
+
+
+def test_the_version_is_asked_in_the_folder_the_deploy_runs_in(project: Path) -> None:
+    cli = _fake_cdk(project / "bin", "")
+    cli.write_text('#!/bin/sh\ncase "$PWD" in */app) echo "2.1148.1 (build z)";; *) echo "1.0.0";; esac\n')
+    assert update.cdk_cli() == cli
 
 
 @pytest.mark.parametrize("says", ["2.1148.1 (build a1b2c3d)", "2.1200.0 (build z)"])
