@@ -396,6 +396,7 @@ def test_the_lock_guard_refuses_an_upgrade_that_cuts_slurmdbd_off(outdir: Path, 
         p.path for p in outcome_checks(environment, default, default)[0]
     ]
 
+
 def test_the_bridged_environment_has_only_descriptions_ec2_accepts(bridged_outdir: Path) -> None:
     """The node-group rule admit_node_group adds once said "cluster's": EC2 refuses an apostrophe (final AWS re-review).
 
