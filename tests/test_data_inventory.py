@@ -216,7 +216,11 @@ def _accounting(t: Templates) -> bool:
         and {"OnlySseKms", "OnlyThisKey", "OnlyTheOperatorWritesTheState", "NoOtherNodeRole"} <= sids
         and not warned("hyperpod", "cluster.hyperpod.lifecycle")
         and any(
-            r["Properties"].get("MetricName") == SCHEDULED_COPY_METRIC
+            SCHEDULED_COPY_METRIC
+            in {
+                query.get("MetricStat", {}).get("Metric", {}).get("MetricName")
+                for query in r["Properties"].get("Metrics", [])
+            }
             and r["Properties"]["TreatMissingData"] == "breaching"
             for r in of_type(t, "hyperpod/Observability", "AWS::CloudWatch::Alarm")
         )

@@ -187,11 +187,21 @@ def _operation(service: str, command: str) -> str | None:
         model = session.get_service_model(service)
     except UnknownServiceError:
         return None
-    prefix = model.signing_name or model.endpoint_prefix
+    prefix = iam_prefix(model.signing_name or model.endpoint_prefix)
     for name in model.operation_names:
         if xform_name(name, "-") == command:
             return f"{prefix}:{name}"
     return None
+
+
+#: Services whose botocore signing name is not their IAM service prefix: CloudWatch signs as ``monitoring``, and
+#: the Service Authorization Reference names its actions ``cloudwatch:...``.
+IAM_PREFIXES: dict[str, str] = {"monitoring": "cloudwatch"}
+
+
+def iam_prefix(signing_name: str) -> str:
+    """The IAM service prefix of a botocore service's signing name (:data:`IAM_PREFIXES`, else the same)."""
+    return IAM_PREFIXES.get(signing_name, signing_name)
 
 
 def _s3_call(command: str, args: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -682,7 +692,7 @@ def _operations(service: str) -> dict[str, str]:
     from botocore import xform_name
 
     model = botocore.session.get_session().get_service_model(service)
-    prefix = model.signing_name or model.endpoint_prefix
+    prefix = iam_prefix(model.signing_name or model.endpoint_prefix)
     return {xform_name(name): f"{prefix}:{name}" for name in model.operation_names}
 
 

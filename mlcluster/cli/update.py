@@ -78,7 +78,6 @@ import os
 import re
 import secrets
 import shlex
-import shutil
 import stat
 import subprocess
 import tempfile
@@ -764,6 +763,15 @@ PINNED_CDK_CLI = (2, 1148, 1)
 CDK_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)\b")
 
 
+def cdk_version(cli: str, folder: Path) -> str:
+    """What ``cli --version`` prints, run in ``folder`` (version managers choose per folder); its error if it fails."""
+    try:
+        said = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=120, check=False, cwd=folder)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise CliError(f"the CDK CLI {cli} did not answer `--version`: {err}", EXIT_SETUP) from err
+    return said.stdout.strip() if said.returncode == 0 else (said.stderr.strip() or f"exit {said.returncode}")
+
+
 def cdk_cli() -> Path:
     """The CDK CLI that deploys: the project's (``node_modules/.bin/cdk`` beside its cdk.json), else ``cdk`` on PATH.
 
@@ -778,8 +786,14 @@ def cdk_cli() -> Path:
     if project.cdk_json is not None and project_cli.exists():
         found: str | None = str(project_cli)
     else:
-        search = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p).is_absolute())
-        found = shutil.which("cdk", path=search)
+        found = next(
+            (
+                str(Path(entry) / "cdk")
+                for entry in os.environ.get("PATH", "").split(os.pathsep)
+                if Path(entry).is_absolute() and os.access(Path(entry) / "cdk", os.X_OK)
+            ),
+            None,
+        )
     if found is None:
         raise CliError(
             f"the CDK CLI is not installed: neither {project_cli} (beside a cdk.json) nor a `cdk` on PATH\n"
@@ -787,16 +801,10 @@ def cdk_cli() -> Path:
             "(`npm install -g aws-cdk@" + pinned + "`) for your own app",
             EXIT_SETUP,
         )
-    try:
-        said = subprocess.run(
-            [found, "--version"], capture_output=True, text=True, timeout=120, check=False, cwd=project.root
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise CliError(f"the CDK CLI {found} did not answer `--version`: {err}", EXIT_SETUP) from err
-    match = CDK_VERSION.match(said.stdout.strip())
+    shown = cdk_version(found, project.root)
+    match = CDK_VERSION.match(shown)
     version = tuple(int(part) for part in match.groups()) if match else None
-    if said.returncode != 0 or version is None or version[0] != PINNED_CDK_CLI[0] or version < PINNED_CDK_CLI:
-        shown = said.stdout.strip() or said.stderr.strip() or f"exit {said.returncode}"
+    if version is None or version[0] != PINNED_CDK_CLI[0] or version < PINNED_CDK_CLI:
         raise CliError(
             f"the CDK CLI {found} says {shown!r}; mlcluster deploys with aws-cdk 2.x, {pinned} or newer\n"
             f"  what to do: `npm ci` in an mlcluster checkout, or `npm install -g aws-cdk@{pinned}`",

@@ -140,6 +140,8 @@ class Cloud:
         monkeypatch.setattr(update_module, "synthesize_assembly", self.synthesize)
         monkeypatch.setattr(update_module, "guard_assembly", self.guard)
         monkeypatch.setattr(update_module, "run_deploy", self.deploy)
+        # The world fakes subprocess for Session Manager: the CDK CLI's --version answers as the pinned one.
+        monkeypatch.setattr(update_module, "cdk_version", lambda cli, folder: "2.1148.1 (build test)")
         monkeypatch.setattr(update_module, "time", FakeTime(self))
 
     # -- CloudFormation
@@ -774,7 +776,11 @@ def test_a_missing_cdk_cli_stops_before_anything_changes(p4de: World, cloud: Clo
     cloud.new = edited(p4de.environments, drop_inference_queue)
     app = tmp_path / "app"
     app.mkdir()
-    result = invoke("--app-dir", str(app), "update", ENV, "--yes", "--environments", str(p4de.environments))
+    os.environ["PATH"], path = str(tmp_path / "no-bin"), os.environ["PATH"]
+    try:
+        result = invoke("--app-dir", str(app), "update", ENV, "--yes", "--environments", str(p4de.environments))
+    finally:
+        os.environ["PATH"] = path
     assert result.exit_code == EXIT_SETUP
     assert "the CDK CLI is not installed" in result.stderr and "npm ci" in result.stderr
     assert fleet_writes(aws) == [] and not state_path(p4de).exists()
