@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -284,3 +286,21 @@ def test_a_folder_of_another_owner_is_refused(controller: Sandbox) -> None:
     assert "is owned by uid 2001 with mode 755" in result.stderr
     assert "slurmdbd.conf was not read or written" in result.stderr
     assert credentials(controller) == ("slurm", "first-Pass1")
+
+
+def test_a_planted_scratch_folder_never_receives_the_password(controller: Sandbox) -> None:
+    """Root writes the new slurmdbd.conf (with the password) into /var/lib/mlcluster/tmp first: a link planted
+    there is moved aside, and the copy is made in a fresh root folder of mode 700, never in the link's target."""
+    scratch = controller.root / "var/lib/mlcluster/tmp"
+    victim = controller.root / "srv/shared"
+    victim.mkdir(parents=True)
+    victim.chmod(0o777)
+    shutil.rmtree(scratch)
+    scratch.symlink_to(victim)
+    result = tool(controller, "watch", STUB_SECRET=secret("rotated-Pass2"))
+    assert result.returncode == 0, result.stderr
+    assert list(victim.iterdir()) == []
+    assert scratch.is_dir() and not scratch.is_symlink()
+    assert (scratch.stat().st_uid, stat.S_IMODE(scratch.stat().st_mode)) == (0, 0o700)
+    assert "is a link; moved it aside" in result.stderr
+    assert credentials(controller) == ("slurm", "rotated-Pass2")

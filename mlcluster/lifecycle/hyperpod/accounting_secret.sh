@@ -80,7 +80,9 @@ refresh() {
   local secret out owner
   FILE_CHANGED=false
   secret=$(read_secret) || return 1
-  mkdir -p "$TMP_DIR"
+  # Root's scratch folder (/var/lib/mlcluster/tmp): only root can write /var/lib/mlcluster, and a link or a
+  # folder of another owner found there is moved aside before the password is written into it.
+  ensure_root_dir "$TMP_DIR" 700
   out=$(mktemp "$TMP_DIR/slurmdbd.conf.XXXXXX")
   if ! plan slurmdbd-credentials --conf "$SLURMDBD_CONF" <<<"$secret" >"$out"; then
     rm -f "$out"
