@@ -1135,28 +1135,6 @@ def update(
     environments are refused: deploy them with `npx cdk deploy` (no fleet to
     stop; `mlcluster diff` shows replacements first).
     """
-    update_environment(
-        env, environments, region, profile,
-        yes=yes, plan_only=plan_only, resume=resume, abandon=abandon,
-        stop_timeout=stop_timeout, deploy_timeout=deploy_timeout,
-    )  # fmt: skip
-
-
-def update_environment(
-    env: str,
-    environments: Path | None,
-    region: str | None,
-    profile: str | None,
-    *,
-    yes: bool,
-    plan_only: bool,
-    resume: bool,
-    abandon: bool,
-    stop_timeout: int,
-    deploy_timeout: int,
-    classify: Classifier | None = None,
-) -> None:
-    """The command's work, with the update rules injectable (``classify``; default :func:`default_classifier`)."""
     from rich.console import Console
 
     if sum((plan_only, resume, abandon)) > 1:
@@ -1195,7 +1173,7 @@ def update_environment(
         for note in guard_assembly(folder, env, assembly):
             click.echo(f"mlcluster: warning: {note}", err=True)
         new_config = cluster_configuration(template, f"the synthesized {env}-Cluster")
-        plan = _plan(run, new_config, classify or default_classifier(), with_jobs=not resume)
+        plan = _plan(run, new_config, default_classifier(), with_jobs=not resume)
         # The CLI is looked for before anything is changed: a missing one stops the command here.
         argv = deploy_command(assembly, env, profile) if not plan_only else []
         if resume:

@@ -1183,27 +1183,20 @@ def test_verification_catches_a_deploy_that_did_not_apply_the_plan(p4de: World, 
     assert stored(p4de)["complete"] is None and "verify" not in stored(p4de)["steps"]
 
 
-def test_an_outcome_the_command_does_not_know_stops_it_before_any_change(p4de: World, cloud: Cloud, aws: Aws) -> None:
-    """The update rules are injected (``classify``): an outcome outside OUTCOMES is an error, never a deploy."""
+def test_an_outcome_the_command_does_not_know_stops_it_before_any_change(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The update rules come from one place (``default_classifier``): an outcome outside OUTCOMES is an error,
+    never a deploy."""
     from mlcluster.pcluster.update_policy import ClusterChange
 
     def rules(old: dict[str, Any], new: dict[str, Any]) -> list[ClusterChange]:
         return [ClusterChange("HeadNode.InstanceType", "SUPPORTED", "maybe", "m5.8xlarge", "m5.16xlarge")]  # type: ignore[arg-type]
 
+    monkeypatch.setattr(update_module, "default_classifier", lambda: rules)
     with pytest.raises(CliError, match="the update rules returned outcomes mlcluster does not know: maybe"):
-        update_module.update_environment(
-            ENV,
-            p4de.environments,
-            None,
-            None,
-            yes=True,
-            plan_only=False,
-            resume=False,
-            abandon=False,
-            stop_timeout=60,
-            deploy_timeout=300,
-            classify=rules,
-        )
+        # The command's own function, without click's error handling, so the CliError itself is seen.
+        update_module.update.callback(ENV, p4de.environments, None, None, True, False, False, False, 60, 300)  # type: ignore[misc]
     assert fleet_writes(aws) == [] and cloud.deploys == []
 
 

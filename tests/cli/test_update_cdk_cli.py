@@ -108,8 +108,5 @@ def test_a_relative_path_entry_is_not_searched(project: Path, monkeypatch: pytes
 
 def test_options_that_exclude_each_other_are_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(CliError) as raised:
-        update.update_environment(
-            "p4de", tmp_path, None, None,
-            yes=False, plan_only=False, resume=True, abandon=True, stop_timeout=60, deploy_timeout=300,
-        )  # fmt: skip
+        update.update.callback("p4de", tmp_path, None, None, False, False, True, True, 60, 300)  # type: ignore[misc]
     assert raised.value.exit_code == EXIT_USAGE
