@@ -304,3 +304,18 @@ def test_a_planted_scratch_folder_never_receives_the_password(controller: Sandbo
     assert (scratch.stat().st_uid, stat.S_IMODE(scratch.stat().st_mode)) == (0, 0o700)
     assert "is a link; moved it aside" in result.stderr
     assert credentials(controller) == ("slurm", "rotated-Pass2")
+
+
+def test_slurmdbds_first_start_finds_the_tools_library_before_install_tools_ran(tmp_path: Path) -> None:
+    """On a new controller the accounting step starts slurmdbd (its ExecStartPre runs the tool) before
+    install_tools: the step keeps the lifecycle copy the tool sources (lib.sh, plan.py) itself."""
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "install_tools" not in sandbox.step_order()
+    kept = sandbox.root / "opt/mlcluster/lifecycle"
+    assert (kept / "lib.sh").is_file() and (kept / "plan.py").is_file()
+    # The drop-in's command, as systemd runs it: the tool with nothing but the kept copy.
+    started = tool(sandbox, "refresh", STUB_SECRET=secret("rotated-Pass2"))
+    assert started.returncode == 0, started.stderr
+    assert credentials(sandbox) == ("slurm", "rotated-Pass2")

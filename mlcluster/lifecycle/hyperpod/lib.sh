@@ -294,6 +294,25 @@ as_user() {
   setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$@"
 }
 
+# Where the lifecycle scripts stay after node creation (HyperPod's download folder is temporary): the
+# installed tools (mlcluster-accounting-secret, a re-run of one step) source lib.sh and run plan.py here.
+TOOLS_DIR=/opt/mlcluster/lifecycle
+
+# keep_lifecycle_copy : copy this folder's scripts to TOOLS_DIR (root's files; scripts 755, the rest 644).
+# install_tools does it for every node; a step whose installed tool runs before install_tools (the
+# accounting step's slurmdbd ExecStartPre) does it first.
+keep_lifecycle_copy() {
+  local file relative mode
+  while IFS= read -r -d '' file; do
+    relative=${file#"$MLC_LIFECYCLE_DIR"/}
+    mode=644
+    if [[ $file == *.sh ]]; then
+      mode=755
+    fi
+    install_file "$MLC_ROOT$TOOLS_DIR/$relative" "$mode" <"$file"
+  done < <(find "$MLC_LIFECYCLE_DIR" -type f ! -name '*.pyc' ! -name '*.mlcluster.*' -print0 | sort -z)
+}
+
 # owner_mode PATH : print "UID MODE" of PATH itself (a link is not followed).
 owner_mode() {
   stat -c '%u %a' -- "$1"

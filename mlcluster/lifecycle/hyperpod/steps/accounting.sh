@@ -157,6 +157,9 @@ remote_database() {
 # SECRET_MINUTES minutes.
 secret_refresh() {
   local changed=false
+  # The tool sources lib.sh and runs plan.py from the kept copy, and slurmdbd starts (below) before
+  # install_tools runs on a new controller.
+  keep_lifecycle_copy
   install_file "$MLC_ROOT$SECRET_TOOL" 755 <"$MLC_LIFECYCLE_DIR/accounting_secret.sh"
   install_file "$SYSTEMD_DIR/slurmdbd.service.d/mlcluster-secret.conf" 644 <<UNIT
 # Written by mlcluster (accounting step): slurmdbd logs in with the secret's current password.

@@ -12,18 +12,8 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 load_node_env
 
-TOOLS_DIR=/opt/mlcluster/lifecycle
-
 main() {
-  local file relative mode
-  while IFS= read -r -d '' file; do
-    relative=${file#"$MLC_LIFECYCLE_DIR"/}
-    mode=644
-    if [[ $file == *.sh ]]; then
-      mode=755
-    fi
-    install_file "$MLC_ROOT$TOOLS_DIR/$relative" "$mode" <"$file"
-  done < <(find "$MLC_LIFECYCLE_DIR" -type f ! -name '*.pyc' ! -name '*.mlcluster.*' -print0 | sort -z)
+  keep_lifecycle_copy
   install_file "$MLC_ROOT/usr/local/bin/mlcluster-precheck" 755 <"$MLC_LIFECYCLE_DIR/precheck.sh"
   install_file "$MLC_ROOT/usr/local/sbin/mlcluster-backup" 755 <"$MLC_LIFECYCLE_DIR/backup.sh"
   install_file "$MLC_ROOT/usr/local/bin/mlcluster-health" 755 <"$MLC_LIFECYCLE_DIR/health.sh"
