@@ -290,7 +290,9 @@ def _file_system_checks(
             notes.append(
                 f"{environment.source}: {key}.storage_capacity_gib: {stack}/{new.path} grows from {before} to "
                 f"{after} GiB in place; FSx then optimizes the storage for hours (performance can vary meanwhile) "
-                "and refuses another capacity increase until this one has completed"
+                "and refuses another capacity increase until 6 hours after this one was requested and its "
+                "optimization has finished (whichever is later): a second increase deployed sooner fails and rolls "
+                "back"
             )
         old_throughput, new_throughput = old.settings.get(THROUGHPUT), new.settings.get(THROUGHPUT)
         replaced = old.create_only != new.create_only  # a new file system anyway (the data guard decides on it)

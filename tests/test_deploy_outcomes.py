@@ -265,7 +265,8 @@ def test_a_file_system_grows_with_a_note(tmp_path: Path) -> None:
     env = environment(tmp_path, templates())
     (note,) = guard(env, templates(capacity=4800))[1]
     assert "storage.lustre.storage_capacity_gib" in note and "grows from 2400 to 4800 GiB in place" in note
-    assert "refuses another capacity increase until this one has completed" in note
+    assert "refuses another capacity increase until 6 hours after this one was requested" in note
+    assert "its optimization has finished (whichever is later)" in note
 
 
 def test_a_throughput_change_is_refused_with_the_in_place_way(tmp_path: Path) -> None:

@@ -47,6 +47,9 @@ POLL_SECONDS = 5.0
 OUTPUT_LIMIT = 24000
 #: Marker line carrying the script's exit code out of a session.
 EXIT_MARKER = "MLCLUSTER_EXIT="
+#: The largest ``executionTimeout`` the AWS-RunShellScript document accepts (its parameter's allowed pattern
+#: ends at 172800): SendCommand refuses more.
+MAX_EXECUTION_TIMEOUT_S = 172800
 #: A user name ``as_user`` accepts (the POSIX portable set, as useradd's default NAME_REGEX).
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 #: Every ``CommandInvocationStatus`` of botocore's SSM model: final (the result is read) or still changing.
@@ -185,6 +188,12 @@ def run_command(
     console: Console,
 ) -> Result:
     """Run Command on an EC2 instance, showing a spinner on ``console``; at most ``timeout_seconds`` (+ a minute)."""
+    if timeout_seconds > MAX_EXECUTION_TIMEOUT_S:
+        raise CliError(
+            f"this run may take {timeout_seconds} s on {node.instance_id}, beyond the {MAX_EXECUTION_TIMEOUT_S} s "
+            "(48 h) AWS-RunShellScript allows for executionTimeout; run it on fewer nodes (a --partition at a time)",
+            EXIT_FAILED,
+        )
     ssm = target.client("ssm")
     body = as_user(script, user)
     with aws_errors(f"SendCommand (AWS-RunShellScript) to {node.ssm_target}"):
