@@ -763,6 +763,16 @@ PINNED_CDK_CLI = (2, 1148, 1)
 CDK_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)\b")
 
 
+def operator_owned(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder of the operator's (or root's) that group and others cannot write."""
+    info = folder.lstat()
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid in {os.getuid(), 0}
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
 def cdk_version(cli: str, folder: Path) -> str:
     """What ``cli --version`` prints, run in ``folder`` (version managers choose per folder); its error if it fails."""
     try:
@@ -783,6 +793,13 @@ def cdk_cli() -> Path:
     project = current_project()
     pinned = ".".join(map(str, PINNED_CDK_CLI))
     project_cli = project.root / "node_modules" / ".bin" / "cdk"
+    if project.cdk_json is not None and not operator_owned(project.root):
+        raise CliError(
+            f"the project folder {project.root} (its cdk.json found from the current folder) is not the operator's "
+            "or root's, or others can write it: its CDK CLI and cdk.json would run with your credentials\n"
+            "  what to do: run from your own checkout, or name it with --app-dir",
+            EXIT_SETUP,
+        )
     if project.cdk_json is not None and project_cli.exists():
         found: str | None = str(project_cli)
     else:

@@ -110,3 +110,18 @@ def test_options_that_exclude_each_other_are_a_usage_error(tmp_path: Path) -> No
     with pytest.raises(CliError) as raised:
         update.update.callback("p4de", tmp_path, None, None, False, False, True, True, 60, 300)  # type: ignore[misc]
     assert raised.value.exit_code == EXIT_USAGE
+
+
+def test_a_project_folder_others_can_write_is_refused(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cdk.json in a shared parent (found walking up from the current folder) makes a planted project: its
+    node_modules CDK CLI would run with the operator's credentials (attacker review)."""
+    _with_cdk_json(project, monkeypatch)
+    _fake_cdk(project / "app" / "node_modules" / ".bin", "2.1148.1 (planted)")
+    (project / "app").chmod(0o777)
+    with pytest.raises(CliError) as raised:
+        update.cdk_cli()
+    assert raised.value.exit_code == EXIT_SETUP
+    assert "is not the operator's or root's, or others can write it" in raised.value.message
+    # The edge: the operator's own folder, mode 755, is the project.
+    (project / "app").chmod(0o755)
+    assert update.cdk_cli() == project / "app" / "node_modules" / ".bin" / "cdk"
