@@ -892,6 +892,14 @@ class Run:
                 f"{runcommand.where_to_look(self.target, node, result)}; nothing was changed",
                 EXIT_FAILED,
             )
+        if result.truncated:
+            raise CliError(
+                f"squeue's listing on the head node was cut at Run Command's {runcommand.OUTPUT_LIMIT} characters: "
+                "the plan cannot say which jobs a fleet stop would kill (squeue lists pending jobs before running "
+                "ones); nothing was changed\n  what to do: cancel or hold pending jobs until the listing fits, or "
+                "stop the fleet yourself (docs: day two, mlcluster update)",
+                EXIT_FAILED,
+            )
         return parse_squeue(result.stdout, mark)
 
     def advice(self, states: dict[str, str], shown: set[str] | None = None) -> list[str]:
@@ -938,7 +946,8 @@ class Run:
         """Stop the fleet if it runs; records what it was, so the end (or a failure) restores it."""
         status = self.fleet.status()
         decision = BEFORE_STOP.get(status)
-        if self.state.data["fleet_before"] is None:
+        # A start under way is never overwritten, on a resume either (a failed run's restore may have asked it).
+        if self.state.data["fleet_before"] is None or status in {"START_REQUESTED", "STARTING"}:
             if decision in {None, "refuse"}:
                 raise CliError(
                     f"the compute fleet of {self.cluster} is {status}: "
@@ -951,8 +960,9 @@ class Run:
                     "it is RUNNING or STOPPED",
                     EXIT_FAILED,
                 )
-            self.state.data["fleet_before"] = status
-            self.state.save()
+            if self.state.data["fleet_before"] is None:
+                self.state.data["fleet_before"] = status
+                self.state.save()
         if status == "STOPPED":
             self.check_no_compute_instances()
         else:

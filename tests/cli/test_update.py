@@ -680,6 +680,33 @@ def test_a_stop_that_runs_out_of_time_starts_the_fleet_again(p4de: World, cloud:
     assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
 
 
+def test_a_resume_never_overwrites_a_start_under_way(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    """A failed run's restore asked for a start; a --resume while it is under way refuses instead of writing
+    STOP_REQUESTED over it (the before-stop table's rule, on a resume too; final user review)."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode = "stuck"
+    assert p4de.run("update", ENV, "--yes", "--stop-timeout", "60").exit_code == EXIT_TIMEOUT
+    cloud.stop_mode = "ok"
+    cloud.set_fleet("START_REQUESTED")
+    written = fleet_writes(aws)
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == EXIT_FAILED
+    assert "the compute fleet of p4de-train is START_REQUESTED: a start or stop is under way" in resumed.stderr
+    assert fleet_writes(aws) == written and cloud.deploys == []
+
+
+def test_a_squeue_listing_cut_by_run_command_is_refused(p4de: World, cloud: Cloud, aws: Aws, node: FakeNode) -> None:
+    """Run Command keeps 24000 characters and squeue lists pending jobs first: a cut listing would hide the
+    running jobs a stop kills, so the plan is refused (final user review)."""
+    pending = "".join(f"{MARK}{2000 + n}|compute-gpu|dave|PENDING|1|0:00|sweep-{n}\n" for n in range(400))
+    node.on(f"squeue --all --noheader --format '{MARK}", pending[:24000])
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED
+    assert "squeue's listing on the head node was cut at Run Command's 24000 characters" in result.stderr
+    assert fleet_writes(aws) == [] and cloud.deploys == []
+
+
 def test_a_start_that_fails_keeps_the_deploy_and_resumes_at_the_start(p4de: World, cloud: Cloud, aws: Aws) -> None:
     cloud.new = edited(p4de.environments, drop_inference_queue)
     cloud.start_mode = "protected"
