@@ -83,6 +83,7 @@ def test_a_mutant_no_test_reaches_counts_as_a_survivor_and_equivalents_leave_the
     }
     result = TOOL.summarize(found, {"m.x_a__mutmut_5": "same output", "m.x_gone__mutmut_1": "old"})
     assert (result["killed"], result["survived"], result["equivalent"], result["not checked"]) == (2, 2, 1, 1)
+    assert result["timeouts"] == 1  # one of the kills, shown apart
     assert result["kill_rate"] == 0.5
     assert result["complete"] is False
     assert result["survivors"] == ["m.x_a__mutmut_3 (survived)", "m.x_a__mutmut_4 (no tests)"]
@@ -101,6 +102,8 @@ def test_the_config_mutmut_reads_mutates_only_the_module_and_runs_only_its_tests
     assert config["only_mutate"] == ["mlcluster/lockfile.py"]
     assert config["pytest_add_cli_args_test_selection"] == list(TOOL.MODULES["lockfile"].tests)
     assert config["source_paths"] == ["mlcluster"]
+    # A slow module fixture is allowed a minute before mutmut calls the mutant "timeout" (a kill).
+    assert (config["timeout_constant"], config["timeout_multiplier"]) == (60, 3)
 
 
 def test_deselected_tests_exist_and_are_passed_to_every_mutmut_run() -> None:

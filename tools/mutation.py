@@ -53,6 +53,14 @@ PYTEST_K = ("-k", "not shellcheck")
 #: Every mutmut pytest run: in this process (no xdist workers), no cache written into the copy, and each
 #: mutant's tests ordered cheapest file first (tools/mutation_order.py; mutmut itself adds -x).
 PYTEST_ARGS = ["-n", "0", "-p", "no:cacheprovider", "-p", "tools.mutation_order"]
+#: mutmut stops a mutant's run (status "timeout", which counts as killed: a mutant that hangs) after
+#: (estimate + constant) x multiplier seconds of wall time, its estimate being the summed *call* time of
+#: the mapped tests in the mapping run. Module fixtures (a CDK synthesis: tests/test_day_two.py's
+#: ``results`` synthesizes every edit) are set-up time the estimate leaves out, so mutmut's default
+#: (1 s, x15) could stop a mutant during a fixture and count it killed. A minute of set-up allowed,
+#: x3: a hanging mutant costs at least three minutes, a slow fixture is not a kill.
+TIMEOUT_CONSTANT_S = 60
+TIMEOUT_MULTIPLIER = 3
 ALSO_COPY = ["tests", "environments", "schema", "docs", "tools", "requirements", "app.py", "cdk.json", "pyproject.toml"]
 
 
@@ -149,6 +157,8 @@ def mutmut_config(module: Module) -> str:
         f"also_copy = {toml_list(ALSO_COPY)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(module.tests)}\n"
         f"pytest_add_cli_args = {toml_list([*PYTEST_ARGS, *deselected(module)])}\n"
+        f"timeout_constant = {TIMEOUT_CONSTANT_S}\n"
+        f"timeout_multiplier = {TIMEOUT_MULTIPLIER}\n"
     )
 
 
@@ -189,13 +199,14 @@ def statuses(work: Path) -> dict[str, str]:
 def summarize(found: dict[str, str], equivalent: dict[str, str]) -> dict[str, Any]:
     """Counts, kill rate and the survivors' names; a recorded equivalent that no longer exists is an error."""
     stale = sorted(set(equivalent) - set(found))
-    counts = {"killed": 0, "survived": 0, "equivalent": 0, "not checked": 0}
+    counts = {"killed": 0, "survived": 0, "equivalent": 0, "not checked": 0, "timeouts": 0}
     survivors = []
     for name, status in sorted(found.items()):
         if name in equivalent:
             counts["equivalent"] += 1
         elif status in KILLED:
             counts["killed"] += 1
+            counts["timeouts"] += status == "timeout"  # killed by a hang: shown apart, to be looked at
         elif status in SURVIVED:
             counts["survived"] += 1
             survivors.append(f"{name} ({status})")
