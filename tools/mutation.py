@@ -102,7 +102,12 @@ MODULES: dict[str, Module] = {
     "handlers": Module(mutate=("mlcluster/handlers/*",), tests=("tests/handlers",)),
     "config-files": Module(
         mutate=("mlcluster/config/yamlfile.py", "mlcluster/config/names.py"),
-        tests=("tests/config", "tests/test_config.py", "tests/gates/test_contracts.py"),
+        tests=(
+            "tests/config",
+            "tests/test_config.py",
+            "tests/gates/test_contracts.py",
+            "tests/mutation_kills/test_config_files.py",
+        ),
         deselect=(
             "tests/config/test_config_validate_cli.py::test_default_directory_is_environments",
             "tests/config/test_config_validate_cli.py::test_same_message_and_exit_code_as_synth",

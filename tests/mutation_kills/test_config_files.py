@@ -1,0 +1,91 @@
+"""Reading environment files and their unique names (mlcluster/config/yamlfile.py, names.py): what `make mutation`
+showed no test asserted.
+
+Each test names the surviving mutants it kills; all of them assert what an operator reads or relies on: where a
+tab is reported (with libyaml and with PyYAML's own parser, which a venv without libyaml uses), and that two
+files taking one name collide when either leaves its account or region open.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlcluster.config import yamlfile
+from mlcluster.config.names import Claim
+from mlcluster.config.schema import ConfigError
+
+LOADERS = {"libyaml": getattr(yaml, "CSafeLoader", yaml.SafeLoader), "pyyaml": yaml.SafeLoader}
+
+
+def first_problem(path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        yamlfile.read_yaml(path)
+    return str(caught.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        # A tab on the first line (x__tab_near__mutmut_11: the first line skipped).
+        ("\tnetwork:\n  cidr: 10.0.0.0/16\n", "line 1, column 1"),
+        # A space, then two tabs: the first tab is named (mutmut_12, rindex: column 3).
+        ("network:\n \t\tcidr: 10.0.0.0/16\n", "line 2, column 2"),
+        # libyaml stops on the line after the tab (an unclosed list); the tab is still named
+        # (mutmut_9 and mutmut_10: the line before the mark not looked at).
+        ("network:\n  cidr: [10.0.0.0/16,\n\t10.1.0.0/16\n", "line 3, column 1"),
+        # PyYAML names the tab itself ("found character '\t'"): its mark is the tab
+        # (mutmut_2: that branch never taken; mutmut_4 to 7: the line or column off by one or two).
+        ("network:\n  cidr: 10.0.0.0/16\n \tnat_gateways: 1\n", "line 3, column 2"),
+    ],
+)
+def test_the_tab_is_named_where_it_is_with_either_parser(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loader: str, text: str, where: str
+) -> None:
+    monkeypatch.setattr(yamlfile, "_Loader", LOADERS[loader])
+    path = tmp_path / "tabbed.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert first_problem(path).startswith(f"{path}: {where}: a tab character: YAML indents with spaces only")
+
+
+def test_a_tab_after_the_indentation_is_not_blamed_for_another_error(tmp_path: Path) -> None:
+    """A parse error on a line whose tab follows text is reported as the parser's (mutmut_15: whole line as indent)."""
+    path = tmp_path / "broken.yaml"
+    path.write_text("network:\n  cidr: [10.0.0.0/16\t\n", encoding="utf-8")
+    problem = first_problem(path)
+    assert "a tab character" not in problem
+    assert problem.startswith(f"{path}: line 3, column 1: 'YAML' is not valid; cannot be parsed: ")
+
+
+def test_a_problem_without_a_position_names_the_file() -> None:
+    """(x__line__mutmut_2, 6, 7: the file marker changed or a missing mark read.)"""
+    assert yamlfile._line(None) == "(file)"
+
+
+def claim(account: str | None, region: str | None) -> Claim:
+    return Claim("CloudFormation stack name", "dev-Network", "(file name)", "region", account, region)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # One file names its account, the other leaves it to the credentials: they may meet (names.py
+        # Claim.meets mutants 10 and 11), in either order.
+        (claim("111111111111", "us-east-1"), claim(None, "us-east-1")),
+        (claim(None, "us-east-1"), claim("111111111111", "us-east-1")),
+        # The same for the region (mutmut_16).
+        (claim("111111111111", "us-east-1"), claim("111111111111", None)),
+        (claim("111111111111", None), claim("111111111111", "us-east-1")),
+    ],
+)
+def test_a_name_collides_when_either_file_leaves_account_or_region_open(first: Claim, second: Claim) -> None:
+    assert first.meets(second)
+    assert second.meets(first)
+
+
+def test_a_name_in_different_accounts_or_regions_does_not_collide() -> None:
+    assert not claim("111111111111", "us-east-1").meets(claim("222222222222", "us-east-1"))
+    assert not claim("111111111111", "us-east-1").meets(claim("111111111111", "eu-west-1"))
