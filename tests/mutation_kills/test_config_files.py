@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlcluster.config import yamlfile
+from mlcluster.config import load_environment, yamlfile
 from mlcluster.config.names import Claim
 from mlcluster.config.schema import ConfigError
 
@@ -89,3 +89,17 @@ def test_a_name_collides_when_either_file_leaves_account_or_region_open(first: C
 def test_a_name_in_different_accounts_or_regions_does_not_collide() -> None:
     assert not claim("111111111111", "us-east-1").meets(claim("222222222222", "us-east-1"))
     assert not claim("111111111111", "us-east-1").meets(claim("111111111111", "eu-west-1"))
+
+
+def test_a_tilde_where_a_string_belongs_is_explained_as_null(tmp_path: Path) -> None:
+    """x__advice__mutmut_22 to 24: the words for a value YAML read as null."""
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    path = folder / "dev.yaml"
+    path.write_text("network:\n  availability_zone: us-east-1a\ntags:\n  Owner: ~\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_environment(path)
+    assert str(caught.value) == (
+        f"{path}: tags.Owner: no value (empty or missing); expected a string; "
+        'YAML read the unquoted ~ as null (no value); quote it: "~"'
+    )
