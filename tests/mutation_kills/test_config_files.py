@@ -51,6 +51,17 @@ def test_the_tab_is_named_where_it_is_with_either_parser(
     assert first_problem(path).startswith(f"{path}: {where}: a tab character: YAML indents with spaces only")
 
 
+def test_pyyaml_names_a_tab_inside_a_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyYAML refuses a tab between flow items, which libyaml allows; the tab is named (x__tab_near__mutmut_2).
+
+    The tab is not in any line's indentation, so only PyYAML's own words ("found character '\\t'") find it.
+    """
+    monkeypatch.setattr(yamlfile, "_Loader", yaml.SafeLoader)
+    path = tmp_path / "tabbed.yaml"
+    path.write_text("network:\n  cidr: 10.0.0.0/16\n  zones: [a,\tb]\n", encoding="utf-8")
+    assert first_problem(path).startswith(f"{path}: line 3, column 13: a tab character: YAML indents with spaces only")
+
+
 def test_a_tab_after_the_indentation_is_not_blamed_for_another_error(tmp_path: Path) -> None:
     """A parse error on a line whose tab follows text is reported as the parser's (mutmut_15: whole line as indent)."""
     path = tmp_path / "broken.yaml"
