@@ -15,7 +15,9 @@ import yaml
 
 from mlcluster.config import load_environment, yamlfile
 from mlcluster.config.names import Claim
+from mlcluster.config.project import check_environments
 from mlcluster.config.schema import ConfigError
+from tests.config.cases import hyperpod, pcluster
 
 LOADERS = {"libyaml": getattr(yaml, "CSafeLoader", yaml.SafeLoader), "pyyaml": yaml.SafeLoader}
 
@@ -113,4 +115,44 @@ def test_a_tilde_where_a_string_belongs_is_explained_as_null(tmp_path: Path) -> 
     assert str(caught.value) == (
         f"{path}: tags.Owner: no value (empty or missing); expected a string; "
         'YAML read the unquoted ~ as null (no value); quote it: "~"'
+    )
+
+
+REGION_WIDE = (
+    "it must be unique in the same account and region: rename one, or set different account or region in the two files"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "cluster"),
+    [
+        (hyperpod(), "HyperPod cluster name 'hp'"),
+        (pcluster(), "ParallelCluster cluster name 'mlcluster-dev'"),
+    ],
+)
+def test_two_files_of_one_name_report_each_shared_key_once(tmp_path: Path, text: str, cluster: str) -> None:
+    """Every pair of clashing key paths is reported, each once (names.py x_claims__mutmut_110 and 118: the lifecycle
+    bucket's path changed, so it is reported again; x_collisions__mutmut_11: only the first pair reported;
+    x_collisions__mutmut_13: the search stops at the first claim that does not clash)."""
+    for name in ("dev.yaml", "dev.yml"):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        check_environments(tmp_path)
+    assert str(caught.value).splitlines() == [
+        f"{tmp_path}/dev.yml: (file name): CloudFormation stack name 'dev-Network' is also taken by "
+        f"{tmp_path}/dev.yaml ((file name)); {REGION_WIDE}",
+        f"{tmp_path}/dev.yml: cluster.name: {cluster} is also taken by {tmp_path}/dev.yaml (cluster.name); "
+        f"{REGION_WIDE}",
+    ]
+
+
+def test_a_key_written_twice_after_a_merge_key_is_refused(tmp_path: Path) -> None:
+    """A merge key (<<: *defaults) first in a mapping does not end the duplicate check (_Builder._mapping mutant 3)."""
+    path = tmp_path / "merged.yaml"
+    path.write_text(
+        "defaults: &d\n  nat_gateways: 1\nnetwork:\n  <<: *d\n  cidr: 10.0.0.0/16\n  cidr: 10.1.0.0/16\n",
+        encoding="utf-8",
+    )
+    assert first_problem(path) == (
+        f"{path}: network.cidr: 'cidr' is not valid; written twice in one mapping (line 5 and line 6); keep one"
     )
