@@ -156,3 +156,22 @@ def test_a_key_written_twice_after_a_merge_key_is_refused(tmp_path: Path) -> Non
     assert first_problem(path) == (
         f"{path}: network.cidr: 'cidr' is not valid; written twice in one mapping (line 5 and line 6); keep one"
     )
+
+
+def test_a_claim_clashing_with_two_files_is_reported_for_each(tmp_path: Path) -> None:
+    """devb's cluster name takes the stack name dev-Network of dev.yaml and of dev.yml: both are reported, after a
+    pair already reported (x_collisions__mutmut_13: the search stopped at the first pair already reported)."""
+    (tmp_path / "dev.yaml").write_text(pcluster(name="dev-Network"), encoding="utf-8")
+    (tmp_path / "dev.yml").write_text(pcluster(), encoding="utf-8")
+    (tmp_path / "devb.yaml").write_text(pcluster(name="dev-Network"), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        check_environments(tmp_path)
+    stack = "CloudFormation stack name 'dev-Network'"
+    assert str(caught.value).splitlines() == [
+        f"{tmp_path}/dev.yml: (file name): {stack} is also taken by {tmp_path}/dev.yaml ((file name)); {REGION_WIDE}",
+        f"{tmp_path}/dev.yml: (file name): {stack} is also taken by {tmp_path}/dev.yaml (cluster.name); {REGION_WIDE}",
+        f"{tmp_path}/devb.yaml: cluster.name: ParallelCluster cluster name 'dev-Network' is also taken by "
+        f"{tmp_path}/dev.yaml (cluster.name); {REGION_WIDE}",
+        f"{tmp_path}/devb.yaml: cluster.name: {stack} is also taken by {tmp_path}/dev.yaml ((file name)); {REGION_WIDE}",
+        f"{tmp_path}/devb.yaml: cluster.name: {stack} is also taken by {tmp_path}/dev.yml ((file name)); {REGION_WIDE}",
+    ]
