@@ -175,3 +175,13 @@ def test_a_claim_clashing_with_two_files_is_reported_for_each(tmp_path: Path) ->
         f"{tmp_path}/devb.yaml: cluster.name: {stack} is also taken by {tmp_path}/dev.yaml ((file name)); {REGION_WIDE}",
         f"{tmp_path}/devb.yaml: cluster.name: {stack} is also taken by {tmp_path}/dev.yml ((file name)); {REGION_WIDE}",
     ]
+
+
+def test_an_alias_is_built_once_and_shared(tmp_path: Path) -> None:
+    """An anchored mapping used again through an alias reads as the same object, as PyYAML builds it
+    (_Builder.build mutants 17 and 19: the built node not found, or looked up under the wrong key)."""
+    path = tmp_path / "aliased.yaml"
+    path.write_text("tags: &t {Team: ml}\nother: *t\n", encoding="utf-8")
+    data = yamlfile.read_yaml(path).data
+    assert data == {"tags": {"Team": "ml"}, "other": {"Team": "ml"}}
+    assert data["other"] is data["tags"]
