@@ -185,3 +185,29 @@ def test_an_alias_is_built_once_and_shared(tmp_path: Path) -> None:
     data = yamlfile.read_yaml(path).data
     assert data == {"tags": {"Team": "ml"}, "other": {"Team": "ml"}}
     assert data["other"] is data["tags"]
+
+
+@pytest.mark.parametrize(("extra", "refused"), [(0, False), (1, True)])
+def test_the_value_limit_is_exact(tmp_path: Path, extra: int, refused: bool) -> None:
+    """A file of exactly MAX_NODES values is read, one more is refused (x__check_shape__mutmut_4: counted from 1).
+
+    The mapping, its key and the list are three values; the list holds the rest.
+    """
+    path = tmp_path / "big.yaml"
+    items = yamlfile.MAX_NODES - 3 + extra
+    path.write_text("v: [" + ",".join(["1"] * items) + "]\n", encoding="utf-8")
+    if refused:
+        assert f"expands to more than {yamlfile.MAX_NODES} values; an environment file holds settings" in (
+            first_problem(path)
+        )
+    else:
+        assert len(yamlfile.read_yaml(path).data["v"]) == items
+
+
+def test_a_list_items_advice_names_its_index(tmp_path: Path) -> None:
+    """The advice for an unquoted list item is kept under its path (_Builder.build mutant 40: path dropped)."""
+    path = tmp_path / "list.yaml"
+    path.write_text("subnets: [a, yes]\n", encoding="utf-8")
+    assert yamlfile.read_yaml(path).hints == {
+        "subnets[1]": 'YAML read the unquoted yes as the boolean true; quote it: "yes"'
+    }
