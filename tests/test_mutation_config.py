@@ -175,6 +175,9 @@ def test_a_mutants_tests_run_grouped_by_file_cheapest_first_and_none_left_out(tm
     assert order_run(tmp_path, "stats", *interleaved) == ["slow2", "fast2", "slow1", "fast1"]
     costs = json.loads((tmp_path / "mutation-file-seconds.json").read_text())
     assert costs["test_slow.py"] >= 0.3 > costs["test_fast.py"]
+    # mutmut's later mapping run of new tests only: the files measured before keep their cost.
+    order_run(tmp_path, "stats", "test_fast.py::test_f1")
+    assert json.loads((tmp_path / "mutation-file-seconds.json").read_text())["test_slow.py"] == costs["test_slow.py"]
     # A mutant run: the cheap file first, each file in written order, every test still run.
     assert order_run(tmp_path, "m.x_f__mutmut_1", *interleaved) == ["fast1", "fast2", "slow1", "slow2"]
     # mutmut's clean and forced-fail runs keep the order given.

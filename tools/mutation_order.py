@@ -41,9 +41,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """In the mapping run: write each file's cost for the mutant runs."""
+    """In the mapping run: write each file's cost for the mutant runs (added to those a previous mapping run wrote)."""
     if _phase() == "stats" and _seconds:
-        COSTS.write_text(json.dumps(dict(_seconds), indent=1, sort_keys=True), encoding="utf-8")
+        # mutmut's later mapping runs cover new tests only: merge, so the files measured before keep their cost.
+        known = json.loads(COSTS.read_text(encoding="utf-8")) if COSTS.exists() else {}
+        COSTS.write_text(json.dumps({**known, **_seconds}, indent=1, sort_keys=True), encoding="utf-8")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
