@@ -211,3 +211,37 @@ def test_a_list_items_advice_names_its_index(tmp_path: Path) -> None:
     assert yamlfile.read_yaml(path).hints == {
         "subnets[1]": 'YAML read the unquoted yes as the boolean true; quote it: "yes"'
     }
+
+
+def nested(depth: int, inner: str) -> str:
+    """``inner`` inside ``depth`` flow lists."""
+    return "[" * depth + inner + "]" * depth
+
+
+DEEP = yamlfile.MAX_DEPTH
+
+
+@pytest.mark.parametrize(
+    ("text", "refused_line"),
+    [
+        # A list 31 deep under the top mapping is 32 levels; an alias to it at the top level is 32 too (accepted),
+        # one list deeper is 33 (x__check_shape__mutmut_39: ">=" refused the edge; 40: the file not named).
+        (f"a: &a {nested(DEEP - 1, '1')}\nb: *a\n", None),
+        (f"a: &a {nested(DEEP - 1, '1')}\nb: [*a]\n", 2),
+        # An anchored list holding an alias is one level higher than what the alias points to
+        # (mutmut_34 and 37: the height taken from the wrong list or counted two higher).
+        (f"x: &x [1]\na: &a [*x]\nb: {nested(DEEP - 3, '*a')}\n", None),
+        (f"x: &x [1]\na: &a [*x]\nb: {nested(DEEP - 2, '*a')}\n", 3),
+    ],
+)
+def test_nesting_through_an_alias_is_refused_exactly_past_the_limit(
+    tmp_path: Path, text: str, refused_line: int | None
+) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text(text, encoding="utf-8")
+    if refused_line is None:
+        yamlfile.read_yaml(path)
+    else:
+        assert first_problem(path) == (
+            f"{path}: line {refused_line}: nesting deeper than {DEEP} levels (through an alias)"
+        )
