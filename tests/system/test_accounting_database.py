@@ -301,7 +301,8 @@ def history(cluster: SlurmCluster, clusters: str, *more: str) -> list[tuple[str,
         *more,
     )
     assert done.returncode == 0, done.stderr
-    return [tuple(line.split("|")) for line in done.stdout.splitlines() if line]  # type: ignore[misc]
+    rows = [line.split("|") for line in done.stdout.splitlines() if line]
+    return [(cluster_name, job, name, state) for cluster_name, job, name, state in rows]
 
 
 def recorded(cluster: SlurmCluster, clusters: str, name: str) -> Callable[[], bool]:
