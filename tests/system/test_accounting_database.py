@@ -13,8 +13,9 @@ run by bash), ``StorageParameters=SSL_CA=<CA>`` included.
   name).
 - One history: slurmctld registers its ``ClusterName`` itself (the lifecycle runs no ``sacctmgr add
   cluster``); a cluster replaced (slurmctld stopped, a new state folder, the same ``ClusterName``, the same
-  database) keeps the old job's record; a second cluster of another name writes to the same database and
-  ``sacct -M`` tells them apart.
+  database) keeps the old job's record (``sacct --duplicates`` shows it: the job ID repeats); a second cluster
+  of another name writes to the same database and ``sacct -M`` tells them apart, and refuses to start on the
+  first one's state folder.
 """
 
 from __future__ import annotations
@@ -354,6 +355,13 @@ def test_a_replaced_cluster_and_a_second_cluster_keep_one_history(
         ("AccountingStoragePass", str(cluster.munge_socket)),
     ):
         text = re.sub(rf"^{key}=.*$", f"{key}={value}", text, flags=re.M)
+    # Its controller pointed at the first cluster's old state folder (as a state folder on FSx would be, which
+    # outlives a cluster): slurmctld refuses to start under another ClusterName than the one the folder records.
+    stale = re.sub(r"^StateSaveLocation=.*$", f"StateSaveLocation={old_state}", text, flags=re.M)
+    other.slurm_conf.write_text(stale)
+    refused = run("slurmctld", "-D", "-f", str(other.slurm_conf), env=other.env, timeout_s=30)
+    logged = (other.log_dir / "slurmctld.log").read_text(errors="replace")
+    assert refused.returncode != 0 and "CLUSTER NAME MISMATCH" in logged + refused.stderr, (refused, logged[-2000:])
     other.slurm_conf.write_text(text)
     try:
         other.start_slurmctld()
