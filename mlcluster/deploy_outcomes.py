@@ -516,16 +516,16 @@ def _network_problem(
         key,
         NOT_A_VALUE,
         f"this edit keeps instance group {group} of the HyperPod cluster {cluster} ({stack}) under its name but "
-        f"{_network_change(old, new)}: {_network_text(old)} -> {_network_text(new)}. The deploy would send it to SageMaker's "
-        "UpdateCluster, which changes an existing group's instance type, count and lifecycle script, not its "
-        "network (the running nodes keep the network interfaces they were created with): it may fail and roll the "
-        "stack back, or leave the nodes on the old network. This can be the group's zones, or for the controller "
-        "the accounting database's client group (storage.accounting with accounting.mode managed). Safe ways, "
-        f"each of which creates the nodes anew: give the group a new instance_group_name in {key} (a new group is "
-        "created with the new network; move the work, then remove the old group; a new controller group is a new "
-        "Slurm controller, so take what it holds first), or create the cluster again (drain the partitions, copy "
-        "what the controller holds, set a new cluster.name and name Cluster/Cluster in "
-        "retention.allow_replacement for that deploy). Or keep the group's network as deployed.",
+        f"{_network_change(old, new)}: {_network_text(old)} -> {_network_text(new)}. The deploy would send it to "
+        "SageMaker's UpdateCluster, which changes an existing group's instance type, count and lifecycle script, "
+        "not its network (the running nodes keep the network interfaces they were created with): it may fail and "
+        "roll the stack back, or leave the nodes on the old network. This can be the group's zones, or for the "
+        "controller the accounting database's client group (storage.accounting with accounting.mode managed). "
+        "Safe ways, each of which creates the nodes anew: give the group a new instance_group_name in "
+        f"{key} (a new group is created with the new network; move the work, then remove the old group; a new "
+        "controller group is a new Slurm controller, so take what it holds first), or create the cluster again "
+        "(drain the partitions, copy what the controller holds, set a new cluster.name and name Cluster/Cluster "
+        "in retention.allow_replacement for that deploy). Or keep the group's network as deployed.",
     )
 
 
