@@ -164,9 +164,11 @@ def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Slur
     """A running Slurm whose accounting database requires TLS, slurmdbd configured by the lifecycle's lines."""
     for name in (*DAEMONS, "mysql"):
         program(name)
-    root = tmp_path_factory.mktemp("accounting-tls")
+    # Short folder names: a job step's socket below the node's spool folder must fit in 108 bytes, under
+    # xdist's popen-gwN and a TMPDIR such as /dev/shm too.
+    root = tmp_path_factory.mktemp("acct")
     tls = Tls(root / "tls")
-    cluster = SlurmCluster(root / "slurm", mariadb_options=tls.mariadb_options)
+    cluster = SlurmCluster(root / "s", mariadb_options=tls.mariadb_options)
     cluster.root.mkdir(mode=0o700)
     cluster.create()
     use_ca(cluster, tls.ca)
@@ -345,8 +347,7 @@ def test_a_replaced_cluster_and_a_second_cluster_keep_one_history(
     assert registered.count(CLUSTER_NAME) == 1
 
     # A second cluster of another name, with its own controller and node, writes to the same slurmdbd.
-    # A short folder: a step's socket path below it must fit in 108 bytes.
-    other = SlurmCluster(tmp_path_factory.mktemp("other"), cluster_name=OTHER_CLUSTER)
+    other = SlurmCluster(tmp_path_factory.mktemp("other"), cluster_name=OTHER_CLUSTER)  # short: see tls_cluster
     other.create()
     text = other.slurm_conf.read_text()
     for key, value in (
