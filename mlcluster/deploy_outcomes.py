@@ -616,8 +616,8 @@ def _replaced_network_problem(
     return Problem(
         key,
         NOT_A_VALUE,
-        f"this edit replaces the {kind} {producer}/{path}, which instance group {group} of the HyperPod cluster "
-        f"{cluster} ({stack}) holds through its OverrideVpcConfig. The cluster's template stays as it was (it "
+        f"this edit replaces the {kind} {path} (stack {producer}), which instance group {group} of the HyperPod "
+        f"cluster {cluster} ({stack}) holds through its OverrideVpcConfig. The cluster's template stays as it was (it "
         f"reads the id from {producer}'s output), but the deploy sends the new {kind}'s id to SageMaker's "
         "UpdateCluster for the running group: the network change of an existing group that this synth refuses "
         f"when the group's zones or groups are edited. {held}{ways}",

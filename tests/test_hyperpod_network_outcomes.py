@@ -228,7 +228,8 @@ def test_a_replaced_client_group_a_kept_group_holds_is_refused(tmp_path: Path) -
     text = refusal(env, edited)
     assert (
         "cluster.hyperpod.controller: this edit replaces the security group "
-        "hp-Storage/Storage/AccountingDatabase/ClientSecurityGroup/Resource, which instance group controller of the "
+        "Storage/AccountingDatabase/ClientSecurityGroup/Resource (stack hp-Storage), which instance group controller "
+        "of the "
         "HyperPod cluster hp-train (hp-Cluster) holds through its OverrideVpcConfig" in text
     )
     assert "slurmdbd loses its database" in text
@@ -259,7 +260,7 @@ def test_a_replaced_subnet_a_kept_group_holds_is_refused(tmp_path: Path) -> None
     env = environment(tmp_path, templates(groups))
     text = refusal(env, templates(groups, second_cidr="10.1.200.0/24"))
     assert (
-        "cluster.hyperpod.workers[1]: this edit replaces the subnet hp-Network/Network/P2, which instance group spill "
+        "cluster.hyperpod.workers[1]: this edit replaces the subnet Network/P2 (stack hp-Network), which instance group spill "
         "of the HyperPod cluster hp-train (hp-Cluster) holds through its OverrideVpcConfig" in text
     )
     assert "sends the new subnet's id to SageMaker's UpdateCluster for the running group" in text
