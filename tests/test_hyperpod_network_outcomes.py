@@ -289,3 +289,13 @@ def test_a_replaced_subnet_held_only_by_a_new_or_edited_group_is_not_refused_twi
     text = refusal(env, templates(moved, second_cidr="10.1.200.0/24"))
     assert "spill" in text and "gains an OverrideVpcConfig" in text
     assert "this edit replaces the subnet" not in text
+
+
+def test_a_lock_without_the_record_still_refuses_a_replaced_group_a_kept_group_holds(tmp_path: Path) -> None:
+    """The kept groups are told from the lock's create-only fields too, so a lock written before the record of the
+    groups' networks still refuses the replaced client group the running controller holds."""
+    bare = snapshot_to_json(templates())
+    del bare[f"{NAME}-Cluster"]["resources"]["Cluster"]["settings"]
+    env = environment(tmp_path, snapshot_from_json(bare))
+    text = refusal(env, templates(client_description="clients of the database"))
+    assert "cluster.hyperpod.controller: this edit replaces the security group" in text
