@@ -20,7 +20,8 @@ stands after each step:
    ``COMPUTE_FLEET`` item of the cluster's DynamoDB table
    (``parallelcluster-<cluster>``), then a bounded wait for ``STOPPED`` and,
    since compute nodes may write that item, for EC2 to show no compute
-   instance left running (:meth:`Run.wait_compute_instances_ended`);
+   instance left running while the item stays ``STOPPED``
+   (:meth:`Run.wait_compute_instances_ended`);
 3. **deploy** the synthesized cloud assembly with the project's pinned CDK CLI
    (``cdk deploy --app <assembly> '<env>/*'``), so what is deployed is what was
    planned;
