@@ -39,6 +39,26 @@ rolling the stack back, and says which need ``mlcluster update ENV``:
   slurmdbd would be cut off until the cluster is created again. Refused with
   the way through (``storage.accounting.admit_node_group``, docs/upgrading.md).
 
+- A HyperPod instance group kept under its ``InstanceGroupName`` whose
+  ``OverrideVpcConfig`` (subnets or security groups) changes, or is added or
+  removed, on a cluster that is not replaced. CloudFormation's schema for
+  ``AWS::SageMaker::Cluster`` (the one cfn-lint bundles) does not mark it
+  create-only, so the deploy sends it to SageMaker's ``UpdateCluster``. That
+  API takes the same ``ClusterInstanceGroupSpecification`` as CreateCluster
+  (botocore's model; its text on ``OverrideVpcConfig`` speaks only of
+  multi-AZ deployments), but the SageMaker Developer Guide ("Updating
+  SageMaker HyperPod cluster configuration") lists what it changes on an
+  existing group: the instance type, the instance count, the lifecycle
+  script's entrypoint and its path; a group's network is not among them, and
+  the running nodes' network interfaces stay where they were created. Not
+  tried against the service: refused, with the two ways that create the nodes
+  anew (a new group name, or a new cluster). A group added with an override,
+  or one whose override is unchanged, passes. A security group a kept group
+  holds through its override that the edit replaces (the accounting
+  database's client group, for one) leaves the cluster's template as it was
+  (the id comes from another stack's output) but changes the group's network
+  at deploy: noted, not refused.
+
 Settings a lock written before they were recorded lacks are not compared: a
 note says to run ``mlcluster lock``.
 """
@@ -52,7 +72,15 @@ from collections.abc import Mapping, Sequence
 from mlcluster.config import Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
 from mlcluster.pcluster.update_policy import ClusterChange, cluster_changes, rollback_changes
-from mlcluster.replacement import PCLUSTER_TYPE, ResourceState, Snapshot, StackState
+from mlcluster.replacement import (
+    GROUP_NETWORKS_KEY,
+    HYPERPOD_TYPE,
+    PCLUSTER_TYPE,
+    ResourceState,
+    Snapshot,
+    StackState,
+    compare,
+)
 
 FSX_TYPE = "AWS::FSx::FileSystem"
 DRA_TYPE = "AWS::FSx::DataRepositoryAssociation"
@@ -430,11 +458,163 @@ def _accounting_checks(environment: Environment, locked: Snapshot, snapshot: Sna
     return problems
 
 
+SECURITY_GROUP_TYPE = "AWS::EC2::SecurityGroup"
+
+
+def _group_key(environment: Environment, group: str) -> str:
+    """The environment key of HyperPod instance group ``group`` (``cluster.hyperpod.workers[1]``)."""
+    hyperpod = environment.config.cluster.hyperpod
+    for path, found in hyperpod.groups() if hyperpod is not None else []:
+        if found.instance_group_name == group:
+            return f"cluster.hyperpod.{path}"
+    return "cluster.hyperpod"
+
+
+def _network_change(old: object, new: object) -> str:
+    """What an ``OverrideVpcConfig`` change is, in words."""
+    if old is None:
+        return "gains an OverrideVpcConfig (its own subnets or security groups)"
+    if new is None:
+        return "loses its OverrideVpcConfig (back to the cluster's VpcConfig)"
+    parts = [
+        field
+        for field in ("Subnets", "SecurityGroupIds")
+        if not isinstance(old, Mapping) or not isinstance(new, Mapping) or old.get(field) != new.get(field)
+    ]
+    return f"changes the {' and '.join(parts) or 'settings'} of its OverrideVpcConfig"
+
+
+def _token(value: object) -> str:
+    """A subnet or security group id as text; another stack's output as ``<stack output>``, a reference as
+    ``<logical id>``."""
+    if isinstance(value, Mapping) and isinstance(value.get("Fn::GetStackOutput"), Mapping):
+        source = value["Fn::GetStackOutput"]
+        return f"<{source.get('StackName')} {source.get('OutputName')}>"
+    if isinstance(value, Mapping) and len(value) == 1:
+        inner = next(iter(value.values()))
+        return f"<{inner[0] if isinstance(inner, list) and inner else inner}>"
+    return str(value)
+
+
+def _network_text(override: object) -> str:
+    """An ``OverrideVpcConfig`` as ``subnets [..] security groups [..]``, or ``(none: the cluster's VpcConfig)``."""
+    if not isinstance(override, Mapping):
+        return "(none: the cluster's VpcConfig)"
+    parts = []
+    for field, label in (("Subnets", "subnets"), ("SecurityGroupIds", "security groups")):
+        items = override.get(field)
+        listed = ", ".join(_token(item) for item in items) if isinstance(items, list) else _token(items)
+        parts.append(f"{label} [{listed}]")
+    return " ".join(parts)
+
+
+def _network_problem(
+    environment: Environment, stack: str, cluster: str, group: str, old: object, new: object
+) -> Problem:
+    key = _group_key(environment, group)
+    return Problem(
+        key,
+        NOT_A_VALUE,
+        f"this edit keeps instance group {group} of the HyperPod cluster {cluster} ({stack}) under its name but "
+        f"{_network_change(old, new)}: {_network_text(old)} -> {_network_text(new)}. The deploy would send it to "
+        "SageMaker's UpdateCluster, which changes an existing group's instance type, count and lifecycle script, "
+        "not its network (the running nodes keep the network interfaces they were created with): it may fail and "
+        "roll the stack back, or leave the nodes on the old network. This can be the group's zones, or for the "
+        "controller the accounting database's client group (storage.accounting with accounting.mode managed). "
+        "Safe ways, each of which creates the nodes anew: give the group a new instance_group_name in "
+        f"{key} (a new group is created with the new network; move the work, then remove the old group; a new "
+        "controller group is a new Slurm controller, so take what it holds first), or create the cluster again "
+        "(drain the partitions, copy what the controller holds, set a new cluster.name and name Cluster/Cluster "
+        "in retention.allow_replacement for that deploy). Or keep the group's network as deployed.",
+    )
+
+
+def _security_group_notes(
+    environment: Environment,
+    snapshot: Snapshot,
+    stack: str,
+    new: ResourceState,
+    replaced: Mapping[tuple[str, str], str],
+) -> list[str]:
+    """A note for each security group that a group of the HyperPod cluster ``new`` holds through its
+    ``OverrideVpcConfig``, read from another stack's output, and that this edit replaces."""
+    notes: list[str] = []
+    overrides = new.settings.get(GROUP_NETWORKS_KEY, {})
+    for group, override in sorted(overrides.items()):
+        ids = override.get("SecurityGroupIds", []) if isinstance(override, Mapping) else []
+        for value in ids if isinstance(ids, list) else []:
+            source = value.get("Fn::GetStackOutput") if isinstance(value, Mapping) else None
+            if not isinstance(source, Mapping) or str(source.get("StackName")) not in snapshot:
+                continue
+            producer = str(source.get("StackName"))
+            for target in snapshot[producer].outputs.get(str(source.get("OutputName")), []):
+                path = replaced.get((producer, target))
+                if path is None:
+                    continue
+                notes.append(
+                    f"{environment.source}: {_group_key(environment, group)}: this edit replaces the security group "
+                    f"{producer}/{path}, which instance group {group} of the HyperPod cluster in {stack} holds "
+                    "through its OverrideVpcConfig. The cluster's template stays as it was (it reads the id from "
+                    f"{producer}'s output), but the deploy gives the running group the new group's id: UpdateCluster "
+                    "may refuse that (the Cluster stack's deploy fails and rolls back) or leave the nodes on the old "
+                    "group, which CloudFormation then cannot delete while their network interfaces hold it, and "
+                    "whatever admits the new group (the accounting database's rule, for its client group) no longer "
+                    "admits those nodes: slurmdbd would lose its database. Safe way: keep the security group as "
+                    "deployed, or create the cluster (or this group, under a new name) again after this deploy"
+                )
+    return notes
+
+
+def _hyperpod_network_checks(
+    environment: Environment, locked: Snapshot, snapshot: Snapshot
+) -> tuple[list[Problem], list[str]]:
+    """Kept HyperPod instance groups whose ``OverrideVpcConfig`` changes (refused) or whose override's security
+    group is replaced in another stack (noted), on a cluster the edit does not replace."""
+    problems: list[Problem] = []
+    notes: list[str] = []
+    clusters = [
+        (stack, lid, old)
+        for stack in sorted(set(locked) & set(snapshot))
+        for lid, old in sorted(locked[stack].resources.items())
+        if old.type == HYPERPOD_TYPE
+        and lid in snapshot[stack].resources
+        and snapshot[stack].resources[lid].type == HYPERPOD_TYPE
+    ]
+    if not clusters:
+        return problems, notes
+    changes = compare(locked, snapshot)
+    replaced = {(c.stack, c.logical_id): c.path for c in changes if c.action == "replace"}
+    groups_replaced = {
+        key: path for key, path in replaced.items() if locked[key[0]].resources[key[1]].type == SECURITY_GROUP_TYPE
+    }
+    for stack, lid, old in clusters:
+        if (stack, lid) in replaced:
+            continue  # a new cluster: every group is created with its network
+        new = snapshot[stack].resources[lid]
+        name = str(new.create_only.get("ClusterName", lid))
+        notes += _security_group_notes(environment, snapshot, stack, new, groups_replaced)
+        if new.digest == old.digest:
+            continue
+        if GROUP_NETWORKS_KEY not in old.settings:
+            notes.append(
+                _unrecorded(environment, f"the instance groups' OverrideVpcConfig of the HyperPod cluster in {stack}")
+                + " (until then a kept group's network change is not refused, and UpdateCluster may not take it)"
+            )
+            continue
+        before, after = old.settings[GROUP_NETWORKS_KEY], new.settings.get(GROUP_NETWORKS_KEY, {})
+        problems += [
+            _network_problem(environment, stack, name, group, before[group], after[group])
+            for group in sorted(before.keys() & after.keys())
+            if before[group] != after[group]
+        ]
+    return problems, notes
+
+
 def outcome_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> tuple[list[Problem], list[str]]:
     """The problems (edits whose deploy would fail) and notes (edits that need ``mlcluster update``) of an edit."""
     problems: list[Problem] = []
     notes: list[str] = []
-    for check in (_version_checks, _cluster_checks, _file_system_checks):
+    for check in (_version_checks, _cluster_checks, _file_system_checks, _hyperpod_network_checks):
         more, more_notes = check(environment, locked, snapshot)
         problems += more
         notes += more_notes

@@ -486,9 +486,17 @@ EDITS = [
             "storage.accounting": {},
             f"{HP}.lifecycle.accounting": {"mode": "managed"},
         },
-        note="the controller group gains an OverrideVpcConfig (the database's client group), which UpdateCluster "
-        "may not take on a running group (not checked): create the cluster again, moving a local database first "
-        "(design notes, 'Moving a local HyperPod accounting database')",
+        deploy="refused",
+        safe_way="the kept controller group gains an OverrideVpcConfig (the database's client group), which "
+        "UpdateCluster does not change on an existing group: create the cluster again (a new cluster.name, "
+        "allowed), moving a local database first (design notes, 'Moving a local HyperPod accounting database')",
+    ),
+    edit(
+        "HyperPod worker group moved to a second zone",
+        "hyperpod",
+        {"network.extra_zones": [{"availability_zone_id": "usw2-az1"}], f"{HP}.workers.1.zones": ["usw2-az1"]},
+        deploy="refused",
+        safe_way="a kept group's OverrideVpcConfig: add a group of a new name in that zone, move work, remove the old",
     ),
     edit(
         "accounting database max capacity 2 -> 8 ACUs",
@@ -518,8 +526,10 @@ EDITS = [
         "hyperpod-accounting",
         {"storage.accounting": _DELETE, f"{HP}.lifecycle.accounting": {"mode": "local"}},
         refused={ACCOUNTING_DB},
+        deploy="refused",
         safe_way="mysqldump it first, then allow: the final snapshot and the retained secret stay and bill until "
-        "deleted by hand",
+        "deleted by hand; the kept controller group loses the client group's OverrideVpcConfig, so create the "
+        "cluster again (a new cluster.name, allowed) in the same deploy",
     ),
 ]
 
