@@ -305,11 +305,13 @@ def _lock_error(path: Path, name: str, why: str) -> ConfigError:
 class ForeignLockError(ConfigError):
     """A readable lock file whose ``environment`` key is not the environment it is read for.
 
-    ``recorded`` is the key's value as written (``None`` when it is missing). ``mlcluster lock ENV`` replaces
-    such a lock with ENV's deployed stacks (it compares nothing with it); every other reader refuses it.
+    ``recorded`` is the key's value as written (``None`` when it is missing), ``lock`` the file as parsed.
+    ``mlcluster lock ENV`` replaces such a lock with ENV's deployed stacks (it compares nothing with it) when
+    it is a copy: it records no stack, or ``<recorded>.lock.json`` beside it still records them. Every other
+    reader refuses it.
     """
 
-    def __init__(self, path: Path, name: str, recorded: Any) -> None:
+    def __init__(self, path: Path, name: str, recorded: Any, lock: Lock) -> None:
         shown = recorded if isinstance(recorded, str) else "<the other environment>"
         super().__init__(
             str(path),
@@ -320,15 +322,18 @@ class ForeignLockError(ConfigError):
                     f"{path.name} is read as the lock of environment '{name}' ({name}.yaml beside it), so it must "
                     f"record 'environment': '{name}'. A lock of another environment records that environment's "
                     f"stacks, and the guard would compare {name}'s changes with them. If the file was copied from "
-                    f"another environment: run 'mlcluster lock {name}' with credentials for its account (it reads "
-                    f"{name}'s deployed stacks and replaces the file). If {shown}.yaml and its lock were renamed "
-                    f"to {name}: a renamed file is a new environment while the stacks of {shown} keep running; "
-                    f"give both files their old names back (to rename, see the refusal of a lock whose "
-                    "environment file is gone)",
+                    f"another environment over {name}'s own lock: restore {path.name} from version control first "
+                    f"(git log -- {path.name}); only if {name} never had one, run 'mlcluster lock {name}' with "
+                    f"credentials for its account (it reads {name}'s deployed stacks and replaces the file; a first "
+                    f"lock has none of {name}'s earlier allowances_used and accepted records). If {shown}.yaml and "
+                    f"its lock were renamed to {name}: a renamed file is a new environment while the stacks of "
+                    f"{shown} keep running; give both files their old names back (to rename, see the refusal of a "
+                    "lock whose environment file is gone)",
                 )
             ],
         )
         self.recorded = recorded
+        self.lock = lock
 
 
 def read_lock_file(path: Path, name: str, *, of_environment: bool = True) -> Lock:
@@ -357,7 +362,7 @@ def read_lock_file(path: Path, name: str, *, of_environment: bool = True) -> Loc
     except (ValueError, KeyError, TypeError, OSError, AttributeError) as error:
         raise _lock_error(path, name, str(error)) from None
     if of_environment and data.get("environment") != name:
-        raise ForeignLockError(path, name, data.get("environment"))
+        raise ForeignLockError(path, name, data.get("environment"), lock)
     return lock
 
 
