@@ -73,6 +73,7 @@ from mlcluster.config import Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
 from mlcluster.pcluster.update_policy import ClusterChange, cluster_changes, rollback_changes
 from mlcluster.replacement import (
+    CONTROLLER_KEY,
     GROUP_NETWORKS_KEY,
     HYPERPOD_TYPE,
     PCLUSTER_TYPE,
@@ -459,6 +460,8 @@ def _accounting_checks(environment: Environment, locked: Snapshot, snapshot: Sna
 
 
 SECURITY_GROUP_TYPE = "AWS::EC2::SecurityGroup"
+#: The environment key of the HyperPod controller group: a new name for it is a new Slurm controller.
+CONTROLLER_GROUP_KEY = "cluster.hyperpod.controller"
 
 
 def _group_key(environment: Environment, group: str) -> str:
@@ -512,6 +515,26 @@ def _network_problem(
     environment: Environment, stack: str, cluster: str, group: str, old: object, new: object
 ) -> Problem:
     key = _group_key(environment, group)
+    recreate = (
+        "create the cluster again (drain the partitions, copy what the controller holds, set a new cluster.name "
+        "and name Cluster/Cluster in retention.allow_replacement for that deploy)"
+    )
+    if key == CONTROLLER_GROUP_KEY:
+        # A new controller group name would drop the controller's /opt/sagemaker (slurmctld's state, the local
+        # accounting database): the data guard refuses it (replacement.CONTROLLER_KEY); only a new cluster is a way.
+        ways = (
+            "Safe way, which creates the nodes anew: "
+            + recreate
+            + ". A new instance_group_name for the controller is no way: it would be a new Slurm controller without "
+            "the old one's state (/opt/sagemaker), refused like a new cluster. Or keep the group's network as deployed."
+        )
+    else:
+        ways = (
+            "Safe ways, each of which creates the nodes anew: give the group a new instance_group_name in "
+            f"{key} (a new group is created with the new network; move the work, then remove the old group), or "
+            + recreate
+            + ". Or keep the group's network as deployed."
+        )
     return Problem(
         key,
         NOT_A_VALUE,
@@ -520,12 +543,7 @@ def _network_problem(
         "SageMaker's UpdateCluster, which changes an existing group's instance type, count and lifecycle script, "
         "not its network (the running nodes keep the network interfaces they were created with): it may fail and "
         "roll the stack back, or leave the nodes on the old network. This can be the group's zones, or for the "
-        "controller the accounting database's client group (storage.accounting with accounting.mode managed). "
-        "Safe ways, each of which creates the nodes anew: give the group a new instance_group_name in "
-        f"{key} (a new group is created with the new network; move the work, then remove the old group; a new "
-        "controller group is a new Slurm controller, so take what it holds first), or create the cluster again "
-        "(drain the partitions, copy what the controller holds, set a new cluster.name and name Cluster/Cluster "
-        "in retention.allow_replacement for that deploy). Or keep the group's network as deployed.",
+        "controller the accounting database's client group (storage.accounting with accounting.mode managed). " + ways,
     )
 
 
@@ -560,9 +578,21 @@ def _security_group_notes(
                     "group, which CloudFormation then cannot delete while their network interfaces hold it, and "
                     "whatever admits the new group (the accounting database's rule, for its client group) no longer "
                     "admits those nodes: slurmdbd would lose its database. Safe way: keep the security group as "
-                    "deployed, or create the cluster (or this group, under a new name) again after this deploy"
+                    "deployed, or create the cluster "
+                    + (
+                        ""
+                        if _group_key(environment, group) == CONTROLLER_GROUP_KEY
+                        else "(or this group, under a new name) "
+                    )
+                    + "again after this deploy"
                 )
     return notes
+
+
+def _new_controller_only(reasons: Sequence[str]) -> bool:
+    """Whether a HyperPod cluster's "replace" reasons are only a new controller group (``CONTROLLER_KEY``): the
+    data guard's reason; CloudFormation updates that cluster in place, its kept groups keep their nodes."""
+    return bool(reasons) and all(reason.startswith(CONTROLLER_KEY) for reason in reasons)
 
 
 def _hyperpod_network_checks(
@@ -587,8 +617,11 @@ def _hyperpod_network_checks(
     groups_replaced = {
         key: path for key, path in replaced.items() if locked[key[0]].resources[key[1]].type == SECURITY_GROUP_TYPE
     }
+    new_clusters = {
+        (c.stack, c.logical_id) for c in changes if c.action == "replace" and not _new_controller_only(c.reasons)
+    }
     for stack, lid, old in clusters:
-        if (stack, lid) in replaced:
+        if (stack, lid) in new_clusters:
             continue  # a new cluster: every group is created with its network
         new = snapshot[stack].resources[lid]
         name = str(new.create_only.get("ClusterName", lid))

@@ -63,6 +63,7 @@ from mlcluster.config import ConfigError, Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
 from mlcluster.deploy_outcomes import outcome_checks
 from mlcluster.replacement import (
+    CONTROLLER_KEY,
     HYPERPOD_TYPE,
     KEEPING_POLICIES,
     MOUNT_REASON,
@@ -386,6 +387,8 @@ def config_key(change: Change) -> str:
         return "retention.on_delete"
     if any(r.startswith(MOUNT_REASON) for r in change.reasons):
         return "cluster.pcluster.shared_storage.home_volume"
+    if change.reasons and all(r.startswith(CONTROLLER_KEY) for r in change.reasons):
+        return "cluster.hyperpod.controller.instance_group_name"
     for reason in change.reasons:
         if reason.startswith(VOLUME_POLICY_REASON):
             mount = reason.removeprefix(VOLUME_POLICY_REASON).split(":", 1)[0].strip()
@@ -568,7 +571,8 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
     for change in changes:
         if change.stack in dropped:
             continue
-        if change.type == HYPERPOD_TYPE and change.action == "replace" and plan_groups:
+        controller_only = bool(change.reasons) and all(r.startswith(CONTROLLER_KEY) for r in change.reasons)
+        if change.type == HYPERPOD_TYPE and change.action == "replace" and plan_groups and not controller_only:
             problems.append(training_plan_refusal(environment, change, plan_groups))
             continue
         if change.type == PCLUSTER_TYPE and change.action == "replace":
@@ -585,6 +589,8 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
         if any(r.startswith(VOLUME_POLICY_REASON) for r in change.reasons):
             only_volumes = all(r.startswith(VOLUME_POLICY_REASON) for r in change.reasons)
             why = VOLUME_POLICY if only_volumes else f"{why}. {VOLUME_POLICY}"
+        if any(r.startswith(CONTROLLER_KEY) for r in change.reasons):
+            why = NEW_CONTROLLER if controller_only else f"{why}. {NEW_CONTROLLER}"
         problems.append(
             Problem(
                 config_key(change),
@@ -596,6 +602,17 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
             )
         )
     return problems
+
+
+#: Why a new Slurm controller group (:data:`~mlcluster.replacement.CONTROLLER_KEY`) is refused, and the way.
+NEW_CONTROLLER = (
+    "A new controller group name makes SageMaker's UpdateCluster delete the locked controller group and create "
+    "another: the old controller's /opt/sagemaker goes with it (slurmctld's state: queued jobs, job ids, "
+    "reservations; with accounting.mode local also the MariaDB accounting database), and the new controller "
+    "starts empty. Safe way: keep the controller's instance_group_name; to change it, create the cluster again: "
+    "drain the partitions, copy what the controller holds ('mlcluster patch' takes a copy; see docs/reference/"
+    "data.md), set a new cluster.name with the new group name"
+)
 
 
 def _retained(resources: Collection[ResourceState]) -> str:
