@@ -434,28 +434,100 @@ def _database_sources(stack: StackState) -> dict[str, str]:
     return out
 
 
+def _holds_client_group(locked: Snapshot, cluster: ResourceState) -> bool | None:
+    """Whether the locked HyperPod cluster's controller group holds the accounting database's client group in its
+    ``OverrideVpcConfig`` (an output of another locked stack whose target is :data:`CLIENT_GROUP`); None when the
+    lock does not record the groups' networks (:data:`GROUP_NETWORKS_KEY`). A lock that does not name the
+    controller group (:data:`CONTROLLER_KEY`) is read by any group: the construct gives the client group to the
+    controller alone."""
+    networks = cluster.settings.get(GROUP_NETWORKS_KEY)
+    if not isinstance(networks, Mapping):
+        return None
+    controller = cluster.create_only.get(CONTROLLER_KEY)
+    for group, override in networks.items():
+        if controller is not None and group != controller:
+            continue
+        ids = override.get("SecurityGroupIds") if isinstance(override, Mapping) else None
+        for value in ids if isinstance(ids, list) else []:
+            source = value.get("Fn::GetStackOutput") if isinstance(value, Mapping) else None
+            if not isinstance(source, Mapping) or str(source.get("StackName")) not in locked:
+                continue
+            targets = locked[str(source.get("StackName"))].outputs.get(str(source.get("OutputName")), [])
+            if any(CLIENT_GROUP.match(target) for target in targets):
+                return True
+    return False
+
+
+def _cut_off(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[str]:
+    """Why the locked HyperPod controller may still need the node group's rule although the lock shows the client
+    group's: one text per kept cluster whose locked controller group does not hold the client group, or whose
+    lock does not record the groups' networks. A cluster this edit creates anew (or removes) is no reason."""
+    gone = {
+        (c.stack, c.logical_id)
+        for c in compare(locked, snapshot)
+        if c.type == HYPERPOD_TYPE
+        and (c.action == "remove" or (c.action == "replace" and not _new_controller_only(c.reasons)))
+    }
+    reasons: list[str] = []
+    for stack in sorted(locked):
+        for lid, cluster in sorted(locked[stack].resources.items()):
+            if cluster.type != HYPERPOD_TYPE or (stack, lid) in gone:
+                continue
+            held = _holds_client_group(locked, cluster)
+            group = cluster.create_only.get(CONTROLLER_KEY, "the controller")
+            if held is None:
+                reasons.append(
+                    f"the lock does not record the instance groups' OverrideVpcConfig of the HyperPod cluster in "
+                    f"{stack}, so it cannot show that {group} holds the client group (run 'mlcluster lock "
+                    f"{environment.name}' to record it)"
+                )
+            elif not held:
+                reasons.append(
+                    f"the lock shows the HyperPod cluster in {stack} with controller group {group} outside the client "
+                    "group (its OverrideVpcConfig does not hold it): the running controller was created before it "
+                    "and reaches the database only through this rule"
+                )
+    return reasons
+
+
 def _accounting_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[Problem]:
+    """The node group's MySQL rule removed while the running controller still reaches the database through it.
+
+    A lock without the client group's rule (written before it) refuses the removal. A lock with it refuses
+    unless its HyperPod controller group holds the client group (:func:`_holds_client_group`), or this edit
+    creates the cluster anew: the Storage stack deploys before the Cluster stack, so the rule would be gone
+    while the controller created before the client group still runs (bridge steps 1 and 2 of docs/upgrading.md).
+    """
     problems: list[Problem] = []
     for stack in sorted(set(locked) & set(snapshot)):
         before = _database_sources(locked[stack])
+        removed = [
+            lid for lid, source in sorted(before.items()) if source == "nodes" and lid not in snapshot[stack].resources
+        ]
+        if not removed:
+            continue
         if "client" in before.values():
-            continue  # the lock was written with the client group: a cluster created since may hold it
-        for lid, source in sorted(before.items()):
-            if source != "nodes" or lid in snapshot[stack].resources:
+            reasons = _cut_off(environment, locked, snapshot)
+            if not reasons:
                 continue
-            problems.append(
-                Problem(
-                    "storage.accounting.admit_node_group",
-                    NOT_A_VALUE,
-                    f"this edit removes {stack}/{lid}, the rule that admits MySQL to the Slurm accounting database "
-                    "from every node's group, and the lock shows no rule for the controller's client group: the "
-                    "running controller was created before that group and reaches the database only through this "
-                    "rule, so slurmdbd would lose its database until the cluster is created again. Safe way: set "
-                    "storage.accounting.admit_node_group: true and deploy (the rule stays beside the client "
-                    f"group's), recreate the cluster, run 'mlcluster lock {environment.name}', then set it back to "
-                    "false (docs/upgrading.md)",
-                )
+            why = "; ".join(reasons)
+        else:
+            why = (
+                "the lock shows no rule for the controller's client group: the running controller was created "
+                "before that group and reaches the database only through this rule"
             )
+        problems += [
+            Problem(
+                "storage.accounting.admit_node_group",
+                NOT_A_VALUE,
+                f"this edit removes {stack}/{lid}, the rule that admits MySQL to the Slurm accounting database "
+                f"from every node's group, and {why}, so slurmdbd would lose its database until the cluster is "
+                "created again. Safe way: set storage.accounting.admit_node_group: true and deploy (the rule stays "
+                "beside the client group's), recreate the cluster, run "
+                f"'mlcluster lock {environment.name}', then set it back to false (docs/upgrading.md)",
+            )
+            for lid in removed
+        ]
     return problems
 
 
@@ -517,7 +589,9 @@ def _network_problem(
     key = _group_key(environment, group)
     recreate = (
         "create the cluster again (drain the partitions, copy what the controller holds, set a new cluster.name "
-        "and name Cluster/Cluster in retention.allow_replacement for that deploy)"
+        "and name Cluster/Cluster in retention.allow_replacement for that deploy; a controller without "
+        "/opt/sagemaker keeps its state on FSx, /fsx/.mlcluster/controller: stop the old controller's slurmctld, "
+        "slurmdbd and mariadb first, as the new one starts on those folders while the old one still runs)"
     )
     if key == CONTROLLER_GROUP_KEY:
         # A new controller group name would drop the controller's /opt/sagemaker (slurmctld's state, the local

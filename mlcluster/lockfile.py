@@ -142,6 +142,16 @@ DROPPED_STACK_ADVICE = {
 }
 
 
+#: The new controller of a cluster created again runs beside the old one (CloudFormation creates, then deletes):
+#: where the controller keeps its data on FSx (no ``/opt/sagemaker`` volume: ``controller_data_dir`` in
+#: lifecycle/hyperpod/lib.sh), it would start slurmctld and MariaDB on the old one's live folders.
+FSX_CONTROLLER = (
+    "Where the controller has no /opt/sagemaker volume, its state and local accounting database are on FSx "
+    "(/fsx/.mlcluster/controller) and the new controller, created while the old one still runs, starts on those "
+    "live folders: stop the old controller's daemons first ('sudo systemctl stop slurmctld slurmdbd mariadb'; "
+    "docs/contributing/design.md)"
+)
+
 #: How to make each kind of replacement without losing data.
 SAFE_WAYS = {
     "AWS::FSx::FileSystem": (
@@ -186,7 +196,8 @@ SAFE_WAYS = {
     ),
     "AWS::SageMaker::Cluster": (
         "A new HyperPod cluster replaces the old one: running jobs are lost. Safe way: drain the "
-        "partitions, or add a new instance group instead of changing one in place, then deploy with the allowance"
+        "partitions, or add a new instance group instead of changing one in place, then deploy with the allowance. "
+        + FSX_CONTROLLER
     ),
     "AWS::Backup::BackupVault": (
         "The vault holds the bucket's recovery points (the only copy after a deletion in the bucket). Safe way: keep "
@@ -611,7 +622,7 @@ NEW_CONTROLLER = (
     "reservations; with accounting.mode local also the MariaDB accounting database), and the new controller "
     "starts empty. Safe way: keep the controller's instance_group_name; to change it, create the cluster again: "
     "drain the partitions, copy what the controller holds ('mlcluster patch' takes a copy; see docs/reference/"
-    "data.md), set a new cluster.name with the new group name"
+    "data.md), set a new cluster.name with the new group name. " + FSX_CONTROLLER
 )
 
 

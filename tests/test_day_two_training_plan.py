@@ -89,6 +89,7 @@ def test_the_same_rename_without_a_training_plan_gets_the_generic_refusal(tmp_pa
     snapshot, _ = edited(env, ClusterName="ml-hyperpod-2")
     text = refusal(env, snapshot)
     assert "A new HyperPod cluster replaces the old one: running jobs are lost" in text
+    assert "(/fsx/.mlcluster/controller) and the new controller, created while the old one still runs" in text
     assert "training plan" not in text
 
 

@@ -145,6 +145,8 @@ def test_the_controller_gaining_the_client_group_is_refused_naming_group_change_
         "Safe way, which creates the nodes anew: create the cluster again" in text and "set a new cluster.name" in text
     )
     assert "A new instance_group_name for the controller is no way" in text
+    # Review i33 finding 4: the new controller starts on FSx-kept folders while the old one still runs.
+    assert "stop the old controller's slurmctld, slurmdbd and mariadb first" in text
 
 
 @pytest.mark.parametrize(
@@ -248,6 +250,7 @@ def test_a_new_controller_group_name_needs_the_clusters_allowance(tmp_path: Path
     assert "with accounting.mode local also the MariaDB accounting database" in text
     assert "set a new cluster.name with the new group name" in text
     assert "To allow it, add 'Cluster/Cluster' to retention.allow_replacement" in text
+    assert "stop the old controller's daemons first ('sudo systemctl stop slurmctld slurmdbd mariadb'" in text
     # With the allowance: accepted, and the kept groups' networks are still checked (no new cluster).
     allowed = environment(tmp_path / "allowed", templates(), allow_replacement=["Cluster/Cluster"])
     changes, _ = guard(allowed, templates(renamed))
