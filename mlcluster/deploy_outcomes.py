@@ -46,18 +46,30 @@ rolling the stack back, and says which need ``mlcluster update ENV``:
   create-only, so the deploy sends it to SageMaker's ``UpdateCluster``. That
   API takes the same ``ClusterInstanceGroupSpecification`` as CreateCluster
   (botocore's model; its text on ``OverrideVpcConfig`` speaks only of
-  multi-AZ deployments), but the SageMaker Developer Guide ("Updating
-  SageMaker HyperPod cluster configuration") lists what it changes on an
-  existing group: the instance type, the instance count, the lifecycle
-  script's entrypoint and its path; a group's network is not among them, and
-  the running nodes' network interfaces stay where they were created. Not
-  tried against the service: refused, with the two ways that create the nodes
-  anew (a new group name, or a new cluster). A group added with an override,
-  or one whose override is unchanged, passes. A security group a kept group
-  holds through its override that the edit replaces (the accounting
-  database's client group, for one) leaves the cluster's template as it was
-  (the id comes from another stack's output) but changes the group's network
-  at deploy: noted, not refused.
+  multi-AZ deployments), but the SageMaker Developer Guide's page for Slurm
+  clusters ("Update cluster configuration",
+  sagemaker-hyperpod-operate-slurm-cli-command.html) says what an update
+  changes on an existing group: its instance count (down to 0) and its
+  lifecycle script's entrypoint and path, while the group keeps the instance
+  type, execution role and threads per core it was created with
+  (``mlcluster.replacement`` counts a change of those as a replacement); a
+  group's network is not among them, and the running nodes' network
+  interfaces stay where they were created. Not tried against the service:
+  refused, with the ways that create the nodes anew (a new group name, or a
+  new cluster). A group added with an override, or one whose override is
+  unchanged, passes.
+
+- A subnet or security group that a kept group holds through its
+  ``OverrideVpcConfig``, read from another stack's output
+  (``Fn::GetStackOutput``), replaced by the edit (an extra zone moved or its
+  CIDR changed; the accounting database's client group made again): the
+  cluster's template stays as it was, but the deploy re-reads the output and
+  sends UpdateCluster the new id for the running group, the same change as
+  above. Refused the same way. For a security group it is worse: the Storage
+  or Network stack deploys first, so whatever admits the new group (the
+  database's MySQL rule, for its client group) stops admitting the running
+  nodes, and CloudFormation cannot delete the old group while their network
+  interfaces hold it.
 
 Settings a lock written before they were recorded lacks are not compared: a
 note says to run ``mlcluster lock``.
@@ -74,6 +86,7 @@ from mlcluster.config.schema import NOT_A_VALUE
 from mlcluster.pcluster.update_policy import ClusterChange, cluster_changes, rollback_changes
 from mlcluster.replacement import (
     CONTROLLER_KEY,
+    GROUP_KEY,
     GROUP_NETWORKS_KEY,
     HYPERPOD_TYPE,
     PCLUSTER_TYPE,
@@ -531,7 +544,8 @@ def _accounting_checks(environment: Environment, locked: Snapshot, snapshot: Sna
     return problems
 
 
-SECURITY_GROUP_TYPE = "AWS::EC2::SecurityGroup"
+#: Network resources a HyperPod instance group can hold through its ``OverrideVpcConfig``.
+NETWORK_TYPES = frozenset({"AWS::EC2::SecurityGroup", "AWS::EC2::Subnet"})
 #: The environment key of the HyperPod controller group: a new name for it is a new Slurm controller.
 CONTROLLER_GROUP_KEY = "cluster.hyperpod.controller"
 
@@ -614,53 +628,92 @@ def _network_problem(
         NOT_A_VALUE,
         f"this edit keeps instance group {group} of the HyperPod cluster {cluster} ({stack}) under its name but "
         f"{_network_change(old, new)}: {_network_text(old)} -> {_network_text(new)}. The deploy would send it to "
-        "SageMaker's UpdateCluster, which changes an existing group's instance type, count and lifecycle script, "
-        "not its network (the running nodes keep the network interfaces they were created with): it may fail and "
+        "SageMaker's UpdateCluster, which changes an existing group's instance count and lifecycle script, not "
+        "its network (the running nodes keep the network interfaces they were created with): it may fail and "
         "roll the stack back, or leave the nodes on the old network. This can be the group's zones, or for the "
         "controller the accounting database's client group (storage.accounting with accounting.mode managed). " + ways,
     )
 
 
-def _security_group_notes(
+def _kept_groups(resource: ResourceState) -> set[str]:
+    """The instance groups a HyperPod cluster's state names: its record of the groups' networks, and the groups'
+    create-only fields (which a lock written before that record holds too)."""
+    names = set(resource.settings.get(GROUP_NETWORKS_KEY, {}))
+    names |= {key[len(GROUP_KEY) :].split("]", 1)[0] for key in resource.create_only if key.startswith(GROUP_KEY)}
+    return names
+
+
+def _replaced_network_problems(
     environment: Environment,
     snapshot: Snapshot,
     stack: str,
+    cluster: str,
+    old: ResourceState,
     new: ResourceState,
     replaced: Mapping[tuple[str, str], str],
-) -> list[str]:
-    """A note for each security group that a group of the HyperPod cluster ``new`` holds through its
-    ``OverrideVpcConfig``, read from another stack's output, and that this edit replaces."""
-    notes: list[str] = []
+    *,
+    edited: set[str],
+) -> list[Problem]:
+    """A problem for each subnet or security group that a kept group of the HyperPod cluster ``new`` holds
+    through its ``OverrideVpcConfig``, read from another stack's output (``Fn::GetStackOutput``), and that this
+    edit replaces: the cluster's template is unchanged, but the deploy sends UpdateCluster the new id for the
+    running group, the same change :func:`_network_problem` refuses when the override itself is edited."""
+    problems: list[Problem] = []
+    kept = _kept_groups(old)
     overrides = new.settings.get(GROUP_NETWORKS_KEY, {})
     for group, override in sorted(overrides.items()):
-        ids = override.get("SecurityGroupIds", []) if isinstance(override, Mapping) else []
-        for value in ids if isinstance(ids, list) else []:
-            source = value.get("Fn::GetStackOutput") if isinstance(value, Mapping) else None
-            if not isinstance(source, Mapping) or str(source.get("StackName")) not in snapshot:
-                continue
-            producer = str(source.get("StackName"))
-            for target in snapshot[producer].outputs.get(str(source.get("OutputName")), []):
-                path = replaced.get((producer, target))
-                if path is None:
+        if group not in kept or group in edited or not isinstance(override, Mapping):
+            continue
+        found: dict[tuple[str, str], str] = {}
+        for field in ("Subnets", "SecurityGroupIds"):
+            values = override.get(field, [])
+            for value in values if isinstance(values, list) else []:
+                source = value.get("Fn::GetStackOutput") if isinstance(value, Mapping) else None
+                if not isinstance(source, Mapping) or str(source.get("StackName")) not in snapshot:
                     continue
-                notes.append(
-                    f"{environment.source}: {_group_key(environment, group)}: this edit replaces the security group "
-                    f"{producer}/{path}, which instance group {group} of the HyperPod cluster in {stack} holds "
-                    "through its OverrideVpcConfig. The cluster's template stays as it was (it reads the id from "
-                    f"{producer}'s output), but the deploy gives the running group the new group's id: UpdateCluster "
-                    "may refuse that (the Cluster stack's deploy fails and rolls back) or leave the nodes on the old "
-                    "group, which CloudFormation then cannot delete while their network interfaces hold it, and "
-                    "whatever admits the new group (the accounting database's rule, for its client group) no longer "
-                    "admits those nodes: slurmdbd would lose its database. Safe way: keep the security group as "
-                    "deployed, or create the cluster "
-                    + (
-                        ""
-                        if _group_key(environment, group) == CONTROLLER_GROUP_KEY
-                        else "(or this group, under a new name) "
-                    )
-                    + "again after this deploy"
-                )
-    return notes
+                producer = str(source.get("StackName"))
+                for target in snapshot[producer].outputs.get(str(source.get("OutputName")), []):
+                    if (producer, target) in replaced:
+                        found[producer, replaced[producer, target]] = (
+                            "subnet" if field == "Subnets" else "security group"
+                        )
+        for (producer, path), kind in sorted(found.items()):
+            problems.append(_replaced_network_problem(environment, stack, cluster, group, producer, path, kind))
+    return problems
+
+
+def _replaced_network_problem(
+    environment: Environment, stack: str, cluster: str, group: str, producer: str, path: str, kind: str
+) -> Problem:
+    key = _group_key(environment, group)
+    held = (
+        "The Storage and Network stacks deploy before the Cluster stack: from then on whatever admits the new "
+        "group (the accounting database's rule, for its client group) no longer admits the running nodes, so "
+        "slurmdbd loses its database, and CloudFormation cannot delete the old group while their network "
+        "interfaces hold it. "
+        if kind == "security group"
+        else "CloudFormation cannot delete the old subnet while the running nodes' network interfaces are in it. "
+    )
+    ways = (
+        "Safe ways: keep the security group as deployed, or create the cluster again in this deploy (drain the "
+        "partitions, copy what the controller holds, set a new cluster.name and name Cluster/Cluster in "
+        "retention.allow_replacement; the old group is left behind while the old cluster holds it: delete it by "
+        "hand once the old cluster is gone)."
+        if kind == "security group" or key == CONTROLLER_GROUP_KEY
+        else f"Safe ways: keep the {kind} as deployed, or first, in a deploy of its own, move the group's work to "
+        f"a group of a new instance_group_name that does not use it and remove this group from {key}, then make "
+        "this edit; or create the cluster again (drain the partitions, copy what the controller holds, set a new "
+        "cluster.name and name Cluster/Cluster in retention.allow_replacement)."
+    )
+    return Problem(
+        key,
+        NOT_A_VALUE,
+        f"this edit replaces the {kind} {path} (stack {producer}), which instance group {group} of the HyperPod "
+        f"cluster {cluster} ({stack}) holds through its OverrideVpcConfig. The cluster's template stays as it was (it "
+        f"reads the id from {producer}'s output), but the deploy sends the new {kind}'s id to SageMaker's "
+        "UpdateCluster for the running group: the network change of an existing group that this synth refuses "
+        f"when the group's zones or groups are edited. {held}{ways}",
+    )
 
 
 def _new_controller_only(reasons: Sequence[str]) -> bool:
@@ -672,8 +725,8 @@ def _new_controller_only(reasons: Sequence[str]) -> bool:
 def _hyperpod_network_checks(
     environment: Environment, locked: Snapshot, snapshot: Snapshot
 ) -> tuple[list[Problem], list[str]]:
-    """Kept HyperPod instance groups whose ``OverrideVpcConfig`` changes (refused) or whose override's security
-    group is replaced in another stack (noted), on a cluster the edit does not replace."""
+    """Kept HyperPod instance groups whose ``OverrideVpcConfig`` changes, or whose override's subnet or security
+    group is replaced in another stack (both refused), on a cluster the edit does not replace."""
     problems: list[Problem] = []
     notes: list[str] = []
     clusters = [
@@ -688,8 +741,8 @@ def _hyperpod_network_checks(
         return problems, notes
     changes = compare(locked, snapshot)
     replaced = {(c.stack, c.logical_id): c.path for c in changes if c.action == "replace"}
-    groups_replaced = {
-        key: path for key, path in replaced.items() if locked[key[0]].resources[key[1]].type == SECURITY_GROUP_TYPE
+    networks_replaced = {
+        key: path for key, path in replaced.items() if locked[key[0]].resources[key[1]].type in NETWORK_TYPES
     }
     new_clusters = {
         (c.stack, c.logical_id) for c in changes if c.action == "replace" and not _new_controller_only(c.reasons)
@@ -699,21 +752,23 @@ def _hyperpod_network_checks(
             continue  # a new cluster: every group is created with its network
         new = snapshot[stack].resources[lid]
         name = str(new.create_only.get("ClusterName", lid))
-        notes += _security_group_notes(environment, snapshot, stack, new, groups_replaced)
-        if new.digest == old.digest:
-            continue
-        if GROUP_NETWORKS_KEY not in old.settings:
+        changed: set[str] = set()
+        if new.digest != old.digest and GROUP_NETWORKS_KEY not in old.settings:
             notes.append(
                 _unrecorded(environment, f"the instance groups' OverrideVpcConfig of the HyperPod cluster in {stack}")
                 + " (until then a kept group's network change is not refused, and UpdateCluster may not take it)"
             )
-            continue
-        before, after = old.settings[GROUP_NETWORKS_KEY], new.settings.get(GROUP_NETWORKS_KEY, {})
-        problems += [
-            _network_problem(environment, stack, name, group, before[group], after[group])
-            for group in sorted(before.keys() & after.keys())
-            if before[group] != after[group]
-        ]
+        elif new.digest != old.digest:
+            before, after = old.settings[GROUP_NETWORKS_KEY], new.settings.get(GROUP_NETWORKS_KEY, {})
+            changed = {group for group in before.keys() & after.keys() if before[group] != after[group]}
+            problems += [
+                _network_problem(environment, stack, name, group, before[group], after[group])
+                for group in sorted(changed)
+            ]
+        # A group whose override is edited is refused above already.
+        problems += _replaced_network_problems(
+            environment, snapshot, stack, name, old, new, networks_replaced, edited=changed
+        )
     return problems, notes
 
 

@@ -104,7 +104,29 @@ HYPERPOD_ACCOUNTING: dict[str, Any] = {
         },
     },
 }
-BASES = {"pcluster": PCLUSTER, "hyperpod": HYPERPOD, "data-only": DATA_ONLY, "hyperpod-accounting": HYPERPOD_ACCOUNTING}
+#: HyperPod with worker group gpu-b in a second zone (its OverrideVpcConfig reads that zone's subnet from the
+#: Network stack's output).
+HYPERPOD_ZONES: dict[str, Any] = {
+    **HYPERPOD,
+    "network": {"availability_zone_id": "usw2-az4", "extra_zones": [{"availability_zone_id": "usw2-az1"}]},
+    "cluster": {
+        **HYPERPOD["cluster"],
+        "hyperpod": {
+            **HYPERPOD["cluster"]["hyperpod"],
+            "workers": [
+                HYPERPOD["cluster"]["hyperpod"]["workers"][0],
+                {**HYPERPOD["cluster"]["hyperpod"]["workers"][1], "zones": ["usw2-az1"]},
+            ],
+        },
+    },
+}
+BASES = {
+    "pcluster": PCLUSTER,
+    "hyperpod": HYPERPOD,
+    "data-only": DATA_ONLY,
+    "hyperpod-accounting": HYPERPOD_ACCOUNTING,
+    "hyperpod-zones": HYPERPOD_ZONES,
+}
 ACCOUNTING_DB = "Storage/AccountingDatabase/Cluster/Resource"
 
 LUSTRE = "Storage/Lustre/Resource"
@@ -497,6 +519,16 @@ EDITS = [
         {"network.extra_zones": [{"availability_zone_id": "usw2-az1"}], f"{HP}.workers.1.zones": ["usw2-az1"]},
         deploy="refused",
         safe_way="a kept group's OverrideVpcConfig: add a group of a new name in that zone, move work, remove the old",
+    ),
+    edit(
+        "HyperPod second zone's subnet made again while a worker group runs in it",
+        "hyperpod-zones",
+        {"network.extra_zones.0.private_subnet_cidr": "10.0.200.0/24"},
+        also_replaced={"Network/Network/Private2Subnet", "Network/Network/Private2RouteTableAssociation"},
+        deploy="refused",
+        safe_way="the cluster's template is unchanged, but the kept group gpu-b's OverrideVpcConfig reads the new "
+        "subnet from the Network stack: first move its work to a group of a new name outside that zone and remove "
+        "it (a deploy of its own), or create the cluster again (a new cluster.name, allowed)",
     ),
     edit(
         "accounting database max capacity 2 -> 8 ACUs",

@@ -22,6 +22,7 @@ from mlcluster.replacement import (
     CONTROLLER_KEY,
     GROUP_NETWORKS_KEY,
     Snapshot,
+    compare,
     snapshot_from_json,
     snapshot_to_json,
     stack_state,
@@ -66,10 +67,15 @@ def group(name: str, count: int = 1, override: dict[str, Any] | None = None) -> 
 
 
 def templates(
-    groups: list[dict[str, Any]] | None = None, *, cluster_name: str = "hp-train", client_description: str = "clients"
+    groups: list[dict[str, Any]] | None = None,
+    *,
+    cluster_name: str = "hp-train",
+    client_description: str = "clients",
+    second_cidr: str = "10.1.128.0/17",
 ) -> Snapshot:
     """The Network, Storage and Cluster stacks: the cluster's groups as given (default: the controller with the
-    client group in its override, two workers without one)."""
+    client group in its override, two workers without one); a new ``client_description`` or ``second_cidr``
+    replaces the client group or the second subnet (create-only properties)."""
     if groups is None:
         groups = [group("controller", override=CONTROLLER_OVERRIDE), group("gpu", 2), group("spill")]
     cluster = {
@@ -84,7 +90,7 @@ def templates(
     network = {
         "NodesGroup": {"Type": "AWS::EC2::SecurityGroup", "Properties": {"GroupDescription": "nodes", "VpcId": "v"}},
         "Private1": {"Type": "AWS::EC2::Subnet", "Properties": {"CidrBlock": "10.1.0.0/17", "VpcId": "v"}},
-        "Private2": {"Type": "AWS::EC2::Subnet", "Properties": {"CidrBlock": "10.1.128.0/17", "VpcId": "v"}},
+        "Private2": {"Type": "AWS::EC2::Subnet", "Properties": {"CidrBlock": second_cidr, "VpcId": "v"}},
     }
     client = {"Type": "AWS::EC2::SecurityGroup", "Properties": {"GroupDescription": client_description, "VpcId": "v"}}
 
@@ -138,7 +144,11 @@ def test_the_controller_gaining_the_client_group_is_refused_naming_group_change_
         "subnets [<hp-Network Private1>] security groups [<hp-Network NodesGroup>] -> subnets [<hp-Network Private1>] "
         "security groups [<hp-Network NodesGroup>, <hp-Storage ClientGroup>]" in text
     )
-    assert "UpdateCluster, which changes an existing group's instance type, count and lifecycle script" in text
+    # An existing group keeps its instance type (the Slurm guide; mlcluster.replacement): not said to change.
+    assert "UpdateCluster, which changes an existing group's instance count and lifecycle script, not its network" in (
+        text
+    )
+    assert "instance type" not in text
     # Review i33 finding 2: for the controller only a new cluster is a way (a new group name is a new controller).
     assert "new instance_group_name in" not in text
     assert (
@@ -215,23 +225,89 @@ def test_a_lock_without_the_record_notes_it_and_refuses_nothing(tmp_path: Path) 
     assert guard(env, templates())[1] == []
 
 
-def test_a_replaced_client_group_is_noted_not_refused(tmp_path: Path) -> None:
+def test_a_replaced_client_group_a_kept_group_holds_is_refused(tmp_path: Path) -> None:
     """The client group replaced in the Storage stack (a create-only change): the cluster's template is unchanged,
-    but the running controller would get a new group id; synth says so and lets it through."""
+    but the deploy would give the running controller a new group id after the Storage stack moved the database's
+    rule to it. Refused like an edit of the override, naming the group, the resource and the way."""
     env = environment(tmp_path, templates())
-    changes, notes = guard(env, templates(client_description="clients of the database"))
-    assert [c.action for c in changes if c.path.endswith("ClientSecurityGroup/Resource")] == ["replace"]
-    (note,) = notes
+    edited = templates(client_description="clients of the database")
+    assert [c.action for c in compare(templates(), edited) if c.path.endswith("ClientSecurityGroup/Resource")] == [
+        "replace"
+    ]
+    text = refusal(env, edited)
     assert (
         "cluster.hyperpod.controller: this edit replaces the security group "
-        "hp-Storage/Storage/AccountingDatabase/ClientSecurityGroup/Resource, which instance group controller" in note
+        "Storage/AccountingDatabase/ClientSecurityGroup/Resource (stack hp-Storage), which instance group controller "
+        "of the "
+        "HyperPod cluster hp-train (hp-Cluster) holds through its OverrideVpcConfig" in text
     )
-    assert "slurmdbd would lose its database" in note
-    assert "or create the cluster again after this deploy" in note and "under a new name" not in note
-    # A security group no kept group holds (the same edit without the client group in the controller's override).
+    assert "slurmdbd loses its database" in text
+    assert "set a new cluster.name and name Cluster/Cluster in retention.allow_replacement" in text
+    assert text.count("this edit replaces the") == 1
+
+
+def test_a_replaced_client_group_no_kept_group_holds_passes(tmp_path: Path) -> None:
+    """The edge: the same replacement while no instance group holds the client group passes, without a note."""
     plain = [group("controller"), group("gpu", 2), group("spill")]
-    env2 = environment(tmp_path / "plain", templates(plain))
-    assert guard(env2, templates(plain, client_description="clients of the database"))[1] == []
+    env = environment(tmp_path, templates(plain))
+    changes, notes = guard(env, templates(plain, client_description="clients of the database"))
+    assert [c.action for c in changes if c.path.endswith("ClientSecurityGroup/Resource")] == ["replace"]
+    assert notes == []
+
+
+WORKER_OVERRIDE = {"SecurityGroupIds": [NODES_GROUP], "Subnets": [SECOND]}
+
+
+def test_a_replaced_subnet_a_kept_group_holds_is_refused(tmp_path: Path) -> None:
+    """The extra zone's subnet made again (a new CIDR, or zone) while worker group spill runs in it: the cluster's
+    template is unchanged, but the deploy would send UpdateCluster the new subnet for the running group."""
+    groups = [
+        group("controller", override=CONTROLLER_OVERRIDE),
+        group("gpu", 2),
+        group("spill", override=WORKER_OVERRIDE),
+    ]
+    env = environment(tmp_path, templates(groups))
+    text = refusal(env, templates(groups, second_cidr="10.1.200.0/24"))
+    assert (
+        "cluster.hyperpod.workers[1]: this edit replaces the subnet Network/P2 (stack hp-Network), which instance group spill "
+        "of the HyperPod cluster hp-train (hp-Cluster) holds through its OverrideVpcConfig" in text
+    )
+    assert "sends the new subnet's id to SageMaker's UpdateCluster for the running group" in text
+    assert "a group of a new instance_group_name that does not use it and remove this group" in text
+    assert text.count("this edit replaces the") == 1  # the controller's subnet is the first one, kept
+
+
+def test_a_replaced_subnet_held_only_by_a_new_or_edited_group_is_not_refused_twice(tmp_path: Path) -> None:
+    """The edges: a group added in the same edit is created in the new subnet (passes); a kept group whose override
+    is edited as well is refused once, for the edit, not a second time for the subnet; a kept group without an
+    override does not hold the subnet (passes)."""
+    env = environment(tmp_path, templates())
+    added = [
+        group("controller", override=CONTROLLER_OVERRIDE),
+        group("gpu", 2),
+        group("spill-b", override=WORKER_OVERRIDE),
+    ]
+    _, notes = guard(env, templates(added, second_cidr="10.1.200.0/24"))
+    assert notes == []
+    assert guard(env, templates(second_cidr="10.1.200.0/24"))[1] == []
+    moved = [
+        group("controller", override=CONTROLLER_OVERRIDE),
+        group("gpu", 2),
+        group("spill", override=WORKER_OVERRIDE),
+    ]
+    text = refusal(env, templates(moved, second_cidr="10.1.200.0/24"))
+    assert "spill" in text and "gains an OverrideVpcConfig" in text
+    assert "this edit replaces the subnet" not in text
+
+
+def test_a_lock_without_the_record_still_refuses_a_replaced_group_a_kept_group_holds(tmp_path: Path) -> None:
+    """The kept groups are told from the lock's create-only fields too, so a lock written before the record of the
+    groups' networks still refuses the replaced client group the running controller holds."""
+    bare = snapshot_to_json(templates())
+    del bare[f"{NAME}-Cluster"]["resources"]["Cluster"]["settings"]
+    env = environment(tmp_path, snapshot_from_json(bare))
+    text = refusal(env, templates(client_description="clients of the database"))
+    assert "cluster.hyperpod.controller: this edit replaces the security group" in text
 
 
 def test_a_new_controller_group_name_needs_the_clusters_allowance(tmp_path: Path) -> None:
