@@ -98,7 +98,9 @@ def statement(stub: Stubber, sql: str) -> None:
 
 
 def failing(stub: Stubber, code: str, message: str = "no", status: int = 400) -> None:
-    stub.add_client_error("execute_statement", service_error_code=code, service_message=message, http_status_code=status)
+    stub.add_client_error(
+        "execute_statement", service_error_code=code, service_message=message, http_status_code=status
+    )
 
 
 @pytest.mark.parametrize("request_type", ["Create", "Update"])
