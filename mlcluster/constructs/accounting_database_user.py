@@ -230,8 +230,8 @@ class AccountingDatabaseUser(Construct):
                 "DatabaseName": database_name,
             },
         )
-        # The writer must exist (the Data API needs an instance), and the master secret be attached to the cluster.
-        self.resource.node.add_dependency(cluster)
+        # The writer must exist (the Data API runs SQL on an instance); the properties' references order the rest.
+        self.resource.node.add_dependency(cluster.node.find_child("Writer"))
 
 
 def _acknowledge_lambda(scope: Construct, what: str, *, synchronous: bool) -> None:
