@@ -104,7 +104,19 @@ HYPERPOD_ACCOUNTING: dict[str, Any] = {
         },
     },
 }
-BASES = {"pcluster": PCLUSTER, "hyperpod": HYPERPOD, "data-only": DATA_ONLY, "hyperpod-accounting": HYPERPOD_ACCOUNTING}
+#: ParallelCluster with the managed Slurm accounting database (slurmdbd's own user, issue 30e).
+PCLUSTER_ACCOUNTING: dict[str, Any] = {
+    **PCLUSTER,
+    "network": {"availability_zone": "us-east-2a", "extra_zones": [{"availability_zone": "us-east-2b"}]},
+    "storage": {**PCLUSTER["storage"], "accounting": {}},
+}
+BASES = {
+    "pcluster": PCLUSTER,
+    "hyperpod": HYPERPOD,
+    "data-only": DATA_ONLY,
+    "hyperpod-accounting": HYPERPOD_ACCOUNTING,
+    "pcluster-accounting": PCLUSTER_ACCOUNTING,
+}
 ACCOUNTING_DB = "Storage/AccountingDatabase/Cluster/Resource"
 
 LUSTRE = "Storage/Lustre/Resource"
@@ -489,6 +501,21 @@ EDITS = [
         note="the controller group gains an OverrideVpcConfig (the database's client group), which UpdateCluster "
         "may not take on a running group (not checked): create the cluster again, moving a local database first "
         "(design notes, 'Moving a local HyperPod accounting database')",
+    ),
+    edit(
+        "ParallelCluster managed accounting database added (a second zone)",
+        "pcluster",
+        {"network.extra_zones": [{"availability_zone": "us-east-2b"}], "storage.accounting": {}},
+        note="SlurmSettings.Database is ParallelCluster policy COMPUTE_FLEET_STOP (the head node's added security "
+        "group and policy are SUPPORTED); slurmdbd starts an empty history: move an existing database's first",
+        deploy="fleet_stop",
+    ),
+    edit(
+        "ParallelCluster accounting database name slurm_acct_db -> train_history",
+        "pcluster-accounting",
+        {"storage.accounting.database_name": "train_history"},
+        note="slurmdbd starts an empty history in the new database; the old one stays (slurmdbd's user keeps its "
+        "grant on it)",
     ),
     edit(
         "accounting database max capacity 2 -> 8 ACUs",
