@@ -164,10 +164,18 @@ class ExampleWorld:
         me = self.symbol(stack, logical)
         rules: dict[str, list[dict[str, Any]]] = {"ingress": [], "egress": []}
 
+        def port(value: Any) -> int:
+            """A rule's port; CDK's rotation rule reads the accounting database's ``Endpoint.Port``: its ``Port``."""
+            if isinstance(value, dict) and "Fn::GetAtt" in value:
+                target, attribute = value["Fn::GetAtt"]
+                assert resources[target]["Type"] == "AWS::RDS::DBCluster" and attribute == "Endpoint.Port", value
+                return int(resources[target]["Properties"]["Port"])
+            return int(value)
+
         def rule(spec: Mapping[str, Any], peer_key: str) -> dict[str, Any]:
             out: dict[str, Any] = {"protocol": str(spec.get("IpProtocol", "-1"))}
             if out["protocol"] != "-1":
-                out["from"], out["to"] = int(spec["FromPort"]), int(spec["ToPort"])
+                out["from"], out["to"] = port(spec["FromPort"]), port(spec["ToPort"])
             if "CidrIp" in spec:
                 out["cidr"] = spec["CidrIp"]
             if peer_key in spec:
