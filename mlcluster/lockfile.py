@@ -28,7 +28,9 @@ path, the form each allowance let a resource through with, and any synth
 giving that resource another form is refused, whether the allowance is still
 in the file, spelled another way or gone (the first may be deployed already). An environment without a lock file
 is refused (``mlcluster lock`` records what is deployed, nothing for a new
-one), and so is a lock file whose environment file is gone (a rename).
+one), and so is a lock file whose environment file is gone (a rename), and a
+lock whose ``environment`` key names another environment than the file it is
+read for (copied, or renamed with its environment file: :class:`ForeignLockError`).
 
 The same synth also refuses an edit whose deploy would fail and roll back
 (``mlcluster.deploy_outcomes``): a change ParallelCluster refuses on the
@@ -299,15 +301,51 @@ def _lock_error(path: Path, name: str, why: str) -> ConfigError:
     )
 
 
-def read_lock_file(path: Path, name: str) -> Lock:
-    """The lock at ``path``; a ``ConfigError`` naming the file when it cannot be read."""
+class ForeignLockError(ConfigError):
+    """A readable lock file whose ``environment`` key is not the environment it is read for.
+
+    ``recorded`` is the key's value as written (``None`` when it is missing). ``mlcluster lock ENV`` replaces
+    such a lock with ENV's deployed stacks (it compares nothing with it); every other reader refuses it.
+    """
+
+    def __init__(self, path: Path, name: str, recorded: Any) -> None:
+        shown = recorded if isinstance(recorded, str) else "<the other environment>"
+        super().__init__(
+            str(path),
+            [
+                Problem(
+                    "environment",
+                    recorded,
+                    f"{path.name} is read as the lock of environment '{name}' ({name}.yaml beside it), so it must "
+                    f"record 'environment': '{name}'. A lock of another environment records that environment's "
+                    f"stacks, and the guard would compare {name}'s changes with them. If the file was copied from "
+                    f"another environment: run 'mlcluster lock {name}' with credentials for its account (it reads "
+                    f"{name}'s deployed stacks and replaces the file). If {shown}.yaml and its lock were renamed "
+                    f"to {name}: a renamed file is a new environment while the stacks of {shown} keep running; "
+                    f"give both files their old names back (to rename, see the refusal of a lock whose "
+                    "environment file is gone)",
+                )
+            ],
+        )
+        self.recorded = recorded
+
+
+def read_lock_file(path: Path, name: str, *, of_environment: bool = True) -> Lock:
+    """The lock at ``path``; a ``ConfigError`` naming the file when it cannot be read.
+
+    With ``of_environment`` (the default) the lock is read for environment ``name`` (``<name>.yaml`` beside
+    ``<name>.lock.json``), and a lock whose ``environment`` key is not ``name`` (copied from another
+    environment, or missing) is a :class:`ForeignLockError`. :func:`orphan_locks` reads without it: a lock
+    whose environment file is gone belongs to no environment file, and what it records is reported whatever
+    its name.
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != LOCK_FORMAT:
             raise ValueError(f"format {data.get('format')!r}, expected {LOCK_FORMAT}")
         if data.get("source") not in LOCK_SOURCES:
             raise ValueError(f"source {data.get('source')!r}, expected one of {', '.join(LOCK_SOURCES)}")
-        return Lock(
+        lock = Lock(
             snapshot=snapshot_from_json(data["stacks"]),
             source=data["source"],
             allowances_used=tuple(str(a) for a in data["allowances_used"]),
@@ -315,8 +353,11 @@ def read_lock_file(path: Path, name: str) -> Lock:
             account=None if data.get("account") is None else str(data["account"]),
             region=None if data.get("region") is None else str(data["region"]),
         )
-    except (ValueError, KeyError, TypeError, OSError) as error:
+    except (ValueError, KeyError, TypeError, OSError, AttributeError) as error:
         raise _lock_error(path, name, str(error)) from None
+    if of_environment and data.get("environment") != name:
+        raise ForeignLockError(path, name, data.get("environment"))
+    return lock
 
 
 def load_lock(environment: Environment) -> Lock | None:
@@ -698,7 +739,7 @@ def orphan_locks(directory: Path) -> list[ConfigError]:
         name = path.name.removesuffix(".lock.json")
         if any(path.with_name(f"{name}{suffix}").exists() for suffix in SUFFIXES):
             continue
-        lock = read_lock_file(path, name)
+        lock = read_lock_file(path, name, of_environment=False)
         if not lock.snapshot:
             continue
         stacks = ", ".join(sorted(lock.snapshot))

@@ -412,6 +412,51 @@ def test_a_lock_whose_environment_file_is_gone_is_refused(tmp_path: Path) -> Non
     assert orphan_locks(tmp_path) == []
 
 
+def test_a_lock_copied_from_another_environment_is_refused_naming_the_file_key_values_and_way(tmp_path: Path) -> None:
+    """A lock records its environment's name: one copied from (or renamed with) another environment is refused."""
+    env = environment(tmp_path)
+    path = lock_path(env)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["environment"] == NAME
+    # The edge: the environment's own lock, and an edit that changes nothing, pass.
+    assert guard(env, deployed())[0] == []
+    path.write_text(json.dumps(data | {"environment": "dev"}), encoding="utf-8")
+    text = refusal(env, deployed())
+    assert text.startswith(f"{path}: environment: 'dev' is not valid; p5.lock.json is read as the lock of ")
+    assert "environment 'p5' (p5.yaml beside it), so it must record 'environment': 'p5'" in text
+    assert "copied from another environment: run 'mlcluster lock p5' with credentials for its account" in text
+    assert "If dev.yaml and its lock were renamed to p5" in text and "the stacks of dev keep running" in text
+    # A lock without the key records no environment: refused the same way.
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "environment"}), encoding="utf-8")
+    text = refusal(env, deployed())
+    assert f"{path}: environment: no value (empty or missing); p5.lock.json is read as the lock of" in text
+    assert "'mlcluster lock p5'" in text
+    # Only the environment's name passes: the same name in another case does not.
+    path.write_text(json.dumps(data | {"environment": "P5"}), encoding="utf-8")
+    assert "environment: 'P5' is not valid" in refusal(env, deployed())
+
+
+def test_a_renamed_environments_lock_is_still_reported_as_an_orphan(tmp_path: Path) -> None:
+    """The rename path reads a lock whose environment file is gone whatever environment it records: the orphan
+    report (the way to rename) is what the operator needs, not the name check, which needs an environment file."""
+    env = environment(tmp_path)
+    write_env(tmp_path, "renamed", MINIMAL)  # p5.yaml renamed: only its lock is left under the old name
+    Path(env.source).unlink()
+    (error,) = orphan_locks(tmp_path)
+    assert str(error).startswith(f"{lock_path(env)}: (environment file): records deployed stacks (p5-")
+    # Both files renamed: the new name's lock records the old environment, and reading it for the new one refuses.
+    lock_path(env).rename(tmp_path / "renamed.lock.json")
+    assert orphan_locks(tmp_path) == []
+    with pytest.raises(ConfigError, match=r"environment: 'p5' is not valid.*If p5.yaml and its lock were renamed"):
+        guard(load_environment(tmp_path / "renamed.yaml"), deployed())
+
+
+def test_a_lock_that_is_not_a_json_object_is_refused_naming_the_way(tmp_path: Path) -> None:
+    (tmp_path / "x.lock.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"x.lock.json: \(lock file\): cannot be read .*'mlcluster lock x'"):
+        read_lock_file(tmp_path / "x.lock.json", "x")
+
+
 def test_a_format_1_lock_is_refused_naming_the_way(tmp_path: Path) -> None:
     (tmp_path / "x.lock.json").write_text('{"format": 1, "stacks": {}}')
     with pytest.raises(ConfigError, match=r"format 1, expected 2.*'mlcluster lock x', which reads the deployed"):

@@ -54,6 +54,7 @@ from mlcluster.cli.progress import progress
 from mlcluster.config import ConfigError, Environment, load_environments
 from mlcluster.config.names import STACKS
 from mlcluster.lockfile import (
+    ForeignLockError,
     Lock,
     LockSource,
     allowed,
@@ -480,13 +481,25 @@ def settle(env: Environment, old: Lock | None, new: Snapshot, accept: tuple[str,
     return sorted(set(used)), accepted
 
 
-def _previous_lock(env: Environment, *, announce: bool = True) -> Lock | None:
+def _previous_lock(env: Environment, *, announce: bool = True, replacing: bool = False) -> Lock | None:
     """The lock being replaced; a format-1 lock (before policies were recorded) is replaced without a check.
 
-    ``announce`` says so on the terminal (not when the caller refuses a format-1 lock anyway).
+    A lock recording another environment (:class:`~mlcluster.lockfile.ForeignLockError`) is refused, unless
+    the caller is ``replacing`` it with ``env``'s deployed stacks (``mlcluster lock ENV``, the way its refusal
+    names): then nothing is compared with it, as with no lock at all. ``announce`` says so on the terminal
+    (not when the caller refuses a format-1 lock anyway).
     """
     try:
         return load_lock(env)
+    except ForeignLockError as error:
+        if not replacing:
+            raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
+        if announce:
+            click.echo(
+                f"{lock_path(env)}: records environment {error.recorded!r}, not {env.name!r}: replaced by "
+                f"{env.name}'s deployed stacks; nothing is compared with it"
+            )
+        return None
     except ConfigError as error:
         path = lock_path(env)
         try:
@@ -639,7 +652,8 @@ def lock(
             f"'mlcluster lock {loaded.name}' with credentials for its account to record what is deployed",
             EXIT_FAILED,
         )
-    old = _previous_lock(loaded, announce=not from_templates)
+    # --from-templates never replaces another environment's lock: only the deployed stacks say what ENV has.
+    old = _previous_lock(loaded, announce=not from_templates, replacing=not from_templates)
     source: LockSource
     account: str | None = None
     chosen: str | None = None

@@ -18,7 +18,9 @@ stands after each step:
 2. **stop** the compute fleet as ``pcluster update-compute-fleet --status
    STOP_REQUESTED`` does: a conditional write of ``STOP_REQUESTED`` to the
    ``COMPUTE_FLEET`` item of the cluster's DynamoDB table
-   (``parallelcluster-<cluster>``), then a bounded wait for ``STOPPED``;
+   (``parallelcluster-<cluster>``), then a bounded wait for ``STOPPED`` and,
+   since compute nodes may write that item, for EC2 to show no compute
+   instance left running (:meth:`Run.wait_compute_instances_ended`);
 3. **deploy** the synthesized cloud assembly with the project's pinned CDK CLI
    (``cdk deploy --app <assembly> '<env>/*'``), so what is deployed is what was
    planned;
@@ -163,6 +165,18 @@ START_WAIT: dict[str, str] = {
     "STOPPING": "fail",
     "STOPPED": "fail",
     "UNKNOWN": "fail",
+}
+#: Every EC2 ``InstanceStateName`` (botocore's ec2 model) a compute instance can be in, and what the checks of a
+#: ``STOPPED`` status item make of it (:meth:`Run.wait_compute_instances_ended`): ``live`` (it may run a job, so
+#: the fleet is not stopped) or ``ended`` (being terminated, terminated, or stopped: it runs nothing). A state EC2
+#: adds later is ``live`` until this table says otherwise.
+COMPUTE_INSTANCE_STATES: dict[str, str] = {
+    "pending": "live",
+    "running": "live",
+    "stopping": "live",
+    "shutting-down": "ended",
+    "terminated": "ended",
+    "stopped": "ended",
 }
 #: ParallelCluster starts or stops a fleet only while its cluster stack is in one of these
 #: (``pcluster.aws.aws_resources.StackInfo.is_working_status``).
@@ -963,29 +977,42 @@ class Run:
             if self.state.data["fleet_before"] is None:
                 self.state.data["fleet_before"] = status
                 self.state.save()
-        if status == "STOPPED":
+        deadline = time.monotonic() + timeout
+        if status == "STOPPED" and self.state.data["fleet_before"] == "STOPPED":
             self.check_no_compute_instances()
         else:
-            if status not in {"STOP_REQUESTED", "STOPPING"}:
+            # This run asked for the stop (now, or before an interruption): the STOPPED it waits for may be written
+            # by anyone the compute role lets in, so EC2 has the last word (bounded by the same --stop-timeout).
+            if status not in {"STOP_REQUESTED", "STOPPING", "STOPPED"}:
                 self.fleet.request(status, "STOP_REQUESTED")
                 self.console.print(f"requested STOP_REQUESTED for the compute fleet of {self.cluster} (was {status})")
-            self.fleet.wait(STOP_WAIT, "STOPPED", timeout, self.console)
+            if status != "STOPPED":
+                self.fleet.wait(STOP_WAIT, "STOPPED", timeout, self.console)
+            self.wait_compute_instances_ended(deadline, timeout)
         self.state.mark("stop")
         self.console.print(f"the compute fleet of {self.cluster} is STOPPED")
 
+    def live_compute_instances(self) -> list[Node]:
+        """The cluster's compute instances that may run a job (:data:`COMPUTE_INSTANCE_STATES`), from EC2.
+
+        DescribeInstances by ParallelCluster's ``parallelcluster:cluster-name`` tag (:func:`pcluster_nodes`),
+        without the head node and login nodes. A failed read is a :class:`CliError`, never an empty list.
+        """
+        return [
+            node
+            for node in pcluster_nodes(self.target)
+            if node.group not in {"head-node", "LoginNode"} and COMPUTE_INSTANCE_STATES.get(node.status) != "ended"
+        ]
+
     def check_no_compute_instances(self) -> None:
-        """Refuse a ``STOPPED`` status item that EC2 contradicts.
+        """Refuse a ``STOPPED`` status item found before this run asked for anything, when EC2 contradicts it.
 
         Compute nodes' role may write ParallelCluster's status table, so a job can forge ``STOPPED``;
         the instances' ParallelCluster tags (EC2 DescribeInstances) it cannot. A compute instance
         pending, running or stopping means the fleet is not stopped; one shutting down is being terminated
         (clustermgtd's last terminations can trail its STOPPED) and runs no job.
         """
-        live = [
-            node
-            for node in pcluster_nodes(self.target)
-            if node.group not in {"head-node", "LoginNode"} and node.status not in {"stopped", "shutting-down"}
-        ]
+        live = self.live_compute_instances()
         if live:
             raise CliError(
                 f"the status item of {self.cluster} says STOPPED but EC2 shows {len(live)} compute instance(s) "
@@ -994,6 +1021,55 @@ class Run:
                 f"(DynamoDB table parallelcluster-{self.cluster}) and `mlcluster status {self.target.name}`",
                 EXIT_FAILED,
             )
+
+    def wait_compute_instances_ended(self, deadline: float, timeout: int) -> None:
+        """After the status item of a stop this run asked for reads ``STOPPED``: wait, until ``deadline`` (the
+        ``--stop-timeout`` of the whole stop, ``timeout`` seconds), for EC2 to show no compute instance live.
+
+        A job on a compute node may write ``STOPPED`` over this run's ``STOP_REQUESTED`` while the instances
+        still run. clustermgtd (aws-parallelcluster-node ``slurm_plugin/clustermgtd.py``) terminates every
+        compute node on each loop while the status is a stop status, ``STOPPED`` included, so the instances
+        normally end within a loop or two; if it cannot (it is down, its termination fails), they run on, and
+        a deploy then would apply the change with the fleet running. What the wait meets, polled every
+        :data:`POLL_SECONDS` (each poll one DescribeInstances):
+
+        ========================================================  ===================================================
+        EC2 shows                                                 the wait
+        ========================================================  ===================================================
+        no compute instance, or each shutting-down, terminated    done: the stop is marked, the deploy may run
+        or stopped (:data:`COMPUTE_INSTANCE_STATES` ``ended``)
+        a compute instance pending, running or stopping, or in    poll again
+        a state the table does not know, before the deadline
+        the same at the deadline (a read at the deadline counts)  :data:`EXIT_TIMEOUT`, naming the instances; the
+                                                                  failed stop is undone like any other (the fleet
+                                                                  started again) and ``--resume`` stops it again
+        DescribeInstances fails: denied, throttled past           :data:`EXIT_AWS` (:func:`aws_errors`), the same
+        botocore's retries, read or connect timeout, no endpoint  way back; never read as "no instance"
+        ========================================================  ===================================================
+
+        The head node and login nodes are not compute instances. At least one read is made, even when the
+        status item's wait used up the time.
+        """
+        with self.console.status(f"waiting for EC2 to show the compute instances of {self.cluster} ended") as spinner:
+            while True:
+                live = self.live_compute_instances()
+                if not live:
+                    return
+                if time.monotonic() >= deadline:
+                    raise CliError(
+                        f"the status item of {self.cluster} says STOPPED but after --stop-timeout {timeout} s EC2 "
+                        f"still shows {len(live)} compute instance(s) pending, running or stopping "
+                        f"({', '.join(f'{n.instance_id} {n.status}' for n in live[:5])}"
+                        f"{', ...' if len(live) > 5 else ''}): clustermgtd did not terminate them, or someone else "
+                        "wrote STOPPED; nothing was deployed\n  what to do: check who wrote the item (DynamoDB "
+                        f"table {self.fleet.table}), clustermgtd's log on the head node "
+                        f"(/var/log/parallelcluster/clustermgtd) and `mlcluster status {self.target.name}`",
+                        EXIT_TIMEOUT,
+                    )
+                spinner.update(
+                    f"compute fleet of {self.cluster}: STOPPED, {len(live)} compute instance(s) not ended yet in EC2"
+                )
+                time.sleep(POLL_SECONDS)
 
     def start(self, timeout: int) -> None:
         """Start the fleet again if this run found it running; a fleet that was stopped stays stopped."""

@@ -337,6 +337,47 @@ def test_new_asks_aws_and_refuses_any_lock_or_deployed_stack(aws: Aws, tmp_path:
     assert "exists: --new declares a first lock" in result.exception.message
 
 
+def test_lock_replaces_a_lock_copied_from_another_environment_with_its_own_stacks(
+    aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The way the refusal of a foreign lock names: `mlcluster lock ENV` reads ENV's deployed stacks and compares
+    nothing with the other environment's record (neither its stacks as gone nor its acceptances carried)."""
+    envs = folder(tmp_path)
+    deploy("team-Storage", template(), protect=True)
+    foreign = {
+        "format": 2,
+        "environment": "dev",
+        "source": "deployed",
+        "allowances_used": [],
+        "accepted": ["dev-Network"],
+        "account": "210987654321",
+        "region": "eu-west-1",
+        "stacks": {},
+    }
+    (envs / "team.lock.json").write_text(json.dumps(foreign), encoding="utf-8")
+    # Every other reader refuses it: protect, and lock --from-templates (it never reads what team has deployed).
+    result = CliRunner().invoke(cli, ["protect", "team", "--environments", str(envs)], standalone_mode=False)
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == EXIT_FAILED, result.output
+    assert f"{envs / 'team.lock.json'}: environment: 'dev' is not valid;" in result.exception.message
+    assert "run 'mlcluster lock team' with credentials" in result.exception.message
+    templates_of(monkeypatch, {})
+    result = lock(envs, "--from-templates")
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == EXIT_FAILED, result.output
+    assert "environment: 'dev' is not valid" in result.exception.message
+    assert json.loads((envs / "team.lock.json").read_text(encoding="utf-8")) == foreign
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert f"{envs / 'team.lock.json'}: records environment 'dev', not 'team': replaced by team's deployed stacks" in (
+        result.output
+    )
+    data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
+    assert (data["environment"], data["source"], list(data["stacks"])) == ("team", "deployed", ["team-Storage"])
+    assert (data["accepted"], data["account"], data["region"]) == ([], "123456789012", REGION)
+    # The edge: the lock now records team and is read as before.
+    result = lock(envs)
+    assert result.exception is None and "records environment" not in result.output, result.output
+
+
 def test_from_templates_never_overwrites_a_deployed_lock_nor_drops_a_stack(
     aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

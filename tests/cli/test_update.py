@@ -123,6 +123,13 @@ class Cloud:
         self.deploy_mode = "ok"
         self.stop_mode = "ok"
         self.start_mode = "ok"
+        #: clustermgtd's loops left before it terminates the compute instances under a forged STOPPED (None: never).
+        self.terminate_in: int | None = None
+        self.terminate_after = 3
+        #: Compute instances pending, running or stopping at each deploy (what ran under the new configuration).
+        self.live_at_deploy: list[int] = []
+        #: Called once when clustermgtd (or an adversary) writes STOPPED.
+        self.when_stopped: list[Any] = []
         self.assembly = world.environments.parent / "assembly"
         aws.answer("cloudformation", "GetTemplate", always=self.get_template)
         ddb = aws_client("dynamodb", REGION)
@@ -182,8 +189,24 @@ class Cloud:
         )
 
     def tick(self) -> None:
-        """clustermgtd's loop: one step of the requested transition per poll."""
+        """clustermgtd's loop: one step of the requested transition per poll.
+
+        ``stop_mode`` ``forged``: a job on a compute node writes STOPPED over the STOP_REQUESTED before
+        clustermgtd acts on it, and clustermgtd then never terminates the instances (it is down, say);
+        ``forged-ends``: the same, but clustermgtd, which terminates compute nodes on every loop while the
+        status is a stop status (STOPPED included), terminates them ``terminate_in`` loops later.
+        """
+        if self.terminate_in is not None:
+            self.terminate_in -= 1
+            if self.terminate_in <= 0:
+                self.terminate_in = None
+                aws_client("ec2", REGION).terminate_instances(InstanceIds=compute_instances())
         status = self.fleet()
+        if status == "STOP_REQUESTED" and self.stop_mode in {"forged", "forged-ends"}:
+            self.set_fleet("STOPPED")
+            self.terminate_in = self.terminate_after if self.stop_mode == "forged-ends" else None
+            self.stopped()
+            return
         following = {
             "STOP_REQUESTED": "STOPPING",
             "STOPPING": "STOPPING" if self.stop_mode == "stuck" else "STOPPED",
@@ -192,9 +215,15 @@ class Cloud:
         }
         if status in following:
             self.set_fleet(following[status])
-        if status == "STOPPING" and self.fleet() == "STOPPED" and compute_instances():
-            # clustermgtd terminates the compute instances before it reports STOPPED.
-            aws_client("ec2", REGION).terminate_instances(InstanceIds=compute_instances())
+        if status == "STOPPING" and self.fleet() == "STOPPED":
+            if compute_instances():
+                # clustermgtd terminates the compute instances before it reports STOPPED.
+                aws_client("ec2", REGION).terminate_instances(InstanceIds=compute_instances())
+            self.stopped()
+
+    def stopped(self) -> None:
+        while self.when_stopped:
+            self.when_stopped.pop(0)()
 
     # -- synthesis and the CDK CLI
     def synthesize(self, folder: Path, environment: str, outdir: Path) -> tuple[Path, dict[str, Any], str]:
@@ -214,6 +243,7 @@ class Cloud:
     def deploy(self, argv: list[str], timeout: int) -> int:
         self.deploys.append(argv)
         self.fleet_at_deploy.append(self.fleet())
+        self.live_at_deploy.append(len(live_compute_instances()))
         if self.deploy_mode == "silent":
             return 0  # exits 0 but the cluster stack keeps its configuration
         if self.deploy_mode == "timeout":
@@ -838,6 +868,150 @@ def compute_instances() -> list[str]:
     ec2 = aws_client("ec2", REGION)
     filters = [{"Name": "tag:parallelcluster:node-type", "Values": ["Compute"]}]
     return [i["InstanceId"] for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+
+
+def live_compute_instances() -> list[str]:
+    ec2 = aws_client("ec2", REGION)
+    filters = [
+        {"Name": "tag:parallelcluster:node-type", "Values": ["Compute"]},
+        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping"]},
+    ]
+    return [i["InstanceId"] for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+
+
+def test_a_stopped_written_during_the_stop_wait_while_instances_run_is_not_deployed_on(
+    p4de: World, cloud: Cloud, aws: Aws
+) -> None:
+    """A job writes STOPPED over update's own STOP_REQUESTED; the six compute instances keep running: the EC2
+    wait runs out, nothing is deployed, the fleet is started again and the run resumes (attacker review)."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode = "forged"
+    result = p4de.run("update", ENV, "--yes", "--stop-timeout", "120")
+    assert result.exit_code == EXIT_TIMEOUT, result.output
+    assert cloud.deploys == [] and cloud.deployed != cloud.new
+    assert (
+        "stopping the compute fleet failed: the status item of p4de-train says STOPPED but after --stop-timeout "
+        "120 s EC2 still shows 6 compute instance(s) pending, running or stopping"
+    ) in result.stderr
+    assert "nothing was deployed" in result.stderr and "DynamoDB table parallelcluster-p4de-train" in result.stderr
+    assert "mlcluster update p4de --resume" in result.stderr
+    # The stop did not finish, so it is undone like any failed stop: the fleet is started again.
+    assert fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"] and cloud.fleet() == "RUNNING"
+    assert stored(p4de)["steps"] == {}
+    ec2_reads = aws.params("DescribeInstances")
+    assert len(ec2_reads) >= 3  # the plan's read, then the wait's polls until the deadline
+    assert ec2_reads[-1]["Filters"][0] == {"Name": "tag:parallelcluster:cluster-name", "Values": [CLUSTER]}
+    cloud.stop_mode = "ok"
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.fleet_at_deploy == ["STOPPED"] and cloud.live_at_deploy == [0]
+    assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
+
+
+def test_a_stopped_written_early_waits_for_the_instances_to_end_then_deploys(
+    p4de: World, cloud: Cloud, aws: Aws
+) -> None:
+    """clustermgtd terminates compute nodes on each loop while the status is STOPPED too: once EC2 shows them
+    ended (within the bound), the update goes on, and never deploys while one still runs."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode = "forged-ends"
+    result = p4de.run("update", ENV, "--yes", "--stop-timeout", "120")
+    assert result.exit_code == 0, result.output
+    assert cloud.fleet_at_deploy == ["STOPPED"] and cloud.live_at_deploy == [0]
+    assert cloud.deployed == cloud.new and cloud.fleet() == "RUNNING"
+    assert fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
+
+
+def test_a_resume_after_an_interrupted_instance_wait_waits_again(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while EC2 still shows the instances under a forged STOPPED: the resume finds the item STOPPED and
+    the stop this run asked for not done, so it waits on EC2 again before deploying (it does not trust the item)."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode = "forged"
+    real = update_module.Run.live_compute_instances
+    reads = 0
+
+    def interrupted(run: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        if reads == 3:  # the wait's third poll (the plan reads EC2 through pcluster_nodes, not here)
+            raise KeyboardInterrupt
+        return real(run)
+
+    monkeypatch.setattr(update_module.Run, "live_compute_instances", interrupted)
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_INTERRUPTED, result.output
+    assert "interrupted; done: nothing" in result.stderr and cloud.deploys == []
+    assert cloud.fleet() == "STOPPED" and len(live_compute_instances()) == 6
+    monkeypatch.setattr(update_module.Run, "live_compute_instances", real)
+    cloud.terminate_in = 2  # clustermgtd's next loops terminate them
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.fleet_at_deploy == ["STOPPED"] and cloud.live_at_deploy == [0]
+    assert fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
+
+
+@pytest.mark.parametrize(("loops", "exit_code"), [(3, 0), (4, EXIT_TIMEOUT)])
+def test_the_instance_wait_ends_at_the_stop_timeout(
+    p4de: World, cloud: Cloud, aws: Aws, loops: int, exit_code: int
+) -> None:
+    """The edge of the bound: --stop-timeout 60 covers the status item's wait (one 15 s poll) and EC2's. Instances
+    ended by the read at 60 s are accepted; ended one poll later, the update stops before deploying."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode, cloud.terminate_after = "forged-ends", loops
+    result = p4de.run("update", ENV, "--yes", "--stop-timeout", "60")
+    assert result.exit_code == exit_code, result.output
+    assert cloud.live_at_deploy == ([0] if exit_code == 0 else [])
+
+
+@pytest.mark.parametrize(
+    ("code", "shown"),
+    [
+        ("UnauthorizedOperation", "UnauthorizedOperation: not allowed"),
+        ("RequestLimitExceeded", "RequestLimitExceeded: not allowed"),
+        ("read-timeout", "Read timeout on endpoint URL"),
+        ("no-endpoint", "Could not connect to the endpoint URL"),
+    ],
+)
+def test_a_failed_ec2_read_after_stopped_is_never_read_as_stopped(
+    p4de: World, cloud: Cloud, aws: Aws, code: str, shown: str
+) -> None:
+    from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+    def fail(params: dict[str, Any]) -> dict[str, Any]:
+        url = "https://ec2.us-west-2.amazonaws.com/"
+        if code == "read-timeout":
+            raise ReadTimeoutError(endpoint_url=url)
+        if code == "no-endpoint":
+            raise EndpointConnectionError(endpoint_url=url)
+        return error(code, "not allowed", 403)
+
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.when_stopped.append(lambda: aws.answer("ec2", "DescribeInstances", always=fail))
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_AWS, result.output
+    assert "Traceback" not in result.output
+    assert f"stopping the compute fleet failed: DescribeInstances for cluster {CLUSTER} failed:" in result.stderr
+    assert shown in result.stderr and "mlcluster update p4de --resume" in result.stderr
+    assert cloud.deploys == [] and cloud.fleet() == "RUNNING" and stored(p4de)["steps"] == {}
+    del aws.sticky[("ec2", "DescribeInstances")]
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.live_at_deploy == [0] and cloud.deployed == cloud.new
+
+
+def test_every_ec2_instance_state_has_a_decision() -> None:
+    """The table covers exactly EC2's InstanceStateName enum (botocore's model); a state it does not know is live."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("ec2")
+    assert set(update_module.COMPUTE_INSTANCE_STATES) == set(model.shape_for("InstanceStateName").enum)
+    assert {s for s, d in update_module.COMPUTE_INSTANCE_STATES.items() if d == "live"} == {
+        "pending",
+        "running",
+        "stopping",
+    }
 
 
 def test_a_forged_stopped_status_with_compute_instances_running_is_refused(p4de: World, cloud: Cloud, aws: Aws) -> None:
