@@ -518,6 +518,19 @@ EDITS = [
         "grant on it)",
     ),
     edit(
+        "ParallelCluster accounting database removed",
+        "pcluster-accounting",
+        {"storage.accounting": _DELETE},
+        refused={
+            ACCOUNTING_DB,
+            "Storage/AccountingDatabase/SlurmdbdUser/Logs/Resource",
+            "Storage/AccountingDatabase/SlurmdbdUser/ProviderLogs/Resource",
+        },
+        safe_way="mysqldump it first, then allow: the final snapshot, the retained secrets and the user function's "
+        "log groups stay and bill until deleted by hand",
+        deploy="fleet_stop",
+    ),
+    edit(
         "accounting database max capacity 2 -> 8 ACUs",
         "hyperpod-accounting",
         {"storage.accounting.max_capacity_acu": 8},
