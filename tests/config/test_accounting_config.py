@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mlcluster.config import ConfigError, load_environment
-from tests.support import write_env
+from tests.support import ROOT, write_env
 
 TWO_ZONES = {"availability_zone_id": "use1-az4", "extra_zones": [{"availability_zone_id": "use1-az6"}]}
 WORKER = {"instance_group_name": "gpu", "instance_type": "ml.p5.48xlarge"}
@@ -165,3 +165,20 @@ def test_a_long_cluster_name_is_refused_with_the_managed_database(tmp_path: Path
     assert any("at most 40 allowed with Slurm accounting" in m for m in messages), messages
     no_database = load_environment(write_env(tmp_path / "plain", "acct", {"network": TWO_ZONES, "cluster": cluster}))
     assert not [f for f in check_environment(no_database) if f.path == "cluster.name"]
+
+
+def test_the_storage_digest_counts_database_name_only_off_its_default(tmp_path: Path) -> None:
+    """A setting added after environments were deployed leaves their Storage digest as it was (no consumer
+    update for nothing), and still counts once it is set."""
+    from mlcluster.stacks.common import producer_digest
+
+    def digest(database: dict[str, Any], folder: str) -> str:
+        env = load_environment(write_env(tmp_path / folder, "acct", environment(database, pcluster())))
+        return producer_digest(env, "Storage")
+
+    unset = digest({}, "unset")
+    assert digest({"database_name": "slurm_acct_db"}, "default") == unset
+    assert digest({"database_name": "train_history"}, "set") != unset
+    # The hyperpod-accounting example's Storage digest as its committed snapshot records it, from before the setting.
+    example = load_environment(ROOT / "environments" / "hyperpod-accounting.yaml")
+    assert producer_digest(example, "Storage") == "2a9fef81ae4f2889"
