@@ -765,7 +765,14 @@ def test_a_removed_retained_dra_is_reported_as_still_running(results: dict[str, 
     dropped_db = "accounting database removed (back to local)"
     (secret_note,) = results[dropped_db].notes
     assert "AccountingDatabase/Cluster/Secret/Resource" in secret_note and "leaves the template" in secret_note
-    noted = {e.name: results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved, dropped_db)}
+    # ParallelCluster's: both retained secrets (the master's and slurmdbd's bare password) stay outside the stack.
+    dropped_pc = "ParallelCluster accounting database removed"
+    notes = results[dropped_pc].notes
+    assert len(notes) == 2 and all("leaves the template" in note for note in notes)
+    assert "AccountingDatabase/Cluster/Secret/Resource" in notes[0] + notes[1]
+    assert "AccountingDatabase/SlurmdbdUser/Secret/Resource" in notes[0] + notes[1]
+    skipped = ("remove a DRA", moved, dropped_db, dropped_pc)
+    noted = {e.name: results[e.name].notes for e in EDITS if e.name not in skipped}
     assert {name: notes for name, notes in noted.items() if notes} == {}
 
 
