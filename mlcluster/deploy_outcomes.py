@@ -39,6 +39,38 @@ rolling the stack back, and says which need ``mlcluster update ENV``:
   slurmdbd would be cut off until the cluster is created again. Refused with
   the way through (``storage.accounting.admit_node_group``, docs/upgrading.md).
 
+- A HyperPod instance group kept under its ``InstanceGroupName`` whose
+  ``OverrideVpcConfig`` (subnets or security groups) changes, or is added or
+  removed, on a cluster that is not replaced. CloudFormation's schema for
+  ``AWS::SageMaker::Cluster`` (the one cfn-lint bundles) does not mark it
+  create-only, so the deploy sends it to SageMaker's ``UpdateCluster``. That
+  API takes the same ``ClusterInstanceGroupSpecification`` as CreateCluster
+  (botocore's model; its text on ``OverrideVpcConfig`` speaks only of
+  multi-AZ deployments), but the SageMaker Developer Guide's page for Slurm
+  clusters ("Update cluster configuration",
+  sagemaker-hyperpod-operate-slurm-cli-command.html) says what an update
+  changes on an existing group: its instance count (down to 0) and its
+  lifecycle script's entrypoint and path, while the group keeps the instance
+  type, execution role and threads per core it was created with
+  (``mlcluster.replacement`` counts a change of those as a replacement); a
+  group's network is not among them, and the running nodes' network
+  interfaces stay where they were created. Not tried against the service:
+  refused, with the ways that create the nodes anew (a new group name, or a
+  new cluster). A group added with an override, or one whose override is
+  unchanged, passes.
+
+- A subnet or security group that a kept group holds through its
+  ``OverrideVpcConfig``, read from another stack's output
+  (``Fn::GetStackOutput``), replaced by the edit (an extra zone moved or its
+  CIDR changed; the accounting database's client group made again): the
+  cluster's template stays as it was, but the deploy re-reads the output and
+  sends UpdateCluster the new id for the running group, the same change as
+  above. Refused the same way. For a security group it is worse: the Storage
+  or Network stack deploys first, so whatever admits the new group (the
+  database's MySQL rule, for its client group) stops admitting the running
+  nodes, and CloudFormation cannot delete the old group while their network
+  interfaces hold it.
+
 Settings a lock written before they were recorded lacks are not compared: a
 note says to run ``mlcluster lock``.
 """
@@ -52,7 +84,16 @@ from collections.abc import Mapping, Sequence
 from mlcluster.config import Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
 from mlcluster.pcluster.update_policy import ClusterChange, cluster_changes, rollback_changes
-from mlcluster.replacement import PCLUSTER_TYPE, ResourceState, Snapshot, StackState
+from mlcluster.replacement import (
+    GROUP_KEY,
+    GROUP_NETWORKS_KEY,
+    HYPERPOD_TYPE,
+    PCLUSTER_TYPE,
+    ResourceState,
+    Snapshot,
+    StackState,
+    compare,
+)
 
 FSX_TYPE = "AWS::FSx::FileSystem"
 DRA_TYPE = "AWS::FSx::DataRepositoryAssociation"
@@ -430,11 +471,211 @@ def _accounting_checks(environment: Environment, locked: Snapshot, snapshot: Sna
     return problems
 
 
+#: Network resources a HyperPod instance group can hold through its ``OverrideVpcConfig``.
+NETWORK_TYPES = frozenset({"AWS::EC2::SecurityGroup", "AWS::EC2::Subnet"})
+
+
+def _group_key(environment: Environment, group: str) -> str:
+    """The environment key of HyperPod instance group ``group`` (``cluster.hyperpod.workers[1]``)."""
+    hyperpod = environment.config.cluster.hyperpod
+    for path, found in hyperpod.groups() if hyperpod is not None else []:
+        if found.instance_group_name == group:
+            return f"cluster.hyperpod.{path}"
+    return "cluster.hyperpod"
+
+
+def _network_change(old: object, new: object) -> str:
+    """What an ``OverrideVpcConfig`` change is, in words."""
+    if old is None:
+        return "gains an OverrideVpcConfig (its own subnets or security groups)"
+    if new is None:
+        return "loses its OverrideVpcConfig (back to the cluster's VpcConfig)"
+    parts = [
+        field
+        for field in ("Subnets", "SecurityGroupIds")
+        if not isinstance(old, Mapping) or not isinstance(new, Mapping) or old.get(field) != new.get(field)
+    ]
+    return f"changes the {' and '.join(parts) or 'settings'} of its OverrideVpcConfig"
+
+
+def _token(value: object) -> str:
+    """A subnet or security group id as text; another stack's output as ``<stack output>``, a reference as
+    ``<logical id>``."""
+    if isinstance(value, Mapping) and isinstance(value.get("Fn::GetStackOutput"), Mapping):
+        source = value["Fn::GetStackOutput"]
+        return f"<{source.get('StackName')} {source.get('OutputName')}>"
+    if isinstance(value, Mapping) and len(value) == 1:
+        inner = next(iter(value.values()))
+        return f"<{inner[0] if isinstance(inner, list) and inner else inner}>"
+    return str(value)
+
+
+def _network_text(override: object) -> str:
+    """An ``OverrideVpcConfig`` as ``subnets [..] security groups [..]``, or ``(none: the cluster's VpcConfig)``."""
+    if not isinstance(override, Mapping):
+        return "(none: the cluster's VpcConfig)"
+    parts = []
+    for field, label in (("Subnets", "subnets"), ("SecurityGroupIds", "security groups")):
+        items = override.get(field)
+        listed = ", ".join(_token(item) for item in items) if isinstance(items, list) else _token(items)
+        parts.append(f"{label} [{listed}]")
+    return " ".join(parts)
+
+
+def _network_problem(
+    environment: Environment, stack: str, cluster: str, group: str, old: object, new: object
+) -> Problem:
+    key = _group_key(environment, group)
+    return Problem(
+        key,
+        NOT_A_VALUE,
+        f"this edit keeps instance group {group} of the HyperPod cluster {cluster} ({stack}) under its name but "
+        f"{_network_change(old, new)}: {_network_text(old)} -> {_network_text(new)}. The deploy would send it to "
+        "SageMaker's UpdateCluster, which changes an existing group's instance count and lifecycle script, not "
+        "its network (the running nodes keep the network interfaces they were created with): it may fail and "
+        "roll the stack back, or leave the nodes on the old network. This can be the group's zones, or for the "
+        "controller the accounting database's client group (storage.accounting with accounting.mode managed). "
+        "Safe ways, each of which creates the nodes anew: give the group a new instance_group_name in "
+        f"{key} (a new group is created with the new network; move the work, then remove the old group; a new "
+        "controller group is a new Slurm controller, so take what it holds first), or create the cluster again "
+        "(drain the partitions, copy what the controller holds, set a new cluster.name and name Cluster/Cluster "
+        "in retention.allow_replacement for that deploy). Or keep the group's network as deployed.",
+    )
+
+
+def _kept_groups(resource: ResourceState) -> set[str]:
+    """The instance groups a HyperPod cluster's state names: its record of the groups' networks, and the groups'
+    create-only fields (which a lock written before that record holds too)."""
+    names = set(resource.settings.get(GROUP_NETWORKS_KEY, {}))
+    names |= {key[len(GROUP_KEY) :].split("]", 1)[0] for key in resource.create_only if key.startswith(GROUP_KEY)}
+    return names
+
+
+def _replaced_network_problems(
+    environment: Environment,
+    snapshot: Snapshot,
+    stack: str,
+    cluster: str,
+    old: ResourceState,
+    new: ResourceState,
+    replaced: Mapping[tuple[str, str], str],
+    *,
+    edited: set[str],
+) -> list[Problem]:
+    """A problem for each subnet or security group that a kept group of the HyperPod cluster ``new`` holds
+    through its ``OverrideVpcConfig``, read from another stack's output (``Fn::GetStackOutput``), and that this
+    edit replaces: the cluster's template is unchanged, but the deploy sends UpdateCluster the new id for the
+    running group, the same change :func:`_network_problem` refuses when the override itself is edited."""
+    problems: list[Problem] = []
+    kept = _kept_groups(old)
+    overrides = new.settings.get(GROUP_NETWORKS_KEY, {})
+    for group, override in sorted(overrides.items()):
+        if group not in kept or group in edited or not isinstance(override, Mapping):
+            continue
+        found: dict[tuple[str, str], str] = {}
+        for field in ("Subnets", "SecurityGroupIds"):
+            values = override.get(field, [])
+            for value in values if isinstance(values, list) else []:
+                source = value.get("Fn::GetStackOutput") if isinstance(value, Mapping) else None
+                if not isinstance(source, Mapping) or str(source.get("StackName")) not in snapshot:
+                    continue
+                producer = str(source.get("StackName"))
+                for target in snapshot[producer].outputs.get(str(source.get("OutputName")), []):
+                    if (producer, target) in replaced:
+                        found[producer, replaced[producer, target]] = (
+                            "subnet" if field == "Subnets" else "security group"
+                        )
+        for (producer, path), kind in sorted(found.items()):
+            problems.append(_replaced_network_problem(environment, stack, cluster, group, producer, path, kind))
+    return problems
+
+
+def _replaced_network_problem(
+    environment: Environment, stack: str, cluster: str, group: str, producer: str, path: str, kind: str
+) -> Problem:
+    key = _group_key(environment, group)
+    held = (
+        "The Storage and Network stacks deploy before the Cluster stack: from then on whatever admits the new "
+        "group (the accounting database's rule, for its client group) no longer admits the running nodes, so "
+        "slurmdbd loses its database, and CloudFormation cannot delete the old group while their network "
+        "interfaces hold it. "
+        if kind == "security group"
+        else "CloudFormation cannot delete the old subnet while the running nodes' network interfaces are in it. "
+    )
+    ways = (
+        "Safe ways: keep the security group as deployed, or create the cluster again in this deploy (drain the "
+        "partitions, copy what the controller holds, set a new cluster.name and name Cluster/Cluster in "
+        "retention.allow_replacement; the old group is left behind while the old cluster holds it: delete it by "
+        "hand once the old cluster is gone)."
+        if kind == "security group" or key == "cluster.hyperpod.controller"
+        else f"Safe ways: keep the {kind} as deployed, or first, in a deploy of its own, move the group's work to "
+        f"a group of a new instance_group_name that does not use it and remove this group from {key}, then make "
+        "this edit; or create the cluster again (drain the partitions, copy what the controller holds, set a new "
+        "cluster.name and name Cluster/Cluster in retention.allow_replacement)."
+    )
+    return Problem(
+        key,
+        NOT_A_VALUE,
+        f"this edit replaces the {kind} {path} (stack {producer}), which instance group {group} of the HyperPod "
+        f"cluster {cluster} ({stack}) holds through its OverrideVpcConfig. The cluster's template stays as it was (it "
+        f"reads the id from {producer}'s output), but the deploy sends the new {kind}'s id to SageMaker's "
+        "UpdateCluster for the running group: the network change of an existing group that this synth refuses "
+        f"when the group's zones or groups are edited. {held}{ways}",
+    )
+
+
+def _hyperpod_network_checks(
+    environment: Environment, locked: Snapshot, snapshot: Snapshot
+) -> tuple[list[Problem], list[str]]:
+    """Kept HyperPod instance groups whose ``OverrideVpcConfig`` changes, or whose override's subnet or security
+    group is replaced in another stack (both refused), on a cluster the edit does not replace."""
+    problems: list[Problem] = []
+    notes: list[str] = []
+    clusters = [
+        (stack, lid, old)
+        for stack in sorted(set(locked) & set(snapshot))
+        for lid, old in sorted(locked[stack].resources.items())
+        if old.type == HYPERPOD_TYPE
+        and lid in snapshot[stack].resources
+        and snapshot[stack].resources[lid].type == HYPERPOD_TYPE
+    ]
+    if not clusters:
+        return problems, notes
+    changes = compare(locked, snapshot)
+    replaced = {(c.stack, c.logical_id): c.path for c in changes if c.action == "replace"}
+    networks_replaced = {
+        key: path for key, path in replaced.items() if locked[key[0]].resources[key[1]].type in NETWORK_TYPES
+    }
+    for stack, lid, old in clusters:
+        if (stack, lid) in replaced:
+            continue  # a new cluster: every group is created with its network
+        new = snapshot[stack].resources[lid]
+        name = str(new.create_only.get("ClusterName", lid))
+        changed: set[str] = set()
+        if new.digest != old.digest and GROUP_NETWORKS_KEY not in old.settings:
+            notes.append(
+                _unrecorded(environment, f"the instance groups' OverrideVpcConfig of the HyperPod cluster in {stack}")
+                + " (until then a kept group's network change is not refused, and UpdateCluster may not take it)"
+            )
+        elif new.digest != old.digest:
+            before, after = old.settings[GROUP_NETWORKS_KEY], new.settings.get(GROUP_NETWORKS_KEY, {})
+            changed = {group for group in before.keys() & after.keys() if before[group] != after[group]}
+            problems += [
+                _network_problem(environment, stack, name, group, before[group], after[group])
+                for group in sorted(changed)
+            ]
+        # A group whose override is edited is refused above already.
+        problems += _replaced_network_problems(
+            environment, snapshot, stack, name, old, new, networks_replaced, edited=changed
+        )
+    return problems, notes
+
+
 def outcome_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> tuple[list[Problem], list[str]]:
     """The problems (edits whose deploy would fail) and notes (edits that need ``mlcluster update``) of an edit."""
     problems: list[Problem] = []
     notes: list[str] = []
-    for check in (_version_checks, _cluster_checks, _file_system_checks):
+    for check in (_version_checks, _cluster_checks, _file_system_checks, _hyperpod_network_checks):
         more, more_notes = check(environment, locked, snapshot)
         problems += more
         notes += more_notes

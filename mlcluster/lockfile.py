@@ -36,7 +36,8 @@ The same synth also refuses an edit whose deploy would fail and roll back
 (``mlcluster.deploy_outcomes``): a change ParallelCluster refuses on the
 running cluster (its update policies, read from its package), a new
 ParallelCluster release for a kept cluster, a file system made smaller, a
-Lustre throughput change, a DRA replaced over its own retained paths; and it
+Lustre throughput change, a DRA replaced over its own retained paths, a kept
+HyperPod instance group's ``OverrideVpcConfig`` changed; and it
 notes the changes ``mlcluster update ENV`` must deploy (the compute fleet
 stopped). The lock records what those rules compare (``ResourceState.settings``).
 

@@ -104,6 +104,7 @@ PCLUSTER_TYPE = "Custom::PclusterCluster"
 #: replaced (``mlcluster.deploy_outcomes`` reads them): the whole ParallelCluster configuration (its update
 #: policies), a file system's capacity and throughput (FSx cannot shrink; the resource specification replaces
 #: on a throughput change) and a nested stack's template URL (ParallelCluster's provider names its release).
+#: A HyperPod cluster also records each instance group's ``OverrideVpcConfig`` (:data:`GROUP_NETWORKS_KEY`).
 OUTCOME_SETTINGS: dict[str, tuple[str, ...]] = {
     PCLUSTER_TYPE: ("ClusterConfiguration",),
     "AWS::FSx::FileSystem": (
@@ -174,6 +175,10 @@ HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
 HYPERPOD_GROUP_FIELDS = ("InstanceType", "ExecutionRole", "ThreadsPerCore")
 #: Create-only keys of kept instance groups: ``InstanceGroups[<name>].<field>``.
 GROUP_KEY = "InstanceGroups["
+#: Where a HyperPod cluster's settings record each instance group's ``OverrideVpcConfig``:
+#: ``{InstanceGroupName: OverrideVpcConfig or None}`` (None: the group uses the cluster's ``VpcConfig``). A lock
+#: written before this was recorded has no such key (``mlcluster.deploy_outcomes`` then notes it).
+GROUP_NETWORKS_KEY = "InstanceGroups/*/OverrideVpcConfig"
 
 #: ``weaken``: kept in place, but what happens to it on delete (its deletion or replace policy) or
 #: how long it keeps data (retention, backups, versioning) is weaker than the lock records.
@@ -418,12 +423,20 @@ def volume_policy_changes(before: Mapping[str, str], after: Mapping[str, str]) -
 
 
 def _outcome_settings(resource_type: str, properties: Mapping[str, Any]) -> dict[str, Any]:
-    """The values of ``resource_type``'s ``OUTCOME_SETTINGS`` present in ``properties``."""
+    """The values of ``resource_type``'s ``OUTCOME_SETTINGS`` present in ``properties`` (for a HyperPod cluster
+    also each instance group's ``OverrideVpcConfig``, :data:`GROUP_NETWORKS_KEY`)."""
     values: dict[str, Any] = {}
     for pointer in OUTCOME_SETTINGS.get(resource_type, ()):
         found = _lookup(dict(properties), pointer.split("/"))
         if found is not _ABSENT:
             values[pointer] = found
+    groups = properties.get("InstanceGroups") if resource_type == HYPERPOD_TYPE else None
+    if isinstance(groups, list):
+        values[GROUP_NETWORKS_KEY] = {
+            str(group.get("InstanceGroupName")): group.get("OverrideVpcConfig")
+            for group in groups
+            if isinstance(group, dict)
+        }
     return values
 
 

@@ -110,12 +110,29 @@ PCLUSTER_ACCOUNTING: dict[str, Any] = {
     "network": {"availability_zone": "us-east-2a", "extra_zones": [{"availability_zone": "us-east-2b"}]},
     "storage": {**PCLUSTER["storage"], "accounting": {}},
 }
+#: HyperPod with worker group gpu-b in a second zone (its OverrideVpcConfig reads that zone's subnet from the
+#: Network stack's output).
+HYPERPOD_ZONES: dict[str, Any] = {
+    **HYPERPOD,
+    "network": {"availability_zone_id": "usw2-az4", "extra_zones": [{"availability_zone_id": "usw2-az1"}]},
+    "cluster": {
+        **HYPERPOD["cluster"],
+        "hyperpod": {
+            **HYPERPOD["cluster"]["hyperpod"],
+            "workers": [
+                HYPERPOD["cluster"]["hyperpod"]["workers"][0],
+                {**HYPERPOD["cluster"]["hyperpod"]["workers"][1], "zones": ["usw2-az1"]},
+            ],
+        },
+    },
+}
 BASES = {
     "pcluster": PCLUSTER,
     "hyperpod": HYPERPOD,
     "data-only": DATA_ONLY,
     "hyperpod-accounting": HYPERPOD_ACCOUNTING,
     "pcluster-accounting": PCLUSTER_ACCOUNTING,
+    "hyperpod-zones": HYPERPOD_ZONES,
 }
 ACCOUNTING_DB = "Storage/AccountingDatabase/Cluster/Resource"
 
@@ -498,9 +515,27 @@ EDITS = [
             "storage.accounting": {},
             f"{HP}.lifecycle.accounting": {"mode": "managed"},
         },
-        note="the controller group gains an OverrideVpcConfig (the database's client group), which UpdateCluster "
-        "may not take on a running group (not checked): create the cluster again, moving a local database first "
-        "(design notes, 'Moving a local HyperPod accounting database')",
+        deploy="refused",
+        safe_way="the kept controller group gains an OverrideVpcConfig (the database's client group), which "
+        "UpdateCluster does not change on an existing group: create the cluster again (a new cluster.name, "
+        "allowed), moving a local database first (design notes, 'Moving a local HyperPod accounting database')",
+    ),
+    edit(
+        "HyperPod worker group moved to a second zone",
+        "hyperpod",
+        {"network.extra_zones": [{"availability_zone_id": "usw2-az1"}], f"{HP}.workers.1.zones": ["usw2-az1"]},
+        deploy="refused",
+        safe_way="a kept group's OverrideVpcConfig: add a group of a new name in that zone, move work, remove the old",
+    ),
+    edit(
+        "HyperPod second zone's subnet made again while a worker group runs in it",
+        "hyperpod-zones",
+        {"network.extra_zones.0.private_subnet_cidr": "10.0.200.0/24"},
+        also_replaced={"Network/Network/Private2Subnet", "Network/Network/Private2RouteTableAssociation"},
+        deploy="refused",
+        safe_way="the cluster's template is unchanged, but the kept group gpu-b's OverrideVpcConfig reads the new "
+        "subnet from the Network stack: first move its work to a group of a new name outside that zone and remove "
+        "it (a deploy of its own), or create the cluster again (a new cluster.name, allowed)",
     ),
     edit(
         "ParallelCluster managed accounting database added (a second zone)",
@@ -558,8 +593,10 @@ EDITS = [
         "hyperpod-accounting",
         {"storage.accounting": _DELETE, f"{HP}.lifecycle.accounting": {"mode": "local"}},
         refused={ACCOUNTING_DB},
+        deploy="refused",
         safe_way="mysqldump it first, then allow: the final snapshot and the retained secret stay and bill until "
-        "deleted by hand",
+        "deleted by hand; the kept controller group loses the client group's OverrideVpcConfig, so create the "
+        "cluster again (a new cluster.name, allowed) in the same deploy",
     ),
 ]
 

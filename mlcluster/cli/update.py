@@ -20,7 +20,8 @@ stands after each step:
    ``COMPUTE_FLEET`` item of the cluster's DynamoDB table
    (``parallelcluster-<cluster>``), then a bounded wait for ``STOPPED`` and,
    since compute nodes may write that item, for EC2 to show no compute
-   instance left running (:meth:`Run.wait_compute_instances_ended`);
+   instance left running while the item stays ``STOPPED``
+   (:meth:`Run.wait_compute_instances_ended`);
 3. **deploy** the synthesized cloud assembly with the project's pinned CDK CLI
    (``cdk deploy --app <assembly> '<env>/*'``), so what is deployed is what was
    planned;
@@ -1045,14 +1046,29 @@ class Run:
                                                                   started again) and ``--resume`` stops it again
         DescribeInstances fails: denied, throttled past           :data:`EXIT_AWS` (:func:`aws_errors`), the same
         botocore's retries, read or connect timeout, no endpoint  way back; never read as "no instance"
+        the status item, read again after each EC2 read (the      :data:`EXIT_FAILED`, nothing deployed: someone
+        same :meth:`Fleet.status`), is anything but ``STOPPED``   asked for a start (or a stop again) meanwhile, or
+        (``START_REQUESTED``, ``RUNNING``, missing: ``UNKNOWN``)  ParallelCluster cannot read it; the same way back
+        reading the status item fails                             :data:`EXIT_AWS`, the same way back; never read
+                                                                  as ``STOPPED``
         ========================================================  ===================================================
 
-        The head node and login nodes are not compute instances. At least one read is made, even when the
-        status item's wait used up the time.
+        The head node and login nodes are not compute instances. At least one read of each is made, even when
+        the status item's wait used up the time; the item is read after EC2 on each poll, so the deploy never
+        follows an EC2 read that a later change of the item contradicts.
         """
         with self.console.status(f"waiting for EC2 to show the compute instances of {self.cluster} ended") as spinner:
             while True:
                 live = self.live_compute_instances()
+                status = self.fleet.status()
+                if status != "STOPPED":
+                    raise CliError(
+                        f"the compute fleet of {self.cluster} went {status} while mlcluster waited for EC2 to show "
+                        "its compute instances ended: another request changed it, or ParallelCluster cannot read "
+                        "its status; nothing was deployed\n  what to do: `mlcluster status "
+                        f"{self.target.name}`; check who wrote the item (DynamoDB table {self.fleet.table})",
+                        EXIT_FAILED,
+                    )
                 if not live:
                     return
                 if time.monotonic() >= deadline:

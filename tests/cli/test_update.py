@@ -1001,6 +1001,119 @@ def test_a_failed_ec2_read_after_stopped_is_never_read_as_stopped(
     assert cloud.live_at_deploy == [0] and cloud.deployed == cloud.new
 
 
+def flip_during_the_instance_wait(cloud: Cloud, monkeypatch: pytest.MonkeyPatch, change: Any) -> None:
+    """Once the item reads STOPPED with compute instances live (the EC2 wait has begun), ``change`` runs after
+    the next clustermgtd loop (someone writes the item, or its reads start failing), before update's next poll."""
+    real = cloud.tick
+    done = False
+
+    def tick() -> None:
+        nonlocal done
+        due = not done and cloud.fleet() == "STOPPED" and bool(live_compute_instances())
+        real()
+        if due:
+            done = True
+            change()
+
+    monkeypatch.setattr(cloud, "tick", tick)
+
+
+@pytest.mark.parametrize("written", ["START_REQUESTED", "RUNNING", "STOP_REQUESTED", "UNKNOWN"])
+def test_a_status_item_that_leaves_stopped_during_the_instance_wait_stops_the_update(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch, written: str
+) -> None:
+    """Issue 30: while update waits for EC2 after a STOPPED, someone writes the item again (a start, a stop
+    request, or a status ParallelCluster reads as not knowing). clustermgtd then terminates the instances a few loops later, so an EC2-only wait
+    would end and deploy under a fleet that is starting; the item is read on each poll, and anything but
+    STOPPED stops the update before the deploy, with the way to resume."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode, cloud.terminate_after = "forged-ends", 3
+
+    flip_during_the_instance_wait(cloud, monkeypatch, lambda: cloud.set_fleet(written))
+    result = p4de.run("update", ENV, "--yes", "--stop-timeout", "300")
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert cloud.deploys == [] and cloud.deployed != cloud.new
+    assert (
+        f"stopping the compute fleet failed: the compute fleet of {CLUSTER} went {written} while mlcluster waited "
+        "for EC2 to show its compute instances ended"
+    ) in result.stderr
+    assert "nothing was deployed" in result.stderr and f"DynamoDB table parallelcluster-{CLUSTER}" in result.stderr
+    assert "mlcluster update p4de --resume" in result.stderr and "Traceback" not in result.output
+    # The stop did not finish: undone like any failed stop (the fleet started), and --resume stops it again.
+    assert cloud.fleet() == "RUNNING" and stored(p4de)["steps"] == {}
+    cloud.stop_mode = "ok"  # the wrapped tick changes the item once only
+    resumed = p4de.run("update", ENV, "--resume", "--yes")
+    assert resumed.exit_code == 0, resumed.output
+    assert cloud.fleet_at_deploy == ["STOPPED"] and cloud.live_at_deploy == [0] and cloud.deployed == cloud.new
+
+
+def test_a_status_item_that_stays_stopped_is_read_after_every_ec2_read_then_deployed(
+    p4de: World, cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The item stays STOPPED while clustermgtd terminates the instances: each EC2 read of the wait is followed
+    by a read of the item, the last read before the deploy is the item's STOPPED, and the update deploys."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode, cloud.terminate_after = "forged-ends", 3
+    reads: list[str] = []
+    real_status, real_live = update_module.Fleet.status, update_module.Run.live_compute_instances
+
+    def status(fleet: Any) -> str:
+        found = real_status(fleet)
+        reads.append(f"item {found}")
+        return found
+
+    def live(run: Any) -> Any:
+        found = real_live(run)
+        reads.append(f"ec2 {len(found)}")
+        return found
+
+    def deploy(argv: list[str], timeout: int) -> int:
+        reads.append("deploy")
+        return original_deploy(argv, timeout)
+
+    original_deploy = update_module.run_deploy
+    monkeypatch.setattr(update_module.Fleet, "status", status)
+    monkeypatch.setattr(update_module.Run, "live_compute_instances", live)
+    monkeypatch.setattr(update_module, "run_deploy", deploy)
+    result = p4de.run("update", ENV, "--yes", "--stop-timeout", "300")
+    assert result.exit_code == 0, result.output
+    assert cloud.fleet_at_deploy == ["STOPPED"] and cloud.live_at_deploy == [0]
+    wait = reads[reads.index("ec2 6") : reads.index("deploy")]
+    assert wait[-2:] == ["ec2 0", "item STOPPED"]
+    assert [r.split()[0] for r in wait] == ["ec2", "item"] * (len(wait) // 2)
+    assert all(r == "item STOPPED" for r in wait[1::2]) and len(wait) >= 4
+
+
+@pytest.mark.parametrize(
+    ("code", "shown"),
+    [
+        ("AccessDeniedException", "AccessDeniedException: not allowed"),
+        ("ThrottlingException", "ThrottlingException: not allowed"),
+        ("ResourceNotFoundException", "ResourceNotFoundException: not allowed"),
+        ("read-timeout", "Read timeout on endpoint URL"),
+    ],
+)
+def test_a_failed_read_of_the_status_item_during_the_instance_wait_is_never_read_as_stopped(
+    p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch, code: str, shown: str
+) -> None:
+    from botocore.exceptions import ReadTimeoutError
+
+    def fail(params: dict[str, Any]) -> dict[str, Any]:
+        if code == "read-timeout":
+            raise ReadTimeoutError(endpoint_url="https://dynamodb.us-west-2.amazonaws.com/")
+        return error(code, "not allowed", 400)
+
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode, cloud.terminate_after = "forged-ends", 3
+    flip_during_the_instance_wait(cloud, monkeypatch, lambda: aws.answer("dynamodb", "GetItem", always=fail))
+    result = p4de.run("update", ENV, "--yes", "--stop-timeout", "300")
+    assert result.exit_code == EXIT_AWS, result.output
+    assert "Traceback" not in result.output
+    assert f"stopping the compute fleet failed: GetItem COMPUTE_FLEET from DynamoDB table {TABLE}" in result.stderr
+    assert shown in result.stderr and "mlcluster update p4de --resume" in result.stderr
+    assert cloud.deploys == [] and stored(p4de)["steps"] == {}
+
+
 def test_every_ec2_instance_state_has_a_decision() -> None:
     """The table covers exactly EC2's InstanceStateName enum (botocore's model); a state it does not know is live."""
     import botocore.session

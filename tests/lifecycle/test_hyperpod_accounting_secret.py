@@ -319,3 +319,66 @@ def test_slurmdbds_first_start_finds_the_tools_library_before_install_tools_ran(
     started = tool(sandbox, "refresh", STUB_SECRET=secret("rotated-Pass2"))
     assert started.returncode == 0, started.stderr
     assert credentials(sandbox) == ("slurm", "rotated-Pass2")
+
+
+@pytest.mark.parametrize(
+    ("uid", "mode"),
+    [(401, 0o755), (401, 0o700), (1000, 0o755), (0, 0o775), (0, 0o757), (0, 0o777)],
+    ids=["slurm-755", "slurm-700", "a-user-755", "root-group-writable", "root-other-writable", "root-777"],
+)
+def test_the_step_makes_the_platforms_slurm_etc_roots_so_slurmdbd_can_start(
+    tmp_path: Path, uid: int, mode: int
+) -> None:
+    """Issue 30: HyperPod's image makes /opt/slurm/etc with an owner and mode AWS publishes nowhere, and the
+    tool (slurmdbd's ExecStartPre) refuses a folder that is not root's or that group or others can write,
+    so slurmdbd would never start. The accounting step makes the folder root's, mode 755, before it installs
+    the tool; the start that follows, as systemd runs it, passes."""
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, uid, uid)
+    folder.chmod(mode)
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    info = folder.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o755)
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"WARNING: {folder} was owned by uid {uid} with mode {mode:o}; made it root's with mode 755" in log
+    # slurm.conf stays readable by Slurm's users, slurmdbd.conf stays slurm's and 600.
+    assert sandbox.as_user(1000, "cat", str(folder / "slurm.conf")).returncode == 0
+    conf = (folder / "slurmdbd.conf").stat()
+    assert (conf.st_uid, stat.S_IMODE(conf.st_mode)) == (401, 0o600)
+    started = tool(sandbox, "refresh", STUB_SECRET=secret("rotated-Pass2"))
+    assert started.returncode == 0, started.stderr
+    assert credentials(sandbox) == ("slurm", "rotated-Pass2")
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o750, 0o700])
+def test_a_root_folder_no_one_else_can_write_is_left_as_the_platform_made_it(tmp_path: Path, mode: int) -> None:
+    """The edge: a folder of root's without group or other write is what the tool accepts; the step changes nothing."""
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, 0, 401)
+    folder.chmod(mode)
+    result = sandbox.run()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    info = folder.stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, 401, mode)
+    assert "made it root's" not in sandbox.read("/var/log/provision/accounting.log")
+    assert tool(sandbox, "refresh", STUB_SECRET=secret("rotated-Pass2")).returncode == 0
+
+
+def test_the_step_refuses_a_linked_slurm_etc_before_writing_anything(tmp_path: Path) -> None:
+    """A link at /opt/slurm/etc is not followed (root would write the password where it points): the step
+    fails naming it, and installs neither slurmdbd.conf nor the drop-in."""
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
+    folder = sandbox.root / "opt/slurm/etc"
+    elsewhere = sandbox.root / "srv/etc-elsewhere"
+    elsewhere.parent.mkdir(parents=True)
+    folder.rename(elsewhere)
+    folder.symlink_to(elsewhere)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode != 0
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"ERROR: {folder} is not a folder (or is a link); slurmdbd.conf must sit in a real folder of root's" in log
+    assert not (elsewhere / "slurmdbd.conf").exists()
+    assert not (sandbox.root / "etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf").exists()

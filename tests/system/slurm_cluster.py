@@ -79,6 +79,10 @@ class SlurmCluster:
     """The folder of one cluster; :meth:`create` writes the configuration, :meth:`start` starts it."""
 
     root: Path
+    #: slurm.conf's ``ClusterName``: the name slurmctld registers its records under in slurmdbd.
+    cluster_name: str = CLUSTER_NAME
+    #: More ``mariadbd`` options (TLS settings, for one).
+    mariadb_options: tuple[str, ...] = ()
 
     # -- layout -----------------------------------------------------------------------------------
     @property
@@ -152,7 +156,7 @@ class SlurmCluster:
             script.write_text(f'#!/bin/sh\nexec {power} {action} "$1" >>{self.log_dir}/power.log 2>&1\n')
             script.chmod(0o700)
         self.slurm_conf.write_text(
-            f"ClusterName={CLUSTER_NAME}\n"
+            f"ClusterName={self.cluster_name}\n"
             f"SlurmctldHost={host}(127.0.0.1)\n"
             f"SlurmctldPort={ports['slurmctld']}\n"
             "SlurmUser=root\nSlurmdUser=root\n"
@@ -284,6 +288,7 @@ class SlurmCluster:
                     f"--pid-file={self.pid_file('mariadb')}",
                     *MARIADB_SMALL,
                     "--performance-schema=OFF",
+                    *self.mariadb_options,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -137,10 +137,39 @@ SECRET_MINUTES=5
 SECRET_START_ATTEMPTS=2
 SECRET_START_TIMEOUT_SEC=240
 
+# conf_folder_root_only : slurmdbd.conf's folder (SLURM_ETC, /opt/slurm/etc) is made root's and not
+# writable by group or others, the folder mlcluster-accounting-secret requires before it reads or renames
+# slurmdbd.conf as root (a slurmdbd start, the timer); it refuses any other, and slurmdbd then does not start.
+# Who makes the folder: HyperPod's own image (the DLAMI installs Slurm in /opt/slurm); neither AWS's
+# published base lifecycle scripts (aws-samples/awsome-distributed-training, 5.sagemaker-hyperpod/
+# LifecycleScripts/base-config: setup_mariadb_accounting.sh, setup_rds_accounting.sh, headnode_setup.sh)
+# nor this step create, chown or chmod it: they write files into it as root and chown slurmdbd.conf alone
+# (slurm:slurm, 600). Its owner and mode are published nowhere, so the step does not assume them: a
+# folder of another owner (the slurm user, say, whose daemons could then swap slurmdbd.conf for a link
+# between the tool's check and its read), or one group or others can write, becomes root's with mode 0755
+# (logged), as ParallelCluster's cookbook makes the same folder (config_head_node_directories.rb: root,
+# root, 0755); slurm.conf there must stay readable by every Slurm user (slurm.conf(5)). Slurm only reads
+# the folder; the one command that writes there as SlurmUser, `scontrol write config`, then fails, as on
+# ParallelCluster. This step and the tool run on HyperPod only (ParallelCluster rotates nothing here).
+conf_folder_root_only() {
+  local dir uid mode
+  dir=$(dirname -- "$SLURMDBD_CONF")
+  if [[ ! -d $dir || -L $dir ]]; then
+    die "$dir is not a folder (or is a link); slurmdbd.conf must sit in a real folder of root's"
+  fi
+  read -r uid mode <<<"$(owner_mode "$dir")"
+  if [[ $uid != 0 ]] || ((8#$mode & 8#022)); then
+    chown -h 0 -- "$dir"
+    chmod 755 -- "$dir"
+    warn "$dir was owned by uid $uid with mode $mode; made it root's with mode 755 (mlcluster-accounting-secret rewrites slurmdbd.conf there as root and refuses a folder anyone else can change)"
+  fi
+}
+
 # remote_database : slurmdbd.conf with the secret's username and password (plan checks both can sit in
 # the file), then the tool, the drop-in and the timer that keep them equal to the secret after rotation.
 remote_database() {
   local secret draft ca
+  conf_folder_root_only
   secret=$(retry 5 "read the database secret $MLC_ACCOUNTING_SECRET_ARN" aws secretsmanager get-secret-value \
     --region "$MLC_ACCOUNTING_SECRET_REGION" --secret-id "$MLC_ACCOUNTING_SECRET_ARN" \
     --query SecretString --output text)
