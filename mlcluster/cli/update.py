@@ -1160,6 +1160,8 @@ def _plan(run: Run, new_config: dict[str, Any], classify: Classifier, with_jobs:
     if plan.refused:
         return plan
     if plan.stops_fleet:
+        # Also the first DescribeInstances: the stop's EC2 wait needs it, so a role without it (or no endpoint)
+        # is found here, before STOP_REQUESTED ends every static node.
         plan.queues = queue_infos(old_config, pcluster_nodes(run.target))
         plan.removed_queues = sorted(set(queue_names(old_config)) - set(queue_names(new_config)))
     if with_jobs and (plan.stops_fleet or plan.replaced):

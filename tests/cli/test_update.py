@@ -1001,6 +1001,21 @@ def test_a_failed_ec2_read_after_stopped_is_never_read_as_stopped(
     assert cloud.live_at_deploy == [0] and cloud.deployed == cloud.new
 
 
+def test_ec2_denied_from_the_start_stops_the_plan_before_the_fleet_is_touched(
+    p4de: World, cloud: Cloud, aws: Aws
+) -> None:
+    """AWS review: DescribeInstances is needed after the stop (the EC2 wait), and the stop itself ends every static
+    node (clustermgtd terminates them on STOP_REQUESTED). The plan of a fleet-stopping edit reads EC2 first (its
+    queues' nodes), so a role without the read, or an unreachable endpoint, is found before anything changes."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    aws.answer("ec2", "DescribeInstances", always=lambda params: error("UnauthorizedOperation", "not allowed", 403))
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_AWS, result.output
+    assert f"DescribeInstances for cluster {CLUSTER} failed:" in result.stderr and "Traceback" not in result.output
+    assert "requested STOP_REQUESTED" not in result.output
+    assert cloud.deploys == [] and cloud.fleet() == "RUNNING"
+
+
 def flip_during_the_instance_wait(cloud: Cloud, monkeypatch: pytest.MonkeyPatch, change: Any) -> None:
     """Once the item reads STOPPED with compute instances live (the EC2 wait has begun), ``change`` runs after
     the next clustermgtd loop (someone writes the item, or its reads start failing), before update's next poll."""
