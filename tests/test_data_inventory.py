@@ -64,6 +64,15 @@ def _accounting_database(t: Templates) -> bool:
         # The master secret outlives the stack, but not a first create that rolls back.
         and (secret["DeletionPolicy"], secret["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain")
         and "AWS::RDS::DBCluster" in FATE_DAYS
+        and _pcluster_accounting_secrets(t)
+    )
+
+
+def _pcluster_accounting_secrets(t: Templates) -> bool:
+    """The pcluster-accounting example keeps both secrets: the master's and slurmdbd's bare password."""
+    secrets = of_type(t, "pcluster-accounting/Storage", "AWS::SecretsManager::Secret")
+    return len(secrets) == 2 and all(
+        (s["DeletionPolicy"], s["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain") for s in secrets
     )
 
 
@@ -401,14 +410,14 @@ ROWS = [
         _lifecycle_logs,
     ),
     Row(
-        "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`)",
+        "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`, or ParallelCluster)",
         "Storage stack (Aurora MySQL Serverless v2)",
         f"a create-only change (a new key), its removal, shorter backups or `on_delete: destroy`: {GUARD}; deleting the "
-        "stack (termination protection off) leaves a final snapshot and the retained secret (deletion protection "
+        "stack (termination protection off) leaves a final snapshot and the retained secrets (deletion protection "
         "stays off so a failed create can roll back)",
         "automated backups (`backup_retention_days`, point-in-time restore) and the final snapshot on delete",
         "'aws rds restore-db-cluster-to-point-in-time' (or from the snapshot) into a new cluster, then point "
-        "`accounting.mode: remote` at it",
+        "`accounting.mode: remote` (HyperPod) or `cluster.pcluster.slurm.accounting` (ParallelCluster) at it",
         _accounting_database,
     ),
     Row(
@@ -452,7 +461,7 @@ def test_every_data_bearing_type_has_a_row() -> None:
         # Clusters: running jobs, and the node-local state in the last two rows.
         "Custom::PclusterCluster": "ParallelCluster `/home` without OpenZFS",
         "AWS::SageMaker::Cluster": "HyperPod Slurm accounting and slurmctld state",
-        "AWS::RDS::DBCluster": "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`)",
+        "AWS::RDS::DBCluster": "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`, or ParallelCluster)",
     }
     assert set(named) == set(DATA_BEARING_TYPES)
     assert set(named.values()) <= {r.what for r in ROWS}
