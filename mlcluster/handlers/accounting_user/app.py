@@ -32,9 +32,10 @@ sit in the account's event history, readable with ``cloudtrail:LookupEvents``.
 The statements therefore carry only the account's stored form, ``'*'`` and the
 40 upper-case hex digits of SHA1(SHA1(password)) (what MySQL's and MariaDB's
 ``PASSWORD()`` return), given with ``IDENTIFIED WITH mysql_native_password AS``
-(MySQL 8.0 Reference Manual, CREATE USER / ALTER USER: ``IDENTIFIED WITH
-auth_plugin AS 'auth_string'`` stores ``auth_string`` as the plugin's hash, as
-is; MariaDB 10.11 takes the same words). Knowing it does not log anyone in:
+(MySQL Reference Manual, CREATE USER / ALTER USER: ``IDENTIFIED WITH
+auth_plugin AS 'auth_string'``, the string taken as the plugin's already hashed
+form; MariaDB's CREATE USER: ``IDENTIFIED {VIA|WITH} plugin {USING|AS}
+'authentication_string'``; the real MariaDB 10.11 stores exactly this hash). Knowing it does not log anyone in:
 in the native handshake the server sends a random 20-byte nonce and the client
 answers SHA1(password) XOR SHA1(nonce + SHA1(SHA1(password))); the server,
 holding SHA1(SHA1(password)), checks that SHA1 of the XOR's result is its
