@@ -46,8 +46,8 @@ ASSET_EXCLUDES = ("__pycache__", "*.pyc", "grafana_provisioner", "hyperpod_clust
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 #: Four statements, each waiting at most RESUME_WAIT_SECONDS for a paused database (it resumes once), with room.
 FUNCTION_TIMEOUT = cdk.Duration.seconds(RESUME_WAIT_SECONDS + 180)
-#: Length of the generated password: letters and digits only (about 190 bits), safe in a SQL literal and in
-#: slurmdbd.conf (the handler refuses anything else).
+#: Length of the generated password: letters and digits only (about 190 bits), safe unquoted in slurmdbd.conf (the
+#: handler refuses anything else); only its mysql_native_password hash reaches SQL.
 PASSWORD_LENGTH = 32
 
 

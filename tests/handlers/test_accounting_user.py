@@ -2,7 +2,9 @@
 
 Every call is checked for what it sends (the Stubber validates requests against botocore's models); each
 service state of ExecuteStatement (the rds-data model's errors) must fail the resource except a resuming
-database, which is waited for within a bound; the password never reaches an answer, an error or a log.
+database, which is waited for within a bound; the password never reaches a request, an answer, an error or a
+log: the statements carry its ``mysql_native_password`` hash, checked here against vectors MariaDB's own
+``PASSWORD()`` returned (tests/system/test_accounting_user_sql.py checks the same function against it live).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ CLUSTER = "arn:aws:rds:us-west-2:123456789012:cluster:acct-db"
 MASTER = "arn:aws:secretsmanager:us-west-2:123456789012:secret:master-AbCdEf"
 USER_SECRET = "arn:aws:secretsmanager:us-west-2:123456789012:secret:slurmdbd-GhIjKl"
 PASSWORD = "Zq7PasswordDoNotLog0123456789ab"
+#: ``SELECT PASSWORD('Zq7PasswordDoNotLog0123456789ab')`` on MariaDB 10.11.19 (Debian 12), run by hand here.
+HASH = "*DB536F470835C0289B2B04696B906349C2C8BCFD"
 SESSION = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-west-2")
 STATEMENTS = [
-    f"CREATE USER IF NOT EXISTS 'slurmdbd'@'%' IDENTIFIED BY '{PASSWORD}' REQUIRE SSL",
-    f"ALTER USER 'slurmdbd'@'%' IDENTIFIED BY '{PASSWORD}' REQUIRE SSL",
+    f"CREATE USER IF NOT EXISTS 'slurmdbd'@'%' IDENTIFIED WITH mysql_native_password AS '{HASH}' REQUIRE SSL",
+    f"ALTER USER 'slurmdbd'@'%' IDENTIFIED WITH mysql_native_password AS '{HASH}' REQUIRE SSL",
     "CREATE DATABASE IF NOT EXISTS `slurm_acct_db`",
     "GRANT ALL PRIVILEGES ON `slurm_acct_db`.* TO 'slurmdbd'@'%'",
 ]
@@ -71,12 +75,32 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return fake
 
 
+class Sent:
+    """Every request the two clients serialized (URL, headers and body), as the service and CloudTrail get them."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+
+    def record(self, params: dict[str, Any], **_: Any) -> None:
+        body = params.get("body", b"")
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        self.requests.append(f"{params.get('url_path')} {params.get('headers')} {params.get('query_string')} {text}")
+
+
 @pytest.fixture
-def stubs(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[tuple[Stubber, Stubber]]:
+def sent() -> Sent:
+    return Sent()
+
+
+@pytest.fixture
+def stubs(monkeypatch: pytest.MonkeyPatch, clock: Clock, sent: Sent) -> Iterator[tuple[Stubber, Stubber]]:
     data = SESSION.client("rds-data", config=app.CLIENT_CONFIG)
     sm = SESSION.client("secretsmanager", config=app.CLIENT_CONFIG)
     monkeypatch.setattr(app, "rds_data", lambda: data)
     monkeypatch.setattr(app, "secrets", lambda: sm)
+    # Registered first: the Stubber answers at before-call too, after the request is serialized.
+    for client in (data, sm):
+        client.meta.events.register_first("before-call.*.*", sent.record)
     with Stubber(data) as data_stub, Stubber(sm) as sm_stub:
         yield data_stub, sm_stub
         data_stub.assert_no_pending_responses()
@@ -105,7 +129,7 @@ def failing(stub: Stubber, code: str, message: str = "no", status: int = 400) ->
 
 @pytest.mark.parametrize("request_type", ["Create", "Update"])
 def test_create_and_update_run_the_idempotent_statements_as_master(
-    stubs: tuple[Stubber, Stubber], request_type: str, caplog: pytest.LogCaptureFixture
+    stubs: tuple[Stubber, Stubber], request_type: str, caplog: pytest.LogCaptureFixture, sent: Sent
 ) -> None:
     data, sm = stubs
     secret(sm)
@@ -119,6 +143,31 @@ def test_create_and_update_run_the_idempotent_statements_as_master(
     }
     assert PASSWORD not in caplog.text
     assert PASSWORD not in repr(answer)
+    # What leaves the function (and what CloudTrail can record): one GetSecretValue, four ExecuteStatement
+    # bodies; the password in none of them, its hash in the two that set it.
+    assert len(sent.requests) == 5
+    assert not [request for request in sent.requests if PASSWORD in request]
+    assert sum(HASH in request for request in sent.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("password", "stored"),
+    [
+        # MariaDB's own documentation example (mysql_native_password plugin page) and MySQL's, each checked
+        # with SELECT PASSWORD('...') on MariaDB 10.11; then the test password.
+        ("mariadb", "*54958E764CE10E50764C2EECBB71D01F08549980"),
+        ("mypass", "*6C8989366EAF75BB670AD8EA7A7FC1176A95CEF4"),
+        (PASSWORD, HASH),
+    ],
+)
+def test_the_hash_is_mysql_native_password_stored_form(password: str, stored: str) -> None:
+    assert app.native_password_hash(password) == stored
+
+
+def test_the_statements_name_the_plugin_and_carry_only_the_hash() -> None:
+    built = app.statements("slurmdbd", "slurm_acct_db", HASH)
+    assert list(built) == STATEMENTS
+    assert not [sql for sql in built if PASSWORD in sql]
 
 
 def test_delete_keeps_the_user_and_calls_nothing(stubs: tuple[Stubber, Stubber]) -> None:
@@ -154,7 +203,7 @@ def test_passwords_at_the_edges_are_accepted(stubs: tuple[Stubber, Stubber], val
     data, sm = stubs
     secret(sm, value)
     for sql in STATEMENTS:
-        statement(data, sql.replace(PASSWORD, value))
+        statement(data, sql.replace(HASH, app.native_password_hash(value)))
     app.on_event(event())
 
 
@@ -256,14 +305,14 @@ def test_a_failure_after_the_user_exists_names_its_statement(stubs: tuple[Stubbe
         app.on_event(event())
 
 
-def test_an_error_quoting_the_statement_does_not_show_the_password(stubs: tuple[Stubber, Stubber]) -> None:
+def test_an_error_quoting_the_statement_shows_the_hash_never_the_password(stubs: tuple[Stubber, Stubber]) -> None:
     data, sm = stubs
     secret(sm)
-    failing(data, "DatabaseErrorException", f"You have an error in your SQL syntax near '{PASSWORD}' REQUIRE SSL'")
+    failing(data, "DatabaseErrorException", f"You have an error in your SQL syntax near '{HASH}' REQUIRE SSL'")
     with pytest.raises(app.AccountingUserError) as caught:
         app.on_event(event())
     assert PASSWORD not in str(caught.value)
-    assert "near '<password>' REQUIRE SSL" in str(caught.value)
+    assert f"near '{HASH}' REQUIRE SSL" in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 

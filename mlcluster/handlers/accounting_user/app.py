@@ -8,11 +8,12 @@ master user (the Data API reads the master secret itself), so it needs no
 MySQL driver and no network path to the database.
 
 Create and Update: read the user's password from ``UserSecretArn``, refuse it
-unless every character is in :data:`SAFE_PASSWORD` (it goes into a SQL string
-literal), then run, in order::
+unless every character is in :data:`SAFE_PASSWORD` (slurmdbd.conf holds it
+unquoted), compute its ``mysql_native_password`` hash (:func:`native_password_hash`)
+and run, in order, the statements of :func:`statements`::
 
-    CREATE USER IF NOT EXISTS '<user>'@'%' IDENTIFIED BY '<password>' REQUIRE SSL
-    ALTER USER '<user>'@'%' IDENTIFIED BY '<password>' REQUIRE SSL
+    CREATE USER IF NOT EXISTS '<user>'@'%' IDENTIFIED WITH mysql_native_password AS '<hash>' REQUIRE SSL
+    ALTER USER '<user>'@'%' IDENTIFIED WITH mysql_native_password AS '<hash>' REQUIRE SSL
     CREATE DATABASE IF NOT EXISTS `<database>`
     GRANT ALL PRIVILEGES ON `<database>`.* TO '<user>'@'%'
 
@@ -23,10 +24,40 @@ replacement of this resource (new properties) sends Delete for the old one
 after the new one exists, and dropping the user then would lock slurmdbd
 out; with ``retention.on_delete: destroy`` the database goes with its stack.
 
-The password is read inside the function and sent only in the SQL text over
-the Data API's HTTPS endpoint: it is never logged, returned in ``Data`` or
-put in a property, and an error message that quotes it (MySQL echoes the
-statement near a syntax error) has it replaced by ``<password>``.
+Why the hash, never the password. The Data API's ``sql`` member (botocore's
+``rds-data`` model, shape ``SqlStatement``) is not marked sensitive, and
+CloudTrail records Data API calls as management events (Aurora User Guide,
+"Logging RDS Data API calls with AWS CloudTrail"), so the statement text may
+sit in the account's event history, readable with ``cloudtrail:LookupEvents``.
+The statements therefore carry only the account's stored form, ``'*'`` and the
+40 upper-case hex digits of SHA1(SHA1(password)) (what MySQL's and MariaDB's
+``PASSWORD()`` return), given with ``IDENTIFIED WITH mysql_native_password AS``
+(MySQL Reference Manual, CREATE USER / ALTER USER: ``IDENTIFIED WITH
+auth_plugin AS 'auth_string'``, the string taken as the plugin's already hashed
+form; MariaDB's CREATE USER: ``IDENTIFIED {VIA|WITH} plugin {USING|AS}
+'authentication_string'``; the real MariaDB 10.11 stores exactly this hash). Knowing it does not log anyone in:
+in the native handshake the server sends a random 20-byte nonce and the client
+answers SHA1(password) XOR SHA1(nonce + SHA1(SHA1(password))); the server,
+holding SHA1(SHA1(password)), checks that SHA1 of the XOR's result is its
+stored value. Building the answer needs SHA1(password), which the stored
+value does not give (a SHA-1 preimage; the password is 32 random letters and
+digits, too many to guess). Only someone who also sees a handshake's nonce and
+answer can recover SHA1(password), and the user is ``REQUIRE SSL``, so the
+handshake travels inside TLS.
+
+The plugin is named, not left to the server's default: Aurora MySQL 3 (MySQL
+8.0 compatible; the construct pins 3.10) sets the default with its
+``default_authentication_plugin`` parameter (Aurora User Guide, "Comparing Aurora
+MySQL version 3 and Aurora MySQL version 8.4"), and ``mysql_native_password`` is
+built into MySQL 8.0 (deprecated since 8.0.34, disabled by default only from 8.4,
+removed in 9.0: MySQL 8.4 Reference Manual, "Native Pluggable Authentication"),
+so 3.10 has it. Aurora MySQL 8.4 would need it enabled: the construct does not
+use 8.4. slurmdbd's client library (MariaDB Connector/C, which Slurm's
+accounting_storage/mysql plugin links on Debian) logs in with it: proven against
+the real MariaDB and slurmdbd in ``tests/system/test_accounting_user_sql.py``.
+
+The password is read inside the function and never leaves it: it is not
+logged, not sent in any request, not returned in ``Data`` nor put in a property.
 
 Service states (botocore's ``rds-data`` model, ExecuteStatement errors):
 
@@ -35,7 +66,7 @@ Service states (botocore's ``rds-data`` model, ExecuteStatement errors):
                                    retried every :data:`RESUME_POLL_SECONDS` for at most
                                    :data:`RESUME_WAIT_SECONDS`, then the resource fails
 throttling (``ThrottlingException``)  botocore's standard retry mode (5 attempts), then fails
-every other error                  fails the resource, the code and the (redacted) message as the
+every other error                  fails the resource, the code and the message as the
                                    reason: ``AccessDeniedException``, ``ForbiddenException``,
                                    ``BadRequestException``, ``DatabaseErrorException``,
                                    ``StatementTimeoutException``, ``ServiceUnavailableError``,
@@ -51,6 +82,7 @@ Properties: ``ClusterArn``, ``MasterSecretArn``, ``UserSecretArn``, ``UserName``
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import re
 import time
@@ -65,8 +97,8 @@ logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)
 
 RESOURCE_TYPE = "Custom::AccountingDatabaseUser"
-#: The characters a password may hold: none of them ends a SQL string literal or escapes (no quote, backslash,
-#: backtick) and none needs quoting in slurmdbd.conf (no space, ``#``, ``"``). The secret is generated alphanumeric.
+#: The characters a password may hold: none needs quoting in slurmdbd.conf (no space, ``#``, ``"``) and the length
+#: keeps it out of guessing range. The secret is generated alphanumeric (32 characters).
 SAFE_PASSWORD = re.compile(r"[A-Za-z0-9]{20,128}")
 #: A MySQL user name and a database name as the construct writes them.
 USER_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -118,18 +150,36 @@ def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]
     master_secret = _text(props, "MasterSecretArn")
     user = _named(props, "UserName", USER_NAME, "a lowercase letter, then up to 31 lowercase letters, digits or '_'")
     database = _named(props, "DatabaseName", DATABASE_NAME, "1-64 lowercase letters, digits or '_'")
-    password = _password(_text(props, "UserSecretArn"))
+    password_hash = native_password_hash(_password(_text(props, "UserSecretArn")))
+    for sql in statements(user, database, password_hash):
+        _execute(cluster_arn, master_secret, sql)
+    logger.info("User %s may use database %s", user, database)
+    return {"PhysicalResourceId": f"{cluster_arn}/{user}", "Data": {"UserName": user, "DatabaseName": database}}
+
+
+def native_password_hash(password: str) -> str:
+    """The ``mysql_native_password`` stored form of ``password``: ``*`` and upper-case hex SHA1(SHA1(password)).
+
+    SHA-1 is the plugin's own format, not a choice made here (see the module's notes on why this is safe to send).
+    """
+    stage1 = hashlib.sha1(password.encode()).digest()
+    return "*" + hashlib.sha1(stage1).hexdigest().upper()
+
+
+def statements(user: str, database: str, password_hash: str) -> tuple[str, ...]:
+    """The idempotent statements that make ``user`` (TLS only) with ``password_hash`` and grant it ``database``.
+
+    ``user`` and ``database`` must already match :data:`USER_NAME` and :data:`DATABASE_NAME`, and
+    ``password_hash`` be :func:`native_password_hash`'s answer: none of them can then end a literal or a name.
+    """
     account = f"'{user}'@'%'"
-    statements = (
-        f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{password}' REQUIRE SSL",
-        f"ALTER USER {account} IDENTIFIED BY '{password}' REQUIRE SSL",
+    identified = f"IDENTIFIED WITH mysql_native_password AS '{password_hash}'"
+    return (
+        f"CREATE USER IF NOT EXISTS {account} {identified} REQUIRE SSL",
+        f"ALTER USER {account} {identified} REQUIRE SSL",
         f"CREATE DATABASE IF NOT EXISTS `{database}`",
         f"GRANT ALL PRIVILEGES ON `{database}`.* TO {account}",
     )
-    for sql in statements:
-        _execute(cluster_arn, master_secret, sql, password)
-    logger.info("User %s may use database %s", user, database)
-    return {"PhysicalResourceId": f"{cluster_arn}/{user}", "Data": {"UserName": user, "DatabaseName": database}}
 
 
 # -- properties ---------------------------------------------------------------
@@ -150,7 +200,7 @@ def _named(props: Mapping[str, Any], key: str, pattern: re.Pattern[str], allowed
 
 
 def _password(secret_arn: str) -> str:
-    """The bare password the user's secret holds, refused (without its value) unless it is safe in SQL."""
+    """The bare password the user's secret holds, refused (without its value) unless :data:`SAFE_PASSWORD` allows it."""
     try:
         answer = secrets().get_secret_value(SecretId=secret_arn)
     except ClientError as err:
@@ -163,7 +213,7 @@ def _password(secret_arn: str) -> str:
     value = answer.get("SecretString")
     if not isinstance(value, str) or SAFE_PASSWORD.fullmatch(value) is None:
         raise AccountingUserError(
-            f"The secret {secret_arn} does not hold a password this function may put in SQL (value not shown); "
+            f"The secret {secret_arn} does not hold a password slurmdbd.conf may hold (value not shown); "
             "allowed: 20 to 128 letters and digits, nothing else (set a new value: aws secretsmanager "
             "put-secret-value, or let CloudFormation generate it)"
         )
@@ -173,9 +223,9 @@ def _password(secret_arn: str) -> str:
 # -- the Data API ---------------------------------------------------------------
 
 
-def _execute(cluster_arn: str, master_secret: str, sql: str, password: str) -> None:
+def _execute(cluster_arn: str, master_secret: str, sql: str) -> None:
     """Run ``sql`` as the master user; a resuming database is waited for (bounded), every other failure raises."""
-    what = sql.split(" IDENTIFIED BY ", 1)[0]
+    what = sql.split(" IDENTIFIED WITH ", 1)[0]
     deadline = clock() + RESUME_WAIT_SECONDS
     while True:
         try:
@@ -183,7 +233,7 @@ def _execute(cluster_arn: str, master_secret: str, sql: str, password: str) -> N
         except ClientError as err:
             error = err.response.get("Error", {})
             code = str(error.get("Code", "Error"))
-            message = str(error.get("Message", "")).replace(password, "<password>")
+            message = str(error.get("Message", ""))
             if code == "DatabaseResumingException" and clock() < deadline:
                 logger.info("%s: the database is resuming; trying again in %s s", what, RESUME_POLL_SECONDS)
                 sleep(RESUME_POLL_SECONDS)
@@ -192,7 +242,6 @@ def _execute(cluster_arn: str, master_secret: str, sql: str, password: str) -> N
                 message = f"still resuming after {RESUME_WAIT_SECONDS} s: {message}"
             raise AccountingUserError(f"ExecuteStatement ({what}) failed: {code}: {message}") from None
         except BotoCoreError as err:  # timeouts, unreachable endpoint
-            detail = str(err).replace(password, "<password>")
-            raise AccountingUserError(f"ExecuteStatement ({what}) failed: {detail}") from None
+            raise AccountingUserError(f"ExecuteStatement ({what}) failed: {err}") from None
         logger.info("%s: done", what)
         return
