@@ -63,6 +63,10 @@ def test_the_database_lives_in_the_storage_stack(templates: dict[str, dict[str, 
     (cluster,) = of_type(storage, "AWS::RDS::DBCluster").values()
     assert cluster["DeletionPolicy"] == "Snapshot"
     assert cluster["Properties"]["DeletionProtection"] is False
+    # HyperPod's controller logs in as the master user: no Data API, no user function, no second secret.
+    assert "EnableHttpEndpoint" not in cluster["Properties"]
+    assert not of_type(storage, "Custom::AccountingDatabaseUser")
+    assert len(of_type(storage, "AWS::SecretsManager::Secret")) == 1
     assert {"AccountingDatabaseEndpoint", "AccountingDatabaseSecretArn"} <= set(storage["Outputs"])
     assert not of_type(templates["acct/Cluster"], "AWS::RDS::DBCluster")
 

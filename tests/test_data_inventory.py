@@ -18,9 +18,11 @@ import pytest
 from mlcluster.config.project import check_environments
 from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_METRIC
 from mlcluster.replacement import (
+    CONTROLLER_KEY,
     DATA_BEARING_TYPES,
     FATE_DAYS,
     FATE_KEPT,
+    HYPERPOD_TYPE,
     KEEPING_POLICIES,
     MOUNTS_KEY,
     VOLUME_POLICIES_KEY,
@@ -62,6 +64,15 @@ def _accounting_database(t: Templates) -> bool:
         # The master secret outlives the stack, but not a first create that rolls back.
         and (secret["DeletionPolicy"], secret["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain")
         and "AWS::RDS::DBCluster" in FATE_DAYS
+        and _pcluster_accounting_secrets(t)
+    )
+
+
+def _pcluster_accounting_secrets(t: Templates) -> bool:
+    """The pcluster-accounting example keeps both secrets: the master's and slurmdbd's bare password."""
+    secrets = of_type(t, "pcluster-accounting/Storage", "AWS::SecretsManager::Secret")
+    return len(secrets) == 2 and all(
+        (s["DeletionPolicy"], s["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain") for s in secrets
     )
 
 
@@ -224,6 +235,13 @@ def _accounting(t: Templates) -> bool:
             and r["Properties"]["TreatMissingData"] == "breaching"
             for r in of_type(t, "hyperpod/Observability", "AWS::CloudWatch::Alarm")
         )
+        # The guard records the controller group, so a new name for it is refused like a new cluster.
+        and [
+            state.create_only.get(CONTROLLER_KEY)
+            for state in stack_state(t["hyperpod/Cluster"], {}).resources.values()
+            if state.type == HYPERPOD_TYPE
+        ]
+        == ["controller-machine"]
     )
 
 
@@ -364,7 +382,8 @@ ROWS = [
     Row(
         "HyperPod Slurm accounting and slurmctld state",
         "the controller's volume (`/opt/sagemaker`, local MariaDB)",
-        "a controller replacement, the cluster's deletion",
+        "a controller replacement (a new `cluster.hyperpod.controller.instance_group_name` on a kept cluster: "
+        f"{GUARD} unless `Cluster/Cluster` is allowed, like a new cluster), the cluster's deletion",
         "a daily copy to the patch backup bucket (`lifecycle.scheduled_backup`, on by default; "
         "`scheduled/<weekday>/`, seven kept by overwriting) and the copy `mlcluster patch` takes around a patch; "
         "synth warns when `scheduled_backup: false` leaves local accounting without it; two days without a "
@@ -391,14 +410,14 @@ ROWS = [
         _lifecycle_logs,
     ),
     Row(
-        "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`)",
+        "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`, or ParallelCluster)",
         "Storage stack (Aurora MySQL Serverless v2)",
         f"a create-only change (a new key), its removal, shorter backups or `on_delete: destroy`: {GUARD}; deleting the "
-        "stack (termination protection off) leaves a final snapshot and the retained secret (deletion protection "
+        "stack (termination protection off) leaves a final snapshot and the retained secrets (deletion protection "
         "stays off so a failed create can roll back)",
         "automated backups (`backup_retention_days`, point-in-time restore) and the final snapshot on delete",
         "'aws rds restore-db-cluster-to-point-in-time' (or from the snapshot) into a new cluster, then point "
-        "`accounting.mode: remote` at it",
+        "`accounting.mode: remote` (HyperPod) or `cluster.pcluster.slurm.accounting` (ParallelCluster) at it",
         _accounting_database,
     ),
     Row(
@@ -442,7 +461,7 @@ def test_every_data_bearing_type_has_a_row() -> None:
         # Clusters: running jobs, and the node-local state in the last two rows.
         "Custom::PclusterCluster": "ParallelCluster `/home` without OpenZFS",
         "AWS::SageMaker::Cluster": "HyperPod Slurm accounting and slurmctld state",
-        "AWS::RDS::DBCluster": "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`)",
+        "AWS::RDS::DBCluster": "Slurm accounting database (`storage.accounting`; HyperPod `accounting.mode: managed`, or ParallelCluster)",
     }
     assert set(named) == set(DATA_BEARING_TYPES)
     assert set(named.values()) <= {r.what for r in ROWS}

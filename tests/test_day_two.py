@@ -104,6 +104,12 @@ HYPERPOD_ACCOUNTING: dict[str, Any] = {
         },
     },
 }
+#: ParallelCluster with the managed Slurm accounting database (slurmdbd's own user, issue 30e).
+PCLUSTER_ACCOUNTING: dict[str, Any] = {
+    **PCLUSTER,
+    "network": {"availability_zone": "us-east-2a", "extra_zones": [{"availability_zone": "us-east-2b"}]},
+    "storage": {**PCLUSTER["storage"], "accounting": {}},
+}
 #: HyperPod with worker group gpu-b in a second zone (its OverrideVpcConfig reads that zone's subnet from the
 #: Network stack's output).
 HYPERPOD_ZONES: dict[str, Any] = {
@@ -125,6 +131,7 @@ BASES = {
     "hyperpod": HYPERPOD,
     "data-only": DATA_ONLY,
     "hyperpod-accounting": HYPERPOD_ACCOUNTING,
+    "pcluster-accounting": PCLUSTER_ACCOUNTING,
     "hyperpod-zones": HYPERPOD_ZONES,
 }
 ACCOUNTING_DB = "Storage/AccountingDatabase/Cluster/Resource"
@@ -499,6 +506,14 @@ EDITS = [
         refused={HYPERPOD_CLUSTER},
         safe_way="drain the partitions, then allow",
     ),
+    edit(
+        "HyperPod controller group renamed",
+        "hyperpod",
+        {f"{HP}.controller.instance_group_name": "controller-2"},
+        refused={HYPERPOD_CLUSTER},
+        safe_way="a new controller without the old one's /opt/sagemaker (slurmctld's state, a local accounting "
+        "database): keep the name, or create the cluster again (a new cluster.name, allowed)",
+    ),
     # -- the managed Slurm accounting database (issue 30) -------------------------
     edit(
         "HyperPod managed accounting database added (a second zone)",
@@ -529,6 +544,34 @@ EDITS = [
         safe_way="the cluster's template is unchanged, but the kept group gpu-b's OverrideVpcConfig reads the new "
         "subnet from the Network stack: first move its work to a group of a new name outside that zone and remove "
         "it (a deploy of its own), or create the cluster again (a new cluster.name, allowed)",
+    ),
+    edit(
+        "ParallelCluster managed accounting database added (a second zone)",
+        "pcluster",
+        {"network.extra_zones": [{"availability_zone": "us-east-2b"}], "storage.accounting": {}},
+        note="SlurmSettings.Database is ParallelCluster policy COMPUTE_FLEET_STOP (the head node's added security "
+        "group and policy are SUPPORTED); slurmdbd starts an empty history: move an existing database's first",
+        deploy="fleet_stop",
+    ),
+    edit(
+        "ParallelCluster accounting database name slurm_acct_db -> train_history",
+        "pcluster-accounting",
+        {"storage.accounting.database_name": "train_history"},
+        note="slurmdbd starts an empty history in the new database; the old one stays (slurmdbd's user keeps its "
+        "grant on it)",
+    ),
+    edit(
+        "ParallelCluster accounting database removed",
+        "pcluster-accounting",
+        {"storage.accounting": _DELETE},
+        refused={
+            ACCOUNTING_DB,
+            "Storage/AccountingDatabase/SlurmdbdUser/Logs/Resource",
+            "Storage/AccountingDatabase/SlurmdbdUser/ProviderLogs/Resource",
+        },
+        safe_way="mysqldump it first, then allow: the final snapshot, the retained secrets and the user function's "
+        "log groups stay and bill until deleted by hand",
+        deploy="fleet_stop",
     ),
     edit(
         "accounting database max capacity 2 -> 8 ACUs",
@@ -767,7 +810,14 @@ def test_a_removed_retained_dra_is_reported_as_still_running(results: dict[str, 
     dropped_db = "accounting database removed (back to local)"
     (secret_note,) = results[dropped_db].notes
     assert "AccountingDatabase/Cluster/Secret/Resource" in secret_note and "leaves the template" in secret_note
-    noted = {e.name: results[e.name].notes for e in EDITS if e.name not in ("remove a DRA", moved, dropped_db)}
+    # ParallelCluster's: both retained secrets (the master's and slurmdbd's bare password) stay outside the stack.
+    dropped_pc = "ParallelCluster accounting database removed"
+    notes = results[dropped_pc].notes
+    assert len(notes) == 2 and all("leaves the template" in note for note in notes)
+    assert "AccountingDatabase/Cluster/Secret/Resource" in notes[0] + notes[1]
+    assert "AccountingDatabase/SlurmdbdUser/Secret/Resource" in notes[0] + notes[1]
+    skipped = ("remove a DRA", moved, dropped_db, dropped_pc)
+    noted = {e.name: results[e.name].notes for e in EDITS if e.name not in skipped}
     assert {name: notes for name, notes in noted.items() if notes} == {}
 
 

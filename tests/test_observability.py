@@ -20,6 +20,7 @@ from mlcluster.app import build_app
 from mlcluster.config import ConfigError, Environment, load_environment
 from mlcluster.config.observability import is_accelerated, observability_enabled, prometheus_enabled
 from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_METRIC, SCHEDULED_COPY_NAMESPACE
+from tests.pcluster.pcluster_support import PCLUSTER_EXAMPLES
 from tests.support import ENVIRONMENTS, EXAMPLES, MINIMAL, write_env
 
 #: Metrics the dashboard and alarms may use: (namespace, metric) -> dimension names -> allowed fixed values.
@@ -288,7 +289,7 @@ def test_dashboard_shows_storage_cluster_alarms_and_log_links(observability: dic
         assert {"Lustre throughput (bytes/s)", "Lustre IOPS (operations/s)", "Alarms"} <= set(titles), name
         assert "logGroupNameFilter$3D$252Faws$252Ffsx$252F" in texts, name
         cluster = CLUSTER_NAMES.get(name)
-        if name in ("p5", "p4de", "trn1"):
+        if name in PCLUSTER_EXAMPLES:
             assert "Nodes replaced: failed health checks (count)" in titles
             assert f"$252Faws$252Fparallelcluster$252F{cluster}-" in texts
         elif name == "hyperpod":
@@ -529,7 +530,7 @@ def test_outputs_name_the_dashboards(observability: dict[str, dict[str, Any]]) -
         assert outputs["DashboardUrl"]["Export"] == {"Name": f"{name}-DashboardUrl"}
         (props,) = resources(template, "AWS::CloudWatch::Dashboard")
         assert flatten(props["DashboardName"]) == f"mlcluster-{name}-{TOKEN}"
-        if name in ("p5", "p4de", "trn1"):
+        if name in PCLUSTER_EXAMPLES:
             cluster = flatten(outputs["ClusterDashboardUrl"]["Value"])
             assert cluster.endswith(f"#dashboards/dashboard/{CLUSTER_NAMES[name]}-{TOKEN}")
         else:

@@ -87,10 +87,13 @@ FOLDED: dict[str, str] = {
     "Custom::HyperPodPreflight": "the HyperPod cluster's read-only check before it",
     "Custom::HyperPodNodesReady": "the HyperPod cluster's node check after it",
     "Custom::GrafanaProvisioning": "the Grafana workspace's dashboards and data source",
+    "Custom::AccountingDatabaseUser": "slurmdbd's own database user (RDS Data API, no network path): the security "
+    "model page",
     "AWS::RDS::DBInstance": "the accounting database's writer, drawn as its cluster",
     "AWS::RDS::DBClusterParameterGroup": "the accounting database's settings (TLS only)",
     "AWS::RDS::DBSubnetGroup": "the accounting database's subnets, drawn as where it sits",
-    "AWS::SecretsManager::Secret": "the accounting database's master secret: the security model page",
+    "AWS::SecretsManager::Secret": "the accounting database's master secret (and slurmdbd's on ParallelCluster): "
+    "the security model page",
     "AWS::SecretsManager::SecretTargetAttachment": "ties the master secret to its database",
     "AWS::SecretsManager::RotationSchedule": "the master secret's rotation: the security model page",
     "AWS::SecretsManager::ResourcePolicy": "permissions: the security model page",

@@ -185,6 +185,15 @@ class World:
                 PolicyName=policy["name"], Path=policy.get("path", "/"), PolicyDocument=json.dumps(policy["document"])
             )["Policy"]["Arn"]
             self.ids[policy["id"]] = arn
+        for database in s.get("databases", []):
+            # An Aurora cluster's endpoint name: the configuration holds only the name (no RDS call is made).
+            self.ids[database["id"]] = f"{database['name']}.cluster-c0ffee.{self.region}.rds.amazonaws.com"
+        if s.get("secrets"):
+            import boto3
+
+            secrets: Any = boto3.client("secretsmanager", region_name=self.region)
+            for secret in s["secrets"]:
+                self.ids[secret["id"]] = secrets.create_secret(Name=secret["name"], SecretString="p" * 32)["ARN"]
         for group in s.get("placement_groups", []):
             self.placement_groups[group["name"]] = {
                 "GroupName": group["name"],

@@ -529,10 +529,15 @@ def check_pcluster(assembly: Assembly, environment: str) -> Report:
         nodes: list[tuple[str, str, dict[str, Any]]] = [("head node", "head", config.get("HeadNode", {}))]
         nodes += [(f"login pool {p['Name']}", "login", p) for p in config.get("LoginNodes", {}).get("Pools", [])]
         nodes += [(f"queue {q['Name']}", "compute", q) for q in config.get("Scheduling", {}).get("SlurmQueues", [])]
+        database = config.get("Scheduling", {}).get("SlurmSettings", {}).get("Database")
         for name, kind, node in nodes:
             statements = _pcluster_statements(assembly, environment, kind, node.get("Iam", {}))
             calls: list[AwsCall] = []
             env: dict[str, str] = {}
+            if kind == "head" and database:
+                own, reads = _slurm_database_calls(assembly, str(database.get("PasswordSecretArn", "")))
+                statements.append(own)
+                calls += reads
             for event, actions in node.get("CustomActions", {}).items():
                 sequence = actions.get("Sequence") or [actions]
                 for action in sequence:
@@ -575,6 +580,27 @@ def _action_calls(
         names = [entry, *(f"{n}.sh" for n in ["lib", *positional] if n in known)]
         calls += script_calls(folder, dict.fromkeys(names))
     return calls
+
+
+def _slurm_database_calls(assembly: Assembly, secret_arn: str) -> tuple[Statement, list[AwsCall]]:
+    """ParallelCluster's own grant for ``SlurmSettings.Database`` and the head node's reads of its password.
+
+    ParallelCluster 3.16 adds ``AllowGettingSlurmDbSecretValue`` (``secretsmanager:GetSecretValue`` on
+    ``PasswordSecretArn``) to the head node's policy (``pcluster/templates/cdk_builder_utils.py``), and the
+    cookbook reads the secret on the head node at configure and update. A secret of this assembly encrypted
+    with a customer managed key also needs ``kms:Decrypt`` on that key, which nothing of ParallelCluster's grants.
+    """
+    own = Statement(
+        "Allow", ("secretsmanager:GetSecretValue",), (secret_arn,), "ParallelCluster AllowGettingSlurmDbSecretValue"
+    )
+    where = "SlurmSettings.Database (ParallelCluster cookbook)"
+    calls = [AwsCall(where, 0, "secretsmanager get-secret-value", ("secretsmanager:GetSecretValue",), (secret_arn,))]
+    secret = assembly.resource(assembly.identity(secret_arn))
+    if secret is not None and secret.type == "AWS::SecretsManager::Secret":
+        key = assembly.render(secret.stack, dict(secret.properties)).get("KmsKeyId")
+        if key:
+            calls.append(AwsCall(where, 0, "kms decrypt (through Secrets Manager)", ("kms:Decrypt",), (str(key),)))
+    return own, calls
 
 
 def _pcluster_statements(assembly: Assembly, environment: str, kind: str, iam: dict[str, Any]) -> list[Statement]:

@@ -145,6 +145,10 @@ def _security_groups(networking: dict[str, Any]) -> tuple[tuple[str, ...], bool]
     return tuple(networking.get("AdditionalSecurityGroups", [])), True
 
 
+#: The name of ParallelCluster's head node group: it runs slurmctld and slurmdbd.
+HEAD_NODE = "head node"
+
+
 def _pcluster_groups(environment: str, config: dict[str, Any]) -> list[NodeGroup]:
     storage = {s.get("StorageType") for s in config.get("SharedStorage", [])}
     zfs = "FsxOpenZfs" in storage
@@ -155,7 +159,7 @@ def _pcluster_groups(environment: str, config: dict[str, Any]) -> list[NodeGroup
         NodeGroup(
             environment,
             "pcluster",
-            "head node",
+            HEAD_NODE,
             (head["SubnetId"],),
             groups,
             managed_egress=managed,
@@ -430,12 +434,10 @@ def check_environment(assembly: Assembly, environment: str) -> Report:
         for fs in systems:
             if fs.kind == "LUSTRE" or (fs.kind == "OPENZFS" and group.mounts_openzfs):
                 report.problems += _file_system_problems(net, group, fs, where)
-    # The accounting database (storage.accounting): the HyperPod controller's slurmdbd is the only client;
-    # the other instance groups must not be admitted. ParallelCluster does not use the managed database
-    # (its config refuses it).
-    hyperpod = [g for g in report.groups if g.backend == "hyperpod"]
-    clients = [g for g in hyperpod if g.slurm_controller]
-    others = [g for g in hyperpod if not g.slurm_controller]
+    # The accounting database (storage.accounting): the node that runs slurmdbd is the only client (the
+    # HyperPod controller, ParallelCluster's head node); the other node groups must not be admitted.
+    clients = [g for g in report.groups if _runs_slurmdbd(g)]
+    others = [g for g in report.groups if not _runs_slurmdbd(g)]
     report.problems += database_problems(assembly, environment, clients, others)
     return report
 
@@ -541,6 +543,11 @@ def rotation_functions(assembly: Assembly, environment: str) -> list[RotationFun
             )
         )
     return out
+
+
+def _runs_slurmdbd(group: NodeGroup) -> bool:
+    """The HyperPod controller or ParallelCluster's head node: the one node group the database admits."""
+    return group.slurm_controller or (group.backend == "pcluster" and group.name == HEAD_NODE)
 
 
 def database_problems(

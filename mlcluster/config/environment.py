@@ -11,9 +11,9 @@ from mlcluster.config import awsdata
 from mlcluster.config.hyperpod import HyperPodConfig, check_lustre_efa
 from mlcluster.config.network import ACCOUNT, NetworkConfig, check_zones
 from mlcluster.config.observability import ObservabilityConfig, check_observability
-from mlcluster.config.pcluster import PclusterConfig
+from mlcluster.config.pcluster import DENIED_SLURM_SETTINGS, PclusterConfig
 from mlcluster.config.schema import ConfigError, Issues, Problem, load_section, section, setting
-from mlcluster.config.storage import StorageConfig
+from mlcluster.config.storage import DEFAULT_ACCOUNTING_DATABASE, StorageConfig
 from mlcluster.config.yamlfile import read_yaml
 
 #: Retention periods CloudWatch Logs accepts, in days.
@@ -184,10 +184,10 @@ class EnvironmentConfig:
 def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
     """The managed accounting database's rules that span sections.
 
-    An Aurora DB subnet group needs subnets in at least two zones; only HyperPod's controller uses the
-    database (``accounting.mode: managed``), since ParallelCluster's ``Database.PasswordSecretArn``
-    takes a secret holding the bare password while the rotated master secret is JSON; a managed mode
-    needs the database.
+    An Aurora DB subnet group needs subnets in at least two zones; a managed mode needs the database;
+    a cluster must use the database: HyperPod's controller with ``accounting.mode: managed`` (slurmdbd's
+    default database, ``slurm_acct_db``), ParallelCluster's head node always (as slurmdbd's own user, in
+    ``database_name``), which excludes bringing your own database (``cluster.pcluster.slurm.accounting``).
     """
     database = config.storage.accounting
     hyperpod = config.cluster.hyperpod if config.cluster.backend == "hyperpod" else None
@@ -209,19 +209,36 @@ def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
             "an Aurora DB subnet group needs private subnets in at least two zones: add network.extra_zones "
             "(or list two private subnets of different zones in network.existing)",
         )
-    if config.cluster.backend == "pcluster":
+    pcluster = config.cluster.pcluster if config.cluster.backend == "pcluster" else None
+    if pcluster is not None and pcluster.slurm.accounting is not None:
         issues.add(
-            "storage.accounting",
-            "with cluster.backend: pcluster",
-            "not supported for ParallelCluster: SlurmSettings.Database.PasswordSecretArn must hold the bare "
-            "password, and the rotated master secret holds JSON; bring your own database with "
             "cluster.pcluster.slurm.accounting",
+            "a database of your own",
+            "the head node already uses storage.accounting (the managed database): remove one of the two",
         )
-    elif config.cluster.backend == "hyperpod" and not managed:
+    elif pcluster is not None:
+        # ParallelCluster writes the accounting settings itself once SlurmSettings.Database is set.
+        denied = DENIED_SLURM_SETTINGS["accounting"]
+        for name in pcluster.slurm.custom_settings:
+            if name.lower() in denied:
+                issues.add(
+                    f"cluster.pcluster.slurm.custom_settings.{name}",
+                    name,
+                    "with storage.accounting ParallelCluster manages this Slurm setting and refuses it here; "
+                    "not allowed: " + ", ".join(denied),
+                )
+    if config.cluster.backend == "hyperpod" and not managed:
         issues.add(
             "storage.accounting",
             "a database no cluster uses",
             "set cluster.hyperpod.lifecycle.accounting.mode: managed, or remove storage.accounting",
+        )
+    if config.cluster.backend == "hyperpod" and database.database_name != DEFAULT_ACCOUNTING_DATABASE:
+        issues.add(
+            "storage.accounting.database_name",
+            database.database_name,
+            f"HyperPod's controller keeps slurmdbd's default database: allowed: {DEFAULT_ACCOUNTING_DATABASE} "
+            "(the setting names ParallelCluster's SlurmSettings.Database.DatabaseName)",
         )
 
 

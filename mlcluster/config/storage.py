@@ -425,6 +425,9 @@ class OpenZfsConfig:
             issues.add("throughput_capacity_mbps", self.throughput_capacity_mbps, problem)
 
 
+#: slurmdbd's own default database (its ``StorageLoc``), which HyperPod's controller keeps.
+DEFAULT_ACCOUNTING_DATABASE = "slurm_acct_db"
+
 #: Aurora Serverless v2 capacity is set in half ACUs; 0 (auto-pause) needs Aurora MySQL 3.08.0 or later.
 ACU_HELP = "allowed: 0 to 256 Aurora capacity units in steps of 0.5"
 
@@ -441,10 +444,14 @@ class AccountingDatabaseStorageConfig:
     """A managed Slurm accounting database that outlives clusters: Aurora MySQL Serverless v2.
 
     It lives in the Storage stack, in the private subnets (at least two zones: an Aurora subnet group
-    needs them), encrypted with the environment key, TLS only, reachable from the HyperPod controller's
-    client group alone (and from every node's group while ``admit_node_group`` bridges an upgrade). The
-    master credentials are a Secrets Manager secret that a single-user rotation function renews.
-    ``cluster.hyperpod.lifecycle.accounting.mode: managed`` points the controller's slurmdbd at it.
+    needs them), encrypted with the environment key, TLS only, reachable from the client group of the
+    node that runs slurmdbd alone (HyperPod's controller, ParallelCluster's head node; and from every
+    node's group while ``admit_node_group`` bridges an upgrade). The master credentials are a Secrets
+    Manager secret that a single-user rotation function renews.
+    ``cluster.hyperpod.lifecycle.accounting.mode: managed`` points the controller's slurmdbd at it;
+    with ``cluster.backend: pcluster`` the head node's slurmdbd logs in as a user of its own
+    (``slurmdbd``, made through the RDS Data API) with a bare-password secret
+    (``SlurmSettings.Database``).
     """
 
     min_capacity_acu: float = setting(
@@ -475,6 +482,14 @@ class AccountingDatabaseStorageConfig:
         maximum=100,
         doc="alarm (observability) when the database's CPU or its use of max_capacity_acu stays at or above this "
         "share for 15 minutes",
+    )
+    database_name: str = setting(
+        default=DEFAULT_ACCOUNTING_DATABASE,
+        pattern=r"[0-9a-z_]{1,64}",
+        allowed="allowed: 1-64 lowercase letters, digits and '_'",
+        doc="ParallelCluster: the database slurmdbd keeps its tables in (SlurmSettings.Database.DatabaseName), the "
+        "same for every cluster of the environment, so a replaced cluster writes to the same history; HyperPod keeps "
+        "slurm_acct_db",
     )
     admit_node_group: bool = setting(
         default=False,

@@ -30,7 +30,7 @@ GRAFANA_VERSION = "10.4"
 #: The folder shipped as the Lambda asset: ``grafana_provisioner`` sits at its root.
 HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
 #: Left out of the asset: caches, and the HyperPod checks' package (each function ships only its own code).
-ASSET_EXCLUDES = ("__pycache__", "*.pyc", "hyperpod_cluster")
+ASSET_EXCLUDES = ("__pycache__", "*.pyc", "hyperpod_cluster", "accounting_user")
 #: The newest Python runtime aws-cdk-lib knows, which is what cdk-nag's AwsSolutions-L1 asks for.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 #: As long as the provisioning token lives (grafana_provisioner.app.TOKEN_SECONDS).

@@ -208,7 +208,9 @@ class HyperPodCluster(Construct):
             self.spec["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
         check_against_botocore(self.spec)
 
-        code = lambda_.Code.from_asset(str(HANDLERS_DIR), exclude=["__pycache__", "*.pyc", "grafana_provisioner"])
+        code = lambda_.Code.from_asset(
+            str(HANDLERS_DIR), exclude=["__pycache__", "*.pyc", "grafana_provisioner", "accounting_user"]
+        )
         check_fn = self._function(code, stack, lifecycle)
         self.provider = self._provider(check_fn)
 

@@ -65,7 +65,7 @@ def check_cluster_name(name: str, *, stack_name: str | None = None, accounting: 
             Finding("error", "cluster.name", f"{name!r}: use letters, digits and hyphens, starting with a letter")
         )
     if len(name) > limit:
-        why = " with Slurm accounting (slurm.accounting)" if accounting else ""
+        why = " with Slurm accounting (slurm.accounting or storage.accounting)" if accounting else ""
         found.append(
             Finding("error", "cluster.name", f"{name!r} has {len(name)} characters; at most {limit} allowed{why}")
         )
@@ -410,10 +410,12 @@ def check_cluster(
     extra_tags: Mapping[str, str] | None = None,
     existing_network: bool = False,
     public_subnet: bool = True,
+    managed_accounting: bool = False,
 ) -> list[Finding]:
-    """Every pre-deploy check, errors first."""
+    """Every pre-deploy check, errors first (``managed_accounting``: the environment's ``storage.accounting``)."""
+    accounting = cfg.slurm.accounting is not None or managed_accounting
     found = [
-        *check_cluster_name(cluster_name, stack_name=stack_name, accounting=cfg.slurm.accounting is not None),
+        *check_cluster_name(cluster_name, stack_name=stack_name, accounting=accounting),
         *check_placement(cfg),
         *check_instance_types(cfg),
         *check_zones(cfg, zone_labels=zone_labels, lustre_zone=lustre_zone),
@@ -452,6 +454,7 @@ def check_environment(env: Environment, *, stack_name: str | None = None) -> lis
         extra_tags=env.config.tags,
         existing_network=env.config.network.existing is not None,
         public_subnet=env.config.network.existing is None or env.config.network.existing.public_subnet_id is not None,
+        managed_accounting=env.config.storage.accounting is not None,
     )
 
 

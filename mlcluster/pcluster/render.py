@@ -105,6 +105,27 @@ class ZoneSubnet:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ManagedAccounting:
+    """The environment's managed Slurm accounting database, as the head node's slurmdbd uses it.
+
+    :param uri: ``host:port`` of the database (``SlurmSettings.Database.Uri``).
+    :param user_name: slurmdbd's own database user (``UserName``).
+    :param password_secret_arn: the secret holding that user's bare password (``PasswordSecretArn``).
+    :param database_name: the database slurmdbd keeps its tables in, the same for every cluster (``DatabaseName``).
+    :param client_security_group_id: the only group the database admits: the head node's alone.
+    :param policy_arn: a managed policy that lets the head node decrypt the secret (the environment key,
+        through Secrets Manager only); ParallelCluster grants ``GetSecretValue`` on it itself.
+    """
+
+    uri: str
+    user_name: str
+    password_secret_arn: str
+    database_name: str
+    client_security_group_id: str
+    policy_arn: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeployInputs:
     """The deploy-time values a cluster configuration needs (strings may be CDK tokens).
 
@@ -135,6 +156,9 @@ class DeployInputs:
     :param exporters: every node runs the metrics exporters step (``observability.prometheus.enabled``).
     :param node_script_sha256: file name -> hex SHA-256 of the node scripts uploaded to the prefix, carried
         by the queues' node-script actions; default: the files of this package, as the stack uploads them.
+    :param accounting: the managed accounting database (``storage.accounting``): ``SlurmSettings.Database``
+        points at it, and the head node alone gets its client group and its secret's key policy. Default: none
+        (``slurm.accounting``, your own database, or no accounting).
     """
 
     region: str
@@ -158,6 +182,7 @@ class DeployInputs:
     tags: Mapping[str, str] = field(default_factory=dict)
     exporters: bool = False
     node_script_sha256: Mapping[str, str] = field(default_factory=node_script_sha256)
+    accounting: ManagedAccounting | None = None
 
     def __post_init__(self) -> None:
         """Reject inputs that cannot make a valid configuration, naming the input."""
@@ -438,12 +463,19 @@ def _head_node(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
     policies = ([_ssm_policy(inputs)] if head.ssm else []) + list(head.additional_iam_policies)
     if collector is not None:
         policies.append(collector)
+    managed = inputs.accounting
+    if managed is not None:
+        policies.append(managed.policy_arn)
     ssh: dict[str, Any] = {"AllowedIps": _ssh_source(cfg, inputs)}
     if head.key_name is not None:
         ssh["KeyName"] = head.key_name
     networking: dict[str, Any] = {
         "SubnetId": _public_or_private(inputs, head.subnet, "the head node"),
-        "AdditionalSecurityGroups": list(inputs.security_group_ids),
+        # The accounting database's client group on the head node alone (it runs slurmdbd).
+        "AdditionalSecurityGroups": [
+            *inputs.security_group_ids,
+            *([managed.client_security_group_id] if managed is not None else []),
+        ],
     }
     if head.subnet == "public":
         # The only way out of a public subnet that maps no public IPs: ParallelCluster adds an Elastic IP.
@@ -550,7 +582,7 @@ def _queue(cfg: PclusterConfig, queue: QueueConfig, inputs: DeployInputs) -> dic
     return out
 
 
-def _slurm_settings(cfg: PclusterConfig) -> dict[str, Any]:
+def _slurm_settings(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str, Any]:
     slurm = cfg.slurm
     out: dict[str, Any] = {
         "ScaledownIdletime": slurm.scaledown_idle_minutes,
@@ -559,8 +591,20 @@ def _slurm_settings(cfg: PclusterConfig) -> dict[str, Any]:
     settings = {**health_check_settings(cfg), **slurm.custom_settings}
     if settings:
         out["CustomSlurmSettings"] = [{key: value} for key, value in settings.items()]
+    managed = inputs.accounting
     db = slurm.accounting
-    if db is not None:
+    if managed is not None and db is not None:
+        raise RenderError(
+            "accounting: slurm.accounting (your own database) and the managed database exclude each other"
+        )
+    if managed is not None:
+        out["Database"] = {
+            "Uri": managed.uri,
+            "UserName": managed.user_name,
+            "PasswordSecretArn": managed.password_secret_arn,
+            "DatabaseName": managed.database_name,
+        }
+    elif db is not None:
         database: dict[str, Any] = {
             "Uri": db.uri,
             "UserName": db.user_name,
@@ -692,7 +736,7 @@ def render_cluster_config(cfg: PclusterConfig, inputs: DeployInputs) -> dict[str
         "HeadNode": _head_node(cfg, inputs),
         "Scheduling": {
             "Scheduler": "slurm",
-            "SlurmSettings": _slurm_settings(cfg),
+            "SlurmSettings": _slurm_settings(cfg, inputs),
             "SlurmQueues": [_queue(cfg, q, inputs) for q in cfg.queues],
         },
         "SharedStorage": _shared_storage(cfg, inputs),

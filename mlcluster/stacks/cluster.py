@@ -46,6 +46,7 @@ from mlcluster.pcluster.checks import network_zone_labels
 from mlcluster.pcluster.provider_iam import NODE_POLICY_PATH
 from mlcluster.pcluster.render import (
     DeployInputs,
+    ManagedAccounting,
     ZoneSubnet,
     attached_policy_arns,
     render_cluster_config,
@@ -193,6 +194,7 @@ class ClusterStack(cdk.Stack):
                     )
                 ],
             )
+        managed = self._pcluster_accounting(storage)
         boundary = permissions_boundary(self, "NodeRoleBoundary", cluster_name=env.cluster_name)
         labels = network_zone_labels(env.config.network)
         inputs = DeployInputs(
@@ -219,6 +221,7 @@ class ClusterStack(cdk.Stack):
             retain_home=keeps,
             tags={"mlcluster:environment": env.name, **env.config.tags},
             exporters=prometheus_enabled(env.config),
+            accounting=managed,
         )
         cluster_config = render_cluster_config(cfg, inputs)
         provider = PclusterProviderRole(
@@ -231,7 +234,11 @@ class ClusterStack(cdk.Stack):
                 scripts.bucket.arn_for_objects(f"{NODE_SCRIPT_PREFIX}*"),
                 *user_script_objects(cfg, self.partition),
             ],
-            secret_arns=[cfg.slurm.accounting.password_secret_arn] if cfg.slurm.accounting is not None else [],
+            secret_arns=[cfg.slurm.accounting.password_secret_arn]
+            if cfg.slurm.accounting is not None
+            else [managed.password_secret_arn]
+            if managed is not None
+            else [],
         )
         self.pcluster = PclusterCluster(
             self,
@@ -241,7 +248,7 @@ class ClusterStack(cdk.Stack):
             cluster_configuration=cluster_config,
             version=cfg.version,
             deletion_policy="Retain" if keeps else "Delete",
-            slurm_accounting=cfg.slurm.accounting is not None,
+            slurm_accounting=cfg.slurm.accounting is not None or managed is not None,
         )
         # The cluster's nodes run the scripts on their first boot: upload them first.
         self.pcluster.node.add_dependency(scripts.deployment)
@@ -257,6 +264,45 @@ class ClusterStack(cdk.Stack):
         )
         export_output(
             self, env, "ValidationMessages", self.pcluster.validation_messages, "ParallelCluster validation messages"
+        )
+
+    def _pcluster_accounting(self, storage: StorageStack) -> ManagedAccounting | None:
+        """The managed accounting database as the head node uses it, with the head node's key policy; or None.
+
+        ParallelCluster grants the head node ``secretsmanager:GetSecretValue`` on ``PasswordSecretArn`` itself
+        (its head node policy, ``AllowGettingSlurmDbSecretValue``); the secret is under the environment key, so
+        the head node also needs ``kms:Decrypt`` on that key, through Secrets Manager only: this policy, under
+        /parallelcluster/ so the provider may attach it.
+        """
+        database, user = storage.accounting, storage.accounting_user
+        if database is None or user is None:
+            return None
+        key_policy = iam.ManagedPolicy(
+            self,
+            "AccountingSecretKey",
+            path=NODE_POLICY_PATH,
+            description="The head node decrypts the Slurm accounting database password (Secrets Manager only)",
+            statements=[
+                iam.PolicyStatement(
+                    sid="DecryptAccountingSecret",
+                    actions=["kms:Decrypt"],
+                    resources=[database.encryption_key.key_arn],
+                    conditions={
+                        "StringEquals": {
+                            "kms:ViaService": f"secretsmanager.{self.region}.{self.url_suffix}",
+                            "kms:EncryptionContext:SecretARN": user.secret.secret_arn,
+                        }
+                    },
+                )
+            ],
+        )
+        return ManagedAccounting(
+            uri=database.endpoint,
+            user_name=user.user_name,
+            password_secret_arn=user.secret.secret_arn,
+            database_name=user.database_name,
+            client_security_group_id=database.client_security_group.security_group_id,
+            policy_arn=key_policy.managed_policy_arn,
         )
 
     # -- SageMaker HyperPod -----------------------------------------------

@@ -13,6 +13,7 @@ from aws_cdk import aws_ssm as ssm
 
 from mlcluster.config import Environment
 from mlcluster.config.environment import LOG_RETENTION_DAYS
+from mlcluster.config.storage import DEFAULT_ACCOUNTING_DATABASE
 
 
 def removal_policy(environment: Environment) -> cdk.RemovalPolicy:
@@ -90,12 +91,30 @@ PRODUCER_SECTIONS = {"Network": ("network",), "Storage": ("network", "storage"),
 LATER_OPTIONAL_SECTIONS: dict[str, tuple[str, ...]] = {"storage": ("accounting",)}
 
 
+#: Settings added to a producer's config after environments were deployed, by section path, with their
+#: defaults: left out of the digest while at the default, for the same reason.
+LATER_DEFAULTED_SETTINGS: dict[tuple[str, ...], dict[str, Any]] = {
+    ("storage", "accounting"): {"database_name": DEFAULT_ACCOUNTING_DATABASE},
+}
+
+
 def _section_inputs(name: str, section: Any) -> dict[str, Any]:
-    """``section`` as a mapping for the digest, without the later optional sections it leaves unset."""
+    """``section`` as a mapping for the digest, without the later optional sections it leaves unset
+    and the later settings it leaves at their defaults."""
     values = dataclasses.asdict(section)
     for key in LATER_OPTIONAL_SECTIONS.get(name, ()):
         if values.get(key) is None:
             values.pop(key, None)
+    for path, defaults in LATER_DEFAULTED_SETTINGS.items():
+        if path[0] != name:
+            continue
+        inner: Any = values
+        for key in path[1:]:
+            inner = inner.get(key) if isinstance(inner, dict) else None
+        if isinstance(inner, dict):
+            for key, default in defaults.items():
+                if inner.get(key) == default:
+                    inner.pop(key)
     return values
 
 

@@ -12,6 +12,7 @@ from constructs import Construct
 
 from mlcluster.config import Environment
 from mlcluster.constructs.accounting_database import AccountingDatabase
+from mlcluster.constructs.accounting_database_user import AccountingDatabaseUser
 from mlcluster.constructs.data_backup import DataBucketBackup
 from mlcluster.constructs.data_bucket import DataBucket
 from mlcluster.constructs.lustre import DataRepositoryAssociationProps, LustreStorage
@@ -164,6 +165,8 @@ class StorageStack(cdk.Stack):
             )
 
         self.accounting: AccountingDatabase | None = None
+        #: slurmdbd's own user and its bare-password secret (ParallelCluster only).
+        self.accounting_user: AccountingDatabaseUser | None = None
         if cfg.accounting is not None:
             database = cfg.accounting
             self.accounting = AccountingDatabase(
@@ -183,6 +186,19 @@ class StorageStack(cdk.Stack):
                 rotation_days=database.rotation_days,
                 removal_policy=policy,
             )
+            if environment.config.cluster.backend == "pcluster":
+                # ParallelCluster's head node takes a secret holding the bare password (PasswordSecretArn): a user
+                # of slurmdbd's own, made through the Data API, whose secret its role alone reads.
+                self.accounting_user = AccountingDatabaseUser(
+                    self.accounting,
+                    "SlurmdbdUser",
+                    cluster=self.accounting.cluster,
+                    master_secret=self.accounting.secret,
+                    encryption_key=environment_key,
+                    database_name=database.database_name,
+                    log_retention=log_retention(environment),
+                    removal_policy=policy,
+                )
 
         outputs = {
             "DataBucketName": (self.data_bucket.bucket.bucket_name, "S3 data bucket (datasets, checkpoints)"),
@@ -198,7 +214,17 @@ class StorageStack(cdk.Stack):
             outputs["AccountingDatabaseEndpoint"] = (self.accounting.endpoint, "Slurm accounting database (host:port)")
             outputs["AccountingDatabaseSecretArn"] = (
                 self.accounting.secret.secret_arn,
-                "Slurm accounting database master secret (rotated; the controller's role reads it)",
+                "Slurm accounting database master secret (rotated; "
+                + (
+                    "the Data API user function reads it)"
+                    if self.accounting_user
+                    else "the controller's role reads it)"
+                ),
+            )
+        if self.accounting_user is not None:
+            outputs["AccountingDatabaseUserSecretArn"] = (
+                self.accounting_user.secret.secret_arn,
+                f"Slurm accounting database password of {self.accounting_user.user_name} (the head node reads it)",
             )
         for name, (value, description) in outputs.items():
             export_output(self, environment, name, value, description)

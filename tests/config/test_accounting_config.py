@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from mlcluster.config import ConfigError, load_environment
-from tests.support import write_env
+from tests.support import ROOT, write_env
 
 TWO_ZONES = {"availability_zone_id": "use1-az4", "extra_zones": [{"availability_zone_id": "use1-az6"}]}
 WORKER = {"instance_group_name": "gpu", "instance_type": "ml.p5.48xlarge"}
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:slurm-AbCdEf"
 
 
 def hyperpod(mode: str = "managed", **accounting: Any) -> dict[str, Any]:
@@ -106,14 +107,78 @@ def test_a_database_no_cluster_uses_is_refused(tmp_path: Path) -> None:
     assert "set cluster.hyperpod.lifecycle.accounting.mode: managed" in line
 
 
-def test_parallelcluster_is_refused_with_the_reason(tmp_path: Path) -> None:
-    cluster = {
+def pcluster(**slurm: Any) -> dict[str, Any]:
+    return {
         "backend": "pcluster",
+        "name": "a" * 40,
         "pcluster": {
+            "slurm": slurm,
             "queues": [
                 {"name": "gpu", "compute_resources": [{"name": "g5", "instance_type": "g5.12xlarge", "efa": False}]}
-            ]
+            ],
         },
     }
-    line = refusal(tmp_path, environment({}, cluster), "storage.accounting")
-    assert "PasswordSecretArn must hold the bare password" in line
+
+
+def test_parallelcluster_uses_the_managed_database(tmp_path: Path) -> None:
+    """The edge: a 40-character cluster name (ParallelCluster's limit with accounting) and a 64-character name."""
+    env = load_environment(write_env(tmp_path, "acct", environment({"database_name": "a" * 64}, pcluster())))
+    assert env.config.storage.accounting is not None
+    assert env.config.storage.accounting.database_name == "a" * 64
+
+
+def test_the_database_name_defaults_to_slurmdbds_own(tmp_path: Path) -> None:
+    env = load_environment(write_env(tmp_path, "acct", environment({}, pcluster())))
+    assert env.config.storage.accounting is not None
+    assert env.config.storage.accounting.database_name == "slurm_acct_db"
+
+
+@pytest.mark.parametrize("name", ["", "a" * 65, "Slurm", "slurm-acct", "slurm`acct"])
+def test_a_bad_database_name_is_refused(tmp_path: Path, name: str) -> None:
+    line = refusal(tmp_path, environment({"database_name": name}, pcluster()), "storage.accounting.database_name")
+    assert "1-64 lowercase letters, digits and '_'" in line
+
+
+def test_parallelcluster_with_a_database_of_its_own_too_is_refused(tmp_path: Path) -> None:
+    own = {"uri": "db.example.com:3306", "user_name": "slurm", "password_secret_arn": SECRET}
+    line = refusal(tmp_path, environment({}, pcluster(accounting=own)), "cluster.pcluster.slurm.accounting")
+    assert "already uses storage.accounting (the managed database): remove one of the two" in line
+
+
+def test_accounting_settings_parallelcluster_writes_are_refused(tmp_path: Path) -> None:
+    cluster = pcluster(custom_settings={"AccountingStorageUser": "root", "PriorityWeightAge": "1000"})
+    line = refusal(tmp_path, environment({}, cluster), "cluster.pcluster.slurm.custom_settings.AccountingStorageUser")
+    assert "with storage.accounting ParallelCluster manages this Slurm setting" in line
+
+
+def test_another_database_name_is_refused_for_hyperpod(tmp_path: Path) -> None:
+    line = refusal(tmp_path, environment({"database_name": "history"}, hyperpod()), "storage.accounting.database_name")
+    assert "HyperPod's controller keeps slurmdbd's default database: allowed: slurm_acct_db" in line
+
+
+def test_a_long_cluster_name_is_refused_with_the_managed_database(tmp_path: Path) -> None:
+    from mlcluster.pcluster.checks import check_environment
+
+    cluster = {**pcluster(), "name": "a" * 41}
+    env = load_environment(write_env(tmp_path, "acct", environment({}, cluster)))
+    messages = [f.message for f in check_environment(env) if f.path == "cluster.name"]
+    assert any("at most 40 allowed with Slurm accounting" in m for m in messages), messages
+    no_database = load_environment(write_env(tmp_path / "plain", "acct", {"network": TWO_ZONES, "cluster": cluster}))
+    assert not [f for f in check_environment(no_database) if f.path == "cluster.name"]
+
+
+def test_the_storage_digest_counts_database_name_only_off_its_default(tmp_path: Path) -> None:
+    """A setting added after environments were deployed leaves their Storage digest as it was (no consumer
+    update for nothing), and still counts once it is set."""
+    from mlcluster.stacks.common import producer_digest
+
+    def digest(database: dict[str, Any], folder: str) -> str:
+        env = load_environment(write_env(tmp_path / folder, "acct", environment(database, pcluster())))
+        return producer_digest(env, "Storage")
+
+    unset = digest({}, "unset")
+    assert digest({"database_name": "slurm_acct_db"}, "default") == unset
+    assert digest({"database_name": "train_history"}, "set") != unset
+    # The hyperpod-accounting example's Storage digest as its committed snapshot records it, from before the setting.
+    example = load_environment(ROOT / "environments" / "hyperpod-accounting.yaml")
+    assert producer_digest(example, "Storage") == "2a9fef81ae4f2889"

@@ -27,7 +27,7 @@ from tools import check_site, environment_pictures, gen_cli_docs
 from tools.environment_pictures import UnknownKindError, dot_source, unknown_kinds
 
 MKDOCS = str(Path(sys.executable).parent / "mkdocs")
-EXAMPLES = ("dev", "hyperpod", "hyperpod-accounting", "p4de", "p5", "prod", "trn1")
+EXAMPLES = ("dev", "hyperpod", "hyperpod-accounting", "p4de", "p5", "pcluster-accounting", "prod", "trn1")
 
 
 def test_readme_is_a_front_page_whose_links_exist() -> None:

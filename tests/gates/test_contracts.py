@@ -21,6 +21,7 @@ from mlcluster.analysis.assembly import Assembly
 from mlcluster.analysis.contracts import CONTRACTS, Proof, prove_all, render_table
 from mlcluster.analysis.policy_eval import Request, UnknownConditionError, condition_holds, evaluate
 from tests.gates.gate_support import Templates, resources
+from tests.pcluster.pcluster_support import PCLUSTER_EXAMPLES
 from tests.support import ROOT
 
 Broken = Callable[[Callable[[Templates], object]], Assembly]
@@ -292,7 +293,7 @@ def test_the_provider_needs_its_cluster_table(broken: Broken) -> None:
     found = failures(
         broken(lambda t: _provider_statements(t, lambda s: s.get("Sid") != "ClusterTables")), contracts.PCLUSTER
     )
-    assert {p.subject.split("/", 1)[0] for p in found} == {"p4de", "p5", "trn1"}
+    assert {p.subject.split("/", 1)[0] for p in found} == set(PCLUSTER_EXAMPLES)
     assert all("dynamodb:" in p.detail and "table/parallelcluster-" in p.detail for p in found)
 
 
@@ -362,7 +363,7 @@ def test_node_scripts_need_the_groups_s3_access(broken: Broken) -> None:
 
     found = failures(broken(other_prefix), contracts.PCLUSTER_NODES)
     assert found and all("S3Access grants no s3:GetObject" in p.detail for p in found)
-    assert {p.subject.split("/", 1)[0] for p in found} == {"p4de", "p5", "trn1"}
+    assert {p.subject.split("/", 1)[0] for p in found} == set(PCLUSTER_EXAMPLES)
 
     def exact_key(templates: Templates) -> None:  # at the edge: the script's own key, no wildcard
         for group in _groups(templates):
@@ -442,7 +443,7 @@ def test_every_action_of_parallelclusters_policy_is_proven(broken: Broken, actio
 
     found = failures(broken(drop), contracts.PCLUSTER)
     assert found and all(f" {action} " in p.detail for p in found)
-    assert {p.subject.split("/", 1)[0] for p in found} <= {"p4de", "p5", "trn1"}
+    assert {p.subject.split("/", 1)[0] for p in found} <= set(PCLUSTER_EXAMPLES)
 
 
 def test_the_lambda_roles_must_be_passable_to_lambda(broken: Broken) -> None:
@@ -488,7 +489,7 @@ def test_an_edit_that_drops_a_policy_can_detach_it(broken: Broken) -> None:
     found = failures(broken(configured_only), contracts.PCLUSTER)
     assert found and all("(an edit drops a policy)" in p.subject for p in found)
     assert all("iam:DetachRolePolicy" in p.detail and "-Cluster-CollectorRemoteWrite" in p.detail for p in found)
-    assert {p.subject.split("/", 1)[0] for p in found} == {"p4de", "p5", "trn1"}
+    assert {p.subject.split("/", 1)[0] for p in found} == set(PCLUSTER_EXAMPLES)
 
 
 def _root_spelled(spelling: Callable[[Any], Any]) -> Callable[[Templates], None]:

@@ -183,7 +183,7 @@ def run_schema_check(files: list[Path], *, cluster_name: str = "mlcluster-test")
 
 
 #: The example environments whose cluster backend is ParallelCluster.
-PCLUSTER_EXAMPLES = ("p4de", "p5", "trn1")
+PCLUSTER_EXAMPLES = ("p4de", "p5", "pcluster-accounting", "trn1")
 
 
 def cluster_resource(templates: dict[str, dict[str, Any]], example: str) -> tuple[str, dict[str, Any]]:

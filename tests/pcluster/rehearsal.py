@@ -5,7 +5,8 @@ resolved to a symbol ``@{<stack>/<logical id>}``, and the resources our
 stacks would have created before ParallelCluster's provider runs (VPC,
 subnets, route tables with their IGW and NAT routes, security groups with
 their rules, FSx file systems, the node-script bucket with its objects, IAM
-managed policies, capacity reservation groups) become the ``world`` that
+managed policies, capacity reservation groups, the accounting database's
+endpoint and secrets) become the ``world`` that
 moto serves under those symbols. Nothing is hand-picked per example: a
 change to the templates changes the rehearsal.
 """
@@ -153,6 +154,12 @@ class ExampleWorld:
                             },
                         },
                     )
+                elif kind == "AWS::RDS::DBCluster":
+                    # storage.accounting: the configuration names its endpoint (SlurmSettings.Database.Uri).
+                    self.add("databases", {"id": me, "name": f"{self.example}-{logical}".lower()[:63]})
+                elif kind == "AWS::SecretsManager::Secret":
+                    # slurmdbd's password (SlurmSettings.Database.PasswordSecretArn): DescribeSecret must find it.
+                    self.add("secrets", {"id": me, "name": f"{self.example}-{logical}"[:512]})
                 elif kind == "AWS::ResourceGroups::Group":
                     ids = CR_ID.findall(json.dumps(props.get("Resources", [])))
                     self.add("resource_groups", {"id": me, "name": props["Name"], "reservations": []})
@@ -164,10 +171,18 @@ class ExampleWorld:
         me = self.symbol(stack, logical)
         rules: dict[str, list[dict[str, Any]]] = {"ingress": [], "egress": []}
 
+        def port(value: Any) -> int:
+            """A rule's port; CDK's rotation rule reads the accounting database's ``Endpoint.Port``: its ``Port``."""
+            if isinstance(value, dict) and "Fn::GetAtt" in value:
+                target, attribute = value["Fn::GetAtt"]
+                assert resources[target]["Type"] == "AWS::RDS::DBCluster" and attribute == "Endpoint.Port", value
+                return int(resources[target]["Properties"]["Port"])
+            return int(value)
+
         def rule(spec: Mapping[str, Any], peer_key: str) -> dict[str, Any]:
             out: dict[str, Any] = {"protocol": str(spec.get("IpProtocol", "-1"))}
             if out["protocol"] != "-1":
-                out["from"], out["to"] = int(spec["FromPort"]), int(spec["ToPort"])
+                out["from"], out["to"] = port(spec["FromPort"]), port(spec["ToPort"])
             if "CidrIp" in spec:
                 out["cidr"] = spec["CidrIp"]
             if peer_key in spec:

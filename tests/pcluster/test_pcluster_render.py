@@ -9,6 +9,7 @@ import pytest
 
 from mlcluster.lifecycle.pcluster import node_files, node_script_sha256
 from mlcluster.pcluster.render import (
+    ManagedAccounting,
     RenderError,
     ZoneSubnet,
     log_retention,
@@ -877,3 +878,40 @@ queues:
     assert train[at : at + 2] == ["--no-efa", "p4de.24xlarge,trn1.32xlarge"]
     assert train[at + 2 :][-1] == "health_check"  # after the manifest, before the steps
     assert "--no-efa" not in other
+
+
+MANAGED = ManagedAccounting(
+    uri="acct.cluster-x.us-west-2.rds.amazonaws.com:3306",
+    user_name="slurmdbd",
+    password_secret_arn="arn:aws:secretsmanager:us-west-2:123456789012:secret:slurmdbd-AbCdEf",
+    database_name="slurm_acct_db",
+    client_security_group_id="sg-0accounting0client",
+    policy_arn="arn:aws:iam::123456789012:policy/parallelcluster/accounting-key",
+)
+
+
+def test_the_managed_database_goes_to_slurm_settings_and_the_head_node_alone() -> None:
+    config = render(one(P5, top="login_nodes: {instance_type: m5.xlarge}"), accounting=MANAGED)
+    assert get(config, "Scheduling.SlurmSettings.Database") == {
+        "Uri": MANAGED.uri,
+        "UserName": "slurmdbd",
+        "PasswordSecretArn": MANAGED.password_secret_arn,
+        "DatabaseName": "slurm_acct_db",
+    }
+    assert get(config, "HeadNode.Networking.AdditionalSecurityGroups") == [SG, MANAGED.client_security_group_id]
+    assert {"Policy": MANAGED.policy_arn} in get(config, "HeadNode.Iam.AdditionalIamPolicies")
+    others = [*config["Scheduling"]["SlurmQueues"], *config["LoginNodes"]["Pools"]]
+    assert len(others) == 2
+    for group in others:
+        assert MANAGED.client_security_group_id not in str(group), group["Name"]
+        assert MANAGED.policy_arn not in str(group), group["Name"]
+
+
+def test_the_managed_database_and_a_database_of_your_own_exclude_each_other() -> None:
+    own = """slurm:
+  accounting:
+    uri: db.internal:3306
+    user_name: slurm
+    password_secret_arn: arn:aws:secretsmanager:us-east-1:123456789012:secret:slurmdb"""
+    with pytest.raises(RenderError, match="exclude each other"):
+        render(one(P5, top=own), accounting=MANAGED)

@@ -1,0 +1,260 @@
+"""slurmdbd's own user in the managed Slurm accounting database, with a secret holding its bare password.
+
+ParallelCluster's head node writes the whole ``SecretString`` of
+``SlurmSettings.Database.PasswordSecretArn`` into slurmdbd.conf's ``StoragePass``
+(the cookbook's ``update_slurm_database_password.sh``), so it needs a secret that
+holds the password alone; the database's rotated master secret is JSON. This
+construct makes that secret and the user it opens, through a custom resource that
+runs SQL as the master user over the RDS Data API (``mlcluster/handlers/accounting_user``):
+no MySQL driver to bundle and no network path to the database, whose security group
+still admits only the slurmdbd node's client group and the rotation function.
+
+Who can run SQL as the master user: whoever may call ``rds-data:ExecuteStatement`` on
+the database cluster AND read the master secret (and decrypt it with the environment
+key). Here that is this construct's function alone (the controller's or head node's
+role reads secrets but calls no Data API), plus whoever administers the account.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_rds as rds
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+import mlcluster.handlers
+from mlcluster.constructs.nag import (
+    acknowledge,
+    acknowledge_compliance,
+    acknowledge_wildcard_resource,
+    quiet_redundant_role_dependency,
+    skip_checkov,
+)
+from mlcluster.handlers.accounting_user.app import DATABASE_NAME, RESOURCE_TYPE, RESUME_WAIT_SECONDS, USER_NAME
+
+#: The folder shipped as the Lambda asset: ``accounting_user`` sits at its root, the other handlers are left out.
+HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
+ASSET_EXCLUDES = ("__pycache__", "*.pyc", "grafana_provisioner", "hyperpod_cluster")
+#: The newest Python runtime aws-cdk-lib knows, which is what cdk-nag's AwsSolutions-L1 asks for.
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+#: Four statements, each waiting at most RESUME_WAIT_SECONDS for a paused database (it resumes once), with room.
+FUNCTION_TIMEOUT = cdk.Duration.seconds(RESUME_WAIT_SECONDS + 180)
+#: Length of the generated password: letters and digits only (about 190 bits), safe unquoted in slurmdbd.conf (the
+#: handler refuses anything else); only its mysql_native_password hash reaches SQL.
+PASSWORD_LENGTH = 32
+
+
+class AccountingDatabaseUser(Construct):
+    """A MySQL user for slurmdbd, granted all privileges on one database only, and its bare-password secret.
+
+    Default settings:
+    - The secret holds a 32-character password of letters and digits (Secrets Manager generates it), is
+      encrypted with ``encryption_key`` and is not rotated: hosted rotation needs a JSON secret, and
+      ParallelCluster's head node reads the password at configure and update only. With ``removal_policy``
+      RETAIN or SNAPSHOT it is retained like the master secret (``RetainExceptOnCreate``).
+    - The user is ``'<user_name>'@'%'`` with ``REQUIRE SSL``, granted ``ALL PRIVILEGES`` on
+      ``<database_name>``.* only; the database is created if missing. Deleting the resource keeps both
+      (they belong to the accounting database, which is data).
+    - The custom resource's function runs outside the VPC (the Data API is an AWS endpoint); its role may
+      call ``rds-data:ExecuteStatement`` on this database cluster only, read the master secret and this
+      user's secret only, and decrypt with ``encryption_key`` only through Secrets Manager.
+
+    Attributes: ``secret`` (the bare-password secret), ``user_name``, ``database_name``, ``resource``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: rds.DatabaseCluster,
+        master_secret: secretsmanager.ISecret,
+        encryption_key: kms.IKey,
+        user_name: str = "slurmdbd",
+        database_name: str = "slurm_acct_db",
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
+        removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+    ) -> None:
+        """Create the secret, the function, its provider and the custom resource.
+
+        :param cluster: the Aurora MySQL cluster; its Data API (``EnableHttpEndpoint``) is switched on here.
+        :param master_secret: the master user's secret (JSON); the Data API logs in with it.
+        :param encryption_key: the key of both secrets (the environment key).
+        :param user_name: the MySQL user: a lowercase letter, then up to 31 lowercase letters, digits or ``_``.
+            Default: ``slurmdbd``.
+        :param database_name: the one database the user may use: 1-64 lowercase letters, digits or ``_``.
+            Default: ``slurm_acct_db`` (slurmdbd's own default).
+        :param log_retention: how long the function's logs are kept. Default: one year.
+        :param removal_policy: RETAIN or SNAPSHOT keep the secret when the stack deletes it; DESTROY deletes it.
+            Default: RETAIN.
+        """
+        super().__init__(scope, construct_id)
+        problems = []
+        if USER_NAME.fullmatch(user_name) is None:
+            problems.append(
+                f"user_name: {user_name!r}; allowed: a lowercase letter, then up to 31 lowercase letters, digits or '_'"
+            )
+        if DATABASE_NAME.fullmatch(database_name) is None:
+            problems.append(f"database_name: {database_name!r}; allowed: 1-64 lowercase letters, digits or '_'")
+        if problems:
+            raise ValueError(f"AccountingDatabaseUser {self.node.path}: " + "; ".join(problems))
+        self.user_name = user_name
+        self.database_name = database_name
+        keeps = removal_policy != cdk.RemovalPolicy.DESTROY
+        database = cluster.node.default_child
+        assert isinstance(database, rds.CfnDBCluster)
+        # The RDS Data API (Aurora MySQL 3 Serverless v2 and provisioned); updatable in place.
+        database.enable_http_endpoint = True
+
+        self.secret = secretsmanager.Secret(
+            self,
+            "Secret",
+            description=f"Slurm accounting database password of {user_name} (bare, for ParallelCluster)",
+            encryption_key=encryption_key,
+            generate_secret_string=secretsmanager.SecretStringGenerator(
+                password_length=PASSWORD_LENGTH,
+                exclude_punctuation=True,
+                include_space=False,
+                require_each_included_type=True,
+            ),
+            removal_policy=cdk.RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE if keeps else cdk.RemovalPolicy.DESTROY,
+        )
+        reason = (
+            "The secret holds the bare password ParallelCluster's head node writes into slurmdbd.conf at configure "
+            "and update only; Secrets Manager's hosted rotation functions need a JSON secret, and a rotation would "
+            "change the password under a running slurmdbd. The master secret keeps its rotation."
+        )
+        acknowledge(self.secret, "AwsSolutions-SMG4", reason)
+        acknowledge_compliance(self.secret, "SecretsManagerRotationEnabled", reason)
+
+        log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=removal_policy)
+        role = iam.Role(
+            self,
+            "Role",
+            description=f"Makes the Slurm accounting database user {user_name} through the RDS Data API",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+        )
+        stack = cdk.Stack.of(self)
+        policy = iam.ManagedPolicy(
+            role,
+            "Policy",
+            description="Run SQL as the accounting database's master user through the Data API, on one cluster",
+            statements=[
+                iam.PolicyStatement(
+                    sid="OwnLogs",
+                    actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                    resources=[log_group.log_group_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="DataApi", actions=["rds-data:ExecuteStatement"], resources=[cluster.cluster_arn]
+                ),
+                iam.PolicyStatement(
+                    sid="Secrets",
+                    actions=["secretsmanager:GetSecretValue"],
+                    resources=[master_secret.secret_arn, self.secret.secret_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="DecryptSecrets",
+                    actions=["kms:Decrypt"],
+                    resources=[encryption_key.key_arn],
+                    conditions={
+                        "StringEquals": {"kms:ViaService": f"secretsmanager.{stack.region}.{stack.url_suffix}"}
+                    },
+                ),
+            ],
+            roles=[role],
+        )
+        function = lambda_.Function(
+            self,
+            "Function",
+            runtime=RUNTIME,
+            code=lambda_.Code.from_asset(str(HANDLERS_DIR), exclude=list(ASSET_EXCLUDES)),
+            handler="accounting_user.app.on_event",
+            timeout=FUNCTION_TIMEOUT,
+            memory_size=256,
+            description="Makes slurmdbd's own user in the Slurm accounting database (RDS Data API)",
+            role=role,
+            log_group=log_group,
+        )
+        function.node.add_dependency(policy)
+        quiet_redundant_role_dependency(function)
+        _acknowledge_lambda(function, "The accounting database user function", synchronous=True)
+
+        provider_logs = logs.LogGroup(self, "ProviderLogs", retention=log_retention, removal_policy=removal_policy)
+        provider = cr.Provider(self, "Provider", on_event_handler=function, log_group=provider_logs)
+        acknowledge(
+            provider,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "The custom resource framework's onEvent function of the accounting database user gets the basic "
+            "execution policy from aws-cdk-lib's Provider; it only lets it write its CloudWatch logs.",
+        )
+        quiet_redundant_role_dependency(provider)
+        _acknowledge_lambda(provider, "The accounting database user framework function", synchronous=False)
+        skip_checkov(
+            provider,
+            "CKV_AWS_173",
+            "The framework function's environment holds only the ARN of the accounting database user function, no "
+            "secret (the password is read inside that function); Lambda encrypts it with its AWS key.",
+            frozenset({"AWS::Lambda::Function"}),
+        )
+        acknowledge_compliance(
+            provider,
+            "IAMNoInlinePolicy",
+            "aws-cdk-lib's Provider writes its framework function's grant (invoke the accounting database user "
+            "function) as the default policy of a role that belongs to the framework alone.",
+        )
+        acknowledge_wildcard_resource(
+            provider,
+            f"{function.function_arn}:*",
+            "The provider framework invokes the accounting database user function by ARN; the :* suffix only adds "
+            "that one function's versions and aliases.",
+        )
+
+        self.resource = cdk.CustomResource(
+            self,
+            "Resource",
+            service_token=provider.service_token,
+            resource_type=RESOURCE_TYPE,
+            properties={
+                "ClusterArn": cluster.cluster_arn,
+                "MasterSecretArn": master_secret.secret_arn,
+                "UserSecretArn": self.secret.secret_arn,
+                "UserName": user_name,
+                "DatabaseName": database_name,
+            },
+        )
+        # The writer must exist (the Data API runs SQL on an instance); the properties' references order the rest.
+        self.resource.node.add_dependency(cluster.node.find_child("Writer"))
+
+
+def _acknowledge_lambda(scope: Construct, what: str, *, synchronous: bool) -> None:
+    """The compliance packs' Lambda rules, for the user function or the framework's."""
+    acknowledge_compliance(
+        scope,
+        "LambdaConcurrency",
+        f"{what} runs once per stack operation that changes the user; reserving concurrency would take capacity "
+        "from the account's unreserved pool for no protection.",
+    )
+    dlq = (
+        f"{what} is invoked synchronously by aws-cdk-lib's provider framework, which reports its failures to the "
+        "stack; a dead-letter queue only receives events of asynchronous invocations."
+        if synchronous
+        else f"{what} is invoked asynchronously by CloudFormation and reports every failure to the custom "
+        "resource's response URL itself, failing the stack operation; a dead-letter queue would keep events "
+        "nobody replays."
+    )
+    acknowledge_compliance(scope, "LambdaDLQ", dlq)
+    acknowledge_compliance(
+        scope,
+        "LambdaInsideVPC",
+        f"{what} calls the RDS Data API and Secrets Manager, AWS endpoints outside the VPC; running it in the VPC "
+        "would add interfaces and a dependency on the NAT route, and would give it a network path to the database "
+        "it does not need (the Data API reaches the database for it).",
+    )

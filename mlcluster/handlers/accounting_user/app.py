@@ -1,0 +1,247 @@
+"""Entry point ``on_event`` (CDK Provider framework) of ``Custom::AccountingDatabaseUser``.
+
+ParallelCluster's head node writes the whole ``SecretString`` of
+``SlurmSettings.Database.PasswordSecretArn`` into slurmdbd.conf's ``StoragePass``,
+so slurmdbd needs a user whose secret holds a bare password; the Aurora master
+secret is JSON. This function makes that user through the RDS Data API, as the
+master user (the Data API reads the master secret itself), so it needs no
+MySQL driver and no network path to the database.
+
+Create and Update: read the user's password from ``UserSecretArn``, refuse it
+unless every character is in :data:`SAFE_PASSWORD` (slurmdbd.conf holds it
+unquoted), compute its ``mysql_native_password`` hash (:func:`native_password_hash`)
+and run, in order, the statements of :func:`statements`::
+
+    CREATE USER IF NOT EXISTS '<user>'@'%' IDENTIFIED WITH mysql_native_password AS '<hash>' REQUIRE SSL
+    ALTER USER '<user>'@'%' IDENTIFIED WITH mysql_native_password AS '<hash>' REQUIRE SSL
+    CREATE DATABASE IF NOT EXISTS `<database>`
+    GRANT ALL PRIVILEGES ON `<database>`.* TO '<user>'@'%'
+
+Each statement is idempotent, so a retried Create, an Update and a replaced
+resource converge on the same user. Delete: nothing is dropped. The user
+and its grants belong to the accounting database, which is data: a
+replacement of this resource (new properties) sends Delete for the old one
+after the new one exists, and dropping the user then would lock slurmdbd
+out; with ``retention.on_delete: destroy`` the database goes with its stack.
+
+Why the hash, never the password. The Data API's ``sql`` member (botocore's
+``rds-data`` model, shape ``SqlStatement``) is not marked sensitive, and
+CloudTrail records Data API calls as management events (Aurora User Guide,
+"Logging RDS Data API calls with AWS CloudTrail"), so the statement text may
+sit in the account's event history, readable with ``cloudtrail:LookupEvents``.
+The statements therefore carry only the account's stored form, ``'*'`` and the
+40 upper-case hex digits of SHA1(SHA1(password)) (what MySQL's and MariaDB's
+``PASSWORD()`` return), given with ``IDENTIFIED WITH mysql_native_password AS``
+(MySQL Reference Manual, CREATE USER / ALTER USER: ``IDENTIFIED WITH
+auth_plugin AS 'auth_string'``, the string taken as the plugin's already hashed
+form; MariaDB's CREATE USER: ``IDENTIFIED {VIA|WITH} plugin {USING|AS}
+'authentication_string'``; the real MariaDB 10.11 stores exactly this hash). Knowing it does not log anyone in:
+in the native handshake the server sends a random 20-byte nonce and the client
+answers SHA1(password) XOR SHA1(nonce + SHA1(SHA1(password))); the server,
+holding SHA1(SHA1(password)), checks that SHA1 of the XOR's result is its
+stored value. Building the answer needs SHA1(password), which the stored
+value does not give (a SHA-1 preimage; the password is 32 random letters and
+digits, too many to guess). Only someone who also sees a handshake's nonce and
+answer can recover SHA1(password), and the user is ``REQUIRE SSL``, so the
+handshake travels inside TLS.
+
+The plugin is named, not left to the server's default: Aurora MySQL 3 (MySQL
+8.0 compatible; the construct pins 3.10) sets the default with its
+``default_authentication_plugin`` parameter (Aurora User Guide, "Comparing Aurora
+MySQL version 3 and Aurora MySQL version 8.4"), and ``mysql_native_password`` is
+built into MySQL 8.0 (deprecated since 8.0.34, disabled by default only from 8.4,
+removed in 9.0: MySQL 8.4 Reference Manual, "Native Pluggable Authentication"),
+so 3.10 has it. Aurora MySQL 8.4 would need it enabled: the construct does not
+use 8.4. slurmdbd's client library (MariaDB Connector/C, which Slurm's
+accounting_storage/mysql plugin links on Debian) logs in with it: proven against
+the real MariaDB and slurmdbd in ``tests/system/test_accounting_user_sql.py``.
+
+The password is read inside the function and never leaves it: it is not
+logged, not sent in any request, not returned in ``Data`` nor put in a property.
+
+Service states (botocore's ``rds-data`` model, ExecuteStatement errors):
+
+=================================  ===============================================================
+``DatabaseResumingException``      the Serverless v2 writer was paused (0 ACUs); the call wakes it:
+                                   retried every :data:`RESUME_POLL_SECONDS` for at most
+                                   :data:`RESUME_WAIT_SECONDS`, then the resource fails
+throttling (``ThrottlingException``)  botocore's standard retry mode (5 attempts), then fails
+every other error                  fails the resource, the code and the message as the
+                                   reason: ``AccessDeniedException``, ``ForbiddenException``,
+                                   ``BadRequestException``, ``DatabaseErrorException``,
+                                   ``StatementTimeoutException``, ``ServiceUnavailableError``,
+                                   ``DatabaseUnavailableException``, ``DatabaseNotFoundException``,
+                                   ``HttpEndpointNotEnabledException``, ``SecretsErrorException``,
+                                   ``InvalidSecretException``, ``InvalidResourceStateException``,
+                                   ``InternalServerErrorException``, timeouts
+=================================  ===============================================================
+
+Properties: ``ClusterArn``, ``MasterSecretArn``, ``UserSecretArn``, ``UserName``, ``DatabaseName``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+logger = logging.getLogger(__name__)
+logger.setLevel(logging.INFO)
+
+RESOURCE_TYPE = "Custom::AccountingDatabaseUser"
+#: The characters a password may hold: none needs quoting in slurmdbd.conf (no space, ``#``, ``"``) and the length
+#: keeps it out of guessing range. The secret is generated alphanumeric (32 characters).
+SAFE_PASSWORD = re.compile(r"[A-Za-z0-9]{20,128}")
+#: A MySQL user name and a database name as the construct writes them.
+USER_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+DATABASE_NAME = re.compile(r"[0-9a-z_]{1,64}")
+#: A paused Serverless v2 writer resumes in seconds (Aurora User Guide, "Scaling to Zero ACUs"); wait this long.
+RESUME_WAIT_SECONDS = 240
+#: Seconds between tries while the database resumes.
+RESUME_POLL_SECONDS = 10
+#: Standard retries (throttling included, jittered back-off) and bounded connect/read times.
+CLIENT_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, parameter_validation=True
+)
+
+#: Replaced by tests: the wait between tries and the clock the bound is measured on.
+sleep: Callable[[float], None] = time.sleep
+clock: Callable[[], float] = time.monotonic
+
+
+class AccountingUserError(RuntimeError):
+    """A step failed; the message (never holding the password) is the reason CloudFormation shows."""
+
+
+@functools.cache
+def rds_data() -> Any:
+    """The RDS Data API client, made on first use."""
+    return boto3.session.Session().client("rds-data", config=CLIENT_CONFIG)
+
+
+@functools.cache
+def secrets() -> Any:
+    """The Secrets Manager client, made on first use."""
+    return boto3.session.Session().client("secretsmanager", config=CLIENT_CONFIG)
+
+
+def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]:
+    """Create/Update: make or update the user and its grant; Delete: keep them (the database is data)."""
+    request = event.get("RequestType")
+    kind = event.get("ResourceType")
+    logger.info("%s %s %s", request, kind, event.get("LogicalResourceId"))
+    if kind != RESOURCE_TYPE:
+        raise AccountingUserError(f"ResourceType {kind!r} is not {RESOURCE_TYPE}")
+    props = event.get("ResourceProperties") or {}
+    if request == "Delete":
+        logger.info("Delete: the user and its grants stay with the accounting database")
+        return {"PhysicalResourceId": event["PhysicalResourceId"]}
+    if request not in ("Create", "Update"):
+        raise AccountingUserError(f"RequestType {request!r} is not one of Create, Update, Delete")
+    cluster_arn = _text(props, "ClusterArn")
+    master_secret = _text(props, "MasterSecretArn")
+    user = _named(props, "UserName", USER_NAME, "a lowercase letter, then up to 31 lowercase letters, digits or '_'")
+    database = _named(props, "DatabaseName", DATABASE_NAME, "1-64 lowercase letters, digits or '_'")
+    password_hash = native_password_hash(_password(_text(props, "UserSecretArn")))
+    for sql in statements(user, database, password_hash):
+        _execute(cluster_arn, master_secret, sql)
+    logger.info("User %s may use database %s", user, database)
+    return {"PhysicalResourceId": f"{cluster_arn}/{user}", "Data": {"UserName": user, "DatabaseName": database}}
+
+
+def native_password_hash(password: str) -> str:
+    """The ``mysql_native_password`` stored form of ``password``: ``*`` and upper-case hex SHA1(SHA1(password)).
+
+    SHA-1 is the plugin's own format, not a choice made here (see the module's notes on why this is safe to send).
+    """
+    stage1 = hashlib.sha1(password.encode()).digest()
+    return "*" + hashlib.sha1(stage1).hexdigest().upper()
+
+
+def statements(user: str, database: str, password_hash: str) -> tuple[str, ...]:
+    """The idempotent statements that make ``user`` (TLS only) with ``password_hash`` and grant it ``database``.
+
+    ``user`` and ``database`` must already match :data:`USER_NAME` and :data:`DATABASE_NAME`, and
+    ``password_hash`` be :func:`native_password_hash`'s answer: none of them can then end a literal or a name.
+    """
+    account = f"'{user}'@'%'"
+    identified = f"IDENTIFIED WITH mysql_native_password AS '{password_hash}'"
+    return (
+        f"CREATE USER IF NOT EXISTS {account} {identified} REQUIRE SSL",
+        f"ALTER USER {account} {identified} REQUIRE SSL",
+        f"CREATE DATABASE IF NOT EXISTS `{database}`",
+        f"GRANT ALL PRIVILEGES ON `{database}`.* TO {account}",
+    )
+
+
+# -- properties ---------------------------------------------------------------
+
+
+def _text(props: Mapping[str, Any], key: str) -> str:
+    value = props.get(key)
+    if not isinstance(value, str) or not value:
+        raise AccountingUserError(f"{key}: {value!r} is not valid; expected a non-empty string")
+    return value
+
+
+def _named(props: Mapping[str, Any], key: str, pattern: re.Pattern[str], allowed: str) -> str:
+    value = _text(props, key)
+    if pattern.fullmatch(value) is None:
+        raise AccountingUserError(f"{key}: {value!r} is not valid; allowed: {allowed}")
+    return value
+
+
+def _password(secret_arn: str) -> str:
+    """The bare password the user's secret holds, refused (without its value) unless :data:`SAFE_PASSWORD` allows it."""
+    try:
+        answer = secrets().get_secret_value(SecretId=secret_arn)
+    except ClientError as err:
+        error = err.response.get("Error", {})
+        raise AccountingUserError(
+            f"GetSecretValue of {secret_arn} failed: {error.get('Code', 'Error')}: {error.get('Message', '')}"
+        ) from None
+    except BotoCoreError as err:
+        raise AccountingUserError(f"GetSecretValue of {secret_arn} failed: {err}") from None
+    value = answer.get("SecretString")
+    if not isinstance(value, str) or SAFE_PASSWORD.fullmatch(value) is None:
+        raise AccountingUserError(
+            f"The secret {secret_arn} does not hold a password slurmdbd.conf may hold (value not shown); "
+            "allowed: 20 to 128 letters and digits, nothing else (set a new value: aws secretsmanager "
+            "put-secret-value, or let CloudFormation generate it)"
+        )
+    return value
+
+
+# -- the Data API ---------------------------------------------------------------
+
+
+def _execute(cluster_arn: str, master_secret: str, sql: str) -> None:
+    """Run ``sql`` as the master user; a resuming database is waited for (bounded), every other failure raises."""
+    what = sql.split(" IDENTIFIED WITH ", 1)[0]
+    deadline = clock() + RESUME_WAIT_SECONDS
+    while True:
+        try:
+            rds_data().execute_statement(resourceArn=cluster_arn, secretArn=master_secret, sql=sql)
+        except ClientError as err:
+            error = err.response.get("Error", {})
+            code = str(error.get("Code", "Error"))
+            message = str(error.get("Message", ""))
+            if code == "DatabaseResumingException" and clock() < deadline:
+                logger.info("%s: the database is resuming; trying again in %s s", what, RESUME_POLL_SECONDS)
+                sleep(RESUME_POLL_SECONDS)
+                continue
+            if code == "DatabaseResumingException":
+                message = f"still resuming after {RESUME_WAIT_SECONDS} s: {message}"
+            raise AccountingUserError(f"ExecuteStatement ({what}) failed: {code}: {message}") from None
+        except BotoCoreError as err:  # timeouts, unreachable endpoint
+            raise AccountingUserError(f"ExecuteStatement ({what}) failed: {err}") from None
+        logger.info("%s: done", what)
+        return
