@@ -87,7 +87,8 @@ GUARD_TESTS = (
 # In priority order: where a silent bug loses data, then opens access, then misreads AWS.
 MODULES: dict[str, Module] = {
     "lockfile": Module(
-        mutate=("mlcluster/lockfile.py",), tests=(*GUARD_TESTS, "tests/mutation_kills/test_lockfile.py")
+        mutate=("mlcluster/lockfile.py",),
+        tests=(*GUARD_TESTS, "tests/mutation_kills/test_lockfile.py", "tests/mutation_kills/test_lockfile_messages.py"),
     ),
     "replacement": Module(
         mutate=("mlcluster/replacement.py",),

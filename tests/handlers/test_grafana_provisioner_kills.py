@@ -149,7 +149,9 @@ def test_a_data_source_uid_is_one_path_segment(monkeypatch: pytest.MonkeyPatch) 
 def test_a_404_is_missing_only_where_the_caller_says_so(monkeypatch: pytest.MonkeyPatch, method: str) -> None:
     monkeypatch.setattr(app, "open_url", Recorder(failure=http_error(404, b'{"message":"Not found"}')))
     api = app.GrafanaApi(ENDPOINT, SECRET)
-    with pytest.raises(app.ProvisioningError, match=f'Grafana {method} /api/x answered HTTP 404: {{"message":"Not found"}}'):
+    with pytest.raises(
+        app.ProvisioningError, match=f'Grafana {method} /api/x answered HTTP 404: {{"message":"Not found"}}'
+    ):
         api.call(method, "/api/x", {"a": 1})
     assert api.call(method, "/api/x", {"a": 1}, missing_ok=True) is None
 

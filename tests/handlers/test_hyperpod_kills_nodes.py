@@ -73,7 +73,9 @@ def test_describe_stacks_answering_other_than_one_stack_fails(
     monkeypatch.setattr(app, "clients", lambda: SimpleNamespace(cloudformation=cloudformation))
     with pytest.raises(RuntimeError) as raised:
         app._rolling_back({"StackId": "arn:stack/dev/1"})
-    assert str(raised.value) == f"DescribeStacks for arn:stack/dev/1 returned {len(stacks)} stacks, expected exactly one"
+    assert (
+        str(raised.value) == f"DescribeStacks for arn:stack/dev/1 returned {len(stacks)} stacks, expected exactly one"
+    )
 
 
 def test_an_aws_error_reads_code_colon_message() -> None:

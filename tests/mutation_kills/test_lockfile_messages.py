@@ -1,0 +1,158 @@
+"""The lock file's refusals and records: behaviour the second `make mutation MODULE=lockfile` run showed no test
+asserted (survivors of the run with the ordering and tests/mutation_kills/test_lockfile.py).
+
+Each test names the mutants it kills; each asserts what an operator reads or what the next command reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlcluster.config import Environment, load_environment
+from mlcluster.lockfile import (
+    ForeignLockError,
+    Lock,
+    _retained,
+    allowed,
+    cluster_rename_refusal,
+    in_flight_path,
+    notices,
+    read_lock_file,
+    record_in_flight,
+    resource_name,
+    training_plan_refusal,
+    write_lock,
+)
+from mlcluster.replacement import HYPERPOD_TYPE, PCLUSTER_TYPE, Change, ResourceState, StackState
+from tests.support import ENVIRONMENTS
+
+
+def dev(tmp_path: Path, allow: str | None = None) -> Environment:
+    text = (ENVIRONMENTS / "dev.yaml").read_text()
+    if allow is not None:
+        text = text.replace("retention:\n", f"retention:\n  allow_replacement: [{allow}]\n", 1)
+    (tmp_path / "dev.yaml").write_text(text)
+    return load_environment(tmp_path / "dev.yaml")
+
+
+@pytest.mark.parametrize("recorded", [None, 7, "delete-key"])
+def test_a_lock_of_no_named_environment_is_refused_with_a_placeholder(tmp_path: Path, recorded: Any) -> None:
+    """ForeignLockError mutants 3-5, 19-22: a missing or non-text environment key reads "<the other environment>",
+    the message ends with where renaming is explained, and the error carries the value and the parsed lock."""
+    path = write_lock(dev(tmp_path), Lock({}, "templates"))
+    data = json.loads(path.read_text())
+    if recorded == "delete-key":
+        del data["environment"]
+    else:
+        data["environment"] = recorded
+    path.write_text(json.dumps(data))
+    with pytest.raises(ForeignLockError) as raised:
+        read_lock_file(path, "dev")
+    assert raised.value.recorded == (None if recorded == "delete-key" else recorded)
+    assert raised.value.lock == Lock({}, "templates")
+    text = str(raised.value)
+    assert (
+        "If <the other environment>.yaml and its lock were renamed to dev: a renamed file is a new environment" in text
+    )
+    assert "while the stacks of <the other environment> keep running;" in text
+    assert text.endswith(
+        "give both files their old names back (to rename, see the refusal of a lock whose environment file is gone)"
+    )
+
+
+def test_a_lock_of_another_environment_names_it(tmp_path: Path) -> None:
+    """ForeignLockError mutant 3: a recorded name (text) is shown as it is."""
+    path = write_lock(dev(tmp_path), Lock({}, "templates"))
+    path.write_text(path.read_text().replace('"environment": "dev"', '"environment": "prod"'))
+    with pytest.raises(ForeignLockError) as raised:
+        read_lock_file(path, "dev")
+    assert raised.value.recorded == "prod"
+    assert "If prod.yaml and its lock were renamed to dev" in str(raised.value)
+
+
+def test_the_training_plan_refusal_names_the_allowance_the_guard_accepts_on_any_path(tmp_path: Path) -> None:
+    """training_plan_refusal mutant 7 (rsplit): the entry it tells to add is the resource's name as `allowed`
+    reads it (above the first "/Resource"), also when a construct id below starts with "Resource"."""
+    environment = dev(tmp_path)
+    path = "Cluster/HyperPod/Resource/ResourceGroup"
+    change = Change("dev-Cluster", "HyperPod1234", HYPERPOD_TYPE, path, "replace", ("X: a -> b",))
+    text = training_plan_refusal(environment, change, [("gpu", 1, "arn:plan/a")]).render()
+    assert resource_name(path) == "Cluster/HyperPod"
+    assert "add 'Cluster/HyperPod' to retention.allow_replacement" in text
+    assert allowed(change, ["Cluster/HyperPod"])
+
+
+def test_the_cluster_rename_refusal_reads_in_full(tmp_path: Path) -> None:
+    """cluster_rename_refusal mutants 16-25: the way to rename, word for word."""
+    environment = dev(tmp_path)
+    change = Change("dev-Cluster", "Cluster1", PCLUSTER_TYPE, "Cluster/PCluster/Resource", "replace", ("N: a -> b",))
+    region = environment.config.region or "<region>"
+    assert cluster_rename_refusal(environment, change).render() == (
+        "cluster.name: this edit replaces dev-Cluster/Cluster/PCluster/Resource (Custom::PclusterCluster, logical id "
+        "Cluster1): N: a -> b. ParallelCluster's provider refuses a new ClusterName on a running cluster ('Cannot "
+        "update the ClusterName in the properties.'): the deploy fails and CloudFormation rolls the stack back, with "
+        "retention.allow_replacement too. To rename the cluster: (1) drain the queues (no running jobs) and copy "
+        "what lives on the head node (/home unless it is on OpenZFS); (2) keep the old name in this file and "
+        "destroy the cluster stack (npx cdk destroy --exclusively 'dev/Cluster'; the storage stacks keep the "
+        "data); where the custom resource's DeletionPolicy property is Retain (retention.on_delete: retain) "
+        "ParallelCluster keeps the cluster, so delete it then with 'pcluster delete-cluster -n <old cluster name> "
+        f"--region {region}' (only once its stack is destroyed); (3) run 'mlcluster lock dev'; (4) set the new "
+        "name and deploy."
+    )
+
+
+def state(kind: str, path: str, policy: str = "Retain", **create_only: Any) -> ResourceState:
+    return ResourceState(kind, path, dict(create_only), "digest", deletion_policy=policy)
+
+
+def test_the_retained_list_names_each_kept_resource_or_none() -> None:
+    """_retained mutants 3, 6, 7: the dropped-stack refusal's "kept when the stack is deleted" list."""
+    kept = [
+        state("AWS::FSx::FileSystem", "Storage/Lustre/Resource"),
+        state("AWS::Logs::LogGroup", "Storage/Logs/Resource", "Delete"),
+        state("AWS::S3::Bucket", "Storage/Data/Resource", "RetainExceptOnCreate"),
+    ]
+    assert _retained(kept) == (
+        "Storage/Lustre/Resource (AWS::FSx::FileSystem), Storage/Data/Resource (AWS::S3::Bucket)"
+    )
+    assert _retained([state("AWS::Logs::LogGroup", "Storage/Logs/Resource", "Delete")]) == "none"
+
+
+@pytest.mark.parametrize(("create_only", "name"), [({}, "<cluster name>"), ({"ClusterName": "ml-old"}, "ml-old")])
+def test_a_kept_parallelcluster_cluster_is_named_with_the_way_to_delete_it(
+    tmp_path: Path, create_only: dict[str, str], name: str
+) -> None:
+    """_left_running mutants 15-28: the cluster's name (or a placeholder when the lock has none) and the command."""
+    environment = dev(tmp_path, allow="Cluster/PCluster")
+    old = state(PCLUSTER_TYPE, "Cluster/PCluster/Resource", **create_only)
+    locked = {"dev-Cluster": StackState({"PCluster": old}, {})}
+    change = Change("dev-Cluster", "PCluster", PCLUSTER_TYPE, old.path, "remove")
+    (found,) = notices(environment, locked, {"dev-Cluster": StackState({}, {})}, [change])
+    region = environment.config.region or "<region>"
+    assert found.endswith(
+        f"keeps it running outside the stack: cluster {name} (head node, static nodes) keeps running and billing. "
+        "Once its jobs are done and what lives on its head node is copied, delete it with ParallelCluster's CLI: "
+        f"'pcluster delete-cluster -n {name} --region {region}' (or delete its own CloudFormation stack, {name})"
+    )
+
+
+def test_the_in_flight_record_is_one_key_a_line_sorted(tmp_path: Path) -> None:
+    """record_in_flight mutants 22, 23, 25: the record diffs line by line and reads back the same."""
+    environment = dev(tmp_path)
+    record_in_flight(
+        environment, "digest-1", {"Storage/Lustre/Resource": {"form": "f1", "allowance": "Storage/Lustre"}}
+    )
+    assert in_flight_path(environment).read_text(encoding="utf-8") == (
+        '{\n "lock": "digest-1",\n "resources": {\n  "Storage/Lustre/Resource": {\n   "allowance": "Storage/Lustre",\n'
+        '   "form": "f1"\n  }\n }\n}\n'
+    )
+    shutil.copy(in_flight_path(environment), tmp_path / "copy.json")
+    record_in_flight(
+        environment, "digest-1", {"Storage/Lustre/Resource": {"form": "f1", "allowance": "Storage/Lustre"}}
+    )
+    assert in_flight_path(environment).read_bytes() == (tmp_path / "copy.json").read_bytes()
