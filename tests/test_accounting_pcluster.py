@@ -11,17 +11,24 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
 from aws_cdk import cx_api
 
 from mlcluster.analysis.assembly import Assembly, load_assembly
 from mlcluster.analysis.iam_calls import check_environment as iam_check
 from mlcluster.analysis.reachability import check_assembly
 from mlcluster.app import build_app
+from mlcluster.constructs.accounting_database import MASTER_USER_NAME, AccountingDatabase
+from mlcluster.constructs.accounting_database_user import AccountingDatabaseUser
+from mlcluster.handlers.accounting_user import app as accounting_app
 from tests.support import stack_templates, write_env
 
 ENVIRONMENT: dict[str, Any] = {
@@ -143,6 +150,37 @@ def test_the_function_runs_sql_on_this_cluster_with_these_secrets_only(templates
     decrypt = statements["DecryptSecrets"]
     assert decrypt["Action"] == "kms:Decrypt" and "Fn::GetStackOutput" in decrypt["Resource"]
     assert list(decrypt["Condition"]["StringEquals"]) == ["kms:ViaService"]
+
+
+def test_the_function_acts_only_on_the_targets_its_environment_declares(templates: dict[str, Any]) -> None:
+    """The handler refuses an event whose properties differ from these (a direct invoke can only re-run them)."""
+    storage = templates["acct/Storage"]
+    (function,) = [
+        f
+        for f in of_type(storage, "AWS::Lambda::Function").values()
+        if f["Properties"].get("Handler") == "accounting_user.app.on_event"
+    ]
+    (user,) = of_type(storage, "Custom::AccountingDatabaseUser").values()
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables == {variable: user["Properties"][key] for key, variable in accounting_app.DECLARED.items()}
+    assert (variables["USER_NAME"], variables["DATABASE_NAME"]) == ("slurmdbd", "train_history")
+
+
+@pytest.mark.parametrize("user_name", [MASTER_USER_NAME, "root", "rdsadmin"])
+def test_the_construct_refuses_the_master_user_and_reserved_accounts(user_name: str) -> None:
+    stack = cdk.Stack(cdk.App(), "Refused", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=0)
+    key = kms.Key(stack, "Key")
+    database = AccountingDatabase(stack, "Db", vpc=vpc, subnets=vpc.isolated_subnets, encryption_key=key)
+    with pytest.raises(ValueError, match=f"user_name: '{re.escape(user_name)}' is the database's master user"):
+        AccountingDatabaseUser(
+            stack,
+            "User",
+            cluster=database.cluster,
+            master_secret=database.secret,
+            encryption_key=key,
+            user_name=user_name,
+        )
 
 
 def test_slurm_settings_point_at_the_database_as_slurmdbd(templates: dict[str, Any]) -> None:
