@@ -54,7 +54,8 @@ HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
 ASSET_EXCLUDES = ("__pycache__", "*.pyc", "grafana_provisioner", "hyperpod_cluster")
 #: The newest Python runtime aws-cdk-lib knows, which is what cdk-nag's AwsSolutions-L1 asks for.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
-#: Four statements, each waiting at most RESUME_WAIT_SECONDS for a paused database (it resumes once), with room.
+#: Four statements, whose retries (a paused or unavailable writer, a refused master login) share one bound of
+#: RESUME_WAIT_SECONDS, with room for the calls themselves.
 FUNCTION_TIMEOUT = cdk.Duration.seconds(RESUME_WAIT_SECONDS + 180)
 #: Length of the generated password: letters and digits only (about 190 bits), safe unquoted in slurmdbd.conf (the
 #: handler refuses anything else); only its mysql_native_password hash reaches SQL.

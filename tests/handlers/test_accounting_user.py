@@ -347,7 +347,9 @@ def test_a_database_still_resuming_after_the_bound_fails(stubs: tuple[Stubber, S
     tries = app.RESUME_WAIT_SECONDS // app.RESUME_POLL_SECONDS + 1
     for _ in range(tries):
         failing(data, "DatabaseResumingException", "Database is resuming")
-    with pytest.raises(app.AccountingUserError, match="DatabaseResumingException: still unavailable after 240 s"):
+    with pytest.raises(
+        app.AccountingUserError, match="DatabaseResumingException: still unavailable after 240 s of waits in all"
+    ):
         app.on_event(event())
     assert sum(clock.sleeps) == app.RESUME_WAIT_SECONDS
 
@@ -419,6 +421,21 @@ def test_an_error_on_a_statement_without_the_hash_keeps_the_database_message(stu
     failing(data, "DatabaseErrorException", "Can't create database 'slurm_acct_db'; disk full")
     with pytest.raises(app.AccountingUserError, match="DatabaseErrorException: Can't create database"):
         app.on_event(event())
+
+
+def test_the_bound_is_shared_by_all_the_statements(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    """The function's timeout (bound plus room) holds only if waits of later statements count with earlier ones."""
+    data, sm = stubs
+    secret(sm)
+    first = 20
+    for _ in range(first):
+        failing(data, "DatabaseResumingException", "Database is resuming")
+    statement(data, STATEMENTS[0])
+    for _ in range(app.RESUME_WAIT_SECONDS // app.RESUME_POLL_SECONDS - first + 1):
+        failing(data, "DatabaseUnavailableException", "The writer instance isn't available", 504)
+    with pytest.raises(app.AccountingUserError, match="ALTER USER .* still unavailable after 240 s"):
+        app.on_event(event())
+    assert sum(clock.sleeps) == app.RESUME_WAIT_SECONDS
 
 
 def test_an_unavailable_writer_is_waited_for_within_the_bound(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:

@@ -64,7 +64,8 @@ Service states (botocore's ``rds-data`` model, ExecuteStatement errors):
 ====================================  ============================================================
 ``DatabaseResumingException``         the Serverless v2 writer was paused (0 ACUs); the call wakes
                                       it: retried every :data:`RESUME_POLL_SECONDS` for at most
-                                      :data:`RESUME_WAIT_SECONDS`, then the resource fails
+                                      :data:`RESUME_WAIT_SECONDS` (one bound for all four
+                                      statements), then the resource fails
 ``DatabaseUnavailableException``      "the writer instance isn't available" (a failover, a
                                       restart): retried like a resuming writer, same bound
 ``DatabaseErrorException`` holding    the master login was refused: the master secret's first
@@ -227,8 +228,9 @@ def _create_or_update(props: Mapping[str, Any]) -> dict[str, Any]:
     user = declared["USER_NAME"]
     database = declared["DATABASE_NAME"]
     password_hash = native_password_hash(_password(declared["USER_SECRET_ARN"]))
+    deadline = clock() + RESUME_WAIT_SECONDS  # one bound for all the statements: the function's timeout holds
     for sql in statements(user, database, password_hash):
-        _execute(cluster_arn, master_secret, sql)
+        _execute(cluster_arn, master_secret, sql, deadline)
     logger.info("User %s may use database %s", user, database)
     return {"PhysicalResourceId": f"{cluster_arn}/{user}", "Data": {"UserName": user, "DatabaseName": database}}
 
@@ -327,15 +329,14 @@ def _password(secret_arn: str) -> str:
 # -- the Data API ---------------------------------------------------------------
 
 
-def _execute(cluster_arn: str, master_secret: str, sql: str) -> None:
-    """Run ``sql`` as the master user; waits and retries per :data:`RETRIED` (bounded), every other failure raises.
+def _execute(cluster_arn: str, master_secret: str, sql: str, deadline: float) -> None:
+    """Run ``sql`` as the master user; retries per :data:`RETRIED` until ``deadline``, every other failure raises.
 
     A statement carrying the password's hash gets the error code only in its reason: MySQL echoes a truncated
     part of the statement (``near '%-.80s'``), which no replacement of the whole value would catch.
     """
     what = sql.split(" IDENTIFIED WITH ", 1)[0]
     carries_hash = what != sql
-    deadline = clock() + RESUME_WAIT_SECONDS
     denied = 0
     while True:
         try:
@@ -360,7 +361,7 @@ def _execute(cluster_arn: str, master_secret: str, sql: str) -> None:
             if carries_hash:  # the database's message may echo part of the statement
                 message = "the database's message is not shown: this statement carries the password's hash"
             if code in RETRIED:
-                message = f"still unavailable after {RESUME_WAIT_SECONDS} s: {message}"
+                message = f"still unavailable after {RESUME_WAIT_SECONDS} s of waits in all: {message}"
             elif login_refused:
                 message = (
                     f"the master user's login was refused {denied} times, {LOGIN_POLL_SECONDS} s apart (longer "
