@@ -26,6 +26,7 @@ from mlcluster.analysis.assembly import Assembly, load_assembly
 from mlcluster.analysis.iam_calls import check_environment as iam_check
 from mlcluster.analysis.reachability import check_assembly
 from mlcluster.app import build_app
+from mlcluster.config import ConfigError, load_environment
 from mlcluster.constructs.accounting_database import MASTER_USER_NAME, AccountingDatabase
 from mlcluster.constructs.accounting_database_user import AccountingDatabaseUser
 from mlcluster.handlers.accounting_user import app as accounting_app
@@ -285,3 +286,26 @@ def _no_key_policy(config: dict[str, Any]) -> None:
 def test_the_iam_gate_refuses_a_head_node_that_cannot_decrypt_the_secret(assembly: Assembly) -> None:
     findings = iam_check(edited(assembly, _no_key_policy), "acct").findings
     assert [(f.group, f.action) for f in findings] == [("acct: head node", "kms:Decrypt")]
+
+
+def with_version(version: str) -> dict[str, Any]:
+    data = copy.deepcopy(ENVIRONMENT)
+    data["cluster"]["pcluster"]["version"] = version
+    return data
+
+
+@pytest.mark.parametrize("version", ["3.7.2", "3.7.0", "3.6.1"])
+def test_parallelcluster_before_3_8_is_refused_with_the_managed_database(tmp_path: Path, version: str) -> None:
+    """SlurmSettings.Database.DatabaseName, which the managed path always sets, exists from 3.8.0 only."""
+    path = write_env(tmp_path, "acct", with_version(version))
+    with pytest.raises(ConfigError) as caught:
+        load_environment(path)
+    (line,) = [x for x in str(caught.value).splitlines() if x.startswith(f"{path}: cluster.pcluster.version: ")]
+    assert version in line
+    assert "SlurmSettings.Database.DatabaseName" in line and "allowed: 3.8.0 or later" in line
+
+
+def test_parallelcluster_3_8_0_is_accepted_with_the_managed_database(tmp_path: Path) -> None:
+    env = load_environment(write_env(tmp_path, "acct", with_version("3.8.0")))
+    assert env.config.cluster.pcluster is not None and env.config.cluster.pcluster.version == "3.8.0"
+    assert env.config.storage.accounting is not None
