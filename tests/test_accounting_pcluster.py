@@ -21,6 +21,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import cx_api
+from aws_cdk.assertions import Template
 
 from mlcluster.analysis.assembly import Assembly, load_assembly
 from mlcluster.analysis.iam_calls import check_environment as iam_check
@@ -167,21 +168,34 @@ def test_the_function_acts_only_on_the_targets_its_environment_declares(template
     assert (variables["USER_NAME"], variables["DATABASE_NAME"]) == ("slurmdbd", "train_history")
 
 
-@pytest.mark.parametrize("user_name", [MASTER_USER_NAME, "root", "rdsadmin"])
-def test_the_construct_refuses_the_master_user_and_reserved_accounts(user_name: str) -> None:
-    stack = cdk.Stack(cdk.App(), "Refused", env=cdk.Environment(account="111111111111", region="us-west-2"))
+def bare_user(**options: Any) -> tuple[cdk.Stack, AccountingDatabaseUser]:
+    """An AccountingDatabaseUser in a stack of its own (no compliance packs), with ``options``."""
+    stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(account="111111111111", region="us-west-2"))
     vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=0)
     key = kms.Key(stack, "Key")
     database = AccountingDatabase(stack, "Db", vpc=vpc, subnets=vpc.isolated_subnets, encryption_key=key)
+    user = AccountingDatabaseUser(
+        stack, "User", cluster=database.cluster, master_secret=database.secret, encryption_key=key, **options
+    )
+    return stack, user
+
+
+@pytest.mark.parametrize("user_name", [MASTER_USER_NAME, "root", "rdsadmin"])
+def test_the_construct_refuses_the_master_user_and_reserved_accounts(user_name: str) -> None:
     with pytest.raises(ValueError, match=f"user_name: '{re.escape(user_name)}' is the database's master user"):
-        AccountingDatabaseUser(
-            stack,
-            "User",
-            cluster=database.cluster,
-            master_secret=database.secret,
-            encryption_key=key,
-            user_name=user_name,
-        )
+        bare_user(user_name=user_name)
+
+
+def test_a_bumped_password_serial_updates_the_user_and_nothing_else() -> None:
+    """A new property value is what makes CloudFormation send the Update that ALTERs the user."""
+    stack, _ = bare_user(password_serial=1)
+    (user,) = Template.from_stack(stack).find_resources("Custom::AccountingDatabaseUser").values()
+    assert user["Properties"]["PasswordSerial"] == "1"
+    stack, _ = bare_user()
+    (user,) = Template.from_stack(stack).find_resources("Custom::AccountingDatabaseUser").values()
+    assert "PasswordSerial" not in user["Properties"]  # the default leaves deployed templates as they were
+    with pytest.raises(ValueError, match="password_serial: -1; allowed: 0 or more"):
+        bare_user(password_serial=-1)
 
 
 def test_slurm_settings_point_at_the_database_as_slurmdbd(templates: dict[str, Any]) -> None:

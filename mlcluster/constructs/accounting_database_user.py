@@ -92,6 +92,7 @@ class AccountingDatabaseUser(Construct):
         database_name: str = "slurm_acct_db",
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+        password_serial: int = 0,
     ) -> None:
         """Create the secret, the function, its provider and the custom resource.
 
@@ -105,6 +106,9 @@ class AccountingDatabaseUser(Construct):
         :param log_retention: how long the function's logs are kept. Default: one year.
         :param removal_policy: RETAIN or SNAPSHOT keep the secret when the stack deletes it; DESTROY deletes it.
             Default: RETAIN.
+        :param password_serial: bump it (0 or more) after giving the secret a new value by hand: the custom
+            resource then gets an Update, which ALTERs the user with the secret's current value (nothing else
+            does; the secret's value is no property). At 0 the resource carries no ``PasswordSerial``. Default: 0.
         """
         super().__init__(scope, construct_id)
         problems = []
@@ -113,6 +117,8 @@ class AccountingDatabaseUser(Construct):
             problems.append(f"user_name: {user_problem}")
         if DATABASE_NAME.fullmatch(database_name) is None:
             problems.append(f"database_name: {database_name!r}; allowed: 1-64 lowercase letters, digits or '_'")
+        if password_serial < 0:
+            problems.append(f"password_serial: {password_serial}; allowed: 0 or more")
         if problems:
             raise ValueError(f"AccountingDatabaseUser {self.node.path}: " + "; ".join(problems))
         self.user_name = user_name
@@ -249,7 +255,8 @@ class AccountingDatabaseUser(Construct):
             "Resource",
             service_token=provider.service_token,
             resource_type=RESOURCE_TYPE,
-            properties=properties,
+            # PasswordSerial is not declared to the function: it only makes CloudFormation send the Update.
+            properties={**properties, "PasswordSerial": str(password_serial)} if password_serial else properties,
         )
         # The writer must exist (the Data API runs SQL on an instance); the properties' references order the rest.
         self.resource.node.add_dependency(cluster.node.find_child("Writer"))

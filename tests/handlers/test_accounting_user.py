@@ -203,6 +203,16 @@ def test_the_statements_name_the_plugin_and_carry_only_the_hash() -> None:
     assert not [sql for sql in built if PASSWORD in sql]
 
 
+def test_a_bumped_password_serial_realters_the_user_with_the_secrets_value(stubs: tuple[Stubber, Stubber]) -> None:
+    """PasswordSerial is not a declared target: an Update carrying it runs the statements with the current value."""
+    data, sm = stubs
+    new = "Yq8NewValueAfterALeak0123456789"
+    secret(sm, new)
+    for sql in STATEMENTS:
+        statement(data, sql.replace(HASH, app.native_password_hash(new)))
+    app.on_event(event("Update", PasswordSerial="1"))
+
+
 def test_delete_keeps_the_user_and_calls_nothing(stubs: tuple[Stubber, Stubber]) -> None:
     assert app.on_event(event("Delete")) == {"PhysicalResourceId": f"{CLUSTER}/slurmdbd"}
 
@@ -433,7 +443,7 @@ def test_the_bound_is_shared_by_all_the_statements(stubs: tuple[Stubber, Stubber
     statement(data, STATEMENTS[0])
     for _ in range(app.RESUME_WAIT_SECONDS // app.RESUME_POLL_SECONDS - first + 1):
         failing(data, "DatabaseUnavailableException", "The writer instance isn't available", 504)
-    with pytest.raises(app.AccountingUserError, match="ALTER USER .* still unavailable after 240 s"):
+    with pytest.raises(app.AccountingUserError, match=r"ALTER USER .* still unavailable after 240 s"):
         app.on_event(event())
     assert sum(clock.sleeps) == app.RESUME_WAIT_SECONDS
 
