@@ -31,7 +31,7 @@ STATEMENTS = [
     f"CREATE USER IF NOT EXISTS 'slurmdbd'@'%' IDENTIFIED WITH mysql_native_password AS '{HASH}' REQUIRE SSL",
     f"ALTER USER 'slurmdbd'@'%' IDENTIFIED WITH mysql_native_password AS '{HASH}' REQUIRE SSL",
     "CREATE DATABASE IF NOT EXISTS `slurm_acct_db`",
-    "GRANT ALL PRIVILEGES ON `slurm_acct_db`.* TO 'slurmdbd'@'%'",
+    "GRANT ALL PRIVILEGES ON `slurm\\_acct\\_db`.* TO 'slurmdbd'@'%'",
 ]
 
 
@@ -42,7 +42,6 @@ DECLARED = {
     "MasterSecretArn": MASTER,
     "UserSecretArn": USER_SECRET,
     "UserName": "slurmdbd",
-    "DatabaseName": "slurm_acct_db",
 }
 
 #: The environment variable the construct sets for each property (the construct's template is checked in
@@ -52,7 +51,6 @@ VARIABLES = {
     "MasterSecretArn": "MASTER_SECRET_ARN",
     "UserSecretArn": "USER_SECRET_ARN",
     "UserName": "USER_NAME",
-    "DatabaseName": "DATABASE_NAME",
 }
 
 
@@ -263,7 +261,8 @@ def test_passwords_at_the_edges_are_accepted(stubs: tuple[Stubber, Stubber], val
 def test_bad_names_are_refused_before_any_call(
     stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch, key: str, value: str
 ) -> None:
-    declare(monkeypatch, **{key: value})
+    if key in VARIABLES:
+        declare(monkeypatch, **{key: value})
     with pytest.raises(app.AccountingUserError, match=f"{key}: "):
         app.on_event(event(**{key: value}))
 
@@ -283,8 +282,7 @@ def test_a_function_without_its_declared_targets_refuses(
         # A direct invoke (lambda:InvokeFunction) naming the master user would set its password ...
         ("UserName", "slurm"),
         ("UserName", "root"),
-        # ... or grant another schema, another cluster, or read another secret.
-        ("DatabaseName", "mysql"),
+        # ... or use another cluster, or read another secret.
         ("ClusterArn", "arn:aws:rds:us-west-2:123456789012:cluster:other-db"),
         ("MasterSecretArn", "arn:aws:secretsmanager:us-west-2:123456789012:secret:other-XyZabc"),
         ("UserSecretArn", MASTER),
@@ -324,11 +322,15 @@ def test_names_at_the_edges_are_accepted(
 ) -> None:
     data, sm = stubs
     secret(sm)
-    declare(monkeypatch, **{key: value})
+    if key in VARIABLES:
+        declare(monkeypatch, **{key: value})
     user = value if key == "UserName" else "slurmdbd"
     database = value if key == "DatabaseName" else "slurm_acct_db"
     for sql in STATEMENTS:
-        statement(data, sql.replace("slurmdbd", user).replace("slurm_acct_db", database))
+        granted = database.replace("_", "\\_")
+        statement(
+            data, sql.replace("slurmdbd", user).replace("slurm\\_acct\\_db", granted).replace("slurm_acct_db", database)
+        )
     app.on_event(event(**{key: value}))
 
 
@@ -398,8 +400,11 @@ def test_a_failure_after_the_user_exists_names_its_statement(stubs: tuple[Stubbe
     secret(sm)
     for sql in STATEMENTS[:3]:
         statement(data, sql)
-    failing(data, "DatabaseErrorException", "Access denied for user 'slurm'")
-    with pytest.raises(app.AccountingUserError, match="GRANT ALL PRIVILEGES ON `slurm_acct_db`"):
+    failing(data, "DatabaseErrorException", "Illegal GRANT/REVOKE command")
+    with pytest.raises(
+        app.AccountingUserError,
+        match=r"GRANT ALL PRIVILEGES ON `slurm\\_acct\\_db`.* failed: DatabaseErrorException: Illegal GRANT",
+    ):
         app.on_event(event())
 
 
@@ -565,3 +570,36 @@ def test_unknown_requests_are_refused(stubs: tuple[Stubber, Stubber], request_ty
     ev["ResourceType"] = kind
     with pytest.raises(app.AccountingUserError, match=match):
         app.on_event(ev)
+
+
+@pytest.mark.parametrize("schema", ["mysql", "sys", "performance_schema", "information_schema"])
+def test_a_system_schema_is_refused_as_the_database_before_any_call(
+    stubs: tuple[Stubber, Stubber], schema: str
+) -> None:
+    """A direct invoke naming ``mysql`` would grant the grant tables (ALTER USER of any account)."""
+    with pytest.raises(app.AccountingUserError, match=f"DatabaseName: '{schema}' is one of MySQL's system schemas"):
+        app.on_event(event(DatabaseName=schema))
+
+
+def test_the_grant_escapes_the_wildcard_so_a_lookalike_name_covers_no_system_schema(
+    stubs: tuple[Stubber, Stubber],
+) -> None:
+    """``my_ql`` passes the pattern and is no system schema; unescaped, MySQL would read its ``_`` as any character
+    and the grant would cover ``mysql``."""
+    data, sm = stubs
+    secret(sm)
+    for sql in STATEMENTS:
+        statement(data, sql.replace("slurm\\_acct\\_db", "my\\_ql").replace("slurm_acct_db", "my_ql"))
+    app.on_event(event(DatabaseName="my_ql"))
+
+
+def test_a_rollback_of_a_database_name_edit_runs_with_the_old_name(stubs: tuple[Stubber, Stubber]) -> None:
+    """``storage.accounting.database_name`` changes in place; a rollback's Update carries the old name while the
+    function (its environment) may already be back or not: the name comes from the event, so the rollback runs."""
+    data, sm = stubs
+    secret(sm)
+    for sql in STATEMENTS:
+        statement(data, sql.replace("slurm\\_acct\\_db", "old\\_history").replace("slurm_acct_db", "old_history"))
+    ev = event("Update", DatabaseName="old_history")
+    ev["OldResourceProperties"] = {**ev["ResourceProperties"], "DatabaseName": "slurm_acct_db"}
+    assert app.on_event(ev)["Data"] == {"UserName": "slurmdbd", "DatabaseName": "old_history"}

@@ -91,15 +91,21 @@ no replacement of the whole value would catch. A failed Update names the way out
 continue-update-rollback --stack-name <StackId> --resources-to-skip <LogicalResourceId>``, safe because
 the old user and grant exist.
 
-Who can make it run. The targets (``CLUSTER_ARN``, ``MASTER_SECRET_ARN``, ``USER_SECRET_ARN``,
-``USER_NAME``, ``DATABASE_NAME``, :data:`DECLARED`) are the function's environment, which the stack
-sets; the event's properties (``ClusterArn``, ``MasterSecretArn``, ``UserSecretArn``, ``UserName``,
-``DatabaseName``) must equal them or the request is refused. So whoever may only invoke the function
-(``lambda:InvokeFunction``: AWSLambdaRole, PowerUserAccess) can re-run what the stack declared and
-nothing else, in particular not set the master user's password or grant ``mysql``; the master user and
-MySQL's and RDS's reserved accounts (:data:`RESERVED_USER_NAMES`) are refused here and in the construct.
-Whoever may change the function's code or environment can run anything as this role: that is the
-trust map's business (docs/reference/security.md).
+Who can make it run. The cluster, the secrets and the user (``CLUSTER_ARN``, ``MASTER_SECRET_ARN``,
+``USER_SECRET_ARN``, ``USER_NAME``, :data:`DECLARED`) are the function's environment, which the stack
+sets; the event's ``ClusterArn``, ``MasterSecretArn``, ``UserSecretArn`` and ``UserName`` must equal
+them or the request is refused. They change only with a replacement (refused by the lock guard), so a
+rollback's Update carries the same values. ``DatabaseName`` is the one target an edit of the environment
+file changes in place (``storage.accounting.database_name``), and a rollback's Update carries the old
+name while the function may still hold the new one, so it is taken from the event, checked: the
+pattern, never one of MySQL's system schemas (:data:`SYSTEM_SCHEMAS`), and the grant names it with
+``_`` escaped, so MySQL does not read it as a wildcard (MySQL 8.0 manual, GRANT: "``_`` and ``%``
+wildcards are permitted when specifying database names"). So whoever may only invoke the function
+(``lambda:InvokeFunction``: AWSLambdaRole, PowerUserAccess) can re-run the declared user's statements,
+at most granting it another ordinary database; not set the master user's password nor grant a system
+schema. The master user and MySQL's and RDS's reserved accounts (:data:`RESERVED_USER_NAMES`) are
+refused here and in the construct. Whoever may change the function's code or environment can run
+anything as this role: that is the trust map's business (docs/reference/security.md).
 """
 
 from __future__ import annotations
@@ -161,8 +167,9 @@ DECLARED = {
     "MasterSecretArn": "MASTER_SECRET_ARN",
     "UserSecretArn": "USER_SECRET_ARN",
     "UserName": "USER_NAME",
-    "DatabaseName": "DATABASE_NAME",
 }
+#: MySQL's system schemas: a grant on one of them (``mysql``: the grant tables) would make the user an administrator.
+SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema", "sys"})
 #: Standard retries (throttling included, jittered back-off) and bounded connect/read times.
 CLIENT_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, parameter_validation=True
@@ -226,7 +233,7 @@ def _create_or_update(props: Mapping[str, Any]) -> dict[str, Any]:
     cluster_arn = declared["CLUSTER_ARN"]
     master_secret = declared["MASTER_SECRET_ARN"]
     user = declared["USER_NAME"]
-    database = declared["DATABASE_NAME"]
+    database = _database_name(props.get("DatabaseName"))
     password_hash = native_password_hash(_password(declared["USER_SECRET_ARN"]))
     deadline = clock() + RESUME_WAIT_SECONDS  # one bound for all the statements: the function's timeout holds
     for sql in statements(user, database, password_hash):
@@ -275,12 +282,14 @@ def statements(user: str, database: str, password_hash: str) -> tuple[str, ...]:
     ``password_hash`` be :func:`native_password_hash`'s answer: none of them can then end a literal or a name.
     """
     account = f"'{user}'@'%'"
+    # In a grant's database name ``_`` is a wildcard unless escaped (``my_ql`` would cover ``mysql``).
+    granted = database.replace("_", "\\_")
     identified = f"IDENTIFIED WITH mysql_native_password AS '{password_hash}'"
     return (
         f"CREATE USER IF NOT EXISTS {account} {identified} REQUIRE SSL",
         f"ALTER USER {account} {identified} REQUIRE SSL",
         f"CREATE DATABASE IF NOT EXISTS `{database}`",
-        f"GRANT ALL PRIVILEGES ON `{database}`.* TO {account}",
+        f"GRANT ALL PRIVILEGES ON `{granted}`.* TO {account}",
     )
 
 
@@ -298,11 +307,21 @@ def _declared() -> dict[str, str]:
     problem = check_user_name(values["USER_NAME"])
     if problem is not None:
         raise AccountingUserError(f"UserName: {problem}")
-    if DATABASE_NAME.fullmatch(values["DATABASE_NAME"]) is None:
-        raise AccountingUserError(
-            f"DatabaseName: {values['DATABASE_NAME']!r} is not valid; allowed: 1-64 lowercase letters, digits or '_'"
-        )
     return values
+
+
+def _database_name(value: object) -> str:
+    """The event's ``DatabaseName``: the pattern, and never a system schema (see the module's notes)."""
+    if not isinstance(value, str) or DATABASE_NAME.fullmatch(value) is None:
+        raise AccountingUserError(
+            f"DatabaseName: {value!r} is not valid; allowed: 1-64 lowercase letters, digits or '_'"
+        )
+    if value in SYSTEM_SCHEMAS:
+        raise AccountingUserError(
+            f"DatabaseName: {value!r} is one of MySQL's system schemas; not allowed: "
+            + ", ".join(sorted(SYSTEM_SCHEMAS))
+        )
+    return value
 
 
 def _password(secret_arn: str) -> str:
