@@ -532,9 +532,9 @@ class AccountingDatabaseStorageConfig:
                 "database_name",
                 self.database_name,
                 f"it names MySQL's system schema {schema} (slurmdbd's user gets ALL PRIVILEGES on the database, and "
-                "MySQL reads '_' in a granted database's name as any one character): allowed: a name of your own such as "
-                f"{DEFAULT_ACCOUNTING_DATABASE}, none of {', '.join(MYSQL_SYSTEM_SCHEMAS)} nor one of their length "
-                "with '_' in place of some letters",
+                "MySQL reads '_' in a granted database's name as any one character): allowed: a name of your own "
+                f"such as {DEFAULT_ACCOUNTING_DATABASE}, none of {', '.join(MYSQL_SYSTEM_SCHEMAS)} nor one of their "
+                "length with '_' in place of some letters",
             )
 
 
