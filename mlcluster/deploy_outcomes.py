@@ -85,6 +85,7 @@ from mlcluster.config import Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
 from mlcluster.pcluster.update_policy import ClusterChange, cluster_changes, rollback_changes
 from mlcluster.replacement import (
+    CONTROLLER_KEY,
     GROUP_KEY,
     GROUP_NETWORKS_KEY,
     HYPERPOD_TYPE,
@@ -446,33 +447,107 @@ def _database_sources(stack: StackState) -> dict[str, str]:
     return out
 
 
+def _holds_client_group(locked: Snapshot, cluster: ResourceState) -> bool | None:
+    """Whether the locked HyperPod cluster's controller group holds the accounting database's client group in its
+    ``OverrideVpcConfig`` (an output of another locked stack whose target is :data:`CLIENT_GROUP`); None when the
+    lock does not record the groups' networks (:data:`GROUP_NETWORKS_KEY`). A lock that does not name the
+    controller group (:data:`CONTROLLER_KEY`) is read by any group: the construct gives the client group to the
+    controller alone."""
+    networks = cluster.settings.get(GROUP_NETWORKS_KEY)
+    if not isinstance(networks, Mapping):
+        return None
+    controller = cluster.create_only.get(CONTROLLER_KEY)
+    for group, override in networks.items():
+        if controller is not None and group != controller:
+            continue
+        ids = override.get("SecurityGroupIds") if isinstance(override, Mapping) else None
+        for value in ids if isinstance(ids, list) else []:
+            source = value.get("Fn::GetStackOutput") if isinstance(value, Mapping) else None
+            if not isinstance(source, Mapping) or str(source.get("StackName")) not in locked:
+                continue
+            targets = locked[str(source.get("StackName"))].outputs.get(str(source.get("OutputName")), [])
+            if any(CLIENT_GROUP.match(target) for target in targets):
+                return True
+    return False
+
+
+def _cut_off(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[str]:
+    """Why the locked HyperPod controller may still need the node group's rule although the lock shows the client
+    group's: one text per kept cluster whose locked controller group does not hold the client group, or whose
+    lock does not record the groups' networks. A cluster this edit creates anew (or removes) is no reason."""
+    gone = {
+        (c.stack, c.logical_id)
+        for c in compare(locked, snapshot)
+        if c.type == HYPERPOD_TYPE
+        and (c.action == "remove" or (c.action == "replace" and not _new_controller_only(c.reasons)))
+    }
+    reasons: list[str] = []
+    for stack in sorted(locked):
+        for lid, cluster in sorted(locked[stack].resources.items()):
+            if cluster.type != HYPERPOD_TYPE or (stack, lid) in gone:
+                continue
+            held = _holds_client_group(locked, cluster)
+            group = cluster.create_only.get(CONTROLLER_KEY, "the controller")
+            if held is None:
+                reasons.append(
+                    f"the lock does not record the instance groups' OverrideVpcConfig of the HyperPod cluster in "
+                    f"{stack}, so it cannot show that {group} holds the client group (run 'mlcluster lock "
+                    f"{environment.name}' to record it)"
+                )
+            elif not held:
+                reasons.append(
+                    f"the lock shows the HyperPod cluster in {stack} with controller group {group} outside the client "
+                    "group (its OverrideVpcConfig does not hold it): the running controller was created before it "
+                    "and reaches the database only through this rule"
+                )
+    return reasons
+
+
 def _accounting_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[Problem]:
+    """The node group's MySQL rule removed while the running controller still reaches the database through it.
+
+    A lock without the client group's rule (written before it) refuses the removal. A lock with it refuses
+    unless its HyperPod controller group holds the client group (:func:`_holds_client_group`), or this edit
+    creates the cluster anew: the Storage stack deploys before the Cluster stack, so the rule would be gone
+    while the controller created before the client group still runs (bridge steps 1 and 2 of docs/upgrading.md).
+    """
     problems: list[Problem] = []
     for stack in sorted(set(locked) & set(snapshot)):
         before = _database_sources(locked[stack])
+        removed = [
+            lid for lid, source in sorted(before.items()) if source == "nodes" and lid not in snapshot[stack].resources
+        ]
+        if not removed:
+            continue
         if "client" in before.values():
-            continue  # the lock was written with the client group: a cluster created since may hold it
-        for lid, source in sorted(before.items()):
-            if source != "nodes" or lid in snapshot[stack].resources:
+            reasons = _cut_off(environment, locked, snapshot)
+            if not reasons:
                 continue
-            problems.append(
-                Problem(
-                    "storage.accounting.admit_node_group",
-                    NOT_A_VALUE,
-                    f"this edit removes {stack}/{lid}, the rule that admits MySQL to the Slurm accounting database "
-                    "from every node's group, and the lock shows no rule for the controller's client group: the "
-                    "running controller was created before that group and reaches the database only through this "
-                    "rule, so slurmdbd would lose its database until the cluster is created again. Safe way: set "
-                    "storage.accounting.admit_node_group: true and deploy (the rule stays beside the client "
-                    f"group's), recreate the cluster, run 'mlcluster lock {environment.name}', then set it back to "
-                    "false (docs/upgrading.md)",
-                )
+            why = "; ".join(reasons)
+        else:
+            why = (
+                "the lock shows no rule for the controller's client group: the running controller was created "
+                "before that group and reaches the database only through this rule"
             )
+        problems += [
+            Problem(
+                "storage.accounting.admit_node_group",
+                NOT_A_VALUE,
+                f"this edit removes {stack}/{lid}, the rule that admits MySQL to the Slurm accounting database "
+                f"from every node's group, and {why}, so slurmdbd would lose its database until the cluster is "
+                "created again. Safe way: set storage.accounting.admit_node_group: true and deploy (the rule stays "
+                "beside the client group's), recreate the cluster, run "
+                f"'mlcluster lock {environment.name}', then set it back to false (docs/upgrading.md)",
+            )
+            for lid in removed
+        ]
     return problems
 
 
 #: Network resources a HyperPod instance group can hold through its ``OverrideVpcConfig``.
 NETWORK_TYPES = frozenset({"AWS::EC2::SecurityGroup", "AWS::EC2::Subnet"})
+#: The environment key of the HyperPod controller group: a new name for it is a new Slurm controller.
+CONTROLLER_GROUP_KEY = "cluster.hyperpod.controller"
 
 
 def _group_key(environment: Environment, group: str) -> str:
@@ -526,6 +601,28 @@ def _network_problem(
     environment: Environment, stack: str, cluster: str, group: str, old: object, new: object
 ) -> Problem:
     key = _group_key(environment, group)
+    recreate = (
+        "create the cluster again (drain the partitions, copy what the controller holds, set a new cluster.name "
+        "and name Cluster/Cluster in retention.allow_replacement for that deploy; a controller without "
+        "/opt/sagemaker keeps its state on FSx, /fsx/.mlcluster/controller: stop the old controller's slurmctld, "
+        "slurmdbd and mariadb first, as the new one starts on those folders while the old one still runs)"
+    )
+    if key == CONTROLLER_GROUP_KEY:
+        # A new controller group name would drop the controller's /opt/sagemaker (slurmctld's state, the local
+        # accounting database): the data guard refuses it (replacement.CONTROLLER_KEY); only a new cluster is a way.
+        ways = (
+            "Safe way, which creates the nodes anew: "
+            + recreate
+            + ". A new instance_group_name for the controller is no way: it would be a new Slurm controller without "
+            "the old one's state (/opt/sagemaker), refused like a new cluster. Or keep the group's network as deployed."
+        )
+    else:
+        ways = (
+            "Safe ways, each of which creates the nodes anew: give the group a new instance_group_name in "
+            f"{key} (a new group is created with the new network; move the work, then remove the old group), or "
+            + recreate
+            + ". Or keep the group's network as deployed."
+        )
     return Problem(
         key,
         NOT_A_VALUE,
@@ -534,12 +631,7 @@ def _network_problem(
         "SageMaker's UpdateCluster, which changes an existing group's instance count and lifecycle script, not "
         "its network (the running nodes keep the network interfaces they were created with): it may fail and "
         "roll the stack back, or leave the nodes on the old network. This can be the group's zones, or for the "
-        "controller the accounting database's client group (storage.accounting with accounting.mode managed). "
-        "Safe ways, each of which creates the nodes anew: give the group a new instance_group_name in "
-        f"{key} (a new group is created with the new network; move the work, then remove the old group; a new "
-        "controller group is a new Slurm controller, so take what it holds first), or create the cluster again "
-        "(drain the partitions, copy what the controller holds, set a new cluster.name and name Cluster/Cluster "
-        "in retention.allow_replacement for that deploy). Or keep the group's network as deployed.",
+        "controller the accounting database's client group (storage.accounting with accounting.mode managed). " + ways,
     )
 
 
@@ -607,7 +699,7 @@ def _replaced_network_problem(
         "partitions, copy what the controller holds, set a new cluster.name and name Cluster/Cluster in "
         "retention.allow_replacement; the old group is left behind while the old cluster holds it: delete it by "
         "hand once the old cluster is gone)."
-        if kind == "security group" or key == "cluster.hyperpod.controller"
+        if kind == "security group" or key == CONTROLLER_GROUP_KEY
         else f"Safe ways: keep the {kind} as deployed, or first, in a deploy of its own, move the group's work to "
         f"a group of a new instance_group_name that does not use it and remove this group from {key}, then make "
         "this edit; or create the cluster again (drain the partitions, copy what the controller holds, set a new "
@@ -622,6 +714,12 @@ def _replaced_network_problem(
         "UpdateCluster for the running group: the network change of an existing group that this synth refuses "
         f"when the group's zones or groups are edited. {held}{ways}",
     )
+
+
+def _new_controller_only(reasons: Sequence[str]) -> bool:
+    """Whether a HyperPod cluster's "replace" reasons are only a new controller group (``CONTROLLER_KEY``): the
+    data guard's reason; CloudFormation updates that cluster in place, its kept groups keep their nodes."""
+    return bool(reasons) and all(reason.startswith(CONTROLLER_KEY) for reason in reasons)
 
 
 def _hyperpod_network_checks(
@@ -646,8 +744,11 @@ def _hyperpod_network_checks(
     networks_replaced = {
         key: path for key, path in replaced.items() if locked[key[0]].resources[key[1]].type in NETWORK_TYPES
     }
+    new_clusters = {
+        (c.stack, c.logical_id) for c in changes if c.action == "replace" and not _new_controller_only(c.reasons)
+    }
     for stack, lid, old in clusters:
-        if (stack, lid) in replaced:
+        if (stack, lid) in new_clusters:
             continue  # a new cluster: every group is created with its network
         new = snapshot[stack].resources[lid]
         name = str(new.create_only.get("ClusterName", lid))

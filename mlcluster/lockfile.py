@@ -63,6 +63,7 @@ from mlcluster.config import ConfigError, Environment, Problem
 from mlcluster.config.schema import NOT_A_VALUE
 from mlcluster.deploy_outcomes import outcome_checks
 from mlcluster.replacement import (
+    CONTROLLER_KEY,
     HYPERPOD_TYPE,
     KEEPING_POLICIES,
     MOUNT_REASON,
@@ -141,6 +142,16 @@ DROPPED_STACK_ADVICE = {
 }
 
 
+#: The new controller of a cluster created again runs beside the old one (CloudFormation creates, then deletes):
+#: where the controller keeps its data on FSx (no ``/opt/sagemaker`` volume: ``controller_data_dir`` in
+#: lifecycle/hyperpod/lib.sh), it would start slurmctld and MariaDB on the old one's live folders.
+FSX_CONTROLLER = (
+    "Where the controller has no /opt/sagemaker volume, its state and local accounting database are on FSx "
+    "(/fsx/.mlcluster/controller) and the new controller, created while the old one still runs, starts on those "
+    "live folders: stop the old controller's daemons first ('sudo systemctl stop slurmctld slurmdbd mariadb'; "
+    "docs/contributing/design.md)"
+)
+
 #: How to make each kind of replacement without losing data.
 SAFE_WAYS = {
     "AWS::FSx::FileSystem": (
@@ -185,7 +196,8 @@ SAFE_WAYS = {
     ),
     "AWS::SageMaker::Cluster": (
         "A new HyperPod cluster replaces the old one: running jobs are lost. Safe way: drain the "
-        "partitions, or add a new instance group instead of changing one in place, then deploy with the allowance"
+        "partitions, or add a new instance group instead of changing one in place, then deploy with the allowance. "
+        + FSX_CONTROLLER
     ),
     "AWS::Backup::BackupVault": (
         "The vault holds the bucket's recovery points (the only copy after a deletion in the bucket). Safe way: keep "
@@ -305,11 +317,13 @@ def _lock_error(path: Path, name: str, why: str) -> ConfigError:
 class ForeignLockError(ConfigError):
     """A readable lock file whose ``environment`` key is not the environment it is read for.
 
-    ``recorded`` is the key's value as written (``None`` when it is missing). ``mlcluster lock ENV`` replaces
-    such a lock with ENV's deployed stacks (it compares nothing with it); every other reader refuses it.
+    ``recorded`` is the key's value as written (``None`` when it is missing), ``lock`` the file as parsed.
+    ``mlcluster lock ENV`` replaces such a lock with ENV's deployed stacks (it compares nothing with it) when
+    it is a copy: it records no stack, or ``<recorded>.lock.json`` beside it still records them. Every other
+    reader refuses it.
     """
 
-    def __init__(self, path: Path, name: str, recorded: Any) -> None:
+    def __init__(self, path: Path, name: str, recorded: Any, lock: Lock) -> None:
         shown = recorded if isinstance(recorded, str) else "<the other environment>"
         super().__init__(
             str(path),
@@ -320,15 +334,18 @@ class ForeignLockError(ConfigError):
                     f"{path.name} is read as the lock of environment '{name}' ({name}.yaml beside it), so it must "
                     f"record 'environment': '{name}'. A lock of another environment records that environment's "
                     f"stacks, and the guard would compare {name}'s changes with them. If the file was copied from "
-                    f"another environment: run 'mlcluster lock {name}' with credentials for its account (it reads "
-                    f"{name}'s deployed stacks and replaces the file). If {shown}.yaml and its lock were renamed "
-                    f"to {name}: a renamed file is a new environment while the stacks of {shown} keep running; "
-                    f"give both files their old names back (to rename, see the refusal of a lock whose "
-                    "environment file is gone)",
+                    f"another environment over {name}'s own lock: restore {path.name} from version control first "
+                    f"(git log -- {path.name}); only if {name} never had one, run 'mlcluster lock {name}' with "
+                    f"credentials for its account (it reads {name}'s deployed stacks and replaces the file; a first "
+                    f"lock has none of {name}'s earlier allowances_used and accepted records). If {shown}.yaml and "
+                    f"its lock were renamed to {name}: a renamed file is a new environment while the stacks of "
+                    f"{shown} keep running; give both files their old names back (to rename, see the refusal of a "
+                    "lock whose environment file is gone)",
                 )
             ],
         )
         self.recorded = recorded
+        self.lock = lock
 
 
 def read_lock_file(path: Path, name: str, *, of_environment: bool = True) -> Lock:
@@ -357,7 +374,7 @@ def read_lock_file(path: Path, name: str, *, of_environment: bool = True) -> Loc
     except (ValueError, KeyError, TypeError, OSError, AttributeError) as error:
         raise _lock_error(path, name, str(error)) from None
     if of_environment and data.get("environment") != name:
-        raise ForeignLockError(path, name, data.get("environment"))
+        raise ForeignLockError(path, name, data.get("environment"), lock)
     return lock
 
 
@@ -381,6 +398,8 @@ def config_key(change: Change) -> str:
         return "retention.on_delete"
     if any(r.startswith(MOUNT_REASON) for r in change.reasons):
         return "cluster.pcluster.shared_storage.home_volume"
+    if change.reasons and all(r.startswith(CONTROLLER_KEY) for r in change.reasons):
+        return "cluster.hyperpod.controller.instance_group_name"
     for reason in change.reasons:
         if reason.startswith(VOLUME_POLICY_REASON):
             mount = reason.removeprefix(VOLUME_POLICY_REASON).split(":", 1)[0].strip()
@@ -563,7 +582,8 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
     for change in changes:
         if change.stack in dropped:
             continue
-        if change.type == HYPERPOD_TYPE and change.action == "replace" and plan_groups:
+        controller_only = bool(change.reasons) and all(r.startswith(CONTROLLER_KEY) for r in change.reasons)
+        if change.type == HYPERPOD_TYPE and change.action == "replace" and plan_groups and not controller_only:
             problems.append(training_plan_refusal(environment, change, plan_groups))
             continue
         if change.type == PCLUSTER_TYPE and change.action == "replace":
@@ -580,6 +600,8 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
         if any(r.startswith(VOLUME_POLICY_REASON) for r in change.reasons):
             only_volumes = all(r.startswith(VOLUME_POLICY_REASON) for r in change.reasons)
             why = VOLUME_POLICY if only_volumes else f"{why}. {VOLUME_POLICY}"
+        if any(r.startswith(CONTROLLER_KEY) for r in change.reasons):
+            why = NEW_CONTROLLER if controller_only else f"{why}. {NEW_CONTROLLER}"
         problems.append(
             Problem(
                 config_key(change),
@@ -591,6 +613,17 @@ def refusals(environment: Environment, changes: Sequence[Change], *, dropped: Co
             )
         )
     return problems
+
+
+#: Why a new Slurm controller group (:data:`~mlcluster.replacement.CONTROLLER_KEY`) is refused, and the way.
+NEW_CONTROLLER = (
+    "A new controller group name makes SageMaker's UpdateCluster delete the locked controller group and create "
+    "another: the old controller's /opt/sagemaker goes with it (slurmctld's state: queued jobs, job ids, "
+    "reservations; with accounting.mode local also the MariaDB accounting database), and the new controller "
+    "starts empty. Safe way: keep the controller's instance_group_name; to change it, create the cluster again: "
+    "drain the partitions, copy what the controller holds ('mlcluster patch' takes a copy; see docs/reference/"
+    "data.md), set a new cluster.name with the new group name. " + FSX_CONTROLLER
+)
 
 
 def _retained(resources: Collection[ResourceState]) -> str:

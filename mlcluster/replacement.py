@@ -175,6 +175,12 @@ HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
 HYPERPOD_GROUP_FIELDS = ("InstanceType", "ExecutionRole", "ThreadsPerCore")
 #: Create-only keys of kept instance groups: ``InstanceGroups[<name>].<field>``.
 GROUP_KEY = "InstanceGroups["
+#: The create-only key naming a HyperPod cluster's Slurm controller group: the group whose ``SlurmConfig``
+#: says ``NodeType: Controller``, or the first group without ``SlurmConfig`` (the construct renders the
+#: controller first). Another name on a kept cluster removes the locked controller group, and with it
+#: ``/opt/sagemaker`` (slurmctld's state in every accounting mode, the MariaDB database with ``local``):
+#: compared as a replacement, so the cluster's allowance is needed (:func:`_controller_reasons`).
+CONTROLLER_KEY = "ControllerInstanceGroupName"
 #: Where a HyperPod cluster's settings record each instance group's ``OverrideVpcConfig``:
 #: ``{InstanceGroupName: OverrideVpcConfig or None}`` (None: the group uses the cluster's ``VpcConfig``). A lock
 #: written before this was recorded has no such key (``mlcluster.deploy_outcomes`` then notes it).
@@ -341,10 +347,15 @@ def _create_only_values(resource_type: str, properties: Mapping[str, Any]) -> di
         if found is not _ABSENT:
             values[pointer.removeprefix("/properties/")] = found
     if resource_type == HYPERPOD_TYPE:
-        for group in properties.get("InstanceGroups", []):
+        groups = [group for group in properties.get("InstanceGroups", []) if isinstance(group, dict)]
+        for group in groups:
             for field in HYPERPOD_GROUP_FIELDS:
-                if isinstance(group, dict) and field in group:
+                if field in group:
                     values[f"{GROUP_KEY}{group.get('InstanceGroupName')}].{field}"] = group[field]
+        typed = [g for g in groups if isinstance(g.get("SlurmConfig"), dict) and g["SlurmConfig"].get("NodeType")]
+        controllers = [g for g in typed if g["SlurmConfig"]["NodeType"] == "Controller"] if typed else groups[:1]
+        if controllers:
+            values[CONTROLLER_KEY] = controllers[0].get("InstanceGroupName")
     return values
 
 
@@ -572,13 +583,41 @@ def _own_reasons(old: ResourceState, new: ResourceState) -> list[str]:
     if new.type != old.type:
         return [f"type {old.type} -> {new.type}"]
     keys = sorted(old.create_only.keys() | new.create_only.keys())
-    # A group added or removed is not a replacement: compare the groups both sides keep.
-    keys = [k for k in keys if not k.startswith(GROUP_KEY) or (k in old.create_only and k in new.create_only)]
+    # A group added or removed is not a replacement: compare the groups both sides keep. The controller group
+    # is compared apart (:func:`_controller_reasons`).
+    keys = [
+        k
+        for k in keys
+        if k != CONTROLLER_KEY and (not k.startswith(GROUP_KEY) or (k in old.create_only and k in new.create_only))
+    ]
     return [
         f"{key.replace('/', '.')} {_format(old.create_only.get(key))} -> {_format(new.create_only.get(key))}"
         for key in keys
         if old.create_only.get(key) != new.create_only.get(key)
-    ]
+    ] + _controller_reasons(old, new)
+
+
+def _controller_reasons(old: ResourceState, new: ResourceState) -> list[str]:
+    """The locked Slurm controller group of a HyperPod cluster gone (:data:`CONTROLLER_KEY`), as a reason.
+
+    SageMaker's UpdateCluster deletes a group that leaves the request and creates a new one: another controller
+    group name is a new controller without the old one's ``/opt/sagemaker``. A lock written before the key was
+    recorded has none: then the new controller group counts as new when no locked group has its name.
+    """
+    after = new.create_only.get(CONTROLLER_KEY)
+    if new.type != HYPERPOD_TYPE or after is None:
+        return []
+    before = old.create_only.get(CONTROLLER_KEY)
+    if before is None:
+        locked = {key[len(GROUP_KEY) :].split("]", 1)[0] for key in old.create_only if key.startswith(GROUP_KEY)}
+        if not locked or after in locked:
+            return []
+        was = f"(one of {', '.join(sorted(locked))})"
+    elif before == after:
+        return []
+    else:
+        was = _format(before)
+    return [f"{CONTROLLER_KEY} {was} -> {_format(after)} (a new Slurm controller: the locked one's group is removed)"]
 
 
 def _days(value: Any, absent: int | None) -> int:

@@ -8,6 +8,7 @@ synth-time guard calls.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from mlcluster.lockfile import SAFE_WAYS
@@ -93,3 +94,94 @@ def test_keeping_more_is_not_a_weakening() -> None:
     assert _weakenings(edited(BackupRetentionPeriod=35)) == []
     before = state(edited(DeletionProtection=False, BackupRetentionPeriod=7))["acct-Storage"].resources["Db"]
     assert weakenings(before, state(CLUSTER)["acct-Storage"].resources["Db"]) == []
+
+
+# Review i33 finding 3: removing the node group's rule (admit_node_group: false) is refused while the locked
+# HyperPod controller does not hold the client group, even when the lock shows the client group's rule.
+ACCT = "acct"
+NODES_OUTPUT = {"Fn::GetStackOutput": {"OutputName": "NodesGroup", "StackName": f"{ACCT}-Network"}}
+CLIENT_OUTPUT = {"Fn::GetStackOutput": {"OutputName": "ClientGroup", "StackName": f"{ACCT}-Storage"}}
+CLIENT_ID = "AccountingDatabaseClientSecurityGroup0A1B2C3D"
+NODES_RULE = "AccountingDatabaseSecurityGroupfromacctNetworkSecurityGroupRef"
+CLIENT_RULE = "AccountingDatabaseSecurityGroupfromacctStorageAccountingDatabaseClient"
+
+
+def _rule(source: Any) -> dict[str, Any]:
+    properties = {"GroupId": "sg-db", "IpProtocol": "tcp", "FromPort": 3306, "ToPort": 3306}
+    return {"Type": "AWS::EC2::SecurityGroupIngress", "Properties": {**properties, "SourceSecurityGroupId": source}}
+
+
+def _deployed(*, nodes_rule: bool = True, client_rule: bool = True, held: bool = False, name: str = "t") -> Any:
+    """The Storage stack's 3306 rules and the Cluster stack's HyperPod cluster, the controller's override holding
+    the client group when ``held``."""
+    from mlcluster.replacement import stack_state
+
+    resources: dict[str, Any] = {
+        CLIENT_ID: {"Type": "AWS::EC2::SecurityGroup", "Properties": {"GroupDescription": "clients", "VpcId": "v"}}
+    }
+    paths = {CLIENT_ID: "Storage/AccountingDatabase/ClientSecurityGroup/Resource"}
+    if nodes_rule:
+        resources[NODES_RULE] = _rule(NODES_OUTPUT)
+        paths[NODES_RULE] = "Storage/AccountingDatabase/SecurityGroup/from acctNetwork:3306"
+    if client_rule:
+        resources[CLIENT_RULE] = _rule({"Fn::GetAtt": [CLIENT_ID, "GroupId"]})
+        paths[CLIENT_RULE] = "Storage/AccountingDatabase/SecurityGroup/from acctStorageClient:3306"
+    controller: dict[str, Any] = {
+        "InstanceGroupName": "controller",
+        "InstanceType": "ml.m5.12xlarge",
+        "InstanceCount": 1,
+        "ExecutionRole": "arn:aws:iam::111111111111:role/c",
+    }
+    if held:
+        controller["OverrideVpcConfig"] = {"SecurityGroupIds": [NODES_OUTPUT, CLIENT_OUTPUT], "Subnets": ["subnet-1"]}
+    worker = {**controller, "InstanceGroupName": "gpu", "InstanceType": "ml.p5.48xlarge"}
+    worker.pop("OverrideVpcConfig", None)
+    cluster = {
+        "Type": "AWS::SageMaker::Cluster",
+        "Properties": {"ClusterName": name, "InstanceGroups": [controller, worker], "VpcConfig": {}},
+    }
+    client_output = {"ClientGroup": {"Value": {"Fn::GetAtt": [CLIENT_ID, "GroupId"]}}}
+    return {
+        f"{ACCT}-Storage": stack_state({"Resources": resources, "Outputs": client_output}, paths),
+        f"{ACCT}-Cluster": stack_state({"Resources": {"Cluster": cluster}}, {"Cluster": "Cluster/Cluster/Resource"}),
+    }
+
+
+def _accounting_problems(tmp_path: Any, locked: Any, snapshot: Any) -> list[str]:
+    from mlcluster.config import load_environment
+    from mlcluster.deploy_outcomes import outcome_checks
+    from tests.support import write_env
+
+    environment = load_environment(
+        write_env(tmp_path, ACCT, {"region": "us-west-2", "network": {"availability_zone": "us-west-2a"}})
+    )
+    problems, _ = outcome_checks(environment, locked, snapshot)
+    return [p.allowed for p in problems if p.path == "storage.accounting.admit_node_group"]
+
+
+def test_the_nodes_rule_stays_while_the_locked_controller_is_outside_the_client_group(tmp_path: Any) -> None:
+    """Bridge step 1 deployed and locked (both rules; the controller created before the client group): setting
+    admit_node_group back to false before the cluster is created again is refused."""
+    (text,) = _accounting_problems(tmp_path, _deployed(), _deployed(nodes_rule=False))
+    assert f"this edit removes {ACCT}-Storage/{NODES_RULE}, the rule that admits MySQL" in text
+    assert "with controller group controller outside the client group" in text
+    assert "slurmdbd would lose its database until the cluster is created again" in text
+    assert "set storage.accounting.admit_node_group: true and deploy" in text
+    # A lock written before the groups' networks were recorded cannot show it: refused, saying to relock.
+    bare = _deployed()
+    cluster = bare[f"{ACCT}-Cluster"].resources["Cluster"]
+    bare[f"{ACCT}-Cluster"].resources["Cluster"] = dataclasses.replace(cluster, settings={})
+    (text,) = _accounting_problems(tmp_path, bare, _deployed(nodes_rule=False))
+    assert "the lock does not record the instance groups' OverrideVpcConfig" in text
+    assert f"run 'mlcluster lock {ACCT}'" in text
+    # A lock without the client group's rule: refused as before.
+    (text,) = _accounting_problems(tmp_path, _deployed(client_rule=False), _deployed(nodes_rule=False))
+    assert "the lock shows no rule for the controller's client group" in text
+
+
+def test_the_nodes_rule_may_go_once_the_controller_holds_the_client_group_or_the_cluster_is_new(tmp_path: Any) -> None:
+    """The edges: step 2 locked (the controller created with the client group) passes; so does the removal in the
+    edit that creates the cluster anew (a new cluster.name), and an edit that keeps the rule."""
+    assert _accounting_problems(tmp_path, _deployed(held=True), _deployed(nodes_rule=False, held=True)) == []
+    assert _accounting_problems(tmp_path, _deployed(), _deployed(nodes_rule=False, held=True, name="t2")) == []
+    assert _accounting_problems(tmp_path, _deployed(), _deployed(held=True)) == []

@@ -424,7 +424,12 @@ def test_a_lock_copied_from_another_environment_is_refused_naming_the_file_key_v
     text = refusal(env, deployed())
     assert text.startswith(f"{path}: environment: 'dev' is not valid; p5.lock.json is read as the lock of ")
     assert "environment 'p5' (p5.yaml beside it), so it must record 'environment': 'p5'" in text
-    assert "copied from another environment: run 'mlcluster lock p5' with credentials for its account" in text
+    # Review i33 finding 5: the environment's own lock from version control first; a first lock only without one.
+    assert "copied from another environment over p5's own lock: restore p5.lock.json from version control first" in (
+        text
+    )
+    assert "only if p5 never had one, run 'mlcluster lock p5' with credentials for its account" in text
+    assert "a first lock has none of p5's earlier allowances_used and accepted records" in text
     assert "If dev.yaml and its lock were renamed to p5" in text and "the stacks of dev keep running" in text
     # A lock without the key records no environment: refused the same way.
     path.write_text(json.dumps({k: v for k, v in data.items() if k != "environment"}), encoding="utf-8")

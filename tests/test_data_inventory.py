@@ -18,9 +18,11 @@ import pytest
 from mlcluster.config.project import check_environments
 from mlcluster.lifecycle.hyperpod.plan import SCHEDULED_COPY_METRIC
 from mlcluster.replacement import (
+    CONTROLLER_KEY,
     DATA_BEARING_TYPES,
     FATE_DAYS,
     FATE_KEPT,
+    HYPERPOD_TYPE,
     KEEPING_POLICIES,
     MOUNTS_KEY,
     VOLUME_POLICIES_KEY,
@@ -233,6 +235,13 @@ def _accounting(t: Templates) -> bool:
             and r["Properties"]["TreatMissingData"] == "breaching"
             for r in of_type(t, "hyperpod/Observability", "AWS::CloudWatch::Alarm")
         )
+        # The guard records the controller group, so a new name for it is refused like a new cluster.
+        and [
+            state.create_only.get(CONTROLLER_KEY)
+            for state in stack_state(t["hyperpod/Cluster"], {}).resources.values()
+            if state.type == HYPERPOD_TYPE
+        ]
+        == ["controller-machine"]
     )
 
 
@@ -373,7 +382,8 @@ ROWS = [
     Row(
         "HyperPod Slurm accounting and slurmctld state",
         "the controller's volume (`/opt/sagemaker`, local MariaDB)",
-        "a controller replacement, the cluster's deletion",
+        "a controller replacement (a new `cluster.hyperpod.controller.instance_group_name` on a kept cluster: "
+        f"{GUARD} unless `Cluster/Cluster` is allowed, like a new cluster), the cluster's deletion",
         "a daily copy to the patch backup bucket (`lifecycle.scheduled_backup`, on by default; "
         "`scheduled/<weekday>/`, seven kept by overwriting) and the copy `mlcluster patch` takes around a patch; "
         "synth warns when `scheduled_backup: false` leaves local accounting without it; two days without a "

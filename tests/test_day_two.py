@@ -506,6 +506,14 @@ EDITS = [
         refused={HYPERPOD_CLUSTER},
         safe_way="drain the partitions, then allow",
     ),
+    edit(
+        "HyperPod controller group renamed",
+        "hyperpod",
+        {f"{HP}.controller.instance_group_name": "controller-2"},
+        refused={HYPERPOD_CLUSTER},
+        safe_way="a new controller without the old one's /opt/sagemaker (slurmctld's state, a local accounting "
+        "database): keep the name, or create the cluster again (a new cluster.name, allowed)",
+    ),
     # -- the managed Slurm accounting database (issue 30) -------------------------
     edit(
         "HyperPod managed accounting database added (a second zone)",

@@ -89,6 +89,7 @@ def test_the_same_rename_without_a_training_plan_gets_the_generic_refusal(tmp_pa
     snapshot, _ = edited(env, ClusterName="ml-hyperpod-2")
     text = refusal(env, snapshot)
     assert "A new HyperPod cluster replaces the old one: running jobs are lost" in text
+    assert "(/fsx/.mlcluster/controller) and the new controller, created while the old one still runs" in text
     assert "training plan" not in text
 
 
@@ -109,3 +110,24 @@ def test_the_safe_ways_middle_step_no_instances_on_the_plan_is_allowed_like_any_
     text = refusal(env, edited(env, ClusterName="ml-hyperpod-2")[0])
     assert "A new HyperPod cluster replaces the old one" in text
     assert "draw on training plan" not in text
+
+
+def test_a_new_controller_group_on_a_training_plan_is_the_data_guards_not_a_plan_refusal(tmp_path: Path) -> None:
+    """Review i33 finding 2: a new controller group name keeps the cluster (UpdateCluster, no create-before-delete),
+    so the training plan does not stand in the way: the generic refusal, which the cluster's allowance lets through.
+    The committed lock predates the record of the controller group: a name no locked group has is new."""
+    env = environment(tmp_path / "refused", plan=PLAN)
+    snapshot, _ = edited(env, ControllerInstanceGroupName="controller-2")
+    text = refusal(env, snapshot)
+    assert "cluster.hyperpod.controller.instance_group_name: this edit replaces" in text
+    assert (
+        'ControllerInstanceGroupName (one of controller-machine, login-group, worker-group-1) -> "controller-2"' in text
+    )
+    assert "training plan" not in text
+    allowed = environment(tmp_path / "allowed", plan=PLAN, allow=["Cluster/Cluster"])
+    changes, _ = guard(allowed, edited(allowed, ControllerInstanceGroupName="controller-2")[0])
+    assert [c.action for c in changes if c.type == HYPERPOD_TYPE] == ["replace"]
+    # The edge: the locked controller's name passes.
+    kept = environment(tmp_path / "kept", plan=PLAN)
+    changes, _ = guard(kept, edited(kept, ControllerInstanceGroupName="controller-machine")[0])
+    assert not [c for c in changes if c.dangerous]

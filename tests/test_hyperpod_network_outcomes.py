@@ -19,6 +19,7 @@ import pytest
 from mlcluster.config import ConfigError, Environment, load_environment
 from mlcluster.lockfile import Lock, guard, write_lock
 from mlcluster.replacement import (
+    CONTROLLER_KEY,
     GROUP_NETWORKS_KEY,
     Snapshot,
     compare,
@@ -148,8 +149,14 @@ def test_the_controller_gaining_the_client_group_is_refused_naming_group_change_
         text
     )
     assert "instance type" not in text
-    assert "give the group a new instance_group_name in cluster.hyperpod.controller" in text
-    assert "create the cluster again" in text and "set a new cluster.name" in text
+    # Review i33 finding 2: for the controller only a new cluster is a way (a new group name is a new controller).
+    assert "new instance_group_name in" not in text
+    assert (
+        "Safe way, which creates the nodes anew: create the cluster again" in text and "set a new cluster.name" in text
+    )
+    assert "A new instance_group_name for the controller is no way" in text
+    # Review i33 finding 4: the new controller starts on FSx-kept folders while the old one still runs.
+    assert "stop the old controller's slurmctld, slurmdbd and mariadb first" in text
 
 
 @pytest.mark.parametrize(
@@ -174,6 +181,8 @@ def test_every_override_change_of_a_kept_group_is_refused(tmp_path: Path, edit: 
     assert f"{key}: this edit keeps instance group {name} of the HyperPod cluster hp-train" in text
     assert told in text
     assert text.count("this edit keeps instance group") == 1  # the other groups are unchanged
+    # A worker may move under a new group name; the controller may not (a new group is a new controller).
+    assert ("give the group a new instance_group_name in cluster.hyperpod.workers[1]" in text) == (name == "spill")
 
 
 def test_a_new_group_with_an_override_and_an_unchanged_override_pass(tmp_path: Path) -> None:
@@ -299,3 +308,54 @@ def test_a_lock_without_the_record_still_refuses_a_replaced_group_a_kept_group_h
     env = environment(tmp_path, snapshot_from_json(bare))
     text = refusal(env, templates(client_description="clients of the database"))
     assert "cluster.hyperpod.controller: this edit replaces the security group" in text
+
+
+def test_a_new_controller_group_name_needs_the_clusters_allowance(tmp_path: Path) -> None:
+    """Review i33 finding 2: a new controller instance_group_name on a kept cluster makes UpdateCluster delete the
+    locked controller group and with it /opt/sagemaker (slurmctld's state, a local accounting database): refused
+    like a new cluster without the allowance Cluster/Cluster, accepted with it; a worker group renamed passes."""
+    renamed = [group("ctl2", override=CONTROLLER_OVERRIDE), group("gpu", 2), group("spill")]
+    assert templates(renamed)[f"{NAME}-Cluster"].resources["Cluster"].create_only[CONTROLLER_KEY] == "ctl2"
+    text = refusal(environment(tmp_path / "refused", templates()), templates(renamed))
+    assert (
+        "cluster.hyperpod.controller.instance_group_name: this edit replaces hp-Cluster/Cluster/Cluster/Resource "
+        '(AWS::SageMaker::Cluster, logical id Cluster): ControllerInstanceGroupName "controller" -> "ctl2" '
+        "(a new Slurm controller: the locked one's group is removed)" in text
+    )
+    assert "the old controller's /opt/sagemaker goes with it" in text
+    assert "with accounting.mode local also the MariaDB accounting database" in text
+    assert "set a new cluster.name with the new group name" in text
+    assert "To allow it, add 'Cluster/Cluster' to retention.allow_replacement" in text
+    assert "stop the old controller's daemons first ('sudo systemctl stop slurmctld slurmdbd mariadb'" in text
+    # With the allowance: accepted, and the kept groups' networks are still checked (no new cluster).
+    allowed = environment(tmp_path / "allowed", templates(), allow_replacement=["Cluster/Cluster"])
+    changes, _ = guard(allowed, templates(renamed))
+    assert [c.action for c in changes if c.path == "Cluster/Cluster/Resource"] == ["replace"]
+    moved = copy.deepcopy(renamed)
+    moved[1]["OverrideVpcConfig"] = {"SecurityGroupIds": [NODES_GROUP], "Subnets": [SECOND]}
+    assert "this edit keeps instance group gpu" in refusal(allowed, templates(moved))
+    # The edges: a worker group renamed, and the controller kept, pass without an allowance.
+    kept = environment(tmp_path / "kept", templates())
+    changes, _ = guard(kept, templates([group("controller", override=CONTROLLER_OVERRIDE), group("gpu2", 2)]))
+    assert not [c for c in changes if c.dangerous]
+
+
+def test_a_new_controller_group_is_found_in_a_lock_without_its_record(tmp_path: Path) -> None:
+    """A lock written before the controller group was recorded: a controller name no locked group has is new."""
+    bare = snapshot_to_json(templates())
+    del bare[f"{NAME}-Cluster"]["resources"]["Cluster"]["create_only"][CONTROLLER_KEY]
+    env = environment(tmp_path, snapshot_from_json(bare))
+    renamed = [group("ctl2", override=CONTROLLER_OVERRIDE), group("gpu", 2), group("spill")]
+    assert 'ControllerInstanceGroupName (one of controller, gpu, spill) -> "ctl2"' in refusal(env, templates(renamed))
+    # The edge: the same lock and the same controller name pass.
+    changes, _ = guard(env, templates())
+    assert not [c for c in changes if c.dangerous]
+
+
+def test_the_controller_group_is_the_slurm_config_controller_else_the_first() -> None:
+    """With SlurmConfig the group whose NodeType is Controller (wherever it is), without it the first group."""
+    typed = [group("gpu", 2), group("ctl", override=CONTROLLER_OVERRIDE)]
+    typed[0]["SlurmConfig"] = {"NodeType": "Compute"}
+    typed[1]["SlurmConfig"] = {"NodeType": "Controller"}
+    assert templates(typed)[f"{NAME}-Cluster"].resources["Cluster"].create_only[CONTROLLER_KEY] == "ctl"
+    assert templates()[f"{NAME}-Cluster"].resources["Cluster"].create_only[CONTROLLER_KEY] == "controller"

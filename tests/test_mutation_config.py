@@ -8,6 +8,7 @@ occurs in its script (so it would plant nothing), an equivalent mutant without a
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -82,6 +83,7 @@ def test_a_mutant_no_test_reaches_counts_as_a_survivor_and_equivalents_leave_the
     }
     result = TOOL.summarize(found, {"m.x_a__mutmut_5": "same output", "m.x_gone__mutmut_1": "old"})
     assert (result["killed"], result["survived"], result["equivalent"], result["not checked"]) == (2, 2, 1, 1)
+    assert result["timeouts"] == 1  # one of the kills, shown apart
     assert result["kill_rate"] == 0.5
     assert result["complete"] is False
     assert result["survivors"] == ["m.x_a__mutmut_3 (survived)", "m.x_a__mutmut_4 (no tests)"]
@@ -100,3 +102,83 @@ def test_the_config_mutmut_reads_mutates_only_the_module_and_runs_only_its_tests
     assert config["only_mutate"] == ["mlcluster/lockfile.py"]
     assert config["pytest_add_cli_args_test_selection"] == list(TOOL.MODULES["lockfile"].tests)
     assert config["source_paths"] == ["mlcluster"]
+    # A slow module fixture is allowed a minute before mutmut calls the mutant "timeout" (a kill).
+    assert (config["timeout_constant"], config["timeout_multiplier"]) == (60, 3)
+
+
+def test_deselected_tests_exist_and_are_passed_to_every_mutmut_run() -> None:
+    import tomllib
+
+    for name, module in TOOL.MODULES.items():
+        config = tomllib.loads(TOOL.mutmut_config(module))["tool"]["mutmut"]
+        args = config["pytest_add_cli_args"]
+        assert args[: len(TOOL.PYTEST_ARGS)] == TOOL.PYTEST_ARGS
+        assert args[len(TOOL.PYTEST_ARGS) :] == [a for test in module.deselect for a in ("--deselect", test)]
+        for test in module.deselect:
+            path, _, function = test.partition("::")
+            assert f"def {function}(" in (ROOT / path).read_text(), f"{name}: {test} does not exist"
+    assert TOOL.MODULES["config-files"].deselect
+
+
+ORDER_TESTS = {
+    # A slow file (its module fixture sleeps) and a fast one; node ids are given interleaved, as a set would.
+    "test_slow.py": (
+        "import time, pytest\n"
+        "@pytest.fixture(scope='module')\n"
+        "def slow():\n    time.sleep(0.3)\n"
+        "def test_s1(slow): print('RAN slow1')\n"
+        "def test_s2(slow): print('RAN slow2')\n"
+    ),
+    "test_fast.py": "def test_f1(): print('RAN fast1')\ndef test_f2(): print('RAN fast2')\n",
+}
+
+
+PLUGIN = ("-p", "tools.mutation_order")
+
+
+def order_run(folder: Path, phase: str, *ids: str) -> list[str]:
+    import os
+    import subprocess
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-s",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            *PLUGIN,
+            "--rootdir",
+            str(folder),
+            *ids,
+        ],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "MUTANT_UNDER_TEST": phase, "PYTHONPATH": str(ROOT)},
+        # (--rootdir: the node ids are relative to the folder, as mutmut's are to mutants/)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return [line.split("RAN ", 1)[1] for line in result.stdout.splitlines() if "RAN " in line]
+
+
+def test_a_mutants_tests_run_grouped_by_file_cheapest_first_and_none_left_out(tmp_path: Path) -> None:
+    for name, text in ORDER_TESTS.items():
+        (tmp_path / name).write_text(text)
+    interleaved = ["test_slow.py::test_s2", "test_fast.py::test_f2", "test_slow.py::test_s1", "test_fast.py::test_f1"]
+    # mutmut's mapping run: every test once, in the order given; the plugin records each file's seconds.
+    assert order_run(tmp_path, "stats", *interleaved) == ["slow2", "fast2", "slow1", "fast1"]
+    costs = json.loads((tmp_path / "mutation-file-seconds.json").read_text())
+    assert costs["test_slow.py"] >= 0.3 > costs["test_fast.py"]
+    # mutmut's later mapping run of new tests only: the files measured before keep their cost.
+    order_run(tmp_path, "stats", "test_fast.py::test_f1")
+    assert json.loads((tmp_path / "mutation-file-seconds.json").read_text())["test_slow.py"] == costs["test_slow.py"]
+    # A mutant run: the cheap file first, each file in written order, every test still run.
+    assert order_run(tmp_path, "m.x_f__mutmut_1", *interleaved) == ["fast1", "fast2", "slow1", "slow2"]
+    # mutmut's clean and forced-fail runs keep the order given.
+    assert order_run(tmp_path, "", *interleaved) == ["slow2", "fast2", "slow1", "fast1"]

@@ -22,6 +22,7 @@ everything (``--module shell``: the node-script mutants); ``--report`` prints th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -49,6 +50,17 @@ SURVIVED = {"survived", "no tests", "suspicious"}
 # What the tests need of the tree besides the package and its tests (mutmut copies these into mutants/).
 #: The node-script mutants' tests: behaviour only (a lint test fails on any planted text, proving nothing).
 PYTEST_K = ("-k", "not shellcheck")
+#: Every mutmut pytest run: in this process (no xdist workers), no cache written into the copy, and each
+#: mutant's tests ordered cheapest file first (tools/mutation_order.py; mutmut itself adds -x).
+PYTEST_ARGS = ["-n", "0", "-p", "no:cacheprovider", "-p", "tools.mutation_order"]
+#: mutmut stops a mutant's run (status "timeout", which counts as killed: a mutant that hangs) after
+#: (estimate + constant) x multiplier seconds of wall time, its estimate being the summed *call* time of
+#: the mapped tests in the mapping run. Module fixtures (a CDK synthesis: tests/test_day_two.py's
+#: ``results`` synthesizes every edit) are set-up time the estimate leaves out, so mutmut's default
+#: (1 s, x15) could stop a mutant during a fixture and count it killed. A minute of set-up allowed,
+#: x3: a hanging mutant costs at least three minutes, a slow fixture is not a kill.
+TIMEOUT_CONSTANT_S = 60
+TIMEOUT_MULTIPLIER = 3
 ALSO_COPY = ["tests", "environments", "schema", "docs", "tools", "requirements", "app.py", "cdk.json", "pyproject.toml"]
 
 
@@ -58,6 +70,11 @@ class Module:
 
     mutate: tuple[str, ...]
     tests: tuple[str, ...]
+    #: Test ids left out: tests that run mlcluster only in a child process started in another folder. In
+    #: mutmut's mapping run the child's mutated code looks for mutmut's settings (pyproject.toml) in its
+    #: own working folder and fails the run; and a child's calls are never mapped to a mutant, so these
+    #: tests are never chosen to judge one (they could kill nothing).
+    deselect: tuple[str, ...] = ()
 
 
 GUARD_TESTS = (
@@ -85,7 +102,17 @@ MODULES: dict[str, Module] = {
     "handlers": Module(mutate=("mlcluster/handlers/*",), tests=("tests/handlers",)),
     "config-files": Module(
         mutate=("mlcluster/config/yamlfile.py", "mlcluster/config/names.py"),
-        tests=("tests/config", "tests/test_config.py", "tests/gates/test_contracts.py"),
+        tests=(
+            "tests/config",
+            "tests/test_config.py",
+            "tests/gates/test_contracts.py",
+            "tests/mutation_kills/test_config_files.py",
+        ),
+        deselect=(
+            "tests/config/test_config_validate_cli.py::test_default_directory_is_environments",
+            "tests/config/test_config_validate_cli.py::test_same_message_and_exit_code_as_synth",
+            "tests/test_config.py::test_app_prints_one_message_and_exits_1_without_traceback",
+        ),
     ),
     "cli": Module(mutate=("mlcluster/cli/*",), tests=("tests/cli", "tests/test_day_two_cli.py")),
     "constructs-security": Module(
@@ -134,8 +161,15 @@ def mutmut_config(module: Module) -> str:
         f"only_mutate = {toml_list(module.mutate)}\n"
         f"also_copy = {toml_list(ALSO_COPY)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(module.tests)}\n"
-        'pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider"]\n'
+        f"pytest_add_cli_args = {toml_list([*PYTEST_ARGS, *deselected(module)])}\n"
+        f"timeout_constant = {TIMEOUT_CONSTANT_S}\n"
+        f"timeout_multiplier = {TIMEOUT_MULTIPLIER}\n"
     )
+
+
+def deselected(module: Module) -> list[str]:
+    """pytest's ``--deselect ID`` for each test the module leaves out."""
+    return [arg for test in module.deselect for arg in ("--deselect", test)]
 
 
 def load_equivalent() -> dict[str, dict[str, str]]:
@@ -170,13 +204,14 @@ def statuses(work: Path) -> dict[str, str]:
 def summarize(found: dict[str, str], equivalent: dict[str, str]) -> dict[str, Any]:
     """Counts, kill rate and the survivors' names; a recorded equivalent that no longer exists is an error."""
     stale = sorted(set(equivalent) - set(found))
-    counts = {"killed": 0, "survived": 0, "equivalent": 0, "not checked": 0}
+    counts = {"killed": 0, "survived": 0, "equivalent": 0, "not checked": 0, "timeouts": 0}
     survivors = []
     for name, status in sorted(found.items()):
         if name in equivalent:
             counts["equivalent"] += 1
         elif status in KILLED:
             counts["killed"] += 1
+            counts["timeouts"] += status == "timeout"  # killed by a hang: shown apart, to be looked at
         elif status in SURVIVED:
             counts["survived"] += 1
             survivors.append(f"{name} ({status})")
@@ -193,10 +228,17 @@ def summarize(found: dict[str, str], equivalent: dict[str, str]) -> dict[str, An
     }
 
 
-def run_module(name: str, minutes: float) -> dict[str, Any]:
-    """mutmut over one module in a fresh copy of the tree; stops after ``minutes`` (the result says so)."""
+def run_module(name: str, minutes: float, *, keep: bool = False) -> dict[str, Any]:
+    """mutmut over one module in a fresh copy of the tree; stops after ``minutes`` (the result says so).
+
+    ``keep`` leaves the copy on disk (its path is printed) so ``mutmut show NAME`` there prints a survivor.
+    """
     module = MODULES[name]
-    with tempfile.TemporaryDirectory(prefix=f"mlcluster-mutation-{name}-") as tmp:
+    prefix = f"mlcluster-mutation-{name}-"
+    place: contextlib.AbstractContextManager[str] = (
+        contextlib.nullcontext(tempfile.mkdtemp(prefix=prefix)) if keep else tempfile.TemporaryDirectory(prefix=prefix)
+    )
+    with place as tmp:
         work = Path(tmp)
         work.chmod(0o755)  # some tests run a program as another user, who must reach the copy
         copy_tree(work)
@@ -228,6 +270,8 @@ def run_module(name: str, minutes: float) -> dict[str, Any]:
         if proc.returncode not in (0, -signal.SIGTERM) or result["not checked"] == result["total"]:
             sys.exit(f"mutation: {name}: mutmut failed (exit {proc.returncode}):\n{log.read_text()[-3000:]}")
         result["seconds"] = round(time.monotonic() - start)
+        if keep:
+            print(f"mutation: {name}: the copy is kept in {work} (mutmut show NAME there)", flush=True)
         result["mutate"] = list(module.mutate)
         result["tests"] = list(module.tests)
         return result
@@ -340,6 +384,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--module", action="append", choices=[*MODULES, "shell"], default=[])
     parser.add_argument("--minutes", type=float, default=60.0, help="stop one module after this long (default 60)")
+    parser.add_argument("--keep", action="store_true", help="keep each module's copy (to read survivors)")
     parser.add_argument("--report", action="store_true", help="print the last result (mutation/results.json) only")
     args = parser.parse_args()
     if args.report:
@@ -353,7 +398,7 @@ def main() -> int:
         if name == "shell":
             results[name] = run_shell(args.minutes)
         else:
-            results[name] = run_module(name, args.minutes)
+            results[name] = run_module(name, args.minutes, keep=args.keep)
         write_results({name: results[name]})
         for survivor in results[name]["survivors"]:
             print(f"  survived: {survivor}")

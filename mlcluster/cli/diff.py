@@ -486,14 +486,15 @@ def _previous_lock(env: Environment, *, announce: bool = True, replacing: bool =
 
     A lock recording another environment (:class:`~mlcluster.lockfile.ForeignLockError`) is refused, unless
     the caller is ``replacing`` it with ``env``'s deployed stacks (``mlcluster lock ENV``, the way its refusal
-    names): then nothing is compared with it, as with no lock at all. ``announce`` says so on the terminal
-    (not when the caller refuses a format-1 lock anyway).
+    names) and it is a copy (:func:`_only_record`): then nothing is compared with it, as with no lock at all.
+    ``announce`` says so on the terminal (not when the caller refuses a format-1 lock anyway).
     """
     try:
         return load_lock(env)
     except ForeignLockError as error:
         if not replacing:
             raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
+        _only_record(env, error)
         if announce:
             click.echo(
                 f"{lock_path(env)}: records environment {error.recorded!r}, not {env.name!r}: replaced by "
@@ -511,6 +512,34 @@ def _previous_lock(env: Environment, *, announce: bool = True, replacing: bool =
         if announce:
             click.echo(f"{path}: format 1 (no policies recorded) is replaced; changes since it are not checked")
         return None
+
+
+def _only_record(env: Environment, error: ForeignLockError) -> None:
+    """Refuse to replace another environment's lock that is the only record of its stacks.
+
+    Renaming ``dev.yaml`` and ``dev.lock.json`` to ``team`` leaves ``team.lock.json`` recording dev's stacks
+    and no ``dev.lock.json``: replaced by team's deployed stacks, dev's stacks would keep running with no lock
+    and no orphan report naming them. A copy (``<recorded>.lock.json`` still beside it) or a lock recording no
+    stack loses nothing. Refused rather than asking ``--accept`` for each stack as gone: an accepted stack
+    would still leave the file, and with it the only record of what keeps running.
+    """
+    stacks = sorted(error.lock.snapshot)
+    recorded = error.recorded
+    named = isinstance(recorded, str) and recorded != "" and Path(recorded).name == recorded
+    if not stacks or (named and (lock_path(env).parent / f"{recorded}.lock.json").is_file()):
+        return
+    whose = f"environment {recorded!r}" if named else "no environment"
+    old_names = f"{recorded}.yaml and {recorded}.lock.json" if named else "the names they had"
+    raise CliError(
+        f"{lock_path(env)} records {whose} and its stacks {', '.join(stacks)}, and "
+        f"{f'{recorded}.lock.json is not' if named else 'no other lock of theirs is'} beside it: this file is their "
+        "only record "
+        f"(an environment file and its lock renamed to {env.name}?). Replaced by {env.name}'s deployed stacks, it "
+        "would no longer name them while they keep running, and the next deploy would build a second environment. "
+        f"Give both files their old names back ({old_names}) and run 'mlcluster status' there; to rename an "
+        "environment, see the refusal of a lock whose environment file is gone",
+        EXIT_FAILED,
+    )
 
 
 def _same_place(env: Environment, old: Lock | None, account: str, region: str) -> None:

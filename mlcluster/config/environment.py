@@ -11,7 +11,7 @@ from mlcluster.config import awsdata
 from mlcluster.config.hyperpod import HyperPodConfig, check_lustre_efa
 from mlcluster.config.network import ACCOUNT, NetworkConfig, check_zones
 from mlcluster.config.observability import ObservabilityConfig, check_observability
-from mlcluster.config.pcluster import DENIED_SLURM_SETTINGS, PclusterConfig
+from mlcluster.config.pcluster import DENIED_SLURM_SETTINGS, PclusterConfig, parse_version
 from mlcluster.config.schema import ConfigError, Issues, Problem, load_section, section, setting
 from mlcluster.config.storage import DEFAULT_ACCOUNTING_DATABASE, StorageConfig
 from mlcluster.config.yamlfile import read_yaml
@@ -181,6 +181,11 @@ class EnvironmentConfig:
                 issues.add(f"tags.{key}", value, "allowed: tag values of at most 256 characters")
 
 
+#: The first ParallelCluster release whose ``SlurmSettings.Database`` takes ``DatabaseName`` (cookbook and
+#: CLI CHANGELOG, 3.8.0), which the managed path always sets.
+DATABASE_NAME_SINCE = (3, 8, 0)
+
+
 def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
     """The managed accounting database's rules that span sections.
 
@@ -211,6 +216,14 @@ def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
             "(or list two private subnets of different zones in network.existing)",
         )
     pcluster = config.cluster.pcluster if config.cluster.backend == "pcluster" else None
+    if pcluster is not None and parse_version(pcluster.version) < DATABASE_NAME_SINCE:
+        since = ".".join(map(str, DATABASE_NAME_SINCE))
+        issues.add(
+            "cluster.pcluster.version",
+            pcluster.version,
+            "storage.accounting sets SlurmSettings.Database.DatabaseName, which ParallelCluster has only from "
+            f"{since}: allowed: {since} or later (or remove storage.accounting)",
+        )
     if pcluster is not None and pcluster.slurm.accounting is not None:
         issues.add(
             "cluster.pcluster.slurm.accounting",

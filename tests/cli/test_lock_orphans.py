@@ -378,6 +378,58 @@ def test_lock_replaces_a_lock_copied_from_another_environment_with_its_own_stack
     assert result.exception is None and "records environment" not in result.output, result.output
 
 
+def test_lock_refuses_to_replace_a_renamed_environments_lock_the_only_record_of_its_stacks(
+    aws: Aws, tmp_path: Path
+) -> None:
+    """Review i33 finding 1: dev.yaml and dev.lock.json renamed to team. `mlcluster lock team` would write team's
+    deployed stacks (none) over the only record of dev's, which keep running: refused, the file unchanged. A
+    copy (dev.lock.json still beside it) is replaced as before."""
+    from mlcluster.replacement import snapshot_to_json, stack_state
+
+    envs = folder(tmp_path)
+    deploy("dev-Storage", template(), protect=True)
+    renamed = {
+        "format": 2,
+        "environment": "dev",
+        "source": "deployed",
+        "allowances_used": ["Storage/Lustre"],
+        "accepted": [],
+        "account": "123456789012",
+        "region": REGION,
+        "stacks": snapshot_to_json({"dev-Storage": stack_state(template(), {}, termination_protection=True)}),
+    }
+    (envs / "team.lock.json").write_text(json.dumps(renamed), encoding="utf-8")
+    before = (envs / "team.lock.json").read_bytes()
+    result = lock(envs)
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == EXIT_FAILED, result.output
+    message = result.exception.message
+    assert f"{envs / 'team.lock.json'} records environment 'dev' and its stacks dev-Storage, and dev.lock.json is " in (
+        message
+    )
+    assert "not beside it: this file is their only record" in message
+    assert "Give both files their old names back (dev.yaml and dev.lock.json)" in message
+    assert (envs / "team.lock.json").read_bytes() == before
+    # --accept names nothing here: the record is not given up for an accepted stack either.
+    result = lock(envs, "--accept", "dev-Storage")
+    assert isinstance(result.exception, CliError) and "only record" in result.exception.message
+    assert (envs / "team.lock.json").read_bytes() == before
+    # A lock recording no environment and stacks: whose they are is unknown, refused the same way.
+    (envs / "team.lock.json").write_text(json.dumps({k: v for k, v in renamed.items() if k != "environment"}))
+    result = lock(envs)
+    assert isinstance(result.exception, CliError), result.output
+    assert "records no environment and its stacks dev-Storage, and no other lock of theirs is" in (
+        result.exception.message
+    )
+    # The edge: a copy (dev's own lock still beside it) is replaced with team's deployed stacks (none).
+    (envs / "team.lock.json").write_bytes(before)
+    (envs / "dev.lock.json").write_bytes(before)
+    result = lock(envs)
+    assert result.exception is None, result.output
+    data = json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))
+    assert (data["environment"], data["stacks"]) == ("team", {})
+    assert (envs / "dev.lock.json").read_bytes() == before
+
+
 def test_from_templates_never_overwrites_a_deployed_lock_nor_drops_a_stack(
     aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,7 +2,9 @@
 
 Every call is checked for what it sends (the Stubber validates requests against botocore's models); each
 service state of ExecuteStatement (the rds-data model's errors) must fail the resource except a resuming
-database, which is waited for within a bound; the password never reaches an answer, an error or a log.
+database, which is waited for within a bound; the password never reaches a request, an answer, an error or a
+log: the statements carry its ``mysql_native_password`` hash, checked here against vectors MariaDB's own
+``PASSWORD()`` returned (tests/system/test_accounting_user_sql.py checks the same function against it live).
 """
 
 from __future__ import annotations
@@ -22,20 +24,55 @@ CLUSTER = "arn:aws:rds:us-west-2:123456789012:cluster:acct-db"
 MASTER = "arn:aws:secretsmanager:us-west-2:123456789012:secret:master-AbCdEf"
 USER_SECRET = "arn:aws:secretsmanager:us-west-2:123456789012:secret:slurmdbd-GhIjKl"
 PASSWORD = "Zq7PasswordDoNotLog0123456789ab"
+#: ``SELECT PASSWORD('Zq7PasswordDoNotLog0123456789ab')`` on MariaDB 10.11.19 (Debian 12), run by hand here.
+HASH = "*DB536F470835C0289B2B04696B906349C2C8BCFD"
 SESSION = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-west-2")
 STATEMENTS = [
-    f"CREATE USER IF NOT EXISTS 'slurmdbd'@'%' IDENTIFIED BY '{PASSWORD}' REQUIRE SSL",
-    f"ALTER USER 'slurmdbd'@'%' IDENTIFIED BY '{PASSWORD}' REQUIRE SSL",
+    f"CREATE USER IF NOT EXISTS 'slurmdbd'@'%' IDENTIFIED WITH mysql_native_password AS '{HASH}' REQUIRE SSL",
+    f"ALTER USER 'slurmdbd'@'%' IDENTIFIED WITH mysql_native_password AS '{HASH}' REQUIRE SSL",
     "CREATE DATABASE IF NOT EXISTS `slurm_acct_db`",
     "GRANT ALL PRIVILEGES ON `slurm_acct_db`.* TO 'slurmdbd'@'%'",
 ]
+
+
+STACK_ID = "arn:aws:cloudformation:us-west-2:123456789012:stack/acct-Storage/0a1b2c3d"
+#: What the construct sets in the function's environment, keyed by the event's property.
+DECLARED = {
+    "ClusterArn": CLUSTER,
+    "MasterSecretArn": MASTER,
+    "UserSecretArn": USER_SECRET,
+    "UserName": "slurmdbd",
+    "DatabaseName": "slurm_acct_db",
+}
+
+#: The environment variable the construct sets for each property (the construct's template is checked in
+#: tests/test_accounting_pcluster.py).
+VARIABLES = {
+    "ClusterArn": "CLUSTER_ARN",
+    "MasterSecretArn": "MASTER_SECRET_ARN",
+    "UserSecretArn": "USER_SECRET_ARN",
+    "UserName": "USER_NAME",
+    "DatabaseName": "DATABASE_NAME",
+}
+
+
+def declare(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    """Set the function's environment as the construct would, with ``values`` instead of the defaults."""
+    for key, variable in VARIABLES.items():
+        monkeypatch.setenv(variable, values.get(key, DECLARED[key]))
+
+
+@pytest.fixture(autouse=True)
+def declared(monkeypatch: pytest.MonkeyPatch) -> None:
+    declare(monkeypatch)
 
 
 def event(request: str = "Create", **extra: Any) -> dict[str, Any]:
     ev: dict[str, Any] = {
         "RequestType": request,
         "ResourceType": app.RESOURCE_TYPE,
-        "LogicalResourceId": "User",
+        "StackId": STACK_ID,
+        "LogicalResourceId": "AccountingUserResource1234",
         "ResourceProperties": {
             "ServiceToken": "arn:aws:lambda:us-west-2:123456789012:function:provider",
             "ClusterArn": CLUSTER,
@@ -71,12 +108,32 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return fake
 
 
+class Sent:
+    """Every request the two clients serialized (URL, headers and body), as the service and CloudTrail get them."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+
+    def record(self, params: dict[str, Any], **_: Any) -> None:
+        body = params.get("body", b"")
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        self.requests.append(f"{params.get('url_path')} {params.get('headers')} {params.get('query_string')} {text}")
+
+
 @pytest.fixture
-def stubs(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[tuple[Stubber, Stubber]]:
+def sent() -> Sent:
+    return Sent()
+
+
+@pytest.fixture
+def stubs(monkeypatch: pytest.MonkeyPatch, clock: Clock, sent: Sent) -> Iterator[tuple[Stubber, Stubber]]:
     data = SESSION.client("rds-data", config=app.CLIENT_CONFIG)
     sm = SESSION.client("secretsmanager", config=app.CLIENT_CONFIG)
     monkeypatch.setattr(app, "rds_data", lambda: data)
     monkeypatch.setattr(app, "secrets", lambda: sm)
+    # Registered first: the Stubber answers at before-call too, after the request is serialized.
+    for client in (data, sm):
+        client.meta.events.register_first("before-call.*.*", sent.record)
     with Stubber(data) as data_stub, Stubber(sm) as sm_stub:
         yield data_stub, sm_stub
         data_stub.assert_no_pending_responses()
@@ -105,7 +162,7 @@ def failing(stub: Stubber, code: str, message: str = "no", status: int = 400) ->
 
 @pytest.mark.parametrize("request_type", ["Create", "Update"])
 def test_create_and_update_run_the_idempotent_statements_as_master(
-    stubs: tuple[Stubber, Stubber], request_type: str, caplog: pytest.LogCaptureFixture
+    stubs: tuple[Stubber, Stubber], request_type: str, caplog: pytest.LogCaptureFixture, sent: Sent
 ) -> None:
     data, sm = stubs
     secret(sm)
@@ -119,6 +176,41 @@ def test_create_and_update_run_the_idempotent_statements_as_master(
     }
     assert PASSWORD not in caplog.text
     assert PASSWORD not in repr(answer)
+    # What leaves the function (and what CloudTrail can record): one GetSecretValue, four ExecuteStatement
+    # bodies; the password in none of them, its hash in the two that set it.
+    assert len(sent.requests) == 5
+    assert not [request for request in sent.requests if PASSWORD in request]
+    assert sum(HASH in request for request in sent.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("password", "stored"),
+    [
+        # MariaDB's own documentation example (mysql_native_password plugin page) and MySQL's, each checked
+        # with SELECT PASSWORD('...') on MariaDB 10.11; then the test password.
+        ("mariadb", "*54958E764CE10E50764C2EECBB71D01F08549980"),
+        ("mypass", "*6C8989366EAF75BB670AD8EA7A7FC1176A95CEF4"),
+        (PASSWORD, HASH),
+    ],
+)
+def test_the_hash_is_mysql_native_password_stored_form(password: str, stored: str) -> None:
+    assert app.native_password_hash(password) == stored
+
+
+def test_the_statements_name_the_plugin_and_carry_only_the_hash() -> None:
+    built = app.statements("slurmdbd", "slurm_acct_db", HASH)
+    assert list(built) == STATEMENTS
+    assert not [sql for sql in built if PASSWORD in sql]
+
+
+def test_a_bumped_password_serial_realters_the_user_with_the_secrets_value(stubs: tuple[Stubber, Stubber]) -> None:
+    """PasswordSerial is not a declared target: an Update carrying it runs the statements with the current value."""
+    data, sm = stubs
+    new = "Yq8NewValueAfterALeak0123456789"
+    secret(sm, new)
+    for sql in STATEMENTS:
+        statement(data, sql.replace(HASH, app.native_password_hash(new)))
+    app.on_event(event("Update", PasswordSerial="1"))
 
 
 def test_delete_keeps_the_user_and_calls_nothing(stubs: tuple[Stubber, Stubber]) -> None:
@@ -154,7 +246,7 @@ def test_passwords_at_the_edges_are_accepted(stubs: tuple[Stubber, Stubber], val
     data, sm = stubs
     secret(sm, value)
     for sql in STATEMENTS:
-        statement(data, sql.replace(PASSWORD, value))
+        statement(data, sql.replace(HASH, app.native_password_hash(value)))
     app.on_event(event())
 
 
@@ -166,19 +258,73 @@ def test_passwords_at_the_edges_are_accepted(stubs: tuple[Stubber, Stubber], val
         ("UserName", "a" * 33),
         ("DatabaseName", "slurm`acct"),
         ("DatabaseName", "a" * 65),
-        ("DatabaseName", ""),
-        ("ClusterArn", ""),
     ],
 )
-def test_bad_names_are_refused_before_any_call(stubs: tuple[Stubber, Stubber], key: str, value: str) -> None:
+def test_bad_names_are_refused_before_any_call(
+    stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    declare(monkeypatch, **{key: value})
     with pytest.raises(app.AccountingUserError, match=f"{key}: "):
         app.on_event(event(**{key: value}))
 
 
+@pytest.mark.parametrize("variable", ["CLUSTER_ARN", "USER_NAME"])
+def test_a_function_without_its_declared_targets_refuses(
+    stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.delenv(variable)
+    with pytest.raises(app.AccountingUserError, match=f"environment lacks {variable}"):
+        app.on_event(event())
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        # A direct invoke (lambda:InvokeFunction) naming the master user would set its password ...
+        ("UserName", "slurm"),
+        ("UserName", "root"),
+        # ... or grant another schema, another cluster, or read another secret.
+        ("DatabaseName", "mysql"),
+        ("ClusterArn", "arn:aws:rds:us-west-2:123456789012:cluster:other-db"),
+        ("MasterSecretArn", "arn:aws:secretsmanager:us-west-2:123456789012:secret:other-XyZabc"),
+        ("UserSecretArn", MASTER),
+        ("ClusterArn", None),
+    ],
+)
+def test_an_event_naming_other_targets_than_the_stack_declared_is_refused(
+    stubs: tuple[Stubber, Stubber], key: str, value: str | None
+) -> None:
+    """Fails on the code that took its targets from the event: it ran the statements (the stubs had none)."""
+    ev = event()
+    ev["ResourceProperties"][key] = value
+    with pytest.raises(app.AccountingUserError, match=f"{key}: .* is not what the stack declared"):
+        app.on_event(ev)
+
+
+@pytest.mark.parametrize(
+    "user", ["slurm", "root", "rdsadmin", "rdsrepladmin", "rdstopmgr", "mysql.sys", "mysql.session", "mariadb.sys"]
+)
+def test_the_master_user_and_reserved_accounts_are_refused_even_when_declared(
+    stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch, user: str
+) -> None:
+    declare(monkeypatch, UserName=user)
+    with pytest.raises(app.AccountingUserError, match="UserName: "):
+        app.on_event(event(UserName=user))
+
+
+def test_the_master_user_name_is_reserved() -> None:
+    from mlcluster.constructs.accounting_database import MASTER_USER_NAME
+
+    assert MASTER_USER_NAME in app.RESERVED_USER_NAMES
+
+
 @pytest.mark.parametrize(("key", "value"), [("UserName", "a" * 32), ("DatabaseName", "a" * 64)])
-def test_names_at_the_edges_are_accepted(stubs: tuple[Stubber, Stubber], key: str, value: str) -> None:
+def test_names_at_the_edges_are_accepted(
+    stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
     data, sm = stubs
     secret(sm)
+    declare(monkeypatch, **{key: value})
     user = value if key == "UserName" else "slurmdbd"
     database = value if key == "DatabaseName" else "slurm_acct_db"
     for sql in STATEMENTS:
@@ -211,7 +357,9 @@ def test_a_database_still_resuming_after_the_bound_fails(stubs: tuple[Stubber, S
     tries = app.RESUME_WAIT_SECONDS // app.RESUME_POLL_SECONDS + 1
     for _ in range(tries):
         failing(data, "DatabaseResumingException", "Database is resuming")
-    with pytest.raises(app.AccountingUserError, match="DatabaseResumingException: still resuming after 240 s"):
+    with pytest.raises(
+        app.AccountingUserError, match="DatabaseResumingException: still unavailable after 240 s of waits in all"
+    ):
         app.on_event(event())
     assert sum(clock.sleeps) == app.RESUME_WAIT_SECONDS
 
@@ -225,7 +373,6 @@ def test_a_database_still_resuming_after_the_bound_fails(stubs: tuple[Stubber, S
         ("DatabaseErrorException", 400),
         ("StatementTimeoutException", 400),
         ("ServiceUnavailableError", 503),
-        ("DatabaseUnavailableException", 504),
         ("DatabaseNotFoundException", 404),
         ("HttpEndpointNotEnabledException", 400),
         ("SecretsErrorException", 400),
@@ -256,15 +403,144 @@ def test_a_failure_after_the_user_exists_names_its_statement(stubs: tuple[Stubbe
         app.on_event(event())
 
 
-def test_an_error_quoting_the_statement_does_not_show_the_password(stubs: tuple[Stubber, Stubber]) -> None:
+@pytest.mark.parametrize("statement_index", [0, 1])
+def test_an_error_on_a_statement_carrying_the_hash_shows_its_code_only(
+    stubs: tuple[Stubber, Stubber], statement_index: int
+) -> None:
+    """MySQL's syntax error quotes up to 80 characters from the error on (``near '%-.80s'``): here a truncated
+    part of the hash, which the old redaction (replacing the whole value) let through."""
     data, sm = stubs
     secret(sm)
-    failing(data, "DatabaseErrorException", f"You have an error in your SQL syntax near '{PASSWORD}' REQUIRE SSL'")
+    for sql in STATEMENTS[:statement_index]:
+        statement(data, sql)
+    fragment = HASH[5:30]
+    failing(data, "DatabaseErrorException", f"You have an error in your SQL syntax; near '{fragment}' at line 1")
     with pytest.raises(app.AccountingUserError) as caught:
         app.on_event(event())
-    assert PASSWORD not in str(caught.value)
-    assert "near '<password>' REQUIRE SSL" in str(caught.value)
+    reason = str(caught.value)
+    assert fragment not in reason and HASH[5:15] not in reason and PASSWORD not in reason
+    assert "failed: DatabaseErrorException: the database's message is not shown" in reason
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_an_error_on_a_statement_without_the_hash_keeps_the_database_message(stubs: tuple[Stubber, Stubber]) -> None:
+    data, sm = stubs
+    secret(sm)
+    for sql in STATEMENTS[:2]:
+        statement(data, sql)
+    failing(data, "DatabaseErrorException", "Can't create database 'slurm_acct_db'; disk full")
+    with pytest.raises(app.AccountingUserError, match="DatabaseErrorException: Can't create database"):
+        app.on_event(event())
+
+
+def test_the_bound_is_shared_by_all_the_statements(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    """The function's timeout (bound plus room) holds only if waits of later statements count with earlier ones."""
+    data, sm = stubs
+    secret(sm)
+    first = 20
+    for _ in range(first):
+        failing(data, "DatabaseResumingException", "Database is resuming")
+    statement(data, STATEMENTS[0])
+    for _ in range(app.RESUME_WAIT_SECONDS // app.RESUME_POLL_SECONDS - first + 1):
+        failing(data, "DatabaseUnavailableException", "The writer instance isn't available", 504)
+    with pytest.raises(app.AccountingUserError, match=r"ALTER USER .* still unavailable after 240 s"):
+        app.on_event(event())
+    assert sum(clock.sleeps) == app.RESUME_WAIT_SECONDS
+
+
+def test_an_unavailable_writer_is_waited_for_within_the_bound(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    """Failed at once before (DatabaseUnavailableException, "the writer instance isn't available")."""
+    data, sm = stubs
+    secret(sm)
+    failing(data, "DatabaseUnavailableException", "The writer instance isn't available", 504)
+    failing(data, "DatabaseResumingException", "Database is resuming")
+    for sql in STATEMENTS:
+        statement(data, sql)
+    app.on_event(event())
+    assert clock.sleeps == [app.RESUME_POLL_SECONDS] * 2
+
+
+def test_a_writer_unavailable_past_the_bound_fails(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    data, sm = stubs
+    secret(sm)
+    for _ in range(app.RESUME_WAIT_SECONDS // app.RESUME_POLL_SECONDS + 1):
+        failing(data, "DatabaseUnavailableException", "The writer instance isn't available", 504)
+    with pytest.raises(app.AccountingUserError, match="DatabaseUnavailableException: still unavailable after 240 s"):
+        app.on_event(event())
+    assert sum(clock.sleeps) == app.RESUME_WAIT_SECONDS
+
+
+LOGIN_REFUSED = "Access denied for user 'slurm'@'10.0.1.23' (using password: YES)"
+
+
+def test_a_master_login_refused_during_the_first_rotation_is_retried(
+    stubs: tuple[Stubber, Stubber], clock: Clock
+) -> None:
+    """Single-user rotation sets the new password before AWSCURRENT moves; failed at once before."""
+    data, sm = stubs
+    secret(sm)
+    for _ in range(app.LOGIN_TRIES - 1):
+        failing(data, "DatabaseErrorException", LOGIN_REFUSED)
+    for sql in STATEMENTS:
+        statement(data, sql)
+    app.on_event(event())
+    assert clock.sleeps == [app.LOGIN_POLL_SECONDS] * (app.LOGIN_TRIES - 1)
+
+
+def test_a_master_login_refused_past_its_tries_fails(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    data, sm = stubs
+    secret(sm)
+    for sql in STATEMENTS[:2]:
+        statement(data, sql)
+    for _ in range(app.LOGIN_TRIES):
+        failing(data, "DatabaseErrorException", LOGIN_REFUSED)
+    with pytest.raises(
+        app.AccountingUserError, match=f"DatabaseErrorException: the master user's login was refused {app.LOGIN_TRIES}"
+    ) as caught:
+        app.on_event(event())
+    assert "CREATE DATABASE" in str(caught.value) and LOGIN_REFUSED in str(caught.value)
+    assert len(clock.sleeps) == app.LOGIN_TRIES - 1
+
+
+def test_another_database_error_fails_at_once(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    data, sm = stubs
+    secret(sm)
+    failing(data, "DatabaseErrorException", "Unknown error")
+    with pytest.raises(app.AccountingUserError, match="DatabaseErrorException"):
+        app.on_event(event())
+    assert clock.sleeps == []
+
+
+def test_a_failed_update_names_the_way_out_of_a_failed_rollback(stubs: tuple[Stubber, Stubber]) -> None:
+    """A rollback is an Update with the old properties; failed without the command before."""
+    data, sm = stubs
+    secret(sm)
+    failing(data, "ServiceUnavailableError", "try later", 503)
+    with pytest.raises(app.AccountingUserError) as caught:
+        app.on_event(event("Update"))
+    assert (
+        "aws cloudformation continue-update-rollback "
+        f"--stack-name {STACK_ID} --resources-to-skip AccountingUserResource1234"
+    ) in str(caught.value)
+
+
+def test_a_failed_create_names_no_rollback(stubs: tuple[Stubber, Stubber]) -> None:
+    data, sm = stubs
+    secret(sm)
+    failing(data, "ServiceUnavailableError", "try later", 503)
+    with pytest.raises(app.AccountingUserError) as caught:
+        app.on_event(event())
+    assert "continue-update-rollback" not in str(caught.value)
+
+
+def test_the_refusal_of_an_unsafe_password_does_not_suggest_changing_it_by_hand(
+    stubs: tuple[Stubber, Stubber],
+) -> None:
+    _, sm = stubs
+    secret(sm, "short")
+    with pytest.raises(app.AccountingUserError) as caught:
+        app.on_event(event())
+    assert "put-secret-value" not in str(caught.value)
 
 
 def test_a_timeout_fails_the_resource(stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,10 +44,6 @@ class Properties:
         """The instance group specifications by name."""
         return {str(g["InstanceGroupName"]): g for g in self.spec["InstanceGroups"]}
 
-    def expected_counts(self) -> dict[str, int]:
-        """Instance count per group."""
-        return {name: int(g["InstanceCount"]) for name, g in self.groups().items()}
-
     def training_plans(self) -> list[str]:
         """The training plans the groups draw instances from (groups of 0 instances draw none)."""
         return sorted(
