@@ -192,7 +192,8 @@ def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
     An Aurora DB subnet group needs subnets in at least two zones; a managed mode needs the database;
     a cluster must use the database: HyperPod's controller with ``accounting.mode: managed`` (slurmdbd's
     default database, ``slurm_acct_db``), ParallelCluster's head node always (as slurmdbd's own user, in
-    ``database_name``), which excludes bringing your own database (``cluster.pcluster.slurm.accounting``).
+    ``database_name``), which excludes bringing your own database (``cluster.pcluster.slurm.accounting``) and
+    ``admit_node_group`` (the HyperPod upgrade bridge: with ParallelCluster that group is every queue's).
     """
     database = config.storage.accounting
     hyperpod = config.cluster.hyperpod if config.cluster.backend == "hyperpod" else None
@@ -240,6 +241,14 @@ def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
                     "with storage.accounting ParallelCluster manages this Slurm setting and refuses it here; "
                     "not allowed: " + ", ".join(denied),
                 )
+    if pcluster is not None and database.admit_node_group:
+        issues.add(
+            "storage.accounting.admit_node_group",
+            True,
+            "every ParallelCluster queue carries network.security_group, so this would let every job reach the "
+            "database's port 3306; the setting only bridges a HyperPod cluster created before the controller's "
+            "client group: allowed with ParallelCluster: false",
+        )
     if config.cluster.backend == "hyperpod" and not managed:
         issues.add(
             "storage.accounting",
