@@ -11,17 +11,26 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
 from aws_cdk import cx_api
+from aws_cdk.assertions import Template
 
 from mlcluster.analysis.assembly import Assembly, load_assembly
 from mlcluster.analysis.iam_calls import check_environment as iam_check
 from mlcluster.analysis.reachability import check_assembly
 from mlcluster.app import build_app
+from mlcluster.config import ConfigError, load_environment
+from mlcluster.constructs.accounting_database import MASTER_USER_NAME, AccountingDatabase
+from mlcluster.constructs.accounting_database_user import AccountingDatabaseUser
+from mlcluster.handlers.accounting_user import app as accounting_app
 from tests.support import stack_templates, write_env
 
 ENVIRONMENT: dict[str, Any] = {
@@ -145,6 +154,52 @@ def test_the_function_runs_sql_on_this_cluster_with_these_secrets_only(templates
     assert list(decrypt["Condition"]["StringEquals"]) == ["kms:ViaService"]
 
 
+def test_the_function_acts_only_on_the_targets_its_environment_declares(templates: dict[str, Any]) -> None:
+    """The handler refuses an event whose properties differ from these (a direct invoke can only re-run them)."""
+    storage = templates["acct/Storage"]
+    (function,) = [
+        f
+        for f in of_type(storage, "AWS::Lambda::Function").values()
+        if f["Properties"].get("Handler") == "accounting_user.app.on_event"
+    ]
+    (user,) = of_type(storage, "Custom::AccountingDatabaseUser").values()
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables == {variable: user["Properties"][key] for key, variable in accounting_app.DECLARED.items()}
+    assert variables["USER_NAME"] == "slurmdbd" and "DATABASE_NAME" not in variables
+    # The database name is the event's (a rollback carries the old one), checked by the handler.
+    assert user["Properties"]["DatabaseName"] == "train_history"
+
+
+def bare_user(**options: Any) -> tuple[cdk.Stack, AccountingDatabaseUser]:
+    """An AccountingDatabaseUser in a stack of its own (no compliance packs), with ``options``."""
+    stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=0)
+    key = kms.Key(stack, "Key")
+    database = AccountingDatabase(stack, "Db", vpc=vpc, subnets=vpc.isolated_subnets, encryption_key=key)
+    user = AccountingDatabaseUser(
+        stack, "User", cluster=database.cluster, master_secret=database.secret, encryption_key=key, **options
+    )
+    return stack, user
+
+
+@pytest.mark.parametrize("user_name", [MASTER_USER_NAME, "root", "rdsadmin"])
+def test_the_construct_refuses_the_master_user_and_reserved_accounts(user_name: str) -> None:
+    with pytest.raises(ValueError, match=f"user_name: '{re.escape(user_name)}' is the database's master user"):
+        bare_user(user_name=user_name)
+
+
+def test_a_bumped_password_serial_updates_the_user_and_nothing_else() -> None:
+    """A new property value is what makes CloudFormation send the Update that ALTERs the user."""
+    stack, _ = bare_user(password_serial=1)
+    (user,) = Template.from_stack(stack).find_resources("Custom::AccountingDatabaseUser").values()
+    assert user["Properties"]["PasswordSerial"] == "1"
+    stack, _ = bare_user()
+    (user,) = Template.from_stack(stack).find_resources("Custom::AccountingDatabaseUser").values()
+    assert "PasswordSerial" not in user["Properties"]  # the default leaves deployed templates as they were
+    with pytest.raises(ValueError, match="password_serial: -1; allowed: 0 or more"):
+        bare_user(password_serial=-1)
+
+
 def test_slurm_settings_point_at_the_database_as_slurmdbd(templates: dict[str, Any]) -> None:
     storage = templates["acct/Storage"]
     database = pcluster_config(templates)["Scheduling"]["SlurmSettings"]["Database"]
@@ -247,3 +302,40 @@ def _no_key_policy(config: dict[str, Any]) -> None:
 def test_the_iam_gate_refuses_a_head_node_that_cannot_decrypt_the_secret(assembly: Assembly) -> None:
     findings = iam_check(edited(assembly, _no_key_policy), "acct").findings
     assert [(f.group, f.action) for f in findings] == [("acct: head node", "kms:Decrypt")]
+
+
+def with_version(version: str) -> dict[str, Any]:
+    data = copy.deepcopy(ENVIRONMENT)
+    data["cluster"]["pcluster"]["version"] = version
+    return data
+
+
+@pytest.mark.parametrize("version", ["3.7.2", "3.7.0", "3.6.1"])
+def test_parallelcluster_before_3_8_is_refused_with_the_managed_database(tmp_path: Path, version: str) -> None:
+    """SlurmSettings.Database.DatabaseName, which the managed path always sets, exists from 3.8.0 only."""
+    path = write_env(tmp_path, "acct", with_version(version))
+    with pytest.raises(ConfigError) as caught:
+        load_environment(path)
+    (line,) = [x for x in str(caught.value).splitlines() if x.startswith(f"{path}: cluster.pcluster.version: ")]
+    assert version in line
+    assert "SlurmSettings.Database.DatabaseName" in line and "allowed: 3.8.0 or later" in line
+
+
+def test_parallelcluster_3_8_0_is_accepted_with_the_managed_database(tmp_path: Path) -> None:
+    env = load_environment(write_env(tmp_path, "acct", with_version("3.8.0")))
+    assert env.config.cluster.pcluster is not None and env.config.cluster.pcluster.version == "3.8.0"
+    assert env.config.storage.accounting is not None
+
+
+def test_the_user_functions_log_groups_outlive_a_rolled_back_first_create(templates: dict[str, Any]) -> None:
+    """AWS review: with RetainExceptOnCreate a failed first create of the Storage stack (at this custom resource, say)
+    deleted the two log groups that say why; the environment's diagnostic logs' policy keeps them (Retain)."""
+    storage = templates["acct/Storage"]
+    groups = {
+        name: group
+        for name, group in of_type(storage, "AWS::Logs::LogGroup").items()
+        if name.startswith("AccountingDatabaseSlurmdbdUser")
+    }
+    assert len(groups) == 2, sorted(groups)
+    assert {g["DeletionPolicy"] for g in groups.values()} == {"Retain"}
+    assert {g["UpdateReplacePolicy"] for g in groups.values()} == {"Retain"}

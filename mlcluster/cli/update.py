@@ -1063,7 +1063,7 @@ class Run:
                 status = self.fleet.status()
                 if status != "STOPPED":
                     raise CliError(
-                        f"the compute fleet of {self.cluster} went {status} while mlcluster waited for EC2 to show "
+                        f"the compute fleet of {self.cluster} went {status!r} while mlcluster waited for EC2 to show "
                         "its compute instances ended: another request changed it, or ParallelCluster cannot read "
                         "its status; nothing was deployed\n  what to do: `mlcluster status "
                         f"{self.target.name}`; check who wrote the item (DynamoDB table {self.fleet.table})",

@@ -11,7 +11,7 @@ from mlcluster.config import awsdata
 from mlcluster.config.hyperpod import HyperPodConfig, check_lustre_efa
 from mlcluster.config.network import ACCOUNT, NetworkConfig, check_zones
 from mlcluster.config.observability import ObservabilityConfig, check_observability
-from mlcluster.config.pcluster import DENIED_SLURM_SETTINGS, PclusterConfig
+from mlcluster.config.pcluster import DENIED_SLURM_SETTINGS, PclusterConfig, parse_version
 from mlcluster.config.schema import ConfigError, Issues, Problem, load_section, section, setting
 from mlcluster.config.storage import DEFAULT_ACCOUNTING_DATABASE, StorageConfig
 from mlcluster.config.yamlfile import read_yaml
@@ -181,13 +181,19 @@ class EnvironmentConfig:
                 issues.add(f"tags.{key}", value, "allowed: tag values of at most 256 characters")
 
 
+#: The first ParallelCluster release whose ``SlurmSettings.Database`` takes ``DatabaseName`` (cookbook and
+#: CLI CHANGELOG, 3.8.0), which the managed path always sets.
+DATABASE_NAME_SINCE = (3, 8, 0)
+
+
 def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
     """The managed accounting database's rules that span sections.
 
     An Aurora DB subnet group needs subnets in at least two zones; a managed mode needs the database;
     a cluster must use the database: HyperPod's controller with ``accounting.mode: managed`` (slurmdbd's
     default database, ``slurm_acct_db``), ParallelCluster's head node always (as slurmdbd's own user, in
-    ``database_name``), which excludes bringing your own database (``cluster.pcluster.slurm.accounting``).
+    ``database_name``), which excludes bringing your own database (``cluster.pcluster.slurm.accounting``) and
+    ``admit_node_group`` (the HyperPod upgrade bridge: with ParallelCluster that group is every queue's).
     """
     database = config.storage.accounting
     hyperpod = config.cluster.hyperpod if config.cluster.backend == "hyperpod" else None
@@ -210,6 +216,14 @@ def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
             "(or list two private subnets of different zones in network.existing)",
         )
     pcluster = config.cluster.pcluster if config.cluster.backend == "pcluster" else None
+    if pcluster is not None and parse_version(pcluster.version) < DATABASE_NAME_SINCE:
+        since = ".".join(map(str, DATABASE_NAME_SINCE))
+        issues.add(
+            "cluster.pcluster.version",
+            pcluster.version,
+            "storage.accounting sets SlurmSettings.Database.DatabaseName, which ParallelCluster has only from "
+            f"{since}: allowed: {since} or later (or remove storage.accounting)",
+        )
     if pcluster is not None and pcluster.slurm.accounting is not None:
         issues.add(
             "cluster.pcluster.slurm.accounting",
@@ -227,6 +241,14 @@ def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
                     "with storage.accounting ParallelCluster manages this Slurm setting and refuses it here; "
                     "not allowed: " + ", ".join(denied),
                 )
+    if pcluster is not None and database.admit_node_group:
+        issues.add(
+            "storage.accounting.admit_node_group",
+            True,
+            "every ParallelCluster queue carries network.security_group, so this would let every job reach the "
+            "database's port 3306; the setting only bridges a HyperPod cluster created before the controller's "
+            "client group: allowed with ParallelCluster: false",
+        )
     if config.cluster.backend == "hyperpod" and not managed:
         issues.add(
             "storage.accounting",

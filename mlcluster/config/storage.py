@@ -428,6 +428,26 @@ class OpenZfsConfig:
 #: slurmdbd's own default database (its ``StorageLoc``), which HyperPod's controller keeps.
 DEFAULT_ACCOUNTING_DATABASE = "slurm_acct_db"
 
+#: MySQL's system schemas (MySQL 8.0 manual, "MySQL System Schema", "INFORMATION_SCHEMA Tables", "MySQL Performance
+#: Schema", "MySQL sys Schema"; Aurora MySQL 3 is MySQL 8.0). slurmdbd's user is granted ALL PRIVILEGES on
+#: ``database_name``.*: on ``mysql`` that covers the grant tables (ALTER USER of any account, the master's included).
+MYSQL_SYSTEM_SCHEMAS = ("information_schema", "mysql", "performance_schema", "sys")
+
+
+def system_schema_matched(name: str) -> str | None:
+    """The system schema a database-level grant on ``name`` would cover, or None.
+
+    MySQL reads ``_`` and ``%`` in the database of ``GRANT ... ON db.*`` as LIKE wildcards (MySQL 8.0 manual,
+    "GRANT Statement", "Object Quoting Guidelines"), so ``my_ql`` or ``_____`` would cover ``mysql`` as surely as
+    ``mysql``; ``database_name``'s pattern already refuses ``%``. Names such as ``mysql_x`` or ``sys_`` (another
+    length) cover none.
+    """
+    for schema in MYSQL_SYSTEM_SCHEMAS:
+        if len(name) == len(schema) and all(ours in ("_", theirs) for ours, theirs in zip(name, schema, strict=True)):
+            return schema
+    return None
+
+
 #: Aurora Serverless v2 capacity is set in half ACUs; 0 (auto-pause) needs Aurora MySQL 3.08.0 or later.
 ACU_HELP = "allowed: 0 to 256 Aurora capacity units in steps of 0.5"
 
@@ -489,14 +509,14 @@ class AccountingDatabaseStorageConfig:
         allowed="allowed: 1-64 lowercase letters, digits and '_'",
         doc="ParallelCluster: the database slurmdbd keeps its tables in (SlurmSettings.Database.DatabaseName), the "
         "same for every cluster of the environment, so a replaced cluster writes to the same history; HyperPod keeps "
-        "slurm_acct_db",
+        "slurm_acct_db; never one of MySQL's system schemas (information_schema, mysql, performance_schema, sys)",
     )
     admit_node_group: bool = setting(
         default=False,
-        doc="also admit MySQL from every cluster node's group (network.security_group), as before the controller "
-        "had a client group of its own: set true while upgrading an environment whose HyperPod cluster was created "
-        "before that group (its running controller lacks it), recreate the cluster, then set false "
-        "(docs/upgrading.md)",
+        doc="HyperPod only: also admit MySQL from every cluster node's group (network.security_group), as before the "
+        "controller had a client group of its own: set true while upgrading an environment whose HyperPod cluster "
+        "was created before that group (its running controller lacks it), recreate the cluster, then set false "
+        "(docs/upgrading.md); refused with ParallelCluster, whose every queue carries that group",
     )
 
     def check(self, issues: Issues) -> None:
@@ -506,6 +526,16 @@ class AccountingDatabaseStorageConfig:
                 issues.add(key, value, ACU_HELP)
         if self.min_capacity_acu > self.max_capacity_acu:
             issues.add("min_capacity_acu", self.min_capacity_acu, f"at most max_capacity_acu ({self.max_capacity_acu})")
+        schema = system_schema_matched(self.database_name)
+        if schema is not None:
+            issues.add(
+                "database_name",
+                self.database_name,
+                f"it names MySQL's system schema {schema} (slurmdbd's user gets ALL PRIVILEGES on the database, and "
+                "MySQL reads '_' in a granted database's name as any one character): allowed: a name of your own "
+                f"such as {DEFAULT_ACCOUNTING_DATABASE}, none of {', '.join(MYSQL_SYSTEM_SCHEMAS)} nor one of their "
+                "length with '_' in place of some letters",
+            )
 
 
 @section

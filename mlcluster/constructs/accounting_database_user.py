@@ -12,7 +12,11 @@ still admits only the slurmdbd node's client group and the rotation function.
 Who can run SQL as the master user: whoever may call ``rds-data:ExecuteStatement`` on
 the database cluster AND read the master secret (and decrypt it with the environment
 key). Here that is this construct's function alone (the controller's or head node's
-role reads secrets but calls no Data API), plus whoever administers the account.
+role reads secrets but calls no Data API), plus whoever administers the account, plus whoever may change the
+function's code or configuration (``lambda:UpdateFunctionCode``/``UpdateFunctionConfiguration``: any code then
+runs with its role). Whoever may only invoke it (``lambda:InvokeFunction``, e.g. AWSLambdaRole, PowerUserAccess)
+can re-run the statements the stack declared and nothing else: the targets are the function's environment, an
+event naming others is refused, and the master user and MySQL's reserved accounts are refused in both places.
 """
 
 from __future__ import annotations
@@ -33,22 +37,39 @@ import mlcluster.handlers
 from mlcluster.constructs.nag import (
     acknowledge,
     acknowledge_compliance,
+    acknowledge_custom_resource_lambdas,
     acknowledge_wildcard_resource,
     quiet_redundant_role_dependency,
     skip_checkov,
 )
-from mlcluster.handlers.accounting_user.app import DATABASE_NAME, RESOURCE_TYPE, RESUME_WAIT_SECONDS, USER_NAME
+from mlcluster.handlers.accounting_user.app import (
+    DATABASE_NAME,
+    DECLARED,
+    RESOURCE_TYPE,
+    RESUME_WAIT_SECONDS,
+    check_user_name,
+)
 
 #: The folder shipped as the Lambda asset: ``accounting_user`` sits at its root, the other handlers are left out.
 HANDLERS_DIR = Path(mlcluster.handlers.__file__).parent
 ASSET_EXCLUDES = ("__pycache__", "*.pyc", "grafana_provisioner", "hyperpod_cluster")
 #: The newest Python runtime aws-cdk-lib knows, which is what cdk-nag's AwsSolutions-L1 asks for.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
-#: Four statements, each waiting at most RESUME_WAIT_SECONDS for a paused database (it resumes once), with room.
+#: Four statements, whose retries (a paused or unavailable writer, a refused master login) share one bound of
+#: RESUME_WAIT_SECONDS, with room for the calls themselves.
 FUNCTION_TIMEOUT = cdk.Duration.seconds(RESUME_WAIT_SECONDS + 180)
 #: Length of the generated password: letters and digits only (about 190 bits), safe unquoted in slurmdbd.conf (the
 #: handler refuses anything else); only its mysql_native_password hash reaches SQL.
 PASSWORD_LENGTH = 32
+
+
+#: For the compliance acknowledgements of the custom resource's functions (what a run must change, why no VPC).
+_RUN_CHANGES = "the user"
+_OUTSIDE_VPC = (
+    "calls the RDS Data API and Secrets Manager, AWS endpoints outside the VPC; running it in the VPC "
+    "would add interfaces and a dependency on the NAT route, and would give it a network path to the "
+    "database it does not need (the Data API reaches the database for it)."
+)
 
 
 class AccountingDatabaseUser(Construct):
@@ -81,28 +102,36 @@ class AccountingDatabaseUser(Construct):
         database_name: str = "slurm_acct_db",
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+        log_removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+        password_serial: int = 0,
     ) -> None:
         """Create the secret, the function, its provider and the custom resource.
 
         :param cluster: the Aurora MySQL cluster; its Data API (``EnableHttpEndpoint``) is switched on here.
         :param master_secret: the master user's secret (JSON); the Data API logs in with it.
         :param encryption_key: the key of both secrets (the environment key).
-        :param user_name: the MySQL user: a lowercase letter, then up to 31 lowercase letters, digits or ``_``.
-            Default: ``slurmdbd``.
+        :param user_name: the MySQL user: a lowercase letter, then up to 31 lowercase letters, digits or ``_``;
+            not the master user nor a reserved account (``RESERVED_USER_NAMES`` of the handler). Default: ``slurmdbd``.
         :param database_name: the one database the user may use: 1-64 lowercase letters, digits or ``_``.
             Default: ``slurm_acct_db`` (slurmdbd's own default).
         :param log_retention: how long the function's logs are kept. Default: one year.
         :param removal_policy: RETAIN or SNAPSHOT keep the secret when the stack deletes it; DESTROY deletes it.
             Default: RETAIN.
+        :param log_removal_policy: the two function log groups'. Plain RETAIN (the default) keeps them through a
+            rolled-back first create, when they say why it failed; mlcluster passes its diagnostic logs' policy.
+        :param password_serial: bump it (0 or more) after giving the secret a new value by hand: the custom
+            resource then gets an Update, which ALTERs the user with the secret's current value (nothing else
+            does; the secret's value is no property). At 0 the resource carries no ``PasswordSerial``. Default: 0.
         """
         super().__init__(scope, construct_id)
         problems = []
-        if USER_NAME.fullmatch(user_name) is None:
-            problems.append(
-                f"user_name: {user_name!r}; allowed: a lowercase letter, then up to 31 lowercase letters, digits or '_'"
-            )
+        user_problem = check_user_name(user_name)
+        if user_problem is not None:
+            problems.append(f"user_name: {user_problem}")
         if DATABASE_NAME.fullmatch(database_name) is None:
             problems.append(f"database_name: {database_name!r}; allowed: 1-64 lowercase letters, digits or '_'")
+        if password_serial < 0:
+            problems.append(f"password_serial: {password_serial}; allowed: 0 or more")
         if problems:
             raise ValueError(f"AccountingDatabaseUser {self.node.path}: " + "; ".join(problems))
         self.user_name = user_name
@@ -134,7 +163,7 @@ class AccountingDatabaseUser(Construct):
         acknowledge(self.secret, "AwsSolutions-SMG4", reason)
         acknowledge_compliance(self.secret, "SecretsManagerRotationEnabled", reason)
 
-        log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=removal_policy)
+        log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=log_removal_policy)
         role = iam.Role(
             self,
             "Role",
@@ -171,6 +200,14 @@ class AccountingDatabaseUser(Construct):
             ],
             roles=[role],
         )
+        # The handler acts on these alone and refuses an event naming anything else (a direct invoke).
+        properties = {
+            "ClusterArn": cluster.cluster_arn,
+            "MasterSecretArn": master_secret.secret_arn,
+            "UserSecretArn": self.secret.secret_arn,
+            "UserName": user_name,
+            "DatabaseName": database_name,
+        }
         function = lambda_.Function(
             self,
             "Function",
@@ -182,12 +219,27 @@ class AccountingDatabaseUser(Construct):
             description="Makes slurmdbd's own user in the Slurm accounting database (RDS Data API)",
             role=role,
             log_group=log_group,
+            environment={variable: properties[key] for key, variable in DECLARED.items()},
         )
         function.node.add_dependency(policy)
         quiet_redundant_role_dependency(function)
-        _acknowledge_lambda(function, "The accounting database user function", synchronous=True)
+        acknowledge_custom_resource_lambdas(
+            function,
+            "The accounting database user function",
+            synchronous=True,
+            changes=_RUN_CHANGES,
+            outside_vpc=_OUTSIDE_VPC,
+        )
+        skip_checkov(
+            function,
+            "CKV_AWS_173",
+            "The accounting database user function's environment holds the ARNs of the database cluster and of the "
+            "two secrets and the user and database names, no secret (the password is read inside the function); "
+            "Lambda encrypts it with its AWS key.",
+            frozenset({"AWS::Lambda::Function"}),
+        )
 
-        provider_logs = logs.LogGroup(self, "ProviderLogs", retention=log_retention, removal_policy=removal_policy)
+        provider_logs = logs.LogGroup(self, "ProviderLogs", retention=log_retention, removal_policy=log_removal_policy)
         provider = cr.Provider(self, "Provider", on_event_handler=function, log_group=provider_logs)
         acknowledge(
             provider,
@@ -196,7 +248,13 @@ class AccountingDatabaseUser(Construct):
             "execution policy from aws-cdk-lib's Provider; it only lets it write its CloudWatch logs.",
         )
         quiet_redundant_role_dependency(provider)
-        _acknowledge_lambda(provider, "The accounting database user framework function", synchronous=False)
+        acknowledge_custom_resource_lambdas(
+            provider,
+            "The accounting database user framework function",
+            synchronous=False,
+            changes=_RUN_CHANGES,
+            outside_vpc=_OUTSIDE_VPC,
+        )
         skip_checkov(
             provider,
             "CKV_AWS_173",
@@ -222,39 +280,8 @@ class AccountingDatabaseUser(Construct):
             "Resource",
             service_token=provider.service_token,
             resource_type=RESOURCE_TYPE,
-            properties={
-                "ClusterArn": cluster.cluster_arn,
-                "MasterSecretArn": master_secret.secret_arn,
-                "UserSecretArn": self.secret.secret_arn,
-                "UserName": user_name,
-                "DatabaseName": database_name,
-            },
+            # PasswordSerial is not declared to the function: it only makes CloudFormation send the Update.
+            properties={**properties, "PasswordSerial": str(password_serial)} if password_serial else properties,
         )
         # The writer must exist (the Data API runs SQL on an instance); the properties' references order the rest.
         self.resource.node.add_dependency(cluster.node.find_child("Writer"))
-
-
-def _acknowledge_lambda(scope: Construct, what: str, *, synchronous: bool) -> None:
-    """The compliance packs' Lambda rules, for the user function or the framework's."""
-    acknowledge_compliance(
-        scope,
-        "LambdaConcurrency",
-        f"{what} runs once per stack operation that changes the user; reserving concurrency would take capacity "
-        "from the account's unreserved pool for no protection.",
-    )
-    dlq = (
-        f"{what} is invoked synchronously by aws-cdk-lib's provider framework, which reports its failures to the "
-        "stack; a dead-letter queue only receives events of asynchronous invocations."
-        if synchronous
-        else f"{what} is invoked asynchronously by CloudFormation and reports every failure to the custom "
-        "resource's response URL itself, failing the stack operation; a dead-letter queue would keep events "
-        "nobody replays."
-    )
-    acknowledge_compliance(scope, "LambdaDLQ", dlq)
-    acknowledge_compliance(
-        scope,
-        "LambdaInsideVPC",
-        f"{what} calls the RDS Data API and Secrets Manager, AWS endpoints outside the VPC; running it in the VPC "
-        "would add interfaces and a dependency on the NAT route, and would give it a network path to the database "
-        "it does not need (the Data API reaches the database for it).",
-    )

@@ -1033,12 +1033,15 @@ def flip_during_the_instance_wait(cloud: Cloud, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(cloud, "tick", tick)
 
 
-@pytest.mark.parametrize("written", ["START_REQUESTED", "RUNNING", "STOP_REQUESTED", "UNKNOWN"])
+@pytest.mark.parametrize(
+    "written", ["START_REQUESTED", "RUNNING", "STOP_REQUESTED", "UNKNOWN", "STOPPED\n\x1b[2J\x1b[Hall clear"]
+)
 def test_a_status_item_that_leaves_stopped_during_the_instance_wait_stops_the_update(
     p4de: World, cloud: Cloud, aws: Aws, monkeypatch: pytest.MonkeyPatch, written: str
 ) -> None:
     """Issue 30: while update waits for EC2 after a STOPPED, someone writes the item again (a start, a stop
-    request, or a status ParallelCluster reads as not knowing). clustermgtd then terminates the instances a few loops later, so an EC2-only wait
+    request, or a status ParallelCluster reads as not knowing, or a job's text with a newline and terminal
+    escapes, shown escaped). clustermgtd then terminates the instances a few loops later, so an EC2-only wait
     would end and deploy under a fleet that is starting; the item is read on each poll, and anything but
     STOPPED stops the update before the deploy, with the way to resume."""
     cloud.new = edited(p4de.environments, drop_inference_queue)
@@ -1049,9 +1052,11 @@ def test_a_status_item_that_leaves_stopped_during_the_instance_wait_stops_the_up
     assert result.exit_code == EXIT_FAILED, result.output
     assert cloud.deploys == [] and cloud.deployed != cloud.new
     assert (
-        f"stopping the compute fleet failed: the compute fleet of {CLUSTER} went {written} while mlcluster waited "
+        f"stopping the compute fleet failed: the compute fleet of {CLUSTER} went {written!r} while mlcluster waited "
         "for EC2 to show its compute instances ended"
     ) in result.stderr
+    # A job can write the item: its text reaches the terminal escaped (no newline of its own, no ESC).
+    assert "\x1b" not in result.output and "all clear" not in result.stderr.replace(repr(written), "")
     assert "nothing was deployed" in result.stderr and f"DynamoDB table parallelcluster-{CLUSTER}" in result.stderr
     assert "mlcluster update p4de --resume" in result.stderr and "Traceback" not in result.output
     # The stop did not finish: undone like any failed stop (the fleet started), and --resume stops it again.

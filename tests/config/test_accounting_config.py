@@ -139,6 +139,60 @@ def test_a_bad_database_name_is_refused(tmp_path: Path, name: str) -> None:
     assert "1-64 lowercase letters, digits and '_'" in line
 
 
+@pytest.mark.parametrize(
+    ("name", "schema"),
+    [
+        ("mysql", "mysql"),
+        ("sys", "sys"),
+        ("performance_schema", "performance_schema"),
+        ("information_schema", "information_schema"),
+        # MySQL reads '_' in GRANT ... ON `db`.* as any one character: these grant on the system schema too.
+        ("my_ql", "mysql"),
+        ("_____", "mysql"),
+        ("___", "sys"),
+        ("performance_schem_", "performance_schema"),
+        ("information_______", "information_schema"),
+    ],
+)
+def test_a_mysql_system_schema_is_refused(tmp_path: Path, name: str, schema: str) -> None:
+    """Issue 30 (review): slurmdbd's user gets GRANT ALL on ``database_name``.*; on mysql.* it could ALTER USER the
+    master. Refused for both backends, naming the schema and what is allowed."""
+    for cluster in (pcluster(), hyperpod()):
+        path = write_env(tmp_path, "acct", environment({"database_name": name}, cluster))
+        with pytest.raises(ConfigError) as caught:
+            load_environment(path)
+        key = (
+            f"{path}: storage.accounting.database_name: {name!r} is not valid; it names MySQL's system schema {schema} "
+        )
+        (line,) = [line for line in str(caught.value).splitlines() if line.startswith(key)]
+        assert "allowed: a name of your own such as slurm_acct_db" in line
+
+
+@pytest.mark.parametrize(
+    "name", ["mysql_x", "mysqlx", "mysql_", "sys_", "sys1_", "_sys", "performance_schemas", "ysql"]
+)
+def test_a_name_beside_a_system_schema_is_accepted(tmp_path: Path, name: str) -> None:
+    """The edge: another length, or another letter than '_' where the schema differs, covers no system schema."""
+    env = load_environment(write_env(tmp_path, "acct", environment({"database_name": name}, pcluster())))
+    assert env.config.storage.accounting is not None
+    assert env.config.storage.accounting.database_name == name
+
+
+def test_admit_node_group_is_refused_with_parallelcluster(tmp_path: Path) -> None:
+    """Issue 30 (review): every ParallelCluster queue carries network.security_group, so the HyperPod upgrade bridge
+    would admit every job to 3306."""
+    line = refusal(tmp_path, environment({"admit_node_group": True}, pcluster()), "storage.accounting.admit_node_group")
+    assert "every ParallelCluster queue carries network.security_group" in line
+    assert "allowed with ParallelCluster: false" in line
+    off = load_environment(write_env(tmp_path, "acct", environment({"admit_node_group": False}, pcluster())))
+    assert off.config.storage.accounting is not None and not off.config.storage.accounting.admit_node_group
+
+
+def test_admit_node_group_is_accepted_with_hyperpod(tmp_path: Path) -> None:
+    env = load_environment(write_env(tmp_path, "acct", environment({"admit_node_group": True}, hyperpod())))
+    assert env.config.storage.accounting is not None and env.config.storage.accounting.admit_node_group
+
+
 def test_parallelcluster_with_a_database_of_its_own_too_is_refused(tmp_path: Path) -> None:
     own = {"uri": "db.example.com:3306", "user_name": "slurm", "password_secret_arn": SECRET}
     line = refusal(tmp_path, environment({}, pcluster(accounting=own)), "cluster.pcluster.slurm.accounting")

@@ -31,15 +31,46 @@ STATEMENTS = [
     f"CREATE USER IF NOT EXISTS 'slurmdbd'@'%' IDENTIFIED WITH mysql_native_password AS '{HASH}' REQUIRE SSL",
     f"ALTER USER 'slurmdbd'@'%' IDENTIFIED WITH mysql_native_password AS '{HASH}' REQUIRE SSL",
     "CREATE DATABASE IF NOT EXISTS `slurm_acct_db`",
-    "GRANT ALL PRIVILEGES ON `slurm_acct_db`.* TO 'slurmdbd'@'%'",
+    "GRANT ALL PRIVILEGES ON `slurm\\_acct\\_db`.* TO 'slurmdbd'@'%'",
 ]
+
+
+STACK_ID = "arn:aws:cloudformation:us-west-2:123456789012:stack/acct-Storage/0a1b2c3d"
+#: What the construct sets in the function's environment, keyed by the event's property.
+DECLARED = {
+    "ClusterArn": CLUSTER,
+    "MasterSecretArn": MASTER,
+    "UserSecretArn": USER_SECRET,
+    "UserName": "slurmdbd",
+}
+
+#: The environment variable the construct sets for each property (the construct's template is checked in
+#: tests/test_accounting_pcluster.py).
+VARIABLES = {
+    "ClusterArn": "CLUSTER_ARN",
+    "MasterSecretArn": "MASTER_SECRET_ARN",
+    "UserSecretArn": "USER_SECRET_ARN",
+    "UserName": "USER_NAME",
+}
+
+
+def declare(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    """Set the function's environment as the construct would, with ``values`` instead of the defaults."""
+    for key, variable in VARIABLES.items():
+        monkeypatch.setenv(variable, values.get(key, DECLARED[key]))
+
+
+@pytest.fixture(autouse=True)
+def declared(monkeypatch: pytest.MonkeyPatch) -> None:
+    declare(monkeypatch)
 
 
 def event(request: str = "Create", **extra: Any) -> dict[str, Any]:
     ev: dict[str, Any] = {
         "RequestType": request,
         "ResourceType": app.RESOURCE_TYPE,
-        "LogicalResourceId": "User",
+        "StackId": STACK_ID,
+        "LogicalResourceId": "AccountingUserResource1234",
         "ResourceProperties": {
             "ServiceToken": "arn:aws:lambda:us-west-2:123456789012:function:provider",
             "ClusterArn": CLUSTER,
@@ -170,6 +201,16 @@ def test_the_statements_name_the_plugin_and_carry_only_the_hash() -> None:
     assert not [sql for sql in built if PASSWORD in sql]
 
 
+def test_a_bumped_password_serial_realters_the_user_with_the_secrets_value(stubs: tuple[Stubber, Stubber]) -> None:
+    """PasswordSerial is not a declared target: an Update carrying it runs the statements with the current value."""
+    data, sm = stubs
+    new = "Yq8NewValueAfterALeak0123456789"
+    secret(sm, new)
+    for sql in STATEMENTS:
+        statement(data, sql.replace(HASH, app.native_password_hash(new)))
+    app.on_event(event("Update", PasswordSerial="1"))
+
+
 def test_delete_keeps_the_user_and_calls_nothing(stubs: tuple[Stubber, Stubber]) -> None:
     assert app.on_event(event("Delete")) == {"PhysicalResourceId": f"{CLUSTER}/slurmdbd"}
 
@@ -215,23 +256,81 @@ def test_passwords_at_the_edges_are_accepted(stubs: tuple[Stubber, Stubber], val
         ("UserName", "a" * 33),
         ("DatabaseName", "slurm`acct"),
         ("DatabaseName", "a" * 65),
-        ("DatabaseName", ""),
-        ("ClusterArn", ""),
     ],
 )
-def test_bad_names_are_refused_before_any_call(stubs: tuple[Stubber, Stubber], key: str, value: str) -> None:
+def test_bad_names_are_refused_before_any_call(
+    stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    if key in VARIABLES:
+        declare(monkeypatch, **{key: value})
     with pytest.raises(app.AccountingUserError, match=f"{key}: "):
         app.on_event(event(**{key: value}))
 
 
+@pytest.mark.parametrize("variable", ["CLUSTER_ARN", "USER_NAME"])
+def test_a_function_without_its_declared_targets_refuses(
+    stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.delenv(variable)
+    with pytest.raises(app.AccountingUserError, match=f"environment lacks {variable}"):
+        app.on_event(event())
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        # A direct invoke (lambda:InvokeFunction) naming the master user would set its password ...
+        ("UserName", "slurm"),
+        ("UserName", "root"),
+        # ... or use another cluster, or read another secret.
+        ("ClusterArn", "arn:aws:rds:us-west-2:123456789012:cluster:other-db"),
+        ("MasterSecretArn", "arn:aws:secretsmanager:us-west-2:123456789012:secret:other-XyZabc"),
+        ("UserSecretArn", MASTER),
+        ("ClusterArn", None),
+    ],
+)
+def test_an_event_naming_other_targets_than_the_stack_declared_is_refused(
+    stubs: tuple[Stubber, Stubber], key: str, value: str | None
+) -> None:
+    """Fails on the code that took its targets from the event: it ran the statements (the stubs had none)."""
+    ev = event()
+    ev["ResourceProperties"][key] = value
+    with pytest.raises(app.AccountingUserError, match=f"{key}: .* is not what the stack declared"):
+        app.on_event(ev)
+
+
+@pytest.mark.parametrize(
+    "user", ["slurm", "root", "rdsadmin", "rdsrepladmin", "rdstopmgr", "mysql.sys", "mysql.session", "mariadb.sys"]
+)
+def test_the_master_user_and_reserved_accounts_are_refused_even_when_declared(
+    stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch, user: str
+) -> None:
+    declare(monkeypatch, UserName=user)
+    with pytest.raises(app.AccountingUserError, match="UserName: "):
+        app.on_event(event(UserName=user))
+
+
+def test_the_master_user_name_is_reserved() -> None:
+    from mlcluster.constructs.accounting_database import MASTER_USER_NAME
+
+    assert MASTER_USER_NAME in app.RESERVED_USER_NAMES
+
+
 @pytest.mark.parametrize(("key", "value"), [("UserName", "a" * 32), ("DatabaseName", "a" * 64)])
-def test_names_at_the_edges_are_accepted(stubs: tuple[Stubber, Stubber], key: str, value: str) -> None:
+def test_names_at_the_edges_are_accepted(
+    stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
     data, sm = stubs
     secret(sm)
+    if key in VARIABLES:
+        declare(monkeypatch, **{key: value})
     user = value if key == "UserName" else "slurmdbd"
     database = value if key == "DatabaseName" else "slurm_acct_db"
     for sql in STATEMENTS:
-        statement(data, sql.replace("slurmdbd", user).replace("slurm_acct_db", database))
+        granted = database.replace("_", "\\_")
+        statement(
+            data, sql.replace("slurmdbd", user).replace("slurm\\_acct\\_db", granted).replace("slurm_acct_db", database)
+        )
     app.on_event(event(**{key: value}))
 
 
@@ -260,7 +359,9 @@ def test_a_database_still_resuming_after_the_bound_fails(stubs: tuple[Stubber, S
     tries = app.RESUME_WAIT_SECONDS // app.RESUME_POLL_SECONDS + 1
     for _ in range(tries):
         failing(data, "DatabaseResumingException", "Database is resuming")
-    with pytest.raises(app.AccountingUserError, match="DatabaseResumingException: still resuming after 240 s"):
+    with pytest.raises(
+        app.AccountingUserError, match="DatabaseResumingException: still unavailable after 240 s of waits in all"
+    ):
         app.on_event(event())
     assert sum(clock.sleeps) == app.RESUME_WAIT_SECONDS
 
@@ -274,7 +375,6 @@ def test_a_database_still_resuming_after_the_bound_fails(stubs: tuple[Stubber, S
         ("DatabaseErrorException", 400),
         ("StatementTimeoutException", 400),
         ("ServiceUnavailableError", 503),
-        ("DatabaseUnavailableException", 504),
         ("DatabaseNotFoundException", 404),
         ("HttpEndpointNotEnabledException", 400),
         ("SecretsErrorException", 400),
@@ -300,20 +400,154 @@ def test_a_failure_after_the_user_exists_names_its_statement(stubs: tuple[Stubbe
     secret(sm)
     for sql in STATEMENTS[:3]:
         statement(data, sql)
-    failing(data, "DatabaseErrorException", "Access denied for user 'slurm'")
-    with pytest.raises(app.AccountingUserError, match="GRANT ALL PRIVILEGES ON `slurm_acct_db`"):
+    failing(data, "DatabaseErrorException", "Illegal GRANT/REVOKE command")
+    with pytest.raises(
+        app.AccountingUserError,
+        match=r"GRANT ALL PRIVILEGES ON `slurm\\_acct\\_db`.* failed: DatabaseErrorException: Illegal GRANT",
+    ):
         app.on_event(event())
 
 
-def test_an_error_quoting_the_statement_shows_the_hash_never_the_password(stubs: tuple[Stubber, Stubber]) -> None:
+@pytest.mark.parametrize("statement_index", [0, 1])
+def test_an_error_on_a_statement_carrying_the_hash_shows_its_code_only(
+    stubs: tuple[Stubber, Stubber], statement_index: int
+) -> None:
+    """MySQL's syntax error quotes up to 80 characters from the error on (``near '%-.80s'``): here a truncated
+    part of the hash, which the old redaction (replacing the whole value) let through."""
     data, sm = stubs
     secret(sm)
-    failing(data, "DatabaseErrorException", f"You have an error in your SQL syntax near '{HASH}' REQUIRE SSL'")
+    for sql in STATEMENTS[:statement_index]:
+        statement(data, sql)
+    fragment = HASH[5:30]
+    failing(data, "DatabaseErrorException", f"You have an error in your SQL syntax; near '{fragment}' at line 1")
     with pytest.raises(app.AccountingUserError) as caught:
         app.on_event(event())
-    assert PASSWORD not in str(caught.value)
-    assert f"near '{HASH}' REQUIRE SSL" in str(caught.value)
+    reason = str(caught.value)
+    assert fragment not in reason and HASH[5:15] not in reason and PASSWORD not in reason
+    assert "failed: DatabaseErrorException: the database's message is not shown" in reason
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_an_error_on_a_statement_without_the_hash_keeps_the_database_message(stubs: tuple[Stubber, Stubber]) -> None:
+    data, sm = stubs
+    secret(sm)
+    for sql in STATEMENTS[:2]:
+        statement(data, sql)
+    failing(data, "DatabaseErrorException", "Can't create database 'slurm_acct_db'; disk full")
+    with pytest.raises(app.AccountingUserError, match="DatabaseErrorException: Can't create database"):
+        app.on_event(event())
+
+
+def test_the_bound_is_shared_by_all_the_statements(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    """The function's timeout (bound plus room) holds only if waits of later statements count with earlier ones."""
+    data, sm = stubs
+    secret(sm)
+    first = 20
+    for _ in range(first):
+        failing(data, "DatabaseResumingException", "Database is resuming")
+    statement(data, STATEMENTS[0])
+    for _ in range(app.RESUME_WAIT_SECONDS // app.RESUME_POLL_SECONDS - first + 1):
+        failing(data, "DatabaseUnavailableException", "The writer instance isn't available", 504)
+    with pytest.raises(app.AccountingUserError, match=r"ALTER USER .* still unavailable after 240 s"):
+        app.on_event(event())
+    assert sum(clock.sleeps) == app.RESUME_WAIT_SECONDS
+
+
+def test_an_unavailable_writer_is_waited_for_within_the_bound(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    """Failed at once before (DatabaseUnavailableException, "the writer instance isn't available")."""
+    data, sm = stubs
+    secret(sm)
+    failing(data, "DatabaseUnavailableException", "The writer instance isn't available", 504)
+    failing(data, "DatabaseResumingException", "Database is resuming")
+    for sql in STATEMENTS:
+        statement(data, sql)
+    app.on_event(event())
+    assert clock.sleeps == [app.RESUME_POLL_SECONDS] * 2
+
+
+def test_a_writer_unavailable_past_the_bound_fails(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    data, sm = stubs
+    secret(sm)
+    for _ in range(app.RESUME_WAIT_SECONDS // app.RESUME_POLL_SECONDS + 1):
+        failing(data, "DatabaseUnavailableException", "The writer instance isn't available", 504)
+    with pytest.raises(app.AccountingUserError, match="DatabaseUnavailableException: still unavailable after 240 s"):
+        app.on_event(event())
+    assert sum(clock.sleeps) == app.RESUME_WAIT_SECONDS
+
+
+LOGIN_REFUSED = "Access denied for user 'slurm'@'10.0.1.23' (using password: YES)"
+
+
+@pytest.mark.parametrize("code", ["DatabaseErrorException", "BadRequestException"])
+def test_a_master_login_refused_during_the_first_rotation_is_retried(
+    stubs: tuple[Stubber, Stubber], clock: Clock, code: str
+) -> None:
+    """Single-user rotation sets the new password before AWSCURRENT moves; failed at once before. No AWS page names
+    the code of a refused login, so the message decides under either SQL-carrying code (AWS review)."""
+    data, sm = stubs
+    secret(sm)
+    for _ in range(app.LOGIN_TRIES - 1):
+        failing(data, code, LOGIN_REFUSED)
+    for sql in STATEMENTS:
+        statement(data, sql)
+    app.on_event(event())
+    assert clock.sleeps == [app.LOGIN_POLL_SECONDS] * (app.LOGIN_TRIES - 1)
+
+
+def test_a_master_login_refused_past_its_tries_fails(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    data, sm = stubs
+    secret(sm)
+    for sql in STATEMENTS[:2]:
+        statement(data, sql)
+    for _ in range(app.LOGIN_TRIES):
+        failing(data, "DatabaseErrorException", LOGIN_REFUSED)
+    with pytest.raises(
+        app.AccountingUserError, match=f"DatabaseErrorException: the master user's login was refused {app.LOGIN_TRIES}"
+    ) as caught:
+        app.on_event(event())
+    assert "CREATE DATABASE" in str(caught.value) and LOGIN_REFUSED in str(caught.value)
+    assert len(clock.sleeps) == app.LOGIN_TRIES - 1
+
+
+def test_another_database_error_fails_at_once(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    data, sm = stubs
+    secret(sm)
+    failing(data, "DatabaseErrorException", "Unknown error")
+    with pytest.raises(app.AccountingUserError, match="DatabaseErrorException"):
+        app.on_event(event())
+    assert clock.sleeps == []
+
+
+def test_a_failed_update_names_the_way_out_of_a_failed_rollback(stubs: tuple[Stubber, Stubber]) -> None:
+    """A rollback is an Update with the old properties; failed without the command before."""
+    data, sm = stubs
+    secret(sm)
+    failing(data, "ServiceUnavailableError", "try later", 503)
+    with pytest.raises(app.AccountingUserError) as caught:
+        app.on_event(event("Update"))
+    assert (
+        "aws cloudformation continue-update-rollback "
+        f"--stack-name {STACK_ID} --resources-to-skip AccountingUserResource1234"
+    ) in str(caught.value)
+
+
+def test_a_failed_create_names_no_rollback(stubs: tuple[Stubber, Stubber]) -> None:
+    data, sm = stubs
+    secret(sm)
+    failing(data, "ServiceUnavailableError", "try later", 503)
+    with pytest.raises(app.AccountingUserError) as caught:
+        app.on_event(event())
+    assert "continue-update-rollback" not in str(caught.value)
+
+
+def test_the_refusal_of_an_unsafe_password_does_not_suggest_changing_it_by_hand(
+    stubs: tuple[Stubber, Stubber],
+) -> None:
+    _, sm = stubs
+    secret(sm, "short")
+    with pytest.raises(app.AccountingUserError) as caught:
+        app.on_event(event())
+    assert "put-secret-value" not in str(caught.value)
 
 
 def test_a_timeout_fails_the_resource(stubs: tuple[Stubber, Stubber], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -338,3 +572,48 @@ def test_unknown_requests_are_refused(stubs: tuple[Stubber, Stubber], request_ty
     ev["ResourceType"] = kind
     with pytest.raises(app.AccountingUserError, match=match):
         app.on_event(ev)
+
+
+@pytest.mark.parametrize("schema", ["mysql", "sys", "performance_schema", "information_schema"])
+def test_a_system_schema_is_refused_as_the_database_before_any_call(
+    stubs: tuple[Stubber, Stubber], schema: str
+) -> None:
+    """A direct invoke naming ``mysql`` would grant the grant tables (ALTER USER of any account)."""
+    with pytest.raises(app.AccountingUserError, match=f"DatabaseName: '{schema}' is one of MySQL's system schemas"):
+        app.on_event(event(DatabaseName=schema))
+
+
+def test_the_grant_escapes_the_wildcard_so_a_lookalike_name_covers_no_system_schema(
+    stubs: tuple[Stubber, Stubber],
+) -> None:
+    """``my_ql`` passes the pattern and is no system schema; unescaped, MySQL would read its ``_`` as any character
+    and the grant would cover ``mysql``."""
+    data, sm = stubs
+    secret(sm)
+    for sql in STATEMENTS:
+        statement(data, sql.replace("slurm\\_acct\\_db", "my\\_ql").replace("slurm_acct_db", "my_ql"))
+    app.on_event(event(DatabaseName="my_ql"))
+
+
+def test_a_rollback_of_a_database_name_edit_runs_with_the_old_name(stubs: tuple[Stubber, Stubber]) -> None:
+    """``storage.accounting.database_name`` changes in place; a rollback's Update carries the old name while the
+    function (its environment) may already be back or not: the name comes from the event, so the rollback runs."""
+    data, sm = stubs
+    secret(sm)
+    for sql in STATEMENTS:
+        statement(data, sql.replace("slurm\\_acct\\_db", "old\\_history").replace("slurm_acct_db", "old_history"))
+    ev = event("Update", DatabaseName="old_history")
+    ev["OldResourceProperties"] = {**ev["ResourceProperties"], "DatabaseName": "slurm_acct_db"}
+    assert app.on_event(ev)["Data"] == {"UserName": "slurmdbd", "DatabaseName": "old_history"}
+
+
+def test_the_data_api_client_ends_a_call_begun_before_the_bound_within_the_function_timeout() -> None:
+    """AWS review: the shared bound is checked between calls; a call begun just before it may take every attempt of
+    botocore's retries, each up to the connect and read timeouts, and must still end before the function's timeout,
+    so CloudFormation shows the handler's reason, not "Task timed out"."""
+    from mlcluster.constructs.accounting_database_user import FUNCTION_TIMEOUT
+
+    config = app.DATA_API_CONFIG
+    attempts = config.retries["max_attempts"]
+    worst_call = attempts * (config.connect_timeout + config.read_timeout)
+    assert app.RESUME_WAIT_SECONDS + worst_call < FUNCTION_TIMEOUT.to_seconds()

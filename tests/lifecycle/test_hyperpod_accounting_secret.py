@@ -382,3 +382,136 @@ def test_the_step_refuses_a_linked_slurm_etc_before_writing_anything(tmp_path: P
     assert f"ERROR: {folder} is not a folder (or is a link); slurmdbd.conf must sit in a real folder of root's" in log
     assert not (elsewhere / "slurmdbd.conf").exists()
     assert not (sandbox.root / "etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf").exists()
+
+
+def fresh(tmp_path: Path) -> Sandbox:
+    return Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
+
+
+@pytest.mark.parametrize(
+    ("parent", "uid", "mode"), [("opt/slurm", 0, 0o777), ("opt/slurm", 401, 0o755), ("opt", 0, 0o775)]
+)
+def test_the_step_refuses_to_adopt_slurm_etc_below_a_parent_others_can_change(
+    tmp_path: Path, parent: str, uid: int, mode: int
+) -> None:
+    """Issue 30 (review): whoever can rename entries in /opt/slurm or /opt can swap etc for a link between the
+    step's checks and its chmod (which follows links). The step fails naming the parent and adopts nothing:
+    the folder keeps its owner, and neither slurmdbd.conf nor the drop-in is written."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, 401, 401)
+    os.chown(sandbox.root / parent, uid, uid)
+    (sandbox.root / parent).chmod(mode)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode != 0
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert (
+        f"ERROR: {sandbox.root / parent} is not a real folder of root's that only root can change; refusing to "
+        f"adopt {folder} below it"
+    ) in log
+    assert folder.stat().st_uid == 401
+    assert not (folder / "slurmdbd.conf").exists()
+    assert not (sandbox.root / "etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf").exists()
+
+
+def test_the_tool_refuses_slurm_etc_below_a_parent_others_can_change(controller: Sandbox) -> None:
+    conf = controller.root / CONF.lstrip("/")
+    before = conf.read_text()
+    parent = controller.root / "opt/slurm"
+    parent.chmod(0o777)
+    result = tool(controller, "refresh", STUB_SECRET=secret("rotated-Pass2"))
+    assert result.returncode == 1
+    assert f"{parent} is not a real folder of root's that only root can change" in result.stderr
+    assert "slurmdbd.conf was not read or written" in result.stderr
+    assert conf.read_text() == before
+    # At the edge: root's and sticky (others may add entries but not rename root's) is accepted.
+    parent.chmod(0o1777)
+    assert tool(controller, "refresh", STUB_SECRET=secret("rotated-Pass2")).returncode == 0
+    assert credentials(controller) == ("slurm", "rotated-Pass2")
+
+
+def test_a_folder_swapped_for_a_link_after_the_checks_is_not_chmodded(tmp_path: Path) -> None:
+    """Issue 30 (review): the swap is simulated inside owner_mode (the stat of the folder, after the link test),
+    as a user who could rename entries in /opt/slurm would race it; the step checks again before chown/chmod
+    and fails, and the link's target keeps its mode."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, 401, 401)
+    victim = sandbox.root / "etc/shadow-like"
+    victim.write_text("root:$6$secret-hash:19000::::::\n")
+    victim.chmod(0o600)
+    sandbox.repin(
+        "lib.sh",
+        r"^owner_mode\(\) \{\n",
+        "owner_mode() {\n"
+        '  if [[ $1 == "$MLC_ROOT/opt/slurm/etc" && ! -e $MLC_ROOT/swapped ]]; then\n'
+        '    touch "$MLC_ROOT/swapped"; mv -- "$1" "$1-real"; ln -s "$MLC_ROOT/etc/shadow-like" "$1"\n'
+        "  fi\n",
+    )
+    result = sandbox.run("on_create.sh", "accounting")
+    assert (sandbox.root / "swapped").exists() and folder.is_symlink()
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert result.returncode != 0
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"ERROR: {folder} changed into a link or vanished; refusing to chown or chmod it" in log
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert not (sandbox.root / "etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf").exists()
+
+
+def test_what_the_old_owner_left_in_slurm_etc_no_longer_reaches_roots_reads(tmp_path: Path) -> None:
+    """Issue 30 (review): adopting the folder leaves what its old owner (uid 1000 here) planted. After the step
+    the files Slurm and the step read are root's without group or other write (slurmdbd.conf slurm's, 600), a
+    link at accounting.conf is moved aside (its target untouched), and a link the step does not read is left."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    victim = sandbox.root / "etc/shadow-like"
+    victim.write_text("root:$6$secret-hash:19000::::::\n")
+    victim.chmod(0o600)
+    os.chown(folder, 1000, 1000)
+    for name, mode in (("slurm.conf", 0o664), ("cgroup.conf", 0o666), ("gres.conf", 0o644)):
+        (folder / name).touch()
+        os.chown(folder / name, 1000, 1000)
+        (folder / name).chmod(mode)
+    (folder / "plugstack.conf.d").mkdir(mode=0o777)
+    os.chown(folder / "plugstack.conf.d", 1000, 1000)
+    (folder / "plugstack.conf.d").chmod(0o777)
+    (folder / "accounting.conf").symlink_to(victim)
+    (folder / "topology.conf").symlink_to(victim)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for name, mode in (
+        ("slurm.conf", 0o644),
+        ("cgroup.conf", 0o644),
+        ("gres.conf", 0o644),
+        ("plugstack.conf.d", 0o755),
+    ):
+        info = (folder / name).lstat()
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, mode), name
+    assert not (folder / "accounting.conf").is_symlink() and (folder / "accounting.conf").stat().st_uid == 0
+    assert [p.name.split(".mlcluster-moved-aside.")[0] for p in folder.glob("*.mlcluster-moved-aside.*")] == [
+        "accounting.conf"
+    ]
+    assert (folder / "topology.conf").is_symlink()
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert victim.read_text() == "root:$6$secret-hash:19000::::::\n"
+    conf = (folder / "slurmdbd.conf").stat()
+    assert (conf.st_uid, stat.S_IMODE(conf.st_mode)) == (401, 0o600)
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"WARNING: {folder / 'slurm.conf'} was owned by uid 1000 with mode 664; made it root's" in log
+    assert f"WARNING: {folder / 'topology.conf'} is a link; left as it is" in log
+    assert tool(sandbox, "refresh", STUB_SECRET=secret("rotated-Pass2")).returncode == 0
+
+
+def test_a_linked_slurm_conf_is_refused(tmp_path: Path) -> None:
+    """slurm.conf is read and rewritten by root (plan slurm-conf): a link there fails the step before any read."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    real = sandbox.root / "srv/slurm.conf"
+    real.parent.mkdir(parents=True)
+    (folder / "slurm.conf").rename(real)
+    (folder / "slurm.conf").symlink_to(real)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode != 0
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"ERROR: {folder / 'slurm.conf'} is a link or not a regular file; refusing to read it as root" in log
+    assert not (folder / "slurmdbd.conf").exists()

@@ -50,15 +50,20 @@ has_password() {
 }
 
 # conf_is_safe : slurmdbd.conf is a regular file, not a link, in a real folder of root's that group
-# and others cannot write. Root reads the file whole and renames its copy over it: a link (or a folder
+# and others cannot write, below parents (/opt/slurm, /opt) only root can change. Root reads the file whole and renames its copy over it: a link (or a folder
 # someone else can change) would make root copy another file's contents, or write where they point.
 # The folder is /opt/slurm/etc, made by HyperPod's image with an owner and mode published nowhere (AWS's
 # base lifecycle scripts, aws-samples/awsome-distributed-training 5.sagemaker-hyperpod/LifecycleScripts/
 # base-config, never create, chown or chmod it); the accounting step makes it root's and takes away group
 # and other write before it installs this tool (conf_folder_root_only), so a real controller passes here.
 conf_is_safe() {
-  local dir uid mode
+  local dir parent uid mode
   dir=$(dirname -- "$SLURMDBD_CONF")
+  parent=$(unsafe_parent "$SLURM_ETC_REAL")
+  if [[ -n $parent ]]; then
+    log "$parent is not a real folder of root's that only root can change (whoever can rename entries there could swap $dir for a link); refusing to touch $SLURMDBD_CONF"
+    return 1
+  fi
   if [[ ! -d $dir || -L $dir ]]; then
     log "$dir is not a folder (or is a link); refusing to touch $SLURMDBD_CONF"
     return 1

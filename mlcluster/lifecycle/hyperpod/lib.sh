@@ -328,6 +328,19 @@ dir_is_safe() {
   ((8#$mode & 8#1000)) || ((!(8#$mode & 8#022)))
 }
 
+# unsafe_parent REAL : print the first folder above REAL (a path on the node, /opt/slurm/etc: /opt/slurm, then
+# /opt; "/" is the image's), under MLC_ROOT, that dir_is_safe refuses; print nothing when each is safe. Whoever
+# can rename entries in one of them can swap what lies below for a link between a check and its use.
+unsafe_parent() {
+  local real=$1
+  while real=${real%/*} && [[ -n $real ]]; do
+    if ! dir_is_safe "$MLC_ROOT$real"; then
+      printf '%s\n' "$MLC_ROOT$real"
+      return 0
+    fi
+  done
+}
+
 # move_aside PATH WHY : rename PATH out of the way (root renames the entry, never follows it) and log.
 move_aside() {
   local aside

@@ -151,18 +151,67 @@ SECRET_START_TIMEOUT_SEC=240
 # root, 0755); slurm.conf there must stay readable by every Slurm user (slurm.conf(5)). Slurm only reads
 # the folder; the one command that writes there as SlurmUser, `scontrol write config`, then fails, as on
 # ParallelCluster. This step and the tool run on HyperPod only (ParallelCluster rotates nothing here).
+# The folder is adopted in place, not moved aside as ensure_root_dir does (it holds the image's slurm.conf),
+# and only under parents (/opt/slurm, /opt) only root can change: otherwise whoever can rename entries there
+# could swap the folder for a link after the checks and have root chmod the link's target. What the old owner
+# left in it, conf_entries_root_only.
 conf_folder_root_only() {
-  local dir uid mode
+  local dir parent uid mode
   dir=$(dirname -- "$SLURMDBD_CONF")
+  parent=$(unsafe_parent "$SLURM_ETC_REAL")
+  if [[ -n $parent ]]; then
+    die "$parent is not a real folder of root's that only root can change; refusing to adopt $dir below it (whoever can rename entries there could swap $dir for a link): make $parent root's and not writable by group or others"
+  fi
   if [[ ! -d $dir || -L $dir ]]; then
     die "$dir is not a folder (or is a link); slurmdbd.conf must sit in a real folder of root's"
   fi
   read -r uid mode <<<"$(owner_mode "$dir")"
   if [[ $uid != 0 ]] || ((8#$mode & 8#022)); then
+    # Only root can rename $dir now (its parents are safe); checked once more right before chmod follows it.
+    [[ -d $dir && ! -L $dir ]] || die "$dir changed into a link or vanished; refusing to chown or chmod it"
     chown -h 0 -- "$dir"
     chmod 755 -- "$dir"
     warn "$dir was owned by uid $uid with mode $mode; made it root's with mode 755 (mlcluster-accounting-secret rewrites slurmdbd.conf there as root and refuses a folder anyone else can change)"
   fi
+  conf_entries_root_only "$dir"
+}
+
+# conf_entries_root_only DIR : what an earlier owner of DIR (or anyone while group or others could write it)
+# may have left there no longer reaches root's reads. DIR is root's and only root can rename its entries,
+# so nothing here races. Links: slurm.conf (the step reads and rewrites it as root, slurmctld reads it) is
+# refused, the step cannot make it; accounting.conf and slurmdbd.conf, which the step writes whole, are
+# moved aside; other links are logged and left (this step reads none of them). Each other entry of the
+# folder itself (a file or a folder; a folder's contents are not walked) becomes root's without group or
+# other write (logged), as ParallelCluster keeps the folder's files (root, 0644); slurmdbd.conf alone stays
+# slurm's with mode 600, as slurmdbd requires (slurmdbd.conf(5)).
+conf_entries_root_only() {
+  local dir=$1 entry name uid mode slurm
+  slurm=$(ids_of slurm)
+  if [[ -L $dir/slurm.conf || ! -f $dir/slurm.conf ]]; then
+    die "$dir/slurm.conf is a link or not a regular file; refusing to read it as root (the image writes a plain file there)"
+  fi
+  while IFS= read -r -d '' entry; do
+    name=${entry##*/}
+    if [[ -L $entry ]]; then
+      case $name in
+        accounting.conf | slurmdbd.conf) move_aside "$entry" "is a link (the accounting step writes a plain file)" ;;
+        *) warn "$entry is a link; left as it is (the accounting step does not read it)" ;;
+      esac
+      continue
+    fi
+    read -r uid mode <<<"$(owner_mode "$entry")"
+    if [[ $name == slurmdbd.conf && -f $entry ]]; then
+      if [[ $uid != "${slurm%%:*}" || $mode != 600 ]]; then
+        chown -h "$slurm" -- "$entry"
+        chmod 600 -- "$entry"
+        warn "$entry was owned by uid $uid with mode $mode; made it slurm's with mode 600"
+      fi
+    elif [[ $uid != 0 ]] || ((8#$mode & 8#022)); then
+      chown -h 0 -- "$entry"
+      chmod go-w -- "$entry"
+      warn "$entry was owned by uid $uid with mode $mode; made it root's without group or other write"
+    fi
+  done < <(find "$dir" -mindepth 1 -maxdepth 1 -print0)
 }
 
 # remote_database : slurmdbd.conf with the secret's username and password (plan checks both can sit in
