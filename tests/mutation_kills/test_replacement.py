@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mlcluster.replacement import Change, ResourceState, StackState, compare, template_paths
+from mlcluster.replacement import Change, ResourceState, StackState, compare, template_paths, volume_policies
 
 
 @pytest.mark.parametrize(
@@ -83,3 +83,15 @@ def test_a_reason_value_of_80_characters_prints_whole_and_of_81_is_cut(length: i
     (change,) = compare({"s": StackState({"L": old}, {})}, {"s": StackState({"L": new}, {})})
     shown = json.dumps(value) if printed == "whole" else json.dumps(value)[:77] + "..."
     assert change.reasons == (f'.StorageType {shown} -> "SSD"',)
+
+
+def test_volume_policies_read_only_managed_volumes_with_a_mount_dir() -> None:
+    """volume_policies mutant 9 ("or" to "and"): a volume ParallelCluster does not create (FSx for OpenZFS,
+    ONTAP) and an entry without a MountDir are left out, not read (the mutant fails on both)."""
+    storage = [
+        {"StorageType": "FsxOpenZfs", "MountDir": "/home", "FsxOpenZfsSettings": {"VolumeId": "fsvol-1"}},
+        {"StorageType": "Ebs", "EbsSettings": {"DeletionPolicy": "Retain"}},
+        {"StorageType": "Efs", "MountDir": "/shared", "EfsSettings": {"DeletionPolicy": "Retain"}},
+        {"StorageType": "Ebs", "MountDir": "/scratch"},
+    ]
+    assert volume_policies(storage) == {"/shared": "Retain", "/scratch": "Delete"}
