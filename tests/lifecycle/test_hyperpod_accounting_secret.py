@@ -432,8 +432,8 @@ def test_the_tool_refuses_slurm_etc_below_a_parent_others_can_change(controller:
 
 def test_a_folder_swapped_for_a_link_after_the_checks_is_not_chmodded(tmp_path: Path) -> None:
     """Issue 30 (review): the swap is simulated inside owner_mode (the stat of the folder, after the link test),
-    as a user who could rename entries in /opt/slurm would race it; the step checks again before chown/chmod
-    and fails, and the link's target keeps its mode."""
+    as a user who could rename entries in /opt/slurm would race it; the step checks again after its chown and
+    before chmod, and fails, and the link's target keeps its mode."""
     sandbox = fresh(tmp_path)
     folder = sandbox.root / "opt/slurm/etc"
     os.chown(folder, 401, 401)
@@ -453,7 +453,7 @@ def test_a_folder_swapped_for_a_link_after_the_checks_is_not_chmodded(tmp_path: 
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
     assert result.returncode != 0
     log = sandbox.read("/var/log/provision/accounting.log")
-    assert f"ERROR: {folder} changed into a link or vanished; refusing to chown or chmod it" in log
+    assert f"ERROR: {folder} is not a real folder of root's after its chown (it changed into a link or vanished)" in log
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
     assert not (sandbox.root / "etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf").exists()
 
@@ -515,3 +515,47 @@ def test_a_linked_slurm_conf_is_refused(tmp_path: Path) -> None:
     log = sandbox.read("/var/log/provision/accounting.log")
     assert f"ERROR: {folder / 'slurm.conf'} is a link or not a regular file; refusing to read it as root" in log
     assert not (folder / "slurmdbd.conf").exists()
+
+
+def test_a_folder_its_old_owner_swaps_for_a_link_in_a_sticky_parent_is_not_chmodded(tmp_path: Path) -> None:
+    """Issue 30 (attacker review): a sticky /opt/slurm (root's, 1777) passes the parent check, yet in it the
+    folder's old owner may still rename the folder until root owns it. The swap is simulated just before the
+    step's chown of the folder (a wrapper of chown), the last moment the old owner can make it: chown -h makes
+    the link root's, and the step must then refuse it rather than chmod 755 through it."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, 401, 401)
+    (sandbox.root / "opt/slurm").chmod(0o1777)
+    victim = sandbox.root / "etc/shadow-like"
+    victim.write_text("root:$6$secret-hash:19000::::::\n")
+    victim.chmod(0o600)
+    sandbox.repin(
+        "lib.sh",
+        r"^owner_mode\(\) \{\n",
+        "chown() {\n"
+        '  if [[ $* == "-h 0 -- $MLC_ROOT/opt/slurm/etc" && ! -e $MLC_ROOT/swapped ]]; then\n'
+        '    touch "$MLC_ROOT/swapped"; mv -- "$4" "$4-real"; ln -s "$MLC_ROOT/etc/shadow-like" "$4"\n'
+        "  fi\n"
+        '  command chown "$@"\n'
+        "}\n"
+        "owner_mode() {\n",
+    )
+    result = sandbox.run("on_create.sh", "accounting")
+    assert (sandbox.root / "swapped").exists() and folder.is_symlink()
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert result.returncode != 0
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"ERROR: {folder} is not a real folder of root's after its chown" in log
+    assert not (sandbox.root / "etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf").exists()
+
+
+def test_the_folder_adopted_below_a_sticky_parent_becomes_roots(tmp_path: Path) -> None:
+    """The edge of the check after chown: with no swap, a folder of slurm's below a sticky /opt/slurm is adopted."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, 401, 401)
+    (sandbox.root / "opt/slurm").chmod(0o1777)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    info = folder.lstat()
+    assert (stat.S_ISDIR(info.st_mode), info.st_uid, stat.S_IMODE(info.st_mode)) == (True, 0, 0o755)

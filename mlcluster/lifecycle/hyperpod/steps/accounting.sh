@@ -152,9 +152,12 @@ SECRET_START_TIMEOUT_SEC=240
 # the folder; the one command that writes there as SlurmUser, `scontrol write config`, then fails, as on
 # ParallelCluster. This step and the tool run on HyperPod only (ParallelCluster rotates nothing here).
 # The folder is adopted in place, not moved aside as ensure_root_dir does (it holds the image's slurm.conf),
-# and only under parents (/opt/slurm, /opt) only root can change: otherwise whoever can rename entries there
-# could swap the folder for a link after the checks and have root chmod the link's target. What the old owner
-# left in it, conf_entries_root_only.
+# and only under parents (/opt/slurm, /opt) of root's in which nobody else can rename root's entries (not
+# writable by group or others, or sticky): otherwise whoever can rename entries there could swap the folder
+# for a link after the checks and have root chmod the link's target. In a sticky parent the folder's old owner
+# can still rename it until root owns it, so the step chowns it first (chown -h follows no link) and checks
+# after the chown that it is a real folder of root's before chmod follows it. What the old owner left in it,
+# conf_entries_root_only.
 conf_folder_root_only() {
   local dir parent uid mode
   dir=$(dirname -- "$SLURMDBD_CONF")
@@ -167,9 +170,13 @@ conf_folder_root_only() {
   fi
   read -r uid mode <<<"$(owner_mode "$dir")"
   if [[ $uid != 0 ]] || ((8#$mode & 8#022)); then
-    # Only root can rename $dir now (its parents are safe); checked once more right before chmod follows it.
-    [[ -d $dir && ! -L $dir ]] || die "$dir changed into a link or vanished; refusing to chown or chmod it"
+    # Until root owns it, the old owner may still rename $dir in a sticky parent and put a link in its place;
+    # chown -h never follows one. Once the entry is root's, only root can rename it there (and in a parent
+    # nobody else can write), so checked after the chown, it stays a real folder until chmod follows it.
     chown -h 0 -- "$dir"
+    read -r uid _ <<<"$(owner_mode "$dir")"
+    [[ $uid == 0 && -d $dir && ! -L $dir ]] ||
+      die "$dir is not a real folder of root's after its chown (it changed into a link or vanished); refusing to chmod it"
     chmod 755 -- "$dir"
     warn "$dir was owned by uid $uid with mode $mode; made it root's with mode 755 (mlcluster-accounting-secret rewrites slurmdbd.conf there as root and refuses a folder anyone else can change)"
   fi
