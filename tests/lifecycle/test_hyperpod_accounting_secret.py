@@ -559,3 +559,61 @@ def test_the_folder_adopted_below_a_sticky_parent_becomes_roots(tmp_path: Path) 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     info = folder.lstat()
     assert (stat.S_ISDIR(info.st_mode), info.st_uid, stat.S_IMODE(info.st_mode)) == (True, 0, 0o755)
+
+
+def test_hard_linked_entries_are_moved_aside_and_their_inodes_left_alone(tmp_path: Path) -> None:
+    """Issue 30 (attacker review): a hard link is a plain file to -L and -f, and chown/chmod change the inode
+    it shares. The folder's old owner hard-links slurmdbd.conf and cgroup.conf to files of others' (where
+    fs.protected_hardlinks is off, or to files the old owner owns); the step must not hand them to slurm
+    (600) or to root: each entry with more than one link is moved aside (logged), both files keep their owner
+    and mode, and the step still writes its own slurmdbd.conf."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, 1000, 1000)
+    victims = {"slurmdbd.conf": sandbox.root / "etc/shadow-like", "cgroup.conf": sandbox.root / "srv/user-file"}
+    for name, victim in victims.items():
+        victim.parent.mkdir(parents=True, exist_ok=True)
+        victim.write_text(f"{name} victim\n")
+        os.chown(victim, 1000, 1000)
+        victim.chmod(0o664)
+        (folder / name).unlink(missing_ok=True)
+        os.link(victim, folder / name)
+    result = sandbox.run("on_create.sh", "accounting")
+    for name, victim in victims.items():
+        info = victim.stat()
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (1000, 0o664), name
+        assert victim.read_text() == f"{name} victim\n", name
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    moved = sorted(p.name.split(".mlcluster-moved-aside.")[0] for p in folder.glob("*.mlcluster-moved-aside.*"))
+    assert moved == ["cgroup.conf", "slurmdbd.conf"]
+    log = sandbox.read("/var/log/provision/accounting.log")
+    for name in victims:
+        assert (
+            f"WARNING: {folder / name} has 2 hard links (root would change the file they share); moved it aside" in log
+        )
+    conf = (folder / "slurmdbd.conf").stat()
+    assert (conf.st_nlink, conf.st_uid, stat.S_IMODE(conf.st_mode)) == (1, 401, 0o600)
+    assert credentials(sandbox) == ("slurm", "first-Pass1")
+    # Run again: the entries moved aside keep their links and are left where they are (not moved again).
+    assert sandbox.run("on_create.sh", "accounting").returncode == 0
+    assert sorted(p.name.split(".mlcluster-moved-aside.")[0] for p in folder.glob("*.mlcluster-moved-aside.*")) == moved
+    assert all(stat.S_IMODE(v.stat().st_mode) == 0o664 and v.stat().st_uid == 1000 for v in victims.values())
+
+
+def test_a_hard_linked_slurm_conf_is_refused(tmp_path: Path) -> None:
+    """slurm.conf is read and rewritten by root and cannot be moved aside (the image writes it): a hard link
+    there fails the step before its shared file is re-owned."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    other = sandbox.root / "srv/slurm.conf-link"
+    other.parent.mkdir(parents=True)
+    os.link(folder / "slurm.conf", other)
+    os.chown(other, 1000, 1000)
+    other.chmod(0o664)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode != 0
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"ERROR: {folder / 'slurm.conf'} has 2 hard links; refusing to read it as root" in log
+    info = other.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (1000, 0o664)
+    assert not (folder / "slurmdbd.conf").exists()

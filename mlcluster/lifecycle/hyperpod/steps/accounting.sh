@@ -187,23 +187,42 @@ conf_folder_root_only() {
 # may have left there no longer reaches root's reads. DIR is root's and only root can rename its entries,
 # so nothing here races. Links: slurm.conf (the step reads and rewrites it as root, slurmctld reads it) is
 # refused, the step cannot make it; accounting.conf and slurmdbd.conf, which the step writes whole, are
-# moved aside; other links are logged and left (this step reads none of them). Each other entry of the
-# folder itself (a file or a folder; a folder's contents are not walked) becomes root's without group or
-# other write (logged), as ParallelCluster keeps the folder's files (root, 0644); slurmdbd.conf alone stays
-# slurm's with mode 600, as slurmdbd requires (slurmdbd.conf(5)).
+# moved aside; other links are logged and left (this step reads none of them). A hard link (a file, not a
+# folder, with more than one link) shares its inode with a file elsewhere, which chown and chmod would
+# change: slurm.conf is refused, any other is moved aside (one moved aside before is logged and left; it is
+# never chowned or chmodded). Each other entry of the folder itself (a file or a folder; a folder's contents
+# are not walked) becomes root's without group or other write (logged), as ParallelCluster keeps the
+# folder's files (root, 0644); slurmdbd.conf alone stays slurm's with mode 600, as slurmdbd requires
+# (slurmdbd.conf(5)).
 conf_entries_root_only() {
-  local dir=$1 entry name uid mode slurm
+  local dir=$1 entry name uid mode slurm links
+  local -a entries
   slurm=$(ids_of slurm)
   if [[ -L $dir/slurm.conf || ! -f $dir/slurm.conf ]]; then
     die "$dir/slurm.conf is a link or not a regular file; refusing to read it as root (the image writes a plain file there)"
   fi
-  while IFS= read -r -d '' entry; do
+  links=$(stat -c %h -- "$dir/slurm.conf")
+  if ((links > 1)); then
+    die "$dir/slurm.conf has $links hard links; refusing to read it as root or change the file they share (the image writes a plain file there)"
+  fi
+  # Listed before any rename, so an entry moved aside here is not met again in the same pass.
+  mapfile -d '' entries < <(find "$dir" -mindepth 1 -maxdepth 1 -print0)
+  for entry in "${entries[@]}"; do
     name=${entry##*/}
     if [[ -L $entry ]]; then
       case $name in
         accounting.conf | slurmdbd.conf) move_aside "$entry" "is a link (the accounting step writes a plain file)" ;;
         *) warn "$entry is a link; left as it is (the accounting step does not read it)" ;;
       esac
+      continue
+    fi
+    links=$(stat -c %h -- "$entry")
+    if [[ ! -d $entry ]] && ((links > 1)); then
+      if [[ $name == *.mlcluster-moved-aside.* ]]; then
+        warn "$entry has $links hard links; left as it is (moved aside before, the accounting step does not read it)"
+      else
+        move_aside "$entry" "has $links hard links (root would change the file they share)"
+      fi
       continue
     fi
     read -r uid mode <<<"$(owner_mode "$entry")"
@@ -218,7 +237,7 @@ conf_entries_root_only() {
       chmod go-w -- "$entry"
       warn "$entry was owned by uid $uid with mode $mode; made it root's without group or other write"
     fi
-  done < <(find "$dir" -mindepth 1 -maxdepth 1 -print0)
+  done
 }
 
 # remote_database : slurmdbd.conf with the secret's username and password (plan checks both can sit in
