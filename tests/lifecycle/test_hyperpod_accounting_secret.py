@@ -559,6 +559,8 @@ def test_the_folder_adopted_below_a_sticky_parent_becomes_roots(tmp_path: Path) 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     info = folder.lstat()
     assert (stat.S_ISDIR(info.st_mode), info.st_uid, stat.S_IMODE(info.st_mode)) == (True, 0, 0o755)
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"WARNING: {folder} was owned by uid 401 with mode 755; made it root's with mode 755" in log
 
 
 def test_hard_linked_entries_are_moved_aside_and_their_inodes_left_alone(tmp_path: Path) -> None:

@@ -159,7 +159,7 @@ SECRET_START_TIMEOUT_SEC=240
 # after the chown that it is a real folder of root's before chmod follows it. What the old owner left in it,
 # conf_entries_root_only.
 conf_folder_root_only() {
-  local dir parent uid mode
+  local dir parent uid mode owner
   dir=$(dirname -- "$SLURMDBD_CONF")
   parent=$(unsafe_parent "$SLURM_ETC_REAL")
   if [[ -n $parent ]]; then
@@ -174,8 +174,8 @@ conf_folder_root_only() {
     # chown -h never follows one. Once the entry is root's, only root can rename it there (and in a parent
     # nobody else can write), so checked after the chown, it stays a real folder until chmod follows it.
     chown -h 0 -- "$dir"
-    read -r uid _ <<<"$(owner_mode "$dir")"
-    [[ $uid == 0 && -d $dir && ! -L $dir ]] ||
+    read -r owner _ <<<"$(owner_mode "$dir")"
+    [[ $owner == 0 && -d $dir && ! -L $dir ]] ||
       die "$dir is not a real folder of root's after its chown (it changed into a link or vanished); refusing to chmod it"
     chmod 755 -- "$dir"
     warn "$dir was owned by uid $uid with mode $mode; made it root's with mode 755 (mlcluster-accounting-secret rewrites slurmdbd.conf there as root and refuses a folder anyone else can change)"
