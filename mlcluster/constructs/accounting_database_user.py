@@ -37,6 +37,7 @@ import mlcluster.handlers
 from mlcluster.constructs.nag import (
     acknowledge,
     acknowledge_compliance,
+    acknowledge_custom_resource_lambdas,
     acknowledge_wildcard_resource,
     quiet_redundant_role_dependency,
     skip_checkov,
@@ -60,6 +61,15 @@ FUNCTION_TIMEOUT = cdk.Duration.seconds(RESUME_WAIT_SECONDS + 180)
 #: Length of the generated password: letters and digits only (about 190 bits), safe unquoted in slurmdbd.conf (the
 #: handler refuses anything else); only its mysql_native_password hash reaches SQL.
 PASSWORD_LENGTH = 32
+
+
+#: For the compliance acknowledgements of the custom resource's functions (what a run must change, why no VPC).
+_RUN_CHANGES = "the user"
+_OUTSIDE_VPC = (
+    "calls the RDS Data API and Secrets Manager, AWS endpoints outside the VPC; running it in the VPC "
+    "would add interfaces and a dependency on the NAT route, and would give it a network path to the "
+    "database it does not need (the Data API reaches the database for it)."
+)
 
 
 class AccountingDatabaseUser(Construct):
@@ -210,7 +220,13 @@ class AccountingDatabaseUser(Construct):
         )
         function.node.add_dependency(policy)
         quiet_redundant_role_dependency(function)
-        _acknowledge_lambda(function, "The accounting database user function", synchronous=True)
+        acknowledge_custom_resource_lambdas(
+            function,
+            "The accounting database user function",
+            synchronous=True,
+            changes=_RUN_CHANGES,
+            outside_vpc=_OUTSIDE_VPC,
+        )
         skip_checkov(
             function,
             "CKV_AWS_173",
@@ -229,7 +245,13 @@ class AccountingDatabaseUser(Construct):
             "execution policy from aws-cdk-lib's Provider; it only lets it write its CloudWatch logs.",
         )
         quiet_redundant_role_dependency(provider)
-        _acknowledge_lambda(provider, "The accounting database user framework function", synchronous=False)
+        acknowledge_custom_resource_lambdas(
+            provider,
+            "The accounting database user framework function",
+            synchronous=False,
+            changes=_RUN_CHANGES,
+            outside_vpc=_OUTSIDE_VPC,
+        )
         skip_checkov(
             provider,
             "CKV_AWS_173",
@@ -260,29 +282,3 @@ class AccountingDatabaseUser(Construct):
         )
         # The writer must exist (the Data API runs SQL on an instance); the properties' references order the rest.
         self.resource.node.add_dependency(cluster.node.find_child("Writer"))
-
-
-def _acknowledge_lambda(scope: Construct, what: str, *, synchronous: bool) -> None:
-    """The compliance packs' Lambda rules, for the user function or the framework's."""
-    acknowledge_compliance(
-        scope,
-        "LambdaConcurrency",
-        f"{what} runs once per stack operation that changes the user; reserving concurrency would take capacity "
-        "from the account's unreserved pool for no protection.",
-    )
-    dlq = (
-        f"{what} is invoked synchronously by aws-cdk-lib's provider framework, which reports its failures to the "
-        "stack; a dead-letter queue only receives events of asynchronous invocations."
-        if synchronous
-        else f"{what} is invoked asynchronously by CloudFormation and reports every failure to the custom "
-        "resource's response URL itself, failing the stack operation; a dead-letter queue would keep events "
-        "nobody replays."
-    )
-    acknowledge_compliance(scope, "LambdaDLQ", dlq)
-    acknowledge_compliance(
-        scope,
-        "LambdaInsideVPC",
-        f"{what} calls the RDS Data API and Secrets Manager, AWS endpoints outside the VPC; running it in the VPC "
-        "would add interfaces and a dependency on the NAT route, and would give it a network path to the database "
-        "it does not need (the Data API reaches the database for it).",
-    )

@@ -18,6 +18,7 @@ from mlcluster.config.observability import GrafanaConfig
 from mlcluster.constructs.nag import (
     acknowledge,
     acknowledge_compliance,
+    acknowledge_custom_resource_lambdas,
     acknowledge_wildcard_resource,
     quiet_redundant_role_dependency,
     skip_checkov,
@@ -65,6 +66,14 @@ IDENTITY_CENTER_ACTIONS = (
     "sso:ListProfileAssociations",
     "sso-directory:DescribeUser",
     "sso-directory:DescribeGroup",
+)
+
+
+#: For the compliance acknowledgements of the custom resource's functions (what a run must change, why no VPC).
+_RUN_CHANGES = "the dashboards"
+_OUTSIDE_VPC = (
+    "calls the Amazon Managed Grafana API and the workspace's public HTTPS endpoint; running it in the "
+    "VPC would add interfaces and a dependency on its NAT without reaching anything there."
 )
 
 
@@ -256,7 +265,13 @@ class GrafanaWorkspace(Construct):
         )
         function.node.add_dependency(policy)
         quiet_redundant_role_dependency(function)
-        _acknowledge_lambda_compliance(function, "The Grafana provisioning function", synchronous=True)
+        acknowledge_custom_resource_lambdas(
+            function,
+            "The Grafana provisioning function",
+            synchronous=True,
+            changes=_RUN_CHANGES,
+            outside_vpc=_OUTSIDE_VPC,
+        )
         return function
 
     def _provider(
@@ -271,7 +286,13 @@ class GrafanaWorkspace(Construct):
             "policy from aws-cdk-lib's Provider; it only lets it write its CloudWatch logs.",
         )
         quiet_redundant_role_dependency(provider)
-        _acknowledge_lambda_compliance(provider, "The Grafana provisioning framework function", synchronous=False)
+        acknowledge_custom_resource_lambdas(
+            provider,
+            "The Grafana provisioning framework function",
+            synchronous=False,
+            changes=_RUN_CHANGES,
+            outside_vpc=_OUTSIDE_VPC,
+        )
         skip_checkov(
             provider,
             "CKV_AWS_173",
@@ -329,28 +350,3 @@ def _identity_center_statements() -> list[iam.PolicyStatement]:
             },
         ),
     ]
-
-
-def _acknowledge_lambda_compliance(scope: Construct, what: str, *, synchronous: bool) -> None:
-    """The compliance packs' Lambda rules, for the provisioning function or the framework's."""
-    acknowledge_compliance(
-        scope,
-        "LambdaConcurrency",
-        f"{what} runs once per stack operation that changes the dashboards; reserving concurrency would take "
-        "capacity from the account's unreserved pool for no protection.",
-    )
-    dlq = (
-        f"{what} is invoked synchronously by aws-cdk-lib's provider framework, which reports its failures to the "
-        "stack; a dead-letter queue only receives events of asynchronous invocations."
-        if synchronous
-        else f"{what} is invoked asynchronously by CloudFormation and reports every failure to the custom "
-        "resource's response URL itself, failing the stack operation; a dead-letter queue would keep events "
-        "nobody replays."
-    )
-    acknowledge_compliance(scope, "LambdaDLQ", dlq)
-    acknowledge_compliance(
-        scope,
-        "LambdaInsideVPC",
-        f"{what} calls the Amazon Managed Grafana API and the workspace's public HTTPS endpoint; running it in "
-        "the VPC would add interfaces and a dependency on its NAT without reaching anything there.",
-    )

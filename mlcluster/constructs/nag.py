@@ -128,6 +128,33 @@ def acknowledge_compliance(scope: IConstruct, rule: str, reason: str) -> None:
         acknowledge(scope, f"{prefix}-{rule}", reason)
 
 
+def acknowledge_custom_resource_lambdas(
+    scope: IConstruct, what: str, *, synchronous: bool, changes: str, outside_vpc: str
+) -> None:
+    """The compliance packs' Lambda rules for a custom resource's function (``synchronous``: the user function the
+    provider framework invokes) or the framework's own (invoked by CloudFormation).
+
+    ``what`` names the function ("The Grafana provisioning function"), ``changes`` what a stack operation must
+    change for it to run ("the dashboards"), ``outside_vpc`` why it is not in the VPC (the endpoints it calls).
+    """
+    acknowledge_compliance(
+        scope,
+        "LambdaConcurrency",
+        f"{what} runs once per stack operation that changes {changes}; reserving concurrency would take capacity "
+        "from the account's unreserved pool for no protection.",
+    )
+    dlq = (
+        f"{what} is invoked synchronously by aws-cdk-lib's provider framework, which reports its failures to the "
+        "stack; a dead-letter queue only receives events of asynchronous invocations."
+        if synchronous
+        else f"{what} is invoked asynchronously by CloudFormation and reports every failure to the custom "
+        "resource's response URL itself, failing the stack operation; a dead-letter queue would keep events "
+        "nobody replays."
+    )
+    acknowledge_compliance(scope, "LambdaDLQ", dlq)
+    acknowledge_compliance(scope, "LambdaInsideVPC", f"{what} {outside_vpc}")
+
+
 def acknowledge_wildcard_resource(scope: IConstruct, resource: str, reason: str) -> None:
     """Acknowledge cdk-nag's ``AwsSolutions-IAM5[Resource::...]`` finding for ``resource`` on ``scope``.
 

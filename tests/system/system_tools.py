@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,27 @@ def program(name: str) -> str:
 def run(*command: str, timeout_s: float = 30, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run ``command`` with a bounded time, capturing text output; the caller checks the exit code."""
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+
+def until(what: str, ready: Callable[[], bool], timeout_s: float) -> None:
+    """Poll ``ready`` every quarter second; the test fails naming ``what`` when it is not true within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        time.sleep(0.25)
+    pytest.fail(f"{what}: not within {timeout_s:.0f} s")
+
+
+def mysql_tcp(port: int, user: str, password: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """The MariaDB client over TCP to ``127.0.0.1:port`` as ``user``, no option files, with ``options``."""
+    return run(
+        "mysql",
+        "--no-defaults",
+        "--protocol=TCP",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        f"--user={user}",
+        f"--password={password}",
+        *options,
+    )

@@ -24,7 +24,6 @@ import datetime
 import ipaddress
 import re
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,9 +34,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
+from tests.system import system_tools
 from tests.system.conftest import DAEMONS
 from tests.system.slurm_cluster import CLUSTER_NAME, DB_PASSWORD, NODES, SlurmCluster
-from tests.system.system_tools import program, run
+from tests.system.system_tools import mysql_tcp, program, run
 
 ACCOUNTING_STEP = HYPERPOD_DIR / "steps" / "accounting.sh"
 OTHER_CLUSTER = "mlcother"
@@ -147,12 +147,7 @@ def use_ca(cluster: SlurmCluster, ca: Path) -> None:
 
 
 def until(what: str, ready: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        time.sleep(0.25)
-    pytest.fail(f"{what}: not within {timeout_s:.0f} s")
+    system_tools.until(what, ready, timeout_s)
 
 
 def slurm(cluster: SlurmCluster, *command: str) -> subprocess.CompletedProcess[str]:
@@ -205,17 +200,7 @@ def test_slurmdbd_connects_over_tls_with_the_ca_line_the_lifecycle_writes(
     assert f"StorageParameters=SSL_CA={tls.ca}\n" in conf
     assert f"StorageHost=127.0.0.1\nStoragePort={cluster.ports['mysql']}\n" in conf
     # The server requires TLS: the same user and password without TLS are refused.
-    plain = run(
-        "mysql",
-        "--no-defaults",
-        "--protocol=TCP",
-        "--host=127.0.0.1",
-        f"--port={cluster.ports['mysql']}",
-        "--user=slurm",
-        f"--password={DB_PASSWORD}",
-        "--skip-ssl",
-        "--execute=SELECT 1",
-    )
+    plain = mysql_tcp(cluster.ports["mysql"], "slurm", DB_PASSWORD, "--skip-ssl", "--execute=SELECT 1")
     assert plain.returncode != 0
     assert cluster.sql("SELECT @@require_secure_transport, @@have_ssl;").split() == ["1", "YES"]
     # slurmdbd answered (start waited for sacctmgr) and slurmctld registered its ClusterName in the database.
@@ -254,14 +239,10 @@ def test_slurmdbd_does_not_check_the_server_name(tls_cluster: tuple[SlurmCluster
         until("slurmdbd after the new certificate", lambda: answers(cluster))
         assert "mysql_real_connect failed" not in logged_since(cluster, mark)
         # The control: the MariaDB client asked to verify the name refuses the same certificate.
-        checked = run(
-            "mysql",
-            "--no-defaults",
-            "--protocol=TCP",
-            "--host=127.0.0.1",
-            f"--port={cluster.ports['mysql']}",
-            "--user=slurm",
-            f"--password={DB_PASSWORD}",
+        checked = mysql_tcp(
+            cluster.ports["mysql"],
+            "slurm",
+            DB_PASSWORD,
             f"--ssl-ca={tls.ca}",
             "--ssl-verify-server-cert",
             "--execute=SELECT 1",

@@ -23,7 +23,7 @@ import pytest
 
 from mlcluster.handlers.accounting_user import app
 from tests.system.slurm_cluster import DB_PASSWORD, SlurmCluster
-from tests.system.system_tools import program, run
+from tests.system.system_tools import mysql_tcp, program
 from tests.system.test_accounting_database import Tls, lifecycle_storage_lines
 
 USER = "slurmdbd"
@@ -53,19 +53,7 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmCl
 
 def client(cluster: SlurmCluster, user: str, password: str, *tls: str, sql: str) -> tuple[int, str]:
     """``mysql`` over TCP to the test's MariaDB as ``user``; its exit code and output (stdout and stderr)."""
-    done = run(
-        "mysql",
-        "--no-defaults",
-        "--protocol=TCP",
-        "--host=127.0.0.1",
-        f"--port={cluster.ports['mysql']}",
-        f"--user={user}",
-        f"--password={password}",
-        "--batch",
-        "--skip-column-names",
-        *tls,
-        f"--execute={sql}",
-    )
+    done = mysql_tcp(cluster.ports["mysql"], user, password, "--batch", "--skip-column-names", *tls, f"--execute={sql}")
     return done.returncode, done.stdout + done.stderr
 
 

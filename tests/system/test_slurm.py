@@ -18,7 +18,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from mlcluster.lifecycle.exporters import EXPORTERS_DIR
 from mlcluster.lifecycle.hyperpod import HYPERPOD_DIR
 from tests.cli.conftest import transcript
 from tests.support import ROOT
+from tests.system import system_tools
 from tests.system.slurm_cluster import (
     CLOUD_NODE,
     CLOUD_PARTITION,
@@ -62,12 +62,7 @@ def slurm(
 
 
 def until(what: str, ready: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        time.sleep(0.25)
-    pytest.fail(f"{what}: not within {timeout_s:.0f} s")
+    system_tools.until(what, ready, timeout_s)
 
 
 def node_state(cluster: SlurmCluster, node: str) -> str:
