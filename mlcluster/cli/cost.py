@@ -74,8 +74,9 @@ after printing it.
 
 The managed accounting database (``storage.accounting``) is priced for its
 capacity alone, at its floor: ``min_capacity_acu``, or with 0 (it pauses with no
-connection) 0 ACU while paused and :data:`ACTIVE_FLOOR_ACU` while a cluster runs
-(slurmdbd keeps a connection open, so it does not pause); scaling up towards
+connection) :data:`ACTIVE_FLOOR_ACU`, its floor while a cluster runs (slurmdbd
+keeps a connection open, so it does not pause; the estimate's cluster runs, so
+this is counted, and the note says it is 0 while paused); scaling up towards
 ``max_capacity_acu`` is not counted. Its storage, I/O, backups and the Secrets
 Manager secrets are a line without a price, so such an estimate is partial.
 
@@ -409,14 +410,16 @@ def _accounting_lines(acu: tuple[float, float], region: str) -> list[tuple[Line,
             note=f"the floor; scaling up to max_capacity_acu {most:g} ACU is not counted",
         )
     else:
+        # The estimate's cluster runs (its head node or controller at least), and slurmdbd's connection keeps
+        # the database from pausing: counted at the running floor, min and max alike.
         capacity = Line(
             "Aurora Serverless v2 (accounting database)",
             key,
             "ACU",
-            0,
             ACTIVE_FLOOR_ACU,
-            note=f"0 ACU while paused (no cluster); {ACTIVE_FLOOR_ACU:g} ACU while a cluster runs (slurmdbd keeps "
-            f"it awake); scaling up to max_capacity_acu {most:g} ACU is not counted",
+            ACTIVE_FLOOR_ACU,
+            note=f"{ACTIVE_FLOOR_ACU:g} ACU while a cluster runs (slurmdbd keeps it awake), as counted here; 0 ACU "
+            f"while paused with no cluster; scaling up to max_capacity_acu {most:g} ACU is not counted",
         )
     rest = Line(
         "Aurora storage, I/O, backups; Secrets Manager secrets (accounting database)",

@@ -282,7 +282,7 @@ AURORA_REST = "Aurora storage, I/O, backups; Secrets Manager secrets (accounting
 
 @pytest.mark.parametrize("name", ["hyperpod-accounting", "pcluster-accounting"])
 def test_the_managed_accounting_database_is_priced_at_its_floor(pricing: Aws, tmp_path: Path, name: str) -> None:
-    """min_capacity_acu 0 (the default): 0 ACU while paused, 0.5 ACU while a cluster runs; the rest is unpriced."""
+    """min_capacity_acu 0 (the default): 0.5 ACU while a cluster runs (0 only while paused); the rest unpriced."""
     network = yaml.safe_load((REPO / "environments" / f"{name}.yaml").read_text())["network"]
     if name == "hyperpod-accounting":  # its zones are us-west-2's; the recorded price list is us-east-2's
         network.update(availability_zone_id="use2-az1", extra_zones=[{"availability_zone_id": "use2-az2"}])
@@ -293,10 +293,11 @@ def test_the_managed_accounting_database_is_priced_at_its_floor(pricing: Aws, tm
     aurora = by[AURORA_LINE]
     # The Aurora MySQL Standard product: not the I/O-Optimized one, not PostgreSQL's.
     assert aurora["price"]["sku"] == "AURSV2MYSQLUSE2X" and aurora["price"]["unit"] == "ACU-Hr"
-    assert (aurora["quantity_min"], aurora["quantity_max"]) == (0, 0.5)
-    assert aurora["hourly_min"] == 0 and aurora["hourly_max"] == pytest.approx(0.5 * 0.12)
+    # The estimate's cluster runs, so the database does not pause: 0.5 ACU x 730 h, min and max alike.
+    assert (aurora["quantity_min"], aurora["quantity_max"]) == (0.5, 0.5)
+    assert aurora["hourly_min"] == aurora["hourly_max"] == pytest.approx(0.5 * 0.12)
     assert aurora["monthly_max"] == pytest.approx(0.5 * 0.12 * 730)
-    assert aurora["note"].startswith("0 ACU while paused (no cluster); 0.5 ACU while a cluster runs")
+    assert aurora["note"].startswith("0.5 ACU while a cluster runs (slurmdbd keeps it awake), as counted here; 0 ACU")
     (rds,) = [p for p in pricing.params("GetProducts") if p["ServiceCode"] == "AmazonRDS"]
     assert rds["Filters"] == [
         {"Type": "TERM_MATCH", "Field": "regionCode", "Value": P5_REGION},
