@@ -325,3 +325,17 @@ def test_parallelcluster_3_8_0_is_accepted_with_the_managed_database(tmp_path: P
     env = load_environment(write_env(tmp_path, "acct", with_version("3.8.0")))
     assert env.config.cluster.pcluster is not None and env.config.cluster.pcluster.version == "3.8.0"
     assert env.config.storage.accounting is not None
+
+
+def test_the_user_functions_log_groups_outlive_a_rolled_back_first_create(templates: dict[str, Any]) -> None:
+    """AWS review: with RetainExceptOnCreate a failed first create of the Storage stack (at this custom resource, say)
+    deleted the two log groups that say why; the environment's diagnostic logs' policy keeps them (Retain)."""
+    storage = templates["acct/Storage"]
+    groups = {
+        name: group
+        for name, group in of_type(storage, "AWS::Logs::LogGroup").items()
+        if name.startswith("AccountingDatabaseSlurmdbdUser")
+    }
+    assert len(groups) == 2, sorted(groups)
+    assert {g["DeletionPolicy"] for g in groups.values()} == {"Retain"}
+    assert {g["UpdateReplacePolicy"] for g in groups.values()} == {"Retain"}

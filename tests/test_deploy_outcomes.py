@@ -387,3 +387,30 @@ def test_synth_passes_a_queue_removal_with_the_update_note(p4de_locked: Path) ->
     assert code == 0, err
     assert "mlcluster: warning: environments/p4de.yaml: the cluster in p4de-Cluster applies these changes only" in err
     assert "cluster.pcluster.queues[inference-gpu]" in err and "'mlcluster update p4de'" in err
+
+
+@pytest.mark.parametrize("managed", [True, False])
+def test_a_database_change_names_the_key_that_wrote_it(tmp_path: Path, managed: bool) -> None:
+    """``SlurmSettings.Database`` comes from storage.accounting (the managed database) when the environment has
+    it, else from cluster.pcluster.slurm.accounting: the note names the key the operator edited."""
+    database = {"Uri": "db.example:3306", "UserName": "slurmdbd", "PasswordSecretArn": "arn:aws:secretsmanager:x"}
+    before = edited(lambda c: c["Scheduling"]["SlurmSettings"].update(Database=database))
+    after = edited(lambda c: c["Scheduling"]["SlurmSettings"].update(Database={**database, "Uri": "db2.example:3306"}))
+    source = yaml.safe_load((ENVIRONMENTS / "pcluster-accounting.yaml").read_text()) if managed else MINIMAL
+    env = load_environment(write_env(tmp_path, NAME, source))
+    assert (env.config.storage.accounting is not None) is managed
+    write_lock(env, Lock(templates(config=before), "deployed"))
+    (note,) = guard(env, templates(config=after))[1]
+    key = "storage.accounting" if managed else "cluster.pcluster.slurm.accounting"
+    assert "applies these changes only with its compute fleet stopped" in note
+    assert f"{key} (Scheduling.SlurmSettings.Database.Uri: " in note
+
+
+def test_the_database_path_maps_to_the_managed_key_only_with_it() -> None:
+    assert cluster_key("Scheduling.SlurmSettings.Database.Uri") == "cluster.pcluster.slurm.accounting"
+    assert cluster_key("Scheduling.SlurmSettings.Database", managed_database=True) == "storage.accounting"
+    assert cluster_key("Scheduling.SlurmSettings.Database.DatabaseName", managed_database=True) == "storage.accounting"
+    # Only the Database itself: the other Slurm settings keep their keys.
+    assert cluster_key("Scheduling.SlurmSettings.ScaledownIdletime", managed_database=True) == (
+        "cluster.pcluster.slurm.scaledown_idle_minutes"
+    )

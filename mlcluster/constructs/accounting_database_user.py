@@ -102,6 +102,7 @@ class AccountingDatabaseUser(Construct):
         database_name: str = "slurm_acct_db",
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
         removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
+        log_removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN,
         password_serial: int = 0,
     ) -> None:
         """Create the secret, the function, its provider and the custom resource.
@@ -116,6 +117,8 @@ class AccountingDatabaseUser(Construct):
         :param log_retention: how long the function's logs are kept. Default: one year.
         :param removal_policy: RETAIN or SNAPSHOT keep the secret when the stack deletes it; DESTROY deletes it.
             Default: RETAIN.
+        :param log_removal_policy: the two function log groups'. Plain RETAIN (the default) keeps them through a
+            rolled-back first create, when they say why it failed; mlcluster passes its diagnostic logs' policy.
         :param password_serial: bump it (0 or more) after giving the secret a new value by hand: the custom
             resource then gets an Update, which ALTERs the user with the secret's current value (nothing else
             does; the secret's value is no property). At 0 the resource carries no ``PasswordSerial``. Default: 0.
@@ -160,7 +163,7 @@ class AccountingDatabaseUser(Construct):
         acknowledge(self.secret, "AwsSolutions-SMG4", reason)
         acknowledge_compliance(self.secret, "SecretsManagerRotationEnabled", reason)
 
-        log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=removal_policy)
+        log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=log_removal_policy)
         role = iam.Role(
             self,
             "Role",
@@ -236,7 +239,7 @@ class AccountingDatabaseUser(Construct):
             frozenset({"AWS::Lambda::Function"}),
         )
 
-        provider_logs = logs.LogGroup(self, "ProviderLogs", retention=log_retention, removal_policy=removal_policy)
+        provider_logs = logs.LogGroup(self, "ProviderLogs", retention=log_retention, removal_policy=log_removal_policy)
         provider = cr.Provider(self, "Provider", on_event_handler=function, log_group=provider_logs)
         acknowledge(
             provider,

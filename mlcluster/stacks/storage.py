@@ -19,7 +19,7 @@ from mlcluster.constructs.lustre import DataRepositoryAssociationProps, LustreSt
 from mlcluster.constructs.nag import acknowledge_compliance
 from mlcluster.constructs.network import NetworkRef
 from mlcluster.constructs.openzfs import OpenZfsHome
-from mlcluster.stacks.common import export_output, log_retention, removal_policy
+from mlcluster.stacks.common import diagnostic_logs_removal_policy, export_output, log_retention, removal_policy
 
 
 def nodes_in_public_subnet(environment: Environment) -> bool:
@@ -198,6 +198,7 @@ class StorageStack(cdk.Stack):
                     database_name=database.database_name,
                     log_retention=log_retention(environment),
                     removal_policy=policy,
+                    log_removal_policy=diagnostic_logs_removal_policy(environment),
                 )
 
         outputs = {

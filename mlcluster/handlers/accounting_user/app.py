@@ -26,9 +26,11 @@ out; with ``retention.on_delete: destroy`` the database goes with its stack.
 
 Why the hash, never the password. The Data API's ``sql`` member (botocore's
 ``rds-data`` model, shape ``SqlStatement``) is not marked sensitive, and
-CloudTrail records Data API calls as management events (Aurora User Guide,
-"Logging RDS Data API calls with AWS CloudTrail"), so the statement text may
-sit in the account's event history, readable with ``cloudtrail:LookupEvents``.
+CloudTrail records Data API calls: the Aurora User Guide's "Logging RDS Data
+API calls with AWS CloudTrail" calls them management events (event history,
+readable with ``cloudtrail:LookupEvents``), its "Comparing Amazon RDS Data API
+behaviors" says that for Serverless v2 they are data events, which a trail
+records only when asked to. Either way the statement text may be kept.
 The statements therefore carry only the account's stored form, ``'*'`` and the
 40 upper-case hex digits of SHA1(SHA1(password)) (what MySQL's and MariaDB's
 ``PASSWORD()`` return), given with ``IDENTIFIED WITH mysql_native_password AS``
@@ -73,7 +75,7 @@ Service states (botocore's ``rds-data`` model, ExecuteStatement errors):
                                       password in the database before AWSCURRENT moves; retried
                                       :data:`LOGIN_TRIES` times, :data:`LOGIN_POLL_SECONDS` apart,
                                       within the same bound, then the resource fails
-throttling (``ThrottlingException``)  botocore's standard retry mode (5 attempts), then fails
+throttling (``ThrottlingException``)  botocore's standard retry mode (2 attempts), then fails
 every other error                     fails the resource at once with the code and the message
                                       (``AccessDeniedException``, ``ForbiddenException``,
                                       ``BadRequestException``, any other ``DatabaseErrorException``,
@@ -143,6 +145,8 @@ RETRIED = frozenset({"DatabaseResumingException", "DatabaseUnavailableException"
 #: The part of MySQL's error 1045 the Data API passes on when the master secret's password is not yet the
 #: database's: single-user rotation sets the new password in the database before AWSCURRENT moves.
 MASTER_LOGIN_REFUSED = "Access denied for user"
+#: The codes a refused master login may come under: the SQL error, or the deprecated but still modelled bad request.
+LOGIN_REFUSED_CODES = frozenset({"DatabaseErrorException", "BadRequestException"})
 #: Tries of a statement whose master login is refused (rotation's window is seconds), and seconds between them.
 LOGIN_TRIES = 6
 LOGIN_POLL_SECONDS = 10
@@ -174,6 +178,12 @@ SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema",
 CLIENT_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, parameter_validation=True
 )
+#: The Data API's: two attempts, so one call (at most 2 x (10 + 60) s) begun before the shared bound
+#: (:data:`RESUME_WAIT_SECONDS`) ends within the function's timeout, and the reason CloudFormation shows is ours,
+#: not "Task timed out".
+DATA_API_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 2}, connect_timeout=10, read_timeout=60, parameter_validation=True
+)
 
 #: Replaced by tests: the wait between tries and the clock the bound is measured on.
 sleep: Callable[[float], None] = time.sleep
@@ -187,7 +197,7 @@ class AccountingUserError(RuntimeError):
 @functools.cache
 def rds_data() -> Any:
     """The RDS Data API client, made on first use."""
-    return boto3.session.Session().client("rds-data", config=CLIENT_CONFIG)
+    return boto3.session.Session().client("rds-data", config=DATA_API_CONFIG)
 
 
 @functools.cache
@@ -364,7 +374,8 @@ def _execute(cluster_arn: str, master_secret: str, sql: str, deadline: float) ->
             error = err.response.get("Error", {})
             code = str(error.get("Code", "Error"))
             message = str(error.get("Message", ""))
-            login_refused = code == "DatabaseErrorException" and MASTER_LOGIN_REFUSED in message
+            # No AWS page names the code of a refused master login: the message decides, under either SQL code.
+            login_refused = code in LOGIN_REFUSED_CODES and MASTER_LOGIN_REFUSED in message
             if login_refused:
                 denied += 1
             if code in RETRIED and clock() < deadline:
