@@ -37,7 +37,13 @@ rolling the stack back, and says which need ``mlcluster update ENV``:
   the controller's client group: the running controller was created before
   that group and reaches the database only through the removed rule, so
   slurmdbd would be cut off until the cluster is created again. Refused with
-  the way through (``storage.accounting.admit_node_group``, docs/upgrading.md).
+  the way through (``storage.accounting.admit_node_group``, docs/upgrading.md),
+  also in the edit that creates the cluster anew (its create may roll back to
+  the old controller). A HyperPod cluster counts as created anew only when a
+  create-only path of ``AWS::SageMaker::Cluster`` changes (ClusterName,
+  VpcConfig, Orchestrator): a kept group's instance type, role or threads per
+  core, and a new controller group, are the data guard's "replace" reasons
+  that CloudFormation applies in place (:func:`creates_cluster_anew`).
 
 - A HyperPod instance group kept under its ``InstanceGroupName`` whose
   ``OverrideVpcConfig`` (subnets or security groups) changes, or is added or
@@ -471,35 +477,58 @@ def _holds_client_group(locked: Snapshot, cluster: ResourceState) -> bool | None
     return False
 
 
+def creates_cluster_anew(reasons: Sequence[str]) -> bool:
+    """Whether a HyperPod cluster's "replace" reasons (``mlcluster.replacement``) make CloudFormation create the
+    cluster anew: a change of a create-only path of ``AWS::SageMaker::Cluster`` (cfn-lint's schema: ClusterName,
+    VpcConfig, Orchestrator) or of the type. The data guard's own reasons, a kept group's InstanceType,
+    ExecutionRole or ThreadsPerCore (``GROUP_KEY``) and a new controller group (``CONTROLLER_KEY``), are changes
+    CloudFormation sends to UpdateCluster on the running cluster: the same controller may run on."""
+    return any(not reason.startswith((GROUP_KEY, CONTROLLER_KEY)) for reason in reasons)
+
+
 def _cut_off(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[str]:
     """Why the locked HyperPod controller may still need the node group's rule although the lock shows the client
-    group's: one text per kept cluster whose locked controller group does not hold the client group, or whose
-    lock does not record the groups' networks. A cluster this edit creates anew (or removes) is no reason."""
-    gone = {
+    group's: one text per locked cluster, kept or created anew by this edit, whose locked controller group does
+    not hold the client group, or whose lock does not record the groups' networks. Only a cluster this edit
+    removes is no reason. A cluster created anew in the same edit is one: should its create fail, the Cluster
+    stack rolls back to the old cluster, whose controller (restarted, docs/upgrading.md step 2) reaches the
+    database only through the rule the Storage stack, deployed first, has already removed."""
+    changes = compare(locked, snapshot)
+    removed = {(c.stack, c.logical_id) for c in changes if c.type == HYPERPOD_TYPE and c.action == "remove"}
+    anew = {
         (c.stack, c.logical_id)
-        for c in compare(locked, snapshot)
-        if c.type == HYPERPOD_TYPE
-        and (c.action == "remove" or (c.action == "replace" and not _new_controller_only(c.reasons)))
+        for c in changes
+        if c.type == HYPERPOD_TYPE and c.action == "replace" and creates_cluster_anew(c.reasons)
     }
     reasons: list[str] = []
     for stack in sorted(locked):
         for lid, cluster in sorted(locked[stack].resources.items()):
-            if cluster.type != HYPERPOD_TYPE or (stack, lid) in gone:
+            if cluster.type != HYPERPOD_TYPE or (stack, lid) in removed:
                 continue
             held = _holds_client_group(locked, cluster)
             group = cluster.create_only.get(CONTROLLER_KEY, "the controller")
             if held is None:
-                reasons.append(
+                reason = (
                     f"the lock does not record the instance groups' OverrideVpcConfig of the HyperPod cluster in "
                     f"{stack}, so it cannot show that {group} holds the client group (run 'mlcluster lock "
                     f"{environment.name}' to record it)"
                 )
             elif not held:
-                reasons.append(
+                reason = (
                     f"the lock shows the HyperPod cluster in {stack} with controller group {group} outside the client "
                     "group (its OverrideVpcConfig does not hold it): the running controller was created before it "
                     "and reaches the database only through this rule"
                 )
+            else:
+                continue
+            if (stack, lid) in anew:
+                reason += (
+                    "; this edit also creates that cluster anew, and should the create fail the Cluster stack rolls "
+                    "back to the old cluster, whose controller needs the rule: deploy the new cluster first (with "
+                    f"admit_node_group: true), run 'mlcluster lock {environment.name}', then set "
+                    "admit_node_group: false"
+                )
+            reasons.append(reason)
     return reasons
 
 
@@ -507,9 +536,11 @@ def _accounting_checks(environment: Environment, locked: Snapshot, snapshot: Sna
     """The node group's MySQL rule removed while the running controller still reaches the database through it.
 
     A lock without the client group's rule (written before it) refuses the removal. A lock with it refuses
-    unless its HyperPod controller group holds the client group (:func:`_holds_client_group`), or this edit
-    creates the cluster anew: the Storage stack deploys before the Cluster stack, so the rule would be gone
-    while the controller created before the client group still runs (bridge steps 1 and 2 of docs/upgrading.md).
+    unless its HyperPod controller group holds the client group (:func:`_holds_client_group`) or this edit removes
+    the cluster: the Storage stack deploys before the Cluster stack, so the rule would be gone while the
+    controller created before the client group still runs (bridge steps 1 and 2 of docs/upgrading.md), and an
+    edit that also creates the cluster anew leaves it so if that create fails and rolls back (step 3 waits for
+    the new cluster's lock).
     """
     problems: list[Problem] = []
     for stack in sorted(set(locked) & set(snapshot)):
@@ -716,12 +747,6 @@ def _replaced_network_problem(
     )
 
 
-def _new_controller_only(reasons: Sequence[str]) -> bool:
-    """Whether a HyperPod cluster's "replace" reasons are only a new controller group (``CONTROLLER_KEY``): the
-    data guard's reason; CloudFormation updates that cluster in place, its kept groups keep their nodes."""
-    return bool(reasons) and all(reason.startswith(CONTROLLER_KEY) for reason in reasons)
-
-
 def _hyperpod_network_checks(
     environment: Environment, locked: Snapshot, snapshot: Snapshot
 ) -> tuple[list[Problem], list[str]]:
@@ -745,7 +770,7 @@ def _hyperpod_network_checks(
         key: path for key, path in replaced.items() if locked[key[0]].resources[key[1]].type in NETWORK_TYPES
     }
     new_clusters = {
-        (c.stack, c.logical_id) for c in changes if c.action == "replace" and not _new_controller_only(c.reasons)
+        (c.stack, c.logical_id) for c in changes if c.action == "replace" and creates_cluster_anew(c.reasons)
     }
     for stack, lid, old in clusters:
         if (stack, lid) in new_clusters:
