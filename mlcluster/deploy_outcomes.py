@@ -282,6 +282,43 @@ def _version_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
     return problems, notes
 
 
+def _database(configuration: Mapping[str, object]) -> Mapping[str, object] | None:
+    """``Scheduling.SlurmSettings.Database`` of a ClusterConfiguration, or None."""
+    found: object = configuration
+    for part in ("Scheduling", "SlurmSettings", "Database"):
+        found = found.get(part) if isinstance(found, Mapping) else None
+    return found if isinstance(found, Mapping) else None
+
+
+def _database_moved_notes(
+    environment: Environment, stack: str, before: Mapping[str, object], after: Mapping[str, object]
+) -> list[str]:
+    """A note when the edit points a kept cluster's slurmdbd at another database (``DatabaseName`` or ``Uri`` of
+    ``Scheduling.SlurmSettings.Database``). ParallelCluster applies it in place with the fleet running (update
+    policy SUPPORTED), and slurmdbd then creates empty tables in the new database: the job history, accounts,
+    associations, QOS and fair-share usage stay behind in the old one, which nothing deletes."""
+    old, new = _database(before), _database(after)
+    if old is None or new is None:
+        return []
+    moved = [field for field in ("DatabaseName", "Uri") if old.get(field) != new.get(field)]
+    if not moved:
+        return []
+    # The managed database's Uri changes only with the database itself (which the data guard refuses unallowed):
+    # its name is the key an operator edits.
+    managed = environment.config.storage.accounting is not None
+    key = "storage.accounting.database_name" if managed else "cluster.pcluster.slurm.accounting"
+    listed = "; ".join(f"{field} {_show(old.get(field))} -> {_show(new.get(field))}" for field in moved)
+    return [
+        f"{environment.source}: {key}: this edit points slurmdbd of the cluster in {stack} at another database "
+        f"({listed}), in place with the fleet running: slurmdbd starts on empty tables there, so the job history, "
+        "accounts, associations, QOS and fair-share usage in the old database no longer show (sacct, sacctmgr, "
+        "sshare), and the old database stays as it was. To keep them, keep the old value; or carry them over "
+        "before the deploy: 'sacctmgr dump <cluster> file=cluster.cfg' (accounts, associations, QOS; load with "
+        "'sacctmgr load file=cluster.cfg') and, for the job history, 'mysqldump' the old database into the new "
+        "one with slurmdbd stopped"
+    ]
+
+
 def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> tuple[list[Problem], list[str]]:
     problems: list[Problem] = []
     notes: list[str] = []
@@ -297,6 +334,7 @@ def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
         problems += [_cluster_problem(stack, c) for c in refused]
         if refused:
             continue
+        notes += _database_moved_notes(environment, stack, before, after)
         back = rollback_changes(before, after)
         stops = [c for c in changes if c.outcome == "fleet_stop"]
         stops_back = [c for c in back if c.outcome == "fleet_stop"]
