@@ -244,8 +244,21 @@ def _version(template_url: object) -> str | None:
     return found.group(1) if found else None
 
 
-def _version_problem(environment: Environment, stack: str, old: str, new: str) -> Problem:
+def _version_problem(environment: Environment, stack: str, old: str, new: str, cluster: object) -> Problem:
     name = environment.name
+    accounting = ""
+    if environment.config.storage.accounting is not None:
+        region = environment.config.region or "<region>"
+        accounting = (
+            " The accounting database (storage.accounting) outlives the cluster, and the new release's slurmdbd, "
+            "if its Slurm is newer, converts its tables in place on its first start: no older slurmdbd starts on "
+            "them again (Slurm does not downgrade a database). So before the new cluster's first deploy, take a "
+            "snapshot of the database: 'aws rds create-db-cluster-snapshot --db-cluster-identifier <the "
+            f"accounting database's cluster id> --db-cluster-snapshot-identifier {name}-before-{new.replace('.', '-')} "
+            f"--region {region}' (the way back to {old}); and delete an old cluster that is kept (retained) "
+            f"once its jobs are done: 'pcluster delete-cluster -n {cluster} --region {region}', so its older "
+            "slurmdbd does not write into the converted tables."
+        )
     return Problem(
         "cluster.pcluster.version",
         NOT_A_VALUE,
@@ -255,7 +268,7 @@ def _version_problem(environment: Environment, stack: str, old: str, new: str) -
         f"second environment with version {new} next to this one (move users and jobs, copy what /home holds, "
         f"then tear this one down), or, with no jobs running and /home copied, destroy the cluster stack (npx cdk "
         f"destroy --exclusively '{name}/Cluster'; the storage stacks keep the data), set version: {new}, run "
-        f"'mlcluster lock {name}', and deploy.",
+        f"'mlcluster lock {name}', and deploy.{accounting}",
     )
 
 
@@ -278,7 +291,8 @@ def _version_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
         if "TemplateURL" not in old_provider.settings:
             notes.append(_unrecorded(environment, f"ParallelCluster's release in {stack}"))
         elif before and after and before != after:
-            problems.append(_version_problem(environment, stack, before, after))
+            cluster = clusters[0][1].create_only.get("ClusterName", "<cluster name>")
+            problems.append(_version_problem(environment, stack, before, after, cluster))
     return problems, notes
 
 

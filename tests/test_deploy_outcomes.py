@@ -439,3 +439,25 @@ def test_the_managed_databases_name_is_the_key_the_note_names(tmp_path: Path) ->
     _, notes = guard(env, templates(config=with_database(DatabaseName="train_history")))
     (note,) = [n for n in notes if "another database" in n]
     assert "storage.accounting.database_name: this edit points slurmdbd of the cluster in p4de-Cluster" in note
+
+
+def test_a_version_change_with_the_managed_database_says_to_snapshot_it_and_delete_the_old_cluster(
+    tmp_path: Path,
+) -> None:
+    """Review i33e finding 3: a newer Slurm converts the shared accounting database in place and no older slurmdbd
+    starts on it again: with storage.accounting the refusal's way says to snapshot it first and to delete a
+    retained old cluster; without storage.accounting it says neither."""
+    from tests.test_accounting_pcluster import ENVIRONMENT as MANAGED
+
+    env = load_environment(write_env(tmp_path, NAME, MANAGED))
+    write_lock(env, Lock(templates(), "deployed"))
+    text = refusal(env, templates(version="3.17.0"))
+    assert "converts its tables in place on its first start: no older slurmdbd starts on them again" in text
+    assert (
+        "'aws rds create-db-cluster-snapshot --db-cluster-identifier <the accounting database's cluster id> "
+        "--db-cluster-snapshot-identifier p4de-before-3-17-0 --region us-west-2' (the way back to 3.16.1)" in text
+    )
+    assert "'pcluster delete-cluster -n p4de-train --region us-west-2', so its older slurmdbd does not write" in text
+    plain = refusal(environment(tmp_path / "plain", templates()), templates(version="3.17.0"))
+    assert "never upgrades a cluster in place" in plain
+    assert "create-db-cluster-snapshot" not in plain and "pcluster delete-cluster" not in plain
