@@ -215,3 +215,31 @@ def test_a_workers_new_instance_type_is_no_new_cluster_for_the_nodes_rule(tmp_pa
     )
     assert "with controller group controller outside the client group" in text
     assert "creates that cluster anew" not in text
+
+
+def test_the_database_leaving_the_template_is_noted_as_deleted_with_its_final_snapshot(tmp_path: Any) -> None:
+    """Review i33e finding 5: DeletionPolicy Snapshot does not keep the Aurora cluster running: CloudFormation
+    deletes it and keeps a final snapshot, which bills until deleted. The notice says that and how to delete it."""
+    from mlcluster.config import load_environment
+    from mlcluster.lockfile import notices
+    from tests.support import write_env
+
+    environment = load_environment(
+        write_env(
+            tmp_path,
+            ACCT,
+            {
+                "region": "us-west-2",
+                "network": {"availability_zone": "us-west-2a"},
+                "retention": {"allow_replacement": ["Storage/AccountingDatabase/Cluster"]},
+            },
+        )
+    )
+    locked, after = state(CLUSTER), {"acct-Storage": stack_state({"Resources": {}}, {})}
+    changes = compare(locked, after)
+    assert [(c.action, c.path) for c in changes] == [("remove", PATH)]
+    (text,) = notices(environment, locked, after, changes)
+    assert f"acct-Storage/{PATH} (AWS::RDS::DBCluster) leaves the template, and CloudFormation deletes it" in text
+    assert "keeping a final snapshot (DeletionPolicy Snapshot)" in text and "bills for its storage" in text
+    assert "'aws rds delete-db-cluster-snapshot --db-cluster-snapshot-identifier ID' deletes it" in text
+    assert "running outside the stack" not in text
