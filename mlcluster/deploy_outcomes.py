@@ -158,9 +158,17 @@ CLUSTER_KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
-def cluster_key(path: str) -> str:
+#: The ClusterConfiguration path ``storage.accounting`` (the managed database) writes, in place of
+#: ``cluster.pcluster.slurm.accounting`` (a database of the operator's own).
+MANAGED_DATABASE = re.compile(r"Scheduling\.SlurmSettings\.Database\b")
+
+
+def cluster_key(path: str, *, managed_database: bool = False) -> str:
     """The environment key whose edit changes ``path`` of the ClusterConfiguration (``cluster.pcluster`` when
-    no finer key is known)."""
+    no finer key is known); ``managed_database``: the environment has ``storage.accounting``, which then
+    writes ``SlurmSettings.Database``."""
+    if managed_database and MANAGED_DATABASE.search(path):
+        return "storage.accounting"
     queue = re.search(r"SlurmQueues\[(?P<q>[^\]]*)\]", path)
     for pattern, key in CLUSTER_KEYS:
         found = re.search(pattern, path)
@@ -198,9 +206,14 @@ def _unrecorded(environment: Environment, what: str) -> str:
     )
 
 
-def _cluster_problem(stack: str, change: ClusterChange) -> Problem:
+def _key(environment: Environment, path: str) -> str:
+    """:func:`cluster_key` of ``path`` in ``environment``."""
+    return cluster_key(path, managed_database=environment.config.storage.accounting is not None)
+
+
+def _cluster_problem(environment: Environment, stack: str, change: ClusterChange) -> Problem:
     return Problem(
-        cluster_key(change.path),
+        _key(environment, change.path),
         NOT_A_VALUE,
         f"this edit changes {change.path} of the ParallelCluster cluster in {stack} from {_show(change.old)} to "
         f"{_show(change.new)}, and ParallelCluster refuses that change on this cluster (update policy "
@@ -210,7 +223,7 @@ def _cluster_problem(stack: str, change: ClusterChange) -> Problem:
 
 
 def _fleet_note(environment: Environment, stack: str, changes: Sequence[ClusterChange], *, rollback: bool) -> str:
-    listed = "; ".join(f"{cluster_key(c.path)} ({c.path}: {_show(c.old)} -> {_show(c.new)})" for c in changes)
+    listed = "; ".join(f"{_key(environment, c.path)} ({c.path}: {_show(c.old)} -> {_show(c.new)})" for c in changes)
     if rollback:
         return (
             f"{environment.source}: the cluster in {stack} applies this edit with its fleet running, but should "
@@ -230,9 +243,10 @@ def _fleet_note(environment: Environment, stack: str, changes: Sequence[ClusterC
 
 def _stuck_note(environment: Environment, stack: str, change: ClusterChange) -> str:
     return (
-        f"{environment.source}: {cluster_key(change.path)}: should this deploy fail after the cluster in {stack} is "
-        f"updated, ParallelCluster would refuse the rollback's change of {change.path} ({_show(change.old)} -> "
-        f"{_show(change.new)}, update policy {change.policy}) and the stack would stop in UPDATE_ROLLBACK_FAILED. "
+        f"{environment.source}: {_key(environment, change.path)}: should this deploy fail after the cluster in "
+        f"{stack} is updated, ParallelCluster would refuse the rollback's change of {change.path} "
+        f"({_show(change.old)} -> {_show(change.new)}, update policy {change.policy}) and the stack would stop in "
+        "UPDATE_ROLLBACK_FAILED. "
         "Deploy this edit on its own (no other change in the same deploy); if the rollback stops anyway: 'aws "
         f"cloudformation continue-update-rollback --stack-name {stack} --resources-to-skip <the cluster's logical "
         f"id>', then 'mlcluster lock {environment.name}'"
@@ -317,10 +331,13 @@ def _database_moved_notes(
     moved = [field for field in ("DatabaseName", "Uri") if old.get(field) != new.get(field)]
     if not moved:
         return []
-    # The managed database's Uri changes only with the database itself (which the data guard refuses unallowed):
-    # its name is the key an operator edits.
+    # With the managed database its name is the key an operator edits; its Uri changes only with the database.
     managed = environment.config.storage.accounting is not None
-    key = "storage.accounting.database_name" if managed else "cluster.pcluster.slurm.accounting"
+    key = (
+        "storage.accounting.database_name"
+        if managed and moved == ["DatabaseName"]
+        else _key(environment, "Scheduling.SlurmSettings.Database")
+    )
     listed = "; ".join(f"{field} {_show(old.get(field))} -> {_show(new.get(field))}" for field in moved)
     return [
         f"{environment.source}: {key}: this edit points slurmdbd of the cluster in {stack} at another database "
@@ -345,7 +362,7 @@ def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
         before, after = old.settings[CONFIGURATION], new.settings.get(CONFIGURATION, {})
         changes = cluster_changes(before, after)
         refused = [c for c in changes if c.outcome == "refused"]
-        problems += [_cluster_problem(stack, c) for c in refused]
+        problems += [_cluster_problem(environment, stack, c) for c in refused]
         if refused:
             continue
         notes += _database_moved_notes(environment, stack, before, after)

@@ -461,3 +461,34 @@ def test_a_version_change_with_the_managed_database_says_to_snapshot_it_and_dele
     plain = refusal(environment(tmp_path / "plain", templates()), templates(version="3.17.0"))
     assert "never upgrades a cluster in place" in plain
     assert "create-db-cluster-snapshot" not in plain and "pcluster delete-cluster" not in plain
+
+
+@pytest.mark.parametrize("managed", [True, False])
+def test_a_database_change_names_the_key_that_wrote_it(tmp_path: Path, managed: bool) -> None:
+    """``SlurmSettings.Database`` comes from storage.accounting (the managed database) when the environment has
+    it, else from cluster.pcluster.slurm.accounting: the note names the key the operator edited."""
+    database = {"Uri": "db.example:3306", "UserName": "slurmdbd", "PasswordSecretArn": "arn:aws:secretsmanager:x"}
+    before = edited(lambda c: c["Scheduling"]["SlurmSettings"].update(Database=database))
+    after = edited(lambda c: c["Scheduling"]["SlurmSettings"].update(Database={**database, "Uri": "db2.example:3306"}))
+    source = yaml.safe_load((ENVIRONMENTS / "pcluster-accounting.yaml").read_text()) if managed else MINIMAL
+    env = load_environment(write_env(tmp_path, NAME, source))
+    assert (env.config.storage.accounting is not None) is managed
+    write_lock(env, Lock(templates(config=before), "deployed"))
+    notes = guard(env, templates(config=after))[1]
+    (note,) = [n for n in notes if "another database" not in n]
+    key = "storage.accounting" if managed else "cluster.pcluster.slurm.accounting"
+    assert "applies these changes only with its compute fleet stopped" in note
+    # Another Uri is another database too (review i33e finding 2): noted apart, under the same key.
+    (moved,) = [n for n in notes if "another database" in n]
+    assert f"{key}: this edit points slurmdbd of the cluster in p4de-Cluster at another database" in moved
+    assert f"{key} (Scheduling.SlurmSettings.Database.Uri: " in note
+
+
+def test_the_database_path_maps_to_the_managed_key_only_with_it() -> None:
+    assert cluster_key("Scheduling.SlurmSettings.Database.Uri") == "cluster.pcluster.slurm.accounting"
+    assert cluster_key("Scheduling.SlurmSettings.Database", managed_database=True) == "storage.accounting"
+    assert cluster_key("Scheduling.SlurmSettings.Database.DatabaseName", managed_database=True) == "storage.accounting"
+    # Only the Database itself: the other Slurm settings keep their keys.
+    assert cluster_key("Scheduling.SlurmSettings.ScaledownIdletime", managed_database=True) == (
+        "cluster.pcluster.slurm.scaledown_idle_minutes"
+    )
