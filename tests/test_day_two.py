@@ -816,13 +816,7 @@ def test_a_removed_retained_dra_is_reported_as_still_running(results: dict[str, 
     assert len(notes) == 2 and all("leaves the template" in note for note in notes)
     assert "AccountingDatabase/Cluster/Secret/Resource" in notes[0] + notes[1]
     assert "AccountingDatabase/SlurmdbdUser/Secret/Resource" in notes[0] + notes[1]
-    # A new database name on a kept ParallelCluster cluster (review i33e finding 2): synth says slurmdbd moves to
-    # empty tables, naming both databases and how to carry the history.
-    renamed_db = "ParallelCluster accounting database name slurm_acct_db -> train_history"
-    (moved_note,) = results[renamed_db].notes
-    assert "storage.accounting.database_name: this edit points slurmdbd of the cluster in" in moved_note
-    assert 'DatabaseName "slurm_acct_db" -> "train_history"' in moved_note and "sacctmgr dump" in moved_note
-    skipped = ("remove a DRA", moved, dropped_db, dropped_pc, renamed_db)
+    skipped = ("remove a DRA", moved, dropped_db, dropped_pc)
     noted = {e.name: results[e.name].notes for e in EDITS if e.name not in skipped}
     assert {name: notes for name, notes in noted.items() if notes} == {}
 
