@@ -750,11 +750,28 @@ def _left_running(environment: Environment, change: Change, old: ResourceState) 
     return ": delete it by hand when it is no longer needed ('mlcluster status' lists it)"
 
 
+def _snapshot_left(environment: Environment, change: Change) -> str:
+    """What ``DeletionPolicy: Snapshot`` leaves of a resource that leaves its template: CloudFormation deletes
+    the resource and keeps a final snapshot of it, which bills for its storage until it is deleted."""
+    how = (
+        "'aws rds describe-db-cluster-snapshots --snapshot-type manual' lists it, 'aws rds "
+        "delete-db-cluster-snapshot --db-cluster-snapshot-identifier ID' deletes it"
+        if change.type == "AWS::RDS::DBCluster"
+        else "delete it by hand when it is no longer needed"
+    )
+    return (
+        f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) leaves the "
+        "template, and CloudFormation deletes it, keeping a final snapshot (DeletionPolicy Snapshot): the snapshot "
+        f"holds its data and bills for its storage until it is deleted ({how}); restoring it makes a new resource"
+    )
+
+
 def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, changes: Sequence[Change]) -> list[str]:
     """What an accepted edit leaves running: kept resources removed from a stack that stays, or replaced.
 
     CloudFormation does not delete a resource with ``DeletionPolicy: Retain`` that leaves the template:
-    it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack. A
+    it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack. One with
+    ``DeletionPolicy: Snapshot`` is deleted, and its final snapshot kept (and billed) instead. A
     ParallelCluster cluster whose custom resource has the ``DeletionPolicy`` *property* ``Retain`` is
     kept by ParallelCluster when the resource is deleted (:func:`~mlcluster.replacement.keeping`).
     """
@@ -766,6 +783,9 @@ def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, chan
         old = locked[change.stack].resources[change.logical_id]
         kept = keeping(old)
         if kept is None or (change.dangerous and not allowed(change, environment.config.retention.allow_replacement)):
+            continue
+        if old.deletion_policy == "Snapshot":
+            found.append(_snapshot_left(environment, change))
             continue
         found.append(
             f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) "
