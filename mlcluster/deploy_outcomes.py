@@ -37,7 +37,13 @@ rolling the stack back, and says which need ``mlcluster update ENV``:
   the controller's client group: the running controller was created before
   that group and reaches the database only through the removed rule, so
   slurmdbd would be cut off until the cluster is created again. Refused with
-  the way through (``storage.accounting.admit_node_group``, docs/upgrading.md).
+  the way through (``storage.accounting.admit_node_group``, docs/upgrading.md),
+  also in the edit that creates the cluster anew (its create may roll back to
+  the old controller). A HyperPod cluster counts as created anew only when a
+  create-only path of ``AWS::SageMaker::Cluster`` changes (ClusterName,
+  VpcConfig, Orchestrator): a kept group's instance type, role or threads per
+  core, and a new controller group, are the data guard's "replace" reasons
+  that CloudFormation applies in place (:func:`creates_cluster_anew`).
 
 - A HyperPod instance group kept under its ``InstanceGroupName`` whose
   ``OverrideVpcConfig`` (subnets or security groups) changes, or is added or
@@ -152,9 +158,17 @@ CLUSTER_KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
-def cluster_key(path: str) -> str:
+#: The ClusterConfiguration path ``storage.accounting`` (the managed database) writes, in place of
+#: ``cluster.pcluster.slurm.accounting`` (a database of the operator's own).
+MANAGED_DATABASE = re.compile(r"Scheduling\.SlurmSettings\.Database\b")
+
+
+def cluster_key(path: str, *, managed_database: bool = False) -> str:
     """The environment key whose edit changes ``path`` of the ClusterConfiguration (``cluster.pcluster`` when
-    no finer key is known)."""
+    no finer key is known); ``managed_database``: the environment has ``storage.accounting``, which then
+    writes ``SlurmSettings.Database``."""
+    if managed_database and MANAGED_DATABASE.search(path):
+        return "storage.accounting"
     queue = re.search(r"SlurmQueues\[(?P<q>[^\]]*)\]", path)
     for pattern, key in CLUSTER_KEYS:
         found = re.search(pattern, path)
@@ -192,9 +206,14 @@ def _unrecorded(environment: Environment, what: str) -> str:
     )
 
 
-def _cluster_problem(stack: str, change: ClusterChange) -> Problem:
+def _key(environment: Environment, path: str) -> str:
+    """:func:`cluster_key` of ``path`` in ``environment``."""
+    return cluster_key(path, managed_database=environment.config.storage.accounting is not None)
+
+
+def _cluster_problem(environment: Environment, stack: str, change: ClusterChange) -> Problem:
     return Problem(
-        cluster_key(change.path),
+        _key(environment, change.path),
         NOT_A_VALUE,
         f"this edit changes {change.path} of the ParallelCluster cluster in {stack} from {_show(change.old)} to "
         f"{_show(change.new)}, and ParallelCluster refuses that change on this cluster (update policy "
@@ -204,7 +223,7 @@ def _cluster_problem(stack: str, change: ClusterChange) -> Problem:
 
 
 def _fleet_note(environment: Environment, stack: str, changes: Sequence[ClusterChange], *, rollback: bool) -> str:
-    listed = "; ".join(f"{cluster_key(c.path)} ({c.path}: {_show(c.old)} -> {_show(c.new)})" for c in changes)
+    listed = "; ".join(f"{_key(environment, c.path)} ({c.path}: {_show(c.old)} -> {_show(c.new)})" for c in changes)
     if rollback:
         return (
             f"{environment.source}: the cluster in {stack} applies this edit with its fleet running, but should "
@@ -224,9 +243,10 @@ def _fleet_note(environment: Environment, stack: str, changes: Sequence[ClusterC
 
 def _stuck_note(environment: Environment, stack: str, change: ClusterChange) -> str:
     return (
-        f"{environment.source}: {cluster_key(change.path)}: should this deploy fail after the cluster in {stack} is "
-        f"updated, ParallelCluster would refuse the rollback's change of {change.path} ({_show(change.old)} -> "
-        f"{_show(change.new)}, update policy {change.policy}) and the stack would stop in UPDATE_ROLLBACK_FAILED. "
+        f"{environment.source}: {_key(environment, change.path)}: should this deploy fail after the cluster in "
+        f"{stack} is updated, ParallelCluster would refuse the rollback's change of {change.path} "
+        f"({_show(change.old)} -> {_show(change.new)}, update policy {change.policy}) and the stack would stop in "
+        "UPDATE_ROLLBACK_FAILED. "
         "Deploy this edit on its own (no other change in the same deploy); if the rollback stops anyway: 'aws "
         f"cloudformation continue-update-rollback --stack-name {stack} --resources-to-skip <the cluster's logical "
         f"id>', then 'mlcluster lock {environment.name}'"
@@ -238,8 +258,21 @@ def _version(template_url: object) -> str | None:
     return found.group(1) if found else None
 
 
-def _version_problem(environment: Environment, stack: str, old: str, new: str) -> Problem:
+def _version_problem(environment: Environment, stack: str, old: str, new: str, cluster: object) -> Problem:
     name = environment.name
+    accounting = ""
+    if environment.config.storage.accounting is not None:
+        region = environment.config.region or "<region>"
+        accounting = (
+            " The accounting database (storage.accounting) outlives the cluster, and the new release's slurmdbd, "
+            "if its Slurm is newer, converts its tables in place on its first start: no older slurmdbd starts on "
+            "them again (Slurm does not downgrade a database). So before the new cluster's first deploy, take a "
+            "snapshot of the database: 'aws rds create-db-cluster-snapshot --db-cluster-identifier <the "
+            f"accounting database's cluster id> --db-cluster-snapshot-identifier {name}-before-{new.replace('.', '-')} "
+            f"--region {region}' (the way back to {old}); and delete an old cluster that is kept (retained) "
+            f"once its jobs are done: 'pcluster delete-cluster -n {cluster} --region {region}', so its older "
+            "slurmdbd does not write into the converted tables."
+        )
     return Problem(
         "cluster.pcluster.version",
         NOT_A_VALUE,
@@ -249,7 +282,7 @@ def _version_problem(environment: Environment, stack: str, old: str, new: str) -
         f"second environment with version {new} next to this one (move users and jobs, copy what /home holds, "
         f"then tear this one down), or, with no jobs running and /home copied, destroy the cluster stack (npx cdk "
         f"destroy --exclusively '{name}/Cluster'; the storage stacks keep the data), set version: {new}, run "
-        f"'mlcluster lock {name}', and deploy.",
+        f"'mlcluster lock {name}', and deploy.{accounting}",
     )
 
 
@@ -272,8 +305,49 @@ def _version_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
         if "TemplateURL" not in old_provider.settings:
             notes.append(_unrecorded(environment, f"ParallelCluster's release in {stack}"))
         elif before and after and before != after:
-            problems.append(_version_problem(environment, stack, before, after))
+            cluster = clusters[0][1].create_only.get("ClusterName", "<cluster name>")
+            problems.append(_version_problem(environment, stack, before, after, cluster))
     return problems, notes
+
+
+def _database(configuration: Mapping[str, object]) -> Mapping[str, object] | None:
+    """``Scheduling.SlurmSettings.Database`` of a ClusterConfiguration, or None."""
+    found: object = configuration
+    for part in ("Scheduling", "SlurmSettings", "Database"):
+        found = found.get(part) if isinstance(found, Mapping) else None
+    return found if isinstance(found, Mapping) else None
+
+
+def _database_moved_notes(
+    environment: Environment, stack: str, before: Mapping[str, object], after: Mapping[str, object]
+) -> list[str]:
+    """A note when the edit points a kept cluster's slurmdbd at another database (``DatabaseName`` or ``Uri`` of
+    ``Scheduling.SlurmSettings.Database``). ParallelCluster applies it in place with the fleet running (update
+    policy SUPPORTED), and slurmdbd then creates empty tables in the new database: the job history, accounts,
+    associations, QOS and fair-share usage stay behind in the old one, which nothing deletes."""
+    old, new = _database(before), _database(after)
+    if old is None or new is None:
+        return []
+    moved = [field for field in ("DatabaseName", "Uri") if old.get(field) != new.get(field)]
+    if not moved:
+        return []
+    # With the managed database its name is the key an operator edits; its Uri changes only with the database.
+    managed = environment.config.storage.accounting is not None
+    key = (
+        "storage.accounting.database_name"
+        if managed and moved == ["DatabaseName"]
+        else _key(environment, "Scheduling.SlurmSettings.Database")
+    )
+    listed = "; ".join(f"{field} {_show(old.get(field))} -> {_show(new.get(field))}" for field in moved)
+    return [
+        f"{environment.source}: {key}: this edit points slurmdbd of the cluster in {stack} at another database "
+        f"({listed}), in place with the fleet running: slurmdbd starts on empty tables there, so the job history, "
+        "accounts, associations, QOS and fair-share usage in the old database no longer show (sacct, sacctmgr, "
+        "sshare), and the old database stays as it was. To keep them, keep the old value; or carry them over "
+        "before the deploy: 'sacctmgr dump <cluster> file=cluster.cfg' (accounts, associations, QOS; load with "
+        "'sacctmgr load file=cluster.cfg') and, for the job history, 'mysqldump' the old database into the new "
+        "one with slurmdbd stopped"
+    ]
 
 
 def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> tuple[list[Problem], list[str]]:
@@ -288,9 +362,10 @@ def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
         before, after = old.settings[CONFIGURATION], new.settings.get(CONFIGURATION, {})
         changes = cluster_changes(before, after)
         refused = [c for c in changes if c.outcome == "refused"]
-        problems += [_cluster_problem(stack, c) for c in refused]
+        problems += [_cluster_problem(environment, stack, c) for c in refused]
         if refused:
             continue
+        notes += _database_moved_notes(environment, stack, before, after)
         back = rollback_changes(before, after)
         stops = [c for c in changes if c.outcome == "fleet_stop"]
         stops_back = [c for c in back if c.outcome == "fleet_stop"]
@@ -471,35 +546,58 @@ def _holds_client_group(locked: Snapshot, cluster: ResourceState) -> bool | None
     return False
 
 
+def creates_cluster_anew(reasons: Sequence[str]) -> bool:
+    """Whether a HyperPod cluster's "replace" reasons (``mlcluster.replacement``) make CloudFormation create the
+    cluster anew: a change of a create-only path of ``AWS::SageMaker::Cluster`` (cfn-lint's schema: ClusterName,
+    VpcConfig, Orchestrator) or of the type. The data guard's own reasons, a kept group's InstanceType,
+    ExecutionRole or ThreadsPerCore (``GROUP_KEY``) and a new controller group (``CONTROLLER_KEY``), are changes
+    CloudFormation sends to UpdateCluster on the running cluster: the same controller may run on."""
+    return any(not reason.startswith((GROUP_KEY, CONTROLLER_KEY)) for reason in reasons)
+
+
 def _cut_off(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[str]:
     """Why the locked HyperPod controller may still need the node group's rule although the lock shows the client
-    group's: one text per kept cluster whose locked controller group does not hold the client group, or whose
-    lock does not record the groups' networks. A cluster this edit creates anew (or removes) is no reason."""
-    gone = {
+    group's: one text per locked cluster, kept or created anew by this edit, whose locked controller group does
+    not hold the client group, or whose lock does not record the groups' networks. Only a cluster this edit
+    removes is no reason. A cluster created anew in the same edit is one: should its create fail, the Cluster
+    stack rolls back to the old cluster, whose controller (restarted, docs/upgrading.md step 2) reaches the
+    database only through the rule the Storage stack, deployed first, has already removed."""
+    changes = compare(locked, snapshot)
+    removed = {(c.stack, c.logical_id) for c in changes if c.type == HYPERPOD_TYPE and c.action == "remove"}
+    anew = {
         (c.stack, c.logical_id)
-        for c in compare(locked, snapshot)
-        if c.type == HYPERPOD_TYPE
-        and (c.action == "remove" or (c.action == "replace" and not _new_controller_only(c.reasons)))
+        for c in changes
+        if c.type == HYPERPOD_TYPE and c.action == "replace" and creates_cluster_anew(c.reasons)
     }
     reasons: list[str] = []
     for stack in sorted(locked):
         for lid, cluster in sorted(locked[stack].resources.items()):
-            if cluster.type != HYPERPOD_TYPE or (stack, lid) in gone:
+            if cluster.type != HYPERPOD_TYPE or (stack, lid) in removed:
                 continue
             held = _holds_client_group(locked, cluster)
             group = cluster.create_only.get(CONTROLLER_KEY, "the controller")
             if held is None:
-                reasons.append(
+                reason = (
                     f"the lock does not record the instance groups' OverrideVpcConfig of the HyperPod cluster in "
                     f"{stack}, so it cannot show that {group} holds the client group (run 'mlcluster lock "
                     f"{environment.name}' to record it)"
                 )
             elif not held:
-                reasons.append(
+                reason = (
                     f"the lock shows the HyperPod cluster in {stack} with controller group {group} outside the client "
                     "group (its OverrideVpcConfig does not hold it): the running controller was created before it "
                     "and reaches the database only through this rule"
                 )
+            else:
+                continue
+            if (stack, lid) in anew:
+                reason += (
+                    "; this edit also creates that cluster anew, and should the create fail the Cluster stack rolls "
+                    "back to the old cluster, whose controller needs the rule: deploy the new cluster first (with "
+                    f"admit_node_group: true), run 'mlcluster lock {environment.name}', then set "
+                    "admit_node_group: false"
+                )
+            reasons.append(reason)
     return reasons
 
 
@@ -507,9 +605,11 @@ def _accounting_checks(environment: Environment, locked: Snapshot, snapshot: Sna
     """The node group's MySQL rule removed while the running controller still reaches the database through it.
 
     A lock without the client group's rule (written before it) refuses the removal. A lock with it refuses
-    unless its HyperPod controller group holds the client group (:func:`_holds_client_group`), or this edit
-    creates the cluster anew: the Storage stack deploys before the Cluster stack, so the rule would be gone
-    while the controller created before the client group still runs (bridge steps 1 and 2 of docs/upgrading.md).
+    unless its HyperPod controller group holds the client group (:func:`_holds_client_group`) or this edit removes
+    the cluster: the Storage stack deploys before the Cluster stack, so the rule would be gone while the
+    controller created before the client group still runs (bridge steps 1 and 2 of docs/upgrading.md), and an
+    edit that also creates the cluster anew leaves it so if that create fails and rolls back (step 3 waits for
+    the new cluster's lock).
     """
     problems: list[Problem] = []
     for stack in sorted(set(locked) & set(snapshot)):
@@ -716,12 +816,6 @@ def _replaced_network_problem(
     )
 
 
-def _new_controller_only(reasons: Sequence[str]) -> bool:
-    """Whether a HyperPod cluster's "replace" reasons are only a new controller group (``CONTROLLER_KEY``): the
-    data guard's reason; CloudFormation updates that cluster in place, its kept groups keep their nodes."""
-    return bool(reasons) and all(reason.startswith(CONTROLLER_KEY) for reason in reasons)
-
-
 def _hyperpod_network_checks(
     environment: Environment, locked: Snapshot, snapshot: Snapshot
 ) -> tuple[list[Problem], list[str]]:
@@ -745,7 +839,7 @@ def _hyperpod_network_checks(
         key: path for key, path in replaced.items() if locked[key[0]].resources[key[1]].type in NETWORK_TYPES
     }
     new_clusters = {
-        (c.stack, c.logical_id) for c in changes if c.action == "replace" and not _new_controller_only(c.reasons)
+        (c.stack, c.logical_id) for c in changes if c.action == "replace" and creates_cluster_anew(c.reasons)
     }
     for stack, lid, old in clusters:
         if (stack, lid) in new_clusters:

@@ -300,18 +300,40 @@ def write_lock(environment: Environment, lock: Lock) -> Path:
     return path
 
 
-def _lock_error(path: Path, name: str, why: str) -> ConfigError:
-    return ConfigError(
-        str(path),
-        [
-            Problem(
-                "(lock file)",
-                NOT_A_VALUE,
-                f"cannot be read ({why}); restore it from git or rewrite it with 'mlcluster lock {name}', "
-                "which reads the deployed stacks",
+#: Files that mark the project's folder (where git is run from): the CDK app's, or the repository's root.
+PROJECT_MARKERS = ("cdk.json", ".git")
+
+
+def git_path(path: Path) -> str:
+    """``path`` as ``git log -- PATH`` finds it from the project's folder (the nearest folder above it holding
+    ``cdk.json`` or ``.git``): ``environments/team.lock.json``; the absolute path when no such folder is found."""
+    absolute = path.resolve()
+    for folder in absolute.parents:
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return absolute.relative_to(folder).as_posix()
+    return str(absolute)
+
+
+class UnreadableLockError(ConfigError):
+    """A lock file that cannot be read as a lock (not JSON, not an object, a key missing or of the wrong kind).
+
+    ``why`` says what is wrong; ``earlier_format`` is a lock of format 1 (before policies were recorded), which
+    ``mlcluster lock ENV`` replaces. Any other unreadable lock is never overwritten: it may be the only record
+    of the deployed stacks and of the allowances and acceptances used.
+    """
+
+    def __init__(self, path: Path, name: str, why: str, *, earlier_format: bool) -> None:
+        if earlier_format:
+            way = f"rewrite it with 'mlcluster lock {name}', which reads the deployed stacks"
+        else:
+            way = (
+                f"restore it from git (git log -- {git_path(path)}); if there is no good copy, move the file aside "
+                f"and run 'mlcluster lock {name}', which reads the deployed stacks"
             )
-        ],
-    )
+        super().__init__(str(path), [Problem("(lock file)", NOT_A_VALUE, f"cannot be read ({why}); {way}")])
+        self.path = path
+        self.why = why
+        self.earlier_format = earlier_format
 
 
 class ForeignLockError(ConfigError):
@@ -335,7 +357,7 @@ class ForeignLockError(ConfigError):
                     f"record 'environment': '{name}'. A lock of another environment records that environment's "
                     f"stacks, and the guard would compare {name}'s changes with them. If the file was copied from "
                     f"another environment over {name}'s own lock: restore {path.name} from version control first "
-                    f"(git log -- {path.name}); only if {name} never had one, run 'mlcluster lock {name}' with "
+                    f"(git log -- {git_path(path)}); only if {name} never had one, run 'mlcluster lock {name}' with "
                     f"credentials for its account (it reads {name}'s deployed stacks and replaces the file; a first "
                     f"lock has none of {name}'s earlier allowances_used and accepted records). If {shown}.yaml and "
                     f"its lock were renamed to {name}: a renamed file is a new environment while the stacks of "
@@ -357,6 +379,7 @@ def read_lock_file(path: Path, name: str, *, of_environment: bool = True) -> Loc
     whose environment file is gone belongs to no environment file, and what it records is reported whatever
     its name.
     """
+    data: Any = None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != LOCK_FORMAT:
@@ -372,7 +395,8 @@ def read_lock_file(path: Path, name: str, *, of_environment: bool = True) -> Loc
             region=None if data.get("region") is None else str(data["region"]),
         )
     except (ValueError, KeyError, TypeError, OSError, AttributeError) as error:
-        raise _lock_error(path, name, str(error)) from None
+        earlier = isinstance(data, dict) and data.get("format") == 1
+        raise UnreadableLockError(path, name, str(error), earlier_format=earlier) from None
     if of_environment and data.get("environment") != name:
         raise ForeignLockError(path, name, data.get("environment"), lock)
     return lock
@@ -726,11 +750,28 @@ def _left_running(environment: Environment, change: Change, old: ResourceState) 
     return ": delete it by hand when it is no longer needed ('mlcluster status' lists it)"
 
 
+def _snapshot_left(environment: Environment, change: Change) -> str:
+    """What ``DeletionPolicy: Snapshot`` leaves of a resource that leaves its template: CloudFormation deletes
+    the resource and keeps a final snapshot of it, which bills for its storage until it is deleted."""
+    how = (
+        "'aws rds describe-db-cluster-snapshots --snapshot-type manual' lists it, 'aws rds "
+        "delete-db-cluster-snapshot --db-cluster-snapshot-identifier ID' deletes it"
+        if change.type == "AWS::RDS::DBCluster"
+        else "delete it by hand when it is no longer needed"
+    )
+    return (
+        f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) leaves the "
+        "template, and CloudFormation deletes it, keeping a final snapshot (DeletionPolicy Snapshot): the snapshot "
+        f"holds its data and bills for its storage until it is deleted ({how}); restoring it makes a new resource"
+    )
+
+
 def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, changes: Sequence[Change]) -> list[str]:
     """What an accepted edit leaves running: kept resources removed from a stack that stays, or replaced.
 
     CloudFormation does not delete a resource with ``DeletionPolicy: Retain`` that leaves the template:
-    it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack. A
+    it keeps running (and billing, and a DRA keeps importing and exporting) outside any stack. One with
+    ``DeletionPolicy: Snapshot`` is deleted, and its final snapshot kept (and billed) instead. A
     ParallelCluster cluster whose custom resource has the ``DeletionPolicy`` *property* ``Retain`` is
     kept by ParallelCluster when the resource is deleted (:func:`~mlcluster.replacement.keeping`).
     """
@@ -742,6 +783,9 @@ def notices(environment: Environment, locked: Snapshot, snapshot: Snapshot, chan
         old = locked[change.stack].resources[change.logical_id]
         kept = keeping(old)
         if kept is None or (change.dangerous and not allowed(change, environment.config.retention.allow_replacement)):
+            continue
+        if old.deletion_policy == "Snapshot":
+            found.append(_snapshot_left(environment, change))
             continue
         found.append(
             f"{environment.source}: {config_key(change)}: {change.stack}/{change.path} ({change.type}) "

@@ -111,7 +111,14 @@ def _rule(source: Any) -> dict[str, Any]:
     return {"Type": "AWS::EC2::SecurityGroupIngress", "Properties": {**properties, "SourceSecurityGroupId": source}}
 
 
-def _deployed(*, nodes_rule: bool = True, client_rule: bool = True, held: bool = False, name: str = "t") -> Any:
+def _deployed(
+    *,
+    nodes_rule: bool = True,
+    client_rule: bool = True,
+    held: bool = False,
+    name: str = "t",
+    worker_type: str = "ml.p5.48xlarge",
+) -> Any:
     """The Storage stack's 3306 rules and the Cluster stack's HyperPod cluster, the controller's override holding
     the client group when ``held``."""
     from mlcluster.replacement import stack_state
@@ -134,7 +141,7 @@ def _deployed(*, nodes_rule: bool = True, client_rule: bool = True, held: bool =
     }
     if held:
         controller["OverrideVpcConfig"] = {"SecurityGroupIds": [NODES_OUTPUT, CLIENT_OUTPUT], "Subnets": ["subnet-1"]}
-    worker = {**controller, "InstanceGroupName": "gpu", "InstanceType": "ml.p5.48xlarge"}
+    worker = {**controller, "InstanceGroupName": "gpu", "InstanceType": worker_type}
     worker.pop("OverrideVpcConfig", None)
     cluster = {
         "Type": "AWS::SageMaker::Cluster",
@@ -179,9 +186,60 @@ def test_the_nodes_rule_stays_while_the_locked_controller_is_outside_the_client_
     assert "the lock shows no rule for the controller's client group" in text
 
 
-def test_the_nodes_rule_may_go_once_the_controller_holds_the_client_group_or_the_cluster_is_new(tmp_path: Any) -> None:
-    """The edges: step 2 locked (the controller created with the client group) passes; so does the removal in the
-    edit that creates the cluster anew (a new cluster.name), and an edit that keeps the rule."""
+def test_the_nodes_rule_may_go_once_the_controller_holds_the_client_group(tmp_path: Any) -> None:
+    """The edges: step 2 locked (the controller created with the client group) passes, with or without a new
+    cluster in the same edit, and so does an edit that keeps the rule."""
     assert _accounting_problems(tmp_path, _deployed(held=True), _deployed(nodes_rule=False, held=True)) == []
-    assert _accounting_problems(tmp_path, _deployed(), _deployed(nodes_rule=False, held=True, name="t2")) == []
+    assert _accounting_problems(tmp_path, _deployed(held=True), _deployed(nodes_rule=False, held=True, name="t2")) == []
     assert _accounting_problems(tmp_path, _deployed(), _deployed(held=True)) == []
+
+
+def test_the_nodes_rule_stays_in_the_edit_that_creates_the_cluster_anew(tmp_path: Any) -> None:
+    """Review i33e finding 4: a new cluster.name and admit_node_group: false in one edit is refused (a failed create
+    rolls back to the old controller, which needs the rule); the refusal says to deploy the new cluster first."""
+    (text,) = _accounting_problems(tmp_path, _deployed(), _deployed(nodes_rule=False, held=True, name="t2"))
+    assert "with controller group controller outside the client group" in text
+    assert "this edit also creates that cluster anew" in text
+    assert "deploy the new cluster first (with admit_node_group: true), run 'mlcluster lock acct', then set" in text
+    assert "then set admit_node_group: false" in text
+
+
+def test_a_workers_new_instance_type_is_no_new_cluster_for_the_nodes_rule(tmp_path: Any) -> None:
+    """Review i33e finding 1a: a kept worker group's InstanceType change is a "replace" to the data guard, but
+    CloudFormation updates AWS::SageMaker::Cluster in place (ClusterName and VpcConfig are its create-only paths):
+    the same controller runs on, so removing the nodes rule in that edit is refused like on a kept cluster."""
+    changes = compare(_deployed(), _deployed(nodes_rule=False, held=True, worker_type="ml.p4d.24xlarge"))
+    assert [c.action for c in changes if c.logical_id == "Cluster"] == ["replace"]
+    (text,) = _accounting_problems(
+        tmp_path, _deployed(), _deployed(nodes_rule=False, held=True, worker_type="ml.p4d.24xlarge")
+    )
+    assert "with controller group controller outside the client group" in text
+    assert "creates that cluster anew" not in text
+
+
+def test_the_database_leaving_the_template_is_noted_as_deleted_with_its_final_snapshot(tmp_path: Any) -> None:
+    """Review i33e finding 5: DeletionPolicy Snapshot does not keep the Aurora cluster running: CloudFormation
+    deletes it and keeps a final snapshot, which bills until deleted. The notice says that and how to delete it."""
+    from mlcluster.config import load_environment
+    from mlcluster.lockfile import notices
+    from tests.support import write_env
+
+    environment = load_environment(
+        write_env(
+            tmp_path,
+            ACCT,
+            {
+                "region": "us-west-2",
+                "network": {"availability_zone": "us-west-2a"},
+                "retention": {"allow_replacement": ["Storage/AccountingDatabase/Cluster"]},
+            },
+        )
+    )
+    locked, after = state(CLUSTER), {"acct-Storage": stack_state({"Resources": {}}, {})}
+    changes = compare(locked, after)
+    assert [(c.action, c.path) for c in changes] == [("remove", PATH)]
+    (text,) = notices(environment, locked, after, changes)
+    assert f"acct-Storage/{PATH} (AWS::RDS::DBCluster) leaves the template, and CloudFormation deletes it" in text
+    assert "keeping a final snapshot (DeletionPolicy Snapshot)" in text and "bills for its storage" in text
+    assert "'aws rds delete-db-cluster-snapshot --db-cluster-snapshot-identifier ID' deletes it" in text
+    assert "running outside the stack" not in text

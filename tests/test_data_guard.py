@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -460,6 +461,36 @@ def test_a_lock_that_is_not_a_json_object_is_refused_naming_the_way(tmp_path: Pa
     (tmp_path / "x.lock.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match=r"x.lock.json: \(lock file\): cannot be read .*'mlcluster lock x'"):
         read_lock_file(tmp_path / "x.lock.json", "x")
+
+
+def test_an_unreadable_lock_names_git_from_the_project_folder(tmp_path: Path) -> None:
+    """Review i30l findings 3 and 4: the path git finds from the project's folder, and the way that works
+    (`mlcluster lock x` refuses to overwrite an unreadable lock, so it is not named as a rewrite)."""
+    (tmp_path / "cdk.json").write_text("{}")
+    (tmp_path / "environments").mkdir()
+    path = tmp_path / "environments" / "x.lock.json"
+    path.write_text('"x"')
+    with pytest.raises(ConfigError) as raised:
+        read_lock_file(path, "x")
+    text = str(raised.value)
+    assert "restore it from git (git log -- environments/x.lock.json); if there is no good copy, move the file " in (
+        text
+    )
+    assert "aside and run 'mlcluster lock x', which reads the deployed stacks" in text
+    assert "rewrite it with" not in text
+    # No project folder above it: the absolute path, which git finds from anywhere in the repository.
+    (tmp_path / "cdk.json").unlink()
+    with pytest.raises(ConfigError, match=re.escape(f"(git log -- {path.resolve()})")):
+        read_lock_file(path, "x")
+
+
+def test_a_foreign_lock_names_git_from_the_project_folder(tmp_path: Path) -> None:
+    """Review i30l finding 3: `git log -- p5.lock.json` run from the project's folder finds nothing."""
+    (tmp_path / "cdk.json").write_text("{}")
+    env = environment(tmp_path / "environments")
+    path = lock_path(env)
+    path.write_text(json.dumps(json.loads(path.read_text(encoding="utf-8")) | {"environment": "dev"}))
+    assert "(git log -- environments/p5.lock.json); only if p5 never had one" in refusal(env, deployed())
 
 
 def test_a_format_1_lock_is_refused_naming_the_way(tmp_path: Path) -> None:

@@ -387,3 +387,108 @@ def test_synth_passes_a_queue_removal_with_the_update_note(p4de_locked: Path) ->
     assert code == 0, err
     assert "mlcluster: warning: environments/p4de.yaml: the cluster in p4de-Cluster applies these changes only" in err
     assert "cluster.pcluster.queues[inference-gpu]" in err and "'mlcluster update p4de'" in err
+
+
+# -- the accounting database a kept cluster's slurmdbd uses ----------------------------------------------------
+
+DATABASE = {
+    "Uri": "acct.cluster-x.us-west-2.rds.amazonaws.com:3306",
+    "UserName": "slurmdbd",
+    "PasswordSecretArn": "arn:aws:secretsmanager:us-west-2:111111111111:secret:slurmdbd-AbCdEf",
+    "DatabaseName": "slurm_acct_db",
+}
+
+
+def with_database(**fields: str) -> dict[str, Any]:
+    return edited(lambda c: c["Scheduling"]["SlurmSettings"].update(Database={**DATABASE, **fields}))
+
+
+def test_a_new_database_name_is_noted_with_the_old_and_new_and_how_to_carry_the_history(tmp_path: Path) -> None:
+    """Review i33e finding 2: DatabaseName is SUPPORTED (in place, fleet running): slurmdbd moves to an empty
+    database and the history stays behind in the old one; the synth says so, naming both and the ways."""
+    env = environment(tmp_path, templates(config=with_database()))
+    _, notes = guard(env, templates(config=with_database(DatabaseName="slurm_team_b")))
+    (note,) = [n for n in notes if "another database" in n]
+    assert "cluster.pcluster.slurm.accounting: this edit points slurmdbd of the cluster in p4de-Cluster at" in note
+    assert 'DatabaseName "slurm_acct_db" -> "slurm_team_b"' in note
+    assert "slurmdbd starts on empty tables there" in note and "the old database stays as it was" in note
+    assert "keep the old value" in note and "'sacctmgr dump <cluster> file=cluster.cfg'" in note
+    assert "'mysqldump' the old database into the new one" in note
+    # Another endpoint is another database too.
+    _, notes = guard(env, templates(config=with_database(Uri="other.cluster-y.us-west-2.rds.amazonaws.com:3306")))
+    (note,) = [n for n in notes if "another database" in n]
+    assert 'Uri "acct.cluster-x.us-west-2.rds.amazonaws.com:3306" -> "other.cluster-y' in note
+
+
+def test_the_same_database_or_none_before_is_not_noted(tmp_path: Path) -> None:
+    """The edges: the database as deployed (its user changed), and accounting added to a cluster without it."""
+    env = environment(tmp_path, templates(config=with_database()))
+    _, notes = guard(env, templates(config=with_database(UserName="slurmdbd2")))
+    assert not [n for n in notes if "another database" in n]
+    env = environment(tmp_path, templates())
+    _, notes = guard(env, templates(config=with_database()))
+    assert not [n for n in notes if "another database" in n]
+
+
+def test_the_managed_databases_name_is_the_key_the_note_names(tmp_path: Path) -> None:
+    """With storage.accounting the edit is database_name's: the note names that key."""
+    from tests.test_accounting_pcluster import ENVIRONMENT as MANAGED
+
+    env = load_environment(write_env(tmp_path, NAME, MANAGED))
+    write_lock(env, Lock(templates(config=with_database()), "deployed"))
+    _, notes = guard(env, templates(config=with_database(DatabaseName="train_history")))
+    (note,) = [n for n in notes if "another database" in n]
+    assert "storage.accounting.database_name: this edit points slurmdbd of the cluster in p4de-Cluster" in note
+
+
+def test_a_version_change_with_the_managed_database_says_to_snapshot_it_and_delete_the_old_cluster(
+    tmp_path: Path,
+) -> None:
+    """Review i33e finding 3: a newer Slurm converts the shared accounting database in place and no older slurmdbd
+    starts on it again: with storage.accounting the refusal's way says to snapshot it first and to delete a
+    retained old cluster; without storage.accounting it says neither."""
+    from tests.test_accounting_pcluster import ENVIRONMENT as MANAGED
+
+    env = load_environment(write_env(tmp_path, NAME, MANAGED))
+    write_lock(env, Lock(templates(), "deployed"))
+    text = refusal(env, templates(version="3.17.0"))
+    assert "converts its tables in place on its first start: no older slurmdbd starts on them again" in text
+    assert (
+        "'aws rds create-db-cluster-snapshot --db-cluster-identifier <the accounting database's cluster id> "
+        "--db-cluster-snapshot-identifier p4de-before-3-17-0 --region us-west-2' (the way back to 3.16.1)" in text
+    )
+    assert "'pcluster delete-cluster -n p4de-train --region us-west-2', so its older slurmdbd does not write" in text
+    plain = refusal(environment(tmp_path / "plain", templates()), templates(version="3.17.0"))
+    assert "never upgrades a cluster in place" in plain
+    assert "create-db-cluster-snapshot" not in plain and "pcluster delete-cluster" not in plain
+
+
+@pytest.mark.parametrize("managed", [True, False])
+def test_a_database_change_names_the_key_that_wrote_it(tmp_path: Path, managed: bool) -> None:
+    """``SlurmSettings.Database`` comes from storage.accounting (the managed database) when the environment has
+    it, else from cluster.pcluster.slurm.accounting: the note names the key the operator edited."""
+    database = {"Uri": "db.example:3306", "UserName": "slurmdbd", "PasswordSecretArn": "arn:aws:secretsmanager:x"}
+    before = edited(lambda c: c["Scheduling"]["SlurmSettings"].update(Database=database))
+    after = edited(lambda c: c["Scheduling"]["SlurmSettings"].update(Database={**database, "Uri": "db2.example:3306"}))
+    source = yaml.safe_load((ENVIRONMENTS / "pcluster-accounting.yaml").read_text()) if managed else MINIMAL
+    env = load_environment(write_env(tmp_path, NAME, source))
+    assert (env.config.storage.accounting is not None) is managed
+    write_lock(env, Lock(templates(config=before), "deployed"))
+    notes = guard(env, templates(config=after))[1]
+    (note,) = [n for n in notes if "another database" not in n]
+    key = "storage.accounting" if managed else "cluster.pcluster.slurm.accounting"
+    assert "applies these changes only with its compute fleet stopped" in note
+    # Another Uri is another database too (review i33e finding 2): noted apart, under the same key.
+    (moved,) = [n for n in notes if "another database" in n]
+    assert f"{key}: this edit points slurmdbd of the cluster in p4de-Cluster at another database" in moved
+    assert f"{key} (Scheduling.SlurmSettings.Database.Uri: " in note
+
+
+def test_the_database_path_maps_to_the_managed_key_only_with_it() -> None:
+    assert cluster_key("Scheduling.SlurmSettings.Database.Uri") == "cluster.pcluster.slurm.accounting"
+    assert cluster_key("Scheduling.SlurmSettings.Database", managed_database=True) == "storage.accounting"
+    assert cluster_key("Scheduling.SlurmSettings.Database.DatabaseName", managed_database=True) == "storage.accounting"
+    # Only the Database itself: the other Slurm settings keep their keys.
+    assert cluster_key("Scheduling.SlurmSettings.ScaledownIdletime", managed_database=True) == (
+        "cluster.pcluster.slurm.scaledown_idle_minutes"
+    )

@@ -359,3 +359,18 @@ def test_the_controller_group_is_the_slurm_config_controller_else_the_first() ->
     typed[1]["SlurmConfig"] = {"NodeType": "Controller"}
     assert templates(typed)[f"{NAME}-Cluster"].resources["Cluster"].create_only[CONTROLLER_KEY] == "ctl"
     assert templates()[f"{NAME}-Cluster"].resources["Cluster"].create_only[CONTROLLER_KEY] == "controller"
+
+
+def test_a_kept_groups_new_instance_type_does_not_hide_another_groups_network_change(tmp_path: Path) -> None:
+    """Review i33e finding 1b: a worker's InstanceType change (the data guard's "replace", allowed) is an in-place
+    UpdateCluster to CloudFormation (its create-only paths are ClusterName and VpcConfig): the cluster is not new,
+    so a kept group's OverrideVpcConfig moved in the same edit is still refused."""
+    env = environment(tmp_path, templates(), allow_replacement=["Cluster/Cluster"])
+    groups = [group("controller", override=copy.deepcopy(CONTROLLER_OVERRIDE)), group("gpu", 2), group("spill")]
+    groups[1]["InstanceType"] = "ml.p4d.24xlarge"
+    groups[0]["OverrideVpcConfig"]["Subnets"] = [SECOND]
+    changes = compare(templates(), templates(groups))
+    assert [c.action for c in changes if c.path == "Cluster/Cluster/Resource"] == ["replace"]
+    text = refusal(env, templates(groups))
+    assert "cluster.hyperpod.controller: this edit keeps instance group controller of the HyperPod cluster" in text
+    assert "changes the Subnets of its OverrideVpcConfig" in text

@@ -32,6 +32,10 @@ PERSISTENT_1/2                         throughputCapacity=<MB/s/TiB tier>; unit 
 FSx for OpenZFS           AmazonFSx    regionCode, fileSystemType=OpenZFS, deploymentOption (below);
                                        storage: productFamily=Storage, storageType=SSD, unit GB-Mo;
                                        throughput: productFamily=Provisioned Throughput, unit MiBps-Mo
+Aurora Serverless v2      AmazonRDS    regionCode, productFamily=ServerlessV2, databaseEngine=Aurora MySQL;
+(storage.accounting)                   the usage type must be ``[<prefix>-]Aurora:ServerlessV2Usage``
+                                       (Aurora Standard; ``...ServerlessV2IOOptimizedUsage`` is the
+                                       I/O-Optimized product); unit ACU-Hr
 ========================  ===========  ====================================================================
 
 Where each attribute spelling comes from (checked 2026-11-28; none is an AWS
@@ -47,6 +51,10 @@ page that lists Price List attribute values):
   infracost/infracost@f0d5778dedabde98f89452d5cb048348a783e133
   internal/resources/aws/nat_gateway.go and
   @da0a5862ad6a970be64ea624fba1a7f79f7bb42e internal/resources/aws/ebs_volume.go.
+* Aurora Serverless v2 (productFamily ``ServerlessV2``, usage type
+  ``<prefix>-Aurora:ServerlessV2Usage``, ``databaseEngine`` Aurora MySQL, unit
+  ACU-Hr): public tools that read the Price List and Cost Explorer usage types
+  (not an AWS page); a wrong spelling is an unpriced line.
 * ``locationType`` AWS Region / AWS Local Zone, FSx for Lustre's ``deploymentOption``
   Persistent with ``throughputCapacity`` tiers, and HyperPod's
   ``Cluster:ml.<type>`` usage type: not confirmed from a public source here
@@ -63,6 +71,14 @@ An estimate with any line that should have a price and has none is partial:
 its total says so, ``--json`` carries ``"complete": false`` and the unpriced
 lines, and the command exits 1 (:data:`~mlcluster.cli.errors.EXIT_FAILED`)
 after printing it.
+
+The managed accounting database (``storage.accounting``) is priced for its
+capacity alone, at its floor: ``min_capacity_acu``, or with 0 (it pauses with no
+connection) :data:`ACTIVE_FLOOR_ACU`, its floor while a cluster runs (slurmdbd
+keeps a connection open, so it does not pause; the estimate's cluster runs, so
+this is counted, and the note says it is 0 while paused); scaling up towards
+``max_capacity_acu`` is not counted. Its storage, I/O, backups and the Secrets
+Manager secrets are a line without a price, so such an estimate is partial.
 
 Amazon Managed Service for Prometheus and Amazon Managed Grafana are billed by
 use (samples ingested and stored, queries; active user licences): they are
@@ -93,6 +109,10 @@ PRICING_REGION = "us-east-1"
 HOURS_PER_MONTH = 730
 #: The Price List ``locationType`` of a Region itself (Local Zones and Wavelength Zones share its regionCode).
 REGION_LOCATION = "AWS Region"
+#: Price units that are per hour (the others are per month).
+HOURLY_UNITS = frozenset({"Hrs", "ACU-Hr"})
+#: The least capacity of a running Aurora Serverless v2 database whose minimum is 0 (it pauses only when idle).
+ACTIVE_FLOOR_ACU = 0.5
 #: OpenZFS deployment type -> the Price List's ``deploymentOption``, only spellings seen in price-list data:
 #:
 #: ============  ===========  ==================================================================================
@@ -167,7 +187,7 @@ class Line:
         """Fill the hourly figures from the price and the quantities."""
         if self.price is None:
             return
-        per_hour = self.price.usd if self.price.unit == "Hrs" else self.price.usd / HOURS_PER_MONTH
+        per_hour = self.price.usd if self.price.unit in HOURLY_UNITS else self.price.usd / HOURS_PER_MONTH
         self.hourly_min = per_hour * self.quantity_min
         self.hourly_max = per_hour * self.quantity_max
 
@@ -367,6 +387,52 @@ def _fsx_queries(fs: FileSystem, region: str) -> list[tuple[str, str, float, Que
     ]
 
 
+def _aurora_query(region: str) -> Query:
+    return Query(
+        "AmazonRDS",
+        (("regionCode", region), ("productFamily", "ServerlessV2"), ("databaseEngine", "Aurora MySQL")),
+        "ACU-Hr",
+        usage_type=usage_type_pattern("Aurora:ServerlessV2Usage"),
+    )
+
+
+def _accounting_lines(acu: tuple[float, float], region: str) -> list[tuple[Line, Query | str]]:
+    """The managed accounting database's capacity at its floor, and what of it is not priced."""
+    least, most = acu
+    key = "storage.accounting.min_capacity_acu"
+    if least:
+        capacity = Line(
+            "Aurora Serverless v2 (accounting database)",
+            key,
+            "ACU",
+            least,
+            least,
+            note=f"the floor; scaling up to max_capacity_acu {most:g} ACU is not counted",
+        )
+    else:
+        # The estimate's cluster runs (its head node or controller at least), and slurmdbd's connection keeps
+        # the database from pausing: counted at the running floor, min and max alike.
+        capacity = Line(
+            "Aurora Serverless v2 (accounting database)",
+            key,
+            "ACU",
+            ACTIVE_FLOOR_ACU,
+            ACTIVE_FLOOR_ACU,
+            note=f"{ACTIVE_FLOOR_ACU:g} ACU while a cluster runs (slurmdbd keeps it awake), as counted here; 0 ACU "
+            f"while paused with no cluster; scaling up to max_capacity_acu {most:g} ACU is not counted",
+        )
+    rest = Line(
+        "Aurora storage, I/O, backups; Secrets Manager secrets (accounting database)",
+        "storage.accounting",
+        "-",
+        0,
+        0,
+        note="not priced by mlcluster: storage per GB-month, I/O requests, backups beyond the free allowance, "
+        "and a monthly fee per secret",
+    )
+    return [(capacity, _aurora_query(region)), (rest, rest.note)]
+
+
 def _volumes(groups: Sequence[NodeGroup], plan: Plan) -> tuple[int, int]:
     low = sum(g.root_volume_gib * g.min_count for g in groups if not g.sagemaker)
     high = sum(g.root_volume_gib * g.max_count for g in groups if not g.sagemaker)
@@ -407,6 +473,8 @@ def estimate(env: str, region: str, plan: Plan, price: Callable[[Query], Price],
             note="plus data processed per GB",
         )
         wanted.append((line, nat))
+    if plan.accounting_acu is not None:
+        wanted.extend(_accounting_lines(plan.accounting_acu, region))
     low, high = _volumes(plan.groups, plan)
     if high:
         gp3 = Query(

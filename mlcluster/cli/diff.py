@@ -57,7 +57,9 @@ from mlcluster.lockfile import (
     ForeignLockError,
     Lock,
     LockSource,
+    UnreadableLockError,
     allowed,
+    git_path,
     in_flight_path,
     load_lock,
     lock_path,
@@ -501,17 +503,29 @@ def _previous_lock(env: Environment, *, announce: bool = True, replacing: bool =
                 f"{env.name}'s deployed stacks; nothing is compared with it"
             )
         return None
-    except ConfigError as error:
+    except UnreadableLockError as error:
         path = lock_path(env)
-        try:
-            earlier = json.loads(path.read_text(encoding="utf-8")).get("format") == 1
-        except (OSError, ValueError, AttributeError):
-            earlier = False
-        if not earlier:
+        if not error.earlier_format:
+            if replacing:
+                raise CliError(_unreadable_refusal(env, error), EXIT_FAILED) from None
             raise CliError(f"configuration error\n{error}", EXIT_FAILED) from None
         if announce:
             click.echo(f"{path}: format 1 (no policies recorded) is replaced; changes since it are not checked")
         return None
+
+
+def _unreadable_refusal(env: Environment, error: UnreadableLockError) -> str:
+    """Why ``mlcluster lock ENV`` does not overwrite an unreadable lock, and the way on.
+
+    Not read as absent: the file may be the only record of what is deployed, of the allowances used and of the
+    changes accepted, so the operator restores it or sets it aside knowingly (and keeps the copy).
+    """
+    return (
+        f"{error.path} cannot be read as a lock ({error.why}), and 'mlcluster lock {env.name}' does not overwrite "
+        "it: it may be the only record of the deployed stacks and of the allowances and acceptances used. Restore "
+        f"it from git (git log -- {git_path(error.path)}); if there is no good copy, move the file aside (keep it) "
+        f"and run 'mlcluster lock {env.name}' again"
+    )
 
 
 def _only_record(env: Environment, error: ForeignLockError) -> None:

@@ -25,6 +25,9 @@ class Node:
     status: str
     message: str
     ssm_target: str
+    #: ParallelCluster's ``parallelcluster:node-type`` tag (``HeadNode``, ``Compute``, ``LoginNode``); empty elsewhere.
+    #: The group cannot tell a node's kind: a queue may be named like the head node's group (``head-node``).
+    kind: str = ""
 
     def as_dict(self) -> dict[str, str]:
         return {
@@ -101,6 +104,7 @@ def pcluster_nodes(target: Target) -> list[Node]:
                             status=state,
                             message=instance.get("StateReason", {}).get("Message", "") if state != "running" else "",
                             ssm_target=instance["InstanceId"],
+                            kind=node_type,
                         )
                     )
     return nodes

@@ -69,6 +69,8 @@ class Plan:
     extra_volumes_gib: tuple[tuple[str, int], ...]
     prometheus: bool
     grafana: bool
+    #: The managed accounting database's capacity range in ACUs (``storage.accounting``), or None without one.
+    accounting_acu: tuple[float, float] | None = None
 
     @property
     def uses_zone_ids(self) -> bool:
@@ -168,6 +170,8 @@ def plan_of(env: Environment) -> Plan:
                 zfs.throughput_capacity_mbps,
             )
         )
+    database = cfg.storage.accounting
+    accounting_acu = None if database is None else (database.min_capacity_acu, database.max_capacity_acu)
     nat = 0 if net.existing is not None else 1 if net.nat_gateways == "one" else 1 + len(net.extra_zones)
     return Plan(
         groups=tuple(groups),
@@ -178,4 +182,5 @@ def plan_of(env: Environment) -> Plan:
         extra_volumes_gib=tuple(volumes),
         prometheus=prometheus_enabled(cfg),
         grafana=grafana_enabled(cfg),
+        accounting_acu=accounting_acu,
     )

@@ -14,8 +14,10 @@ Contracts the checks rest on, with their source:
   :data:`VCPU_QUOTAS` and :data:`SPOT_VCPU_QUOTAS`, every code from the EC2 User
   Guide (table below); each result also prints the ``QuotaName`` AWS returns.
 * VPCs per Region ``L-F678F1CE`` and NAT gateways per Availability Zone
-  ``L-FE5A380F`` (service ``vpc``), EC2-VPC Elastic IPs ``L-0263D0A3`` (service
-  ``ec2``; the code AWS's own managed policies grant ``GetServiceQuota`` on).
+  ``L-FE5A380F`` (service ``vpc``; a row for each zone that gets a NAT gateway:
+  the primary zone, and with ``nat_gateways: per_zone`` each extra zone too),
+  EC2-VPC Elastic IPs ``L-0263D0A3`` (service ``ec2``; the code AWS's own
+  managed policies grant ``GetServiceQuota`` on).
 * HyperPod: quotas named ``ml.<type> for cluster usage`` (service
   ``sagemaker``); their codes differ per type, so they are found by name.
 * HyperPod also: ``Total number of instances allowed across SageMaker HyperPod
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -545,35 +548,64 @@ def check_eip_quota(ctx: Context) -> list[Result]:
     ]
 
 
+def _nat_zones(ctx: Context) -> dict[str, tuple[str, int]]:
+    """Each zone that gets a NAT gateway: its environment key and how many it gets.
+
+    ``nat_gateways: one`` puts one in the primary zone; ``per_zone`` one in the primary zone and one in each
+    of ``network.extra_zones``.
+    """
+    net = ctx.env.config.network
+    wanted = [
+        (
+            "network.availability_zone" if net.availability_zone else "network.availability_zone_id",
+            net.primary_zone_label,
+        )
+    ]
+    if net.nat_gateways == "per_zone":
+        wanted += [(f"network.extra_zones[{i}]", z.label) for i, z in enumerate(net.extra_zones)]
+    counts = Counter(zone for _, zone in wanted if zone)
+    keys: dict[str, str] = {}
+    for key, zone in wanted:
+        if zone:
+            keys.setdefault(zone, key)
+    return {zone: (keys[zone], count) for zone, count in counts.items()}
+
+
 def check_nat_quota(ctx: Context) -> list[Result]:
-    """NAT gateways per Availability Zone, in the primary zone, unless the environment's VPC exists already."""
-    if not ctx.plan.new_vpc or not ctx.plan.zones or not ctx.plan.nat_gateways:
+    """NAT gateways per Availability Zone, in each zone that gets one, unless the environment's VPC exists
+    already."""
+    if not ctx.plan.new_vpc or not ctx.plan.nat_gateways:
+        return []
+    zones = _nat_zones(ctx)
+    if not zones:
         return []
     _, ours = _own_vpc(ctx)
     ec2 = ctx.client("ec2")
     states = [{"Name": "state", "Values": ["pending", "available"]}]
     pages = ec2.get_paginator("describe_nat_gateways").paginate(Filter=states)
     gateways = [g for page in pages for g in page["NatGateways"]]
-    zone = ctx.plan.zones[0]
-    in_zone = 0
+    # A subnet's zone by name and by ID: the environment may name its zones either way.
+    zones_of: dict[str, tuple[str | None, str | None]] = {}
     if gateways:
         subnets = ec2.describe_subnets(SubnetIds=sorted({g["SubnetId"] for g in gateways}))["Subnets"]
-        field = "AvailabilityZoneId" if ZONE_ID.fullmatch(zone) else "AvailabilityZone"
-        zone_of = {s["SubnetId"]: s.get(field) for s in subnets}
-        in_zone = sum(1 for g in gateways if zone_of.get(g["SubnetId"]) == zone)
+        zones_of = {s["SubnetId"]: (s.get("AvailabilityZone"), s.get("AvailabilityZoneId")) for s in subnets}
     value, name = _quota(ctx, *NAT_QUOTA)
-    need = 0 if ours else 1
-    status: Status = "fail" if in_zone + need > value else "pass"
-    return [
-        Result(
-            "nat-quota",
-            status,
-            "ERROR",
-            "network.availability_zone",
-            f"{name} ({NAT_QUOTA[1]}) is {value:g}; {in_zone} in {zone}, {need} needed"
-            + (": request an increase or choose another zone" if status == "fail" else ""),
+    results = []
+    for zone, (key, count) in zones.items():
+        in_zone = sum(1 for g in gateways if zone in zones_of.get(g["SubnetId"], (None, None)))
+        need = 0 if ours else count
+        status: Status = "fail" if in_zone + need > value else "pass"
+        results.append(
+            Result(
+                "nat-quota",
+                status,
+                "ERROR",
+                key,
+                f"{name} ({NAT_QUOTA[1]}) is {value:g}; {in_zone} in {zone}, {need} needed"
+                + (": request an increase or choose another zone" if status == "fail" else ""),
+            )
         )
-    ]
+    return results
 
 
 def check_zones_exist(ctx: Context) -> list[Result]:

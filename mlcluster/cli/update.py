@@ -997,12 +997,14 @@ class Run:
         """The cluster's compute instances that may run a job (:data:`COMPUTE_INSTANCE_STATES`), from EC2.
 
         DescribeInstances by ParallelCluster's ``parallelcluster:cluster-name`` tag (:func:`pcluster_nodes`),
-        without the head node and login nodes. A failed read is a :class:`CliError`, never an empty list.
+        without the head node and login nodes, told by their ``parallelcluster:node-type`` tag, not by the group
+        label (a queue named ``head-node`` would hide its nodes; an instance without the tag counts). A failed read
+        is a :class:`CliError`, never an empty list.
         """
         return [
             node
             for node in pcluster_nodes(self.target)
-            if node.group not in {"head-node", "LoginNode"} and COMPUTE_INSTANCE_STATES.get(node.status) != "ended"
+            if node.kind not in {"HeadNode", "LoginNode"} and COMPUTE_INSTANCE_STATES.get(node.status) != "ended"
         ]
 
     def check_no_compute_instances(self) -> None:

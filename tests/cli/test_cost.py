@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from mlcluster.cli import cost
 from tests.cli.conftest import Aws, error, invoke
-from tests.cli.test_preflight import P5_REGION, env_folder
+from tests.cli.test_preflight import P5_REGION, REPO, env_folder
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "price-list-us-east-2.json").read_text())
 
@@ -273,3 +274,66 @@ def test_openzfs_single_az_1_is_priced_as_single_az(pricing: Aws, tmp_path: Path
     assert storage["price"]["sku"] == "ZSAZ1SSDUSE2XXXX" and storage["monthly_max"] == pytest.approx(300 * 0.09)
     assert throughput["price"]["sku"] == "ZSAZ1TPUTUSE2XXX" and throughput["monthly_max"] == pytest.approx(256 * 0.26)
     assert data["complete"] is True
+
+
+AURORA_LINE = "Aurora Serverless v2 (accounting database)"
+AURORA_REST = "Aurora storage, I/O, backups; Secrets Manager secrets (accounting database)"
+
+
+@pytest.mark.parametrize("name", ["hyperpod-accounting", "pcluster-accounting"])
+def test_the_managed_accounting_database_is_priced_at_its_floor(pricing: Aws, tmp_path: Path, name: str) -> None:
+    """min_capacity_acu 0 (the default): 0.5 ACU while a cluster runs (0 only while paused); the rest unpriced."""
+    network = yaml.safe_load((REPO / "environments" / f"{name}.yaml").read_text())["network"]
+    if name == "hyperpod-accounting":  # its zones are us-west-2's; the recorded price list is us-east-2's
+        network.update(availability_zone_id="use2-az1", extra_zones=[{"availability_zone_id": "use2-az2"}])
+    folder = env_folder(tmp_path, name, P5_REGION, network=network)
+    result = invoke("cost", name, "--environments", str(folder), "--json")
+    data = json.loads(result.stdout)
+    by = lines(data)
+    aurora = by[AURORA_LINE]
+    # The Aurora MySQL Standard product: not the I/O-Optimized one, not PostgreSQL's.
+    assert aurora["price"]["sku"] == "AURSV2MYSQLUSE2X" and aurora["price"]["unit"] == "ACU-Hr"
+    # The estimate's cluster runs, so the database does not pause: 0.5 ACU x 730 h, min and max alike.
+    assert (aurora["quantity_min"], aurora["quantity_max"]) == (0.5, 0.5)
+    assert aurora["hourly_min"] == aurora["hourly_max"] == pytest.approx(0.5 * 0.12)
+    assert aurora["monthly_max"] == pytest.approx(0.5 * 0.12 * 730)
+    assert aurora["note"].startswith("0.5 ACU while a cluster runs (slurmdbd keeps it awake), as counted here; 0 ACU")
+    (rds,) = [p for p in pricing.params("GetProducts") if p["ServiceCode"] == "AmazonRDS"]
+    assert rds["Filters"] == [
+        {"Type": "TERM_MATCH", "Field": "regionCode", "Value": P5_REGION},
+        {"Type": "TERM_MATCH", "Field": "productFamily", "Value": "ServerlessV2"},
+        {"Type": "TERM_MATCH", "Field": "databaseEngine", "Value": "Aurora MySQL"},
+    ]
+    # Storage, I/O, backups and secrets have no price: the estimate is partial, never silently complete.
+    assert by[AURORA_REST]["hourly_max"] is None
+    assert data["complete"] is False and result.exit_code == 1
+    assert {"resource": AURORA_REST, "key": "storage.accounting", "note": by[AURORA_REST]["note"]} in data["unpriced"]
+
+
+def test_a_minimum_capacity_is_the_floor_both_ways(pricing: Aws, tmp_path: Path) -> None:
+    name = "pcluster-accounting"
+    source = yaml.safe_load((REPO / "environments" / f"{name}.yaml").read_text())["storage"]
+    storage = {**source, "accounting": {"min_capacity_acu": 1.5, "max_capacity_acu": 4}}
+    folder = env_folder(tmp_path, name, P5_REGION, storage=storage)
+    aurora = lines(json.loads(invoke("cost", name, "--environments", str(folder), "--json").stdout))[AURORA_LINE]
+    assert (aurora["quantity_min"], aurora["quantity_max"]) == (1.5, 1.5)
+    assert aurora["hourly_min"] == aurora["hourly_max"] == pytest.approx(1.5 * 0.12)
+    assert "max_capacity_acu 4 ACU is not counted" in aurora["note"]
+
+
+def test_a_missing_aurora_price_makes_the_estimate_partial(pricing: Aws, tmp_path: Path) -> None:
+    """No ACU product in the region's price list (us-west-2 has none recorded): the line is unpriced and named."""
+    folder = env_folder(tmp_path, "hyperpod-accounting", "us-west-2")
+    data = json.loads(invoke("cost", "hyperpod-accounting", "--environments", str(folder), "--json").stdout)
+    aurora = lines(data)[AURORA_LINE]
+    assert aurora["hourly_max"] is None and aurora["note"].startswith("no price: no AmazonRDS product")
+    assert data["complete"] is False
+    assert "storage.accounting.min_capacity_acu" in [u["key"] for u in data["unpriced"]]
+
+
+def test_no_accounting_database_no_line(pricing: Aws, tmp_path: Path) -> None:
+    for name, changes in (("p5", {}), ("hyperpod", {"network": {"availability_zone_id": "use2-az1"}})):
+        folder = env_folder(tmp_path, name, P5_REGION, **changes)
+        data = json.loads(invoke("cost", name, "--environments", str(folder), "--json").stdout)
+        assert not [line for line in data["lines"] if "accounting" in line["key"]]
+    assert not [p for p in pricing.params("GetProducts") if p["ServiceCode"] == "AmazonRDS"]

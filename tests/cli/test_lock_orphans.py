@@ -852,3 +852,31 @@ def test_a_used_allowance_left_in_the_file_does_not_cover_termination_protection
     # The edge: named by --accept, it is recorded.
     result = lock(envs, "--accept", "termination-protection:team-Storage")
     assert result.exception is None, result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "why"), [("[]", "'list' object"), ('"x"', "'str' object"), ("{not json", "Expecting")]
+)
+def test_lock_does_not_overwrite_an_unreadable_lock_and_names_the_way(
+    aws: Aws, tmp_path: Path, text: str, why: str
+) -> None:
+    """Review i30l finding 4: `mlcluster lock ENV` over an unreadable lock names git (the path from the project
+    folder) and moving the file aside, never itself as the way; it writes nothing over the file."""
+    (tmp_path / "cdk.json").write_text("{}", encoding="utf-8")  # the project's folder
+    envs = folder(tmp_path)
+    deploy("team-Storage", template(), protect=True)
+    (envs / "team.lock.json").write_text(text, encoding="utf-8")
+    result = lock(envs)
+    assert isinstance(result.exception, CliError) and result.exception.exit_code == EXIT_FAILED, result.output
+    message = result.exception.message
+    assert message.startswith(f"{envs / 'team.lock.json'} cannot be read as a lock (") and why in message
+    assert "'mlcluster lock team' does not overwrite it: it may be the only record of the deployed stacks" in message
+    assert "Restore it from git (git log -- environments/team.lock.json)" in message
+    assert "if there is no good copy, move the file aside (keep it) and run 'mlcluster lock team' again" in message
+    assert "rewrite it with" not in message
+    assert (envs / "team.lock.json").read_text(encoding="utf-8") == text
+    # The way works: the file moved aside, the lock reads the deployed stacks.
+    (envs / "team.lock.json").rename(tmp_path / "team.lock.json.unreadable")
+    result = lock(envs)
+    assert result.exception is None, result.output
+    assert list(json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["stacks"]) == ["team-Storage"]

@@ -410,6 +410,56 @@ def test_network_quotas(aws: Aws, tmp_path: Path) -> None:
     assert "5 in us-east-2a, 1 needed" in " ".join(r.message for r in bad)
 
 
+def _full_zone(region: str, zone: str, cidr: str) -> None:
+    """Five NAT gateways (the quota the recorded answers give) in a subnet of ``zone``."""
+    ec2 = aws_client("ec2", region)
+    vpc = ec2.create_vpc(CidrBlock=cidr)["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr.replace("/16", "/24"), AvailabilityZone=zone)["Subnet"]
+    for _ in range(5):
+        allocation = ec2.allocate_address(Domain="vpc")["AllocationId"]
+        ec2.create_nat_gateway(SubnetId=subnet["SubnetId"], AllocationId=allocation)
+
+
+def test_nat_quota_is_checked_in_every_zone_that_gets_a_gateway(aws: Aws, tmp_path: Path) -> None:
+    """Review i30l finding 5: ``nat_gateways: per_zone`` puts one NAT gateway in each zone; a full second zone
+    fails under its own key, and with ``one`` the second zone gets none and is not checked."""
+    quotas(aws)
+    folder = env_folder(tmp_path, "pcluster-accounting", P5_REGION)
+    ok = preflight.check_nat_quota(context(aws, folder, "pcluster-accounting", P5_REGION))
+    assert [(r.key, r.status, r.message.split("; ")[1]) for r in ok] == [
+        ("network.availability_zone", "pass", "0 in us-east-2a, 1 needed"),
+        ("network.extra_zones[0]", "pass", "0 in us-east-2b, 1 needed"),
+    ]
+    _full_zone(P5_REGION, "us-east-2b", "10.7.0.0/16")
+    bad = preflight.check_nat_quota(context(aws, folder, "pcluster-accounting", P5_REGION))
+    assert [(r.key, r.status) for r in bad] == [
+        ("network.availability_zone", "pass"),
+        ("network.extra_zones[0]", "fail"),
+    ]
+    assert bad[1].message.endswith("5 in us-east-2b, 1 needed: request an increase or choose another zone")
+    # The edge: one NAT gateway, in the primary zone alone; the full second zone is none of its business.
+    network = yaml.safe_load((folder / "pcluster-accounting.yaml").read_text())["network"]
+    one = env_folder(tmp_path, "pcluster-accounting", P5_REGION, network={**network, "nat_gateways": "one"})
+    single = preflight.check_nat_quota(context(aws, one, "pcluster-accounting", P5_REGION))
+    assert [(r.key, r.status) for r in single] == [("network.availability_zone", "pass")]
+
+
+def test_nat_quota_by_zone_id(aws: Aws, tmp_path: Path) -> None:
+    """Zones named by ID (HyperPod's) are matched by the subnet's AvailabilityZoneId."""
+    quotas(aws)
+    network = {"availability_zone_id": "use2-az1", "extra_zones": [{"availability_zone_id": "use2-az2"}]}
+    folder = env_folder(tmp_path, "hyperpod-accounting", P5_REGION, network={**network, "nat_gateways": "per_zone"})
+    ec2 = aws_client("ec2", P5_REGION)
+    names = {z["ZoneId"]: z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]}
+    _full_zone(P5_REGION, names["use2-az2"], "10.7.0.0/16")
+    results = preflight.check_nat_quota(context(aws, folder, "hyperpod-accounting", P5_REGION))
+    assert [(r.key, r.status) for r in results] == [
+        ("network.availability_zone_id", "pass"),
+        ("network.extra_zones[0]", "fail"),
+    ]
+    assert "5 in use2-az2, 1 needed" in results[1].message
+
+
 def test_offerings_by_zone_name_and_id(aws: Aws, tmp_path: Path) -> None:
     folder = env_folder(tmp_path, "p5", P5_REGION)
     assert {

@@ -1187,6 +1187,22 @@ def test_a_stopped_fleet_stays_stopped(p4de: World, cloud: Cloud, aws: Aws) -> N
     assert fleet_writes(aws) == [] and cloud.fleet() == "STOPPED" and cloud.deployed == cloud.new
 
 
+def test_compute_instances_of_a_queue_named_like_the_head_node_group_are_seen(
+    p4de: World, cloud: Cloud, aws: Aws
+) -> None:
+    """Attacker review: the kind comes from the node-type tag, not the group label, so a queue named ``head-node``
+    (a valid queue name) cannot hide its running nodes behind a forged STOPPED."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_fleet("STOPPED")
+    aws_client("ec2", REGION).terminate_instances(InstanceIds=compute_instances())
+    subnet = aws_client("ec2", REGION).describe_subnets()["Subnets"][0]["SubnetId"]
+    launch_pcluster_nodes(REGION, CLUSTER, subnet, "Compute", "g5.12xlarge", 1, "head-node")
+    result = p4de.run("update", ENV, "--yes")
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "says STOPPED but EC2 shows 1 compute instance(s) not stopped" in result.stderr
+    assert cloud.deploys == [] and fleet_writes(aws) == []
+
+
 # ------------------------------------------------------------------------------------------ the state file
 
 

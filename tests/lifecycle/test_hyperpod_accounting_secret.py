@@ -432,8 +432,8 @@ def test_the_tool_refuses_slurm_etc_below_a_parent_others_can_change(controller:
 
 def test_a_folder_swapped_for_a_link_after_the_checks_is_not_chmodded(tmp_path: Path) -> None:
     """Issue 30 (review): the swap is simulated inside owner_mode (the stat of the folder, after the link test),
-    as a user who could rename entries in /opt/slurm would race it; the step checks again before chown/chmod
-    and fails, and the link's target keeps its mode."""
+    as a user who could rename entries in /opt/slurm would race it; the step checks again after its chown and
+    before chmod, and fails, and the link's target keeps its mode."""
     sandbox = fresh(tmp_path)
     folder = sandbox.root / "opt/slurm/etc"
     os.chown(folder, 401, 401)
@@ -453,7 +453,7 @@ def test_a_folder_swapped_for_a_link_after_the_checks_is_not_chmodded(tmp_path: 
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
     assert result.returncode != 0
     log = sandbox.read("/var/log/provision/accounting.log")
-    assert f"ERROR: {folder} changed into a link or vanished; refusing to chown or chmod it" in log
+    assert f"ERROR: {folder} is not a real folder of root's after its chown (it changed into a link or vanished)" in log
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
     assert not (sandbox.root / "etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf").exists()
 
@@ -514,4 +514,108 @@ def test_a_linked_slurm_conf_is_refused(tmp_path: Path) -> None:
     assert result.returncode != 0
     log = sandbox.read("/var/log/provision/accounting.log")
     assert f"ERROR: {folder / 'slurm.conf'} is a link or not a regular file; refusing to read it as root" in log
+    assert not (folder / "slurmdbd.conf").exists()
+
+
+def test_a_folder_its_old_owner_swaps_for_a_link_in_a_sticky_parent_is_not_chmodded(tmp_path: Path) -> None:
+    """Issue 30 (attacker review): a sticky /opt/slurm (root's, 1777) passes the parent check, yet in it the
+    folder's old owner may still rename the folder until root owns it. The swap is simulated just before the
+    step's chown of the folder (a wrapper of chown), the last moment the old owner can make it: chown -h makes
+    the link root's, and the step must then refuse it rather than chmod 755 through it."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, 401, 401)
+    (sandbox.root / "opt/slurm").chmod(0o1777)
+    victim = sandbox.root / "etc/shadow-like"
+    victim.write_text("root:$6$secret-hash:19000::::::\n")
+    victim.chmod(0o600)
+    sandbox.repin(
+        "lib.sh",
+        r"^owner_mode\(\) \{\n",
+        "chown() {\n"
+        '  if [[ $* == "-h 0 -- $MLC_ROOT/opt/slurm/etc" && ! -e $MLC_ROOT/swapped ]]; then\n'
+        '    touch "$MLC_ROOT/swapped"; mv -- "$4" "$4-real"; ln -s "$MLC_ROOT/etc/shadow-like" "$4"\n'
+        "  fi\n"
+        '  command chown "$@"\n'
+        "}\n"
+        "owner_mode() {\n",
+    )
+    result = sandbox.run("on_create.sh", "accounting")
+    assert (sandbox.root / "swapped").exists() and folder.is_symlink()
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert result.returncode != 0
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"ERROR: {folder} is not a real folder of root's after its chown" in log
+    assert not (sandbox.root / "etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf").exists()
+
+
+def test_the_folder_adopted_below_a_sticky_parent_becomes_roots(tmp_path: Path) -> None:
+    """The edge of the check after chown: with no swap, a folder of slurm's below a sticky /opt/slurm is adopted."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, 401, 401)
+    (sandbox.root / "opt/slurm").chmod(0o1777)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    info = folder.lstat()
+    assert (stat.S_ISDIR(info.st_mode), info.st_uid, stat.S_IMODE(info.st_mode)) == (True, 0, 0o755)
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"WARNING: {folder} was owned by uid 401 with mode 755; made it root's with mode 755" in log
+
+
+def test_hard_linked_entries_are_moved_aside_and_their_inodes_left_alone(tmp_path: Path) -> None:
+    """Issue 30 (attacker review): a hard link is a plain file to -L and -f, and chown/chmod change the inode
+    it shares. The folder's old owner hard-links slurmdbd.conf and cgroup.conf to files of others' (where
+    fs.protected_hardlinks is off, or to files the old owner owns); the step must not hand them to slurm
+    (600) or to root: each entry with more than one link is moved aside (logged), both files keep their owner
+    and mode, and the step still writes its own slurmdbd.conf."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    os.chown(folder, 1000, 1000)
+    victims = {"slurmdbd.conf": sandbox.root / "etc/shadow-like", "cgroup.conf": sandbox.root / "srv/user-file"}
+    for name, victim in victims.items():
+        victim.parent.mkdir(parents=True, exist_ok=True)
+        victim.write_text(f"{name} victim\n")
+        os.chown(victim, 1000, 1000)
+        victim.chmod(0o664)
+        (folder / name).unlink(missing_ok=True)
+        os.link(victim, folder / name)
+    result = sandbox.run("on_create.sh", "accounting")
+    for name, victim in victims.items():
+        info = victim.stat()
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (1000, 0o664), name
+        assert victim.read_text() == f"{name} victim\n", name
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    moved = sorted(p.name.split(".mlcluster-moved-aside.")[0] for p in folder.glob("*.mlcluster-moved-aside.*"))
+    assert moved == ["cgroup.conf", "slurmdbd.conf"]
+    log = sandbox.read("/var/log/provision/accounting.log")
+    for name in victims:
+        assert (
+            f"WARNING: {folder / name} has 2 hard links (root would change the file they share); moved it aside" in log
+        )
+    conf = (folder / "slurmdbd.conf").stat()
+    assert (conf.st_nlink, conf.st_uid, stat.S_IMODE(conf.st_mode)) == (1, 401, 0o600)
+    assert credentials(sandbox) == ("slurm", "first-Pass1")
+    # Run again: the entries moved aside keep their links and are left where they are (not moved again).
+    assert sandbox.run("on_create.sh", "accounting").returncode == 0
+    assert sorted(p.name.split(".mlcluster-moved-aside.")[0] for p in folder.glob("*.mlcluster-moved-aside.*")) == moved
+    assert all(stat.S_IMODE(v.stat().st_mode) == 0o664 and v.stat().st_uid == 1000 for v in victims.values())
+
+
+def test_a_hard_linked_slurm_conf_is_refused(tmp_path: Path) -> None:
+    """slurm.conf is read and rewritten by root and cannot be moved aside (the image writes it): a hard link
+    there fails the step before its shared file is re-owned."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    other = sandbox.root / "srv/slurm.conf-link"
+    other.parent.mkdir(parents=True)
+    os.link(folder / "slurm.conf", other)
+    os.chown(other, 1000, 1000)
+    other.chmod(0o664)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode != 0
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"ERROR: {folder / 'slurm.conf'} has 2 hard links; refusing to read it as root" in log
+    info = other.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (1000, 0o664)
     assert not (folder / "slurmdbd.conf").exists()

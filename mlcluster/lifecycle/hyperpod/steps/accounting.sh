@@ -152,11 +152,14 @@ SECRET_START_TIMEOUT_SEC=240
 # the folder; the one command that writes there as SlurmUser, `scontrol write config`, then fails, as on
 # ParallelCluster. This step and the tool run on HyperPod only (ParallelCluster rotates nothing here).
 # The folder is adopted in place, not moved aside as ensure_root_dir does (it holds the image's slurm.conf),
-# and only under parents (/opt/slurm, /opt) only root can change: otherwise whoever can rename entries there
-# could swap the folder for a link after the checks and have root chmod the link's target. What the old owner
-# left in it, conf_entries_root_only.
+# and only under parents (/opt/slurm, /opt) of root's in which nobody else can rename root's entries (not
+# writable by group or others, or sticky): otherwise whoever can rename entries there could swap the folder
+# for a link after the checks and have root chmod the link's target. In a sticky parent the folder's old owner
+# can still rename it until root owns it, so the step chowns it first (chown -h follows no link) and checks
+# after the chown that it is a real folder of root's before chmod follows it. What the old owner left in it,
+# conf_entries_root_only.
 conf_folder_root_only() {
-  local dir parent uid mode
+  local dir parent uid mode owner
   dir=$(dirname -- "$SLURMDBD_CONF")
   parent=$(unsafe_parent "$SLURM_ETC_REAL")
   if [[ -n $parent ]]; then
@@ -167,9 +170,13 @@ conf_folder_root_only() {
   fi
   read -r uid mode <<<"$(owner_mode "$dir")"
   if [[ $uid != 0 ]] || ((8#$mode & 8#022)); then
-    # Only root can rename $dir now (its parents are safe); checked once more right before chmod follows it.
-    [[ -d $dir && ! -L $dir ]] || die "$dir changed into a link or vanished; refusing to chown or chmod it"
+    # Until root owns it, the old owner may still rename $dir in a sticky parent and put a link in its place;
+    # chown -h never follows one. Once the entry is root's, only root can rename it there (and in a parent
+    # nobody else can write), so checked after the chown, it stays a real folder until chmod follows it.
     chown -h 0 -- "$dir"
+    read -r owner _ <<<"$(owner_mode "$dir")"
+    [[ $owner == 0 && -d $dir && ! -L $dir ]] ||
+      die "$dir is not a real folder of root's after its chown (it changed into a link or vanished); refusing to chmod it"
     chmod 755 -- "$dir"
     warn "$dir was owned by uid $uid with mode $mode; made it root's with mode 755 (mlcluster-accounting-secret rewrites slurmdbd.conf there as root and refuses a folder anyone else can change)"
   fi
@@ -180,23 +187,42 @@ conf_folder_root_only() {
 # may have left there no longer reaches root's reads. DIR is root's and only root can rename its entries,
 # so nothing here races. Links: slurm.conf (the step reads and rewrites it as root, slurmctld reads it) is
 # refused, the step cannot make it; accounting.conf and slurmdbd.conf, which the step writes whole, are
-# moved aside; other links are logged and left (this step reads none of them). Each other entry of the
-# folder itself (a file or a folder; a folder's contents are not walked) becomes root's without group or
-# other write (logged), as ParallelCluster keeps the folder's files (root, 0644); slurmdbd.conf alone stays
-# slurm's with mode 600, as slurmdbd requires (slurmdbd.conf(5)).
+# moved aside; other links are logged and left (this step reads none of them). A hard link (a file, not a
+# folder, with more than one link) shares its inode with a file elsewhere, which chown and chmod would
+# change: slurm.conf is refused, any other is moved aside (one moved aside before is logged and left; it is
+# never chowned or chmodded). Each other entry of the folder itself (a file or a folder; a folder's contents
+# are not walked) becomes root's without group or other write (logged), as ParallelCluster keeps the
+# folder's files (root, 0644); slurmdbd.conf alone stays slurm's with mode 600, as slurmdbd requires
+# (slurmdbd.conf(5)).
 conf_entries_root_only() {
-  local dir=$1 entry name uid mode slurm
+  local dir=$1 entry name uid mode slurm links
+  local -a entries
   slurm=$(ids_of slurm)
   if [[ -L $dir/slurm.conf || ! -f $dir/slurm.conf ]]; then
     die "$dir/slurm.conf is a link or not a regular file; refusing to read it as root (the image writes a plain file there)"
   fi
-  while IFS= read -r -d '' entry; do
+  links=$(stat -c %h -- "$dir/slurm.conf")
+  if ((links > 1)); then
+    die "$dir/slurm.conf has $links hard links; refusing to read it as root or change the file they share (the image writes a plain file there)"
+  fi
+  # Listed before any rename, so an entry moved aside here is not met again in the same pass.
+  mapfile -d '' entries < <(find "$dir" -mindepth 1 -maxdepth 1 -print0)
+  for entry in "${entries[@]}"; do
     name=${entry##*/}
     if [[ -L $entry ]]; then
       case $name in
         accounting.conf | slurmdbd.conf) move_aside "$entry" "is a link (the accounting step writes a plain file)" ;;
         *) warn "$entry is a link; left as it is (the accounting step does not read it)" ;;
       esac
+      continue
+    fi
+    links=$(stat -c %h -- "$entry")
+    if [[ ! -d $entry ]] && ((links > 1)); then
+      if [[ $name == *.mlcluster-moved-aside.* ]]; then
+        warn "$entry has $links hard links; left as it is (moved aside before, the accounting step does not read it)"
+      else
+        move_aside "$entry" "has $links hard links (root would change the file they share)"
+      fi
       continue
     fi
     read -r uid mode <<<"$(owner_mode "$entry")"
@@ -211,7 +237,7 @@ conf_entries_root_only() {
       chmod go-w -- "$entry"
       warn "$entry was owned by uid $uid with mode $mode; made it root's without group or other write"
     fi
-  done < <(find "$dir" -mindepth 1 -maxdepth 1 -print0)
+  done
 }
 
 # remote_database : slurmdbd.conf with the secret's username and password (plan checks both can sit in
