@@ -30,7 +30,6 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
 from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 import mlcluster.handlers
@@ -38,10 +37,10 @@ from mlcluster.constructs.nag import (
     acknowledge,
     acknowledge_compliance,
     acknowledge_custom_resource_lambdas,
-    acknowledge_wildcard_resource,
     quiet_redundant_role_dependency,
     skip_checkov,
 )
+from mlcluster.constructs.provider import acknowledged_provider
 from mlcluster.handlers.accounting_user.app import (
     DATABASE_NAME,
     DECLARED,
@@ -240,39 +239,14 @@ class AccountingDatabaseUser(Construct):
         )
 
         provider_logs = logs.LogGroup(self, "ProviderLogs", retention=log_retention, removal_policy=log_removal_policy)
-        provider = cr.Provider(self, "Provider", on_event_handler=function, log_group=provider_logs)
-        acknowledge(
-            provider,
-            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
-            "The custom resource framework's onEvent function of the accounting database user gets the basic "
-            "execution policy from aws-cdk-lib's Provider; it only lets it write its CloudWatch logs.",
-        )
-        quiet_redundant_role_dependency(provider)
-        acknowledge_custom_resource_lambdas(
-            provider,
-            "The accounting database user framework function",
-            synchronous=False,
+        provider = acknowledged_provider(
+            self,
+            on_event=function,
+            log_group=provider_logs,
+            serves="accounting database user",
             changes=_RUN_CHANGES,
             outside_vpc=_OUTSIDE_VPC,
-        )
-        skip_checkov(
-            provider,
-            "CKV_AWS_173",
-            "The framework function's environment holds only the ARN of the accounting database user function, no "
-            "secret (the password is read inside that function); Lambda encrypts it with its AWS key.",
-            frozenset({"AWS::Lambda::Function"}),
-        )
-        acknowledge_compliance(
-            provider,
-            "IAMNoInlinePolicy",
-            "aws-cdk-lib's Provider writes its framework function's grant (invoke the accounting database user "
-            "function) as the default policy of a role that belongs to the framework alone.",
-        )
-        acknowledge_wildcard_resource(
-            provider,
-            f"{function.function_arn}:*",
-            "The provider framework invokes the accounting database user function by ARN; the :* suffix only adds "
-            "that one function's versions and aliases.",
+            no_secret_because="the password is read inside that function",
         )
 
         self.resource = cdk.CustomResource(

@@ -17,13 +17,11 @@ import mlcluster.handlers
 from mlcluster.config.observability import GrafanaConfig
 from mlcluster.constructs.nag import (
     acknowledge,
-    acknowledge_compliance,
     acknowledge_custom_resource_lambdas,
-    acknowledge_wildcard_resource,
     quiet_redundant_role_dependency,
-    skip_checkov,
 )
 from mlcluster.constructs.prometheus_workspace import PrometheusEndpoints
+from mlcluster.constructs.provider import acknowledged_provider
 from mlcluster.grafana_dashboards import dashboards_json, data_sources_json
 
 #: The Grafana version of the workspace, pinned so an upgrade is a reviewed change (ListVersions names the others).
@@ -278,41 +276,15 @@ class GrafanaWorkspace(Construct):
         self, function: lambda_.Function, log_retention: logs.RetentionDays, removal_policy: cdk.RemovalPolicy
     ) -> cr.Provider:
         log_group = logs.LogGroup(self, "ProviderLogs", retention=log_retention, removal_policy=removal_policy)
-        provider = cr.Provider(self, "Provider", on_event_handler=function, log_group=log_group)
-        acknowledge(
-            provider,
-            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
-            "The custom resource framework's onEvent function of the Grafana provisioning gets the basic execution "
-            "policy from aws-cdk-lib's Provider; it only lets it write its CloudWatch logs.",
-        )
-        quiet_redundant_role_dependency(provider)
-        acknowledge_custom_resource_lambdas(
-            provider,
-            "The Grafana provisioning framework function",
-            synchronous=False,
+        return acknowledged_provider(
+            self,
+            on_event=function,
+            log_group=log_group,
+            serves="Grafana provisioning",
             changes=_RUN_CHANGES,
             outside_vpc=_OUTSIDE_VPC,
+            no_secret_because="the token is made and deleted inside each invocation",
         )
-        skip_checkov(
-            provider,
-            "CKV_AWS_173",
-            "The framework function's environment holds only the ARN of the Grafana provisioning function, no "
-            "secret (the token is made and deleted inside each invocation); Lambda encrypts it with its AWS key.",
-            frozenset({"AWS::Lambda::Function"}),
-        )
-        acknowledge_compliance(
-            provider,
-            "IAMNoInlinePolicy",
-            "aws-cdk-lib's Provider writes its framework function's grant (invoke the Grafana provisioning "
-            "function) as the default policy of a role that belongs to the framework alone.",
-        )
-        acknowledge_wildcard_resource(
-            provider,
-            f"{function.function_arn}:*",
-            "The provider framework invokes the Grafana provisioning function by ARN; the :* suffix only adds that "
-            "one function's versions and aliases.",
-        )
-        return provider
 
 
 #: Every identity store's ARN, the encryption context the identity store gives KMS.
