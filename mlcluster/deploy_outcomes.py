@@ -266,12 +266,14 @@ def _version_problem(environment: Environment, stack: str, old: str, new: str, c
         accounting = (
             " The accounting database (storage.accounting) outlives the cluster, and the new release's slurmdbd, "
             "if its Slurm is newer, converts its tables in place on its first start: no older slurmdbd starts on "
-            "them again (Slurm does not downgrade a database). So before the new cluster's first deploy, take a "
-            "snapshot of the database: 'aws rds create-db-cluster-snapshot --db-cluster-identifier <the "
-            f"accounting database's cluster id> --db-cluster-snapshot-identifier {name}-before-{new.replace('.', '-')} "
-            f"--region {region}' (the way back to {old}); and delete an old cluster that is kept (retained) "
-            f"once its jobs are done: 'pcluster delete-cluster -n {cluster} --region {region}', so its older "
-            "slurmdbd does not write into the converted tables."
+            "them again (Slurm does not downgrade a database). So, in this order, before the new cluster's first "
+            f"deploy: once its jobs are done, delete the old cluster if it is kept (retained): 'pcluster "
+            f"delete-cluster -n {cluster} --region {region}' (its older slurmdbd must not write into the converted "
+            "tables, and the new cluster takes the same name; a kept /home volume stays and bills until 'aws ec2 "
+            "delete-volume'); then take a snapshot of the database: 'aws rds create-db-cluster-snapshot "
+            "--db-cluster-identifier <the accounting database's cluster id> --db-cluster-snapshot-identifier "
+            f"{name}-before-{new.replace('.', '-')} --region {region}' (the way back to {old}; it bills until 'aws "
+            "rds delete-db-cluster-snapshot')."
         )
     return Problem(
         "cluster.pcluster.version",
@@ -322,9 +324,10 @@ def _database_moved_notes(
     environment: Environment, stack: str, before: Mapping[str, object], after: Mapping[str, object]
 ) -> list[str]:
     """A note when the edit points a kept cluster's slurmdbd at another database (``DatabaseName`` or ``Uri`` of
-    ``Scheduling.SlurmSettings.Database``). ParallelCluster applies it in place with the fleet running (update
-    policy SUPPORTED), and slurmdbd then creates empty tables in the new database: the job history, accounts,
-    associations, QOS and fair-share usage stay behind in the old one, which nothing deletes."""
+    ``Scheduling.SlurmSettings.Database``). ParallelCluster applies it in place, with the fleet running for a
+    name (update policy SUPPORTED) or stopped for a Uri (COMPUTE_FLEET_STOP), and slurmdbd then creates empty
+    tables in the new database: the job history, accounts, associations, QOS and fair-share usage stay behind
+    in the old one, which nothing deletes."""
     old, new = _database(before), _database(after)
     if old is None or new is None:
         return []
@@ -339,9 +342,11 @@ def _database_moved_notes(
         else _key(environment, "Scheduling.SlurmSettings.Database")
     )
     listed = "; ".join(f"{field} {_show(old.get(field))} -> {_show(new.get(field))}" for field in moved)
+    # DatabaseName is SUPPORTED (fleet running); Uri is COMPUTE_FLEET_STOP (update_policies.json).
+    when = "with the compute fleet stopped" if "Uri" in moved else "with the fleet running"
     return [
         f"{environment.source}: {key}: this edit points slurmdbd of the cluster in {stack} at another database "
-        f"({listed}), in place with the fleet running: slurmdbd starts on empty tables there, so the job history, "
+        f"({listed}), in place ({when}): slurmdbd starts on empty tables there, so the job history, "
         "accounts, associations, QOS and fair-share usage in the old database no longer show (sacct, sacctmgr, "
         "sshare), and the old database stays as it was. To keep them, keep the old value; or carry them over "
         "before the deploy: 'sacctmgr dump <cluster> file=cluster.cfg' (accounts, associations, QOS; load with "
@@ -559,9 +564,11 @@ def _cut_off(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> 
     """Why the locked HyperPod controller may still need the node group's rule although the lock shows the client
     group's: one text per locked cluster, kept or created anew by this edit, whose locked controller group does
     not hold the client group, or whose lock does not record the groups' networks. Only a cluster this edit
-    removes is no reason. A cluster created anew in the same edit is one: should its create fail, the Cluster
-    stack rolls back to the old cluster, whose controller (restarted, docs/upgrading.md step 2) reaches the
-    database only through the rule the Storage stack, deployed first, has already removed."""
+    removes while no HyperPod cluster stays in the app is no reason. A cluster created anew in the same edit is
+    one, under its logical id or a new one (a removal plus an addition: CloudFormation creates the new before it
+    deletes the old): should its create fail, the Cluster stack rolls back to the old cluster, whose controller
+    (restarted, docs/upgrading.md step 2) reaches the database only through the rule the Storage stack, deployed
+    first, has already removed."""
     changes = compare(locked, snapshot)
     removed = {(c.stack, c.logical_id) for c in changes if c.type == HYPERPOD_TYPE and c.action == "remove"}
     anew = {
@@ -569,10 +576,11 @@ def _cut_off(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> 
         for c in changes
         if c.type == HYPERPOD_TYPE and c.action == "replace" and creates_cluster_anew(c.reasons)
     }
+    stays = any(r.type == HYPERPOD_TYPE for state in snapshot.values() for r in state.resources.values())
     reasons: list[str] = []
     for stack in sorted(locked):
         for lid, cluster in sorted(locked[stack].resources.items()):
-            if cluster.type != HYPERPOD_TYPE or (stack, lid) in removed:
+            if cluster.type != HYPERPOD_TYPE or ((stack, lid) in removed and not stays):
                 continue
             held = _holds_client_group(locked, cluster)
             group = cluster.create_only.get(CONTROLLER_KEY, "the controller")
@@ -590,7 +598,7 @@ def _cut_off(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> 
                 )
             else:
                 continue
-            if (stack, lid) in anew:
+            if (stack, lid) in anew or (stack, lid) in removed:
                 reason += (
                     "; this edit also creates that cluster anew, and should the create fail the Cluster stack rolls "
                     "back to the old cluster, whose controller needs the rule: deploy the new cluster first (with "

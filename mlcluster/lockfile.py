@@ -328,7 +328,9 @@ class UnreadableLockError(ConfigError):
         else:
             way = (
                 f"restore it from git (git log -- {git_path(path)}); if there is no good copy, move the file aside "
-                f"and run 'mlcluster lock {name}', which reads the deployed stacks"
+                f"and run 'mlcluster lock {name}', which reads the deployed stacks (a first lock has none of the "
+                "earlier allowances_used and accepted records: take out of retention.allow_replacement every entry "
+                "the set-aside copy lists as used)"
             )
         super().__init__(str(path), [Problem("(lock file)", NOT_A_VALUE, f"cannot be read ({why}); {way}")])
         self.path = path

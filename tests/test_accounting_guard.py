@@ -204,6 +204,19 @@ def test_the_nodes_rule_stays_in_the_edit_that_creates_the_cluster_anew(tmp_path
     assert "then set admit_node_group: false" in text
 
 
+def test_the_nodes_rule_stays_when_the_cluster_comes_back_under_a_new_logical_id(tmp_path: Any) -> None:
+    """Re-review (data-loss): the same re-create under a new logical id is a removal plus an addition; CloudFormation
+    creates the new cluster before it deletes the old, so a failed create leaves the old controller running without
+    the rule. Refused like a re-create; a cluster removed with none left in the app is still no reason."""
+    edited = _deployed(nodes_rule=False, held=True, name="t2")
+    stack = edited[f"{ACCT}-Cluster"]
+    stack.resources["Cluster2"] = stack.resources.pop("Cluster")
+    (text,) = _accounting_problems(tmp_path, _deployed(), edited)
+    assert "this edit also creates that cluster anew" in text
+    del stack.resources["Cluster2"]
+    assert _accounting_problems(tmp_path, _deployed(), edited) == []
+
+
 def test_a_workers_new_instance_type_is_no_new_cluster_for_the_nodes_rule(tmp_path: Any) -> None:
     """Review i33e finding 1a: a kept worker group's InstanceType change is a "replace" to the data guard, but
     CloudFormation updates AWS::SageMaker::Cluster in place (ClusterName and VpcConfig are its create-only paths):

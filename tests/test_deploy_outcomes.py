@@ -410,7 +410,7 @@ def test_a_new_database_name_is_noted_with_the_old_and_new_and_how_to_carry_the_
     _, notes = guard(env, templates(config=with_database(DatabaseName="slurm_team_b")))
     (note,) = [n for n in notes if "another database" in n]
     assert "cluster.pcluster.slurm.accounting: this edit points slurmdbd of the cluster in p4de-Cluster at" in note
-    assert 'DatabaseName "slurm_acct_db" -> "slurm_team_b"' in note
+    assert 'DatabaseName "slurm_acct_db" -> "slurm_team_b"' in note and "in place (with the fleet running)" in note
     assert "slurmdbd starts on empty tables there" in note and "the old database stays as it was" in note
     assert "keep the old value" in note and "'sacctmgr dump <cluster> file=cluster.cfg'" in note
     assert "'mysqldump' the old database into the new one" in note
@@ -418,6 +418,8 @@ def test_a_new_database_name_is_noted_with_the_old_and_new_and_how_to_carry_the_
     _, notes = guard(env, templates(config=with_database(Uri="other.cluster-y.us-west-2.rds.amazonaws.com:3306")))
     (note,) = [n for n in notes if "another database" in n]
     assert 'Uri "acct.cluster-x.us-west-2.rds.amazonaws.com:3306" -> "other.cluster-y' in note
+    # A Uri is COMPUTE_FLEET_STOP, not applied with the fleet running (re-review, data-loss).
+    assert "in place (with the compute fleet stopped)" in note
 
 
 def test_the_same_database_or_none_before_is_not_noted(tmp_path: Path) -> None:
@@ -455,9 +457,12 @@ def test_a_version_change_with_the_managed_database_says_to_snapshot_it_and_dele
     assert "converts its tables in place on its first start: no older slurmdbd starts on them again" in text
     assert (
         "'aws rds create-db-cluster-snapshot --db-cluster-identifier <the accounting database's cluster id> "
-        "--db-cluster-snapshot-identifier p4de-before-3-17-0 --region us-west-2' (the way back to 3.16.1)" in text
+        "--db-cluster-snapshot-identifier p4de-before-3-17-0 --region us-west-2' (the way back to 3.16.1;" in text
     )
-    assert "'pcluster delete-cluster -n p4de-train --region us-west-2', so its older slurmdbd does not write" in text
+    assert "'pcluster delete-cluster -n p4de-train --region us-west-2' (its older slurmdbd must not write" in text
+    # Re-review (data-loss): the old cluster goes before the snapshot, so the snapshot holds everything it wrote.
+    assert text.index("pcluster delete-cluster") < text.index("create-db-cluster-snapshot")
+    assert "bills until 'aws rds delete-db-cluster-snapshot'" in text and "'aws ec2 delete-volume'" in text
     plain = refusal(environment(tmp_path / "plain", templates()), templates(version="3.17.0"))
     assert "never upgrades a cluster in place" in plain
     assert "create-db-cluster-snapshot" not in plain and "pcluster delete-cluster" not in plain

@@ -323,8 +323,8 @@ def test_slurmdbds_first_start_finds_the_tools_library_before_install_tools_ran(
 
 @pytest.mark.parametrize(
     ("uid", "mode"),
-    [(401, 0o755), (401, 0o700), (1000, 0o755), (0, 0o775), (0, 0o757), (0, 0o777)],
-    ids=["slurm-755", "slurm-700", "a-user-755", "root-group-writable", "root-other-writable", "root-777"],
+    [(401, 0o755), (401, 0o700), (1000, 0o755), (0, 0o775), (0, 0o757), (0, 0o777), (1000, 0o2777)],
+    ids=["slurm-755", "slurm-700", "a-user-755", "root-group-writable", "root-other-writable", "root-777", "setgid"],
 )
 def test_the_step_makes_the_platforms_slurm_etc_roots_so_slurmdbd_can_start(
     tmp_path: Path, uid: int, mode: int
@@ -340,9 +340,12 @@ def test_the_step_makes_the_platforms_slurm_etc_roots_so_slurmdbd_can_start(
     result = sandbox.run()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     info = folder.stat()
-    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o755)
+    # Group root and no setgid (re-review): with the old group kept, what root writes there would be that group's.
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, 0, 0o755)
     log = sandbox.read("/var/log/provision/accounting.log")
-    assert f"WARNING: {folder} was owned by uid {uid} with mode {mode:o}; made it root's with mode 755" in log
+    assert (
+        f"WARNING: {folder} was owned by uid {uid} with mode {mode:o}; made it root's (group root) with mode 755" in log
+    )
     # slurm.conf stays readable by Slurm's users, slurmdbd.conf stays slurm's and 600.
     assert sandbox.as_user(1000, "cat", str(folder / "slurm.conf")).returncode == 0
     conf = (folder / "slurmdbd.conf").stat()
@@ -533,7 +536,7 @@ def test_a_folder_its_old_owner_swaps_for_a_link_in_a_sticky_parent_is_not_chmod
         "lib.sh",
         r"^owner_mode\(\) \{\n",
         "chown() {\n"
-        '  if [[ $* == "-h 0 -- $MLC_ROOT/opt/slurm/etc" && ! -e $MLC_ROOT/swapped ]]; then\n'
+        '  if [[ $* == "-h 0:0 -- $MLC_ROOT/opt/slurm/etc" && ! -e $MLC_ROOT/swapped ]]; then\n'
         '    touch "$MLC_ROOT/swapped"; mv -- "$4" "$4-real"; ln -s "$MLC_ROOT/etc/shadow-like" "$4"\n'
         "  fi\n"
         '  command chown "$@"\n'
@@ -560,7 +563,7 @@ def test_the_folder_adopted_below_a_sticky_parent_becomes_roots(tmp_path: Path) 
     info = folder.lstat()
     assert (stat.S_ISDIR(info.st_mode), info.st_uid, stat.S_IMODE(info.st_mode)) == (True, 0, 0o755)
     log = sandbox.read("/var/log/provision/accounting.log")
-    assert f"WARNING: {folder} was owned by uid 401 with mode 755; made it root's with mode 755" in log
+    assert f"WARNING: {folder} was owned by uid 401 with mode 755; made it root's (group root) with mode 755" in log
 
 
 def test_hard_linked_entries_are_moved_aside_and_their_inodes_left_alone(tmp_path: Path) -> None:
@@ -619,3 +622,29 @@ def test_a_hard_linked_slurm_conf_is_refused(tmp_path: Path) -> None:
     info = other.stat()
     assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (1000, 0o664)
     assert not (folder / "slurmdbd.conf").exists()
+
+
+def test_a_hard_link_to_slurm_conf_made_after_its_check_is_still_refused(tmp_path: Path) -> None:
+    """Re-review (attacker): a link made between the slurm.conf check and the entries' listing must fail the step,
+    not move slurm.conf aside (the controller would be left without it). A wrapper of find makes the link at the
+    listing, the last moment."""
+    sandbox = fresh(tmp_path)
+    folder = sandbox.root / "opt/slurm/etc"
+    sandbox.repin(
+        "lib.sh",
+        r"^owner_mode\(\) \{\n",
+        "find() {\n"
+        '  if [[ ${1-} == "$MLC_ROOT/opt/slurm/etc" && ! -e $MLC_ROOT/linked ]]; then\n'
+        '    ln -- "$1/slurm.conf" "$MLC_ROOT/linked"\n'
+        "  fi\n"
+        '  command find "$@"\n'
+        "}\n"
+        "owner_mode() {\n",
+    )
+    result = sandbox.run("on_create.sh", "accounting")
+    assert (sandbox.root / "linked").exists(), "the wrapper did not run: the test proves nothing"
+    assert result.returncode != 0
+    assert (folder / "slurm.conf").is_file()
+    assert not list(folder.glob("slurm.conf.mlcluster-moved-aside.*"))
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert f"ERROR: {folder / 'slurm.conf'} has 2 hard links; refusing to read it as root" in log

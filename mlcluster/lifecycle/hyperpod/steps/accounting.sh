@@ -173,12 +173,13 @@ conf_folder_root_only() {
     # Until root owns it, the old owner may still rename $dir in a sticky parent and put a link in its place;
     # chown -h never follows one. Once the entry is root's, only root can rename it there (and in a parent
     # nobody else can write), so checked after the chown, it stays a real folder until chmod follows it.
-    chown -h 0 -- "$dir"
+    chown -h 0:0 -- "$dir"
     read -r owner _ <<<"$(owner_mode "$dir")"
     [[ $owner == 0 && -d $dir && ! -L $dir ]] ||
       die "$dir is not a real folder of root's after its chown (it changed into a link or vanished); refusing to chmod it"
-    chmod 755 -- "$dir"
-    warn "$dir was owned by uid $uid with mode $mode; made it root's with mode 755 (mlcluster-accounting-secret rewrites slurmdbd.conf there as root and refuses a folder anyone else can change)"
+    # GNU chmod keeps a folder's setgid bit under a numeric mode: the old group would own what root writes there.
+    chmod u=rwx,go=rx,ug-s -- "$dir"
+    warn "$dir was owned by uid $uid with mode $mode; made it root's (group root) with mode 755 (mlcluster-accounting-secret rewrites slurmdbd.conf there as root and refuses a folder anyone else can change)"
   fi
   conf_entries_root_only "$dir"
 }
@@ -218,6 +219,9 @@ conf_entries_root_only() {
     fi
     links=$(stat -c %h -- "$entry")
     if [[ ! -d $entry ]] && ((links > 1)); then
+      # A link made after the check above (by whoever may link to slurm.conf) is still refused, never moved aside.
+      [[ $name == slurm.conf ]] &&
+        die "$entry has $links hard links; refusing to read it as root or change the file they share (the image writes a plain file there)"
       if [[ $name == *.mlcluster-moved-aside.* ]]; then
         warn "$entry has $links hard links; left as it is (moved aside before, the accounting step does not read it)"
       else
