@@ -115,14 +115,12 @@ def test_the_safe_ways_middle_step_no_instances_on_the_plan_is_allowed_like_any_
 def test_a_new_controller_group_on_a_training_plan_is_the_data_guards_not_a_plan_refusal(tmp_path: Path) -> None:
     """Review i33 finding 2: a new controller group name keeps the cluster (UpdateCluster, no create-before-delete),
     so the training plan does not stand in the way: the generic refusal, which the cluster's allowance lets through.
-    The committed lock predates the record of the controller group: a name no locked group has is new."""
+    The committed lock records the controller group (locks without the record: tests/test_hyperpod_network_outcomes.py)."""
     env = environment(tmp_path / "refused", plan=PLAN)
     snapshot, _ = edited(env, ControllerInstanceGroupName="controller-2")
     text = refusal(env, snapshot)
     assert "cluster.hyperpod.controller.instance_group_name: this edit replaces" in text
-    assert (
-        'ControllerInstanceGroupName (one of controller-machine, login-group, worker-group-1) -> "controller-2"' in text
-    )
+    assert 'ControllerInstanceGroupName "controller-machine" -> "controller-2"' in text
     assert "training plan" not in text
     allowed = environment(tmp_path / "allowed", plan=PLAN, allow=["Cluster/Cluster"])
     changes, _ = guard(allowed, edited(allowed, ControllerInstanceGroupName="controller-2")[0])

@@ -24,7 +24,7 @@ import pytest
 from mlcluster.handlers.accounting_user import app
 from tests.system.slurm_cluster import DB_PASSWORD, SlurmCluster
 from tests.system.system_tools import mysql_tcp, program
-from tests.system.test_accounting_database import Tls, lifecycle_storage_lines
+from tests.system.test_slurmdbd_tls_and_history import Tls, lifecycle_storage_lines
 
 USER = "slurmdbd"
 DATABASE = "slurm_acct_db"
