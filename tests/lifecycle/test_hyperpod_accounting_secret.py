@@ -387,6 +387,23 @@ def test_the_step_refuses_a_linked_slurm_etc_before_writing_anything(tmp_path: P
     assert not (sandbox.root / "etc/systemd/system/slurmdbd.service.d/mlcluster-secret.conf").exists()
 
 
+def test_a_lifecycle_copy_folder_a_user_made_first_is_not_what_root_sources(tmp_path: Path) -> None:
+    """Root's tools (slurmdbd's ExecStartPre among them) source lib.sh from /opt/mlcluster/lifecycle: a folder a
+    user made there before the first run, holding a lib.sh of theirs, is moved aside, and the copy is root's."""
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
+    kept = sandbox.root / "opt/mlcluster/lifecycle"
+    kept.mkdir(parents=True)
+    (kept / "lib.sh").write_text("touch /tmp/owned-by-a-user\n")
+    for path in (kept.parent, kept, kept / "lib.sh"):
+        os.chown(path, 1000, 1000)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for path in (kept.parent, kept, kept / "lib.sh"):
+        assert not path.is_symlink() and path.stat().st_uid == 0, path
+    assert "owned-by-a-user" not in (kept / "lib.sh").read_text()
+    assert list(kept.parent.parent.glob("mlcluster.mlcluster-moved-aside.*"))
+
+
 def fresh(tmp_path: Path) -> Sandbox:
     return Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
 

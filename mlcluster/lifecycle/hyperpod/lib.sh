@@ -300,9 +300,13 @@ TOOLS_DIR=/opt/mlcluster/lifecycle
 
 # keep_lifecycle_copy : copy this folder's scripts to TOOLS_DIR (root's files; scripts 755, the rest 644).
 # install_tools does it for every node; a step whose installed tool runs before install_tools (the
-# accounting step's slurmdbd ExecStartPre) does it first.
+# accounting step's slurmdbd ExecStartPre) does it first. Root's tools source lib.sh from there, so
+# /opt/mlcluster and TOOLS_DIR are root's folders (ensure_root_dir: a link or another owner's folder found
+# there, planted before the first run, is moved aside) in /opt, which only root can change.
 keep_lifecycle_copy() {
   local file relative mode
+  ensure_root_dir "$MLC_ROOT${TOOLS_DIR%/*}" 755
+  ensure_root_dir "$MLC_ROOT$TOOLS_DIR" 755
   while IFS= read -r -d '' file; do
     relative=${file#"$MLC_LIFECYCLE_DIR"/}
     mode=644
