@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mlcluster.config import ConfigError, Environment, load_environment
+from mlcluster.config import Environment, load_environment
 from mlcluster.lockfile import Lock, guard, write_lock
 from mlcluster.replacement import (
     CONTROLLER_KEY,
@@ -28,6 +28,7 @@ from mlcluster.replacement import (
     stack_state,
 )
 from tests.support import write_env
+from tests.test_deploy_outcomes import refusal
 
 NAME = "hp"
 NODES_GROUP = {"Fn::GetStackOutput": {"OutputName": "NodesGroup", "StackName": f"{NAME}-Network"}}
@@ -114,12 +115,6 @@ def environment(tmp_path: Path, deployed: Snapshot, **retention: Any) -> Environ
     env = load_environment(write_env(tmp_path, NAME, {**ENVIRONMENT, "retention": retention}))
     write_lock(env, Lock(deployed, "deployed"))
     return env
-
-
-def refusal(env: Environment, snapshot: Snapshot) -> str:
-    with pytest.raises(ConfigError) as raised:
-        guard(env, snapshot)
-    return str(raised.value)
 
 
 def test_the_lock_records_each_groups_override_and_round_trips() -> None:

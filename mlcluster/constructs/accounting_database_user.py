@@ -33,6 +33,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 import mlcluster.handlers
+from mlcluster.constructs.key_grants import decrypt_through_secrets_manager
 from mlcluster.constructs.nag import (
     acknowledge,
     acknowledge_compliance,
@@ -169,7 +170,6 @@ class AccountingDatabaseUser(Construct):
             description=f"Makes the Slurm accounting database user {user_name} through the RDS Data API",
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
         )
-        stack = cdk.Stack.of(self)
         policy = iam.ManagedPolicy(
             role,
             "Policy",
@@ -188,14 +188,7 @@ class AccountingDatabaseUser(Construct):
                     actions=["secretsmanager:GetSecretValue"],
                     resources=[master_secret.secret_arn, self.secret.secret_arn],
                 ),
-                iam.PolicyStatement(
-                    sid="DecryptSecrets",
-                    actions=["kms:Decrypt"],
-                    resources=[encryption_key.key_arn],
-                    conditions={
-                        "StringEquals": {"kms:ViaService": f"secretsmanager.{stack.region}.{stack.url_suffix}"}
-                    },
-                ),
+                decrypt_through_secrets_manager(self, sid="DecryptSecrets", key_arns=[encryption_key.key_arn]),
             ],
             roles=[role],
         )

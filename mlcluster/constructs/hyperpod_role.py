@@ -21,6 +21,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from mlcluster.constructs.key_grants import decrypt_through_secrets_manager
 from mlcluster.constructs.nag import acknowledge, acknowledge_wildcard_resource
 from mlcluster.constructs.session_manager import session_channels_statement
 
@@ -473,16 +474,7 @@ class HyperPodExecutionRole(Construct):
             )
         ]
         if key_arns:
-            statements.append(
-                iam.PolicyStatement(
-                    sid="DecryptSecrets",
-                    actions=["kms:Decrypt"],
-                    resources=list(key_arns),
-                    conditions={
-                        "StringEquals": {"kms:ViaService": f"secretsmanager.{stack.region}.{stack.url_suffix}"}
-                    },
-                )
-            )
+            statements.append(decrypt_through_secrets_manager(self, sid="DecryptSecrets", key_arns=list(key_arns)))
         self._policy("Secrets", "HyperPod nodes read the listed secrets (Slurm accounting credentials)", statements)
 
 

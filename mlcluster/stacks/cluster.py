@@ -26,6 +26,7 @@ from mlcluster.constructs.capacity_reservation_group import CapacityReservationG
 from mlcluster.constructs.hyperpod_cluster import HyperPodCluster
 from mlcluster.constructs.hyperpod_lifecycle import HyperPodLifecycle
 from mlcluster.constructs.hyperpod_role import HyperPodExecutionRole
+from mlcluster.constructs.key_grants import decrypt_through_secrets_manager
 from mlcluster.constructs.nag import acknowledge_wildcard_resource
 from mlcluster.constructs.network import NetworkRef
 from mlcluster.constructs.patch_backup import PatchBackupBucket
@@ -283,16 +284,11 @@ class ClusterStack(cdk.Stack):
             path=NODE_POLICY_PATH,
             description="The head node decrypts the Slurm accounting database password (Secrets Manager only)",
             statements=[
-                iam.PolicyStatement(
+                decrypt_through_secrets_manager(
+                    self,
                     sid="DecryptAccountingSecret",
-                    actions=["kms:Decrypt"],
-                    resources=[database.encryption_key.key_arn],
-                    conditions={
-                        "StringEquals": {
-                            "kms:ViaService": f"secretsmanager.{self.region}.{self.url_suffix}",
-                            "kms:EncryptionContext:SecretARN": user.secret.secret_arn,
-                        }
-                    },
+                    key_arns=[database.encryption_key.key_arn],
+                    secret_arn=user.secret.secret_arn,
                 )
             ],
         )
