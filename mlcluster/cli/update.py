@@ -797,6 +797,31 @@ def cdk_version(cli: str, folder: Path) -> str:
     return said.stdout.strip() if said.returncode == 0 else (said.stderr.strip() or f"exit {said.returncode}")
 
 
+def deploy_folder() -> Path:
+    """The folder the CDK CLI runs in (the project's, else the current one), refused unless only the operator (or
+    root) can change it and its cdk.json.
+
+    The CLI reads ``./cdk.json`` there and loads every module its ``plugin`` list names, with the operator's
+    credentials; ``--version`` does not read it, so the check is made at lookup and again right before the deploy
+    (the fleet stop between them takes minutes): a folder others can write could get a cdk.json planted meanwhile.
+    """
+    project = current_project()
+    where = "its cdk.json found from the current folder" if project.cdk_json is not None else "the current folder"
+    unsafe = not operator_owned(project.root)
+    if project.cdk_json is not None or (project.root / "cdk.json").exists():
+        info = (project.root / "cdk.json").lstat()
+        unsafe = unsafe or not stat.S_ISREG(info.st_mode) or info.st_uid not in {os.getuid(), 0}
+        unsafe = unsafe or bool(info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    if unsafe:
+        raise CliError(
+            f"the project folder {project.root} ({where}) or its cdk.json is not the operator's or root's, or others "
+            "can write it: the CDK CLI would load what a cdk.json there names with your credentials\n"
+            "  what to do: run from your own checkout or folder, or name it with --app-dir",
+            EXIT_SETUP,
+        )
+    return project.root
+
+
 def cdk_cli() -> Path:
     """The CDK CLI that deploys: the project's (``node_modules/.bin/cdk`` beside its cdk.json), else ``cdk`` on PATH.
 
@@ -808,13 +833,7 @@ def cdk_cli() -> Path:
     project = current_project()
     pinned = ".".join(map(str, PINNED_CDK_CLI))
     project_cli = project.root / "node_modules" / ".bin" / "cdk"
-    if project.cdk_json is not None and not operator_owned(project.root):
-        raise CliError(
-            f"the project folder {project.root} (its cdk.json found from the current folder) is not the operator's "
-            "or root's, or others can write it: its CDK CLI and cdk.json would run with your credentials\n"
-            "  what to do: run from your own checkout, or name it with --app-dir",
-            EXIT_SETUP,
-        )
+    deploy_folder()
     if project.cdk_json is not None and project_cli.exists():
         found: str | None = str(project_cli)
     else:
@@ -1384,6 +1403,10 @@ def _carry_out(run: Run, argv: list[str], stop_timeout: int, deploy_timeout: int
             # A stop that was requested but did not finish is undone: the fleet may be half stopped.
             raise run.failed(error, "stopping the compute fleet", stop_timeout) from None
     if not state.done("deploy"):
+        try:
+            deploy_folder()  # checked again: the stop took minutes, in which a cdk.json could have been planted
+        except CliError as error:
+            raise run.failed(error, "the deploy", stop_timeout) from None
         run.console.print(f"deploying: {shlex.join(argv)}")
         code = run_deploy(argv, deploy_timeout)
         if code != 0:

@@ -125,3 +125,31 @@ def test_a_project_folder_others_can_write_is_refused(project: Path, monkeypatch
     # The edge: the operator's own folder, mode 755, is the project.
     (project / "app").chmod(0o755)
     assert update.cdk_cli() == project / "app" / "node_modules" / ".bin" / "cdk"
+
+
+def test_without_a_cdk_json_a_current_folder_others_can_write_is_refused(project: Path) -> None:
+    """Whole-diff attacker review: the CLI reads ./cdk.json where it runs and loads its plugins; in a folder others
+    can write, one could be planted while the fleet stops. The operator's own folder, mode 755, is the edge."""
+    _fake_cdk(project / "bin", "2.1148.1 (build y)")
+    (project / "app").chmod(0o777)
+    with pytest.raises(CliError) as raised:
+        update.cdk_cli()
+    assert raised.value.exit_code == EXIT_SETUP and "(the current folder)" in raised.value.message
+    (project / "app").chmod(0o755)
+    assert update.deploy_folder() == project / "app"
+
+
+@pytest.mark.parametrize(("uid", "mode"), [(0, 0o664), (1000, 0o644)])
+def test_a_cdk_json_others_can_change_is_refused_at_the_deploy(project: Path, uid: int, mode: int) -> None:
+    """A cdk.json another user owns, or one group or others can write, in the operator's folder (planted after the
+    lookup, or found there): refused right before the deploy. The operator's own, mode 644, passes."""
+    planted = project / "app" / "cdk.json"
+    planted.write_text('{"plugin": ["./evil.js"]}')
+    os.chown(planted, uid, uid)
+    planted.chmod(mode)
+    with pytest.raises(CliError) as raised:
+        update.deploy_folder()
+    assert "or its cdk.json is not the operator's or root's, or others can write it" in raised.value.message
+    os.chown(planted, 0, 0)
+    planted.chmod(0o644)
+    assert update.deploy_folder() == project / "app"
