@@ -63,6 +63,7 @@ from mlcluster.lockfile import (
     in_flight_path,
     load_lock,
     lock_path,
+    read_lock_file,
     resource_name,
     unprotected,
     write_lock,
@@ -540,20 +541,38 @@ def _only_record(env: Environment, error: ForeignLockError) -> None:
     stacks = sorted(error.lock.snapshot)
     recorded = error.recorded
     named = isinstance(recorded, str) and recorded != "" and Path(recorded).name == recorded
-    if not stacks or (named and (lock_path(env).parent / f"{recorded}.lock.json").is_file()):
+    if not stacks or (named and _still_recorded(lock_path(env).parent / f"{recorded}.lock.json", recorded, stacks)):
         return
     whose = f"environment {recorded!r}" if named else "no environment"
+    sibling = lock_path(env).parent / f"{recorded}.lock.json"
+    if not named:
+        sibling_state = "no other lock of theirs is"
+    elif sibling.is_file():
+        sibling_state = f"the {recorded}.lock.json (which does not record them all) is"
+    else:
+        sibling_state = f"{recorded}.lock.json is not"
     old_names = f"{recorded}.yaml and {recorded}.lock.json" if named else "the names they had"
     raise CliError(
         f"{lock_path(env)} records {whose} and its stacks {', '.join(stacks)}, and "
-        f"{f'{recorded}.lock.json is not' if named else 'no other lock of theirs is'} beside it: this file is their "
-        "only record "
+        f"{sibling_state} beside it: this file is their only record "
         f"(an environment file and its lock renamed to {env.name}?). Replaced by {env.name}'s deployed stacks, it "
         "would no longer name them while they keep running, and the next deploy would build a second environment. "
         f"Give both files their old names back ({old_names}) and run 'mlcluster status' there; to rename an "
         "environment, see the refusal of a lock whose environment file is gone",
         EXIT_FAILED,
     )
+
+
+def _still_recorded(path: Path, name: str, stacks: list[str]) -> bool:
+    """Whether the lock at ``path`` (of environment ``name``) records every one of ``stacks``: only then is the
+    foreign lock a copy. A stale or empty one put back (a first lock from git, say) is no record of them."""
+    if not path.is_file():
+        return False
+    try:
+        sibling = read_lock_file(path, name, of_environment=False)
+    except ConfigError:
+        return False
+    return set(stacks) <= set(sibling.snapshot)
 
 
 def _same_place(env: Environment, old: Lock | None, account: str, region: str) -> None:

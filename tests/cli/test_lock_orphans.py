@@ -420,8 +420,14 @@ def test_lock_refuses_to_replace_a_renamed_environments_lock_the_only_record_of_
     assert "records no environment and its stacks dev-Storage, and no other lock of theirs is" in (
         result.exception.message
     )
-    # The edge: a copy (dev's own lock still beside it) is replaced with team's deployed stacks (none).
+    # A dev.lock.json put back that records none of them (a first lock from git, say) is no record: refused
+    # (whole-diff data-loss review).
     (envs / "team.lock.json").write_bytes(before)
+    (envs / "dev.lock.json").write_text(json.dumps({**renamed, "stacks": {}}), encoding="utf-8")
+    result = lock(envs)
+    assert isinstance(result.exception, CliError) and "only record" in result.exception.message, result.output
+    assert (envs / "team.lock.json").read_bytes() == before
+    # The edge: a copy (dev's own lock still beside it) is replaced with team's deployed stacks (none).
     (envs / "dev.lock.json").write_bytes(before)
     result = lock(envs)
     assert result.exception is None, result.output
