@@ -169,8 +169,9 @@ START_WAIT: dict[str, str] = {
 }
 #: Every EC2 ``InstanceStateName`` (botocore's ec2 model) a compute instance can be in, and what the checks of a
 #: ``STOPPED`` status item make of it (:meth:`Run.wait_compute_instances_ended`): ``live`` (it may run a job, so
-#: the fleet is not stopped) or ``ended`` (being terminated, terminated, or stopped: it runs nothing). A state EC2
-#: adds later is ``live`` until this table says otherwise.
+#: the fleet is not stopped) or ``ended`` (being terminated, terminated, or stopped: it runs nothing). A state
+#: missing here counts as ``live``, but only if DescribeInstances returns it: :func:`pcluster_nodes` asks for
+#: five states by name, so a state EC2 adds later must be added there too.
 COMPUTE_INSTANCE_STATES: dict[str, str] = {
     "pending": "live",
     "running": "live",
@@ -930,7 +931,8 @@ class Run:
             raise CliError(
                 f"squeue's listing on the head node was cut at Run Command's {runcommand.OUTPUT_LIMIT} characters: "
                 "the plan cannot say which jobs a fleet stop would kill (squeue lists pending jobs before running "
-                "ones); nothing was changed\n  what to do: cancel or hold pending jobs until the listing fits, or "
+                "ones); nothing was changed\n  what to do: cancel pending jobs (held ones are listed too) until the "
+                "listing fits, or "
                 "stop the fleet yourself (docs: day two, mlcluster update)",
                 EXIT_FAILED,
             )

@@ -609,11 +609,45 @@ def test_a_rollback_of_a_database_name_edit_runs_with_the_old_name(stubs: tuple[
 
 def test_the_data_api_client_ends_a_call_begun_before_the_bound_within_the_function_timeout() -> None:
     """AWS review: the shared bound is checked between calls; a call begun just before it may take every attempt of
-    botocore's retries, each up to the connect and read timeouts, and must still end before the function's timeout,
+    botocore's retries, each up to the connect and read timeouts, and must still end before the function's timeout
+    (the secret's read counts in the same bound),
     so CloudFormation shows the handler's reason, not "Task timed out"."""
     from mlcluster.constructs.accounting_database_user import FUNCTION_TIMEOUT
 
-    config = app.DATA_API_CONFIG
-    attempts = config.retries["max_attempts"]
+    config = app.CLIENT_CONFIG
+    attempts = config.retries["total_max_attempts"]  # the first call included
     worst_call = attempts * (config.connect_timeout + config.read_timeout)
     assert app.RESUME_WAIT_SECONDS + worst_call < FUNCTION_TIMEOUT.to_seconds()
+
+
+def test_a_statement_refused_for_lack_of_privilege_is_no_login_to_retry(
+    stubs: tuple[Stubber, Stubber], clock: Clock
+) -> None:
+    """AWS review: MySQL's 1044 ("Access denied for user ... to database") is a privilege refusal, not a refused
+    login (1045, "... (using password: YES)"): it fails at once with its message, no rotation wait."""
+    data, sm = stubs
+    secret(sm)
+    for sql in STATEMENTS[:3]:
+        statement(data, sql)
+    refused = "Error 1044 (42000): Access denied for user 'slurm'@'%' to database 'slurm_acct_db'"
+    failing(data, "DatabaseErrorException", refused)
+    with pytest.raises(app.AccountingUserError, match="DatabaseErrorException: Error 1044"):
+        app.on_event(event())
+    assert clock.sleeps == []
+
+
+def test_the_secrets_read_counts_in_the_bound(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    """AWS review: the bound starts before the secret's read, so a slow read leaves less time for the statements."""
+    data, sm = stubs
+    real = app.secrets().get_secret_value
+
+    def slow(**kwargs: Any) -> Any:
+        clock.now += app.RESUME_WAIT_SECONDS + 1
+        return real(**kwargs)
+
+    secret(sm)
+    app.secrets().get_secret_value = slow  # type: ignore[method-assign]
+    failing(data, "DatabaseResumingException", "resuming")
+    with pytest.raises(app.AccountingUserError, match="DatabaseResumingException"):
+        app.on_event(event())
+    assert clock.sleeps == []

@@ -145,6 +145,9 @@ RETRIED = frozenset({"DatabaseResumingException", "DatabaseUnavailableException"
 #: The part of MySQL's error 1045 the Data API passes on when the master secret's password is not yet the
 #: database's: single-user rotation sets the new password in the database before AWSCURRENT moves.
 MASTER_LOGIN_REFUSED = "Access denied for user"
+#: What only a refused login (MySQL error 1045) says; 1044, a statement refused for lack of privilege, says
+#: "Access denied for user ... to database" and is no login to retry.
+LOGIN_ONLY = "(using password:"
 #: The codes a refused master login may come under: the SQL error, or the deprecated but still modelled bad request.
 LOGIN_REFUSED_CODES = frozenset({"DatabaseErrorException", "BadRequestException"})
 #: Tries of a statement whose master login is refused (rotation's window is seconds), and seconds between them.
@@ -174,15 +177,15 @@ DECLARED = {
 }
 #: MySQL's system schemas: a grant on one of them (``mysql``: the grant tables) would make the user an administrator.
 SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema", "sys"})
-#: Standard retries (throttling included, jittered back-off) and bounded connect/read times.
+#: Both clients': standard retries (throttling included, jittered back-off), two attempts, bounded connect and
+#: read times, so one call (at most 2 x (10 + 60) s) begun before the shared bound (:data:`RESUME_WAIT_SECONDS`)
+#: ends within the function's timeout, and the reason CloudFormation shows is ours, not "Task timed out".
 CLIENT_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60, parameter_validation=True
-)
-#: The Data API's: two attempts, so one call (at most 2 x (10 + 60) s) begun before the shared bound
-#: (:data:`RESUME_WAIT_SECONDS`) ends within the function's timeout, and the reason CloudFormation shows is ours,
-#: not "Task timed out".
-DATA_API_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 2}, connect_timeout=10, read_timeout=60, parameter_validation=True
+    # total_max_attempts counts the first call (botocore's max_attempts counts retries only: 2 would be 3 calls).
+    retries={"mode": "standard", "total_max_attempts": 2},
+    connect_timeout=10,
+    read_timeout=60,
+    parameter_validation=True,
 )
 
 #: Replaced by tests: the wait between tries and the clock the bound is measured on.
@@ -197,7 +200,7 @@ class AccountingUserError(RuntimeError):
 @functools.cache
 def rds_data() -> Any:
     """The RDS Data API client, made on first use."""
-    return boto3.session.Session().client("rds-data", config=DATA_API_CONFIG)
+    return boto3.session.Session().client("rds-data", config=CLIENT_CONFIG)
 
 
 @functools.cache
@@ -244,8 +247,9 @@ def _create_or_update(props: Mapping[str, Any]) -> dict[str, Any]:
     master_secret = declared["MASTER_SECRET_ARN"]
     user = declared["USER_NAME"]
     database = _database_name(props.get("DatabaseName"))
+    # One bound for the secret's read and all the statements: with each call's own attempts, the timeout holds.
+    deadline = clock() + RESUME_WAIT_SECONDS
     password_hash = native_password_hash(_password(declared["USER_SECRET_ARN"]))
-    deadline = clock() + RESUME_WAIT_SECONDS  # one bound for all the statements: the function's timeout holds
     for sql in statements(user, database, password_hash):
         _execute(cluster_arn, master_secret, sql, deadline)
     logger.info("User %s may use database %s", user, database)
@@ -375,7 +379,7 @@ def _execute(cluster_arn: str, master_secret: str, sql: str, deadline: float) ->
             code = str(error.get("Code", "Error"))
             message = str(error.get("Message", ""))
             # No AWS page names the code of a refused master login: the message decides, under either SQL code.
-            login_refused = code in LOGIN_REFUSED_CODES and MASTER_LOGIN_REFUSED in message
+            login_refused = code in LOGIN_REFUSED_CODES and MASTER_LOGIN_REFUSED in message and LOGIN_ONLY in message
             if login_refused:
                 denied += 1
             if code in RETRIED and clock() < deadline:
