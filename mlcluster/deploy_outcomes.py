@@ -377,7 +377,36 @@ def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
         if stops or stops_back:
             notes.append(_fleet_note(environment, stack, stops or stops_back, rollback=not stops))
         notes += [_stuck_note(environment, stack, c) for c in back if c.outcome == "refused"]
-    return problems, notes
+    return problems, notes + _database_replaced_notes(environment, locked, snapshot)
+
+
+def _database_replaced_notes(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[str]:
+    """A note when the edit replaces the managed accounting database (its allowance given) under a kept cluster,
+    changed by the edit or not (its template may read the same: see below).
+
+    The cluster's ``SlurmSettings.Database.Uri`` is read from the Storage stack's output, so the locked and new
+    configurations read the same and :func:`cluster_changes` sees nothing; yet the deploy hands the cluster a new
+    endpoint (COMPUTE_FLEET_STOP: refused while the fleet runs), and the Storage stack, deployed first, has deleted
+    the old database (a final snapshot, which bills) under the running slurmdbd."""
+    if environment.config.storage.accounting is None:
+        return []
+    kept = [
+        stack
+        for stack in sorted(set(locked) & set(snapshot))
+        for lid, old in locked[stack].resources.items()
+        if old.type == PCLUSTER_TYPE and lid in snapshot[stack].resources
+    ]
+    replaced = [c for c in compare(locked, snapshot) if c.type == "AWS::RDS::DBCluster" and c.action == "replace"]
+    return [
+        f"{environment.source}: storage.accounting: this edit replaces the accounting database ({c.path}) that "
+        f"slurmdbd of the cluster in {stack} uses: the Storage stack deploys first and deletes the old database "
+        "(keeping a final snapshot, which bills until deleted), and the cluster gets the new endpoint "
+        "(SlurmSettings.Database.Uri), which ParallelCluster takes only with the compute fleet stopped. Carry the "
+        "history over first (mysqldump the old database, load it into the new one), and deploy with 'mlcluster "
+        f"update {environment.name}', which stops the fleet"
+        for stack in kept
+        for c in replaced
+    ]
 
 
 def _storage_key(path: str) -> str:

@@ -416,8 +416,10 @@ ROWS = [
         "stack (termination protection off) leaves a final snapshot and the retained secrets (deletion protection "
         "stays off so a failed create can roll back)",
         "automated backups (`backup_retention_days`, point-in-time restore) and the final snapshot on delete",
-        "'aws rds restore-db-cluster-to-point-in-time' (or from the snapshot) into a new cluster, then point "
-        "`accounting.mode: remote` (HyperPod) or `cluster.pcluster.slurm.accounting` (ParallelCluster) at it",
+        "'aws rds restore-db-cluster-to-point-in-time' (or from the snapshot) into a new cluster; then, in one edit, "
+        "remove `storage.accounting` (its allowance given: the current database goes, leaving a final snapshot) and "
+        "point `accounting.mode: remote` (HyperPod) or `cluster.pcluster.slurm.accounting` (ParallelCluster: user "
+        "`slurmdbd` and the retained slurmdbd password secret's ARN) at the restored cluster",
         _accounting_database,
     ),
     Row(

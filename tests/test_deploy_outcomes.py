@@ -497,3 +497,31 @@ def test_the_database_path_maps_to_the_managed_key_only_with_it() -> None:
     assert cluster_key("Scheduling.SlurmSettings.ScaledownIdletime", managed_database=True) == (
         "cluster.pcluster.slurm.scaledown_idle_minutes"
     )
+
+
+def test_a_replaced_accounting_database_under_a_kept_cluster_is_noted() -> None:
+    """Whole-diff data-loss review: the cluster's Database.Uri reads the Storage stack's output, so a replaced
+    database (its allowance given) changed nothing the configuration compare could see. The synth now says the old
+    database goes (final snapshot), the new endpoint needs the fleet stopped, and how to carry the history."""
+    import dataclasses
+
+    from mlcluster.deploy_outcomes import outcome_checks
+    from mlcluster.lockfile import read_lock_file
+
+    env = load_environment(ENVIRONMENTS / "pcluster-accounting.yaml")
+    locked = read_lock_file(ENVIRONMENTS / "pcluster-accounting.lock.json", "pcluster-accounting").snapshot
+    edited = copy.deepcopy(locked)
+    ((stack, lid),) = [
+        (name, lid) for name, state in edited.items() for lid, r in state.resources.items()
+        if r.type == "AWS::RDS::DBCluster"
+    ]  # fmt: skip
+    database = edited[stack].resources[lid]
+    edited[stack].resources[lid] = dataclasses.replace(
+        database, create_only={**database.create_only, "KmsKeyId": "another key"}, digest="edited"
+    )
+    _, notes = outcome_checks(env, locked, edited)
+    (note,) = [n for n in notes if "replaces the accounting database" in n]
+    assert "deletes the old database (keeping a final snapshot, which bills until deleted)" in note
+    assert "only with the compute fleet stopped" in note and "'mlcluster update pcluster-accounting'" in note
+    # The edge: the database as locked, no note.
+    assert not [n for n in outcome_checks(env, locked, locked)[1] if "replaces the accounting database" in n]
