@@ -665,3 +665,57 @@ def test_a_hard_link_to_slurm_conf_made_after_its_check_is_still_refused(tmp_pat
     assert not list(folder.glob("slurm.conf.mlcluster-moved-aside.*"))
     log = sandbox.read("/var/log/provision/accounting.log")
     assert f"ERROR: {folder / 'slurm.conf'} has 2 hard links; refusing to read it as root" in log
+
+
+def test_a_slurm_version_link_of_roots_is_followed(tmp_path: Path) -> None:
+    """Whole-diff user review: HyperPod's images ship /opt/slurm-<version> and a root's /opt/slurm link to the active
+    one (AWS's lifecycle scripts switch it with `ln -sfn`). The step and the tool accept it and check its target.
+    (A relative link here: an absolute one would leave the sandbox; unsafe_parent's reading of it is tested next.)"""
+    sandbox = fresh(tmp_path)
+    opt = sandbox.root / "opt"
+    (opt / "slurm").rename(opt / "slurm-25.11")
+    (opt / "slurm").symlink_to("slurm-25.11")
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (opt / "slurm-25.11" / "etc" / "slurmdbd.conf").is_file()
+    started = tool(sandbox, "refresh", STUB_SECRET=secret("rotated-Pass2"))
+    assert started.returncode == 0, started.stderr
+    assert credentials(sandbox) == ("slurm", "rotated-Pass2")
+
+
+@pytest.mark.parametrize("case", ["link-of-a-user", "target-others-can-write"])
+def test_a_slurm_version_link_others_can_change_is_refused(tmp_path: Path, case: str) -> None:
+    """The edges: a /opt/slurm link a user owns, or one to a folder others can write, is refused like an unsafe
+    parent: nothing is written."""
+    sandbox = fresh(tmp_path)
+    opt = sandbox.root / "opt"
+    (opt / "slurm").rename(opt / "slurm-25.11")
+    (opt / "slurm").symlink_to("slurm-25.11")
+    if case == "link-of-a-user":
+        os.lchown(opt / "slurm", 1000, 1000)
+    else:
+        (opt / "slurm-25.11").chmod(0o777)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode != 0
+    log = sandbox.read("/var/log/provision/accounting.log")
+    assert "is not a real folder of root's that only root can change" in log
+    assert not (opt / "slurm-25.11" / "etc" / "slurmdbd.conf").exists()
+
+
+@pytest.mark.parametrize(("mode", "found"), [(0o755, ""), (0o777, "opt/slurm-25.11")])
+def test_an_absolute_version_link_is_read_under_the_nodes_root(tmp_path: Path, mode: int, found: str) -> None:
+    """unsafe_parent reads /opt/slurm -> /opt/slurm-25.11 (as AWS's scripts make it) under MLC_ROOT and checks the
+    target: a root-only target passes, one others can write is named."""
+    root = tmp_path / "root"
+    (root / "opt/slurm-25.11/etc").mkdir(parents=True)
+    (root / "opt/slurm").symlink_to("/opt/slurm-25.11")
+    (root / "opt/slurm-25.11").chmod(mode)
+    lib = Path(__file__).resolve().parents[2] / "mlcluster/lifecycle/hyperpod/lib.sh"
+    said = subprocess.run(
+        ["bash", "-c", f'. "{lib}" >/dev/null 2>&1; unsafe_parent /opt/slurm/etc'],
+        env={**os.environ, "MLC_ROOT": str(root)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert said.stdout.strip() == (str(root / found) if found else "")

@@ -335,10 +335,31 @@ dir_is_safe() {
 # unsafe_parent REAL : print the first folder above REAL (a path on the node, /opt/slurm/etc: /opt/slurm, then
 # /opt; "/" is the image's), under MLC_ROOT, that dir_is_safe refuses; print nothing when each is safe. Whoever
 # can rename entries in one of them can swap what lies below for a link between a check and its use.
+# A folder above REAL may be a link of root's: HyperPod's images ship /opt/slurm-<version> folders and a
+# /opt/slurm link to the active one (AWS's HyperPod lifecycle scripts, base-config hotfix "fallback to
+# Slurm 24": `ln -sfn /opt/slurm-24.11 /opt/slurm`). Its own folder is checked next in the loop, so nobody
+# else can replace the link; its target (one level, absolute or relative) and the target's folders are
+# checked like the rest.
 unsafe_parent() {
-  local real=$1
+  local real=$1 target
   while real=${real%/*} && [[ -n $real ]]; do
-    if ! dir_is_safe "$MLC_ROOT$real"; then
+    if [[ -L $MLC_ROOT$real ]]; then
+      if [[ $(stat -c %u -- "$MLC_ROOT$real") != 0 ]]; then
+        printf '%s\n' "$MLC_ROOT$real"
+        return 0
+      fi
+      target=$(readlink -- "$MLC_ROOT$real")
+      [[ $target == /* ]] || target=${real%/*}/$target
+      if ! dir_is_safe "$MLC_ROOT$target"; then
+        printf '%s\n' "$MLC_ROOT$target"
+        return 0
+      fi
+      target=$(unsafe_parent "$target")
+      if [[ -n $target ]]; then
+        printf '%s\n' "$target"
+        return 0
+      fi
+    elif ! dir_is_safe "$MLC_ROOT$real"; then
       printf '%s\n' "$MLC_ROOT$real"
       return 0
     fi
