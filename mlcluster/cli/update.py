@@ -75,9 +75,11 @@ rollback gets a plain ``continue-update-rollback``.
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import json
 import os
+import pwd
 import re
 import secrets
 import shlex
@@ -779,14 +781,32 @@ PINNED_CDK_CLI = (2, 1148, 1)
 CDK_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)\b")
 
 
-def operator_owned(folder: Path) -> bool:
-    """Whether ``folder`` is a real folder of the operator's (or root's) that group and others cannot write."""
-    info = folder.lstat()
+def private_group(gid: int) -> bool:
+    """Whether ``gid`` is the operator's own group: their primary group, with no other member and no other user's
+    primary group (the user private groups under which RHEL and Amazon Linux set ``umask 002``)."""
+    try:
+        members = grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return False
+    me = pwd.getpwuid(os.getuid()).pw_name
     return (
-        stat.S_ISDIR(info.st_mode)
-        and info.st_uid in {os.getuid(), 0}
-        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        gid == os.getgid()
+        and set(members) <= {me}
+        and all(user.pw_gid != gid or user.pw_name == me for user in pwd.getpwall())
     )
+
+
+def only_mine(info: os.stat_result) -> bool:
+    """Whether only the operator (or root) can change what ``info`` describes: theirs or root's, not writable by
+    others, and writable by its group only when that group is the operator's own (:func:`private_group`)."""
+    group_writes = bool(info.st_mode & stat.S_IWGRP) and not private_group(info.st_gid)
+    return info.st_uid in {os.getuid(), 0} and not info.st_mode & stat.S_IWOTH and not group_writes
+
+
+def operator_owned(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder only the operator (or root) can change (:func:`only_mine`)."""
+    info = folder.lstat()
+    return stat.S_ISDIR(info.st_mode) and only_mine(info)
 
 
 def cdk_version(cli: str, folder: Path) -> str:
@@ -811,13 +831,13 @@ def deploy_folder() -> Path:
     unsafe = not operator_owned(project.root)
     if project.cdk_json is not None or (project.root / "cdk.json").exists():
         info = (project.root / "cdk.json").lstat()
-        unsafe = unsafe or not stat.S_ISREG(info.st_mode) or info.st_uid not in {os.getuid(), 0}
-        unsafe = unsafe or bool(info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+        unsafe = unsafe or not stat.S_ISREG(info.st_mode) or not only_mine(info)
     if unsafe:
         raise CliError(
             f"the project folder {project.root} ({where}) or its cdk.json is not the operator's or root's, or others "
             "can write it: the CDK CLI would load what a cdk.json there names with your credentials\n"
-            "  what to do: run from your own checkout or folder, or name it with --app-dir",
+            f"  what to do: run from your own checkout or folder (`chmod g-w,o-w {project.root}` if it is yours), or "
+            "name it with --app-dir",
             EXIT_SETUP,
         )
     return project.root

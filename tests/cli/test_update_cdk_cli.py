@@ -145,7 +145,7 @@ def test_a_cdk_json_others_can_change_is_refused_at_the_deploy(project: Path, ui
     lookup, or found there): refused right before the deploy. The operator's own, mode 644, passes."""
     planted = project / "app" / "cdk.json"
     planted.write_text('{"plugin": ["./evil.js"]}')
-    os.chown(planted, uid, uid)
+    os.chown(planted, uid, 1000)  # group 1000: a group that is not the operator's own
     planted.chmod(mode)
     with pytest.raises(CliError) as raised:
         update.deploy_folder()
@@ -153,3 +153,40 @@ def test_a_cdk_json_others_can_change_is_refused_at_the_deploy(project: Path, ui
     os.chown(planted, 0, 0)
     planted.chmod(0o644)
     assert update.deploy_folder() == project / "app"
+
+
+def _groups(monkeypatch: pytest.MonkeyPatch, *, members: list[str], others_primary: bool) -> None:
+    """The operator's primary group as grp and pwd describe it: ``members``, and another user whose primary group
+    it is when ``others_primary``."""
+    import grp
+    import pwd
+
+    me = pwd.getpwuid(os.getuid())
+    users = [me] + ([SimpleNamespace(pw_name="colleague", pw_gid=os.getgid())] if others_primary else [])
+    monkeypatch.setattr(
+        update.grp, "getgrgid", lambda gid: SimpleNamespace(gr_mem=members) if gid == os.getgid() else grp.getgrgid(gid)
+    )
+    monkeypatch.setattr(update.pwd, "getpwall", lambda: users)
+
+
+def test_a_checkout_group_writable_only_by_the_operators_own_group_is_accepted(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole-diff user review: RHEL and Amazon Linux set umask 002 under user private groups, so a plain checkout is
+    775. Group write by the operator's own group (no other member, nobody else's primary group) is no one else's."""
+    os.chown(project / "app", os.getuid(), os.getgid())
+    (project / "app").chmod(0o775)
+    _groups(monkeypatch, members=[], others_primary=False)
+    assert update.deploy_folder() == project / "app"
+
+
+@pytest.mark.parametrize(("members", "others_primary"), [(["colleague"], False), ([], True)])
+def test_a_checkout_group_writable_by_a_shared_group_is_refused(
+    project: Path, monkeypatch: pytest.MonkeyPatch, members: list[str], others_primary: bool
+) -> None:
+    os.chown(project / "app", os.getuid(), os.getgid())
+    (project / "app").chmod(0o775)
+    _groups(monkeypatch, members=members, others_primary=others_primary)
+    with pytest.raises(CliError) as raised:
+        update.deploy_folder()
+    assert f"`chmod g-w,o-w {project / 'app'}` if it is yours" in raised.value.message
