@@ -95,6 +95,45 @@ def test_a_run_where_every_mutant_is_killed_or_equivalent_is_complete_at_100_per
     assert (result["kill_rate"], result["complete"], result["survivors"]) == (1.0, True, [])
 
 
+def test_a_sample_counts_only_its_mutants_and_the_rest_still_tells_stale_equivalents() -> None:
+    found = {f"m.x_a__mutmut_{i}": "not checked" for i in range(1, 11)}
+    found |= {"m.x_a__mutmut_1": "killed", "m.x_a__mutmut_2": "survived", "m.x_a__mutmut_3": "killed"}
+    result = TOOL.summarize(
+        found,
+        {"m.x_a__mutmut_9": "same", "m.x_gone__mutmut_1": "old"},
+        ["m.x_a__mutmut_1", "m.x_a__mutmut_2", "m.x_a__mutmut_3"],
+    )
+    assert (result["killed"], result["survived"], result["not checked"], result["total"]) == (2, 1, 0, 3)
+    assert result["population"] == 10
+    assert result["complete"] is True  # every sampled mutant was decided; the other 7 were never drawn
+    assert result["stale_equivalents"] == ["m.x_gone__mutmut_1"]
+
+
+def test_the_sample_is_fixed_by_its_seed_drawn_without_repeats_and_capped_by_the_population() -> None:
+    names = [f"m.x_a__mutmut_{i}" for i in range(1000)]
+    first = TOOL.draw(names, 200, 1)
+    assert first == TOOL.draw(list(reversed(names)), 200, 1)  # the order names come in does not matter
+    assert len(set(first)) == 200 and set(first) <= set(names)
+    assert first != TOOL.draw(names, 200, 2)
+    assert sorted(TOOL.draw(names[:5], 200, 1)) == sorted(names[:5])
+
+
+def test_the_kill_rate_interval_is_wilsons() -> None:
+    # Reference values: the Wilson score interval at z = 1.96 (e.g. 190 of 200: 0.9104 to 0.9726).
+    assert TOOL.wilson(190, 200) == (0.9104, 0.9726)
+    assert TOOL.wilson(200, 200) == (0.9812, 1.0)
+    assert TOOL.wilson(0, 10) == (0.0, 0.2775)
+    assert TOOL.wilson(0, 0) is None
+
+
+def test_the_table_says_a_sample_and_its_interval() -> None:
+    row = {"killed": 190, "survived": 10, "equivalent": 2, "not checked": 0, "total": 202, "population": 9556}
+    row |= {"kill_rate": 0.95, "interval_95": [0.9104, 0.9726], "sample": {"size": 202, "seed": 3}}
+    row |= {"date": "2026-11-28T11:00:00Z", "tool": "mutmut", "tool_version": "3.8.1"}
+    text = TOOL.table({"modules": {"analysis": row}})
+    assert "202 of 9556" in text and "95.0% (91.0%-97.3%)" in text and "sample seed 3" in text
+
+
 def test_the_config_mutmut_reads_mutates_only_the_module_and_runs_only_its_tests() -> None:
     import tomllib
 

@@ -11,11 +11,18 @@ Two kinds of mutants, one target (not part of `make test`: it takes many minutes
   run against the copy (they find the scripts through the ``mlcluster.lifecycle`` package of the
   copy, which the copy's ``pythonpath = ["."]`` puts first). Every one must be killed.
 
+A module of thousands of mutants (``cli``: about 16,000) takes hours at a second or more a mutant, so
+``--sample N`` judges a seeded random sample of N of the module's mutants instead (mutmut generates
+them all, then ``mutmut run NAME...`` checks only the sample). The kill rate of a simple random
+sample is an unbiased estimate of the module's; the result carries its 95% Wilson interval, the
+population, the sample size and the seed, and a new seed draws a new sample (the honest figure after
+killing a sample's survivors is a fresh sample's, since the old one was worked on).
+
 Mutants recorded in ``mutation/equivalent.yaml`` (mutant name and why no test can tell it from the
 original) are left out of the kill rate. The result of every module run, with the date and mutmut's
 version, is merged into ``mutation/results.json``; `make bench` prints it.
 
-Usage: ``python tools/mutation.py [--module NAME]... [--minutes N] [--report]``; no module runs
+Usage: ``python tools/mutation.py [--module NAME]... [--minutes N] [--sample N --seed S] [--report]``; no module runs
 everything (``--module shell``: the node-script mutants); ``--report`` prints the last table.
 """
 
@@ -25,7 +32,9 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import math
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -129,6 +138,23 @@ MODULES: dict[str, Module] = {
 }
 
 
+#: mutmut's own first phase of ``mutmut run`` (generate every mutant into ``mutants/``), on its own, so
+#: the names can be listed (``mutmut results --all true``) before a sample of them is run.
+GENERATE = """
+from os import makedirs
+from mutmut.__main__ import copy_also_copy_files, copy_src_dir, create_mutants
+from mutmut.__main__ import setup_source_paths, store_lines_covered_by_tests
+from mutmut.mutation.trampoline import set_mutant_under_test
+set_mutant_under_test("mutant_generation")
+makedirs("mutants", exist_ok=True)
+copy_src_dir()
+copy_also_copy_files()
+setup_source_paths()
+store_lines_covered_by_tests()
+create_mutants(1)
+"""
+
+
 def copy_tree(dest: Path) -> None:
     """The tree as git sees it (tracked and new files, ignores respected) into ``dest``; node_modules linked."""
     files = subprocess.run(
@@ -202,12 +228,33 @@ def statuses(work: Path) -> dict[str, str]:
     return found
 
 
-def summarize(found: dict[str, str], equivalent: dict[str, str]) -> dict[str, Any]:
-    """Counts, kill rate and the survivors' names; a recorded equivalent that no longer exists is an error."""
+def draw(names: list[str], size: int, seed: int) -> list[str]:
+    """A simple random sample of ``size`` mutant names (all of them when there are fewer), fixed by ``seed``."""
+    return sorted(random.Random(seed).sample(sorted(names), min(size, len(names))))
+
+
+def wilson(killed: int, decided: int) -> tuple[float, float] | None:
+    """The 95% Wilson score interval of a kill rate of ``killed`` in ``decided`` (None when nothing decided)."""
+    if not decided:
+        return None
+    z = 1.959964
+    p = killed / decided
+    centre = (p + z * z / (2 * decided)) / (1 + z * z / decided)
+    half = z * math.sqrt(p * (1 - p) / decided + z * z / (4 * decided * decided)) / (1 + z * z / decided)
+    return (round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4))
+
+
+def summarize(found: dict[str, str], equivalent: dict[str, str], sample: list[str] | None = None) -> dict[str, Any]:
+    """Counts, kill rate and the survivors' names; a recorded equivalent that no longer exists is an error.
+
+    ``sample``: only these mutants are counted (the rest of ``found`` was not run); ``found`` is still
+    what tells a stale equivalent.
+    """
     stale = sorted(set(equivalent) - set(found))
     counts = {"killed": 0, "survived": 0, "equivalent": 0, "not checked": 0, "timeouts": 0}
     survivors = []
-    for name, status in sorted(found.items()):
+    judged = found if sample is None else {name: found[name] for name in sample}
+    for name, status in sorted(judged.items()):
         if name in equivalent:
             counts["equivalent"] += 1
         elif status in KILLED:
@@ -219,20 +266,26 @@ def summarize(found: dict[str, str], equivalent: dict[str, str]) -> dict[str, An
         else:
             counts["not checked"] += 1
     decided = counts["killed"] + counts["survived"]
+    interval = wilson(counts["killed"], decided)
     return {
         **counts,
-        "total": len(found),
+        "total": len(judged),
+        "population": len(found),
         "kill_rate": round(counts["killed"] / decided, 4) if decided else None,
+        "interval_95": list(interval) if interval else None,
         "complete": counts["not checked"] == 0,
         "survivors": survivors,
         "stale_equivalents": stale,
     }
 
 
-def run_module(name: str, minutes: float, *, keep: bool = False) -> dict[str, Any]:
+def run_module(
+    name: str, minutes: float, *, keep: bool = False, sample: int | None = None, seed: int = 1
+) -> dict[str, Any]:
     """mutmut over one module in a fresh copy of the tree; stops after ``minutes`` (the result says so).
 
     ``keep`` leaves the copy on disk (its path is printed) so ``mutmut show NAME`` there prints a survivor.
+    ``sample``: only a seeded random sample of this many of the module's mutants is run (see the module doc).
     """
     module = MODULES[name]
     prefix = f"mlcluster-mutation-{name}-"
@@ -253,9 +306,14 @@ def run_module(name: str, minutes: float, *, keep: bool = False) -> dict[str, An
         print(f"mutation: {name}: mutmut over {', '.join(module.mutate)} against {', '.join(module.tests)}", flush=True)
         log = work / "mutmut.log"
         start = time.monotonic()
+        chosen: list[str] | None = None
+        if sample is not None:
+            subprocess.run([str(PYTHON), "-c", GENERATE], cwd=work, check=True, capture_output=True)
+            chosen = draw(list(statuses(work)), sample, seed)
+            print(f"mutation: {name}: a sample of {len(chosen)} mutants (seed {seed})", flush=True)
         with log.open("w") as out:
             proc = subprocess.Popen(
-                [str(PYTHON), "-m", "mutmut", "run", "--max-children", "1"],
+                [str(PYTHON), "-m", "mutmut", "run", "--max-children", "1", *(chosen or [])],
                 cwd=work,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -267,7 +325,7 @@ def run_module(name: str, minutes: float, *, keep: bool = False) -> dict[str, An
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait()
                 print(f"mutation: {name}: stopped after {minutes:g} minutes; the rest is 'not checked'", flush=True)
-        result = summarize(statuses(work), load_equivalent().get(name, {}))
+        result = summarize(statuses(work), load_equivalent().get(name, {}), chosen)
         if proc.returncode not in (0, -signal.SIGTERM) or result["not checked"] == result["total"]:
             sys.exit(f"mutation: {name}: mutmut failed (exit {proc.returncode}):\n{log.read_text()[-3000:]}")
         result["seconds"] = round(time.monotonic() - start)
@@ -275,6 +333,7 @@ def run_module(name: str, minutes: float, *, keep: bool = False) -> dict[str, An
             print(f"mutation: {name}: the copy is kept in {work} (mutmut show NAME there)", flush=True)
         result["mutate"] = list(module.mutate)
         result["tests"] = list(module.tests)
+        result["sample"] = {"size": len(chosen), "seed": seed} if chosen is not None else None
         return result
 
 
@@ -371,12 +430,19 @@ def write_results(new: dict[str, dict[str, Any]]) -> None:
 
 def table(data: dict[str, Any]) -> str:
     """The kill-rate table `make mutation` and `make bench` print."""
-    lines = [f"{'module':<22} {'killed':>7} {'survived':>9} {'equiv':>6} {'unchecked':>10} {'kill rate':>10}  date"]
+    head = f"{'module':<20} {'mutants':>15} {'killed':>7} {'survived':>9} {'equiv':>6} {'unchecked':>10}"
+    lines = [f"{head} {'kill rate (95% interval)':>25}  date"]
     for name, r in data["modules"].items():
-        rate = "-" if r["kill_rate"] is None else f"{r['kill_rate']:.0%}"
+        rate = "-" if r["kill_rate"] is None else f"{r['kill_rate']:.1%}"
+        if r.get("interval_95"):
+            low, high = r["interval_95"]
+            rate += f" ({low:.1%}-{high:.1%})"
+        drawn = r.get("sample")
+        mutants = f"{r['total']} of {r.get('population', r['total'])}" if drawn else str(r["total"])
+        seed = f", sample seed {drawn['seed']}" if drawn else ""
         lines.append(
-            f"{name:<22} {r['killed']:>7} {r['survived']:>9} {r['equivalent']:>6} {r['not checked']:>10} {rate:>10}"
-            f"  {r['date']} ({r['tool']} {r['tool_version']})"
+            f"{name:<20} {mutants:>15} {r['killed']:>7} {r['survived']:>9} {r['equivalent']:>6} {r['not checked']:>10}"
+            f" {rate:>25}  {r['date']} ({r['tool']} {r['tool_version']}{seed})"
         )
     return "\n".join(lines)
 
@@ -386,6 +452,8 @@ def main() -> int:
     parser.add_argument("--module", action="append", choices=[*MODULES, "shell"], default=[])
     parser.add_argument("--minutes", type=float, default=60.0, help="stop one module after this long (default 60)")
     parser.add_argument("--keep", action="store_true", help="keep each module's copy (to read survivors)")
+    parser.add_argument("--sample", type=int, help="run a seeded random sample of this many mutants a module")
+    parser.add_argument("--seed", type=int, default=1, help="the sample's seed (default 1)")
     parser.add_argument("--report", action="store_true", help="print the last result (mutation/results.json) only")
     args = parser.parse_args()
     if args.report:
@@ -399,7 +467,7 @@ def main() -> int:
         if name == "shell":
             results[name] = run_shell(args.minutes)
         else:
-            results[name] = run_module(name, args.minutes, keep=args.keep)
+            results[name] = run_module(name, args.minutes, keep=args.keep, sample=args.sample, seed=args.seed)
         write_results({name: results[name]})
         for survivor in results[name]["survivors"]:
             print(f"  survived: {survivor}")
