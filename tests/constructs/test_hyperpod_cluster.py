@@ -196,17 +196,16 @@ def test_group_fields_a_hyperpod_user_expects(built: Built) -> None:
         {"NodeType": "Compute", "PartitionNames": ["cpu"]},
     ]
     assert "OverrideVpcConfig" not in gpu
-    assert (
-        cpu["OverrideVpcConfig"]["Subnets"] == ["<NetPrivate2Subnet24BFD6C3>"]
-        or len(cpu["OverrideVpcConfig"]["Subnets"]) == 1
-    )
-    assert cpu["OverrideVpcConfig"]["SecurityGroupIds"] == gpu.get("OverrideVpcConfig", {}).get(
-        "SecurityGroupIds", cpu["OverrideVpcConfig"]["SecurityGroupIds"]
-    )
+    _, cluster = one(built, "AWS::SageMaker::Cluster")
+    vpc = flattened(cluster["Properties"]["VpcConfig"])
+    # group_subnets moves the CPU group to the second private subnet only; its security groups stay the cluster's.
+    (subnet,) = cpu["OverrideVpcConfig"]["Subnets"]
+    assert subnet.startswith("<NetPrivate2Subnet") and subnet not in vpc["Subnets"]
+    assert cpu["OverrideVpcConfig"]["SecurityGroupIds"] == vpc["SecurityGroupIds"]
     for name, group in by_name.items():
         role = group["ExecutionRole"]
         assert role.startswith(f"<Role{name.replace('-', '')}") and role.endswith(".Arn>")
-        assert "TrainingPlanArn" not in group or name == "gpu"
+        assert ("TrainingPlanArn" in group) == (name == "gpu")
     assert len({g["ExecutionRole"] for g in by_name.values()}) == 4  # one role per group
 
 
@@ -460,6 +459,7 @@ def test_a_63_character_name_is_the_edge(parts: dict[str, Any]) -> None:
     ],
 )
 def test_bad_props_are_named(parts: dict[str, Any], changes: dict[str, Any], message: str) -> None:
+    changes = dict(changes)  # the parametrized dict is shared by every run of this test in the process
     if "security_groups_count" in changes:
         changes["security_groups"] = parts["groups"][: changes.pop("security_groups_count")]
     if "execution_roles_drop" in changes:

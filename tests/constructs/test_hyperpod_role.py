@@ -311,6 +311,7 @@ def parts() -> dict[str, Any]:
     ],
 )
 def test_bad_props_are_named(parts: dict[str, Any], changes: dict[str, Any], message: str) -> None:
+    changes = dict(changes)  # the parametrized dict is shared by every run of this test in the process
     props: dict[str, Any] = {
         "vpc": parts["vpc"],
         "subnets": parts["subnets"][: changes.pop("subnets", 1)],

@@ -271,8 +271,12 @@ def test_efa(built: Built) -> None:
     assert props["StorageCapacity"] == 4800
 
 
-def security_rules(t: Template) -> tuple[str, set[tuple[str, str, str, int, int]]]:
-    """The file system's group and every rule as (direction, group, peer, from, to); ``fs`` names its group."""
+def security_rules(t: Template, protocol: str = "tcp") -> tuple[str, set[tuple[str, str, str, int, int]]]:
+    """The file system's group and every rule as (direction, group, peer, from, to); ``fs`` names its group.
+
+    Every rule must carry ``protocol``: with ``"-1"`` EC2 ignores the ports and admits everything, so a
+    Lustre-only group's rules must all be "tcp" whatever their ports say.
+    """
     group_id = logical_id(t, "AWS::EC2::SecurityGroup", "LustreSecurityGroup")
     me = {"Fn::GetAtt": [group_id, "GroupId"]}
     rules = set()
@@ -282,7 +286,7 @@ def security_rules(t: Template) -> tuple[str, set[tuple[str, str, str, int, int]
     ):
         for rule in t.find_resources(kind).values():
             p = rule["Properties"]
-            assert p["IpProtocol"] in ("tcp", "-1")
+            assert p["IpProtocol"] == protocol
             group, peer = ("fs" if ref == me else ref for ref in (p["GroupId"], p[peer_key]))
             rules.add((kind.rsplit(":", 1)[1], group, peer, p.get("FromPort", -1), p.get("ToPort", -1)))
     return group_id, rules
@@ -336,7 +340,7 @@ def test_shared_group_keeps_an_existing_file_system_in_place_and_warns(built: Bu
 def test_efa_security_group_allows_all_traffic_with_itself_and_the_clients(built: Built) -> None:
     """The FSx for Lustre guide: an EFA-enabled file system's group allows all traffic in and out with
     itself and with the clients' group."""
-    _, rules = security_rules(built.templates["Efa"])
+    _, rules = security_rules(built.templates["Efa"], protocol="-1")
     assert rules == {
         ("SecurityGroupIngress", "fs", "fs", -1, -1),
         ("SecurityGroupIngress", "fs", CLUSTER_SG, -1, -1),
