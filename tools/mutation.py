@@ -132,6 +132,8 @@ MODULES: dict[str, Module] = {
             "mlcluster/constructs/log_key.py",
             "mlcluster/constructs/hyperpod_role.py",
             "mlcluster/constructs/network.py",
+            "mlcluster/constructs/lustre.py",
+            "mlcluster/constructs/accounting_database.py",
         ),
         tests=("tests/constructs", "tests/test_network.py"),
     ),
