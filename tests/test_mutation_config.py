@@ -175,6 +175,19 @@ ORDER_TESTS = {
 PLUGIN = ("-p", "tools.mutation_order")
 
 
+def test_the_map_is_widened_to_every_test_of_a_file_one_of_its_tests_reached() -> None:
+    """A module fixture runs in its file's first test only; the file's other tests judge the mutant too."""
+    import tools.mutation_order as order
+
+    ran = ["tests/a.py::test_1", "tests/a.py::test_2[x]", "tests/b.py::test_3", "tests/c.py::test_4"]
+    mapping = {"m.x_built": {"tests/a.py::test_1"}, "m.x_both": {"tests/b.py::test_3", "tests/c.py::test_4"}}
+    mapping |= {"m.x_unran": {"tests/d.py::test_5"}}
+    order.widen(mapping, ran)
+    assert mapping["m.x_built"] == {"tests/a.py::test_1", "tests/a.py::test_2[x]"}  # not b's or c's
+    assert mapping["m.x_both"] == {"tests/b.py::test_3", "tests/c.py::test_4"}
+    assert mapping["m.x_unran"] == {"tests/d.py::test_5"}  # a test that did not run adds nothing
+
+
 def order_run(folder: Path, phase: str, *ids: str) -> list[str]:
     import os
     import subprocess
