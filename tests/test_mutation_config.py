@@ -134,6 +134,24 @@ def test_the_table_says_a_sample_and_its_interval() -> None:
     assert "202 of 9556" in text and "95.0% (91.0%-97.3%)" in text and "sample seed 3" in text
 
 
+def test_a_recount_judges_the_same_sample_with_the_equivalents_recorded_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [f"mlcluster.lockfile.x_a__mutmut_{i}" for i in range(50)]
+    sample = TOOL.draw(names, 10, 4)
+    found = dict.fromkeys(names, "not checked") | dict.fromkeys(sample, "killed")
+    found[sample[0]], found[sample[1]] = "survived", "survived"
+    monkeypatch.setattr(TOOL, "statuses", lambda work: found if work == tmp_path else {})
+    monkeypatch.setattr(TOOL, "RESULTS", tmp_path / "results.json")
+    monkeypatch.setattr(TOOL, "load_equivalent", lambda: {"lockfile": {sample[1]: "same bytes"}})
+    assert TOOL.recount("lockfile", tmp_path, 10, 4) == 1  # one survivor left: the target fails
+    row = json.loads((tmp_path / "results.json").read_text())["modules"]["lockfile"]
+    assert (row["killed"], row["survived"], row["equivalent"], row["population"]) == (8, 1, 1, 50)
+    assert row["survivors"] == [f"{sample[0]} (survived)"] and row["sample"] == {"size": 10, "seed": 4}
+    found[sample[0]] = "killed"
+    assert TOOL.recount("lockfile", tmp_path, 10, 4) == 0
+
+
 def test_the_config_mutmut_reads_mutates_only_the_module_and_runs_only_its_tests() -> None:
     import tomllib
 
