@@ -476,7 +476,7 @@ def main() -> int:
         "--recount",
         type=Path,
         metavar="COPY",
-        help="count again the copy a --keep run left (after re-running its survivors there by name), same --sample/--seed",
+        help="count again the copy a --keep run left (its survivors re-run there by name); same --sample, --seed",
     )
     args = parser.parse_args()
     if args.report:
