@@ -9,6 +9,7 @@ aws_s3_deployment's upload function, with reasons about that function.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,9 @@ from mlcluster.constructs.nag import (
 DEPLOYMENT_HANDLER_PREFIX = "Custom::CDKBucketDeployment"
 #: What aws_s3_deployment grants its function on the CDK assets bucket (a read grant).
 ASSET_READ_ACTIONS = frozenset({"s3:GetObject*", "s3:GetBucket*", "s3:List*"})
+#: The objects of a CDK bootstrap assets bucket, ``cdk-<qualifier>-assets-<account>-<region>`` (the qualifier
+#: is letters and digits), as ``flatten_resource`` writes a statement's resource.
+ASSETS_OBJECTS = re.compile(r"arn:<AWS::Partition>:s3:::cdk-[a-z0-9]+-assets-[^/*]+/\*")
 #: Every action that writes, overwrites, deletes or re-labels an object (or one of its versions).
 OBJECT_CHANGE_ACTIONS = (
     "s3:PutObject",
@@ -248,7 +252,9 @@ class _AssetsBucketAcknowledgement:
     The grant's resource is the bootstrap bucket of the stack's synthesizer
     (``cdk-<qualifier>-assets-<account>-<region>``, with placeholders or
     concrete values); it is read from the function's policy when the tree is
-    validated, so the acknowledged id is exactly what cdk-nag reports.
+    validated, so the acknowledged id is exactly what cdk-nag reports. A read
+    grant on any other bucket (a library user's ``Source.bucket``) is not
+    acknowledged here: its reason is the user's to give.
     """
 
     def __init__(self, handler: IConstruct) -> None:
@@ -266,7 +272,7 @@ class _AssetsBucketAcknowledgement:
                 continue
             for resource in _as_list(statement.get("Resource")):
                 text = flatten_resource(resource)
-                if "*" in text:
+                if ASSETS_OBJECTS.fullmatch(text):
                     acknowledge(
                         self._handler,
                         f"AwsSolutions-IAM5[Resource::{text}]",

@@ -5,7 +5,7 @@
 - What a reviewer reads in the compliance report for aws_s3_deployment's upload function: every acknowledged
   finding with its reason, which names the scripts (``__init__`` mutant 86, ``_acknowledge_upload_handler``
   mutants 58, 80, 89).
-- The read grant on the CDK assets bucket is acknowledged wherever it sits in the function's policy: a
+- The read grant on the CDK assets bucket, and no other bucket's, is acknowledged wherever it sits in the function's policy: a
   stack whose first script bucket uploads from another bucket puts it after that bucket's read/write grant,
   and still synthesizes under cdk-nag (``_AssetsBucketAcknowledgement.validate`` mutant 47).
 """
@@ -17,15 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+import pytest
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
+from mlcluster.constructs.nag import acknowledge
 from mlcluster.constructs.script_bucket import OBJECT_CHANGE_ACTIONS, ScriptBucket
 
 PACKS = ("NIST.800.53.R5", "HIPAA.Security", "PCI.DSS.321")
 ASSETS = "arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*"
+OTHER_OBJECTS = "Resource::arn:<AWS::Partition>:s3:::other-bucket/*"
 
 
 def scripts(stack: cdk.Stack, construct_id: str = "Scripts", **props: Any) -> ScriptBucket:
@@ -143,12 +146,28 @@ def test_the_assets_read_grant_is_acknowledged_after_another_buckets_grants(tmp_
     other = s3.Bucket.from_bucket_name(stack, "Other", "other-bucket")
     first = scripts(stack, "First", sources=[s3deploy.Source.bucket(other, "scripts.zip")])
     scripts(stack, "Second")
+    handler = first.deployment.handler_role.node.scope
+    assert handler is not None
+    # The read of the user's own bucket is the user's to acknowledge, with their reason (see the test below).
+    reason = "The upload reads the release archives our build pipeline writes to other-bucket, by content hash."
+    acknowledge(handler, f"AwsSolutions-IAM5[{OTHER_OBJECTS}]", reason)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()  # raises on any unacknowledged finding
     (policy,) = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
     read = ["s3:GetObject*", "s3:GetBucket*", "s3:List*"]
     reads = [i for i, s in enumerate(policy["Properties"]["PolicyDocument"]["Statement"]) if s["Action"] == read]
     assert reads == [0, 2]  # the assets bucket's read grant follows a read/write grant
-    handler = first.deployment.handler_role.node.scope
-    assert handler is not None
     assert f"AwsSolutions-IAM5[Resource::{ASSETS}]" in acknowledged(tmp_path, "Scripts")[f"/{handler.node.path}"]
+
+
+def test_a_read_grant_on_the_users_own_bucket_is_not_given_the_assets_buckets_reason(tmp_path: Path) -> None:
+    """A library user's ``Source.bucket`` grant is theirs to acknowledge: cdk-nag names it, the assets one is not."""
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Scripts")
+    other = s3.Bucket.from_bucket_name(stack, "Other", "other-bucket")
+    scripts(stack, "First", sources=[s3deploy.Source.bucket(other, "scripts.zip")])
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    with pytest.raises(Exception, match="AwsSolutions-IAM5") as caught:
+        app.synth()
+    assert f"[{OTHER_OBJECTS}]" in str(caught.value)
+    assert "cdk-hnb659fds-assets" not in str(caught.value)
