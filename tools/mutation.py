@@ -302,9 +302,11 @@ def run_module(
             fh.write(mutmut_config(module))
         # The tests run inside mutants/ and some run the pinned CDK CLI from node_modules: link it there
         # (mutmut keeps what it finds in mutants/; copying node_modules would take minutes).
-        if (ROOT / "node_modules").is_dir():
-            (work / "mutants").mkdir()
-            (work / "mutants" / "node_modules").symlink_to(ROOT / "node_modules")
+        # And .venv: tests run tools it holds (shellcheck) from the tree's own .venv/bin.
+        (work / "mutants").mkdir()
+        for tools in ("node_modules", ".venv"):
+            if (ROOT / tools).is_dir():
+                (work / "mutants" / tools).symlink_to(ROOT / tools)
         print(f"mutation: {name}: mutmut over {', '.join(module.mutate)} against {', '.join(module.tests)}", flush=True)
         log = work / "mutmut.log"
         start = time.monotonic()
