@@ -29,15 +29,34 @@ aws s3 rm s3://data-bucket/in/old
 LIST = {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::data-bucket"}
 DELETE = {"Effect": "Allow", "Action": "s3:DeleteObject", "Resource": "arn:aws:s3:::data-bucket/in/*"}
 FETCH = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::scripts/pc/*"}
+#: Another upload to the same bucket under another prefix (asset.def): not this node's scripts, so its call is
+#: never this node's.
+NEIGHBOUR = "#!/bin/bash\naws ec2 terminate-instances --instance-ids i-0123\n"
+
+
+def _upload(prefix: str, asset: str) -> dict[str, Any]:
+    return {
+        "Type": "Custom::CDKBucketDeployment",
+        "Properties": {
+            "DestinationBucketName": "scripts",
+            "DestinationBucketKeyPrefix": prefix,
+            "SourceObjectKeys": [f"{asset}.zip"],
+        },
+    }
 
 
 def _assembly(
-    tmp_path: Path, iam: dict[str, Any], resources: dict[str, Any], database: dict[str, Any] | None = None
+    tmp_path: Path,
+    iam: dict[str, Any],
+    resources: dict[str, Any],
+    database: dict[str, Any] | None = None,
+    script: str = SCRIPT,
 ) -> Assembly:
-    """One cluster whose head node holds ``iam`` and runs SCRIPT as its custom action (none with a ``database``)."""
-    folder = tmp_path / "asset.abc"
-    folder.mkdir()
-    (folder / "run.sh").write_text(SCRIPT)
+    """One cluster whose head node holds ``iam`` and runs ``script`` as its custom action (none with a
+    ``database``); the scripts bucket also holds NEIGHBOUR under ``hyperpod/``."""
+    for asset, text in (("abc", script), ("def", NEIGHBOUR)):
+        (tmp_path / f"asset.{asset}").mkdir()
+        (tmp_path / f"asset.{asset}" / "run.sh").write_text(text)
     config: dict[str, Any] = {"HeadNode": {"Iam": iam}}
     if database is None:
         config["HeadNode"]["CustomActions"] = {"OnNodeConfigured": {"Script": "s3://scripts/pc/run.sh"}}
@@ -46,14 +65,8 @@ def _assembly(
     template = {
         "Resources": {
             "Cluster": {"Type": "Custom::PclusterCluster", "Properties": {"ClusterConfiguration": config}},
-            "Upload": {
-                "Type": "Custom::CDKBucketDeployment",
-                "Properties": {
-                    "DestinationBucketName": "scripts",
-                    "DestinationBucketKeyPrefix": "pc/",
-                    "SourceObjectKeys": ["abc.zip"],
-                },
-            },
+            "Upload": _upload("pc/", "abc"),
+            "Neighbour": _upload("hyperpod/", "def"),
             **resources,
         }
     }
@@ -75,6 +88,46 @@ def test_s3_ls_and_rm_are_authorized_on_the_bucket_and_on_the_object(tmp_path: P
     iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
     assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(LIST, DELETE, FETCH)})
     assert _findings(assembly) == []
+
+
+def test_a_call_after_a_quoted_message_is_read_on_its_own_arguments(tmp_path: Path) -> None:
+    """A log message in quotes before the call on the same line does not shift what is read as its arguments."""
+    script = '#!/bin/bash\nlog "fetching the input" && aws s3 rm s3://data-bucket/in/old\n'
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(FETCH)}, script=script)
+    assert _findings(assembly) == [
+        "env: head node: run.sh:2 `aws s3 rm` needs s3:DeleteObject on "
+        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which the node role does not allow"
+    ]
+
+
+def test_a_command_substitution_inside_an_argument_stays_part_of_it(tmp_path: Path) -> None:
+    """``"s3://b/in/$(hostname).tar"``: the argument is read whole (not cut at the substitution's ``)``), so the
+    download is judged on its object under ``in/`` and the grant on ``in/*`` allows it."""
+    script = '#!/bin/bash\naws s3 cp "s3://data-bucket/in/$(hostname).tar" /tmp/in.tar\n'
+    read = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::data-bucket/in/*"}
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(read, FETCH)}, script=script)
+    assert _findings(assembly) == []
+    (tmp_path / "without").mkdir()
+    assembly = _assembly(tmp_path / "without", iam, {"Policy": _managed_policy(FETCH)}, script=script)
+    assert _findings(assembly) == [
+        "env: head node: run.sh:2 `aws s3 cp` needs s3:GetObject on "
+        "arn:${AWS::Partition}:s3:::data-bucket/in/$(hostname).tar, which the node role does not allow"
+    ]
+
+
+def test_an_api_name_that_is_no_iam_action_is_reported_with_its_script_line(tmp_path: Path) -> None:
+    """A call the gate cannot map to an IAM action (``aws s3api``: botocore names that service ``s3``) is reported
+    with its script, line and name instead of passing, whatever the role holds."""
+    script = "#!/bin/bash\naws s3api head-object --bucket data-bucket --key in/old\n"
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    everything = {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(everything)}, script=script)
+    assert _findings(assembly) == [
+        "env: head node: run.sh:2 `aws s3api head-object` needs s3api:head-object on (no such IAM action: map it in "
+        "API_ACTIONS), which the node role does not allow"
+    ]
 
 
 def test_an_rm_the_role_does_not_allow_is_found_on_its_object(tmp_path: Path) -> None:
