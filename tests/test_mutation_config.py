@@ -134,6 +134,24 @@ def test_the_table_says_a_sample_and_its_interval() -> None:
     assert "202 of 9556" in text and "95.0% (91.0%-97.3%)" in text and "sample seed 3" in text
 
 
+def test_a_recount_judges_the_same_sample_with_the_equivalents_recorded_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [f"mlcluster.lockfile.x_a__mutmut_{i}" for i in range(50)]
+    sample = TOOL.draw(names, 10, 4)
+    found = dict.fromkeys(names, "not checked") | dict.fromkeys(sample, "killed")
+    found[sample[0]], found[sample[1]] = "survived", "survived"
+    monkeypatch.setattr(TOOL, "statuses", lambda work: found if work == tmp_path else {})
+    monkeypatch.setattr(TOOL, "RESULTS", tmp_path / "results.json")
+    monkeypatch.setattr(TOOL, "load_equivalent", lambda: {"lockfile": {sample[1]: "same bytes"}})
+    assert TOOL.recount("lockfile", tmp_path, 10, 4) == 1  # one survivor left: the target fails
+    row = json.loads((tmp_path / "results.json").read_text())["modules"]["lockfile"]
+    assert (row["killed"], row["survived"], row["equivalent"], row["population"]) == (8, 1, 1, 50)
+    assert row["survivors"] == [f"{sample[0]} (survived)"] and row["sample"] == {"size": 10, "seed": 4}
+    found[sample[0]] = "killed"
+    assert TOOL.recount("lockfile", tmp_path, 10, 4) == 0
+
+
 def test_the_config_mutmut_reads_mutates_only_the_module_and_runs_only_its_tests() -> None:
     import tomllib
 
@@ -173,6 +191,19 @@ ORDER_TESTS = {
 
 
 PLUGIN = ("-p", "tools.mutation_order")
+
+
+def test_the_map_is_widened_to_every_test_of_a_file_one_of_its_tests_reached() -> None:
+    """A module fixture runs in its file's first test only; the file's other tests judge the mutant too."""
+    import tools.mutation_order as order
+
+    ran = ["tests/a.py::test_1", "tests/a.py::test_2[x]", "tests/b.py::test_3", "tests/c.py::test_4"]
+    mapping = {"m.x_built": {"tests/a.py::test_1"}, "m.x_both": {"tests/b.py::test_3", "tests/c.py::test_4"}}
+    mapping |= {"m.x_unran": {"tests/d.py::test_5"}}
+    order.widen(mapping, ran)
+    assert mapping["m.x_built"] == {"tests/a.py::test_1", "tests/a.py::test_2[x]"}  # not b's or c's
+    assert mapping["m.x_both"] == {"tests/b.py::test_3", "tests/c.py::test_4"}
+    assert mapping["m.x_unran"] == {"tests/d.py::test_5"}  # a test that did not run adds nothing
 
 
 def order_run(folder: Path, phase: str, *ids: str) -> list[str]:

@@ -449,6 +449,21 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def recount(name: str, work: Path, sample: int | None, seed: int) -> int:
+    """The "after" figure of a kept copy: its statuses now, the same sample, the equivalents recorded now."""
+    found = statuses(work)
+    chosen = draw(list(found), sample, seed) if sample is not None else None
+    result = summarize(found, load_equivalent().get(name, {}), chosen)
+    module = MODULES[name]
+    result |= {"mutate": list(module.mutate), "tests": list(module.tests), "recounted": True}
+    result["sample"] = {"size": len(chosen), "seed": seed} if chosen is not None else None
+    write_results({name: result})
+    for survivor in result["survivors"]:
+        print(f"  survived: {survivor}")
+    print(table(json.loads(RESULTS.read_text())))
+    return 1 if result["survived"] or result["stale_equivalents"] or not result["complete"] else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--module", action="append", choices=[*MODULES, "shell"], default=[])
@@ -457,10 +472,20 @@ def main() -> int:
     parser.add_argument("--sample", type=int, help="run a seeded random sample of this many mutants a module")
     parser.add_argument("--seed", type=int, default=1, help="the sample's seed (default 1)")
     parser.add_argument("--report", action="store_true", help="print the last result (mutation/results.json) only")
+    parser.add_argument(
+        "--recount",
+        type=Path,
+        metavar="COPY",
+        help="count again the copy a --keep run left (its survivors re-run there by name); same --sample, --seed",
+    )
     args = parser.parse_args()
     if args.report:
         print(table(json.loads(RESULTS.read_text())) if RESULTS.exists() else "no mutation/results.json yet")
         return 0
+    if args.recount:
+        if len(args.module) != 1 or args.module == ["shell"]:
+            sys.exit("mutation: --recount needs exactly one Python --module (the one the copy was made for)")
+        return recount(args.module[0], args.recount, args.sample, args.seed)
     if shutil.which("git") is None:
         sys.exit("mutation: git is needed to copy the tree")
     chosen = args.module or [*MODULES, "shell"]

@@ -11,6 +11,14 @@ seconds each test file spent (set-up, call and tear-down) in ``mutation-file-sec
 mutant is under test, it sorts the items by that cost, file by file, keeping pytest's own order inside
 a file (its grouping of parametrized fixtures). Nothing is left out: a mutant no test kills still runs
 every test mapped to it; only the order (and so where ``-x`` stops) changes.
+
+The plugin also widens mutmut's map to whole files. mutmut credits a function to the test during whose
+set-up, call or tear-down it ran; a module-scoped fixture (a stack built once for a file's tests) runs
+in the first test's set-up only, so the file's other tests, whose assertions read that stack, were
+never chosen to judge a mutant of the code the fixture ran: the mutant "survived" tests that would
+have failed on it. At the end of the mapping run, every function mapped to a test of a file is mapped
+to every test of that file that ran (``widen``). A session fixture shared across files is still
+credited to the first file only.
 """
 
 from __future__ import annotations
@@ -28,6 +36,28 @@ COSTS = Path("mutation-file-seconds.json")
 NOT_A_MUTANT = {"", "stats", "fail", "mutant_generation"}
 
 _seconds: defaultdict[str, float] = defaultdict(float)
+#: The node ids the mapping run ran, in order (as mutmut records them: relative to ``mutants/``).
+_ran: list[str] = []
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def widen(tests_by_function: dict[str, set[str]], ran: list[str]) -> None:
+    """Map every function to every test of each file one of its tests is in (in place; only tests that ran)."""
+    by_file: defaultdict[str, set[str]] = defaultdict(set)
+    for nodeid in ran:
+        by_file[_file(nodeid)].add(nodeid)
+    for tests in tests_by_function.values():
+        for file in {_file(test) for test in tests}:
+            tests |= by_file[file]
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    """In the mapping run: remember each test that ran (mutmut's own ids drop a leading ``mutants/``)."""
+    if _phase() == "stats":
+        _ran.append(nodeid.removeprefix("mutants/"))
 
 
 def _phase() -> str:
@@ -41,7 +71,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """In the mapping run: write each file's cost for the mutant runs (added to those a previous mapping run wrote)."""
+    """In the mapping run: widen mutmut's map to whole files; write each file's cost for the mutant runs."""
+    if _phase() == "stats" and _ran:
+        from mutmut.state import state  # only ever loaded by mutmut, which saves the map after this session
+
+        widen(state().tests_by_mangled_function_name, _ran)
     if _phase() == "stats" and _seconds:
         # mutmut's later mapping runs cover new tests only: merge, so the files measured before keep their cost.
         known = json.loads(COSTS.read_text(encoding="utf-8")) if COSTS.exists() else {}

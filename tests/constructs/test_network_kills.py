@@ -1,0 +1,258 @@
+"""ClusterNetwork and ImportedNetwork: behaviour `make mutation MODULE=constructs-security` showed no test asserted.
+
+tests/test_network.py checks most of this on a module fixture, which mutmut maps to the first test that builds
+it only; each test here builds its own network, so every mutant of the constructs meets all of them.
+
+- A zone error names the zone: ``primary zone`` or ``extra_zones[i]`` (``_plan_subnets`` mutants 4, 5).
+- The S3 gateway endpoint: on every route table, with the whole policy (writes only to this account's
+  buckets) written out (``__init__`` mutant 265, ``s3_endpoint_policy`` mutant 28); no DynamoDB endpoint unless
+  asked (``__init__`` mutant 4).
+- Logical ids are a contract (a changed one replaces the resource): the network's own resources (the
+  secondary CIDR block, the flow log policy: mutants 91, 93, ``_flow_logs`` 63) and what a library user hangs
+  on the VPC and subnets it hands out, whose ids derive from theirs (``Vpc``, ``Private<n>Ref``: mutants 329,
+  330, 367, ``ImportedNetwork`` 66).
+- The private subnets know their zone (mutant 357); the nodes' group is known to allow all outbound, so a
+  consumer's rule from it adds no egress rule to it (``ClusterSecurityGroup`` mutant 99).
+- A subnet pinned to a zone name is clean under cfn-lint (its W3010 is silenced on that subnet only:
+  ``_subnet`` mutants 52, 60, 61); every acknowledgement the compliance report shows for the network is its
+  finding with its reason (mutant 77).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
+
+from mlcluster.config.network import Zone
+from mlcluster.constructs.network import ClusterNetwork, ImportedNetwork
+from tests.support import cfn_lint
+
+ENV = cdk.Environment(account="111111111111", region="us-east-1")
+
+
+def network(**props: Any) -> tuple[cdk.Stack, ClusterNetwork]:
+    stack = cdk.Stack(cdk.App(), "Net", env=ENV)
+    return stack, ClusterNetwork(stack, "Network", **props)
+
+
+def by_type(t: Template, kind: str) -> dict[str, Any]:
+    return t.find_resources(kind)
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({}, r"^primary zone: give exactly one of availability_zone or availability_zone_id$"),
+        (
+            {"availability_zone": "us-east-1a", "extra_zones": [Zone(availability_zone="nowhere")]},
+            r"^extra_zones\[0\]: availability_zone 'nowhere' is not an AZ name like 'us-east-1a'$",
+        ),
+        (
+            {
+                "availability_zone": "us-east-1a",
+                "extra_zones": [Zone(availability_zone="us-east-1b"), Zone(availability_zone_id="az6")],
+            },
+            r"^extra_zones\[1\]: availability_zone_id 'az6' is not an AZ ID like 'use1-az4'$",
+        ),
+    ],
+)
+def test_a_zone_error_names_the_zone(props: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        network(**props)
+
+
+def test_the_s3_endpoint_serves_every_route_table_and_writes_only_to_this_accounts_buckets() -> None:
+    stack, _ = network(availability_zone="us-east-1a", extra_zones=[Zone(availability_zone="us-east-1b")])
+    t = Template.from_stack(stack)
+    (endpoint,) = by_type(t, "AWS::EC2::VPCEndpoint").values()  # no DynamoDB endpoint unless asked
+    props = endpoint["Properties"]
+    assert props["ServiceName"] == {"Fn::Sub": "com.amazonaws.${AWS::Region}.s3"}
+    tables = sorted(by_type(t, "AWS::EC2::RouteTable"))
+    assert len(tables) == 3  # the public subnet's and both private subnets'
+    assert sorted(r["Ref"] for r in props["RouteTableIds"]) == tables
+    assert props["PolicyDocument"] == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ReadAnyBucket",
+                "Effect": "Allow",
+                "Principal": {"AWS": "*"},
+                "Action": [
+                    "s3:GetObject",
+                    "s3:GetObjectVersion",
+                    "s3:GetBucketLocation",
+                    "s3:ListBucket",
+                    "s3:ListAllMyBuckets",
+                ],
+                "Resource": "*",
+            },
+            {
+                "Sid": "AnythingOnThisAccountsBuckets",
+                "Effect": "Allow",
+                "Principal": {"AWS": "*"},
+                "Action": "s3:*",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:ResourceAccount": {"Ref": "AWS::AccountId"}}},
+            },
+        ],
+    }
+
+
+def test_the_networks_resources_keep_their_logical_ids() -> None:
+    """A changed logical id replaces the resource: a new CIDR block association (refused while the old one
+    holds the block) or a new flow log policy. The whole set, written out: nothing added by default either."""
+    stack, _ = network(availability_zone="us-east-1a", secondary_cidr="10.1.0.0/16")
+    resources = {k: v["Type"] for k, v in Template.from_stack(stack).to_json()["Resources"].items()}
+    assert resources == {
+        "Network1C6012B5": "AWS::EC2::VPC",
+        "NetworkSecondaryCidrB8AD81B7": "AWS::EC2::VPCCidrBlock",
+        "NetworkInternetGatewayD8FF3F66": "AWS::EC2::InternetGateway",
+        "NetworkInternetGatewayAttachment4FEFFDBC": "AWS::EC2::VPCGatewayAttachment",
+        "NetworkPublic1Subnet2EC4E260": "AWS::EC2::Subnet",
+        "NetworkPublic1RouteTable427BA52F": "AWS::EC2::RouteTable",
+        "NetworkPublic1RouteTableAssociationB15EC17A": "AWS::EC2::SubnetRouteTableAssociation",
+        "NetworkPublic1DefaultRouteE54D8095": "AWS::EC2::Route",
+        "NetworkPublic1NatIpDD04E743": "AWS::EC2::EIP",
+        "NetworkPublic1NatGateway847305B2": "AWS::EC2::NatGateway",
+        "NetworkPrivate1SubnetA7C71D78": "AWS::EC2::Subnet",
+        "NetworkPrivate1RouteTableCC181843": "AWS::EC2::RouteTable",
+        "NetworkPrivate1RouteTableAssociation2AC9EE63": "AWS::EC2::SubnetRouteTableAssociation",
+        "NetworkPrivate1DefaultRouteB87DC609": "AWS::EC2::Route",
+        "NetworkS3Endpoint635CABAC": "AWS::EC2::VPCEndpoint",
+        "NetworkFlowLogGroup4F8CEEEF": "AWS::Logs::LogGroup",
+        "NetworkFlowLogRole4C0B2D1D": "AWS::IAM::Role",
+        "NetworkFlowLogPolicyC5431858": "AWS::IAM::ManagedPolicy",
+        "NetworkFlowLogC0B00A8E": "AWS::EC2::FlowLog",
+        "NetworkSecurityGroup6335DB55": "AWS::EC2::SecurityGroup",
+        "NetworkSecurityGroupSelfIngressB533DA1C": "AWS::EC2::SecurityGroupIngress",
+        "NetworkSecurityGroupSelfEgressCD72E488": "AWS::EC2::SecurityGroupEgress",
+    }
+
+
+def test_what_a_user_adds_to_the_vpc_and_subnets_keeps_its_logical_id() -> None:
+    """An endpoint added to ``network.vpc`` or a network ACL associated with a subnet is made inside that
+    construct, so its logical id carries the construct's id: renaming ``Vpc`` or ``Private<n>Ref`` would
+    replace the user's resources."""
+    stack, net = network(availability_zone="us-east-1a", extra_zones=[Zone(availability_zone="us-east-1b")])
+    net.vpc.add_gateway_endpoint("DynamoDb", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB)
+    acl = ec2.NetworkAcl(stack, "Acl", vpc=net.vpc)
+    for subnet in net.private_subnets:
+        subnet.associate_network_acl("Acl", acl)
+    imported = ImportedNetwork(
+        stack,
+        "Imported",
+        vpc_id="vpc-0abc1234",
+        vpc_cidr="10.20.0.0/16",
+        private_subnet_ids=["subnet-0abc1234"],
+        security_group_id="sg-0abc1234",
+        availability_zone="us-east-1a",
+    )
+    imported.vpc.add_interface_endpoint(
+        "Ssm",
+        service=ec2.InterfaceVpcEndpointAwsService.SSM,
+        subnets=ec2.SubnetSelection(subnets=imported.private_subnets),
+    )
+    t = Template.from_stack(stack)
+    assert sorted(by_type(t, "AWS::EC2::VPCEndpoint")) == [
+        "ImportedVpcSsm797675F5",
+        "NetworkS3Endpoint635CABAC",
+        "NetworkVpcDynamoDbCF49C09B",
+    ]
+    assert sorted(by_type(t, "AWS::EC2::SubnetNetworkAclAssociation")) == [
+        "AclAclNetNetworkPrivate1RefA131E095B92A508B",
+        "AclAclNetNetworkPrivate2Ref0081B9F7184867C7",
+    ]
+
+
+def test_the_private_subnets_know_their_zone() -> None:
+    """Consumers place file systems and nodes by the subnet's zone (``ISubnet.availability_zone``)."""
+    stack, net = network(availability_zone="us-east-1a", extra_zones=[Zone(availability_zone_id="use1-az6")])
+    t = Template.from_stack(stack)
+    subnets = {v["Properties"]["CidrBlock"]: k for k, v in by_type(t, "AWS::EC2::Subnet").items()}
+    for subnet in net.private_subnets:
+        assert stack.resolve(subnet.availability_zone) == {
+            "Fn::GetAtt": [subnets[subnet.ipv4_cidr_block], "AvailabilityZone"]
+        }
+
+
+def test_a_rule_from_the_nodes_group_adds_no_egress_rule_to_it() -> None:
+    """The nodes' group already allows all traffic out (0.0.0.0/0): a consumer's ingress from it (a database,
+    a file system) must not add egress rules to it, which would be written into the consumer's stack."""
+    stack, net = network(availability_zone="us-east-1a")
+    database = ec2.SecurityGroup(stack, "Database", vpc=net.vpc, allow_all_outbound=False)
+    database.connections.allow_from(net.security_group, ec2.Port.tcp(3306), "MySQL from the nodes")
+    assert net.security_group.allow_all_outbound is True
+    t = Template.from_stack(stack)
+    assert sorted(by_type(t, "AWS::EC2::SecurityGroupEgress")) == ["NetworkSecurityGroupSelfEgressCD72E488"]
+    (ingress,) = [
+        r["Properties"]
+        for r in by_type(t, "AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"].get("FromPort") == 3306
+    ]
+    assert ingress["SourceSecurityGroupId"] == {"Fn::GetAtt": ["NetworkSecurityGroup6335DB55", "GroupId"]}
+
+
+def test_a_subnet_pinned_to_a_zone_name_is_clean_under_cfn_lint(tmp_path: Path) -> None:
+    """cfn-lint's W3010 (hard-coded zone) is the design for a named zone: silenced on those subnets only."""
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Net", env=ENV)
+    ClusterNetwork(stack, "Network", availability_zone="us-east-1a")
+    app.synth()
+    template = tmp_path / "Net.template.json"
+    subnets = [r for r in json.loads(template.read_text())["Resources"].values() if r["Type"] == "AWS::EC2::Subnet"]
+    assert len(subnets) == 2
+    for subnet in subnets:
+        assert subnet["Metadata"]["cfn-lint"] == {"config": {"ignore_checks": ["W3010"]}}
+    assert cfn_lint([template]) == {str(template): []}
+
+
+def acknowledged(outdir: Path) -> dict[str, dict[str, str]]:
+    """Every acknowledgement in the assembly, as the compliance report shows it: path -> finding -> reason."""
+    found: dict[str, dict[str, str]] = {}
+    for metadata in outdir.glob("*.metadata.json"):
+        for path, entries in json.loads(metadata.read_text()).items():
+            for entry in entries:
+                if entry["type"] == "aws:cdk:acknowledged-rules":
+                    found.setdefault(path, {}).update(
+                        {k.removeprefix("Annotation::"): v for k, v in entry["data"].items()}
+                    )
+    return found
+
+
+PACKS = ("NIST.800.53.R5", "HIPAA.Security", "PCI.DSS.321")
+
+
+def test_every_acknowledgement_of_the_network_is_its_finding_with_its_reason(tmp_path: Path) -> None:
+    """What a reviewer reads in the compliance report for the network: each acknowledged finding, once per
+    pack that has it, with the reason specific to that resource (written out: a changed word is seen)."""
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Net", env=ENV)
+    ClusterNetwork(stack, "Network", availability_zone="us-east-1a")
+    app.synth()
+    zone = "The zone is pinned on purpose: capacity reservations, FSx and the nodes must share one named zone."
+    assert acknowledged(tmp_path) == {
+        "/Net/Network/Resource": dict.fromkeys(
+            (f"{pack}-VPCDefaultSecurityGroupClosed" for pack in PACKS),
+            "Nothing mlcluster creates uses the VPC's default security group: nodes and file systems use the "
+            "cluster security group. Closing it would need a custom resource Lambda in every environment.",
+        ),
+        "/Net/Network/Public1Subnet": {"CloudFormation-Validate::W3010": zone},
+        "/Net/Network/Private1Subnet": {"CloudFormation-Validate::W3010": zone},
+        "/Net/Network/Public1DefaultRoute": dict.fromkeys(
+            (f"{pack}-VPCNoUnrestrictedRouteToIGW" for pack in PACKS),
+            "The public subnet's default route is how its NAT gateway reaches the internet (and a public head "
+            "node's Elastic IP, or internet-facing login nodes' public IPs, when the file asks for them); "
+            "nodes sit in the private subnets behind NAT by default.",
+        ),
+        "/Net/Network/SecurityGroup/SelfIngress": dict.fromkeys(
+            (f"{pack}-EC2RestrictedCommonPorts" for pack in PACKS),
+            "The source is this security group itself, not an address range: only cluster members reach these "
+            "ports, and EFA requires all-traffic self ingress.",
+        ),
+    }

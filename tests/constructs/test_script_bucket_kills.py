@@ -1,0 +1,154 @@
+"""ScriptBucket: behaviour `make mutation MODULE=constructs-security` showed no test asserted.
+
+- The deny on object changes covers every object of the bucket (``arn/*``), with its whole statement
+  written out (``_deny_object_changes`` mutant 41).
+- What a reviewer reads in the compliance report for aws_s3_deployment's upload function: every acknowledged
+  finding with its reason, which names the scripts (``__init__`` mutant 86, ``_acknowledge_upload_handler``
+  mutants 58, 80, 89).
+- The read grant on the CDK assets bucket is acknowledged wherever it sits in the function's policy: a
+  stack whose first script bucket uploads from another bucket puts it after that bucket's read/write grant,
+  and still synthesizes under cdk-nag (``_AssetsBucketAcknowledgement.validate`` mutant 47).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_deployment as s3deploy
+from aws_cdk.assertions import Template
+from cdk_nag import AwsSolutionsChecks
+
+from mlcluster.constructs.script_bucket import OBJECT_CHANGE_ACTIONS, ScriptBucket
+
+PACKS = ("NIST.800.53.R5", "HIPAA.Security", "PCI.DSS.321")
+ASSETS = "arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*"
+
+
+def scripts(stack: cdk.Stack, construct_id: str = "Scripts", **props: Any) -> ScriptBucket:
+    return ScriptBucket(
+        stack,
+        construct_id,
+        prefix="pcluster/",
+        sources=props.pop("sources", [s3deploy.Source.data("a.sh", "true")]),
+        purpose="test scripts",
+        **props,
+    )
+
+
+def acknowledged(outdir: Path, stack: str) -> dict[str, dict[str, str]]:
+    """The assembly's acknowledgements, as the compliance report shows them: path -> finding -> reason."""
+    found: dict[str, dict[str, str]] = {}
+    for path, entries in json.loads((outdir / f"{stack}.metadata.json").read_text()).items():
+        for entry in entries:
+            if entry["type"] == "aws:cdk:acknowledged-rules":
+                found.setdefault(path, {}).update({k.removeprefix("Annotation::"): v for k, v in entry["data"].items()})
+    return found
+
+
+def test_only_the_upload_changes_any_object_of_the_bucket() -> None:
+    stack = cdk.Stack(cdk.App(), "pc-Cluster")
+    bucket = scripts(stack)
+    t = Template.from_stack(stack)
+    bucket_id = stack.resolve(bucket.bucket.bucket_arn)["Fn::GetAtt"][0]
+    (policy,) = [
+        p["Properties"]["PolicyDocument"]
+        for p in t.find_resources("AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": bucket_id}
+    ]
+    (deny,) = [s for s in policy["Statement"] if s.get("Sid") == "OnlyTheDeployChangesObjects"]
+    role = stack.resolve(bucket.deployment.handler_role.role_arn)
+    assert deny == {
+        "Sid": "OnlyTheDeployChangesObjects",
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": sorted(OBJECT_CHANGE_ACTIONS),
+        "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, "/*"]]},
+        "Condition": {"ArnNotEquals": {"aws:PrincipalArn": [role]}},
+    }
+
+
+def test_the_upload_functions_findings_are_acknowledged_with_reasons_about_it(tmp_path: Path) -> None:
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Scripts")
+    bucket = scripts(stack)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()
+    handler = bucket.deployment.handler_role.node.scope
+    assert handler is not None
+    bucket_id = stack.resolve(bucket.bucket.bucket_arn)["Fn::GetAtt"][0]
+
+    def upload(reason: str) -> str:
+        return f"The aws_s3_deployment upload function: {reason}."
+
+    actions = ("s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*")
+    assert acknowledged(tmp_path, "Scripts")[f"/{handler.node.path}"] == {
+        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]": (
+            "aws_s3_deployment creates the upload function's role with the basic execution policy, which only lets "
+            "it write its own CloudWatch logs; the role is internal to that construct and not exposed to replace."
+        ),
+        "AwsSolutions-L1": (
+            "The upload function's runtime is fixed by aws_s3_deployment in aws-cdk-lib, which moves it to newer "
+            "Python versions with its releases; the function only copies files between buckets at deploy time."
+        ),
+        **{
+            f"AwsSolutions-IAM5[Action::{action}]": (
+                f"aws_s3_deployment grants its upload function {action} from the read/write grants of the asset and "
+                "script buckets: it reads the asset zip, lists and prunes the script prefix, and aborts failed "
+                "multipart uploads; the grants are limited to those buckets."
+            )
+            for action in actions
+        },
+        **dict.fromkeys(
+            (f"{pack}-LambdaConcurrency" for pack in PACKS),
+            upload("it runs once per deployment that changes the files"),
+        ),
+        **dict.fromkeys(
+            (f"{pack}-LambdaDLQ" for pack in PACKS),
+            upload(
+                "CloudFormation invokes it asynchronously as a custom resource, and it reports every failure to the "
+                "custom resource's response URL itself, which fails the deployment; a dead-letter queue would only "
+                "keep events CloudFormation has already failed, which nobody replays"
+            ),
+        ),
+        **dict.fromkeys(
+            (f"{pack}-LambdaInsideVPC" for pack in PACKS),
+            upload("it only copies objects between two S3 buckets through the S3 API"),
+        ),
+        **dict.fromkeys(
+            (f"{pack}-IAMNoInlinePolicy" for pack in PACKS),
+            upload("aws_s3_deployment writes its bucket grants as the role's default policy"),
+        ),
+        f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/*]": (
+            "The upload function writes and prunes test scripts in this bucket; aws_s3_deployment grants it the "
+            "bucket's objects, and it only touches keys under the upload prefix."
+        ),
+        f"AwsSolutions-IAM5[Resource::{ASSETS}]": (
+            "The upload function reads the zipped scripts that `cdk deploy` publishes to the CDK bootstrap assets "
+            "bucket; asset keys are content hashes, so the read grant covers the bucket's objects."
+        ),
+    }
+
+
+def test_the_assets_read_grant_is_acknowledged_after_another_buckets_grants(tmp_path: Path) -> None:
+    """Two script buckets in one stack share the upload function; the first uploads from another bucket. In an app
+    without the feature flag ``@aws-cdk/aws-iam:minimizePolicies`` (mlcluster's cdk.json sets it; a library
+    user's app may not) the function's policy then reads: that bucket, the first script bucket (read/write),
+    the assets bucket, the second script bucket."""
+    app = cdk.App(outdir=str(tmp_path), post_cli_context={"@aws-cdk/aws-iam:minimizePolicies": False})
+    stack = cdk.Stack(app, "Scripts")
+    other = s3.Bucket.from_bucket_name(stack, "Other", "other-bucket")
+    first = scripts(stack, "First", sources=[s3deploy.Source.bucket(other, "scripts.zip")])
+    scripts(stack, "Second")
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()  # raises on any unacknowledged finding
+    (policy,) = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
+    read = ["s3:GetObject*", "s3:GetBucket*", "s3:List*"]
+    reads = [i for i, s in enumerate(policy["Properties"]["PolicyDocument"]["Statement"]) if s["Action"] == read]
+    assert reads == [0, 2]  # the assets bucket's read grant follows a read/write grant
+    handler = first.deployment.handler_role.node.scope
+    assert handler is not None
+    assert f"AwsSolutions-IAM5[Resource::{ASSETS}]" in acknowledged(tmp_path, "Scripts")[f"/{handler.node.path}"]
