@@ -78,13 +78,18 @@ def bucket_policy(assembly: Assembly, bucket: Resource) -> list[ResourceStatemen
 
 
 def _condition_holds(conditions: Mapping[str, Mapping[str, Any]], context: Mapping[str, str]) -> bool | None:
-    """Whether every condition holds in ``context``; ``None`` when an operator is not understood."""
+    """Whether every condition holds in ``context``; ``None`` when an operator is not understood.
+
+    Context key names are not case-sensitive in IAM ("IAM JSON policy elements: Condition": ``aws:SourceIP`` is
+    ``AWS:SourceIp``), so a key is looked up whatever its spelling.
+    """
+    keys = {key.lower(): value for key, value in context.items()}
     for operator, tests in conditions.items():
         negated = operator.startswith(("ArnNot", "StringNot"))
         if operator in ("ArnEquals", "ArnLike", "StringEquals", "StringLike", "ArnNotEquals", "ArnNotLike",
                         "StringNotEquals", "StringNotLike"):  # fmt: skip
             for key, expected in tests.items():
-                value = context.get(key)
+                value = keys.get(key.lower())
                 if value is None:
                     if not negated:
                         return False
@@ -94,11 +99,11 @@ def _condition_holds(conditions: Mapping[str, Mapping[str, Any]], context: Mappi
                     return False
         elif operator == "Bool":
             for key, expected in tests.items():
-                if context.get(key) not in _as_tuple(expected):
+                if keys.get(key.lower()) not in _as_tuple(expected):
                     return False
         elif operator == "NumericLessThan":
             for key, expected in tests.items():
-                value = context.get(key)
+                value = keys.get(key.lower())
                 if value is None or not float(value) < float(_as_tuple(expected)[0]):
                     return False
         else:

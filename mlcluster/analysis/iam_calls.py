@@ -626,11 +626,8 @@ def _pcluster_statements(assembly: Assembly, environment: str, kind: str, iam: d
 def check_hyperpod(assembly: Assembly, environment: str) -> Report:
     """Each HyperPod instance group's lifecycle steps (as ``plan.py`` picks them) against its execution role."""
     report = Report(environment)
-    for cluster in assembly.resources(environment, "Custom::HyperPodCluster", "AWS::SageMaker::Cluster"):
-        if cluster.type == "AWS::SageMaker::Cluster":
-            spec = assembly.render(cluster.stack, dict(cluster.properties))
-        else:
-            spec = json.loads(assembly.text(cluster.stack, cluster.properties["ClusterSpec"]))
+    for cluster in assembly.resources(environment, "AWS::SageMaker::Cluster"):
+        spec = assembly.render(cluster.stack, dict(cluster.properties))
         for group in spec.get("InstanceGroups", []):
             name = str(group["InstanceGroupName"])
             uri = str(group.get("LifeCycleConfig", {}).get("SourceS3Uri", ""))

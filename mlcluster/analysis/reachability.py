@@ -41,7 +41,6 @@ system.
 from __future__ import annotations
 
 import ipaddress
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,13 +128,8 @@ def node_groups(assembly: Assembly, environment: str) -> list[NodeGroup]:
     for resource in assembly.resources(environment, "Custom::PclusterCluster"):
         config = assembly.render(resource.stack, resource.properties.get("ClusterConfiguration", {}))
         groups += _pcluster_groups(environment, config)
-    for resource in assembly.resources(environment, "Custom::HyperPodCluster", "AWS::SageMaker::Cluster"):
-        spec: dict[str, Any]
-        if resource.type == "AWS::SageMaker::Cluster":
-            spec = assembly.render(resource.stack, dict(resource.properties))
-        else:
-            spec = json.loads(assembly.text(resource.stack, resource.properties["ClusterSpec"]))
-        groups += _hyperpod_groups(environment, spec)
+    for resource in assembly.resources(environment, "AWS::SageMaker::Cluster"):
+        groups += _hyperpod_groups(environment, assembly.render(resource.stack, dict(resource.properties)))
     return groups
 
 

@@ -1,0 +1,36 @@
+"""Bucket-policy conditions name context keys in any case, as IAM reads them (mlcluster/analysis/bucket_access.py).
+
+"Context key names are not case-sensitive. For example, including the aws:SourceIP context key is
+equivalent to testing for AWS:SourceIp" (IAM JSON policy elements: Condition). A gate that matched
+the key's spelling would read ``AWS:PrincipalArn`` as a key absent from the request: an Allow for
+the principal it names would not hold, and the gate would "prove" a denial AWS does not make.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mlcluster.analysis.bucket_access import S3_FULL_ACCESS, ResourceStatement, decide
+
+OBJECT = "arn:aws:s3:::bucket/key"
+READER = "arn:aws:iam::111111111111:role/reader"
+OTHER = "arn:aws:iam::111111111111:role/other"
+
+
+@pytest.mark.parametrize("key", ["aws:PrincipalArn", "AWS:PrincipalArn", "aws:principalarn"])
+@pytest.mark.parametrize(("principal", "expected"), [(READER, "allow"), (OTHER, "implicit deny")])
+def test_an_allow_for_a_named_principal_holds_whatever_the_keys_case(key: str, principal: str, expected: str) -> None:
+    allow = ResourceStatement(
+        "Allow", ("*",), ("s3:GetObject",), ("arn:aws:s3:::bucket/*",), {"ArnEquals": {key: READER}}, "Reader"
+    )
+    assert decide([], [allow], principal, "s3:GetObject", OBJECT) == expected
+
+
+@pytest.mark.parametrize("key", ["aws:SecureTransport", "AWS:SECURETRANSPORT"])
+def test_a_tls_only_deny_spares_a_tls_request_whatever_the_keys_case(key: str) -> None:
+    """``Bool`` on the transport: the gate's request is over TLS, so only a request without it is denied."""
+    deny = ResourceStatement("Deny", ("*",), ("s3:*",), ("arn:aws:s3:::bucket/*",), {"Bool": {key: "false"}}, "Tls")
+    assert decide(S3_FULL_ACCESS, [deny], READER, "s3:GetObject", OBJECT) == "allow"
+    assert decide(S3_FULL_ACCESS, [deny], READER, "s3:GetObject", OBJECT, {"aws:SecureTransport": "false"}) == (
+        "explicit deny"
+    )

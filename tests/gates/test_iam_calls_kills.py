@@ -1,0 +1,183 @@
+"""The node-role gate (mlcluster/analysis/iam_calls.py) on small hand-built ParallelCluster assemblies.
+
+Behaviour `make mutation` showed no test asserted: how ``aws s3 ls``/``rm`` are authorized (ListBucket
+on the bucket ARN, DeleteObject on the object's), the instance role a node group names, and the KMS
+key of the Slurm database's secret. Each assembly is one stack and one uploaded script folder, so a
+finding's message can be compared whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlcluster.analysis.assembly import Assembly
+from mlcluster.analysis.iam_calls import check_pcluster
+
+ENV = "env"
+STACK = f"{ENV}/Cluster"
+#: The node script the head node's custom action runs, uploaded to s3://scripts/pc/ from asset.abc.
+SCRIPT = """\
+#!/bin/bash
+aws s3 ls s3://data-bucket/in/
+aws s3 rm s3://data-bucket/in/old
+"""
+#: What the script needs: ListBucket is authorized on the bucket, DeleteObject on the object (S3's
+#: Service Authorization Reference), and the custom action's own download of the script.
+LIST = {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::data-bucket"}
+DELETE = {"Effect": "Allow", "Action": "s3:DeleteObject", "Resource": "arn:aws:s3:::data-bucket/in/*"}
+FETCH = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::scripts/pc/*"}
+#: Another upload to the same bucket under another prefix (asset.def): not this node's scripts, so its call is
+#: never this node's.
+NEIGHBOUR = "#!/bin/bash\naws ec2 terminate-instances --instance-ids i-0123\n"
+
+
+def _upload(prefix: str, asset: str) -> dict[str, Any]:
+    return {
+        "Type": "Custom::CDKBucketDeployment",
+        "Properties": {
+            "DestinationBucketName": "scripts",
+            "DestinationBucketKeyPrefix": prefix,
+            "SourceObjectKeys": [f"{asset}.zip"],
+        },
+    }
+
+
+def _assembly(
+    tmp_path: Path,
+    iam: dict[str, Any],
+    resources: dict[str, Any],
+    database: dict[str, Any] | None = None,
+    script: str = SCRIPT,
+) -> Assembly:
+    """One cluster whose head node holds ``iam`` and runs ``script`` as its custom action (none with a
+    ``database``); the scripts bucket also holds NEIGHBOUR under ``hyperpod/``."""
+    for asset, text in (("abc", script), ("def", NEIGHBOUR)):
+        (tmp_path / f"asset.{asset}").mkdir()
+        (tmp_path / f"asset.{asset}" / "run.sh").write_text(text)
+    config: dict[str, Any] = {"HeadNode": {"Iam": iam}}
+    if database is None:
+        config["HeadNode"]["CustomActions"] = {"OnNodeConfigured": {"Script": "s3://scripts/pc/run.sh"}}
+    else:
+        config["Scheduling"] = {"SlurmSettings": {"Database": database}}
+    template = {
+        "Resources": {
+            "Cluster": {"Type": "Custom::PclusterCluster", "Properties": {"ClusterConfiguration": config}},
+            "Upload": _upload("pc/", "abc"),
+            "Neighbour": _upload("hyperpod/", "def"),
+            **resources,
+        }
+    }
+    return Assembly({STACK: template}, assets=tmp_path)
+
+
+def _managed_policy(*statements: dict[str, Any]) -> dict[str, Any]:
+    return {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": {"Statement": list(statements)}}}
+
+
+def _findings(assembly: Assembly) -> list[str]:
+    return [str(f) for f in check_pcluster(assembly, ENV).findings]
+
+
+def test_s3_ls_and_rm_are_authorized_on_the_bucket_and_on_the_object(tmp_path: Path) -> None:
+    """``aws s3 ls s3://b/p/`` needs s3:ListBucket on the bucket ARN and ``rm`` s3:DeleteObject on the object:
+    a role granting exactly that has no finding (an ls judged on the object ARN, or on "*", or an rm judged
+    as an action IAM does not know would each be a false finding)."""
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(LIST, DELETE, FETCH)})
+    assert _findings(assembly) == []
+
+
+def test_a_call_after_a_quoted_message_is_read_on_its_own_arguments(tmp_path: Path) -> None:
+    """A log message in quotes before the call on the same line does not shift what is read as its arguments."""
+    script = '#!/bin/bash\nlog "fetching the input" && aws s3 rm s3://data-bucket/in/old\n'
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(FETCH)}, script=script)
+    assert _findings(assembly) == [
+        "env: head node: run.sh:2 `aws s3 rm` needs s3:DeleteObject on "
+        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which the node role does not allow"
+    ]
+
+
+def test_a_command_substitution_inside_an_argument_stays_part_of_it(tmp_path: Path) -> None:
+    """``"s3://b/in/$(hostname).tar"``: the argument is read whole (not cut at the substitution's ``)``), so the
+    download is judged on its object under ``in/`` and the grant on ``in/*`` allows it."""
+    script = '#!/bin/bash\naws s3 cp "s3://data-bucket/in/$(hostname).tar" /tmp/in.tar\n'
+    read = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::data-bucket/in/*"}
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(read, FETCH)}, script=script)
+    assert _findings(assembly) == []
+    (tmp_path / "without").mkdir()
+    assembly = _assembly(tmp_path / "without", iam, {"Policy": _managed_policy(FETCH)}, script=script)
+    assert _findings(assembly) == [
+        "env: head node: run.sh:2 `aws s3 cp` needs s3:GetObject on "
+        "arn:${AWS::Partition}:s3:::data-bucket/in/$(hostname).tar, which the node role does not allow"
+    ]
+
+
+def test_an_api_name_that_is_no_iam_action_is_reported_with_its_script_line(tmp_path: Path) -> None:
+    """A call the gate cannot map to an IAM action (``aws s3api``: botocore names that service ``s3``) is reported
+    with its script, line and name instead of passing, whatever the role holds."""
+    script = "#!/bin/bash\naws s3api head-object --bucket data-bucket --key in/old\n"
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    everything = {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(everything)}, script=script)
+    assert _findings(assembly) == [
+        "env: head node: run.sh:2 `aws s3api head-object` needs s3api:head-object on (no such IAM action: map it in "
+        "API_ACTIONS), which the node role does not allow"
+    ]
+
+
+def test_an_rm_the_role_does_not_allow_is_found_on_its_object(tmp_path: Path) -> None:
+    """Without the DeleteObject grant the ``rm`` is the one finding, naming script, line, action and object ARN."""
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(LIST, FETCH)})
+    assert _findings(assembly) == [
+        "env: head node: run.sh:3 `aws s3 rm` needs s3:DeleteObject on "
+        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which the node role does not allow"
+    ]
+
+
+def test_the_instance_role_a_node_names_is_the_one_checked(tmp_path: Path) -> None:
+    """``Iam.InstanceRole`` (a role of the assembly) replaces ParallelCluster's role: its inline policies are what
+    the node holds, so its grants allow the calls and a grant it lacks is found."""
+    role = {
+        "Type": "AWS::IAM::Role",
+        "Properties": {"Policies": [{"PolicyName": "scripts", "PolicyDocument": {"Statement": [LIST, FETCH]}}]},
+    }
+    iam = {"InstanceRole": {"Fn::GetAtt": ["Role", "Arn"]}}
+    assembly = _assembly(tmp_path, iam, {"Role": role})
+    assert _findings(assembly) == [
+        "env: head node: run.sh:3 `aws s3 rm` needs s3:DeleteObject on "
+        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which the node role does not allow"
+    ]
+
+
+KEY_AND_SECRET = {
+    "Key": {"Type": "AWS::KMS::Key", "Properties": {}},
+    "Secret": {"Type": "AWS::SecretsManager::Secret", "Properties": {"KmsKeyId": {"Fn::GetAtt": ["Key", "Arn"]}}},
+}
+DATABASE = {"PasswordSecretArn": {"Ref": "Secret"}}
+NO_DECRYPT = (
+    "env: head node: SlurmSettings.Database (ParallelCluster cookbook):0 `aws kms decrypt (through Secrets "
+    "Manager)` needs kms:Decrypt on ${env/Cluster|Key.Arn}, which the node role does not allow"
+)
+
+
+def test_the_slurm_database_secrets_key_must_be_granted_to_the_head_node(tmp_path: Path) -> None:
+    """ParallelCluster grants the head node GetSecretValue on ``PasswordSecretArn``, nothing on the secret's
+    customer managed key: reading the password needs kms:Decrypt on that key, found when no policy gives it."""
+    assembly = _assembly(tmp_path, {}, KEY_AND_SECRET, DATABASE)
+    assert _findings(assembly) == [NO_DECRYPT]
+
+
+@pytest.mark.parametrize("granted", [True, False])
+def test_a_kms_grant_on_the_secrets_key_satisfies_the_head_node(tmp_path: Path, granted: bool) -> None:
+    """The edge: kms:Decrypt on that key in an additional policy satisfies it; on another key it does not."""
+    decrypt = {"Effect": "Allow", "Action": "kms:Decrypt", "Resource": {"Fn::GetAtt": ["Key", "Arn"]}}
+    other = {"Effect": "Allow", "Action": "kms:Decrypt", "Resource": "arn:aws:kms:us-east-1:1:key/other"}
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    resources = {**KEY_AND_SECRET, "Policy": _managed_policy(decrypt if granted else other)}
+    assert _findings(_assembly(tmp_path, iam, resources, DATABASE)) == ([] if granted else [NO_DECRYPT])
