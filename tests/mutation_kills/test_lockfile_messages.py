@@ -176,14 +176,26 @@ def bearing(allow: str, tmp_path: Path) -> tuple[Environment, Snapshot]:
 
 
 def test_an_allowance_naming_a_stack_lists_what_it_would_let_through(tmp_path: Path) -> None:
-    """allowance_problems mutant 50: a stack's folder names every data-bearing resource below it; the refusal is
-    at retention.allow_replacement (the key to edit) and lists them."""
+    """allowance_problems: a stack's folder names every data-bearing resource below it; the refusal is at
+    retention.allow_replacement (the key to edit) and lists them."""
     environment, snapshot = bearing("Storage", tmp_path)
     (problem,) = allowance_problems(environment, Lock(snapshot, "templates"), snapshot, [])
     assert problem.render() == (
         "retention.allow_replacement: 'Storage' names 2 data-bearing resources ('Storage/DataBucket', "
         "'Storage/Lustre'); an allowance names one resource, for the one deploy that changes it: list only the ones "
         "this edit must replace or delete"
+    )
+
+
+def test_an_allowance_naming_nothing_is_refused_at_its_key(tmp_path: Path) -> None:
+    """allowance_problems mutant 50: an entry naming no data-bearing resource (a typo, a resource gone) is refused
+    at retention.allow_replacement, the key to edit, not at the file's top level."""
+    environment, snapshot = bearing("Storage/Lustr", tmp_path)
+    (problem,) = allowance_problems(environment, Lock(snapshot, "templates"), snapshot, [])
+    assert problem.path == "retention.allow_replacement"
+    assert problem.render() == (
+        "retention.allow_replacement: 'Storage/Lustr' names no data-bearing resource of this environment (in its "
+        "lock or its new templates); remove it"
     )
 
 
