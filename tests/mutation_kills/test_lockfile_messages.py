@@ -15,20 +15,24 @@ import pytest
 
 from mlcluster.config import Environment, load_environment
 from mlcluster.lockfile import (
+    HOME_MOUNT,
     ForeignLockError,
     Lock,
     _retained,
+    allowance_problems,
     allowed,
     cluster_rename_refusal,
     in_flight_path,
     notices,
     read_lock_file,
     record_in_flight,
+    refusals,
     resource_name,
+    stack_refusals,
     training_plan_refusal,
     write_lock,
 )
-from mlcluster.replacement import HYPERPOD_TYPE, PCLUSTER_TYPE, Change, ResourceState, StackState
+from mlcluster.replacement import HYPERPOD_TYPE, PCLUSTER_TYPE, Change, ResourceState, Snapshot, StackState
 from tests.support import ENVIRONMENTS
 
 
@@ -156,3 +160,120 @@ def test_the_in_flight_record_is_one_key_a_line_sorted(tmp_path: Path) -> None:
         environment, "digest-1", {"Storage/Lustre/Resource": {"form": "f1", "allowance": "Storage/Lustre"}}
     )
     assert in_flight_path(environment).read_bytes() == (tmp_path / "copy.json").read_bytes()
+
+
+# Survivors of the seeded sample (`make mutation MODULE=lockfile SAMPLE=200 SEED=1`): the refusals as the operator
+# reads them, and the key each names.
+
+
+def bearing(allow: str, tmp_path: Path) -> tuple[Environment, Snapshot]:
+    """dev with ``allow``, and a storage stack holding a file system and a bucket (both data-bearing)."""
+    resources = {
+        "Lustre": state("AWS::FSx::FileSystem", "Storage/Lustre/Resource"),
+        "Bucket": state("AWS::S3::Bucket", "Storage/DataBucket/Resource"),
+    }
+    return dev(tmp_path, allow=allow), {"dev-Storage": StackState(resources, {})}
+
+
+def test_an_allowance_naming_a_stack_lists_what_it_would_let_through(tmp_path: Path) -> None:
+    """allowance_problems: a stack's folder names every data-bearing resource below it; the refusal is at
+    retention.allow_replacement (the key to edit) and lists them."""
+    environment, snapshot = bearing("Storage", tmp_path)
+    (problem,) = allowance_problems(environment, Lock(snapshot, "templates"), snapshot, [])
+    assert problem.render() == (
+        "retention.allow_replacement: 'Storage' names 2 data-bearing resources ('Storage/DataBucket', "
+        "'Storage/Lustre'); an allowance names one resource, for the one deploy that changes it: list only the ones "
+        "this edit must replace or delete"
+    )
+
+
+def test_an_allowance_naming_nothing_is_refused_at_its_key(tmp_path: Path) -> None:
+    """allowance_problems mutant 50: an entry naming no data-bearing resource (a typo, a resource gone) is refused
+    at retention.allow_replacement, the key to edit, not at the file's top level."""
+    environment, snapshot = bearing("Storage/Lustr", tmp_path)
+    (problem,) = allowance_problems(environment, Lock(snapshot, "templates"), snapshot, [])
+    assert problem.path == "retention.allow_replacement"
+    assert problem.render() == (
+        "retention.allow_replacement: 'Storage/Lustr' names no data-bearing resource of this environment (in its "
+        "lock or its new templates); remove it"
+    )
+
+
+def test_every_allowance_after_a_used_one_is_still_checked(tmp_path: Path) -> None:
+    """allowance_problems mutant 73: an entry the lock records as used does not end the check of the entries
+    after it: one that allows nothing is refused too."""
+    environment, snapshot = bearing("Storage/Lustre, Storage/DataBucket", tmp_path)
+    lock = Lock(snapshot, "templates", allowances_used=("Storage/Lustre",))
+    problems = allowance_problems(environment, lock, snapshot, [])
+    assert [p.render().split(":", 2)[1].strip() for p in problems] == [
+        "'Storage/Lustre' was used",
+        "'Storage/DataBucket' allows nothing",
+    ]
+
+
+def test_a_rename_refusal_does_not_hide_the_changes_after_it(tmp_path: Path) -> None:
+    """refusals mutant 38: a ParallelCluster rename is refused, and so is the file system replaced in the same
+    edit (listed after it): the operator sees both before the first deploy attempt."""
+    environment = dev(tmp_path)
+    rename = Change("dev-Cluster", "PCluster", PCLUSTER_TYPE, "Cluster/PCluster/Resource", "replace", ("N: a -> b",))
+    lustre = Change("dev-Storage", "Lustre", "AWS::FSx::FileSystem", "Storage/Lustre/Resource", "replace", ("X",))
+    assert [p.path for p in refusals(environment, [rename, lustre])] == ["cluster.name", "storage.lustre"]
+
+
+def test_a_volume_over_the_homes_is_refused_with_its_own_way_alone(tmp_path: Path) -> None:
+    """refusals mutant 65: a change whose only reasons are mounts over /home gets the homes' safe way only; the
+    weaker-policy text ("a 'cdk destroy' ... deletes it for good") would describe another danger."""
+    environment = dev(tmp_path)
+    reason = "SharedStorage MountDir /home: head node -> Ebs"
+    change = Change("dev-Cluster", "PCluster", PCLUSTER_TYPE, "Cluster/PCluster/Resource", "weaken", (reason,))
+    (problem,) = refusals(environment, [change])
+    assert problem.render() == (
+        "cluster.pcluster.shared_storage.home_volume: this edit weakens dev-Cluster/Cluster/PCluster/Resource "
+        f"(Custom::PclusterCluster, logical id PCluster): {reason}. {HOME_MOUNT}. To allow it, add 'Cluster/PCluster' "
+        "to retention.allow_replacement in this file for this one deploy (remove it after the deploy, when "
+        "'mlcluster lock dev' has recorded it). 'mlcluster lock' records what is deployed: it does not clear this "
+        "refusal."
+    )
+
+
+def test_a_weakened_volume_or_log_group_is_refused_at_the_key_that_sets_it(tmp_path: Path) -> None:
+    """config_key mutants 40, 48: a shared volume at a mount mlcluster has no key of its own for names the shared
+    storage section; a log group kept for less time names retention.log_retention_days, not its stack's section."""
+    environment = dev(tmp_path)
+    volume_reason = "SharedStorage DeletionPolicy /scratch: Retain -> Delete"
+    volume = Change("dev-Cluster", "PCluster", PCLUSTER_TYPE, "Cluster/PCluster/Resource", "weaken", (volume_reason,))
+    logs_path = "Observability/Logs/Resource"
+    logs = Change("dev-Observability", "Logs", "AWS::Logs::LogGroup", logs_path, "weaken", ("RetentionInDays 30 -> 7",))
+    assert [p.path for p in refusals(environment, [volume, logs])] == [
+        "cluster.pcluster.shared_storage",
+        "retention.log_retention_days",
+    ]
+
+
+def test_a_dropped_stack_without_a_key_of_its_own_is_refused_for_the_whole_file(tmp_path: Path) -> None:
+    """stack_refusals mutant 62: the storage stack has no key that drops it (STACK_KEYS), so the refusal is for
+    the file, "(file)" like the other whole-file keys ("(lock file)", "(environment file)")."""
+    environment = dev(tmp_path)
+    locked = {"dev-Storage": StackState({"Lustre": state("AWS::FSx::FileSystem", "Storage/Lustre/Resource")}, {})}
+    (problem,) = stack_refusals(environment, locked, {})
+    assert problem.render().startswith(
+        "(file): this edit drops stack dev-Storage from the app, while the lock records it as deployed. CDK never "
+        "deletes a stack dropped from an app (aws/aws-cdk-cli#787): it keeps running and billing, and no mlcluster "
+        "command reaches it any more. Data-bearing resources in it: Storage/Lustre/Resource; kept when the stack is "
+        "deleted (Retain): Storage/Lustre/Resource (AWS::FSx::FileSystem). Safe way: undo this edit"
+    )
+
+
+def test_a_resource_left_with_its_final_snapshot_is_noted_with_the_way_to_delete_it(tmp_path: Path) -> None:
+    """_snapshot_left mutant 13: a file system removed under DeletionPolicy Snapshot (an allowed edit) leaves a
+    billed snapshot; the notice says to delete it by hand (the RDS commands are for the database only)."""
+    environment = dev(tmp_path, allow="Storage/OpenZfs")
+    old = state("AWS::FSx::FileSystem", "Storage/OpenZfs/Resource", "Snapshot")
+    locked = {"dev-Storage": StackState({"OpenZfs": old}, {})}
+    change = Change("dev-Storage", "OpenZfs", old.type, old.path, "remove")
+    assert notices(environment, locked, {"dev-Storage": StackState({}, {})}, [change]) == [
+        f"{environment.source}: storage.openzfs: dev-Storage/Storage/OpenZfs/Resource (AWS::FSx::FileSystem) leaves the "
+        "template, and CloudFormation deletes it, keeping a final snapshot (DeletionPolicy Snapshot): the snapshot "
+        "holds its data and bills for its storage until it is deleted (delete it by hand when it is no longer "
+        "needed); restoring it makes a new resource"
+    ]
