@@ -70,7 +70,10 @@ PYTEST_ARGS = ["-n", "0", "-p", "no:cacheprovider", "-p", "tools.mutation_order"
 #: x3: a hanging mutant costs at least three minutes, a slow fixture is not a kill.
 TIMEOUT_CONSTANT_S = 60
 TIMEOUT_MULTIPLIER = 3
-ALSO_COPY = ["tests", "environments", "schema", "docs", "tools", "requirements", "app.py", "cdk.json", "pyproject.toml"]
+ALSO_COPY = [
+    *("tests", "environments", "schema", "docs", "tools", "requirements", "mutation"),
+    *("app.py", "cdk.json", "pyproject.toml", "package.json", "package-lock.json", "Makefile", "README.md"),
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -302,9 +305,9 @@ def run_module(
             fh.write(mutmut_config(module))
         # The tests run inside mutants/ and some run the pinned CDK CLI from node_modules: link it there
         # (mutmut keeps what it finds in mutants/; copying node_modules would take minutes).
-        # And .venv: tests run tools it holds (shellcheck) from the tree's own .venv/bin.
+        # And the venvs: tests run tools they hold (shellcheck; ParallelCluster's validators) from the tree's.
         (work / "mutants").mkdir()
-        for tools in ("node_modules", ".venv"):
+        for tools in ("node_modules", ".venv", ".venv-pcluster"):
             if (ROOT / tools).is_dir():
                 (work / "mutants" / tools).symlink_to(ROOT / tools)
         print(f"mutation: {name}: mutmut over {', '.join(module.mutate)} against {', '.join(module.tests)}", flush=True)
