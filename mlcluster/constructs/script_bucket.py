@@ -39,7 +39,9 @@ ASSET_READ_ACTIONS = frozenset({"s3:GetObject*", "s3:GetBucket*", "s3:List*"})
 #: The objects of a CDK bootstrap assets bucket, ``cdk-<qualifier>-assets-<account>-<region>``, as
 #: ``flatten_resource`` writes a statement's resource. The bootstrap template allows 1 to 10 of
 #: ``[A-Za-z0-9_-]`` in a qualifier; a bucket name only lower-case letters, digits and hyphens.
-ASSETS_OBJECTS = re.compile(r"arn:(?:<AWS::Partition>|aws|aws-[a-z-]+):s3:::cdk-[a-z0-9-]{1,10}-assets-(?P<where>[^/*]+)/\*")
+ASSETS_OBJECTS = re.compile(
+    r"arn:(?:<AWS::Partition>|aws|aws-[a-z-]+):s3:::cdk-[a-z0-9-]{1,10}-assets-(?P<where>[^/*]+)/\*"
+)
 #: Every action that writes, overwrites, deletes or re-labels an object (or one of its versions).
 OBJECT_CHANGE_ACTIONS = (
     "s3:PutObject",
