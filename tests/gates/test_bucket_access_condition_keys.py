@@ -46,7 +46,12 @@ ROOT = "arn:aws:iam::111111111111:root"
 @pytest.mark.parametrize("operator", ["StringEquals", "StringLike", "ArnEquals", "ArnLike"])
 def test_a_deny_naming_the_principal_in_another_case_does_not_apply(operator: str) -> None:
     deny = ResourceStatement(
-        "Deny", ("*",), ("s3:*",), ("arn:aws:s3:::bucket/*",), {operator: {"aws:PrincipalArn": ROOT.replace("root", "ROOT")}}, "No"
+        "Deny",
+        ("*",),
+        ("s3:*",),
+        ("arn:aws:s3:::bucket/*",),
+        {operator: {"aws:PrincipalArn": ROOT.replace("root", "ROOT")}},
+        "No",
     )
     assert decide(S3_FULL_ACCESS, [deny], ROOT, "s3:GetObject", OBJECT) == "allow"
     exact = ResourceStatement(
