@@ -132,6 +132,11 @@ def test_the_table_says_a_sample_and_its_interval() -> None:
     row |= {"date": "2026-11-28T11:00:00Z", "tool": "mutmut", "tool_version": "3.8.1"}
     text = TOOL.table({"modules": {"analysis": row}})
     assert "202 of 9556" in text and "95.0% (91.0%-97.3%)" in text and "sample seed 3" in text
+    # A sample stopped by time (mutmut ran its cheapest mutants first) or worked on since gives no estimate.
+    stopped = TOOL.table({"modules": {"analysis": row | {"not checked": 93}}})
+    assert "95.0% (sample not finished: no estimate)" in stopped and "91.0%" not in stopped
+    again = TOOL.table({"modules": {"analysis": row | {"recounted": True, "kill_rate": 1.0}}})
+    assert "100.0% (same sample, recounted)" in again and "91.0%" not in again
 
 
 def test_a_recount_judges_the_same_sample_with_the_equivalents_recorded_now(

@@ -438,18 +438,23 @@ def write_results(new: dict[str, dict[str, Any]]) -> None:
 def table(data: dict[str, Any]) -> str:
     """The kill-rate table `make mutation` and `make bench` print."""
     head = f"{'module':<20} {'mutants':>15} {'killed':>7} {'survived':>9} {'equiv':>6} {'unchecked':>10}"
-    lines = [f"{head} {'kill rate (95% interval)':>25}  date"]
+    lines = [f"{head} {'kill rate (95% interval)':>35}  date"]
     for name, r in data["modules"].items():
         rate = "-" if r["kill_rate"] is None else f"{r['kill_rate']:.1%}"
-        if r.get("interval_95"):
+        if r.get("recounted"):
+            # The same sample after its survivors were worked on: 100% by construction, no estimate of the module.
+            rate += " (same sample, recounted)"
+        elif r.get("interval_95") and not r["not checked"]:
             low, high = r["interval_95"]
             rate += f" ({low:.1%}-{high:.1%})"
+        elif r.get("sample"):
+            rate += " (sample not finished: no estimate)"  # mutmut ran the cheapest first, not a random part
         drawn = r.get("sample")
         mutants = f"{r['total']} of {r.get('population', r['total'])}" if drawn else str(r["total"])
         seed = f", sample seed {drawn['seed']}" if drawn else ""
         lines.append(
             f"{name:<20} {mutants:>15} {r['killed']:>7} {r['survived']:>9} {r['equivalent']:>6} {r['not checked']:>10}"
-            f" {rate:>25}  {r['date']} ({r['tool']} {r['tool_version']}{seed})"
+            f" {rate:>35}  {r['date']} ({r['tool']} {r['tool_version']}{seed})"
         )
     return "\n".join(lines)
 

@@ -98,8 +98,10 @@ def _condition_holds(conditions: Mapping[str, Mapping[str, Any]], context: Mappi
                 if hit == negated:
                     return False
         elif operator == "Bool":
+            # A Bool value may be a JSON boolean or a string of either case: "true" and True are one value.
             for key, expected in tests.items():
-                if keys.get(key.lower()) not in _as_tuple(expected):
+                value = keys.get(key.lower())
+                if value is None or value.lower() not in {str(e).lower() for e in _as_tuple(expected)}:
                     return False
         elif operator == "NumericLessThan":
             for key, expected in tests.items():

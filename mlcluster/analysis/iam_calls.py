@@ -362,8 +362,12 @@ def s3_arn(uri: str, action: str) -> str:
 
 
 def _wildcard(pattern: str, value: str) -> bool:
+    """IAM's ``*`` and ``?`` match, case-sensitive as resource ARNs and the String/Arn condition operators are.
+
+    Action names are not case-sensitive: callers lower both sides of an action themselves.
+    """
     regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, value, re.I if ":" in pattern and "/" not in pattern else 0) is not None
+    return re.fullmatch(regex, value) is not None
 
 
 def _partition(arn: str) -> str:

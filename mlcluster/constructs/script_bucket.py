@@ -36,9 +36,12 @@ from mlcluster.constructs.nag import (
 DEPLOYMENT_HANDLER_PREFIX = "Custom::CDKBucketDeployment"
 #: What aws_s3_deployment grants its function on the CDK assets bucket (a read grant).
 ASSET_READ_ACTIONS = frozenset({"s3:GetObject*", "s3:GetBucket*", "s3:List*"})
-#: The objects of a CDK bootstrap assets bucket, ``cdk-<qualifier>-assets-<account>-<region>`` (the qualifier
-#: is letters and digits), as ``flatten_resource`` writes a statement's resource.
-ASSETS_OBJECTS = re.compile(r"arn:<AWS::Partition>:s3:::cdk-[a-z0-9]+-assets-[^/*]+/\*")
+#: The objects of a CDK bootstrap assets bucket, ``cdk-<qualifier>-assets-<account>-<region>``, as
+#: ``flatten_resource`` writes a statement's resource. The bootstrap template allows 1 to 10 of
+#: ``[A-Za-z0-9_-]`` in a qualifier; a bucket name only lower-case letters, digits and hyphens.
+ASSETS_OBJECTS = re.compile(
+    r"arn:(?:<AWS::Partition>|aws|aws-[a-z-]+):s3:::cdk-[a-z0-9-]{1,10}-assets-(?P<where>[^/*]+)/\*"
+)
 #: Every action that writes, overwrites, deletes or re-labels an object (or one of its versions).
 OBJECT_CHANGE_ACTIONS = (
     "s3:PutObject",
@@ -268,14 +271,19 @@ class _AssetsBucketAcknowledgement:
         policy = role.node.try_find_child("DefaultPolicy") if role is not None else None
         if policy is None or not isinstance(policy.node.default_child, iam.CfnPolicy):
             return [f"{self._handler.node.path}: aws_s3_deployment's function has no ServiceRole/DefaultPolicy"]
-        document = cdk.Stack.of(policy).resolve(policy.node.default_child.policy_document)
+        stack = cdk.Stack.of(policy)
+        document = stack.resolve(policy.node.default_child.policy_document)
+        # This stack's own account and region: another account's assets bucket is a user's source like any other.
+        account = "<AWS::AccountId>" if cdk.Token.is_unresolved(stack.account) else stack.account
+        where = f"{account}-{'<AWS::Region>' if cdk.Token.is_unresolved(stack.region) else stack.region}"
         for statement in document.get("Statement", []):
             actions = set(_as_list(statement.get("Action")))
             if statement.get("Effect") != "Allow" or not actions or not actions <= ASSET_READ_ACTIONS:
                 continue
             for resource in _as_list(statement.get("Resource")):
                 text = flatten_resource(resource)
-                if ASSETS_OBJECTS.fullmatch(text):
+                found = ASSETS_OBJECTS.fullmatch(text)
+                if found is not None and found["where"] == where:
                     acknowledge(
                         self._handler,
                         f"AwsSolutions-IAM5[Resource::{text}]",

@@ -175,6 +175,31 @@ def test_a_read_grant_on_the_users_own_bucket_is_not_given_the_assets_buckets_re
     assert "cdk-hnb659fds-assets" not in str(caught.value)
 
 
+def test_a_hyphenated_bootstrap_qualifier_is_still_the_assets_bucket(tmp_path: Path) -> None:
+    """The bootstrap template allows hyphens in a qualifier (``[A-Za-z0-9_-]{1,10}``): cdk-ml-prod-assets-..."""
+    app = cdk.App(outdir=str(tmp_path), context={"@aws-cdk/core:bootstrapQualifier": "ml-prod"})
+    stack = cdk.Stack(app, "Scripts", env=cdk.Environment(account="123456789012", region="us-east-1"))
+    first = scripts(stack, "First")
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()  # raises on any unacknowledged finding
+    handler = first.deployment.handler_role.node.scope
+    assert handler is not None
+    finding = "AwsSolutions-IAM5[Resource::arn:aws:s3:::cdk-ml-prod-assets-123456789012-us-east-1/*]"
+    assert finding in acknowledged(tmp_path, "Scripts")[f"/{handler.node.path}"]
+
+
+def test_another_accounts_assets_bucket_is_the_users_to_acknowledge(tmp_path: Path) -> None:
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Scripts", env=cdk.Environment(account="123456789012", region="us-east-1"))
+    theirs = s3.Bucket.from_bucket_name(stack, "Theirs", "cdk-hnb659fds-assets-999999999999-us-east-1")
+    scripts(stack, "First", sources=[s3deploy.Source.bucket(theirs, "scripts.zip")])
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    with pytest.raises(Exception, match="AwsSolutions-IAM5") as caught:
+        app.synth()
+    assert "cdk-hnb659fds-assets-999999999999-us-east-1/*]" in str(caught.value)
+    assert "cdk-hnb659fds-assets-123456789012-us-east-1/*]" not in str(caught.value)
+
+
 ACCOUNT_ENV = cdk.Environment(account="111111111111", region="us-east-1")
 
 

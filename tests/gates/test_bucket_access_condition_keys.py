@@ -34,3 +34,47 @@ def test_a_tls_only_deny_spares_a_tls_request_whatever_the_keys_case(key: str) -
     assert decide(S3_FULL_ACCESS, [deny], READER, "s3:GetObject", OBJECT, {"aws:SecureTransport": "false"}) == (
         "explicit deny"
     )
+
+
+# Values, unlike key names, keep their case: "Case-sensitivity of context key values depends on the condition
+# operator" (the same page); StringEquals, StringLike, ArnEquals and ArnLike compare them as written, and
+# IAM matches a statement's Resource ARN as written. The gate's wildcard ignored case on any pattern with a
+# ":" and no "/" (an account root ARN, a bucket ARN): it "proved" a Deny AWS would not apply.
+ROOT = "arn:aws:iam::111111111111:root"
+
+
+@pytest.mark.parametrize("operator", ["StringEquals", "StringLike", "ArnEquals", "ArnLike"])
+def test_a_deny_naming_the_principal_in_another_case_does_not_apply(operator: str) -> None:
+    deny = ResourceStatement(
+        "Deny",
+        ("*",),
+        ("s3:*",),
+        ("arn:aws:s3:::bucket/*",),
+        {operator: {"aws:PrincipalArn": ROOT.replace("root", "ROOT")}},
+        "No",
+    )
+    assert decide(S3_FULL_ACCESS, [deny], ROOT, "s3:GetObject", OBJECT) == "allow"
+    exact = ResourceStatement(
+        "Deny", ("*",), ("s3:*",), ("arn:aws:s3:::bucket/*",), {operator: {"aws:PrincipalArn": ROOT}}, "No"
+    )
+    assert decide(S3_FULL_ACCESS, [exact], ROOT, "s3:GetObject", OBJECT) == "explicit deny"
+
+
+def test_a_resource_arn_is_matched_as_written_and_an_action_whatever_its_case() -> None:
+    grant = ResourceStatement("Allow", (READER,), ("S3:GETOBJECT",), ("arn:aws:s3:::Bucket",), {}, "Grant")
+    assert decide([], [grant], READER, "s3:GetObject", "arn:aws:s3:::Bucket") == "allow"
+    assert decide([], [grant], READER, "s3:GetObject", "arn:aws:s3:::bucket") == "implicit deny"
+
+
+@pytest.mark.parametrize("value", [True, "true", "TRUE", "True"])
+def test_a_bool_condition_holds_for_a_json_boolean_or_a_string_of_any_case(value: object) -> None:
+    allow = ResourceStatement(
+        "Allow",
+        (READER,),
+        ("s3:GetObject",),
+        ("arn:aws:s3:::bucket/*",),
+        {"Bool": {"aws:SecureTransport": value}},
+        "Tls",
+    )
+    assert decide([], [allow], READER, "s3:GetObject", OBJECT) == "allow"
+    assert decide([], [allow], READER, "s3:GetObject", OBJECT, {"aws:SecureTransport": "false"}) == "implicit deny"

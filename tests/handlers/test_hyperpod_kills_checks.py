@@ -43,15 +43,23 @@ SAGEMAKER = botocore.session.get_session().get_service_model("sagemaker")
 CREATE_CLUSTER = SAGEMAKER.operation_model("CreateCluster").input_shape
 
 
+@pytest.mark.parametrize(
+    ("status", "way"),
+    [
+        ("Failed", "choose another cluster.name, or delete that failed cluster first"),
+        # One in service may be another environment's: never advised to delete it.
+        ("InService", "choose another cluster.name (that cluster may be in use: do not delete it to make room)"),
+        ("Creating", "choose another cluster.name (that cluster may be in use: do not delete it to make room)"),
+    ],
+)
 def test_a_create_refused_for_a_name_in_use_names_that_clusters_status_and_arn(
-    world: World, fake: FakeSageMaker
+    world: World, fake: FakeSageMaker, status: str, way: str
 ) -> None:
-    cluster = fake.add("ml-cluster", COUNTS, status="Failed")
+    cluster = fake.add("ml-cluster", COUNTS, status=status)
     with pytest.raises(PreflightError) as caught:
         app.on_event(create_event(world.props(_spec(world))))
     assert caught.value.problems == [
-        f"a HyperPod cluster named 'ml-cluster' already exists (status Failed, {cluster.arn}); choose another "
-        "cluster.name, or delete that cluster first"
+        f"a HyperPod cluster named 'ml-cluster' already exists (status {status}, {cluster.arn}); {way}"
     ]
 
 

@@ -232,9 +232,17 @@ def _preflight(event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
 def _new_cluster_problems(props: Properties, old: Properties | None, existing: Mapping[str, Any] | None) -> list[str]:
     problems: list[str] = []
     if existing is not None:
+        status = existing.get("ClusterStatus")
+        # Deleting is advised only for a cluster that failed: one in service may be another environment's, with
+        # its jobs and its nodes' disks.
+        way = (
+            "choose another cluster.name, or delete that failed cluster first"
+            if status == "Failed"
+            else "choose another cluster.name (that cluster may be in use: do not delete it to make room)"
+        )
         problems.append(
-            f"a HyperPod cluster named {props.name!r} already exists (status {existing.get('ClusterStatus')}, "
-            f"{existing.get('ClusterArn')}); choose another cluster.name, or delete that cluster first"
+            f"a HyperPod cluster named {props.name!r} already exists (status {status}, "
+            f"{existing.get('ClusterArn')}); {way}"
         )
     if old is not None:
         plans = sorted(set(props.training_plans()) | set(old.training_plans()))
