@@ -1,0 +1,69 @@
+"""The EventBridge-to-SNS contract and the role statements it reads, on small hand-built assemblies.
+
+Written for survivors of a `make mutation MODULE=analysis` sample: ``contracts.prove_rule_topic`` mutants
+14 (a rule without targets), 140 and 142 (the trust request's principal and action), ``contracts.role_policies``
+mutant 35 (a managed policy's statements left out) and ``iam_calls.role_statements`` mutant 44 (inline
+policies left out). An alarm rule whose role EventBridge cannot assume, or whose publish right is in a
+managed policy the gate skipped, is a rule that never notifies while the gate says it does, or the reverse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mlcluster.analysis.assembly import Assembly
+from mlcluster.analysis.contracts import prove_rule_topic
+from mlcluster.analysis.iam_calls import role_statements
+
+PUBLISH = {"Effect": "Allow", "Action": "sns:Publish", "Resource": {"Ref": "Topic"}}
+
+
+def alerts(*, service: str = "events.amazonaws.com", managed: bool = False, targets: bool = True) -> Assembly:
+    """One stack: a topic, a rule publishing to it through a role, and the role's publish right."""
+    document = {"Version": "2012-10-17", "Statement": [PUBLISH]}
+    trust = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    role: dict[str, Any] = {"AssumeRolePolicyDocument": {"Version": "2012-10-17", "Statement": [trust]}}
+    resources: dict[str, Any] = {"Topic": {"Type": "AWS::SNS::Topic", "Properties": {}}}
+    if managed:
+        resources["Managed"] = {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": document}}
+        role["ManagedPolicyArns"] = [{"Ref": "Managed"}]
+    else:
+        policy = {"PolicyName": "publish", "Roles": [{"Ref": "Role"}], "PolicyDocument": document}
+        resources["Policy"] = {"Type": "AWS::IAM::Policy", "Properties": policy}
+    resources["Role"] = {"Type": "AWS::IAM::Role", "Properties": role}
+    target = {"Arn": {"Ref": "Topic"}, "Id": "alarm", "RoleArn": {"Fn::GetAtt": ["Role", "Arn"]}}
+    resources["Rule"] = {"Type": "AWS::Events::Rule", "Properties": {"Targets": [target]} if targets else {}}
+    return Assembly({"env/Alerts": {"Resources": resources}})
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["inline-policy", "managed-policy"])
+def test_a_rule_publishing_through_a_role_eventbridge_may_assume_is_proven(managed: bool) -> None:
+    proofs = list(prove_rule_topic(alerts(managed=managed), "env"))
+    assert [p.ok for p in proofs] == [True, True], [str(p) for p in proofs]
+    trust, publish = proofs
+    assert trust.subject == "env/Alerts/Rule -> ${env/Alerts|Topic} (trust of Role)"
+    assert trust.detail.startswith("events.amazonaws.com sts:AssumeRole on ${env/Alerts|Role.Arn} ")
+    assert "role policy: allowed by statement 0" in publish.detail
+
+
+def test_a_role_only_another_service_may_assume_fails_the_trust_proof() -> None:
+    trust, publish = prove_rule_topic(alerts(service="lambda.amazonaws.com"), "env")
+    assert not trust.ok and trust.detail.endswith("no statement allows it (implicit deny)")
+    assert publish.ok  # the role may publish; EventBridge just cannot become it
+
+
+def test_a_rule_without_targets_has_nothing_to_prove() -> None:
+    assert list(prove_rule_topic(alerts(targets=False), "env")) == []
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["inline-policy", "managed-policy"])
+def test_the_role_statements_the_iam_gate_reads_include_inline_and_managed_policies(managed: bool) -> None:
+    assembly = alerts(managed=managed)
+    role = assembly.resource("${env/Alerts|Role}")
+    assert role is not None
+    statements = role_statements(assembly, "env", role)
+    assert [(s.effect, s.actions, s.resources) for s in statements] == [
+        ("Allow", ("sns:Publish",), ("${env/Alerts|Topic}",))
+    ]
