@@ -127,8 +127,11 @@ class ScriptBucket(Construct):
             raise ValueError("sources: give at least one source to upload")
         stack = cdk.Stack.of(self)
         named_by = bucket_name if bucket_name is not None else stack.stack_name
-        if not cdk.Token.is_unresolved(named_by) and MANAGED_POLICY_BUCKET_WORD in named_by.lower():
-            what = f"bucket_name {bucket_name!r}" if bucket_name is not None else f"stack name {named_by!r}"
+        # A name with a deploy-time part (``f"mlc-sagemaker-{cdk.Aws.ACCOUNT_ID}"``) still carries its literal text.
+        resolved = stack.resolve(named_by)
+        if any(MANAGED_POLICY_BUCKET_WORD in text.lower() for text in _literal_parts(resolved)):
+            shown = flatten_resource(resolved)
+            what = f"bucket_name {shown!r}" if bucket_name is not None else f"stack name {shown!r}"
             raise ValueError(
                 f"{what} contains {MANAGED_POLICY_BUCKET_WORD!r}: AWS managed policies (AmazonSageMakerFullAccess, "
                 "AmazonSageMakerFeatureStoreAccess) let their holders write to any bucket whose name contains it, and "
@@ -329,6 +332,20 @@ def deny_bucket_policy_changes(bucket: s3.IBucket) -> list[str]:
         )
     )
     return writers
+
+
+def _literal_parts(resolved: object) -> list[str]:
+    """The text of a resolved name known at synth: the whole string, or the string parts of its ``Fn::Join``.
+
+    The parts known only at deploy time (a reference, a pseudo parameter such as the account id) are left out:
+    nothing can be said of them here.
+    """
+    if isinstance(resolved, str):
+        return [resolved]
+    if isinstance(resolved, dict) and "Fn::Join" in resolved:
+        _, parts = resolved["Fn::Join"]
+        return [text for part in parts for text in _literal_parts(part)]
+    return []
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -29,6 +29,7 @@ ENV = cdk.Environment(account="111111111111", region="us-west-2")
 VPC_ID = "vpc-0123456789abcdef0"
 SUBNETS = ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1", "subnet-0123456789abcdef2"]
 CLIENT_SG = "sg-0123456789abcdef0"
+NODE_SG = "sg-0123456789abcdef9"
 KEY_ARN = {"Fn::GetAtt": ["Key961B73FD", "Arn"]}
 CLUSTER = "DbClusterA0CF0968"
 DB_GROUP = "DbSecurityGroupC34ABFAB"
@@ -80,7 +81,14 @@ ROTATION_RULE_PORT = (
 class Rendered:
     """One synthesized stack holding one AccountingDatabase ``Db``: its template and acknowledged findings."""
 
-    def __init__(self, outdir: Path, *, own_client: bool = False, subnet_indexes: tuple[int, ...] = (0, 1)) -> None:
+    def __init__(
+        self,
+        outdir: Path,
+        *,
+        own_client: bool = False,
+        node_group: bool = False,
+        subnet_indexes: tuple[int, ...] = (0, 1),
+    ) -> None:
         app = cdk.App(outdir=str(outdir))
         self.stack = cdk.Stack(app, "Accounting", env=ENV)
         vpc = ec2.Vpc.from_vpc_attributes(
@@ -100,6 +108,9 @@ class Rendered:
             encryption_key=kms.Key(self.stack, "Key", removal_policy=cdk.RemovalPolicy.DESTROY),
             client_security_group=(
                 None if own_client else ec2.SecurityGroup.from_security_group_id(self.stack, "Nodes", CLIENT_SG)
+            ),
+            node_security_group=(
+                ec2.SecurityGroup.from_security_group_id(self.stack, "AllNodes", NODE_SG) if node_group else None
             ),
         )
         self.controller = iam.Role(self.stack, "Controller", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
@@ -422,3 +433,45 @@ def test_every_acknowledged_finding_carries_its_reason_for_this_database(tmp_pat
             **_in_every_pack("EC2RestrictedSSH", ROTATION_RULE_PORT),
         },
     }
+
+
+def test_an_admitted_node_group_is_marked_on_the_database_for_the_reachability_gate(tmp_path: Path) -> None:
+    """With ``node_security_group`` the cluster resource says so in its Metadata, beside checkov's skip.
+
+    ``mlcluster.analysis.reachability`` accepts the workers' path to the port only when that mark is there
+    (``mlcluster:admitsNodeGroup: true``); without it the gate would refuse the upgrade bridge it was meant to
+    allow. Without a node group there is no mark and no rule for it.
+    """
+    bridged = Rendered(tmp_path / "bridged", node_group=True)
+    cluster = bridged.template["Resources"][CLUSTER]
+    assert cluster["Metadata"] == {
+        "checkov": {"skip": [{"id": "CKV_AWS_162", "comment": RDS6}]},
+        "mlcluster:admitsNodeGroup": True,
+    }
+    assert [
+        rule["Properties"]
+        for rule in bridged.resources("AWS::EC2::SecurityGroupIngress").values()
+        if rule["Properties"].get("SourceSecurityGroupId") == NODE_SG
+    ] == [
+        {
+            "Description": "slurmdbd on the cluster nodes",
+            "FromPort": 3306,
+            "GroupId": {"Fn::GetAtt": [DB_GROUP, "GroupId"]},
+            "IpProtocol": "tcp",
+            "SourceSecurityGroupId": NODE_SG,
+            "ToPort": 3306,
+        }
+    ]
+    plain = Rendered(tmp_path / "plain")
+    assert "mlcluster:admitsNodeGroup" not in plain.template["Resources"][CLUSTER]["Metadata"]
+
+
+def test_the_endpoint_and_key_attributes_name_this_cluster_and_its_key(tmp_path: Path) -> None:
+    """What the Cluster stack reads: ``endpoint`` becomes slurmdbd's StorageHost:StoragePort (and the Storage
+    stack's AccountingDatabaseEndpoint output), ``encryption_key`` the key the controller may decrypt the
+    master secret with. Either pointing elsewhere leaves slurmdbd unable to connect or to read its password."""
+    rendered = Rendered(tmp_path)
+    assert rendered.stack.resolve(rendered.database.endpoint) == {
+        "Fn::Join": ["", [{"Fn::GetAtt": [CLUSTER, "Endpoint.Address"]}, ":3306"]]
+    }
+    assert rendered.stack.resolve(rendered.database.encryption_key.key_arn) == KEY_ARN

@@ -447,3 +447,13 @@ def test_patch_backups_in_the_data_bucket_are_refused_with_the_reason_and_the_fi
         "backup_bucket: the data bucket is not allowed; jobs and the Lustre DRA write it, and restore runs as root "
         "on the controller (use the cluster's PatchBackupBucket)"
     )
+
+
+def test_a_role_for_no_subnets_is_refused_with_the_range_hyperpod_allows() -> None:
+    """The operator reads the prop, the bad value and what to give: the nodes' subnets, 1 to 16 of them."""
+    stack = cluster_stack(cdk.App())
+    with pytest.raises(ValueError) as caught:
+        HyperPodExecutionRole(stack, "Controller", **{**controller_props(stack), "subnets": []})
+    assert str(caught.value) == (
+        "HyperPodExecutionRole: subnets: [] is not allowed; give the subnets the cluster's nodes use (1 to 16)"
+    )

@@ -164,3 +164,29 @@ def test_a_refused_removal_policy_is_named() -> None:
         r"RETAIN_ON_UPDATE_OR_DELETE or DESTROY$",
     ):
         LustreStorage(stack, "Lustre", **network(stack), **props)
+
+
+def test_the_file_systems_group_says_what_it_admits_under_its_logical_id() -> None:
+    """The group whole, under its logical id. ``GroupDescription`` is what an operator auditing the VPC reads
+    of a group, and it is create-only: a changed one replaces the group the file system's interfaces are in
+    (``_security_group`` mutant 5 of the second sample)."""
+    stack = cdk.Stack(cdk.App(), "Fs", env=ENV)
+    LustreStorage(stack, "Lustre", **network(stack))
+    assert Template.from_stack(stack).find_resources("AWS::EC2::SecurityGroup") == {
+        "LustreSecurityGroupA46A9855": {
+            "Type": "AWS::EC2::SecurityGroup",
+            "Properties": {
+                "GroupDescription": "mlcluster FSx for Lustre: Lustre (TCP 988, 1018-1023) with cluster nodes and itself",
+                "SecurityGroupEgress": [
+                    {
+                        "CidrIp": "255.255.255.255/32",
+                        "Description": "Disallow all traffic",
+                        "IpProtocol": "icmp",
+                        "FromPort": 252,
+                        "ToPort": 86,
+                    }
+                ],
+                "VpcId": "vpc-0123456789abcdef0",
+            },
+        }
+    }

@@ -29,7 +29,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from mlcluster.config.network import Zone
+from mlcluster.config.network import Peering, Zone
 from mlcluster.constructs.network import ClusterNetwork, ImportedNetwork
 from tests.support import cfn_lint
 
@@ -255,4 +255,144 @@ def test_every_acknowledgement_of_the_network_is_its_finding_with_its_reason(tmp
             "The source is this security group itself, not an address range: only cluster members reach these "
             "ports, and EFA requires all-traffic self ingress.",
         ),
+    }
+
+
+def test_the_internet_gateway_is_attached_to_this_vpc() -> None:
+    """The public default routes and the NAT gateways need the gateway attached to this VPC: the attachment
+    whole, the gateway and the VPC by their logical ids (``__init__`` mutant 107 of the second sample)."""
+    stack, _ = network(availability_zone="us-east-1a")
+    attachments = by_type(Template.from_stack(stack), "AWS::EC2::VPCGatewayAttachment")
+    assert attachments == {
+        "NetworkInternetGatewayAttachment4FEFFDBC": {
+            "Type": "AWS::EC2::VPCGatewayAttachment",
+            "Properties": {
+                "InternetGatewayId": {"Ref": "NetworkInternetGatewayD8FF3F66"},
+                "VpcId": {"Ref": "Network1C6012B5"},
+            },
+        }
+    }
+
+
+def test_the_dynamodb_endpoint_is_a_gateway_on_every_route_table_under_its_logical_id() -> None:
+    """``dynamodb_endpoint=True``: one gateway endpoint (CloudFormation's VpcEndpointType is the enum
+    Interface | Gateway | GatewayLoadBalancer, case and all) on both route tables. Its logical id is the
+    contract with the deployed stack: a new one replaces the endpoint, cutting DynamoDB traffic while the
+    route tables switch (mutants 291, 298 of the second sample)."""
+    stack, _ = network(availability_zone="us-east-1a", dynamodb_endpoint=True)
+    endpoints = by_type(Template.from_stack(stack), "AWS::EC2::VPCEndpoint")
+    assert sorted(endpoints) == ["NetworkDynamoDbEndpoint06D7F403", "NetworkS3Endpoint635CABAC"]
+    assert endpoints["NetworkDynamoDbEndpoint06D7F403"] == {
+        "Type": "AWS::EC2::VPCEndpoint",
+        "Properties": {
+            "RouteTableIds": [
+                {"Ref": "NetworkPublic1RouteTable427BA52F"},
+                {"Ref": "NetworkPrivate1RouteTableCC181843"},
+            ],
+            "ServiceName": {"Fn::Sub": "com.amazonaws.${AWS::Region}.dynamodb"},
+            "VpcEndpointType": "Gateway",
+            "VpcId": {"Ref": "Network1C6012B5"},
+        },
+    }
+
+
+def test_the_cluster_group_and_its_self_rules_are_exactly_these() -> None:
+    """The nodes' group and its two self rules, whole. A rule's ``Description`` is what the console and
+    ``describe-security-group-rules`` show an operator auditing the group; the group's own description is
+    create-only (a change replaces the group every node and file system is in) (``ClusterSecurityGroup``
+    mutant 86 of the second sample)."""
+    stack, _ = network(availability_zone="us-east-1a")
+    t = Template.from_stack(stack)
+    group = {"Fn::GetAtt": ["NetworkSecurityGroup6335DB55", "GroupId"]}
+    assert by_type(t, "AWS::EC2::SecurityGroup") == {
+        "NetworkSecurityGroup6335DB55": {
+            "Type": "AWS::EC2::SecurityGroup",
+            "Properties": {
+                "GroupDescription": "mlcluster nodes and file systems: all traffic within the group (EFA, Slurm, Lustre)",
+                "SecurityGroupEgress": [
+                    {
+                        "CidrIp": "0.0.0.0/0",
+                        "Description": "Outbound to the internet through NAT: packages, AWS APIs",
+                        "IpProtocol": "-1",
+                    }
+                ],
+                "VpcId": {"Ref": "Network1C6012B5"},
+            },
+        }
+    }
+    assert by_type(t, "AWS::EC2::SecurityGroupIngress") == {
+        "NetworkSecurityGroupSelfIngressB533DA1C": {
+            "Type": "AWS::EC2::SecurityGroupIngress",
+            "Properties": {
+                "Description": "All traffic from cluster members (EFA, Slurm, Lustre, NFS)",
+                "GroupId": group,
+                "IpProtocol": "-1",
+                "SourceSecurityGroupId": group,
+            },
+        }
+    }
+    assert by_type(t, "AWS::EC2::SecurityGroupEgress") == {
+        "NetworkSecurityGroupSelfEgressCD72E488": {
+            "Type": "AWS::EC2::SecurityGroupEgress",
+            "Properties": {
+                "Description": "All traffic to cluster members (EFA requires self egress)",
+                "DestinationSecurityGroupId": group,
+                "GroupId": group,
+                "IpProtocol": "-1",
+            },
+        }
+    }
+
+
+def test_a_bad_peer_route_table_id_is_refused_naming_the_key_and_the_form() -> None:
+    """The operator reads which peering key holds the bad value and the form allowed (``_peer`` mutant 7)."""
+    stack = cdk.Stack(cdk.App(), "Net", env=ENV)
+    peering = Peering(peer_vpc_id="vpc-0abc1234", peer_cidr="10.9.0.0/16", peer_route_table_ids=("rtb-NOPE",))
+    with pytest.raises(ValueError) as caught:
+        ClusterNetwork(stack, "Network", availability_zone="us-east-1a", peering=peering)
+    assert str(caught.value) == (
+        "peer_route_table_ids: 'rtb-NOPE' is not a valid ID; expected the form rtb-[0-9a-f]{8,17}"
+    )
+
+
+def test_public_ips_on_launch_are_acknowledged_with_the_login_nodes_reason(tmp_path: Path) -> None:
+    """``public_ip_on_launch``: the public subnet maps public IPs, and the compliance report shows why, word for
+    word, on that subnet alone (``_subnet`` mutant 45 of the second sample)."""
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Net", env=ENV)
+    ClusterNetwork(stack, "Network", availability_zone_id="use1-az4", public_ip_on_launch=True)
+    app.synth()
+    reason = (
+        "The file asks for internet-facing ParallelCluster login nodes: they sit in this subnet behind an "
+        "internet-facing load balancer, and ParallelCluster's launch template gives them no public IP, "
+        "their only way out here. The private subnets map none."
+    )
+    found = acknowledged(tmp_path)
+    assert found["/Net/Network/Public1Subnet"] == dict.fromkeys(
+        (f"{pack}-VPCSubnetAutoAssignPublicIpDisabled" for pack in PACKS), reason
+    )
+    assert "/Net/Network/Private1Subnet" not in found
+
+
+def test_what_a_user_hangs_on_imported_subnets_keeps_its_logical_id() -> None:
+    """An imported network's subnets are ``Private1Ref``, ``Private2Ref``..., like ClusterNetwork's: a network
+    ACL associated with them is made with the subnet's id in its logical id, so a renumbering would replace
+    the user's associations (``ImportedNetwork`` mutant 79 of the second sample)."""
+    stack = cdk.Stack(cdk.App(), "Net", env=ENV)
+    imported = ImportedNetwork(
+        stack,
+        "Imported",
+        vpc_id="vpc-0abc1234",
+        vpc_cidr="10.20.0.0/16",
+        private_subnet_ids=["subnet-0abc1234", "subnet-0abc1235"],
+        security_group_id="sg-0abc1234",
+        availability_zone="us-east-1a",
+    )
+    acl = ec2.NetworkAcl(stack, "Acl", vpc=imported.vpc)
+    for subnet in imported.private_subnets:
+        subnet.associate_network_acl("Acl", acl)
+    associations = by_type(Template.from_stack(stack), "AWS::EC2::SubnetNetworkAclAssociation")
+    assert {k: v["Properties"]["SubnetId"] for k, v in associations.items()} == {
+        "AclAclNetImportedPrivate1Ref6BB84925C770E9AB": "subnet-0abc1234",
+        "AclAclNetImportedPrivate2RefB3C658E1ABD4D5FB": "subnet-0abc1235",
     }

@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+import jsii
 import pytest
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
 
 from mlcluster.constructs.nag import acknowledge
-from mlcluster.constructs.script_bucket import OBJECT_CHANGE_ACTIONS, ScriptBucket
+from mlcluster.constructs.script_bucket import OBJECT_CHANGE_ACTIONS, ScriptBucket, _AssetsBucketAcknowledgement
 
 PACKS = ("NIST.800.53.R5", "HIPAA.Security", "PCI.DSS.321")
 ASSETS = "arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*"
@@ -196,3 +198,121 @@ def test_another_accounts_assets_bucket_is_the_users_to_acknowledge(tmp_path: Pa
         app.synth()
     assert "cdk-hnb659fds-assets-999999999999-us-east-1/*]" in str(caught.value)
     assert "cdk-hnb659fds-assets-123456789012-us-east-1/*]" not in str(caught.value)
+
+
+ACCOUNT_ENV = cdk.Environment(account="111111111111", region="us-east-1")
+
+
+def test_the_script_buckets_policy_is_exactly_these_statements() -> None:
+    """The bucket policy whole: TLS only, TLS 1.2 and up, object changes by the upload alone, policy and ACL
+    changes by the deploy alone, each deny under its ``Sid`` (what the bucket-access gate and a reviewer find
+    it by) (``_deny_bucket_policy_changes`` mutant 10 of the second sample)."""
+    stack = cdk.Stack(cdk.App(), "Scripts", env=ACCOUNT_ENV)
+    scripts(stack)
+    policies = Template.from_stack(stack).find_resources("AWS::S3::BucketPolicy")
+    bucket = {"Fn::GetAtt": ["ScriptsF50F301B", "Arn"]}
+    objects = {"Fn::Join": ["", [bucket, "/*"]]}
+    assert policies["ScriptsPolicyE504D00B"]["Properties"] == {
+        "Bucket": {"Ref": "ScriptsF50F301B"},
+        "PolicyDocument": {
+            "Statement": [
+                {
+                    "Action": "s3:*",
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                    "Effect": "Deny",
+                    "Principal": {"AWS": "*"},
+                    "Resource": [bucket, objects],
+                },
+                {
+                    "Action": "s3:*",
+                    "Condition": {"NumericLessThan": {"s3:TlsVersion": 1.2}},
+                    "Effect": "Deny",
+                    "Principal": {"AWS": "*"},
+                    "Resource": [bucket, objects],
+                },
+                {
+                    # Sorted as the tests' CDK context renders actions (and OBJECT_CHANGE_ACTIONS, whole).
+                    "Action": sorted(OBJECT_CHANGE_ACTIONS),
+                    "Condition": {
+                        "ArnNotEquals": {
+                            "aws:PrincipalArn": [
+                                {
+                                    "Fn::GetAtt": [
+                                        "CustomCDKBucketDeployment8693BB64968944B69AAFB0CC9EB8756CServiceRole89A01265",
+                                        "Arn",
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                    "Effect": "Deny",
+                    "Principal": {"AWS": "*"},
+                    "Resource": objects,
+                    "Sid": "OnlyTheDeployChangesObjects",
+                },
+                {
+                    "Action": [
+                        "s3:DeleteBucketPolicy",
+                        "s3:PutBucketAcl",
+                        "s3:PutBucketOwnershipControls",
+                        "s3:PutBucketPolicy",
+                        "s3:PutBucketPublicAccessBlock",
+                    ],
+                    "Condition": {
+                        "ArnNotEquals": {
+                            "aws:PrincipalArn": [
+                                {
+                                    "Fn::Sub": "arn:${AWS::Partition}:iam::111111111111:role/"
+                                    "cdk-hnb659fds-cfn-exec-role-111111111111-us-east-1"
+                                }
+                            ]
+                        }
+                    },
+                    "Effect": "Deny",
+                    "Principal": {"AWS": "*"},
+                    "Resource": bucket,
+                    "Sid": "OnlyTheDeployChangesThePolicy",
+                },
+            ],
+            "Version": "2012-10-17",
+        },
+    }
+
+
+@jsii.implements(cdk.IStableStringProducer)
+class _NameChosenLater:
+    """A bucket name a library user's code produces at synth, behind a token whose hint names SageMaker."""
+
+    def produce(self) -> str:
+        return "mlc-scripts-chosen-later"
+
+
+def test_a_name_whose_only_unknown_part_is_deploy_time_is_accepted() -> None:
+    """The edge: the literal text is clean and the rest (the account id, a parameter named after SageMaker)
+    is only known at deploy time, so nothing here can refuse it; nor is a name refused for the text of the
+    token that stands for it (a lazy name hinted ``SageMakerJobScripts``) (``ScriptBucket.__init__`` mutant 24 of
+    the second sample)."""
+    stack = cdk.Stack(cdk.App(), "dev-Cluster")
+    scripts(stack, bucket_name=f"mlc-scripts-{cdk.Aws.ACCOUNT_ID}")
+    parameter = cdk.CfnParameter(stack, "SageMakerScriptsBucketName")
+    scripts(stack, "FromParameter", bucket_name=parameter.value_as_string)
+    scripts(stack, "Lazy", bucket_name=cdk.Lazy.string(_NameChosenLater(), display_hint="SageMakerJobScripts"))
+    names = [
+        b["Properties"]["BucketName"]
+        for b in Template.from_stack(stack).find_resources("AWS::S3::Bucket").values()
+        if "BucketName" in b["Properties"]
+    ]
+    assert {"Fn::Join": ["", ["mlc-scripts-", {"Ref": "AWS::AccountId"}]]} in names
+    assert {"Ref": "SageMakerScriptsBucketName"} in names
+    assert "mlc-scripts-chosen-later" in names
+
+
+def test_an_upload_function_without_its_role_policy_fails_validation_naming_it() -> None:
+    """Should aws_s3_deployment stop making ``ServiceRole/DefaultPolicy``, synthesis reports which function,
+    rather than failing inside the check (``_AssetsBucketAcknowledgement.validate`` mutant 8 of the second
+    sample)."""
+    stack = cdk.Stack(cdk.App(), "Scripts")
+    handler = Construct(stack, "CustomCDKBucketDeploymentWithoutRole")
+    assert _AssetsBucketAcknowledgement(handler).validate() == [
+        "Scripts/CustomCDKBucketDeploymentWithoutRole: aws_s3_deployment's function has no ServiceRole/DefaultPolicy"
+    ]

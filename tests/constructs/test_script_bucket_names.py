@@ -1,0 +1,31 @@
+"""ScriptBucket's refusal of a name AWS managed policies match, for a name with a deploy-time part (issue 27).
+
+AmazonSageMakerFullAccess and AmazonSageMakerFeatureStoreAccess let their holders write to any bucket whose
+name contains ``sagemaker``; the script bucket holds what runs as root on the nodes. The check used to skip
+every name with a token in it, so ``f"mlc-sagemaker-scripts-{cdk.Aws.ACCOUNT_ID}"`` passed although its literal
+text carries the word (found from the second mutation sample's ``ScriptBucket.__init__`` mutant 24). The
+literal parts of such a name are checked now; the parts only known at deploy time cannot be, and are not
+(tests/constructs/test_script_bucket_kills.py accepts those).
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+import pytest
+
+from tests.constructs.test_script_bucket_kills import scripts
+
+
+def test_a_name_with_the_word_beside_a_deploy_time_part_is_refused_as_the_template_shows_it() -> None:
+    """A bucket name built with the account id still carries ``sagemaker`` in its literal text, so AWS managed
+    policies would let their holders write the root scripts: refused, the name shown as the template has it
+    (``<AWS::AccountId>``, not CDK's token text) (``ScriptBucket.__init__`` mutant 24 of the second sample:
+    before this, a name with any deploy-time part was never checked)."""
+    stack = cdk.Stack(cdk.App(), "dev-Cluster")
+    with pytest.raises(ValueError) as caught:
+        scripts(stack, bucket_name=f"mlc-SageMaker-scripts-{cdk.Aws.ACCOUNT_ID}")
+    assert str(caught.value) == (
+        "bucket_name 'mlc-SageMaker-scripts-<AWS::AccountId>' contains 'sagemaker': AWS managed policies "
+        "(AmazonSageMakerFullAccess, AmazonSageMakerFeatureStoreAccess) let their holders write to any bucket whose "
+        "name contains it, and this bucket holds scripts that run as root on the nodes; choose a name without it"
+    )
