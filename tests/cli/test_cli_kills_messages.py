@@ -97,3 +97,20 @@ def test_a_stack_without_the_protection_field_is_read_as_unprotected(given: dict
     snapshot = diff.deployed_snapshot(Cfn(name, {"StackStatus": "CREATE_COMPLETE", **given}), env)
     assert list(snapshot) == [name]
     assert snapshot[name].termination_protection is protected
+
+
+def test_every_queue_whose_nodes_an_update_replaces_is_named() -> None:
+    """Two replaced queues: the operator reads both names, comma-separated, and the jobs running in them."""
+    from mlcluster.cli.update import Job, Plan, _replaced_lines
+
+    jobs = [
+        Job("41", "train", "ana", "RUNNING", 4, "1-02:00:00", "pretrain"),
+        Job("42", "other", "bo", "RUNNING", 1, "00:10:00", "notebook"),
+    ]
+    plan = Plan("p5", "p5-train", "us-east-2", "0" * 64, [], jobs=jobs, strategy="DRAIN", replaced=["train", "eval"])
+    lines = _replaced_lines(plan)
+    assert lines[1:3] == [
+        "nodes replaced by ParallelCluster (QueueUpdateStrategy DRAIN) in: train, eval",
+        "jobs running there (1, from squeue on the head node): each runs to its end, then ParallelCluster replaces "
+        "its nodes",
+    ]
