@@ -121,7 +121,7 @@ bench: setup $(PCLUSTER_VENV)/.installed
 
 ## mutation: mutation testing (not part of make test; minutes per module): mutmut over the modules that guard data, access and AWS calls, each against its own tests, and the hand-written node-script mutants (mutation/shell_mutants.yaml); prints the kill rate per module and writes mutation/results.json. MODULE=lockfile (or replacement, analysis, handlers, config-files, cli, constructs-security, shell) runs one; MINUTES=N stops a module after N minutes (default 60); KEEP=1 keeps the copy to read survivors (mutmut show NAME there); SAMPLE=N runs a seeded random sample of N mutants a module (SEED=S, default 1) and prints the kill rate with its 95% interval
 mutation: setup
-	PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(PY) tools/mutation.py $(if $(MODULE),--module $(MODULE)) $(if $(MINUTES),--minutes $(MINUTES)) $(if $(KEEP),--keep) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SEED),--seed $(SEED))
+	PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR) )$(PY) tools/mutation.py $(if $(MODULE),--module $(MODULE)) $(if $(MINUTES),--minutes $(MINUTES)) $(if $(filter 1 yes true,$(KEEP)),--keep) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SEED),--seed $(SEED))
 
 ## config-docs: regenerate schema/environment.schema.json and the environment file reference (docs/reference/environment-file.md)
 config-docs: setup

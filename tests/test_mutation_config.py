@@ -139,22 +139,33 @@ def test_the_table_says_a_sample_and_its_interval() -> None:
     assert "100.0% (same sample, recounted)" in again and "91.0%" not in again
 
 
-def test_a_recount_judges_the_same_sample_with_the_equivalents_recorded_now(
+def test_a_recount_judges_the_sample_the_run_recorded_with_the_equivalents_recorded_now(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names = [f"mlcluster.lockfile.x_a__mutmut_{i}" for i in range(50)]
     sample = TOOL.draw(names, 10, 4)
+    record = {"module": "lockfile", "seed": 4, "size": 10, "names": sample}
+    (tmp_path / TOOL.SAMPLE_FILE).write_text(json.dumps(record))
     found = dict.fromkeys(names, "not checked") | dict.fromkeys(sample, "killed")
     found[sample[0]], found[sample[1]] = "survived", "survived"
     monkeypatch.setattr(TOOL, "statuses", lambda work: found if work == tmp_path else {})
     monkeypatch.setattr(TOOL, "RESULTS", tmp_path / "results.json")
     monkeypatch.setattr(TOOL, "load_equivalent", lambda: {"lockfile": {sample[1]: "same bytes"}})
-    assert TOOL.recount("lockfile", tmp_path, 10, 4) == 1  # one survivor left: the target fails
+    assert TOOL.recount("lockfile", tmp_path) == 1  # one survivor left: the target fails
     row = json.loads((tmp_path / "results.json").read_text())["modules"]["lockfile"]
     assert (row["killed"], row["survived"], row["equivalent"], row["population"]) == (8, 1, 1, 50)
     assert row["survivors"] == [f"{sample[0]} (survived)"] and row["sample"] == {"size": 10, "seed": 4}
     found[sample[0]] = "killed"
-    assert TOOL.recount("lockfile", tmp_path, 10, 4) == 0
+    assert TOOL.recount("lockfile", tmp_path) == 0
+    # The copy of another module is refused, naming both.
+    with pytest.raises(SystemExit, match="is a copy of module 'lockfile', not 'handlers'"):
+        TOOL.recount("handlers", tmp_path)
+
+
+def test_the_table_says_a_whole_module_run_stopped_by_time_gives_no_estimate() -> None:
+    row = {"killed": 391, "survived": 0, "equivalent": 32, "not checked": 219, "total": 642, "kill_rate": 1.0}
+    row |= {"date": "2026-11-28T08:15:23Z", "tool": "mutmut", "tool_version": "3.8.1"}
+    assert "100.0% (stopped by time: no estimate)" in TOOL.table({"modules": {"config-files": row}})
 
 
 def test_the_config_mutmut_reads_mutates_only_the_module_and_runs_only_its_tests() -> None:

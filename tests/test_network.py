@@ -93,34 +93,38 @@ def _endpoint_allows(policy: dict[str, Any], action: str, bucket_account: str) -
     return False
 
 
+#: The S3 gateway endpoint's policy: reads of any bucket, everything else only on this account's buckets.
+S3_ENDPOINT_POLICY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Sid": "ReadAnyBucket",
+            "Effect": "Allow",
+            "Principal": {"AWS": "*"},
+            "Action": [
+                "s3:GetObject",
+                "s3:GetObjectVersion",
+                "s3:GetBucketLocation",
+                "s3:ListBucket",
+                "s3:ListAllMyBuckets",
+            ],
+            "Resource": "*",
+        },
+        {
+            "Sid": "AnythingOnThisAccountsBuckets",
+            "Effect": "Allow",
+            "Principal": {"AWS": "*"},
+            "Action": "s3:*",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"aws:ResourceAccount": {"Ref": "AWS::AccountId"}}},
+        },
+    ],
+}
+
+
 def test_s3_endpoint_policy_statements(default: Template) -> None:
     (endpoint,) = resources(default, "AWS::EC2::VPCEndpoint").values()
-    assert endpoint["Properties"]["PolicyDocument"] == {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "ReadAnyBucket",
-                "Effect": "Allow",
-                "Principal": {"AWS": "*"},
-                "Action": [
-                    "s3:GetObject",
-                    "s3:GetObjectVersion",
-                    "s3:GetBucketLocation",
-                    "s3:ListBucket",
-                    "s3:ListAllMyBuckets",
-                ],
-                "Resource": "*",
-            },
-            {
-                "Sid": "AnythingOnThisAccountsBuckets",
-                "Effect": "Allow",
-                "Principal": {"AWS": "*"},
-                "Action": "s3:*",
-                "Resource": "*",
-                "Condition": {"StringEquals": {"aws:ResourceAccount": {"Ref": "AWS::AccountId"}}},
-            },
-        ],
-    }
+    assert endpoint["Properties"]["PolicyDocument"] == S3_ENDPOINT_POLICY
 
 
 @pytest.mark.parametrize(

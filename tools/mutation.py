@@ -50,6 +50,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "mutation" / "results.json"
+#: Written into a sampled run's copy: the module, seed, size and the names drawn (what --recount counts).
+SAMPLE_FILE = "mutation-sample.json"
 EQUIVALENT = ROOT / "mutation" / "equivalent.yaml"
 SHELL_MUTANTS = ROOT / "mutation" / "shell_mutants.yaml"
 PYTHON = Path(sys.executable)
@@ -218,13 +220,16 @@ def load_equivalent() -> dict[str, dict[str, str]]:
 
 def statuses(work: Path) -> dict[str, str]:
     """Every mutant of the run in ``work`` and its mutmut status (`mutmut results --all true`)."""
-    out = subprocess.run(
+    listed = subprocess.run(
         [str(PYTHON), "-m", "mutmut", "results", "--all", "true"],
         cwd=work,
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
-    ).stdout
+    )
+    if listed.returncode != 0:
+        sys.exit(f"mutation: mutmut could not list the mutants in {work}:\n{listed.stderr[-3000:]}")
+    out = listed.stdout
     found: dict[str, str] = {}
     for line in out.splitlines():
         name, sep, status = line.strip().rpartition(": ")
@@ -315,8 +320,13 @@ def run_module(
         start = time.monotonic()
         chosen: list[str] | None = None
         if sample is not None:
-            subprocess.run([str(PYTHON), "-c", GENERATE], cwd=work, check=True, capture_output=True)
+            made = subprocess.run([str(PYTHON), "-c", GENERATE], cwd=work, capture_output=True, text=True, check=False)
+            if made.returncode != 0:
+                sys.exit(f"mutation: {name}: mutmut could not generate the mutants:\n{made.stderr[-3000:]}")
             chosen = draw(list(statuses(work)), sample, seed)
+            # The sample, for --recount: the same names whatever seed or size is typed then.
+            record = {"module": name, "seed": seed, "size": len(chosen), "names": chosen}
+            (work / SAMPLE_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
             print(f"mutation: {name}: a sample of {len(chosen)} mutants (seed {seed})", flush=True)
         with log.open("w") as out:
             proc = subprocess.Popen(
@@ -337,7 +347,13 @@ def run_module(
             sys.exit(f"mutation: {name}: mutmut failed (exit {proc.returncode}):\n{log.read_text()[-3000:]}")
         result["seconds"] = round(time.monotonic() - start)
         if keep:
-            print(f"mutation: {name}: the copy is kept in {work} (mutmut show NAME there)", flush=True)
+            print(
+                f"mutation: {name}: the copy is kept in {work}; a survivor's diff: cd {work} && "
+                f"{PYTHON} -m mutmut show NAME; after killing survivors, re-run them there "
+                f"({PYTHON} -m mutmut run --max-children 1 NAME...), then from this checkout: "
+                f"{PYTHON} tools/mutation.py --recount {work} --module {name}",
+                flush=True,
+            )
         result["mutate"] = list(module.mutate)
         result["tests"] = list(module.tests)
         result["sample"] = {"size": len(chosen), "seed": seed} if chosen is not None else None
@@ -449,6 +465,8 @@ def table(data: dict[str, Any]) -> str:
             rate += f" ({low:.1%}-{high:.1%})"
         elif r.get("sample"):
             rate += " (sample not finished: no estimate)"  # mutmut ran the cheapest first, not a random part
+        elif r["not checked"]:
+            rate += " (stopped by time: no estimate)"
         drawn = r.get("sample")
         mutants = f"{r['total']} of {r.get('population', r['total'])}" if drawn else str(r["total"])
         seed = f", sample seed {drawn['seed']}" if drawn else ""
@@ -459,10 +477,18 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def recount(name: str, work: Path, sample: int | None, seed: int) -> int:
-    """The "after" figure of a kept copy: its statuses now, the same sample, the equivalents recorded now."""
+def recount(name: str, work: Path) -> int:
+    """The "after" figure of a kept copy: its statuses now, the same sample, the equivalents recorded now.
+
+    The sample is the one the run wrote into the copy (``SAMPLE_FILE``); a copy of a whole-module run has none.
+    """
+    record_file = work / SAMPLE_FILE
+    record = json.loads(record_file.read_text(encoding="utf-8")) if record_file.exists() else None
+    if record is not None and record["module"] != name:
+        sys.exit(f"mutation: {work} is a copy of module {record['module']!r}, not {name!r}")
     found = statuses(work)
-    chosen = draw(list(found), sample, seed) if sample is not None else None
+    chosen: list[str] | None = record["names"] if record is not None else None
+    seed = record["seed"] if record is not None else 0
     result = summarize(found, load_equivalent().get(name, {}), chosen)
     module = MODULES[name]
     result |= {"mutate": list(module.mutate), "tests": list(module.tests), "recounted": True}
@@ -486,7 +512,7 @@ def main() -> int:
         "--recount",
         type=Path,
         metavar="COPY",
-        help="count again the copy a --keep run left (its survivors re-run there by name); same --sample, --seed",
+        help="count again the copy a --keep run left (its survivors re-run there by name), the same sample",
     )
     args = parser.parse_args()
     if args.report:
@@ -495,7 +521,9 @@ def main() -> int:
     if args.recount:
         if len(args.module) != 1 or args.module == ["shell"]:
             sys.exit("mutation: --recount needs exactly one Python --module (the one the copy was made for)")
-        return recount(args.module[0], args.recount, args.sample, args.seed)
+        return recount(args.module[0], args.recount)
+    if args.sample is not None and args.sample < 1:
+        sys.exit(f"mutation: --sample {args.sample}: give a number of mutants, 1 or more")
     if shutil.which("git") is None:
         sys.exit("mutation: git is needed to copy the tree")
     chosen = args.module or [*MODULES, "shell"]

@@ -32,6 +32,7 @@ from aws_cdk.assertions import Template
 from mlcluster.config.network import Peering, Zone
 from mlcluster.constructs.network import ClusterNetwork, ImportedNetwork
 from tests.support import cfn_lint
+from tests.test_network import S3_ENDPOINT_POLICY
 
 ENV = cdk.Environment(account="111111111111", region="us-east-1")
 
@@ -76,32 +77,7 @@ def test_the_s3_endpoint_serves_every_route_table_and_writes_only_to_this_accoun
     tables = sorted(by_type(t, "AWS::EC2::RouteTable"))
     assert len(tables) == 3  # the public subnet's and both private subnets'
     assert sorted(r["Ref"] for r in props["RouteTableIds"]) == tables
-    assert props["PolicyDocument"] == {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "ReadAnyBucket",
-                "Effect": "Allow",
-                "Principal": {"AWS": "*"},
-                "Action": [
-                    "s3:GetObject",
-                    "s3:GetObjectVersion",
-                    "s3:GetBucketLocation",
-                    "s3:ListBucket",
-                    "s3:ListAllMyBuckets",
-                ],
-                "Resource": "*",
-            },
-            {
-                "Sid": "AnythingOnThisAccountsBuckets",
-                "Effect": "Allow",
-                "Principal": {"AWS": "*"},
-                "Action": "s3:*",
-                "Resource": "*",
-                "Condition": {"StringEquals": {"aws:ResourceAccount": {"Ref": "AWS::AccountId"}}},
-            },
-        ],
-    }
+    assert props["PolicyDocument"] == S3_ENDPOINT_POLICY
 
 
 def test_the_networks_resources_keep_their_logical_ids() -> None:

@@ -6,7 +6,16 @@ import json
 
 import pytest
 
-from mlcluster.replacement import Change, ResourceState, StackState, compare, template_paths, volume_policies
+from mlcluster.replacement import (
+    Change,
+    ResourceState,
+    StackState,
+    compare,
+    mount_changes,
+    stack_state,
+    template_paths,
+    volume_policies,
+)
 
 
 @pytest.mark.parametrize(
@@ -95,3 +104,53 @@ def test_volume_policies_read_only_managed_volumes_with_a_mount_dir() -> None:
         {"StorageType": "Ebs", "MountDir": "/scratch"},
     ]
     assert volume_policies(storage) == {"/shared": "Retain", "/scratch": "Delete"}
+
+
+# Survivors of the first `make mutation MODULE=replacement SAMPLE=200` sample (seed 1).
+
+
+def _cluster(groups: list[dict[str, object]]) -> dict[str, object]:
+    cluster = {"Type": "AWS::SageMaker::Cluster", "Properties": {"ClusterName": "c", "InstanceGroups": groups}}
+    return {"Resources": {"Cluster": cluster}}
+
+
+def test_the_controller_is_the_group_slurm_calls_controller_wherever_it_is_listed() -> None:
+    """``_create_only_values`` mutants 35, 40 and 49: the NodeType decides, not the order of the groups."""
+    groups: list[dict[str, object]] = [
+        {"InstanceGroupName": "workers", "SlurmConfig": {"NodeType": "Compute", "PartitionNames": ["p"]}},
+        {"InstanceGroupName": "head", "SlurmConfig": {"NodeType": "Controller"}},
+    ]
+    state = stack_state(_cluster(groups), {})
+    assert state.resources["Cluster"].create_only["ControllerInstanceGroupName"] == "head"
+    # Without SlurmConfig (the construct renders the controller first) the first group is the controller.
+    bare = stack_state(_cluster([{"InstanceGroupName": "first"}, {"InstanceGroupName": "second"}]), {})
+    assert bare.resources["Cluster"].create_only["ControllerInstanceGroupName"] == "first"
+
+
+def test_a_retention_given_as_one_number_or_per_rule_is_read_as_its_shortest() -> None:
+    """``_fate_values`` mutant 15: a bucket's rules give a list of days (``*`` in the pointer), read whole."""
+    rules = [
+        {"NoncurrentVersionExpiration": {"NoncurrentDays": 90}},
+        {"NoncurrentVersionExpiration": {"NoncurrentDays": 30}},
+    ]
+    bucket = {"Type": "AWS::S3::Bucket", "Properties": {"LifecycleConfiguration": {"Rules": rules}}}
+    state = stack_state({"Resources": {"Bucket": bucket}}, {})
+    assert (
+        state.resources["Bucket"].fate["LifecycleConfiguration/Rules/*/NoncurrentVersionExpiration/NoncurrentDays"]
+        == 30
+    )
+
+
+def test_a_mount_change_on_a_lock_that_records_mounts_carries_no_hint() -> None:
+    """``mount_changes`` mutants 7 and 13: the 'run mlcluster lock' hint is only for a lock without the record."""
+    (recorded,) = mount_changes({}, {"/home": "Ebs"})
+    assert recorded == "SharedStorage MountDir /home: head node -> Ebs"
+    (old,) = mount_changes(None, {"/home": "Ebs"})
+    assert old.endswith(
+        "(this lock does not record the cluster's mounts: if the deployed cluster already has it, run "
+        "'mlcluster lock' to read them from the deployed stacks)"
+    )
+    assert recorded == old.removesuffix(
+        " (this lock does not record the cluster's mounts: if the deployed cluster already has it, run "
+        "'mlcluster lock' to read them from the deployed stacks)"
+    )
