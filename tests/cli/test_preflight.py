@@ -41,6 +41,17 @@ def env_folder(tmp_path: Path, name: str, region: str, **changes: Any) -> Path:
     return folder
 
 
+def spot_p5_folder(tmp_path: Path) -> Path:
+    """The p5 example with its first queue turned Spot (no capacity reservation): an environments folder."""
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    data = yaml.safe_load((folder / "p5.yaml").read_text())
+    queue = data["cluster"]["pcluster"]["queues"][0]
+    queue["capacity_type"] = "SPOT"
+    queue["compute_resources"][0].pop("capacity_reservation_id", None)
+    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    return folder
+
+
 def quota(service: str, code: str, name: str, value: float) -> dict[str, Any]:
     return {"Quota": {"ServiceCode": service, "QuotaCode": code, "QuotaName": name, "Value": value}}
 
@@ -915,12 +926,7 @@ def test_spot_queues_are_checked_against_the_spot_quota(aws: Aws, tmp_path: Path
         return quota("ec2", params["QuotaCode"], name, value)
 
     aws.answer("service-quotas", "GetServiceQuota", always=answer)
-    folder = env_folder(tmp_path, "p5", P5_REGION)
-    data = yaml.safe_load((folder / "p5.yaml").read_text())
-    queue = data["cluster"]["pcluster"]["queues"][0]
-    queue["capacity_type"] = "SPOT"
-    queue["compute_resources"][0].pop("capacity_reservation_id", None)
-    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    folder = spot_p5_folder(tmp_path)
     # The On-Demand P quota (384) is not what limits a Spot queue: 768 Spot vCPUs fit at the edge.
     results = preflight.check_vcpu_quota(context(aws, folder, "p5", P5_REGION))
     assert [(r.key, r.status, r.message) for r in results] == [

@@ -23,6 +23,7 @@ from tests.cli.test_preflight import (
     hyperpod_with_plan,
     quota,
     reservation,
+    spot_p5_folder,
 )
 
 
@@ -54,12 +55,7 @@ def test_a_spot_queue_without_a_spot_quota_is_named_spot(
     """A Spot queue of a family the Spot table lacks: the warning says Spot, the quota the operator looks up."""
     monkeypatch.delitem(preflight.SPOT_VCPU_QUOTAS, "p")
     aws.answer("service-quotas", "GetServiceQuota", always=lambda p: quota("ec2", p["QuotaCode"], "Standard", 1152.0))
-    folder = env_folder(tmp_path, "p5", P5_REGION)
-    data = yaml.safe_load((folder / "p5.yaml").read_text())
-    queue = data["cluster"]["pcluster"]["queues"][0]
-    queue["capacity_type"] = "SPOT"
-    queue["compute_resources"][0].pop("capacity_reservation_id", None)
-    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    folder = spot_p5_folder(tmp_path)
     results = preflight.check_vcpu_quota(context(aws, folder, "p5", P5_REGION))
     assert [(r.status, r.level, r.key, r.message) for r in results if r.status == "fail"] == [
         (
