@@ -41,6 +41,16 @@ def env_folder(tmp_path: Path, name: str, region: str, **changes: Any) -> Path:
     return folder
 
 
+def missing_custom_ami_rows(aws: Aws, tmp_path: Path) -> list[preflight.Result]:
+    """The image check's rows for the p5 example given a custom AMI that EC2 does not know."""
+    folder = env_folder(tmp_path, "p5", P5_REGION)
+    data = yaml.safe_load((folder / "p5.yaml").read_text())
+    data["cluster"]["pcluster"]["custom_ami"] = "ami-0123456789abcdef0"
+    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
+    aws.answer("ec2", "DescribeImages", always={"Images": []})
+    return preflight.check_pcluster_image(context(aws, folder, "p5", P5_REGION))
+
+
 def spot_p5_folder(tmp_path: Path) -> Path:
     """The p5 example with its first queue turned Spot (no capacity reservation): an environments folder."""
     folder = env_folder(tmp_path, "p5", P5_REGION)
@@ -1074,12 +1084,7 @@ def test_names_only_resource_not_found_frees_a_hyperpod_name(aws: Aws, tmp_path:
 
 
 def test_custom_ami_must_be_available_and_may_be_deprecated(aws: Aws, tmp_path: Path) -> None:
-    folder = env_folder(tmp_path, "p5", P5_REGION)
-    data = yaml.safe_load((folder / "p5.yaml").read_text())
-    data["cluster"]["pcluster"]["custom_ami"] = "ami-0123456789abcdef0"
-    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
-    aws.answer("ec2", "DescribeImages", always={"Images": []})
-    results = preflight.check_pcluster_image(context(aws, folder, "p5", P5_REGION))
+    results = missing_custom_ami_rows(aws, tmp_path)
     assert rows(results, "pcluster-image") == [("fail", "ERROR")]
     assert aws.params("DescribeImages") == [
         {

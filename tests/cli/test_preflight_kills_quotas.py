@@ -21,6 +21,7 @@ from tests.cli.test_preflight import (
     context,
     env_folder,
     hyperpod_with_plan,
+    missing_custom_ami_rows,
     quota,
     reservation,
     spot_p5_folder,
@@ -166,12 +167,7 @@ def test_a_missing_training_plan_row_names_the_key_to_fix(aws: Aws, tmp_path: Pa
 
 
 def test_a_missing_custom_ami_row_names_the_key_and_the_way(aws: Aws, tmp_path: Path) -> None:
-    folder = env_folder(tmp_path, "p5", P5_REGION)
-    data = yaml.safe_load((folder / "p5.yaml").read_text())
-    data["cluster"]["pcluster"]["custom_ami"] = "ami-0123456789abcdef0"
-    (folder / "p5.yaml").write_text(yaml.safe_dump(data))
-    aws.answer("ec2", "DescribeImages", always={"Images": []})
-    results = preflight.check_pcluster_image(context(aws, folder, "p5", P5_REGION))
+    results = missing_custom_ami_rows(aws, tmp_path)
     assert [(r.status, r.level, r.key, r.message) for r in results] == [
         (
             "fail",

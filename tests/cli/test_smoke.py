@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import Result
 
 from mlcluster.cli import runcommand
 from tests.cli.conftest import Aws, FakeNode, World, error, invoke, transcript
@@ -121,12 +122,17 @@ def test_smoke_p5_at_76_percent_of_the_published_run_fails(hyperpod: World, node
     assert "362.4 GB/s at 8 GiB is below 383.42 GB/s" in result.stdout
 
 
-def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNode, aws: Aws) -> None:
+def smoke_over_socket(pcluster: World, node: FakeNode) -> Result:
+    """`mlcluster smoke p5 --nodes 2` where NCCL fell back to sockets (no EFA): the CLI's result."""
     node.on("sinfo", transcript("sinfo_pcluster.txt"))
     node.on(" hostname", "compute-gpu-st-p5-1\ncompute-gpu-st-p5-2\n")
     node.on(BARE_METAL_NCCL, transcript("all_reduce_socket.txt"))
     node.on("--container-image", transcript("container_p5.txt"))
-    result = pcluster.run("smoke", "p5", "--nodes", "2")
+    return pcluster.run("smoke", "p5", "--nodes", "2")
+
+
+def test_smoke_pcluster_socket_fallback_fails_nccl(pcluster: World, node: FakeNode, aws: Aws) -> None:
+    result = smoke_over_socket(pcluster, node)
     assert result.exit_code == 1
     out = result.stdout
     assert (

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 
-from tests.cli.conftest import FakeNode, World, transcript
+from tests.cli.conftest import FakeNode, World
 from tests.cli.test_smoke import (
-    BARE_METAL_NCCL,
     CONTAINER,
     healthy_hyperpod,
     healthy_trn1,
+    smoke_over_socket,
     trn1,  # noqa: F401 (the fixture)
 )
 
@@ -69,11 +69,7 @@ def test_smoke_json_gives_the_neuron_devices_per_node(trn1: World, node: FakeNod
 
 def test_smoke_socket_fallback_line_names_the_fabric_alone(pcluster: World, node: FakeNode) -> None:
     """Over socket no EFA device count is added: the fabric reads "socket", then the pass mark."""
-    node.on("sinfo", transcript("sinfo_pcluster.txt"))
-    node.on(" hostname", "compute-gpu-st-p5-1\ncompute-gpu-st-p5-2\n")
-    node.on(BARE_METAL_NCCL, transcript("all_reduce_socket.txt"))
-    node.on("--container-image", transcript("container_p5.txt"))
-    result = pcluster.run("smoke", "p5", "--nodes", "2")
+    result = smoke_over_socket(pcluster, node)
     assert result.exit_code == 1
     line = next(line for line in result.stdout.splitlines() if line.startswith("FAIL nccl"))
     assert line.startswith(
