@@ -397,13 +397,20 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
         if old.type == PCLUSTER_TYPE and lid in snapshot[stack].resources
     ]
     replaced = [c for c in compare(locked, snapshot) if c.type == "AWS::RDS::DBCluster" and c.action == "replace"]
+
+    def fate(change: Change) -> str:
+        # Only DeletionPolicy Snapshot keeps one (retention.on_delete: destroy renders Delete).
+        if locked[change.stack].resources[change.logical_id].deletion_policy == "Snapshot":
+            return "keeping a final snapshot, which bills until deleted"
+        return "with its data: no final snapshot (retention.on_delete: destroy)"
+
     return [
         f"{environment.source}: storage.accounting: this edit replaces the accounting database ({c.path}) that "
         f"slurmdbd of the cluster in {stack} uses: the Storage stack deploys first and deletes the old database "
-        "(keeping a final snapshot, which bills until deleted), and the cluster gets the new endpoint "
-        "(SlurmSettings.Database.Uri), which ParallelCluster takes only with the compute fleet stopped. Carry the "
-        "history over first (mysqldump the old database, load it into the new one), and deploy with 'mlcluster "
-        f"update {environment.name}', which stops the fleet"
+        f"({fate(c)}), and the cluster gets the new endpoint "
+        "(SlurmSettings.Database.Uri), which ParallelCluster takes only with the compute fleet stopped. To keep the "
+        "history, mysqldump the old database before the deploy and load the dump into the new one after it, with "
+        f"slurmdbd stopped; deploy with 'mlcluster update {environment.name}', which stops the fleet"
         for stack in kept
         for c in replaced
     ]
