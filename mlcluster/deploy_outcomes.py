@@ -96,6 +96,7 @@ from mlcluster.replacement import (
     GROUP_NETWORKS_KEY,
     HYPERPOD_TYPE,
     PCLUSTER_TYPE,
+    Change,
     ResourceState,
     Snapshot,
     StackState,
@@ -410,7 +411,9 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
         f"({fate(c)}), and the cluster gets the new endpoint "
         "(SlurmSettings.Database.Uri), which ParallelCluster takes only with the compute fleet stopped. To keep the "
         "history, mysqldump the old database before the deploy and load the dump into the new one after it, with "
-        f"slurmdbd stopped; deploy with 'mlcluster update {environment.name}', which stops the fleet"
+        f"slurmdbd stopped. Stop the compute fleet first ('pcluster update-compute-fleet --status STOP_REQUESTED'): "
+        f"'mlcluster update {environment.name}' cannot see this change (both templates read the Storage stack's "
+        "output) and would not stop it"
         for stack in kept
         for c in replaced
     ]

@@ -522,7 +522,7 @@ def test_a_replaced_accounting_database_under_a_kept_cluster_is_noted() -> None:
     _, notes = outcome_checks(env, locked, edited)
     (note,) = [n for n in notes if "replaces the accounting database" in n]
     assert "deletes the old database (keeping a final snapshot, which bills until deleted)" in note
-    assert "only with the compute fleet stopped" in note and "'mlcluster update pcluster-accounting'" in note
+    assert "only with the compute fleet stopped" in note and "'mlcluster update pcluster-accounting' cannot see" in note
     assert "mysqldump the old database before the deploy and load the dump into the new one after it" in note
     # Under retention.on_delete: destroy (DeletionPolicy Delete) no snapshot is kept, and the note says so.
     destroyed = copy.deepcopy(locked)
