@@ -137,6 +137,11 @@ def test_the_table_says_a_sample_and_its_interval() -> None:
     assert "95.0% (sample not finished: no estimate)" in stopped and "91.0%" not in stopped
     again = TOOL.table({"modules": {"analysis": row | {"recounted": True, "kill_rate": 1.0}}})
     assert "100.0% (same sample, recounted)" in again and "91.0%" not in again
+    unfinished = TOOL.table({"modules": {"analysis": row | {"recounted": True, "kill_rate": 1.0, "not checked": 9}}})
+    assert "100.0% (same sample, recounted, not finished)" in unfinished
+    # A recounted whole-module copy with mutants unchecked is no sample: it says it gives no estimate.
+    whole = row | {"recounted": True, "kill_rate": 1.0, "not checked": 960, "sample": None}
+    assert "100.0% (stopped by time: no estimate)" in TOOL.table({"modules": {"analysis": whole}})
 
 
 def test_a_recount_judges_the_sample_the_run_recorded_with_the_equivalents_recorded_now(
@@ -145,6 +150,7 @@ def test_a_recount_judges_the_sample_the_run_recorded_with_the_equivalents_recor
     names = [f"mlcluster.lockfile.x_a__mutmut_{i}" for i in range(50)]
     sample = TOOL.draw(names, 10, 4)
     record = {"module": "lockfile", "seed": 4, "size": 10, "names": sample}
+    (tmp_path / "mutants").mkdir()
     (tmp_path / TOOL.SAMPLE_FILE).write_text(json.dumps(record))
     found = dict.fromkeys(names, "not checked") | dict.fromkeys(sample, "killed")
     found[sample[0]], found[sample[1]] = "survived", "survived"
@@ -157,6 +163,9 @@ def test_a_recount_judges_the_sample_the_run_recorded_with_the_equivalents_recor
     assert row["survivors"] == [f"{sample[0]} (survived)"] and row["sample"] == {"size": 10, "seed": 4}
     found[sample[0]] = "killed"
     assert TOOL.recount("lockfile", tmp_path) == 0
+    # A folder that is no kept copy is refused with a sentence.
+    with pytest.raises(SystemExit, match="is not a copy a --keep run left"):
+        TOOL.recount("lockfile", tmp_path / "elsewhere")
     # The copy of another module is refused, naming both.
     with pytest.raises(SystemExit, match="is a copy of module 'lockfile', not 'handlers'"):
         TOOL.recount("handlers", tmp_path)

@@ -11,7 +11,7 @@ Two kinds of mutants, one target (not part of `make test`: it takes many minutes
   run against the copy (they find the scripts through the ``mlcluster.lifecycle`` package of the
   copy, which the copy's ``pythonpath = ["."]`` puts first). Every one must be killed.
 
-A module of thousands of mutants (``cli``: about 16,000) takes hours at a second or more a mutant, so
+A module of thousands of mutants (``cli``: about 14,600) takes hours at a second or more a mutant, so
 ``--sample N`` judges a seeded random sample of N of the module's mutants instead (mutmut generates
 them all, then ``mutmut run NAME...`` checks only the sample). The kill rate of a simple random
 sample is an unbiased estimate of the module's; the result carries its 95% Wilson interval, the
@@ -457,9 +457,9 @@ def table(data: dict[str, Any]) -> str:
     lines = [f"{head} {'kill rate (95% interval)':>35}  date"]
     for name, r in data["modules"].items():
         rate = "-" if r["kill_rate"] is None else f"{r['kill_rate']:.1%}"
-        if r.get("recounted"):
+        if r.get("recounted") and r.get("sample"):
             # The same sample after its survivors were worked on: 100% by construction, no estimate of the module.
-            rate += " (same sample, recounted)"
+            rate += " (same sample, recounted" + (", not finished)" if r["not checked"] else ")")
         elif r.get("interval_95") and not r["not checked"]:
             low, high = r["interval_95"]
             rate += f" ({low:.1%}-{high:.1%})"
@@ -482,6 +482,8 @@ def recount(name: str, work: Path) -> int:
 
     The sample is the one the run wrote into the copy (``SAMPLE_FILE``); a copy of a whole-module run has none.
     """
+    if not (work / "mutants").is_dir():
+        sys.exit(f"mutation: {work} is not a copy a --keep run left (no mutants/ in it)")
     record_file = work / SAMPLE_FILE
     record = json.loads(record_file.read_text(encoding="utf-8")) if record_file.exists() else None
     if record is not None and record["module"] != name:
