@@ -404,6 +404,29 @@ def test_a_lifecycle_copy_folder_a_user_made_first_is_not_what_root_sources(tmp_
     assert list(kept.parent.parent.glob("mlcluster.mlcluster-moved-aside.*"))
 
 
+@pytest.mark.parametrize("mode", [0o777, 0o775], ids=["root-777", "root-775"])
+def test_a_root_lifecycle_copy_folder_others_could_write_is_moved_aside_with_what_they_put_there(
+    tmp_path: Path, mode: int
+) -> None:
+    """Final attacker review: a root-owned /opt/mlcluster/lifecycle that group or others could write was only
+    chmodded, so a `steps` link a user put there stayed and root wrote its tools into the user's folder."""
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
+    kept = sandbox.root / "opt/mlcluster/lifecycle"
+    kept.mkdir(parents=True)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 1000, 1000)
+    (kept / "steps").symlink_to(theirs)
+    os.lchown(kept / "steps", 1000, 1000)
+    kept.chmod(mode)
+    result = sandbox.run("on_create.sh", "accounting")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not (kept / "steps").is_symlink() and (kept / "steps").stat().st_uid == 0
+    assert list(theirs.iterdir()) == []  # nothing of root's was written into the user's folder
+    assert oct(kept.stat().st_mode & 0o7777) == "0o755"
+    assert "is root's but writable by group or others" in result.stdout + result.stderr
+
+
 def fresh(tmp_path: Path) -> Sandbox:
     return Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
 

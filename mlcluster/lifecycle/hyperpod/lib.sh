@@ -387,6 +387,9 @@ ensure_root_dir() {
     read -r uid current <<<"$(owner_mode "$dir")"
     if [[ $uid != 0 ]]; then
       move_aside "$dir" "is owned by uid $uid, not root"
+    elif ((8#$current & 8#022)); then
+      # Root's, but others could write it: what they put there (a link, a folder of theirs) would stay.
+      move_aside "$dir" "is root's but writable by group or others (mode $current)"
     elif [[ $current != "$mode" ]]; then
       chmod "$mode" "$dir"
       log "set $dir to mode $mode"
