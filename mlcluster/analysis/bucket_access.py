@@ -26,7 +26,7 @@ from mlcluster.analysis.iam_calls import Statement, _partition, _wildcard
 Decision = Literal["allow", "explicit deny", "implicit deny"]
 
 #: The AWS managed policy AmazonS3FullAccess (version 2): what a "may do anything in S3" principal holds.
-S3_FULL_ACCESS = (Statement("Allow", ("s3:*", "s3-object-lambda:*"), ("*",), "AmazonS3FullAccess"),)
+S3_FULL_ACCESS = (Statement("Allow", ("s3:*", "s3-object-lambda:*"), ("*",)),)
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,15 @@ def _condition_holds(conditions: Mapping[str, Mapping[str, Any]], context: Mappi
                     if not negated:
                         return False
                     continue
-                hit = any(_wildcard(_partition(str(e)), _partition(value)) for e in _as_tuple(expected))
+                # StringEquals compares characters: a "*" in its value is a star, not a wildcard (only the Like
+                # operators and the Arn ones, which IAM matches per ARN part with wildcards, read it as one).
+                literal = operator in ("StringEquals", "StringNotEquals")
+                hit = any(
+                    _partition(str(e)) == _partition(value)
+                    if literal
+                    else _wildcard(_partition(str(e)), _partition(value))
+                    for e in _as_tuple(expected)
+                )
                 if hit == negated:
                     return False
         elif operator == "Bool":

@@ -120,7 +120,6 @@ class Statement:
     effect: str
     actions: tuple[str, ...]
     resources: tuple[str, ...]
-    source: str
 
 
 @dataclass
@@ -135,7 +134,7 @@ class Finding:
     def __str__(self) -> str:
         return (
             f"{self.group}: {self.call.script}:{self.call.line} `aws {self.call.command}` needs {self.action} on "
-            f"{self.resource}, which the node role does not allow"
+            f"{self.resource}, which its role does not allow"
         )
 
 
@@ -388,7 +387,7 @@ def allowed(statements: Sequence[Statement], action: str, resource: str) -> bool
     return any(s.effect == "Allow" and matches(s) for s in statements)
 
 
-def _statements(assembly: Assembly, stack: str, document: Any, source: str) -> list[Statement]:
+def _statements(assembly: Assembly, stack: str, document: Any) -> list[Statement]:
     rendered = assembly.render(stack, document)
     out = []
     for raw in rendered.get("Statement", []) if isinstance(rendered, dict) else []:
@@ -399,7 +398,6 @@ def _statements(assembly: Assembly, stack: str, document: Any, source: str) -> l
                 raw.get("Effect", "Allow"),
                 tuple([actions] if isinstance(actions, str) else actions),
                 tuple([resources] if isinstance(resources, str) else resources),
-                source,
             )
         )
     return out
@@ -409,14 +407,14 @@ def role_statements(assembly: Assembly, environment: str, role: Resource) -> lis
     """Every statement of ``role``: inline, ``AWS::IAM::Policy``, and attached customer managed policies."""
     out: list[Statement] = []
     for policy in role.properties.get("Policies", []):
-        out += _statements(assembly, role.stack, policy.get("PolicyDocument", {}), f"{role.name} inline")
+        out += _statements(assembly, role.stack, policy.get("PolicyDocument", {}))
     for arn in assembly.render(role.stack, role.properties.get("ManagedPolicyArns", [])):
         out += managed_policy_statements(assembly, str(arn))
     for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
         for policy in assembly.resources(environment, kind):
             roles = [assembly.identity(r) for r in assembly.render(policy.stack, policy.properties.get("Roles", []))]
             if role.name in roles:
-                out += _statements(assembly, policy.stack, policy.properties.get("PolicyDocument", {}), policy.name)
+                out += _statements(assembly, policy.stack, policy.properties.get("PolicyDocument", {}))
     return out
 
 
@@ -425,7 +423,7 @@ def managed_policy_statements(assembly: Assembly, arn: str) -> list[Statement]:
     policy = assembly.resource(arn)
     if policy is None or policy.type != "AWS::IAM::ManagedPolicy":
         return []
-    return _statements(assembly, policy.stack, policy.properties.get("PolicyDocument", {}), policy.name)
+    return _statements(assembly, policy.stack, policy.properties.get("PolicyDocument", {}))
 
 
 # -- per backend ---------------------------------------------------------------
@@ -594,9 +592,7 @@ def _slurm_database_calls(assembly: Assembly, secret_arn: str) -> tuple[Statemen
     cookbook reads the secret on the head node at configure and update. A secret of this assembly encrypted
     with a customer managed key also needs ``kms:Decrypt`` on that key, which nothing of ParallelCluster's grants.
     """
-    own = Statement(
-        "Allow", ("secretsmanager:GetSecretValue",), (secret_arn,), "ParallelCluster AllowGettingSlurmDbSecretValue"
-    )
+    own = Statement("Allow", ("secretsmanager:GetSecretValue",), (secret_arn,))
     where = "SlurmSettings.Database (ParallelCluster cookbook)"
     calls = [AwsCall(where, 0, "secretsmanager get-secret-value", ("secretsmanager:GetSecretValue",), (secret_arn,))]
     secret = assembly.resource(assembly.identity(secret_arn))
@@ -608,16 +604,14 @@ def _slurm_database_calls(assembly: Assembly, secret_arn: str) -> tuple[Statemen
 
 
 def _pcluster_statements(assembly: Assembly, environment: str, kind: str, iam: dict[str, Any]) -> list[Statement]:
-    out = [
-        Statement("Allow", actions, (resource,), "ParallelCluster") for actions, resource in PCLUSTER_OWN_GRANTS[kind]
-    ]
+    out = [Statement("Allow", actions, (resource,)) for actions, resource in PCLUSTER_OWN_GRANTS[kind]]
     for access in iam.get("S3Access", []):
         bucket = access.get("BucketName", "")
         key = access.get("KeyName")
         resources = (f"{bucket}/{key}",) if key else (bucket, f"{bucket}/*")
         arns = tuple(f"arn:${{AWS::Partition}}:s3:::{r}" for r in resources)
         actions = ("s3:*",) if access.get("EnableWriteAccess") else ("s3:Get*", "s3:List*")
-        out.append(Statement("Allow", actions, arns, "Iam.S3Access"))
+        out.append(Statement("Allow", actions, arns))
     for entry in iam.get("AdditionalIamPolicies", []):
         out += managed_policy_statements(assembly, str(entry.get("Policy", "")))
     if iam.get("InstanceRole"):

@@ -78,3 +78,41 @@ def test_a_bool_condition_holds_for_a_json_boolean_or_a_string_of_any_case(value
     )
     assert decide([], [allow], READER, "s3:GetObject", OBJECT) == "allow"
     assert decide([], [allow], READER, "s3:GetObject", OBJECT, {"aws:SecureTransport": "false"}) == "implicit deny"
+
+
+# "StringEquals: exact matching, case sensitive" and StringLike "can include a multi-character match wildcard
+# (*) or a single-character match wildcard (?)" (IAM JSON policy elements: Condition operators): a "*" in a
+# StringEquals value is the character. The gate read it as a wildcard: a StringNotEquals Deny exempting
+# "role/admin-*" spared every admin role, though AWS denies them all (no ARN has that star in it).
+ADMIN = "arn:aws:iam::111111111111:role/admin-x"
+
+
+@pytest.mark.parametrize(
+    ("operator", "expected"),
+    [("StringNotEquals", "explicit deny"), ("StringNotLike", "allow"), ("ArnNotLike", "allow")],
+)
+def test_only_the_like_and_arn_operators_read_a_star_as_a_wildcard(operator: str, expected: str) -> None:
+    deny = ResourceStatement(
+        "Deny",
+        ("*",),
+        ("s3:*",),
+        ("arn:aws:s3:::bucket/*",),
+        {operator: {"aws:PrincipalArn": "arn:aws:iam::111111111111:role/admin-*"}},
+        "OnlyAdmins",
+    )
+    assert decide(S3_FULL_ACCESS, [deny], ADMIN, "s3:GetObject", OBJECT) == expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"), [("arn:aws:iam::111111111111:role/admin-*", "implicit deny"), (ADMIN, "allow")]
+)
+def test_a_string_equals_allow_grants_the_value_written_and_no_other(pattern: str, expected: str) -> None:
+    allow = ResourceStatement(
+        "Allow",
+        ("*",),
+        ("s3:GetObject",),
+        ("arn:aws:s3:::bucket/*",),
+        {"StringEquals": {"aws:PrincipalArn": pattern}},
+        "A",
+    )
+    assert decide([], [allow], ADMIN, "s3:GetObject", OBJECT) == expected

@@ -84,8 +84,8 @@ def test_bind(written: str, variables: dict[str, str], expected: str | None) -> 
 
 
 def test_allowed_needs_a_matching_allow_and_no_deny() -> None:
-    read = Statement("Allow", ("s3:Get*",), ("arn:aws:s3:::b/p/*",), "t")
-    deny = Statement("Deny", ("s3:*",), ("arn:aws:s3:::b/p/secret",), "t")
+    read = Statement("Allow", ("s3:Get*",), ("arn:aws:s3:::b/p/*",))
+    deny = Statement("Deny", ("s3:*",), ("arn:aws:s3:::b/p/secret",))
     assert allowed([read], "s3:GetObject", "arn:aws:s3:::b/p/x")
     assert not allowed([read], "s3:GetObject", "arn:aws:s3:::b/other")
     assert not allowed([read], "s3:PutObject", "arn:aws:s3:::b/p/x")
@@ -220,8 +220,8 @@ def test_remote_accounting_secret_must_be_granted(examples: Assembly, tmp_path: 
     for finding, script in zip(findings, ("steps/accounting.sh", "accounting_secret.sh"), strict=True):
         assert re.fullmatch(
             rf"hyperpod: instance group controller-machine: {re.escape(script)}:\d+ `aws secretsmanager "
-            f"get-secret-value` needs secretsmanager:GetSecretValue on {re.escape(secret)}, which the node role does "
-            "not allow",
+            f"get-secret-value` needs secretsmanager:GetSecretValue on {re.escape(secret)}, which its role does not "
+            "allow",
             finding,
         ), finding
     templates = json.loads(json.dumps(assembly.templates))
@@ -319,6 +319,10 @@ def test_a_handler_grant_taken_away_is_found(broken: Callable[[Callable[[Any], o
     assert {(f.action, f.call.script) for f in report.findings} == {
         ("sagemaker:ListClusterNodes", "hyperpod_cluster/app.py")
     }
+    # Handlers name their resources at run time: the finding says any resource ("*"), never "None".
+    (finding,) = report.findings
+    assert finding.resource == "*"
+    assert str(finding).endswith("needs sagemaker:ListClusterNodes on *, which its role does not allow")
 
 
 def test_the_own_stack_grant_taken_away_is_found(broken: Callable[[Callable[[Any], object]], Assembly]) -> None:

@@ -97,7 +97,7 @@ def test_a_call_after_a_quoted_message_is_read_on_its_own_arguments(tmp_path: Pa
     assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(FETCH)}, script=script)
     assert _findings(assembly) == [
         "env: head node: run.sh:2 `aws s3 rm` needs s3:DeleteObject on "
-        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which the node role does not allow"
+        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which its role does not allow"
     ]
 
 
@@ -113,7 +113,7 @@ def test_a_command_substitution_inside_an_argument_stays_part_of_it(tmp_path: Pa
     assembly = _assembly(tmp_path / "without", iam, {"Policy": _managed_policy(FETCH)}, script=script)
     assert _findings(assembly) == [
         "env: head node: run.sh:2 `aws s3 cp` needs s3:GetObject on "
-        "arn:${AWS::Partition}:s3:::data-bucket/in/$(hostname).tar, which the node role does not allow"
+        "arn:${AWS::Partition}:s3:::data-bucket/in/$(hostname).tar, which its role does not allow"
     ]
 
 
@@ -126,7 +126,7 @@ def test_an_api_name_that_is_no_iam_action_is_reported_with_its_script_line(tmp_
     assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(everything)}, script=script)
     assert _findings(assembly) == [
         "env: head node: run.sh:2 `aws s3api head-object` needs s3api:head-object on (no such IAM action: map it in "
-        "API_ACTIONS), which the node role does not allow"
+        "API_ACTIONS), which its role does not allow"
     ]
 
 
@@ -136,7 +136,7 @@ def test_an_rm_the_role_does_not_allow_is_found_on_its_object(tmp_path: Path) ->
     assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(LIST, FETCH)})
     assert _findings(assembly) == [
         "env: head node: run.sh:3 `aws s3 rm` needs s3:DeleteObject on "
-        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which the node role does not allow"
+        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which its role does not allow"
     ]
 
 
@@ -151,7 +151,7 @@ def test_the_instance_role_a_node_names_is_the_one_checked(tmp_path: Path) -> No
     assembly = _assembly(tmp_path, iam, {"Role": role})
     assert _findings(assembly) == [
         "env: head node: run.sh:3 `aws s3 rm` needs s3:DeleteObject on "
-        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which the node role does not allow"
+        "arn:${AWS::Partition}:s3:::data-bucket/in/old, which its role does not allow"
     ]
 
 
@@ -162,7 +162,7 @@ KEY_AND_SECRET = {
 DATABASE = {"PasswordSecretArn": {"Ref": "Secret"}}
 NO_DECRYPT = (
     "env: head node: SlurmSettings.Database (ParallelCluster cookbook):0 `aws kms decrypt (through Secrets "
-    "Manager)` needs kms:Decrypt on ${env/Cluster|Key.Arn}, which the node role does not allow"
+    "Manager)` needs kms:Decrypt on ${env/Cluster|Key.Arn}, which its role does not allow"
 )
 
 
