@@ -277,3 +277,74 @@ def test_a_mutants_tests_run_grouped_by_file_cheapest_first_and_none_left_out(tm
     assert order_run(tmp_path, "m.x_f__mutmut_1", *interleaved) == ["fast1", "fast2", "slow1", "slow2"]
     # mutmut's clean and forced-fail runs keep the order given.
     assert order_run(tmp_path, "", *interleaved) == ["slow2", "fast2", "slow1", "fast1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seed", "3"], "mutation: --seed 3 chooses a sample: give --sample N too (SAMPLE=N SEED=3)"),
+        (["--sample", "0"], "mutation: --sample 0: give a number of mutants, 1 or more"),
+    ],
+)
+def test_a_seed_without_a_sample_and_an_empty_sample_are_refused_before_anything_runs(
+    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[str] = []
+    monkeypatch.setattr(TOOL, "run_module", lambda name, *a, **k: ran.append(name))
+    monkeypatch.setattr(sys, "argv", ["mutation.py", "--module", "lockfile", *argv])
+    with pytest.raises(SystemExit) as stop:
+        TOOL.main()
+    assert stop.value.code == message
+    assert ran == []
+
+
+def test_a_seed_with_a_sample_reaches_the_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def fake_run(name: str, minutes: float, **options: Any) -> dict[str, Any]:
+        calls.append((name, options))
+        raise SystemExit(0)  # stop before results are written
+
+    monkeypatch.setattr(TOOL, "run_module", fake_run)
+    for argv, seed in ((["--sample", "5", "--seed", "0"], 0), (["--sample", "5"], 1)):
+        monkeypatch.setattr(sys, "argv", ["mutation.py", "--module", "lockfile", *argv])
+        with pytest.raises(SystemExit):
+            TOOL.main()
+        assert calls.pop() == ("lockfile", {"keep": False, "sample": 5, "seed": seed})
+
+
+def test_mutmuts_test_listing_passes_over_unused_snapshots_and_a_real_session_still_fails(tmp_path: Path) -> None:
+    """mutmut lists tests with --collect-only before a by-name run; syrupy fails a session with unused snapshots."""
+    import os
+    import subprocess
+
+    (tmp_path / "__snapshots__").mkdir()
+    (tmp_path / "__snapshots__" / "test_snap.ambr").write_text(
+        "# serializer version: 1\n# name: test_gone\n  'old'\n# ---\n"
+    )
+    (tmp_path / "test_snap.py").write_text("def test_here(): pass\n")
+
+    def pytest_run(*extra: str) -> int:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *PLUGIN,
+                "--rootdir",
+                str(tmp_path),
+                *extra,
+                "test_snap.py",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        ).returncode
+
+    assert pytest_run("--collect-only") == 0
+    assert pytest_run() != 0  # a session that runs tests still fails on the unused snapshot

@@ -508,7 +508,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=60.0, help="stop one module after this long (default 60)")
     parser.add_argument("--keep", action="store_true", help="keep each module's copy (to read survivors)")
     parser.add_argument("--sample", type=int, help="run a seeded random sample of this many mutants a module")
-    parser.add_argument("--seed", type=int, default=1, help="the sample's seed (default 1)")
+    parser.add_argument("--seed", type=int, help="the sample's seed (default 1; only with --sample)")
     parser.add_argument("--report", action="store_true", help="print the last result (mutation/results.json) only")
     parser.add_argument(
         "--recount",
@@ -526,6 +526,9 @@ def main() -> int:
         return recount(args.module[0], args.recount)
     if args.sample is not None and args.sample < 1:
         sys.exit(f"mutation: --sample {args.sample}: give a number of mutants, 1 or more")
+    if args.seed is not None and args.sample is None:
+        # A seed alone would run every mutant and say nothing of it: the user meant a sample.
+        sys.exit(f"mutation: --seed {args.seed} chooses a sample: give --sample N too (SAMPLE=N SEED={args.seed})")
     if shutil.which("git") is None:
         sys.exit("mutation: git is needed to copy the tree")
     chosen = args.module or [*MODULES, "shell"]
@@ -534,7 +537,9 @@ def main() -> int:
         if name == "shell":
             results[name] = run_shell(args.minutes)
         else:
-            results[name] = run_module(name, args.minutes, keep=args.keep, sample=args.sample, seed=args.seed)
+            results[name] = run_module(
+                name, args.minutes, keep=args.keep, sample=args.sample, seed=1 if args.seed is None else args.seed
+            )
         write_results({name: results[name]})
         for survivor in results[name]["survivors"]:
             print(f"  survived: {survivor}")
