@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from mlcluster.replacement import (
     StackState,
     compare,
     mount_changes,
+    snapshot_from_assembly,
     stack_state,
     template_paths,
     volume_policies,
@@ -154,3 +156,51 @@ def test_a_mount_change_on_a_lock_that_records_mounts_carries_no_hint() -> None:
         " (this lock does not record the cluster's mounts: if the deployed cluster already has it, run "
         "'mlcluster lock' to read them from the deployed stacks)"
     )
+
+
+def test_a_digest_does_not_depend_on_the_order_properties_are_written_in() -> None:
+    """Two synths (or a CDK upgrade) may write a resource's keys in another order: no change, so no 'update'."""
+    one = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic", "Properties": {"A": 1, "B": {"x": 1, "y": 2}}}}}
+    two = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic", "Properties": {"B": {"y": 2, "x": 1}, "A": 1}}}}
+    changed = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic", "Properties": {"A": 2, "B": {"x": 1, "y": 2}}}}}
+    digest = stack_state(one, {}).resources["Topic"].digest
+    assert stack_state(two, {}).resources["Topic"].digest == digest
+    assert stack_state(changed, {}).resources["Topic"].digest != digest
+
+
+def _assembly(tmp_path: Path, artifacts: dict[str, dict[str, object]]) -> Path:
+    nested = tmp_path / "assembly-p5"
+    nested.mkdir()
+    (nested / "t.json").write_text(json.dumps({"Resources": {"Bucket1": {"Type": "AWS::S3::Bucket"}}}))
+    (nested / "manifest.json").write_text(json.dumps({"artifacts": artifacts}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("where", ["manifest", "file"])
+def test_a_snapshot_reads_construct_paths_from_the_manifest_or_its_metadata_file(tmp_path: Path, where: str) -> None:
+    """The cloud assembly carries a stack's metadata inline (``metadata``) or in ``additionalMetadataFile``."""
+    metadata = {"/p5/Storage/DataBucket/Resource": [{"type": "aws:cdk:logicalId", "data": "Bucket1"}]}
+    stack: dict[str, object] = {
+        "type": "aws:cloudformation:stack",
+        "properties": {"templateFile": "t.json", "stackName": "p5-Storage", "terminationProtection": True},
+    }
+    if where == "manifest":
+        stack["metadata"] = metadata
+    else:
+        stack["additionalMetadataFile"] = "Storage.metadata.json"
+    root = _assembly(tmp_path, {"p5Storage": stack, "p5.assets": {"type": "cdk:asset-manifest"}})
+    if where == "file":
+        (root / "assembly-p5" / "Storage.metadata.json").write_text(json.dumps(metadata))
+    snapshot = snapshot_from_assembly(root, "p5")
+    assert list(snapshot) == ["p5-Storage"]  # by stack name; the asset manifest is no stack
+    assert snapshot["p5-Storage"].resources["Bucket1"].path == "Storage/DataBucket/Resource"
+    assert snapshot["p5-Storage"].termination_protection is True
+
+
+def test_a_stack_without_a_stack_name_is_keyed_by_its_artifact_id(tmp_path: Path) -> None:
+    stack = {"type": "aws:cloudformation:stack", "properties": {"templateFile": "t.json"}}
+    snapshot = snapshot_from_assembly(_assembly(tmp_path, {"p5Storage": stack}), "p5")
+    assert list(snapshot) == ["p5Storage"]
+    state = snapshot["p5Storage"]
+    assert state.resources["Bucket1"].path == "Bucket1"  # no metadata: the logical id stands for the path
+    assert state.termination_protection is False
