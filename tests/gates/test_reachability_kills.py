@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.reachability import check_environment, database_problems, exporter_problems
+from mlcluster.analysis.reachability import check_environment, database_problems, exporter_problems, rotation_functions
 
 ENV = "env"
 STACK = f"{ENV}/Net"
@@ -246,3 +246,26 @@ def test_the_rotation_function_must_reach_secrets_manager_and_the_database() -> 
         f"{name}: its security groups admit no TCP 3306 from {rotation}'s groups",
         f"env: {rotation}: no security group lets HTTPS out to Secrets Manager",
     ]
+
+
+@pytest.mark.parametrize(
+    ("parameters", "subnets"),
+    [
+        (
+            {"vpcSubnetIds": {"Fn::Join": [",", [ref("Private"), ref("Public")]]}},
+            ("${env/Net|Private}", "${env/Net|Public}"),
+        ),
+        ({}, ()),  # no subnets given: none, not a subnet named "None"
+    ],
+)
+def test_a_rotation_function_runs_in_the_subnets_its_parameters_list(
+    parameters: dict[str, Any], subnets: tuple[str, ...]
+) -> None:
+    assembly = hyperpod(
+        ("controller", "Private", "Nodes"),
+        Rotation=_resource("AWS::Serverless::Application", Parameters={"vpcSecurityGroupIds": "", **parameters}),
+        Other=_resource("AWS::Serverless::Application", Parameters={"vpcSubnetIds": ref("Private")}),
+    )
+    (function,) = rotation_functions(assembly, ENV)  # an application without security groups is no VPC function
+    assert function.subnets == subnets
+    assert function.security_groups == ()
