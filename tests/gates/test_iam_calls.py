@@ -59,6 +59,20 @@ def test_shell_calls_are_read_with_continuations_and_without_messages() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('aws s3 ls "$MLC_SOURCE"', ("s3 ls", ("s3:ListBucket",), ("$MLC_SOURCE",))),
+        ('aws s3 rm --quiet "${target}"', ("s3 rm", ("s3:DeleteObject",), ("${target}",))),
+        ("aws s3 ls", ("s3 ls", ("s3:ListBucket",), ("*",))),  # no path: every bucket the role may list
+    ],
+)
+def test_an_s3_path_held_in_a_variable_is_the_calls_resource(line: str, expected: tuple[object, ...]) -> None:
+    """A variable is bound later to what the deploy gives the script; dropped, the call would be on no resource."""
+    (call,) = shell_calls("x.sh", line + "\n")
+    assert (call.command, call.actions, call.resources) == expected
+
+
 def test_python_boto3_calls_map_to_actions() -> None:
     text = 'import boto3\nssm = boto3.client("ssm")\nvalue = ssm.get_parameter(Name="/x")\n'
     (call,) = python_calls("x.py", text)
