@@ -129,7 +129,7 @@ class ScriptBucket(Construct):
         named_by = bucket_name if bucket_name is not None else stack.stack_name
         # A name with a deploy-time part (``f"mlc-sagemaker-{cdk.Aws.ACCOUNT_ID}"``) still carries its literal text.
         resolved = stack.resolve(named_by)
-        if any(MANAGED_POLICY_BUCKET_WORD in text.lower() for text in _literal_parts(resolved)):
+        if MANAGED_POLICY_BUCKET_WORD in _literal_text(resolved).lower():
             shown = flatten_resource(resolved)
             what = f"bucket_name {shown!r}" if bucket_name is not None else f"stack name {shown!r}"
             raise ValueError(
@@ -334,18 +334,32 @@ def deny_bucket_policy_changes(bucket: s3.IBucket) -> list[str]:
     return writers
 
 
-def _literal_parts(resolved: object) -> list[str]:
-    """The text of a resolved name known at synth: the whole string, or the string parts of its ``Fn::Join``.
+#: Stands for a part of a name known only at deploy time: no bucket name holds it, so no word spans it.
+UNKNOWN = "\0"
 
-    The parts known only at deploy time (a reference, a pseudo parameter such as the account id) are left out:
-    nothing can be said of them here.
+
+def _literal_text(resolved: object) -> str:
+    """The text of a resolved name as known at synth, each deploy-time part (a reference, a pseudo parameter
+    such as the account id, a ``${...}`` of ``Fn::Sub``) standing as :data:`UNKNOWN`.
+
+    ``Fn::Join`` parts are joined as CloudFormation joins them, so a word split across two literal parts
+    (``["mlc-sage", "maker"]``) is read whole; ``Fn::Sub`` variables given as literals are put in.
     """
     if isinstance(resolved, str):
-        return [resolved]
+        return resolved
     if isinstance(resolved, dict) and "Fn::Join" in resolved:
-        _, parts = resolved["Fn::Join"]
-        return [text for part in parts for text in _literal_parts(part)]
-    return []
+        delimiter, parts = resolved["Fn::Join"]
+        return str(delimiter).join(_literal_text(part) for part in _as_list(parts))
+    if isinstance(resolved, dict) and "Fn::Sub" in resolved:
+        body = resolved["Fn::Sub"]
+        template, variables = (body[0], body[1]) if isinstance(body, list) else (body, {})
+
+        def fill(match: re.Match[str]) -> str:
+            value = variables.get(match.group(1)) if isinstance(variables, dict) else None
+            return _literal_text(value) if value is not None else UNKNOWN
+
+        return re.sub(r"\$\{(?!!)([^}]*)\}", fill, str(template)).replace("${!", "${")
+    return UNKNOWN
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -29,3 +29,33 @@ def test_a_name_with_the_word_beside_a_deploy_time_part_is_refused_as_the_templa
         "(AmazonSageMakerFullAccess, AmazonSageMakerFeatureStoreAccess) let their holders write to any bucket whose "
         "name contains it, and this bucket holds scripts that run as root on the nodes; choose a name without it"
     )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        cdk.Fn.sub("mlc-sagemaker-${AWS::AccountId}"),  # Fn::Sub's literal text
+        cdk.Fn.sub("mlc-${Word}-${AWS::AccountId}", {"Word": "SageMaker"}),  # a variable given as a literal
+        cdk.Fn.join("", ["mlc-sage", "maker-", cdk.Aws.ACCOUNT_ID]),  # the word across two joined parts
+        cdk.Fn.join("sage", ["mlc-", "maker"]),  # ... or made by the delimiter
+    ],
+    ids=["sub", "sub-variable", "join-parts", "join-delimiter"],
+)
+def test_a_name_that_deploys_with_the_word_is_refused_however_the_template_builds_it(name: str) -> None:
+    stack = cdk.Stack(cdk.App(), "dev-Cluster")
+    with pytest.raises(ValueError, match=r"^bucket_name .* contains 'sagemaker': AWS managed policies"):
+        scripts(stack, bucket_name=name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        cdk.Fn.sub("mlc-${SageMakerRun}-scripts", {"SageMakerRun": cdk.Aws.ACCOUNT_ID}),  # only a variable's name
+        cdk.Fn.sub("mlc-sage${AWS::AccountId}maker"),  # a deploy-time part between: the word cannot be formed here
+        f"mlc-sagemake-r-{cdk.Aws.ACCOUNT_ID}",  # next to the word, not it
+    ],
+    ids=["variable-name", "split-by-deploy-time-part", "near-miss"],
+)
+def test_a_name_whose_known_text_lacks_the_word_is_accepted(name: str) -> None:
+    stack = cdk.Stack(cdk.App(), "dev-Cluster")
+    scripts(stack, bucket_name=name)
