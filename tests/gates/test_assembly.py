@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,3 +57,15 @@ def test_identity_names_a_resource_by_any_of_its_references() -> None:
     assert subnet is not None and subnet.type == "AWS::EC2::Subnet"
     assert assembly.environments == ["env"]
     assert [r.logical_id for r in assembly.resources("env", "AWS::EC2::SecurityGroup")] == ["Group"]
+
+
+def test_an_asset_folder_is_found_by_its_zip_key_and_a_missing_one_is_none(tmp_path: Path) -> None:
+    """The gates read a function's or a script's code from its asset folder; one not in the assembly is no code."""
+    (tmp_path / "asset.abc123").mkdir()
+    (tmp_path / "asset.file123.zip").write_text("a packed file asset, no folder")
+    assembly = Assembly(TEMPLATES, assets=tmp_path)
+    assert assembly.asset_folder("abc123.zip") == tmp_path / "asset.abc123"
+    assert assembly.asset_folder("abc123") == tmp_path / "asset.abc123"
+    assert assembly.asset_folder("missing.zip") is None
+    assert assembly.asset_folder("file123.zip") is None  # asset.file123.zip is no asset.file123 folder
+    assert Assembly(TEMPLATES).asset_folder("abc123.zip") is None  # no assembly folder

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.iam_calls import check_pcluster
+from mlcluster.analysis.iam_calls import _pcluster_statements, allowed, check_pcluster
 
 ENV = "env"
 STACK = f"{ENV}/Cluster"
@@ -181,3 +181,19 @@ def test_a_kms_grant_on_the_secrets_key_satisfies_the_head_node(tmp_path: Path, 
     iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
     resources = {**KEY_AND_SECRET, "Policy": _managed_policy(decrypt if granted else other)}
     assert _findings(_assembly(tmp_path, iam, resources, DATABASE)) == ([] if granted else [NO_DECRYPT])
+
+
+@pytest.mark.parametrize(
+    ("write", "put", "get"),
+    [({"EnableWriteAccess": True}, True, True), ({"EnableWriteAccess": False}, False, True), ({}, False, True)],
+)
+def test_s3_access_grants_writes_only_with_enable_write_access(write: dict[str, bool], put: bool, get: bool) -> None:
+    """ParallelCluster turns ``Iam.S3Access`` into ``s3:Get*``/``s3:List*``, and ``s3:*`` only with write access:
+    a node script's upload to a read-only bucket is a finding, not a grant (survivor _pcluster_statements_44)."""
+    iam = {"S3Access": [{"BucketName": "data-bucket", **write}]}
+    statements = _pcluster_statements(Assembly({}), "env", "head", iam)
+    key = "arn:aws:s3:::data-bucket/in/x"
+    assert allowed(statements, "s3:PutObject", key) is put
+    assert allowed(statements, "s3:GetObject", key) is get
+    assert allowed(statements, "s3:ListBucket", "arn:aws:s3:::data-bucket") is get
+    assert allowed(statements, "s3:GetObject", "arn:aws:s3:::other-bucket/in/x") is False

@@ -166,6 +166,10 @@ def test_a_digest_does_not_depend_on_the_order_properties_are_written_in() -> No
     digest = stack_state(one, {}).resources["Topic"].digest
     assert stack_state(two, {}).resources["Topic"].digest == digest
     assert stack_state(changed, {}).resources["Topic"].digest != digest
+    # A resource written without Properties and one with empty Properties are the same resource to CloudFormation.
+    bare = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}
+    empty = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic", "Properties": {}}}}
+    assert stack_state(bare, {}).resources["Topic"].digest == stack_state(empty, {}).resources["Topic"].digest
 
 
 def _assembly(tmp_path: Path, artifacts: dict[str, dict[str, object]]) -> Path:
