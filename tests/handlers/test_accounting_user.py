@@ -638,7 +638,7 @@ def test_a_statement_refused_for_lack_of_privilege_is_no_login_to_retry(
 
 def test_the_secrets_read_counts_in_the_bound(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
     """AWS review: the bound starts before the secret's read, so a slow read leaves less time for the statements."""
-    data, sm = stubs
+    _, sm = stubs
     real = app.secrets().get_secret_value
 
     def slow(**kwargs: Any) -> Any:
@@ -647,7 +647,50 @@ def test_the_secrets_read_counts_in_the_bound(stubs: tuple[Stubber, Stubber], cl
 
     secret(sm)
     app.secrets().get_secret_value = slow  # type: ignore[method-assign]
-    failing(data, "DatabaseResumingException", "resuming")
-    with pytest.raises(app.AccountingUserError, match="DatabaseResumingException"):
+    # No statement is begun past the bound (the stub holds no ExecuteStatement answer: a call would fail the test).
+    with pytest.raises(
+        app.AccountingUserError, match=r"ExecuteStatement \(CREATE USER IF NOT EXISTS .*\) not started: the 240 s"
+    ):
         app.on_event(event())
     assert clock.sleeps == []
+
+
+class SlowCalls:
+    """Every ExecuteStatement takes ``seconds`` on the handler's clock; the start times are kept."""
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        self.clock = clock
+        self.seconds = seconds
+        self.starts: list[float] = []
+
+    def __call__(self, model: Any, **_: Any) -> None:
+        # (registered for every call: botocore's alias for rds-data's events does not match the name written out)
+        if model.name == "ExecuteStatement":
+            self.starts.append(self.clock.now)
+            self.clock.now += self.seconds
+
+
+def test_no_call_and_no_wait_begins_past_the_bound(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    """A call ending at 237 s may not wait 10 s and call again at 247 s: after the bound, no call begins, so one
+    begun within it (at most 2 x (10 + 60) s) still ends within the function's timeout (FUNCTION_TIMEOUT)."""
+    data, sm = stubs
+    calls = SlowCalls(clock, 3)
+    app.rds_data().meta.events.register_first("before-call.*.*", calls)
+    secret(sm)
+    for _ in range(19):  # calls end at 3, 16, ..., 237 s (13 s a round)
+        failing(data, "DatabaseResumingException", "resuming")
+    with pytest.raises(app.AccountingUserError, match="still unavailable after 240 s"):
+        app.on_event(event())
+    assert max(calls.starts) <= app.RESUME_WAIT_SECONDS
+    assert clock.now == 237 and len(clock.sleeps) == 18
+
+
+def test_a_slow_statement_past_the_bound_stops_the_ones_after_it(stubs: tuple[Stubber, Stubber], clock: Clock) -> None:
+    data, sm = stubs
+    calls = SlowCalls(clock, app.RESUME_WAIT_SECONDS + 1)
+    app.rds_data().meta.events.register_first("before-call.*.*", calls)
+    secret(sm)
+    statement(data, STATEMENTS[0])
+    with pytest.raises(app.AccountingUserError, match=r"\(ALTER USER .*\) not started"):
+        app.on_event(event())
+    assert calls.starts == [0]

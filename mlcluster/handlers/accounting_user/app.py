@@ -372,6 +372,13 @@ def _execute(cluster_arn: str, master_secret: str, sql: str, deadline: float) ->
     carries_hash = what != sql
     denied = 0
     while True:
+        if clock() > deadline:
+            # A slow call (up to 2 x (10 + 60) s) ended past the bound: one more would outlive the function's timeout.
+            raise AccountingUserError(
+                f"ExecuteStatement ({what}) not started: the {RESUME_WAIT_SECONDS} s the secret's read "
+                "and the statements share were spent (slow or retried calls); the resource fails before the function's "
+                "timeout"
+            )
         try:
             rds_data().execute_statement(resourceArn=cluster_arn, secretArn=master_secret, sql=sql)
         except ClientError as err:
@@ -382,11 +389,12 @@ def _execute(cluster_arn: str, master_secret: str, sql: str, deadline: float) ->
             login_refused = code in LOGIN_REFUSED_CODES and MASTER_LOGIN_REFUSED in message and LOGIN_ONLY in message
             if login_refused:
                 denied += 1
-            if code in RETRIED and clock() < deadline:
+            # A wait is begun only if it ends within the bound, so the next call starts within it too.
+            if code in RETRIED and clock() + RESUME_POLL_SECONDS <= deadline:
                 logger.info("%s: %s; trying again in %s s", what, code, RESUME_POLL_SECONDS)
                 sleep(RESUME_POLL_SECONDS)
                 continue
-            if login_refused and denied < LOGIN_TRIES and clock() < deadline:
+            if login_refused and denied < LOGIN_TRIES and clock() + LOGIN_POLL_SECONDS <= deadline:
                 logger.info(
                     "%s: the master login was refused (rotation?); trying again in %s s", what, LOGIN_POLL_SECONDS
                 )
