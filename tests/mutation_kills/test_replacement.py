@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -208,3 +209,42 @@ def test_a_stack_without_a_stack_name_is_keyed_by_its_artifact_id(tmp_path: Path
     state = snapshot["p5Storage"]
     assert state.resources["Bucket1"].path == "Bucket1"  # no metadata: the logical id stands for the path
     assert state.termination_protection is False
+
+
+def test_a_template_without_resources_is_a_stack_of_none() -> None:
+    assert stack_state({"Outputs": {}}, {}).resources == {}
+
+
+def _old_lock(groups: list[dict[str, object]]) -> StackState:
+    """A cluster's state as a lock written before the controller's name was recorded holds it."""
+    state = stack_state(_cluster(groups), {})
+    cluster = state.resources["Cluster"]
+    create_only = {k: v for k, v in cluster.create_only.items() if k != "ControllerInstanceGroupName"}
+    assert create_only, "the groups' own create-only values stay"
+    return StackState(
+        resources={"Cluster": dataclasses.replace(cluster, create_only=create_only)},
+        outputs={},
+        termination_protection=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("controller", "reason"),
+    [
+        ("ctl", None),  # a locked group's name: the same controller
+        ("gpu", None),  # ... whichever locked group it is (the old lock cannot say which one was the controller)
+        ("ctl2", 'ControllerInstanceGroupName (one of ctl, gpu) -> "ctl2"'),
+    ],
+)
+def test_an_old_lock_reads_its_group_names_to_tell_a_new_controller(controller: str, reason: str | None) -> None:
+    """``_controller_reasons`` mutants 10 and 15: the names are read from ``InstanceGroups[<name>].<field>`` keys."""
+    fields = {"InstanceType": "ml.m5.xlarge", "ExecutionRole": "arn:aws:iam::111111111111:role/r"}
+    old = _old_lock([{"InstanceGroupName": "ctl", **fields}, {"InstanceGroupName": "gpu", **fields}])
+    groups = [{"InstanceGroupName": controller, **fields}, {"InstanceGroupName": "gpu", **fields}]
+    new = stack_state(_cluster(groups), {})
+    changes = compare({"c-Cluster": old}, {"c-Cluster": new})
+    reasons = [r for change in changes for r in change.reasons if r.startswith("ControllerInstanceGroupName")]
+    if reason is None:
+        assert reasons == []
+    else:
+        assert reasons == [f"{reason} (a new Slurm controller: the locked one's group is removed)"]
