@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.contracts import prove_rule_topic
+from mlcluster.analysis.contracts import GRAFANA_READ, Proof, prove_grafana, prove_rule_topic
 from mlcluster.analysis.iam_calls import role_statements
 
 PUBLISH = {"Effect": "Allow", "Action": "sns:Publish", "Resource": {"Ref": "Topic"}}
@@ -67,3 +67,13 @@ def test_the_role_statements_the_iam_gate_reads_include_inline_and_managed_polic
     assert [(s.effect, s.actions, s.resources) for s in statements] == [
         ("Allow", ("sns:Publish",), ("${env/Alerts|Topic}",))
     ]
+
+
+@pytest.mark.parametrize("role_arn", ["arn:aws:iam::111111111111:role/someone-elses", ""])
+def test_a_grafana_workspace_naming_no_role_of_the_assembly_fails_its_contract(role_arn: str) -> None:
+    """``contracts.prove_grafana`` mutant 29: the failure is a failed proof (ok False), printed as FAILS."""
+    workspace = {"Type": "AWS::Grafana::Workspace", "Properties": {"RoleArn": role_arn}}
+    assembly = Assembly({"env/Obs": {"Resources": {"Workspace": workspace}}})
+    proofs = list(prove_grafana(assembly, "env"))
+    assert proofs == [Proof(GRAFANA_READ, "env/Obs/Workspace", False, "the workspace names no role of the assembly")]
+    assert str(proofs[0]).startswith("FAILS: ")
