@@ -1,10 +1,11 @@
-"""The EventBridge-to-SNS contract and the role statements it reads, on small hand-built assemblies.
+"""The contracts gate (mlcluster/analysis/contracts.py) and the role statements it reads, on small hand-built assemblies.
 
-Written for survivors of a `make mutation MODULE=analysis` sample: ``contracts.prove_rule_topic`` mutants
-14 (a rule without targets), 140 and 142 (the trust request's principal and action), ``contracts.role_policies``
-mutant 35 (a managed policy's statements left out) and ``iam_calls.role_statements`` mutant 44 (inline
-policies left out). An alarm rule whose role EventBridge cannot assume, or whose publish right is in a
-managed policy the gate skipped, is a rule that never notifies while the gate says it does, or the reverse.
+Written for survivors of `make mutation MODULE=analysis` samples. Seed 1: ``contracts.prove_rule_topic``
+mutants 14 (a rule without targets), 140 and 142 (the trust request's principal and action),
+``contracts.role_policies`` mutant 35 (a managed policy's statements left out) and ``iam_calls.role_statements``
+mutant 44 (inline policies left out): an alarm rule whose role EventBridge cannot assume, or whose publish right
+is in a managed policy the gate skipped, is a rule that never notifies while the gate says it does, or the
+reverse. Seed 3: ``prove_grafana`` 29 and ``prove_fsx_dra`` 101 (below).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.contracts import GRAFANA_READ, Proof, prove_grafana, prove_rule_topic
+from mlcluster.analysis.contracts import FSX_DRA, GRAFANA_READ, Proof, prove_fsx_dra, prove_grafana, prove_rule_topic
 from mlcluster.analysis.iam_calls import role_statements
 
 PUBLISH = {"Effect": "Allow", "Action": "sns:Publish", "Resource": {"Ref": "Topic"}}
@@ -77,3 +78,28 @@ def test_a_grafana_workspace_naming_no_role_of_the_assembly_fails_its_contract(r
     proofs = list(prove_grafana(assembly, "env"))
     assert proofs == [Proof(GRAFANA_READ, "env/Obs/Workspace", False, "the workspace names no role of the assembly")]
     assert str(proofs[0]).startswith("FAILS: ")
+
+
+@pytest.mark.parametrize(
+    ("s3", "actions"),
+    [
+        ({}, ["s3:ListBucket", "s3:GetObject"]),
+        ({"AutoExportPolicy": {"Events": ["NEW"]}}, ["s3:ListBucket", "s3:GetObject", "s3:PutObject"]),
+        (
+            {"AutoImportPolicy": {"Events": ["NEW"]}},
+            ["s3:ListBucket", "s3:GetObject", "s3:GetBucketNotification", "s3:PutBucketNotification"],
+        ),
+    ],
+)
+def test_a_dra_is_proven_for_the_calls_fsx_makes_on_its_bucket(s3: dict[str, Any], actions: list[str]) -> None:
+    """``contracts.prove_fsx_dra`` mutant 101: each request names its action as FSx's role calls it (the proof's
+    detail is what the gate prints)."""
+    dra = {"FileSystemId": "fs-0123", "DataRepositoryPath": {"Fn::Join": ["", ["s3://", {"Ref": "Bucket"}, "/in"]]}}
+    resources = {
+        "Bucket": {"Type": "AWS::S3::Bucket", "Properties": {}},
+        "Dra": {"Type": "AWS::FSx::DataRepositoryAssociation", "Properties": {**dra, "S3": s3}},
+    }
+    proofs = list(prove_fsx_dra(Assembly({"env/Storage": {"Resources": resources}}), "env"))
+    assert [p.contract for p in proofs] == [FSX_DRA] * len(actions)
+    assert [p.detail.split(" ")[1] for p in proofs] == actions
+    assert all(p.ok for p in proofs)  # no bucket policy: nothing denies the role its own policy allows
