@@ -308,8 +308,20 @@ def deploy_role_arn(scope: IConstruct) -> str:
             f"{scope.node.path}: the stack's synthesizer is {type(synthesizer).__name__}; the bucket policy lock "
             "names the CloudFormation execution role of the DefaultStackSynthesizer (cdk bootstrap), so use it"
         )
+    try:
+        role_arn = synthesizer.cloud_formation_execution_role_arn
+    except RuntimeError as err:
+        # aws-cdk-lib 2 under jsii: a DefaultStackSynthesizer made in Python and passed to the Stack answers its
+        # getters with "...can only be called after the synthesizer has been bound to a Stack", bound or not.
+        raise ValueError(
+            f"{scope.node.path}: the stack's DefaultStackSynthesizer was passed explicitly, and aws-cdk-lib cannot "
+            "read its CloudFormation execution role back from Python ("
+            f"{str(err).split(':', 1)[0]}); leave the stack's synthesizer unset and give a custom bootstrap qualifier "
+            "as the context value '@aws-cdk/core:bootstrapQualifier' (cdk.json or --context), which the default "
+            "synthesizer reads"
+        ) from None
     # The synthesizer's ARN carries ${AWS::Partition} (and account, region) placeholders for CloudFormation.
-    return cdk.Fn.sub(synthesizer.cloud_formation_execution_role_arn)
+    return cdk.Fn.sub(role_arn)
 
 
 def deny_bucket_policy_changes(bucket: s3.IBucket) -> list[str]:
