@@ -103,3 +103,24 @@ def test_a_dra_is_proven_for_the_calls_fsx_makes_on_its_bucket(s3: dict[str, Any
     assert [p.contract for p in proofs] == [FSX_DRA] * len(actions)
     assert [p.detail.split(" ")[1] for p in proofs] == actions
     assert all(p.ok for p in proofs)  # no bucket policy: nothing denies the role its own policy allows
+
+
+def test_a_dra_bucket_encrypted_with_a_key_outside_the_assembly_fails_its_contract() -> None:
+    """``contracts.prove_fsx_dra`` mutant 147: a key the gate cannot read is a failed proof with the key named,
+    after the bucket's own requests (FSx's role needs the key policy to name it, which no one here can check)."""
+    key = "arn:aws:kms:us-east-1:111111111111:key/0a1b2c3d"
+    encryption = {
+        "ServerSideEncryptionConfiguration": [
+            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key}}
+        ]
+    }
+    dra = {"FileSystemId": "fs-0123", "DataRepositoryPath": {"Fn::Join": ["", ["s3://", {"Ref": "Bucket"}, "/in"]]}}
+    resources = {
+        "Bucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketEncryption": encryption}},
+        "Dra": {"Type": "AWS::FSx::DataRepositoryAssociation", "Properties": dra},
+    }
+    proofs = list(prove_fsx_dra(Assembly({"env/Storage": {"Resources": resources}}), "env"))
+    assert [p.ok for p in proofs] == [True, True, False]
+    assert proofs[-1] == Proof(
+        FSX_DRA, "env/Storage/Dra", False, f"{key} is not a customer managed key of the assembly"
+    )

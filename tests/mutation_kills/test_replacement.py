@@ -248,3 +248,23 @@ def test_an_old_lock_reads_its_group_names_to_tell_a_new_controller(controller: 
         assert reasons == []
     else:
         assert reasons == [f"{reason} (a new Slurm controller: the locked one's group is removed)"]
+
+
+def test_a_weakened_resource_replaced_through_a_reference_keeps_its_weakening_reasons() -> None:
+    """``_cascade`` mutant 33: the refusal says both why it is replaced and what it no longer keeps."""
+
+    def template(name: str, policy: str) -> dict[str, object]:
+        bucket = {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": name}}
+        properties = {"Bucket": {"Ref": "Data"}, "PolicyDocument": {}}
+        lock = {"Type": "AWS::S3::BucketPolicy", "DeletionPolicy": policy, "UpdateReplacePolicy": policy}
+        return {"Resources": {"Data": bucket, "Policy": {**lock, "Properties": properties}}}
+
+    changes = compare({"s": stack_state(template("a", "Retain"), {})}, {"s": stack_state(template("b", "Delete"), {})})
+    assert [(c.logical_id, c.action, c.reasons) for c in changes] == [
+        ("Data", "replace", ('BucketName "a" -> "b"',)),
+        (
+            "Policy",
+            "replace",
+            ("refers to replaced Data", "DeletionPolicy Retain -> Delete", "UpdateReplacePolicy Retain -> Delete"),
+        ),
+    ]
