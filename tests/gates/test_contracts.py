@@ -313,6 +313,57 @@ def test_the_provider_must_attach_every_configured_policy(broken: Broken) -> Non
     assert {p.detail.split(" ")[1] for p in found} == {"iam:AttachRolePolicy", "iam:DetachRolePolicy"}
 
 
+def test_the_provider_must_attach_a_policy_only_a_queue_names(broken: Broken) -> None:
+    """``prove_pcluster_provider`` mutant 181: the queues' AdditionalIamPolicies are attached too (each queue's
+    node role gets them), so a policy only a queue names must be one the provider may attach and detach."""
+    other = "arn:aws:iam::111111111111:policy/queue-only"
+
+    def queue_policy(templates: Templates) -> None:
+        for stack in templates:
+            for cluster in resources(templates, stack, "Custom::PclusterCluster").values():
+                queue = cluster["Properties"]["ClusterConfiguration"]["Scheduling"]["SlurmQueues"][0]
+                queue.setdefault("Iam", {}).setdefault("AdditionalIamPolicies", []).append({"Policy": other})
+
+    found = failures(broken(queue_policy), contracts.PCLUSTER)
+    assert {p.subject.split("/", 1)[0] for p in found} == set(PCLUSTER_EXAMPLES)
+    assert {p.detail.split(" ")[1] for p in found} == {"iam:AttachRolePolicy", "iam:DetachRolePolicy"}
+    assert all("(AdditionalIamPolicies)" in p.subject and f"iam:PolicyARN={other}" in p.detail for p in found)
+
+
+def test_a_cluster_name_given_by_reference_is_read_in_the_clusters_own_stack(examples: Assembly) -> None:
+    """``prove_pcluster_provider`` mutant 89: a library user's ClusterName may be a reference (a stack parameter);
+    the node roles the provider attaches policies to are named from it as rendered in the cluster's stack."""
+    templates = {name: json.loads(json.dumps(body)) for name, body in examples.templates.items()}
+    (stack,) = [s for s in templates if s.startswith(f"{PCLUSTER_EXAMPLES[0]}/") and s.endswith("Cluster")]
+    for cluster in resources(templates, stack, "Custom::PclusterCluster").values():
+        cluster["Properties"]["ClusterName"] = {"Ref": "NameParameter"}
+    proofs = [
+        p
+        for p in prove_all(Assembly(templates, examples.assets))
+        if p.contract == contracts.PCLUSTER and p.subject.startswith(f"{stack}/") and "iam:PolicyARN" in p.detail
+    ]
+    assert proofs
+    assert all(f"role/parallelcluster/${{{stack}|NameParameter}}/" in p.detail for p in proofs)
+
+
+@pytest.mark.parametrize(
+    ("monitoring", "dashboards"),
+    [
+        ({}, True),  # ParallelCluster's defaults: dashboards and alarms on
+        ({"Dashboards": {"CloudWatch": {"Enabled": False}}}, True),  # alarms still on by default
+        ({"Alarms": {"Enabled": False}}, True),  # dashboards still on by default
+        ({"Dashboards": {"CloudWatch": {"Enabled": False}}, "Alarms": {"Enabled": False}}, False),
+    ],
+)
+def test_the_provider_needs_dashboard_rights_while_dashboards_or_alarms_are_on(
+    monitoring: dict[str, Any], dashboards: bool
+) -> None:
+    """``_pcluster_features`` mutants 58 and 71: each of the two defaults to on when the configuration omits it."""
+    features = contracts._pcluster_features({"Monitoring": monitoring})
+    assert (contracts._DASHBOARDS in features) is dashboards
+    assert contracts._LOGS in features and contracts._DNS in features
+
+
 def test_the_provider_role_must_require_the_boundary_the_config_names(broken: Broken) -> None:
     def other_boundary(templates: Templates) -> None:
         for stack in templates:
