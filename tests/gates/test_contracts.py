@@ -330,6 +330,18 @@ def test_the_provider_must_attach_a_policy_only_a_queue_names(broken: Broken) ->
     assert all("(AdditionalIamPolicies)" in p.subject and f"iam:PolicyARN={other}" in p.detail for p in found)
 
 
+def test_a_queue_without_iam_settings_needs_no_attach_rights(broken: Broken) -> None:
+    """``prove_pcluster_provider`` mutant 213: ``Iam`` is optional on every group; a queue without it attaches
+    nothing, and the provider contract still holds (the gate reads it as empty, not as an error)."""
+
+    def no_iam(templates: Templates) -> None:
+        for stack in templates:
+            for cluster in resources(templates, stack, "Custom::PclusterCluster").values():
+                cluster["Properties"]["ClusterConfiguration"]["Scheduling"]["SlurmQueues"][0].pop("Iam", None)
+
+    assert failures(broken(no_iam), contracts.PCLUSTER) == []
+
+
 def test_a_cluster_name_given_by_reference_is_read_in_the_clusters_own_stack(examples: Assembly) -> None:
     """``prove_pcluster_provider`` mutant 89: a library user's ClusterName may be a reference (a stack parameter);
     the node roles the provider attaches policies to are named from it as rendered in the cluster's stack."""
