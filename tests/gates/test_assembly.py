@@ -43,9 +43,17 @@ TEMPLATES: dict[str, dict[str, Any]] = {
         ("env/Cluster", {"Fn::Sub": ["${B}/x", {"B": {"Ref": "Bucket"}}]}, "${env/Cluster|Bucket}/x"),
         ("env/Cluster", {"Fn::Select": [1, ["a", {"Ref": "Bucket"}]]}, "${env/Cluster|Bucket}"),
         ("env/Cluster", {"Fn::ImportValue": "missing"}, "${import:missing}"),
+        # Fn::Sub's own references: a resource by its id, an attribute with its name (assembly _sub_var 14).
+        ("env/Cluster", {"Fn::Sub": "s3://${Bucket}/p"}, "s3://${env/Cluster|Bucket}/p"),
+        ("env/Network", {"Fn::Sub": "${Group.GroupId}"}, "${env/Network|Group.GroupId}"),
+        # A function the gates do not evaluate is kept whole, as one opaque string (render 193), and so is a
+        # condition; a one-key map that is no function is a map.
+        ("env/Cluster", {"Fn::Base64": "x"}, '${Fn::Base64:"x"}'),
+        ("env/Cluster", {"Condition": "IsProd"}, '${Condition:"IsProd"}'),
+        ("env/Cluster", {"Other": {"Ref": "Bucket"}}, {"Other": "${env/Cluster|Bucket}"}),
     ],
 )
-def test_render(stack: str, value: Any, expected: str) -> None:
+def test_render(stack: str, value: Any, expected: Any) -> None:
     assert Assembly(TEMPLATES).render(stack, value) == expected
 
 

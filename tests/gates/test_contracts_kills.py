@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.contracts import FSX_DRA, GRAFANA_READ, Proof, prove_fsx_dra, prove_grafana, prove_rule_topic
+from mlcluster.analysis.contracts import (
+    EVENTBRIDGE_SNS,
+    FSX_DRA,
+    GRAFANA_READ,
+    Proof,
+    prove_fsx_dra,
+    prove_grafana,
+    prove_rule_topic,
+)
 from mlcluster.analysis.iam_calls import role_statements
 
 PUBLISH = {"Effect": "Allow", "Action": "sns:Publish", "Resource": {"Ref": "Topic"}}
@@ -124,3 +132,26 @@ def test_a_dra_bucket_encrypted_with_a_key_outside_the_assembly_fails_its_contra
     assert proofs[-1] == Proof(
         FSX_DRA, "env/Storage/Dra", False, f"{key} is not a customer managed key of the assembly"
     )
+
+
+@pytest.mark.parametrize("key_names_role", [True, False], ids=["key-policy-names-the-role", "key-policy-does-not"])
+def test_an_encrypted_topic_needs_the_key_in_the_role_policy_and_in_the_key_policy(key_names_role: bool) -> None:
+    """``contracts.prove_rule_topic`` mutant 235: publishing to an SSE-KMS topic as the rule's role takes
+    kms:GenerateDataKey and kms:Decrypt allowed by both the role's policy and the key policy."""
+    assembly = alerts()
+    resources = assembly.templates["env/Alerts"]["Resources"]
+    resources["Topic"]["Properties"]["KmsMasterKeyId"] = {"Fn::GetAtt": ["Key", "Arn"]}
+    use = {"Effect": "Allow", "Action": ["kms:GenerateDataKey", "kms:Decrypt"], "Resource": "*"}
+    resources["Policy"]["Properties"]["PolicyDocument"]["Statement"].append(use)
+    principal = {"AWS": {"Fn::GetAtt": ["Role", "Arn"]}} if key_names_role else {"AWS": "arn:aws:iam::1:role/x"}
+    key_policy = {"Version": "2012-10-17", "Statement": [{**use, "Principal": principal}]}
+    resources["Key"] = {"Type": "AWS::KMS::Key", "Properties": {"KeyPolicy": key_policy}}
+    proofs = list(prove_rule_topic(Assembly(assembly.templates), "env"))
+    keys = [(p.subject.rsplit(" ", 2)[-2:], p.detail.split(" ")[1], p.ok) for p in proofs if "policy)" in p.subject]
+    assert all(p.contract == EVENTBRIDGE_SNS for p in proofs)
+    assert keys == [
+        (["(role", "policy)"], "kms:GenerateDataKey", True),
+        (["(key", "policy)"], "kms:GenerateDataKey", key_names_role),
+        (["(role", "policy)"], "kms:Decrypt", True),
+        (["(key", "policy)"], "kms:Decrypt", key_names_role),
+    ]
