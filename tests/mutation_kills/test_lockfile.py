@@ -23,6 +23,7 @@ from mlcluster.lockfile import (
     allowed,
     git_path,
     guard,
+    guard_assembly,
     in_flight_path,
     load_lock,
     lock_path,
@@ -336,3 +337,56 @@ def test_an_orphan_lock_names_its_stacks_and_the_whole_way_to_rename(tmp_path: P
         "delete dev.yaml and dev.lock.json. Deleting dev.lock.json says that you leave those stacks running outside "
         "mlcluster."
     )
+
+
+# Survivors of the seeded sample `make mutation MODULE=lockfile SEED=3`.
+
+
+def test_the_same_allowed_removal_synthesized_again_passes(tmp_path: Path) -> None:
+    """allowances_in_flight mutants 18, 21: a resource an allowance lets leave the template is recorded as form
+    "absent", the form :func:`stale_allowances` gives a resource that is not there; so a second synth of the very
+    same edit (a retried `cdk synth`, `mlcluster update` after `cdk diff`) passes, and bringing it back does not."""
+    environment = dev(tmp_path, allow="Storage/Lustre")
+    write_lock(environment, Lock({"dev-Storage": StackState({"Lustre": lustre()}, {})}, "templates"))
+    removed = {"dev-Storage": StackState({}, {})}
+    first_changes, first_notes = guard(environment, removed)
+    assert [(c.path, c.action) for c in first_changes] == [("Storage/Lustre/Resource", "remove")]
+    assert json.loads(in_flight_path(environment).read_text(encoding="utf-8"))["resources"] == {
+        "Storage/Lustre/Resource": {"allowance": "Storage/Lustre", "form": "absent"}
+    }
+    assert guard(environment, removed) == (first_changes, first_notes)
+    with pytest.raises(ConfigError) as raised:
+        guard(environment, {"dev-Storage": StackState({"Lustre": lustre()}, {})})
+    assert "an earlier synth since the lock was written let Storage/Lustre/Resource through" in str(raised.value)
+
+
+def _stage(assembly: Path, name: str) -> None:
+    """A synthesized stage ``name`` whose storage stack holds no resource."""
+    nested = assembly / f"assembly-{name}"
+    nested.mkdir(parents=True)
+    (nested / "storage.json").write_text(json.dumps({"Resources": {}}))
+    stack = {
+        "type": "aws:cloudformation:stack",
+        "properties": {"templateFile": "storage.json", "stackName": f"{name}-Storage"},
+    }
+    (nested / "manifest.json").write_text(json.dumps({"artifacts": {f"{name}Storage": stack}}))
+
+
+def test_the_assembly_guard_returns_the_notices_of_every_environment(tmp_path: Path) -> None:
+    """guard_assembly mutant 19: `cdk synth` of two environments, each removing a retained file system under its
+    allowance, prints both notices (what each leaves running outside its stack), not only the last environment's."""
+    environments = []
+    for name in ("alpha", "beta"):
+        text = (ENVIRONMENTS / "dev.yaml").read_text()
+        text = text.replace("retention:\n", "retention:\n  allow_replacement: [Storage/Lustre]\n", 1)
+        (tmp_path / f"{name}.yaml").write_text(text)
+        environment = load_environment(tmp_path / f"{name}.yaml")
+        write_lock(environment, Lock({f"{name}-Storage": StackState({"Lustre": lustre()}, {})}, "templates"))
+        _stage(tmp_path / "cdk.out", name)
+        environments.append(environment)
+    assert guard_assembly(tmp_path / "cdk.out", environments) == [
+        f"{tmp_path / name}.yaml: storage.lustre: {name}-Storage/Storage/Lustre/Resource (AWS::FSx::FileSystem) leaves "
+        "the template but DeletionPolicy Retain keeps it running outside the stack: delete it by hand when it is no "
+        "longer needed ('mlcluster status' lists it)"
+        for name in ("alpha", "beta")
+    ]

@@ -16,6 +16,8 @@ import pytest
 from mlcluster.config import Environment, load_environment
 from mlcluster.lockfile import (
     HOME_MOUNT,
+    VOLUME_POLICY,
+    WEAKER,
     ForeignLockError,
     Lock,
     _retained,
@@ -277,3 +279,82 @@ def test_a_resource_left_with_its_final_snapshot_is_noted_with_the_way_to_delete
         "holds its data and bills for its storage until it is deleted (delete it by hand when it is no longer "
         "needed); restoring it makes a new resource"
     ]
+
+
+# Survivors of the seeded sample `make mutation MODULE=lockfile SEED=3`: the refusals word for word as the operator
+# reads them, and the key each names.
+
+
+def test_an_allowance_left_after_its_deploy_tells_how_to_use_it_again(tmp_path: Path) -> None:
+    """allowance_problems mutant 71: the used allowance's refusal ends with the way to change that resource again
+    (lock without it, then add it back for that deploy), the step an operator follows."""
+    environment, snapshot = bearing("Storage/Lustre", tmp_path)
+    lock = Lock(snapshot, "templates", allowances_used=("Storage/Lustre",))
+    (problem,) = allowance_problems(environment, lock, snapshot, [])
+    assert problem.render() == (
+        "retention.allow_replacement: 'Storage/Lustre' was used: the lock records the deploy that changed "
+        "Storage/Lustre/Resource with it. Remove it from the file: left there it lets the next edit of that resource "
+        "through unseen. For a new change of it, run 'mlcluster lock dev' without it first (the lock then forgets the "
+        "used allowance), then add it again for that deploy"
+    )
+
+
+def test_a_volume_policy_weakened_with_a_home_mount_gives_both_ways(tmp_path: Path) -> None:
+    """refusals mutant 74: one edit both mounts a volume over /home and makes ParallelCluster delete the /scratch
+    volume with the cluster: the refusal keeps each danger's safe way (the homes', then the volume's), not only
+    the last one found."""
+    environment = dev(tmp_path)
+    mount = "SharedStorage MountDir /home: head node -> Ebs"
+    volume = "SharedStorage DeletionPolicy /scratch: Retain -> Delete"
+    change = Change("dev-Cluster", "PCluster", PCLUSTER_TYPE, "Cluster/PCluster/Resource", "weaken", (mount, volume))
+    (problem,) = refusals(environment, [change])
+    assert problem.render() == (
+        "cluster.pcluster.shared_storage.home_volume: this edit weakens dev-Cluster/Cluster/PCluster/Resource "
+        f"(Custom::PclusterCluster, logical id PCluster): {mount}; {volume}. {WEAKER}. {HOME_MOUNT}. {VOLUME_POLICY}. "
+        "To allow it, add 'Cluster/PCluster' to retention.allow_replacement in this file for this one deploy (remove "
+        "it after the deploy, when 'mlcluster lock dev' has recorded it). 'mlcluster lock' records what is deployed: "
+        "it does not clear this refusal."
+    )
+
+
+def test_a_dropped_stack_without_data_or_protection_reads_in_full(tmp_path: Path) -> None:
+    """stack_refusals mutants 24, 31, 65, 66: a dropped stack holding no data-bearing resource says "none", a stack
+    without termination protection gets no command to turn it off, and the way ends with the steps after the
+    destroy (keep or delete what it retained, accept the stack in the lock, then the edit)."""
+    environment = dev(tmp_path)
+    dashboard = state("AWS::CloudWatch::Dashboard", "Observability/Dashboard/Resource", "Delete")
+    locked = {"dev-Observability": StackState({"Dashboard": dashboard}, {}, termination_protection=False)}
+    (problem,) = stack_refusals(environment, locked, {})
+    assert problem.render() == (
+        "observability: this edit drops stack dev-Observability from the app, while the lock records it as deployed. "
+        "CDK never deletes a stack dropped from an app (aws/aws-cdk-cli#787): its retained resources stay and bill "
+        "(Prometheus and Grafana workspaces, log groups, the alarm topic's key): delete them by hand once their "
+        "history is no longer needed ('mlcluster status' lists them), and no mlcluster command reaches it any more. "
+        "Data-bearing resources in it: none; kept when the stack is deleted "
+        "(Retain): none. Safe way: undo this edit, take what you need from the stack, destroy it while the app still "
+        "has it (first deploy with observability.prometheus.enabled: false so the Cluster stack stops referencing it, "
+        "then npx cdk destroy --exclusively 'dev/Observability': without --exclusively 'cdk destroy' also destroys "
+        "the stacks that depend on it), delete or keep its retained resources, run 'mlcluster lock dev --accept "
+        "dev-Observability' (it then records the stack gone), and make this edit."
+    )
+
+
+def test_termination_protection_turned_off_names_each_exposed_resource(tmp_path: Path) -> None:
+    """stack_refusals mutants 80, 89, 91: the refusal is at retention.on_delete (the key whose retain keeps the
+    protection), lists each data-bearing resource the stack's deletion would delete, and says how to give it up."""
+    environment = dev(tmp_path)
+    resources = {
+        "Lustre": state("AWS::FSx::FileSystem", "Storage/Lustre/Resource", "Delete"),
+        "Bucket": state("AWS::S3::Bucket", "Storage/DataBucket/Resource", "Delete"),
+    }
+    locked = {"dev-Storage": StackState(resources, {}, termination_protection=True)}
+    snapshot = {"dev-Storage": StackState(resources, {}, termination_protection=False)}
+    (problem,) = stack_refusals(environment, locked, snapshot)
+    assert problem.path == "retention.on_delete"
+    assert problem.render() == (
+        "retention.on_delete: this edit turns termination protection of dev-Storage off ('cdk deploy' sets it to "
+        "what the app says), so 'cdk destroy' can delete the stack and with it every resource it does not retain: "
+        "Storage/DataBucket/Resource, Storage/Lustre/Resource. Safe way: keep retention.on_delete: retain. To give "
+        "the stack up deliberately, take the second copy of its data first and allow each of those resources by name "
+        "in retention.allow_replacement."
+    )
