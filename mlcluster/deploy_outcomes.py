@@ -392,12 +392,16 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
     if environment.config.storage.accounting is None:
         return []
     kept = [
-        stack
+        (stack, old.type)
         for stack in sorted(set(locked) & set(snapshot))
         for lid, old in locked[stack].resources.items()
-        if old.type == PCLUSTER_TYPE and lid in snapshot[stack].resources
+        if old.type in (PCLUSTER_TYPE, HYPERPOD_TYPE) and lid in snapshot[stack].resources
     ]
     replaced = [c for c in compare(locked, snapshot) if c.type == "AWS::RDS::DBCluster" and c.action == "replace"]
+    history = (
+        "To keep the history, mysqldump the old database before the deploy and load the dump into the new one after "
+        "it, with slurmdbd stopped."
+    )
 
     def fate(change: Change) -> str:
         # Only DeletionPolicy Snapshot keeps one (retention.on_delete: destroy renders Delete).
@@ -405,18 +409,30 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
             return "keeping a final snapshot, which bills until deleted"
         return "with its data: no final snapshot (retention.on_delete: destroy)"
 
-    return [
-        f"{environment.source}: storage.accounting: this edit replaces the accounting database ({c.path}) that "
-        f"slurmdbd of the cluster in {stack} uses: the Storage stack deploys first and deletes the old database "
-        f"({fate(c)}), and the cluster gets the new endpoint "
-        "(SlurmSettings.Database.Uri), which ParallelCluster takes only with the compute fleet stopped. To keep the "
-        "history, mysqldump the old database before the deploy and load the dump into the new one after it, with "
-        f"slurmdbd stopped. Stop the compute fleet first ('pcluster update-compute-fleet --status STOP_REQUESTED'): "
-        f"'mlcluster update {environment.name}' cannot see this change (both templates read the Storage stack's "
-        "output) and would not stop it"
-        for stack in kept
-        for c in replaced
-    ]
+    def note(stack: str, kind: str, change: Change) -> str:
+        head = (
+            f"{environment.source}: storage.accounting: this edit replaces the accounting database ({change.path}) "
+            f"that slurmdbd of the cluster in {stack} uses: the Storage stack deploys first and deletes the old "
+            f"database ({fate(change)}), "
+        )
+        if kind == HYPERPOD_TYPE:
+            # The lifecycle step wrote StorageHost into slurmdbd.conf when the controller was created; HyperPod runs
+            # lifecycle scripts on new nodes only, and the secret tool rewrites the password, never the host.
+            return head + (
+                "and nothing changes the running controller: its slurmdbd.conf keeps the old endpoint (StorageHost, "
+                "written by the lifecycle step when the controller was created; lifecycle scripts run on new nodes "
+                "only), so accounting stops when the old database goes (jobs still run). After the deploy, set "
+                "StorageHost on the controller to the new endpoint (the Storage stack's output) and restart slurmdbd. "
+                + history
+            )
+        return head + (
+            "and the cluster gets the new endpoint (SlurmSettings.Database.Uri), which ParallelCluster takes only "
+            f"with the compute fleet stopped. {history} Stop the compute fleet first ('pcluster "
+            f"update-compute-fleet --status STOP_REQUESTED'): 'mlcluster update {environment.name}' cannot see "
+            "this change (both templates read the Storage stack's output) and would not stop it"
+        )
+
+    return [note(stack, kind, c) for stack, kind in kept for c in replaced]
 
 
 def _storage_key(path: str) -> str:

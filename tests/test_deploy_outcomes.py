@@ -531,3 +531,32 @@ def test_a_replaced_accounting_database_under_a_kept_cluster_is_noted() -> None:
     assert "deletes the old database (with its data: no final snapshot (retention.on_delete: destroy))" in gone
     # The edge: the database as locked, no note.
     assert not [n for n in outcome_checks(env, locked, locked)[1] if "replaces the accounting database" in n]
+
+
+def test_a_replaced_accounting_database_under_a_kept_hyperpod_cluster_says_the_controller_keeps_the_old_host() -> None:
+    """Review: the note counted ParallelCluster clusters only. On HyperPod the lifecycle step wrote StorageHost into
+    the controller's slurmdbd.conf at creation; nothing re-runs it, so the operator must point slurmdbd at the new
+    endpoint (and no compute fleet is stopped: HyperPod has none to stop for this)."""
+    import dataclasses
+
+    from mlcluster.deploy_outcomes import outcome_checks
+    from mlcluster.lockfile import read_lock_file
+
+    env = load_environment(ENVIRONMENTS / "hyperpod-accounting.yaml")
+    locked = read_lock_file(ENVIRONMENTS / "hyperpod-accounting.lock.json", "hyperpod-accounting").snapshot
+    edited = copy.deepcopy(locked)
+    ((stack, lid),) = [
+        (name, lid) for name, state in edited.items() for lid, r in state.resources.items()
+        if r.type == "AWS::RDS::DBCluster"
+    ]  # fmt: skip
+    database = edited[stack].resources[lid]
+    edited[stack].resources[lid] = dataclasses.replace(
+        database, create_only={**database.create_only, "KmsKeyId": "another key"}, digest="edited"
+    )
+    (note,) = [n for n in outcome_checks(env, locked, edited)[1] if "replaces the accounting database" in n]
+    assert "that slurmdbd of the cluster in hyperpod-accounting-Cluster uses" in note
+    assert "its slurmdbd.conf keeps the old endpoint (StorageHost" in note
+    assert "set StorageHost on the controller to the new endpoint" in note and "restart slurmdbd" in note
+    assert "mysqldump the old database before the deploy" in note
+    assert "compute fleet" not in note and "SlurmSettings" not in note
+    assert not [n for n in outcome_checks(env, locked, locked)[1] if "replaces the accounting database" in n]

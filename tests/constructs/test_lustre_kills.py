@@ -88,15 +88,37 @@ def test_connections_open_the_file_systems_group_on_lustres_port() -> None:
     assert added == {("SecurityGroupIngress", "fs", PEER_SG, "tcp", 988, 988)}
 
 
+EFA: dict[str, object] = {"efa_enabled": True, "storage_capacity_gib": 4800, "throughput_mbps_per_tib": 1000}
+
+
+@pytest.mark.parametrize("efa", [False, True], ids=["tcp", "efa"])
+def test_other_clients_are_allowed_every_port_lustre_needs_both_ways(efa: bool) -> None:
+    """``allow_clients``: a library user's own instances need TCP 988 and 1018-1023 (all traffic with EFA) to and
+    from the file system's group, not only connections' default port 988."""
+    stack = cdk.Stack(cdk.App(), "Fs", env=ENV)
+    lustre = LustreStorage(stack, "Lustre", **network(stack), **(EFA if efa else {}))
+    peer = ec2.SecurityGroup.from_security_group_id(stack, "Peer", PEER_SG)
+    lustre.allow_clients(peer, description="the notebook instances")
+    added = {r for r in rules(Template.from_stack(stack)) if PEER_SG in r}
+    ports = [("-1", None, None)] if efa else [("tcp", 988, 988), ("tcp", 1018, 1023)]
+    assert added == {
+        *(("SecurityGroupIngress", "fs", PEER_SG, protocol, low, high) for protocol, low, high in ports),
+        *(("SecurityGroupEgress", "fs", PEER_SG, protocol, low, high) for protocol, low, high in ports),
+        *(("SecurityGroupIngress", PEER_SG, "fs", protocol, low, high) for protocol, low, high in ports),
+    }
+
+
 PACKS = ("NIST.800.53.R5", "HIPAA.Security", "PCI.DSS.321")
 
 
-def test_an_efa_file_system_passes_the_compliance_packs_with_its_reasons(tmp_path: Path) -> None:
+@pytest.mark.parametrize("other_clients", [False, True], ids=["cluster-nodes", "and-other-clients"])
+def test_an_efa_file_system_passes_the_compliance_packs_with_its_reasons(tmp_path: Path, other_clients: bool) -> None:
     """Synthesis fails on any finding not acknowledged: the EFA group's all-traffic rules meet the packs'
-    EC2RestrictedCommonPorts, acknowledged on the group (its own rules) and on the clients' rule."""
+    EC2RestrictedCommonPorts, acknowledged on the group (its own rules) and on each clients' rule, the cluster
+    nodes' and those ``allow_clients`` adds."""
     app = cdk.App(outdir=str(tmp_path))
     stack = cdk.Stack(app, "Efa", env=ENV)
-    LustreStorage(
+    lustre = LustreStorage(
         stack,
         "Lustre",
         **network(stack),
@@ -105,6 +127,9 @@ def test_an_efa_file_system_passes_the_compliance_packs_with_its_reasons(tmp_pat
         throughput_mbps_per_tib=1000,
         log_level="DISABLED",
     )
+    peer = ec2.SecurityGroup.from_security_group_id(stack, "Peer", PEER_SG)
+    if other_clients:
+        lustre.allow_clients(peer, description="notebooks")
     cdk.Validations.of(app).add_plugins(
         AwsSolutionsChecks(app), NIST80053R5Checks(app), HIPAASecurityChecks(app), PCIDSS321Checks(app)
     )
@@ -124,6 +149,17 @@ def test_an_efa_file_system_passes_the_compliance_packs_with_its_reasons(tmp_pat
             (f"{pack}-EC2RestrictedCommonPorts" for pack in PACKS),
             "The source is the EFA-enabled Lustre file system's own security group, not an address range; the "
             "FSx for Lustre guide requires all traffic from it to the client group.",
+        ),
+        **(
+            {
+                f"/Efa/Lustre/ClientIngress{cdk.Names.node_unique_id(peer.node)}1": dict.fromkeys(
+                    (f"{pack}-EC2RestrictedCommonPorts" for pack in PACKS),
+                    "The source is the EFA-enabled Lustre file system's own security group, not an address range; "
+                    "the FSx for Lustre guide requires all traffic from it to notebooks.",
+                )
+            }
+            if other_clients
+            else {}
         ),
     }
 
