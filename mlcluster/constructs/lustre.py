@@ -102,8 +102,9 @@ class LustreStorage(Construct):
 
     Attributes: ``resource`` (the ``CfnFileSystem``), ``file_system_id``,
     ``dns_name``, ``mount_name``, ``security_group`` (the one the file system
-    uses) and ``security_groups``, ``connections`` (default port 988 only: use
-    ``allow_clients`` for other clients, which need 1018-1023 too), ``client_ports``,
+    uses) and ``security_groups``, ``connections`` (default port 988 only) and
+    ``client_ports`` (every port a client needs, both ways: 988 and
+    1018-1023, all traffic with EFA),
     ``log_group`` (None when logging is off) and
     ``data_repository_associations`` (the ``CfnDataRepositoryAssociation``
     resources in creation order).
@@ -230,8 +231,9 @@ class LustreStorage(Construct):
         self.connections = ec2.Connections(
             security_groups=self.security_groups, default_port=ec2.Port.tcp(LUSTRE_PORTS[0][0])
         )
-        self._efa = efa_enabled
-        #: What clients and file servers talk on: Lustre's two port ranges, or all traffic with EFA.
+        #: What clients and file servers talk on: Lustre's two port ranges, or all traffic with EFA. ``connections``'
+        #: default port is 988 alone (a ``Port`` holds one range): other clients need every one of these, both
+        #: ways (see the constructs guide for the calls, made from the clients' side).
         self.client_ports: list[ec2.Port] = (
             [ec2.Port.all_traffic()] if efa_enabled else [_port(low, high) for low, high in LUSTRE_PORTS]
         )
@@ -317,42 +319,6 @@ class LustreStorage(Construct):
     def mount_name(self) -> str:
         """The Lustre mount name (``mount -t lustre <dns_name>@tcp:/<mount_name> /fsx``)."""
         return self.resource.attr_lustre_mount_name
-
-    def allow_clients(self, clients: ec2.IConnectable, *, description: str = "other Lustre clients") -> None:
-        """Let ``clients`` (a library user's own instances) mount the file system, as the cluster nodes can.
-
-        ``connections``' default port is 988 alone (a ``Port`` holds one range), which is not enough: the
-        FSx for Lustre guide asks for TCP 988 and 1018-1023 (all traffic with EFA) in both directions
-        between the clients' and the file system's groups, as :attr:`client_ports` lists. For each of the
-        clients' groups, each port gets the file system group's ingress from it and egress to it, and the
-        clients' ingress from the file system (a rule of this construct, as for the cluster nodes; with EFA
-        acknowledged for the packs' EC2RestrictedCommonPorts, its source being a group, not an address range).
-        """
-        what = "EFA Lustre" if self._efa else "Lustre"
-        for group in clients.connections.security_groups:
-            label = cdk.Names.node_unique_id(group.node)
-            for index, port in enumerate(self.client_ports):
-                self.security_group.add_ingress_rule(group, port, f"{what} from {description}")
-                self.security_group.add_egress_rule(group, port, f"{what} to {description}")
-                group.add_egress_rule(self.security_group, port, f"{what} to the file system")
-                rule_json = port.to_rule_json()
-                rule = ec2.CfnSecurityGroupIngress(
-                    self,
-                    f"ClientIngress{label}{index + 1}",
-                    group_id=group.security_group_id,
-                    source_security_group_id=self.security_group.security_group_id,
-                    description=f"{what} from the file system to {description}",
-                    ip_protocol=str(rule_json["ipProtocol"]),
-                    from_port=rule_json.get("fromPort"),
-                    to_port=rule_json.get("toPort"),
-                )
-                if self._efa:
-                    acknowledge_compliance(
-                        rule,
-                        "EC2RestrictedCommonPorts",
-                        "The source is the EFA-enabled Lustre file system's own security group, not an address "
-                        f"range; the FSx for Lustre guide requires all traffic from it to {description}.",
-                    )
 
     def _security_group(self, vpc: ec2.IVpc, client_group: ec2.ISecurityGroup, *, efa: bool) -> ec2.SecurityGroup:
         """The file system's own group, and the client group's ingress from it.

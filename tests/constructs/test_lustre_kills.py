@@ -88,37 +88,67 @@ def test_connections_open_the_file_systems_group_on_lustres_port() -> None:
     assert added == {("SecurityGroupIngress", "fs", PEER_SG, "tcp", 988, 988)}
 
 
-EFA: dict[str, object] = {"efa_enabled": True, "storage_capacity_gib": 4800, "throughput_mbps_per_tib": 1000}
+EFA: dict[str, Any] = {"efa_enabled": True, "storage_capacity_gib": 4800, "throughput_mbps_per_tib": 1000}
 
 
 @pytest.mark.parametrize("efa", [False, True], ids=["tcp", "efa"])
-def test_other_clients_are_allowed_every_port_lustre_needs_both_ways(efa: bool) -> None:
-    """``allow_clients``: a library user's own instances need TCP 988 and 1018-1023 (all traffic with EFA) to and
-    from the file system's group, not only connections' default port 988."""
-    stack = cdk.Stack(cdk.App(), "Fs", env=ENV)
-    lustre = LustreStorage(stack, "Lustre", **network(stack), **(EFA if efa else {}))
-    peer = ec2.SecurityGroup.from_security_group_id(stack, "Peer", PEER_SG)
-    lustre.allow_clients(peer, description="the notebook instances")
-    added = {r for r in rules(Template.from_stack(stack)) if PEER_SG in r}
+def test_clients_in_a_stack_that_mounts_it_open_every_client_port_from_their_side(efa: bool) -> None:
+    """The constructs guide's recipe: a library user's own instances, in a stack that reads the file system's
+    DNS name, get every port of ``client_ports`` both ways (TCP 988 and 1018-1023; all traffic with EFA),
+    asked from the clients' side so CDK puts every rule in the clients' stack (asked from the file system's
+    side, the Storage stack would refer to the clients' group: a dependency cycle)."""
+    app = cdk.App()
+    storage = cdk.Stack(app, "Storage", env=ENV)
+    lustre = LustreStorage(storage, "Lustre", **network(storage), **(EFA if efa else {}))
+    notebooks = cdk.Stack(app, "Notebooks", env=ENV)
+    vpc = ec2.Vpc.from_vpc_attributes(
+        notebooks, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["us-east-1a"]
+    )
+    group = ec2.SecurityGroup(notebooks, "Notebooks", vpc=vpc, allow_all_outbound=False)
+    cdk.CfnOutput(notebooks, "Mount", value=lustre.dns_name)
+    for port in lustre.client_ports:
+        group.connections.allow_to(lustre.connections, port, "Lustre to the file system")
+        group.connections.allow_from(lustre.connections, port, "Lustre from the file system")
+    app.synth()  # no dependency cycle
+    assert notebooks.dependencies == [storage]
     ports = [("-1", None, None)] if efa else [("tcp", 988, 988), ("tcp", 1018, 1023)]
-    assert added == {
-        *(("SecurityGroupIngress", "fs", PEER_SG, protocol, low, high) for protocol, low, high in ports),
-        *(("SecurityGroupEgress", "fs", PEER_SG, protocol, low, high) for protocol, low, high in ports),
-        *(("SecurityGroupIngress", PEER_SG, "fs", protocol, low, high) for protocol, low, high in ports),
+    assert len(lustre.client_ports) == len(ports)
+    found: set[tuple[str, str, str, int | None, int | None]] = set()
+    template = Template.from_stack(notebooks)
+    for kind in ("SecurityGroupIngress", "SecurityGroupEgress"):
+        for rule in template.find_resources(f"AWS::EC2::{kind}").values():
+            p = rule["Properties"]
+            side = "notebooks" if "Fn::GetAtt" in p["GroupId"] else "fs"
+            found.add((kind, side, p["IpProtocol"], p.get("FromPort"), p.get("ToPort")))
+    for resource in template.find_resources("AWS::EC2::SecurityGroup").values():
+        for rule in resource["Properties"].get("SecurityGroupEgress", []):
+            if "DestinationSecurityGroupId" in rule:
+                found.add(
+                    ("SecurityGroupEgress", "notebooks", rule["IpProtocol"], rule.get("FromPort"), rule.get("ToPort"))
+                )
+    assert found == {
+        (kind, side, protocol, low, high)
+        for kind, side in (
+            ("SecurityGroupIngress", "fs"),
+            ("SecurityGroupEgress", "fs"),
+            ("SecurityGroupIngress", "notebooks"),
+            ("SecurityGroupEgress", "notebooks"),
+        )
+        for protocol, low, high in ports
     }
+    # The Storage stack gained no rule that names the clients.
+    assert "Notebooks" not in json.dumps(Template.from_stack(storage).to_json())
 
 
 PACKS = ("NIST.800.53.R5", "HIPAA.Security", "PCI.DSS.321")
 
 
-@pytest.mark.parametrize("other_clients", [False, True], ids=["cluster-nodes", "and-other-clients"])
-def test_an_efa_file_system_passes_the_compliance_packs_with_its_reasons(tmp_path: Path, other_clients: bool) -> None:
+def test_an_efa_file_system_passes_the_compliance_packs_with_its_reasons(tmp_path: Path) -> None:
     """Synthesis fails on any finding not acknowledged: the EFA group's all-traffic rules meet the packs'
-    EC2RestrictedCommonPorts, acknowledged on the group (its own rules) and on each clients' rule, the cluster
-    nodes' and those ``allow_clients`` adds."""
+    EC2RestrictedCommonPorts, acknowledged on the group (its own rules) and on the clients' rule."""
     app = cdk.App(outdir=str(tmp_path))
     stack = cdk.Stack(app, "Efa", env=ENV)
-    lustre = LustreStorage(
+    LustreStorage(
         stack,
         "Lustre",
         **network(stack),
@@ -127,9 +157,6 @@ def test_an_efa_file_system_passes_the_compliance_packs_with_its_reasons(tmp_pat
         throughput_mbps_per_tib=1000,
         log_level="DISABLED",
     )
-    peer = ec2.SecurityGroup.from_security_group_id(stack, "Peer", PEER_SG)
-    if other_clients:
-        lustre.allow_clients(peer, description="notebooks")
     cdk.Validations.of(app).add_plugins(
         AwsSolutionsChecks(app), NIST80053R5Checks(app), HIPAASecurityChecks(app), PCIDSS321Checks(app)
     )
@@ -149,17 +176,6 @@ def test_an_efa_file_system_passes_the_compliance_packs_with_its_reasons(tmp_pat
             (f"{pack}-EC2RestrictedCommonPorts" for pack in PACKS),
             "The source is the EFA-enabled Lustre file system's own security group, not an address range; the "
             "FSx for Lustre guide requires all traffic from it to the client group.",
-        ),
-        **(
-            {
-                f"/Efa/Lustre/ClientIngress{cdk.Names.node_unique_id(peer.node)}1": dict.fromkeys(
-                    (f"{pack}-EC2RestrictedCommonPorts" for pack in PACKS),
-                    "The source is the EFA-enabled Lustre file system's own security group, not an address range; "
-                    "the FSx for Lustre guide requires all traffic from it to notebooks.",
-                )
-            }
-            if other_clients
-            else {}
         ),
     }
 
