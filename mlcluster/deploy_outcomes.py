@@ -381,6 +381,10 @@ def _cluster_checks(environment: Environment, locked: Snapshot, snapshot: Snapsh
     return problems, notes + _database_replaced_notes(environment, locked, snapshot)
 
 
+#: Where the replaced accounting database's history is carried over, step by step.
+DATABASE_MOVE_DOC = "docs/contributing/design.md, 'A replaced accounting database under a kept cluster'"
+
+
 def _database_replaced_notes(environment: Environment, locked: Snapshot, snapshot: Snapshot) -> list[str]:
     """A note when the edit replaces the managed accounting database (its allowance given) under a kept cluster,
     changed by the edit or not (its template may read the same: see below).
@@ -391,17 +395,23 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
     the old database (a final snapshot, which bills) under the running slurmdbd."""
     if environment.config.storage.accounting is None:
         return []
+    changes = compare(locked, snapshot)
+    anew = {
+        (c.stack, c.logical_id)
+        for c in changes
+        if c.type == HYPERPOD_TYPE and c.action == "replace" and creates_cluster_anew(c.reasons)
+    }
+    # A HyperPod cluster this edit creates anew gets the new endpoint from its lifecycle steps: not kept.
     kept = [
         (stack, old.type)
         for stack in sorted(set(locked) & set(snapshot))
         for lid, old in locked[stack].resources.items()
-        if old.type in (PCLUSTER_TYPE, HYPERPOD_TYPE) and lid in snapshot[stack].resources
+        if old.type in (PCLUSTER_TYPE, HYPERPOD_TYPE) and lid in snapshot[stack].resources and (stack, lid) not in anew
     ]
-    replaced = [c for c in compare(locked, snapshot) if c.type == "AWS::RDS::DBCluster" and c.action == "replace"]
-    history = (
-        "To keep the history, mysqldump the old database before the deploy and load the dump into the new one after "
-        "it, with slurmdbd stopped."
-    )
+    replaced = [c for c in changes if c.type == "AWS::RDS::DBCluster" and c.action == "replace"]
+    # slurmdbd stopped before the dump: what it wrote after would be lost with the old database; slurmctld queues
+    # the records meanwhile (up to MaxDBDMsgs) and sends them once slurmdbd is back on the new one.
+    way = f"(the way, step by step, with the commands: {DATABASE_MOVE_DOC})"
 
     def fate(change: Change) -> str:
         # Only DeletionPolicy Snapshot keeps one (retention.on_delete: destroy renders Delete).
@@ -416,20 +426,25 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
             f"database ({fate(change)}), "
         )
         if kind == HYPERPOD_TYPE:
-            # The lifecycle step wrote StorageHost into slurmdbd.conf when the controller was created; HyperPod runs
-            # lifecycle scripts on new nodes only, and the secret tool rewrites the password, never the host.
+            # The lifecycle step wrote StorageHost into slurmdbd.conf when the controller was created; a deploy runs
+            # no lifecycle script on it, and the secret tool rewrites the password, never the host.
             return head + (
-                "and nothing changes the running controller: its slurmdbd.conf keeps the old endpoint (StorageHost, "
-                "written by the lifecycle step when the controller was created; lifecycle scripts run on new nodes "
-                "only), so accounting stops when the old database goes (jobs still run). After the deploy, set "
-                "StorageHost on the controller to the new endpoint (the Storage stack's output) and restart slurmdbd. "
-                + history
+                "and the deploy leaves the running controller as it is: its slurmdbd.conf keeps the old host "
+                "(StorageHost, written by the lifecycle step when the controller was created; lifecycle scripts "
+                "run on new nodes and on a patch, not on a deploy), so accounting stops when the old database goes "
+                "(jobs still run). In order: before the deploy, stop slurmdbd on the controller and dump the "
+                "database; deploy; load the dump into the new database (mysql --sandbox, over TLS checked against "
+                "the RDS roots); set StorageHost to the host part of the Storage stack's AccountingDatabaseEndpoint "
+                f"output (StoragePort stays); start slurmdbd {way}"
             )
         return head + (
             "and the cluster gets the new endpoint (SlurmSettings.Database.Uri), which ParallelCluster takes only "
-            f"with the compute fleet stopped. {history} Stop the compute fleet first ('pcluster "
-            f"update-compute-fleet --status STOP_REQUESTED'): 'mlcluster update {environment.name}' cannot see "
-            "this change (both templates read the Storage stack's output) and would not stop it"
+            "with the compute fleet stopped: 'mlcluster update "
+            f"{environment.name}' cannot see this change (both templates read the Storage stack's output) and "
+            "would not stop it. In order: before the deploy, stop the compute fleet ('pcluster "
+            "update-compute-fleet --status STOP_REQUESTED'), stop slurmdbd on the head node and dump the database; "
+            "deploy; stop slurmdbd, load the dump into the new database (mysql --sandbox, over TLS checked against "
+            f"the RDS roots) and start slurmdbd {way}"
         )
 
     return [note(stack, kind, c) for stack, kind in kept for c in replaced]

@@ -523,7 +523,14 @@ def test_a_replaced_accounting_database_under_a_kept_cluster_is_noted() -> None:
     (note,) = [n for n in notes if "replaces the accounting database" in n]
     assert "deletes the old database (keeping a final snapshot, which bills until deleted)" in note
     assert "only with the compute fleet stopped" in note and "'mlcluster update pcluster-accounting' cannot see" in note
-    assert "mysqldump the old database before the deploy and load the dump into the new one after it" in note
+    # slurmdbd stopped before the dump (what it wrote after would go with the old database), loaded sandboxed.
+    assert (
+        "In order: before the deploy, stop the compute fleet ('pcluster update-compute-fleet --status "
+        "STOP_REQUESTED'), stop slurmdbd on the head node and dump the database; deploy; stop slurmdbd, load the "
+        "dump into the new database (mysql --sandbox, over TLS checked against the RDS roots) and start slurmdbd "
+        "(the way, step by step, with the commands: docs/contributing/design.md, 'A replaced accounting database "
+        "under a kept cluster')"
+    ) in note
     # Under retention.on_delete: destroy (DeletionPolicy Delete) no snapshot is kept, and the note says so.
     destroyed = copy.deepcopy(locked)
     destroyed[stack].resources[lid] = dataclasses.replace(database, deletion_policy="Delete")
@@ -555,8 +562,23 @@ def test_a_replaced_accounting_database_under_a_kept_hyperpod_cluster_says_the_c
     )
     (note,) = [n for n in outcome_checks(env, locked, edited)[1] if "replaces the accounting database" in n]
     assert "that slurmdbd of the cluster in hyperpod-accounting-Cluster uses" in note
-    assert "its slurmdbd.conf keeps the old endpoint (StorageHost" in note
-    assert "set StorageHost on the controller to the new endpoint" in note and "restart slurmdbd" in note
-    assert "mysqldump the old database before the deploy" in note
+    assert "its slurmdbd.conf keeps the old host (StorageHost" in note
+    assert "lifecycle scripts run on new nodes and on a patch, not on a deploy" in note
+    assert (
+        "In order: before the deploy, stop slurmdbd on the controller and dump the database; deploy; load the dump "
+        "into the new database (mysql --sandbox, over TLS checked against the RDS roots); set StorageHost to the "
+        "host part of the Storage stack's AccountingDatabaseEndpoint output (StoragePort stays); start slurmdbd"
+    ) in note
     assert "compute fleet" not in note and "SlurmSettings" not in note
     assert not [n for n in outcome_checks(env, locked, locked)[1] if "replaces the accounting database" in n]
+    # A cluster the same edit creates anew (another name) gets the new host from its lifecycle steps: no note.
+    renamed = copy.deepcopy(edited)
+    ((cluster_stack, cluster_id),) = [
+        (name, lid) for name, state in renamed.items() for lid, r in state.resources.items()
+        if r.type == "AWS::SageMaker::Cluster"
+    ]  # fmt: skip
+    cluster = renamed[cluster_stack].resources[cluster_id]
+    renamed[cluster_stack].resources[cluster_id] = dataclasses.replace(
+        cluster, create_only={**cluster.create_only, "ClusterName": "renamed"}, digest="renamed"
+    )
+    assert not [n for n in outcome_checks(env, locked, renamed)[1] if "replaces the accounting database" in n]
