@@ -323,10 +323,10 @@ def deploy_role_arn(scope: IConstruct) -> str:
         # aws-cdk-lib 2 under jsii: a DefaultStackSynthesizer made in Python and passed to the Stack answers its
         # getters with "...can only be called after the synthesizer has been bound to a Stack", bound or not.
         raise ValueError(
-            f"{scope.node.path}: the stack's DefaultStackSynthesizer was passed explicitly, and aws-cdk-lib cannot "
-            "read its CloudFormation execution role back from Python ("
-            f"{str(err).split(':', 1)[0]}); leave the stack's synthesizer unset and give a custom bootstrap qualifier "
-            "as the context value '@aws-cdk/core:bootstrapQualifier' (cdk.json or --context), which the default "
+            f"{scope.node.path}: the stack's DefaultStackSynthesizer was passed explicitly (to the Stack, or as the "
+            "App's default_stack_synthesizer), and aws-cdk-lib cannot read its CloudFormation execution role back "
+            f"from Python ({str(err).split(':', 1)[0]}); leave both unset and give a custom bootstrap qualifier as "
+            "the context value '@aws-cdk/core:bootstrapQualifier' (cdk.json or --context), which the default "
             "synthesizer reads"
         ) from None
     # The synthesizer's ARN carries ${AWS::Partition} (and account, region) placeholders for CloudFormation.
