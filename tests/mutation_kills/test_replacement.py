@@ -304,3 +304,18 @@ def test_a_cluster_resource_without_properties_records_no_settings() -> None:
     """``stack_state`` mutant 96: a resource may be written without Properties (CloudFormation allows it)."""
     state = stack_state({"Resources": {"C": {"Type": "Custom::PclusterCluster"}}}, {})
     assert state.resources["C"].settings == {}
+
+
+@pytest.mark.parametrize("reference", [{"Fn::GetAtt": ["Data", "Arn"]}, {"Fn::GetAtt": "Data.Arn"}, {"Ref": "Data"}])
+def test_a_create_only_reference_in_any_form_carries_the_replacement(reference: dict[str, object]) -> None:
+    """``_refs`` mutant 19: Fn::GetAtt may be written as a list or as one "LogicalId.Attribute" string."""
+
+    def resources(name: str) -> dict[str, object]:
+        bucket = {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": name}}
+        policy = {"Type": "AWS::S3::BucketPolicy", "Properties": {"Bucket": reference, "PolicyDocument": {}}}
+        return {"Data": bucket, "Policy": policy}
+
+    assert _changes(resources("a"), resources("b")) == [
+        ("Data", "replace", ('BucketName "a" -> "b"',)),
+        ("Policy", "replace", ("refers to replaced Data",)),
+    ]
