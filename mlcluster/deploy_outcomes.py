@@ -433,9 +433,10 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
                 "(StorageHost, written by the lifecycle step when the controller was created; lifecycle scripts "
                 "run on new nodes and on a patch, not on a deploy), so accounting stops when the old database goes "
                 "(jobs still run). In order: before the deploy, stop slurmdbd on the controller and dump the "
-                "database; deploy; load the dump into the new database (mysql --sandbox, over TLS checked against "
-                "the RDS roots); set StorageHost to the host part of the Storage stack's AccountingDatabaseEndpoint "
-                f"output (StoragePort stays); start slurmdbd {way}"
+                f"database; deploy the Storage stack alone ('cdk deploy {environment.name}/Storage'); load the dump "
+                "into the new database (mysql --sandbox, over TLS checked against the RDS roots); deploy the rest; "
+                "set StorageHost to the host part of the Storage stack's AccountingDatabaseEndpoint output "
+                f"(StoragePort stays); start slurmdbd {way}"
             )
         return head + (
             "and the cluster gets the new endpoint (SlurmSettings.Database.Uri), which ParallelCluster takes only "
@@ -443,8 +444,9 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
             f"{environment.name}' cannot see this change (both templates read the Storage stack's output) and "
             "would not stop it. In order: before the deploy, stop the compute fleet ('pcluster "
             "update-compute-fleet --status STOP_REQUESTED'), stop slurmdbd on the head node and dump the database; "
-            "deploy; stop slurmdbd, load the dump into the new database (mysql --sandbox, over TLS checked against "
-            f"the RDS roots) and start slurmdbd {way}"
+            f"deploy the Storage stack alone ('cdk deploy {environment.name}/Storage'); load the dump into the new "
+            "database (mysql --sandbox, over TLS checked against the RDS roots); deploy the rest (ParallelCluster "
+            f"starts slurmdbd on the loaded database) and start the compute fleet {way}"
         )
 
     return [note(stack, kind, c) for stack, kind in kept for c in replaced]

@@ -60,7 +60,7 @@ DATA_BEARING_TYPES = frozenset(
 #: existing stack (``RetainExceptOnCreate`` deletes it only when the create that made it rolls back).
 KEEPING_POLICIES = frozenset({"Retain", "RetainExceptOnCreate", "Snapshot"})
 #: Settings that decide how long data or its copies live, by type: ``(property pointer below
-#: /properties, what an absent value means in days or None for "no such copy")``. A shorter
+#: /properties, what an absent value means in days, 0 for "no such copy")``. A shorter
 #: period, or a copy switched off, is a weakening the guard refuses on a data-bearing resource.
 #: Values from the CloudFormation template reference: a log group without ``RetentionInDays``
 #: never expires; a KMS key's ``PendingWindowInDays`` defaults to 30; an AMP workspace keeps
@@ -68,7 +68,7 @@ KEEPING_POLICIES = frozenset({"Retain", "RetainExceptOnCreate", "Snapshot"})
 #: without ``AutomaticBackupRetentionDays`` is treated as keeping none; a lifecycle rule
 #: absent expires nothing.
 NEVER = 1_000_000
-FATE_DAYS: dict[str, tuple[tuple[str, int | None], ...]] = {
+FATE_DAYS: dict[str, tuple[tuple[str, int], ...]] = {
     "AWS::Logs::LogGroup": (("RetentionInDays", NEVER),),
     "AWS::KMS::Key": (("PendingWindowInDays", 30),),
     "AWS::FSx::FileSystem": (
@@ -620,10 +620,11 @@ def _controller_reasons(old: ResourceState, new: ResourceState) -> list[str]:
     return [f"{CONTROLLER_KEY} {was} -> {_format(after)} (a new Slurm controller: the locked one's group is removed)"]
 
 
-def _days(value: Any, absent: int | None) -> int:
+def _days(value: Any, absent: int) -> int:
+    """A period in days as recorded, or what an absent (or unreadable) setting means for its type."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    return absent if absent is not None else 0
+    return absent
 
 
 def weakenings(old: ResourceState, new: ResourceState) -> list[str]:

@@ -532,6 +532,9 @@ def prove_fsx_dra(assembly: Assembly, environment: str) -> Iterator[Proof]:
         requests = [("s3:ListBucket", bucket_arn), ("s3:GetObject", f"{bucket_arn}/{SAMPLE}")]
         if s3.get("AutoExportPolicy"):
             requests.append(("s3:PutObject", f"{bucket_arn}/{SAMPLE}"))
+            # Exporting deletions: a file deleted in the file system is deleted in the bucket by FSx's role.
+            if "DELETED" in s3["AutoExportPolicy"].get("Events", []):
+                requests.append(("s3:DeleteObject", f"{bucket_arn}/{SAMPLE}"))
         if s3.get("AutoImportPolicy"):
             requests += [("s3:GetBucketNotification", bucket_arn), ("s3:PutBucketNotification", bucket_arn)]
         statements = bucket_policy(assembly, environment, bucket.name)

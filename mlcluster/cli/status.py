@@ -202,10 +202,26 @@ def _pcluster(target: Target) -> dict[str, Any]:
     }
 
 
-def _task_matches(task: dict[str, Any], file_system_path: str) -> bool:
+def _folders(path: str) -> list[str]:
+    """The ``/``-separated names of a path or an S3 URI (``s3://b/p/`` is ``["s3:", "b", "p"]``; ``/`` none)."""
+    return [name for name in path.split("/") if name]
+
+
+def _task_matches(task: dict[str, Any], dra: dict[str, Any]) -> bool:
+    """Whether a data repository task reaches into the DRA: it has no paths (the whole file system or bucket),
+    or one of them is the DRA's folder, inside it or above it, compared name by name (``data2`` is not in
+    ``data``). Export and release tasks name file system paths (relative to the mount point), import tasks
+    S3 URIs (FSx's CreateDataRepositoryTask Paths): those are compared with the DRA's repository."""
     paths = task.get("Paths") or []
-    prefix = file_system_path.strip("/")
-    return not paths or not prefix or any(p.strip("/").startswith(prefix) for p in paths)
+    if not paths:
+        return True
+    on_fs, in_s3 = _folders(dra.get("FileSystemPath", "")), _folders(dra.get("DataRepositoryPath", ""))
+    for path in paths:
+        mine, theirs = (in_s3 if path.startswith("s3://") else on_fs), _folders(path)
+        common = min(len(mine), len(theirs))
+        if mine[:common] == theirs[:common]:
+            return True
+    return False
 
 
 def _lustre(target: Target) -> dict[str, Any] | None:
@@ -226,7 +242,7 @@ def _lustre(target: Target) -> dict[str, Any] | None:
     tasks.sort(key=lambda t: t.get("CreationTime") or datetime.min, reverse=True)
     dras = []
     for dra in associations:
-        task = next((t for t in tasks if _task_matches(t, dra.get("FileSystemPath", ""))), None)
+        task = next((t for t in tasks if _task_matches(t, dra)), None)
         status = (task or {}).get("Status", {})
         dras.append(
             {

@@ -126,17 +126,26 @@ class ScriptBucket(Construct):
         if not sources:
             raise ValueError("sources: give at least one source to upload")
         stack = cdk.Stack.of(self)
-        named_by = bucket_name if bucket_name is not None else stack.stack_name
-        # A name with a deploy-time part (``f"mlc-sagemaker-{cdk.Aws.ACCOUNT_ID}"``) still carries its literal text.
-        resolved = stack.resolve(named_by)
-        if MANAGED_POLICY_BUCKET_WORD in _literal_text(resolved).lower():
-            shown = flatten_resource(resolved)
-            what = f"bucket_name {shown!r}" if bucket_name is not None else f"stack name {shown!r}"
-            raise ValueError(
-                f"{what} contains {MANAGED_POLICY_BUCKET_WORD!r}: AWS managed policies (AmazonSageMakerFullAccess, "
-                "AmazonSageMakerFeatureStoreAccess) let their holders write to any bucket whose name contains it, and "
-                "this bucket holds scripts that run as root on the nodes; choose a name without it"
-            )
+        # Every bucket name this construct makes: the script bucket's (bucket_name, else CloudFormation's
+        # "<stack name>-<logical id>-<random>") and its access-log bucket's (always generated). A logical id begins
+        # with this construct's path below the stack, its ids' letters and digits run together.
+        names: list[tuple[str, object]] = [(f"stack name {stack.stack_name!r}", stack.stack_name)]
+        below_stack = [scope.node.id for scope in self.node.scopes[self.node.scopes.index(stack) + 1 :]]
+        path = "/".join(below_stack)
+        names.append((f"construct path {path!r} (the buckets' logical ids)", re.sub(r"[^A-Za-z0-9]", "", path)))
+        if bucket_name is not None:
+            # A name with a deploy-time part (``f"mlc-sagemaker-{cdk.Aws.ACCOUNT_ID}"``) still carries its
+            # literal text.
+            resolved = stack.resolve(bucket_name)
+            names.insert(0, (f"bucket_name {flatten_resource(resolved)!r}", resolved))
+        for what, name in names:
+            if MANAGED_POLICY_BUCKET_WORD in _literal_text(name, stack_name=stack.stack_name).lower():
+                raise ValueError(
+                    f"{what} contains {MANAGED_POLICY_BUCKET_WORD!r}: AWS managed policies (AmazonSageMakerFullAccess, "
+                    "AmazonSageMakerFeatureStoreAccess) let their holders write to any bucket whose name contains "
+                    "it, and this construct's buckets hold scripts that run as root on the nodes and their access "
+                    "logs; choose a name without it"
+                )
         self.prefix = prefix
         self.data_bucket = DataBucket(self, "Resource", bucket_name=bucket_name, removal_policy=removal_policy)
         self.bucket: s3.IBucket = self.data_bucket.bucket
@@ -314,10 +323,10 @@ def deploy_role_arn(scope: IConstruct) -> str:
         # aws-cdk-lib 2 under jsii: a DefaultStackSynthesizer made in Python and passed to the Stack answers its
         # getters with "...can only be called after the synthesizer has been bound to a Stack", bound or not.
         raise ValueError(
-            f"{scope.node.path}: the stack's DefaultStackSynthesizer was passed explicitly, and aws-cdk-lib cannot "
-            "read its CloudFormation execution role back from Python ("
-            f"{str(err).split(':', 1)[0]}); leave the stack's synthesizer unset and give a custom bootstrap qualifier "
-            "as the context value '@aws-cdk/core:bootstrapQualifier' (cdk.json or --context), which the default "
+            f"{scope.node.path}: the stack's DefaultStackSynthesizer was passed explicitly (to the Stack, or as the "
+            "App's default_stack_synthesizer), and aws-cdk-lib cannot read its CloudFormation execution role back "
+            f"from Python ({str(err).split(':', 1)[0]}); leave both unset and give a custom bootstrap qualifier as "
+            "the context value '@aws-cdk/core:bootstrapQualifier' (cdk.json or --context), which the default "
             "synthesizer reads"
         ) from None
     # The synthesizer's ARN carries ${AWS::Partition} (and account, region) placeholders for CloudFormation.
@@ -350,25 +359,31 @@ def deny_bucket_policy_changes(bucket: s3.IBucket) -> list[str]:
 UNKNOWN = "\0"
 
 
-def _literal_text(resolved: object) -> str:
+def _literal_text(resolved: object, *, stack_name: str) -> str:
     """The text of a resolved name as known at synth, each deploy-time part (a reference, a pseudo parameter
     such as the account id, a ``${...}`` of ``Fn::Sub``) standing as :data:`UNKNOWN`.
 
     ``Fn::Join`` parts are joined as CloudFormation joins them, so a word split across two literal parts
-    (``["mlc-sage", "maker"]``) is read whole; ``Fn::Sub`` variables given as literals are put in.
+    (``["mlc-sage", "maker"]``) is read whole; ``Fn::Sub`` variables given as literals are put in; the stack's
+    name (``AWS::StackName``) is known here when the stack's name is (``stack_name`` without a token).
     """
+    known_stack = stack_name if not cdk.Token.is_unresolved(stack_name) else UNKNOWN
     if isinstance(resolved, str):
         return resolved
+    if isinstance(resolved, dict) and resolved.get("Ref") == "AWS::StackName":
+        return known_stack
     if isinstance(resolved, dict) and "Fn::Join" in resolved:
         delimiter, parts = resolved["Fn::Join"]
-        return str(delimiter).join(_literal_text(part) for part in _as_list(parts))
+        return str(delimiter).join(_literal_text(part, stack_name=stack_name) for part in _as_list(parts))
     if isinstance(resolved, dict) and "Fn::Sub" in resolved:
         body = resolved["Fn::Sub"]
         template, variables = (body[0], body[1]) if isinstance(body, list) else (body, {})
 
         def fill(match: re.Match[str]) -> str:
+            if match.group(1) == "AWS::StackName":
+                return known_stack
             value = variables.get(match.group(1)) if isinstance(variables, dict) else None
-            return _literal_text(value) if value is not None else UNKNOWN
+            return _literal_text(value, stack_name=stack_name) if value is not None else UNKNOWN
 
         return re.sub(r"\$\{(?!!)([^}]*)\}", fill, str(template)).replace("${!", "${")
     return UNKNOWN

@@ -27,7 +27,8 @@ def test_a_name_with_the_word_beside_a_deploy_time_part_is_refused_as_the_templa
     assert str(caught.value) == (
         "bucket_name 'mlc-SageMaker-scripts-<AWS::AccountId>' contains 'sagemaker': AWS managed policies "
         "(AmazonSageMakerFullAccess, AmazonSageMakerFeatureStoreAccess) let their holders write to any bucket whose "
-        "name contains it, and this bucket holds scripts that run as root on the nodes; choose a name without it"
+        "name contains it, and this construct's buckets hold scripts that run as root on the nodes and their access logs; "
+        "choose a name without it"
     )
 
 
@@ -59,3 +60,33 @@ def test_a_name_that_deploys_with_the_word_is_refused_however_the_template_build
 def test_a_name_whose_known_text_lacks_the_word_is_accepted(name: str) -> None:
     stack = cdk.Stack(cdk.App(), "dev-Cluster")
     scripts(stack, bucket_name=name)
+
+
+@pytest.mark.parametrize(
+    ("stack_name", "construct_id", "bucket_name", "refused"),
+    [
+        # No bucket_name: CloudFormation names both buckets "<stack name>-<logical id>-<random>", lower-cased.
+        ("dev-Cluster", "SageMakerScripts", None, "construct path 'SageMakerScripts' (the buckets' logical ids)"),
+        ("dev-Cluster", "Sage-Maker", None, "construct path 'Sage-Maker' (the buckets' logical ids)"),
+        # A bucket_name leaves the access-log bucket's name generated: the stack name still counts.
+        ("SageMakerHyperPod", "Scripts", "mlc-scripts", "stack name 'SageMakerHyperPod'"),
+        # The stack's name stands for AWS::StackName.
+        ("mlc-sagemaker-dev", "Scripts", f"{cdk.Aws.STACK_NAME}-scripts", "bucket_name '<AWS::StackName>-scripts'"),
+        # At the edge: a hyphen breaks the word in a stack name (kept in the bucket name), and a name without it.
+        ("sage-maker-dev", "Scripts", None, None),
+        ("dev-Cluster", "Scripts", f"{cdk.Aws.STACK_NAME}-scripts", None),
+    ],
+)
+def test_every_bucket_name_the_construct_makes_is_checked(
+    stack_name: str, construct_id: str, bucket_name: str | None, refused: str | None
+) -> None:
+    """The outside attacker review: a generated name carries the logical id (the construct path) and the stack
+    name, and the access-log bucket's name is generated even when the script bucket's is given."""
+    stack = cdk.Stack(cdk.App(), stack_name)
+    props = {} if bucket_name is None else {"bucket_name": bucket_name}
+    if refused is None:
+        scripts(stack, construct_id, **props)
+        return
+    with pytest.raises(ValueError) as caught:
+        scripts(stack, construct_id, **props)
+    assert str(caught.value).startswith(f"{refused} contains 'sagemaker': AWS managed policies")

@@ -40,13 +40,19 @@ def test_another_synthesizer_is_refused_with_its_name() -> None:
         scripts(stack)
 
 
-def test_an_explicit_default_synthesizer_is_refused_with_the_way_that_works() -> None:
+@pytest.mark.parametrize("where", ["stack", "app"])
+def test_an_explicit_default_synthesizer_is_refused_with_the_way_that_works(where: str) -> None:
     """aws-cdk-lib cannot read a Python-made DefaultStackSynthesizer's role back (its getter raises under jsii):
-    a clear refusal with the context key, not jsii's traceback (found by the AWS review)."""
-    stack = cdk.Stack(cdk.App(), "dev-Cluster", synthesizer=cdk.DefaultStackSynthesizer(qualifier="team1"))
+    a clear refusal with the context key, not jsii's traceback (found by the AWS review), whether it was given to
+    the Stack or as the App's default (the user review)."""
+    synthesizer = cdk.DefaultStackSynthesizer(qualifier="team1")
+    if where == "stack":
+        stack = cdk.Stack(cdk.App(), "dev-Cluster", synthesizer=synthesizer)
+    else:
+        stack = cdk.Stack(cdk.App(default_stack_synthesizer=synthesizer), "dev-Cluster")
     with pytest.raises(ValueError) as caught:
         scripts(stack)
     message = str(caught.value)
-    assert "the stack's DefaultStackSynthesizer was passed explicitly" in message
+    assert "the stack's DefaultStackSynthesizer was passed explicitly (to the Stack, or as the App's" in message
     assert "'@aws-cdk/core:bootstrapQualifier'" in message
     assert "CloudFormationExecutionRoleArnGetterOnlyCalled" in message

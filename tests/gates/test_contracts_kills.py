@@ -94,6 +94,10 @@ def test_a_grafana_workspace_naming_no_role_of_the_assembly_fails_its_contract(r
         ({}, ["s3:ListBucket", "s3:GetObject"]),
         ({"AutoExportPolicy": {"Events": ["NEW"]}}, ["s3:ListBucket", "s3:GetObject", "s3:PutObject"]),
         (
+            {"AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}},
+            ["s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+        ),
+        (
             {"AutoImportPolicy": {"Events": ["NEW"]}},
             ["s3:ListBucket", "s3:GetObject", "s3:GetBucketNotification", "s3:PutBucketNotification"],
         ),

@@ -268,3 +268,54 @@ def test_a_weakened_resource_replaced_through_a_reference_keeps_its_weakening_re
             ("refers to replaced Data", "DeletionPolicy Retain -> Delete", "UpdateReplacePolicy Retain -> Delete"),
         ),
     ]
+
+
+def _changes(before: dict[str, object], after: dict[str, object]) -> list[tuple[str, str, tuple[str, ...]]]:
+    old, new = ({"s": stack_state({"Resources": r}, {})} for r in (before, after))
+    return [(c.logical_id, c.action, c.reasons) for c in compare(old, new)]
+
+
+def test_the_weakenings_the_guard_refuses_are_each_named_with_the_old_and_new_value() -> None:
+    """Seed-4 survivors: versioning suspended (``_fate_values`` 28), a log group that never expired given a
+    retention (``weakenings`` 18), a DeletionPolicy removed, read as Delete (``stack_state`` 54, 58)."""
+    versioned = {"Type": "AWS::S3::Bucket", "Properties": {"VersioningConfiguration": {"Status": "Enabled"}}}
+    suspended = {"Type": "AWS::S3::Bucket", "Properties": {"VersioningConfiguration": {"Status": "Suspended"}}}
+    assert _changes({"B": versioned}, {"B": suspended}) == [
+        ("B", "weaken", ('VersioningConfiguration.Status "Enabled" -> "Suspended"',))
+    ]
+    logs = {"Type": "AWS::Logs::LogGroup", "Properties": {}}
+    month = {"Type": "AWS::Logs::LogGroup", "Properties": {"RetentionInDays": 30}}
+    assert _changes({"L": logs}, {"L": month}) == [("L", "weaken", ("RetentionInDays never expire -> 30",))]
+    kept = {"Type": "AWS::SNS::Topic", "DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"}
+    assert _changes({"T": kept}, {"T": {"Type": "AWS::SNS::Topic"}}) == [
+        ("T", "weaken", ("DeletionPolicy Retain -> Delete", "UpdateReplacePolicy Retain -> Delete"))
+    ]
+
+
+def test_a_new_type_under_the_same_logical_id_is_a_replacement_for_that_reason_alone() -> None:
+    """``compare`` mutant 59: the old resource's settings say nothing of another type's."""
+    bucket = {"Type": "AWS::S3::Bucket", "DeletionPolicy": "Retain", "Properties": {}}
+    assert _changes({"X": bucket}, {"X": {"Type": "AWS::SNS::Topic", "Properties": {}}}) == [
+        ("X", "replace", ("type AWS::S3::Bucket -> AWS::SNS::Topic",))
+    ]
+
+
+def test_a_cluster_resource_without_properties_records_no_settings() -> None:
+    """``stack_state`` mutant 96: a resource may be written without Properties (CloudFormation allows it)."""
+    state = stack_state({"Resources": {"C": {"Type": "Custom::PclusterCluster"}}}, {})
+    assert state.resources["C"].settings == {}
+
+
+@pytest.mark.parametrize("reference", [{"Fn::GetAtt": ["Data", "Arn"]}, {"Fn::GetAtt": "Data.Arn"}, {"Ref": "Data"}])
+def test_a_create_only_reference_in_any_form_carries_the_replacement(reference: dict[str, object]) -> None:
+    """``_refs`` mutant 19: Fn::GetAtt may be written as a list or as one "LogicalId.Attribute" string."""
+
+    def resources(name: str) -> dict[str, object]:
+        bucket = {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": name}}
+        policy = {"Type": "AWS::S3::BucketPolicy", "Properties": {"Bucket": reference, "PolicyDocument": {}}}
+        return {"Data": bucket, "Policy": policy}
+
+    assert _changes(resources("a"), resources("b")) == [
+        ("Data", "replace", ('BucketName "a" -> "b"',)),
+        ("Policy", "replace", ("refers to replaced Data",)),
+    ]
