@@ -204,12 +204,6 @@ def _stack_outputs(ctx: Context, suffix: str) -> dict[str, str] | None:
     return {o["OutputKey"]: str(o.get("OutputValue", "")) for o in stacks[0].get("Outputs", [])}
 
 
-def _partition(region: str) -> str:
-    if region.startswith("cn-"):
-        return "aws-cn"
-    return "aws-us-gov" if region.startswith("us-gov-") else "aws"
-
-
 def deployed_config(ctx: Context) -> tuple[dict[str, Any], list[str]] | str:
     """The cluster configuration with the deployed values, and the key paths left out; or why it cannot be made."""
     from mlcluster.config.observability import prometheus_enabled
@@ -241,7 +235,6 @@ def deployed_config(ctx: Context) -> tuple[dict[str, Any], list[str]] | str:
     owned = CLUSTER_OWNED
     inputs = DeployInputs(
         region=ctx.region,
-        partition=_partition(ctx.region),
         private_subnets=tuple(subnets),
         public_subnet_id=network.get("PublicSubnetId") or None,
         security_group_ids=(network["SecurityGroupId"],),

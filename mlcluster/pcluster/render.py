@@ -147,7 +147,6 @@ class DeployInputs:
     :param permissions_boundary_arn: the permissions boundary of every role ParallelCluster creates
         (``Iam.PermissionsBoundary``); the provider role may create roles only with it.
     :param reservation_group_arns: capacity reservation group ARNs by group name.
-    :param partition: the AWS partition, for managed policy ARNs.
     :param log_retention_days: CloudWatch log retention (rounded up to a value ParallelCluster accepts).
     :param retain_logs: keep the cluster's log group when the cluster is deleted.
     :param retain_home: keep the /home volume when the cluster is deleted, unless
@@ -175,7 +174,6 @@ class DeployInputs:
     collector_policy_arn: str | None = None
     permissions_boundary_arn: str | None = None
     reservation_group_arns: Mapping[str, str] = field(default_factory=dict)
-    partition: str = "aws"
     log_retention_days: int = 365
     retain_logs: bool = True
     retain_home: bool = True

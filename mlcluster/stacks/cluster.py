@@ -200,7 +200,6 @@ class ClusterStack(cdk.Stack):
         labels = network_zone_labels(env.config.network)
         inputs = DeployInputs(
             region=self.region,
-            partition=self.partition,
             private_subnets=tuple(
                 ZoneSubnet(zone=label, subnet_id=subnet.subnet_id)
                 for label, subnet in zip(labels, network.private_subnets, strict=False)

@@ -34,7 +34,6 @@ def token_inputs(stack: cdk.Stack) -> Any:
 
     return inputs(
         region=stack.region,
-        partition=stack.partition,
         private_subnets=(
             ZoneSubnet(zone="us-east-1a", subnet_id=cdk.Fn.import_value("PrivateSubnet1")),
             ZoneSubnet(zone="us-east-1b", subnet_id=cdk.Fn.import_value("PrivateSubnet2")),
