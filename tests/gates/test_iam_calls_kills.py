@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.iam_calls import _pcluster_statements, allowed, check_pcluster
+from mlcluster.analysis.iam_calls import _pcluster_statements, allowed, check_hyperpod, check_pcluster, collector_calls
 
 ENV = "env"
 STACK = f"{ENV}/Cluster"
@@ -197,3 +197,68 @@ def test_s3_access_grants_writes_only_with_enable_write_access(write: dict[str, 
     assert allowed(statements, "s3:GetObject", key) is get
     assert allowed(statements, "s3:ListBucket", "arn:aws:s3:::data-bucket") is get
     assert allowed(statements, "s3:GetObject", "arn:aws:s3:::other-bucket/in/x") is False
+
+
+URL = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-0123/api/v1/remote_write"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "uri", "found"),
+    [
+        ({}, "s3://scripts-bucket/lifecycle/", True),  # a deployment to the bucket's root holds every key
+        ({"DestinationBucketKeyPrefix": "lifecycle/"}, "s3://scripts-bucket/lifecycle/", True),
+        ({"DestinationBucketKeyPrefix": "other/"}, "s3://scripts-bucket/lifecycle/", False),
+    ],
+)
+def test_the_collectors_remote_write_is_read_from_the_deployment_that_uploads_under_the_uri(
+    tmp_path: Path, prefix: dict[str, str], uri: str, found: bool
+) -> None:
+    """``collector_calls`` mutant 23 (seed 4): a bucket deployment without a key prefix uploads to the root."""
+    (tmp_path / "asset.abc").mkdir()
+    (tmp_path / "asset.abc" / "collector.yml").write_text(f"remote_write:\n  - url: {URL}\n    sigv4: {{}}\n")
+    deployment = {
+        "Type": "Custom::CDKBucketDeployment",
+        "Properties": {"DestinationBucketName": "scripts-bucket", "SourceObjectKeys": ["abc.zip"], **prefix},
+    }
+    assembly = Assembly({"env/Cluster": {"Resources": {"Upload": deployment}}}, assets=tmp_path)
+    calls = collector_calls(assembly, "env", uri)
+    assert [(c.actions, c.resources) for c in calls] == (
+        [(("aps:RemoteWrite",), ("arn:${AWS::Partition}:aps:us-east-1:${AWS::AccountId}:workspace/ws-0123",))]
+        if found
+        else []
+    )
+
+
+def test_a_hyperpod_group_is_held_to_its_lifecycle_download_and_its_on_create_script_alone(tmp_path: Path) -> None:
+    """``check_hyperpod`` mutants 80 and 168 (seed 4): SageMaker lists and downloads the lifecycle folder with the
+    group's role (findings named "LifeCycleConfig (SageMaker)"); a folder holding the rendered on_create.sh
+    is read for that script alone (another file there is never run by a node)."""
+    (tmp_path / "asset.oncreate").mkdir()
+    (tmp_path / "asset.oncreate" / "on_create.sh").write_text("#!/bin/bash\naws ssm get-parameter --name /mlc/flag\n")
+    (tmp_path / "asset.oncreate" / "notes.sh").write_text("aws sts get-caller-identity\n")
+    role = {"AssumeRolePolicyDocument": {"Version": "2012-10-17", "Statement": []}}
+    group = {
+        "InstanceGroupName": "workers",
+        "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle-bucket/hyperpod/", "OnCreate": "on_create.sh"},
+        "ExecutionRole": {"Fn::GetAtt": ["Role", "Arn"]},
+    }
+    upload = {
+        "DestinationBucketName": "lifecycle-bucket",
+        "DestinationBucketKeyPrefix": "hyperpod/",
+        "SourceObjectKeys": ["oncreate.zip"],
+    }
+    resources = {
+        "Role": {"Type": "AWS::IAM::Role", "Properties": role},
+        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}},
+        "Upload": {"Type": "Custom::CDKBucketDeployment", "Properties": upload},
+    }
+    report = check_hyperpod(Assembly({"env/Cluster": {"Resources": resources}}, assets=tmp_path), "env")
+    assert [str(f) for f in report.findings] == [
+        "env: instance group workers: LifeCycleConfig (SageMaker):0 `aws s3 ls s3://lifecycle-bucket/hyperpod/` "
+        "needs s3:ListBucket on arn:${AWS::Partition}:s3:::lifecycle-bucket, which its role does not allow",
+        "env: instance group workers: LifeCycleConfig (SageMaker):0 `aws s3 cp s3://lifecycle-bucket/hyperpod/*` "
+        "needs s3:GetObject on arn:${AWS::Partition}:s3:::lifecycle-bucket/hyperpod/*, which its role does not "
+        "allow",
+        "env: instance group workers: on_create.sh:2 `aws ssm get-parameter` needs ssm:GetParameter on /mlc/flag, "
+        "which its role does not allow",
+    ]
