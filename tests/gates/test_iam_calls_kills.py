@@ -8,13 +8,22 @@ finding's message can be compared whole.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.iam_calls import _pcluster_statements, allowed, check_hyperpod, check_pcluster, collector_calls
+from mlcluster.analysis.iam_calls import (
+    Statement,
+    _pcluster_statements,
+    action_allowed,
+    allowed,
+    check_hyperpod,
+    check_pcluster,
+    collector_calls,
+)
 
 ENV = "env"
 STACK = f"{ENV}/Cluster"
@@ -262,3 +271,85 @@ def test_a_hyperpod_group_is_held_to_its_lifecycle_download_and_its_on_create_sc
         "env: instance group workers: on_create.sh:2 `aws ssm get-parameter` needs ssm:GetParameter on /mlc/flag, "
         "which its role does not allow",
     ]
+
+
+def _hyperpod(tmp_path: Path, files: dict[str, str], policy: list[dict[str, object]]) -> Assembly:
+    """One HyperPod group whose lifecycle folder (uploaded to s3://lifecycle-bucket/hyperpod/) holds ``files``."""
+    (tmp_path / "asset.scripts").mkdir()
+    for name, text in files.items():
+        (tmp_path / "asset.scripts" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "asset.scripts" / name).write_text(text)
+    lifecycle = [
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::lifecycle-bucket"},
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::lifecycle-bucket/hyperpod/*"},
+    ]
+    document = {"Version": "2012-10-17", "Statement": [*lifecycle, *policy]}
+    role = {"Policies": [{"PolicyName": "node", "PolicyDocument": document}]}
+    group = {
+        "InstanceGroupName": "worker-group-1",
+        "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle-bucket/hyperpod/", "OnCreate": "on_create.sh"},
+        "ExecutionRole": {"Fn::GetAtt": ["Role", "Arn"]},
+    }
+    upload = {
+        "DestinationBucketName": "lifecycle-bucket",
+        "DestinationBucketKeyPrefix": "hyperpod/",
+        "SourceObjectKeys": ["scripts.zip"],
+    }
+    resources = {
+        "Role": {"Type": "AWS::IAM::Role", "Properties": role},
+        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}},
+        "Upload": {"Type": "Custom::CDKBucketDeployment", "Properties": upload},
+    }
+    return Assembly({"env/Cluster": {"Resources": resources}}, assets=tmp_path)
+
+
+def test_a_dependent_action_the_role_lacks_is_a_finding_of_its_group(tmp_path: Path) -> None:
+    """``_check`` mutant 67 (seed 4): DescribeStacks on every stack needs ListStacks too (the Service
+    Authorization Reference); the finding names the group, the call and the action it depends on."""
+    on_create = "#!/bin/bash\naws cloudformation describe-stacks\n"
+    allow = [{"Effect": "Allow", "Action": "cloudformation:DescribeStacks", "Resource": "*"}]
+    report = check_hyperpod(_hyperpod(tmp_path, {"on_create.sh": on_create}, allow), "env")
+    assert [str(f) for f in report.findings] == [
+        "env: instance group worker-group-1: on_create.sh:2 `aws cloudformation describe-stacks` needs "
+        "cloudformation:ListStacks on * (a dependent action of cloudformation:DescribeStacks), which its role does "
+        "not allow"
+    ]
+
+
+def test_a_lifecycle_folder_without_the_features_file_runs_the_default_steps(tmp_path: Path) -> None:
+    """``_hyperpod_plan`` mutant 113 (seed 4): the plan's defaults stand for a missing mlcluster_features.json
+    (as on the node), so the group's default steps are read, not a crash."""
+    provisioning = {
+        "version": "1.0.0",
+        "workload_manager": "slurm",
+        "controller_group": "controller-machine",
+        "worker_groups": [{"instance_group_name": "worker-group-1", "partition_name": "p5"}],
+        "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+        "fsx_mountname": "abcdefgh",
+    }
+    files = {
+        "plan.py": "",
+        "provisioning_parameters.json": json.dumps(provisioning),
+        # A default step of a worker (docker: on unless the features file turns it off) and one it never runs.
+        "steps/docker.sh": "aws ecr describe-repositories\n",
+        "steps/accounting.sh": "aws secretsmanager get-secret-value --secret-id x\n",
+    }
+    report = check_hyperpod(_hyperpod(tmp_path, files, []), "env")
+    assert [(c.script, c.command) for c in report.calls["env: instance group worker-group-1"]] == [
+        ("LifeCycleConfig (SageMaker)", "s3 ls s3://lifecycle-bucket/hyperpod/"),
+        ("LifeCycleConfig (SageMaker)", "s3 cp s3://lifecycle-bucket/hyperpod/*"),
+        ("steps/docker.sh", "ecr describe-repositories"),
+    ]
+    assert [f.action for f in report.findings] == ["ecr:DescribeRepositories"]
+
+
+@pytest.mark.parametrize(("resource", "allowed_"), [("*", False), ("arn:aws:s3:::bucket/secret", True)])
+def test_a_deny_on_every_resource_takes_the_action_away(resource: str, allowed_: bool) -> None:
+    """``action_allowed`` mutant 12 (seed 4): resources are not compared for handlers, so only a Deny on every
+    resource is sure to refuse the call; one on a single resource leaves it to the resource the call names."""
+    statements = [
+        Statement("Allow", ("s3:*",), ("*",)),
+        Statement("Deny", ("s3:GetObject",), (resource,)),
+    ]
+    assert action_allowed(statements, "s3:GetObject") is allowed_
+    assert action_allowed(statements, "s3:PutObject") is True
