@@ -353,3 +353,15 @@ def test_a_deny_on_every_resource_takes_the_action_away(resource: str, allowed_:
     ]
     assert action_allowed(statements, "s3:GetObject") is allowed_
     assert action_allowed(statements, "s3:PutObject") is True
+
+
+def test_a_custom_action_script_the_node_cannot_download_is_a_finding(tmp_path: Path) -> None:
+    """``check_pcluster`` mutant 175 (seed 4): ParallelCluster downloads the script with the node's role before
+    running it; without s3:GetObject on it the finding names the event, the URI and the action."""
+    script = "#!/bin/bash\necho configured\n"
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(LIST)}, script=script)
+    assert _findings(assembly) == [
+        "env: head node: OnNodeConfigured (ParallelCluster):0 `aws s3 cp s3://scripts/pc/run.sh` needs "
+        "s3:GetObject on arn:${AWS::Partition}:s3:::scripts/pc/run.sh, which its role does not allow"
+    ]
