@@ -142,7 +142,6 @@ class Finding:
 class Report:
     """Calls checked per node group, and every call the role cannot make."""
 
-    environment: str
     calls: dict[str, list[AwsCall]] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
 
@@ -525,7 +524,7 @@ def _check(
 
 def check_pcluster(assembly: Assembly, environment: str) -> Report:
     """Each ParallelCluster node group's scripts against what its role is given."""
-    report = Report(environment)
+    report = Report()
     for cluster in assembly.resources(environment, "Custom::PclusterCluster"):
         config = assembly.render(cluster.stack, cluster.properties.get("ClusterConfiguration", {}))
         nodes: list[tuple[str, str, dict[str, Any]]] = [("head node", "head", config.get("HeadNode", {}))]
@@ -623,7 +622,7 @@ def _pcluster_statements(assembly: Assembly, environment: str, kind: str, iam: d
 
 def check_hyperpod(assembly: Assembly, environment: str) -> Report:
     """Each HyperPod instance group's lifecycle steps (as ``plan.py`` picks them) against its execution role."""
-    report = Report(environment)
+    report = Report()
     for cluster in assembly.resources(environment, "AWS::SageMaker::Cluster"):
         spec = assembly.render(cluster.stack, dict(cluster.properties))
         for group in spec.get("InstanceGroups", []):
@@ -819,7 +818,7 @@ def check_handlers(assembly: Assembly, environment: str) -> Report:
     Resources are not compared here: the handlers name their resources at
     run time, and the construct tests and the contract gate check the ARNs.
     """
-    report = Report(environment)
+    report = Report()
     for function in assembly.resources(environment, "AWS::Lambda::Function"):
         handler = str(function.properties.get("Handler", ""))
         code = function.properties.get("Code", {})

@@ -116,3 +116,20 @@ def test_a_string_equals_allow_grants_the_value_written_and_no_other(pattern: st
         "A",
     )
     assert decide([], [allow], ADMIN, "s3:GetObject", OBJECT) == expected
+
+
+@pytest.mark.parametrize("operator", ["StringEquals", "StringLike", "ArnEquals", "ArnLike"])
+def test_a_condition_on_a_key_the_request_lacks_does_not_hold(operator: str) -> None:
+    """IAM: a condition key absent from the request makes a non-negated operator false (bucket_access
+    ``_condition_holds`` mutant 41 of the seed-4 sample): an Allow only for requests through an endpoint does
+    not allow one that came another way, and does when the key is there."""
+    allow = ResourceStatement(
+        "Allow",
+        (READER,),
+        ("s3:GetObject",),
+        ("arn:aws:s3:::bucket/*",),
+        {operator: {"aws:SourceVpce": "vpce-1"}},
+        "Vpce",
+    )
+    assert decide([], [allow], READER, "s3:GetObject", OBJECT) == "implicit deny"
+    assert decide([], [allow], READER, "s3:GetObject", OBJECT, {"aws:SourceVpce": "vpce-1"}) == "allow"

@@ -159,3 +159,32 @@ def test_an_encrypted_topic_needs_the_key_in_the_role_policy_and_in_the_key_poli
         (["(role", "policy)"], "kms:Decrypt", True),
         (["(key", "policy)"], "kms:Decrypt", key_names_role),
     ]
+
+
+def test_a_topic_under_an_aws_managed_key_fails_for_eventbridge_publishing_directly() -> None:
+    """``contracts._use_key`` mutant 13 (seed 4): a rule publishing without a role uses EventBridge's own
+    identity, which no AWS managed key (alias/aws/sns) can be granted to: a failed proof naming the key."""
+    assembly = alerts()
+    resources = assembly.templates["env/Alerts"]["Resources"]
+    resources["Topic"]["Properties"]["KmsMasterKeyId"] = "alias/aws/sns"
+    del resources["Rule"]["Properties"]["Targets"][0]["RoleArn"]
+    publish = {
+        "Effect": "Allow",
+        "Principal": {"Service": "events.amazonaws.com"},
+        "Action": "sns:Publish",
+        "Resource": "*",
+    }
+    resources["TopicPolicy"] = {
+        "Type": "AWS::SNS::TopicPolicy",
+        "Properties": {"Topics": [{"Ref": "Topic"}], "PolicyDocument": {"Statement": [publish]}},
+    }
+    keys = [p for p in prove_rule_topic(Assembly(assembly.templates), "env") if p.subject.endswith("(key)")]
+    assert keys == [
+        Proof(
+            EVENTBRIDGE_SNS,
+            "env/Alerts/Rule -> ${env/Alerts|Topic} (key)",
+            False,
+            "alias/aws/sns is not a customer managed key of the assembly: an AWS managed key (alias/aws/sns) cannot "
+            "be granted to a service",
+        )
+    ]

@@ -8,13 +8,22 @@ finding's message can be compared whole.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.iam_calls import _pcluster_statements, allowed, check_pcluster
+from mlcluster.analysis.iam_calls import (
+    Statement,
+    _pcluster_statements,
+    action_allowed,
+    allowed,
+    check_hyperpod,
+    check_pcluster,
+    collector_calls,
+)
 
 ENV = "env"
 STACK = f"{ENV}/Cluster"
@@ -197,3 +206,162 @@ def test_s3_access_grants_writes_only_with_enable_write_access(write: dict[str, 
     assert allowed(statements, "s3:GetObject", key) is get
     assert allowed(statements, "s3:ListBucket", "arn:aws:s3:::data-bucket") is get
     assert allowed(statements, "s3:GetObject", "arn:aws:s3:::other-bucket/in/x") is False
+
+
+URL = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-0123/api/v1/remote_write"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "uri", "found"),
+    [
+        ({}, "s3://scripts-bucket/lifecycle/", True),  # a deployment to the bucket's root holds every key
+        ({"DestinationBucketKeyPrefix": "lifecycle/"}, "s3://scripts-bucket/lifecycle/", True),
+        ({"DestinationBucketKeyPrefix": "other/"}, "s3://scripts-bucket/lifecycle/", False),
+    ],
+)
+def test_the_collectors_remote_write_is_read_from_the_deployment_that_uploads_under_the_uri(
+    tmp_path: Path, prefix: dict[str, str], uri: str, found: bool
+) -> None:
+    """``collector_calls`` mutant 23 (seed 4): a bucket deployment without a key prefix uploads to the root."""
+    (tmp_path / "asset.abc").mkdir()
+    (tmp_path / "asset.abc" / "collector.yml").write_text(f"remote_write:\n  - url: {URL}\n    sigv4: {{}}\n")
+    deployment = {
+        "Type": "Custom::CDKBucketDeployment",
+        "Properties": {"DestinationBucketName": "scripts-bucket", "SourceObjectKeys": ["abc.zip"], **prefix},
+    }
+    assembly = Assembly({"env/Cluster": {"Resources": {"Upload": deployment}}}, assets=tmp_path)
+    calls = collector_calls(assembly, "env", uri)
+    assert [(c.actions, c.resources) for c in calls] == (
+        [(("aps:RemoteWrite",), ("arn:${AWS::Partition}:aps:us-east-1:${AWS::AccountId}:workspace/ws-0123",))]
+        if found
+        else []
+    )
+
+
+def test_a_hyperpod_group_is_held_to_its_lifecycle_download_and_its_on_create_script_alone(tmp_path: Path) -> None:
+    """``check_hyperpod`` mutants 80 and 168 (seed 4): SageMaker lists and downloads the lifecycle folder with the
+    group's role (findings named "LifeCycleConfig (SageMaker)"); a folder holding the rendered on_create.sh
+    is read for that script alone (another file there is never run by a node)."""
+    (tmp_path / "asset.oncreate").mkdir()
+    (tmp_path / "asset.oncreate" / "on_create.sh").write_text("#!/bin/bash\naws ssm get-parameter --name /mlc/flag\n")
+    (tmp_path / "asset.oncreate" / "notes.sh").write_text("aws sts get-caller-identity\n")
+    role = {"AssumeRolePolicyDocument": {"Version": "2012-10-17", "Statement": []}}
+    group = {
+        "InstanceGroupName": "workers",
+        "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle-bucket/hyperpod/", "OnCreate": "on_create.sh"},
+        "ExecutionRole": {"Fn::GetAtt": ["Role", "Arn"]},
+    }
+    upload = {
+        "DestinationBucketName": "lifecycle-bucket",
+        "DestinationBucketKeyPrefix": "hyperpod/",
+        "SourceObjectKeys": ["oncreate.zip"],
+    }
+    resources = {
+        "Role": {"Type": "AWS::IAM::Role", "Properties": role},
+        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}},
+        "Upload": {"Type": "Custom::CDKBucketDeployment", "Properties": upload},
+    }
+    report = check_hyperpod(Assembly({"env/Cluster": {"Resources": resources}}, assets=tmp_path), "env")
+    assert [str(f) for f in report.findings] == [
+        "env: instance group workers: LifeCycleConfig (SageMaker):0 `aws s3 ls s3://lifecycle-bucket/hyperpod/` "
+        "needs s3:ListBucket on arn:${AWS::Partition}:s3:::lifecycle-bucket, which its role does not allow",
+        "env: instance group workers: LifeCycleConfig (SageMaker):0 `aws s3 cp s3://lifecycle-bucket/hyperpod/*` "
+        "needs s3:GetObject on arn:${AWS::Partition}:s3:::lifecycle-bucket/hyperpod/*, which its role does not "
+        "allow",
+        "env: instance group workers: on_create.sh:2 `aws ssm get-parameter` needs ssm:GetParameter on /mlc/flag, "
+        "which its role does not allow",
+    ]
+
+
+def _hyperpod(tmp_path: Path, files: dict[str, str], policy: list[dict[str, object]]) -> Assembly:
+    """One HyperPod group whose lifecycle folder (uploaded to s3://lifecycle-bucket/hyperpod/) holds ``files``."""
+    (tmp_path / "asset.scripts").mkdir()
+    for name, text in files.items():
+        (tmp_path / "asset.scripts" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "asset.scripts" / name).write_text(text)
+    lifecycle = [
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::lifecycle-bucket"},
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::lifecycle-bucket/hyperpod/*"},
+    ]
+    document = {"Version": "2012-10-17", "Statement": [*lifecycle, *policy]}
+    role = {"Policies": [{"PolicyName": "node", "PolicyDocument": document}]}
+    group = {
+        "InstanceGroupName": "worker-group-1",
+        "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle-bucket/hyperpod/", "OnCreate": "on_create.sh"},
+        "ExecutionRole": {"Fn::GetAtt": ["Role", "Arn"]},
+    }
+    upload = {
+        "DestinationBucketName": "lifecycle-bucket",
+        "DestinationBucketKeyPrefix": "hyperpod/",
+        "SourceObjectKeys": ["scripts.zip"],
+    }
+    resources = {
+        "Role": {"Type": "AWS::IAM::Role", "Properties": role},
+        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}},
+        "Upload": {"Type": "Custom::CDKBucketDeployment", "Properties": upload},
+    }
+    return Assembly({"env/Cluster": {"Resources": resources}}, assets=tmp_path)
+
+
+def test_a_dependent_action_the_role_lacks_is_a_finding_of_its_group(tmp_path: Path) -> None:
+    """``_check`` mutant 67 (seed 4): DescribeStacks on every stack needs ListStacks too (the Service
+    Authorization Reference); the finding names the group, the call and the action it depends on."""
+    on_create = "#!/bin/bash\naws cloudformation describe-stacks\n"
+    allow = [{"Effect": "Allow", "Action": "cloudformation:DescribeStacks", "Resource": "*"}]
+    report = check_hyperpod(_hyperpod(tmp_path, {"on_create.sh": on_create}, allow), "env")
+    assert [str(f) for f in report.findings] == [
+        "env: instance group worker-group-1: on_create.sh:2 `aws cloudformation describe-stacks` needs "
+        "cloudformation:ListStacks on * (a dependent action of cloudformation:DescribeStacks), which its role does "
+        "not allow"
+    ]
+
+
+def test_a_lifecycle_folder_without_the_features_file_runs_the_default_steps(tmp_path: Path) -> None:
+    """``_hyperpod_plan`` mutant 113 (seed 4): the plan's defaults stand for a missing mlcluster_features.json
+    (as on the node), so the group's default steps are read, not a crash."""
+    provisioning = {
+        "version": "1.0.0",
+        "workload_manager": "slurm",
+        "controller_group": "controller-machine",
+        "worker_groups": [{"instance_group_name": "worker-group-1", "partition_name": "p5"}],
+        "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+        "fsx_mountname": "abcdefgh",
+    }
+    files = {
+        "plan.py": "",
+        "provisioning_parameters.json": json.dumps(provisioning),
+        # A default step of a worker (docker: on unless the features file turns it off) and one it never runs.
+        "steps/docker.sh": "aws ecr describe-repositories\n",
+        "steps/accounting.sh": "aws secretsmanager get-secret-value --secret-id x\n",
+    }
+    report = check_hyperpod(_hyperpod(tmp_path, files, []), "env")
+    assert [(c.script, c.command) for c in report.calls["env: instance group worker-group-1"]] == [
+        ("LifeCycleConfig (SageMaker)", "s3 ls s3://lifecycle-bucket/hyperpod/"),
+        ("LifeCycleConfig (SageMaker)", "s3 cp s3://lifecycle-bucket/hyperpod/*"),
+        ("steps/docker.sh", "ecr describe-repositories"),
+    ]
+    assert [f.action for f in report.findings] == ["ecr:DescribeRepositories"]
+
+
+@pytest.mark.parametrize(("resource", "allowed_"), [("*", False), ("arn:aws:s3:::bucket/secret", True)])
+def test_a_deny_on_every_resource_takes_the_action_away(resource: str, allowed_: bool) -> None:
+    """``action_allowed`` mutant 12 (seed 4): resources are not compared for handlers, so only a Deny on every
+    resource is sure to refuse the call; one on a single resource leaves it to the resource the call names."""
+    statements = [
+        Statement("Allow", ("s3:*",), ("*",)),
+        Statement("Deny", ("s3:GetObject",), (resource,)),
+    ]
+    assert action_allowed(statements, "s3:GetObject") is allowed_
+    assert action_allowed(statements, "s3:PutObject") is True
+
+
+def test_a_custom_action_script_the_node_cannot_download_is_a_finding(tmp_path: Path) -> None:
+    """``check_pcluster`` mutant 175 (seed 4): ParallelCluster downloads the script with the node's role before
+    running it; without s3:GetObject on it the finding names the event, the URI and the action."""
+    script = "#!/bin/bash\necho configured\n"
+    iam = {"AdditionalIamPolicies": [{"Policy": {"Ref": "Policy"}}]}
+    assembly = _assembly(tmp_path, iam, {"Policy": _managed_policy(LIST)}, script=script)
+    assert _findings(assembly) == [
+        "env: head node: OnNodeConfigured (ParallelCluster):0 `aws s3 cp s3://scripts/pc/run.sh` needs "
+        "s3:GetObject on arn:${AWS::Partition}:s3:::scripts/pc/run.sh, which its role does not allow"
+    ]

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from mlcluster.analysis.assembly import Assembly
-from mlcluster.analysis.reachability import check_environment, database_problems, exporter_problems, rotation_functions
+from mlcluster.analysis.reachability import (
+    check_environment,
+    database_problems,
+    databases,
+    exporter_problems,
+    rotation_functions,
+)
 
 ENV = "env"
 STACK = f"{ENV}/Net"
@@ -269,3 +275,44 @@ def test_a_rotation_function_runs_in_the_subnets_its_parameters_list(
     (function,) = rotation_functions(assembly, ENV)  # an application without security groups is no VPC function
     assert function.subnets == subnets
     assert function.security_groups == ()
+
+
+def test_a_default_route_to_a_transit_gateway_is_named_as_such() -> None:
+    """``_Network.default_target`` mutant 25 (seed 4): a transit gateway is a default route's target like a NAT;
+    the gate names it, rather than saying the table has no default route."""
+    resources = hyperpod(("workers", "Private", "Nodes")).templates[STACK]["Resources"]
+    resources["Tgw"] = _resource("AWS::EC2::TransitGateway")
+    resources["PrivateDefault"] = _resource(
+        "AWS::EC2::Route",
+        RouteTableId=ref("PrivateTable"),
+        DestinationCidrBlock="0.0.0.0/0",
+        TransitGatewayId=ref("Tgw"),
+    )
+    report = check_environment(Assembly({STACK: {"Resources": resources}}), ENV)
+    assert report.problems == [
+        "env: instance group workers: no way to the internet: subnet ${env/Net|Private} default route goes to "
+        "AWS::EC2::TransitGateway ${env/Net|Tgw}, not to a NAT or attached internet gateway",
+        "env: instance group workers: cannot reach S3: no S3 gateway endpoint on the route table of "
+        "${env/Net|Private} and no way to the internet",
+    ]
+
+
+def test_a_database_without_a_subnet_group_has_no_subnets_and_a_group_without_rules_admits_nothing() -> None:
+    """``databases`` mutant 26 and ``database_problems`` mutant 32 (seed 4): an Aurora cluster written without
+    DBSubnetGroupName, whose security groups have no ingress rule (one made outside the assembly), is reported,
+    not a crash."""
+    assembly = hyperpod(
+        ("controller", "Private", "Nodes"),
+        DbGroup=_resource("AWS::EC2::SecurityGroup", GroupDescription="db", SecurityGroupEgress=[]),
+        # A group of the assembly without rules, and one made elsewhere (no rules of it here at all).
+        Db=_resource("AWS::RDS::DBCluster", VpcSecurityGroupIds=[group_id("DbGroup"), "sg-0123456789abcdef0"]),
+    )
+    (database,) = databases(assembly, ENV)
+    assert database.subnets == ()
+    (controller,) = check_environment(assembly, ENV).groups
+    name = "env: accounting database ${env/Net|Db}"
+    assert database_problems(assembly, ENV, [controller]) == [
+        f"{name}: its subnet group has 0 subnet(s); Aurora needs two zones",
+        f"{name}: no security group of instance group controller lets TCP 3306 out to it",
+        f"{name}: its security groups admit no TCP 3306 from instance group controller's groups",
+    ]
