@@ -19,9 +19,13 @@ from mlcluster.analysis.contracts import (
     EVENTBRIDGE_SNS,
     FSX_DRA,
     GRAFANA_READ,
+    GRAFANA_SSO,
+    LOGS_KMS,
     Proof,
     prove_fsx_dra,
     prove_grafana,
+    prove_grafana_admins,
+    prove_log_group_keys,
     prove_rule_topic,
 )
 from mlcluster.analysis.iam_calls import role_statements
@@ -188,3 +192,64 @@ def test_a_topic_under_an_aws_managed_key_fails_for_eventbridge_publishing_direc
             "be granted to a service",
         )
     ]
+
+
+@pytest.mark.parametrize(("name", "ok"), [("/mlcluster/app", True), ("/other/app", False)])
+def test_a_named_log_groups_key_is_proven_for_that_names_encryption_context(name: str, ok: bool) -> None:
+    """``prove_log_group_keys`` mutant 26 (seed 4): CloudWatch Logs asks the key with the log group's ARN, built
+    from its LogGroupName; a key policy scoped to that ARN admits it, one scoped to another name does not."""
+    scoped = {
+        "Effect": "Allow",
+        "Principal": {"Service": {"Fn::Sub": "logs.${AWS::Region}.amazonaws.com"}},
+        "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
+        "Resource": "*",
+        "Condition": {
+            "ArnLike": {
+                "kms:EncryptionContext:aws:logs:arn": {
+                    "Fn::Sub": "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:/mlcluster/*"
+                }
+            }
+        },
+    }
+    resources = {
+        "Key": {"Type": "AWS::KMS::Key", "Properties": {"KeyPolicy": {"Statement": [scoped]}}},
+        "Logs": {
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {"LogGroupName": name, "KmsKeyId": {"Fn::GetAtt": ["Key", "Arn"]}},
+        },
+    }
+    proofs = list(prove_log_group_keys(Assembly({"env/Obs": {"Resources": resources}}), "env"))
+    assert [(p.contract, p.subject, p.detail.split(" ")[1]) for p in proofs] == [
+        (LOGS_KMS, "env/Obs/Logs", action)
+        for action in ("kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:GenerateDataKey", "kms:DescribeKey")
+    ]
+    assert all(p.ok is ok for p in proofs), [str(p) for p in proofs]
+
+
+def test_every_identity_center_workspace_is_proven_whatever_is_listed_before_it() -> None:
+    """``prove_grafana_admins`` mutant 35 (seed 4): provisioners of a workspace made elsewhere and of one without
+    Identity Center, listed first, are skipped, and the next workspace's provisioner is still held to
+    UpdatePermissions."""
+    trust = {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    update = {
+        "Effect": "Allow",
+        "Action": "grafana:UpdatePermissions",
+        "Resource": "arn:aws:grafana:*:*:/workspaces/other",
+    }
+    role = {
+        "AssumeRolePolicyDocument": {"Statement": [trust]},
+        "Policies": [{"PolicyName": "p", "PolicyDocument": {"Statement": [update]}}],
+    }
+    resources = {
+        "Saml": {"Type": "AWS::Grafana::Workspace", "Properties": {"AuthenticationProviders": ["SAML"]}},
+        "Sso": {"Type": "AWS::Grafana::Workspace", "Properties": {"AuthenticationProviders": ["AWS_SSO"]}},
+        "Elsewhere": {"Type": "Custom::GrafanaProvisioning", "Properties": {"WorkspaceId": "g-0123456789"}},
+        "A": {"Type": "Custom::GrafanaProvisioning", "Properties": {"WorkspaceId": {"Ref": "Saml"}}},
+        "B": {"Type": "Custom::GrafanaProvisioning", "Properties": {"WorkspaceId": {"Ref": "Sso"}}},
+        "Provisioner": {"Type": "AWS::IAM::Role", "Properties": role},
+    }
+    proofs = list(prove_grafana_admins(Assembly({"env/Obs": {"Resources": resources}}), "env"))
+    assert proofs and {p.contract for p in proofs} == {GRAFANA_SSO}
+    assert {p.subject.split(" (")[0] for p in proofs} == {"env/Obs/Provisioner for Sso"}
+    (update_proof,) = [p for p in proofs if "grafana:UpdatePermissions" in p.detail]
+    assert not update_proof.ok  # its grant names another workspace
