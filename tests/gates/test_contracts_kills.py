@@ -16,12 +16,14 @@ import pytest
 
 from mlcluster.analysis.assembly import Assembly
 from mlcluster.analysis.contracts import (
+    BACKUP_S3,
     EVENTBRIDGE_SNS,
     FSX_DRA,
     GRAFANA_READ,
     GRAFANA_SSO,
     LOGS_KMS,
     Proof,
+    prove_backup,
     prove_fsx_dra,
     prove_grafana,
     prove_grafana_admins,
@@ -253,3 +255,14 @@ def test_every_identity_center_workspace_is_proven_whatever_is_listed_before_it(
     assert {p.subject.split(" (")[0] for p in proofs} == {"env/Obs/Provisioner for Sso"}
     (update_proof,) = [p for p in proofs if "grafana:UpdatePermissions" in p.detail]
     assert not update_proof.ok  # its grant names another workspace
+
+
+@pytest.mark.parametrize("role_arn", ["arn:aws:iam::111111111111:role/someone-elses", ""])
+def test_a_backup_selection_whose_role_is_not_of_the_assembly_fails_its_contract(role_arn: str) -> None:
+    """``prove_backup`` mutant 37 (seed 4): the failure names the selection it is about."""
+    selection = {"BackupSelection": {"IamRoleArn": role_arn, "SelectionName": "data", "Resources": []}}
+    resources = {"Selection": {"Type": "AWS::Backup::BackupSelection", "Properties": selection}}
+    proofs = list(prove_backup(Assembly({"env/Storage": {"Resources": resources}}), "env"))
+    assert proofs == [
+        Proof(BACKUP_S3, "env/Storage/Selection", False, "the selection's role is not a role of the assembly")
+    ]
