@@ -266,3 +266,37 @@ def test_a_backup_selection_whose_role_is_not_of_the_assembly_fails_its_contract
     assert proofs == [
         Proof(BACKUP_S3, "env/Storage/Selection", False, "the selection's role is not a role of the assembly")
     ]
+
+
+@pytest.mark.parametrize("restore", [True, False], ids=["both-policies", "backup-only"])
+def test_a_backup_selection_is_proven_for_its_role_and_bucket_each_proof_naming_it(restore: bool) -> None:
+    """``prove_backup`` mutant 85 (seed 4): every proof of a selection names it; the role needs both AWS managed
+    S3 policies, and the bucket must be versioned."""
+    trust = {"Effect": "Allow", "Principal": {"Service": "backup.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    policies = [
+        "AWSBackupServiceRolePolicyForS3Backup",
+        *(["AWSBackupServiceRolePolicyForS3Restore"] if restore else []),
+    ]
+    role = {
+        "AssumeRolePolicyDocument": {"Statement": [trust]},
+        "ManagedPolicyArns": [f"arn:aws:iam::aws:policy/service-role/{p}" for p in policies],
+    }
+    selection = {
+        "BackupSelection": {
+            "IamRoleArn": {"Fn::GetAtt": ["BackupRole", "Arn"]},
+            "SelectionName": "data",
+            "Resources": [{"Fn::GetAtt": ["Data", "Arn"]}],
+        }
+    }
+    resources = {
+        "BackupRole": {"Type": "AWS::IAM::Role", "Properties": role},
+        "Data": {"Type": "AWS::S3::Bucket", "Properties": {"VersioningConfiguration": {"Status": "Enabled"}}},
+        "Selection": {"Type": "AWS::Backup::BackupSelection", "Properties": selection},
+    }
+    proofs = list(prove_backup(Assembly({"env/Storage": {"Resources": resources}}), "env"))
+    assert [(p.subject, p.ok, p.detail) for p in proofs[1:]] == [
+        ("env/Storage/Selection", True, "BackupRole has the AWS managed AWSBackupServiceRolePolicyForS3Backup"),
+        ("env/Storage/Selection", restore, "BackupRole has the AWS managed AWSBackupServiceRolePolicyForS3Restore"),
+        ("env/Storage/Selection", True, "Data versioning is Enabled"),
+    ]
+    assert proofs[0].subject == "env/Storage/BackupRole (trust)" and proofs[0].ok
