@@ -35,7 +35,11 @@ def test_every_page_is_read_with_the_token_the_one_before_gave() -> None:
         )
         tasks = _pages(fsx.describe_data_repository_tasks, "DataRepositoryTasks", Filters=FILTERS)
         stub.assert_no_pending_responses()
-    assert [t["TaskId"] for t in tasks] == ["task-0123456789abcdef1", "task-0123456789abcdef2", "task-0123456789abcdef3"]
+    assert [t["TaskId"] for t in tasks] == [
+        "task-0123456789abcdef1",
+        "task-0123456789abcdef2",
+        "task-0123456789abcdef3",
+    ]
 
 
 def test_one_page_is_one_call() -> None:
