@@ -16,6 +16,7 @@ import pytest
 
 from mlcluster.analysis.assembly import Assembly
 from mlcluster.analysis.contracts import (
+    BACKUP_KMS,
     BACKUP_S3,
     EVENTBRIDGE_SNS,
     FSX_DRA,
@@ -23,7 +24,9 @@ from mlcluster.analysis.contracts import (
     GRAFANA_SSO,
     LOGS_KMS,
     Proof,
+    _provider_requests,
     prove_backup,
+    prove_backup_keys,
     prove_fsx_dra,
     prove_grafana,
     prove_grafana_admins,
@@ -300,3 +303,37 @@ def test_a_backup_selection_is_proven_for_its_role_and_bucket_each_proof_naming_
         ("env/Storage/Selection", True, "Data versioning is Enabled"),
     ]
     assert proofs[0].subject == "env/Storage/BackupRole (trust)" and proofs[0].ok
+
+
+def test_a_vault_under_a_key_outside_the_assembly_fails_and_a_selection_without_resources_reads_no_key() -> None:
+    """``_deployer_grants`` mutant 13 and ``prove_backup_keys`` mutant 67 (seed 4): a vault encrypted with a key
+    the gate cannot read is a failed proof naming it; a selection that lists no resources has no bucket key to
+    prove (Resources is optional beside ListOfTags and Conditions), not a crash."""
+    key = "arn:aws:kms:us-east-1:111111111111:key/0a1b2c3d"
+    selection = {"BackupSelection": {"IamRoleArn": "arn:aws:iam::111111111111:role/backup", "SelectionName": "x"}}
+    resources = {
+        "Vault": {"Type": "AWS::Backup::BackupVault", "Properties": {"BackupVaultName": "v", "EncryptionKeyArn": key}},
+        "Selection": {"Type": "AWS::Backup::BackupSelection", "Properties": selection},
+    }
+    proofs = list(prove_backup_keys(Assembly({"env/Storage": {"Resources": resources}}), "env"))
+    assert proofs == [
+        Proof(BACKUP_KMS, "env/Storage/Vault", False, f"{key} is not a customer managed key of the assembly")
+    ]
+
+
+def test_a_statement_without_a_decision_fails_and_the_ones_after_it_are_still_proven(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_provider_requests`` mutant 6 (seed 4): one undecided statement of ParallelCluster's policy is reported
+    and the next statements still yield their requests."""
+    from mlcluster.analysis import contracts, pcluster_policies
+
+    decided = [(sid, contracts.PCLUSTER_PROVIDER_USES[sid]) for _, sid, _ in pcluster_policies.STATEMENTS]
+    first = decided[0][0]
+    every = list(_provider_requests("c", ["always"]))
+    monkeypatch.delitem(contracts.PCLUSTER_PROVIDER_USES, first)
+    without = list(_provider_requests("c", ["always"]))
+    policy = next(p for p, sid, _ in pcluster_policies.STATEMENTS if sid == first)
+    assert without[0] == (f"undecided {policy} {first}", "", "", {})
+    others = [r for r in every if not r[0].endswith(f" {first}")]
+    assert without[1:] == others and len(others) > 10
