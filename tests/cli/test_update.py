@@ -644,7 +644,8 @@ def test_a_deploy_that_ends_with_the_new_template_still_moving_keeps_the_fleet_s
     cloud.deploy_mode = mode
     result = p4de.run("update", ENV, "--yes", "--deploy-timeout", "300")
     assert result.exit_code == EXIT_FAILED
-    assert reason in result.stderr and blocker in result.stderr
+    # The failure names the step it is about (update _carry_out mutant 107 of the cli seed-4 sample).
+    assert f"the deploy failed: {reason}" in result.stderr and blocker in result.stderr
     assert "`mlcluster update p4de --resume`" in result.stderr
     assert cloud.fleet() == "STOPPED" and fleet_writes(aws) == ["STOP_REQUESTED"]
     assert "deploy" not in stored(p4de)["steps"]
