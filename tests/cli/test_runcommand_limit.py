@@ -61,3 +61,43 @@ def test_a_run_at_the_limit_is_sent_with_it() -> None:
             console=None,  # type: ignore[arg-type]
         )
     assert target.sent[0]["Parameters"]["executionTimeout"] == ["172800"]
+
+
+class Answers(Calls):
+    """SendCommand accepted; GetCommandInvocation answers ``invocation`` (final at once)."""
+
+    def __init__(self, invocation: dict[str, Any]) -> None:
+        super().__init__()
+        self.invocation = invocation
+
+    def client(self, name: str) -> Any:
+        assert name == "ssm"
+        return SimpleNamespace(send_command=self.accept, get_command_invocation=lambda **_: self.invocation)
+
+    def accept(self, **kwargs: Any) -> Any:
+        self.sent.append(kwargs)
+        return {"Command": {"CommandId": "0a1b2c3d-0a1b-0a1b-0a1b-0a1b2c3d4e5f"}}
+
+
+@pytest.mark.parametrize(
+    ("invocation", "stderr"),
+    [
+        ({"Status": "Failed", "ResponseCode": 1, "StandardErrorContent": "boom"}, "boom"),
+        ({"Status": "Failed", "ResponseCode": 1, "StatusDetails": "DeliveryTimedOut"}, "DeliveryTimedOut"),
+        ({"Status": "Success", "ResponseCode": 0, "StandardOutputContent": "ok"}, ""),  # neither: nothing made up
+    ],
+)
+def test_a_finished_runs_error_text_is_its_stderr_else_its_status_details(
+    invocation: dict[str, Any], stderr: str
+) -> None:
+    """``run_command`` mutant 165 of the cli seed-4 sample: what a step shows as the node's error output."""
+    from rich.console import Console
+
+    result = runcommand.run_command(
+        Answers(invocation), NODE, "true", comment="c", timeout_seconds=60, user=None, console=Console(quiet=True)
+    )
+    assert (result.status, result.exit_code, result.stderr) == (
+        invocation["Status"],
+        invocation["ResponseCode"],
+        stderr,
+    )
