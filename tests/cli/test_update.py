@@ -881,6 +881,24 @@ def live_compute_instances() -> list[str]:
     return [i["InstanceId"] for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
 
 
+def test_a_forged_stopped_over_five_instances_or_fewer_lists_them_all(p4de: World, cloud: Cloud, aws: Aws) -> None:
+    """The message lists up to five live instances and marks more with ", ..." (update ``Run
+    .wait_compute_instances_ended`` mutant 27 of the cli seed-4 sample): four left running are listed whole."""
+    ec2 = aws_client("ec2", REGION)
+    ec2.terminate_instances(InstanceIds=compute_instances()[:2])
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode = "forged"
+    result = p4de.run("update", ENV, "--yes", "--stop-timeout", "120")
+    assert result.exit_code == EXIT_TIMEOUT, result.output
+    live = sorted(live_compute_instances())
+    assert len(live) == 4
+    message = " ".join(result.stderr.split())
+    listed = message.split("pending, running or stopping (", 1)[1].split("): clustermgtd", 1)[0]
+    assert sorted(item.split(" ")[0] for item in listed.split(", ")) == live
+    assert ", ..." not in listed
+    cloud.stop_mode = "ok"
+
+
 def test_a_stopped_written_during_the_stop_wait_while_instances_run_is_not_deployed_on(
     p4de: World, cloud: Cloud, aws: Aws
 ) -> None:
