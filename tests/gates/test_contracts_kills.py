@@ -23,6 +23,7 @@ from mlcluster.analysis.contracts import (
     GRAFANA_READ,
     GRAFANA_SSO,
     LOGS_KMS,
+    PCLUSTER,
     Proof,
     _provider_requests,
     prove_backup,
@@ -31,6 +32,7 @@ from mlcluster.analysis.contracts import (
     prove_grafana,
     prove_grafana_admins,
     prove_log_group_keys,
+    prove_pcluster_provider,
     prove_rule_topic,
 )
 from mlcluster.analysis.iam_calls import role_statements
@@ -337,3 +339,24 @@ def test_a_statement_without_a_decision_fails_and_the_ones_after_it_are_still_pr
     assert without[0] == (f"undecided {policy} {first}", "", "", {})
     others = [r for r in every if not r[0].endswith(f" {first}")]
     assert without[1:] == others and len(others) > 10
+
+
+@pytest.mark.parametrize("parameters", [{}, {"CustomLambdaRole": "arn:aws:iam::111111111111:role/elsewhere"}])
+def test_a_provider_stack_without_a_lambda_role_of_the_assembly_fails_its_contract(parameters: dict[str, str]) -> None:
+    """``prove_pcluster_provider`` mutant 62 (seed 4): ParallelCluster's provider then runs with a role the gate
+    cannot read; the failed proof says so, naming the parameter."""
+    provider = {"Type": "AWS::CloudFormation::Stack", "Properties": {"Parameters": parameters}}
+    cluster = {
+        "Type": "Custom::PclusterCluster",
+        "Properties": {"ServiceToken": {"Fn::GetAtt": ["Provider", "Outputs.ServiceToken"]}, "ClusterName": "c"},
+    }
+    proofs = list(
+        prove_pcluster_provider(
+            Assembly({"env/Cluster": {"Resources": {"Provider": provider, "Cluster": cluster}}}), "env"
+        )
+    )
+    assert proofs == [
+        Proof(
+            PCLUSTER, "env/Cluster/Cluster", False, "the provider stack runs with no CustomLambdaRole of the assembly"
+        )
+    ]
