@@ -44,7 +44,9 @@ def refused(world: World, node: ShellNode, aws: Aws, planted: dict[str, Any]) ->
 
 
 def test_steps_that_are_not_an_object_are_refused_naming_the_value_found(
-    hyperpod: World, shell_node: ShellNode, aws: Aws
+    hyperpod: World,
+    shell_node: ShellNode,  # noqa: F811
+    aws: Aws,
 ) -> None:
     """``steps`` as a list (the step names without records): the refusal shows that list, not null."""
     planted = valid_state(hyperpod)
@@ -54,7 +56,9 @@ def test_steps_that_are_not_an_object_are_refused_naming_the_value_found(
 
 
 def test_a_wait_that_did_not_end_in_service_is_refused_naming_the_status_allowed(
-    hyperpod: World, shell_node: ShellNode, aws: Aws
+    hyperpod: World,
+    shell_node: ShellNode,  # noqa: F811
+    aws: Aws,
 ) -> None:
     """A marker claiming the wait ended in another status would restore onto a cluster still updating."""
     planted = valid_state(hyperpod)
@@ -64,7 +68,9 @@ def test_a_wait_that_did_not_end_in_service_is_refused_naming_the_status_allowed
 
 
 def test_a_stored_restore_lists_each_digest_on_its_own_line(
-    hyperpod: World, shell_node: ShellNode, aws: Aws
+    hyperpod: World,
+    shell_node: ShellNode,  # noqa: F811
+    aws: Aws,
 ) -> None:
     """Both archives' digests, one per line in name order, between the step times and the question."""
     planted = valid_state(hyperpod)

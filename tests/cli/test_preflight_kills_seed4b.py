@@ -4,6 +4,7 @@ login, and the FSx quota names known for every deployment type (issue 27, cli se
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,9 +21,7 @@ from tests.cli.conftest import Aws
 from tests.cli.test_preflight import P5_REGION, context, env_folder
 
 
-def test_a_region_without_the_bootstrap_stack_names_the_region_key_and_the_command(
-    aws: Aws, tmp_path: Path
-) -> None:
+def test_a_region_without_the_bootstrap_stack_names_the_region_key_and_the_command(aws: Aws, tmp_path: Path) -> None:
     """The failing row points at the environment's ``region`` key (where to bootstrap, or which to change) and
     gives the bootstrap command for that region."""
     results = preflight.check_bootstrap(context(aws, env_folder(tmp_path, "p5", P5_REGION), "p5", P5_REGION))
@@ -60,5 +59,5 @@ def test_every_deployment_type_an_environment_takes_has_fsx_quota_names(tmp_path
     data = yaml.safe_load((folder / "p5.yaml").read_text())
     data.setdefault("storage", {}).setdefault("lustre", {})["deployment_type"] = "SCRATCH_2"
     (folder / "p5.yaml").write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match="storage.lustre.deployment_type: 'SCRATCH_2' is not valid"):
+    with pytest.raises(ConfigError, match=re.escape("storage.lustre.deployment_type: 'SCRATCH_2' is not valid")):
         load_environment(folder / "p5.yaml")
