@@ -412,6 +412,8 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
     # slurmdbd stopped before the dump: what it wrote after would be lost with the old database; slurmctld queues
     # the records meanwhile (up to MaxDBDMsgs) and sends them once slurmdbd is back on the new one.
     way = f"(the way, step by step, with the commands: {DATABASE_MOVE_DOC})"
+    accounting = environment.config.storage.accounting
+    database = accounting.database_name if accounting is not None else "slurm_acct_db"
 
     def fate(change: Change) -> str:
         # Only DeletionPolicy Snapshot keeps one (retention.on_delete: destroy renders Delete).
@@ -433,20 +435,22 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
                 "(StorageHost, written by the lifecycle step when the controller was created; lifecycle scripts "
                 "run on new nodes and on a patch, not on a deploy), so accounting stops when the old database goes "
                 "(jobs still run). In order: before the deploy, stop slurmdbd on the controller and dump the "
-                f"database; deploy the Storage stack alone ('cdk deploy {environment.name}/Storage'); load the dump "
-                "into the new database (mysql --sandbox, over TLS checked against the RDS roots); deploy the rest; "
-                "set StorageHost to the host part of the Storage stack's AccountingDatabaseEndpoint output "
-                f"(StoragePort stays); start slurmdbd {way}"
+                f"database ({database}); deploy the Storage stack alone ('cdk deploy {environment.name}/Storage'); "
+                "load the dump into the new database (mysql --sandbox, over TLS checked against the RDS roots); "
+                "deploy the rest; set StorageHost to the host part of the Storage stack's AccountingDatabaseEndpoint "
+                "output (StoragePort stays); start slurmdbd; only then lock and remove the allowance "
+                f"{way}"
             )
         return head + (
             "and the cluster gets the new endpoint (SlurmSettings.Database.Uri), which ParallelCluster takes only "
             "with the compute fleet stopped: 'mlcluster update "
             f"{environment.name}' cannot see this change (both templates read the Storage stack's output) and "
             "would not stop it. In order: before the deploy, stop the compute fleet ('pcluster "
-            "update-compute-fleet --status STOP_REQUESTED'), stop slurmdbd on the head node and dump the database; "
-            f"deploy the Storage stack alone ('cdk deploy {environment.name}/Storage'); load the dump into the new "
-            "database (mysql --sandbox, over TLS checked against the RDS roots); deploy the rest (ParallelCluster "
-            f"starts slurmdbd on the loaded database) and start the compute fleet {way}"
+            "update-compute-fleet --status STOP_REQUESTED'), stop slurmdbd on the head node and dump the "
+            f"database ({database}); deploy the Storage stack alone ('cdk deploy {environment.name}/Storage'); "
+            "load the dump into the new database (mysql --sandbox, over TLS checked against the RDS roots); "
+            "deploy the rest (ParallelCluster starts slurmdbd on the loaded database) and start the compute fleet; "
+            f"only then lock and remove the allowance {way}"
         )
 
     return [note(stack, kind, c) for stack, kind in kept for c in replaced]

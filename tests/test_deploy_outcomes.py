@@ -526,12 +526,21 @@ def test_a_replaced_accounting_database_under_a_kept_cluster_is_noted() -> None:
     # slurmdbd stopped before the dump (what it wrote after would go with the old database), loaded sandboxed.
     assert (
         "In order: before the deploy, stop the compute fleet ('pcluster update-compute-fleet --status "
-        "STOP_REQUESTED'), stop slurmdbd on the head node and dump the database; deploy the Storage stack alone "
-        "('cdk deploy pcluster-accounting/Storage'); load the dump into the new database (mysql --sandbox, over TLS "
-        "checked against the RDS roots); deploy the rest (ParallelCluster starts slurmdbd on the loaded database) "
-        "and start the compute fleet (the way, step by step, with the commands: docs/contributing/design.md, 'A "
-        "replaced accounting database under a kept cluster')"
+        "STOP_REQUESTED'), stop slurmdbd on the head node and dump the database (slurm_acct_db); deploy the Storage "
+        "stack alone ('cdk deploy pcluster-accounting/Storage'); load the dump into the new database (mysql "
+        "--sandbox, over TLS checked against the RDS roots); deploy the rest (ParallelCluster starts slurmdbd on the "
+        "loaded database) and start the compute fleet; only then lock and remove the allowance (the way, step by "
+        "step, with the commands: docs/contributing/design.md, 'A replaced accounting database under a kept "
+        "cluster')"
     ) in note
+    # The database named is the one slurmdbd keeps its tables in (storage.accounting.database_name).
+    storage = dataclasses.replace(
+        env.config.storage,
+        accounting=dataclasses.replace(env.config.storage.accounting, database_name="team_acct"),
+    )
+    renamed_env = dataclasses.replace(env, config=dataclasses.replace(env.config, storage=storage))
+    (named,) = [n for n in outcome_checks(renamed_env, locked, edited)[1] if "replaces the accounting database" in n]
+    assert "dump the database (team_acct)" in named
     # Under retention.on_delete: destroy (DeletionPolicy Delete) no snapshot is kept, and the note says so.
     destroyed = copy.deepcopy(locked)
     destroyed[stack].resources[lid] = dataclasses.replace(database, deletion_policy="Delete")
@@ -566,10 +575,11 @@ def test_a_replaced_accounting_database_under_a_kept_hyperpod_cluster_says_the_c
     assert "its slurmdbd.conf keeps the old host (StorageHost" in note
     assert "lifecycle scripts run on new nodes and on a patch, not on a deploy" in note
     assert (
-        "In order: before the deploy, stop slurmdbd on the controller and dump the database; deploy the Storage "
-        "stack alone ('cdk deploy hyperpod-accounting/Storage'); load the dump into the new database (mysql "
-        "--sandbox, over TLS checked against the RDS roots); deploy the rest; set StorageHost to the host part of "
-        "the Storage stack's AccountingDatabaseEndpoint output (StoragePort stays); start slurmdbd"
+        "In order: before the deploy, stop slurmdbd on the controller and dump the database (slurm_acct_db); deploy "
+        "the Storage stack alone ('cdk deploy hyperpod-accounting/Storage'); load the dump into the new database "
+        "(mysql --sandbox, over TLS checked against the RDS roots); deploy the rest; set StorageHost to the host "
+        "part of the Storage stack's AccountingDatabaseEndpoint output (StoragePort stays); start slurmdbd; only "
+        "then lock and remove the allowance"
     ) in note
     assert "compute fleet" not in note and "SlurmSettings" not in note
     assert not [n for n in outcome_checks(env, locked, locked)[1] if "replaces the accounting database" in n]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -224,6 +225,20 @@ def _task_matches(task: dict[str, Any], dra: dict[str, Any]) -> bool:
     return False
 
 
+def _pages(call: Callable[..., Mapping[str, Any]], key: str, **request: Any) -> list[dict[str, Any]]:
+    """Every item of a paged FSx describe call: botocore has no paginator for DescribeDataRepositoryTasks or
+    DescribeDataRepositoryAssociations, whose answers carry ``NextToken`` while more remain (the newest task may
+    be on a later page)."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        answer = call(**request, **({"NextToken": token} if token else {}))
+        items += answer.get(key, [])
+        token = answer.get("NextToken")
+        if not token:
+            return items
+
+
 def _lustre(target: Target) -> dict[str, Any] | None:
     fs_id = target.outputs("Storage").get("LustreFileSystemId")
     if not fs_id:
@@ -236,9 +251,9 @@ def _lustre(target: Target) -> dict[str, Any] | None:
     capacity = int(fs.get("StorageCapacity", 0))
     by_fs = [{"Name": "file-system-id", "Values": [fs_id]}]
     with aws_errors(f"DescribeDataRepositoryAssociations for {fs_id}"):
-        associations = fsx.describe_data_repository_associations(Filters=by_fs).get("Associations", [])
+        associations = _pages(fsx.describe_data_repository_associations, "Associations", Filters=by_fs)
     with aws_errors(f"DescribeDataRepositoryTasks for {fs_id}"):
-        tasks = fsx.describe_data_repository_tasks(Filters=by_fs).get("DataRepositoryTasks", [])
+        tasks = _pages(fsx.describe_data_repository_tasks, "DataRepositoryTasks", Filters=by_fs)
     tasks.sort(key=lambda t: t.get("CreationTime") or datetime.min, reverse=True)
     dras = []
     for dra in associations:

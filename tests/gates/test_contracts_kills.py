@@ -16,12 +16,18 @@ import pytest
 
 from mlcluster.analysis.assembly import Assembly
 from mlcluster.analysis.contracts import (
+    BACKUP_S3,
     EVENTBRIDGE_SNS,
     FSX_DRA,
     GRAFANA_READ,
+    GRAFANA_SSO,
+    LOGS_KMS,
     Proof,
+    prove_backup,
     prove_fsx_dra,
     prove_grafana,
+    prove_grafana_admins,
+    prove_log_group_keys,
     prove_rule_topic,
 )
 from mlcluster.analysis.iam_calls import role_statements
@@ -188,3 +194,109 @@ def test_a_topic_under_an_aws_managed_key_fails_for_eventbridge_publishing_direc
             "be granted to a service",
         )
     ]
+
+
+@pytest.mark.parametrize(("name", "ok"), [("/mlcluster/app", True), ("/other/app", False)])
+def test_a_named_log_groups_key_is_proven_for_that_names_encryption_context(name: str, ok: bool) -> None:
+    """``prove_log_group_keys`` mutant 26 (seed 4): CloudWatch Logs asks the key with the log group's ARN, built
+    from its LogGroupName; a key policy scoped to that ARN admits it, one scoped to another name does not."""
+    scoped = {
+        "Effect": "Allow",
+        "Principal": {"Service": {"Fn::Sub": "logs.${AWS::Region}.amazonaws.com"}},
+        "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
+        "Resource": "*",
+        "Condition": {
+            "ArnLike": {
+                "kms:EncryptionContext:aws:logs:arn": {
+                    "Fn::Sub": "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:/mlcluster/*"
+                }
+            }
+        },
+    }
+    resources = {
+        "Key": {"Type": "AWS::KMS::Key", "Properties": {"KeyPolicy": {"Statement": [scoped]}}},
+        "Logs": {
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {"LogGroupName": name, "KmsKeyId": {"Fn::GetAtt": ["Key", "Arn"]}},
+        },
+    }
+    proofs = list(prove_log_group_keys(Assembly({"env/Obs": {"Resources": resources}}), "env"))
+    assert [(p.contract, p.subject, p.detail.split(" ")[1]) for p in proofs] == [
+        (LOGS_KMS, "env/Obs/Logs", action)
+        for action in ("kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:GenerateDataKey", "kms:DescribeKey")
+    ]
+    assert all(p.ok is ok for p in proofs), [str(p) for p in proofs]
+
+
+def test_every_identity_center_workspace_is_proven_whatever_is_listed_before_it() -> None:
+    """``prove_grafana_admins`` mutant 35 (seed 4): provisioners of a workspace made elsewhere and of one without
+    Identity Center, listed first, are skipped, and the next workspace's provisioner is still held to
+    UpdatePermissions."""
+    trust = {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    update = {
+        "Effect": "Allow",
+        "Action": "grafana:UpdatePermissions",
+        "Resource": "arn:aws:grafana:*:*:/workspaces/other",
+    }
+    role = {
+        "AssumeRolePolicyDocument": {"Statement": [trust]},
+        "Policies": [{"PolicyName": "p", "PolicyDocument": {"Statement": [update]}}],
+    }
+    resources = {
+        "Saml": {"Type": "AWS::Grafana::Workspace", "Properties": {"AuthenticationProviders": ["SAML"]}},
+        "Sso": {"Type": "AWS::Grafana::Workspace", "Properties": {"AuthenticationProviders": ["AWS_SSO"]}},
+        "Elsewhere": {"Type": "Custom::GrafanaProvisioning", "Properties": {"WorkspaceId": "g-0123456789"}},
+        "A": {"Type": "Custom::GrafanaProvisioning", "Properties": {"WorkspaceId": {"Ref": "Saml"}}},
+        "B": {"Type": "Custom::GrafanaProvisioning", "Properties": {"WorkspaceId": {"Ref": "Sso"}}},
+        "Provisioner": {"Type": "AWS::IAM::Role", "Properties": role},
+    }
+    proofs = list(prove_grafana_admins(Assembly({"env/Obs": {"Resources": resources}}), "env"))
+    assert proofs and {p.contract for p in proofs} == {GRAFANA_SSO}
+    assert {p.subject.split(" (")[0] for p in proofs} == {"env/Obs/Provisioner for Sso"}
+    (update_proof,) = [p for p in proofs if "grafana:UpdatePermissions" in p.detail]
+    assert not update_proof.ok  # its grant names another workspace
+
+
+@pytest.mark.parametrize("role_arn", ["arn:aws:iam::111111111111:role/someone-elses", ""])
+def test_a_backup_selection_whose_role_is_not_of_the_assembly_fails_its_contract(role_arn: str) -> None:
+    """``prove_backup`` mutant 37 (seed 4): the failure names the selection it is about."""
+    selection = {"BackupSelection": {"IamRoleArn": role_arn, "SelectionName": "data", "Resources": []}}
+    resources = {"Selection": {"Type": "AWS::Backup::BackupSelection", "Properties": selection}}
+    proofs = list(prove_backup(Assembly({"env/Storage": {"Resources": resources}}), "env"))
+    assert proofs == [
+        Proof(BACKUP_S3, "env/Storage/Selection", False, "the selection's role is not a role of the assembly")
+    ]
+
+
+@pytest.mark.parametrize("restore", [True, False], ids=["both-policies", "backup-only"])
+def test_a_backup_selection_is_proven_for_its_role_and_bucket_each_proof_naming_it(restore: bool) -> None:
+    """``prove_backup`` mutant 85 (seed 4): every proof of a selection names it; the role needs both AWS managed
+    S3 policies, and the bucket must be versioned."""
+    trust = {"Effect": "Allow", "Principal": {"Service": "backup.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    policies = [
+        "AWSBackupServiceRolePolicyForS3Backup",
+        *(["AWSBackupServiceRolePolicyForS3Restore"] if restore else []),
+    ]
+    role = {
+        "AssumeRolePolicyDocument": {"Statement": [trust]},
+        "ManagedPolicyArns": [f"arn:aws:iam::aws:policy/service-role/{p}" for p in policies],
+    }
+    selection = {
+        "BackupSelection": {
+            "IamRoleArn": {"Fn::GetAtt": ["BackupRole", "Arn"]},
+            "SelectionName": "data",
+            "Resources": [{"Fn::GetAtt": ["Data", "Arn"]}],
+        }
+    }
+    resources = {
+        "BackupRole": {"Type": "AWS::IAM::Role", "Properties": role},
+        "Data": {"Type": "AWS::S3::Bucket", "Properties": {"VersioningConfiguration": {"Status": "Enabled"}}},
+        "Selection": {"Type": "AWS::Backup::BackupSelection", "Properties": selection},
+    }
+    proofs = list(prove_backup(Assembly({"env/Storage": {"Resources": resources}}), "env"))
+    assert [(p.subject, p.ok, p.detail) for p in proofs[1:]] == [
+        ("env/Storage/Selection", True, "BackupRole has the AWS managed AWSBackupServiceRolePolicyForS3Backup"),
+        ("env/Storage/Selection", restore, "BackupRole has the AWS managed AWSBackupServiceRolePolicyForS3Restore"),
+        ("env/Storage/Selection", True, "Data versioning is Enabled"),
+    ]
+    assert proofs[0].subject == "env/Storage/BackupRole (trust)" and proofs[0].ok
