@@ -139,7 +139,10 @@ def _daily_copy(target: Target, created: Any) -> dict[str, Any] | None:
     with aws_errors(f"ListObjectsV2 s3://{bucket}/{prefix}"):
         for page in target.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for item in page.get("Contents", []):
-                if str(item["Key"]).endswith("/SHA256SUMS") and (newest is None or item["LastModified"] > newest):
+                # The newest by time, then by key: the answer never depends on the order S3 lists a tie in.
+                if str(item["Key"]).endswith("/SHA256SUMS") and (
+                    newest is None or (item["LastModified"], str(item["Key"])) > (newest, key)
+                ):
                     newest, key = item["LastModified"], str(item["Key"])
     now = datetime.now(UTC)
     since = newest if newest is not None else created if isinstance(created, datetime) else None

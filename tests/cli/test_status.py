@@ -422,6 +422,22 @@ def test_status_needs_attention_when_the_last_daily_copy_is_over_two_days_old(
         assert "the last is 49.0 h old" in told[0] and "journalctl -u mlcluster-backup-scheduled" in told[0]
 
 
+@pytest.mark.parametrize("order", [1, -1], ids=["as-listed", "reversed"])
+def test_the_last_daily_copy_does_not_depend_on_the_order_a_tie_is_listed_in(
+    aws: Aws, hyperpod: World, fsx_answers: None, order: int
+) -> None:
+    """Two copies finished in the same second (status ``_daily_copy`` mutant 51 of the cli seed-4 sample): the
+    one named is the same whichever S3 lists first (the later key)."""
+    page = copies(hyperpod, 3.0, 3.0)
+    page["Contents"] = page["Contents"][1].copy(), page["Contents"][3].copy()
+    page["Contents"][1]["LastModified"] = page["Contents"][0]["LastModified"]
+    page["Contents"] = list(page["Contents"])[::order]
+    page["KeyCount"] = 2
+    aws.answer("s3", "ListObjectsV2", page)
+    data = json.loads(hyperpod.run("status", "hyperpod", "--json").stdout)
+    assert data["cluster"]["daily_copy"]["last_copy"] == f"s3://{hyperpod.backup_bucket}/{COPIES}Tue/SHA256SUMS"
+
+
 def test_status_says_when_there_is_no_daily_copy_yet(aws: Aws, hyperpod: World, fsx_answers: None) -> None:
     """A cluster created minutes ago has none yet: said, not a problem (the alarm waits two days too)."""
     result = hyperpod.run("status", "hyperpod")
