@@ -499,6 +499,26 @@ def test_the_database_path_maps_to_the_managed_key_only_with_it() -> None:
     )
 
 
+def _database_replaced(name: str) -> tuple[Environment, Snapshot, Snapshot, tuple[str, str]]:
+    """The example ``name`` as locked, the same with its accounting database replaced (another key), and where."""
+    import dataclasses
+
+    from mlcluster.lockfile import read_lock_file
+
+    env = load_environment(ENVIRONMENTS / f"{name}.yaml")
+    locked = read_lock_file(ENVIRONMENTS / f"{name}.lock.json", name).snapshot
+    edited = copy.deepcopy(locked)
+    ((stack, lid),) = [
+        (stack, lid) for stack, state in edited.items() for lid, r in state.resources.items()
+        if r.type == "AWS::RDS::DBCluster"
+    ]  # fmt: skip
+    database = edited[stack].resources[lid]
+    edited[stack].resources[lid] = dataclasses.replace(
+        database, create_only={**database.create_only, "KmsKeyId": "another key"}, digest="edited"
+    )
+    return env, locked, edited, (stack, lid)
+
+
 def test_a_replaced_accounting_database_under_a_kept_cluster_is_noted() -> None:
     """Whole-diff data-loss review: the cluster's Database.Uri reads the Storage stack's output, so a replaced
     database (its allowance given) changed nothing the configuration compare could see. The synth now says the old
@@ -506,19 +526,9 @@ def test_a_replaced_accounting_database_under_a_kept_cluster_is_noted() -> None:
     import dataclasses
 
     from mlcluster.deploy_outcomes import outcome_checks
-    from mlcluster.lockfile import read_lock_file
 
-    env = load_environment(ENVIRONMENTS / "pcluster-accounting.yaml")
-    locked = read_lock_file(ENVIRONMENTS / "pcluster-accounting.lock.json", "pcluster-accounting").snapshot
-    edited = copy.deepcopy(locked)
-    ((stack, lid),) = [
-        (name, lid) for name, state in edited.items() for lid, r in state.resources.items()
-        if r.type == "AWS::RDS::DBCluster"
-    ]  # fmt: skip
-    database = edited[stack].resources[lid]
-    edited[stack].resources[lid] = dataclasses.replace(
-        database, create_only={**database.create_only, "KmsKeyId": "another key"}, digest="edited"
-    )
+    env, locked, edited, (stack, lid) = _database_replaced("pcluster-accounting")
+    database = locked[stack].resources[lid]
     _, notes = outcome_checks(env, locked, edited)
     (note,) = [n for n in notes if "replaces the accounting database" in n]
     assert "deletes the old database (keeping a final snapshot, which bills until deleted)" in note
@@ -557,19 +567,8 @@ def test_a_replaced_accounting_database_under_a_kept_hyperpod_cluster_says_the_c
     import dataclasses
 
     from mlcluster.deploy_outcomes import outcome_checks
-    from mlcluster.lockfile import read_lock_file
 
-    env = load_environment(ENVIRONMENTS / "hyperpod-accounting.yaml")
-    locked = read_lock_file(ENVIRONMENTS / "hyperpod-accounting.lock.json", "hyperpod-accounting").snapshot
-    edited = copy.deepcopy(locked)
-    ((stack, lid),) = [
-        (name, lid) for name, state in edited.items() for lid, r in state.resources.items()
-        if r.type == "AWS::RDS::DBCluster"
-    ]  # fmt: skip
-    database = edited[stack].resources[lid]
-    edited[stack].resources[lid] = dataclasses.replace(
-        database, create_only={**database.create_only, "KmsKeyId": "another key"}, digest="edited"
-    )
+    env, locked, edited, _ = _database_replaced("hyperpod-accounting")
     (note,) = [n for n in outcome_checks(env, locked, edited)[1] if "replaces the accounting database" in n]
     assert "that slurmdbd of the cluster in hyperpod-accounting-Cluster uses" in note
     assert "its slurmdbd.conf keeps the old host (StorageHost" in note

@@ -238,42 +238,9 @@ def test_the_collectors_remote_write_is_read_from_the_deployment_that_uploads_un
     )
 
 
-def test_a_hyperpod_group_is_held_to_its_lifecycle_download_and_its_on_create_script_alone(tmp_path: Path) -> None:
-    """``check_hyperpod`` mutants 80 and 168 (seed 4): SageMaker lists and downloads the lifecycle folder with the
-    group's role (findings named "LifeCycleConfig (SageMaker)"); a folder holding the rendered on_create.sh
-    is read for that script alone (another file there is never run by a node)."""
-    (tmp_path / "asset.oncreate").mkdir()
-    (tmp_path / "asset.oncreate" / "on_create.sh").write_text("#!/bin/bash\naws ssm get-parameter --name /mlc/flag\n")
-    (tmp_path / "asset.oncreate" / "notes.sh").write_text("aws sts get-caller-identity\n")
-    role = {"AssumeRolePolicyDocument": {"Version": "2012-10-17", "Statement": []}}
-    group = {
-        "InstanceGroupName": "workers",
-        "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle-bucket/hyperpod/", "OnCreate": "on_create.sh"},
-        "ExecutionRole": {"Fn::GetAtt": ["Role", "Arn"]},
-    }
-    upload = {
-        "DestinationBucketName": "lifecycle-bucket",
-        "DestinationBucketKeyPrefix": "hyperpod/",
-        "SourceObjectKeys": ["oncreate.zip"],
-    }
-    resources = {
-        "Role": {"Type": "AWS::IAM::Role", "Properties": role},
-        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}},
-        "Upload": {"Type": "Custom::CDKBucketDeployment", "Properties": upload},
-    }
-    report = check_hyperpod(Assembly({"env/Cluster": {"Resources": resources}}, assets=tmp_path), "env")
-    assert [str(f) for f in report.findings] == [
-        "env: instance group workers: LifeCycleConfig (SageMaker):0 `aws s3 ls s3://lifecycle-bucket/hyperpod/` "
-        "needs s3:ListBucket on arn:${AWS::Partition}:s3:::lifecycle-bucket, which its role does not allow",
-        "env: instance group workers: LifeCycleConfig (SageMaker):0 `aws s3 cp s3://lifecycle-bucket/hyperpod/*` "
-        "needs s3:GetObject on arn:${AWS::Partition}:s3:::lifecycle-bucket/hyperpod/*, which its role does not "
-        "allow",
-        "env: instance group workers: on_create.sh:2 `aws ssm get-parameter` needs ssm:GetParameter on /mlc/flag, "
-        "which its role does not allow",
-    ]
-
-
-def _hyperpod(tmp_path: Path, files: dict[str, str], policy: list[dict[str, object]]) -> Assembly:
+def _hyperpod(
+    tmp_path: Path, files: dict[str, str], policy: list[dict[str, object]], *, lifecycle_grants: bool = True
+) -> Assembly:
     """One HyperPod group whose lifecycle folder (uploaded to s3://lifecycle-bucket/hyperpod/) holds ``files``."""
     (tmp_path / "asset.scripts").mkdir()
     for name, text in files.items():
@@ -283,7 +250,7 @@ def _hyperpod(tmp_path: Path, files: dict[str, str], policy: list[dict[str, obje
         {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::lifecycle-bucket"},
         {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::lifecycle-bucket/hyperpod/*"},
     ]
-    document = {"Version": "2012-10-17", "Statement": [*lifecycle, *policy]}
+    document = {"Version": "2012-10-17", "Statement": [*(lifecycle if lifecycle_grants else []), *policy]}
     role = {"Policies": [{"PolicyName": "node", "PolicyDocument": document}]}
     group = {
         "InstanceGroupName": "worker-group-1",
@@ -301,6 +268,26 @@ def _hyperpod(tmp_path: Path, files: dict[str, str], policy: list[dict[str, obje
         "Upload": {"Type": "Custom::CDKBucketDeployment", "Properties": upload},
     }
     return Assembly({"env/Cluster": {"Resources": resources}}, assets=tmp_path)
+
+
+def test_a_hyperpod_group_is_held_to_its_lifecycle_download_and_its_on_create_script_alone(tmp_path: Path) -> None:
+    """``check_hyperpod`` mutants 80 and 168 (seed 4): SageMaker lists and downloads the lifecycle folder with the
+    group's role (findings named "LifeCycleConfig (SageMaker)"); a folder holding the rendered on_create.sh
+    is read for that script alone (another file there is never run by a node)."""
+    files = {
+        "on_create.sh": "#!/bin/bash\naws ssm get-parameter --name /mlc/flag\n",
+        "notes.sh": "aws sts get-caller-identity\n",
+    }
+    report = check_hyperpod(_hyperpod(tmp_path, files, [], lifecycle_grants=False), "env")
+    assert [str(f) for f in report.findings] == [
+        "env: instance group worker-group-1: LifeCycleConfig (SageMaker):0 `aws s3 ls s3://lifecycle-bucket/hyperpod/` "
+        "needs s3:ListBucket on arn:${AWS::Partition}:s3:::lifecycle-bucket, which its role does not allow",
+        "env: instance group worker-group-1: LifeCycleConfig (SageMaker):0 `aws s3 cp s3://lifecycle-bucket/hyperpod/*` "
+        "needs s3:GetObject on arn:${AWS::Partition}:s3:::lifecycle-bucket/hyperpod/*, which its role does not "
+        "allow",
+        "env: instance group worker-group-1: on_create.sh:2 `aws ssm get-parameter` needs ssm:GetParameter on "
+        "/mlc/flag, which its role does not allow",
+    ]
 
 
 def test_a_dependent_action_the_role_lacks_is_a_finding_of_its_group(tmp_path: Path) -> None:
