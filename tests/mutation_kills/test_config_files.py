@@ -245,3 +245,25 @@ def test_nesting_through_an_alias_is_refused_exactly_past_the_limit(
         assert first_problem(path) == (
             f"{path}: line {refused_line}: nesting deeper than {DEEP} levels (through an alias)"
         )
+
+
+@pytest.mark.parametrize(
+    ("pin", "bucket"),
+    [
+        ("", "mlc-lifecycle-dev-<account>-<region>"),  # neither known: a placeholder for each
+        ("account: '111111111111'\nregion: us-east-1\n", "mlc-lifecycle-dev-111111111111-us-east-1"),
+    ],
+)
+def test_a_hyperpod_environment_claims_its_stacks_exports_and_lifecycle_bucket(
+    tmp_path: Path, pin: str, bucket: str
+) -> None:
+    """``names.claims`` mutants 30 and 101 of the config-files seed-3 sample: the export prefix is claimed in its
+    own namespace, and the lifecycle bucket's name carries the account and region the file pins."""
+    from mlcluster.config.names import claims
+
+    path = tmp_path / "dev.yaml"
+    path.write_text(pin + hyperpod(), encoding="utf-8")
+    found = {(c.namespace, c.name, c.path) for c in claims(load_environment(path))}
+    assert ("CloudFormation export name", "dev-*", "(file name)") in found
+    assert ("HyperPod lifecycle bucket name", bucket, "(file name)") in found
+    assert ("HyperPod cluster name", "hp", "cluster.name") in found
