@@ -434,7 +434,9 @@ def prove_hyperpod_roles(assembly: Assembly, environment: str) -> Iterator[Proof
             as_role = ("AWS", role_arn(role))
             bucket, prefix = split_s3(str(group.get("LifeCycleConfig", {}).get("SourceS3Uri", "")))
             bucket_arn = f"arn:{PARTITION}:s3:::{bucket}"
-            on_create = str(group.get("LifeCycleConfig", {}).get("OnCreate", ""))
+            # The entrypoint SageMaker downloads: OnCreate (customer managed mode) or OnInitComplete (extended).
+            lifecycle = group.get("LifeCycleConfig", {})
+            on_create = str(lifecycle.get("OnCreate") or lifecycle.get("OnInitComplete") or "")
             listing = Request(as_role, "s3:ListBucket", bucket_arn, {"s3:prefix": prefix})
             yield _check(SAGEMAKER, subject, identity, listing)
             request = Request(as_role, "s3:GetObject", f"{bucket_arn}/{prefix}{on_create}")

@@ -24,6 +24,7 @@ from mlcluster.analysis.contracts import (
     GRAFANA_SSO,
     LOGS_KMS,
     PCLUSTER,
+    SAGEMAKER,
     Proof,
     _provider_requests,
     prove_backup,
@@ -31,6 +32,7 @@ from mlcluster.analysis.contracts import (
     prove_fsx_dra,
     prove_grafana,
     prove_grafana_admins,
+    prove_hyperpod_roles,
     prove_log_group_keys,
     prove_pcluster_provider,
     prove_rule_topic,
@@ -360,3 +362,29 @@ def test_a_provider_stack_without_a_lambda_role_of_the_assembly_fails_its_contra
             PCLUSTER, "env/Cluster/Cluster", False, "the provider stack runs with no CustomLambdaRole of the assembly"
         )
     ]
+
+
+@pytest.mark.parametrize("entry", ["OnCreate", "OnInitComplete"])
+def test_a_hyperpod_group_is_proven_for_the_entrypoint_sagemaker_downloads(entry: str) -> None:
+    """``prove_hyperpod_roles`` mutant 100 (seed 4): SageMaker lists the lifecycle prefix and downloads the
+    entrypoint the group names, OnCreate or (extended mode) OnInitComplete, with the group's role."""
+    trust = {"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    read = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::lifecycle-bucket/hyperpod/start.sh"}
+    role = {
+        "AssumeRolePolicyDocument": {"Statement": [trust]},
+        "Policies": [{"PolicyName": "p", "PolicyDocument": {"Statement": [read]}}],
+    }
+    group = {
+        "InstanceGroupName": "workers",
+        "ExecutionRole": {"Fn::GetAtt": ["Role", "Arn"]},
+        "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle-bucket/hyperpod/", entry: "start.sh"},
+        "OverrideVpcConfig": {"Subnets": [], "SecurityGroupIds": []},
+    }
+    resources = {
+        "Role": {"Type": "AWS::IAM::Role", "Properties": role},
+        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}},
+    }
+    proofs = list(prove_hyperpod_roles(Assembly({"env/Cluster": {"Resources": resources}}), "env"))
+    (download,) = [p for p in proofs if " s3:GetObject " in p.detail]
+    assert download.contract == SAGEMAKER and download.ok, str(download)
+    assert "s3:GetObject on arn:${AWS::Partition}:s3:::lifecycle-bucket/hyperpod/start.sh" in download.detail
