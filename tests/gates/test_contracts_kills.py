@@ -388,3 +388,51 @@ def test_a_hyperpod_group_is_proven_for_the_entrypoint_sagemaker_downloads(entry
     (download,) = [p for p in proofs if " s3:GetObject " in p.detail]
     assert download.contract == SAGEMAKER and download.ok, str(download)
     assert "s3:GetObject on arn:${AWS::Partition}:s3:::lifecycle-bucket/hyperpod/start.sh" in download.detail
+
+
+def test_a_hyperpod_groups_role_is_held_to_every_call_sagemaker_makes_with_it() -> None:
+    """``prove_hyperpod_roles`` mutants 102, 108, 112, 181 and 203 (seed 4): the trust, the lifecycle listing and
+    download, and an ENI's CreateNetworkInterface on the interface, each subnet and each security group, then
+    DescribeNetworkInterfaces; each request named as SageMaker makes it."""
+    trust = {"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    role = {"AssumeRolePolicyDocument": {"Statement": [trust]}}
+    group = {
+        "InstanceGroupName": "workers",
+        "ExecutionRole": {"Fn::GetAtt": ["Role", "Arn"]},
+        "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle-bucket/hyperpod/", "OnCreate": "on_create.sh"},
+        "OverrideVpcConfig": {"Subnets": ["subnet-0a"], "SecurityGroupIds": ["sg-0b"]},
+    }
+    resources = {
+        "Role": {"Type": "AWS::IAM::Role", "Properties": role},
+        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}},
+    }
+    proofs = list(prove_hyperpod_roles(Assembly({"env/Cluster": {"Resources": resources}}), "env"))
+    ec2 = "arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}"
+    assert [[*p.detail.split(" ")[1:3], p.detail.split(" ")[3].rstrip(":")] for p in proofs] == [
+        ["sts:AssumeRole", "on", "${env/Cluster|Role.Arn}"],
+        ["s3:ListBucket", "on", "arn:${AWS::Partition}:s3:::lifecycle-bucket"],
+        ["s3:GetObject", "on", "arn:${AWS::Partition}:s3:::lifecycle-bucket/hyperpod/on_create.sh"],
+        ["ec2:CreateNetworkInterface", "on", f"{ec2}:network-interface/mlc-run-time-value"],
+        ["ec2:CreateNetworkInterface", "on", f"{ec2}:subnet/subnet-0a"],
+        ["ec2:CreateNetworkInterface", "on", f"{ec2}:security-group/sg-0b"],
+        ["ec2:DescribeNetworkInterfaces", "on", "*"],
+    ]
+    assert [p.ok for p in proofs] == [True] + [False] * 6  # trusted, and its own policy grants nothing yet
+    assert {p.subject for p in proofs} == {"env/Cluster group workers", "env/Cluster/Role (trust)"}
+
+
+def test_a_role_without_a_trust_policy_is_trusted_by_no_service() -> None:
+    """``role_trust`` mutant 10 (seed 4): a role written without AssumeRolePolicyDocument (CloudFormation requires
+    one, a hand-made template may lack it) fails the trust proof, not the gate."""
+    group = {
+        "InstanceGroupName": "workers",
+        "ExecutionRole": {"Fn::GetAtt": ["Role", "Arn"]},
+        "LifeCycleConfig": {"SourceS3Uri": "s3://b/p/", "OnCreate": "on_create.sh"},
+        "OverrideVpcConfig": {"Subnets": [], "SecurityGroupIds": []},
+    }
+    resources = {
+        "Role": {"Type": "AWS::IAM::Role", "Properties": {}},
+        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}},
+    }
+    (trust, *_) = prove_hyperpod_roles(Assembly({"env/Cluster": {"Resources": resources}}), "env")
+    assert trust.subject == "env/Cluster/Role (trust)" and not trust.ok
