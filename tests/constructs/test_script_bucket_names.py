@@ -76,6 +76,8 @@ def test_a_name_whose_known_text_lacks_the_word_is_accepted(name: str) -> None:
         ("sage-maker-dev", "Scripts", None, None),
         ("dev-Cluster", "Scripts", f"{cdk.Aws.STACK_NAME}-scripts", None),
     ],
+    # (explicit ids: a token's text differs between pytest-xdist workers)
+    ids=["logical-id", "logical-id-split", "stack-name-beside-bucket-name", "stack-name-token", "hyphen", "token"],
 )
 def test_every_bucket_name_the_construct_makes_is_checked(
     stack_name: str, construct_id: str, bucket_name: str | None, refused: str | None
