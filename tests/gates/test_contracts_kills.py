@@ -436,3 +436,11 @@ def test_a_role_without_a_trust_policy_is_trusted_by_no_service() -> None:
     }
     (trust, *_) = prove_hyperpod_roles(Assembly({"env/Cluster": {"Resources": resources}}), "env")
     assert trust.subject == "env/Cluster/Role (trust)" and not trust.ok
+
+
+def test_a_dra_to_a_bucket_outside_the_assembly_fails_its_contract() -> None:
+    """``prove_fsx_dra`` mutant 44 (seed 4): the gate cannot read another bucket's policy; a failed proof names it."""
+    dra = {"FileSystemId": "fs-0123", "DataRepositoryPath": "s3://someone-elses-bucket/in"}
+    resources = {"Dra": {"Type": "AWS::FSx::DataRepositoryAssociation", "Properties": dra}}
+    proofs = list(prove_fsx_dra(Assembly({"env/Storage": {"Resources": resources}}), "env"))
+    assert proofs == [Proof(FSX_DRA, "env/Storage/Dra", False, "someone-elses-bucket is not a bucket of the assembly")]
