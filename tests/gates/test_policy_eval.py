@@ -219,3 +219,16 @@ def test_another_partition_is_refused_not_read_as_commercial(statement: dict[str
     )
     with pytest.raises(UnsupportedPartitionError):
         evaluate([statement], request)
+
+
+@pytest.mark.parametrize(
+    ("action", "allowed"),
+    [("sns:Publish", True), ("SNS:Subscribe", False), ("sns:subscribe", False), ("s3:GetObject", True)],
+)
+def test_not_action_allows_every_action_but_the_ones_it_names(action: str, allowed: bool) -> None:
+    """``_action_matches`` mutants 5 and 13 of the analysis seed-4 sample: NotAction matches each action it does
+    not name (action names compared whatever their case, as IAM does)."""
+    statement = {"Effect": "Allow", "Principal": {"AWS": "*"}, "NotAction": ["sns:Subscribe"], "Resource": "*"}
+    assert evaluate([statement], Request(("AWS", "arn:aws:iam::111111111111:role/r"), action, "topic")).allowed is (
+        allowed
+    )
