@@ -76,6 +76,9 @@ class NodeGroup:
     managed_egress: bool = False
     #: An Elastic IP (head node) or ``AssignPublicIp`` (queue); the subnet's own setting counts too.
     public_ip: bool = False
+    #: The group's nodes use EFA (a ParallelCluster queue with Efa.Enabled; every HyperPod group): drawn on the
+    #: environment pictures (tools/environment_pictures.py).
+    efa: bool = False
     mounts_openzfs: bool = False
     #: The node that runs slurmctld and slurmdbd (HyperPod: the controller group, ``SlurmConfig.NodeType``
     #: ``Controller`` when given, else the first group, as ``HyperPodCluster`` lists it first).
@@ -177,6 +180,7 @@ def _pcluster_groups(environment: str, config: dict[str, Any]) -> list[NodeGroup
     for queue in config.get("Scheduling", {}).get("SlurmQueues", []):
         net = queue.get("Networking", {})
         groups, managed = _security_groups(net)
+        efa = any(cr.get("Efa", {}).get("Enabled") for cr in queue.get("ComputeResources", []))
         out.append(
             NodeGroup(
                 environment,
@@ -186,6 +190,7 @@ def _pcluster_groups(environment: str, config: dict[str, Any]) -> list[NodeGroup
                 groups,
                 managed_egress=managed,
                 public_ip=net.get("AssignPublicIp") in (True, "true"),
+                efa=bool(efa),
                 mounts_openzfs=zfs,
             )
         )
@@ -208,6 +213,7 @@ def _hyperpod_groups(environment: str, spec: dict[str, Any]) -> list[NodeGroup]:
                 f"instance group {group['InstanceGroupName']}",
                 tuple(own.get("Subnets", [])),
                 tuple(own.get("SecurityGroupIds", [])),
+                efa=True,
                 slurm_controller=controller,
             )
         )

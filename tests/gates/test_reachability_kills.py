@@ -316,3 +316,21 @@ def test_a_database_without_a_subnet_group_has_no_subnets_and_a_group_without_ru
         f"{name}: no security group of instance group controller lets TCP 3306 out to it",
         f"{name}: its security groups admit no TCP 3306 from instance group controller's groups",
     ]
+
+
+def test_a_queue_is_an_efa_group_when_a_compute_resource_enables_efa() -> None:
+    """``_pcluster_groups`` mutant 206 of the seed-3 sample: the flag the environment pictures draw
+    (tools/environment_pictures.py), per queue; every HyperPod group is one."""
+    queue = {"Networking": {"SubnetIds": [ref("Private")], "SecurityGroups": [group_id("Nodes")]}}
+    config = {
+        "HeadNode": {"Networking": {"SubnetId": ref("Private"), "SecurityGroups": [group_id("Nodes")]}},
+        "Scheduling": {
+            "SlurmQueues": [
+                {"Name": "gpu", **queue, "ComputeResources": [{"Name": "a"}, {"Name": "b", "Efa": {"Enabled": True}}]},
+                {"Name": "cpu", **queue, "ComputeResources": [{"Name": "c", "Efa": {"Enabled": False}}]},
+            ]
+        },
+    }
+    groups = {g.name: g.efa for g in check_environment(pcluster(config), ENV).groups}
+    assert groups == {"head node": False, "queue gpu": True, "queue cpu": False}
+    assert [g.efa for g in check_environment(hyperpod(("workers", "Private", "Nodes")), ENV).groups] == [True]
