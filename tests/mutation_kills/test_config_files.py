@@ -267,3 +267,22 @@ def test_a_hyperpod_environment_claims_its_stacks_exports_and_lifecycle_bucket(
     assert ("CloudFormation export name", "dev-*", "(file name)") in found
     assert ("HyperPod lifecycle bucket name", bucket, "(file name)") in found
     assert ("HyperPod cluster name", "hp", "cluster.name") in found
+
+
+def test_an_undefined_alias_at_the_deepest_level_allowed_is_named_as_undefined(tmp_path: Path) -> None:
+    """``_check_shape`` mutant 17 of the config-files seed-4 sample: an alias to no anchor counts as one value and
+    no level, so at the deepest level allowed the parser's own error names it ("found undefined alias"), not a
+    nesting the file does not have; one collection deeper is the nesting error."""
+
+    def nested(levels: int) -> str:
+        lines = ["top: x"]
+        for level in range(levels):
+            lines.append("  " * level + f"k{level}:")
+        lines.append("  " * levels + "value: *nowhere")
+        return "\n".join(lines) + "\n"
+
+    path = tmp_path / "deep.yaml"
+    path.write_text(nested(yamlfile.MAX_DEPTH - 1), encoding="utf-8")  # the document's mapping is the first level
+    assert first_problem(path).endswith("'YAML' is not valid; cannot be parsed: found undefined alias")
+    path.write_text(nested(yamlfile.MAX_DEPTH), encoding="utf-8")
+    assert first_problem(path).endswith(f"nesting deeper than {yamlfile.MAX_DEPTH} levels")
