@@ -742,3 +742,28 @@ def test_an_absolute_version_link_is_read_under_the_nodes_root(tmp_path: Path, m
         check=True,
     )
     assert said.stdout.strip() == (str(root / found) if found else "")
+
+
+@pytest.mark.parametrize(("mode", "refused"), [(0o777, True), (0o1777, False), (0o755, False)])
+def test_root_folders_are_made_only_under_a_parent_no_one_else_can_rename_in(
+    tmp_path: Path, mode: int, refused: bool
+) -> None:
+    """The parent of what the step makes as root: /opt writable by others without the sticky bit would let them
+    swap /opt/mlcluster or /opt/slurm for a link between the check and root's use, so the step stops before
+    making anything; a sticky or root-only /opt is used (the edge). (/opt/mlcluster itself, when others could
+    write it, is moved aside: the test above.)"""
+    sandbox = Sandbox(tmp_path, ips=CONTROLLER_IP, features=MINIMAL, extra_env={"STUB_SECRET": secret("first-Pass1")})
+    parent = sandbox.root / "opt"
+    parent.mkdir(parents=True, exist_ok=True)
+    parent.chmod(mode)
+    result = sandbox.run("on_create.sh", "accounting")
+    output = result.stdout + result.stderr
+    if refused:
+        assert result.returncode != 0
+        # The step's first root path under /opt (Slurm's configuration folder) is refused before anything is made.
+        refusal = f"ERROR: {parent} is not a real folder of root's that only root can change; refusing to adopt"
+        assert refusal in output, output[-1500:]
+        assert not (parent / "mlcluster").exists()
+    else:
+        assert result.returncode == 0, output[-3000:]
+        assert (parent / "mlcluster/lifecycle").is_dir() and (parent / "mlcluster").stat().st_uid == 0
