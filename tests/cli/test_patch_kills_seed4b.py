@@ -9,7 +9,10 @@ the operator can compare them with the ones the backup printed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from tests.cli.conftest import Aws, World
 from tests.cli.test_patch import (  # noqa: F401 (shell_node: the fixture)
@@ -43,27 +46,33 @@ def refused(world: World, node: ShellNode, aws: Aws, planted: dict[str, Any]) ->
     return " ".join(result.stderr.split())
 
 
-def test_steps_that_are_not_an_object_are_refused_naming_the_value_found(
-    hyperpod: World,
-    shell_node: ShellNode,  # noqa: F811
-    aws: Aws,
-) -> None:
-    """``steps`` as a list (the step names without records): the refusal shows that list, not null."""
-    planted = valid_state(hyperpod)
+def _steps_as_a_list(planted: dict[str, Any]) -> None:
     planted["steps"] = ["backup", "update", "wait"]
-    problem = 'steps: ["backup", "update", "wait"] is not allowed; allowed: an object of step records'
-    assert " ".join(refusal(hyperpod, [problem]).split()) in refused(hyperpod, shell_node, aws, planted)
 
 
-def test_a_wait_that_did_not_end_in_service_is_refused_naming_the_status_allowed(
+def _wait_not_in_service(planted: dict[str, Any]) -> None:
+    planted["steps"]["wait"]["status"] = "SystemUpdating"
+
+
+@pytest.mark.parametrize(
+    ("plant_bad", "problem"),
+    [
+        # ``steps`` as a list (the step names without records): the refusal shows that list, not null.
+        (_steps_as_a_list, 'steps: ["backup", "update", "wait"] is not allowed; allowed: an object of step records'),
+        # A marker claiming the wait ended in another status would restore onto a cluster still updating.
+        (_wait_not_in_service, 'steps.wait.status: "SystemUpdating" is not allowed; allowed: InService'),
+    ],
+    ids=["steps-not-an-object", "wait-not-in-service"],
+)
+def test_a_marker_field_this_command_never_writes_is_refused_naming_the_value_and_what_is_allowed(
     hyperpod: World,
     shell_node: ShellNode,  # noqa: F811
     aws: Aws,
+    plant_bad: Callable[[dict[str, Any]], None],
+    problem: str,
 ) -> None:
-    """A marker claiming the wait ended in another status would restore onto a cluster still updating."""
     planted = valid_state(hyperpod)
-    planted["steps"]["wait"]["status"] = "SystemUpdating"
-    problem = 'steps.wait.status: "SystemUpdating" is not allowed; allowed: InService'
+    plant_bad(planted)
     assert " ".join(refusal(hyperpod, [problem]).split()) in refused(hyperpod, shell_node, aws, planted)
 
 
