@@ -360,3 +360,18 @@ def test_ensure_user_dir_makes_the_folder_in_a_root_only_parent(tmp_path: Path) 
     result = ensure_user_dir(sandbox, parent)
     assert result.returncode == 0, result.stderr
     assert owner_mode(parent / "ubuntu") == (1000, 0o700)
+
+
+def test_a_home_root_others_could_write_is_set_to_755_and_keeps_every_home(provisioned: Sandbox) -> None:
+    """The home root is shared (every user's home, and possibly a mount point, which cannot be renamed): a root-owned
+    one group or others could write is set to 755, not moved aside as root's private folders are (outside AWS
+    review: moving it failed on a mount point and would have moved every home aside)."""
+    home_root = provisioned.root / "fsx/home"
+    (home_root / "alice" / "notes.txt").write_text("alice's work\n")
+    home_root.chmod(0o777)
+    log = run_ok(provisioned)
+    assert f"set {home_root} to mode 755" in log
+    assert "moved it aside" not in log
+    assert owner_mode(home_root) == (0, 0o755)
+    assert (home_root / "alice" / "notes.txt").read_text() == "alice's work\n"
+    assert not list(home_root.parent.glob("home.mlcluster-moved-aside.*"))

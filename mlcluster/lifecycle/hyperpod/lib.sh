@@ -305,8 +305,8 @@ TOOLS_DIR=/opt/mlcluster/lifecycle
 # there, planted before the first run, is moved aside) in /opt, which only root can change.
 keep_lifecycle_copy() {
   local file relative mode
-  ensure_root_dir "$MLC_ROOT${TOOLS_DIR%/*}" 755
-  ensure_root_dir "$MLC_ROOT$TOOLS_DIR" 755
+  ensure_root_dir "$MLC_ROOT${TOOLS_DIR%/*}" 755 replace
+  ensure_root_dir "$MLC_ROOT$TOOLS_DIR" 755 replace
   while IFS= read -r -d '' file; do
     relative=${file#"$MLC_LIFECYCLE_DIR"/}
     mode=644
@@ -374,10 +374,13 @@ move_aside() {
   warn "$1 $2; moved it aside to $aside"
 }
 
-# ensure_root_dir DIR MODE : DIR is a folder owned by root with MODE. A link, a file or a folder
-# someone else owns is moved aside (logged) and DIR made again with a plain mkdir.
+# ensure_root_dir DIR MODE [replace] : DIR is a folder owned by root with MODE. A link, a file or a folder
+# someone else owns is moved aside (logged) and DIR made again with a plain mkdir. A folder of root's that
+# group or others could write is set to MODE (logged): it may hold data (homes, the controller's state) or be
+# a mount point, which cannot be renamed. With "replace" (a folder root fills from scratch each run, its tools)
+# it is moved aside instead: what others put there (a link, a folder of theirs) would otherwise stay.
 ensure_root_dir() {
-  local dir=$1 mode=$2 uid current
+  local dir=$1 mode=$2 kind=${3:-keep} uid current
   dir_is_safe "${dir%/*}" || die "${dir%/*} can be changed by other users; refusing to create $dir in it"
   if [[ -L $dir ]]; then
     move_aside "$dir" "is a link"
@@ -387,7 +390,7 @@ ensure_root_dir() {
     read -r uid current <<<"$(owner_mode "$dir")"
     if [[ $uid != 0 ]]; then
       move_aside "$dir" "is owned by uid $uid, not root"
-    elif ((8#$current & 8#022)); then
+    elif ((8#$current & 8#022)) && [[ $kind == replace ]]; then
       # Root's, but others could write it: what they put there (a link, a folder of theirs) would stay.
       move_aside "$dir" "is root's but writable by group or others (mode $current)"
     elif [[ $current != "$mode" ]]; then
