@@ -416,10 +416,17 @@ def _database_replaced_notes(environment: Environment, locked: Snapshot, snapsho
     database = accounting.database_name if accounting is not None else "slurm_acct_db"
 
     def fate(change: Change) -> str:
-        # Only DeletionPolicy Snapshot keeps one (retention.on_delete: destroy renders Delete).
-        if locked[change.stack].resources[change.logical_id].deletion_policy == "Snapshot":
+        # A replacement applies UpdateReplacePolicy (retention.on_delete: destroy renders Delete); AWS does not
+        # say whether the deployed or the new template's counts, so a snapshot is promised only when both say so.
+        policies = {
+            state[change.stack].resources[change.logical_id].update_replace_policy for state in (locked, snapshot)
+        }
+        if policies == {"Snapshot"}:
             return "keeping a final snapshot, which bills until deleted"
-        return "with its data: no final snapshot (retention.on_delete: destroy)"
+        return (
+            "perhaps with no final snapshot: the UpdateReplacePolicy is not Snapshot in both the deployed and the "
+            "new template; take a manual snapshot first ('aws rds create-db-cluster-snapshot')"
+        )
 
     def note(stack: str, kind: str, change: Change) -> str:
         head = (

@@ -551,11 +551,17 @@ def test_a_replaced_accounting_database_under_a_kept_cluster_is_noted() -> None:
     renamed_env = dataclasses.replace(env, config=dataclasses.replace(env.config, storage=storage))
     (named,) = [n for n in outcome_checks(renamed_env, locked, edited)[1] if "replaces the accounting database" in n]
     assert "dump the database (team_acct)" in named
-    # Under retention.on_delete: destroy (DeletionPolicy Delete) no snapshot is kept, and the note says so.
-    destroyed = copy.deepcopy(locked)
-    destroyed[stack].resources[lid] = dataclasses.replace(database, deletion_policy="Delete")
-    (gone,) = [n for n in outcome_checks(env, destroyed, edited)[1] if "replaces the accounting database" in n]
-    assert "deletes the old database (with its data: no final snapshot (retention.on_delete: destroy))" in gone
+    # A replacement applies UpdateReplacePolicy: unless the deployed and the new template both say Snapshot, no
+    # snapshot is promised (data-loss review: the edit may switch retention.on_delete to destroy as well).
+    no_snapshot = "deletes the old database (perhaps with no final snapshot: the UpdateReplacePolicy is not Snapshot"
+    for before, after in (("Delete", "Snapshot"), ("Snapshot", "Delete")):
+        old_state, new_state = copy.deepcopy(locked), copy.deepcopy(edited)
+        old_state[stack].resources[lid] = dataclasses.replace(database, update_replace_policy=before)
+        new_state[stack].resources[lid] = dataclasses.replace(
+            new_state[stack].resources[lid], update_replace_policy=after
+        )
+        (gone,) = [n for n in outcome_checks(env, old_state, new_state)[1] if "replaces the accounting database" in n]
+        assert no_snapshot in gone and "take a manual snapshot first" in gone
     # The edge: the database as locked, no note.
     assert not [n for n in outcome_checks(env, locked, locked)[1] if "replaces the accounting database" in n]
 
