@@ -1067,8 +1067,27 @@ def check_names(ctx: Context) -> list[Result]:
     bucket = env.config.storage.data_bucket.name
     if bucket is not None:
         s3 = ctx.client("s3")
+        # HeadBucket's refusal says the bucket is another account's; a refusal of GetBucketTagging after it only
+        # says these credentials may not read tags, so it is raised (an AWS error row), outside this handler.
         try:
             s3.head_bucket(Bucket=bucket)
+        except ClientError as error:
+            code = str(error.response.get("Error", {}).get("Code", ""))
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                results.append(Result("names", "pass", "ERROR", "storage.data_bucket.name", f"bucket {bucket} is free"))
+            elif code in ("403", "AccessDenied", "Forbidden"):
+                results.append(
+                    Result(
+                        "names",
+                        "fail",
+                        "ERROR",
+                        "storage.data_bucket.name",
+                        f"bucket {bucket} belongs to another account: choose another name",
+                    )
+                )
+            else:
+                raise
+        else:
             try:
                 tags = s3.get_bucket_tagging(Bucket=bucket)["TagSet"]
             except ClientError as error:
@@ -1086,22 +1105,6 @@ def check_names(ctx: Context) -> list[Result]:
                     + ("" if ours else f" in this account without tag {ENV_TAG}={env.name}: choose another name"),
                 )
             )
-        except ClientError as error:
-            code = str(error.response.get("Error", {}).get("Code", ""))
-            if code in ("404", "NoSuchBucket", "NotFound"):
-                results.append(Result("names", "pass", "ERROR", "storage.data_bucket.name", f"bucket {bucket} is free"))
-            elif code in ("403", "AccessDenied", "Forbidden"):
-                results.append(
-                    Result(
-                        "names",
-                        "fail",
-                        "ERROR",
-                        "storage.data_bucket.name",
-                        f"bucket {bucket} belongs to another account: choose another name",
-                    )
-                )
-            else:
-                raise
     if env.config.cluster.backend == "hyperpod":
         sm = ctx.client("sagemaker")
         try:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace as NS
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 from botocore.exceptions import ClientError
 
 from mlcluster.cli import preflight
-from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_OK, CliError
+from mlcluster.cli.errors import EXIT_AWS, CliError
 from mlcluster.cli.plan import FileSystem, NodeGroup, Plan
 from mlcluster.cli.preflight import Result
 
@@ -45,7 +45,7 @@ class Account:
 
         class Client:
             def get_paginator(self, operation: str) -> Any:
-                return NS(paginate=lambda **params: account.call(service, operation, params))
+                return SimpleNamespace(paginate=lambda **params: account.call(service, operation, params))
 
             def __getattr__(self, operation: str) -> Callable[..., Any]:
                 return lambda **params: account.call(service, operation, params)
@@ -73,15 +73,20 @@ def environment(
     associations: tuple[Any, ...] = (),
     observability: bool = False,
 ) -> Any:
-    pcluster = NS(os=os, custom_ami=custom_ami, head_node=NS(instance_type=head), version="3.16.1")
-    return NS(
+    pcluster = SimpleNamespace(
+        os=os, custom_ami=custom_ami, head_node=SimpleNamespace(instance_type=head), version="3.16.1"
+    )
+    return SimpleNamespace(
         name=ENV,
         cluster_name=CLUSTER,
-        config=NS(
+        config=SimpleNamespace(
             network=network,
-            cluster=NS(backend=backend, pcluster=pcluster if backend == "pcluster" else None),
-            storage=NS(lustre=NS(data_repository_associations=associations), data_bucket=NS(name=bucket)),
-            observability=NS(enabled=observability),
+            cluster=SimpleNamespace(backend=backend, pcluster=pcluster if backend == "pcluster" else None),
+            storage=SimpleNamespace(
+                lustre=SimpleNamespace(data_repository_associations=associations),
+                data_bucket=SimpleNamespace(name=bucket),
+            ),
+            observability=SimpleNamespace(enabled=observability),
         ),
     )
 
@@ -790,8 +795,8 @@ def test_network_quotas_ask_nothing_without_a_new_vpc_or_nat_gateways() -> None:
 
 
 def network(primary: str | None, primary_id: str | None, nat: str, *extra: tuple[str | None, str | None]) -> Any:
-    zones = [NS(availability_zone=n, availability_zone_id=i, label=n or i or "") for n, i in extra]
-    return NS(
+    zones = [SimpleNamespace(availability_zone=n, availability_zone_id=i, label=n or i or "") for n, i in extra]
+    return SimpleNamespace(
         availability_zone=primary,
         availability_zone_id=primary_id,
         primary_zone_label=primary or primary_id or "",
@@ -965,3 +970,697 @@ def test_offerings_are_asked_per_zone_by_name_or_id_over_every_page() -> None:
         call("availability-zone-id", "use2-az2", "p5.48xlarge"),
         call("availability-zone-id", "use2-az2", "c5.xlarge"),
     ]
+
+
+# --- capacity reservations ---------------------------------------------------------------------------------
+
+RID = "cr-0123456789abcdef0"
+
+
+def _reservation(**changes: Any) -> dict[str, Any]:
+    found = {
+        "CapacityReservationId": RID,
+        "InstanceType": "p5.48xlarge",
+        "InstancePlatform": "Linux/UNIX",
+        "Tenancy": "default",
+        "AvailabilityZone": "us-east-2a",
+        "AvailabilityZoneId": "use2-az1",
+        "TotalInstanceCount": 4,
+        "AvailableInstanceCount": 3,
+        "State": "active",
+        "EndDateType": "limited",
+        "EndDate": NOW + timedelta(days=7, seconds=1),
+        "ReservationType": "default",
+    }
+    found.update(changes)
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def _own_instances() -> list[dict[str, Any]]:
+    return [
+        {"Reservations": [{"Instances": [{"CapacityReservationId": RID}, {"CapacityReservationId": "cr-other"}]}]},
+        {"Reservations": [{"Instances": [{}]}]},
+    ]
+
+
+OWN_CALL: Call = (
+    "ec2",
+    "describe_instances",
+    {
+        "Filters": [
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            {"Name": "tag:parallelcluster:cluster-name", "Values": [CLUSTER]},
+        ]
+    },
+)
+
+
+def reservation_rows(
+    found: dict[str, Any], grp: NodeGroup | None = None, **env: Any
+) -> tuple[list[Result], list[Call]]:
+    account = Account(
+        describe_capacity_reservations={"CapacityReservations": [found]}, describe_instances=_own_instances()
+    )
+    grp = grp or group("q[0]", "p5.48xlarge", 4, reservation_id=RID)
+    results = preflight.check_reservations(context(account, groups=(grp,), env=environment(**env)))
+    return results, account.calls
+
+
+def _row(status: str, level: str, message: str) -> Result:
+    return Result("capacity-reservation", status, level, "q[0].capacity_reservation_id", message)  # type: ignore[arg-type]
+
+
+def test_a_reservation_that_fits_passes_with_its_free_and_own_instances_at_the_edge() -> None:
+    """3 free + 1 already this cluster's = max_count 4; it ends one second past the 7-day margin."""
+    results, calls = reservation_rows(_reservation())
+    assert results == [_row("pass", "ERROR", f"{RID}: active p5.48xlarge x4 in us-east-2a until 2026-12-04")]
+    assert calls == [("ec2", "describe_capacity_reservations", {"CapacityReservationIds": [RID]}), OWN_CALL]
+
+
+def test_a_reservation_one_short_or_ending_within_the_margin_or_ended_fails() -> None:
+    results, _ = reservation_rows(_reservation(AvailableInstanceCount=2, EndDate=NOW + timedelta(days=7)))
+    assert results == [
+        _row(
+            "fail",
+            "ERROR",
+            f"{RID}: 2 of its 4 instances are free and 1 are this cluster's; max_count is 4: "
+            "other instances use the rest",
+        ),
+        _row("fail", "WARNING", f"{RID}: it ends 2026-12-04 12:00 UTC, within 7 days: extend it"),
+    ]
+    results, _ = reservation_rows(_reservation(EndDate=NOW))
+    assert results == [
+        _row("fail", "ERROR", f"{RID}: it ended 2026-11-27 12:00 UTC: renew it or remove capacity_reservation_id")
+    ]
+
+
+def test_an_unlimited_reservation_by_zone_id_passes_with_no_end_date() -> None:
+    grp = group("q[0]", "p5.48xlarge", 4, "use2-az1", reservation_id=RID)
+    results, _ = reservation_rows(_reservation(EndDateType="unlimited", EndDate=None), grp)
+    assert results == [_row("pass", "ERROR", f"{RID}: active p5.48xlarge x4 in use2-az1 with no end date")]
+    results, _ = reservation_rows(_reservation(EndDateType="unlimited", EndDate=NOW - timedelta(days=1)), grp)
+    assert results == [_row("pass", "ERROR", f"{RID}: active p5.48xlarge x4 in use2-az1 until 2026-11-26")]
+
+
+def test_a_reservation_wrong_in_every_way_lists_every_problem() -> None:
+    grp = group("q[0]", "p5.48xlarge", 5, "us-east-2b", reservation_id=RID, capacity_block=True)
+    found = _reservation(State="expired", InstanceType="p4d.24xlarge", InstancePlatform="Windows", Tenancy="dedicated")
+    results, calls = reservation_rows(found, grp)
+    assert results == [
+        _row(
+            "fail",
+            "ERROR",
+            f"{RID}: the queue's capacity_type is CAPACITY_BLOCK but this is an On-Demand Capacity Reservation",
+        ),
+        _row(
+            "fail",
+            "ERROR",
+            f"{RID}: state is expired, not active: buy or renew the reservation, or remove capacity_reservation_id",
+        ),
+        _row("fail", "ERROR", f"{RID}: it reserves p4d.24xlarge, the group uses p5.48xlarge"),
+        _row("fail", "ERROR", f"{RID}: it is for Windows instances, the cluster's OS runs as Linux/UNIX"),
+        _row("fail", "ERROR", f"{RID}: its tenancy is dedicated; the cluster launches default tenancy"),
+        _row(
+            "fail", "ERROR", f"{RID}: it is in us-east-2a, the group in us-east-2b: set the group's zone to us-east-2a"
+        ),
+        _row("fail", "ERROR", f"{RID}: it holds 4 instances, max_count is 5"),
+    ]
+    assert [operation for _, operation, _ in calls] == ["describe_capacity_reservations"]
+
+
+def test_a_scheduled_capacity_block_is_a_warning_and_other_zones_cannot_use_it() -> None:
+    grp = group("q[0]", "p5.48xlarge", 4, "us-east-2a", "us-east-2b", reservation_id=RID, capacity_block=True)
+    found = _reservation(
+        State="scheduled",
+        ReservationType="capacity-block",
+        AvailabilityZone="us-east-2b",
+        StartDate=NOW + timedelta(days=1),
+        AvailableInstanceCount=0,
+        InstancePlatform=None,
+        Tenancy=None,
+    )
+    results, calls = reservation_rows(found, grp)
+    assert results == [
+        _row("fail", "WARNING", f"{RID}: capacity block starts 2026-11-28 12:00 UTC; nodes cannot launch before"),
+        _row("fail", "WARNING", f"{RID}: nodes launched in us-east-2a cannot use it (it is in us-east-2b only)"),
+    ]
+    assert [operation for _, operation, _ in calls] == ["describe_capacity_reservations"]
+    results, _ = reservation_rows(_reservation(State="scheduled", ReservationType="capacity-block"), grp)
+    assert results[0] == _row(
+        "fail",
+        "ERROR",
+        f"{RID}: state is scheduled, not active: buy or renew the reservation, or remove capacity_reservation_id",
+    )
+    results, _ = reservation_rows(
+        _reservation(State="scheduled", StartDate=NOW), group("q[0]", "p5.48xlarge", 4, reservation_id=RID)
+    )
+    assert results == [
+        _row(
+            "fail",
+            "ERROR",
+            f"{RID}: state is scheduled, not active: buy or renew the reservation, or remove capacity_reservation_id",
+        )
+    ]
+
+
+def test_a_rhel_cluster_needs_a_red_hat_reservation() -> None:
+    results, _ = reservation_rows(_reservation(), os="rhel9")
+    assert results == [
+        _row(
+            "fail", "ERROR", f"{RID}: it is for Linux/UNIX instances, the cluster's OS runs as Red Hat Enterprise Linux"
+        )
+    ]
+    results, _ = reservation_rows(_reservation(InstancePlatform="Red Hat Enterprise Linux"), os="rhel8")
+    assert [r.status for r in results] == ["pass"]
+    results, _ = reservation_rows(_reservation(InstancePlatform="Red Hat Enterprise Linux"), backend="hyperpod")
+    assert results == [
+        _row(
+            "fail", "ERROR", f"{RID}: it is for Red Hat Enterprise Linux instances, the cluster's OS runs as Linux/UNIX"
+        )
+    ]
+
+
+def test_a_reservation_aws_does_not_know_is_a_row_and_a_refusal_is_raised() -> None:
+    groups = (group("q[0]", "p5.48xlarge", 1), group("q[1]", "p5.48xlarge", 1, reservation_id=RID))
+    missing = f"{RID} does not exist in us-east-2 for these credentials: fix the ID or the region/account"
+    for answer in (client_error("InvalidCapacityReservationId.NotFound"), {"CapacityReservations": []}):
+        account = Account(describe_capacity_reservations=answer)
+        assert preflight.check_reservations(context(account, groups=groups)) == [
+            Result("capacity-reservation", "fail", "ERROR", "q[1].capacity_reservation_id", missing)
+        ]
+        assert account.calls == [("ec2", "describe_capacity_reservations", {"CapacityReservationIds": [RID]})]
+    account = Account(describe_capacity_reservations=client_error("UnauthorizedOperation"))
+    with pytest.raises(ClientError):
+        preflight.check_reservations(context(account, groups=groups))
+
+
+@pytest.mark.parametrize(
+    ("found", "expected"),
+    [
+        ({"ReservationType": "capacity-block", "TotalInstanceCount": 4}, ("capacity-block", 4)),
+        (
+            {
+                "TotalInstanceCount": 0,
+                "Tags": [
+                    {"Key": preflight.RESERVATION_TYPE_TAG, "Value": "capacity-block"},
+                    {"Key": preflight.RESERVATION_QUANTITY_TAG, "Value": "8"},
+                ],
+            },
+            ("capacity-block", 8),
+        ),
+        (
+            {"TotalInstanceCount": 4, "Tags": [{"Key": preflight.RESERVATION_QUANTITY_TAG, "Value": "2"}]},
+            ("default", 4),
+        ),
+        ({"Tags": [{"Key": preflight.RESERVATION_QUANTITY_TAG, "Value": "many"}]}, ("default", 0)),
+        ({"ReservationType": "", "Tags": [{"Key": "other", "Value": "capacity-block"}]}, ("default", 0)),
+    ],
+)
+def test_reservation_kind_and_size_as_parallelcluster_reads_them(
+    found: dict[str, Any], expected: tuple[str, int]
+) -> None:
+    assert preflight.reservation_kind_and_size(found) == expected
+
+
+# --- training plans -------------------------------------------------------------------------------------------
+
+ARN = "arn:aws:sagemaker:us-east-2:123456789012:training-plan/p5-plan"
+
+
+def _plan(**changes: Any) -> dict[str, Any]:
+    found = {
+        "TrainingPlanName": "p5-plan",
+        "Status": "Active",
+        "TargetResources": ["training-job", "hyperpod-cluster"],
+        "StartTime": NOW - timedelta(days=1),
+        "EndTime": NOW + timedelta(days=7, seconds=1),
+        "ReservedCapacitySummaries": [
+            {
+                "InstanceType": "ml.p5.48xlarge",
+                "TotalInstanceCount": 2,
+                "AvailabilityZone": "us-east-2a",
+                "AvailabilityZoneId": "use2-az1",
+            },
+            {
+                "InstanceType": "ml.p5.48xlarge",
+                "TotalInstanceCount": 2,
+                "AvailabilityZone": "us-east-2a",
+                "AvailabilityZoneId": "use2-az1",
+            },
+            {
+                "InstanceType": "ml.g5.xlarge",
+                "TotalInstanceCount": 9,
+                "AvailabilityZone": "us-east-2b",
+                "AvailabilityZoneId": "use2-az2",
+            },
+        ],
+    }
+    found.update(changes)
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def plan_rows(found: Any, *zones: str) -> tuple[list[Result], list[Call]]:
+    account = Account(describe_training_plan=found)
+    groups = (group("g[0]", "ml.p5.48xlarge", 1), group("g[1]", "ml.p5.48xlarge", 4, *zones, training_plan_arn=ARN))
+    return preflight.check_training_plans(
+        context(account, groups=groups, env=environment(backend="hyperpod"))
+    ), account.calls
+
+
+def _plan_row(status: str, level: str, message: str) -> Result:
+    return Result("training-plan", status, level, "g[1].training_plan_arn", message)  # type: ignore[arg-type]
+
+
+def test_a_training_plan_that_covers_the_group_passes_at_the_edge() -> None:
+    results, calls = plan_rows(_plan())
+    assert results == [_plan_row("pass", "ERROR", "p5-plan: Active ml.p5.48xlarge x4 until 2026-12-04")]
+    assert calls == [("sagemaker", "describe_training_plan", {"TrainingPlanName": "p5-plan"})]
+    results, _ = plan_rows(_plan(EndTime=None), "use2-az1")
+    assert results == [_plan_row("pass", "ERROR", "p5-plan: Active ml.p5.48xlarge x4 ")]
+
+
+def test_a_training_plan_short_elsewhere_or_ending_fails_with_each_problem() -> None:
+    found = _plan(Status="Expired", TargetResources=["training-job"], EndTime=NOW)
+    results, _ = plan_rows(found, "us-east-2b")
+    assert results == [
+        _plan_row(
+            "fail", "ERROR", "p5-plan: status is Expired, not Active: buy a new plan or remove training_plan_arn"
+        ),
+        _plan_row("fail", "ERROR", "p5-plan: the plan is not for hyperpod-cluster (TargetResources)"),
+        _plan_row("fail", "ERROR", "p5-plan: its capacity is in us-east-2a, the group in us-east-2b"),
+        _plan_row("fail", "ERROR", "p5-plan: it ended 2026-11-27 12:00 UTC"),
+    ]
+    summaries = [{"InstanceType": "ml.p5.48xlarge", "TotalInstanceCount": 3, "AvailabilityZoneId": "use2-az1"}]
+    found = _plan(
+        Status="Scheduled",
+        StartTime=NOW + timedelta(days=2),
+        EndTime=NOW + timedelta(days=7),
+        ReservedCapacitySummaries=summaries,
+    )
+    results, _ = plan_rows(found, "use2-az2")
+    assert results == [
+        _plan_row("fail", "WARNING", "p5-plan: scheduled to start 2026-11-29 12:00 UTC; nodes cannot launch before"),
+        _plan_row("fail", "ERROR", "p5-plan: it reserves 3 ml.p5.48xlarge, instance_count is 4"),
+        _plan_row("fail", "ERROR", "p5-plan: its capacity is in use2-az1, the group in use2-az2"),
+        _plan_row("fail", "WARNING", "p5-plan: it ends 2026-12-04 12:00 UTC, within 7 days"),
+    ]
+    results, _ = plan_rows(_plan(Status="Scheduled", StartTime=None, ReservedCapacitySummaries=[]), "us-east-2b")
+    assert results == [
+        _plan_row(
+            "fail", "ERROR", "p5-plan: status is Scheduled, not Active: buy a new plan or remove training_plan_arn"
+        ),
+        _plan_row("fail", "ERROR", "p5-plan: it reserves 0 ml.p5.48xlarge, instance_count is 4"),
+    ]
+
+
+def test_a_training_plan_aws_does_not_know_is_a_row_and_a_refusal_is_raised() -> None:
+    for code in ("ResourceNotFound", "ResourceNotFoundException"):
+        results, calls = plan_rows(client_error(code))
+        assert results == [_plan_row("fail", "ERROR", "p5-plan does not exist in us-east-2: fix the ARN")]
+        assert calls == [("sagemaker", "describe_training_plan", {"TrainingPlanName": "p5-plan"})]
+    with pytest.raises(ClientError):
+        plan_rows(client_error("AccessDeniedException"))
+
+
+# --- ParallelCluster image -------------------------------------------------------------------------------------
+
+
+def image_rows(images: list[dict[str, Any]], archs: list[str] | None, **env: Any) -> tuple[list[Result], list[Call]]:
+    info = {"InstanceTypes": [] if archs is None else [{"ProcessorInfo": {"SupportedArchitectures": archs}}]}
+    account = Account(describe_instance_types=info, describe_images={"Images": images})
+    return preflight.check_pcluster_image(context(account, env=environment(**env))), account.calls
+
+
+def _images_call(pattern: str) -> Call:
+    filters = [{"Name": "name", "Values": [pattern]}, {"Name": "state", "Values": ["available"]}]
+    return ("ec2", "describe_images", {"Owners": ["amazon"], "Filters": filters, "IncludeDeprecated": True})
+
+
+def test_the_newest_official_image_for_the_version_os_and_architecture_passes() -> None:
+    images = [
+        {"ImageId": "ami-old", "Name": "old", "CreationDate": "2026-10-01T00:00:00.000Z"},
+        {"ImageId": "ami-new", "Name": "new", "CreationDate": "2026-11-01T00:00:00.000Z"},
+        {"ImageId": "ami-undated"},
+    ]
+    results, calls = image_rows(images, ["x86_64", "i386"], head="c5.xlarge")
+    assert results == [Result("pcluster-image", "pass", "ERROR", "cluster.pcluster.version", "ami-new (new)")]
+    assert calls == [
+        ("ec2", "describe_instance_types", {"InstanceTypes": ["c5.xlarge"]}),
+        _images_call("aws-parallelcluster-3.16.1-amzn2023-hvm-x86_64*"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("archs", "os", "pattern"),
+    [
+        (["arm64"], "ubuntu2404", "aws-parallelcluster-3.16.1-ubuntu-2404-lts-hvm-arm64*"),
+        (["arm64", "x86_64"], "rhel9", "aws-parallelcluster-3.16.1-rhel9-hvm-x86_64*"),
+        (None, "alinux2", "aws-parallelcluster-3.16.1-amzn2-hvm-x86_64*"),
+    ],
+)
+def test_no_official_image_fails_naming_the_pattern(archs: list[str] | None, os: str, pattern: str) -> None:
+    results, calls = image_rows([], archs, os=os)
+    assert results == [
+        Result(
+            "pcluster-image",
+            "fail",
+            "ERROR",
+            "cluster.pcluster.version",
+            f"no official image {pattern} owned by amazon in us-east-2: choose a released version/os or set custom_ami",
+        )
+    ]
+    assert calls[1:] == [_images_call(pattern)]
+
+
+def test_an_os_without_official_images_or_a_custom_ami_are_checked_as_such() -> None:
+    results, calls = image_rows([], ["x86_64"], os="centos7")
+    assert results == [
+        Result(
+            "pcluster-image",
+            "fail",
+            "ERROR",
+            "cluster.pcluster.os",
+            "ParallelCluster publishes no image for centos7: set custom_ami",
+        )
+    ]
+    assert [operation for _, operation, _ in calls] == ["describe_instance_types"]
+    ami = "ami-0123456789abcdef0"
+    custom_call: Call = (
+        "ec2",
+        "describe_images",
+        {
+            "Filters": [{"Name": "image-id", "Values": [ami]}, {"Name": "state", "Values": ["available"]}],
+            "IncludeDeprecated": True,
+        },
+    )
+    results, calls = image_rows([{"ImageId": ami}], None, custom_ami=ami)
+    assert (results, calls) == (
+        [Result("pcluster-image", "pass", "ERROR", "cluster.pcluster.custom_ami", f"{ami} exists")],
+        [custom_call],
+    )
+    results, calls = image_rows([], None, custom_ami=ami)
+    assert results == [
+        Result(
+            "pcluster-image",
+            "fail",
+            "ERROR",
+            "cluster.pcluster.custom_ami",
+            f"{ami} not found, or not available, in us-east-2: copy it here or fix the ID",
+        )
+    ]
+    account = Account()
+    assert preflight.check_pcluster_image(context(account, env=environment(backend="hyperpod"))) == []
+    env = environment()
+    env.config.cluster.backend = "hyperpod"
+    assert preflight.check_pcluster_image(context(account, env=env)) == []
+    assert account.calls == []
+
+
+# --- names -----------------------------------------------------------------------------------------------------
+
+MISSING_STACK = client_error("ValidationError", "Stack with id x does not exist")
+
+
+def names_rows(stacks: dict[str, Any], **env: Any) -> tuple[list[Result], list[Call]]:
+    """check_names with DescribeStacks answered per stack name (absent: does not exist)."""
+
+    def describe(params: dict[str, Any]) -> Any:
+        found = stacks.get(params["StackName"], MISSING_STACK)
+        return found if isinstance(found, Exception) else {"Stacks": [found]}
+
+    account = Account(describe_stacks=describe, list_stack_resources=[{"StackResourceSummaries": []}])
+    return preflight.check_names(context(account, env=environment(**env))), account.calls
+
+
+def _stack(status: str, ours: bool = True) -> dict[str, Any]:
+    return {"StackStatus": status, "Tags": OURS if ours else [{"Key": preflight.ENV_TAG, "Value": "other"}]}
+
+
+def _stack_calls(*names: str) -> list[Call]:
+    return [("cloudformation", "describe_stacks", {"StackName": name}) for name in names]
+
+
+def test_names_of_a_first_deploy_are_free() -> None:
+    results, calls = names_rows({})
+    assert results == [
+        Result("names", "pass", "ERROR", "(file name)", "stack train-Network is free"),
+        Result("names", "pass", "ERROR", "(file name)", "stack train-Storage is free"),
+        Result("names", "pass", "ERROR", "(file name)", "stack train-Cluster is free"),
+        Result("names", "pass", "ERROR", "cluster.name", "stack train-cluster is free"),
+    ]
+    assert calls == _stack_calls("train-Network", "train-Storage", "train-Cluster", "train-cluster")
+    _, calls = names_rows({}, associations=({"path": "/data"},), observability=True, backend="slurm")
+    assert calls == _stack_calls(
+        "train-Network", "train-Storage", "train-Cluster", "train-DataRepository", "train-Observability"
+    )
+
+
+def test_names_taken_by_another_environment_or_blocked_fail_and_ours_pass() -> None:
+    stacks = {
+        "train-Network": _stack("UPDATE_COMPLETE"),
+        "train-Storage": _stack("CREATE_COMPLETE", ours=False),
+        "train-Cluster": _stack("UPDATE_IN_PROGRESS"),
+        "train-cluster": _stack("CREATE_COMPLETE", ours=False),
+    }
+    results, _ = names_rows(stacks)
+    other = f"without tag {preflight.ENV_TAG}=train"
+    assert results == [
+        Result("names", "pass", "ERROR", "(file name)", "stack train-Network is this environment's (UPDATE_COMPLETE)"),
+        Result(
+            "names",
+            "fail",
+            "ERROR",
+            "(file name)",
+            f"stack train-Storage exists {other}: rename the environment or cluster.name",
+        ),
+        Result(
+            "names",
+            "fail",
+            "ERROR",
+            "(file name)",
+            "stack train-Cluster (this environment's) is UPDATE_IN_PROGRESS: wait for it to finish, or fix or "
+            "delete it in the CloudFormation console, before `cdk deploy`",
+        ),
+        Result(
+            "names",
+            "fail",
+            "ERROR",
+            "cluster.name",
+            f"stack train-cluster exists {other}: rename the environment or cluster.name",
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "ok"),
+    [
+        ("DELETE_FAILED", False),
+        ("ROLLBACK_FAILED", False),
+        ("IMPORT_ROLLBACK_FAILED", False),
+        ("DELETE_IN_PROGRESS", False),
+        ("UPDATE_ROLLBACK_COMPLETE", True),
+        ("ROLLBACK_COMPLETE", True),
+    ],
+)
+def test_our_stack_in_a_state_a_deploy_cannot_leave_fails(status: str, ok: bool) -> None:
+    results, _ = names_rows({"train-Network": _stack(status)})
+    assert (
+        results[0].status,
+        results[0].message.startswith(f"stack train-Network (this environment's) is {status}: wait"),
+    ) == (("pass", False) if ok else ("fail", True))
+
+
+def test_our_cluster_stack_is_judged_by_parallelclusters_table() -> None:
+    for status, verdict in (
+        ("CREATE_COMPLETE", "pass"),
+        ("UPDATE_ROLLBACK_COMPLETE", "pass"),
+        ("ROLLBACK_COMPLETE", "fail"),
+        ("UPDATE_IN_PROGRESS", "fail"),
+        ("REVIEW_IN_PROGRESS", "fail"),
+    ):
+        results, _ = names_rows({"train-cluster": _stack(status)})
+        state = preflight.cluster_stack_state(status)
+        assert results[3] == Result(
+            "names", verdict, "ERROR", "cluster.name", f"cluster stack train-cluster is {status}: {state.reason}"
+        )  # type: ignore[arg-type]
+
+
+def test_our_stack_in_update_rollback_failed_names_the_resources_to_skip() -> None:
+    pages = [
+        {
+            "StackResourceSummaries": [
+                {"LogicalResourceId": "Queue", "ResourceType": "AWS::SQS::Queue", "ResourceStatus": "UPDATE_FAILED"},
+                {"LogicalResourceId": "Fine", "ResourceType": "AWS::SNS::Topic", "ResourceStatus": "UPDATE_COMPLETE"},
+            ]
+        },
+        {
+            "StackResourceSummaries": [
+                {
+                    "LogicalResourceId": "Cluster",
+                    "ResourceType": "Custom::PclusterCluster",
+                    "ResourceStatus": "UPDATE_FAILED",
+                },
+                {"LogicalResourceId": "Untyped", "ResourceStatus": "UPDATE_FAILED"},
+            ]
+        },
+        {},
+    ]
+    account = Account(list_stack_resources=pages)
+    assert preflight._rollback_failed(account.client("cloudformation"), "train-Cluster") == (
+        "stack train-Cluster (this environment's) is UPDATE_ROLLBACK_FAILED (Cluster (Custom::PclusterCluster), "
+        "Queue (AWS::SQS::Queue), Untyped ()): CloudFormation refuses every update until the rollback is continued: "
+        "`aws cloudformation continue-update-rollback --stack-name train-Cluster --resources-to-skip Cluster Queue "
+        "Untyped`, then `mlcluster status` and deploy"
+    )
+    assert account.calls == [("cloudformation", "list_stack_resources", {"StackName": "train-Cluster"})]
+    results, calls = names_rows({"train-Network": _stack("UPDATE_ROLLBACK_FAILED")})
+    assert results[0] == Result(
+        "names",
+        "fail",
+        "ERROR",
+        "(file name)",
+        "stack train-Network (this environment's) is UPDATE_ROLLBACK_FAILED (no resource in UPDATE_FAILED): "
+        "CloudFormation refuses every update until the rollback is continued: `aws cloudformation "
+        "continue-update-rollback --stack-name train-Network --resources-to-skip <logical id of the resource that "
+        "failed>`, then `mlcluster status` and deploy",
+    )
+    assert calls[1] == ("cloudformation", "list_stack_resources", {"StackName": "train-Network"})
+
+
+def test_a_stack_that_cannot_be_described_is_raised() -> None:
+    with pytest.raises(ClientError):
+        names_rows({"train-Network": client_error("AccessDenied", "not authorized")})
+
+
+def bucket_rows(head: Any, tagging: Any = None) -> tuple[list[Result], list[Call]]:
+    account = Account(describe_stacks=MISSING_STACK, head_bucket=head, get_bucket_tagging=tagging)
+    results = preflight.check_names(context(account, env=environment(bucket="train-data", backend="slurm")))
+    return results[3:], account.calls[3:]
+
+
+def test_the_data_bucket_is_free_ours_or_someone_elses() -> None:
+    other = f"bucket train-data exists in this account without tag {preflight.ENV_TAG}=train: choose another name"
+    key = "storage.data_bucket.name"
+    head: Call = ("s3", "head_bucket", {"Bucket": "train-data"})
+    tagging: Call = ("s3", "get_bucket_tagging", {"Bucket": "train-data"})
+    assert bucket_rows({}, {"TagSet": OURS}) == (
+        [Result("names", "pass", "ERROR", key, "bucket train-data exists")],
+        [head, tagging],
+    )
+    assert bucket_rows({}, {"TagSet": [{"Key": "Name", "Value": "train"}]})[0] == [
+        Result("names", "fail", "ERROR", key, other)
+    ]
+    assert bucket_rows({}, client_error("NoSuchTagSet"))[0] == [Result("names", "fail", "ERROR", key, other)]
+    for code in ("404", "NoSuchBucket", "NotFound"):
+        assert bucket_rows(client_error(code)) == (
+            [Result("names", "pass", "ERROR", key, "bucket train-data is free")],
+            [head],
+        )
+    for code in ("403", "AccessDenied", "Forbidden"):
+        assert bucket_rows(client_error(code))[0] == [
+            Result("names", "fail", "ERROR", key, "bucket train-data belongs to another account: choose another name")
+        ]
+    with pytest.raises(ClientError):
+        bucket_rows(client_error("400"))
+    account = Account(describe_stacks=MISSING_STACK)
+    preflight.check_names(context(account, env=environment(backend="slurm")))
+    assert [service for service, _, _ in account.calls] == ["cloudformation"] * 3
+
+
+def hyperpod_names(describe: Any, tags: Any = None) -> tuple[list[Result], list[Call]]:
+    account = Account(describe_stacks=MISSING_STACK, describe_cluster=describe, list_tags=tags)
+    results = preflight.check_names(context(account, env=environment(backend="hyperpod")))
+    return results[3:], account.calls[3:]
+
+
+def test_the_hyperpod_cluster_name_is_free_ours_or_someone_elses() -> None:
+    arn = "arn:aws:sagemaker:us-east-2:123456789012:cluster/abc"
+    found = {"ClusterArn": arn}
+    calls = [
+        ("sagemaker", "describe_cluster", {"ClusterName": CLUSTER}),
+        ("sagemaker", "list_tags", {"ResourceArn": arn}),
+    ]
+    assert hyperpod_names(found, {"Tags": OURS}) == (
+        [Result("names", "pass", "ERROR", "cluster.name", "HyperPod cluster train-cluster exists")],
+        calls,
+    )
+    other = [
+        Result(
+            "names",
+            "fail",
+            "ERROR",
+            "cluster.name",
+            f"HyperPod cluster train-cluster exists without tag {preflight.ENV_TAG}=train: choose another cluster.name",
+        )
+    ]
+    assert hyperpod_names(found, {})[0] == other
+    assert hyperpod_names(found, {"Tags": [{"Key": preflight.ENV_TAG, "Value": "other"}]})[0] == other
+    assert hyperpod_names(client_error("ResourceNotFound")) == (
+        [Result("names", "pass", "ERROR", "cluster.name", "HyperPod cluster name train-cluster is free")],
+        calls[:1],
+    )
+    with pytest.raises(ClientError):
+        hyperpod_names(client_error("ValidationException"))
+
+
+# --- CDK bootstrap -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("outputs", "expected"),
+    [
+        ([{"OutputKey": "BootstrapVersion", "OutputValue": "33"}], ("pass", "ERROR", "bootstrap version 33")),
+        ([{"OutputKey": "BootstrapVersion", "OutputValue": "40"}], ("pass", "ERROR", "bootstrap version 40")),
+        (
+            [{"OutputKey": "BootstrapVersion", "OutputValue": "32"}],
+            ("fail", "WARNING", "bootstrap version 32 is older than 33 of the pinned CDK CLI: FIX"),
+        ),
+        (
+            [{"OutputKey": "BootstrapVersion", "OutputValue": "6"}],
+            ("fail", "WARNING", "bootstrap version 6 is older than 33 of the pinned CDK CLI: FIX"),
+        ),
+        (
+            [{"OutputKey": "BootstrapVersion", "OutputValue": "5"}],
+            ("fail", "ERROR", "bootstrap version 5 < 6, which the templates require: FIX"),
+        ),
+        (
+            [{"OutputKey": "BootstrapVersion", "OutputValue": "v33"}],
+            ("fail", "ERROR", "bootstrap version v33 < 6, which the templates require: FIX"),
+        ),
+        (
+            [{"OutputKey": "BootstrapVersion"}, {"OutputKey": "Other", "OutputValue": "40"}],
+            ("fail", "ERROR", "bootstrap version unknown < 6, which the templates require: FIX"),
+        ),
+        (None, ("fail", "ERROR", "bootstrap version unknown < 6, which the templates require: FIX")),
+    ],
+)
+def test_cdk_bootstrap_version_against_the_templates_and_the_cli(outputs: Any, expected: tuple[str, str, str]) -> None:
+    stack: dict[str, Any] = {"StackName": "CDKToolkit"}
+    if outputs is not None:
+        stack["Outputs"] = outputs
+    account = Account(describe_stacks={"Stacks": [stack]})
+    status, level, message = expected
+    fix = "run `npx cdk bootstrap aws://<account>/us-east-2`"
+    assert preflight.check_bootstrap(context(account)) == [
+        Result("cdk-bootstrap", status, level, "region", message.replace("FIX", fix))  # type: ignore[arg-type]
+    ]
+    assert account.calls == [("cloudformation", "describe_stacks", {"StackName": "CDKToolkit"})]
+
+
+def test_cdk_bootstrap_missing_is_a_row_and_a_refusal_is_raised() -> None:
+    fix = "run `npx cdk bootstrap aws://<account>/us-east-2`"
+    for answer in (MISSING_STACK, {"Stacks": []}):
+        assert preflight.check_bootstrap(context(Account(describe_stacks=answer))) == [
+            Result("cdk-bootstrap", "fail", "ERROR", "region", f"no CDKToolkit stack in us-east-2: {fix}")
+        ]
+    with pytest.raises(ClientError):
+        preflight.check_bootstrap(context(Account(describe_stacks=client_error("AccessDenied", "denied"))))
+
+
+def test_tags_of_an_existing_bucket_these_credentials_may_not_read_are_an_aws_error_not_another_account() -> None:
+    """HeadBucket answered (the bucket is this account's); GetBucketTagging refused: the operator lacks
+    s3:GetBucketTagging, which says nothing of who owns the bucket. Before the fix the refusal fell into
+    HeadBucket's handler and read "belongs to another account: choose another name"."""
+    with pytest.raises(ClientError) as raised:
+        bucket_rows({}, client_error("AccessDenied", "denied"))
+    assert raised.value.response["Error"]["Code"] == "AccessDenied"
