@@ -8,6 +8,7 @@ environment and its plan are built by hand (no YAML, no synthesis), so each test
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -17,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from mlcluster.cli import preflight
-from mlcluster.cli.errors import EXIT_AWS, CliError
+from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_OK, CliError
 from mlcluster.cli.plan import FileSystem, NodeGroup, Plan
 from mlcluster.cli.preflight import Result
 
@@ -1664,3 +1665,335 @@ def test_tags_of_an_existing_bucket_these_credentials_may_not_read_are_an_aws_er
     with pytest.raises(ClientError) as raised:
         bucket_rows({}, client_error("AccessDenied", "denied"))
     assert raised.value.response["Error"]["Code"] == "AccessDenied"
+
+
+# --- running the checks, the exit code, the child's credentials ----------------------------------------------
+
+
+def test_each_check_failure_is_a_row_and_the_others_still_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
+
+    def passing(ctx: preflight.Context) -> list[Result]:
+        """Checks that pass."""
+        ran.append("passing")
+        return [
+            Result("vcpu-quota", "pass", "ERROR", "k", "fine"),
+            Result("vcpu-quota", "fail", "WARNING", "k2", "look"),
+        ]
+
+    def refused(ctx: preflight.Context) -> list[Result]:
+        """Asks EC2 for something.
+
+        More text that is not the first line."""
+        raise client_error("AccessDenied", "not authorized")
+
+    def throttled(ctx: preflight.Context) -> list[Result]:
+        raise client_error("ThrottlingException", "slow\ndown")
+
+    def unexpected(ctx: preflight.Context) -> list[Result]:
+        raise KeyError("Vpcs")
+
+    def cli_error(ctx: preflight.Context) -> list[Result]:
+        raise CliError("first line\nsecond line", EXIT_AWS)
+
+    def skipped(ctx: preflight.Context) -> list[Result]:
+        raise AssertionError("a skipped check ran")
+
+    checks = {"a": passing, "b": refused, "c": throttled, "d": unexpected, "e": cli_error, "f": skipped}
+    monkeypatch.setattr(preflight, "CHECKS", checks)
+    results = preflight.run_checks(context(Account()), ["f"])
+    assert results == [
+        Result("vcpu-quota", "pass", "ERROR", "k", "fine"),
+        Result("vcpu-quota", "fail", "WARNING", "k2", "look"),
+        Result(
+            "b",
+            "error",
+            "ERROR",
+            "-",
+            "Asks EC2 for something. failed: AccessDenied: not authorized   what to do: "
+            "the credentials in use lack this permission; use a role that has it",
+        ),
+        Result(
+            "c",
+            "error",
+            "ERROR",
+            "-",
+            "c failed: ThrottlingException: slow down   what to do: "
+            "AWS throttled the calls past the retries; wait a minute and run the command again",
+        ),
+        Result(
+            "d",
+            "error",
+            "ERROR",
+            "-",
+            "the check failed on an unexpected answer (KeyError: 'Vpcs'); run again with --skip d and check it by hand",
+        ),
+        Result("e", "error", "ERROR", "-", "first line second line"),
+    ]
+    assert ran == ["passing"]
+    assert preflight.run_checks(context(Account()), ["a", "b", "c", "d", "e", "f"]) == []
+    assert ran == ["passing"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "code"),
+    [
+        ([], EXIT_OK),
+        ([("pass", "ERROR"), ("skipped", "WARNING"), ("fail", "WARNING"), ("pass", "WARNING")], EXIT_OK),
+        ([("pass", "ERROR"), ("error", "ERROR")], EXIT_AWS),
+        ([("fail", "WARNING"), ("error", "WARNING")], EXIT_AWS),
+        ([("error", "ERROR"), ("fail", "ERROR")], EXIT_FAILED),
+        ([("fail", "ERROR")], EXIT_FAILED),
+    ],
+)
+def test_exit_code_failed_before_aws_error_before_ok(rows: list[tuple[str, str]], code: int) -> None:
+    assert preflight.exit_code([Result("x", s, lv, "k", "m") for s, lv in rows]) == code  # type: ignore[arg-type]
+
+
+def _target(
+    access: str = "AKIDEXAMPLE", secret: str = "secret", token: str | None = "token", credentials: bool = True
+) -> Any:
+    frozen = SimpleNamespace(access_key=access, secret_key=secret, token=token)
+    found = SimpleNamespace(get_frozen_credentials=lambda: frozen) if credentials else None
+    return SimpleNamespace(region="eu-west-1", session=SimpleNamespace(get_credentials=lambda: found))
+
+
+@pytest.fixture
+def aws_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process environment with AWS variables a child must not inherit, and four it must keep."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    for name, value in {
+        "AWS_PROFILE": "admin",
+        "AWS_SECRET_ACCESS_KEY": "stale",
+        "AWS_REGION": "us-west-2",
+        "AWS_CA_BUNDLE": "/ca.pem",
+        "AWS_ENDPOINT_URL": "https://proxy",
+        "AWS_MAX_ATTEMPTS": "9",
+        "AWS_RETRY_MODE": "adaptive",
+        "AWS_CONFIG_FILE": "/home/me/.aws/config",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.usefixtures("aws_environ")
+def test_a_child_gets_the_operators_resolved_credentials_and_region_only() -> None:
+    import os
+
+    expected = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+        "AWS_DEFAULT_REGION": "eu-west-1",
+        "AWS_REGION": "eu-west-1",
+        "AWS_CA_BUNDLE": "/ca.pem",
+        "AWS_ENDPOINT_URL": "https://proxy",
+        "AWS_MAX_ATTEMPTS": "9",
+        "AWS_RETRY_MODE": "adaptive",
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_SESSION_TOKEN": "token",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }
+    assert preflight.operator_environ(_target()) == expected
+    del expected["AWS_SESSION_TOKEN"]
+    assert preflight.operator_environ(_target(token=None)) == expected
+    assert preflight.operator_environ(_target(token="")) == expected
+
+
+@pytest.mark.usefixtures("aws_environ")
+def test_credentials_without_a_key_are_an_aws_error() -> None:
+    for target in (_target(access=""), _target(secret="")):
+        with pytest.raises(CliError) as raised:
+            preflight.operator_environ(target)
+        assert (raised.value.message, raised.value.exit_code) == (
+            "the AWS credentials have no access key: configure a profile or pass --profile",
+            EXIT_AWS,
+        )
+
+
+# --- what the operator reads ----------------------------------------------------------------------------------
+
+RENDERED = [
+    Result(
+        "vcpu-quota",
+        "pass",
+        "ERROR",
+        "q[0]",
+        "Running On-Demand P instances (L-417A185B) 672 >= 192 running + 480 needed",
+    ),
+    Result("vcpu-quota", "fail", "WARNING", "q[1]", "look"),
+    Result("fsx-quota", "fail", "WARNING", "storage.lustre", "look again"),
+    Result("names", "fail", "ERROR", "cluster.name", "taken"),
+    Result("b", "error", "ERROR", "-", "refused"),
+    Result("pcluster-validators", "skipped", "WARNING", "-", "later"),
+    Result("x", "skipped", "WARNING", "-", "later"),
+    Result("y", "skipped", "ERROR", "-", "later"),
+]
+
+
+def test_the_table_folds_long_cells_and_counts_each_kind_of_row(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "72")
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    preflight.render(RENDERED, "train", "us-east-2")
+    assert capsys.readouterr().out == (
+        "                      preflight train (us-east-2)                       \n"
+        "┏━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━┓\n"
+        "┃ check              ┃ result    ┃ key            ┃ message            ┃\n"
+        "┡━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━┩\n"
+        "│ vcpu-quota         │ ok        │ q[0]           │ Running On-Demand  │\n"
+        "│                    │           │                │ P instances        │\n"
+        "│                    │           │                │ (L-417A185B) 672   │\n"
+        "│                    │           │                │ >= 192 running +   │\n"
+        "│                    │           │                │ 480 needed         │\n"
+        "│ vcpu-quota         │ WARNING   │ q[1]           │ look               │\n"
+        "│ fsx-quota          │ WARNING   │ storage.lustre │ look again         │\n"
+        "│ names              │ ERROR     │ cluster.name   │ taken              │\n"
+        "│ b                  │ AWS ERROR │ -              │ refused            │\n"
+        "│ pcluster-validator │ skipped   │ -              │ later              │\n"
+        "│ s                  │           │                │                    │\n"
+        "│ x                  │ skipped   │ -              │ later              │\n"
+        "│ y                  │ skipped   │ -              │ later              │\n"
+        "└────────────────────┴───────────┴────────────────┴────────────────────┘\n"
+        "1 errors, 2 warnings, 1 checks could not run, 3 skipped\n"
+    )
+
+
+def test_on_a_terminal_ok_is_green_a_failure_red_a_warning_or_skip_yellow_an_aws_error_magenta(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "72")
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("COLORTERM", raising=False)
+    preflight.render(RENDERED, "train", "us-east-2")
+    cells = [line.split("│")[2].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("│ ")]
+    assert [cell for cell in cells if cell] == [
+        "\x1b[32mok\x1b[0m",
+        "\x1b[33mWARNING\x1b[0m",
+        "\x1b[33mWARNING\x1b[0m",
+        "\x1b[31mERROR\x1b[0m",
+        "\x1b[35mAWS ERROR\x1b[0m",
+        "\x1b[33mskipped\x1b[0m",
+        "\x1b[33mskipped\x1b[0m",
+        "\x1b[33mskipped\x1b[0m",
+    ]
+
+
+# --- the command --------------------------------------------------------------------------------------------
+
+
+class _Now(datetime):
+    @classmethod
+    def now(cls, tz: Any = None) -> _Now:  # type: ignore[override]
+        assert tz is UTC
+        return cls.fromtimestamp(NOW.timestamp(), tz)
+
+
+@pytest.fixture
+def command(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The preflight command on a hand-built target, with two checks that record the context they get."""
+    seen: dict[str, Any] = {"rows": {"vcpu-quota": [], "names": []}}
+    env = environment()
+    plan = context(Account()).plan
+    target = SimpleNamespace(environment=env, region="eu-west-1", client=Account().client, session=None)
+
+    def load(name: str, environments: Any, region: Any, profile: Any) -> Any:
+        seen["load"] = (name, environments, region, profile)
+        return target
+
+    def check(check_id: str) -> Callable[[preflight.Context], list[Result]]:
+        def run(ctx: preflight.Context) -> list[Result]:
+            seen[check_id] = ctx
+            return list(seen["rows"][check_id])
+
+        return run
+
+    monkeypatch.setattr(preflight, "Target", SimpleNamespace(load=load))
+    monkeypatch.setattr(preflight, "plan_of", lambda e: plan if e is env else None)
+    monkeypatch.setattr(preflight, "CHECKS", {"vcpu-quota": check("vcpu-quota"), "names": check("names")})
+    monkeypatch.setattr(preflight, "datetime", _Now)
+    monkeypatch.setattr(preflight, "operator_environ", lambda t: {"for": t})
+    seen.update(env=env, plan=plan, target=target)
+    return seen
+
+
+def _run(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    return CliRunner().invoke(preflight.preflight, ["train", *args])
+
+
+def test_the_command_builds_the_context_from_the_target_and_prints_the_json_document(command: dict[str, Any]) -> None:
+    command["rows"]["vcpu-quota"] = [Result("vcpu-quota", "fail", "WARNING", "q[0]", "look")]
+    command["rows"]["names"] = [Result("names", "pass", "ERROR", "cluster.name", "free")]
+    result = _run("--json", "--region", "eu-west-1", "--profile", "ops")
+    assert (result.exit_code, result.exception) == (0, None)
+    assert json.loads(result.output) == {
+        "environment": "train",
+        "region": "eu-west-1",
+        "results": [
+            {"check": "vcpu-quota", "status": "fail", "level": "WARNING", "key": "q[0]", "message": "look"},
+            {"check": "names", "status": "pass", "level": "ERROR", "key": "cluster.name", "message": "free"},
+        ],
+    }
+    assert command["load"] == ("train", None, "eu-west-1", "ops")
+    ctx: preflight.Context = command["vcpu-quota"]
+    assert (ctx.env, ctx.plan, ctx.region, ctx.margin, ctx.now) == (
+        command["env"],
+        command["plan"],
+        "eu-west-1",
+        timedelta(days=7),
+        NOW,
+    )
+    assert ctx.client == command["target"].client
+    assert ctx.child_environ() == {"for": command["target"]}
+    assert command["names"] is ctx
+
+
+def test_the_command_skips_checks_and_takes_the_reservation_margin(command: dict[str, Any]) -> None:
+    result = _run("--skip", "vcpu-quota", "--reservation-margin-days", "0", "--json")
+    assert result.exit_code == 0
+    assert "vcpu-quota" not in command
+    assert command["names"].margin == timedelta(days=0)
+    assert json.loads(result.output)["results"] == []
+    result = _run("--reservation-margin-days", "-1")
+    assert result.exit_code == 2
+    result = _run("--skip", "no-such-check")
+    assert result.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("rows", "error", "summary"),
+    [
+        (
+            [("fail", "ERROR"), ("error", "ERROR")],
+            ("preflight failed: fix the ERROR rows above before `cdk deploy`", EXIT_FAILED),
+            "1 errors, 0 warnings, 1 checks could not run, 0 skipped",
+        ),
+        (
+            [("fail", "WARNING"), ("error", "ERROR")],
+            ("preflight incomplete: some checks could not run (see the AWS ERROR rows)", EXIT_AWS),
+            "0 errors, 1 warnings, 1 checks could not run, 0 skipped",
+        ),
+    ],
+)
+def test_the_command_fails_after_printing_the_table(
+    command: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    rows: list[tuple[str, str]],
+    error: tuple[str, int],
+    summary: str,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "72")
+    command["rows"]["names"] = [Result("names", s, lv, "k", "m") for s, lv in rows]  # type: ignore[arg-type]
+    result = _run()
+    assert isinstance(result.exception, CliError)
+    assert (result.exception.message, result.exception.exit_code) == error
+    assert result.output.splitlines()[0].strip() == "preflight train (eu-west-1)"
+    assert result.output.splitlines()[-1] == summary
