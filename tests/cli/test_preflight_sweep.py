@@ -1997,3 +1997,33 @@ def test_the_command_fails_after_printing_the_table(
     assert (result.exception.message, result.exception.exit_code) == error
     assert result.output.splitlines()[0].strip() == "preflight train (eu-west-1)"
     assert result.output.splitlines()[-1] == summary
+
+
+def test_parallelclusters_validators_get_the_context_and_its_child_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlcluster.cli import pcluster_live
+
+    ctx = context(Account())
+    row = Result("pcluster-validators", "skipped", "WARNING", "-", "later")
+    monkeypatch.setattr(
+        pcluster_live,
+        "check_pcluster_validators",
+        lambda c, environ: [row] if (c, environ) == (ctx, ctx.child_environ) else [],
+    )
+    assert preflight.check_pcluster_validators(ctx) == [row]
+
+
+def test_a_child_of_a_context_built_by_hand_inherits_this_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLCLUSTER_SWEEP", "1")
+    import os
+
+    environ = context(Account()).child_environ()
+    assert environ == dict(os.environ)
+    assert environ is not os.environ
+
+
+def test_a_stack_deleted_or_without_a_status_is_read_as_such() -> None:
+    results, _ = names_rows({"train-Network": {"StackStatus": "DELETE_COMPLETE"}, "train-Storage": {"Tags": OURS}})
+    assert results[:2] == [
+        Result("names", "pass", "ERROR", "(file name)", "stack train-Network is free"),
+        Result("names", "pass", "ERROR", "(file name)", "stack train-Storage is this environment's ()"),
+    ]
