@@ -855,7 +855,7 @@ def check_training_plans(ctx: Context) -> list[Result]:
         if arn is None:
             continue
         key = f"{group.key}.training_plan_arn"
-        name = arn.rsplit("/", 1)[-1]
+        name = arn.rpartition("/")[2]
         try:
             plan = sm.describe_training_plan(TrainingPlanName=name)
         except ClientError as error:
@@ -928,7 +928,8 @@ def check_pcluster_image(ctx: Context) -> list[Result]:
         ]
     head = pc.head_node.instance_type
     info = ctx.client("ec2").describe_instance_types(InstanceTypes=[head])["InstanceTypes"]
-    archs = info[0]["ProcessorInfo"]["SupportedArchitectures"] if info else ["x86_64"]
+    # A type EC2 does not describe is taken as x86_64, like one that supports both.
+    archs = info[0]["ProcessorInfo"]["SupportedArchitectures"] if info else []
     arch = "arm64" if "arm64" in archs and "x86_64" not in archs else "x86_64"
     part = PCLUSTER_IMAGE_PART.get(pc.os)
     if part is None:

@@ -949,17 +949,17 @@ def test_offerings_are_asked_per_zone_by_name_or_id_over_every_page() -> None:
     account = Account(describe_instance_type_offerings=answer)
     groups = (
         group("q[0]", "p5.48xlarge", 1, "us-east-2a", "use2-az2"),
-        group("q[1]", "ml.c5.xlarge", 1, "use2-az2"),
-        group("q[2]", "c5.xlarge", 1, "subnet-0123"),
+        group("q[1]", "c5.xlarge", 1, "subnet-0123"),
+        group("q[2]", "ml.c5.xlarge", 1, "use2-az2"),
     )
     fix = "choose another instance_type or zone (network.availability_zone)"
     assert preflight.check_offerings(context(account, groups=groups)) == [
         Result("instance-offered", "pass", "ERROR", "q[0]", "p5.48xlarge is offered in us-east-2a"),
         Result("instance-offered", "fail", "ERROR", "q[0]", f"p5.48xlarge is not offered in use2-az2: {fix}"),
-        Result("instance-offered", "pass", "ERROR", "q[1]", "c5.xlarge is offered in use2-az2"),
         Result(
-            "instance-offered", "fail", "WARNING", "q[2]", "zone unknown (network.existing); check the offering by hand"
+            "instance-offered", "fail", "WARNING", "q[1]", "zone unknown (network.existing); check the offering by hand"
         ),
+        Result("instance-offered", "pass", "ERROR", "q[2]", "c5.xlarge is offered in use2-az2"),
     ]
 
     def call(kind: str, zone: str, itype: str) -> Call:
