@@ -272,8 +272,9 @@ def check_private_folders_unlinked(issues: Issues, config: EnvironmentConfig) ->
     volume, the controller's state (``/fsx/.mlcluster``), and the users' homes (``/fsx/home``, with
     ``home_on_fsx`` and no ``storage.openzfs``). A DRA over one of them, or over a folder above it (``/``),
     exports private keys to the bucket and imports whatever a writer of the bucket puts there (an
-    ``authorized_keys``, a shell start-up file), owner and mode included (FSx applies the POSIX metadata of
-    the S3 object).
+    ``authorized_keys``, a shell start-up file), owner and mode included: FSx applies the object's
+    ``x-amz-meta-file-owner`` and ``-file-permissions`` (setuid excepted), "POSIX metadata support for data
+    repositories", https://docs.aws.amazon.com/fsx/latest/LustreGuide/posix-metadata-support.html.
     """
     hyperpod = config.cluster.hyperpod if config.cluster.backend == "hyperpod" else None
     if hyperpod is None:
