@@ -1410,9 +1410,14 @@ def test_names_of_a_first_deploy_are_free() -> None:
         Result("names", "pass", "ERROR", "cluster.name", "stack train-cluster is free"),
     ]
     assert calls == _stack_calls("train-Network", "train-Storage", "train-Cluster", "train-cluster")
-    _, calls = names_rows({}, associations=({"path": "/data"},), observability=True, backend="slurm")
+    _, calls = names_rows({}, associations=({"path": "/data"},), observability=True)
     assert calls == _stack_calls(
-        "train-Network", "train-Storage", "train-Cluster", "train-DataRepository", "train-Observability"
+        "train-Network",
+        "train-Storage",
+        "train-Cluster",
+        "train-DataRepository",
+        "train-Observability",
+        "train-cluster",
     )
 
 
@@ -1535,8 +1540,8 @@ def test_a_stack_that_cannot_be_described_is_raised() -> None:
 
 def bucket_rows(head: Any, tagging: Any = None) -> tuple[list[Result], list[Call]]:
     account = Account(describe_stacks=MISSING_STACK, head_bucket=head, get_bucket_tagging=tagging)
-    results = preflight.check_names(context(account, env=environment(bucket="train-data", backend="slurm")))
-    return results[3:], account.calls[3:]
+    results = preflight.check_names(context(account, env=environment(bucket="train-data")))
+    return results[4:], account.calls[4:]
 
 
 def test_the_data_bucket_is_free_ours_or_someone_elses() -> None:
@@ -1564,8 +1569,8 @@ def test_the_data_bucket_is_free_ours_or_someone_elses() -> None:
     with pytest.raises(ClientError):
         bucket_rows(client_error("400"))
     account = Account(describe_stacks=MISSING_STACK)
-    preflight.check_names(context(account, env=environment(backend="slurm")))
-    assert [service for service, _, _ in account.calls] == ["cloudformation"] * 3
+    preflight.check_names(context(account, env=environment()))
+    assert [service for service, _, _ in account.calls] == ["cloudformation"] * 4
 
 
 def hyperpod_names(describe: Any, tags: Any = None) -> tuple[list[Result], list[Call]]:
