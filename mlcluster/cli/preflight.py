@@ -704,7 +704,7 @@ def check_reservations(ctx: Context) -> list[Result]:
         try:
             found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
         except ClientError as error:
-            if "NotFound" not in str(error.response.get("Error", {}).get("Code", "")):
+            if "NotFound" not in str(error.response.get("Error", {}).get("Code")):
                 raise
             found = []
         if not found:
@@ -1025,7 +1025,7 @@ def check_names(ctx: Context) -> list[Result]:
         try:
             found = cfn.describe_stacks(StackName=name)["Stacks"]
         except ClientError as error:
-            if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
+            if "does not exist" not in str(error.response.get("Error", {}).get("Message")):
                 raise
             found = []
         status = str(found[0].get("StackStatus", "")) if found else "DELETE_COMPLETE"
@@ -1073,7 +1073,7 @@ def check_names(ctx: Context) -> list[Result]:
         try:
             s3.head_bucket(Bucket=bucket)
         except ClientError as error:
-            code = str(error.response.get("Error", {}).get("Code", ""))
+            code = str(error.response.get("Error", {}).get("Code"))
             if code in ("404", "NoSuchBucket", "NotFound"):
                 results.append(Result("names", "pass", "ERROR", "storage.data_bucket.name", f"bucket {bucket} is free"))
             elif code in ("403", "AccessDenied", "Forbidden"):
@@ -1138,7 +1138,7 @@ def check_bootstrap(ctx: Context) -> list[Result]:
     try:
         stacks = ctx.client("cloudformation").describe_stacks(StackName="CDKToolkit")["Stacks"]
     except ClientError as error:
-        if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
+        if "does not exist" not in str(error.response.get("Error", {}).get("Message")):
             raise
         stacks = []
     fix = f"run `npx cdk bootstrap aws://<account>/{ctx.region}`"
@@ -1261,7 +1261,7 @@ def render(results: Sequence[Result], env: str, region: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"preflight {env} ({region})", show_lines=False)
+    table = Table(title=f"preflight {env} ({region})")
     for column in ("check", "result", "key", "message"):
         table.add_column(column, overflow="fold")
     styles = {"pass": "green", "fail": "red", "error": "magenta", "skipped": "yellow"}

@@ -2032,3 +2032,17 @@ def test_a_stack_deleted_or_without_a_status_is_read_as_such() -> None:
         Result("names", "pass", "ERROR", "(file name)", "stack train-Network is free"),
         Result("names", "pass", "ERROR", "(file name)", "stack train-Storage is this environment's ()"),
     ]
+
+
+def test_an_error_without_a_code_or_message_is_raised_never_read_as_absent() -> None:
+    """An answer that says neither "does not exist" nor a not-found code is an error (a row), not a free name."""
+    bare = ClientError({"Error": {}}, "Operation")
+    with pytest.raises(ClientError):
+        names_rows({"train-Network": bare})
+    with pytest.raises(ClientError):
+        preflight.check_bootstrap(context(Account(describe_stacks=bare)))
+    with pytest.raises(ClientError):
+        bucket_rows(bare)
+    account = Account(describe_capacity_reservations=bare)
+    with pytest.raises(ClientError):
+        preflight.check_reservations(context(account, groups=(group("q[0]", "p5.48xlarge", 1, reservation_id=RID),)))
