@@ -1928,10 +1928,14 @@ def command(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return seen
 
 
-def _run(*args: str) -> Any:
+def _run(*args: str, standalone: bool = False) -> Any:
+    """``mlcluster preflight train ARGS`` through the command group (as the operator runs it); not standalone, a
+    CliError is the result's exception."""
     from click.testing import CliRunner
 
-    return CliRunner().invoke(preflight.preflight, ["train", *args])
+    from mlcluster.cli.main import cli
+
+    return CliRunner().invoke(cli, ["preflight", "train", *args], standalone_mode=standalone)
 
 
 def test_the_command_builds_the_context_from_the_target_and_prints_the_json_document(command: dict[str, Any]) -> None:
@@ -1967,9 +1971,9 @@ def test_the_command_skips_checks_and_takes_the_reservation_margin(command: dict
     assert "vcpu-quota" not in command
     assert command["names"].margin == timedelta(days=0)
     assert json.loads(result.output)["results"] == []
-    result = _run("--reservation-margin-days", "-1")
+    result = _run("--reservation-margin-days", "-1", standalone=True)
     assert result.exit_code == 2
-    result = _run("--skip", "no-such-check")
+    result = _run("--skip", "no-such-check", standalone=True)
     assert result.exit_code == 2
 
 
