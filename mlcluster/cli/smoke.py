@@ -772,7 +772,7 @@ class Smoke:
                     f"{judged.busbw_gbps:.1f} GB/s at {judged.size_bytes / 2**30:g} GiB "
                     f"is below {mark.pass_gbytes:g} GB/s"
                 )
-        fabric = f"{parsed.provider}" + (
+        fabric = (parsed.provider or "an unknown network") + (
             f" x {min(parsed.nics)} devices" if parsed.nics and parsed.provider == "efa" else ""
         )
         efa_installer = parse_versions(result.stdout)["efa_installer"]
