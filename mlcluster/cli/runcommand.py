@@ -200,7 +200,8 @@ def run_command(
         sent = ssm.send_command(
             DocumentName="AWS-RunShellScript",
             Comment=comment[:100],
-            TimeoutSeconds=max(30, min(timeout_seconds, 2592000)),
+            # SendCommand allows 30 to 2592000 s; the run is at most MAX_EXECUTION_TIMEOUT_S (checked above).
+            TimeoutSeconds=max(30, timeout_seconds),
             Parameters={"commands": [body], "executionTimeout": [str(timeout_seconds)]},
             InstanceIds=[node.ssm_target],
         )
