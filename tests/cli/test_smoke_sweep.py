@@ -242,3 +242,56 @@ def test_smoke_trn1_whole_result(
     setup, args = TRN1[scenario]
     setup(node)
     assert outcome(trn1, node, aws, *args) == snapshot
+
+
+# -- the pieces every step is built from, each whole at its edges -----------------------------------------------------
+def test_a_kind_of_node_must_show_its_types_devices() -> None:
+    from mlcluster.cli.smoke import NodeKind
+
+    assert NodeKind("p5", "ml.p5.48xlarge", efa=True).expectations() == (8, 32, 0)
+    assert NodeKind("p5", "p5.48xlarge", efa=False).expectations() == (8, 0, 0)
+    assert NodeKind("t", "trn1.32xlarge", efa=True).expectations() == (0, 8, 16)
+    assert NodeKind("g", "g5.xlarge", efa=True).expectations() == (1, 0, 0)  # EFA on a type without EFA devices
+    assert NodeKind("c", "c5.xlarge", efa=False).expectations() == (0, 0, 0)
+    assert NodeKind("x", "x9.unknown", efa=True).expectations() == (0, 0, 0)
+
+
+def test_parallelcluster_node_names_tell_the_kind_exactly() -> None:
+    from mlcluster.cli.smoke import NodeKind, Partition
+
+    p5, dots = NodeKind("p5", "p5.48xlarge", efa=True), NodeKind("a.b", "p4de.24xlarge", efa=False)
+    queue = Partition("q.1", (p5, dots), "pcluster")
+    assert not queue.uniform
+    assert [queue.kind_of(n) for n in ("q.1-st-p5-1", "q.1-dy-a.b-10", "qx1-st-p5-1", "q.1-st-axb-1", "q.1-st-p5-1x")] == [
+        p5, dots, None, None, None,
+    ]  # fmt: skip
+    hyperpod = Partition("p", (p5, NodeKind("other", "p5.48xlarge", efa=True)))
+    assert (hyperpod.uniform, hyperpod.kind_of("ip-10-1-4-190")) == (True, p5)
+    assert Partition("p", (p5, dots)).kind_of("ip-10-1-4-190") is None
+
+
+def test_a_bandwidth_is_judged_by_the_table_the_operator_or_nothing() -> None:
+    from mlcluster.cli.expectations import expectation
+    from mlcluster.cli.smoke import line_rate_mark
+
+    # the table's own mark (its pass figure already carries --min-busbw when given: expectation() took it)
+    assert line_rate_mark(expectation("p5.48xlarge"), 1.0) == ("line rate 400 GB/s, pass >= 200 GB/s", 200.0)
+    assert line_rate_mark(expectation("p5.48xlarge", 250.5), 1.0) == ("line rate 400 GB/s, pass >= 250.5 GB/s", 250.5)
+    assert expectation("trn1.32xlarge") is None
+    assert line_rate_mark(None, 47.5) == ("pass >= 47.5 GB/s (--min-busbw)", 47.5)
+    assert line_rate_mark(None, 0.0) == ("pass >= 0 GB/s (--min-busbw)", 0.0)
+    assert line_rate_mark(None, None) == ("no expectation for this type (pass --min-busbw)", None)
+
+
+def test_nccom_runs_once_on_the_first_node_of_the_whole_allocation() -> None:
+    from mlcluster.cli.smoke import nccom_script
+
+    assert nccom_script("-N 2 -p 'q 1' --nodelist=a,b", "a b", 64, 2, 900) == (
+        "export FI_PROVIDER=efa\n"
+        "timeout 900 salloc -N 2 -p 'q 1' --nodelist=a,b srun -N 1 -n 1 -w 'a b' bash -c "
+        '\'ips=""; for h in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do '
+        "ip=$(getent ahostsv4 \"$h\" | awk '\"'\"'NR == 1 {print $1}'\"'\"'); "
+        '[ -n "$ip" ] || { echo "cannot resolve $h" >&2; exit 1; }; ips="$ips $ip"; done; '
+        'set -- $ips; export NEURON_RT_ROOT_COMM_ID="$1:44444"; '
+        'exec nccom-test -r 64 -N 2 -b 64M -e 1G -f 2 --check -d fp32 --non-interactive allr --hosts "$@"\' 2>&1'
+    )
