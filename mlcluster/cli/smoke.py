@@ -469,23 +469,23 @@ class Smoke:
             return None
         return Step(name, "SKIP", f"not run: sinfo found {len(self.idle_nodes)} idle node(s), {max(count, 1)} needed")
 
-    def nccl_kind(self, name: str) -> tuple[InstanceType | None, Step | None]:
+    def nccl_kind(self, name: str) -> InstanceType | Step:
         """The partition's instance type when an NCCL step applies to it, else the SKIP that says why."""
         kind = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
         if self.nodes < 2:
-            return None, Step(name, "SKIP", "all_reduce across nodes needs --nodes 2 or more")
+            return Step(name, "SKIP", "all_reduce across nodes needs --nodes 2 or more")
         if kind is None or kind.accelerator != "nvidia":
-            return None, Step(name, "SKIP", f"{self.instance_type} has no NVIDIA GPUs")
+            return Step(name, "SKIP", f"{self.instance_type} has no NVIDIA GPUs")
         if not kind.efa:
-            return None, Step(name, "SKIP", f"{self.instance_type} has no EFA")
+            return Step(name, "SKIP", f"{self.instance_type} has no EFA")
         if not self.kind.efa:
-            return None, Step(name, "SKIP", f"{self.kind.resource}: EFA is off (efa: false)")
-        return kind, self.lacking(name, self.nodes)
+            return Step(name, "SKIP", f"{self.kind.resource}: EFA is off (efa: false)")
+        return self.lacking(name, self.nodes) or kind
 
     def nccl(self, timeout: int, min_busbw: float | None) -> Step:
-        kind, skip = self.nccl_kind("nccl")
-        if skip is not None or kind is None:
-            return skip or Step("nccl", "SKIP", "no NVIDIA EFA partition")
+        kind = self.nccl_kind("nccl")
+        if isinstance(kind, Step):
+            return kind
         backend: Backend = "hyperpod" if self.target.backend == "hyperpod" else "pcluster"
         where = self.placement(self.nodes)
         check = shlex.quote(node_check(backend, NCCL_BINARY))
@@ -530,9 +530,9 @@ class Smoke:
         info = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
         if info is None or info.accelerator != "nvidia" or not info.efa or not self.kind.efa or self.nodes < 2:
             return self.pyxis(image, timeout)
-        kind, skip = self.nccl_kind("container")
-        if skip is not None or kind is None:
-            return skip or Step("container", "SKIP", "no NVIDIA EFA partition")
+        kind = self.nccl_kind("container")
+        if isinstance(kind, Step):
+            return kind
         devices = efa_devices(self.instance_type)
         where = self.placement(self.nodes)
         pyxis = f"--container-image={shlex.quote(nccl_image)} {CONTAINER_OPTIONS}"

@@ -22,6 +22,7 @@ from tests.cli.conftest import Aws, FakeNode, World, transcript
 from tests.cli.test_smoke import (
     BARE_METAL_NCCL,
     SINFO_MIXED,
+    TRN1_SINFO,
     healthy_hyperpod,
     healthy_trn1,
     trn1,  # noqa: F401 (the fixture)
@@ -129,6 +130,7 @@ HYPERPOD: dict[str, tuple[Callable[[FakeNode], None], tuple[str, ...]]] = {
         ),
         ("--json",),
     ),
+    "precheck-stuck-text": (then(healthy_hyperpod, ("mlcluster-precheck", "", -1, "InProgress")), ()),
     "nothing-answers-json": (
         then(
             healthy_hyperpod,
@@ -223,6 +225,13 @@ TRN1: dict[str, tuple[Callable[[FakeNode], None], tuple[str, ...]]] = {
             ("nccom-test", transcript("nccom_failed.txt")),
         ),
         ("--min-busbw", "50"),
+    ),
+    "pyxis-nothing-idle-text": (
+        then(
+            healthy_trn1,
+            ("sinfo", TRN1_SINFO.replace("1 idle\n", "1 alloc\n").replace("2 idle\n", "2 alloc\n")),
+        ),
+        ("--image", PINNED),
     ),
     "slow-json": (
         then(healthy_trn1, ("MLC-NEURON", "MLC-NEURON compute-trn-st-trn1-1 devices=16 efa=7\n", 1)),
