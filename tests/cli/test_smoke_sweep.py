@@ -304,3 +304,26 @@ def test_nccom_runs_once_on_the_first_node_of_the_whole_allocation() -> None:
         'set -- $ips; export NEURON_RT_ROOT_COMM_ID="$1:44444"; '
         'exec nccom-test -r 64 -N 2 -b 64M -e 1G -f 2 --check -d fp32 --non-interactive allr --hosts "$@"\' 2>&1'
     )
+
+
+def test_nccom_is_judged_by_the_line_rate_once_the_table_knows_the_type(
+    trn1: World,  # noqa: F811
+    node: FakeNode,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No Trainium type is in the line-rate table yet; when one is (800 Gbit/s here), nccom takes its mark from it,
+    as the NVIDIA steps do, and a peak of 47.1 GB/s fails half of 100 GB/s."""
+    from mlcluster.cli import expectations
+
+    monkeypatch.setitem(expectations.NETWORK_GBITS, "trn1.32xlarge", 800)
+    healthy_trn1(node)
+    result = trn1.run("smoke", "trn1", "--json")
+    assert result.exit_code == 1
+    step = json.loads(result.stdout)["steps"][-1]
+    assert (step["step"], step["outcome"], step["summary"]) == (
+        "nccom",
+        "FAIL",
+        "peak busbw 47.1 GB/s at 1024 MiB across 2 x trn1.32xlarge, 64 ranks "
+        "(line rate 100 GB/s, pass >= 50 GB/s): below 50 GB/s",
+    )
+    assert (step["data"]["expected_line_rate_gbytes"], step["data"]["pass_busbw_gbytes"]) == (100.0, 50.0)
