@@ -226,6 +226,7 @@ TRN1: dict[str, tuple[Callable[[FakeNode], None], tuple[str, ...]]] = {
         ),
         ("--min-busbw", "50"),
     ),
+    "nccom-exited-text": (then(healthy_trn1, ("nccom-test", transcript("nccom_trn1.txt"), 1)), ()),
     "pyxis-nothing-idle-text": (
         then(
             healthy_trn1,
