@@ -304,3 +304,51 @@ def test_a_result_is_cut_at_the_output_limit() -> None:
     assert Result("", "Success", 0, "x" * 24000, "").truncated
     assert not Result("", "Success", 1, "", "").ok
     assert not Result("", "Failed", 0, "", "").ok
+
+
+class Spinner:
+    """A console whose ``status`` records what the operator's spinner says, first and at each update."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def status(self, text: str) -> Spinner:
+        self.said.append(text)
+        return self
+
+    def update(self, text: str) -> None:
+        self.said.append(text)
+
+    def __enter__(self) -> Spinner:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+def test_the_spinner_says_the_step_and_its_status(ssm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    send(ssm.stub, "true", comment="smoke p5: sinfo", timeout=60, delivery=60)
+    invocation(ssm.stub, {"Status": "Pending"})
+    invocation(ssm.stub, {"Status": "InProgress"})
+    invocation(ssm.stub, {"Status": "Success", "ResponseCode": 0})
+    spinner = Spinner()
+    runcommand.run_command(
+        target(ssm),
+        EC2,
+        "true",
+        comment="smoke p5: sinfo",
+        timeout_seconds=60,
+        user=None,
+        console=spinner,  # type: ignore[arg-type]
+    )
+    assert spinner.said == ["smoke p5: sinfo: Pending", "smoke p5: sinfo: Pending", "smoke p5: sinfo: InProgress"]
+    from mlcluster.cli import ssh
+
+    monkeypatch.setattr(ssh, "require_tools", lambda: "/bin/aws")
+    monkeypatch.setattr("mlcluster.cli.runcommand.subprocess.run", Session("MLCLUSTER_EXIT=0\n"))
+    session_spinner = Spinner()
+    runcommand.run(
+        target(), HYPERPOD, "true", comment="health p5: quick checks", timeout_seconds=30, user=None,
+        console=session_spinner,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert session_spinner.said == ["health p5: quick checks: running on i-0c0a1b2c3d4e5f601"]
