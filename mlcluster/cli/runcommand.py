@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlcluster.cli.context import Target
-from mlcluster.cli.errors import EXIT_FAILED, CliError, aws_errors
+from mlcluster.cli.errors import CliError, aws_errors
 from mlcluster.cli.nodes import Node
 
 if TYPE_CHECKING:
@@ -192,7 +192,6 @@ def run_command(
         raise CliError(
             f"this run may take {timeout_seconds} s on {node.instance_id}, beyond the {MAX_EXECUTION_TIMEOUT_S} s "
             "(48 h) AWS-RunShellScript allows for executionTimeout; run it on fewer nodes (a --partition at a time)",
-            EXIT_FAILED,
         )
     ssm = target.client("ssm")
     body = as_user(script, user)
@@ -226,7 +225,6 @@ def run_command(
                     f"command {command_id} on {node.ssm_target} is {status!r}, a status mlcluster does not know "
                     f"(it knows {', '.join(sorted(FINAL | CHANGING))})\n  what to do: `aws ssm get-command-invocation "
                     f"--command-id {command_id} --instance-id {node.ssm_target}`",
-                    EXIT_FAILED,
                 )
             if status in FINAL:
                 return Result(

@@ -19,7 +19,7 @@ import click
 
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
-from mlcluster.cli.errors import EXIT_FAILED, CliError
+from mlcluster.cli.errors import CliError
 from mlcluster.cli.expectations import SOURCE, Expectation, expectation
 from mlcluster.cli.nccl import Backend, efa_devices, node_check, node_run
 from mlcluster.cli.nccl_marks import parse_versions, pass_mark
@@ -250,7 +250,6 @@ def choose_partition(target: Target, partition: str | None) -> Partition:
     if chosen is None:
         raise CliError(
             f"--partition {partition}: not a partition of {target.name} (allowed: {', '.join(p.name for p in known)})",
-            EXIT_FAILED,
         )
     return chosen
 
@@ -896,7 +895,6 @@ def smoke(
             raise CliError(
                 f"{option} {value}: not pinned by digest; allowed: NAME@sha256:<64 hex digits> "
                 "(a tag can be moved to another image)",
-                EXIT_FAILED,
             )
     target = Target.load(env, environments, region, profile)
     target.require_backend("pcluster", "hyperpod")
@@ -937,4 +935,4 @@ def smoke(
         )
     if not passed:
         failed = ", ".join(s.name for s in smoke_run.steps if s.outcome == "FAIL")
-        raise CliError(f"smoke test failed: {failed}", EXIT_FAILED)
+        raise CliError(f"smoke test failed: {failed}")

@@ -352,3 +352,14 @@ def test_the_spinner_says_the_step_and_its_status(ssm: Any, monkeypatch: pytest.
         console=session_spinner,  # type: ignore[arg-type]
     )  # fmt: skip
     assert session_spinner.said == ["health p5: quick checks: running on i-0c0a1b2c3d4e5f601"]
+
+
+def test_an_invocation_without_a_status_yet_is_still_pending(ssm: Any) -> None:
+    send(ssm.stub, "true", comment="c", timeout=60, delivery=60)
+    invocation(ssm.stub, {"CommandId": CMD})
+    invocation(ssm.stub, {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": "ok\n"})
+    spinner: Any = Spinner()
+    result = runcommand.run_command(
+        target(ssm), EC2, "true", comment="c", timeout_seconds=60, user=None, console=spinner
+    )
+    assert (result, spinner.said) == (Result(CMD, "Success", 0, "ok\n", ""), ["c: Pending", "c: Pending"])
