@@ -115,7 +115,7 @@ def test_run_command_as_a_user_sends_the_wrapped_script(ssm: Any, monkeypatch: p
     )
     send(ssm.stub, body, comment="c", timeout=60, delivery=60)
     invocation(ssm.stub, {"Status": "TimedOut", "ResponseCode": 124, "StandardOutputContent": "x" * 24000})
-    result = runcommand.run_command(
+    result = runcommand.run(
         target(ssm), EC2, "id -un\n\n", comment="c", timeout_seconds=60, user="ec2-user", console=console()
     )
     assert (result.status, result.exit_code, result.truncated, result.ok) == ("TimedOut", 124, True, False)
@@ -363,3 +363,18 @@ def test_an_invocation_without_a_status_yet_is_still_pending(ssm: Any) -> None:
         target(ssm), EC2, "true", comment="c", timeout_seconds=60, user=None, console=spinner
     )
     assert (result, spinner.said) == (Result(CMD, "Success", 0, "ok\n", ""), ["c: Pending", "c: Pending"])
+
+
+def test_a_lone_carriage_return_joins_its_line_as_the_terminal_would_not_split_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session's output keeps each line whole: a progress bar's bare carriage returns are dropped, not new lines."""
+    result = session(monkeypatch, Session("10%\r50%\rdone\r\nMLCLUSTER_EXIT=0\r\n"))
+    assert result == Result("", "Success", 0, "10%50%done\n", "")
+
+
+def test_a_script_holding_the_delimiter_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mlcluster.cli.runcommand.secrets.token_hex", lambda n: "0" * (2 * n))
+    with pytest.raises(ValueError) as raised:
+        as_user("true\nMLCLUSTER_SCRIPT_0000000000000000\nrm -rf /\n", "ubuntu")
+    assert str(raised.value) == "the script contains the here-document delimiter; run it again"
