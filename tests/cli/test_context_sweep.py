@@ -275,3 +275,52 @@ def test_json_is_indented_or_on_one_line_with_dates_as_text(capsys: pytest.Captu
     assert capsys.readouterr().out == '{\n  "when": "2026-01-02",\n  "n": [\n    1\n  ]\n}\n'
     context.echo_json(data, compact=True)
     assert capsys.readouterr().out == json.dumps({"when": "2026-01-02", "n": [1]}) + "\n"
+
+
+def test_the_environments_folder_is_the_projects_and_relative_below_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cdk.json").write_text("{}")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert context.environments_folder(None) == tmp_path / "environments"  # above the current folder: absolute
+    monkeypatch.chdir(tmp_path)
+    assert context.environments_folder(None) == Path("environments")
+    assert context.environments_folder(Path("elsewhere")) == Path("elsewhere")
+
+
+def test_the_group_s_project_is_the_one_every_verb_uses(tmp_path: Path) -> None:
+    import click
+
+    from mlcluster.appdir import Project
+
+    chosen = Project(tmp_path / "app", None)
+    with click.Context(click.Command("mlcluster"), obj=chosen):
+        assert context.current_project() is chosen
+        assert context.environments_folder(None) == tmp_path / "app" / "environments"
+    with click.Context(click.Command("mlcluster"), obj="not a project"):
+        assert context.current_project().root == Path.cwd().resolve()
+
+
+def test_the_projects_feature_flags_and_the_packaged_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cdk.json").write_text('{"context": {"flag": true}}')
+    assert context.project_context() == {"flag": True}
+    assert capsys.readouterr().err == ""
+    (tmp_path / "cdk.json").write_text("[]")
+    with pytest.raises(CliError) as caught:
+        context.project_context()
+    assert (caught.value.exit_code, caught.value.message) == (
+        EXIT_FAILED,
+        f"{tmp_path / 'cdk.json'}: expected a JSON object whose `context` is an object\n"
+        "  what to do: fix the file, or pass --app-dir DIR",
+    )
+    (tmp_path / "cdk.json").unlink()
+    from mlcluster.appdir import find_project
+
+    flags = context.project_context()
+    assert flags == find_project().context() and flags
+    notice = find_project().notice()
+    assert capsys.readouterr().err == f"mlcluster: note: {notice}\n"
