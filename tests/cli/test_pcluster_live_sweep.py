@@ -538,3 +538,13 @@ def test_without_cluster_owned_keeps_everything_else() -> None:
     assert left == ["a", "c.d.e", "h", "l"]
     assert pcluster_live.without_cluster_owned(value, "", left) is not None
     assert left == ["a", "c.d.e", "h", "l"]  # each path once
+
+
+def test_an_unsafe_variable_is_an_aws_setup_failure_naming_it(tmp_path: Path) -> None:
+    given = str(tmp_path / "absent")
+    with pytest.raises(CliError) as caught:
+        pcluster_live.find_python({pcluster_live.PYTHON_VARIABLE: given})
+    assert (caught.value.exit_code, caught.value.message) == (
+        EXIT_AWS,
+        f"MLCLUSTER_PCLUSTER_PYTHON={given} is not an executable file: point it at a Python of your own",
+    )
