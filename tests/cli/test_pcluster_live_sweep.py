@@ -548,3 +548,22 @@ def test_an_unsafe_variable_is_an_aws_setup_failure_naming_it(tmp_path: Path) ->
         EXIT_AWS,
         f"MLCLUSTER_PCLUSTER_PYTHON={given} is not an executable file: point it at a Python of your own",
     )
+
+
+def test_a_launcher_is_read_up_to_4096_bytes(tmp_path: Path) -> None:
+    """Enough for pip's two-line launcher; a longer second line is cut, so its interpreter cannot be told."""
+    head = "#!/bin/sh\n'''exec' '/"
+    name = "python3"
+    folder = "d" * (4096 - len(head) - len(name) - len("/'"))
+    python = Path(f"/{folder}/{name}")
+    fits = program(tmp_path / "fits" / "pcluster", f"{head}{folder}/{name}'")  # the closing quote is byte 4096
+    assert fits.stat().st_size == 4096
+    assert pcluster_live.command_python(fits) == python
+    longer = program(tmp_path / "longer" / "pcluster", f"{head}{folder}x/{name}'")  # the quote is byte 4097
+    assert pcluster_live.command_python(longer) is None
+
+
+def test_a_launcher_without_a_final_newline_still_names_its_python(tmp_path: Path) -> None:
+    python = program(tmp_path / "py" / "python3", BINARY)
+    command = program(tmp_path / "bin" / "pcluster", f"#!/bin/sh\n'''exec' '{python}' \"$0\"")
+    assert pcluster_live.command_python(command) == python
