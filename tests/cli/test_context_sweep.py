@@ -324,3 +324,17 @@ def test_the_projects_feature_flags_and_the_packaged_notice(
     assert flags == find_project().context() and flags
     notice = find_project().notice()
     assert capsys.readouterr().err == f"mlcluster: note: {notice}\n"
+
+
+def test_the_default_profiles_region_is_named_as_such(
+    tmp_path: Path, no_ambient: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "aws-config"
+    config.write_text("[default]\nregion = eu-north-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    opened = context.open_session(None, None, None)
+    assert (opened.region, opened.region_source) == ("eu-north-1", "profile default in the AWS config file")
+    assert opened.session.region_name == "eu-north-1"
+    # Offline, the profile is not read: its region does not count.
+    with pytest.raises(CliError, match=r"^no AWS region: "):
+        context.open_session(None, None, None, offline=True)
