@@ -338,3 +338,27 @@ def test_the_default_profiles_region_is_named_as_such(
     # Offline, the profile is not read: its region does not count.
     with pytest.raises(CliError, match=r"^no AWS region: "):
         context.open_session(None, None, None, offline=True)
+
+
+def test_a_bad_ambient_profile_names_no_profile_in_the_message(
+    no_ambient: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "gone")
+    with pytest.raises(CliError) as caught:
+        context.open_session("eu-west-1", None, None)
+    assert (caught.value.exit_code, caught.value.message) == (
+        EXIT_SETUP,
+        "opening the AWS session failed: The config profile (gone) could not be found\n"
+        "  what to do: name a profile from ~/.aws/config (`aws configure list-profiles`)",
+    )
+
+
+def test_a_client_without_a_region_says_the_region_is_missing(no_ambient: None) -> None:
+    target = context.Target(
+        environment=load_environment(REPO / "environments" / "dev.yaml"),
+        session=boto3.Session(aws_access_key_id="a", aws_secret_access_key="b"),
+    )
+    with pytest.raises(CliError) as caught:
+        target.client("cloudformation")
+    assert caught.value.message.splitlines()[0] == "choosing the region failed: You must specify a region."
+    assert target._clients == {}
