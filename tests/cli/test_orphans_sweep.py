@@ -176,7 +176,13 @@ def test_orphan_resources_are_the_tagged_resources_no_live_stack_or_file_system_
     """Every live stack (nested ones too) is listed; what it holds, by ARN, id or name, is not an orphan."""
     summaries = {
         "p5-Network": [
-            {"StackResourceSummaries": [{"PhysicalResourceId": "vpc-0123", "ResourceType": "AWS::EC2::VPC"}]},
+            {
+                "StackResourceSummaries": [
+                    {"PhysicalResourceId": "vpc-0123", "ResourceType": "AWS::EC2::VPC"},
+                    # A topic's physical id is its ARN.
+                    {"PhysicalResourceId": arn("sns", "p5-topic"), "ResourceType": "AWS::SNS::Topic"},
+                ]
+            },
             {"StackResourceSummaries": [{"PhysicalResourceId": "", "ResourceType": "AWS::EC2::Route"}]},
         ],
         "p5-Storage": [
@@ -206,6 +212,7 @@ def test_orphan_resources_are_the_tagged_resources_no_live_stack_or_file_system_
     resources = [
         arn("cloudformation", "stack/p5-Old/1"),
         arn("ec2", "vpc/vpc-0123"),  # held by p5-Network, by id
+        arn("sns", "p5-topic"),  # held by p5-Network, by ARN
         "arn:aws:s3:::p5-data",  # held by p5-Storage, by name after ':'
         arn("kms", "key/key-1"),  # held by the nested stack
         arn("kms", "key/key-2"),
@@ -230,9 +237,9 @@ def test_orphan_resources_are_the_tagged_resources_no_live_stack_or_file_system_
     tagging = Recorder(
         {
             "get_resources": [
-                {"ResourceTagMappingList": [{"ResourceARN": a} for a in resources[:10]]},
+                {"ResourceTagMappingList": [{"ResourceARN": a} for a in resources[:11]]},
                 {},
-                {"ResourceTagMappingList": [{"ResourceARN": a} for a in resources[10:]]},
+                {"ResourceTagMappingList": [{"ResourceARN": a} for a in resources[11:]]},
             ]
         }
     )
