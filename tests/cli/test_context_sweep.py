@@ -362,3 +362,31 @@ def test_a_client_without_a_region_says_the_region_is_missing(no_ambient: None) 
         target.client("cloudformation")
     assert caught.value.message.splitlines()[0] == "choosing the region failed: You must specify a region."
     assert target._clients == {}
+
+
+def test_an_error_answer_without_its_error_element_is_still_an_aws_failure_naming_the_call() -> None:
+    """A proxy's or an odd endpoint's error body can parse without ``Error``: not a traceback."""
+    from botocore.exceptions import ClientError
+
+    class Refusing:
+        def describe_stacks(self, **_: Any) -> None:
+            raise ClientError({}, "DescribeStacks")
+
+    target = context.Target(environment=load_environment(REPO / "environments" / "dev.yaml"), session=boto3.Session())
+    target._clients["cloudformation"] = Refusing()
+    with pytest.raises(CliError) as caught:
+        target.describe_stack("Cluster")
+    assert (caught.value.exit_code, caught.value.message.splitlines()[0]) == (
+        EXIT_AWS,
+        "DescribeStacks for dev-Cluster failed: Unknown:",
+    )
+
+
+def test_a_loaded_target_keeps_the_profile_it_was_given(
+    tmp_path: Path, no_ambient: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "aws-config"
+    config.write_text("[profile ops]\naws_access_key_id = a\naws_secret_access_key = b\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    target = context.Target.load("qa", folder_with(tmp_path, qa=QA), None, "ops")
+    assert (target.profile, target.region, target.session.profile_name) == ("ops", "eu-west-1", "ops")
