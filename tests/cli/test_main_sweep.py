@@ -320,3 +320,29 @@ def test_the_spinner_defaults_to_stderr(capsys: pytest.CaptureFixture[str], monk
     assert ran == [True]
     assert [c.stderr for c in made] == [True]
     assert capsys.readouterr() == ("", "")
+
+
+#: Each local botocore failure the operator can meet, and the exact advice printed under it.
+LOCAL_FAILURES = [
+    (exceptions.NoCredentialsError(), EXIT_SETUP, "configure credentials (AWS_PROFILE, `aws configure sso`, or an instance role)"),
+    (exceptions.PartialCredentialsError(provider="env", cred_var="AWS_SECRET_ACCESS_KEY"), EXIT_SETUP, "the credentials are incomplete; set both the key id and the secret"),
+    (exceptions.ProfileNotFound(profile="p"), EXIT_SETUP, "name a profile from ~/.aws/config (`aws configure list-profiles`)"),
+    (exceptions.SSOError(), EXIT_SETUP, "the SSO session is missing or expired; run `aws sso login`"),
+    (exceptions.TokenRetrievalError(provider="sso", error_msg="m"), EXIT_SETUP, "the SSO token could not be refreshed; run `aws sso login`"),
+    (exceptions.CredentialRetrievalError(provider="p", error_msg="m"), EXIT_SETUP, "the credential process or role failed; fix the profile's settings"),
+    (exceptions.ConfigNotFound(path="/x"), EXIT_SETUP, "AWS_CONFIG_FILE names a missing file; fix the variable or create the file"),
+    (exceptions.ConfigParseError(path="/x"), EXIT_SETUP, "fix the syntax of ~/.aws/config (or AWS_CONFIG_FILE)"),
+    (exceptions.NoRegionError(), EXIT_SETUP, "pass --region, set `region:` in the environment file, or set AWS_REGION"),
+    (exceptions.InvalidRegionError(region_name="x y"), EXIT_SETUP, "pass a region name such as us-east-1 (--region or AWS_REGION)"),
+    (exceptions.InvalidConfigError(error_msg="m"), EXIT_SETUP, "fix the AWS configuration the message names"),
+    (exceptions.EndpointConnectionError(endpoint_url="u"), EXIT_AWS, "check the network, proxy settings and the region"),
+    (exceptions.ConnectTimeoutError(endpoint_url="u"), EXIT_AWS, "check the network and proxy settings; then run the command again"),
+    (exceptions.ReadTimeoutError(endpoint_url="u"), EXIT_AWS, "AWS did not answer in time; run the command again"),
+    (exceptions.SSLError(endpoint_url="u", error=OSError("e")), EXIT_AWS, "the TLS connection failed; check the proxy and AWS_CA_BUNDLE"),
+    (exceptions.HTTPClientError(error=OSError("e")), EXIT_AWS, "the connection to AWS broke; run the command again"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("error", "code", "advice"), LOCAL_FAILURES, ids=[type(e[0]).__name__ for e in LOCAL_FAILURES])
+def test_each_local_failure_gets_its_code_and_advice(error: Exception, code: int, advice: str) -> None:
+    assert errors.botocore_failure(error) == (code, advice)
