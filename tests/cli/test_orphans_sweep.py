@@ -339,3 +339,34 @@ def test_describe_backups_refused_names_the_call() -> None:
     assert caught.value.message.startswith(
         "DescribeBackups (the backups of the environment's live file systems) failed: AccessDeniedException: no\n"
     )
+
+
+def test_a_tagged_name_that_is_not_an_arn_is_listed_with_the_general_pricing_note() -> None:
+    tagging = Recorder(
+        {
+            "get_resources": [
+                {
+                    "ResourceTagMappingList": [
+                        {"ResourceARN": "arn:odd"},
+                        {"ResourceARN": "x"},
+                        {"ResourceARN": "arn:aws:sns"},
+                    ]
+                }
+            ]
+        }
+    )
+    assert orphans.orphan_resources(Recorder({}), tagging, Recorder({}), P5) == [
+        orphan("arn:odd", "see the service's pricing"),
+        orphan("x", "see the service's pricing"),
+        orphan("arn:aws:sns", "nothing at rest"),  # two colons: the service is the third part
+    ]
+
+
+def test_a_list_stack_resources_error_without_its_error_element_names_the_call() -> None:
+    cfn = Recorder({"list_stack_resources": {"p5-Network": ClientError({}, "ListStackResources")}})
+    with pytest.raises(CliError) as caught:
+        orphans.orphan_resources(cfn, Recorder({}), Recorder({}), P5)
+    assert (caught.value.exit_code, caught.value.message.splitlines()[0]) == (
+        EXIT_AWS,
+        "ListStackResources for p5-Network failed: Unknown:",
+    )
