@@ -119,10 +119,11 @@ def test_orphan_stacks_are_the_tagged_stacks_the_app_no_longer_builds() -> None:
         {},  # a page without Stacks
         {
             "Stacks": [
-                stack("p5-Gone"),  # no status in the answer
-                stack("p5-Unprotected", StackStatus="ROLLBACK_COMPLETE", EnableTerminationProtection=False),
+                # Stacks not of this environment, before and among the orphans: each skipped, the rest still read.
                 stack("other-Network", env="other", StackStatus="CREATE_COMPLETE"),
+                stack("p5-Gone"),  # no status in the answer
                 {"StackName": "p5-Untagged", "StackStatus": "CREATE_COMPLETE"},
+                stack("p5-Unprotected", StackStatus="ROLLBACK_COMPLETE", EnableTerminationProtection=False),
                 {"StackName": "p5-Keyed", "Tags": [{"Key": "Project", "Value": "p5"}]},
             ]
         },
