@@ -393,3 +393,17 @@ def test_ssh_config_for_another_node_names_it_in_the_alias(
         + "\n    ServerAliveInterval 60\n"
     )
     assert result.stderr == f"mlcluster: warning: the Session Manager plugin is not installed; {ssh.PLUGIN_HELP}\n"
+
+
+def test_a_parallelcluster_group_gives_its_first_running_node() -> None:
+    pages = [
+        {
+            "Reservations": [
+                {"Instances": [instance("i-c1", "stopped", COMPUTE), instance("i-c2", "running", COMPUTE)]},
+            ]
+        }
+    ]
+    made = target("p5", {"ClusterName": "p5-train"}, ec2=Recorder({"describe_instances": pages}))
+    assert nodes.pick(made, "compute-gpu", None) == Node(
+        "compute-gpu", "i-c2", "p5.48xlarge", "running", "", "i-c2", kind="Compute"
+    )
