@@ -344,3 +344,16 @@ LOCAL_FAILURES = [
 @pytest.mark.parametrize(("error", "code", "advice"), LOCAL_FAILURES, ids=[type(e[0]).__name__ for e in LOCAL_FAILURES])
 def test_each_local_failure_gets_its_code_and_advice(error: Exception, code: int, advice: str) -> None:
     assert errors.botocore_failure(error) == (code, advice)
+
+
+def test_shell_completion_answers_on_the_documented_variable_or_a_given_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for variable, given in (("_MLCLUSTER_COMPLETE", None), ("_OPS_COMPLETE", "_OPS_COMPLETE")):
+        monkeypatch.setenv(variable, "bash_source")
+        with pytest.raises(SystemExit) as done:
+            main.cli.main([], prog_name="mlcluster", complete_var=given, standalone_mode=False)
+        monkeypatch.delenv(variable)
+        assert done.value.code == 0
+        script = capsys.readouterr().out
+        assert f"{variable}=bash_complete" in script and "complete -o nosort -F" in script
