@@ -1,0 +1,536 @@
+"""``mlcluster diff`` and ``protect``: the exact change-set requests, the whole report an operator reads, the policies.
+
+Each test pins the complete observable result: every parameter of every CloudFormation and S3 call (botocore
+Stubber with exact ``expected_params``), the full text and ``--json`` document, the exact refusal and exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from click.testing import CliRunner
+
+from mlcluster.cli import diff as diff_module
+from mlcluster.cli.diff import (
+    StackArtifact,
+    Verdict,
+    apply_protection,
+    change_set_verdicts,
+    report,
+    stack_artifacts,
+    stack_policy,
+)
+from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, EXIT_REPLACEMENT, CliError
+from mlcluster.cli.main import cli
+from mlcluster.config import load_environment
+from tests.support import MINIMAL, write_env
+
+STACK = "p5-Storage"
+NAME = "mlcluster-diff-1700000000"
+DESCRIPTION = "mlcluster diff: never executed, deleted after reading"
+CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
+STACK_ID = "arn:aws:cloudformation:us-east-1:123456789012:stack/p5-Storage/1f2e3d4c"
+CHANGE_SET_ID = "arn:aws:cloudformation:us-east-1:123456789012:changeSet/mlcluster-diff-1700000000/abcd"
+TEMPLATE: dict[str, Any] = {
+    "Resources": {
+        "LustreF8935BA0": {"Type": "AWS::FSx::FileSystem"},
+        "QueueAB12": {"Type": "AWS::SQS::Queue"},
+        "DataBucketB1A7365C": {"Type": "AWS::S3::Bucket"},
+    }
+}
+PATHS = {"LustreF8935BA0": "Storage/Lustre/Resource", "DataBucketB1A7365C": "Storage/DataBucket/Resource/Resource"}
+
+
+@pytest.fixture
+def cfn(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Stubber]]:
+    """A stubbed CloudFormation client; the change set's name is fixed by a fixed clock."""
+    monkeypatch.setattr(diff_module, "time", SimpleNamespace(time=lambda: 1_700_000_000.9))
+    client = boto3.client("cloudformation", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+def artifact(tmp_path: Path, body: str | None = None, s3_url: str | None = None) -> StackArtifact:
+    path = tmp_path / "p5Storage.template.json"
+    path.write_text(json.dumps(TEMPLATE) if body is None else body, encoding="utf-8")
+    return StackArtifact(name=STACK, template_file=path, template_s3_url=s3_url, paths=PATHS)
+
+
+def change(lid: str, kind: str, action: str, replacement: str | None = None) -> dict[str, Any]:
+    rc: dict[str, Any] = {"Action": action, "LogicalResourceId": lid, "ResourceType": kind}
+    if replacement is not None:
+        rc["Replacement"] = replacement
+    return {"Type": "Resource", "ResourceChange": rc}
+
+
+def page(status: str, changes: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"ChangeSetName": NAME, "StackName": STACK, "Status": status, "Changes": changes or [], **extra}
+
+
+def expect_describe_stack(stubber: Stubber) -> None:
+    stubber.add_response(
+        "describe_stacks",
+        {"Stacks": [{"StackName": STACK, "CreationTime": "2026-01-01T00:00:00Z", "StackStatus": "UPDATE_COMPLETE"}]},
+        {"StackName": STACK},
+    )
+
+
+def expect_create(stubber: Stubber, body: str | None = None) -> None:
+    stubber.add_response(
+        "create_change_set",
+        {"Id": CHANGE_SET_ID, "StackId": STACK_ID},
+        {
+            "StackName": STACK,
+            "ChangeSetName": NAME,
+            "ChangeSetType": "UPDATE",
+            "Capabilities": CAPABILITIES,
+            "Description": DESCRIPTION,
+            "TemplateBody": json.dumps(TEMPLATE) if body is None else body,
+        },
+    )
+
+
+def expect_page(stubber: Stubber, answer: dict[str, Any], token: str | None = None) -> None:
+    params = {"StackName": STACK, "ChangeSetName": NAME} | ({"NextToken": token} if token else {})
+    stubber.add_response("describe_change_set", answer, params)
+
+
+def expect_delete(stubber: Stubber) -> None:
+    stubber.add_response("delete_change_set", {}, {"StackName": STACK, "ChangeSetName": NAME})
+
+
+def read(client: Any, tmp_path: Path, sleeps: list[float] | None = None, **kwargs: Any) -> list[Verdict] | None:
+    """``change_set_verdicts`` of the small storage stack; an account lookup here would be a bug (small template)."""
+
+    def no_account() -> str:
+        raise AssertionError("the account is asked only for a template that goes through S3")
+
+    return change_set_verdicts(
+        client,
+        None,
+        artifact(tmp_path),
+        region="us-east-1",
+        account=no_account,
+        sleep=(sleeps if sleeps is not None else []).append,
+        **kwargs,
+    )
+
+
+def test_a_change_set_is_created_polled_paged_read_and_deleted_with_exact_requests(
+    cfn: tuple[Any, Stubber], tmp_path: Path
+) -> None:
+    client, stubber = cfn
+    expect_describe_stack(stubber)
+    expect_create(stubber)
+    expect_page(stubber, page("CREATE_PENDING"))
+    expect_page(stubber, page("CREATE_IN_PROGRESS"))
+    expect_page(
+        stubber,
+        page(
+            "CREATE_COMPLETE",
+            [change("LustreF8935BA0", "AWS::FSx::FileSystem", "Modify", "True"), change("QueueAB12", "AWS::SQS::Queue", "Add")],
+            NextToken="page-2",
+        ),
+    )
+    expect_page(
+        stubber,
+        page(
+            "CREATE_COMPLETE",
+            [change("DataBucketB1A7365C", "AWS::S3::Bucket", "Remove"), {"Type": "Resource", "ResourceChange": {}}],
+        ),
+        token="page-2",
+    )
+    expect_delete(stubber)
+    sleeps: list[float] = []
+    found = read(client, tmp_path, sleeps)
+    assert sleeps == [5.0, 5.0]
+    assert found == [
+        Verdict(STACK, "LustreF8935BA0", "AWS::FSx::FileSystem", "Storage/Lustre/Resource", "Modify", "True"),
+        Verdict(STACK, "QueueAB12", "AWS::SQS::Queue", "QueueAB12", "Add", ""),
+        Verdict(STACK, "DataBucketB1A7365C", "AWS::S3::Bucket", "Storage/DataBucket/Resource/Resource", "Remove", ""),
+        Verdict(STACK, "", "", "", "", ""),
+    ]
+
+
+def test_the_poll_interval_given_is_the_one_slept(cfn: tuple[Any, Stubber], tmp_path: Path) -> None:
+    client, stubber = cfn
+    expect_describe_stack(stubber)
+    expect_create(stubber)
+    expect_page(stubber, page("CREATE_PENDING"))
+    expect_page(stubber, page("CREATE_COMPLETE"))
+    expect_delete(stubber)
+    sleeps: list[float] = []
+    assert read(client, tmp_path, sleeps, poll_seconds=0.25) == []
+    assert sleeps == [0.25]
+
+
+def test_a_change_set_never_ready_gives_up_after_120_polls_ten_minutes(
+    cfn: tuple[Any, Stubber], tmp_path: Path
+) -> None:
+    client, stubber = cfn
+    expect_describe_stack(stubber)
+    expect_create(stubber)
+    for _ in range(120):
+        expect_page(stubber, page("CREATE_IN_PROGRESS"))
+    expect_delete(stubber)
+    sleeps: list[float] = []
+    with pytest.raises(CliError) as raised:
+        read(client, tmp_path, sleeps)
+    assert (raised.value.message, raised.value.exit_code) == (
+        f"change set {NAME} of {STACK} was not ready after 120 polls",
+        EXIT_FAILED,
+    )
+    assert sleeps == [5.0] * 120
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "The submitted information didn't contain changes. Submit different information to create a change set.",
+        "No updates are to be performed.",
+    ],
+)
+def test_a_change_set_without_changes_reads_as_no_changes(
+    cfn: tuple[Any, Stubber], tmp_path: Path, reason: str
+) -> None:
+    client, stubber = cfn
+    expect_describe_stack(stubber)
+    expect_create(stubber)
+    expect_page(stubber, page("FAILED", StatusReason=reason))
+    expect_delete(stubber)
+    assert read(client, tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (
+            page("FAILED", StatusReason="Template format error: Unrecognized resource types: [AWS::FSx::Nope]"),
+            f"change set for {STACK} failed: Template format error: Unrecognized resource types: [AWS::FSx::Nope]",
+        ),
+        (page("FAILED"), f"change set for {STACK} failed: "),
+        (
+            page("DELETE_COMPLETE", StatusReason="gone"),
+            f"change set {NAME} of {STACK} is DELETE_COMPLETE: it was deleted while it was read (gone)\n"
+            "  what to do: run `mlcluster diff` again",
+        ),
+        (
+            page("DELETE_PENDING"),
+            f"change set {NAME} of {STACK} is DELETE_PENDING: it was deleted while it was read ()\n"
+            "  what to do: run `mlcluster diff` again",
+        ),
+        (
+            page("NEW"),
+            f"change set {NAME} of {STACK} is NEW: a status mlcluster does not know ()\n"
+            "  what to do: run `mlcluster diff` again",
+        ),
+    ],
+)
+def test_a_failed_or_vanished_change_set_is_refused_with_its_reason_and_still_deleted(
+    cfn: tuple[Any, Stubber], tmp_path: Path, answer: dict[str, Any], message: str
+) -> None:
+    client, stubber = cfn
+    expect_describe_stack(stubber)
+    expect_create(stubber)
+    expect_page(stubber, answer)
+    expect_delete(stubber)
+    with pytest.raises(CliError) as raised:
+        read(client, tmp_path)
+    assert (raised.value.message, raised.value.exit_code) == (message, EXIT_FAILED)
+
+
+def test_a_stack_that_does_not_exist_is_not_deployed_and_nothing_is_created(
+    cfn: tuple[Any, Stubber], tmp_path: Path
+) -> None:
+    client, stubber = cfn
+    stubber.add_client_error(
+        "describe_stacks", "ValidationError", "Stack with id p5-Storage does not exist", 400, None, {"StackName": STACK}
+    )
+    assert read(client, tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [("ValidationError", "Stack name p5-Storage is invalid"), ("AccessDenied", "not authorized"), ("Throttling", "Rate exceeded")],
+)
+def test_any_other_describe_stacks_failure_is_an_aws_error(
+    cfn: tuple[Any, Stubber], tmp_path: Path, code: str, text: str
+) -> None:
+    client, stubber = cfn
+    stubber.add_client_error("describe_stacks", code, text, 400, None, {"StackName": STACK})
+    with pytest.raises(CliError) as raised:
+        read(client, tmp_path)
+    assert raised.value.exit_code == EXIT_AWS
+    assert raised.value.message.startswith(f"DescribeStacks for {STACK} failed: {code}: {text}\n  what to do: ")
+
+
+@pytest.mark.parametrize(
+    ("failing", "doing"),
+    [
+        ("create_change_set", f"CreateChangeSet for {STACK}"),
+        ("describe_change_set", f"DescribeChangeSet {NAME} of {STACK}"),
+        ("delete_change_set", f"DeleteChangeSet {NAME} of {STACK}"),
+    ],
+)
+def test_each_change_set_call_failing_names_the_call(
+    cfn: tuple[Any, Stubber], tmp_path: Path, failing: str, doing: str
+) -> None:
+    client, stubber = cfn
+    expect_describe_stack(stubber)
+    if failing == "create_change_set":
+        stubber.add_client_error("create_change_set", "AccessDenied", "denied", 403)
+    else:
+        expect_create(stubber)
+        if failing == "describe_change_set":
+            stubber.add_client_error("describe_change_set", "Throttling", "Rate exceeded", 400)
+            expect_delete(stubber)
+        else:
+            expect_page(stubber, page("CREATE_COMPLETE"))
+            stubber.add_client_error("delete_change_set", "AccessDenied", "denied", 403)
+    with pytest.raises(CliError) as raised:
+        read(client, tmp_path)
+    assert raised.value.exit_code == EXIT_AWS
+    assert raised.value.message.startswith(f"{doing} failed: ")
+
+
+def big_body(size: int, filler: str = "x") -> str:
+    """A template text of exactly ``size`` bytes in UTF-8."""
+    head = '{"Resources": {}, "Metadata": {"pad": "'
+    tail = '"}}'
+    room = size - len((head + tail).encode())
+    return head + filler * (room // len(filler.encode())) + tail
+
+
+def test_a_template_of_exactly_the_body_limit_goes_inline(cfn: tuple[Any, Stubber], tmp_path: Path) -> None:
+    client, stubber = cfn
+    body = big_body(51_200)
+    assert len(body.encode()) == 51_200
+    expect_describe_stack(stubber)
+    expect_create(stubber, body)
+    expect_page(stubber, page("CREATE_COMPLETE"))
+    expect_delete(stubber)
+    found = change_set_verdicts(
+        client, None, artifact(tmp_path, body), region="us-east-1", account=lambda: "1", sleep=lambda _: None
+    )
+    assert found == []
+
+
+@pytest.mark.parametrize("filler", ["x", "é"])
+def test_a_template_one_byte_over_goes_through_the_assets_bucket(
+    cfn: tuple[Any, Stubber], tmp_path: Path, filler: str
+) -> None:
+    """Over 51,200 bytes (counted in UTF-8: an accented text is longer in bytes than in characters)."""
+    client, stubber = cfn
+    body = big_body(51_201 if filler == "x" else 51_202, filler)
+    assert len(body) <= 51_200 or filler == "x"
+    s3 = boto3.client("s3", region_name="eu-west-1", aws_access_key_id="x", aws_secret_access_key="x")
+    url = "s3://cdk-hnb659fds-assets-${AWS::AccountId}-${AWS::Region}/f00d.json"
+    with Stubber(s3) as s3_stub:
+        s3_stub.add_response(
+            "put_object",
+            {},
+            {"Bucket": "cdk-hnb659fds-assets-123456789012-eu-west-1", "Key": "f00d.json", "Body": body.encode()},
+        )
+        expect_describe_stack(stubber)
+        stubber.add_response(
+            "create_change_set",
+            {"Id": CHANGE_SET_ID},
+            {
+                "StackName": STACK,
+                "ChangeSetName": NAME,
+                "ChangeSetType": "UPDATE",
+                "Capabilities": CAPABILITIES,
+                "Description": DESCRIPTION,
+                "TemplateURL": "https://cdk-hnb659fds-assets-123456789012-eu-west-1.s3.eu-west-1.amazonaws.com/f00d.json",
+            },
+        )
+        expect_page(stubber, page("CREATE_COMPLETE"))
+        expect_delete(stubber)
+        found = change_set_verdicts(
+            client,
+            s3,
+            artifact(tmp_path, body, url),
+            region="eu-west-1",
+            account=lambda: "123456789012",
+            sleep=lambda _: None,
+        )
+        s3_stub.assert_no_pending_responses()
+    assert found == []
+
+
+def test_a_large_template_without_an_s3_location_is_refused_before_any_change_set(
+    cfn: tuple[Any, Stubber], tmp_path: Path
+) -> None:
+    client, stubber = cfn
+    expect_describe_stack(stubber)
+    with pytest.raises(CliError) as raised:
+        change_set_verdicts(
+            client, None, artifact(tmp_path, big_body(51_201)), region="us-east-1", account=lambda: "1"
+        )
+    assert (raised.value.message, raised.value.exit_code) == (
+        "p5-Storage: the template is over 51200 bytes and has no S3 location",
+        EXIT_FAILED,
+    )
+
+
+def test_a_failed_upload_of_a_large_template_names_the_object(cfn: tuple[Any, Stubber], tmp_path: Path) -> None:
+    client, stubber = cfn
+    s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(s3) as s3_stub:
+        s3_stub.add_client_error("put_object", "AccessDenied", "Access Denied", 403)
+        expect_describe_stack(stubber)
+        with pytest.raises(CliError) as raised:
+            change_set_verdicts(
+                client,
+                s3,
+                artifact(tmp_path, big_body(51_201), "s3://assets-${AWS::Region}/k/t.json"),
+                region="us-east-1",
+                account=lambda: "1",
+            )
+    assert raised.value.exit_code == EXIT_AWS
+    assert raised.value.message.startswith(
+        "PutObject s3://assets-us-east-1/k/t.json failed: AccessDenied: Access Denied\n  what to do: "
+    )
+
+
+LUSTRE = Verdict(STACK, "LustreF8935BA0", "AWS::FSx::FileSystem", "Storage/Lustre/Resource", "Modify", "True")
+BUCKET = Verdict(STACK, "DataBucketB1A7365C", "AWS::S3::Bucket", "Storage/DataBucket/Resource/Resource", "Remove", "")
+MAYBE = Verdict(STACK, "Zfs", "AWS::FSx::FileSystem", "Storage/OpenZfs/Resource", "Modify", "Conditional")
+GROUP = Verdict("p5-Network", "Group", "AWS::EC2::SecurityGroup", "Network/Group/Resource", "Modify", "True")
+QUEUE = Verdict("p5-Cluster", "Queue", "AWS::SQS::Queue", "Cluster/Queue/Resource", "Add", "")
+ROLE = Verdict("p5-Cluster", "Role", "AWS::IAM::Role", "Cluster/Role/Resource", "Modify", "False")
+IN_PLACE = Verdict(STACK, "LustreF8935BA0", "AWS::FSx::FileSystem", "Storage/Lustre/Resource", "Modify", "False")
+GONE_QUEUE = Verdict("p5-Cluster", "Old", "AWS::SQS::Queue", "Cluster/Old/Resource", "Remove", "")
+
+
+@pytest.mark.parametrize(
+    ("verdict", "dangerous"),
+    [
+        (LUSTRE, True),
+        (BUCKET, True),
+        (MAYBE, True),
+        (IN_PLACE, False),
+        (GROUP, False),
+        (QUEUE, False),
+        (GONE_QUEUE, False),
+        (Verdict(STACK, "L", "AWS::FSx::FileSystem", "Storage/Lustre/Resource", "Modify", "true"), False),
+    ],
+)
+def test_dangerous_is_a_data_bearing_resource_replaced_maybe_replaced_or_removed(
+    verdict: Verdict, dangerous: bool
+) -> None:
+    assert verdict.dangerous is dangerous
+
+
+def test_a_verdict_line_names_stack_action_resource_replacement_and_path() -> None:
+    assert LUSTRE.line() == (
+        "p5-Storage: Modify  LustreF8935BA0 (AWS::FSx::FileSystem) replacement=True Storage/Lustre/Resource"
+    )
+    assert QUEUE.line() == "p5-Cluster: Add     Queue (AWS::SQS::Queue) replacement=- Cluster/Queue/Resource"
+
+
+def test_the_report_lists_data_bearing_first_then_the_others_replacements_first_and_exits_6(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(CliError) as raised:
+        report([ROLE, LUSTRE, QUEUE, GROUP, BUCKET, GONE_QUEUE, MAYBE])
+    assert raised.value.exit_code == EXIT_REPLACEMENT
+    assert raised.value.message == (
+        "3 data-bearing resource(s) would be replaced or deleted; see the docs (docs/reference/edits.md) for the "
+        "safe way, and retention.allow_replacement to allow it deliberately"
+    )
+    assert capsys.readouterr().out == (
+        "DATA-BEARING resources AWS would replace or delete:\n"
+        "  p5-Storage: Modify  LustreF8935BA0 (AWS::FSx::FileSystem) replacement=True Storage/Lustre/Resource\n"
+        "  p5-Storage: Remove  DataBucketB1A7365C (AWS::S3::Bucket) replacement=- Storage/DataBucket/Resource/Resource\n"
+        "  p5-Storage: Modify  Zfs (AWS::FSx::FileSystem) replacement=Conditional Storage/OpenZfs/Resource\n"
+        "Other changes:\n"
+        "  p5-Network: Modify  Group (AWS::EC2::SecurityGroup) replacement=True Network/Group/Resource\n"
+        "  p5-Cluster: Remove  Old (AWS::SQS::Queue) replacement=- Cluster/Old/Resource\n"
+        "  p5-Cluster: Add     Queue (AWS::SQS::Queue) replacement=- Cluster/Queue/Resource\n"
+        "  p5-Cluster: Modify  Role (AWS::IAM::Role) replacement=False Cluster/Role/Resource\n"
+    )
+
+
+def test_the_report_of_changes_in_place_only_lists_them_and_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    report([IN_PLACE, GROUP])
+    assert capsys.readouterr().out == (
+        "Other changes:\n"
+        "  p5-Network: Modify  Group (AWS::EC2::SecurityGroup) replacement=True Network/Group/Resource\n"
+        "  p5-Storage: Modify  LustreF8935BA0 (AWS::FSx::FileSystem) replacement=False Storage/Lustre/Resource\n"
+    )
+    report([])
+    assert capsys.readouterr().out == ""
+
+
+def test_the_json_report_is_the_whole_document_and_still_exits_6(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(CliError) as raised:
+        report([ROLE, LUSTRE, GROUP], stacks={STACK: "changes"}, region="eu-west-1", as_json=True)
+    assert raised.value.exit_code == EXIT_REPLACEMENT
+    assert json.loads(capsys.readouterr().out) == {
+        "region": "eu-west-1",
+        "stacks": {STACK: "changes"},
+        "data_bearing": [LUSTRE.__dict__],
+        "other": [GROUP.__dict__, ROLE.__dict__],
+        "safe": False,
+    }
+    report([IN_PLACE], as_json=True)
+    assert json.loads(capsys.readouterr().out) == {
+        "region": "",
+        "stacks": {},
+        "data_bearing": [],
+        "other": [IN_PLACE.__dict__],
+        "safe": True,
+    }
+
+
+def fake_assembly(outdir: Path) -> Path:
+    """A synthesized stage of three stacks (one named by its artifact id only) and a non-stack artifact."""
+    nested = outdir / "assembly-p5"
+    nested.mkdir(parents=True)
+    artifacts: dict[str, Any] = {"p5.assets": {"type": "cdk:asset-manifest", "properties": {"file": "x.json"}}}
+    for artifact_id, stack_name in (("p5Network", "p5-Network"), ("p5Storage", "p5-Storage"), ("p5-Cluster", None)):
+        (nested / f"{artifact_id}.template.json").write_text(json.dumps(TEMPLATE), encoding="utf-8")
+        (nested / f"{artifact_id}.metadata.json").write_text(
+            json.dumps({f"/p5/{artifact_id}/Lustre/Resource": [{"type": "aws:cdk:logicalId", "data": "LustreF8935BA0"}]}),
+            encoding="utf-8",
+        )
+        properties: dict[str, Any] = {"templateFile": f"{artifact_id}.template.json"}
+        if stack_name:
+            properties["stackName"] = stack_name
+        if artifact_id == "p5Storage":
+            properties["stackTemplateAssetObjectUrl"] = "s3://assets/t.json"
+        artifacts[artifact_id] = {
+            "type": "aws:cloudformation:stack",
+            "properties": properties,
+            "additionalMetadataFile": f"{artifact_id}.metadata.json",
+        }
+    (nested / "manifest.json").write_text(json.dumps({"artifacts": artifacts}), encoding="utf-8")
+    return outdir
+
+
+def test_stack_artifacts_are_the_stacks_of_the_stage_in_manifest_order(tmp_path: Path) -> None:
+    fake_assembly(tmp_path)
+    nested = tmp_path / "assembly-p5"
+
+    def paths(artifact_id: str) -> dict[str, str]:
+        """The construct path from the metadata; a resource without one is named by its logical id."""
+        return {
+            "LustreF8935BA0": f"{artifact_id}/Lustre/Resource",
+            "QueueAB12": "QueueAB12",
+            "DataBucketB1A7365C": "DataBucketB1A7365C",
+        }
+
+    assert stack_artifacts(tmp_path, "p5") == [
+        StackArtifact("p5-Network", nested / "p5Network.template.json", None, paths("p5Network")),
+        StackArtifact("p5-Storage", nested / "p5Storage.template.json", "s3://assets/t.json", paths("p5Storage")),
+        StackArtifact("p5-Cluster", nested / "p5-Cluster.template.json", None, paths("p5-Cluster")),
+    ]
