@@ -534,3 +534,358 @@ def test_stack_artifacts_are_the_stacks_of_the_stage_in_manifest_order(tmp_path:
         StackArtifact("p5-Storage", nested / "p5Storage.template.json", "s3://assets/t.json", paths("p5Storage")),
         StackArtifact("p5-Cluster", nested / "p5-Cluster.template.json", None, paths("p5-Cluster")),
     ]
+
+
+def stubbed_stack(stubber: Stubber, stack: str, answer: dict[str, Any] | None) -> None:
+    """One stack of ``mlcluster diff``: not deployed (None), else a change set answering ``answer``."""
+    if answer is None:
+        stubber.add_client_error(
+            "describe_stacks", "ValidationError", f"Stack with id {stack} does not exist", 400, None, {"StackName": stack}
+        )
+        return
+    stubber.add_response(
+        "describe_stacks",
+        {"Stacks": [{"StackName": stack, "CreationTime": "2026-01-01T00:00:00Z", "StackStatus": "CREATE_COMPLETE"}]},
+        {"StackName": stack},
+    )
+    stubber.add_response(
+        "create_change_set",
+        {"Id": CHANGE_SET_ID},
+        {
+            "StackName": stack,
+            "ChangeSetName": NAME,
+            "ChangeSetType": "UPDATE",
+            "Capabilities": CAPABILITIES,
+            "Description": DESCRIPTION,
+            "TemplateBody": json.dumps(TEMPLATE),
+        },
+    )
+    stubber.add_response("describe_change_set", answer, {"StackName": stack, "ChangeSetName": NAME})
+    stubber.add_response("delete_change_set", {}, {"StackName": stack, "ChangeSetName": NAME})
+
+
+def run_diff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: Any, *extra: str
+) -> tuple[Any, list[tuple[Path, str, Path]]]:
+    envs = tmp_path / "environments"
+    write_env(envs, "p5", MINIMAL)
+    synths: list[tuple[Path, str, Path]] = []
+
+    def synthesize(environments: Path, name: str, outdir: Path) -> Path:
+        synths.append((environments, name, outdir))
+        return fake_assembly(outdir)
+
+    monkeypatch.setattr(diff_module, "synthesize", synthesize)
+    monkeypatch.setattr(diff_module, "_clients", lambda env, region, profile: (client, None, lambda: "1", "eu-west-1"))
+    result = CliRunner().invoke(cli, ["diff", "p5", "--environments", str(envs), *extra], standalone_mode=False)
+    return result, synths
+
+
+NO_CHANGES_PAGE = page("FAILED", StatusReason="No updates are to be performed.")
+DATA_CHANGE_PAGE = page(
+    "CREATE_COMPLETE",
+    [
+        change("LustreF8935BA0", "AWS::FSx::FileSystem", "Modify", "True"),
+        change("QueueAB12", "AWS::SQS::Queue", "Modify", "False"),
+    ],
+)
+
+
+def test_diff_prints_each_stacks_state_then_the_report_and_exits_6(
+    cfn: tuple[Any, Stubber], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, stubber = cfn
+    stubbed_stack(stubber, "p5-Network", None)
+    stubbed_stack(stubber, "p5-Storage", NO_CHANGES_PAGE)
+    stubbed_stack(stubber, "p5-Cluster", DATA_CHANGE_PAGE)
+    result, synths = run_diff(tmp_path, monkeypatch, client)
+    assert isinstance(result.exception, CliError)
+    assert result.exception.exit_code == EXIT_REPLACEMENT
+    assert [(folder, name) for folder, name, _ in synths] == [(tmp_path / "environments", "p5")]
+    assert synths[0][2].name.startswith("mlcluster-diff-")
+    assert not synths[0][2].exists()  # the synthesized assembly is removed afterwards
+    assert result.output == (
+        "p5-Network: not deployed (every resource would be created)\n"
+        "p5-Storage: no changes\n"
+        "DATA-BEARING resources AWS would replace or delete:\n"
+        "  p5-Cluster: Modify  LustreF8935BA0 (AWS::FSx::FileSystem) replacement=True p5-Cluster/Lustre/Resource\n"
+        "Other changes:\n"
+        "  p5-Cluster: Modify  QueueAB12 (AWS::SQS::Queue) replacement=False QueueAB12\n"
+    )
+
+
+def test_diff_json_is_one_document_with_every_stacks_state(
+    cfn: tuple[Any, Stubber], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, stubber = cfn
+    stubbed_stack(stubber, "p5-Network", None)
+    stubbed_stack(stubber, "p5-Storage", NO_CHANGES_PAGE)
+    stubbed_stack(stubber, "p5-Cluster", page("CREATE_COMPLETE", [change("QueueAB12", "AWS::SQS::Queue", "Add")]))
+    result, _ = run_diff(tmp_path, monkeypatch, client, "--json")
+    assert result.exception is None, result.output
+    assert json.loads(result.output) == {
+        "region": "eu-west-1",
+        "stacks": {"p5-Network": "not deployed", "p5-Storage": "no changes", "p5-Cluster": "changes"},
+        "data_bearing": [],
+        "other": [
+            {
+                "stack": "p5-Cluster",
+                "logical_id": "QueueAB12",
+                "type": "AWS::SQS::Queue",
+                "path": "QueueAB12",
+                "action": "Add",
+                "replacement": "",
+            }
+        ],
+        "safe": True,
+    }
+
+
+def test_diff_of_an_undeployed_environment_passes_with_one_line_per_stack(
+    cfn: tuple[Any, Stubber], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, stubber = cfn
+    for stack in ("p5-Network", "p5-Storage", "p5-Cluster"):
+        stubbed_stack(stubber, stack, None)
+    result, _ = run_diff(tmp_path, monkeypatch, client)
+    assert result.exception is None, result.output
+    assert result.output == "".join(
+        f"{stack}: not deployed (every resource would be created)\n"
+        for stack in ("p5-Network", "p5-Storage", "p5-Cluster")
+    )
+
+
+def test_the_stack_policy_denies_replace_and_delete_of_each_data_bearing_resource_by_its_path() -> None:
+    template = {
+        "Resources": {
+            # A bucket named by its construct path in the storage stack: data.
+            "Data": {"Type": "AWS::S3::Bucket", "Metadata": {"aws:cdk:path": "p5/Storage/DataBucket/Resource"}},
+            # A bucket without path metadata in the storage stack: named Storage/<id>, data.
+            "Plain": {"Type": "AWS::S3::Bucket"},
+            # A path of one part (no stage): named by the stack and its id.
+            "Odd": {"Type": "AWS::S3::Bucket", "Metadata": {"aws:cdk:path": "Nostage"}},
+            "Fs": {"Type": "AWS::FSx::FileSystem"},
+            "Queue": {"Type": "AWS::SQS::Queue"},
+        }
+    }
+    assert stack_policy(template, "p5-Storage", ("Fs",)) == {
+        "Statement": [
+            {"Effect": "Allow", "Action": "Update:*", "Principal": "*", "Resource": "*"},
+            {
+                "Effect": "Deny",
+                "Action": ["Update:Replace", "Update:Delete"],
+                "Principal": "*",
+                "Resource": ["LogicalResourceId/Data", "LogicalResourceId/Odd", "LogicalResourceId/Plain"],
+            },
+        ]
+    }
+    # The same buckets in a cluster stack (no path below the storage stack) hold no data; a type always does.
+    assert stack_policy(
+        {"Resources": {k: v for k, v in template["Resources"].items() if k != "Data"}}, "my-env-Cluster", ()
+    ) == {
+        "Statement": [
+            {"Effect": "Allow", "Action": "Update:*", "Principal": "*", "Resource": "*"},
+            {
+                "Effect": "Deny",
+                "Action": ["Update:Replace", "Update:Delete"],
+                "Principal": "*",
+                "Resource": ["LogicalResourceId/Fs"],
+            },
+        ]
+    }
+    # An environment named with a dash: the storage stack is still found by its suffix.
+    assert stack_policy({"Resources": {"Plain": {"Type": "AWS::S3::Bucket"}}}, "my-env-Storage", ())["Statement"][1][
+        "Resource"
+    ] == ["LogicalResourceId/Plain"]
+    assert stack_policy({}, "p5-Network", ()) == {
+        "Statement": [{"Effect": "Allow", "Action": "Update:*", "Principal": "*", "Resource": "*"}]
+    }
+
+
+def protect_stubs(stubber: Stubber, templates: dict[str, dict[str, Any] | None]) -> None:
+    for part in ("Network", "Storage", "DataRepository", "Observability", "Cluster"):
+        name = f"p5-{part}"
+        body = templates.get(name)
+        if body is None:
+            stubber.add_client_error(
+                "get_template", "ValidationError", f"Stack with id {name} does not exist", 400, None,
+                {"StackName": name, "TemplateStage": "Original"},
+            )
+            continue
+        stubber.add_response(
+            "get_template", {"TemplateBody": json.dumps(body)}, {"StackName": name, "TemplateStage": "Original"}
+        )
+        stubber.add_response(
+            "set_stack_policy",
+            {},
+            {"StackName": name, "StackPolicyBody": json.dumps(stack_policy(body, name, ("Fs",)))},
+        )
+
+
+def test_protection_sets_each_deployed_stacks_policy_and_reports_each(
+    cfn: tuple[Any, Stubber], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, stubber = cfn
+    env = load_environment(write_env(tmp_path, "p5", MINIMAL))
+    storage = {"Resources": {"Fs": {"Type": "AWS::FSx::FileSystem"}, "Plain": {"Type": "AWS::S3::Bucket"}}}
+    protect_stubs(stubber, {"p5-Network": {"Resources": {}}, "p5-Storage": storage, "p5-Cluster": TEMPLATE})
+    assert apply_protection(client, env, ("Fs",)) == {
+        "p5-Network": [],
+        "p5-Storage": ["Plain"],
+        "p5-Cluster": ["LustreF8935BA0"],
+    }
+    assert capsys.readouterr().out == (
+        "p5-Network: 0 data-bearing resource(s) protected from replacement and deletion\n"
+        "p5-Storage: 1 data-bearing resource(s) protected from replacement and deletion\n"
+        "p5-Cluster: 1 data-bearing resource(s) protected from replacement and deletion\n"
+    )
+
+
+def test_quiet_protection_prints_nothing(
+    cfn: tuple[Any, Stubber], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, stubber = cfn
+    env = load_environment(write_env(tmp_path, "p5", MINIMAL))
+    protect_stubs(stubber, {"p5-Storage": TEMPLATE})
+    assert apply_protection(client, env, ("Fs",), quiet=True) == {
+        "p5-Storage": ["DataBucketB1A7365C", "LustreF8935BA0"]
+    }
+    assert capsys.readouterr().out == ""
+
+
+def test_a_get_template_failure_other_than_absence_refuses_protection(
+    cfn: tuple[Any, Stubber], tmp_path: Path
+) -> None:
+    client, stubber = cfn
+    env = load_environment(write_env(tmp_path, "p5", MINIMAL))
+    stubber.add_client_error("get_template", "AccessDenied", "not authorized to perform GetTemplate", 403)
+    with pytest.raises(CliError) as raised:
+        apply_protection(client, env, ())
+    assert raised.value.exit_code == EXIT_AWS
+    assert raised.value.message.startswith(
+        "GetTemplate for p5-Network failed: AccessDenied: not authorized to perform GetTemplate\n  what to do: "
+    )
+
+
+def run_protect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: Any, *extra: str) -> Any:
+    envs = tmp_path / "environments"
+    write_env(envs, "p5", MINIMAL)
+    monkeypatch.setattr(diff_module, "_clients", lambda env, region, profile: (client, None, lambda: "1", "us-east-1"))
+    return CliRunner().invoke(cli, ["protect", "p5", "--environments", str(envs), *extra], standalone_mode=False)
+
+
+def test_protect_json_lists_the_protected_ids_per_stack(
+    cfn: tuple[Any, Stubber], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, stubber = cfn
+    protect_stubs(stubber, {"p5-Storage": TEMPLATE})
+    result = run_protect(tmp_path, monkeypatch, client, "--json", "--allow", "Fs")
+    assert result.exception is None, result.output
+    assert json.loads(result.output) == {"protected": {"p5-Storage": ["DataBucketB1A7365C", "LustreF8935BA0"]}}
+
+
+def test_protect_with_nothing_deployed_fails_naming_the_region(
+    cfn: tuple[Any, Stubber], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, stubber = cfn
+    protect_stubs(stubber, {})
+    result = run_protect(tmp_path, monkeypatch, client)
+    assert isinstance(result.exception, CliError)
+    assert (result.exception.message, result.exception.exit_code) == (
+        "protect: nothing protected: no stack of p5 is deployed in us-east-1\n"
+        "  what to do: deploy first (`npx cdk deploy`), or check the account and region",
+        EXIT_FAILED,
+    )
+    assert result.output == ""
+
+
+def describe(stubber: Stubber, name: str, status: str | None, *, protected: bool | None = None) -> None:
+    """DescribeStacks of ``name``: absent (None) or in ``status``."""
+    if status is None:
+        stubber.add_client_error(
+            "describe_stacks", "ValidationError", f"Stack with id {name} does not exist", 400, None, {"StackName": name}
+        )
+        return
+    stack: dict[str, Any] = {"StackName": name, "CreationTime": "2026-01-01T00:00:00Z", "StackStatus": status}
+    if protected is not None:
+        stack["EnableTerminationProtection"] = protected
+    stubber.add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": name})
+
+
+def test_the_deployed_snapshot_reads_each_settled_stack_with_its_paths_and_protection(
+    cfn: tuple[Any, Stubber], tmp_path: Path
+) -> None:
+    client, stubber = cfn
+    env = load_environment(write_env(tmp_path, "p5", MINIMAL))
+    with_paths = {
+        "Resources": {
+            "Fs": {"Type": "AWS::FSx::FileSystem", "Metadata": {"aws:cdk:path": "p5/DataRepository/Fs/Resource"}},
+            "Bare": {"Type": "AWS::SQS::Queue"},
+        }
+    }
+    bare = {"Resources": {"Workspace": {"Type": "AWS::APS::Workspace"}}}
+    describe(stubber, "p5-Network", None)
+    describe(stubber, "p5-Storage", "REVIEW_IN_PROGRESS")
+    describe(stubber, "p5-DataRepository", "UPDATE_ROLLBACK_COMPLETE", protected=True)
+    stubber.add_response(
+        "get_template",
+        {"TemplateBody": json.dumps(with_paths)},
+        {"StackName": "p5-DataRepository", "TemplateStage": "Original"},
+    )
+    describe(stubber, "p5-Observability", "IMPORT_ROLLBACK_COMPLETE")
+    stubber.add_response(
+        "get_template", {"TemplateBody": json.dumps(bare)}, {"StackName": "p5-Observability", "TemplateStage": "Original"}
+    )
+    describe(stubber, "p5-Cluster", "IMPORT_COMPLETE", protected=False)
+    stubber.add_response(
+        "get_template", {"TemplateBody": json.dumps({})}, {"StackName": "p5-Cluster", "TemplateStage": "Original"}
+    )
+    snapshot = diff_module.deployed_snapshot(client, env)
+    assert sorted(snapshot) == ["p5-Cluster", "p5-DataRepository", "p5-Observability"]
+    data = snapshot["p5-DataRepository"]
+    assert data.termination_protection is True
+    assert {lid: (r.type, r.path) for lid, r in data.resources.items()} == {
+        "Fs": ("AWS::FSx::FileSystem", "DataRepository/Fs/Resource"),
+        "Bare": ("AWS::SQS::Queue", "DataRepository/Bare"),
+    }
+    observability = snapshot["p5-Observability"]
+    assert observability.termination_protection is False
+    assert {lid: r.path for lid, r in observability.resources.items()} == {"Workspace": "Observability/Workspace"}
+    assert snapshot["p5-Cluster"].resources == {}
+
+
+@pytest.mark.parametrize("status", ["UPDATE_IN_PROGRESS", "ROLLBACK_COMPLETE", "UPDATE_ROLLBACK_FAILED", "DELETE_FAILED"])
+def test_an_unsettled_stack_refuses_the_snapshot_with_the_way(
+    cfn: tuple[Any, Stubber], tmp_path: Path, status: str
+) -> None:
+    client, stubber = cfn
+    env = load_environment(write_env(tmp_path, "p5", MINIMAL))
+    describe(stubber, "p5-Network", "CREATE_COMPLETE")
+    stubber.add_response(
+        "get_template", {"TemplateBody": "{}"}, {"StackName": "p5-Network", "TemplateStage": "Original"}
+    )
+    describe(stubber, "p5-Storage", status)
+    with pytest.raises(CliError) as raised:
+        diff_module.deployed_snapshot(client, env)
+    assert (raised.value.message, raised.value.exit_code) == (
+        f"p5-Storage is {status}: its deployed template is not settled. Let the operation finish, or continue the "
+        "rollback (or delete a stack whose first create failed; 'mlcluster status' lists what it retained), then "
+        "run 'mlcluster lock' again",
+        EXIT_FAILED,
+    )
+
+
+@pytest.mark.parametrize("failing", ["describe_stacks", "get_template"])
+def test_a_failed_read_of_a_deployed_stack_refuses_the_snapshot(
+    cfn: tuple[Any, Stubber], tmp_path: Path, failing: str
+) -> None:
+    client, stubber = cfn
+    env = load_environment(write_env(tmp_path, "p5", MINIMAL))
+    if failing == "get_template":
+        describe(stubber, "p5-Network", "UPDATE_COMPLETE")
+    stubber.add_client_error(failing, "ValidationError", "Stack name is invalid", 400)
+    with pytest.raises(CliError) as raised:
+        diff_module.deployed_snapshot(client, env)
+    doing = "DescribeStacks" if failing == "describe_stacks" else "GetTemplate"
+    assert raised.value.exit_code == EXIT_AWS
+    assert raised.value.message.startswith(f"{doing} for p5-Network failed: ValidationError: Stack name is invalid\n")
