@@ -889,3 +889,172 @@ def test_a_failed_read_of_a_deployed_stack_refuses_the_snapshot(
     doing = "DescribeStacks" if failing == "describe_stacks" else "GetTemplate"
     assert raised.value.exit_code == EXIT_AWS
     assert raised.value.message.startswith(f"{doing} for p5-Network failed: ValidationError: Stack name is invalid\n")
+
+
+def file_system(kind: str) -> dict[str, Any]:
+    return {
+        "Resources": {
+            "Fs": {"Type": "AWS::FSx::FileSystem", "Properties": {"FileSystemType": kind, "SubnetIds": ["s"]}},
+            "Queue": {"Type": "AWS::SQS::Queue"},
+        }
+    }
+
+
+def storage(kind: str, *, protected: bool) -> Any:
+    from mlcluster.replacement import stack_state
+
+    return stack_state(file_system(kind), {"Fs": "Storage/Lustre/Resource"}, termination_protection=protected)
+
+
+def environment(tmp_path: Path, *allow: str) -> Any:
+    data: dict[str, Any] = {**MINIMAL, "retention": {"allow_replacement": list(allow)}} if allow else MINIMAL
+    return load_environment(write_env(tmp_path, "p5", data))
+
+
+REPLACED = 'Storage/Lustre/Resource (AWS::FSx::FileSystem) REPLACED: FileSystemType "LUSTRE" -> "OPENZFS"'
+
+
+def locked(**kwargs: Any) -> Any:
+    from mlcluster.lockfile import Lock
+
+    return Lock({"p5-Storage": storage("LUSTRE", protected=True)}, "deployed", **kwargs)
+
+
+NOW_REPLACED = {"p5-Storage": storage("OPENZFS", protected=False)}
+
+
+def test_settle_with_no_earlier_lock_records_nothing(tmp_path: Path) -> None:
+    assert diff_module.settle(environment(tmp_path), None, NOW_REPLACED, ()) == ([], [])
+
+
+def test_settle_refuses_each_unexplained_data_change_naming_how_to_accept_it(tmp_path: Path) -> None:
+    with pytest.raises(CliError) as raised:
+        diff_module.settle(environment(tmp_path), locked(), NOW_REPLACED, ("Storage/Other",))
+    assert (raised.value.message, raised.value.exit_code) == (
+        "these data-bearing changes since the last lock were not allowed by the environment file:\n"
+        f"  p5-Storage: {REPLACED}  (--accept Storage/Lustre)\n"
+        "  p5-Storage: termination protection off, so a stack deletion deletes Storage/Lustre/Resource  "
+        "(--accept termination-protection:p5-Storage)\n"
+        "Check what happened to them (a deploy from elsewhere, a console edit). To record them in the lock "
+        "knowingly, repeat the command with --accept for each",
+        EXIT_FAILED,
+    )
+
+
+@pytest.mark.parametrize("name", ["Storage/Lustre", "Storage/Lustre/Resource"])
+def test_settle_records_what_accept_names(tmp_path: Path, name: str) -> None:
+    assert diff_module.settle(
+        environment(tmp_path), locked(), NOW_REPLACED, (name, "termination-protection:p5-Storage")
+    ) == (
+        [],
+        [
+            f"p5-Storage/{REPLACED}",
+            "p5-Storage termination protection off (exposes Storage/Lustre/Resource)",
+        ],
+    )
+
+
+@pytest.mark.parametrize("allowance", ["Storage/Lustre", "Storage/Lustre/Resource"])
+def test_settle_uses_up_the_allowance_of_the_file_for_the_change_and_the_protection(
+    tmp_path: Path, allowance: str
+) -> None:
+    assert diff_module.settle(environment(tmp_path, allowance), locked(), NOW_REPLACED, ()) == ([allowance], [])
+
+
+def test_an_allowance_the_last_lock_used_allows_nothing_more(tmp_path: Path) -> None:
+    env = environment(tmp_path, "Storage/Lustre")
+    with pytest.raises(CliError, match="were not allowed by the environment file"):
+        diff_module.settle(env, locked(allowances_used=("Storage/Lustre",)), NOW_REPLACED, ())
+
+
+def test_a_change_in_a_stack_gone_since_is_left_to_the_gone_check(tmp_path: Path) -> None:
+    old = locked()
+    old.snapshot["p5-Cluster"] = storage("LUSTRE", protected=False)
+    new = {"p5-Storage": storage("LUSTRE", protected=True)}
+    assert diff_module.settle(environment(tmp_path), old, new, ()) == ([], [])
+
+
+def test_gone_stacks_are_recorded_only_when_each_is_named(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    lock_file = tmp_path / "p5.lock.json"
+    assert diff_module._gone(env, "deployed", [], ()) == []
+    assert diff_module._gone(env, "deployed", ["p5-A", "p5-B"], ("p5-A", "p5-B")) == [
+        "p5-A gone (destroyed)",
+        "p5-B gone (destroyed)",
+    ]
+    with pytest.raises(CliError) as raised:
+        diff_module._gone(env, "new", ["p5-A", "p5-B", "p5-C"], ("p5-B",))
+    assert (raised.value.message, raised.value.exit_code) == (
+        f"p5-A, p5-C recorded in {lock_file} is not deployed in this account and region (destroyed, or wrong "
+        "credentials or region). Check that it was destroyed on purpose and where its retained data is "
+        "('mlcluster status p5'), then repeat the command with --accept p5-A --accept p5-C",
+        EXIT_FAILED,
+    )
+    with pytest.raises(CliError) as raised:
+        diff_module._gone(env, "templates", ["p5-A", "p5-B"], ("p5-A", "p5-B"))
+    assert (raised.value.message, raised.value.exit_code) == (
+        f"the templates drop p5-A, p5-B, which {lock_file} records; only a lock read from the deployed stacks "
+        "('mlcluster lock p5' with credentials) records a stack gone",
+        EXIT_FAILED,
+    )
+
+
+def test_a_lock_read_in_another_account_or_region_is_refused(tmp_path: Path) -> None:
+    from mlcluster.lockfile import Lock
+
+    env = environment(tmp_path)
+    lock_file = tmp_path / "p5.lock.json"
+    old = Lock({}, "deployed", account="111111111111", region="us-east-2")
+    diff_module._same_place(env, None, "2", "x")
+    diff_module._same_place(env, old, "111111111111", "us-east-2")
+    diff_module._same_place(env, Lock({}, "templates"), "2", "x")
+    with pytest.raises(CliError) as raised:
+        diff_module._same_place(env, old, "222222222222", "us-east-2")
+    assert (raised.value.message, raised.value.exit_code) == (
+        f"{lock_file} was read in account 111111111111, these credentials are for account 222222222222: the "
+        "stacks recorded there would all look destroyed. Use credentials (--profile) and --region for account "
+        "111111111111",
+        EXIT_FAILED,
+    )
+    with pytest.raises(CliError) as raised:
+        diff_module._same_place(env, old, "111111111111", "eu-west-1")
+    assert raised.value.message == (
+        f"{lock_file} was read in region us-east-2, these credentials are for region eu-west-1: the stacks "
+        "recorded there would all look destroyed. Use credentials (--profile) and --region for region us-east-2"
+    )
+
+
+def test_from_templates_replaces_only_a_lock_the_templates_wrote(tmp_path: Path) -> None:
+    from mlcluster.lockfile import Lock
+
+    env = environment(tmp_path)
+    lock_file = tmp_path / "p5.lock.json"
+    diff_module._templates_may_replace(env, None)  # no lock at all
+    diff_module._templates_may_replace(env, Lock({}, "templates"))
+    tail = (
+        "; --from-templates would record the working tree as deployed although it never was, and the guard would "
+        "then let through every change the templates make. Run 'mlcluster lock p5' with credentials for its "
+        "account (it reads the deployed stacks), and name with --accept each data-bearing change it reports that "
+        "you mean to record"
+    )
+    for old, what in (
+        (Lock({}, "deployed"), "was read from the deployed stacks"),
+        (Lock({}, "new"), "declares that nothing is deployed ('--new'), read from the account"),
+    ):
+        with pytest.raises(CliError) as raised:
+            diff_module._templates_may_replace(env, old)
+        assert (raised.value.message, raised.value.exit_code) == (f"{lock_file} {what}{tail}", EXIT_FAILED)
+    lock_file.write_text("{}")
+    with pytest.raises(CliError) as raised:
+        diff_module._templates_may_replace(env, None)
+    assert raised.value.message == f"{lock_file} is format 1 (written before 0.2.0 for a deployed one){tail}"
+    record = tmp_path / "p5.allowances.json"
+    record.write_text("{}")
+    with pytest.raises(CliError) as raised:
+        diff_module._templates_may_replace(env, Lock({}, "templates"))
+    assert (raised.value.message, raised.value.exit_code) == (
+        f"{record} records replacements a synth allowed since {lock_file} was written; they may be deployed, and "
+        "--from-templates would forget them without reading what is. Run 'mlcluster lock p5' with credentials "
+        "for its account (it reads the deployed stacks and removes the record)",
+        EXIT_FAILED,
+    )
