@@ -1058,3 +1058,32 @@ def test_from_templates_replaces_only_a_lock_the_templates_wrote(tmp_path: Path)
         "for its account (it reads the deployed stacks and removes the record)",
         EXIT_FAILED,
     )
+
+
+def test_synthesis_runs_our_interpreter_with_the_projects_flags_and_reports_the_last_15_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    runs: list[tuple[list[str], dict[str, Any]]] = []
+    stderr = "\n".join(f"line {n}" for n in range(1, 21)) + "\n\n"
+
+    def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        runs.append((command, kwargs))
+        return subprocess.CompletedProcess(command, 1 if len(runs) == 1 else 0, "", stderr)
+
+    monkeypatch.setattr(diff_module, "project_context", lambda: {"@aws-cdk/flag": True})
+    monkeypatch.setattr(diff_module.subprocess, "run", run)
+    with pytest.raises(CliError) as raised:
+        diff_module.synthesize(tmp_path / "envs", "p5", tmp_path / "out")
+    assert (raised.value.message, raised.value.exit_code) == (
+        "synthesizing p5 failed:\n" + "\n".join(f"line {n}" for n in range(6, 21)),
+        EXIT_FAILED,
+    )
+    assert diff_module.synthesize(tmp_path / "envs", "p5", tmp_path / "out") == tmp_path / "out"
+    expected = (
+        [sys.executable, "-c", diff_module._SYNTH, str(tmp_path / "envs"), "p5", str(tmp_path / "out")],
+        {"input": '{"@aws-cdk/flag": true}', "capture_output": True, "text": True, "check": False},
+    )
+    assert runs == [expected, expected]
