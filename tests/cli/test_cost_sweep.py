@@ -145,8 +145,11 @@ def test_several_products_are_refused_with_their_skus_sorted(pricing: tuple[Any,
     stubber.add_response(
         "get_products",
         {"PriceList": [product(sku, {}, [dimension("GB-Mo", "0.1")]) for sku in ("ZZ", "AA", "MM")]},
-        {"ServiceCode": "AmazonFSx", "Filters": [{"Type": "TERM_MATCH", "Field": "regionCode", "Value": REGION}],
-         "FormatVersion": "aws_v1"},
+        {
+            "ServiceCode": "AmazonFSx",
+            "Filters": [{"Type": "TERM_MATCH", "Field": "regionCode", "Value": REGION}],
+            "FormatVersion": "aws_v1",
+        },
     )
     with pytest.raises(PriceNotFoundError) as raised:
         lookup(client, query)
@@ -310,8 +313,17 @@ def test_the_estimate_json_is_every_line_with_its_figures_notes_and_the_totals()
     est = estimate("p5", REGION, PLAN, priced_by_table([]), "test prices")
     data = est.as_dict()
 
-    def line(resource: str, key: str, unit: str, low: float, high: float, price: Price | None, note: str,
-             per_hour: float | None = None, usage_based: bool = False) -> dict[str, Any]:
+    def line(
+        resource: str,
+        key: str,
+        unit: str,
+        low: float,
+        high: float,
+        price: Price | None,
+        note: str,
+        per_hour: float | None = None,
+        usage_based: bool = False,
+    ) -> dict[str, Any]:
         hourly_min = None if per_hour is None else per_hour * low
         hourly_max = None if per_hour is None else per_hour * high
         return {
@@ -330,38 +342,136 @@ def test_the_estimate_json_is_every_line_with_its_figures_notes_and_the_totals()
         }
 
     lines = [
-        line("head node: m5.8xlarge", "cluster.pcluster.head_node.instance_type", "instances", 1, 1,
-             PRICES[ec2("m5.8xlarge")], "", 1.5),
-        line("queue gpu/p5: p5.48xlarge", "cluster.pcluster.queues[0].compute_resources[0]", "instances", 2, 4,
-             PRICES[ec2("p5.48xlarge")], "capacity blocks are paid up front at their own price; On-Demand shown",
-             50.0),
-        line("queue cpu/c: c5.large", "cluster.pcluster.queues[1].compute_resources[0]", "instances", 0, 10, None,
-             "no price: no AmazonEC2 product"),
-        line("instance group workers: ml.p5.48xlarge", "cluster.hyperpod.worker", "instances", 3, 3,
-             PRICES[HYPERPOD], "", 60.0),
-        line("FSx for Lustre PERSISTENT_2 250 MB/s/TiB", "storage.lustre.storage_capacity_gib", "GiB", 1200, 1200,
-             PRICES[LUSTRE], "", 0.73 / 730),
-        line("FSx for OpenZFS SINGLE_AZ_2 storage", "storage.openzfs.storage_capacity_gib", "GiB", 256, 256,
-             PRICES[ZFS_STORAGE], "", 0.146 / 730),
-        line("FSx for OpenZFS SINGLE_AZ_2 throughput", "storage.openzfs.throughput_capacity_mbps", "MB/s", 160, 160,
-             None, "no price: not in the cache; run once without --offline"),
-        line("NAT gateway", "network.nat_gateways", "gateways", 2, 2, PRICES[NAT_QUERY], "plus data processed per GB",
-             0.045),
-        line("Aurora Serverless v2 (accounting database)", "storage.accounting.min_capacity_acu", "ACU", 0.5, 0.5,
-             PRICES[AURORA],
-             "0.5 ACU while a cluster runs (slurmdbd keeps it awake), as counted here; 0 ACU while paused with no "
-             "cluster; scaling up to max_capacity_acu 4 ACU is not counted", 0.12),
-        line("Aurora storage, I/O, backups; Secrets Manager secrets (accounting database)", "storage.accounting",
-             "-", 0, 0, None,
-             "not priced by mlcluster: storage per GB-month, I/O requests, backups beyond the free allowance, and a "
-             "monthly fee per secret"),
+        line(
+            "head node: m5.8xlarge",
+            "cluster.pcluster.head_node.instance_type",
+            "instances",
+            1,
+            1,
+            PRICES[ec2("m5.8xlarge")],
+            "",
+            1.5,
+        ),
+        line(
+            "queue gpu/p5: p5.48xlarge",
+            "cluster.pcluster.queues[0].compute_resources[0]",
+            "instances",
+            2,
+            4,
+            PRICES[ec2("p5.48xlarge")],
+            "capacity blocks are paid up front at their own price; On-Demand shown",
+            50.0,
+        ),
+        line(
+            "queue cpu/c: c5.large",
+            "cluster.pcluster.queues[1].compute_resources[0]",
+            "instances",
+            0,
+            10,
+            None,
+            "no price: no AmazonEC2 product",
+        ),
+        line(
+            "instance group workers: ml.p5.48xlarge",
+            "cluster.hyperpod.worker",
+            "instances",
+            3,
+            3,
+            PRICES[HYPERPOD],
+            "",
+            60.0,
+        ),
+        line(
+            "FSx for Lustre PERSISTENT_2 250 MB/s/TiB",
+            "storage.lustre.storage_capacity_gib",
+            "GiB",
+            1200,
+            1200,
+            PRICES[LUSTRE],
+            "",
+            0.73 / 730,
+        ),
+        line(
+            "FSx for OpenZFS SINGLE_AZ_2 storage",
+            "storage.openzfs.storage_capacity_gib",
+            "GiB",
+            256,
+            256,
+            PRICES[ZFS_STORAGE],
+            "",
+            0.146 / 730,
+        ),
+        line(
+            "FSx for OpenZFS SINGLE_AZ_2 throughput",
+            "storage.openzfs.throughput_capacity_mbps",
+            "MB/s",
+            160,
+            160,
+            None,
+            "no price: not in the cache; run once without --offline",
+        ),
+        line(
+            "NAT gateway",
+            "network.nat_gateways",
+            "gateways",
+            2,
+            2,
+            PRICES[NAT_QUERY],
+            "plus data processed per GB",
+            0.045,
+        ),
+        line(
+            "Aurora Serverless v2 (accounting database)",
+            "storage.accounting.min_capacity_acu",
+            "ACU",
+            0.5,
+            0.5,
+            PRICES[AURORA],
+            "0.5 ACU while a cluster runs (slurmdbd keeps it awake), as counted here; 0 ACU while paused with no "
+            "cluster; scaling up to max_capacity_acu 4 ACU is not counted",
+            0.12,
+        ),
+        line(
+            "Aurora storage, I/O, backups; Secrets Manager secrets (accounting database)",
+            "storage.accounting",
+            "-",
+            0,
+            0,
+            None,
+            "not priced by mlcluster: storage per GB-month, I/O requests, backups beyond the free allowance, and a "
+            "monthly fee per secret",
+        ),
         # Roots of the EC2 groups (not HyperPod's) at min and max nodes, plus /apps.
-        line("EBS gp3 (root and /apps volumes)", "cluster.pcluster", "GiB", 200 + 200 + 0 + 30,
-             200 + 400 + 500 + 30, PRICES[GP3], "baseline IOPS and throughput", 0.073 / 730),
-        line("Managed Prometheus workspace", "observability.prometheus", "-", 0, 0, None,
-             "usage-based: samples ingested, stored and queried", usage_based=True),
-        line("Managed Grafana workspace", "observability.grafana", "-", 0, 0, None,
-             "usage-based: per active editor/viewer licence per month", usage_based=True),
+        line(
+            "EBS gp3 (root and /apps volumes)",
+            "cluster.pcluster",
+            "GiB",
+            200 + 200 + 0 + 30,
+            200 + 400 + 500 + 30,
+            PRICES[GP3],
+            "baseline IOPS and throughput",
+            0.073 / 730,
+        ),
+        line(
+            "Managed Prometheus workspace",
+            "observability.prometheus",
+            "-",
+            0,
+            0,
+            None,
+            "usage-based: samples ingested, stored and queried",
+            usage_based=True,
+        ),
+        line(
+            "Managed Grafana workspace",
+            "observability.grafana",
+            "-",
+            0,
+            0,
+            None,
+            "usage-based: per active editor/viewer licence per month",
+            usage_based=True,
+        ),
     ]
     low = sum(entry["hourly_min"] or 0.0 for entry in lines)
     high = sum(entry["hourly_max"] or 0.0 for entry in lines)
@@ -372,12 +482,21 @@ def test_the_estimate_json_is_every_line_with_its_figures_notes_and_the_totals()
         "hours_per_month": 730,
         "complete": False,
         "unpriced": [
-            {"resource": "queue cpu/c: c5.large", "key": "cluster.pcluster.queues[1].compute_resources[0]",
-             "note": "no price: no AmazonEC2 product"},
-            {"resource": "FSx for OpenZFS SINGLE_AZ_2 throughput", "key": "storage.openzfs.throughput_capacity_mbps",
-             "note": "no price: not in the cache; run once without --offline"},
-            {"resource": "Aurora storage, I/O, backups; Secrets Manager secrets (accounting database)",
-             "key": "storage.accounting", "note": lines[9]["note"]},
+            {
+                "resource": "queue cpu/c: c5.large",
+                "key": "cluster.pcluster.queues[1].compute_resources[0]",
+                "note": "no price: no AmazonEC2 product",
+            },
+            {
+                "resource": "FSx for OpenZFS SINGLE_AZ_2 throughput",
+                "key": "storage.openzfs.throughput_capacity_mbps",
+                "note": "no price: not in the cache; run once without --offline",
+            },
+            {
+                "resource": "Aurora storage, I/O, backups; Secrets Manager secrets (accounting database)",
+                "key": "storage.accounting",
+                "note": lines[9]["note"],
+            },
         ],
         "lines": lines,
         "total": {"hourly_min": low, "hourly_max": high, "monthly_min": low * 730, "monthly_max": high * 730},
@@ -405,11 +524,21 @@ def test_a_reservation_note_a_minimum_capacity_an_unknown_openzfs_type_and_no_op
         ("queue q/r: c5.large", "instances", 1, 2, "no price: no AmazonEC2 product"),
         ("FSx for OpenZFS SINGLE_AZ_HA_2 storage", "GiB", 64, 64, unknown),
         ("FSx for OpenZFS SINGLE_AZ_HA_2 throughput", "MB/s", 320, 320, unknown),
-        ("Aurora Serverless v2 (accounting database)", "ACU", 2.0, 2.0,
-         "the floor; scaling up to max_capacity_acu 16 ACU is not counted"),
-        ("Aurora storage, I/O, backups; Secrets Manager secrets (accounting database)", "-", 0, 0,
-         "not priced by mlcluster: storage per GB-month, I/O requests, backups beyond the free allowance, and a "
-         "monthly fee per secret"),
+        (
+            "Aurora Serverless v2 (accounting database)",
+            "ACU",
+            2.0,
+            2.0,
+            "the floor; scaling up to max_capacity_acu 16 ACU is not counted",
+        ),
+        (
+            "Aurora storage, I/O, backups; Secrets Manager secrets (accounting database)",
+            "-",
+            0,
+            0,
+            "not priced by mlcluster: storage per GB-month, I/O requests, backups beyond the free allowance, and a "
+            "monthly fee per secret",
+        ),
     ]
     assert est.lines[0].note.startswith("no price")
     (reserved,) = estimate("e", REGION, plan, lambda q: PRICES[AURORA], "s").lines[:1]

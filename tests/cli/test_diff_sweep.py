@@ -136,7 +136,10 @@ def test_a_change_set_is_created_polled_paged_read_and_deleted_with_exact_reques
         stubber,
         page(
             "CREATE_COMPLETE",
-            [change("LustreF8935BA0", "AWS::FSx::FileSystem", "Modify", "True"), change("QueueAB12", "AWS::SQS::Queue", "Add")],
+            [
+                change("LustreF8935BA0", "AWS::FSx::FileSystem", "Modify", "True"),
+                change("QueueAB12", "AWS::SQS::Queue", "Add"),
+            ],
             NextToken="page-2",
         ),
     )
@@ -259,7 +262,11 @@ def test_a_stack_that_does_not_exist_is_not_deployed_and_nothing_is_created(
 
 @pytest.mark.parametrize(
     ("code", "text"),
-    [("ValidationError", "Stack name p5-Storage is invalid"), ("AccessDenied", "not authorized"), ("Throttling", "Rate exceeded")],
+    [
+        ("ValidationError", "Stack name p5-Storage is invalid"),
+        ("AccessDenied", "not authorized"),
+        ("Throttling", "Rate exceeded"),
+    ],
 )
 def test_any_other_describe_stacks_failure_is_an_aws_error(
     cfn: tuple[Any, Stubber], tmp_path: Path, code: str, text: str
@@ -372,9 +379,7 @@ def test_a_large_template_without_an_s3_location_is_refused_before_any_change_se
     client, stubber = cfn
     expect_describe_stack(stubber)
     with pytest.raises(CliError) as raised:
-        change_set_verdicts(
-            client, None, artifact(tmp_path, big_body(51_201)), region="us-east-1", account=lambda: "1"
-        )
+        change_set_verdicts(client, None, artifact(tmp_path, big_body(51_201)), region="us-east-1", account=lambda: "1")
     assert (raised.value.message, raised.value.exit_code) == (
         "p5-Storage: the template is over 51200 bytes and has no S3 location",
         EXIT_FAILED,
@@ -500,7 +505,9 @@ def fake_assembly(outdir: Path) -> Path:
     for artifact_id, stack_name in (("p5Network", "p5-Network"), ("p5Storage", "p5-Storage"), ("p5-Cluster", None)):
         (nested / f"{artifact_id}.template.json").write_text(json.dumps(TEMPLATE), encoding="utf-8")
         (nested / f"{artifact_id}.metadata.json").write_text(
-            json.dumps({f"/p5/{artifact_id}/Lustre/Resource": [{"type": "aws:cdk:logicalId", "data": "LustreF8935BA0"}]}),
+            json.dumps(
+                {f"/p5/{artifact_id}/Lustre/Resource": [{"type": "aws:cdk:logicalId", "data": "LustreF8935BA0"}]}
+            ),
             encoding="utf-8",
         )
         properties: dict[str, Any] = {"templateFile": f"{artifact_id}.template.json"}
@@ -540,7 +547,12 @@ def stubbed_stack(stubber: Stubber, stack: str, answer: dict[str, Any] | None) -
     """One stack of ``mlcluster diff``: not deployed (None), else a change set answering ``answer``."""
     if answer is None:
         stubber.add_client_error(
-            "describe_stacks", "ValidationError", f"Stack with id {stack} does not exist", 400, None, {"StackName": stack}
+            "describe_stacks",
+            "ValidationError",
+            f"Stack with id {stack} does not exist",
+            400,
+            None,
+            {"StackName": stack},
         )
         return
     stubber.add_response(
@@ -708,7 +720,11 @@ def protect_stubs(stubber: Stubber, templates: dict[str, dict[str, Any] | None])
         body = templates.get(name)
         if body is None:
             stubber.add_client_error(
-                "get_template", "ValidationError", f"Stack with id {name} does not exist", 400, None,
+                "get_template",
+                "ValidationError",
+                f"Stack with id {name} does not exist",
+                400,
+                None,
                 {"StackName": name, "TemplateStage": "Original"},
             )
             continue
@@ -753,9 +769,7 @@ def test_quiet_protection_prints_nothing(
     assert capsys.readouterr().out == ""
 
 
-def test_a_get_template_failure_other_than_absence_refuses_protection(
-    cfn: tuple[Any, Stubber], tmp_path: Path
-) -> None:
+def test_a_get_template_failure_other_than_absence_refuses_protection(cfn: tuple[Any, Stubber], tmp_path: Path) -> None:
     client, stubber = cfn
     env = load_environment(write_env(tmp_path, "p5", MINIMAL))
     stubber.add_client_error("get_template", "AccessDenied", "not authorized to perform GetTemplate", 403)
@@ -834,7 +848,9 @@ def test_the_deployed_snapshot_reads_each_settled_stack_with_its_paths_and_prote
     )
     describe(stubber, "p5-Observability", "IMPORT_ROLLBACK_COMPLETE")
     stubber.add_response(
-        "get_template", {"TemplateBody": json.dumps(bare)}, {"StackName": "p5-Observability", "TemplateStage": "Original"}
+        "get_template",
+        {"TemplateBody": json.dumps(bare)},
+        {"StackName": "p5-Observability", "TemplateStage": "Original"},
     )
     describe(stubber, "p5-Cluster", "IMPORT_COMPLETE", protected=False)
     stubber.add_response(
@@ -854,7 +870,9 @@ def test_the_deployed_snapshot_reads_each_settled_stack_with_its_paths_and_prote
     assert snapshot["p5-Cluster"].resources == {}
 
 
-@pytest.mark.parametrize("status", ["UPDATE_IN_PROGRESS", "ROLLBACK_COMPLETE", "UPDATE_ROLLBACK_FAILED", "DELETE_FAILED"])
+@pytest.mark.parametrize(
+    "status", ["UPDATE_IN_PROGRESS", "ROLLBACK_COMPLETE", "UPDATE_ROLLBACK_FAILED", "DELETE_FAILED"]
+)
 def test_an_unsettled_stack_refuses_the_snapshot_with_the_way(
     cfn: tuple[Any, Stubber], tmp_path: Path, status: str
 ) -> None:

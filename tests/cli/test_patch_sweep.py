@@ -185,7 +185,9 @@ def refusal(*problems: str) -> str:
     [
         good_marker(),
         good_marker(complete=None, steps={}),
-        good_marker(complete=None, steps={"backup": {"at": AT, "uri": URI, "digests": {"slurmctld-state.tar.gz": SHA_A}}}),
+        good_marker(
+            complete=None, steps={"backup": {"at": AT, "uri": URI, "digests": {"slurmctld-state.tar.gz": SHA_A}}}
+        ),
         good_marker(steps={**good_marker()["steps"], "update": {"at": AT}}),
     ],
 )
@@ -221,7 +223,9 @@ def test_every_top_level_problem_is_named_in_one_refusal() -> None:
         "complete": "yesterday",
     }
     assert problems_of(marker) == refusal(
-        'alpha: "' + "x" * 119 + " is not allowed; allowed: no such key; keys: backup_uri, cluster, complete, run, steps",
+        'alpha: "'
+        + "x" * 119
+        + " is not allowed; allowed: no such key; keys: backup_uri, cluster, complete, run, steps",
         "zeta: 1 is not allowed; allowed: no such key; keys: backup_uri, cluster, complete, run, steps",
         'run: "2026-11-28" is not allowed; allowed: a run id such as 20260101T120000Z',
         "cluster: \"other\" is not allowed; allowed: 'hp'",
@@ -273,9 +277,7 @@ def test_every_problem_of_each_step_record_is_named() -> None:
             "restore": "done",
         }
     )
-    digests_allowed = (
-        "slurmctld-state.tar.gz (and optionally accounting.sql.gz) mapped to a SHA-256 in lower-case hex"
-    )
+    digests_allowed = "slurmctld-state.tar.gz (and optionally accounting.sql.gz) mapped to a SHA-256 in lower-case hex"
     assert problems_of(marker) == refusal(
         'steps.backup.at: "2026-11-28 09:00:00" is not allowed; allowed: a UTC time such as 2026-01-01T12:00:00Z',
         "steps.backup.size: 1 is not allowed; allowed: no such key; keys: at, uri, digests",
@@ -321,8 +323,7 @@ def test_a_missing_wait_status_and_at_are_named() -> None:
 
 def test_the_backup_script_runs_the_tool_as_root_with_a_timeout_and_the_key() -> None:
     assert tool_script("backup", URI, 1800, key_arn=KEY_ARN) == (
-        "set -o pipefail\n"
-        f"timeout 1800 /usr/local/sbin/mlcluster-backup backup {URI} {KEY_ARN} 2>&1 | tail -c 2000\n"
+        f"set -o pipefail\ntimeout 1800 /usr/local/sbin/mlcluster-backup backup {URI} {KEY_ARN} 2>&1 | tail -c 2000\n"
     )
 
 
@@ -339,11 +340,26 @@ def test_the_restore_script_hands_over_each_digest_sorted_by_file() -> None:
     ("args", "message"),
     [
         (("delete", URI), "verb: 'delete' is not allowed; allowed: backup, restore"),
-        (("backup", "s3://b/p/"), "uri: 's3://b/p/' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /"),
-        (("backup", f"s3://{BUCKET}/a/../b/"), f"uri: 's3://{BUCKET}/a/../b/' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /"),
-        (("backup", f"s3://{BUCKET}/a b/"), f"uri: 's3://{BUCKET}/a b/' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /"),
-        (("backup", f"s3://{BUCKET}/a"), f"uri: 's3://{BUCKET}/a' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /"),
-        (("backup", f"s3://{BUCKET}/a/;reboot/"), f"uri: 's3://{BUCKET}/a/;reboot/' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /"),
+        (
+            ("backup", "s3://b/p/"),
+            "uri: 's3://b/p/' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /",
+        ),
+        (
+            ("backup", f"s3://{BUCKET}/a/../b/"),
+            f"uri: 's3://{BUCKET}/a/../b/' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /",
+        ),
+        (
+            ("backup", f"s3://{BUCKET}/a b/"),
+            f"uri: 's3://{BUCKET}/a b/' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /",
+        ),
+        (
+            ("backup", f"s3://{BUCKET}/a"),
+            f"uri: 's3://{BUCKET}/a' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /",
+        ),
+        (
+            ("backup", f"s3://{BUCKET}/a/;reboot/"),
+            f"uri: 's3://{BUCKET}/a/;reboot/' is not allowed; allowed: s3://BUCKET/PREFIX/ of letters, digits, . _ - /",
+        ),
     ],
 )
 def test_a_bad_verb_or_location_never_reaches_the_root_shell(args: tuple[str, str], message: str) -> None:
@@ -356,17 +372,29 @@ def test_restore_takes_digests_and_no_key_backup_a_key_and_no_digests() -> None:
     good = {"slurmctld-state.tar.gz": SHA_A}
     cases = [
         (("restore", URI, 60), {}, "digests: None is not allowed; restore takes the backup's digests, backup none"),
-        (("backup", URI, 60, good), {"key_arn": KEY_ARN},
-         "digests: {'slurmctld-state.tar.gz': '" + SHA_A + "'} is not allowed; restore takes the backup's digests, "
-         "backup none"),
-        (("restore", URI, 60, {"accounting.sql.gz": SHA_B}), {},
-         "digests: {'accounting.sql.gz': '" + SHA_B + "'} is not allowed; restore takes the backup's digests, "
-         "backup none"),
-        (("restore", URI, 60, good), {"key_arn": KEY_ARN},
-         f"key_arn: {KEY_ARN!r} is not allowed; backup takes the bucket's KMS key ARN, restore none"),
+        (
+            ("backup", URI, 60, good),
+            {"key_arn": KEY_ARN},
+            "digests: {'slurmctld-state.tar.gz': '" + SHA_A + "'} is not allowed; restore takes the backup's digests, "
+            "backup none",
+        ),
+        (
+            ("restore", URI, 60, {"accounting.sql.gz": SHA_B}),
+            {},
+            "digests: {'accounting.sql.gz': '" + SHA_B + "'} is not allowed; restore takes the backup's digests, "
+            "backup none",
+        ),
+        (
+            ("restore", URI, 60, good),
+            {"key_arn": KEY_ARN},
+            f"key_arn: {KEY_ARN!r} is not allowed; backup takes the bucket's KMS key ARN, restore none",
+        ),
         (("backup", URI, 60), {}, "key_arn: None is not allowed; backup takes the bucket's KMS key ARN, restore none"),
-        (("backup", URI, 60), {"key_arn": "alias/x"},
-         "key_arn: 'alias/x' is not allowed; backup takes the bucket's KMS key ARN, restore none"),
+        (
+            ("backup", URI, 60),
+            {"key_arn": "alias/x"},
+            "key_arn: 'alias/x' is not allowed; backup takes the bucket's KMS key ARN, restore none",
+        ),
     ]
     for args, kwargs, message in cases:
         with pytest.raises(ValueError) as raised:

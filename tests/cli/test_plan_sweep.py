@@ -186,7 +186,9 @@ def test_spot_and_capacity_block_queues_their_zones_one_nat_gateway_and_the_acco
         groups=(
             NodeGroup(HEAD, "head node", "c5.xlarge", 1, 1, ("us-east-2a",), root_volume_gib=80),
             NodeGroup(queue(0), "queue spot/small", "c5.large", 0, 3, ("us-east-2b",), root_volume_gib=60, spot=True),
-            NodeGroup(queue(0, 1), "queue spot/big", "c5.24xlarge", 1, 2, ("us-east-2b",), root_volume_gib=60, spot=True),
+            NodeGroup(
+                queue(0, 1), "queue spot/big", "c5.24xlarge", 1, 2, ("us-east-2b",), root_volume_gib=60, spot=True
+            ),
             NodeGroup(
                 queue(1),
                 "queue block/p5",
@@ -218,7 +220,9 @@ def test_an_existing_network_has_no_nat_gateway_and_no_new_vpc(tmp_path: Path) -
         "private_subnet_ids": ["subnet-0abc1234"],
         "security_group_id": "sg-0abc1234",
     }
-    env = load_environment(write_env(tmp_path, "byo", {"network": {"availability_zone_id": "use2-az1", "existing": existing}}))
+    env = load_environment(
+        write_env(tmp_path, "byo", {"network": {"availability_zone_id": "use2-az1", "existing": existing}})
+    )
     plan = plan_of(env)
     assert plan == Plan(
         groups=(),
@@ -236,8 +240,14 @@ def test_an_existing_network_has_no_nat_gateway_and_no_new_vpc(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     ("zones", "ids"),
-    [(("use2-az1",), True), (("us-east-2a", "apne1-az4"), True), (("us-east-2a",), False), (("use2-az1x",), False),
-     (("abcdef1-az1",), False), ((), False)],
+    [
+        (("use2-az1",), True),
+        (("us-east-2a", "apne1-az4"), True),
+        (("us-east-2a",), False),
+        (("use2-az1x",), False),
+        (("abcdef1-az1",), False),
+        ((), False),
+    ],
 )
 def test_zone_ids_are_told_from_zone_names_whole(zones: tuple[str, ...], ids: bool) -> None:
     plan = Plan((), (), 0, False, zones, (), False, False)

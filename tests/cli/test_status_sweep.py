@@ -56,8 +56,14 @@ FULL: dict[str, Any] = {
         "status": "UPDATE_FAILED",
         "failure": "head node bootstrap failed",
         "groups": [
-            {"group": "compute-gpu", "instance_type": "p5.48xlarge", "current": 3, "target": 4, "status": "",
-             "nodes": {"running": 3, "pending": 1}},
+            {
+                "group": "compute-gpu",
+                "instance_type": "p5.48xlarge",
+                "current": 3,
+                "target": 4,
+                "status": "",
+                "nodes": {"running": 3, "pending": 1},
+            },
             {"group": "idle", "instance_type": "c5.large", "current": 0, "target": 0, "status": "", "nodes": {}},
         ],
         "failing_nodes": [node("compute-gpu", "i-0bad", "stopped", "stopped by the user")],
@@ -170,8 +176,9 @@ def test_a_hyperpod_cluster_without_failures_shows_no_failure_line_and_a_first_d
         "groups": [],
         "daily_copy": {"where": "s3://b/p/", "last": None, "last_copy": "", "age_hours": None, "late": False},
     }
-    shown = screen({**FULL, "stacks": [], "cluster": cluster, "lustre": None, "orphans": [], "next": [],
-                    "problems": []})
+    shown = screen(
+        {**FULL, "stacks": [], "cluster": cluster, "lustre": None, "orphans": [], "next": [], "problems": []}
+    )
     lines = shown.splitlines()
     assert lines[lines.index("Outputs") - 2 : lines.index("Outputs")] == [
         "logs: /aws/parallelcluster/p5-train-<timestamp>",
