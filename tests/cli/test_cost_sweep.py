@@ -654,7 +654,7 @@ def test_the_pricing_client_is_in_us_east_1_with_retries(monkeypatch: pytest.Mon
             made.append((service, kwargs))
             return "client"
 
-    assert cost.pricing_client(type("T", (), {"session": Session()})()) == "client"  # type: ignore[arg-type]
+    assert cost.pricing_client(type("T", (), {"session": Session()})()) == "client"
     ((service, kwargs),) = made
     assert (service, kwargs["region_name"]) == ("pricing", "us-east-1")
     config = kwargs["config"]

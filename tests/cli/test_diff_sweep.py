@@ -1092,7 +1092,7 @@ def test_synthesis_runs_our_interpreter_with_the_projects_flags_and_reports_the_
         return subprocess.CompletedProcess(command, 1 if len(runs) == 1 else 0, "", stderr)
 
     monkeypatch.setattr(diff_module, "project_context", lambda: {"@aws-cdk/flag": True})
-    monkeypatch.setattr(diff_module.subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "run", run)
     with pytest.raises(CliError) as raised:
         diff_module.synthesize(tmp_path / "envs", "p5", tmp_path / "out")
     assert (raised.value.message, raised.value.exit_code) == (

@@ -12,10 +12,10 @@ import json
 from typing import Any
 
 import boto3
+import click
 import pytest
 from botocore.stub import Stubber
 
-from mlcluster.cli import patch as patch_module
 from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED, CliError
 from mlcluster.cli.patch import PatchState, backup_digests, checked_state, confirm_stored_restore, tool_script
 
@@ -370,7 +370,7 @@ def test_a_bad_verb_or_location_never_reaches_the_root_shell(args: tuple[str, st
 
 def test_restore_takes_digests_and_no_key_backup_a_key_and_no_digests() -> None:
     good = {"slurmctld-state.tar.gz": SHA_A}
-    cases = [
+    cases: list[tuple[tuple[Any, ...], dict[str, Any], str]] = [
         (("restore", URI, 60), {}, "digests: None is not allowed; restore takes the backup's digests, backup none"),
         (
             ("backup", URI, 60, good),
@@ -438,7 +438,7 @@ def test_a_stored_restore_shows_the_digests_and_times_and_goes_on_with_the_run_i
         asked.append((text, kwargs))
         return f"  {RUN} "
 
-    monkeypatch.setattr(patch_module.click, "prompt", prompt)
+    monkeypatch.setattr(click, "prompt", prompt)
     confirm_stored_restore(stored_state(), URI)
     assert asked == [("type the run id to restore it (anything else stops)", {"default": "", "err": True})]
     assert capsys.readouterr().err == (
@@ -455,7 +455,7 @@ def test_a_stored_restore_shows_the_digests_and_times_and_goes_on_with_the_run_i
 
 @pytest.mark.parametrize("answer", ["", "20261128T090001Z", "yes"])
 def test_a_stored_restore_not_confirmed_by_its_run_id_stops(monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
-    monkeypatch.setattr(patch_module.click, "prompt", lambda text, **kwargs: answer)
+    monkeypatch.setattr(click, "prompt", lambda text, **kwargs: answer)
     with pytest.raises(CliError) as raised:
         confirm_stored_restore(stored_state(), URI)
     assert (raised.value.message, raised.value.exit_code) == (

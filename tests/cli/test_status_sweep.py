@@ -247,11 +247,15 @@ def test_a_dra_without_paths_is_reached_only_by_the_whole_file_system() -> None:
 
 def test_every_page_of_a_paged_fsx_call_is_read_with_its_token() -> None:
     calls: list[dict[str, Any]] = []
-    answers = [{"Items": [1, 2], "NextToken": "a"}, {"NextToken": "b"}, {"Items": [3], "NextToken": ""}]
+    answers: list[dict[str, Any]] = [
+        {"Items": [{"n": 1}, {"n": 2}], "NextToken": "a"},
+        {"NextToken": "b"},
+        {"Items": [{"n": 3}], "NextToken": ""},
+    ]
 
     def call(**request: Any) -> dict[str, Any]:
         calls.append(request)
         return answers[len(calls) - 1]
 
-    assert _pages(call, "Items", Filters=["f"]) == [1, 2, 3]
+    assert _pages(call, "Items", Filters=["f"]) == [{"n": 1}, {"n": 2}, {"n": 3}]
     assert calls == [{"Filters": ["f"]}, {"Filters": ["f"], "NextToken": "a"}, {"Filters": ["f"], "NextToken": "b"}]
