@@ -1105,3 +1105,35 @@ def test_synthesis_runs_our_interpreter_with_the_projects_flags_and_reports_the_
         {"input": '{"@aws-cdk/flag": true}', "capture_output": True, "text": True, "check": False},
     )
     assert runs == [expected, expected]
+
+
+def test_environments_must_be_a_folder(tmp_path: Path) -> None:
+    afile = tmp_path / "p5.yaml"
+    afile.write_text("network: {}\n")
+    for command in ("diff", "lock", "protect"):
+        result = CliRunner().invoke(cli, [command, "p5", "--environments", str(afile)])
+        assert result.exit_code == 2, result.output
+        assert f"Directory '{afile}' is a file." in result.output
+
+
+def test_a_renamed_environments_lock_the_only_record_of_its_stacks_is_not_replaced(tmp_path: Path) -> None:
+    from mlcluster.lockfile import ForeignLockError, Lock
+
+    env = environment(tmp_path)
+    lock = Lock(
+        {"dev-Storage": storage("LUSTRE", protected=True), "dev-Network": storage("LUSTRE", protected=True)}, "deployed"
+    )
+    lock_file = tmp_path / "p5.lock.json"
+    expected = (
+        f"{lock_file} records environment 'dev' and its stacks dev-Network, dev-Storage, and dev.lock.json is not "
+        "beside it: this file is their only record (an environment file and its lock renamed to p5?). Replaced by "
+        "p5's deployed stacks, it would no longer name them while they keep running, and the next deploy would "
+        "build a second environment. Give both files their old names back (dev.yaml and dev.lock.json) and run "
+        "'mlcluster status' there; to rename an environment, see the refusal of a lock whose environment file is "
+        "gone"
+    )
+    with pytest.raises(CliError) as raised:
+        diff_module._only_record(env, ForeignLockError(lock_file, "p5", "dev", lock))
+    assert (raised.value.message, raised.value.exit_code) == (expected, EXIT_FAILED)
+    # A lock recording no stack loses nothing.
+    diff_module._only_record(env, ForeignLockError(lock_file, "p5", "dev", Lock({}, "deployed")))
