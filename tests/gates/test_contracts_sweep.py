@@ -12,15 +12,12 @@ from typing import Any
 
 import pytest
 
-from mlcluster.analysis import contracts
+from mlcluster.analysis import contracts, pcluster_policies
 from mlcluster.analysis.assembly import Assembly
 from mlcluster.analysis.contracts import (
-    CONTRACTS,
-    Proof,
     prove_alarm_key,
     prove_alarm_topic,
     prove_alert_manager_topic,
-    prove_all,
     prove_amp_key,
     prove_backup,
     prove_backup_keys,
@@ -33,7 +30,6 @@ from mlcluster.analysis.contracts import (
     prove_pcluster_node_scripts,
     prove_pcluster_provider,
     prove_rule_topic,
-    render_table,
 )
 
 ACCOUNT = "${AWS::AccountId}"
@@ -728,4 +724,236 @@ def test_node_scripts_are_proven_per_group_by_s3_access_or_an_attached_policy() 
         "FAILS: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster LoginNodes login s3://${env/C|Scripts}/login.sh: S3Access grants no s3:GetObject on ${env/C|Scripts}/login.sh; attached policies: no statement allows it (implicit deny)",
         "FAILS: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster LoginNodes login s3://${env/C|Scripts}/login.sh: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/parallelcluster/c1/c1-Rolemlc-run-time-value s3:GetObject on arn:${AWS::Partition}:s3:::${env/C|Scripts}/login.sh (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/parallelcluster/c1/c1-Rolemlc-run-time-value, aws:SecureTransport=true): denied by NoLogin (resource policy)",
         "ok: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster LoginNodes login s3://${env/C|Scripts}/login.sh: SSE-S3: S3Access needs no key grant",
+    ]
+
+
+def _statement_actions(sid: str) -> tuple[str, ...]:
+    """The actions of the statement ``sid`` of ParallelCluster's documented policy (the copy the gate reads)."""
+    (actions,) = [a for _, s, a in pcluster_policies.STATEMENTS if s == sid]
+    return actions
+
+
+TAGGED = {"aws:TagKeys": "parallelcluster:cluster-name"}
+PREFIX = "arn:${AWS::Partition}:"
+REGION_ACCOUNT = "${AWS::Region}:${AWS::AccountId}"
+
+
+def test_an_existing_file_system_and_a_login_pool_need_their_statements_on_their_resources() -> None:
+    """An existing FSx file system is described and tagged (not created); a login pool's Auto Scaling and load
+    balancer calls, tagged where ParallelCluster's statement requires it, and their two service-linked roles."""
+    slr = f"{PREFIX}iam::${{AWS::AccountId}}:role/aws-service-role"
+    file_system = f"{PREFIX}fsx:{REGION_ACCOUNT}:file-system/mlc-run-time-value"
+    expected = [
+        (f"{contracts._FSX} FSx", action, file_system, {})
+        for action in ("fsx:Describe*", "fsx:ListTagsForResource", "fsx:TagResource")
+    ]
+    expected += [
+        (f"{contracts._LOGIN} LoginNodesFunctionalities", action, "*", TAGGED)
+        for action in _statement_actions("LoginNodesFunctionalities")
+    ]
+    expected += [
+        (f"{contracts._LOGIN} LoginNodesFunctionalitiesNoCondition", action, "*", {})
+        for action in _statement_actions("LoginNodesFunctionalitiesNoCondition")
+    ]
+    expected += [
+        (
+            f"{contracts._LOGIN} IamRole",
+            "iam:CreateServiceLinkedRole",
+            f"{slr}/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling",
+            {"iam:AWSServiceName": "autoscaling.amazonaws.com"},
+        ),
+        (
+            f"{contracts._LOGIN} IamRole",
+            "iam:CreateServiceLinkedRole",
+            f"{slr}/elasticloadbalancing.amazonaws.com/AWSServiceRoleForElasticLoadBalancing",
+            {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"},
+        ),
+    ]
+    assert list(contracts._provider_requests("c1", [contracts._FSX, contracts._LOGIN])) == expected
+
+
+def test_dns_dashboards_logs_and_efs_need_every_action_of_their_statements() -> None:
+    """Each feature's statement, all its actions: Route 53 and CloudWatch on *, EFS on a file system, Logs on *."""
+    expected = [(f"{contracts._DNS} Route53HostedZones", a, "*", {}) for a in _statement_actions("Route53HostedZones")]
+    expected += [(f"{contracts._DASHBOARDS} CloudWatch", a, "*", {}) for a in _statement_actions("CloudWatch")]
+    expected += [
+        (f"{contracts._EFS} EFS", a, f"{PREFIX}elasticfilesystem:{REGION_ACCOUNT}:file-system/mlc-run-time-value", {})
+        for a in _statement_actions("EFS")
+    ]
+    expected += [(f"{contracts._LOGS} CloudWatchLogs", a, "*", {}) for a in _statement_actions("CloudWatchLogs")]
+    features = [contracts._DNS, contracts._DASHBOARDS, contracts._LOGS, contracts._EFS]
+    got = list(contracts._provider_requests("c1", features))
+    assert sorted(got, key=str) == sorted(expected, key=str) and len(got) == len(expected)
+
+
+def test_every_cluster_needs_the_always_statements_on_that_clusters_own_resources() -> None:
+    """What every cluster needs: each target (with its context) named for cluster ``c1``, each statement's
+    actions on each of its targets (IamRole: only DeleteRole and TagRole on the cluster's roles)."""
+    node = f"{PREFIX}iam::${{AWS::AccountId}}:role/parallelcluster/c1/c1-RoleHeadNode-mlc-run-time-value"
+    cleanup = (
+        f"{PREFIX}iam::${{AWS::AccountId}}:role/parallelcluster/c1-CleanupResourcesFunctionExecutionRole-"
+        "mlc-run-time-value"
+    )
+    profile = f"{PREFIX}iam::${{AWS::AccountId}}:instance-profile/parallelcluster/c1/mlc-run-time-value"
+    stack = f"{PREFIX}cloudformation:{REGION_ACCOUNT}:stack/c1/mlc-run-time-value"
+    bucket = f"{PREFIX}s3:::parallelcluster-mlc-run-time-value-v1-do-not-delete"
+    targets = {
+        "EC2ReadAndWrite": [("*", {})],
+        "DynamoDB": [(f"{PREFIX}dynamodb:{REGION_ACCOUNT}:table/parallelcluster-c1", {})],
+        "CloudFormationCreateAndUpdate": [(stack, TAGGED)],
+        "CloudFormationReadAndDelete": [(stack, {})],
+        "IamRead": [(node, {}), (cleanup, {}), (profile, {})],
+        "IamInstanceProfile": [(profile, {})],
+        "IamPassRole": [
+            (node, {"iam:PassedToService": "ec2.amazonaws.com"}),
+            (cleanup, {"iam:PassedToService": "lambda.amazonaws.com"}),
+        ],
+        "Lambda": [(f"{PREFIX}lambda:{REGION_ACCOUNT}:function:pcluster-mlc-run-time-value", {})],
+        "S3ResourcesBucket": [(bucket, {}), (f"{bucket}/x", {})],
+        "S3ParallelClusterReadOnly": [(f"{PREFIX}s3:::${{AWS::Region}}-aws-parallelcluster/mlc-run-time-value", {})],
+        "ResourceGroupRead": [(f"{PREFIX}resource-groups:{REGION_ACCOUNT}:group/mlc-run-time-value", {})],
+        "IamRole": [(node, {}), (cleanup, {})],
+        "IamInlinePolicyAndCreateRole": [(node, {}), (cleanup, {})],
+    }
+    expected = []
+    for _, sid, actions in pcluster_policies.STATEMENTS:
+        if sid not in targets:
+            continue
+        uses = ("iam:DeleteRole", "iam:TagRole") if sid == "IamRole" else actions
+        if sid == "IamPassRole":
+            expected += [(f"always {sid}", a, r, c) for r, c in targets[sid] for a in uses]
+        else:
+            expected += [(f"always {sid}", a, r, c) for a in uses for r, c in targets[sid]]
+    assert list(contracts._provider_requests("c1", [contracts._ALWAYS])) == expected
+
+
+def test_a_use_naming_an_action_its_statement_lacks_is_undecided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decision that claims an action ParallelCluster's statement does not hold is reported, not proven."""
+    use = contracts.ProviderUse(contracts._EFS, (("*", {}),), ("elasticfilesystem:DescribeFileSystems", "s3:PutObject"))
+    monkeypatch.setitem(contracts.PCLUSTER_PROVIDER_USES, "EFS", (use,))
+    (policy,) = [p for p, sid, _ in pcluster_policies.STATEMENTS if sid == "EFS"]
+    assert list(contracts._provider_requests("c1", [contracts._EFS])) == [
+        (f"{contracts._EFS} EFS", "elasticfilesystem:DescribeFileSystems", "*", {}),
+        (f"undecided {policy} EFS (s3:PutObject is not the statement's)", "", "", {}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("config", "features"),
+    [
+        ({}, ["always", "dns", "dashboards", "logs"]),
+        ({"Scheduling": {"SlurmSettings": {"Dns": {"DisableManagedDns": True}}}}, ["always", "dashboards", "logs"]),
+        (
+            {"Scheduling": {"SlurmSettings": {"Dns": {"DisableManagedDns": False}}}},
+            ["always", "dns", "dashboards", "logs"],
+        ),
+        ({"Monitoring": {"Dashboards": {"CloudWatch": {"Enabled": False}}}}, ["always", "dns", "dashboards", "logs"]),
+        ({"Monitoring": {"Alarms": {"Enabled": False}}}, ["always", "dns", "dashboards", "logs"]),
+        (
+            {"Monitoring": {"Dashboards": {"CloudWatch": {"Enabled": False}}, "Alarms": {"Enabled": False}}},
+            ["always", "dns", "logs"],
+        ),
+        ({"Monitoring": {"Logs": {"CloudWatch": {"Enabled": False}}}}, ["always", "dns", "dashboards"]),
+        (
+            {"SharedStorage": [{"StorageType": "FsxLustre", "FsxLustreSettings": {}}]},
+            ["always", "dns", "dashboards", "logs"],
+        ),
+        (
+            {"SharedStorage": [{"StorageType": "FsxLustre", "FsxLustreSettings": {"FileSystemId": "fs-1"}}]},
+            ["always", "dns", "dashboards", "logs", "fsx"],
+        ),
+        (
+            {"SharedStorage": [{"StorageType": "Efs", "FsxLustreSettings": {"FileSystemId": "fs-1"}}]},
+            ["always", "dns", "dashboards", "logs", "efs"],
+        ),
+        ({"LoginNodes": {"Pools": []}}, ["always", "dns", "dashboards", "logs"]),
+        ({"LoginNodes": {"Pools": [{"Name": "login"}]}}, ["always", "dns", "dashboards", "logs", "login"]),
+    ],
+)
+def test_the_features_of_a_configuration_follow_parallelclusters_defaults(
+    config: dict[str, Any], features: list[str]
+) -> None:
+    """Managed DNS, dashboards, alarms and logs are on unless turned off (ParallelCluster's defaults); dashboards'
+    rights stay while either dashboards or alarms are on; FSx only for an existing file system; login pools only
+    when one is listed."""
+    names = {
+        "always": contracts._ALWAYS,
+        "dns": contracts._DNS,
+        "dashboards": contracts._DASHBOARDS,
+        "logs": contracts._LOGS,
+        "fsx": contracts._FSX,
+        "efs": contracts._EFS,
+        "login": contracts._LOGIN,
+    }
+    assert contracts._pcluster_features(config) == [names[f] for f in features]
+
+
+def test_the_provider_role_is_held_to_every_request_of_the_clusters_features_and_policies() -> None:
+    """The provider's proofs in order: Lambda's trust; every request of the configuration's features, with the
+    region and the configuration's permissions boundary; attach and detach of each configured policy once (no
+    CloudWatch agent policy with logs off); detaching the app's own node policy, refused here by the role."""
+    boundary = "arn:aws:iam::111111111111:policy/boundary"
+    context = f"aws:RequestedRegion=${{AWS::Region}}, iam:PermissionsBoundary={boundary}"
+    head = "on arn:${AWS::Partition}:iam::${AWS::AccountId}:role/parallelcluster/c1/c1-RoleHeadNode-mlc-run-time-value"
+    who = "ok: ParallelCluster provider -> what it creates for the cluster: env/C/Cluster"
+    features = [contracts._ALWAYS, contracts._FSX, contracts._LOGIN]
+    expected = [
+        "ok: ParallelCluster provider -> what it creates for the cluster: env/C/ProviderRole (trust): "
+        "lambda.amazonaws.com sts:AssumeRole on ${env/C|ProviderRole.Arn} (aws:SecureTransport=true): allowed by Trust"
+    ]
+    for what, action, target, extra in contracts._provider_requests("c1", features):
+        keys = ", ".join(
+            f"{k}={v}"
+            for k, v in sorted(
+                {**extra, "aws:RequestedRegion": "${AWS::Region}", "iam:PermissionsBoundary": boundary}.items()
+            )
+        )
+        expected.append(f"{who} ({what}): ${{env/C|ProviderRole.Arn}} {action} on {target} ({keys}): allowed by All")
+    for policy in ("${env/C|NodePolicy}", "arn:aws:iam::aws:policy/X"):
+        for action in ("iam:AttachRolePolicy", "iam:DetachRolePolicy"):
+            expected.append(
+                f"{who} (AdditionalIamPolicies): ${{env/C|ProviderRole.Arn}} {action} {head} ({context}, "
+                f"iam:PolicyARN={policy}): allowed by All"
+            )
+    expected.append(
+        "FAILS: ParallelCluster provider -> what it creates for the cluster: env/C/Cluster (an edit drops a policy): "
+        f"${{env/C|ProviderRole.Arn}} iam:DetachRolePolicy {head} ({context}, iam:PolicyARN=arn:${{AWS::Partition}}:"
+        "iam::${AWS::AccountId}:policy/parallelcluster/env-C-CollectorRemoteWrite121D47A5-mlc-run-time-value): "
+        "denied by KeepOwn"
+    )
+    assert lines(prove_pcluster_provider, pcluster(), "env/C") == expected
+
+
+def test_with_logs_on_the_provider_attaches_the_cloudwatch_agent_policy_and_names_the_deployed_stack() -> None:
+    """Logs on (the default) add CloudWatchAgentServerPolicy to the policies attached; no boundary, no boundary key;
+    the dropped policy's ARN is named after the stack's CloudFormation name (``env-C`` for ``env/C``)."""
+    config = {
+        "HeadNode": {"Iam": {"AdditionalIamPolicies": [{"Policy": "arn:aws:iam::aws:policy/X"}]}},
+        "Scheduling": {"SlurmSettings": {"Dns": {"DisableManagedDns": True}}},
+        "Monitoring": {"Dashboards": {"CloudWatch": {"Enabled": False}}, "Alarms": {"Enabled": False}},
+    }
+    assembly = Assembly({"env/C": {"Resources": pcluster(config)}})
+    proofs = [p for p in prove_pcluster_provider(assembly, "env") if "Policies" in p.subject or "drops" in p.subject]
+    head = "on arn:${AWS::Partition}:iam::${AWS::AccountId}:role/parallelcluster/c1/c1-RoleHeadNode-mlc-run-time-value"
+    agent = "arn:${AWS::Partition}:iam::aws:policy/CloudWatchAgentServerPolicy"
+    owned = "arn:${AWS::Partition}:iam::${AWS::AccountId}:policy/parallelcluster/env-C-CollectorRemoteWrite121D47A5-mlc-run-time-value"
+    assert [(p.ok, p.subject, p.detail) for p in proofs] == [
+        (
+            True,
+            f"env/C/Cluster ({subject})",
+            f"${{env/C|ProviderRole.Arn}} {action} {head} (aws:RequestedRegion=${{AWS::Region}}, iam:PolicyARN={policy}): {decision}",
+        )
+        for subject, action, policy, decision in [
+            ("AdditionalIamPolicies", "iam:AttachRolePolicy", "arn:aws:iam::aws:policy/X", "allowed by All"),
+            ("AdditionalIamPolicies", "iam:DetachRolePolicy", "arn:aws:iam::aws:policy/X", "allowed by All"),
+            ("AdditionalIamPolicies", "iam:AttachRolePolicy", agent, "allowed by All"),
+            ("AdditionalIamPolicies", "iam:DetachRolePolicy", agent, "allowed by All"),
+        ]
+    ] + [
+        (
+            False,
+            "env/C/Cluster (an edit drops a policy)",
+            f"${{env/C|ProviderRole.Arn}} iam:DetachRolePolicy {head} (aws:RequestedRegion=${{AWS::Region}}, "
+            f"iam:PolicyARN={owned}): denied by KeepOwn",
+        )
     ]
