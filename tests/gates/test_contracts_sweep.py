@@ -8,6 +8,7 @@ context key, or a proof that says ok where the policy refuses, is a gate that le
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -15,9 +16,12 @@ import pytest
 from mlcluster.analysis import contracts, pcluster_policies
 from mlcluster.analysis.assembly import Assembly
 from mlcluster.analysis.contracts import (
+    CONTRACTS,
+    Proof,
     prove_alarm_key,
     prove_alarm_topic,
     prove_alert_manager_topic,
+    prove_all,
     prove_amp_key,
     prove_backup,
     prove_backup_keys,
@@ -733,6 +737,8 @@ def _statement_actions(sid: str) -> tuple[str, ...]:
     return actions
 
 
+#: One request of ParallelCluster's provider: (what, action, resource ARN, context).
+ProviderRequest = tuple[str, str, str, Mapping[str, str]]
 TAGGED = {"aws:TagKeys": "parallelcluster:cluster-name"}
 PREFIX = "arn:${AWS::Partition}:"
 REGION_ACCOUNT = "${AWS::Region}:${AWS::AccountId}"
@@ -743,7 +749,7 @@ def test_an_existing_file_system_and_a_login_pool_need_their_statements_on_their
     balancer calls, tagged where ParallelCluster's statement requires it, and their two service-linked roles."""
     slr = f"{PREFIX}iam::${{AWS::AccountId}}:role/aws-service-role"
     file_system = f"{PREFIX}fsx:{REGION_ACCOUNT}:file-system/mlc-run-time-value"
-    expected = [
+    expected: list[ProviderRequest] = [
         (f"{contracts._FSX} FSx", action, file_system, {})
         for action in ("fsx:Describe*", "fsx:ListTagsForResource", "fsx:TagResource")
     ]
@@ -774,7 +780,9 @@ def test_an_existing_file_system_and_a_login_pool_need_their_statements_on_their
 
 def test_dns_dashboards_logs_and_efs_need_every_action_of_their_statements() -> None:
     """Each feature's statement, all its actions: Route 53 and CloudWatch on *, EFS on a file system, Logs on *."""
-    expected = [(f"{contracts._DNS} Route53HostedZones", a, "*", {}) for a in _statement_actions("Route53HostedZones")]
+    expected: list[ProviderRequest] = [
+        (f"{contracts._DNS} Route53HostedZones", a, "*", {}) for a in _statement_actions("Route53HostedZones")
+    ]
     expected += [(f"{contracts._DASHBOARDS} CloudWatch", a, "*", {}) for a in _statement_actions("CloudWatch")]
     expected += [
         (f"{contracts._EFS} EFS", a, f"{PREFIX}elasticfilesystem:{REGION_ACCOUNT}:file-system/mlc-run-time-value", {})
@@ -797,7 +805,7 @@ def test_every_cluster_needs_the_always_statements_on_that_clusters_own_resource
     profile = f"{PREFIX}iam::${{AWS::AccountId}}:instance-profile/parallelcluster/c1/mlc-run-time-value"
     stack = f"{PREFIX}cloudformation:{REGION_ACCOUNT}:stack/c1/mlc-run-time-value"
     bucket = f"{PREFIX}s3:::parallelcluster-mlc-run-time-value-v1-do-not-delete"
-    targets = {
+    targets: dict[str, list[tuple[str, Mapping[str, str]]]] = {
         "EC2ReadAndWrite": [("*", {})],
         "DynamoDB": [(f"{PREFIX}dynamodb:{REGION_ACCOUNT}:table/parallelcluster-c1", {})],
         "CloudFormationCreateAndUpdate": [(stack, TAGGED)],
@@ -815,7 +823,7 @@ def test_every_cluster_needs_the_always_statements_on_that_clusters_own_resource
         "IamRole": [(node, {}), (cleanup, {})],
         "IamInlinePolicyAndCreateRole": [(node, {}), (cleanup, {})],
     }
-    expected = []
+    expected: list[ProviderRequest] = []
     for _, sid, actions in pcluster_policies.STATEMENTS:
         if sid not in targets:
             continue
@@ -957,3 +965,144 @@ def test_with_logs_on_the_provider_attaches_the_cloudwatch_agent_policy_and_name
             f"iam:PolicyARN={owned}): denied by KeepOwn",
         )
     ]
+
+
+# -- the readers every prover shares ------------------------------------------------------------------------
+
+
+def test_a_roles_statements_are_its_inline_attached_and_pointing_policies_and_no_other_roles() -> None:
+    """Inline policies, customer managed policies it lists, and AWS::IAM::Policy / ManagedPolicy resources naming it
+    in Roles; an AWS managed ARN (not readable here), another role's policy and non-statement entries are left out."""
+    one = allow("Inline", "s3:GetObject")
+    listed = allow("Listed", "s3:PutObject")
+    pointing = allow("Pointing", "sqs:SendMessage")
+    managed_pointing = allow("ManagedPointing", "sns:Publish")
+    resources = {
+        "Target": role("lambda.amazonaws.com", one, ManagedPolicyArns=[ref("Listed"), "arn:aws:iam::aws:policy/X"]),
+        "Other": role("lambda.amazonaws.com"),
+        "Listed": {
+            "Type": "AWS::IAM::ManagedPolicy",
+            "Properties": {"PolicyDocument": {"Statement": [listed, "junk"]}},
+        },
+        "Pointing": {
+            "Type": "AWS::IAM::Policy",
+            "Properties": {"Roles": [ref("Other"), ref("Target")], "PolicyDocument": document(pointing)},
+        },
+        "ManagedPointing": {
+            "Type": "AWS::IAM::ManagedPolicy",
+            "Properties": {"Roles": [ref("Target")], "PolicyDocument": document(managed_pointing)},
+        },
+        "ForOther": {
+            "Type": "AWS::IAM::Policy",
+            "Properties": {"Roles": [ref("Other")], "PolicyDocument": document(deny("No", "*"))},
+        },
+        "Bucket": {"Type": "AWS::S3::Bucket", "Properties": {}},
+    }
+    resources["Target"]["Properties"]["ManagedPolicyArns"].append(ref("Bucket"))
+    assembly = Assembly({"env/S": {"Resources": resources}})
+    target = assembly.resource("${env/S|Target}")
+    assert target is not None
+    assert contracts.role_policies(assembly, "env", target) == [one, listed, pointing, managed_pointing]
+
+
+def test_a_policy_document_that_is_not_a_document_has_no_statements() -> None:
+    """A document rendered to a string (an intrinsic the gate leaves unresolved) or without Statement: none."""
+    assembly = Assembly({"env/S": {"Resources": {}}})
+    assert contracts._statements(assembly, "env/S", {"Fn::If": ["c", {}, {}]}) == []
+    assert contracts._statements(assembly, "env/S", {"Version": "2012-10-17"}) == []
+
+
+def test_topic_keys_and_key_policies_are_read_only_from_the_assembly() -> None:
+    """A topic's rendered key (none: unencrypted; a topic the assembly lacks: none); a key reference resolves only to
+    an AWS::KMS::Key of the assembly, with its policy's statements."""
+    statement = allow("Root", "kms:*", "*", {"AWS": "arn:aws:iam::111111111111:root"})
+    resources = {
+        "Key": {"Type": "AWS::KMS::Key", "Properties": {"KeyPolicy": document(statement)}},
+        "Alias": {"Type": "AWS::KMS::Alias", "Properties": {}},
+        "Sealed": {"Type": "AWS::SNS::Topic", "Properties": {"KmsMasterKeyId": arn("Key")}},
+        "Open": {"Type": "AWS::SNS::Topic", "Properties": {}},
+    }
+    assembly = Assembly({"env/S": {"Resources": resources}})
+    assert contracts.topic_key(assembly, "${env/S|Sealed}") == "${env/S|Key.Arn}"
+    assert contracts.topic_key(assembly, "${env/S|Open}") is None
+    assert contracts.topic_key(assembly, "${env/S|Missing}") is None
+    key, statements = contracts.key_policy(assembly, "${env/S|Key.Arn}")
+    assert key is not None and key.logical_id == "Key" and statements == [statement]
+    assert contracts.key_policy(assembly, "${env/S|Alias}") == (None, [])
+    assert contracts.key_policy(assembly, "arn:aws:kms:us-east-1:111111111111:key/k") == (None, [])
+
+
+@pytest.mark.parametrize(
+    ("encryption", "expected"),
+    [
+        ({}, (None, False)),
+        (sse_kms("k1"), ("k1", False)),
+        (sse_kms("k1", bucket_keys=True), ("k1", True)),
+        (sse_kms("k1", algorithm="aws:kms:dsse"), ("k1", False)),
+        (sse_kms("k1", algorithm="AES256"), (None, False)),
+        (sse_kms("", bucket_keys=True), (None, False)),
+        (
+            {
+                "ServerSideEncryptionConfiguration": [
+                    {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}},
+                    *sse_kms("k2", bucket_keys=True)["ServerSideEncryptionConfiguration"],
+                ]
+            },
+            ("k2", True),
+        ),
+    ],
+    ids=["sse-s3-default", "sse-kms", "bucket-keys", "dsse", "aes256-with-key", "no-key-id", "second-rule"],
+)
+def test_a_buckets_key_is_its_sse_kms_rules_key(encryption: dict[str, Any], expected: tuple[str | None, bool]) -> None:
+    """SSE-KMS (or dual-layer) with a key ID names the key and whether S3 Bucket Keys are on; SSE-S3 names none."""
+    properties = {"BucketEncryption": encryption} if encryption else {}
+    assembly = Assembly({"env/S": {"Resources": {"B": {"Type": "AWS::S3::Bucket", "Properties": properties}}}})
+    bucket = assembly.resource("${env/S|B}")
+    assert bucket is not None
+    assert contracts.bucket_key(assembly, bucket) == expected
+
+
+def test_a_buckets_policy_is_the_one_naming_that_bucket() -> None:
+    """The statements of the BucketPolicy whose Bucket is that bucket; a bucket without one has none."""
+    mine = deny("Mine", "s3:*")
+    resources = {
+        "A": {"Type": "AWS::S3::Bucket", "Properties": {}},
+        "B": {"Type": "AWS::S3::Bucket", "Properties": {}},
+        "C": {"Type": "AWS::S3::Bucket", "Properties": {}},
+        "APolicy": {
+            "Type": "AWS::S3::BucketPolicy",
+            "Properties": {"Bucket": ref("A"), "PolicyDocument": document(deny("NotMine", "s3:*"))},
+        },
+        "BPolicy": {
+            "Type": "AWS::S3::BucketPolicy",
+            "Properties": {"Bucket": ref("B"), "PolicyDocument": document(mine)},
+        },
+    }
+    assembly = Assembly({"env/S": {"Resources": resources}})
+    assert contracts.bucket_policy(assembly, "env", "${env/S|B}") == [mine]
+    assert contracts.bucket_policy(assembly, "env", "${env/S|C}") == []
+
+
+def test_a_proof_prints_ok_or_fails_then_contract_subject_and_detail() -> None:
+    assert str(Proof("c", "s", True, "d")) == "ok: c: s: d"
+    assert str(Proof("c", "s", False, "d")) == "FAILS: c: s: d"
+
+
+def test_prove_all_runs_every_contract_over_every_environment_in_order() -> None:
+    """Environments in name order, contracts in table order: here two environments' Lambda and log group proofs."""
+    templates = {
+        f"{env}/Obs": {"Resources": {**functions(), **{k: v for k, v in logging().items() if k in ("Key", "Foreign")}}}
+        for env in ("b", "a")
+    }
+    proofs = prove_all(Assembly(templates))
+    assert [(p.contract, p.subject, p.ok) for p in proofs] == [
+        (contracts.LOGS_KMS, "a/Obs/Foreign", False),
+        (contracts.LAMBDA, "a/Obs/Handler (trust)", True),
+        (contracts.LAMBDA, "a/Obs/Wrong (trust)", False),
+        (contracts.LOGS_KMS, "b/Obs/Foreign", False),
+        (contracts.LAMBDA, "b/Obs/Handler (trust)", True),
+        (contracts.LAMBDA, "b/Obs/Wrong (trust)", False),
+    ]
+    assert [c.prove for c in CONTRACTS].index(prove_log_group_keys) < [c.prove for c in CONTRACTS].index(
+        prove_lambda_trust
+    )
