@@ -157,6 +157,7 @@ def alerting() -> dict[str, Any]:
                     {"Id": "queue", "Arn": arn("Queue")},
                     {"Id": "encrypted", "Arn": ref("Encrypted")},
                     {"Id": "plain", "Arn": ref("Plain")},
+                    {"Id": "function", "Arn": "arn:aws:lambda:us-east-1:111111111111:function:f"},
                 ]
             },
         },
@@ -242,6 +243,7 @@ def grafana_admins() -> dict[str, Any]:
             allow("Decrypt", "kms:Decrypt", "*", StringEquals={"kms:ViaService": via_store}),
         ),
         "Other": role("lambda.amazonaws.com", allow("Logs", "logs:PutLogEvents", "*")),
+        "Instance": role("ec2.amazonaws.com", allow("Update", "grafana:UpdatePermissions", "*")),
     }
 
 
@@ -353,6 +355,12 @@ def storage() -> dict[str, Any]:
         },
         "BackupRole": backup_role,
         "Selection": {"Type": "AWS::Backup::BackupSelection", "Properties": {"BackupSelection": selection}},
+        "Elsewhere": {
+            "Type": "AWS::Backup::BackupSelection",
+            "Properties": {
+                "BackupSelection": {"IamRoleArn": "arn:aws:iam::111111111111:role/b", "Resources": [arn("Data")]}
+            },
+        },
         "Vault": {"Type": "AWS::Backup::BackupVault", "Properties": {"EncryptionKeyArn": arn("Key")}},
         "PlainVault": {"Type": "AWS::Backup::BackupVault", "Properties": {}},
         "Amp": {"Type": "AWS::APS::Workspace", "Properties": {"KmsKeyArn": arn("Key")}},
@@ -423,7 +431,10 @@ def pcluster(config: dict[str, Any] | None = None) -> dict[str, Any]:
             },
             "OnNodeConfigured": {"Script": sub("s3://${Sealed}/c.sh")},
         },
-        "Iam": {"AdditionalIamPolicies": [{"Policy": ref("NodePolicy")}, {"Policy": "arn:aws:iam::aws:policy/X"}]},
+        "Iam": {
+            "S3Access": [{"BucketName": ref("Sealed")}],
+            "AdditionalIamPolicies": [{"Policy": ref("NodePolicy")}, {"Policy": "arn:aws:iam::aws:policy/X"}],
+        },
     }
     login = {"Name": "login", "CustomActions": {"OnNodeConfigured": {"Script": sub("s3://${Scripts}/login.sh")}}}
     default_config = {
@@ -633,6 +644,7 @@ def test_a_backup_selection_needs_both_aws_managed_policies_and_versioned_bucket
         "ok: AWS Backup -> data bucket: env/Storage/Selection: BackupRole has the AWS managed AWSBackupServiceRolePolicyForS3Restore",
         "ok: AWS Backup -> data bucket: env/Storage/Selection: Data versioning is Enabled",
         "FAILS: AWS Backup -> data bucket: env/Storage/Selection: Scratch versioning is Suspended",
+        "FAILS: AWS Backup -> data bucket: env/Storage/Elsewhere: the selection's role is not a role of the assembly",
     ]
 
 
@@ -722,7 +734,7 @@ def test_node_scripts_are_proven_per_group_by_s3_access_or_an_attached_policy() 
         "ok: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster gpu s3://${env/C|Scripts}/a.sh: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/parallelcluster/c1/c1-Rolemlc-run-time-value s3:GetObject on arn:${AWS::Partition}:s3:::${env/C|Scripts}/a.sh (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/parallelcluster/c1/c1-Rolemlc-run-time-value, aws:SecureTransport=true): no statement allows it (implicit deny) (resource policy)",
         "ok: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster gpu s3://${env/C|Scripts}/a.sh: SSE-S3: S3Access needs no key grant",
         "FAILS: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster gpu s3://elsewhere/b.sh: S3Access grants no s3:GetObject on elsewhere/b.sh; attached policies: no statement allows it (implicit deny)",
-        "FAILS: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster gpu s3://${env/C|Sealed}/c.sh: S3Access grants no s3:GetObject on ${env/C|Sealed}/c.sh; attached policies: no statement allows it (implicit deny)",
+        "ok: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster gpu s3://${env/C|Sealed}/c.sh: S3Access grants s3:GetObject on ${env/C|Sealed}/c.sh; attached policies: no statement allows it (implicit deny)",
         "ok: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster gpu s3://${env/C|Sealed}/c.sh: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/parallelcluster/c1/c1-Rolemlc-run-time-value s3:GetObject on arn:${AWS::Partition}:s3:::${env/C|Sealed}/c.sh (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/parallelcluster/c1/c1-Rolemlc-run-time-value, aws:SecureTransport=true): no statement allows it (implicit deny) (resource policy)",
         "FAILS: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster gpu s3://${env/C|Sealed}/c.sh: SSE-KMS with arn:aws:kms:::key/k: ParallelCluster's S3Access grants no kms:Decrypt",
         "FAILS: ParallelCluster nodes -> their CustomActions scripts: env/C/Cluster LoginNodes login s3://${env/C|Scripts}/login.sh: S3Access grants no s3:GetObject on ${env/C|Scripts}/login.sh; attached policies: no statement allows it (implicit deny)",
@@ -1106,3 +1118,15 @@ def test_prove_all_runs_every_contract_over_every_environment_in_order() -> None
     assert [c.prove for c in CONTRACTS].index(prove_log_group_keys) < [c.prove for c in CONTRACTS].index(
         prove_lambda_trust
     )
+
+
+def test_a_cluster_whose_service_token_is_not_a_provider_of_the_assembly_fails() -> None:
+    """A ServiceToken the assembly does not hold (a provider deployed elsewhere): no role can be read, a failed proof."""
+    cluster = {
+        "Type": "Custom::PclusterCluster",
+        "Properties": {"ServiceToken": "arn:aws:lambda:us-east-1:111111111111:function:provider", "ClusterName": "c"},
+    }
+    assert lines(prove_pcluster_provider, {"Cluster": cluster}, "env/C") == [
+        "FAILS: ParallelCluster provider -> what it creates for the cluster: env/C/Cluster: the provider stack runs "
+        "with no CustomLambdaRole of the assembly"
+    ]
