@@ -366,6 +366,10 @@ def storage() -> dict[str, Any]:
         "Amp": {"Type": "AWS::APS::Workspace", "Properties": {"KmsKeyArn": arn("Key")}},
         "ForeignAmp": {"Type": "AWS::APS::Workspace", "Properties": {"KmsKeyArn": foreign}},
         "PlainAmp": {"Type": "AWS::APS::Workspace", "Properties": {}},
+        "ToScratch": {
+            "Type": "AWS::FSx::DataRepositoryAssociation",
+            "Properties": {"FileSystemId": "fs-s", "DataRepositoryPath": sub("s3://${Scratch}/")},
+        },
         "Good": {
             "Type": "AWS::FSx::DataRepositoryAssociation",
             "Properties": {
@@ -381,10 +385,6 @@ def storage() -> dict[str, Any]:
                 "DataRepositoryPath": sub(dra),
                 "S3": {"AutoExportPolicy": {"Events": ["NEW", "CHANGED"]}},
             },
-        },
-        "ToScratch": {
-            "Type": "AWS::FSx::DataRepositoryAssociation",
-            "Properties": {"FileSystemId": "fs-s", "DataRepositoryPath": sub("s3://${Scratch}/")},
         },
     }
 
@@ -464,7 +464,12 @@ def pcluster(config: dict[str, Any] | None = None) -> dict[str, Any]:
                 "Bucket": ref("Scripts"),
                 "PolicyDocument": document(
                     deny("Tls", "s3:*", "*", "*", Bool={"aws:SecureTransport": "false"}),
-                    deny("NoLogin", "s3:GetObject", {"Fn::Join": ["", [arn("Scripts"), "/login.sh"]]}),
+                    deny(
+                        "NoLogin",
+                        "s3:GetObject",
+                        {"Fn::Join": ["", [arn("Scripts"), "/login.sh"]]},
+                        {"AWS": sub("arn:${AWS::Partition}:iam::${AWS::AccountId}:root")},
+                    ),
                 ),
             },
         },
@@ -676,6 +681,8 @@ def test_each_dra_is_proven_for_its_own_file_systems_role_and_events() -> None:
     """Each DRA: the calls its import and export events make, not denied by the bucket policy (a deny of that role's writes
     fails); with S3 Bucket Keys the key calls carry the bucket's ARN and the key policy must name that file system's role."""
     assert lines(prove_fsx_dra, storage(), "env/Storage") == [
+        "FAILS: FSx data repository association -> S3 bucket and its KMS key: env/Storage/ToScratch: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-s s3:ListBucket on arn:${AWS::Partition}:s3:::${env/Storage|Scratch} (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-s, aws:SecureTransport=true, s3:TlsVersion=1.2): denied by All (resource policy)",
+        "FAILS: FSx data repository association -> S3 bucket and its KMS key: env/Storage/ToScratch: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-s s3:GetObject on arn:${AWS::Partition}:s3:::${env/Storage|Scratch}/mlc-run-time-value (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-s, aws:SecureTransport=true, s3:TlsVersion=1.2): denied by All (resource policy)",
         "ok: FSx data repository association -> S3 bucket and its KMS key: env/Storage/Good: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-good s3:ListBucket on arn:${AWS::Partition}:s3:::${env/Storage|Data} (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-good, aws:SecureTransport=true, s3:TlsVersion=1.2): no statement allows it (implicit deny) (resource policy)",
         "ok: FSx data repository association -> S3 bucket and its KMS key: env/Storage/Good: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-good s3:GetObject on arn:${AWS::Partition}:s3:::${env/Storage|Data}/mlc-run-time-value (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-good, aws:SecureTransport=true, s3:TlsVersion=1.2): no statement allows it (implicit deny) (resource policy)",
         "ok: FSx data repository association -> S3 bucket and its KMS key: env/Storage/Good: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-good s3:GetBucketNotification on arn:${AWS::Partition}:s3:::${env/Storage|Data} (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-good, aws:SecureTransport=true, s3:TlsVersion=1.2): no statement allows it (implicit deny) (resource policy)",
@@ -691,8 +698,6 @@ def test_each_dra_is_proven_for_its_own_file_systems_role_and_events() -> None:
         "FAILS: FSx data repository association -> S3 bucket and its KMS key: env/Storage/Other (key): arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-other kms:Decrypt on ${env/Storage|Key.Arn} (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-other, aws:SecureTransport=true, kms:CallerAccount=${AWS::AccountId}, kms:EncryptionContext:aws:s3:arn=arn:${AWS::Partition}:s3:::${env/Storage|Data}, kms:ViaService=s3.${AWS::Region}.amazonaws.com, s3:TlsVersion=1.2): no statement allows it (implicit deny)",
         "FAILS: FSx data repository association -> S3 bucket and its KMS key: env/Storage/Other (key): arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-other kms:ReEncryptFrom on ${env/Storage|Key.Arn} (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-other, aws:SecureTransport=true, kms:CallerAccount=${AWS::AccountId}, kms:EncryptionContext:aws:s3:arn=arn:${AWS::Partition}:s3:::${env/Storage|Data}, kms:ViaService=s3.${AWS::Region}.amazonaws.com, s3:TlsVersion=1.2): no statement allows it (implicit deny)",
         "FAILS: FSx data repository association -> S3 bucket and its KMS key: env/Storage/Other (key): arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-other kms:GenerateDataKey on ${env/Storage|Key.Arn} (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-other, aws:SecureTransport=true, kms:CallerAccount=${AWS::AccountId}, kms:EncryptionContext:aws:s3:arn=arn:${AWS::Partition}:s3:::${env/Storage|Data}, kms:ViaService=s3.${AWS::Region}.amazonaws.com, s3:TlsVersion=1.2): no statement allows it (implicit deny)",
-        "FAILS: FSx data repository association -> S3 bucket and its KMS key: env/Storage/ToScratch: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-s s3:ListBucket on arn:${AWS::Partition}:s3:::${env/Storage|Scratch} (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-s, aws:SecureTransport=true, s3:TlsVersion=1.2): denied by All (resource policy)",
-        "FAILS: FSx data repository association -> S3 bucket and its KMS key: env/Storage/ToScratch: arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-s s3:GetObject on arn:${AWS::Partition}:s3:::${env/Storage|Scratch}/mlc-run-time-value (aws:PrincipalArn=arn:${AWS::Partition}:iam::${AWS::AccountId}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_fs-s, aws:SecureTransport=true, s3:TlsVersion=1.2): denied by All (resource policy)",
     ]
 
 
@@ -1129,4 +1134,27 @@ def test_a_cluster_whose_service_token_is_not_a_provider_of_the_assembly_fails()
     assert lines(prove_pcluster_provider, {"Cluster": cluster}, "env/C") == [
         "FAILS: ParallelCluster provider -> what it creates for the cluster: env/C/Cluster: the provider stack runs "
         "with no CustomLambdaRole of the assembly"
+    ]
+
+
+def test_a_backup_selection_without_a_body_has_nothing_to_prove() -> None:
+    """A selection written without BackupSelection (CloudFormation requires it; a hand-made template may lack it):
+    no role and no bucket, so its proofs fail for the role and no key is read, not a crash of the gate."""
+    resources = {"Selection": {"Type": "AWS::Backup::BackupSelection", "Properties": {}}}
+    assert lines(prove_backup_keys, resources, "env/Storage") == []
+    assert lines(prove_backup, resources, "env/Storage") == [
+        "FAILS: AWS Backup -> data bucket: env/Storage/Selection: the selection's role is not a role of the assembly"
+    ]
+
+
+def test_a_decision_may_spell_an_action_in_another_case_than_parallelclusters_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """IAM action names are not case-sensitive: ParallelCluster's CloudWatchLogs statement spells
+    ``logs:deleteMetricFilter``; a decision naming ``logs:DeleteMetricFilter`` is the statement's, not undecided."""
+    assert "logs:deleteMetricFilter" in _statement_actions("CloudWatchLogs")
+    use = contracts.ProviderUse(contracts._LOGS, (("*", {}),), ("logs:DeleteMetricFilter",))
+    monkeypatch.setitem(contracts.PCLUSTER_PROVIDER_USES, "CloudWatchLogs", (use,))
+    assert list(contracts._provider_requests("c1", [contracts._LOGS])) == [
+        (f"{contracts._LOGS} CloudWatchLogs", "logs:DeleteMetricFilter", "*", {})
     ]
