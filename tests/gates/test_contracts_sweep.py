@@ -436,10 +436,14 @@ def pcluster(config: dict[str, Any] | None = None) -> dict[str, Any]:
             "AdditionalIamPolicies": [{"Policy": ref("NodePolicy")}, {"Policy": "arn:aws:iam::aws:policy/X"}],
         },
     }
-    login = {"Name": "login", "CustomActions": {"OnNodeConfigured": {"Script": sub("s3://${Scripts}/login.sh")}}}
+    login = {
+        "Name": "login",
+        "CustomActions": {"OnNodeConfigured": {"Script": sub("s3://${Scripts}/login.sh")}},
+        "Iam": {"AdditionalIamPolicies": [{"Policy": "arn:aws:iam::aws:policy/LoginOnly"}]},
+    }
     default_config = {
         "HeadNode": head,
-        "Scheduling": {"SlurmQueues": [queue], "SlurmSettings": {"Dns": {"DisableManagedDns": True}}},
+        "Scheduling": {"SlurmQueues": [queue, {"Name": "cpu"}], "SlurmSettings": {"Dns": {"DisableManagedDns": True}}},
         "LoginNodes": {"Pools": [login]},
         "Monitoring": {
             "Logs": {"CloudWatch": {"Enabled": False}},
@@ -934,7 +938,7 @@ def test_the_provider_role_is_held_to_every_request_of_the_clusters_features_and
             )
         )
         expected.append(f"{who} ({what}): ${{env/C|ProviderRole.Arn}} {action} on {target} ({keys}): allowed by All")
-    for policy in ("${env/C|NodePolicy}", "arn:aws:iam::aws:policy/X"):
+    for policy in ("${env/C|NodePolicy}", "arn:aws:iam::aws:policy/X", "arn:aws:iam::aws:policy/LoginOnly"):
         for action in ("iam:AttachRolePolicy", "iam:DetachRolePolicy"):
             expected.append(
                 f"{who} (AdditionalIamPolicies): ${{env/C|ProviderRole.Arn}} {action} {head} ({context}, "
@@ -1158,3 +1162,26 @@ def test_a_decision_may_spell_an_action_in_another_case_than_parallelclusters_st
     assert list(contracts._provider_requests("c1", [contracts._LOGS])) == [
         (f"{contracts._LOGS} CloudWatchLogs", "logs:DeleteMetricFilter", "*", {})
     ]
+
+
+def test_a_selection_by_tags_alone_proves_its_role_and_no_bucket() -> None:
+    """Resources is optional (ListOfTags selects instead): the role's trust and policies are proven, no bucket."""
+    selection = {"IamRoleArn": arn("Role"), "SelectionName": "tagged", "ListOfTags": [{"ConditionKey": "backup"}]}
+    resources = {
+        "Role": role("backup.amazonaws.com"),
+        "Selection": {"Type": "AWS::Backup::BackupSelection", "Properties": {"BackupSelection": selection}},
+    }
+    assert lines(prove_backup, resources, "env/Storage") == [
+        "ok: AWS Backup -> data bucket: env/Storage/Role (trust): backup.amazonaws.com sts:AssumeRole on "
+        "${env/Storage|Role.Arn} (aws:SecureTransport=true, aws:SourceAccount=${AWS::AccountId}): allowed by Trust",
+        "FAILS: AWS Backup -> data bucket: env/Storage/Selection: Role has the AWS managed "
+        "AWSBackupServiceRolePolicyForS3Backup",
+        "FAILS: AWS Backup -> data bucket: env/Storage/Selection: Role has the AWS managed "
+        "AWSBackupServiceRolePolicyForS3Restore",
+    ]
+
+
+def test_a_configuration_without_a_head_node_has_no_script_to_prove() -> None:
+    """HeadNode is required by ParallelCluster; a hand-made configuration without one (and a queue without
+    CustomActions) proves no script rather than stopping the gate."""
+    assert lines(prove_pcluster_node_scripts, pcluster({"Scheduling": {"SlurmQueues": [{"Name": "q"}]}}), "env/C") == []
