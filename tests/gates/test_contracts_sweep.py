@@ -1185,3 +1185,15 @@ def test_a_configuration_without_a_head_node_has_no_script_to_prove() -> None:
     """HeadNode is required by ParallelCluster; a hand-made configuration without one (and a queue without
     CustomActions) proves no script rather than stopping the gate."""
     assert lines(prove_pcluster_node_scripts, pcluster({"Scheduling": {"SlurmQueues": [{"Name": "q"}]}}), "env/C") == []
+
+
+def test_a_group_without_a_name_is_printed_with_a_question_mark() -> None:
+    """Name is required of queues and login pools; a hand-made configuration without one still names the group's
+    kind in the proof, with ``?`` where the name would be."""
+    script = {"CustomActions": {"OnNodeConfigured": {"Script": "s3://elsewhere/x.sh"}}}
+    config = {"Scheduling": {"SlurmQueues": [script]}, "LoginNodes": {"Pools": [script]}}
+    proofs = prove_pcluster_node_scripts(Assembly({"env/C": {"Resources": pcluster(config)}}), "env")
+    assert [p.subject for p in proofs] == [
+        "env/C/Cluster ? s3://elsewhere/x.sh",
+        "env/C/Cluster LoginNodes ? s3://elsewhere/x.sh",
+    ]
