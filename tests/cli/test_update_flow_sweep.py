@@ -7,11 +7,16 @@ what varies between runs is normalised: the temporary paths, the CDK CLI's path 
 
 from __future__ import annotations
 
+import copy
+import re
+
 import pytest
 
-from tests.cli.conftest import Aws, World
+from mlcluster.cli import update as update_module
+from tests.cli.conftest import Aws, FakeNode, World, hyperpod  # noqa: F401 (the fixture)
 from tests.cli.test_update import (
     ENV,
+    MARK,
     PLAN,
     Cloud,
     cloud,  # noqa: F401 (the fixture)
@@ -50,8 +55,7 @@ SKIP = (
 def said(text: str, world: World, cloud: Cloud) -> str:  # noqa: F811
     """``text`` with the temporary paths, the CDK CLI's path and the run id replaced by names."""
     text = text.replace(str(state_path(world)), "STATE").replace(str(cloud.assembly), "ASSEMBLY")
-    if cloud.deploys:
-        text = text.replace(cloud.deploys[0][0], "CDK")
+    text = re.sub(r"deploying: \S+/cdk deploy", "deploying: CDK deploy", text)
     if state_path(world).exists():
         text = text.replace(stored(world)["run"], "RUN")
     return text
@@ -346,3 +350,161 @@ def test_a_stop_out_of_time_starts_the_fleet_and_a_resume_reports_a_failed_start
         "  stacks now:\n" + STACKS_BEFORE + "  p4de-Cluster: UPDATE_COMPLETE\n  p4de-train: UPDATE_COMPLETE\n" + RESUME
     )
     assert list(stored(p4de)["steps"]) == ["stop", "deploy"]
+
+
+def no_ids(text: str) -> str:
+    return re.sub(r"i-[0-9a-f]{17}", "i-X", text)
+
+
+@pytest.mark.parametrize(
+    ("fleet", "why"),
+    [
+        ("STOPPING", "a start or stop is under way"),
+        ("START_REQUESTED", "a start or stop is under way"),
+        ("UNKNOWN", "mlcluster cannot tell its state"),
+    ],
+)
+def test_a_fleet_already_moving_or_unreadable_is_left_alone_and_nothing_kept(
+    p4de: World,  # noqa: F811
+    cloud: Cloud,  # noqa: F811
+    aws: Aws,
+    fleet: str,
+    why: str,
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_fleet(fleet)
+    assert run(p4de, cloud, "--yes")[::2] == (
+        1,
+        f"mlcluster: stopping the compute fleet failed: the compute fleet of p4de-train is {fleet}: {why}; nothing "
+        "was changed\n  what to do: `mlcluster status p4de`; run again once it is RUNNING or STOPPED\n",
+    )
+    assert fleet_writes(aws) == [] and not state_path(p4de).exists()
+
+
+def test_a_stopped_item_contradicted_by_ec2_before_the_run_is_refused_and_kept(
+    p4de: World,  # noqa: F811
+    cloud: Cloud,  # noqa: F811
+    aws: Aws,
+) -> None:
+    """The item said STOPPED before this run asked anything, yet six compute instances run: five are named."""
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_fleet("STOPPED")
+    code, _, err = run(p4de, cloud, "--yes")
+    assert (code, no_ids(err)) == (
+        1,
+        "mlcluster: stopping the compute fleet failed: the status item of p4de-train says STOPPED but EC2 shows 6 "
+        "compute instance(s) not stopped (i-X running, i-X running, i-X running, i-X running, i-X running): the "
+        "status item disagrees with EC2; nothing was deployed\n"
+        "  what to do: check who wrote the item (DynamoDB table parallelcluster-p4de-train) and `mlcluster status "
+        "p4de`\n"
+        "  the compute fleet was not stopped by this run\n"
+        "  stacks now:\n" + STACKS_BEFORE + "  p4de-Cluster: CREATE_COMPLETE\n  p4de-train: CREATE_COMPLETE\n" + RESUME,
+    )
+    assert fleet_writes(aws) == [] and stored(p4de)["fleet_before"] == "STOPPED" and stored(p4de)["steps"] == {}
+
+
+def test_a_forged_stopped_over_six_instances_names_five_and_marks_the_rest(
+    p4de: World,  # noqa: F811
+    cloud: Cloud,  # noqa: F811
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode = "forged"
+    code, _, err = run(p4de, cloud, "--yes", "--stop-timeout", "60")
+    assert (code, no_ids(err)) == (
+        5,
+        "requested STOP_REQUESTED for the compute fleet of p4de-train (was RUNNING)\n"
+        + STARTED
+        + "mlcluster: stopping the compute fleet failed: the status item of p4de-train says STOPPED but after "
+        "--stop-timeout 60 s EC2 still shows 6 compute instance(s) pending, running or stopping (i-X running, i-X "
+        "running, i-X running, i-X running, i-X running, ...): clustermgtd did not terminate them, or someone else "
+        "wrote STOPPED; nothing was deployed\n"
+        "  what to do: check who wrote the item (DynamoDB table parallelcluster-p4de-train), clustermgtd's log on "
+        "the head node (/var/log/parallelcluster/clustermgtd) and `mlcluster status p4de`\n"
+        "  the compute fleet of p4de-train was started again: the cluster runs its previous configuration\n"
+        "  stacks now:\n" + STACKS_BEFORE + "  p4de-Cluster: CREATE_COMPLETE\n  p4de-train: CREATE_COMPLETE\n" + RESUME,
+    )
+
+
+def test_ctrl_c_then_an_edit_the_resume_refuses_until_the_edit_is_undone(
+    p4de: World,  # noqa: F811
+    cloud: Cloud,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    deploy = cloud.deploy
+
+    def interrupted(argv: list[str], timeout: int) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(update_module, "run_deploy", interrupted)
+    assert run(p4de, cloud, "--yes")[::2] == (
+        130,
+        STOPPED + "mlcluster: interrupted; done: stop (the fleet and stacks are as the last step left them: "
+        "`mlcluster status p4de`)\n" + RESUME,
+    )
+    monkeypatch.setattr(update_module, "run_deploy", deploy)
+    cloud.other_stacks = "edited"
+    assert run(p4de, cloud, "--resume", "--yes") == (
+        1,
+        "",
+        "mlcluster: the environment changed since run RUN planned it (the synthesized templates differ); nothing "
+        "was run\n  what to do: undo the edit and --resume, or `mlcluster update p4de --abandon` and plan again\n",
+    )
+    cloud.other_stacks = "as locked"
+    code, out, err = run(p4de, cloud, "--resume", "--yes")
+    assert (code, out.splitlines()[0]) == (0, "updated p4de (run RUN): stop, deploy, start, verify")
+    assert err == (
+        "resuming update run RUN (done: stop)\n"
+        # The stop is checked again (EC2 included) before the deploy, without a second request.
+        "the compute fleet of p4de-train is STOPPED\n"
+        "deploying: CDK deploy --app ASSEMBLY 'p4de/*' --require-approval never --progress events\n" + STARTED
+    )
+
+
+def test_an_update_with_the_fleet_running_asks_only_to_deploy(p4de: World, cloud: Cloud) -> None:  # noqa: F811
+    new = copy.deepcopy(cloud.deployed)
+    new["Monitoring"]["Logs"]["CloudWatch"]["RetentionInDays"] = 30
+    cloud.new = new
+    result = p4de.run("update", ENV, input="n\n")
+    assert (result.exit_code, result.stderr) == (1, "deploy p4de? [y/N]: n\nAborted!\n")
+    assert cloud.deploys == [] and not state_path(p4de).exists()
+
+
+def test_unsettled_stacks_are_each_named_with_their_way_on(p4de: World, cloud: Cloud, aws: Aws) -> None:  # noqa: F811
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.set_stack(f"{ENV}-Storage", "UPDATE_ROLLBACK_FAILED")
+    cloud.set_stack(f"{ENV}-Network", "UPDATE_IN_PROGRESS")
+    assert run(p4de, cloud, "--yes")[::2] == (
+        1,
+        "mlcluster: these stacks are not settled; nothing was changed:\n"
+        "  p4de-Network: UPDATE_IN_PROGRESS  -> CloudFormation is still working: wait for it to settle\n"
+        "  p4de-Storage: UPDATE_ROLLBACK_FAILED  -> `aws cloudformation continue-update-rollback --region us-west-2 "
+        "--stack-name p4de-Storage`\n"
+        "  what to do: let them settle (or fix them as shown), then run `mlcluster update p4de`\n",
+    )
+    assert fleet_writes(aws) == [] and not state_path(p4de).exists()
+
+
+def test_a_squeue_listing_cut_by_run_command_says_what_to_do(p4de: World, cloud: Cloud, node: FakeNode) -> None:  # noqa: F811
+    node.on(f"squeue --all --noheader --format '{MARK}", "x" * 30000)
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    assert run(p4de, cloud, "--plan-only") == (
+        1,
+        "",
+        "mlcluster: squeue's listing on the head node was cut at Run Command's 24000 characters: the plan cannot say "
+        "which jobs a fleet stop would kill (squeue lists pending jobs before running ones); nothing was changed\n"
+        "  what to do: cancel pending jobs (held ones are listed too) until the listing fits, or stop the fleet "
+        "yourself (docs: day two, mlcluster update)\n",
+    )
+
+
+def test_a_hyperpod_environment_is_sent_to_its_own_way(hyperpod: World) -> None:  # noqa: F811
+    result = hyperpod.run("update", "hyperpod", "--plan-only")
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        1,
+        "",
+        "mlcluster: environment hyperpod is a HyperPod environment: `mlcluster update` does not apply to it. "
+        "HyperPod's AWS::SageMaker::Cluster updates in place (UpdateCluster) with no compute fleet to stop\n"
+        "  what to do: `mlcluster diff hyperpod` (replacements are refused at synth), then `npx cdk deploy "
+        "'hyperpod/*'`; platform software: `mlcluster patch hyperpod`\n",
+    )
