@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 
 import pytest
 
 from mlcluster.cli import update as update_module
-from tests.cli.conftest import Aws, FakeNode, World, hyperpod  # noqa: F401 (the fixture)
+from mlcluster.cli.errors import EXIT_AWS, EXIT_SETUP, CliError
+from tests.cli.conftest import Aws, FakeNode, World, error, hyperpod  # noqa: F401 (the fixture)
 from tests.cli.test_update import (
     ENV,
     MARK,
@@ -508,3 +510,71 @@ def test_a_hyperpod_environment_is_sent_to_its_own_way(hyperpod: World) -> None:
         "  what to do: `mlcluster diff hyperpod` (replacements are refused at synth), then `npx cdk deploy "
         "'hyperpod/*'`; platform software: `mlcluster patch hyperpod`\n",
     )
+
+
+def test_a_stop_request_that_loses_the_race_leaves_the_running_fleet_as_it_was(
+    p4de: World,  # noqa: F811
+    cloud: Cloud,  # noqa: F811
+    aws: Aws,
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    aws.answer("dynamodb", "UpdateItem", error("ConditionalCheckFailedException", "The conditional request failed"))
+    assert run(p4de, cloud, "--yes")[::2] == (
+        1,
+        "mlcluster: stopping the compute fleet failed: the compute fleet of p4de-train changed status while "
+        "mlcluster asked for STOP_REQUESTED (it was RUNNING): someone else is starting or stopping it\n"
+        "  what to do: `mlcluster status p4de`; run the command again once the fleet is settled\n"
+        "  the compute fleet of p4de-train is RUNNING (it was not stopped)\n"
+        "  stacks now:\n" + STACKS_BEFORE + "  p4de-Cluster: CREATE_COMPLETE\n  p4de-train: CREATE_COMPLETE\n" + RESUME,
+    )
+    assert stored(p4de)["steps"] == {} and cloud.deploys == []
+
+
+def test_a_restart_that_fails_after_a_failed_stop_says_so_and_keeps_the_run(
+    p4de: World,  # noqa: F811
+    cloud: Cloud,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.stop_mode = "stuck"
+    request = update_module.Fleet.request
+
+    def no_start(fleet: update_module.Fleet, current: str, wanted: str) -> None:
+        if wanted == "START_REQUESTED":
+            raise CliError("UpdateItem failed: AccessDeniedException: no start\n  what to do: ask", EXIT_AWS)
+        request(fleet, current, wanted)
+
+    monkeypatch.setattr(update_module.Fleet, "request", no_start)
+    assert run(p4de, cloud, "--yes", "--stop-timeout", "60")[::2] == (
+        5,
+        "requested STOP_REQUESTED for the compute fleet of p4de-train (was RUNNING)\n"
+        "mlcluster: stopping the compute fleet failed: the compute fleet of p4de-train was still STOPPING after 60 s "
+        "(waiting for STOPPED)\n"
+        "  starting the compute fleet again failed too: UpdateItem failed: AccessDeniedException: no start\n"
+        "  stacks now:\n" + STACKS_BEFORE + "  p4de-Cluster: CREATE_COMPLETE\n  p4de-train: CREATE_COMPLETE\n" + RESUME,
+    )
+    assert stored(p4de)["steps"] == {} and cloud.fleet() == "STOPPING"
+
+
+def test_a_failure_before_anything_changed_forgets_the_run(
+    p4de: World,  # noqa: F811
+    cloud: Cloud,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A change with the fleet running: nothing is recorded before the deploy, so a failure there (the folder
+    check made again before the deploy) leaves no run to resume."""
+    new = copy.deepcopy(cloud.deployed)
+    new["Monitoring"]["Logs"]["CloudWatch"]["RetentionInDays"] = 30
+    cloud.new = new
+    checks: list[int] = []
+    check = update_module.deploy_folder
+
+    def planted_meanwhile() -> Path:
+        checks.append(1)
+        if len(checks) == 2:
+            raise CliError("a cdk.json was planted", EXIT_SETUP)
+        return check()
+
+    monkeypatch.setattr(update_module, "deploy_folder", planted_meanwhile)
+    assert run(p4de, cloud, "--yes")[::2] == (EXIT_SETUP, "mlcluster: the deploy failed: a cdk.json was planted\n")
+    assert not state_path(p4de).exists() and cloud.deploys == []
