@@ -940,3 +940,74 @@ def test_a_cdk_json_in_a_folder_without_a_project_is_checked_too(
     with pytest.raises(CliError) as linked:
         update.deploy_folder()
     assert linked.value.message == planted.value.message
+
+
+# ----------------------------------------------------------------------------------------------- who may change it
+
+
+@pytest.fixture
+def accounts(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The operator ``ann`` (uid 1000, private group 1000), ``bob`` (uid 1001, group 1001), group ``team`` (1002)."""
+    users = [
+        SimpleNamespace(pw_name="ann", pw_uid=1000, pw_gid=1000),
+        SimpleNamespace(pw_name="bob", pw_uid=1001, pw_gid=1001),
+    ]
+    groups: dict[int, Any] = {1000: SimpleNamespace(gr_mem=[]), 1001: SimpleNamespace(gr_mem=[])}
+    groups[1002] = SimpleNamespace(gr_mem=["ann", "bob"])
+    monkeypatch.setattr(update.os, "getuid", lambda: 1000)
+    monkeypatch.setattr(update.os, "getgid", lambda: 1000)
+    monkeypatch.setattr(update.pwd, "getpwuid", lambda uid: next(u for u in users if u.pw_uid == uid))
+    monkeypatch.setattr(update.pwd, "getpwall", lambda: users)
+    monkeypatch.setattr(update.grp, "getgrgid", lambda gid: groups[gid])
+    return {"users": users, "groups": groups}
+
+
+def test_a_private_group_is_the_operators_primary_group_shared_with_nobody(accounts: dict[str, Any]) -> None:
+    assert update.private_group(1000) is True
+    accounts["groups"][1000].gr_mem = ["ann"]  # listing yourself changes nothing
+    assert update.private_group(1000) is True
+    assert update.private_group(1001) is False  # bob's
+    assert update.private_group(1002) is False  # shared
+    assert update.private_group(4242) is False  # no such group
+    accounts["groups"][1000].gr_mem = ["ann", "bob"]
+    assert update.private_group(1000) is False
+    accounts["groups"][1000].gr_mem = []
+    accounts["users"].append(SimpleNamespace(pw_name="eve", pw_uid=1003, pw_gid=1000))
+    assert update.private_group(1000) is False  # another user's primary group too
+
+
+@pytest.mark.parametrize(
+    ("uid", "gid", "mode", "mine"),
+    [
+        (1000, 1000, 0o755, True),
+        (0, 0, 0o755, True),  # root's
+        (1001, 1000, 0o755, False),  # bob's
+        (1000, 1000, 0o757, False),  # others write
+        (1000, 1000, 0o775, True),  # group write by the private group
+        (1000, 1002, 0o775, False),  # group write by a shared group
+        (1000, 1002, 0o755, True),  # a shared group that cannot write
+        (0, 1002, 0o775, False),
+    ],
+)
+def test_only_the_operator_or_root_may_change_what_they_use(
+    accounts: dict[str, Any], uid: int, gid: int, mode: int, mine: bool
+) -> None:
+    info = SimpleNamespace(st_uid=uid, st_gid=gid, st_mode=stat.S_IFDIR | mode)
+    assert update.only_mine(info) is mine  # type: ignore[arg-type]
+
+
+def test_an_operator_folder_is_a_real_folder_only_they_can_change(tmp_path: Path) -> None:
+    folder = tmp_path / "app"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    assert update.operator_owned(folder) is True
+    folder.chmod(0o757)
+    assert update.operator_owned(folder) is False
+    folder.chmod(0o755)
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    assert update.operator_owned(link) is False
+    plain = tmp_path / "file"
+    plain.write_text("")
+    plain.chmod(0o755)
+    assert update.operator_owned(plain) is False
