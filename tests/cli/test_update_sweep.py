@@ -1011,3 +1011,91 @@ def test_an_operator_folder_is_a_real_folder_only_they_can_change(tmp_path: Path
     plain.write_text("")
     plain.chmod(0o755)
     assert update.operator_owned(plain) is False
+
+
+# ----------------------------------------------------------------------------------------------- the plan's reads
+
+
+class PlanRun:
+    """A :class:`update.Run` for ``_plan``: the deployed configuration, and a count of the squeue reads."""
+
+    def __init__(self, deployed: dict[str, Any]) -> None:
+        self.target = target()
+        self.cluster = "dev-c"
+        self.deployed = deployed
+        self.squeue_reads = 0
+
+    def deployed_config(self) -> dict[str, Any]:
+        return self.deployed
+
+    def read_jobs(self) -> list[update.Job]:
+        self.squeue_reads += 1
+        return [job("1", "a", "RUNNING")]
+
+
+def queues(*names: str, strategy: str | None = None) -> dict[str, Any]:
+    settings = {} if strategy is None else {"SlurmSettings": {"QueueUpdateStrategy": strategy}}
+    return {"Scheduling": {**settings, "SlurmQueues": [{"Name": n, "ComputeResources": []} for n in names]}}
+
+
+def rules(forward: list[Any], back: list[Any], asked: list[tuple[Any, Any]]) -> Any:
+    def classify(old: dict[str, Any], new: dict[str, Any]) -> list[Any]:
+        asked.append((old, new))
+        return forward if len(asked) == 1 else back
+
+    return classify
+
+
+def test_a_plan_that_stops_the_fleet_reads_the_nodes_the_removed_queues_and_the_jobs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    old, new = queues("c", "a", "b"), queues("a")
+    nodes = [node("a", "running"), node("b", "pending"), node("c", "stopped")]
+    monkeypatch.setattr(update, "pcluster_nodes", lambda where: nodes)
+    run, asked = PlanRun(old), []
+    stop = change("Scheduling.SlurmQueues[b]", "fleet_stop", {"Name": "b"}, None)
+    made = update._plan(run, new, rules([stop], [], asked), with_jobs=True)  # type: ignore[arg-type]
+    assert asked == [(old, new), (new, old)]
+    assert made == update.Plan(
+        "dev", "dev-c", "eu-west-1", update.config_digest(new), [stop], [],
+        queues=[update.QueueInfo("c", (), 0), update.QueueInfo("a", (), 1), update.QueueInfo("b", (), 1)],
+        removed_queues=["b", "c"], jobs=[job("1", "a", "RUNNING")], strategy="COMPUTE_FLEET_STOP", replaced=[],
+    )  # fmt: skip
+    # A resume plans again without reading squeue (it asks nothing).
+    again = update._plan(run, new, rules([stop], [], []), with_jobs=False)  # type: ignore[arg-type]
+    assert again.jobs == [] and run.squeue_reads == 1 and again.removed_queues == ["b", "c"]
+
+
+def test_a_plan_in_place_reads_jobs_only_where_nodes_are_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(update, "pcluster_nodes", lambda where: pytest.fail("no fleet stop: EC2 is not read"))
+    image = change("Scheduling.SlurmQueues[a].Image", "in_place", "x", "y", "QUEUE_UPDATE_STRATEGY")
+    run = PlanRun(queues("a"))
+    made = update._plan(run, queues("a", strategy="DRAIN"), rules([image], [image], []), with_jobs=True)  # type: ignore[arg-type]
+    assert (made.strategy, made.replaced, made.jobs, made.queues, run.squeue_reads) == (
+        "DRAIN", ["a"], [job("1", "a", "RUNNING")], [], 1,
+    )  # fmt: skip
+    plain = change("Monitoring.X", "in_place", 1, 2, "SUPPORTED")
+    made = update._plan(run, queues("a", strategy=""), rules([plain], [plain], []), with_jobs=True)  # type: ignore[arg-type]
+    assert (made.strategy, made.replaced, made.jobs, run.squeue_reads) == ("COMPUTE_FLEET_STOP", [], [], 1)
+    made = update._plan(run, queues("a", strategy="TERMINATE"), rules([plain], [plain], []), with_jobs=True)  # type: ignore[arg-type]
+    assert made.strategy == "TERMINATE"
+
+
+def test_a_refused_plan_reads_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(update, "pcluster_nodes", lambda where: pytest.fail("refused: EC2 is not read"))
+    refused = change("Scheduling.SlurmQueues[a].Name", "refused", "a", "b")
+    stop = change("Scheduling.SlurmQueues[a].X", "fleet_stop", 1, 2, "MANAGED_FSX")
+    run = PlanRun(queues("a"))
+    made = update._plan(run, queues("a"), rules([refused, stop], [], []), with_jobs=True)  # type: ignore[arg-type]
+    assert (made.refused, made.queues, made.jobs, run.squeue_reads) == ([refused], [], [], 0)
+
+
+def test_an_outcome_unknown_either_way_is_named_before_anything_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(update, "pcluster_nodes", lambda where: pytest.fail("not read"))
+    odd = [change("A", "maybe"), change("B", "later"), change("C", "maybe"), change("D", "in_place")]
+    with pytest.raises(CliError) as raised:
+        update._plan(PlanRun({}), {}, rules([odd[3]], odd, []), with_jobs=True)  # type: ignore[arg-type]
+    assert (raised.value.message, raised.value.exit_code) == (
+        "the update rules returned outcomes mlcluster does not know: later, maybe",
+        EXIT_FAILED,
+    )
