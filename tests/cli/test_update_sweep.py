@@ -1099,3 +1099,124 @@ def test_an_outcome_unknown_either_way_is_named_before_anything_is_read(monkeypa
         "the update rules returned outcomes mlcluster does not know: later, maybe",
         EXIT_FAILED,
     )
+
+
+# ----------------------------------------------------------------------------------------------- a run's reads
+
+
+def a_run(**clients: Any) -> update.Run:
+    where = SimpleNamespace(name="dev", region="eu-west-1", default_user="ubuntu", client=lambda s: clients[s])
+    fleet = update.Fleet(where, "dev-c")  # type: ignore[arg-type]
+    return update.Run(where, "dev-c", fleet, update.UpdateState("dev", "eu-west-1"), None)  # type: ignore[arg-type]
+
+
+def test_squeue_runs_on_the_head_node_as_the_default_user_with_a_fresh_mark(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlcluster.cli import nodes, runcommand
+
+    head = node("head", "running", "HeadNode")
+    monkeypatch.setattr(nodes, "controller", lambda where: head)
+    monkeypatch.setattr(update, "record_mark", lambda: "M1:")
+    sent: list[tuple[Any, ...]] = []
+
+    def answer(where: Any, at: Node, script: str, **options: Any) -> runcommand.Result:
+        sent.append((at, script, options))
+        return runcommand.Result("cmd-1", "Success", 0, "M1:5|q|u|RUNNING|1|0:01|j\n", "")
+
+    monkeypatch.setattr(update.runcommand, "run", answer)
+    run = a_run()
+    assert run.read_jobs() == [update.Job("5", "q", "u", "RUNNING", 1, "0:01", "j")]
+    assert sent == [
+        (
+            head,
+            "squeue --all --noheader --format 'M1:%i|%P|%u|%T|%D|%M|%j'\n",
+            {"comment": "mlcluster update dev: squeue", "timeout_seconds": 120, "user": "ubuntu", "console": None},
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "out", "err", "shown"),
+    [
+        ("Failed", 1, "", "squeue: error: Invalid user\n", "(Failed, exit 1): squeue: error: Invalid user"),
+        ("Success", 2, "x" * 400, "", f"(Success, exit 2): {'x' * 300}"),
+        ("TimedOut", 0, "out\n", "\x1b[31m", "(TimedOut, exit 0): out\\n\\x1b[31m"),
+    ],
+)
+def test_a_failed_squeue_is_quoted_escaped_to_its_last_300_characters(
+    monkeypatch: pytest.MonkeyPatch, status: str, code: int, out: str, err: str, shown: str
+) -> None:
+    from mlcluster.cli import nodes, runcommand
+
+    head = node("head", "running", "HeadNode")
+    monkeypatch.setattr(nodes, "controller", lambda where: head)
+    result = runcommand.Result("cmd-9", status, code, out, err)
+    monkeypatch.setattr(update.runcommand, "run", lambda *a, **k: result)
+    with pytest.raises(CliError) as raised:
+        a_run().read_jobs()
+    assert (raised.value.message, raised.value.exit_code) == (
+        f"squeue on the head node failed {shown}\n  what to do: `aws ssm get-command-invocation --region eu-west-1 "
+        f"--command-id cmd-9 --instance-id {head.ssm_target}`; nothing was changed",
+        EXIT_FAILED,
+    )
+
+
+def test_a_listing_one_character_short_of_the_limit_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlcluster.cli import nodes, runcommand
+
+    monkeypatch.setattr(nodes, "controller", lambda where: node("head", "running", "HeadNode"))
+    monkeypatch.setattr(update, "record_mark", lambda: "M:")
+    record = "M:1|q|u|PENDING|1|0:00|"
+    name = "n" * (runcommand.OUTPUT_LIMIT - len(record) - 2)
+    listing = record + name + "\n"
+    monkeypatch.setattr(update.runcommand, "run", lambda *a, **k: runcommand.Result("c", "Success", 0, listing, ""))
+    assert len(listing) == runcommand.OUTPUT_LIMIT - 1
+    assert [j.name for j in a_run().read_jobs()] == [name]
+    listing = record + name + "n\n"
+    with pytest.raises(CliError) as raised:
+        a_run().read_jobs()
+    assert raised.value.message.startswith(
+        "squeue's listing on the head node was cut at Run Command's 24000 characters"
+    )
+
+
+TEMPLATE = {"TemplateBody": json.dumps({"Resources": {"Pc": {"Type": "Custom::PclusterCluster", "Properties": {}}}})}
+
+
+def test_the_skip_names_the_custom_resource_only_when_the_cluster_stack_is_stuck() -> None:
+    client, stub = stubbed("cloudformation")
+    asked = {"StackName": "dev-Cluster", "TemplateStage": "Original"}
+    stub.add_response("get_template", TEMPLATE, asked)
+    two = {"Resources": {"A": {"Type": "Custom::PclusterCluster"}, "B": {"Type": "Custom::PclusterCluster"}}}
+    stub.add_response("get_template", {"TemplateBody": json.dumps(two)}, asked)
+    stub.add_client_error("get_template", "Throttling", "slow", 400, expected_params=asked)
+    run = a_run(cloudformation=client)
+    stuck = {"dev-Cluster": "UPDATE_ROLLBACK_FAILED", "dev-c": "UPDATE_ROLLBACK_COMPLETE"}
+    with stub:
+        assert run.advice({"dev-Cluster": "UPDATE_ROLLBACK_COMPLETE"}) == ["  dev-Cluster: UPDATE_ROLLBACK_COMPLETE"]
+        assert "--resources-to-skip Pc`" in run.advice(stuck)[0]
+        assert "--resources-to-skip <logical id of the Custom::PclusterCluster>`" in run.advice(stuck)[0]
+        assert run.cluster_resource() == ""
+    stub.assert_no_pending_responses()
+
+
+def test_only_compute_instances_not_ended_count_as_live(monkeypatch: pytest.MonkeyPatch) -> None:
+    found = [
+        node("head-node", "running", "HeadNode"),
+        node("login", "running", "LoginNode"),
+        node("gpu", "pending"),
+        node("gpu", "running"),
+        node("gpu", "stopping"),
+        node("gpu", "shutting-down"),
+        node("gpu", "terminated"),
+        node("gpu", "stopped"),
+        node("untagged", "running", ""),
+        node("gpu", "rebooting"),
+    ]
+    monkeypatch.setattr(update, "pcluster_nodes", lambda where: found)
+    assert [(n.group, n.status) for n in a_run().live_compute_instances()] == [
+        ("gpu", "pending"),
+        ("gpu", "running"),
+        ("gpu", "stopping"),
+        ("untagged", "running"),
+        ("gpu", "rebooting"),
+    ]
