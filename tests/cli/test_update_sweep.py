@@ -1220,3 +1220,83 @@ def test_only_compute_instances_not_ended_count_as_live(monkeypatch: pytest.Monk
         ("untagged", "running"),
         ("gpu", "rebooting"),
     ]
+
+
+# ----------------------------------------------------------------------------------------------- the assembly
+
+
+def artifacts(tmp_path: Path, templates: dict[str, str]) -> list[Any]:
+    found = []
+    for name, body in templates.items():
+        (tmp_path / f"{name}.template.json").write_text(body)
+        found.append(SimpleNamespace(name=name, template_file=tmp_path / f"{name}.template.json"))
+    return found
+
+
+def test_the_assembly_digest_covers_every_stacks_name_and_template_in_name_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    from mlcluster.cli import diff
+
+    stacks = artifacts(tmp_path, {"dev-Storage": "{}", "dev-Cluster": '{"Resources": {}}'})
+    asked: list[tuple[Path, str]] = []
+    monkeypatch.setattr(diff, "stack_artifacts", lambda assembly, stage: asked.append((assembly, stage)) or stacks)
+    expected = hashlib.sha256()
+    for name, body in (("dev-Cluster", b'{"Resources": {}}'), ("dev-Storage", b"{}")):
+        expected.update(f"{name}\0{hashlib.sha256(body).hexdigest()}\0".encode())
+    assert update.assembly_digest(tmp_path, "dev") == expected.hexdigest()
+    assert asked == [(tmp_path, "dev")]
+    stacks.reverse()
+    assert update.assembly_digest(tmp_path, "dev") == expected.hexdigest()
+    (tmp_path / "dev-Storage.template.json").write_text("{ }")
+    assert update.assembly_digest(tmp_path, "dev") != expected.hexdigest()
+
+
+def test_the_synthesis_returns_the_assembly_the_cluster_template_and_the_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlcluster.cli import diff
+
+    stacks = artifacts(tmp_path, {"dev-Network": '{"n": 1}', "dev-Cluster": '{"c": 2}'})
+    made: list[tuple[Path, str, Path]] = []
+    monkeypatch.setattr(diff, "synthesize", lambda folder, env, out: made.append((folder, env, out)) or out / "asm")
+    monkeypatch.setattr(diff, "stack_artifacts", lambda assembly, stage: stacks)
+    monkeypatch.setattr(update, "assembly_digest", lambda assembly, env: f"digest of {assembly} {env}")
+    assert update.synthesize_assembly(Path("envs"), "dev", tmp_path) == (
+        tmp_path / "asm",
+        {"c": 2},
+        f"digest of {tmp_path / 'asm'} dev",
+    )
+    assert made == [(Path("envs"), "dev", tmp_path)]
+    stacks.pop()
+    with pytest.raises(CliError) as raised:
+        update.synthesize_assembly(Path("envs"), "dev", tmp_path)
+    assert (raised.value.message, raised.value.exit_code) == (
+        "the synthesized dev has no stack dev-Cluster",
+        EXIT_FAILED,
+    )
+
+
+def test_a_refusal_of_the_lock_files_says_nothing_was_changed_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlcluster import lockfile
+    from mlcluster.cli import diff
+    from mlcluster.config.schema import NOT_A_VALUE, ConfigError, Problem
+
+    monkeypatch.setattr(diff, "load_one", lambda folder, env: f"environment {env} of {folder}")
+
+    def guard(assembly: Path, environments: list[Any]) -> list[str]:
+        if assembly == Path("bad"):
+            raise ConfigError("dev.lock.json", [Problem("Bucket", NOT_A_VALUE, "the bucket would be replaced")])
+        return [f"note on {assembly} for {environments}"]
+
+    monkeypatch.setattr(lockfile, "guard_assembly", guard)
+    assert update.guard_assembly(Path("envs"), "dev", Path("good")) == ["note on good for ['environment dev of envs']"]
+    with pytest.raises(CliError) as raised:
+        update.guard_assembly(Path("envs"), "dev", Path("bad"))
+    assert (raised.value.message, raised.value.exit_code) == (
+        "the lock files refuse the synthesized dev (the check `cdk synth` runs); nothing was changed\n"
+        "dev.lock.json: Bucket: the bucket would be replaced",
+        EXIT_FAILED,
+    )
