@@ -578,3 +578,22 @@ def test_a_failure_before_anything_changed_forgets_the_run(
     monkeypatch.setattr(update_module, "deploy_folder", planted_meanwhile)
     assert run(p4de, cloud, "--yes")[::2] == (EXIT_SETUP, "mlcluster: the deploy failed: a cdk.json was planted\n")
     assert not state_path(p4de).exists() and cloud.deploys == []
+
+
+def test_an_unfinished_run_still_lets_the_plan_be_shown_and_its_resume_asks_squeue_nothing(
+    p4de: World,  # noqa: F811
+    cloud: Cloud,  # noqa: F811
+    node: FakeNode,
+) -> None:
+    cloud.new = edited(p4de.environments, drop_inference_queue)
+    cloud.deploy_mode = "fail"
+    assert run(p4de, cloud, "--yes")[0] == 1
+    squeue_reads = sum("squeue" in script for script in node.scripts)
+    assert squeue_reads == 1
+    # The failed run's stop ended the compute instances (the fake clustermgtd does not launch them again).
+    idle = PLAN.replace("(6 running nodes)", "(0 running nodes)").replace(": 4 running;", ": 0 running;")
+    assert run(p4de, cloud, "--plan-only") == (0, idle.replace(": 2 running;", ": 0 running;"), "")
+    assert sum("squeue" in script for script in node.scripts) == 2
+    cloud.deploy_mode = "ok"
+    assert run(p4de, cloud, "--resume", "--yes")[0] == 0
+    assert sum("squeue" in script for script in node.scripts) == 2
