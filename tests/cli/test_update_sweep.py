@@ -1300,3 +1300,233 @@ def test_a_refusal_of_the_lock_files_says_nothing_was_changed_and_why(monkeypatc
         "dev.lock.json: Bucket: the bucket would be replaced",
         EXIT_FAILED,
     )
+
+
+# ----------------------------------------------------------------------------------------------- stop, start, restore
+
+
+class FakeFleet:
+    """The fleet item as :class:`update.Run` uses it: statuses read in turn, and every request and wait."""
+
+    def __init__(self, *statuses: str) -> None:
+        self.statuses = list(statuses)
+        self.calls: list[tuple[Any, ...]] = []
+        self.table = "parallelcluster-dev-c"
+
+    def status(self) -> str:
+        self.calls.append(("status",))
+        return self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+
+    def request(self, current: str, wanted: str) -> None:
+        self.calls.append(("request", current, wanted))
+
+    def wait(self, table: dict[str, str], goal: str, timeout: int, console: Any) -> None:
+        self.calls.append(("wait", table is update.STOP_WAIT, table is update.START_WAIT, goal, timeout))
+
+
+def fleet_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fleet: FakeFleet, before: str | None) -> Any:
+    from io import StringIO
+
+    from rich.console import Console
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    where = SimpleNamespace(name="dev", region="eu-west-1")
+    out = StringIO()
+    run = update.Run(where, "dev-c", fleet, update.UpdateState("dev", "eu-west-1"), Console(file=out, width=300))  # type: ignore[arg-type]
+    run.state.data = {"fleet_before": before, "steps": {}, "plan_sha256": "p" * 64}
+    monkeypatch.setattr(
+        run, "wait_compute_instances_ended", lambda deadline, timeout: fleet.calls.append(("ec2", timeout))
+    )
+    monkeypatch.setattr(run, "check_no_compute_instances", lambda: fleet.calls.append(("ec2 once",)))
+    monkeypatch.setattr(update, "time", SimpleNamespace(monotonic=lambda: 0.0))
+    return run, out
+
+
+@pytest.mark.parametrize(
+    ("before", "status", "calls", "printed", "recorded"),
+    [
+        (
+            None, "RUNNING",
+            [("status",), ("request", "RUNNING", "STOP_REQUESTED"), ("wait", True, False, "STOPPED", 90), ("ec2", 90)],
+            "requested STOP_REQUESTED for the compute fleet of dev-c (was RUNNING)\n", "RUNNING",
+        ),
+        (
+            None, "PROTECTED",
+            [("status",), ("request", "PROTECTED", "STOP_REQUESTED"), ("wait", True, False, "STOPPED", 90), ("ec2", 90)],
+            "requested STOP_REQUESTED for the compute fleet of dev-c (was PROTECTED)\n", "PROTECTED",
+        ),
+        (None, "STOPPED", [("status",), ("ec2 once",)], "", "STOPPED"),
+        # A resume: the stop this run asked for is under way, done, or was undone by a failed run's restore.
+        ("RUNNING", "STOP_REQUESTED", [("status",), ("wait", True, False, "STOPPED", 90), ("ec2", 90)], "", "RUNNING"),
+        ("RUNNING", "STOPPING", [("status",), ("wait", True, False, "STOPPED", 90), ("ec2", 90)], "", "RUNNING"),
+        ("RUNNING", "STOPPED", [("status",), ("ec2", 90)], "", "RUNNING"),
+        (
+            "RUNNING", "RUNNING",
+            [("status",), ("request", "RUNNING", "STOP_REQUESTED"), ("wait", True, False, "STOPPED", 90), ("ec2", 90)],
+            "requested STOP_REQUESTED for the compute fleet of dev-c (was RUNNING)\n", "RUNNING",
+        ),
+        ("STOPPED", "STOPPED", [("status",), ("ec2 once",)], "", "STOPPED"),
+    ],
+)  # fmt: skip
+def test_the_stop_asks_only_what_is_needed_and_records_what_the_fleet_was(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    before: str | None,
+    status: str,
+    calls: list[Any],
+    printed: str,
+    recorded: str,
+) -> None:
+    fleet = FakeFleet(status)
+    run, out = fleet_run(monkeypatch, tmp_path, fleet, before)
+    run.stop(90)
+    assert fleet.calls == calls
+    assert out.getvalue() == printed + "the compute fleet of dev-c is STOPPED\n"
+    saved = update.UpdateState("dev", "eu-west-1").load()
+    assert saved["fleet_before"] == recorded and list(saved["steps"]) == ["stop"]
+
+
+@pytest.mark.parametrize(
+    ("before", "status", "why"),
+    [
+        (None, "STOPPING", "a start or stop is under way"),
+        (None, "UNKNOWN", "mlcluster cannot tell its state"),
+        (None, "BROKEN", "mlcluster cannot tell its state"),
+        ("RUNNING", "START_REQUESTED", "a start or stop is under way"),
+        ("RUNNING", "STARTING", "a start or stop is under way"),
+    ],
+)
+def test_the_stop_leaves_a_fleet_alone_that_is_moving_or_unreadable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, before: str | None, status: str, why: str
+) -> None:
+    fleet = FakeFleet(status)
+    run, _ = fleet_run(monkeypatch, tmp_path, fleet, before)
+    with pytest.raises(CliError) as raised:
+        run.stop(90)
+    assert (raised.value.message, raised.value.exit_code) == (
+        f"the compute fleet of dev-c is {status}: {why}; nothing was changed\n"
+        "  what to do: `mlcluster status dev`; run again once it is RUNNING or STOPPED",
+        EXIT_FAILED,
+    )
+    assert fleet.calls == [("status",)] and run.state.data["fleet_before"] == before
+    assert not run.state.path.exists()
+
+
+@pytest.mark.parametrize(
+    ("before", "status", "calls", "printed"),
+    [
+        (None, "RUNNING", [], ""),
+        ("STOPPED", "STOPPED", [], ""),
+        ("RUNNING", "RUNNING", [("status",)], "the compute fleet of dev-c is RUNNING\n"),
+        (
+            "RUNNING", "STOPPED",
+            [("status",), ("request", "STOPPED", "START_REQUESTED"), ("wait", False, True, "RUNNING", 90)],
+            "requested START_REQUESTED for the compute fleet of dev-c\nthe compute fleet of dev-c is RUNNING\n",
+        ),
+        (
+            "PROTECTED", "STARTING",
+            [("status",), ("wait", False, True, "RUNNING", 90)], "the compute fleet of dev-c is RUNNING\n",
+        ),
+        (
+            "RUNNING", "START_REQUESTED",
+            [("status",), ("wait", False, True, "RUNNING", 90)], "the compute fleet of dev-c is RUNNING\n",
+        ),
+    ],
+)  # fmt: skip
+def test_the_start_restores_only_a_fleet_this_run_found_running(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, before: str | None, status: str, calls: list[Any], printed: str
+) -> None:
+    fleet = FakeFleet(status)
+    run, out = fleet_run(monkeypatch, tmp_path, fleet, before)
+    run.start(90)
+    assert fleet.calls == calls and out.getvalue() == printed
+    assert list(update.UpdateState("dev", "eu-west-1").load()["steps"]) == ["start"]
+
+
+def test_a_restore_after_a_failure_says_what_became_of_the_fleet(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settled = {"dev-c": "UPDATE_COMPLETE", "dev-Cluster": "UPDATE_ROLLBACK_COMPLETE"}
+    monkeypatch.setattr(update, "stack_states", lambda where, cluster: settled)
+    digest: list[str | None] = [None]
+    monkeypatch.setattr(update, "_deployed_digest", lambda run: digest[0])
+
+    def restored(before: str | None, *statuses: str) -> tuple[str, list[Any], list[str]]:
+        fleet = FakeFleet(*statuses)
+        run, _ = fleet_run(monkeypatch, tmp_path, fleet, before)
+        run.state.data["steps"] = {"stop": {"at": "2026-11-28T12:00:00Z"}}
+        said = run.restore(60)
+        return said, fleet.calls, list(run.state.data["steps"])
+
+    assert restored("STOPPED", "STOPPED") == ("the compute fleet was not stopped by this run", [], ["stop"])
+    assert restored(None, "STOPPED") == ("the compute fleet was not stopped by this run", [], ["stop"])
+    assert restored("RUNNING", "RUNNING") == (
+        "the compute fleet of dev-c is RUNNING (it was not stopped)",
+        [("status",)],
+        [],
+    )
+    start = [("status",), ("status",), ("request", "STOPPED", "START_REQUESTED"), ("wait", False, True, "RUNNING", 60)]
+    assert restored("PROTECTED", "STOPPED") == (
+        "the compute fleet of dev-c was started again: the cluster runs its previous configuration",
+        start,
+        [],
+    )
+    digest[0] = "p" * 64
+    assert restored("RUNNING", "STOPPED") == (
+        "the compute fleet of dev-c was started again (its stack has the new configuration)",
+        start,
+        [],
+    )
+    settled["dev-Cluster"] = "UPDATE_ROLLBACK_FAILED"
+    assert restored("RUNNING", "STOPPED") == (
+        "the compute fleet stays STOPPED: dev-Cluster is UPDATE_ROLLBACK_FAILED, not settled",
+        [],
+        ["stop"],
+    )
+
+
+def test_a_restore_whose_start_fails_names_the_first_line_of_the_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(
+        update, "stack_states", lambda where, cluster: {"dev-c": "CREATE_COMPLETE"} | {"dev-Cluster": "UPDATE_COMPLETE"}
+    )
+    fleet = FakeFleet("STOPPED")
+
+    def denied(current: str, wanted: str) -> None:
+        raise CliError("UpdateItem failed: AccessDenied\n  what to do: ask", EXIT_AWS)
+
+    fleet.request = denied  # type: ignore[method-assign]
+    run, _ = fleet_run(monkeypatch, tmp_path, fleet, "RUNNING")
+    run.state.data["steps"] = {"stop": {"at": "2026-11-28T12:00:00Z"}, "start": {"at": "2026-11-28T12:00:00Z"}}
+    assert run.restore(60) == "starting the compute fleet again failed too: UpdateItem failed: AccessDenied"
+    assert list(run.state.data["steps"]) == ["stop"]
+
+
+@pytest.mark.parametrize(
+    ("states", "blocker"),
+    [
+        ({"dev-c": "UPDATE_ROLLBACK_COMPLETE", "dev-Cluster": "IMPORT_COMPLETE"}, None),
+        ({"dev-c": "CREATE_COMPLETE", "dev-Cluster": "IMPORT_ROLLBACK_COMPLETE"}, None),
+        (
+            {"dev-Cluster": "UPDATE_COMPLETE"},
+            "ParallelCluster's stack dev-c is unknown, and a fleet starts only from CREATE_COMPLETE, UPDATE_COMPLETE, "
+            "UPDATE_ROLLBACK_COMPLETE",
+        ),
+        (
+            {"dev-c": "IMPORT_COMPLETE", "dev-Cluster": "UPDATE_COMPLETE"},
+            "ParallelCluster's stack dev-c is IMPORT_COMPLETE, and a fleet starts only from CREATE_COMPLETE, "
+            "UPDATE_COMPLETE, UPDATE_ROLLBACK_COMPLETE",
+        ),
+        ({"dev-c": "UPDATE_COMPLETE"}, "dev-Cluster is None, not settled"),
+        ({"dev-c": "UPDATE_COMPLETE", "dev-Cluster": "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS"},
+         "dev-Cluster is UPDATE_COMPLETE_CLEANUP_IN_PROGRESS, not settled"),
+    ],
+)  # fmt: skip
+def test_the_fleet_starts_only_from_a_working_parallelcluster_stack_under_a_settled_cluster_stack(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, states: dict[str, str], blocker: str | None
+) -> None:
+    run, _ = fleet_run(monkeypatch, tmp_path, FakeFleet("STOPPED"), "RUNNING")
+    assert run.start_blocker(states) == blocker
+    monkeypatch.setattr(update, "stack_states", lambda where, cluster: states)
+    assert run.start_blocker() == blocker
