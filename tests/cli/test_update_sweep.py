@@ -1530,3 +1530,105 @@ def test_the_fleet_starts_only_from_a_working_parallelcluster_stack_under_a_sett
     assert run.start_blocker(states) == blocker
     monkeypatch.setattr(update, "stack_states", lambda where, cluster: states)
     assert run.start_blocker() == blocker
+
+
+def test_unsettled_stacks_are_an_aws_error_when_one_could_not_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    states = {"dev-Network": "not found", "dev-Storage": "UPDATE_COMPLETE", "dev-c": "IMPORT_ROLLBACK_COMPLETE"}
+    monkeypatch.setattr(update, "stack_states", lambda where, cluster: states)
+    run = a_run()
+    update._check_stacks_settled(run)  # "not found" is no stack to wait for
+    states["dev-Storage"] = "UPDATE_ROLLBACK_FAILED"
+    with pytest.raises(CliError) as stuck:
+        update._check_stacks_settled(run)
+    assert (stuck.value.exit_code, stuck.value.message.splitlines()[0]) == (
+        EXIT_FAILED,
+        "these stacks are not settled; nothing was changed:",
+    )
+    states["dev-Network"] = "unknown (DescribeStacks failed: AccessDenied)"
+    with pytest.raises(CliError) as unread:
+        update._check_stacks_settled(run)
+    assert (unread.value.exit_code, unread.value.message) == (
+        EXIT_AWS,
+        "these stacks are not settled; nothing was changed:\n"
+        "  dev-Network: unknown (DescribeStacks failed: AccessDenied)\n"
+        "  dev-Storage: UPDATE_ROLLBACK_FAILED  -> `aws cloudformation continue-update-rollback --region eu-west-1 "
+        "--stack-name dev-Storage`\n"
+        "  what to do: let them settle (or fix them as shown), then run `mlcluster update dev`",
+    )
+
+
+def instance_wait(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, live: list[int], statuses: list[str]
+) -> tuple[Any, Clock, list[str]]:
+    fleet = FakeFleet(*statuses)
+    run, _ = fleet_run(monkeypatch, tmp_path, fleet, "RUNNING")
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    clock = Clock()
+    monkeypatch.setattr(update, "time", clock)
+    reads: list[str] = []
+
+    def instances() -> list[Node]:
+        reads.append("ec2")
+        return [node("gpu", "running") for _ in range(live.pop(0) if len(live) > 1 else live[0])]
+
+    monkeypatch.setattr(run, "live_compute_instances", instances)
+    return run, clock, reads
+
+
+def test_the_instance_wait_ends_once_ec2_shows_none_live_under_a_stopped_item(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run, clock, reads = instance_wait(monkeypatch, tmp_path, [2, 1, 0], ["STOPPED"])
+    run.wait_compute_instances_ended(clock.now + 30, 30)
+    assert clock.sleeps == [15.0, 15.0] and reads == ["ec2"] * 3
+    assert run.fleet.calls == [("status",)] * 3
+
+
+@pytest.mark.parametrize(
+    ("live", "listed"),
+    [(5, ", ".join(["i-gpu-running running"] * 5)), (6, ", ".join(["i-gpu-running running"] * 5) + ", ...")],
+)
+def test_the_instance_wait_gives_up_at_the_deadline_naming_five_instances(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, live: int, listed: str
+) -> None:
+    run, clock, reads = instance_wait(monkeypatch, tmp_path, [live], ["STOPPED"])
+    with pytest.raises(CliError) as raised:
+        run.wait_compute_instances_ended(clock.now + 30, 30)
+    assert clock.sleeps == [15.0, 15.0] and len(reads) == 3  # a read at the deadline counts
+    assert (raised.value.exit_code, raised.value.message) == (
+        EXIT_TIMEOUT,
+        f"the status item of dev-c says STOPPED but after --stop-timeout 30 s EC2 still shows {live} compute "
+        f"instance(s) pending, running or stopping ({listed}): clustermgtd did not terminate them, or someone else "
+        "wrote STOPPED; nothing was deployed\n  what to do: check who wrote the item (DynamoDB table "
+        "parallelcluster-dev-c), clustermgtd's log on the head node (/var/log/parallelcluster/clustermgtd) and "
+        "`mlcluster status dev`",
+    )
+
+
+def test_the_instance_wait_reads_once_even_past_its_deadline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    run, clock, reads = instance_wait(monkeypatch, tmp_path, [0], ["STOPPED"])
+    run.wait_compute_instances_ended(clock.now - 1, 30)
+    assert reads == ["ec2"] and clock.sleeps == []
+
+
+def test_the_instance_wait_stops_when_the_item_leaves_stopped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    run, clock, reads = instance_wait(monkeypatch, tmp_path, [0], ["START_REQUESTED"])
+    with pytest.raises(CliError) as raised:
+        run.wait_compute_instances_ended(clock.now + 30, 30)
+    assert reads == ["ec2"] and clock.sleeps == []
+    assert (raised.value.exit_code, raised.value.message) == (
+        EXIT_FAILED,
+        "the compute fleet of dev-c went 'START_REQUESTED' while mlcluster waited for EC2 to show its compute "
+        "instances ended: another request changed it, or ParallelCluster cannot read its status; nothing was "
+        "deployed\n  what to do: `mlcluster status dev`; check who wrote the item (DynamoDB table "
+        "parallelcluster-dev-c)",
+    )
+
+
+def test_a_stopped_item_with_no_live_compute_instance_is_trusted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run, _, reads = instance_wait(monkeypatch, tmp_path, [0], ["STOPPED"])
+    run.check_no_compute_instances()
+    assert reads == ["ec2"]
