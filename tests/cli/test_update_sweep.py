@@ -1632,3 +1632,50 @@ def test_a_stopped_item_with_no_live_compute_instance_is_trusted(
     run, _, reads = instance_wait(monkeypatch, tmp_path, [0], ["STOPPED"])
     run.check_no_compute_instances()
     assert reads == ["ec2"]
+
+
+def test_a_save_that_fails_midway_leaves_the_old_state_and_no_temporary_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    state = update.UpdateState("dev", "eu-west-1")
+    state.data = {"steps": {}}
+    state.save()
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(update.json, "dump", full)
+    state.data = {"steps": {"stop": {}}}
+    with pytest.raises(OSError, match="No space left on device"):
+        state.save()
+    assert [p.name for p in state.folder.iterdir()] == ["dev.json"]
+    assert json.loads(state.path.read_text()) == {"steps": {}}
+
+
+def test_the_deployed_configuration_is_read_from_the_original_template_as_text_or_object() -> None:
+    client, stub = stubbed("cloudformation")
+    asked = {"StackName": "dev-Cluster", "TemplateStage": "Original"}
+    config = {"Region": "eu-west-1", "Image": {"Os": "ubuntu2204"}}
+    body = {"Resources": {"Pc": {"Type": "Custom::PclusterCluster", "Properties": {"ClusterConfiguration": config}}}}
+    stub.add_response("get_template", {"TemplateBody": json.dumps(body)}, asked)
+    stub.add_response("get_template", {"TemplateBody": json.dumps({"Resources": {}})}, asked)
+    stub.add_client_error(
+        "get_template", "ValidationError", "Stack with id dev-Cluster does not exist", 400, expected_params=asked
+    )
+    run = a_run(cloudformation=client)
+    with stub:
+        assert run.deployed_config() == config
+        with pytest.raises(CliError) as missing:
+            run.deployed_config()
+        with pytest.raises(CliError) as gone:
+            run.deployed_config()
+    assert missing.value.message.startswith("the deployed dev-Cluster has 0 Custom::PclusterCluster resources")
+    assert (gone.value.exit_code, gone.value.message.splitlines()[0]) == (
+        EXIT_AWS,
+        "GetTemplate for dev-Cluster failed: ValidationError: Stack with id dev-Cluster does not exist",
+    )
+    # A client that hands the body over already parsed (botocore does for JSON) is read the same way.
+    parsed = a_run(cloudformation=SimpleNamespace(get_template=lambda **asked_: {"TemplateBody": body}))
+    assert parsed.deployed_config() == config
+    assert parsed.cluster_resource() == "Pc"
