@@ -514,6 +514,8 @@ def test_the_state_is_saved_private_read_back_and_removed(monkeypatch: pytest.Mo
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE(state.path.stat().st_mode) == 0o600
     assert [p.name for p in state.folder.iterdir()] == ["dev.json"]  # no temporary file left
+    # The file the refusals tell the operator to inspect: JSON indented by two, nothing else.
+    assert state.path.read_text() == json.dumps(state.data, indent=2)
     loaded = update.UpdateState("dev", "eu-west-1").load()
     assert loaded == state.data and update.TIMESTAMP.fullmatch(loaded["steps"]["stop"]["at"])
     state.unmark("stop")
