@@ -1116,7 +1116,8 @@ def test_squeue_runs_on_the_head_node_as_the_default_user_with_a_fresh_mark(monk
     from mlcluster.cli import nodes, runcommand
 
     head = node("head", "running", "HeadNode")
-    monkeypatch.setattr(nodes, "controller", lambda where: head)
+    run = a_run()
+    monkeypatch.setattr(nodes, "controller", lambda where: head if where is run.target else pytest.fail(f"{where}"))
     monkeypatch.setattr(update, "record_mark", lambda: "M1:")
     sent: list[tuple[Any, ...]] = []
 
@@ -1125,7 +1126,6 @@ def test_squeue_runs_on_the_head_node_as_the_default_user_with_a_fresh_mark(monk
         return runcommand.Result("cmd-1", "Success", 0, "M1:5|q|u|RUNNING|1|0:01|j\n", "")
 
     monkeypatch.setattr(update.runcommand, "run", answer)
-    run = a_run()
     assert run.read_jobs() == [update.Job("5", "q", "u", "RUNNING", 1, "0:01", "j")]
     assert sent == [
         (
