@@ -630,8 +630,12 @@ def test_a_state_with_every_field_wrong_names_each_one_and_what_is_allowed() -> 
 @pytest.mark.parametrize(
     ("changes", "line"),
     [
-        ({"steps": {"stop": {"at": "2026-11-28T12:00:01Z"}, "rollback": {}}}, "steps: "),
-        ({"steps": []}, "steps: [] is not allowed"),
+        (
+            {"steps": {"stop": {"at": "2026-11-28T12:00:01Z"}, "rollback": {}}},
+            'steps: {"stop": {"at": "2026-11-28T12:00:01Z"}, "rollback": {}} is not allowed; allowed: an object keyed '
+            "by stop, deploy, start, verify",
+        ),
+        ({"steps": []}, "steps: [] is not allowed; allowed: an object keyed by stop, deploy, start, verify"),
         ({"stop": 1}, "stop: 1 is not allowed"),
         ({"run": 20261128}, "run: 20261128 is not allowed"),
         ({"run": "20261128T120000Zx"}, 'run: "20261128T120000Zx" is not allowed'),
