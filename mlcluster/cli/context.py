@@ -111,7 +111,6 @@ def environment_options(command: F) -> F:
         "--environments",
         "environments",
         type=click.Path(file_okay=False, path_type=Path),
-        default=None,
         help=ENVIRONMENTS_HELP,
     )(command)
     return click.argument("env")(command)
@@ -134,7 +133,7 @@ def zone_region(config: EnvironmentConfig) -> str | None:
     if network.availability_zone:
         return network.availability_zone[:-1]
     if network.availability_zone_id:
-        return awsdata.az_id_codes().get(network.availability_zone_id.split("-az", 1)[0])
+        return awsdata.az_id_codes().get(network.availability_zone_id.partition("-az")[0])
     return None
 
 

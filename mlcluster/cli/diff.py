@@ -785,7 +785,7 @@ def stack_policy(template: dict[str, Any], stack_name: str, allow: tuple[str, ..
 
     ``allow`` lists logical ids to leave out of the deny (a deliberate replacement).
     """
-    stack_part = "Storage" if stack_name.endswith("-Storage") else stack_name.rsplit("-", 1)[-1]
+    stack_part = stack_name.rsplit("-", 1)[-1]
 
     def path(lid: str, resource: dict[str, Any]) -> str:
         """The resource's construct path below the stage (CDK's metadata), or the stack's part and its id."""

@@ -36,7 +36,7 @@ import click
 
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
-from mlcluster.cli.errors import EXIT_FAILED, CliError
+from mlcluster.cli.errors import CliError
 from mlcluster.cli.nccl import efa_devices
 from mlcluster.cli.nodes import cluster_name, controller
 from mlcluster.cli.smoke import IMMEDIATE_SECONDS, NodeKind, choose_partition
@@ -354,14 +354,13 @@ def health(
             raise CliError(
                 f"{name} did not finish on {node.as_dict().get('ssm_target') or 'the controller'}: "
                 f"{result.status} {result.stderr}".strip(),
-                EXIT_FAILED,
             )
         return result
 
     listing = run("list nodes", f"sinfo -h -N -p {shlex.quote(chosen.name)} -o '%N|%t|%E'", 120)
     nodes = parse_nodes(listing.stdout)
     if not listing.ok or not nodes:
-        raise CliError(f"sinfo found no nodes in partition {chosen.name}: {listing.stdout.strip()[:300]}", EXIT_FAILED)
+        raise CliError(f"sinfo found no nodes in partition {chosen.name}: {listing.stdout.strip()[:300]}")
     idle = [n for n in nodes if n.state == "idle"]
     if idle:
         seconds = TIER_SECONDS[tier]
@@ -423,6 +422,4 @@ def health(
             f"{len(nodes)} nodes in {chosen.name}: {checked} checked ({tier}), {len(critical)} critical", markup=False
         )
     if critical:
-        raise CliError(
-            f"{len(critical)} node(s) with critical findings: {', '.join(n.name for n in critical)}", EXIT_FAILED
-        )
+        raise CliError(f"{len(critical)} node(s) with critical findings: {', '.join(n.name for n in critical)}")

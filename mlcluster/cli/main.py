@@ -128,8 +128,7 @@ def main() -> None:
     except CliError as error:
         click.echo(f"mlcluster: {error.message}", err=True)
         sys.exit(error.exit_code)
-    except click.exceptions.Exit as done:
-        sys.exit(done.exit_code)
-    # Without standalone mode, click returns the code of a ``ctx.exit(code)`` instead of exiting.
+    # Without standalone mode, click returns the code of a ``ctx.exit(code)`` (``--help``, ``--version``)
+    # instead of raising ``Exit`` or exiting.
     if isinstance(result, int):
         sys.exit(result)

@@ -60,25 +60,17 @@ class Published:
     source: str
 
 
-def _adt(instance_type: str, rows: dict[int, float]) -> tuple[Published, ...]:
-    return tuple(Published(instance_type, 2, size, busbw, ADT_NCCL_README) for size, busbw in rows.items())
-
-
-#: Published measurements, by instance type, node count and message size (bytes).
+#: Published measurements: instance type, nodes, message size (bytes), out-of-place busbw (GB/s), source.
 PUBLISHED: Final = (
-    *_adt(
-        "p5.48xlarge",
-        {
-            16 * MIB: 105.52,
-            128 * MIB: 289.16,
-            1 * GIB: 436.95,
-            2 * GIB: 443.72,
-            4 * GIB: 465.87,
-            8 * GIB: 479.28,
-            16 * GIB: 487.09,
-        },
-    ),
-    *_adt("p4de.24xlarge", {1 * GIB: 76.79, 2 * GIB: 78.33}),
+    Published("p5.48xlarge", 2, 16 * MIB, 105.52, ADT_NCCL_README),
+    Published("p5.48xlarge", 2, 128 * MIB, 289.16, ADT_NCCL_README),
+    Published("p5.48xlarge", 2, 1 * GIB, 436.95, ADT_NCCL_README),
+    Published("p5.48xlarge", 2, 2 * GIB, 443.72, ADT_NCCL_README),
+    Published("p5.48xlarge", 2, 4 * GIB, 465.87, ADT_NCCL_README),
+    Published("p5.48xlarge", 2, 8 * GIB, 479.28, ADT_NCCL_README),
+    Published("p5.48xlarge", 2, 16 * GIB, 487.09, ADT_NCCL_README),
+    Published("p4de.24xlarge", 2, 1 * GIB, 76.79, ADT_NCCL_README),
+    Published("p4de.24xlarge", 2, 2 * GIB, 78.33, ADT_NCCL_README),
 )
 
 

@@ -133,6 +133,11 @@ def _physical_ids(cfn: Any, stacks: list[str]) -> set[str]:
     return ids
 
 
+def _service(arn: str) -> str:
+    """The service part of ``arn`` (``arn:aws:fsx:...``: ``fsx``); empty for text that is not an ARN."""
+    return arn.split(":")[2] if arn.count(":") >= 2 else ""
+
+
 def _owned(arn: str, ids: set[str]) -> bool:
     """Whether ``arn`` is one of the stacks' physical resources (an ARN, or an id or name at its end)."""
     return arn in ids or any(arn.endswith((f"/{pid}", f":{pid}")) for pid in ids)
@@ -189,8 +194,7 @@ def orphan_resources(cfn: Any, tagging: Any, fsx: Any, environment: Environment)
         for page in pages:
             for item in page.get("ResourceTagMappingList", []):
                 arn = str(item["ResourceARN"])
-                service = arn.split(":")[2] if arn.count(":") >= 2 else ""
-                if service == "cloudformation" or _owned(arn, ids):
+                if _service(arn) == "cloudformation" or _owned(arn, ids):
                     continue  # stacks are listed by orphan_stacks
                 kind, parts = _fsx_kind(arn)
                 if kind == "volume" and parts[0] in live_file_systems:
@@ -200,7 +204,7 @@ def orphan_resources(cfn: Any, tagging: Any, fsx: Any, environment: Environment)
     return [
         {
             "resource": arn,
-            "bills": BILLS.get(arn.split(":")[2], "see the service's pricing"),
+            "bills": BILLS.get(_service(arn), "see the service's pricing"),
             "remove": "take what you need from it, then delete it with its service's delete call "
             "(for a DRA: --no-delete-data-in-file-system keeps files and objects)",
             "adopt": "bring it into the stack that owns it with 'npx cdk import' (same construct), then deploy",

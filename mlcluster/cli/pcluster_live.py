@@ -170,7 +170,8 @@ def find_python(environ: Mapping[str, str] | None = None) -> Path | str | None:
             raise CliError(f"{PYTHON_VARIABLE}={given} {problem}: point it at a Python of your own", EXIT_AWS)
         return path
     search = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if Path(p).is_absolute())
-    command = shutil.which("pcluster", path=search) if search else None
+    # An empty search path finds nothing (shutil.which returns None for path="", never the current folder).
+    command = shutil.which("pcluster", path=search)
     if command is not None:
         python = command_python(Path(command))
         if python is None:

@@ -704,7 +704,7 @@ def check_reservations(ctx: Context) -> list[Result]:
         try:
             found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
         except ClientError as error:
-            if "NotFound" not in str(error.response.get("Error", {}).get("Code", "")):
+            if "NotFound" not in str(error.response.get("Error", {}).get("Code")):
                 raise
             found = []
         if not found:
@@ -855,7 +855,7 @@ def check_training_plans(ctx: Context) -> list[Result]:
         if arn is None:
             continue
         key = f"{group.key}.training_plan_arn"
-        name = arn.rsplit("/", 1)[-1]
+        name = arn.rpartition("/")[2]
         try:
             plan = sm.describe_training_plan(TrainingPlanName=name)
         except ClientError as error:
@@ -928,7 +928,8 @@ def check_pcluster_image(ctx: Context) -> list[Result]:
         ]
     head = pc.head_node.instance_type
     info = ctx.client("ec2").describe_instance_types(InstanceTypes=[head])["InstanceTypes"]
-    archs = info[0]["ProcessorInfo"]["SupportedArchitectures"] if info else ["x86_64"]
+    # A type EC2 does not describe is taken as x86_64, like one that supports both.
+    archs = info[0]["ProcessorInfo"]["SupportedArchitectures"] if info else []
     arch = "arm64" if "arm64" in archs and "x86_64" not in archs else "x86_64"
     part = PCLUSTER_IMAGE_PART.get(pc.os)
     if part is None:
@@ -1024,7 +1025,7 @@ def check_names(ctx: Context) -> list[Result]:
         try:
             found = cfn.describe_stacks(StackName=name)["Stacks"]
         except ClientError as error:
-            if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
+            if "does not exist" not in str(error.response.get("Error", {}).get("Message")):
                 raise
             found = []
         status = str(found[0].get("StackStatus", "")) if found else "DELETE_COMPLETE"
@@ -1067,8 +1068,27 @@ def check_names(ctx: Context) -> list[Result]:
     bucket = env.config.storage.data_bucket.name
     if bucket is not None:
         s3 = ctx.client("s3")
+        # HeadBucket's refusal says the bucket is another account's; a refusal of GetBucketTagging after it only
+        # says these credentials may not read tags, so it is raised (an AWS error row), outside this handler.
         try:
             s3.head_bucket(Bucket=bucket)
+        except ClientError as error:
+            code = str(error.response.get("Error", {}).get("Code"))
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                results.append(Result("names", "pass", "ERROR", "storage.data_bucket.name", f"bucket {bucket} is free"))
+            elif code in ("403", "AccessDenied", "Forbidden"):
+                results.append(
+                    Result(
+                        "names",
+                        "fail",
+                        "ERROR",
+                        "storage.data_bucket.name",
+                        f"bucket {bucket} belongs to another account: choose another name",
+                    )
+                )
+            else:
+                raise
+        else:
             try:
                 tags = s3.get_bucket_tagging(Bucket=bucket)["TagSet"]
             except ClientError as error:
@@ -1086,22 +1106,6 @@ def check_names(ctx: Context) -> list[Result]:
                     + ("" if ours else f" in this account without tag {ENV_TAG}={env.name}: choose another name"),
                 )
             )
-        except ClientError as error:
-            code = str(error.response.get("Error", {}).get("Code", ""))
-            if code in ("404", "NoSuchBucket", "NotFound"):
-                results.append(Result("names", "pass", "ERROR", "storage.data_bucket.name", f"bucket {bucket} is free"))
-            elif code in ("403", "AccessDenied", "Forbidden"):
-                results.append(
-                    Result(
-                        "names",
-                        "fail",
-                        "ERROR",
-                        "storage.data_bucket.name",
-                        f"bucket {bucket} belongs to another account: choose another name",
-                    )
-                )
-            else:
-                raise
     if env.config.cluster.backend == "hyperpod":
         sm = ctx.client("sagemaker")
         try:
@@ -1134,7 +1138,7 @@ def check_bootstrap(ctx: Context) -> list[Result]:
     try:
         stacks = ctx.client("cloudformation").describe_stacks(StackName="CDKToolkit")["Stacks"]
     except ClientError as error:
-        if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
+        if "does not exist" not in str(error.response.get("Error", {}).get("Message")):
             raise
         stacks = []
     fix = f"run `npx cdk bootstrap aws://<account>/{ctx.region}`"
@@ -1257,7 +1261,7 @@ def render(results: Sequence[Result], env: str, region: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"preflight {env} ({region})", show_lines=False)
+    table = Table(title=f"preflight {env} ({region})")
     for column in ("check", "result", "key", "message"):
         table.add_column(column, overflow="fold")
     styles = {"pass": "green", "fail": "red", "error": "magenta", "skipped": "yellow"}

@@ -19,7 +19,7 @@ import click
 
 from mlcluster.cli import runcommand
 from mlcluster.cli.context import Target, echo_json, environment_options, json_option
-from mlcluster.cli.errors import EXIT_FAILED, CliError
+from mlcluster.cli.errors import CliError
 from mlcluster.cli.expectations import SOURCE, Expectation, expectation
 from mlcluster.cli.nccl import Backend, efa_devices, node_check, node_run
 from mlcluster.cli.nccl_marks import parse_versions, pass_mark
@@ -250,7 +250,6 @@ def choose_partition(target: Target, partition: str | None) -> Partition:
     if chosen is None:
         raise CliError(
             f"--partition {partition}: not a partition of {target.name} (allowed: {', '.join(p.name for p in known)})",
-            EXIT_FAILED,
         )
     return chosen
 
@@ -469,23 +468,23 @@ class Smoke:
             return None
         return Step(name, "SKIP", f"not run: sinfo found {len(self.idle_nodes)} idle node(s), {max(count, 1)} needed")
 
-    def nccl_kind(self, name: str) -> tuple[InstanceType | None, Step | None]:
+    def nccl_kind(self, name: str) -> InstanceType | Step:
         """The partition's instance type when an NCCL step applies to it, else the SKIP that says why."""
         kind = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
         if self.nodes < 2:
-            return None, Step(name, "SKIP", "all_reduce across nodes needs --nodes 2 or more")
+            return Step(name, "SKIP", "all_reduce across nodes needs --nodes 2 or more")
         if kind is None or kind.accelerator != "nvidia":
-            return None, Step(name, "SKIP", f"{self.instance_type} has no NVIDIA GPUs")
+            return Step(name, "SKIP", f"{self.instance_type} has no NVIDIA GPUs")
         if not kind.efa:
-            return None, Step(name, "SKIP", f"{self.instance_type} has no EFA")
+            return Step(name, "SKIP", f"{self.instance_type} has no EFA")
         if not self.kind.efa:
-            return None, Step(name, "SKIP", f"{self.kind.resource}: EFA is off (efa: false)")
-        return kind, self.lacking(name, self.nodes)
+            return Step(name, "SKIP", f"{self.kind.resource}: EFA is off (efa: false)")
+        return self.lacking(name, self.nodes) or kind
 
     def nccl(self, timeout: int, min_busbw: float | None) -> Step:
-        kind, skip = self.nccl_kind("nccl")
-        if skip is not None or kind is None:
-            return skip or Step("nccl", "SKIP", "no NVIDIA EFA partition")
+        kind = self.nccl_kind("nccl")
+        if isinstance(kind, Step):
+            return kind
         backend: Backend = "hyperpod" if self.target.backend == "hyperpod" else "pcluster"
         where = self.placement(self.nodes)
         check = shlex.quote(node_check(backend, NCCL_BINARY))
@@ -530,9 +529,9 @@ class Smoke:
         info = INSTANCE_TYPES.get(self.instance_type.removeprefix("ml."))
         if info is None or info.accelerator != "nvidia" or not info.efa or not self.kind.efa or self.nodes < 2:
             return self.pyxis(image, timeout)
-        kind, skip = self.nccl_kind("container")
-        if skip is not None or kind is None:
-            return skip or Step("container", "SKIP", "no NVIDIA EFA partition")
+        kind = self.nccl_kind("container")
+        if isinstance(kind, Step):
+            return kind
         devices = efa_devices(self.instance_type)
         where = self.placement(self.nodes)
         pyxis = f"--container-image={shlex.quote(nccl_image)} {CONTAINER_OPTIONS}"
@@ -772,7 +771,7 @@ class Smoke:
                     f"{judged.busbw_gbps:.1f} GB/s at {judged.size_bytes / 2**30:g} GiB "
                     f"is below {mark.pass_gbytes:g} GB/s"
                 )
-        fabric = f"{parsed.provider}" + (
+        fabric = (parsed.provider or "an unknown network") + (
             f" x {min(parsed.nics)} devices" if parsed.nics and parsed.provider == "efa" else ""
         )
         efa_installer = parse_versions(result.stdout)["efa_installer"]
@@ -896,7 +895,6 @@ def smoke(
             raise CliError(
                 f"{option} {value}: not pinned by digest; allowed: NAME@sha256:<64 hex digits> "
                 "(a tag can be moved to another image)",
-                EXIT_FAILED,
             )
     target = Target.load(env, environments, region, profile)
     target.require_backend("pcluster", "hyperpod")
@@ -937,4 +935,4 @@ def smoke(
         )
     if not passed:
         failed = ", ".join(s.name for s in smoke_run.steps if s.outcome == "FAIL")
-        raise CliError(f"smoke test failed: {failed}", EXIT_FAILED)
+        raise CliError(f"smoke test failed: {failed}")
