@@ -6,6 +6,7 @@ change to how a call is read, bound, matched or worded shows.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from mlcluster.analysis.iam_calls import (
     bind,
     check_environment,
     check_handlers,
+    check_hyperpod,
     check_pcluster,
     handler_calls,
     iam_prefix,
@@ -738,4 +740,179 @@ def test_an_environment_report_joins_both_backends_and_the_handlers(tmp_path: Pa
     assert [str(f) for f in report.findings] == [
         "env: function env/A/Fn: fn/app.py:3 `aws sts:GetCallerIdentity` needs sts:GetCallerIdentity on *, "
         "which its role does not allow"
+    ]
+
+
+def _hyperpod(tmp_path: Path, accounting: dict[str, Any]) -> Assembly:
+    """Controller ``ctl``, login ``login`` and worker ``w`` share one lifecycle folder (uploaded with deploy-time
+    markers for the database endpoint, its secret, the backup key and the workspace endpoint) and one role; group
+    ``norole`` names no role and a folder nothing uploads."""
+    folder = tmp_path / "asset.scripts"
+    (folder / "steps").mkdir(parents=True)
+    features = {
+        "docker": False,
+        "enroot_pyxis": False,
+        "collector": True,
+        "accounting": accounting,
+        "scheduled_backup": {
+            "bucket": "backup-bucket",
+            "key_arn": "<<marker:0xbeef:2>>",
+            "prefix": "daily/",
+            "cluster_name": "c",
+        },
+    }
+    provisioning = {
+        "version": "1.0.0",
+        "workload_manager": "slurm",
+        "controller_group": "ctl",
+        "login_group": "login",
+        "worker_groups": [{"instance_group_name": "w", "partition_name": "p"}],
+        "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+        "fsx_mountname": "abcdefgh",
+    }
+    files = {
+        "plan.py": "",
+        "lib.sh": "aws sts get-caller-identity\n",
+        "mlcluster_features.json": json.dumps(features),
+        "provisioning_parameters.json": json.dumps(provisioning),
+        "steps/accounting.sh": 'aws secretsmanager get-secret-value --secret-id "$MLC_ACCOUNTING_SECRET_ARN"\n',
+        "accounting_secret.sh": '#!/bin/bash\naws secretsmanager describe-secret --secret-id "$MLC_ACCOUNTING_SECRET_ARN"\n',
+        "steps/scheduled_backup.sh": 'aws s3 ls "${MLC_SCHEDULED_BACKUP_URI}/"\n',
+        "steps/docker.sh": "aws ecr describe-repositories\n",
+        "collector.yml": "remote_write:\n  - url: <<marker:0xbeef:3>>api/v1/remote_write\n    sigv4: {}\n",
+    }
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    statements = [
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::lifecycle-bucket"},
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::lifecycle-bucket/hyperpod/*"},
+        {"Effect": "Allow", "Action": "sts:GetCallerIdentity", "Resource": "*"},
+        {"Effect": "Allow", "Action": "secretsmanager:*", "Resource": {"Ref": "Secret"}},
+    ]
+    role = {"Type": "AWS::IAM::Role", "Properties": {"Policies": [{"PolicyDocument": {"Statement": statements}}]}}
+    uri = "s3://lifecycle-bucket/hyperpod/"
+    groups: list[dict[str, Any]] = [
+        {
+            "InstanceGroupName": name,
+            "LifeCycleConfig": {"SourceS3Uri": uri},
+            "ExecutionRole": {"Fn::GetAtt": ["Role", "Arn"]},
+        }
+        for name in ("ctl", "login", "w")
+    ]
+    groups.append({"InstanceGroupName": "norole", "LifeCycleConfig": {"SourceS3Uri": "s3://elsewhere/x/"}})
+    markers = {
+        "<<marker:0xbeef:0>>": {"Fn::GetAtt": ["Db", "Endpoint.Address"]},
+        "<<marker:0xbeef:1>>": {"Ref": "Secret"},
+        "<<marker:0xbeef:2>>": {"Fn::GetAtt": ["Key", "Arn"]},
+        "<<marker:0xbeef:3>>": {"Fn::GetAtt": ["Ws", "PrometheusEndpoint"]},
+    }
+    upload = {
+        "Type": "Custom::CDKBucketDeployment",
+        "Properties": {
+            "DestinationBucketName": "lifecycle-bucket",
+            "DestinationBucketKeyPrefix": "hyperpod/",
+            "SourceObjectKeys": ["scripts.zip"],
+            "SourceMarkers": [markers],
+        },
+    }
+    resources = {
+        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": groups}},
+        "Role": role,
+        "Upload": upload,
+    }
+    return Assembly({"env/Cluster": {"Resources": resources}}, assets=tmp_path)
+
+
+LIFECYCLE = [
+    AwsCall(
+        "LifeCycleConfig (SageMaker)",
+        0,
+        "s3 ls s3://lifecycle-bucket/hyperpod/",
+        ("s3:ListBucket",),
+        ("s3://lifecycle-bucket/hyperpod/",),
+    ),
+    AwsCall(
+        "LifeCycleConfig (SageMaker)",
+        0,
+        "s3 cp s3://lifecycle-bucket/hyperpod/*",
+        ("s3:GetObject",),
+        ("s3://lifecycle-bucket/hyperpod/*",),
+    ),
+    AwsCall("lib.sh", 1, "sts get-caller-identity", ("sts:GetCallerIdentity",), ("*",)),
+]
+REMOTE_WRITE = AwsCall(
+    "collector.yml",
+    0,
+    "remote_write ${env/Cluster|Ws.PrometheusEndpoint}api/v1/remote_write",
+    ("aps:RemoteWrite",),
+    ("${env/Cluster|Ws.Arn}",),
+)
+
+
+def test_each_hyperpod_group_is_held_to_the_steps_its_plan_runs(tmp_path: Path) -> None:
+    """The plan picks each group's steps by role (controller, login, worker) and features: the controller runs the
+    remote accounting step (and its secret script), the backup copy and the collector; the secret and backup
+    variables are bound as the node's env sets them, the secret to the ARN the policy names (from the upload's
+    markers), so a grant on that secret covers the reads. A group without a role or without an uploaded
+    folder is held to the lifecycle download alone, which nothing grants it."""
+    accounting = {"mode": "remote", "endpoint": "<<marker:0xbeef:0>>:3306", "secret_arn": "<<marker:0xbeef:1>>"}
+    report = check_hyperpod(_hyperpod(tmp_path, accounting), "env")
+    assert report.calls == {
+        "env: instance group ctl": [
+            *LIFECYCLE,
+            AwsCall(
+                "steps/accounting.sh",
+                1,
+                "secretsmanager get-secret-value",
+                ("secretsmanager:GetSecretValue",),
+                ("$MLC_ACCOUNTING_SECRET_ARN",),
+            ),
+            AwsCall("steps/scheduled_backup.sh", 1, "s3 ls", ("s3:ListBucket",), ("${MLC_SCHEDULED_BACKUP_URI}/",)),
+            AwsCall(
+                "accounting_secret.sh",
+                2,
+                "secretsmanager describe-secret",
+                ("secretsmanager:DescribeSecret",),
+                ("$MLC_ACCOUNTING_SECRET_ARN",),
+            ),
+            REMOTE_WRITE,
+        ],
+        "env: instance group login": LIFECYCLE,
+        "env: instance group w": LIFECYCLE,
+        "env: instance group norole": [
+            AwsCall(
+                "LifeCycleConfig (SageMaker)", 0, "s3 ls s3://elsewhere/x/", ("s3:ListBucket",), ("s3://elsewhere/x/",)
+            ),
+            AwsCall(
+                "LifeCycleConfig (SageMaker)", 0, "s3 cp s3://elsewhere/x/*", ("s3:GetObject",), ("s3://elsewhere/x/*",)
+            ),
+        ],
+    }
+    assert [str(f) for f in report.findings] == [
+        "env: instance group ctl: steps/scheduled_backup.sh:1 `aws s3 ls` needs s3:ListBucket on "
+        "arn:${AWS::Partition}:s3:::backup-bucket, which its role does not allow",
+        "env: instance group ctl: collector.yml:0 `aws remote_write ${env/Cluster|Ws.PrometheusEndpoint}api/v1/"
+        "remote_write` needs aps:RemoteWrite on ${env/Cluster|Ws.Arn}, which its role does not allow",
+        "env: instance group norole: LifeCycleConfig (SageMaker):0 `aws s3 ls s3://elsewhere/x/` needs "
+        "s3:ListBucket on arn:${AWS::Partition}:s3:::elsewhere, which its role does not allow",
+        "env: instance group norole: LifeCycleConfig (SageMaker):0 `aws s3 cp s3://elsewhere/x/*` needs "
+        "s3:GetObject on arn:${AWS::Partition}:s3:::elsewhere/x/*, which its role does not allow",
+    ]
+
+
+@pytest.mark.parametrize("mode", ["local", "none"])
+def test_without_a_remote_database_the_controller_reads_no_secret(tmp_path: Path, mode: str) -> None:
+    """Local accounting runs the accounting step (no secret: its variable is empty, so the call is not made) and
+    not the secret script; no accounting runs neither."""
+    report = check_hyperpod(_hyperpod(tmp_path, {"mode": mode}), "env")
+    steps = [(c.script, c.line) for c in report.calls["env: instance group ctl"]]
+    accounting = [("steps/accounting.sh", 1)] if mode == "local" else []
+    assert steps == [(c.script, c.line) for c in LIFECYCLE] + accounting + [
+        ("steps/scheduled_backup.sh", 1),
+        ("collector.yml", 0),
+    ]
+    assert [f.call.script for f in report.findings] == [
+        "steps/scheduled_backup.sh",
+        "collector.yml",
+        *["LifeCycleConfig (SageMaker)"] * 2,
     ]
