@@ -524,6 +524,8 @@ COLLECTOR = (
 
 
 def _cluster(tmp_path: Path, config: dict[str, Any], extra: dict[str, Any] | None = None) -> Assembly:
+    (tmp_path / "asset.aaa").mkdir()
+    (tmp_path / "asset.aaa" / "other.sh").write_text("aws ec2 terminate-instances --instance-ids i-1\n")
     folder = tmp_path / "asset.abc"
     folder.mkdir()
     for name, text in {"entry.sh": ENTRY, "lib.sh": LIB, "step.sh": STEP, "collector.yml": COLLECTOR}.items():
@@ -533,7 +535,7 @@ def _cluster(tmp_path: Path, config: dict[str, Any], extra: dict[str, Any] | Non
         "Properties": {
             "DestinationBucketName": "scripts",
             "DestinationBucketKeyPrefix": "pc/",
-            "SourceObjectKeys": ["abc.zip", "missing.zip"],
+            "SourceObjectKeys": ["aaa.zip", "abc.zip", "missing.zip"],
         },
     }
     resources = {
@@ -546,7 +548,7 @@ def _cluster(tmp_path: Path, config: dict[str, Any], extra: dict[str, Any] | Non
 
 ACTION = {
     "Script": "s3://scripts/pc/entry.sh",
-    "Args": ["--bucket", "data/", "step", "unknown", "--feature", "", "collector", "--dangling"],
+    "Args": ["--bucket", "data/", "step", "unknown", "collector", "--dangling", "--feature", ""],
 }
 
 
@@ -665,12 +667,12 @@ def _function(handler: str, key: str, role: Any = None) -> dict[str, Any]:
 
 def test_each_function_of_ours_is_held_to_its_handlers_calls(tmp_path: Path) -> None:
     """A function whose handler package is in its asset: every action, and each dependent action, its role lacks
-    is a finding, an action the reference does not know is named as such; functions without a package of ours
+    is a finding, an API name the reference does not know as an action (s3:ListObjects) is named as such; functions without a package of ours
     (no asset, no dot in the handler, a module file rather than a package) are skipped."""
     (tmp_path / "asset.h1" / "fn").mkdir(parents=True)
     (tmp_path / "asset.h1" / "fn" / "app.py").write_text(
         'import boto3\nc = boto3.client("ec2")\nc.run_instances()\nd = boto3.client("sagemaker")\nd.describe_cluster()\n'
-        'e = boto3.client("s3")\ne.not_there()\n'
+        'e = boto3.client("s3")\ne.list_objects()\n'
     )
     (tmp_path / "asset.h2").mkdir()
     (tmp_path / "asset.h2" / "index.py").write_text('import boto3\nc = boto3.client("iam")\nc.delete_role()\n')
@@ -704,10 +706,12 @@ def test_each_function_of_ours_is_held_to_its_handlers_calls(tmp_path: Path) -> 
     assert [(c.line, c.command) for c in report.calls["env: function env/H/Fn"]] == [
         (3, "ec2:RunInstances"),
         (5, "sagemaker:DescribeCluster"),
+        (7, "s3:ListObjects"),
     ]
     assert [(f.action, f.resource) for f in report.findings] == [
         ("iam:PassRole", "*"),
         ("ssm:GetParameters", "*"),
+        ("s3:ListObjects", "(no such IAM action: map it in API_ACTIONS)"),
     ]
     roleless = {"env/H": {"Resources": {"Fn": _function("fn.app.handler", "h1.zip")}}}
     without = check_handlers(Assembly(roleless, assets=tmp_path), "env")
@@ -717,6 +721,7 @@ def test_each_function_of_ours_is_held_to_its_handlers_calls(tmp_path: Path) -> 
         "iam:PassRole",
         "ssm:GetParameters",
         "sagemaker:DescribeCluster",
+        "s3:ListObjects",
     ]
 
 
