@@ -301,6 +301,7 @@ def test_security_group_rules_are_read_with_protocol_ports_and_peer() -> None:
                 {"IpProtocol": "all", "SourceSecurityGroupId": ""},
                 {"IpProtocol": "-1", "CidrIp": "0.0.0.0/0"},
                 {"IpProtocol": "50", "FromPort": 0, "ToPort": 0, "CidrIp": "1.2.3.4/32"},
+                {"IpProtocol": "ICMPv6", "FromPort": -1, "ToPort": -1, "CidrIp": "::/0"},
             ],
             egress=[{"IpProtocol": "tcp", "FromPort": 1, "ToPort": 1, "DestinationSecurityGroupId": ref("Nodes")}],
         ),
@@ -334,6 +335,7 @@ def test_security_group_rules_are_read_with_protocol_ports_and_peer() -> None:
         Rule("-1", -1, -1, ""),
         Rule("-1", -1, -1, "0.0.0.0/0"),
         Rule("50", 0, 0, "1.2.3.4/32"),
+        Rule("icmpv6", -1, -1, "::/0"),
         Rule("tcp", 3306, 5432, nodes),
     ]
     assert net.egress["${env/Net|G}"] == [Rule("tcp", 1, 1, nodes)]
@@ -697,9 +699,7 @@ def test_an_openzfs_file_system_is_checked_for_each_nfs_port_and_its_export() ->
 def _database(**extra: Any) -> dict[str, Any]:
     """An Aurora cluster in both subnets behind DbGroup, a rotation function in the private subnet."""
     return {
-        "Db": res(
-            "AWS::RDS::DBCluster", Port=3306, DBSubnetGroupName=ref("DbSubnets"), VpcSecurityGroupIds=[gid("DbGroup")]
-        ),
+        "Db": res("AWS::RDS::DBCluster", DBSubnetGroupName=ref("DbSubnets"), VpcSecurityGroupIds=[gid("DbGroup")]),
         "DbSubnets": res("AWS::RDS::DBSubnetGroup", SubnetIds=[ref("Private"), ref("Public")]),
         "Rotation": res(
             "AWS::Serverless::Application",
@@ -733,6 +733,18 @@ def test_an_accounting_database_open_to_address_ranges_and_unreachable_is_report
         f"{name}: its security groups admit no TCP 3306 from head node's groups",
         f"{name}: no security group of rotation function ${{env/Net|Rotation}} lets TCP 3306 out to it",
         f"{name}: its security groups admit no TCP 3306 from rotation function ${{env/Net|Rotation}}'s groups",
+        "env: rotation function ${env/Net|Rotation}: no security group lets HTTPS out to Secrets Manager",
+    ]
+    # The cluster's own port (3306 only when it names none): a rule for 3306 admits nothing to a 3307 database.
+    db = res(
+        "AWS::RDS::DBCluster", Port="3307", DBSubnetGroupName=ref("DbSubnets"), VpcSecurityGroupIds=[gid("DbGroup")]
+    )
+    admits_3306 = sg(ingress=[tcp(3306, SourceSecurityGroupId=gid("Nodes"))])
+    assert _problems(config, **_database(Db=db, DbGroup=admits_3306)) == [
+        f"{name}: subnet {PUBLIC} routes to an internet gateway (a public subnet)",
+        f"{name}: its security groups admit no TCP 3307 from head node's groups",
+        f"{name}: no security group of rotation function ${{env/Net|Rotation}} lets TCP 3307 out to it",
+        f"{name}: its security groups admit no TCP 3307 from rotation function ${{env/Net|Rotation}}'s groups",
         "env: rotation function ${env/Net|Rotation}: no security group lets HTTPS out to Secrets Manager",
     ]
 
