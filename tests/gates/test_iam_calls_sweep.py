@@ -921,3 +921,20 @@ def test_without_a_remote_database_the_controller_reads_no_secret(tmp_path: Path
         "collector.yml",
         *["LifeCycleConfig (SageMaker)"] * 2,
     ]
+
+
+def test_a_hyperpod_cluster_without_groups_or_lifecycle_source_is_read_without_a_crash(tmp_path: Path) -> None:
+    """Neither InstanceGroups nor a group's LifeCycleConfig is required by the resource's schema: a cluster without
+    groups has nothing to check; a group without a lifecycle source is still held to SageMaker's download of it,
+    on an empty URI no scoped grant covers, so it is a finding rather than a silent pass."""
+    bare = {"Type": "AWS::SageMaker::Cluster", "Properties": {}}
+    assert check_hyperpod(Assembly({"env/C": {"Resources": {"Cluster": bare}}}), "env") == Report()
+    group = {"InstanceGroupName": "g", "ExecutionRole": "arn:aws:iam::111122223333:role/outside"}
+    cluster = {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}}
+    report = check_hyperpod(Assembly({"env/C": {"Resources": {"Cluster": cluster}}}, assets=tmp_path), "env")
+    assert [str(f) for f in report.findings] == [
+        "env: instance group g: LifeCycleConfig (SageMaker):0 `aws s3 ls ` needs s3:ListBucket on , which its role "
+        "does not allow",
+        "env: instance group g: LifeCycleConfig (SageMaker):0 `aws s3 cp *` needs s3:GetObject on *, which its role "
+        "does not allow",
+    ]
