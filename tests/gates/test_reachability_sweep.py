@@ -854,3 +854,12 @@ def test_an_unknown_collector_group_is_named_with_the_groups_there_are() -> None
     assert exporter_problems(assembly(head()), ENV, "queue x", [EXPORTER]) == [
         "env: no node group named 'queue x'; groups: ['head node']"
     ]
+
+
+def test_a_hyperpod_cluster_outside_a_vpc_is_reported_not_a_crash() -> None:
+    """VpcConfig is optional for a HyperPod cluster: without it (and without an override) a group has no subnet
+    and no security group, which the gate reports instead of proving anything."""
+    cluster = res("AWS::SageMaker::Cluster", InstanceGroups=[{"InstanceGroupName": "a"}])
+    report = check_environment(Assembly({STACK: {"Resources": {"H": cluster}}}), ENV)
+    assert report.groups == [NodeGroup(ENV, "hyperpod", "instance group a", (), (), efa=True, slurm_controller=True)]
+    assert report.problems == ["env: instance group a: no subnet"]
