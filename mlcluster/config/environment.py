@@ -174,6 +174,7 @@ class EnvironmentConfig:
             zone = ids[0] if ids else self.network.primary_zone_label
             check_lustre_efa(issues, hyperpod, file_system_zone=zone)
         check_accounting(issues, self)
+        check_private_folders_unlinked(issues, self)
         for key, value in self.tags.items():
             if not 1 <= len(key) <= 128 or key.lower().startswith("aws:"):
                 issues.add(f"tags.{key}", key, "allowed: tag keys of 1-128 characters not starting with 'aws:'")
@@ -262,6 +263,35 @@ def check_accounting(issues: Issues, config: EnvironmentConfig) -> None:
             f"HyperPod's controller keeps slurmdbd's default database: allowed: {DEFAULT_ACCOUNTING_DATABASE} "
             "(the setting names ParallelCluster's SlurmSettings.Database.DatabaseName)",
         )
+
+
+def check_private_folders_unlinked(issues: Issues, config: EnvironmentConfig) -> None:
+    """No data repository association of a HyperPod cluster's Lustre covers a folder the nodes keep private.
+
+    HyperPod's nodes keep on Lustre (mounted at /fsx) the SSH key store and, without the secondary EBS
+    volume, the controller's state (``/fsx/.mlcluster``), and the users' homes (``/fsx/home``, with
+    ``home_on_fsx`` and no ``storage.openzfs``). A DRA over one of them, or over a folder above it (``/``),
+    exports private keys to the bucket and imports whatever a writer of the bucket puts there (an
+    ``authorized_keys``, a shell start-up file), owner and mode included: FSx applies the object's
+    ``x-amz-meta-file-owner`` and ``-file-permissions`` (setuid excepted), "POSIX metadata support for data
+    repositories", https://docs.aws.amazon.com/fsx/latest/LustreGuide/posix-metadata-support.html.
+    """
+    hyperpod = config.cluster.hyperpod if config.cluster.backend == "hyperpod" else None
+    if hyperpod is None:
+        return
+    private = {"/.mlcluster": "the nodes' SSH key store and the controller's state (/fsx/.mlcluster)"}
+    if hyperpod.lifecycle.home_on_fsx and config.storage.openzfs is None:
+        private["/home"] = "the users' homes (/fsx/home: home_on_fsx is true and there is no storage.openzfs)"
+    for index, association in enumerate(config.storage.lustre.data_repository_associations):
+        linked = association.file_system_path.rstrip("/") + "/"
+        for folder, what in private.items():
+            if (folder + "/").startswith(linked) or linked.startswith(folder + "/"):
+                issues.add(
+                    f"storage.lustre.data_repository_associations[{index}].file_system_path",
+                    association.file_system_path,
+                    f"links {what} to S3: their keys would be exported and whoever can write the bucket could "
+                    f"plant files there; allowed: a folder outside {folder} such as /data",
+                )
 
 
 @section

@@ -249,7 +249,10 @@ class DataRepositoryAssociationConfig:
     """A link between a Lustre path and an S3 prefix (a DRA)."""
 
     file_system_path: str = setting(
-        default="/data", pattern=r"/[^\0]{0,4095}", allowed=FS_PATH_HELP, doc="the directory under /fsx linked to S3"
+        default="/data",
+        pattern=r"/[^\0]{0,4095}",
+        allowed=FS_PATH_HELP,
+        doc="the directory under /fsx linked to S3 (HyperPod: not /, /.mlcluster, or /home with homes on /fsx)",
     )
     data_repository_path: str | None = setting(
         default=None,

@@ -9,6 +9,7 @@ aws_s3_deployment's upload function, with reasons about that function.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -89,7 +90,9 @@ class ScriptBucket(Construct):
     but the deploy (:func:`deny_bucket_policy_changes`). Nodes read it by explicit grants in
     their own roles. The bucket's name (given, or generated from the stack
     name) must not contain ``sagemaker`` in any case, which AWS managed
-    policies match to grant writes.
+    policies match to grant writes; a given name is literal text, the
+    account, region, partition and stack name only (a parameter or an
+    import could hold the word).
 
     Default settings: a CloudFormation-generated bucket name; bucket, access
     logs and upload logs retained when the stack is deleted; upload logs kept
@@ -114,7 +117,8 @@ class ScriptBucket(Construct):
         :param prefix: key prefix of the upload, ending in ``/``.
         :param sources: what to upload (asset folders, generated JSON).
         :param purpose: what the scripts are, for the acknowledgement reasons.
-        :param bucket_name: an explicit bucket name. Default: generated.
+        :param bucket_name: an explicit bucket name (literal text; the account, region, partition and stack
+            name may be tokens). Default: generated.
         :param removal_policy: RETAIN (default) or DESTROY the bucket and logs.
         :param log_retention: how long the upload function's logs are kept. Default: one year.
         :param log_removal_policy: what happens to the upload function's log group (its history of
@@ -138,6 +142,18 @@ class ScriptBucket(Construct):
             # literal text.
             resolved = stack.resolve(bucket_name)
             names.insert(0, (f"bucket_name {flatten_resource(resolved)!r}", resolved))
+        if bucket_name is not None:
+            opaque: list[object] = []
+            _literal_text(stack.resolve(bucket_name), stack_name=stack.stack_name, opaque=opaque)
+            if opaque:
+                part = opaque[0] if isinstance(opaque[0], str) else json.dumps(opaque[0], sort_keys=True)
+                raise ValueError(
+                    f"bucket_name {flatten_resource(stack.resolve(bucket_name))!r} has a part known only at deploy "
+                    f"time ({part}), which could bring {MANAGED_POLICY_BUCKET_WORD!r} into the "
+                    "name (AWS managed policies let their holders write to any bucket whose name contains it); "
+                    "allowed: literal text with the account, region or partition, such as "
+                    "f'mlc-scripts-{cdk.Aws.ACCOUNT_ID}', or no bucket_name"
+                )
         for what, name in names:
             if MANAGED_POLICY_BUCKET_WORD in _literal_text(name, stack_name=stack.stack_name).lower():
                 raise ValueError(
@@ -359,33 +375,49 @@ def deny_bucket_policy_changes(bucket: s3.IBucket) -> list[str]:
 UNKNOWN = "\0"
 
 
-def _literal_text(resolved: object, *, stack_name: str) -> str:
+#: Pseudo parameters whose values cannot hold the word (an account id, a region, a partition, a domain suffix).
+HARMLESS_PSEUDO = frozenset({"AWS::AccountId", "AWS::Region", "AWS::Partition", "AWS::URLSuffix"})
+
+
+def _literal_text(resolved: object, *, stack_name: str, opaque: list[object] | None = None) -> str:
     """The text of a resolved name as known at synth, each deploy-time part (a reference, a pseudo parameter
     such as the account id, a ``${...}`` of ``Fn::Sub``) standing as :data:`UNKNOWN`.
 
     ``Fn::Join`` parts are joined as CloudFormation joins them, so a word split across two literal parts
     (``["mlc-sage", "maker"]``) is read whole; ``Fn::Sub`` variables given as literals are put in; the stack's
     name (``AWS::StackName``) is known here when the stack's name is (``stack_name`` without a token).
+    Each deploy-time part other than :data:`HARMLESS_PSEUDO` and a known stack name (a parameter, an import,
+    an attribute: any text at all) is appended to ``opaque``.
     """
     known_stack = stack_name if not cdk.Token.is_unresolved(stack_name) else UNKNOWN
+    found = opaque if opaque is not None else []
     if isinstance(resolved, str):
         return resolved
     if isinstance(resolved, dict) and resolved.get("Ref") == "AWS::StackName":
+        if known_stack == UNKNOWN:
+            found.append(resolved)
         return known_stack
     if isinstance(resolved, dict) and "Fn::Join" in resolved:
         delimiter, parts = resolved["Fn::Join"]
-        return str(delimiter).join(_literal_text(part, stack_name=stack_name) for part in _as_list(parts))
+        return str(delimiter).join(_literal_text(part, stack_name=stack_name, opaque=found) for part in _as_list(parts))
     if isinstance(resolved, dict) and "Fn::Sub" in resolved:
         body = resolved["Fn::Sub"]
         template, variables = (body[0], body[1]) if isinstance(body, list) else (body, {})
 
         def fill(match: re.Match[str]) -> str:
-            if match.group(1) == "AWS::StackName":
-                return known_stack
-            value = variables.get(match.group(1)) if isinstance(variables, dict) else None
-            return _literal_text(value, stack_name=stack_name) if value is not None else UNKNOWN
+            name = match.group(1)
+            if name == "AWS::StackName":
+                return _literal_text({"Ref": name}, stack_name=stack_name, opaque=found)
+            value = variables.get(name) if isinstance(variables, dict) else None
+            if value is not None:
+                return _literal_text(value, stack_name=stack_name, opaque=found)
+            if name not in HARMLESS_PSEUDO:
+                found.append("${" + name + "}")
+            return UNKNOWN
 
         return re.sub(r"\$\{(?!!)([^}]*)\}", fill, str(template)).replace("${!", "${")
+    if not (isinstance(resolved, dict) and resolved.get("Ref") in HARMLESS_PSEUDO):
+        found.append(resolved)
     return UNKNOWN
 
 

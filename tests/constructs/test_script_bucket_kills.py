@@ -288,14 +288,12 @@ class _NameChosenLater:
 
 
 def test_a_name_whose_only_unknown_part_is_deploy_time_is_accepted() -> None:
-    """The edge: the literal text is clean and the rest (the account id, a parameter named after SageMaker)
-    is only known at deploy time, so nothing here can refuse it; nor is a name refused for the text of the
-    token that stands for it (a lazy name hinted ``SageMakerJobScripts``) (``ScriptBucket.__init__`` mutant 24 of
-    the second sample)."""
+    """The edge: the literal text is clean and the rest (the account id) is only known at deploy time and
+    cannot hold the word; nor is a name refused for the text of the token that stands for it (a lazy name
+    hinted ``SageMakerJobScripts``, resolved at synth) (``ScriptBucket.__init__`` mutant 24 of the second
+    sample). A parameter's value is refused (test_script_bucket_names.py): it could hold anything."""
     stack = cdk.Stack(cdk.App(), "dev-Cluster")
     scripts(stack, bucket_name=f"mlc-scripts-{cdk.Aws.ACCOUNT_ID}")
-    parameter = cdk.CfnParameter(stack, "SageMakerScriptsBucketName")
-    scripts(stack, "FromParameter", bucket_name=parameter.value_as_string)
     scripts(stack, "Lazy", bucket_name=cdk.Lazy.string(_NameChosenLater(), display_hint="SageMakerJobScripts"))
     names = [
         b["Properties"]["BucketName"]
@@ -303,7 +301,6 @@ def test_a_name_whose_only_unknown_part_is_deploy_time_is_accepted() -> None:
         if "BucketName" in b["Properties"]
     ]
     assert {"Fn::Join": ["", ["mlc-scripts-", {"Ref": "AWS::AccountId"}]]} in names
-    assert {"Ref": "SageMakerScriptsBucketName"} in names
     assert "mlc-scripts-chosen-later" in names
 
 

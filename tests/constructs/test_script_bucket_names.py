@@ -92,3 +92,40 @@ def test_every_bucket_name_the_construct_makes_is_checked(
     with pytest.raises(ValueError) as caught:
         scripts(stack, construct_id, **props)
     assert str(caught.value).startswith(f"{refused} contains 'sagemaker': AWS managed policies")
+
+
+def _opaque_names(stack: cdk.Stack) -> list[tuple[str, str]]:
+    parameter = cdk.CfnParameter(stack, "BucketName")
+    return [
+        (parameter.value_as_string, "BucketName"),
+        (cdk.Fn.import_value("shared-scripts-bucket"), "Fn::ImportValue"),
+        (cdk.Fn.sub("mlc-${Suffix}"), "${Suffix}"),
+        (cdk.Fn.join("-", ["mlc", cdk.Fn.select(0, cdk.Fn.split(",", parameter.value_as_string))]), "Fn::Select"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4), ids=["parameter", "import", "sub-variable", "select"])
+def test_a_name_with_a_part_nobody_can_read_at_synth_is_refused(index: int) -> None:
+    """A parameter, an import or any other deploy-time value could carry ``sagemaker`` (the attacker review: a
+    name from a CfnParameter passed the word check, its text being unknown)."""
+    stack = cdk.Stack(cdk.App(), "dev-Cluster")
+    name, part = _opaque_names(stack)[index]
+    with pytest.raises(ValueError) as caught:
+        scripts(stack, bucket_name=name)
+    message = str(caught.value)
+    assert message.startswith("bucket_name ") and " has a part known only at deploy time (" in message
+    assert part in message.split(" has a part known only at deploy time (", 1)[1].split("), which", 1)[0]
+    assert message.endswith(
+        "which could bring 'sagemaker' into the name (AWS managed policies let their holders write to any bucket "
+        "whose name contains it); allowed: literal text with the account, region or partition, such as "
+        "f'mlc-scripts-{cdk.Aws.ACCOUNT_ID}', or no bucket_name"
+    )
+
+
+def test_the_pseudo_parameters_that_cannot_hold_the_word_are_accepted() -> None:
+    stack = cdk.Stack(cdk.App(), "dev-Cluster")
+    scripts(
+        stack,
+        bucket_name=f"mlc-{cdk.Aws.ACCOUNT_ID}-{cdk.Aws.REGION}-{cdk.Aws.PARTITION}-{cdk.Aws.URL_SUFFIX}-"
+        f"{cdk.Aws.STACK_NAME}",
+    )

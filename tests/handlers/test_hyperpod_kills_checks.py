@@ -43,15 +43,27 @@ SAGEMAKER = botocore.session.get_session().get_service_model("sagemaker")
 CREATE_CLUSTER = SAGEMAKER.operation_model("CreateCluster").input_shape
 
 
-@pytest.mark.parametrize(
-    ("status", "way"),
-    [
-        ("Failed", "choose another cluster.name, or delete that failed cluster first"),
-        # One in service may be another environment's: never advised to delete it.
-        ("InService", "choose another cluster.name (that cluster may be in use: do not delete it to make room)"),
-        ("Creating", "choose another cluster.name (that cluster may be in use: do not delete it to make room)"),
-    ],
-)
+NAME_IN_USE_ADVICE = [
+    ("Failed", "choose another cluster.name, or delete that failed cluster first"),
+    # One in service may be another environment's: never advised to delete it.
+    ("InService", "choose another cluster.name (that cluster may be in use: do not delete it to make room)"),
+    ("Creating", "choose another cluster.name (that cluster may be in use: do not delete it to make room)"),
+    # Every other state of ClusterStatus in botocore's model (Deleting: the name is free once it is gone).
+    (
+        "Deleting",
+        "that cluster is being deleted: deploy again once its deletion has finished, or choose another cluster.name",
+    ),
+    ("RollingBack", "choose another cluster.name (that cluster may be in use: do not delete it to make room)"),
+    ("SystemUpdating", "choose another cluster.name (that cluster may be in use: do not delete it to make room)"),
+    ("Updating", "choose another cluster.name (that cluster may be in use: do not delete it to make room)"),
+]
+
+
+def test_the_advice_covers_every_cluster_status_in_botocores_model() -> None:
+    assert sorted(status for status, _ in NAME_IN_USE_ADVICE) == sorted(SAGEMAKER.shape_for("ClusterStatus").enum)
+
+
+@pytest.mark.parametrize(("status", "way"), NAME_IN_USE_ADVICE)
 def test_a_create_refused_for_a_name_in_use_names_that_clusters_status_and_arn(
     world: World, fake: FakeSageMaker, status: str, way: str
 ) -> None:

@@ -375,3 +375,14 @@ def test_a_home_root_others_could_write_is_set_to_755_and_keeps_every_home(provi
     assert owner_mode(home_root) == (0, 0o755)
     assert (home_root / "alice" / "notes.txt").read_text() == "alice's work\n"
     assert not list(home_root.parent.glob("home.mlcluster-moved-aside.*"))
+
+
+def test_a_setgid_home_root_loses_the_bit_and_is_set_once(provisioned: Sandbox) -> None:
+    """A root-owned home root left 2775 (setgid: new entries take its group) becomes 755, and a second run
+    leaves it alone; with a plain `chmod 755`, GNU chmod keeps the bit, so every run said "set ... to mode 755"
+    and the folder stayed 2755."""
+    home_root = provisioned.root / "fsx/home"
+    home_root.chmod(0o2775)
+    assert f"set {home_root} to mode 755" in run_ok(provisioned)
+    assert owner_mode(home_root) == (0, 0o755)
+    assert f"set {home_root}" not in run_ok(provisioned)

@@ -235,10 +235,14 @@ def _new_cluster_problems(props: Properties, old: Properties | None, existing: M
         status = existing.get("ClusterStatus")
         # Deleting is advised only for a cluster that failed: one in service may be another environment's, with
         # its jobs and its nodes' disks.
-        way = (
-            "choose another cluster.name, or delete that failed cluster first"
-            if status == "Failed"
-            else "choose another cluster.name (that cluster may be in use: do not delete it to make room)"
+        ways = {
+            "Failed": "choose another cluster.name, or delete that failed cluster first",
+            # Already going: the name is free once DescribeCluster no longer finds it.
+            "Deleting": "that cluster is being deleted: deploy again once its deletion has finished, or choose "
+            "another cluster.name",
+        }
+        way = ways.get(
+            str(status), "choose another cluster.name (that cluster may be in use: do not delete it to make room)"
         )
         problems.append(
             f"a HyperPod cluster named {props.name!r} already exists (status {status}, "

@@ -394,7 +394,8 @@ ensure_root_dir() {
       # Root's, but others could write it: what they put there (a link, a folder of theirs) would stay.
       move_aside "$dir" "is root's but writable by group or others (mode $current)"
     elif [[ $current != "$mode" ]]; then
-      chmod "$mode" "$dir"
+      # "00": GNU chmod keeps a folder's setuid/setgid bits on a plain numeric mode (755 leaves 2755).
+      chmod "00$mode" "$dir"
       log "set $dir to mode $mode"
     fi
   fi
@@ -428,7 +429,7 @@ ensure_user_dir() {
     if [[ $owner != "$uid" ]]; then
       move_aside "$dir" "is owned by uid $owner, not $user ($uid)"
     elif [[ ${MLC_FORCE_MODE:-false} == true && $current != "$mode" ]]; then
-      as_user "$user" chmod "$mode" -- "$dir"
+      as_user "$user" chmod "00$mode" -- "$dir"
       log "set $dir to mode $mode (as $user)"
     fi
   fi
