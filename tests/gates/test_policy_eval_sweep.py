@@ -330,3 +330,12 @@ def test_a_not_principal_deny_exempts_exactly_the_named_principal() -> None:
     allow = {"Sid": "All", "Effect": "Allow", "Principal": "*", "Action": "*", "Resource": "*"}
     assert evaluate([allow, deny], Request(("AWS", ROLE), "a:B", "r")) == Decision(False, "denied by statement 1")
     assert evaluate([allow, deny], Request(("AWS", ACCOUNT_ROOT), "a:B", "r")) == Decision(True, "allowed by All")
+
+
+def test_a_numeric_operator_built_from_its_comparison_reads_both_numbers() -> None:
+    """The operators are built once at import (``_numeric``): one built here compares the request's number with
+    the policy's, and a request value that is no number does not match."""
+    from mlcluster.analysis.policy_eval import _numeric
+
+    less = _numeric(lambda value, policy: value < policy)
+    assert (less("5", "4"), less("5", "5"), less("5", "x")) == (True, False, False)
