@@ -29,21 +29,10 @@ from mlcluster.analysis.reachability import (
     file_systems,
     node_groups,
 )
-
-ENV = "env"
-STACK = f"{ENV}/Net"
-
-
-def ref(name: str) -> dict[str, str]:
-    return {"Ref": name}
-
-
-def gid(name: str) -> dict[str, list[str]]:
-    return {"Fn::GetAtt": [name, "GroupId"]}
-
-
-def res(kind: str, **properties: Any) -> dict[str, Any]:
-    return {"Type": kind, "Properties": properties}
+from tests.gates.test_reachability_kills import ENV, STACK, ref
+from tests.gates.test_reachability_kills import NETWORK as KILLS_NETWORK
+from tests.gates.test_reachability_kills import _resource as res
+from tests.gates.test_reachability_kills import group_id as gid
 
 
 def sg(*, ingress: list[dict[str, Any]] | None = None, egress: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -58,30 +47,8 @@ def tcp(low: int, high: int | None = None, **peer: Any) -> dict[str, Any]:
     return {"IpProtocol": "tcp", "FromPort": low, "ToPort": low if high is None else high, **peer}
 
 
-NETWORK: dict[str, Any] = {
-    "Vpc": res("AWS::EC2::VPC", CidrBlock="10.0.0.0/16"),
-    "Igw": res("AWS::EC2::InternetGateway"),
-    "Attach": res("AWS::EC2::VPCGatewayAttachment", VpcId=ref("Vpc"), InternetGatewayId=ref("Igw")),
-    "Public": res("AWS::EC2::Subnet", VpcId=ref("Vpc"), CidrBlock="10.0.0.0/24", AvailabilityZone="az1"),
-    "PublicTable": res("AWS::EC2::RouteTable", VpcId=ref("Vpc")),
-    "PublicAssoc": res(
-        "AWS::EC2::SubnetRouteTableAssociation", SubnetId=ref("Public"), RouteTableId=ref("PublicTable")
-    ),
-    "PublicDefault": res(
-        "AWS::EC2::Route", RouteTableId=ref("PublicTable"), DestinationCidrBlock="0.0.0.0/0", GatewayId=ref("Igw")
-    ),
-    "Eip": res("AWS::EC2::EIP"),
-    "Nat": res("AWS::EC2::NatGateway", SubnetId=ref("Public"), AllocationId={"Fn::GetAtt": ["Eip", "AllocationId"]}),
-    "Private": res("AWS::EC2::Subnet", VpcId=ref("Vpc"), CidrBlock="10.0.1.0/24", AvailabilityZone="az1"),
-    "PrivateTable": res("AWS::EC2::RouteTable", VpcId=ref("Vpc")),
-    "PrivateAssoc": res(
-        "AWS::EC2::SubnetRouteTableAssociation", SubnetId=ref("Private"), RouteTableId=ref("PrivateTable")
-    ),
-    "PrivateDefault": res(
-        "AWS::EC2::Route", RouteTableId=ref("PrivateTable"), DestinationCidrBlock="0.0.0.0/0", NatGatewayId=ref("Nat")
-    ),
-    "Nodes": sg(),
-}
+#: The kill tests' network, its node group written with this module's ``sg`` (no rules, default egress).
+NETWORK: dict[str, Any] = {**KILLS_NETWORK, "Nodes": sg()}
 
 
 def assembly(config: dict[str, Any] | None = None, **resources: Any) -> Assembly:
