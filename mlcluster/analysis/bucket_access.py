@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from mlcluster.analysis.assembly import Assembly, Resource
 from mlcluster.analysis.iam_calls import Statement, _partition, _wildcard
+from mlcluster.analysis.policy_eval import _arn_like
 
 Decision = Literal["allow", "explicit deny", "implicit deny"]
 
@@ -94,15 +95,10 @@ def _condition_holds(conditions: Mapping[str, Mapping[str, Any]], context: Mappi
                     if not negated:
                         return False
                     continue
-                # StringEquals compares characters: a "*" in its value is a star, not a wildcard (only the Like
-                # operators and the Arn ones, which IAM matches per ARN part with wildcards, read it as one).
-                literal = operator in ("StringEquals", "StringNotEquals")
-                hit = any(
-                    _partition(str(e)) == _partition(value)
-                    if literal
-                    else _wildcard(_partition(str(e)), _partition(value))
-                    for e in _as_tuple(expected)
-                )
+                # StringEquals compares characters: a "*" in its value is a star, not a wildcard; the Like
+                # operators read it as one over the whole value, the Arn ones within each of the six ARN parts
+                # (a "*" for the region does not run on into the account).
+                hit = any(_compare(operator, str(e), value) for e in _as_tuple(expected))
                 if hit == negated:
                     return False
         elif operator == "Bool":
@@ -119,6 +115,15 @@ def _condition_holds(conditions: Mapping[str, Mapping[str, Any]], context: Mappi
         else:
             return None
     return True
+
+
+def _compare(operator: str, expected: str, value: str) -> bool:
+    """One value of a string or ARN condition against the request's value (partition spellings alike)."""
+    if operator in ("StringEquals", "StringNotEquals"):
+        return _partition(expected) == _partition(value)
+    if operator.startswith("Arn"):
+        return _arn_like(expected, value)
+    return _wildcard(_partition(expected), _partition(value))
 
 
 def _matches(actions: Iterable[str], resources: Iterable[str], action: str, resource: str) -> bool:

@@ -133,3 +133,45 @@ def test_a_condition_on_a_key_the_request_lacks_does_not_hold(operator: str) -> 
     )
     assert decide([], [allow], READER, "s3:GetObject", OBJECT) == "implicit deny"
     assert decide([], [allow], READER, "s3:GetObject", OBJECT, {"aws:SourceVpce": "vpce-1"}) == "allow"
+
+
+# "Each of the six colon-delimited components of the ARN is checked separately and each can include
+# multi-character match wildcards (*) or single-character match wildcards (?)" (IAM user guide, "Amazon
+# Resource Name (ARN) condition operators"). Matched over the whole string, a "*" for the region ran on into
+# the account and the resource, so a Deny "from account 2222 only" applied to a principal of account 1111.
+SOURCE = "arn:aws:sns:us-east-1:111111111111:alerts:222222222222:x"
+
+
+@pytest.mark.parametrize("operator", ["ArnLike", "ArnEquals"])
+def test_an_arn_wildcard_matches_within_one_part_of_the_arn(operator: str) -> None:
+    other_account = ResourceStatement(
+        "Deny",
+        ("*",),
+        ("s3:*",),
+        ("arn:aws:s3:::bucket/*",),
+        {operator: {"aws:SourceArn": "arn:aws:sns:*:222222222222:*"}},
+        "OtherAccount",
+    )
+    assert decide(S3_FULL_ACCESS, [other_account], READER, "s3:GetObject", OBJECT, {"aws:SourceArn": SOURCE}) == (
+        "allow"
+    )
+    # The edge: the same pattern, the account in its own part, applies.
+    this_account = SOURCE.replace("111111111111", "222222222222", 1)
+    assert decide(S3_FULL_ACCESS, [other_account], READER, "s3:GetObject", OBJECT, {"aws:SourceArn": this_account}) == (
+        "explicit deny"
+    )
+
+
+def test_a_string_like_wildcard_still_spans_the_whole_value() -> None:
+    """StringLike has no ARN parts: its "*" matches across colons, as IAM's does."""
+    deny = ResourceStatement(
+        "Deny",
+        ("*",),
+        ("s3:*",),
+        ("arn:aws:s3:::bucket/*",),
+        {"StringLike": {"aws:SourceArn": "arn:aws:sns:*:222222222222:*"}},
+        "Like",
+    )
+    assert decide(S3_FULL_ACCESS, [deny], READER, "s3:GetObject", OBJECT, {"aws:SourceArn": SOURCE}) == (
+        "explicit deny"
+    )
