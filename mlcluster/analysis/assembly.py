@@ -171,10 +171,8 @@ def load_assembly(outdir: Path) -> Assembly:
     """Read every stack of every stage from a cloud assembly folder (``cdk.out``)."""
     templates: dict[str, dict[str, Any]] = {}
     names: dict[str, str] = {}
-    manifests = [outdir / "manifest.json", *sorted(outdir.glob("assembly-*/manifest.json"))]
-    for manifest in manifests:
-        if not manifest.is_file():
-            continue
+    found = [outdir / "manifest.json", *sorted(outdir.glob("assembly-*/manifest.json"))]
+    for manifest in (path for path in found if path.is_file()):
         for artifact in json.loads(manifest.read_text()).get("artifacts", {}).values():
             if artifact.get("type") != "aws:cloudformation:stack":
                 continue

@@ -423,7 +423,8 @@ def role_statements(assembly: Assembly, environment: str, role: Resource) -> lis
         for policy in assembly.resources(environment, kind):
             roles = [assembly.identity(r) for r in assembly.render(policy.stack, policy.properties.get("Roles", []))]
             if role.name in roles:
-                out += _statements(assembly, policy.stack, policy.properties.get("PolicyDocument", {}))
+                # A missing document (CloudFormation requires one) gives no statement, as an empty one does.
+                out += _statements(assembly, policy.stack, policy.properties.get("PolicyDocument"))
     return out
 
 
