@@ -504,9 +504,11 @@ class _NestedCfn:
 def test_a_nested_stacks_resources_are_the_live_stacks() -> None:
     from mlcluster.cli.orphans import _physical_ids
 
-    ids = _physical_ids(_NestedCfn(), ["team-Cluster"])
+    ids, existing = _physical_ids(_NestedCfn(), ["team-Cluster"])
     assert "/aws/lambda/provider" in ids
     assert "arn:aws:cloudformation:us-east-2:123456789012:stack/team-Cluster-Provider-1/abc" in ids
+    # Both stacks answered, so both exist (the nested one by the id its parent gives).
+    assert existing == {"team-Cluster", "arn:aws:cloudformation:us-east-2:123456789012:stack/team-Cluster-Provider-1/abc"}
 
 
 def file_system(physical: str) -> dict[str, Any]:
