@@ -16,7 +16,14 @@ can be asked for them:
   lists; a volume's ARN names its file system
   (``volume/<file-system-id>/<volume-id>``), a backup's file system is read
   with ``DescribeBackups``. A backup or volume whose file system is gone is an
-  orphan.
+  orphan. Less, too, what ParallelCluster launched for the environment's
+  cluster while that cluster's stack exists: the cluster's ``Tags`` (which
+  carry the environment's tag, ``mlcluster.stacks.cluster``) go onto every
+  compute and login node and its volumes through the launch templates'
+  ``TagSpecifications``, next to ``parallelcluster:cluster-name``, and Slurm or
+  an Auto Scaling group launches those nodes, not CloudFormation. Once the
+  cluster's stack is gone, a node or volume still tagged with its name is left
+  over, and listed.
 
 Each orphan comes with what it bills and how to remove it or adopt it again.
 """
@@ -33,7 +40,6 @@ from mlcluster.config.observability import observability_enabled
 ENVIRONMENT_TAG = "mlcluster:environment"
 #: What an orphan keeps billing, by the service part of its ARN.
 BILLS = {
-    "fsx": "file system storage and throughput, every hour",
     "s3": "object storage (every version), every month",
     "logs": "log storage, every month",
     "kms": "a monthly key fee; scheduled deletion makes data under it unreadable",
@@ -47,6 +53,27 @@ BILLS = {
     "rds": "database storage and snapshots every month, capacity (ACUs) every hour it is not paused",
     "secretsmanager": "a monthly secret fee",
 }
+#: What an FSx orphan bills, by the resource type in its ARN (:func:`_fsx_kind`; the types are the Service
+#: Authorization Reference's for ``fsx``). Only a file system bills storage and throughput by the hour; a backup
+#: bills backup storage by the GB-month; an association (DRA) bills nothing itself, and a volume's or snapshot's
+#: data is part of its file system's storage. A type not listed (file cache, ONTAP SVM) gets the general note.
+FSX_BILLS = {
+    "file-system": "file system storage and throughput, every hour",
+    "backup": "backup storage, per GB every month",
+    "association": "nothing itself (its file system bills storage and throughput)",
+    "volume": "nothing itself (its data is its file system's storage)",
+    "snapshot": "nothing itself (its data is its file system's storage)",
+}
+#: What a resource of a service or FSx type neither table names bills.
+GENERAL_BILLS = "see the service's pricing"
+#: The tag ParallelCluster puts on every resource it makes for a cluster, valued with the cluster's name
+#: (``PCLUSTER_CLUSTER_NAME_TAG`` in aws-parallelcluster's ``pcluster/constants.py``).
+PCLUSTER_CLUSTER_TAG = "parallelcluster:cluster-name"
+#: The EC2 resource types a cluster's nodes bring outside its stack: the compute and login nodes (launched
+#: by Slurm's resume program with CreateFleet or RunInstances, and by an Auto Scaling group) with their
+#: volumes, tagged by the launch templates' ``TagSpecifications``, the head node's volumes (tagged with
+#: ``PropagateTagsToVolumeOnCreation``), and their network interfaces should one be tagged the same way.
+PCLUSTER_NODE_TYPES = frozenset({"instance", "volume", "network-interface"})
 
 
 def expected_stacks(environment: Environment) -> list[str]:
@@ -105,21 +132,24 @@ def orphan_stacks(cfn: Any, environment: Environment) -> list[dict[str, str]]:
     return found
 
 
-def _physical_ids(cfn: Any, stacks: list[str]) -> set[str]:
-    """The physical ids of every resource of ``stacks`` and of their nested stacks (a stack not deployed has none).
+def _physical_ids(cfn: Any, stacks: list[str]) -> tuple[set[str], set[str]]:
+    """The physical ids of every resource of ``stacks`` and of their nested stacks, and which stacks exist.
 
+    A stack not deployed (CloudFormation: "does not exist") has no resources and is not among the second set.
     A nested stack (``AWS::CloudFormation::Stack``: the ParallelCluster provider) tags its resources
     with the environment too; they are the live stack's, not orphans.
     """
     from botocore.exceptions import ClientError
 
     ids: set[str] = set()
+    existing: set[str] = set()
     pending = list(stacks)
     while pending:
         name = pending.pop(0)
         with aws_errors(f"ListStackResources for {name}"):
             try:
                 for page in cfn.get_paginator("list_stack_resources").paginate(StackName=name):
+                    existing.add(name)
                     for summary in page.get("StackResourceSummaries", []):
                         physical = str(summary.get("PhysicalResourceId") or "")
                         if not physical:
@@ -130,7 +160,7 @@ def _physical_ids(cfn: Any, stacks: list[str]) -> set[str]:
             except ClientError as error:
                 if "does not exist" not in str(error.response.get("Error", {}).get("Message", "")):
                     raise
-    return ids
+    return ids, existing
 
 
 def _service(arn: str) -> str:
@@ -141,6 +171,28 @@ def _service(arn: str) -> str:
 def _owned(arn: str, ids: set[str]) -> bool:
     """Whether ``arn`` is one of the stacks' physical resources (an ARN, or an id or name at its end)."""
     return arn in ids or any(arn.endswith((f"/{pid}", f":{pid}")) for pid in ids)
+
+
+def _bills(arn: str) -> str:
+    """What the orphan ``arn`` keeps billing: by its FSx resource type for FSx, else by its service."""
+    kind, _ = _fsx_kind(arn)
+    if kind:
+        return FSX_BILLS.get(kind, GENERAL_BILLS)
+    return BILLS.get(_service(arn), GENERAL_BILLS)
+
+
+def _cluster_node(arn: str, tags: list[dict[str, str]], cluster: str | None) -> bool:
+    """Whether ``arn`` is a node, volume or network interface ParallelCluster launched for ``cluster``.
+
+    ``cluster`` is the environment's cluster while its stack exists, else None (nothing is the cluster's).
+    A resource of another type, or tagged with another cluster's name, is not.
+    """
+    if cluster is None or arn.count(":") < 5 or _service(arn) != "ec2":
+        return False
+    kind = arn.split(":", 5)[5].partition("/")[0]
+    return kind in PCLUSTER_NODE_TYPES and any(
+        tag.get("Key") == PCLUSTER_CLUSTER_TAG and tag.get("Value") == cluster for tag in tags
+    )
 
 
 def _fsx_kind(arn: str) -> tuple[str, list[str]]:
@@ -181,10 +233,14 @@ def orphan_resources(cfn: Any, tagging: Any, fsx: Any, environment: Environment)
     """Resources tagged with the environment that none of its live stacks holds (retained after a delete).
 
     FSx backups and volumes of a live file system carry the environment's tag (copied from the file
-    system) but no stack lists them: they are the file system's, not orphans.
+    system) but no stack lists them: they are the file system's, not orphans. So are the nodes (and
+    their volumes) ParallelCluster launched for the environment's cluster while the cluster's own stack
+    exists: deleting that stack terminates them, and ``orphan_stacks`` lists the stack itself once the
+    app no longer builds it.
     """
-    # ParallelCluster's own stack is asked too: it exists only while ENV-Cluster's custom resource made it.
-    ids = _physical_ids(cfn, [*expected_stacks(environment), environment.cluster_name])
+    # ParallelCluster's own stack is asked too: ENV-Cluster's custom resource made it, and it may outlive it.
+    ids, existing = _physical_ids(cfn, [*expected_stacks(environment), environment.cluster_name])
+    cluster = environment.cluster_name if environment.cluster_name in existing else None
     live_file_systems = {pid for pid in ids if pid.startswith("fs-")}
     candidates: list[str] = []
     with aws_errors(f"GetResources tagged {ENVIRONMENT_TAG}={environment.name}"):
@@ -196,6 +252,8 @@ def orphan_resources(cfn: Any, tagging: Any, fsx: Any, environment: Environment)
                 arn = str(item["ResourceARN"])
                 if _service(arn) == "cloudformation" or _owned(arn, ids):
                     continue  # stacks are listed by orphan_stacks
+                if _cluster_node(arn, item.get("Tags", []), cluster):
+                    continue
                 kind, parts = _fsx_kind(arn)
                 if kind == "volume" and parts[0] in live_file_systems:
                     continue
@@ -204,7 +262,7 @@ def orphan_resources(cfn: Any, tagging: Any, fsx: Any, environment: Environment)
     return [
         {
             "resource": arn,
-            "bills": BILLS.get(_service(arn), "see the service's pricing"),
+            "bills": _bills(arn),
             "remove": "take what you need from it, then delete it with its service's delete call "
             "(for a DRA: --no-delete-data-in-file-system keeps files and objects)",
             "adopt": "bring it into the stack that owns it with 'npx cdk import' (same construct), then deploy",

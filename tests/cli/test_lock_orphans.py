@@ -504,9 +504,14 @@ class _NestedCfn:
 def test_a_nested_stacks_resources_are_the_live_stacks() -> None:
     from mlcluster.cli.orphans import _physical_ids
 
-    ids = _physical_ids(_NestedCfn(), ["team-Cluster"])
+    ids, existing = _physical_ids(_NestedCfn(), ["team-Cluster"])
     assert "/aws/lambda/provider" in ids
     assert "arn:aws:cloudformation:us-east-2:123456789012:stack/team-Cluster-Provider-1/abc" in ids
+    # Both stacks answered, so both exist (the nested one by the id its parent gives).
+    assert existing == {
+        "team-Cluster",
+        "arn:aws:cloudformation:us-east-2:123456789012:stack/team-Cluster-Provider-1/abc",
+    }
 
 
 def file_system(physical: str) -> dict[str, Any]:
@@ -886,3 +891,43 @@ def test_lock_does_not_overwrite_an_unreadable_lock_and_names_the_way(
     result = lock(envs)
     assert result.exception is None, result.output
     assert list(json.loads((envs / "team.lock.json").read_text(encoding="utf-8"))["stacks"]) == ["team-Storage"]
+
+
+def test_nodes_parallelcluster_launched_are_orphans_only_once_the_clusters_stack_is_gone(
+    aws: Aws, tmp_path: Path
+) -> None:
+    """A compute node, its root volume and a network interface tagged as ParallelCluster's launch templates tag them
+    (moto's EC2, read back through moto's GetResources with their tags) belong to the cluster while its stack exists;
+    the same tags naming another cluster are listed; after the cluster's stack is deleted, all are listed."""
+    from mlcluster.cli.orphans import orphan_resources
+
+    envs = folder(tmp_path)
+    env = diff_module.load_one(envs, "team")
+    ec2 = aws_client("ec2", REGION)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
+
+    def launch(cluster: str) -> list[str]:
+        tags = [*TAG, {"Key": "parallelcluster:cluster-name", "Value": cluster}]
+        specs = [{"ResourceType": kind, "Tags": tags} for kind in ("instance", "volume")]
+        (node,) = ec2.run_instances(
+            ImageId="ami-12345678", MinCount=1, MaxCount=1, SubnetId=subnet, TagSpecifications=specs
+        )["Instances"]
+        (volume,) = [m["Ebs"]["VolumeId"] for m in node["BlockDeviceMappings"]]
+        eni = ec2.create_network_interface(
+            SubnetId=subnet, TagSpecifications=[{"ResourceType": "network-interface", "Tags": tags}]
+        )["NetworkInterface"]["NetworkInterfaceId"]
+        prefix = f"arn:aws:ec2:{REGION}:123456789012"
+        return [
+            f"{prefix}:instance/{node['InstanceId']}",
+            f"{prefix}:network-interface/{eni}",
+            f"{prefix}:volume/{volume}",
+        ]
+
+    mine = launch(env.cluster_name)
+    other = launch(f"{env.cluster_name}-2")
+    deploy(env.cluster_name, {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}})
+    clients = recorded_clients(aws, "cloudformation", "resourcegroupstaggingapi", "fsx")
+    assert sorted(o["resource"] for o in orphan_resources(*clients, env)) == sorted(other)
+    aws_client("cloudformation", REGION).delete_stack(StackName=env.cluster_name)
+    assert sorted(o["resource"] for o in orphan_resources(*clients, env)) == sorted(mine + other)

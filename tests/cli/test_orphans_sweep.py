@@ -258,8 +258,8 @@ def test_orphan_resources_are_the_tagged_resources_no_live_stack_or_file_system_
     )
     assert orphans.orphan_resources(cfn, tagging, fsx, P5) == [
         orphan(arn("kms", "key/key-2"), "a monthly key fee; scheduled deletion makes data under it unreadable"),
-        orphan(lost_volume, "file system storage and throughput, every hour"),
-        orphan(manual, "file system storage and throughput, every hour"),
+        orphan(lost_volume, "nothing itself (its data is its file system's storage)"),
+        orphan(manual, "backup storage, per GB every month"),
         orphan(arn("fsx", f"file-system/{GONE_FS}"), "file system storage and throughput, every hour"),
         orphan("arn:aws:s3:::p5-data-old", "object storage (every version), every month"),
         orphan(arn("logs", "log-group:/p5/old"), "log storage, every month"),
@@ -290,11 +290,29 @@ def test_without_a_backup_or_a_live_file_system_fsx_is_not_asked() -> None:
     fsx = Recorder({})
     # No live file system: the backup's file system is gone, so it is an orphan, and FSx is not asked.
     found = orphans.orphan_resources(Recorder({}), tagging, fsx, P5)
-    assert found == [orphan(backup, "file system storage and throughput, every hour")]
+    assert found == [orphan(backup, "backup storage, per GB every month")]
     assert fsx.calls == []
     # A live file system but no backup among the candidates: not asked either.
     assert orphans._live_backups(fsx, [arn("fsx", f"volume/{GONE_FS}/fsvol-2")], {FS}) == set()
     assert fsx.calls == []
+
+
+def test_an_fsx_orphan_bills_what_its_resource_type_bills() -> None:
+    """Only a file system bills storage and throughput by the hour; each other FSx type says what it bills."""
+    kinds = [
+        (arn("fsx", f"file-system/{GONE_FS}"), "file system storage and throughput, every hour"),
+        (arn("fsx", "backup/backup-2"), "backup storage, per GB every month"),
+        (arn("fsx", f"association/{GONE_FS}/dra-1"), "nothing itself (its file system bills storage and throughput)"),
+        (arn("fsx", f"volume/{GONE_FS}/fsvol-2"), "nothing itself (its data is its file system's storage)"),
+        (arn("fsx", "snapshot/fsvol-2/fsvolsnap-3"), "nothing itself (its data is its file system's storage)"),
+        # Types mlcluster never makes: the general note, not a file system's bill.
+        (arn("fsx", "file-cache/fc-1"), "see the service's pricing"),
+        (arn("fsx", f"storage-virtual-machine/{GONE_FS}/svm-1"), "see the service's pricing"),
+        # Not an FSx ARN (four colons): by the service, which has no entry for FSx as a whole.
+        ("arn:aws:fsx:us-east-1:file-system/fs-1", "see the service's pricing"),
+    ]
+    tagging = Recorder({"get_resources": [{"ResourceTagMappingList": [{"ResourceARN": a} for a, _ in kinds]}]})
+    assert orphans.orphan_resources(Recorder({}), tagging, Recorder({}), P5) == [orphan(a, b) for a, b in kinds]
 
 
 def test_the_fsx_kind_of_an_arn() -> None:
@@ -371,3 +389,73 @@ def test_a_list_stack_resources_error_without_its_error_element_names_the_call()
         EXIT_AWS,
         "ListStackResources for p5-Network failed: Unknown:",
     )
+
+
+def node_tags(cluster: str, node_type: str = "Compute") -> list[dict[str, str]]:
+    """The tags ParallelCluster's launch templates put on a node and its volumes (environment tag among the cluster's)."""
+    return [
+        {"Key": TAG, "Value": "p5"},
+        {"Key": "parallelcluster:cluster-name", "Value": cluster},
+        {"Key": "parallelcluster:node-type", "Value": node_type},
+    ]
+
+
+#: What ParallelCluster launched for p5's cluster outside its stack: a compute node, its root volume, a login
+#: node's volume, the head node's root volume and a network interface, each tagged with the cluster's name.
+CLUSTER_NODES = [
+    (arn("ec2", "instance/i-0c0c0c0c0c0c0c0c1"), node_tags("p5-train")),
+    (arn("ec2", "volume/vol-0c0c0c0c0c0c0c0c1"), node_tags("p5-train")),
+    (arn("ec2", "volume/vol-0b0b0b0b0b0b0b0b1"), node_tags("p5-train", "LoginNode")),
+    (arn("ec2", "volume/vol-0a0a0a0a0a0a0a0a1"), node_tags("p5-train", "HeadNode")),
+    (arn("ec2", "network-interface/eni-0c0c0c0c0c0c0c0c1"), node_tags("p5-train")),
+]
+#: Tagged with the environment but not launched for p5's cluster: always listed.
+NOT_CLUSTER_NODES = [
+    # Another cluster's node that carries p5's environment tag (the edge: only the name differs).
+    (arn("ec2", "instance/i-0d0d0d0d0d0d0d0d1"), node_tags("p5-train2")),
+    (arn("ec2", "volume/vol-0d0d0d0d0d0d0d0d1"), node_tags("p5-trai")),
+    # The cluster's name under another key, and no ParallelCluster tag at all.
+    (arn("ec2", "instance/i-0e0e0e0e0e0e0e0e1"), [{"Key": TAG, "Value": "p5"}, {"Key": "Name", "Value": "p5-train"}]),
+    (arn("ec2", "volume/vol-0e0e0e0e0e0e0e0e1"), [{"Key": TAG, "Value": "p5"}]),
+    # Tagged with the live cluster, but not a type a node brings: a NAT gateway, a log group, an FSx backup.
+    (arn("ec2", "natgateway/nat-0f0f0f0f0f0f0f0f1"), node_tags("p5-train")),
+    (arn("logs", "log-group:/aws/parallelcluster/p5-train-202611281200"), node_tags("p5-train")),
+    (arn("fsx", "backup/backup-0f0f0f0f0f0f0f0f1"), node_tags("p5-train")),
+]
+GONE = client_error("ValidationError", "Stack with id p5-train does not exist")
+
+
+def cluster_account(cluster_stack: Any, app_stack: Any) -> tuple[Recorder, Recorder]:
+    """CloudFormation with ParallelCluster's stack and p5-Cluster as given, and GetResources with every node."""
+    cfn = Recorder({"list_stack_resources": {"p5-train": cluster_stack, "p5-Cluster": app_stack}})
+    mappings = [{"ResourceARN": a, "Tags": tags} for a, tags in [*CLUSTER_NODES, *NOT_CLUSTER_NODES]]
+    mappings.append({"ResourceARN": arn("ec2", "instance/i-0f0f0f0f0f0f0f0f1")})  # an answer without Tags
+    return cfn, Recorder({"get_resources": [{"ResourceTagMappingList": mappings}]})
+
+
+HEAD = [
+    {"StackResourceSummaries": [{"PhysicalResourceId": "i-0a0a0a0a0a0a0a0a1", "ResourceType": "AWS::EC2::Instance"}]}
+]
+APP = [{"StackResourceSummaries": [{"PhysicalResourceId": "p5-train", "ResourceType": "Custom::PclusterCluster"}]}]
+
+
+@pytest.mark.parametrize("app_stack", [APP, client_error("ValidationError", "Stack with id p5-Cluster does not exist")])
+def test_what_parallelcluster_launched_for_the_live_cluster_is_not_an_orphan(app_stack: Any) -> None:
+    """While ParallelCluster's stack exists (p5-Cluster deployed or not: orphan_stacks lists the stack then), its
+    nodes, their volumes and network interfaces are the cluster's; what names another cluster is listed."""
+    cfn, tagging = cluster_account(HEAD, app_stack)
+    found = [o["resource"] for o in orphans.orphan_resources(cfn, tagging, Recorder({}), P5)]
+    assert found == [a for a, _ in NOT_CLUSTER_NODES] + [arn("ec2", "instance/i-0f0f0f0f0f0f0f0f1")]
+
+
+def test_what_parallelcluster_launched_is_an_orphan_once_the_clusters_stack_is_gone() -> None:
+    """ParallelCluster's stack deleted (p5-Cluster still deployed): a node or volume left with its name is left over."""
+    cfn, tagging = cluster_account(GONE, APP)
+    found = orphans.orphan_resources(cfn, tagging, Recorder({}), P5)
+    assert [o["resource"] for o in found] == [
+        *(a for a, _ in CLUSTER_NODES),
+        *(a for a, _ in NOT_CLUSTER_NODES),
+        arn("ec2", "instance/i-0f0f0f0f0f0f0f0f1"),
+    ]
+    assert found[0] == orphan(CLUSTER_NODES[0][0], "instances, NAT gateways, addresses or volumes, every hour")
+    assert ("list_stack_resources", {"StackName": "p5-train"}) in cfn.calls
