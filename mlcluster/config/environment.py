@@ -291,8 +291,10 @@ def check_private_folders_unlinked(issues: Issues, config: EnvironmentConfig) ->
                     f"storage.lustre.data_repository_associations[{index}].file_system_path",
                     association.file_system_path,
                     f"links {what} to S3: their keys would be exported and whoever can write the bucket could "
-                    f"plant files there; allowed: a folder outside {folder} such as /data (a "
-                    "deployed link: see docs/upgrading.md)",
+                    f"plant files there; allowed: a folder outside {folder} such as /data; a "
+                    "deployed link goes first, its files kept: 'aws fsx delete-data-repository-association "
+                    "--association-id ID --no-delete-data-in-file-system' (upgrade note in mlcluster's "
+                    "docs/upgrading.md)",
                 )
 
 
