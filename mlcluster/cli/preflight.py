@@ -34,6 +34,10 @@ Contracts the checks rest on, with their source:
 * ParallelCluster's own schema and validators, live (``pcluster-validators``):
   :mod:`mlcluster.cli.pcluster_live`; skipped until the Network and Storage
   stacks are deployed, or when no Python with ``aws-parallelcluster`` is found.
+* Names: the data bucket is read with ``ExpectedBucketOwner`` = this account (HeadBucket and
+  GetBucketTagging in botocore's S3 model: a mismatch is 403), and is this environment's only while the
+  ``<env>-Storage`` stack holds it (ListStackResources); a tagged bucket it does not hold was kept from an
+  earlier deploy, and creating it again fails "already exists".
 * CDK bootstrap: the ``CDKToolkit`` stack's ``BootstrapVersion`` output. The
   synthesized templates refuse versions 1-5 (their ``CheckBootstrapVersion``
   rule); the pinned CLI (aws-cdk 2.1148.1) ships bootstrap template version 33.
