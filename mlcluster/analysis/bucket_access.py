@@ -110,7 +110,9 @@ def _condition_holds(conditions: Mapping[str, Mapping[str, Any]], context: Mappi
         elif operator == "NumericLessThan":
             for key, expected in tests.items():
                 value = keys.get(key.lower())
-                if value is None or not float(value) < float(_as_tuple(expected)[0]):
+                # Several values are ORed, as for every operator (IAM user guide, "Creating a condition with
+                # multiple context keys or values").
+                if value is None or not any(float(value) < float(e) for e in _as_tuple(expected)):
                     return False
         else:
             return None

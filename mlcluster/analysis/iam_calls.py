@@ -351,12 +351,22 @@ def split_s3(uri: str) -> tuple[str, str]:
     return text, ""
 
 
+#: S3 actions authorized on the object without "Object" in their names (Service Authorization Reference,
+#: Amazon S3: resource type "object"); every other action on a bucket URI is authorized on the bucket
+#: (ListBucket, ListBucketVersions, GetBucket*, Get...Configuration).
+OBJECT_ACTIONS_WITHOUT_THE_WORD = frozenset(
+    {"s3:abortmultipartupload", "s3:listmultipartuploadparts", "s3:bypassgovernanceretention"}
+)
+
+
 def s3_arn(uri: str, action: str) -> str:
-    """The ARN an S3 action on ``s3://bucket/key`` is authorized against."""
+    """The ARN an S3 action on ``s3://bucket/key`` is authorized against: the object's for object actions
+    (``*Object*``, multipart parts), the bucket's for the rest."""
     bucket, key = split_s3(uri)
-    if action in ("s3:ListBucket", "s3:GetBucketLocation"):
-        return f"arn:${{AWS::Partition}}:s3:::{bucket}"
-    return f"arn:${{AWS::Partition}}:s3:::{bucket}/{key}"
+    name = action.lower()
+    if "object" in name or name in OBJECT_ACTIONS_WITHOUT_THE_WORD:
+        return f"arn:${{AWS::Partition}}:s3:::{bucket}/{key}"
+    return f"arn:${{AWS::Partition}}:s3:::{bucket}"
 
 
 def _wildcard(pattern: str, value: str) -> bool:

@@ -628,7 +628,9 @@ class Smoke:
                 f"{host}: {count} of {kind.accelerators} Neuron devices" for host, count in sorted(short.items())
             ]
             problems += [
-                f"{host}: {'no' if count is None else count} of {efa_expected} EFA devices"
+                f"{host}: EFA devices not listed ({efa_expected} expected)"
+                if count is None
+                else f"{host}: {count} of {efa_expected} EFA devices"
                 for host, count in sorted(efa_short.items())
             ]
             if len(seen) != self.nodes:

@@ -269,19 +269,20 @@ def check_private_folders_unlinked(issues: Issues, config: EnvironmentConfig) ->
     """No data repository association of a HyperPod cluster's Lustre covers a folder the nodes keep private.
 
     HyperPod's nodes keep on Lustre (mounted at /fsx) the SSH key store and, without the secondary EBS
-    volume, the controller's state (``/fsx/.mlcluster``), and the users' homes (``/fsx/home``, with
-    ``home_on_fsx`` and no ``storage.openzfs``). A DRA over one of them, or over a folder above it (``/``),
-    exports private keys to the bucket and imports whatever a writer of the bucket puts there (an
-    ``authorized_keys``, a shell start-up file), owner and mode included: FSx applies the object's
-    ``x-amz-meta-file-owner`` and ``-file-permissions`` (setuid excepted), "POSIX metadata support for data
-    repositories", https://docs.aws.amazon.com/fsx/latest/LustreGuide/posix-metadata-support.html.
+    volume, the controller's state (``/fsx/.mlcluster``), and the users' homes (``/fsx/home`` with
+    ``home_on_fsx``). ``/home`` stays private when the homes move (OpenZFS, ``home_on_fsx: false``): nodes
+    not yet re-provisioned still use it, and the old homes keep each user's key. A DRA over one of them, or
+    over a folder above it (``/``), exports private keys to the bucket and imports whatever a writer of the
+    bucket puts there (an ``authorized_keys``, a shell start-up file), owner and mode included: FSx applies the
+    object's ``x-amz-meta-file-owner`` and ``-file-permissions`` (setuid excepted), "POSIX metadata support for
+    data repositories", https://docs.aws.amazon.com/fsx/latest/LustreGuide/posix-metadata-support.html.
     """
-    hyperpod = config.cluster.hyperpod if config.cluster.backend == "hyperpod" else None
-    if hyperpod is None:
+    if config.cluster.backend != "hyperpod":
         return
-    private = {"/.mlcluster": "the nodes' SSH key store and the controller's state (/fsx/.mlcluster)"}
-    if hyperpod.lifecycle.home_on_fsx and config.storage.openzfs is None:
-        private["/home"] = "the users' homes (/fsx/home: home_on_fsx is true and there is no storage.openzfs)"
+    private = {
+        "/.mlcluster": "the nodes' SSH key store and the controller's state (/fsx/.mlcluster)",
+        "/home": "the users' homes (/fsx/home, or where they were before they moved)",
+    }
     for index, association in enumerate(config.storage.lustre.data_repository_associations):
         linked = association.file_system_path.rstrip("/") + "/"
         for folder, what in private.items():
@@ -290,7 +291,8 @@ def check_private_folders_unlinked(issues: Issues, config: EnvironmentConfig) ->
                     f"storage.lustre.data_repository_associations[{index}].file_system_path",
                     association.file_system_path,
                     f"links {what} to S3: their keys would be exported and whoever can write the bucket could "
-                    f"plant files there; allowed: a folder outside {folder} such as /data",
+                    f"plant files there; allowed: a folder outside {folder} such as /data (a "
+                    "deployed link: see docs/upgrading.md)",
                 )
 
 

@@ -111,7 +111,8 @@ def file_system_path_problem(path: str) -> str | None:
     """Why ``path`` is not a valid DRA file system path, or None."""
     if not path.startswith("/") or len(path) > 4096 or "\0" in path:
         return FS_PATH_HELP
-    parts = path.strip("/").split("/")
+    # Only trailing slashes go: "//home" has an empty part (a file system may read it as "/home").
+    parts = path[1:].rstrip("/").split("/")
     if path != "/" and any(part in ("", ".", "..") for part in parts):
         return FS_PATH_HELP
     return None
@@ -252,7 +253,7 @@ class DataRepositoryAssociationConfig:
         default="/data",
         pattern=r"/[^\0]{0,4095}",
         allowed=FS_PATH_HELP,
-        doc="the directory under /fsx linked to S3 (HyperPod: not /, /.mlcluster, or /home with homes on /fsx)",
+        doc="the directory under /fsx linked to S3 (HyperPod: not /, /.mlcluster or /home)",
     )
     data_repository_path: str | None = setting(
         default=None,

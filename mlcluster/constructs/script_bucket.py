@@ -136,7 +136,8 @@ class ScriptBucket(Construct):
         names: list[tuple[str, object]] = [(f"stack name {stack.stack_name!r}", stack.stack_name)]
         below_stack = [scope.node.id for scope in self.node.scopes[self.node.scopes.index(stack) + 1 :]]
         path = "/".join(below_stack)
-        names.append((f"construct path {path!r} (the buckets' logical ids)", re.sub(r"[^A-Za-z0-9]", "", path)))
+        path_ids = re.sub(r"[^A-Za-z0-9]", "", path)
+        names.append((f"construct path {path!r} (the buckets' logical ids)", path_ids))
         if bucket_name is not None:
             # A name with a deploy-time part (``f"mlc-sagemaker-{cdk.Aws.ACCOUNT_ID}"``) still carries its
             # literal text.
@@ -162,6 +163,13 @@ class ScriptBucket(Construct):
                     "it, and this construct's buckets hold scripts that run as root on the nodes and their access "
                     "logs; choose a name without it"
                 )
+        glue = _glue_problem(
+            prefix,
+            # What a bucket's name begins with: bucket_name, and the stack name (generated names, the log bucket's).
+            [(what, _literal_text(name, stack_name=stack.stack_name)) for what, name in names if name is not path_ids],
+        )
+        if glue is not None:
+            raise ValueError(glue)
         self.prefix = prefix
         self.data_bucket = DataBucket(self, "Resource", bucket_name=bucket_name, removal_policy=removal_policy)
         self.bucket: s3.IBucket = self.data_bucket.bucket
@@ -373,6 +381,27 @@ def deny_bucket_policy_changes(bucket: s3.IBucket) -> list[str]:
 
 #: Stands for a part of a name known only at deploy time: no bucket name holds it, so no word spans it.
 UNKNOWN = "\0"
+
+
+#: AWSGlueServiceRole, an AWS managed policy, lets its holders put and delete objects in every bucket whose
+#: name begins with this and under every key with a folder holding it ("arn:aws:s3:::aws-glue-*/*",
+#: "arn:aws:s3:::*/*aws-glue-*/*"; AWS Managed Policy reference, AWSGlueServiceRole v5).
+GLUE_WORD = "aws-glue-"
+
+
+def _glue_problem(prefix: str, starts: list[tuple[str, str]]) -> str | None:
+    """Why the upload's keys or a bucket name (``starts``: what begins one, and its text at synth) fall under
+    AWSGlueServiceRole's object grants, or None."""
+    why = (
+        "AWSGlueServiceRole (an AWS managed policy) lets its holders write and delete objects there, and this "
+        "construct's buckets hold scripts that run as root on the nodes"
+    )
+    if GLUE_WORD in prefix:
+        return f"prefix {prefix!r} contains {GLUE_WORD!r}: {why}; choose a prefix without it"
+    for what, text in starts:
+        if text.lower().startswith(GLUE_WORD):
+            return f"{what} begins with {GLUE_WORD!r}, and so would the bucket's name: {why}; choose a name without it"
+    return None
 
 
 #: Pseudo parameters whose values cannot hold the word (an account id, a region, a partition, a domain suffix).

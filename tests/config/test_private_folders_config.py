@@ -12,7 +12,7 @@ from tests.support import write_env
 
 KEY = "storage.lustre.data_repository_associations[{}].file_system_path"
 STORE = "the nodes' SSH key store and the controller's state (/fsx/.mlcluster)"
-HOMES = "the users' homes (/fsx/home: home_on_fsx is true and there is no storage.openzfs)"
+HOMES = "the users' homes (/fsx/home, or where they were before they moved)"
 
 
 def environment(
@@ -56,7 +56,8 @@ def refusals(tmp_path: Path, data: dict[str, Any]) -> list[str]:
 def message(index: int, value: str, what: str, folder: str) -> str:
     return (
         f"{KEY.format(index)}: {value!r} is not valid; links {what} to S3: their keys would be exported and whoever "
-        f"can write the bucket could plant files there; allowed: a folder outside {folder} such as /data"
+        f"can write the bucket could plant files there; allowed: a folder outside {folder} such as /data (a "
+        "deployed link: see docs/upgrading.md)"
     )
 
 
@@ -85,9 +86,18 @@ def test_a_neighbour_of_a_private_folder_is_accepted(tmp_path: Path, value: str)
 @pytest.mark.parametrize(
     "options", [{"home_on_fsx": False}, {"openzfs": True}], ids=["homes-on-the-node", "homes-on-openzfs"]
 )
-def test_homes_elsewhere_free_fsx_home_but_not_the_key_store(tmp_path: Path, options: dict[str, bool]) -> None:
-    load_environment(write_env(tmp_path, "dra", environment("/home", **options)))
-    assert refusals(tmp_path, environment("/", **options)) == [message(0, "/", STORE, "/.mlcluster")]
+def test_fsx_home_stays_private_after_the_homes_move(tmp_path: Path, options: dict[str, bool]) -> None:
+    """Nodes not yet re-provisioned still use /fsx/home, and the old homes keep each user's key (attacker review:
+    adding OpenZFS and a DRA at /home in one deploy linked the live homes)."""
+    assert refusals(tmp_path, environment("/home", **options)) == [message(0, "/home", HOMES, "/home")]
+
+
+def test_a_doubled_slash_cannot_reach_the_homes(tmp_path: Path) -> None:
+    """ "//home" is refused as a path (an empty part), not read as a neighbour of /home (data-loss review)."""
+    path = write_env(tmp_path, "dra", environment("//home"))
+    with pytest.raises(ConfigError) as caught:
+        load_environment(path)
+    assert f"{KEY.format(0)}: '//home' is not valid; allowed: an absolute path" in str(caught.value)
 
 
 def test_parallelcluster_keeps_nothing_of_ours_on_lustre(tmp_path: Path) -> None:

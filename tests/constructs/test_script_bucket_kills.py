@@ -37,7 +37,7 @@ def scripts(stack: cdk.Stack, construct_id: str = "Scripts", **props: Any) -> Sc
     return ScriptBucket(
         stack,
         construct_id,
-        prefix="pcluster/",
+        prefix=props.pop("prefix", "pcluster/"),
         sources=props.pop("sources", [s3deploy.Source.data("a.sh", "true")]),
         purpose="test scripts",
         **props,

@@ -129,3 +129,51 @@ def test_the_pseudo_parameters_that_cannot_hold_the_word_are_accepted() -> None:
         bucket_name=f"mlc-{cdk.Aws.ACCOUNT_ID}-{cdk.Aws.REGION}-{cdk.Aws.PARTITION}-{cdk.Aws.URL_SUFFIX}-"
         f"{cdk.Aws.STACK_NAME}",
     )
+
+
+GLUE_WHY = (
+    "AWSGlueServiceRole (an AWS managed policy) lets its holders write and delete objects there, and this "
+    "construct's buckets hold scripts that run as root on the nodes"
+)
+
+
+NAME = ", and so would the bucket's name: " + GLUE_WHY + "; choose a name without it"
+PREFIX = ": " + GLUE_WHY + "; choose a prefix without it"
+
+
+@pytest.mark.parametrize(
+    ("stack_name", "props", "refused"),
+    [
+        ("aws-glue-dev-Cluster", {}, "stack name 'aws-glue-dev-Cluster' begins with 'aws-glue-'" + NAME),
+        (
+            "dev-Cluster",
+            {"bucket_name": "aws-glue-scripts"},
+            "bucket_name 'aws-glue-scripts' begins with 'aws-glue-'" + NAME,
+        ),
+        ("dev-Cluster", {"prefix": "aws-glue-jobs/"}, "prefix 'aws-glue-jobs/' contains 'aws-glue-'" + PREFIX),
+        ("dev-Cluster", {"prefix": "jobs/aws-glue-x/"}, "prefix 'jobs/aws-glue-x/' contains 'aws-glue-'" + PREFIX),
+    ],
+    ids=["stack-name", "bucket-name", "prefix", "prefix-folder"],
+)
+def test_names_and_keys_an_aws_glue_policy_grants_writes_to_are_refused(
+    stack_name: str, props: dict[str, str], refused: str
+) -> None:
+    """AWSGlueServiceRole grants s3:PutObject and s3:DeleteObject on "aws-glue-*/*" and "*/*aws-glue-*/*"
+    (attacker review)."""
+    stack = cdk.Stack(cdk.App(), stack_name)
+    with pytest.raises(ValueError) as caught:
+        scripts(stack, **props)
+    assert str(caught.value) == refused
+
+
+@pytest.mark.parametrize(
+    ("stack_name", "props"),
+    [
+        ("dev-aws-glue-Cluster", {}),  # inside a stack name: the bucket's name does not begin with it
+        ("dev-Cluster", {"bucket_name": "mlc-aws-glue-scripts"}),
+        ("dev-Cluster", {"prefix": "aws-glue/"}),  # without the hyphen
+    ],
+    ids=["stack-name-inside", "bucket-name-inside", "prefix-no-hyphen"],
+)
+def test_names_next_to_the_glue_patterns_are_accepted(stack_name: str, props: dict[str, str]) -> None:
+    scripts(cdk.Stack(cdk.App(), stack_name), **props)

@@ -102,7 +102,10 @@ def test_the_bucket_policy_is_every_statement_attached_to_the_bucket_in_any_envi
         ({"Bool": {"aws:ViaAWSService": "true"}}, False),
         ({"NumericLessThan": {"s3:TlsVersion": "1.2"}}, False),
         ({"NumericLessThan": {"s3:TlsVersion": "1.3"}}, False),
+        # Several values: any one holding is enough (IAM ORs them), in either order.
         ({"NumericLessThan": {"s3:TlsVersion": ["1.4", "1.0"]}}, True),
+        ({"NumericLessThan": {"s3:TlsVersion": ["1.0", "1.4"]}}, True),
+        ({"NumericLessThan": {"s3:TlsVersion": ["1.0", "1.3"]}}, False),
         ({"NumericLessThan": {"s3:signatureAge": "1"}}, False),
         ({"NumericLessThan": {"s3:TlsVersion": "1.4"}, "Bool": {"aws:SecureTransport": "false"}}, False),
         ({"DateGreaterThan": {"aws:CurrentTime": "2020-01-01"}}, None),
@@ -114,7 +117,7 @@ def test_each_condition_in_a_tls_request_from_inside_the_account(
     conditions: dict[str, Any], holds: bool | None
 ) -> None:
     """The context of a TLS 1.3 caller inside the account: every operator on both sides of its edge (TLS 1.3 is
-    not below 1.3; the first value of NumericLessThan is the one read), a key the request lacks fails a positive
+    not below 1.3; several values of NumericLessThan are ORed), a key the request lacks fails a positive
     operator and passes a negated one, and an operator the module does not know makes the answer unknown
     (``None``), unless a condition before it already failed."""
     assert _condition_holds(conditions, CONTEXT) is holds

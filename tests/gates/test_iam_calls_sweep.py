@@ -254,11 +254,19 @@ def test_split_s3_keeps_a_slash_inside_a_reference_in_the_bucket(uri: str, expec
         ("s3:ListBucket", "arn:${AWS::Partition}:s3:::b"),
         ("s3:GetBucketLocation", "arn:${AWS::Partition}:s3:::b"),
         ("s3:GetObject", "arn:${AWS::Partition}:s3:::b/k/x"),
-        ("s3:ListBucketVersions", "arn:${AWS::Partition}:s3:::b/k/x"),
+        ("s3:PutObjectTagging", "arn:${AWS::Partition}:s3:::b/k/x"),
+        ("s3:AbortMultipartUpload", "arn:${AWS::Partition}:s3:::b/k/x"),
+        ("s3:ListMultipartUploadParts", "arn:${AWS::Partition}:s3:::b/k/x"),
+        # ListObjectVersions needs ListBucketVersions, on the bucket (AWS review: it was read as the object).
+        ("s3:ListBucketVersions", "arn:${AWS::Partition}:s3:::b"),
+        ("s3:ListBucketMultipartUploads", "arn:${AWS::Partition}:s3:::b"),
+        ("s3:GetBucketVersioning", "arn:${AWS::Partition}:s3:::b"),
+        ("s3:GetLifecycleConfiguration", "arn:${AWS::Partition}:s3:::b"),
     ],
 )
-def test_s3_arn_is_the_bucket_for_bucket_actions_and_the_object_for_others(action: str, arn: str) -> None:
-    """ListBucket and GetBucketLocation are authorized on the bucket; every other action on the object."""
+def test_s3_arn_is_the_object_for_object_actions_and_the_bucket_for_others(action: str, arn: str) -> None:
+    """The Service Authorization Reference's resource types: object actions on the object, the rest on the
+    bucket."""
     assert s3_arn("s3://b/k/x", action) == arn
 
 

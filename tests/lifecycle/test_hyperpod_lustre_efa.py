@@ -24,7 +24,7 @@ P5_CHOSEN = sorted(P5_DEVICES)[::4]
 EFA_PROVISIONING = {**PROVISIONING, "fsx_efa_enabled": True, "fsx_efa_groups": ["worker-group-1"]}
 STEPS = ("lustre_efa", "mount_fsx")
 EFA_FSTAB = (
-    f"{FSX_SOURCE} /fsx lustre noatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target,"
+    f"{FSX_SOURCE} /fsx lustre noatime,flock,nosuid,nodev,_netdev,x-systemd.automount,x-systemd.requires=network-online.target,"
     "x-systemd.requires=mlcluster-lustre-efa.service,x-systemd.after=mlcluster-lustre-efa.service 0 0"
 )
 
@@ -76,7 +76,7 @@ def test_an_efa_worker_sets_lnet_up_over_efa_before_it_mounts(tmp_path: Path) ->
     actions = sandbox.actions()
     assert lnet_calls(actions) == expected_lnet_calls()
     # LNet is over EFA before the mount, which still names the file system's tcp NID (the MGS).
-    mount = f"mount -t lustre -o noatime,flock {FSX_SOURCE} {sandbox.root}/fsx"
+    mount = f"mount -t lustre -o noatime,flock,nosuid,nodev {FSX_SOURCE} {sandbox.root}/fsx"
     assert actions.index("modprobe lustre") < actions.index(mount)
     assert f"LNet uses EFA on {' '.join(P5_CHOSEN)} and TCP on ens5" in result.stdout + result.stderr
     # What survives a reboot: the interfaces, the module options, the script, the enabled unit, fstab.
@@ -138,7 +138,7 @@ def test_a_node_whose_type_has_no_efa_for_lustre_mounts_over_tcp_and_says_so(tmp
         "the file system is EFA-enabled, but instance type ml.p5.48xlarge of group controller-machine has no EFA "
         "for FSx for Lustre (Nitro v4 or newer with EFA, not trn2): this node mounts it over TCP (ENA)"
     ) in result.stdout + result.stderr
-    assert f"mount -t lustre -o noatime,flock {FSX_SOURCE} {sandbox.root}/fsx" in sandbox.actions()
+    assert f"mount -t lustre -o noatime,flock,nosuid,nodev {FSX_SOURCE} {sandbox.root}/fsx" in sandbox.actions()
     assert sandbox.read("/etc/fstab").splitlines()[-1].endswith("x-systemd.requires=network-online.target 0 0")
     assert not (sandbox.root / "etc/systemd/system/mlcluster-lustre-efa.service").exists()
 

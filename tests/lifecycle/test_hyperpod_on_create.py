@@ -134,11 +134,11 @@ def test_a_second_run_changes_nothing(role: str, request: pytest.FixtureRequest)
 
 def test_controller_mounts_fsx_and_records_it_in_fstab(controller: TwoRuns) -> None:
     sandbox = controller.sandbox
-    assert f"mount -t lustre -o noatime,flock {FSX_SOURCE} {sandbox.root}/fsx" in controller.first_actions
+    assert f"mount -t lustre -o noatime,flock,nosuid,nodev {FSX_SOURCE} {sandbox.root}/fsx" in controller.first_actions
     fstab = sandbox.read("/etc/fstab").splitlines()
     # A reboot mounts it once the network is up, on first access, without blocking the boot.
     assert fstab[-1] == (
-        f"{FSX_SOURCE} /fsx lustre noatime,flock,_netdev,x-systemd.automount,"
+        f"{FSX_SOURCE} /fsx lustre noatime,flock,nosuid,nodev,_netdev,x-systemd.automount,"
         "x-systemd.requires=network-online.target 0 0"
     )
     assert fstab[0].startswith("LABEL=cloudimg-rootfs /")

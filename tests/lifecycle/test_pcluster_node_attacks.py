@@ -285,3 +285,18 @@ def test_the_folder_helper_needs_a_known_user(make_node: MakeNode, env: dict[str
     assert result.returncode == 1
     assert message in result.stderr
     assert sorted(p.name for p in (node.root / "run/enroot").iterdir()) == []
+
+
+def test_a_setgid_root_folder_loses_the_bit_and_is_set_once(make_node: MakeNode) -> None:
+    """/run/enroot left 2775 (new entries would take its group) becomes 0755, and the next run leaves it: with a
+    plain `chmod 0755` GNU chmod kept the bit, so every run logged the change (and counted a change) again."""
+    node = make_node()
+    (node.root / "run/enroot").mkdir(mode=0o755)
+    (node.root / "run/enroot").chmod(0o2775)
+    proc = node.run("compute", "enroot_pyxis")
+    assert proc.returncode == 0, proc.stderr
+    assert "set /run/enroot to mode 0755" in node.log("enroot_pyxis")
+    assert node.owner_mode("run/enroot") == (0, "0o755")
+    again = node.run("compute", "enroot_pyxis")
+    assert again.returncode == 0, again.stderr
+    assert node.log("enroot_pyxis").count("set /run/enroot to mode 0755") == 1

@@ -258,7 +258,8 @@ ensure_root_dir() {
       die "$1 is owned by uid ${owner}, not root; someone made it before this step: remove it (and check what it holds), then run again"
     fi
     if [[ "${info#* }" != "${mode#0}" ]]; then
-      chmod "${mode}" "${path}"
+      # "00": GNU chmod keeps a folder's setuid/setgid bits on a plain numeric mode (0755 leaves 2755).
+      chmod "00${mode#0}" "${path}"
       log "set $1 to mode ${mode}"
       CHANGED=1
     fi

@@ -9,9 +9,13 @@ set -euo pipefail
 load_node_env
 
 SOURCE="$MLC_FSX_DNS_NAME@tcp:/$MLC_FSX_MOUNTNAME"
+# nosuid,nodev: whoever can write the data bucket sets the owner, group and mode of the files a DRA
+# imports (FSx applies the objects' POSIX metadata); a set-group-ID file or a device node planted that
+# way must not act on a node. A /fsx mounted by an earlier run takes them at its next mount.
+MOUNT_OPTIONS=noatime,flock,nosuid,nodev
 # After a reboot: mount once the network is up (_netdev, x-systemd.requires), and on first access
 # (x-systemd.automount) so a slow file system never blocks the boot.
-FSTAB_OPTIONS=noatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target
+FSTAB_OPTIONS=$MOUNT_OPTIONS,_netdev,x-systemd.automount,x-systemd.requires=network-online.target
 if is_true "$MLC_LUSTRE_EFA"; then
   # The FSx for Lustre guide's fstab entry for EFA-enabled file systems ("Mounting your Amazon FSx
   # file system automatically"): the mount requires, and comes after, the EFA configuration unit.
@@ -39,7 +43,7 @@ main() {
     fi
     retry 10 "resolve $MLC_FSX_DNS_NAME" getent hosts "$MLC_FSX_DNS_NAME" >/dev/null
     mkdir -p "$FSX"
-    retry 6 "mount $SOURCE at $FSX" mount -t lustre -o noatime,flock "$SOURCE" "$FSX"
+    retry 6 "mount $SOURCE at $FSX" mount -t lustre -o "$MOUNT_OPTIONS" "$SOURCE" "$FSX"
   fi
   install_from "$MLC_ROOT/etc/fstab" keep "" plan fstab --fstab "$MLC_ROOT/etc/fstab" \
     --entry "$SOURCE $FSX_MOUNT lustre $FSTAB_OPTIONS 0 0" --mountpoint "$FSX_MOUNT"
