@@ -34,6 +34,10 @@ Contracts the checks rest on, with their source:
 * ParallelCluster's own schema and validators, live (``pcluster-validators``):
   :mod:`mlcluster.cli.pcluster_live`; skipped until the Network and Storage
   stacks are deployed, or when no Python with ``aws-parallelcluster`` is found.
+* Names: the data bucket is read with ``ExpectedBucketOwner`` = this account (HeadBucket and
+  GetBucketTagging in botocore's S3 model: a mismatch is 403), and is this environment's only while the
+  ``<env>-Storage`` stack holds it (ListStackResources); a tagged bucket it does not hold was kept from an
+  earlier deploy, and creating it again fails "already exists".
 * CDK bootstrap: the ``CDKToolkit`` stack's ``BootstrapVersion`` output. The
   synthesized templates refuse versions 1-5 (their ``CheckBootstrapVersion``
   rule); the pinned CLI (aws-cdk 2.1148.1) ships bootstrap template version 33.
@@ -1006,6 +1010,100 @@ def _rollback_failed(cfn: Any, stack: str) -> str:
     )
 
 
+#: Statuses of a stack resource that the stack no longer holds: deleted, or kept (``Retain``) when it left the stack.
+RESOURCE_GONE = ("DELETE_COMPLETE", "DELETE_SKIPPED")
+
+
+def _stack_holds_bucket(cfn: Any, stack: str, bucket: str) -> bool:
+    """Whether ``stack`` lists the bucket named ``bucket`` (ListStackResources) as a resource it still holds."""
+    for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack):
+        for summary in page.get("StackResourceSummaries", []):
+            if (
+                summary.get("ResourceType") == "AWS::S3::Bucket"
+                and summary.get("PhysicalResourceId") == bucket
+                and summary.get("ResourceStatus") not in RESOURCE_GONE
+            ):
+                return True
+    return False
+
+
+def _data_bucket_row(ctx: Context, bucket: str, storage: str, storage_status: str) -> Result:
+    """Whether ``storage.data_bucket.name`` is free, or the bucket this environment's Storage stack holds.
+
+    Both S3 calls carry ``ExpectedBucketOwner`` (this account, STS ``GetCallerIdentity``): S3 then answers
+    403 for a bucket of any other account, even one whose policy grants these credentials ``s3:ListBucket``
+    or ``s3:GetBucketTagging`` (botocore's S3 model for both operations). A 200 from HeadBucket therefore
+    means this account's bucket. A 403 cannot tell another account's bucket from this account's bucket
+    that these credentials may not list (HeadBucket needs ``s3:ListBucket``), so its row names both.
+
+    A bucket with this environment's tag that the Storage stack does not hold was kept (its deletion policy
+    retains it) when an earlier Storage stack was deleted: ``cdk deploy`` would try to create it again and
+    fail with "already exists".
+    """
+    from botocore.exceptions import ClientError
+
+    key = "storage.data_bucket.name"
+    env = ctx.env.name
+    account = str(ctx.client("sts").get_caller_identity()["Account"])
+    s3 = ctx.client("s3")
+    try:
+        s3.head_bucket(Bucket=bucket, ExpectedBucketOwner=account)
+    except ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code"))
+        if code in ("404", "NoSuchBucket", "NotFound"):
+            return Result("names", "pass", "ERROR", key, f"bucket {bucket} is free")
+        if code not in ("403", "AccessDenied", "Forbidden"):
+            raise
+        return Result(
+            "names",
+            "fail",
+            "ERROR",
+            key,
+            f"bucket {bucket} exists and HeadBucket as account {account} was refused: either another account "
+            "owns it (choose another name), or this account does and these credentials lack s3:ListBucket on it "
+            "(grant it and run again)",
+        )
+    try:
+        tags = s3.get_bucket_tagging(Bucket=bucket, ExpectedBucketOwner=account)["TagSet"]
+    except ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code"))
+        if code == "NoSuchTagSet":
+            tags = []
+        elif code in ("403", "AccessDenied", "Forbidden"):
+            return Result(
+                "names",
+                "fail",
+                "ERROR",
+                key,
+                f"bucket {bucket} exists in account {account}, and these credentials cannot read its tags "
+                f"(GetBucketTagging refused): grant s3:GetBucketTagging on it and run again, or choose another name",
+            )
+        else:
+            raise
+    if not _tags_say_ours(tags, env):
+        return Result(
+            "names",
+            "fail",
+            "ERROR",
+            key,
+            f"bucket {bucket} exists in this account without tag {ENV_TAG}={env}: choose another name",
+        )
+    if storage_status != "DELETE_COMPLETE" and _stack_holds_bucket(ctx.client("cloudformation"), storage, bucket):
+        return Result("names", "pass", "ERROR", key, f"bucket {bucket} exists, held by stack {storage}")
+    where = "does not exist" if storage_status == "DELETE_COMPLETE" else f"({storage_status}) does not hold it"
+    return Result(
+        "names",
+        "fail",
+        "ERROR",
+        key,
+        f"bucket {bucket} carries tag {ENV_TAG}={env} but stack {storage} {where}: it was kept from an earlier "
+        "deploy (deleted with its stack, or left it, and retained), and `cdk deploy` would fail creating it again "
+        f"(already exists): bring it "
+        f"into the stack with `npx cdk import '{env}/Storage'` (then deploy), or take what you need from it, empty "
+        "and delete it, or choose another storage.data_bucket.name",
+    )
+
+
 def check_names(ctx: Context) -> list[Result]:
     """Stack, bucket and cluster names the environment takes are free, or carry this environment's tag."""
     from botocore.exceptions import ClientError
@@ -1019,6 +1117,7 @@ def check_names(ctx: Context) -> list[Result]:
     if observability_enabled(env.config):
         parts.append("Observability")
     stacks = [(f"{env.name}-{s}", "(file name)") for s in parts]
+    statuses: dict[str, str] = {}
     if env.config.cluster.backend == "pcluster":
         stacks.append((env.cluster_name, "cluster.name"))
     for name, key in stacks:
@@ -1029,6 +1128,7 @@ def check_names(ctx: Context) -> list[Result]:
                 raise
             found = []
         status = str(found[0].get("StackStatus", "")) if found else "DELETE_COMPLETE"
+        statuses[name] = status
         if status == "DELETE_COMPLETE":
             results.append(Result("names", "pass", "ERROR", key, f"stack {name} is free"))
         elif key == "cluster.name" and _tags_say_ours(found[0].get("Tags", []), env.name):
@@ -1067,45 +1167,8 @@ def check_names(ctx: Context) -> list[Result]:
             )
     bucket = env.config.storage.data_bucket.name
     if bucket is not None:
-        s3 = ctx.client("s3")
-        # HeadBucket's refusal says the bucket is another account's; a refusal of GetBucketTagging after it only
-        # says these credentials may not read tags, so it is raised (an AWS error row), outside this handler.
-        try:
-            s3.head_bucket(Bucket=bucket)
-        except ClientError as error:
-            code = str(error.response.get("Error", {}).get("Code"))
-            if code in ("404", "NoSuchBucket", "NotFound"):
-                results.append(Result("names", "pass", "ERROR", "storage.data_bucket.name", f"bucket {bucket} is free"))
-            elif code in ("403", "AccessDenied", "Forbidden"):
-                results.append(
-                    Result(
-                        "names",
-                        "fail",
-                        "ERROR",
-                        "storage.data_bucket.name",
-                        f"bucket {bucket} belongs to another account: choose another name",
-                    )
-                )
-            else:
-                raise
-        else:
-            try:
-                tags = s3.get_bucket_tagging(Bucket=bucket)["TagSet"]
-            except ClientError as error:
-                if error.response.get("Error", {}).get("Code") != "NoSuchTagSet":
-                    raise
-                tags = []
-            ours = _tags_say_ours(tags, env.name)
-            results.append(
-                Result(
-                    "names",
-                    "pass" if ours else "fail",
-                    "ERROR",
-                    "storage.data_bucket.name",
-                    f"bucket {bucket} exists"
-                    + ("" if ours else f" in this account without tag {ENV_TAG}={env.name}: choose another name"),
-                )
-            )
+        storage = f"{env.name}-Storage"
+        results.append(_data_bucket_row(ctx, bucket, storage, statuses[storage]))
     if env.config.cluster.backend == "hyperpod":
         sm = ctx.client("sagemaker")
         try:

@@ -573,9 +573,76 @@ def test_names_free_ours_or_taken(aws: Aws, tmp_path: Path) -> None:
         "bucket p5-training-data-0001 exists in this account without tag mlcluster:environment=p5: choose another name",
         "stack p5-train exists without tag mlcluster:environment=p5: rename the environment or cluster.name",
     ]
-    aws.answer("s3", "HeadBucket", always=error("403", "Forbidden", 403))
-    taken = preflight.check_names(context(aws, folder, "p5", P5_REGION))
-    assert "belongs to another account" in " ".join(r.message for r in taken)
+    assert aws.params("HeadBucket")[-1] == {"Bucket": "p5-training-data-0001", "ExpectedBucketOwner": "123456789012"}
+    assert aws.params("GetBucketTagging")[-1] == aws.params("HeadBucket")[-1]
+
+
+BUCKET = "p5-training-data-0001"
+#: A bucket name's owner row: the ``names`` check's data bucket row.
+BUCKET_KEY = "storage.data_bucket.name"
+
+
+def bucket_row(aws: Aws, folder: Path) -> preflight.Result:
+    (row,) = [r for r in preflight.check_names(context(aws, folder, "p5", P5_REGION)) if r.key == BUCKET_KEY]
+    return row
+
+
+def test_a_kept_data_bucket_fails_until_the_storage_stack_holds_it_again(aws: Aws, tmp_path: Path) -> None:
+    """moto's CloudFormation makes p5-Storage with the named bucket (kept on delete, as the data bucket is);
+    after the stack is deleted the bucket and its tag stay, and the next create would fail "already exists"."""
+    folder = env_folder(tmp_path, "p5", P5_REGION, storage={"data_bucket": {"name": BUCKET}})
+    bucket = {
+        "Type": "AWS::S3::Bucket",
+        "DeletionPolicy": "Retain",
+        "Properties": {"BucketName": BUCKET, "Tags": [{"Key": "mlcluster:environment", "Value": "p5"}]},
+    }
+    cfn = aws_client("cloudformation", P5_REGION)
+    tags = [{"Key": "mlcluster:environment", "Value": "p5"}]
+    cfn.create_stack(StackName="p5-Storage", TemplateBody=json.dumps({"Resources": {"DataBucket": bucket}}), Tags=tags)
+    assert bucket_row(aws, folder) == preflight.Result(
+        "names", "pass", "ERROR", BUCKET_KEY, f"bucket {BUCKET} exists, held by stack p5-Storage"
+    )
+    cfn.delete_stack(StackName="p5-Storage")
+    assert aws_client("s3", P5_REGION).get_bucket_tagging(Bucket=BUCKET)["TagSet"] == tags  # kept, still tagged
+    assert bucket_row(aws, folder) == preflight.Result(
+        "names",
+        "fail",
+        "ERROR",
+        BUCKET_KEY,
+        f"bucket {BUCKET} carries tag mlcluster:environment=p5 but stack p5-Storage does not exist: it was kept from "
+        "an earlier deploy (deleted with its stack, or left it, and retained), and `cdk deploy` would fail creating "
+        "it again (already exists): bring it into the stack with `npx cdk import 'p5/Storage'` (then deploy), or "
+        "take what you need from it, empty and delete it, or choose another storage.data_bucket.name",
+    )
+
+
+def test_another_accounts_bucket_with_our_tag_is_refused_by_the_expected_owner(aws: Aws, tmp_path: Path) -> None:
+    """Another account made the bucket, tagged it for p5 and lets anyone list it and read its tags: without
+    ExpectedBucketOwner, S3 answers both reads and the bucket read as ours. S3 refuses a request whose
+    ExpectedBucketOwner is not the owner with 403 (botocore's S3 model; moto 5 ignores the header, so S3's
+    rule is played here by answers that read it)."""
+    folder = env_folder(tmp_path, "p5", P5_REGION, storage={"data_bucket": {"name": BUCKET}})
+    owner = "210987654321"
+
+    def as_s3(found: dict[str, Any]) -> Any:
+        def answer(params: dict[str, Any]) -> dict[str, Any]:
+            if params.get("ExpectedBucketOwner", owner) != owner:
+                return error("403", "Forbidden", 403)
+            return found
+
+        return answer
+
+    aws.answer("s3", "HeadBucket", always=as_s3({}))
+    aws.answer("s3", "GetBucketTagging", always=as_s3({"TagSet": [{"Key": "mlcluster:environment", "Value": "p5"}]}))
+    assert bucket_row(aws, folder) == preflight.Result(
+        "names",
+        "fail",
+        "ERROR",
+        BUCKET_KEY,
+        f"bucket {BUCKET} exists and HeadBucket as account 123456789012 was refused: either another account owns "
+        "it (choose another name), or this account does and these credentials lack s3:ListBucket on it (grant it "
+        "and run again)",
+    )
 
 
 def test_hyperpod_cluster_name(aws: Aws, tmp_path: Path) -> None:

@@ -1538,39 +1538,139 @@ def test_a_stack_that_cannot_be_described_is_raised() -> None:
         names_rows({"train-Network": client_error("AccessDenied", "not authorized")})
 
 
-def bucket_rows(head: Any, tagging: Any = None) -> tuple[list[Result], list[Call]]:
-    account = Account(describe_stacks=MISSING_STACK, head_bucket=head, get_bucket_tagging=tagging)
+ACCOUNT = "123456789012"
+BUCKET_KEY = "storage.data_bucket.name"
+HEAD: Call = ("s3", "head_bucket", {"Bucket": "train-data", "ExpectedBucketOwner": ACCOUNT})
+TAGGING: Call = ("s3", "get_bucket_tagging", {"Bucket": "train-data", "ExpectedBucketOwner": ACCOUNT})
+WHO: Call = ("sts", "get_caller_identity", {})
+HELD: Call = ("cloudformation", "list_stack_resources", {"StackName": "train-Storage"})
+
+
+def bucket_rows(
+    head: Any, tagging: Any = None, storage: dict[str, Any] | None = None, pages: Any = None
+) -> tuple[list[Result], list[Call]]:
+    """check_names' data bucket row and the calls after the four DescribeStacks; ``storage`` is the
+    train-Storage stack DescribeStacks returns (None: it does not exist), ``pages`` its ListStackResources."""
+
+    def describe(params: dict[str, Any]) -> Any:
+        found = storage if params["StackName"] == "train-Storage" else None
+        return MISSING_STACK if found is None else {"Stacks": [found]}
+
+    account = Account(
+        describe_stacks=describe,
+        get_caller_identity={"Account": ACCOUNT, "Arn": f"arn:aws:iam::{ACCOUNT}:user/op"},
+        head_bucket=head,
+        get_bucket_tagging=tagging,
+        list_stack_resources=pages,
+    )
     results = preflight.check_names(context(account, env=environment(bucket="train-data")))
     return results[4:], account.calls[4:]
 
 
-def test_the_data_bucket_is_free_ours_or_someone_elses() -> None:
+def bucket_resource(status: str = "CREATE_COMPLETE", kind: str = "AWS::S3::Bucket", name: str = "train-data") -> Any:
+    return {
+        "LogicalResourceId": "DataBucket",
+        "PhysicalResourceId": name,
+        "ResourceType": kind,
+        "ResourceStatus": status,
+    }
+
+
+def test_the_data_bucket_is_free_or_someone_elses() -> None:
+    """Both S3 calls name this account as the expected owner (another account's bucket answers 403)."""
     other = f"bucket train-data exists in this account without tag {preflight.ENV_TAG}=train: choose another name"
-    key = "storage.data_bucket.name"
-    head: Call = ("s3", "head_bucket", {"Bucket": "train-data"})
-    tagging: Call = ("s3", "get_bucket_tagging", {"Bucket": "train-data"})
-    assert bucket_rows({}, {"TagSet": OURS}) == (
-        [Result("names", "pass", "ERROR", key, "bucket train-data exists")],
-        [head, tagging],
+    assert bucket_rows({}, {"TagSet": [{"Key": "Name", "Value": "train"}]}) == (
+        [Result("names", "fail", "ERROR", BUCKET_KEY, other)],
+        [WHO, HEAD, TAGGING],
     )
-    assert bucket_rows({}, {"TagSet": [{"Key": "Name", "Value": "train"}]})[0] == [
-        Result("names", "fail", "ERROR", key, other)
+    assert bucket_rows({}, {"TagSet": [{"Key": preflight.ENV_TAG, "Value": "other"}]})[0] == [
+        Result("names", "fail", "ERROR", BUCKET_KEY, other)
     ]
-    assert bucket_rows({}, client_error("NoSuchTagSet"))[0] == [Result("names", "fail", "ERROR", key, other)]
+    assert bucket_rows({}, client_error("NoSuchTagSet"))[0] == [Result("names", "fail", "ERROR", BUCKET_KEY, other)]
     for code in ("404", "NoSuchBucket", "NotFound"):
         assert bucket_rows(client_error(code)) == (
-            [Result("names", "pass", "ERROR", key, "bucket train-data is free")],
-            [head],
+            [Result("names", "pass", "ERROR", BUCKET_KEY, "bucket train-data is free")],
+            [WHO, HEAD],
         )
-    for code in ("403", "AccessDenied", "Forbidden"):
-        assert bucket_rows(client_error(code))[0] == [
-            Result("names", "fail", "ERROR", key, "bucket train-data belongs to another account: choose another name")
-        ]
     with pytest.raises(ClientError):
         bucket_rows(client_error("400"))
+    with pytest.raises(ClientError):
+        bucket_rows({}, client_error("InternalError"))
     account = Account(describe_stacks=MISSING_STACK)
     preflight.check_names(context(account, env=environment()))
     assert [service for service, _, _ in account.calls] == ["cloudformation"] * 4
+
+
+def test_a_refused_bucket_read_is_a_names_failure_that_claims_neither_cause() -> None:
+    """HeadBucket 403 (with ExpectedBucketOwner): another account's bucket, or this account's without
+    s3:ListBucket for these credentials. GetBucketTagging 403 after HeadBucket answered for this account:
+    the tags are unreadable. Before the fix the first said "belongs to another account" and the second was
+    an AWS error row telling the operator the credentials lack a permission."""
+    refused = (
+        f"bucket train-data exists and HeadBucket as account {ACCOUNT} was refused: either another account owns "
+        "it (choose another name), or this account does and these credentials lack s3:ListBucket on it (grant "
+        "it and run again)"
+    )
+    for code in ("403", "AccessDenied", "Forbidden"):
+        assert bucket_rows(client_error(code)) == ([Result("names", "fail", "ERROR", BUCKET_KEY, refused)], [WHO, HEAD])
+    tags_refused = (
+        f"bucket train-data exists in account {ACCOUNT}, and these credentials cannot read its tags "
+        "(GetBucketTagging refused): grant s3:GetBucketTagging on it and run again, or choose another name"
+    )
+    for code in ("403", "AccessDenied", "Forbidden"):
+        assert bucket_rows({}, client_error(code, "denied")) == (
+            [Result("names", "fail", "ERROR", BUCKET_KEY, tags_refused)],
+            [WHO, HEAD, TAGGING],
+        )
+
+
+def kept(where: str) -> str:
+    return (
+        f"bucket train-data carries tag {preflight.ENV_TAG}=train but stack train-Storage {where}: it was kept from "
+        "an earlier deploy (deleted with its stack, or left it, and retained), and `cdk deploy` would fail creating "
+        "it again (already exists): bring it into the stack with `npx cdk import 'train/Storage'` (then deploy), or "
+        "take what you need from it, empty and delete it, or choose another storage.data_bucket.name"
+    )
+
+
+def test_our_bucket_passes_only_while_the_storage_stack_holds_it() -> None:
+    """A bucket tagged for this environment is this environment's only while its Storage stack holds it; kept
+    after a `cdk destroy` (stack absent or DELETE_COMPLETE) the next create fails "already exists". Before the
+    fix all of these passed as "bucket train-data exists"."""
+    tagged = {"TagSet": OURS}
+    stack = {"StackName": "train-Storage", "StackStatus": "UPDATE_COMPLETE", "Tags": OURS}
+    held = [{"StackResourceSummaries": [bucket_resource("CREATE_COMPLETE", name="train-data-logs"), bucket_resource()]}]
+    assert bucket_rows({}, tagged, stack, held) == (
+        [Result("names", "pass", "ERROR", BUCKET_KEY, "bucket train-data exists, held by stack train-Storage")],
+        [WHO, HEAD, TAGGING, HELD],
+    )
+    # On a later page, and in any status but gone (an update in flight is the stacks' row to fail).
+    later = [
+        {"StackResourceSummaries": [bucket_resource(name="other")]},
+        {"StackResourceSummaries": [bucket_resource("UPDATE_FAILED")]},
+    ]
+    assert bucket_rows({}, tagged, stack, later)[0][0].status == "pass"
+    # The edge: absent, and present but DELETE_COMPLETE, are the same (no ListStackResources on a deleted stack).
+    for storage in (None, stack | {"StackStatus": "DELETE_COMPLETE"}):
+        assert bucket_rows({}, tagged, storage) == (
+            [Result("names", "fail", "ERROR", BUCKET_KEY, kept("does not exist"))],
+            [WHO, HEAD, TAGGING],
+        )
+    # A live Storage stack that does not hold it: kept by a rolled-back create, or another bucket of the name.
+    rolled_back = stack | {"StackStatus": "ROLLBACK_COMPLETE"}
+    for resources in (
+        [bucket_resource("DELETE_SKIPPED")],
+        [bucket_resource("DELETE_COMPLETE")],
+        [bucket_resource(kind="AWS::S3::BucketPolicy")],
+        [bucket_resource(name="train-data-2")],
+        [],
+    ):
+        assert bucket_rows({}, tagged, rolled_back, [{"StackResourceSummaries": resources}]) == (
+            [Result("names", "fail", "ERROR", BUCKET_KEY, kept("(ROLLBACK_COMPLETE) does not hold it"))],
+            [WHO, HEAD, TAGGING, HELD],
+        )
+    with pytest.raises(ClientError):
+        bucket_rows({}, tagged, stack, client_error("AccessDenied", "not authorized"))
 
 
 def hyperpod_names(describe: Any, tags: Any = None) -> tuple[list[Result], list[Call]]:
@@ -1661,15 +1761,6 @@ def test_cdk_bootstrap_missing_is_a_row_and_a_refusal_is_raised() -> None:
         ]
     with pytest.raises(ClientError):
         preflight.check_bootstrap(context(Account(describe_stacks=client_error("AccessDenied", "denied"))))
-
-
-def test_tags_of_an_existing_bucket_these_credentials_may_not_read_are_an_aws_error_not_another_account() -> None:
-    """HeadBucket answered (the bucket is this account's); GetBucketTagging refused: the operator lacks
-    s3:GetBucketTagging, which says nothing of who owns the bucket. Before the fix the refusal fell into
-    HeadBucket's handler and read "belongs to another account: choose another name"."""
-    with pytest.raises(ClientError) as raised:
-        bucket_rows({}, client_error("AccessDenied", "denied"))
-    assert raised.value.response["Error"]["Code"] == "AccessDenied"
 
 
 # --- running the checks, the exit code, the child's credentials ----------------------------------------------
