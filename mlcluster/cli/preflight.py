@@ -1174,17 +1174,7 @@ def check_names(ctx: Context) -> list[Result]:
         try:
             cluster = sm.describe_cluster(ClusterName=env.cluster_name)
             tags = sm.list_tags(ResourceArn=cluster["ClusterArn"]).get("Tags", [])
-            ours = _tags_say_ours(tags, env.name)
-            results.append(
-                Result(
-                    "names",
-                    "pass" if ours else "fail",
-                    "ERROR",
-                    "cluster.name",
-                    f"HyperPod cluster {env.cluster_name} exists"
-                    + ("" if ours else f" without tag {ENV_TAG}={env.name}: choose another cluster.name"),
-                )
-            )
+            results.append(_hyperpod_name_row(env, cluster, tags, statuses[f"{env.name}-Cluster"]))
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") != "ResourceNotFound":
                 raise
@@ -1192,6 +1182,40 @@ def check_names(ctx: Context) -> list[Result]:
                 Result("names", "pass", "ERROR", "cluster.name", f"HyperPod cluster name {env.cluster_name} is free")
             )
     return results
+
+
+def _hyperpod_name_row(env: Environment, cluster: dict[str, Any], tags: list[Any], cluster_stack: str) -> Result:
+    """The row for a HyperPod cluster that already has the environment's cluster name.
+
+    Ours only while the environment's Cluster stack exists (it holds the ``AWS::SageMaker::Cluster``): with the
+    stack gone (``cluster_stack`` DELETE_COMPLETE) the cluster was kept or is still being deleted, and the
+    Cluster stack's create would be refused for the name (the preflight of the cluster's handler).
+    """
+    name = env.cluster_name
+    if not _tags_say_ours(tags, env.name):
+        return Result(
+            "names",
+            "fail",
+            "ERROR",
+            "cluster.name",
+            f"HyperPod cluster {name} exists without tag {ENV_TAG}={env.name}: choose another cluster.name",
+        )
+    if cluster_stack != "DELETE_COMPLETE":
+        return Result("names", "pass", "ERROR", "cluster.name", f"HyperPod cluster {name} exists")
+    status = cluster.get("ClusterStatus")
+    way = (
+        "wait until its deletion has finished"
+        if status == "Deleting"
+        else "delete it if nothing of it is needed (its nodes' disks go with it), or choose another cluster.name"
+    )
+    return Result(
+        "names",
+        "fail",
+        "ERROR",
+        "cluster.name",
+        f"HyperPod cluster {name} ({status}) is this environment's, but stack {env.name}-Cluster does not exist: "
+        f"the deploy would create the cluster again and be refused for the name; {way}",
+    )
 
 
 def check_bootstrap(ctx: Context) -> list[Result]:

@@ -1673,10 +1673,53 @@ def test_our_bucket_passes_only_while_the_storage_stack_holds_it() -> None:
         bucket_rows({}, tagged, stack, client_error("AccessDenied", "not authorized"))
 
 
-def hyperpod_names(describe: Any, tags: Any = None) -> tuple[list[Result], list[Call]]:
-    account = Account(describe_stacks=MISSING_STACK, describe_cluster=describe, list_tags=tags)
+def hyperpod_names(
+    describe: Any, tags: Any = None, cluster_stack: str | None = "CREATE_COMPLETE"
+) -> tuple[list[Result], list[Call]]:
+    """check_names' HyperPod rows and calls after the three DescribeStacks; ``cluster_stack`` is the status of
+    train-Cluster (None: it does not exist)."""
+
+    def stacks(params: dict[str, Any]) -> Any:
+        if params["StackName"] != "train-Cluster" or cluster_stack is None:
+            return MISSING_STACK
+        return {"Stacks": [{"StackName": "train-Cluster", "StackStatus": cluster_stack, "Tags": OURS}]}
+
+    account = Account(describe_stacks=stacks, describe_cluster=describe, list_tags=tags)
     results = preflight.check_names(context(account, env=environment(backend="hyperpod")))
     return results[3:], account.calls[3:]
+
+
+@pytest.mark.parametrize(
+    ("status", "way"),
+    [
+        ("Deleting", "wait until its deletion has finished"),
+        (
+            "InService",
+            "delete it if nothing of it is needed (its nodes' disks go with it), or choose another cluster.name",
+        ),
+        (
+            "Failed",
+            "delete it if nothing of it is needed (its nodes' disks go with it), or choose another cluster.name",
+        ),
+    ],
+)
+@pytest.mark.parametrize("cluster_stack", [None, "DELETE_COMPLETE"], ids=["absent", "deleted"])
+def test_our_hyperpod_cluster_without_its_cluster_stack_fails_the_names_check(
+    status: str, way: str, cluster_stack: str | None
+) -> None:
+    """A cluster kept (or still being deleted) after the Cluster stack went: the deploy would create it again and the
+    cluster's handler refuses the name, after the network and storage stacks were made (user review)."""
+    found = {"ClusterArn": "arn:aws:sagemaker:us-east-2:123456789012:cluster/abc", "ClusterStatus": status}
+    assert hyperpod_names(found, {"Tags": OURS}, cluster_stack)[0] == [
+        Result(
+            "names",
+            "fail",
+            "ERROR",
+            "cluster.name",
+            f"HyperPod cluster train-cluster ({status}) is this environment's, but stack train-Cluster does not "
+            f"exist: the deploy would create the cluster again and be refused for the name; {way}",
+        )
+    ]
 
 
 def test_the_hyperpod_cluster_name_is_free_ours_or_someone_elses() -> None:
