@@ -1185,13 +1185,13 @@ def test_a_listing_one_character_short_of_the_limit_is_read(monkeypatch: pytest.
     )
 
 
-TEMPLATE = {"TemplateBody": json.dumps({"Resources": {"Pc": {"Type": "Custom::PclusterCluster", "Properties": {}}}})}
-
-
 def test_the_skip_names_the_custom_resource_only_when_the_cluster_stack_is_stuck() -> None:
     client, stub = stubbed("cloudformation")
     asked = {"StackName": "dev-Cluster", "TemplateStage": "Original"}
-    stub.add_response("get_template", TEMPLATE, asked)
+    # Built here: botocore decodes GetTemplate's TemplateBody in the answer it is given, in place, so a
+    # module-level answer is a dict by a second run in the same process (mutmut runs the suite twice).
+    one = {"Resources": {"Pc": {"Type": "Custom::PclusterCluster", "Properties": {}}}}
+    stub.add_response("get_template", {"TemplateBody": json.dumps(one)}, asked)
     two = {"Resources": {"A": {"Type": "Custom::PclusterCluster"}, "B": {"Type": "Custom::PclusterCluster"}}}
     stub.add_response("get_template", {"TemplateBody": json.dumps(two)}, asked)
     stub.add_client_error("get_template", "Throttling", "slow", 400, expected_params=asked)
