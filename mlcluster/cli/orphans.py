@@ -60,7 +60,7 @@ BILLS = {
 FSX_BILLS = {
     "file-system": "file system storage and throughput, every hour",
     "backup": "backup storage, per GB every month",
-    "association": "nothing itself (its file system bills storage and throughput)",
+    "association": "nothing itself (its file system bills), but it still imports and exports, deletions too",
     "volume": "nothing itself (its data is its file system's storage)",
     "snapshot": "nothing itself (its data is its file system's storage)",
 }
@@ -69,6 +69,9 @@ GENERAL_BILLS = "see the service's pricing"
 #: The tag ParallelCluster puts on every resource it makes for a cluster, valued with the cluster's name
 #: (``PCLUSTER_CLUSTER_NAME_TAG`` in aws-parallelcluster's ``pcluster/constants.py``).
 PCLUSTER_CLUSTER_TAG = "parallelcluster:cluster-name"
+#: The tag of a node's instance and volumes (HeadNode, Compute, LoginNode: ``PCLUSTER_NODE_TYPE_TAG``,
+#: ``get_default_instance_tags`` / ``get_default_volume_tags`` in ParallelCluster's templates).
+PCLUSTER_NODE_TYPE_TAG = "parallelcluster:node-type"
 #: The EC2 resource types a cluster's nodes bring outside its stack: the compute and login nodes (launched
 #: by Slurm's resume program with CreateFleet or RunInstances, and by an Auto Scaling group) with their
 #: volumes, tagged by the launch templates' ``TagSpecifications``, the head node's volumes (tagged with
@@ -182,16 +185,21 @@ def _bills(arn: str) -> str:
 
 
 def _cluster_node(arn: str, tags: list[dict[str, str]], cluster: str | None) -> bool:
-    """Whether ``arn`` is a node, volume or network interface ParallelCluster launched for ``cluster``.
+    """Whether ``arn`` is a node, or a node's volume or network interface, ParallelCluster launched for ``cluster``.
 
-    ``cluster`` is the environment's cluster while its stack exists, else None (nothing is the cluster's).
-    A resource of another type, or tagged with another cluster's name, is not.
+    ``cluster`` is the environment's ParallelCluster cluster while its stack exists, else None (nothing is the
+    cluster's). Only what carries a node's tags counts (``parallelcluster:node-type``, which ParallelCluster's
+    default instance and volume tags hold): a volume of the cluster's shared storage (a kept ``/home`` volume of
+    an earlier cluster of the same name) carries the cluster's name but no node type, and stays listed.
     """
     if cluster is None or arn.count(":") < 5 or _service(arn) != "ec2":
         return False
     kind = arn.split(":", 5)[5].partition("/")[0]
-    return kind in PCLUSTER_NODE_TYPES and any(
-        tag.get("Key") == PCLUSTER_CLUSTER_TAG and tag.get("Value") == cluster for tag in tags
+    keys = {(tag.get("Key"), tag.get("Value")) for tag in tags}
+    return (
+        kind in PCLUSTER_NODE_TYPES
+        and (PCLUSTER_CLUSTER_TAG, cluster) in keys
+        and any(key == PCLUSTER_NODE_TYPE_TAG for key, _ in keys)
     )
 
 
@@ -240,7 +248,9 @@ def orphan_resources(cfn: Any, tagging: Any, fsx: Any, environment: Environment)
     """
     # ParallelCluster's own stack is asked too: ENV-Cluster's custom resource made it, and it may outlive it.
     ids, existing = _physical_ids(cfn, [*expected_stacks(environment), environment.cluster_name])
-    cluster = environment.cluster_name if environment.cluster_name in existing else None
+    # A kept ParallelCluster after a switch to HyperPod is not the environment's cluster: its nodes stay listed.
+    pcluster = environment.config.cluster.backend == "pcluster"
+    cluster = environment.cluster_name if pcluster and environment.cluster_name in existing else None
     live_file_systems = {pid for pid in ids if pid.startswith("fs-")}
     candidates: list[str] = []
     with aws_errors(f"GetResources tagged {ENVIRONMENT_TAG}={environment.name}"):

@@ -902,13 +902,22 @@ def test_nodes_parallelcluster_launched_are_orphans_only_once_the_clusters_stack
     from mlcluster.cli.orphans import orphan_resources
 
     envs = folder(tmp_path)
+    pcluster = {
+        "backend": "pcluster",
+        "pcluster": {"queues": [{"name": "q", "compute_resources": [{"name": "a", "instance_type": "p5.48xlarge"}]}]},
+    }
+    write_env(envs, "team", {"region": REGION, "network": {"availability_zone": "us-east-2a"}, "cluster": pcluster})
     env = diff_module.load_one(envs, "team")
     ec2 = aws_client("ec2", REGION)
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
 
     def launch(cluster: str) -> list[str]:
-        tags = [*TAG, {"Key": "parallelcluster:cluster-name", "Value": cluster}]
+        tags = [
+            *TAG,
+            {"Key": "parallelcluster:cluster-name", "Value": cluster},
+            {"Key": "parallelcluster:node-type", "Value": "Compute"},
+        ]
         specs = [{"ResourceType": kind, "Tags": tags} for kind in ("instance", "volume")]
         (node,) = ec2.run_instances(
             ImageId="ami-12345678", MinCount=1, MaxCount=1, SubnetId=subnet, TagSpecifications=specs

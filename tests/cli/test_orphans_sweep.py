@@ -302,7 +302,10 @@ def test_an_fsx_orphan_bills_what_its_resource_type_bills() -> None:
     kinds = [
         (arn("fsx", f"file-system/{GONE_FS}"), "file system storage and throughput, every hour"),
         (arn("fsx", "backup/backup-2"), "backup storage, per GB every month"),
-        (arn("fsx", f"association/{GONE_FS}/dra-1"), "nothing itself (its file system bills storage and throughput)"),
+        (
+            arn("fsx", f"association/{GONE_FS}/dra-1"),
+            "nothing itself (its file system bills), but it still imports and exports, deletions too",
+        ),
         (arn("fsx", f"volume/{GONE_FS}/fsvol-2"), "nothing itself (its data is its file system's storage)"),
         (arn("fsx", "snapshot/fsvol-2/fsvolsnap-3"), "nothing itself (its data is its file system's storage)"),
         # Types mlcluster never makes: the general note, not a file system's bill.
@@ -421,6 +424,9 @@ NOT_CLUSTER_NODES = [
     (arn("ec2", "natgateway/nat-0f0f0f0f0f0f0f0f1"), node_tags("p5-train")),
     (arn("logs", "log-group:/aws/parallelcluster/p5-train-202611281200"), node_tags("p5-train")),
     (arn("fsx", "backup/backup-0f0f0f0f0f0f0f0f1"), node_tags("p5-train")),
+    # The cluster's name without a node type: a kept /home volume of an earlier cluster of the same name (its
+    # shared storage carries the stack's tags only; data-loss review), still billing and to be copied over.
+    (arn("ec2", "volume/vol-0a1a1a1a1a1a1a1a1"), node_tags("p5-train")[:2]),
 ]
 GONE = client_error("ValidationError", "Stack with id p5-train does not exist")
 
@@ -446,6 +452,15 @@ def test_what_parallelcluster_launched_for_the_live_cluster_is_not_an_orphan(app
     cfn, tagging = cluster_account(HEAD, app_stack)
     found = [o["resource"] for o in orphans.orphan_resources(cfn, tagging, Recorder({}), P5)]
     assert found == [a for a, _ in NOT_CLUSTER_NODES] + [arn("ec2", "instance/i-0f0f0f0f0f0f0f0f1")]
+
+
+def test_a_kept_parallelcluster_after_a_switch_to_hyperpod_is_not_the_environments_cluster(tmp_path: Path) -> None:
+    """A HyperPod environment whose earlier ParallelCluster of the same name was kept: its stack still answers, but
+    its nodes are nobody's cluster nodes here and stay listed (data-loss review)."""
+    switched = env_file(tmp_path, "p5", "")
+    cfn, tagging = cluster_account(HEAD, APP)
+    pcluster_nodes = orphans.orphan_resources(cfn, tagging, Recorder({}), switched)
+    assert [o["resource"] for o in pcluster_nodes][: len(CLUSTER_NODES)] == [a for a, _ in CLUSTER_NODES]
 
 
 def test_what_parallelcluster_launched_is_an_orphan_once_the_clusters_stack_is_gone() -> None:
