@@ -190,10 +190,9 @@ def open_session(
     if other is not None and other[1] != value:
         raise CliError(
             f"two regions: {source} says {value}, {other[0]} says {other[1]}; the environment file decides\n"
-            f"  what to do: drop {other[0]} or set it to {value}"
-            # --region is read before the variables and the profile: passing it settles the rest.
-            + ("" if other[0] == "--region" else f", or pass --region {value}")
-            + f" (the environment lives in {value})",
+            # Not "pass --region": the CDK CLI that `mlcluster update` runs, and `cdk deploy` itself, still take
+            # the region from the variables and the profile (the stacks name none), so they must agree.
+            f"  what to do: drop {other[0]} or set it to {value} (the environment lives in {value})",
             EXIT_SETUP,
         )
     if credentials is None and not offline:
