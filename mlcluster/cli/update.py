@@ -894,11 +894,16 @@ def deploy_command(assembly: Path, environment: str, profile: str | None) -> lis
     ]  # fmt: skip
 
 
-def run_deploy(argv: list[str], timeout: int) -> int:
-    """Run the CDK CLI with its output on the operator's terminal; its exit code (-1 on the timeout)."""
+def run_deploy(argv: list[str], timeout: int, *, region: str | None = None) -> int:
+    """Run the CDK CLI with its output on the operator's terminal; its exit code (-1 on the timeout).
+
+    ``region``: the environment's, given to the CLI as AWS_REGION and AWS_DEFAULT_REGION: its stacks name no
+    region, so the CLI would take the profile's, which may differ from the one this command stopped the fleet in.
+    """
+    env = None if region is None else {**os.environ, "AWS_REGION": region, "AWS_DEFAULT_REGION": region}
     try:
         # stdout to stderr: the CLI's progress is a log, stdout stays for the command's result.
-        done = subprocess.run(argv, stdout=2, cwd=current_project().root, timeout=timeout, check=False)
+        done = subprocess.run(argv, stdout=2, cwd=current_project().root, timeout=timeout, check=False, env=env)
     except subprocess.TimeoutExpired:
         return -1
     return done.returncode
@@ -1430,7 +1435,7 @@ def _carry_out(run: Run, argv: list[str], stop_timeout: int, deploy_timeout: int
         except CliError as error:
             raise run.failed(error, "the deploy", stop_timeout) from None
         run.console.print(f"deploying: {shlex.join(argv)}")
-        code = run_deploy(argv, deploy_timeout)
+        code = run_deploy(argv, deploy_timeout, region=run.target.region)
         if code != 0:
             # A timed-out deploy is not settled whatever the template shows: CloudFormation may still be applying
             # it (or rolling it back), so it goes the failure's way, whose restore() starts nothing under it.

@@ -240,7 +240,7 @@ class Cloud:
     def needs_stop(self) -> bool:
         return any(c.outcome == "fleet_stop" for c in cluster_changes(self.deployed, self.new))
 
-    def deploy(self, argv: list[str], timeout: int) -> int:
+    def deploy(self, argv: list[str], timeout: int, region: str | None = None) -> int:
         self.deploys.append(argv)
         self.fleet_at_deploy.append(self.fleet())
         self.live_at_deploy.append(len(live_compute_instances()))
@@ -567,7 +567,7 @@ def test_the_skip_names_the_resource_in_words_when_gettemplate_is_denied(
     cloud.deploy_mode = "stuck"
     deploy = cloud.deploy
 
-    def deploy_then_deny(argv: list[str], timeout: int) -> int:
+    def deploy_then_deny(argv: list[str], timeout: int, region: str | None = None) -> int:
         code = deploy(argv, timeout)
         aws.answer("cloudformation", "GetTemplate", always=error("AccessDenied", "denied", 403))
         return code
@@ -666,7 +666,7 @@ def test_a_timed_out_deploy_that_settled_on_the_new_configuration_says_so(
     cloud.new = edited(p4de.environments, drop_inference_queue)
     deploy = cloud.deploy
 
-    def finished_late(argv: list[str], timeout: int) -> int:
+    def finished_late(argv: list[str], timeout: int, region: str | None = None) -> int:
         assert deploy(argv, timeout) == 0
         return -1
 
@@ -813,7 +813,7 @@ def test_a_denied_start_after_the_deploy_keeps_the_run_for_resume(
     cloud.new = edited(p4de.environments, drop_inference_queue)
     deploy = cloud.deploy
 
-    def deploy_then_deny(argv: list[str], timeout: int) -> int:
+    def deploy_then_deny(argv: list[str], timeout: int, region: str | None = None) -> int:
         code = deploy(argv, timeout)
         aws.answer("dynamodb", "UpdateItem", error("AccessDeniedException", "not allowed: dynamodb:UpdateItem"))
         return code
@@ -1107,7 +1107,7 @@ def test_a_status_item_that_stays_stopped_is_read_after_every_ec2_read_then_depl
         reads.append(f"ec2 {len(found)}")
         return found
 
-    def deploy(argv: list[str], timeout: int) -> int:
+    def deploy(argv: list[str], timeout: int, region: str | None = None) -> int:
         reads.append("deploy")
         return original_deploy(argv, timeout)
 
@@ -1494,7 +1494,7 @@ def test_ctrl_c_during_the_deploy_says_how_to_resume(
 ) -> None:
     cloud.new = edited(p4de.environments, drop_inference_queue)
 
-    def interrupted(argv: list[str], timeout: int) -> int:
+    def interrupted(argv: list[str], timeout: int, region: str | None = None) -> int:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(update_module, "run_deploy", interrupted)
@@ -1523,7 +1523,7 @@ def test_a_failed_read_after_the_deploy_fails_the_run_and_resumes(
     deploy = cloud.deploy
     service = "cloudformation" if operation == "GetTemplate" else "dynamodb"
 
-    def deploy_then_refuse(argv: list[str], timeout: int) -> int:
+    def deploy_then_refuse(argv: list[str], timeout: int, region: str | None = None) -> int:
         code_ = deploy(argv, timeout)
         aws.answer(service, operation, always=error(code, "refused", 400))
         return code_

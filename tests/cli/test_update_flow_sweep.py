@@ -435,7 +435,7 @@ def test_ctrl_c_then_an_edit_the_resume_refuses_until_the_edit_is_undone(
     cloud.new = edited(p4de.environments, drop_inference_queue)
     deploy = cloud.deploy
 
-    def interrupted(argv: list[str], timeout: int) -> int:
+    def interrupted(argv: list[str], timeout: int, region: str | None = None) -> int:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(update_module, "run_deploy", interrupted)

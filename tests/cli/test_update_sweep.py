@@ -812,9 +812,29 @@ def test_a_deploy_past_its_time_is_minus_one_and_otherwise_the_cli_exit_code(
     assert update.run_deploy(["cdk", "deploy"], 300) == 3
     assert update.run_deploy(["slow"], 301) == -1
     assert seen == [
-        (["cdk", "deploy"], {"stdout": 2, "cwd": tmp_path, "timeout": 300, "check": False}),
-        (["slow"], {"stdout": 2, "cwd": tmp_path, "timeout": 301, "check": False}),
+        (["cdk", "deploy"], {"stdout": 2, "cwd": tmp_path, "timeout": 300, "check": False, "env": None}),
+        (["slow"], {"stdout": 2, "cwd": tmp_path, "timeout": 301, "check": False, "env": None}),
     ]
+
+
+def test_the_deploy_runs_in_the_environments_region_whatever_the_profile_says(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The stacks name no region, so the CDK CLI takes AWS_REGION, AWS_DEFAULT_REGION or the profile's: it is given
+    the environment's, the one the fleet was stopped in (user review: `--region` let them differ)."""
+    monkeypatch.setattr(update, "current_project", lambda: SimpleNamespace(root=tmp_path, cdk_json=None))
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    seen: list[dict[str, str]] = []
+
+    def run(argv: list[str], **kwargs: Any) -> Any:
+        seen.append(kwargs["env"])
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(update.subprocess, "run", run)
+    assert update.run_deploy(["cdk", "deploy"], 300, region="us-west-2") == 0
+    assert (seen[0]["AWS_REGION"], seen[0]["AWS_DEFAULT_REGION"]) == ("us-west-2", "us-west-2")
+    assert seen[0]["PATH"] == os.environ["PATH"]  # the rest of the operator's environment stays
 
 
 @pytest.fixture
