@@ -1135,7 +1135,22 @@ def check_names(ctx: Context) -> list[Result]:
             # ParallelCluster's own stack: its table decides (a rolled-back create still holds the name).
             state = cluster_stack_state(status)
             message = f"cluster stack {name} is {status}: {state.reason}"
-            if state.decision in ("ready", "degraded"):
+            app_stack = statuses[f"{env.name}-Cluster"]
+            if app_stack in HOLDS_NO_CLUSTER:
+                # Kept after the app's Cluster stack went: its custom resource's create would find the name taken.
+                results.append(
+                    Result(
+                        "names",
+                        "fail",
+                        "ERROR",
+                        key,
+                        f"cluster stack {name} ({status}) is this environment's, but stack {env.name}-Cluster "
+                        f"{_holds_none(app_stack)}: the deploy would create the cluster again and ParallelCluster "
+                        "refuses a name in use; delete the kept cluster (`pcluster delete-cluster`) once nothing of "
+                        "it is needed, or choose another cluster.name",
+                    )
+                )
+            elif state.decision in ("ready", "degraded"):
                 results.append(Result("names", "pass", "ERROR", key, message))
             else:
                 results.append(Result("names", "fail", "ERROR", key, message))
@@ -1184,6 +1199,16 @@ def check_names(ctx: Context) -> list[Result]:
     return results
 
 
+#: States of the environment's Cluster stack in which it holds no cluster: gone, or a create rolled back (the next
+#: deploy deletes it and creates the cluster again).
+HOLDS_NO_CLUSTER = frozenset({"DELETE_COMPLETE", "ROLLBACK_COMPLETE"})
+
+
+def _holds_none(status: str) -> str:
+    """How a Cluster stack in :data:`HOLDS_NO_CLUSTER` is said: absent (read as DELETE_COMPLETE) or rolled back."""
+    return "does not exist" if status == "DELETE_COMPLETE" else f"is {status} and holds none"
+
+
 def _hyperpod_name_row(env: Environment, cluster: dict[str, Any], tags: list[Any], cluster_stack: str) -> Result:
     """The row for a HyperPod cluster that already has the environment's cluster name.
 
@@ -1200,7 +1225,7 @@ def _hyperpod_name_row(env: Environment, cluster: dict[str, Any], tags: list[Any
             "cluster.name",
             f"HyperPod cluster {name} exists without tag {ENV_TAG}={env.name}: choose another cluster.name",
         )
-    if cluster_stack != "DELETE_COMPLETE":
+    if cluster_stack not in HOLDS_NO_CLUSTER:
         return Result("names", "pass", "ERROR", "cluster.name", f"HyperPod cluster {name} exists")
     status = cluster.get("ClusterStatus")
     way = (
@@ -1213,8 +1238,8 @@ def _hyperpod_name_row(env: Environment, cluster: dict[str, Any], tags: list[Any
         "fail",
         "ERROR",
         "cluster.name",
-        f"HyperPod cluster {name} ({status}) is this environment's, but stack {env.name}-Cluster does not exist: "
-        f"the deploy would create the cluster again and be refused for the name; {way}",
+        f"HyperPod cluster {name} ({status}) is this environment's, but stack {env.name}-Cluster "
+        f"{_holds_none(cluster_stack)}: the deploy would create the cluster again and be refused for the name; {way}",
     )
 
 

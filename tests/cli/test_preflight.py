@@ -1197,7 +1197,9 @@ def test_zone_exists_asks_ec2(aws: Aws, tmp_path: Path) -> None:
 )
 def test_names_parallelcluster_stack_by_its_table(aws: Aws, tmp_path: Path, status: str, ok: bool) -> None:
     folder = env_folder(tmp_path, "p5", P5_REGION)
-    aws.answer("cloudformation", "DescribeStacks", always=_stacks({"p5-train": status}))
+    aws.answer(
+        "cloudformation", "DescribeStacks", always=_stacks({"p5-train": status, "p5-Cluster": "CREATE_COMPLETE"})
+    )
     results = preflight.check_names(context(aws, folder, "p5", P5_REGION))
     mine = [r for r in results if r.key == "cluster.name"]
     assert [r.status for r in mine] == ["pass" if ok else "fail"]

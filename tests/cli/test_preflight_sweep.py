@@ -1484,11 +1484,36 @@ def test_our_cluster_stack_is_judged_by_parallelclusters_table() -> None:
         ("UPDATE_IN_PROGRESS", "fail"),
         ("REVIEW_IN_PROGRESS", "fail"),
     ):
-        results, _ = names_rows({"train-cluster": _stack(status)})
+        results, _ = names_rows({"train-cluster": _stack(status), "train-Cluster": _stack("CREATE_COMPLETE")})
         state = preflight.cluster_stack_state(status)
         assert results[3] == Result(
             "names", verdict, "ERROR", "cluster.name", f"cluster stack train-cluster is {status}: {state.reason}"
         )  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("app_stack", "said"),
+    [(None, "does not exist"), ("ROLLBACK_COMPLETE", "is ROLLBACK_COMPLETE and holds none")],
+    ids=["absent", "rolled-back"],
+)
+def test_a_kept_parallelcluster_without_the_apps_cluster_stack_fails_the_names_check(
+    app_stack: str | None, said: str
+) -> None:
+    """ParallelCluster's stack kept (Retain) after the app's Cluster stack went: the custom resource's create would
+    call create-cluster for a name in use (user review)."""
+    stacks = {"train-cluster": _stack("CREATE_COMPLETE")}
+    if app_stack is not None:
+        stacks["train-Cluster"] = _stack(app_stack)
+    results, _ = names_rows(stacks)
+    assert results[3] == Result(
+        "names",
+        "fail",
+        "ERROR",
+        "cluster.name",
+        f"cluster stack train-cluster (CREATE_COMPLETE) is this environment's, but stack train-Cluster {said}: the "
+        "deploy would create the cluster again and ParallelCluster refuses a name in use; delete the kept cluster "
+        "(`pcluster delete-cluster`) once nothing of it is needed, or choose another cluster.name",
+    )
 
 
 def test_our_stack_in_update_rollback_failed_names_the_resources_to_skip() -> None:
@@ -1703,9 +1728,18 @@ def hyperpod_names(
         ),
     ],
 )
-@pytest.mark.parametrize("cluster_stack", [None, "DELETE_COMPLETE"], ids=["absent", "deleted"])
+@pytest.mark.parametrize(
+    ("cluster_stack", "said"),
+    [
+        (None, "does not exist"),
+        ("DELETE_COMPLETE", "does not exist"),
+        # A create that rolled back holds no cluster either (AWS review: it passed, and the next create failed).
+        ("ROLLBACK_COMPLETE", "is ROLLBACK_COMPLETE and holds none"),
+    ],
+    ids=["absent", "deleted", "rolled-back"],
+)
 def test_our_hyperpod_cluster_without_its_cluster_stack_fails_the_names_check(
-    status: str, way: str, cluster_stack: str | None
+    status: str, way: str, cluster_stack: str | None, said: str
 ) -> None:
     """A cluster kept (or still being deleted) after the Cluster stack went: the deploy would create it again and the
     cluster's handler refuses the name, after the network and storage stacks were made (user review)."""
@@ -1716,8 +1750,8 @@ def test_our_hyperpod_cluster_without_its_cluster_stack_fails_the_names_check(
             "fail",
             "ERROR",
             "cluster.name",
-            f"HyperPod cluster train-cluster ({status}) is this environment's, but stack train-Cluster does not "
-            f"exist: the deploy would create the cluster again and be refused for the name; {way}",
+            f"HyperPod cluster train-cluster ({status}) is this environment's, but stack train-Cluster {said}: the "
+            f"deploy would create the cluster again and be refused for the name; {way}",
         )
     ]
 
