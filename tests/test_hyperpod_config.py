@@ -108,6 +108,20 @@ def test_environment_named_sagemaker_with_a_cluster_is_refused(tmp_path: Path, b
         load_environment(path)
 
 
+def test_an_environment_named_like_glue_buckets_is_refused_and_its_neighbour_accepted(tmp_path: Path) -> None:
+    """Every generated bucket name begins with the environment's; AWSGlueServiceRole grants object writes on
+    "aws-glue-*" buckets (user review: the name passed here and failed at synth with a traceback)."""
+    path = write_env(tmp_path, "aws-glue-dev", MINIMAL)
+    with pytest.raises(ConfigError) as caught:
+        load_environment(path)
+    assert str(caught.value).splitlines() == [
+        f"{path}: (file name): 'aws-glue-dev' is not valid; the buckets' generated names would begin 'aws-glue-', "
+        "where the AWS managed policy AWSGlueServiceRole grants object writes and deletes; allowed: a name not "
+        "beginning with it"
+    ]
+    assert load_environment(write_env(tmp_path, "aws-glue", MINIMAL)).name == "aws-glue"
+
+
 def test_environment_named_sagemaker_without_a_cluster_is_accepted(tmp_path: Path) -> None:
     assert load_environment(write_env(tmp_path, "sagemaker-data", MINIMAL)).name == "sagemaker-data"
 

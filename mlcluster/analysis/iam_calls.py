@@ -351,12 +351,20 @@ def split_s3(uri: str) -> tuple[str, str]:
     return text, ""
 
 
-#: S3 actions authorized on the object without "Object" in their names (Service Authorization Reference,
-#: Amazon S3: resource type "object"); every other action on a bucket URI is authorized on the bucket
-#: (ListBucket, ListBucketVersions, GetBucket*, Get...Configuration).
+#: S3 actions authorized on the object without "Object" in their names, and on the bucket with it (Service
+#: Authorization Reference, Amazon S3: each action's resource type); every other action with "Object" in its name
+#: is on the object, the rest on the bucket (ListBucket, ListBucketVersions, GetBucket*, Get...Configuration).
 OBJECT_ACTIONS_WITHOUT_THE_WORD = frozenset(
-    {"s3:abortmultipartupload", "s3:listmultipartuploadparts", "s3:bypassgovernanceretention"}
+    {
+        "s3:abortmultipartupload",
+        "s3:listmultipartuploadparts",
+        "s3:bypassgovernanceretention",
+        "s3:initiatereplication",
+        "s3:replicatedelete",
+        "s3:replicatetags",
+    }
 )
+BUCKET_ACTIONS_WITH_THE_WORD = frozenset({"s3:getbucketobjectlockconfiguration", "s3:putbucketobjectlockconfiguration"})
 
 
 def s3_arn(uri: str, action: str) -> str:
@@ -364,7 +372,7 @@ def s3_arn(uri: str, action: str) -> str:
     (``*Object*``, multipart parts), the bucket's for the rest."""
     bucket, key = split_s3(uri)
     name = action.lower()
-    if "object" in name or name in OBJECT_ACTIONS_WITHOUT_THE_WORD:
+    if ("object" in name and name not in BUCKET_ACTIONS_WITH_THE_WORD) or name in OBJECT_ACTIONS_WITHOUT_THE_WORD:
         return f"arn:${{AWS::Partition}}:s3:::{bucket}/{key}"
     return f"arn:${{AWS::Partition}}:s3:::{bucket}"
 

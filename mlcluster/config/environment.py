@@ -293,9 +293,13 @@ def check_private_folders_unlinked(issues: Issues, config: EnvironmentConfig) ->
                     f"links {what} to S3: their keys would be exported and whoever can write the bucket could "
                     f"plant files there; allowed: a folder outside {folder} such as /data; a "
                     "deployed link goes first, its files kept: 'aws fsx delete-data-repository-association "
-                    "--association-id ID --no-delete-data-in-file-system' (upgrade note in mlcluster's "
-                    "docs/upgrading.md)",
+                    "--association-id ID --no-delete-data-in-file-system' (ids: 'aws fsx "
+                    "describe-data-repository-associations'; upgrade note in mlcluster's docs/upgrading.md)",
                 )
+
+
+#: Buckets whose names begin so are open to object writes by AWSGlueServiceRole (an AWS managed policy).
+GLUE_BUCKET_PREFIX = "aws-glue-"
 
 
 @section
@@ -324,6 +328,20 @@ def load_environment(path: Path) -> Environment:
             [
                 Problem(
                     "(file name)", path.stem, "allowed: 1-20 lowercase letters, digits and '-', starting with a letter"
+                )
+            ],
+        )
+    if path.stem.startswith(GLUE_BUCKET_PREFIX):
+        # Every stack, and so every generated bucket name, begins with the environment's name; the AWS managed
+        # policy AWSGlueServiceRole grants object writes and deletes on every bucket named "aws-glue-*".
+        raise ConfigError(
+            source,
+            [
+                Problem(
+                    "(file name)",
+                    path.stem,
+                    f"the buckets' generated names would begin {GLUE_BUCKET_PREFIX!r}, where the AWS managed policy "
+                    "AWSGlueServiceRole grants object writes and deletes; allowed: a name not beginning with it",
                 )
             ],
         )

@@ -58,7 +58,8 @@ def message(index: int, value: str, what: str, folder: str) -> str:
         f"{KEY.format(index)}: {value!r} is not valid; links {what} to S3: their keys would be exported and whoever "
         f"can write the bucket could plant files there; allowed: a folder outside {folder} such as /data; a "
         "deployed link goes first, its files kept: 'aws fsx delete-data-repository-association --association-id ID "
-        "--no-delete-data-in-file-system' (upgrade note in mlcluster's docs/upgrading.md)"
+        "--no-delete-data-in-file-system' (ids: 'aws fsx describe-data-repository-associations'; upgrade note in "
+        "mlcluster's docs/upgrading.md)"
     )
 
 

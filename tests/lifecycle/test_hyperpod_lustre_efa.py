@@ -190,3 +190,24 @@ def test_lnet_that_does_not_come_up_over_efa_fails_the_step(tmp_path: Path) -> N
     assert result.returncode != 0
     assert "LNet over EFA could not be set up" in result.stdout + result.stderr
     assert not [a for a in sandbox.actions() if a.startswith("mount ")]
+
+
+def test_an_fsx_mounted_without_nosuid_by_an_earlier_run_is_remounted_with_it_once(tmp_path: Path) -> None:
+    """A node provisioned before /fsx was mounted nosuid,nodev: the step remounts the mount point with them (bind:
+    its flags only), and a later run leaves it (reviews: the options reached only fresh mounts)."""
+    sandbox = efa_worker(tmp_path)
+    assert sandbox.run("on_create.sh", *STEPS).returncode == 0
+    mounts = sandbox.root / "proc/mounts"
+    # What an earlier release left: the same file system, mounted without the two options.
+    mounts.write_text(mounts.read_text().replace("noatime,flock,nosuid,nodev", "noatime,flock"))
+    before = len(sandbox.actions())
+    again = sandbox.run("on_create.sh", *STEPS)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sandbox.actions()[before:] == [f"mount -o remount,bind,nosuid,nodev {sandbox.root}/fsx"]
+    assert f"remounted {sandbox.root}/fsx nosuid,nodev (an earlier run mounted it without them)" in (
+        again.stdout + again.stderr
+    )
+    after = len(sandbox.actions())
+    third = sandbox.run("on_create.sh", *STEPS)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert sandbox.actions()[after:] == []

@@ -182,6 +182,13 @@ mount_info() {
   awk -v target="$1" '$2 == target { info = $1 " " $3; found = 1 } END { if (found) print info; exit !found }' "$mounts"
 }
 
+# mount_has OPTION DIR : whether DIR's mount (the last one /proc/mounts lists for it) has OPTION.
+mount_has() {
+  local mounts="$MLC_ROOT/proc/mounts"
+  [[ -f $mounts ]] || return 1
+  awk -v option="$1" -v target="$2" '$2 == target { options = "," $4 "," } END { exit index(options, "," option ",") == 0 }' "$mounts"
+}
+
 # enable_boot_unit UNIT: after install_file wrote UNIT's file, reload systemd if the file changed
 # (FILE_CHANGED) and enable UNIT at boot unless it already is.
 enable_boot_unit() {

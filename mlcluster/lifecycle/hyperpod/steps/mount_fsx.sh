@@ -11,7 +11,8 @@ load_node_env
 SOURCE="$MLC_FSX_DNS_NAME@tcp:/$MLC_FSX_MOUNTNAME"
 # nosuid,nodev: whoever can write the data bucket sets the owner, group and mode of the files a DRA
 # imports (FSx applies the objects' POSIX metadata); a set-group-ID file or a device node planted that
-# way must not act on a node. A /fsx mounted by an earlier run takes them at its next mount.
+# way must not act on a node. A /fsx an earlier run mounted without them is remounted with them (bind:
+# the mount point's flags only, not the file system's).
 MOUNT_OPTIONS=noatime,flock,nosuid,nodev
 # After a reboot: mount once the network is up (_netdev, x-systemd.requires), and on first access
 # (x-systemd.automount) so a slow file system never blocks the boot.
@@ -34,6 +35,10 @@ main() {
   if info=$(mount_info "$FSX"); then
     [[ $info == "$SOURCE lustre" ]] || die "$FSX is already mounted from '$info', expected '$SOURCE lustre'"
     log "$FSX is already mounted from $SOURCE"
+    if ! mount_has nosuid "$FSX" || ! mount_has nodev "$FSX"; then
+      retry 3 "remount $FSX nosuid,nodev" mount -o remount,bind,nosuid,nodev "$FSX"
+      log "remounted $FSX nosuid,nodev (an earlier run mounted it without them)"
+    fi
   else
     command -v mount.lustre >/dev/null ||
       die "the Lustre client is not installed (no mount.lustre); HyperPod's DLAMI ships it"
