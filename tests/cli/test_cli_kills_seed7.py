@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from mlcluster.cli import update as update_module
-from mlcluster.cli.errors import EXIT_AWS
+from mlcluster.cli.errors import EXIT_AWS, EXIT_FAILED
 from mlcluster.pcluster import instance_types
 from tests.cli.conftest import Aws, FakeNode, World, error
 from tests.cli.test_smoke import healthy_hyperpod, healthy_trn1, trn1  # noqa: F401 (trn1: the fixture)
@@ -87,15 +87,16 @@ def test_min_busbw_is_the_nccom_pass_mark_also_where_the_table_knows_the_line_ra
     assert "(line rate 100 GB/s, pass >= 50 GB/s): below 50 GB/s" in default.stdout
 
 
-def test_a_resume_after_the_start_does_not_start_the_fleet_again(
+def test_a_resume_after_the_start_never_starts_the_fleet_again(
     p4de: World,  # noqa: F811
     cloud: Cloud,  # noqa: F811
     aws: Aws,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The fleet was stopped, the update deployed and the fleet started; the verification's read is denied.
-    The resume only verifies: it writes no second START_REQUESTED over a running fleet (a start request
-    while jobs run is a change the operator did not ask for) and says nothing of starting."""
+    Before the resume the operator stops the fleet themselves (maintenance). The resume only verifies: the
+    start step is done, so it writes no START_REQUESTED over the operator's stop; the verification reports
+    the stopped fleet and leaves it as the operator left it."""
     cloud.new = edited(p4de.environments, drop_inference_queue)
     deploy = cloud.deploy
 
@@ -111,8 +112,12 @@ def test_a_resume_after_the_start_does_not_start_the_fleet_again(
     assert fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"] and cloud.fleet() == "RUNNING"
     aws.sticky.pop(("cloudformation", "GetTemplate"))
     aws.answer("cloudformation", "GetTemplate", always=cloud.get_template)
+    cloud.set_fleet("STOPPED")  # the operator's own stop, after this run's start
     resumed = p4de.run("update", ENV, "--resume")
-    assert resumed.exit_code == 0, resumed.output
-    assert fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"]
+    assert resumed.exit_code == EXIT_FAILED, resumed.output
+    assert "resuming update run" in resumed.stderr and "(done: stop, deploy, start)" in resumed.stderr
+    assert "verifying the update failed: the compute fleet is STOPPED, expected RUNNING" in resumed.stderr
+    assert "the compute fleet was left as it is" in resumed.stderr
+    assert fleet_writes(aws) == ["STOP_REQUESTED", "START_REQUESTED"] and cloud.fleet() == "STOPPED"
     assert "START_REQUESTED" not in resumed.output
-    assert list(stored(p4de)["steps"]) == ["stop", "deploy", "start", "verify"] and stored(p4de)["complete"]
+    assert list(stored(p4de)["steps"]) == ["stop", "deploy", "start"] and stored(p4de)["complete"] is None
