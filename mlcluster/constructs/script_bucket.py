@@ -143,13 +143,12 @@ class ScriptBucket(Construct):
             # literal text.
             resolved = stack.resolve(bucket_name)
             names.insert(0, (f"bucket_name {flatten_resource(resolved)!r}", resolved))
-        if bucket_name is not None:
             opaque: list[object] = []
-            _literal_text(stack.resolve(bucket_name), stack_name=stack.stack_name, opaque=opaque)
+            _literal_text(resolved, stack_name=stack.stack_name, opaque=opaque)
             if opaque:
                 part = opaque[0] if isinstance(opaque[0], str) else json.dumps(opaque[0], sort_keys=True)
                 raise ValueError(
-                    f"bucket_name {flatten_resource(stack.resolve(bucket_name))!r} has a part known only at deploy "
+                    f"bucket_name {flatten_resource(resolved)!r} has a part known only at deploy "
                     f"time ({part}), which could bring {MANAGED_POLICY_BUCKET_WORD!r} into the "
                     "name (AWS managed policies let their holders write to any bucket whose name contains it); "
                     "allowed: literal text with the account, region or partition, such as "
