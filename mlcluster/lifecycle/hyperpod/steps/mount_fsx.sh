@@ -26,8 +26,8 @@ fi
 fsx_writable() {
   local probe
   [[ $(mount_info "$FSX") == "$SOURCE lustre" ]] || return 1
-  probe="$FSX/.mlcluster-write-test.$(hostname -s).$$"
-  touch "$probe" 2>/dev/null && rm -f "$probe"
+  # mktemp makes a new file (O_EXCL): a link a user planted under a guessable name is never followed as root.
+  probe=$(mktemp -p "$FSX" .mlcluster-write-test.XXXXXXXX 2>/dev/null) && rm -f "$probe"
 }
 
 main() {
@@ -36,7 +36,7 @@ main() {
     [[ $info == "$SOURCE lustre" ]] || die "$FSX is already mounted from '$info', expected '$SOURCE lustre'"
     log "$FSX is already mounted from $SOURCE"
     if ! mount_has nosuid "$FSX" || ! mount_has nodev "$FSX"; then
-      retry 3 "remount $FSX nosuid,nodev" mount -o remount,bind,nosuid,nodev "$FSX"
+      retry 3 "remount $FSX nosuid,nodev" mount -o remount,bind,noatime,nosuid,nodev "$FSX"
       log "remounted $FSX nosuid,nodev (an earlier run mounted it without them)"
     fi
   else
